@@ -1,0 +1,177 @@
+"""Plain PyTorch attention: a dense reference and a blockwise CPU path.
+
+Layout everywhere in this module is (B, H, N, d) (heads before sequence), the
+layout the kernels see after the public functions have permuted strides.
+
+Causal masking is expressed with a single integer ``causal_shift``: query row
+``i`` may attend key column ``j`` iff ``j <= i + causal_shift``.  flash-attn's
+bottom-right alignment is ``causal_shift = Nk - Nq``; SDPA's top-left alignment
+is ``causal_shift = 0``.  ``causal_shift=None`` means no mask.
+
+* :func:`attention_ref` materialises the full score matrix (O(N^2) memory).  It
+  is the ground truth for tests when called on float64 inputs.
+* :func:`blockwise_attention_fwd` / :func:`blockwise_attention_bwd` run the
+  same tiled algorithm as the Triton kernels (online softmax forward,
+  recomputing backward) with O(N) extra memory.  They serve CPU tensors when
+  Triton's interpreter is not enabled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+
+__all__ = [
+    "attention_ref",
+    "causal_mask",
+    "blockwise_attention_fwd",
+    "blockwise_attention_bwd",
+]
+
+
+def causal_mask(n_q: int, n_k: int, causal_shift: int, device=None,
+                q_start: int = 0, k_start: int = 0) -> torch.Tensor:
+    """Boolean mask (True = attend) of rows [q_start, q_start+n_q) and columns
+    [k_start, k_start+n_k): ``j <= i + causal_shift``."""
+    i = torch.arange(q_start, q_start + n_q, device=device)[:, None]
+    j = torch.arange(k_start, k_start + n_k, device=device)[None, :]
+    return j <= i + causal_shift
+
+
+def _expand_kv(k: torch.Tensor, n_heads_q: int) -> torch.Tensor:
+    """(B, Hkv, N, d) -> (B, Hq, N, d): query head h reads KV head h // group."""
+    group = n_heads_q // k.shape[1]
+    return k if group == 1 else k.repeat_interleave(group, dim=1)
+
+
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  softmax_scale: Optional[float] = None,
+                  causal_shift: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Dense attention in the dtype of the inputs.
+
+    q: (B, Hq, Nq, d); k, v: (B, Hkv, Nk, d) with Hq % Hkv == 0.
+    Returns ``(out, lse)``: out (B, Hq, Nq, d), lse (B, Hq, Nq) natural-log
+    log-sum-exp of the scaled, masked scores.  Rows that see no key give
+    out = 0 and lse = -inf.
+    """
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    k = _expand_kv(k, q.shape[1])
+    v = _expand_kv(v, q.shape[1])
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if causal_shift is not None:
+        mask = causal_mask(q.shape[2], k.shape[2], causal_shift, device=q.device)
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    # exp(s - lse) is NaN on rows where lse == -inf; those rows see no key.
+    lse_safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    p = torch.exp(s - lse_safe[..., None])
+    out = torch.matmul(p.to(v.dtype), v)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------
+# Blockwise CPU path (same algorithm as the kernels, O(N) extra memory)
+# ---------------------------------------------------------------------------
+
+_CPU_BLOCK = 128
+
+
+def _grouped(x: torch.Tensor, n_kv: int) -> torch.Tensor:
+    """(B, Hq, N, d) -> (B, Hkv, G, N, d) view: group g of KV head h is query head h*G+g."""
+    b, hq, n, d = x.shape
+    return x.reshape(b, n_kv, hq // n_kv, n, d)
+
+
+def _key_block_range(q0: int, q1: int, n_k: int, causal_shift: Optional[int]) -> int:
+    """Number of keys that rows [q0, q1) may see: all of them, or up to the last row's limit."""
+    if causal_shift is None:
+        return n_k
+    return max(0, min(n_k, q1 - 1 + causal_shift + 1))
+
+
+def blockwise_attention_fwd(q, k, v, softmax_scale: float, causal_shift: Optional[int],
+                            block: int = _CPU_BLOCK):
+    """Online-softmax forward.  q (B, Hq, Nq, d), k/v (B, Hkv, Nk, d).
+
+    Returns out (B, Hq, Nq, d) in q's dtype and lse (B, Hq, Nq) float32.
+    Accumulates in float32 (float64 for float64 inputs)."""
+    acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    b, hq, n_q, d = q.shape
+    n_kv, n_k = k.shape[1], k.shape[2]
+    qg = _grouped(q, n_kv).to(acc_dtype)
+    kf, vf = k.to(acc_dtype)[:, :, None], v.to(acc_dtype)[:, :, None]
+    out = torch.empty_like(q)
+    lse = torch.empty(b, hq, n_q, dtype=torch.float32, device=q.device)
+    out_g, lse_g = _grouped(out, n_kv), lse.view(b, n_kv, hq // n_kv, n_q)
+    for q0 in range(0, n_q, block):
+        q1 = min(n_q, q0 + block)
+        qb = qg[:, :, :, q0:q1] * softmax_scale
+        m = torch.full(qb.shape[:-1], float("-inf"), dtype=acc_dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros_like(qb)
+        for k0 in range(0, _key_block_range(q0, q1, n_k, causal_shift), block):
+            k1 = min(n_k, k0 + block)
+            s = torch.matmul(qb, kf[..., k0:k1, :].transpose(-1, -2))
+            if causal_shift is not None:
+                mask = causal_mask(q1 - q0, k1 - k0, causal_shift, q.device, q0, k0)
+                s = s.masked_fill(~mask, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1))
+            # Rows with no visible key so far keep m = -inf; use 0 so that
+            # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
+            m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - m_use[..., None])
+            alpha = torch.exp(m - m_use)
+            l = l * alpha + p.sum(-1)
+            acc = acc * alpha[..., None] + torch.matmul(p.to(v.dtype).to(acc_dtype), vf[..., k0:k1, :])
+            m = m_new
+        empty = l == 0
+        l_safe = torch.where(empty, torch.ones_like(l), l)
+        out_g[:, :, :, q0:q1] = (acc / l_safe[..., None]).to(q.dtype)
+        lse_g[:, :, :, q0:q1] = torch.where(empty, torch.full_like(m, float("-inf")),
+                                            m + torch.log(l_safe)).float()
+    return out, lse
+
+
+def blockwise_attention_bwd(do, q, k, v, out, lse, softmax_scale: float,
+                            causal_shift: Optional[int], dlse=None, block: int = _CPU_BLOCK):
+    """Recomputing backward.  Returns dq, dk, dv in the input dtypes.
+
+    dS = P * (dP - delta) with delta = rowsum(dO * O) - dLSE: the optional
+    gradient of the returned LSE enters only through delta, because
+    d lse_i / d s_ij = P_ij."""
+    acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    b, hq, n_q, d = q.shape
+    n_kv, n_k = k.shape[1], k.shape[2]
+    group = hq // n_kv
+    qg = _grouped(q, n_kv).to(acc_dtype)
+    dog = _grouped(do, n_kv).to(acc_dtype)
+    delta = (do.to(acc_dtype) * out.to(acc_dtype)).sum(-1)
+    if dlse is not None:
+        delta = delta - dlse.to(acc_dtype)
+    delta = delta.view(b, n_kv, group, n_q)
+    # Rows with lse = -inf saw no key: +inf makes exp(s - lse) = 0 for them.
+    lse_g = lse.to(acc_dtype).view(b, n_kv, group, n_q)
+    lse_g = torch.where(torch.isinf(lse_g), torch.full_like(lse_g, float("inf")), lse_g)
+    kf, vf = k.to(acc_dtype)[:, :, None], v.to(acc_dtype)[:, :, None]
+    dq = torch.zeros_like(qg)
+    dk = torch.zeros(b, n_kv, n_k, d, dtype=acc_dtype, device=q.device)
+    dv = torch.zeros_like(dk)
+    for q0 in range(0, n_q, block):
+        q1 = min(n_q, q0 + block)
+        qb, dob = qg[:, :, :, q0:q1], dog[:, :, :, q0:q1]
+        for k0 in range(0, _key_block_range(q0, q1, n_k, causal_shift), block):
+            k1 = min(n_k, k0 + block)
+            kb, vb = kf[..., k0:k1, :], vf[..., k0:k1, :]
+            s = torch.matmul(qb, kb.transpose(-1, -2)) * softmax_scale
+            p = torch.exp(s - lse_g[:, :, :, q0:q1, None])
+            if causal_shift is not None:
+                mask = causal_mask(q1 - q0, k1 - k0, causal_shift, q.device, q0, k0)
+                p = p.masked_fill(~mask, 0.0)
+            dv[:, :, k0:k1] += torch.matmul(p.to(v.dtype).to(acc_dtype).transpose(-1, -2), dob).sum(2)
+            dp = torch.matmul(dob, vb.transpose(-1, -2))
+            ds = p * (dp - delta[:, :, :, q0:q1, None])
+            dq[:, :, :, q0:q1] += torch.matmul(ds, kb) * softmax_scale
+            dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qb).sum(2) * softmax_scale
+    return (dq.reshape(b, hq, n_q, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype))
