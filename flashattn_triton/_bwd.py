@@ -115,10 +115,10 @@ def _dkdv_q_loop(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, stride_qm, stride_do
         rows = start + offs_m
         q = load_tile(q_ptrs, rows, N_Q, offs_d, HEAD_DIM, CHECK_ROWS, EVEN_D)
         lse2, delta = _load_row_stats(LSE, DELTA, rows, N_Q, CHECK_ROWS)
-        s_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET)
-        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
-        if CAUSAL_MASK:
-            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_shift, p_t, 0.0)
+        s_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET) * qk_scale
+        if CAUSAL_MASK:  # mask before exp2: masked scores may exceed the LSE
+            s_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_shift, s_t, float("-inf"))
+        p_t = tl.math.exp2(s_t - lse2[None, :])
         do = load_tile(do_ptrs, rows, N_Q, offs_d, HEAD_DIM, CHECK_ROWS, EVEN_D)
         dv = mma(p_t.to(do.dtype), do, dv, DOT_PRECISION, INTERPRET)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
@@ -235,13 +235,13 @@ def _dq_kv_loop(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASKED, EVEN_D)
         v = load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASKED, EVEN_D)
-        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
-        p = tl.math.exp2(s * qk_scale - lse2[:, None])
-        if MASKED:
+        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
+        if MASKED:  # mask before exp2: masked scores may exceed the LSE
             keep = cols[None, :] < N_K
             if IS_CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_shift)
-            p = tl.where(keep, p, 0.0)
+            s = tl.where(keep, s, float("-inf"))
+        p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         ds = p * (dp - delta[:, None])
         dq = mma(ds.to(k.dtype), k, dq, DOT_PRECISION, INTERPRET)

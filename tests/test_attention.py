@@ -1,0 +1,214 @@
+"""Forward, LSE and gradients against a float64 reference.
+
+Tolerance: our max error vs float64 may be at most 2x (outputs) / 3x
+(gradients) the error of the same attention computed by plain PyTorch in the
+input dtype (plus one ulp, for cases where that baseline is exact).
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from flashattn_triton import flash_attn_func, scaled_dot_product_attention
+from _utils import DTYPES, assert_close, assert_rel, flash_ref, leaf, make_qkv, rand
+
+SEQ_PAIRS = [(1, 1), (1, 77), (113, 203), (200, 64), (64, 200), (96, 96)]
+HEADS = [(2, 2), (4, 2), (3, 1)]  # MHA, GQA, MQA
+HEAD_DIMS = [16, 40, 64, 24, 128, 80]
+
+
+def _cases():
+    """Every (Nq, Nk) pair x causal x dtype; heads and head dim rotate through
+    their lists so each pair meets MHA, GQA and MQA and several head dims."""
+    cases = []
+    for i, ((n_q, n_k), causal, dtype) in enumerate(
+            itertools.product(SEQ_PAIRS, (False, True), DTYPES)):
+        h_q, h_kv = HEADS[i % len(HEADS)]
+        d = HEAD_DIMS[(i // 2) % len(HEAD_DIMS)]
+        cases.append(pytest.param(n_q, n_k, h_q, h_kv, d, causal, dtype,
+                                  id=f"{n_q}x{n_k}-h{h_q}/{h_kv}-d{d}-{'causal' if causal else 'full'}-{dtype}"))
+    return cases
+
+
+def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True):
+    """Run ours (flash layout), float64 and in-dtype PyTorch; compare all outputs and grads."""
+    dtype = q.dtype
+    do = rand(q.shape, dtype, q.device)
+    dlse = rand(q.shape[:1] + (q.shape[2], q.shape[1]), torch.float32, q.device) if with_lse_grad else None
+
+    def ours(q_, k_, v_):
+        return flash_attn_func(q_, k_, v_, softmax_scale=softmax_scale, causal=causal, return_lse=True)
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        loss = (out.float() * do.float()).sum()
+        if dlse is not None:
+            loss = loss + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
+        grads = torch.autograd.grad(loss, inputs)
+        return out.detach(), lse.detach(), grads
+
+    got = run(ours, [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *a: flash_ref(*a, causal, softmax_scale), [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *a: flash_ref(*a, causal, softmax_scale, dtype=dtype), [leaf(t) for t in (q, k, v)])
+
+    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
+    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g, r, b, 3.0, dtype)
+    return got, ref
+
+
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", _cases())
+def test_flash_attn_func(device, n_q, n_k, h_q, h_kv, d, causal, dtype):
+    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, DTYPES[dtype], device, requires_grad=False)
+    check_against_reference(q, k, v, causal)
+
+
+@pytest.mark.parametrize("d", [8, 33, 72, 96, 112, 160, 192, 256])
+def test_head_dims(device, d):
+    dtype = [torch.float16, torch.bfloat16, torch.float32][d % 3]
+    q, k, v = make_qkv(1, 37, 45, 2, 1, d, dtype, device, requires_grad=False)
+    check_against_reference(q, k, v, causal=d % 2 == 0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_is_not_tf32(device, causal):
+    q, k, v = make_qkv(1, 150, 130, 2, 2, 64, torch.float32, device, requires_grad=False)
+    got, ref = check_against_reference(q, k, v, causal)
+    assert_rel("out (fp32)", got[0], ref[0], 1e-5)
+    for name, g, r in zip(("dq", "dk", "dv"), got[2], ref[2]):
+        assert_rel(f"{name} (fp32)", g, r, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_large_scores(device, dtype):
+    """Scores of magnitude ~1e3: the online softmax must not overflow."""
+    d = 64
+    q, k, v = make_qkv(1, 70, 90, 2, 2, d, DTYPES[dtype], device, scale=12.0, requires_grad=False)
+    s = (q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2)) / d ** 0.5
+    assert s.abs().max() > 500, "test inputs should give scores of order 1e3"
+    check_against_reference(q, k, v, causal=True)
+
+
+def test_softmax_scale(device):
+    q, k, v = make_qkv(2, 50, 70, 4, 2, 32, torch.float16, device, requires_grad=False)
+    check_against_reference(q, k, v, causal=True, softmax_scale=0.37)
+
+
+def test_fully_masked_rows(device):
+    """Causal with Nq > Nk (bottom-right): the first Nq - Nk rows see no key."""
+    n_q, n_k = 90, 30
+    q, k, v = make_qkv(2, n_q, n_k, 2, 1, 32, torch.bfloat16, device, requires_grad=True)
+    out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+    masked = n_q - n_k
+    assert torch.equal(out[:, :masked], torch.zeros_like(out[:, :masked])), "masked rows must be exactly 0"
+    assert torch.isneginf(lse[:, :, :masked]).all(), "masked rows must have lse = -inf"
+    assert torch.isfinite(lse[:, :, masked:]).all()
+    out.sum().backward()  # d(out) with stride 0 everywhere
+    for name, t in (("dq", q), ("dk", k), ("dv", v)):
+        assert torch.isfinite(t.grad).all(), f"{name} has non-finite values"
+    assert torch.equal(q.grad[:, :masked], torch.zeros_like(q.grad[:, :masked]))
+    check_against_reference(q.detach(), k.detach(), v.detach(), causal=True)
+
+
+def test_non_contiguous_packed_qkv(device):
+    """q, k, v as slices of one packed (B, N, 3, H, d) tensor, no copies."""
+    b, n, h, d = 2, 75, 3, 40
+    qkv = rand((b, n, 3, h, d), torch.float16, device)
+    q, k, v = qkv.unbind(2)
+    assert not q.is_contiguous()
+    check_against_reference(q, k, v, causal=True)
+
+
+def test_non_contiguous_transposed_heads(device):
+    """Inputs stored (B, H, N, d) and viewed as (B, N, H, d)."""
+    q = rand((2, 4, 60, 32), torch.bfloat16, device).transpose(1, 2)
+    k = rand((2, 2, 81, 32), torch.bfloat16, device).transpose(1, 2)
+    v = rand((2, 81, 2, 64), torch.bfloat16, device)[..., ::2].contiguous()  # different storage again
+    check_against_reference(q, k, v, causal=False)
+
+
+def test_backward_deterministic(device):
+    q, k, v = make_qkv(1, 80, 100, 4, 1, 32, torch.float16, device, requires_grad=True)
+    do = rand(q.shape, torch.float16, device)
+    grads = []
+    for _ in range(2):
+        out = flash_attn_func(q, k, v, causal=True)
+        grads.append(torch.autograd.grad(out, (q, k, v), do))
+    for name, a, b in zip(("dq", "dk", "dv"), *grads):
+        assert torch.equal(a, b), f"{name} differs between two identical backward passes"
+
+
+def test_return_attn_probs(device):
+    q, k, v = make_qkv(1, 20, 20, 2, 2, 16, torch.float16, device, requires_grad=False)
+    out, lse, probs = flash_attn_func(q, k, v, return_attn_probs=True)
+    assert probs is None
+    ref_out, ref_lse = flash_ref(q, k, v, causal=False)
+    assert_close("out", out, ref_out.to(out.dtype).double(), atol=1e-2)
+    assert_close("lse", lse, ref_lse, atol=1e-3)
+
+
+def test_empty_sequences(device):
+    q, k, v = make_qkv(2, 0, 5, 2, 2, 16, torch.float16, device)
+    assert flash_attn_func(q, k, v).shape == (2, 0, 2, 16)
+    q, k, v = make_qkv(2, 4, 0, 2, 2, 16, torch.float16, device)
+    out, lse = flash_attn_func(q, k, v, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+    out.float().sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
+
+
+# ---------------------------------------------------------------------------
+# SDPA-compatible entry
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,is_causal,dtype", [
+    (50, 50, 2, 2, True, torch.float32),
+    (40, 90, 4, 2, True, torch.float16),   # Nq < Nk: top-left alignment
+    (90, 40, 4, 1, True, torch.bfloat16),  # Nq > Nk: rows >= Nk see every key
+    (33, 65, 3, 3, False, torch.float16),
+])
+def test_sdpa_matches_torch(device, n_q, n_k, h_q, h_kv, is_causal, dtype):
+    d = 32
+    q = rand((2, h_q, n_q, d), dtype, device, requires_grad=True)
+    k = rand((2, h_kv, n_k, d), dtype, device, requires_grad=True)
+    v = rand((2, h_kv, n_k, d), dtype, device, requires_grad=True)
+    do = rand(q.shape, dtype, device)
+    gqa = h_q != h_kv
+
+    out = scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+
+    def torch_sdpa(inputs, cast):
+        inputs = [leaf(t, cast) for t in inputs]
+        o = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=is_causal, enable_gqa=gqa)
+        return o, torch.autograd.grad(o, inputs, do.to(cast))
+
+    ref_out, ref_grads = torch_sdpa((q, k, v), torch.float64)
+    base_out, base_grads = torch_sdpa((q, k, v), dtype)
+    assert_close("out", out, ref_out, base_out, 2.0, dtype)
+    for name, g, r, b in zip(("dq", "dk", "dv"), grads, ref_grads, base_grads):
+        assert_close(name, g, r, b, 3.0, dtype)
+
+
+def test_sdpa_default_scale_and_custom_scale(device):
+    q, k, v = (rand((1, 2, 30, 24), torch.float32, device) for _ in range(3))
+    for scale in (None, 0.5):
+        out = scaled_dot_product_attention(q, k, v, scale=scale)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=scale)
+        assert_rel(f"out scale={scale}", out, ref, 1e-5)
+
+
+# ---------------------------------------------------------------------------
+# CPU path without the interpreter
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_cpu_path(monkeypatch, causal):
+    """Plain-PyTorch blockwise path that serves CPU tensors without TRITON_INTERPRET."""
+    import flashattn_triton.interface as interface
+    monkeypatch.setattr(interface, "INTERPRET", False)
+    monkeypatch.setattr(interface.reference, "_CPU_BLOCK", 32)
+    q, k, v = make_qkv(2, 113, 70, 4, 2, 24, torch.bfloat16, torch.device("cpu"), requires_grad=False)
+    check_against_reference(q, k, v, causal)
