@@ -28,24 +28,26 @@ from ._common import (INTERPRET, Launcher, dot_precision, head_dim_pad, load_til
 def dkdv_configs():
     return make_configs([
         # BLOCK_M (query loop), BLOCK_N (owned keys), num_warps, num_stages
+        (64, 128, 8, 3),
         (64, 128, 8, 2),
-        (32, 128, 4, 2),
+        (32, 64, 4, 2),
         (64, 128, 4, 2),
         (64, 64, 4, 3),
-        (32, 64, 4, 2),
-        (16, 64, 4, 2),
+        (32, 64, 8, 2),
+        (16, 32, 4, 2),
     ])
 
 
 def dq_configs():
     return make_configs([
         # BLOCK_M (owned queries), BLOCK_N (key loop), num_warps, num_stages
-        (128, 64, 8, 2),
-        (128, 32, 4, 2),
-        (128, 64, 4, 2),
+        (128, 64, 8, 3),
         (64, 64, 4, 3),
+        (128, 32, 8, 3),
+        (128, 64, 4, 2),
+        (128, 32, 8, 2),
         (64, 32, 4, 2),
-        (64, 16, 4, 2),
+        (32, 32, 4, 2),
     ])
 
 
@@ -319,10 +321,10 @@ def _bwd_dq(
 
 
 _launch_dkdv = Launcher(
-    _bwd_dkdv, "BWD_DKDV", dkdv_configs(),
+    _bwd_dkdv, "BWD_DKDV", dkdv_configs(), ("BLOCK_N", 2, 2),  # K, V resident; dK, dV
     interpret_config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1))
 _launch_dq = Launcher(
-    _bwd_dq, "BWD_DQ", dq_configs(),
+    _bwd_dq, "BWD_DQ", dq_configs(), ("BLOCK_M", 2, 1),  # Q, dO resident; dQ
     interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1))
 
 _PREPROCESS_BLOCK_M = 64

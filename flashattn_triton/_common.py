@@ -50,18 +50,32 @@ def make_configs(entries) -> List[triton.Config]:
             for bm, bn, w, s in entries]
 
 
-def prune_configs(configs: List[triton.Config], head_dim_pad_: int, elem_bytes: int,
-                  smem_budget: int = 200 * 1024) -> List[triton.Config]:
-    """Drop configs that cannot fit: shared memory for the pipelined K/V (or
-    Q/dO) tiles plus the resident tile, and the float32 accumulator per thread."""
-    kept = []
-    for c in configs:
-        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        big, small = max(bm, bn), min(bm, bn)
-        smem = elem_bytes * head_dim_pad_ * (big + 2 * small * max(c.num_stages, 1))
-        acc_regs = big * head_dim_pad_ // (32 * c.num_warps)
-        if smem <= smem_budget and acc_regs <= 128:
-            kept.append(c)
+# Shared memory per multiprocessor a block may use on Hopper (227 KiB), less
+# a little for Triton's own scratch.
+SMEM_BUDGET = 227 * 1024 - 1024
+MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
+
+
+def footprint(cfg: triton.Config, resident: str, n_resident: int, n_acc: int,
+              head_dim_pad_: int, elem_bytes: int):
+    """(shared-memory bytes, accumulator registers per thread) of a kernel
+    that keeps ``n_resident`` tiles of the ``resident`` block (BLOCK_M or
+    BLOCK_N) on chip, streams two tiles of the other block per pipeline stage
+    and holds ``n_acc`` float32 accumulators of the resident block."""
+    streamed = "BLOCK_N" if resident == "BLOCK_M" else "BLOCK_M"
+    own, other = cfg.kwargs[resident], cfg.kwargs[streamed]
+    smem = elem_bytes * head_dim_pad_ * (n_resident * own + 2 * max(cfg.num_stages, 1) * other)
+    regs = n_acc * own * head_dim_pad_ // (32 * cfg.num_warps)
+    return smem, regs
+
+
+def prune_configs(configs: List[triton.Config], shape, head_dim_pad_: int,
+                  elem_bytes: int) -> List[triton.Config]:
+    """Drop configs that do not fit (see footprint); keep the last one if none does.
+    shape: (resident block name, resident tiles, accumulators)."""
+    kept = [c for c in configs
+            if all(a <= b for a, b in zip(footprint(c, *shape, head_dim_pad_, elem_bytes),
+                                          (SMEM_BUDGET, MAX_ACC_REGS)))]
     return kept or configs[-1:]
 
 
@@ -90,11 +104,13 @@ class Launcher:
     """Chooses how a kernel is launched: interpreter config, env override,
     autotuned, or the first valid config of the list (autotune off)."""
 
-    def __init__(self, kernel, name: str, configs: List[triton.Config],
+    def __init__(self, kernel, name: str, configs: List[triton.Config], shape,
                  interpret_config: triton.Config):
+        """shape: (resident block, resident tiles, accumulators), see footprint."""
         self.kernel = kernel
         self.name = name
         self.configs = configs
+        self.shape = shape
         self.interpret_config = interpret_config
         self.tuned = triton.autotune(
             configs=configs, key=AUTOTUNE_KEYS,
@@ -105,7 +121,7 @@ class Launcher:
         return nargs["Q"].element_size()
 
     def _prune(self, configs, nargs, **kwargs):
-        return prune_configs(configs, kwargs["HEAD_DIM_PAD"], self._elem_bytes(nargs))
+        return prune_configs(configs, self.shape, kwargs["HEAD_DIM_PAD"], self._elem_bytes(nargs))
 
     def fixed_config(self, head_dim_pad_: int, elem_bytes: int) -> Optional[triton.Config]:
         cfg = config_from_env(self.name)
@@ -114,7 +130,7 @@ class Launcher:
         if INTERPRET:
             return self.interpret_config
         if not autotune_enabled():
-            return prune_configs(self.configs, head_dim_pad_, elem_bytes)[0]
+            return prune_configs(self.configs, self.shape, head_dim_pad_, elem_bytes)[0]
         return None
 
     def __call__(self, grid, *args, **kwargs):

@@ -24,12 +24,13 @@ def fwd_configs():
     return make_configs([
         # BLOCK_M, BLOCK_N, num_warps, num_stages
         (128, 64, 8, 3),
-        (128, 128, 8, 3),
+        (128, 64, 8, 4),
         (128, 64, 4, 3),
-        (128, 32, 4, 3),
-        (64, 64, 4, 3),
-        (128, 64, 8, 2),
+        (64, 64, 4, 4),
+        (128, 128, 4, 3),
+        (128, 128, 8, 3),
         (64, 32, 4, 2),
+        (128, 32, 8, 2),
     ])
 
 
@@ -152,7 +153,7 @@ def _attn_fwd(
 
 
 _launch_fwd = Launcher(
-    _attn_fwd, "FWD", fwd_configs(),
+    _attn_fwd, "FWD", fwd_configs(), ("BLOCK_M", 1, 1),
     interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1))
 
 
