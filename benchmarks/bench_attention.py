@@ -20,6 +20,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import signal
 import statistics
 import sys
@@ -32,6 +33,10 @@ import common as C  # noqa: E402
 
 FULL_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 GQA_SEQLENS = (4096, 16384)
+# flex compiles once per shape (tens of seconds each): by default the full sweep
+# measures it where the shared peer table has it (bf16, d=128, N 2048 and 8192,
+# and the GQA shapes); --flex-all measures it everywhere.
+FLEX_SUBSET = dict(dtype="bf16", head_dim=128, seqlens=(2048, 8192))
 GQA_HEADS = (32, 8)
 # Providers run in tiers, each tier over all configs: the core comparison first,
 # then the cheap baselines, then flex, whose per-shape compiles take most of the
@@ -45,6 +50,7 @@ QUICK = dict(dtypes=["bf16"], head_dims=[128], seqlens=[2048, 8192], causal=[Fal
 FULL = dict(dtypes=list(C.DTYPE_NAMES), head_dims=[64, 128, 256], seqlens=list(FULL_SEQLENS),
             causal=[False, True], providers=list(C.PROVIDERS), modes=list(C.MODES),
             gqa=True, max_seconds=270.0)
+MAX_ERROR_LINES = 40
 STYLE = {C.OURS: ("tab:red", "o", 2.4), "sdpa_flash": ("tab:blue", "s", 1.3),
          "sdpa_cudnn": ("tab:green", "^", 1.3), "sdpa_efficient": ("tab:purple", "v", 1.1),
          "sdpa_math": ("tab:gray", "x", 1.0), "flex": ("tab:orange", "D", 1.3),
@@ -88,8 +94,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rep", type=int, default=100, help="do_bench rep in ms (default %(default)s)")
     p.add_argument("--math-max-gb", type=float, default=8.0,
                    help="skip sdpa_math/naive when the fp32 B*H*N*N scores exceed this (default %(default)s GB)")
+    p.add_argument("--flex-all", action="store_true",
+                   help="measure flex on every config (default: bf16, d=128, N 2048/8192 and GQA)")
     p.add_argument("--flex-dynamic", action="store_true",
                    help="compile flex with dynamic shapes (fewer compiles, possibly slower kernels)")
+    p.add_argument("--no-autotune", action="store_true",
+                   help="run flashattn_triton with its first valid config (FLASHATTN_TRITON_AUTOTUNE=0): "
+                        "no per-key tuning/compiles of every config, at some cost in speed")
     p.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
     p.add_argument("--compare", type=Path, metavar="PREV.json",
                    help="print the run-to-run spread of our TFLOP/s against a previous JSON")
@@ -121,7 +132,8 @@ def resolve_settings(args) -> dict:
     s["providers"] = [p for p in C.PROVIDERS if p in s["providers"]]
     s["modes"] = [m for m in C.MODES if m in s["modes"]]
     s.update(tokens=args.tokens, model_dim=args.model_dim, warmup=args.warmup, rep=args.rep,
-             math_max_bytes=args.math_max_gb * 1e9, flex_dynamic=args.flex_dynamic, quick=args.quick)
+             math_max_gb=args.math_max_gb, math_max_bytes=args.math_max_gb * 1e9,
+             flex_dynamic=args.flex_dynamic, flex_all=args.flex_all or args.quick, quick=args.quick, ours_autotune=not args.no_autotune)
     return s
 
 
@@ -150,6 +162,11 @@ def config_priority(cfg: C.AttnConfig, dtypes: list[str]) -> tuple:
 
 
 def static_skip(provider: str, cfg: C.AttnConfig, s: dict) -> str | None:
+    if provider == "flex" and not s["flex_all"] and not cfg.gqa and not (
+            cfg.dtype == FLEX_SUBSET["dtype"] and cfg.head_dim == FLEX_SUBSET["head_dim"]
+            and cfg.seqlen_q in FLEX_SUBSET["seqlens"]):
+        return ("skipped: flex is measured at bf16, d=128, N in {2048, 8192} and the GQA shapes "
+                "(its per-shape compiles do not fit the device budget; --flex-all for all)")
     if provider in ("sdpa_math", "naive") and cfg.scores_fp32_bytes() > s["math_max_bytes"]:
         return (f"skipped: N x N fp32 scores would take {cfg.scores_fp32_bytes() / 1e9:.1f} GB "
                 f"(> {s['math_max_bytes'] / 1e9:.0f} GB, --math-max-gb)")
@@ -261,8 +278,7 @@ class Runner:
         else:
             msg = f"{row['status'].upper()}: {row.get('error', '')[:150]}"
         if row["status"] != "skipped" or "budget" not in row.get("error", ""):
-            self.progress.write(f"{row['mode']:>7} {row['provider']:<16} "
-                                f"{C.AttnConfig(**{k: row[k] for k in C.CONFIG_KEYS}).label():<44} {msg}")
+            self.progress.write(f"{row['mode']:>7} {row['provider']:<16} {label(row):<44} {msg}")
         self.progress.update(1, note)
 
     def skip_all(self, task: Task, modes: list[str], reason: str) -> None:
@@ -291,12 +307,18 @@ class Runner:
                 if self.budget.exhausted():
                     self.skip_all(task, task.modes[i:], self.budget_reason())
                     break
-                self.run_mode(task, mode, attn, q, k, v)
+                row = self.run_mode(task, mode, attn, q, k, v)
+                if row["status"] == "error":
+                    # Every later mode runs the same forward (and bwd's backward): it would fail
+                    # the same way, and a failing flex compile is slow to repeat.
+                    err = f"not run: {mode} failed with: {row['error']}"
+                    self.skip_all_status(task, task.modes[i + 1:], "error", err)
+                    break
         del q, k, v, attn
         if task.provider in ("sdpa_math", "naive"):
             C.free_cuda_memory()  # large N x N temporaries: do not let them fragment later runs
 
-    def run_mode(self, task: Task, mode: str, attn, q, k, v) -> None:
+    def run_mode(self, task: Task, mode: str, attn, q, k, v) -> dict:
         t0 = time.monotonic()
         status, err, ms = "ok", None, None
         with warnings.catch_warnings(record=True) as caught:
@@ -311,7 +333,9 @@ class Runner:
                     err += f" [warnings: {reasons}]"
         if status != "ok":
             self.after_error()
-        self.record(make_row(task.cfg, task.provider, mode, status, ms, err, time.monotonic() - t0))
+        row = make_row(task.cfg, task.provider, mode, status, ms, err, time.monotonic() - t0)
+        self.record(row)
+        return row
 
     def skip_all_status(self, task: Task, modes: list[str], status: str, err: str) -> None:
         for mode in modes:
@@ -355,6 +379,10 @@ def status_code(row: dict | None) -> str:
     if row["status"] == "skipped":
         return "budget" if "budget" in row.get("error", "") else "skip"
     return "n/a"
+
+
+def label(row: dict) -> str:
+    return C.AttnConfig(**{k: row[k] for k in C.CONFIG_KEYS}).label()
 
 
 def index_rows(rows: list[dict]) -> dict:
@@ -458,8 +486,10 @@ def details_markdown(rows: list[dict]) -> str:
         if r["status"] in ("error", "oom") or (r["status"] == "skipped" and "budget" not in r.get("error", "")):
             errors.setdefault((r["provider"], r.get("error", "")), []).append(r)
     if errors:
-        lines = [f"- {prov} ({len(rs)} rows, e.g. {rs[0]['mode']} {C.AttnConfig(**{k: rs[0][k] for k in C.CONFIG_KEYS}).label()}): {err}"
-                 for (prov, err), rs in errors.items()]
+        lines = [f"- {prov} ({len(rs)} rows, e.g. {rs[0]['mode']} {label(rs[0])}): {err}"
+                 for (prov, err), rs in list(errors.items())[:MAX_ERROR_LINES]]
+        if len(errors) > MAX_ERROR_LINES:
+            lines.append(f"- ... {len(errors) - MAX_ERROR_LINES} more distinct messages in the JSON")
         parts.append("### Errors and skips\n\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
@@ -476,6 +506,7 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     row_keys = sorted({(r["mode"], r["dtype"]) for r in ok},
                       key=lambda t: (C.MODES.index(t[0]), C.DTYPE_NAMES.index(t[1])))
     col_keys = sorted({(r["head_dim"], r["causal"]) for r in ok})
+    seqlens = sorted({r["seqlen_q"] for r in ok})
     fig, axes = plt.subplots(len(row_keys), len(col_keys), squeeze=False, sharex=True,
                              figsize=(3.3 * len(col_keys) + 0.5, 2.5 * len(row_keys) + 0.9))
     handles = {}
@@ -491,6 +522,8 @@ def plot(rows: list[dict], path: Path) -> Path | None:
                                       marker=marker, lw=width, ms=3.5, label=prov)
                     handles[prov] = line
             ax.set_xscale("log", base=2)
+            ax.set_xticks(seqlens, [C.n_label(n) for n in seqlens])
+            ax.minorticks_off()
             ax.set_title(f"{mode} {dtype} d={d} {'causal' if causal else 'non-causal'}", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
@@ -508,15 +541,17 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-def compare_markdown(prev_rows: list[dict], cur_rows: list[dict], prev_name: str) -> str:
-    """Relative spread |a - b| / mean(a, b) of our TFLOP/s, per row present in both runs."""
+def compare_markdown(prev_rows: list[dict], cur_rows: list[dict], prev_name: str) -> tuple[str, str]:
+    """Relative spread |a - b| / mean(a, b) of our TFLOP/s, per row present in both runs.
+
+    Returns (summary lines, per-row table)."""
     def ok_map(rows, provider):
         return {C.row_key(r): r["tflops"] for r in rows if r["provider"] == provider and r.get("tflops")}
 
     prev, cur = ok_map(prev_rows, C.OURS), ok_map(cur_rows, C.OURS)
     common_keys = sorted(set(prev) & set(cur), key=config_sort_key)
     if not common_keys:
-        return f"No flashattn_triton rows in common with {prev_name}."
+        return f"No flashattn_triton rows in common with {prev_name}.", ""
     table, spreads = [], []
     for k in common_keys:
         a, b = prev[k], cur[k]
@@ -533,8 +568,8 @@ def compare_markdown(prev_rows: list[dict], cur_rows: list[dict], prev_name: str
         if sp:
             lines.append(f"- {peer}: median {100 * statistics.median(sp):.1f}%, max {100 * max(sp):.1f}% "
                          f"({len(sp)} rows)")
-    return ("\n".join(lines) + "\n\n" + C.md_table(
-        ["mode", "dtype", "d", "causal", "B", "Hq/Hkv", "N", "prev", "now", "spread"], table))
+    return "\n".join(lines), C.md_table(
+        ["mode", "dtype", "d", "causal", "B", "Hq/Hkv", "N", "prev", "now", "spread"], table)
 
 
 def load_rows(path: Path) -> list[dict]:
@@ -543,18 +578,19 @@ def load_rows(path: Path) -> list[dict]:
 
 
 def write_outputs(out: Path, env: dict, s: dict, rows: list[dict], run_info: dict,
-                  with_plot: bool, compare_md: str | None = None, final: bool = True) -> None:
+                  with_plot: bool, compare: tuple[str, str] | None = None, final: bool = True) -> None:
     add_ratios(rows)
     settings = {k: v for k, v in s.items() if k != "math_max_bytes"}
     C.write_json(out / "bench_attention.json", {"env": env, "run": {**run_info, "settings": settings},
                                                 "rows": rows})
     if not final:
         return
-    short = summary_markdown(rows, s)
-    if compare_md:
-        short += "\n\n" + compare_md
+    short, details = summary_markdown(rows, s), details_markdown(rows)
+    if compare:
+        short += "\n\n" + compare[0]
+        details += "\n\n### Run-to-run spread of flashattn_triton TFLOP/s\n\n" + compare[1]
     C.write_markdown(out / "bench_attention.md", "Attention TFLOP/s: flashattn_triton vs peers", env, short,
-                     details_markdown(rows))
+                     details)
     if with_plot:
         png = plot(rows, out / "bench_attention.png")
         if png:
@@ -566,6 +602,8 @@ def write_outputs(out: Path, env: dict, s: dict, rows: list[dict], run_info: dic
 
 def run(args, s: dict) -> int:
     C.require_cuda("bench_attention.py")
+    if not s["ours_autotune"]:
+        os.environ["FLASHATTN_TRITON_AUTOTUNE"] = "0"
     import torch
 
     torch.manual_seed(args.seed)
@@ -605,11 +643,11 @@ def run(args, s: dict) -> int:
         progress.close()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the final write finish (timeout -k still kills)
     run_info["wall_s"] = round(budget.elapsed(), 1)
-    compare_md = None
+    compare = None
     if args.compare:
-        compare_md = compare_markdown(load_rows(args.compare), runner.rows, args.compare.name)
-        print(compare_md)
-    write_outputs(args.out, env, s, runner.rows, run_info, not args.no_plot, compare_md)
+        compare = compare_markdown(load_rows(args.compare), runner.rows, args.compare.name)
+        print("\n\n".join(compare))
+    write_outputs(args.out, env, s, runner.rows, run_info, not args.no_plot, compare)
     print(summary_markdown(runner.rows, s))
     print(f"total wall time {run_info['wall_s']:.0f} s")
     return 0
@@ -620,7 +658,7 @@ def main(argv=None) -> int:
     if args.against and not args.compare:
         sys.exit("--against needs --compare PREV.json")
     if args.compare and args.against:
-        print(compare_markdown(load_rows(args.compare), load_rows(args.against), args.compare.name))
+        print("\n\n".join(compare_markdown(load_rows(args.compare), load_rows(args.against), args.compare.name)))
         return 0
     s = resolve_settings(args)
     if args.dry_run:

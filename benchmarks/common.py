@@ -151,8 +151,10 @@ def cuda_still_usable() -> tuple[bool, str]:
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
+    """Type and the first lines of the message (wrappers such as inductor's
+    BackendCompilerFailed put the real cause on the following lines)."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    text = f"{type(exc).__name__}: {' / '.join(lines[:3])}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -225,6 +227,9 @@ def collect_env() -> dict:
         env["flashattn_triton"] = getattr(flashattn_triton, "__version__", "unknown")
     except Exception as exc:  # noqa: BLE001 - report, never fail env collection
         env["flashattn_triton"] = f"import failed: {short_error(exc, 120)}"
+    knobs = {k: v for k, v in os.environ.items() if k.startswith("FLASHATTN_TRITON_")}
+    if knobs:
+        env["flashattn_triton_env"] = knobs
     commit = _run(["git", "rev-parse", "--short", "HEAD"])
     if commit:
         dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
@@ -268,6 +273,11 @@ def write_markdown(path: Path, title: str, env: dict, short: str, details: str =
 
 def fmt_num(x: float | None, digits: int = 1) -> str:
     return "" if x is None else f"{x:.{digits}f}"
+
+
+def n_label(n: int) -> str:
+    """512, 1k, 2k, ... for axis ticks and tables."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
 def geomean(values: list[float]) -> float | None:
@@ -386,6 +396,7 @@ def compiled_flex(dynamic: bool = False):
     if dynamic in _FLEX:
         return _FLEX[dynamic]
     import torch
+    import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
     # One graph per shape/dtype/mask: lift dynamo's small default recompile limits.
