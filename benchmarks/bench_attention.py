@@ -36,6 +36,7 @@ GQA_SEQLENS = (4096, 16384)
 # flex compiles once per shape (tens of seconds each): by default the full sweep
 # measures it where the shared peer table has it (bf16, d=128, N 2048 and 8192,
 # and the GQA shapes); --flex-all measures it everywhere.
+BUDGET_SKIP = "skipped: time budget exhausted"
 FLEX_SUBSET = dict(dtype="bf16", head_dim=128, seqlens=(2048, 8192))
 GQA_HEADS = (32, 8)
 # Providers run in tiers, each tier over all configs: the core comparison first,
@@ -107,6 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--against", type=Path, metavar="CUR.json",
                    help="with --compare: compare two existing files without running anything")
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    p.add_argument("--render", type=Path, metavar="RESULTS.json",
+                   help="rewrite the markdown and plot of an existing JSON into --out (no GPU needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -166,7 +169,7 @@ def static_skip(provider: str, cfg: C.AttnConfig, s: dict) -> str | None:
             cfg.dtype == FLEX_SUBSET["dtype"] and cfg.head_dim == FLEX_SUBSET["head_dim"]
             and cfg.seqlen_q in FLEX_SUBSET["seqlens"]):
         return ("skipped: flex is measured at bf16, d=128, N in {2048, 8192} and the GQA shapes "
-                "(its per-shape compiles do not fit the device budget; --flex-all for all)")
+                "(it compiles once per shape; --flex-all for all)")
     if provider in ("sdpa_math", "naive") and cfg.scores_fp32_bytes() > s["math_max_bytes"]:
         return (f"skipped: N x N fp32 scores would take {cfg.scores_fp32_bytes() / 1e9:.1f} GB "
                 f"(> {s['math_max_bytes'] / 1e9:.0f} GB, --math-max-gb)")
@@ -277,7 +280,7 @@ class Runner:
             msg = f"{row['tflops']:7.1f} TFLOP/s  {row['ms']:8.3f} ms"
         else:
             msg = f"{row['status'].upper()}: {row.get('error', '')[:150]}"
-        if row["status"] != "skipped" or "budget" not in row.get("error", ""):
+        if row["status"] != "skipped" or not row.get("error", "").startswith(BUDGET_SKIP):
             self.progress.write(f"{row['mode']:>7} {row['provider']:<16} {label(row):<44} {msg}")
         self.progress.update(1, note)
 
@@ -348,7 +351,7 @@ class Runner:
             self.dead = why
 
     def budget_reason(self) -> str:
-        return f"skipped: time budget exhausted (--max-seconds {self.budget.max_seconds:.0f})"
+        return f"{BUDGET_SKIP} (--max-seconds {self.budget.max_seconds:.0f})"
 
 
 # --------------------------------------------------------------------------- results
@@ -377,7 +380,7 @@ def status_code(row: dict | None) -> str:
     if row["status"] == "oom":
         return "OOM"
     if row["status"] == "skipped":
-        return "budget" if "budget" in row.get("error", "") else "skip"
+        return "budget" if row.get("error", "").startswith(BUDGET_SKIP) else "skip"
     return "n/a"
 
 
@@ -450,7 +453,7 @@ def summary_markdown(rows: list[dict], s: dict) -> str:
     if C.OURS in providers:
         parts.append("flashattn_triton TFLOP/s (ratio to the fastest peer that ran):\n\n"
                      + C.md_table(["config"] + [f"N={n}" for n in seqlens], table))
-    n_budget = sum(1 for r in rows if "budget" in r.get("error", ""))
+    n_budget = sum(1 for r in rows if r.get("error", "").startswith(BUDGET_SKIP))
     if n_budget:
         parts.append(f"**{n_budget} measurements were skipped by the --max-seconds budget "
                      f"({s.get('max_seconds', 0):.0f} s).**")
@@ -483,7 +486,7 @@ def details_markdown(rows: list[dict]) -> str:
                 ["dtype", "d", "causal", "B", "Hq", "Hkv", "N", "ours TFLOP/s"] + peers, table))
     errors = collections.OrderedDict()
     for r in rows:
-        if r["status"] in ("error", "oom") or (r["status"] == "skipped" and "budget" not in r.get("error", "")):
+        if r["status"] in ("error", "oom") or (r["status"] == "skipped" and not r.get("error", "").startswith(BUDGET_SKIP)):
             errors.setdefault((r["provider"], r.get("error", "")), []).append(r)
     if errors:
         lines = [f"- {prov} ({len(rs)} rows, e.g. {rs[0]['mode']} {label(rs[0])}): {err}"
@@ -659,6 +662,14 @@ def main(argv=None) -> int:
         sys.exit("--against needs --compare PREV.json")
     if args.compare and args.against:
         print("\n\n".join(compare_markdown(load_rows(args.compare), load_rows(args.against), args.compare.name)))
+        return 0
+    if args.render:
+        data = json.loads(args.render.read_text())
+        s = dict(data["run"]["settings"])
+        s["math_max_bytes"] = s["math_max_gb"] * 1e9
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_outputs(args.out, data["env"], s, data["rows"],
+                      {k: v for k, v in data["run"].items() if k != "settings"}, not args.no_plot)
         return 0
     s = resolve_settings(args)
     if args.dry_run:
