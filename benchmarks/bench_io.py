@@ -326,7 +326,7 @@ def markdown(result: dict) -> str:
             + C.md_table(["op", "source", "read GB", "write GB", "total GB", "kernel time ms (ncu)",
                           "kernels", "do_bench ms"], rows)
             + "\n\n"
-            + f"- Ratio standard / flashattn_triton: measured "
+            + "- Ratio standard / flashattn_triton: measured "
             + (f"**{r_meas:.1f}x**" if r_meas else "n/a (no ncu measurement)")
             + (f", IO model {r_model:.1f}x (tile re-reads) to "
                f"{ratio(model['standard'], model['ours_ideal']):.1f}x (inputs read once)" if r_model else "")

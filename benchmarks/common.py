@@ -234,6 +234,8 @@ def collect_env() -> dict:
     if commit:
         dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
         env["git_commit"] = commit + ("-dirty" if dirty else "")
+    else:  # the device runs a copy of the tree without .git: the caller names the commit
+        env["git_commit"] = os.environ.get("BENCH_GIT_COMMIT")
     return env
 
 

@@ -84,6 +84,9 @@ else
   tail -n 3 "$OUT/tests.log"
 fi
 
+# The README's self-check (correctness table with default configs, short benchmark).
+step self_check "$(min 150 $(( $(remaining) - 200 )))" "$LOG" env FLASHATTN_TRITON_AUTOTUNE=0 "$PY" -m flashattn_triton check
+
 # 2. memory and 3. IO: short, fixed-size steps
 step bench_memory "$(min $MEMORY_TIMEOUT_S $(( $(remaining) - RESERVE_END_S )))" "$LOG" \
   "$PY" benchmarks/bench_memory.py --out "$OUT" --max-seconds 50

@@ -322,10 +322,12 @@ def _bwd_dq(
 
 _launch_dkdv = Launcher(
     _bwd_dkdv, "BWD_DKDV", dkdv_configs(), ("BLOCK_N", 2, 2),  # K, V resident; dK, dV
-    interpret_config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1))
+    interpret_config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1),
+    preferred={64: (32, 64, 4, 2)})  # H200 sweep: the best at d = 64
 _launch_dq = Launcher(
     _bwd_dq, "BWD_DQ", dq_configs(), ("BLOCK_M", 2, 1),  # Q, dO resident; dQ
-    interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1))
+    interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
+    preferred={64: (64, 64, 4, 3)})  # H200 sweep: the best at d = 64
 
 _PREPROCESS_BLOCK_M = 64
 

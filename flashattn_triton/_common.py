@@ -105,13 +105,16 @@ class Launcher:
     autotuned, or the first valid config of the list (autotune off)."""
 
     def __init__(self, kernel, name: str, configs: List[triton.Config], shape,
-                 interpret_config: triton.Config):
-        """shape: (resident block, resident tiles, accumulators), see footprint."""
+                 interpret_config: triton.Config, preferred: Optional[Dict[int, tuple]] = None):
+        """shape: (resident block, resident tiles, accumulators), see footprint.
+        preferred: {max HEAD_DIM_PAD: (BLOCK_M, BLOCK_N, num_warps, num_stages)}, the
+        measured best config of a head-dim class, tried first when not autotuning."""
         self.kernel = kernel
         self.name = name
         self.configs = configs
         self.shape = shape
         self.interpret_config = interpret_config
+        self.preferred = sorted((preferred or {}).items())
         self.tuned = triton.autotune(
             configs=configs, key=AUTOTUNE_KEYS,
             prune_configs_by={"early_config_prune": self._prune})(kernel)
@@ -130,8 +133,14 @@ class Launcher:
         if INTERPRET:
             return self.interpret_config
         if not autotune_enabled():
-            return prune_configs(self.configs, self.shape, head_dim_pad_, elem_bytes)[0]
+            return self.default_config(head_dim_pad_, elem_bytes)
         return None
+
+    def default_config(self, head_dim_pad_: int, elem_bytes: int) -> triton.Config:
+        """The preferred config of the head-dim class if it fits, else the first that fits."""
+        candidates = [entry for bound, entry in self.preferred if head_dim_pad_ <= bound][:1]
+        ordered = make_configs(candidates) + self.configs
+        return prune_configs(ordered, self.shape, head_dim_pad_, elem_bytes)[0]
 
     def __call__(self, grid, *args, **kwargs):
         """grid: callable of the chosen meta-parameters, as in Triton."""

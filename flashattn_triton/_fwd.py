@@ -154,7 +154,9 @@ def _attn_fwd(
 
 _launch_fwd = Launcher(
     _attn_fwd, "FWD", fwd_configs(), ("BLOCK_M", 1, 1),
-    interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1))
+    interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
+    # H200 sweep (benchmarks/results/h200/tune_sweep_1.log): 4 warps win at d <= 64.
+    preferred={64: (128, 64, 4, 3)})
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -45,3 +45,4 @@ def test_offsets_beyond_int32(device):
     base_q = leaf(q[:, rows])
     flash_ref(base_q, k, v, causal=False, dtype=torch.bfloat16)[0].backward(do[:, rows])
     assert_close("dq (tail rows)", q.grad[:, rows], q_tail.grad, base_q.grad, 3.0, torch.bfloat16)
+
