@@ -23,6 +23,10 @@ _POISON = False
 # Layouts the public functions accept, by the position of the sequence axis.
 _SEQ_DIM_FLASH = 1  # (B, N, H, d)
 _SEQ_DIM_SDPA = 2  # (B, H, N, d)
+# CUDA caps the second grid axis, which holds batch x heads, at 65535 programs;
+# larger batches are launched in chunks of whole batch entries.
+MAX_GRID_Y = 65535
+
 _LAYOUT_NAMES = {_SEQ_DIM_FLASH: "(batch, seqlen, nheads, headdim)",
                  _SEQ_DIM_SDPA: "(batch, nheads, seqlen, headdim)"}
 
@@ -59,6 +63,9 @@ def _check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], seq_dim: i
         raise NotImplementedError(f"head dim {d} (from {qn}.shape[3]) is not supported; "
                                   f"supported: 1..{MAX_HEAD_DIM}")
     h_q, h_kv = q.shape[head_dim_axis], k.shape[head_dim_axis]
+    if h_q > MAX_GRID_Y:
+        raise NotImplementedError(f"{qn} has {h_q} heads ({qn}.shape[{head_dim_axis}]); at most {MAX_GRID_Y} "
+                                  "are supported")
     if h_kv == 0 or h_q % h_kv != 0:
         raise ValueError(f"the number of query heads ({qn}.shape[{head_dim_axis}]={h_q}) must be a "
                          f"multiple of the number of key/value heads ({kn}.shape[{head_dim_axis}]={h_kv})")
@@ -119,6 +126,12 @@ class _DeviceGuard:
             self.ctx.__exit__(*exc)
 
 
+def _batch_chunks(batch: int, heads: int):
+    """Slices of the batch whose batch x heads programs fit one grid axis."""
+    step = max(1, MAX_GRID_Y // max(heads, 1))
+    return [slice(b0, min(batch, b0 + step)) for b0 in range(0, batch, step)]
+
+
 def _forward(q, k, v, scale, causal_shift, seq_dim):
     """q, k, v in the public layout -> (out in q's layout, lse (B, Hq, Nq) float32)."""
     qh, kh, vh = (_bhnd(t, seq_dim) for t in (q, k, v))
@@ -131,8 +144,10 @@ def _forward(q, k, v, scale, causal_shift, seq_dim):
         return out.zero_(), lse.fill_(float("-inf"))
     if _use_triton(q):
         from ._fwd import attention_forward
+        oh = _bhnd(out, seq_dim)
         with _DeviceGuard(q):
-            attention_forward(qh, kh, vh, _bhnd(out, seq_dim), lse, scale, causal_shift)
+            for b in _batch_chunks(batch, h_q):
+                attention_forward(qh[b], kh[b], vh[b], oh[b], lse[b], scale, causal_shift)
     else:
         o_ref, lse_ref = reference.blockwise_attention_fwd(qh, kh, vh, scale, causal_shift)
         _bhnd(out, seq_dim).copy_(o_ref)
@@ -155,9 +170,11 @@ def _backward(do, dlse, q, k, v, out, lse, scale, causal_shift, seq_dim):
     qh, kh, vh, oh, doh = (_bhnd(t, seq_dim) for t in (q, k, v, out, do))
     if _use_triton(q):
         from ._bwd import attention_backward
+        dqh, dkh, dvh = (_bhnd(t, seq_dim) for t in (dq, dk, dv))
         with _DeviceGuard(q):
-            attention_backward(doh, qh, kh, vh, oh, lse, _bhnd(dq, seq_dim), _bhnd(dk, seq_dim),
-                               _bhnd(dv, seq_dim), scale, causal_shift, dlse)
+            for b in _batch_chunks(qh.shape[0], qh.shape[1]):
+                attention_backward(doh[b], qh[b], kh[b], vh[b], oh[b], lse[b], dqh[b], dkh[b], dvh[b],
+                                   scale, causal_shift, None if dlse is None else dlse[b])
     else:
         grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lse, scale, causal_shift, dlse)
         for dst, src in zip((dq, dk, dv), grads):

@@ -212,3 +212,12 @@ def test_blockwise_cpu_path(monkeypatch, causal):
     monkeypatch.setattr(interface.reference, "_CPU_BLOCK", 32)
     q, k, v = make_qkv(2, 113, 70, 4, 2, 24, torch.bfloat16, torch.device("cpu"), requires_grad=False)
     check_against_reference(q, k, v, causal)
+
+
+def test_batch_chunks_for_grid_limit(device, monkeypatch):
+    """batch x heads beyond CUDA's 65535-program grid axis: launched in batch chunks."""
+    import flashattn_triton.interface as interface
+    monkeypatch.setattr(interface, "MAX_GRID_Y", 8)  # 4 heads -> 2 batch entries per launch
+    q, k, v = make_qkv(5, 40, 56, 4, 2, 16, torch.float16, device, requires_grad=False)
+    assert len(interface._batch_chunks(5, 4)) == 3
+    check_against_reference(q, k, v, causal=True)

@@ -115,3 +115,9 @@ def test_bad_scale(device):
         flash_attn_func(q, k, v, softmax_scale=torch.tensor(0.1))
     with pytest.raises(ValueError, match=r"softmax_scale must be finite, got nan"):
         flash_attn_func(q, k, v, softmax_scale=float("nan"))
+
+
+def test_too_many_heads(device):
+    q, k, v = qkv(device, n_q=1, n_k=1, h_q=65536, h_kv=1, d=8)
+    with pytest.raises(NotImplementedError, match=r"q has 65536 heads \(q.shape\[2\]\); at most 65535"):
+        flash_attn_func(q, k, v)
