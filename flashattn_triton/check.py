@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from .interface import flash_attn_func
-from .reference import attention_ref
+from .reference import flash_attention_ref
 
 # (batch, n_q, n_k, h_q, h_kv, head_dim, causal, dtype)
 CPU_CASES = [
@@ -62,12 +62,6 @@ def max_abs_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float("nan") if torch.isnan(diff).any() else diff.max().item()
 
 
-def _flash_ref(q, k, v, causal, dtype):
-    qh, kh, vh = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    out, lse = attention_ref(qh, kh, vh, None, k.shape[1] - q.shape[1] if causal else None)
-    return out.transpose(1, 2), lse
-
-
 def _run(fn, q, k, v, do, dtype=None):
     inputs = [t.detach().to(dtype or t.dtype).requires_grad_(True) for t in (q, k, v)]
     out, lse = fn(*inputs)
@@ -82,8 +76,8 @@ def check_case(case, device) -> List[Tuple[str, float, float, bool]]:
     v = torch.randn(batch, n_k, h_kv, d, device=device).to(dtype)
     do = torch.randn(batch, n_q, h_q, d, device=device).to(dtype)
     got = _run(lambda *t: flash_attn_func(*t, causal=causal, return_lse=True), q, k, v, do)
-    ref = _run(lambda *t: _flash_ref(*t, causal, torch.float64), q, k, v, do, torch.float64)
-    base = _run(lambda *t: _flash_ref(*t, causal, dtype), q, k, v, do)
+    ref = _run(lambda *t: flash_attention_ref(*t, causal), q, k, v, do, torch.float64)
+    base = _run(lambda *t: flash_attention_ref(*t, causal, dtype=dtype), q, k, v, do)
     rows = []
     for i, name in enumerate(("out", "lse", "dq", "dk", "dv")):
         factor = 2.0 if i < 2 else 3.0

@@ -25,6 +25,7 @@ import torch
 
 __all__ = [
     "attention_ref",
+    "flash_attention_ref",
     "causal_mask",
     "blockwise_attention_fwd",
     "blockwise_attention_bwd",
@@ -69,6 +70,18 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     p = torch.exp(s - lse_safe[..., None])
     out = torch.matmul(p.to(v.dtype), v)
     return out, lse
+
+
+def flash_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                        softmax_scale: Optional[float] = None,
+                        dtype: Optional[torch.dtype] = torch.float64):
+    """:func:`attention_ref` in flash-attn's layout and semantics, computed in ``dtype``.
+
+    q: (B, Nq, Hq, d); k, v: (B, Nk, Hkv, d); causal aligned bottom-right.
+    Returns (out (B, Nq, Hq, d), lse (B, Hq, Nq)), both differentiable."""
+    qh, kh, vh = (t.to(dtype or t.dtype).transpose(1, 2) for t in (q, k, v))
+    out, lse = attention_ref(qh, kh, vh, softmax_scale, k.shape[1] - q.shape[1] if causal else None)
+    return out.transpose(1, 2), lse
 
 
 # ---------------------------------------------------------------------------

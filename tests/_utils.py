@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from flashattn_triton.check import max_abs_err, tolerance
-from flashattn_triton.reference import attention_ref
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -21,17 +20,6 @@ def make_qkv(batch, n_q, n_k, h_q, h_kv, d, dtype, device, scale=1.0, requires_g
     k = rand((batch, n_k, h_kv, d), dtype, device, scale, requires_grad)
     v = rand((batch, n_k, h_kv, d), dtype, device, 1.0, requires_grad)
     return q, k, v
-
-
-def flash_ref(q, k, v, causal, softmax_scale=None, dtype=None):
-    """Reference in flash layout, computed in `dtype` (float64 by default).
-
-    Returns (out (B, Nq, Hq, d), lse (B, Hq, Nq)), both differentiable."""
-    dtype = dtype or torch.float64
-    qh, kh, vh = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
-    shift = k.shape[1] - q.shape[1] if causal else None
-    out, lse = attention_ref(qh, kh, vh, softmax_scale, shift)
-    return out.transpose(1, 2), lse
 
 
 def leaf(t, dtype=None):

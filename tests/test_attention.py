@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from flashattn_triton import flash_attn_func, scaled_dot_product_attention
-from _utils import DTYPES, assert_close, assert_rel, flash_ref, leaf, make_qkv, rand
+from flashattn_triton.reference import flash_attention_ref as flash_ref
+from _utils import DTYPES, assert_close, assert_rel, leaf, make_qkv, rand
 
 SEQ_PAIRS = [(1, 1), (1, 77), (113, 203), (200, 64), (64, 200), (96, 96)]
 HEADS = [(2, 2), (4, 2), (3, 1)]  # MHA, GQA, MQA

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from flashattn_triton import flash_attn_func
-from _utils import assert_close, flash_ref, leaf, make_qkv, rand
+from flashattn_triton.reference import flash_attention_ref as flash_ref
+from _utils import assert_close, leaf, make_qkv, rand
 from test_attention import check_against_reference
 
 pytestmark = pytest.mark.gpu
