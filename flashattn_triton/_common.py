@@ -14,8 +14,8 @@ import triton.language as tl
 # @triton.jit gives a compiled or an interpreted function.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2):   log(x) == log2(x) * LN2
+# The kernels write log2(e) = 1.4426950408889634 (exp(x) == exp2(x * log2(e)))
+# and ln(2) = 0.6931471805599453 (log(x) == log2(x) * ln(2)) as literals.
 
 # Names of the arguments the autotuner keys on (besides the tensor dtypes,
 # which Triton adds itself).

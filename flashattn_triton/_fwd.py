@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, LN2, LOG2E, Launcher, dot_precision, head_dim_pad,
+from ._common import (INTERPRET, Launcher, dot_precision, head_dim_pad,
                       load_tile, make_configs, mma, seq_bucket, store_tile)
 
 
@@ -185,4 +185,4 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torc
     )
 
 
-__all__ = ["attention_forward", "fwd_configs", "LOG2E", "LN2"]
+__all__ = ["attention_forward", "fwd_configs"]
