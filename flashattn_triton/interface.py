@@ -157,9 +157,7 @@ def _forward(q, k, v, scale, causal_shift, seq_dim):
 
 def _backward(do, dlse, q, k, v, out, lse, scale, causal_shift, seq_dim):
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
-    if dq.numel() == 0 and dk.numel() == 0:
-        return dq, dk, dv
-    if k.shape[seq_dim] == 0 or q.shape[seq_dim] == 0:
+    if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows back
         return dq.zero_(), dk.zero_(), dv.zero_()
     if do is None:  # only the LSE was differentiated
         do = torch.zeros_like(out)
