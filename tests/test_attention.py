@@ -152,7 +152,10 @@ def test_return_attn_probs(device):
 
 def test_empty_sequences(device):
     q, k, v = make_qkv(2, 0, 5, 2, 2, 16, torch.float16, device)
-    assert flash_attn_func(q, k, v).shape == (2, 0, 2, 16)
+    out = flash_attn_func(q, k, v)
+    assert out.shape == (2, 0, 2, 16)
+    out.float().sum().backward()
+    assert torch.equal(k.grad, torch.zeros_like(k)) and torch.equal(v.grad, torch.zeros_like(v))
     q, k, v = make_qkv(2, 4, 0, 2, 2, 16, torch.float16, device)
     out, lse = flash_attn_func(q, k, v, return_lse=True)
     assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
