@@ -44,8 +44,8 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from flashattn_triton._bwd import attention_backward
-    from flashattn_triton._fwd import attention_forward
+    from flashattn_triton.kernels.bwd import attention_backward
+    from flashattn_triton.kernels.fwd import attention_forward
 
     dtype = getattr(torch, args.dtype)
     results = []

@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from . import reference
-from ._common import INTERPRET
+from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_func", "scaled_dot_product_attention", "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]
 
@@ -143,7 +143,7 @@ def _forward(q, k, v, scale, causal_shift, seq_dim):
     if kh.shape[2] == 0:  # no key at all: every row is fully masked
         return out.zero_(), lse.fill_(float("-inf"))
     if _use_triton(q):
-        from ._fwd import attention_forward
+        from .kernels.fwd import attention_forward
         oh = _bhnd(out, seq_dim)
         with _DeviceGuard(q):
             for b in _batch_chunks(batch, h_q):
@@ -167,7 +167,7 @@ def _backward(do, dlse, q, k, v, out, lse, scale, causal_shift, seq_dim):
         dlse = dlse.to(torch.float32).contiguous()
     qh, kh, vh, oh, doh = (_bhnd(t, seq_dim) for t in (q, k, v, out, do))
     if _use_triton(q):
-        from ._bwd import attention_backward
+        from .kernels.bwd import attention_backward
         dqh, dkh, dvh = (_bhnd(t, seq_dim) for t in (dq, dk, dv))
         with _DeviceGuard(q):
             for b in _batch_chunks(qh.shape[0], qh.shape[1]):

@@ -9,8 +9,8 @@ so they run in the parallel part of benchmarks/run_gpu.sh.
 import pytest
 import torch
 
-from flashattn_triton._bwd import _launch_dkdv, _launch_dq
-from flashattn_triton._fwd import _launch_fwd
+from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq
+from flashattn_triton.kernels.fwd import _launch_fwd
 from _utils import make_qkv
 from test_attention import check_against_reference
 

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, Launcher, dot_precision, head_dim_pad,
+from .launch import (INTERPRET, Launcher, dot_precision, head_dim_pad,
                       load_tile, make_configs, mma, seq_bucket, store_tile)
 
 

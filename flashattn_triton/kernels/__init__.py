@@ -1,0 +1,1 @@
+"""Triton kernels: shared tile helpers, forward, backward, decode, launch configs."""
