@@ -1,19 +1,27 @@
 """flashattn_triton: exact FlashAttention in Triton kernels.
 
-Public entry points:
+Public entry points (all in :mod:`flashattn_triton.api`, all thin wrappers
+over the custom ops of :mod:`flashattn_triton.ops`):
 
 * :func:`flash_attn_func` -- layout (batch, seqlen, nheads, headdim), call-compatible
   with ``flash_attn.flash_attn_func``; causal aligned bottom-right.
-* :func:`scaled_dot_product_attention` -- layout (batch, nheads, seqlen, headdim),
-  the semantics of ``torch.nn.functional.scaled_dot_product_attention``.
+* :func:`flash_attn_varlen_func` -- packed variable-length batches (cu_seqlens).
+* :func:`flash_attn_qkvpacked_func`, :func:`flash_attn_kvpacked_func`.
+* :func:`scaled_dot_product_attention` -- layout (..., nheads, seqlen, headdim), the
+  semantics of ``torch.nn.functional.scaled_dot_product_attention``.
 """
 
-from .interface import MAX_HEAD_DIM, SUPPORTED_DTYPES, flash_attn_func, scaled_dot_product_attention
+from ._validate import MAX_HEAD_DIM, SUPPORTED_DTYPES
+from .api import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                  flash_attn_varlen_func, scaled_dot_product_attention)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
     "scaled_dot_product_attention",
     "SUPPORTED_DTYPES",
     "MAX_HEAD_DIM",

@@ -25,8 +25,8 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .interface import flash_attn_func
-from .reference import flash_attention_ref
+from .api import flash_attn_func
+from .testing import flash_attention_ref, max_abs_err, tolerance
 
 # (batch, n_q, n_k, h_q, h_kv, head_dim, causal, dtype)
 CPU_CASES = [
@@ -42,24 +42,6 @@ GPU_CASES = [
     (1, 2049, 1023, 8, 8, 256, True, torch.float16),
     (2, 1024, 1024, 8, 8, 96, False, torch.float32),
 ]
-
-
-def tolerance(base_err: float, ref: torch.Tensor, dtype: torch.dtype, factor: float) -> float:
-    """The pass mark: factor * (PyTorch's own error + floor); see module doc."""
-    finite = ref[torch.isfinite(ref)]
-    ref_max = finite.abs().max().item() if finite.numel() else 0.0
-    floor = (torch.finfo(dtype).eps + 8 * torch.finfo(torch.float32).eps) * ref_max
-    return factor * (base_err + floor)
-
-
-def max_abs_err(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """Max |got - ref|, NaN if got has NaN; equal infinities count as 0."""
-    got, ref = got.double(), ref.double()
-    same_inf = torch.isinf(got) & (got == ref)
-    diff = (got - ref).abs().masked_fill(same_inf, 0.0)
-    if diff.numel() == 0:
-        return 0.0
-    return float("nan") if torch.isnan(diff).any() else diff.max().item()
 
 
 def _run(fn, q, k, v, do, dtype=None):

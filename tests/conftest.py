@@ -39,8 +39,8 @@ def device():
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     """Every buffer the library allocates for a kernel to fill starts as NaN."""
-    import flashattn_triton.interface as interface
-    monkeypatch.setattr(interface, "_POISON", True)
+    import flashattn_triton.ops as ops
+    monkeypatch.setattr(ops, "_POISON", True)
 
 
 @pytest.fixture(autouse=True)

@@ -211,16 +211,17 @@ def test_sdpa_default_scale_and_custom_scale(device):
 @pytest.mark.parametrize("causal", [False, True])
 def test_blockwise_cpu_path(monkeypatch, causal):
     """Plain-PyTorch blockwise path that serves CPU tensors without TRITON_INTERPRET."""
-    import flashattn_triton.interface as interface
-    monkeypatch.setattr(interface, "INTERPRET", False)
-    monkeypatch.setattr(interface.reference, "_CPU_BLOCK", 32)
+    import flashattn_triton._dispatch as dispatch
+    import flashattn_triton.reference as reference
+    monkeypatch.setattr(dispatch, "INTERPRET", False)
+    monkeypatch.setattr(reference, "_CPU_BLOCK", 32)
     q, k, v = make_qkv(2, 113, 70, 4, 2, 24, torch.bfloat16, torch.device("cpu"), requires_grad=False)
     check_against_reference(q, k, v, causal)
 
 
 def test_batch_chunks_for_grid_limit(device, monkeypatch):
     """batch x heads beyond CUDA's 65535-program grid axis: launched in batch chunks."""
-    import flashattn_triton.interface as interface
+    import flashattn_triton.ops as interface
     monkeypatch.setattr(interface, "MAX_GRID_Y", 8)  # 4 heads -> 2 batch entries per launch
     q, k, v = make_qkv(5, 40, 56, 4, 2, 16, torch.float16, device, requires_grad=False)
     assert len(interface._batch_chunks(5, 4)) == 3

@@ -42,8 +42,10 @@ def test_wrong_rank(device):
     q, k, v = qkv(device)
     with pytest.raises(ValueError, match=r"q must be 4-D \(batch, seqlen, nheads, headdim\), got shape \(8, 2, 16\)"):
         flash_attn_func(q[0], k, v)
-    with pytest.raises(ValueError, match=r"query must be 4-D \(batch, nheads, seqlen, headdim\)"):
+    with pytest.raises(ValueError, match=r"query, key, value must have the same number of dims, got 3, 4, 4"):
         scaled_dot_product_attention(q[0], k, v)
+    with pytest.raises(ValueError, match=r"query must have at least 3 dims"):
+        scaled_dot_product_attention(q[0, 0], k[0, 0], v[0, 0])
 
 
 def test_heads_not_multiple(device):
@@ -91,7 +93,6 @@ def test_last_dim_stride(device):
 
 @pytest.mark.parametrize("kwargs,name", [
     (dict(dropout_p=0.1), "dropout_p=0.1"),
-    (dict(window_size=(4, 0)), r"window_size=\(4, 0\)"),
     (dict(softcap=30.0), "softcap=30.0"),
     (dict(alibi_slopes=torch.ones(2)), "alibi_slopes"),
 ])
@@ -121,3 +122,58 @@ def test_too_many_heads(device):
     q, k, v = qkv(device, n_q=1, n_k=1, h_q=65536, h_kv=1, d=8)
     with pytest.raises(NotImplementedError, match=r"q has 65536 heads \(q.shape\[2\]\); at most 65535"):
         flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(causal="False"), "causal must be a bool, got str 'False'"),
+    (dict(causal=torch.tensor(True)), "causal must be a bool, got Tensor"),
+    (dict(return_lse="no"), "return_lse must be a bool, got str"),
+    (dict(deterministic=1), "deterministic must be a bool, got int"),
+])
+def test_flags_must_be_bool(device, kwargs, name):
+    q, k, v = qkv(device)
+    with pytest.raises(TypeError, match=name):
+        flash_attn_func(q, k, v, **kwargs)
+
+
+def test_sdpa_flags_must_be_bool(device):
+    q, k, v = (t.transpose(1, 2) for t in qkv(device))
+    with pytest.raises(TypeError, match="is_causal must be a bool, got int"):
+        scaled_dot_product_attention(q, k, v, is_causal=1)
+
+
+@pytest.mark.parametrize("window,exc,msg", [
+    (None, TypeError, r"window_size must be a pair \(left, right\) of ints, got None"),
+    ((1, 2, 3), TypeError, r"window_size must be a pair"),
+    ((1.5, 0), TypeError, r"window_size left must be an int, got float"),
+    ((4, -2), ValueError, r"window_size right must be >= -1 \(-1 = unbounded\), got -2"),
+])
+def test_bad_window(device, window, exc, msg):
+    q, k, v = qkv(device)
+    with pytest.raises(exc, match=msg):
+        flash_attn_func(q, k, v, window_size=window)
+
+
+def test_zero_head_dim(device):
+    q, k, v = qkv(device, d=0)
+    with pytest.raises(ValueError, match=r"q.shape\[3\] \(the head dim\) must be at least 1, got 0"):
+        flash_attn_func(q, k, v)
+
+
+def test_varlen_cu_seqlens_checks(device):
+    from flashattn_triton import flash_attn_varlen_func
+    q, k, v = (t[0] for t in qkv(device, n_q=10, n_k=10))
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32, device=device)
+    with pytest.raises(TypeError, match="cu_seqlens_q must be int32, got torch.int64"):
+        flash_attn_varlen_func(q, k, v, cu.long(), cu, 6, 6)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q and cu_seqlens_k must have the same length"):
+        flash_attn_varlen_func(q, k, v, cu, cu[:2], 6, 6)
+    with pytest.raises(ValueError, match="max_seqlen_k must be positive, got 0"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 6, 0)
+    with pytest.raises(ValueError, match=r"a sequence of 6 rows exceeds max_seqlen_q=5"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 5, 6, check_inputs=True)
+    bad = torch.tensor([0, 7, 4], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k must be non-decreasing"):
+        flash_attn_varlen_func(q, k, v, cu, bad, 6, 7, check_inputs=True)
+    with pytest.raises(ValueError, match=r"q must be 3-D \(total_tokens, nheads, headdim\)"):
+        flash_attn_varlen_func(q[None], k, v, cu, cu, 6, 6)

@@ -1,10 +1,12 @@
-"""Backward kernels: recompute the probability tiles from Q, K and the LSE.
+"""Portable backward kernels: recompute the probability tiles from Q, K and the LSE.
 
 With s = scale * q k^T, P = exp(s - lse), O = P V:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = scale * dS K,
     dK = scale * dS^T Q,  where delta_i = sum_d dO_id O_id  (= rowsum(P * dP)).
-If the caller also differentiates the returned LSE, d lse_i / d s_ij = P_ij
-adds P * dLSE to dS, i.e. delta_i becomes delta_i - dLSE_i.
+The forward saved lse2 = lse * log2(e) (base 2), and the backward forms the
+exponent exactly as the forward did: P = exp2(s2 - lse2) with s2 = (q . k) * scale * log2(e).
+If the caller also differentiates lse2, d lse2_i / d s_ij = P_ij * log2(e)
+adds P * dlse2 * log2(e) to dS, i.e. delta_i becomes delta_i - dlse2_i * log2(e).
 
 Three launches, no atomics (so the result is deterministic):
   1. _bwd_preprocess: delta per query row.
@@ -15,113 +17,97 @@ Three launches, no atomics (so the result is deterministic):
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
 
-from .launch import (INTERPRET, Launcher, dot_precision, head_dim_pad, load_tile,
-                      make_configs, mma, seq_bucket, store_tile)
-
-
-def dkdv_configs():
-    return make_configs([
-        # BLOCK_M (query loop), BLOCK_N (owned keys), num_warps, num_stages
-        (64, 128, 8, 3),
-        (64, 128, 8, 2),
-        (32, 64, 4, 2),
-        (64, 128, 4, 2),
-        (64, 64, 4, 3),
-        (32, 64, 8, 2),
-        (16, 32, 4, 2),
-    ])
-
-
-def dq_configs():
-    return make_configs([
-        # BLOCK_M (owned queries), BLOCK_N (key loop), num_warps, num_stages
-        (128, 64, 8, 3),
-        (64, 64, 4, 3),
-        (128, 32, 8, 3),
-        (128, 64, 4, 2),
-        (128, 32, 8, 2),
-        (64, 32, 4, 2),
-        (32, 32, 4, 2),
-    ])
+from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
+from .score import mask_scores
+from .tiles import (kv_tile_range, load_tile, mma, q_tile_range, seq_bounds, store_tile,
+                    tile_ptrs)
 
 
 @triton.jit(do_not_specialize=["N_Q"])
 def _bwd_preprocess(
     # pointers
-    O, DO, DLSE, DELTA,
+    O, DO, DLSE, DELTA, CU_SEQLENS_Q,
     # strides
     stride_oz, stride_oh, stride_om, stride_ok,
-    stride_dz, stride_dh, stride_dm, stride_dk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_lz, stride_lh,
     # shapes
     H_Q, N_Q,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
-    HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_z = (pid_bh // H_Q).to(tl.int64)
+    off_z = pid_bh // H_Q
     off_h = (pid_bh % H_Q).to(tl.int64)
+    q_start, n_q, _, _ = seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_Q, N_Q, N_Q, IS_VARLEN)
     start_m = pid_m * BLOCK_M
+    if start_m >= n_q:
+        return
+    off_z = off_z.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    rows = tl.arange(0, BLOCK_M)[:, None]
-    o = load_tile(O + off_z * stride_oz + off_h * stride_oh + start_m.to(tl.int64) * stride_om
-                  + rows * stride_om + offs_d[None, :] * stride_ok,
-                  offs_m, N_Q, offs_d, HEAD_DIM, True, EVEN_D)
-    do = load_tile(DO + off_z * stride_dz + off_h * stride_dh + start_m.to(tl.int64) * stride_dm
-                   + rows * stride_dm + offs_d[None, :] * stride_dk,
-                   offs_m, N_Q, offs_d, HEAD_DIM, True, EVEN_D)
+    offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
+    O += off_z * stride_oz + off_h * stride_oh + q_start * stride_om
+    DO += off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
+    o = load_tile(tile_ptrs(O, start_m.to(tl.int64), stride_om, stride_ok, BLOCK_M, offs_dv),
+                  offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)
+    do = load_tile(tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv),
+                   offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    row_off = pid_bh.to(tl.int64) * N_Q + offs_m  # DLSE, DELTA: contiguous (B, H_Q, N_Q)
+    row_off = off_z * stride_lz + off_h * stride_lh + q_start + offs_m
     if HAS_DLSE:
-        delta -= tl.load(DLSE + row_off, mask=offs_m < N_Q, other=0.0)
-    tl.store(DELTA + row_off, delta, mask=offs_m < N_Q)
+        delta -= tl.load(DLSE + row_off, mask=offs_m < n_q, other=0.0) * 1.4426950408889634
+    tl.store(DELTA + row_off, delta, mask=offs_m < n_q)
 
 
 @triton.jit
-def _load_row_stats(LSE, DELTA, rows, N_Q, CHECK_ROWS: tl.constexpr):
-    """LSE in base 2 and delta for a set of query rows.
+def _load_row_stats(LSE, DELTA, rows, n_q, CHECK_ROWS: tl.constexpr):
+    """Base-2 LSE and delta of a set of query rows.
 
-    Rows that saw no key have LSE = -inf; they (and rows past N_Q) get +inf
-    so that exp2(s - lse) = 0 for every key, with no NaN."""
+    Rows that saw no key have lse2 = -inf; they (and rows past n_q) get +inf
+    so that exp2(s - lse2) = 0 for every key, with no NaN."""
     if CHECK_ROWS:
-        lse = tl.load(LSE + rows, mask=rows < N_Q, other=float("inf"))
-        delta = tl.load(DELTA + rows, mask=rows < N_Q, other=0.0)
+        lse2 = tl.load(LSE + rows, mask=rows < n_q, other=float("inf"))
+        delta = tl.load(DELTA + rows, mask=rows < n_q, other=0.0)
     else:
-        lse = tl.load(LSE + rows)
+        lse2 = tl.load(LSE + rows)
         delta = tl.load(DELTA + rows)
-    lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    return lse * 1.4426950408889634, delta
+    lse2 = tl.where(lse2 == float("-inf"), float("inf"), lse2)
+    return lse2, delta
 
 
 @triton.jit
-def _dkdv_q_loop(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, stride_qm, stride_dom,
-                 offs_n, offs_d, start_m, end_m, N_Q, qk_scale, causal_shift,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                 CAUSAL_MASK: tl.constexpr, CHECK_ROWS: tl.constexpr, EVEN_D: tl.constexpr,
+def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_dom, stride_dok,
+                 offs_n, offs_d, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
+                 shift, window_left, window_right,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
+                 MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m).
 
     Works on the transposed scores s^T (keys x queries) so that dV += P^T dO
-    and dK += dS^T Q need no transposed accumulator.  q_ptrs / do_ptrs point
-    at the tile starting at query row start_m; LSE / DELTA at row 0."""
+    and dK += dS^T Q need no transposed accumulator.  Q, DO, LSE, DELTA point
+    at query row 0 of this (batch entry, query head).  MASKED tiles check
+    rows against n_q and apply the visibility mask."""
     offs_m = tl.arange(0, BLOCK_M)
+    q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
+    do_ptrs = tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv)
     for start in range(start_m, end_m, BLOCK_M):
         rows = start + offs_m
-        q = load_tile(q_ptrs, rows, N_Q, offs_d, HEAD_DIM, CHECK_ROWS, EVEN_D)
-        lse2, delta = _load_row_stats(LSE, DELTA, rows, N_Q, CHECK_ROWS)
+        q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
+        lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
         s_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET) * qk_scale
-        if CAUSAL_MASK:  # mask before exp2: masked scores may exceed the LSE
-            s_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_shift, s_t, float("-inf"))
+        if MASKED:  # mask before exp2: masked scores may exceed the LSE
+            s_t = mask_scores(s_t, rows[None, :], offs_n[:, None], n_k, shift, window_left,
+                              window_right, MASK_LEFT, MASK_RIGHT)
         p_t = tl.math.exp2(s_t - lse2[None, :])
-        do = load_tile(do_ptrs, rows, N_Q, offs_d, HEAD_DIM, CHECK_ROWS, EVEN_D)
+        do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         dv = mma(p_t.to(do.dtype), do, dv, DOT_PRECISION, INTERPRET)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
         ds_t = p_t * (dp_t - delta[None, :])
@@ -131,10 +117,10 @@ def _dkdv_q_loop(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, stride_qm, stride_do
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_shift"])
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right"])
 def _bwd_dkdv(
     # pointers
-    Q, K, V, DO, LSE, DELTA, DK, DV,
+    Q, K, V, DO, LSE, DELTA, DK, DV, CU_SEQLENS_Q, CU_SEQLENS_K,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
@@ -142,107 +128,100 @@ def _bwd_dkdv(
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    stride_lz, stride_lh,
     # shapes
-    H_Q, H_KV, N_Q, N_K, GROUP_SIZE,
+    H_KV, N_Q, N_K, GROUP_SIZE,
     # scalars
-    sm_scale, causal_shift, SEQ_BUCKET,
+    sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_z = (pid_bh // H_KV).to(tl.int64)
-    off_hkv = (pid_bh % H_KV).to(tl.int64)
+    off_z = pid_bh // H_KV
+    off_hkv = pid_bh % H_KV
+    q_start, n_q, k_start, n_k = seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_K, N_Q, N_K, IS_VARLEN)
     start_n = pid_n * BLOCK_N
+    if start_n >= n_k:
+        return
+    shift = n_k - n_q + causal_offset
+    off_z = off_z.to(tl.int64)
+    off_hkv = off_hkv.to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    tile_n = tl.arange(0, BLOCK_N)[:, None]
+    offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
 
-    k = load_tile(K + off_z * stride_kz + off_hkv * stride_kh + start_n.to(tl.int64) * stride_kn
-                  + tile_n * stride_kn + offs_d[None, :] * stride_kk,
-                  offs_n, N_K, offs_d, HEAD_DIM, True, EVEN_D)
-    v = load_tile(V + off_z * stride_vz + off_hkv * stride_vh + start_n.to(tl.int64) * stride_vn
-                  + tile_n * stride_vn + offs_d[None, :] * stride_vk,
-                  offs_n, N_K, offs_d, HEAD_DIM, True, EVEN_D)
+    K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
+    V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
+                  offs_n, n_k, offs_d, HEAD_DIM, True, EVEN_D)
+    v = load_tile(tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv),
+                  offs_n, n_k, offs_dv, HEAD_DIM_V, True, EVEN_DV)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_V_PAD], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
 
-    # Query range: key j is seen by rows i >= j - causal_shift.  Query tiles
-    # in [start_m, diag_end) straddle the diagonal of this key tile and are
-    # masked; from diag_end on every row sees every owned key.  Tiles up to
-    # full_end are whole; the last ragged tile, if any, checks its rows.
-    full_end = (N_Q // BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        first_row = tl.maximum(start_n - causal_shift, 0)
-        start_m = tl.minimum((first_row // BLOCK_M) * BLOCK_M, N_Q)
-        all_rows = tl.maximum(start_n + BLOCK_N - 1 - causal_shift, 0)  # first row seeing every key
-        diag_end = tl.minimum(tl.cdiv(all_rows, BLOCK_M) * BLOCK_M, tl.cdiv(N_Q, BLOCK_M) * BLOCK_M)
-        diag_end = tl.maximum(diag_end, start_m)
-    else:
-        start_m = 0
-        diag_end = tl.full([], 0, dtype=tl.int32)
-    tail_start = tl.maximum(full_end, diag_end)
-
-    offs_m = tl.arange(0, BLOCK_M)
+    lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
+                                            BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
     for g in range(0, GROUP_SIZE):
         off_h = off_hkv * GROUP_SIZE + g  # the query heads that read this KV head
-        q_ptrs = (Q + off_z * stride_qz + off_h * stride_qh
-                  + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk)
-        do_ptrs = (DO + off_z * stride_doz + off_h * stride_doh
-                   + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dok)
-        row_base = (off_z * H_Q + off_h) * N_Q
-        lse_ptr = LSE + row_base
-        delta_ptr = DELTA + row_base
-        if IS_CAUSAL:
-            dk, dv = _dkdv_q_loop(dk, dv, k, v,
-                                  q_ptrs + start_m.to(tl.int64) * stride_qm,
-                                  do_ptrs + start_m.to(tl.int64) * stride_dom,
-                                  lse_ptr, delta_ptr, stride_qm, stride_dom,
-                                  offs_n, offs_d, start_m, diag_end, N_Q, qk_scale, causal_shift,
-                                  HEAD_DIM, BLOCK_M, True, True, EVEN_D, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v,
-                              q_ptrs + diag_end.to(tl.int64) * stride_qm,
-                              do_ptrs + diag_end.to(tl.int64) * stride_dom,
-                              lse_ptr, delta_ptr, stride_qm, stride_dom,
-                              offs_n, offs_d, diag_end, full_end, N_Q, qk_scale, causal_shift,
-                              HEAD_DIM, BLOCK_M, False, False, EVEN_D, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v,
-                              q_ptrs + tail_start.to(tl.int64) * stride_qm,
-                              do_ptrs + tail_start.to(tl.int64) * stride_dom,
-                              lse_ptr, delta_ptr, stride_qm, stride_dom,
-                              offs_n, offs_d, tail_start, N_Q, N_Q, qk_scale, causal_shift,
-                              HEAD_DIM, BLOCK_M, False, True, EVEN_D, DOT_PRECISION, INTERPRET)
+        Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
+        DOh = DO + off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
+        row_base = off_z * stride_lz + off_h * stride_lh + q_start
+        # Masked head (diagonal / right window edge), unmasked middle, masked
+        # tail (left window edge, ragged end of Q).
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
+                              stride_qm, stride_qk, stride_dom, stride_dok,
+                              offs_n, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
+                              shift, window_left, window_right,
+                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
+                              stride_qm, stride_qk, stride_dom, stride_dok,
+                              offs_n, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
+                              shift, window_left, window_right,
+                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
+                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
+                              stride_qm, stride_qk, stride_dom, stride_dok,
+                              offs_n, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
+                              shift, window_left, window_right,
+                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
 
-    dk_ptrs = (DK + off_z * stride_dkz + off_hkv * stride_dkh + start_n.to(tl.int64) * stride_dkn
-               + tile_n * stride_dkn + offs_d[None, :] * stride_dkk)
-    dv_ptrs = (DV + off_z * stride_dvz + off_hkv * stride_dvh + start_n.to(tl.int64) * stride_dvn
-               + tile_n * stride_dvn + offs_d[None, :] * stride_dvk)
-    store_tile(dk_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_D)
-    store_tile(dv_ptrs, dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_D)
+    DK += off_z * stride_dkz + off_hkv * stride_dkh + k_start * stride_dkn
+    DV += off_z * stride_dvz + off_hkv * stride_dvh + k_start * stride_dvn
+    store_tile(tile_ptrs(DK, start_n.to(tl.int64), stride_dkn, stride_dkk, BLOCK_N, offs_d),
+               (dk * sm_scale).to(DK.dtype.element_ty), offs_n, n_k, offs_d, HEAD_DIM, EVEN_D)
+    store_tile(tile_ptrs(DV, start_n.to(tl.int64), stride_dvn, stride_dvk, BLOCK_N, offs_dv),
+               dv.to(DV.dtype.element_ty), offs_n, n_k, offs_dv, HEAD_DIM_V, EVEN_DV)
 
 
 @triton.jit
-def _dq_kv_loop(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                offs_m, offs_d, start_n, end_n, N_K, qk_scale, causal_shift,
-                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                offs_m, offs_d, offs_dv, start_n, end_n, n_k, qk_scale,
+                shift, window_left, window_right,
+                HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
+                MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dQ of the owned rows over K/V tiles [start_n, end_n); the
-    tile split is the forward's (see _attn_fwd)."""
+    tile split is the forward's (kv_tile_range)."""
     offs_n = tl.arange(0, BLOCK_N)
+    k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
+    v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
         cols = start + offs_n
-        k = load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASKED, EVEN_D)
-        v = load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASKED, EVEN_D)
+        k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
+        v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
         if MASKED:  # mask before exp2: masked scores may exceed the LSE
-            keep = cols[None, :] < N_K
-            if IS_CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_shift)
-            s = tl.where(keep, s, float("-inf"))
+            s = mask_scores(s, offs_m[:, None], cols[None, :], n_k, shift, window_left, window_right,
+                            MASK_LEFT, MASK_RIGHT)
         p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         ds = p * (dp - delta[:, None])
@@ -252,129 +231,151 @@ def _dq_kv_loop(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
     return dq
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_shift"])
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right"])
 def _bwd_dq(
     # pointers
-    Q, K, V, DO, LSE, DELTA, DQ,
+    Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    stride_lz, stride_lh,
     # shapes
     H_Q, N_Q, N_K, GROUP_SIZE,
     # scalars
-    sm_scale, causal_shift, SEQ_BUCKET,
+    sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_z = (pid_bh // H_Q).to(tl.int64)
+    off_z = pid_bh // H_Q
     off_h = pid_bh % H_Q
-    off_hkv = (off_h // GROUP_SIZE).to(tl.int64)
-    off_h = off_h.to(tl.int64)
+    off_hkv = off_h // GROUP_SIZE
+    q_start, n_q, k_start, n_k = seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_K, N_Q, N_K, IS_VARLEN)
     start_m = pid_m * BLOCK_M
+    if start_m >= n_q:
+        return
+    shift = n_k - n_q + causal_offset
+    off_z = off_z.to(tl.int64)
+    off_h = off_h.to(tl.int64)
+    off_hkv = off_hkv.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    tile_m = tl.arange(0, BLOCK_M)[:, None]
+    offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
 
-    q = load_tile(Q + off_z * stride_qz + off_h * stride_qh + start_m.to(tl.int64) * stride_qm
-                  + tile_m * stride_qm + offs_d[None, :] * stride_qk,
-                  offs_m, N_Q, offs_d, HEAD_DIM, True, EVEN_D)
-    do = load_tile(DO + off_z * stride_doz + off_h * stride_doh + start_m.to(tl.int64) * stride_dom
-                   + tile_m * stride_dom + offs_d[None, :] * stride_dok,
-                   offs_m, N_Q, offs_d, HEAD_DIM, True, EVEN_D)
-    row_base = pid_bh.to(tl.int64) * N_Q
-    lse2, delta = _load_row_stats(LSE + row_base, DELTA + row_base, offs_m, N_Q, True)
-    k_ptrs = (K + off_z * stride_kz + off_hkv * stride_kh
-              + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk)
-    v_ptrs = (V + off_z * stride_vz + off_hkv * stride_vh
-              + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk)
+    Q += off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
+    DO += off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
+    DQ += off_z * stride_dqz + off_h * stride_dqh + q_start * stride_dqm
+    K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
+    V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    row_base = off_z * stride_lz + off_h * stride_lh + q_start
+    q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
+                  offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
+    do = load_tile(tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv),
+                   offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)
+    lse2, delta = _load_row_stats(LSE + row_base, DELTA + row_base, offs_m, n_q, True)
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
 
-    if IS_CAUSAL:
-        last_row = tl.minimum(start_m + BLOCK_M, N_Q) - 1
-        end_n = tl.maximum(tl.minimum(N_K, last_row + causal_shift + 1), 0)
-        full_end = tl.maximum(tl.minimum(N_K, start_m + causal_shift + 1), 0)
-        full_end = (full_end // BLOCK_N) * BLOCK_N
-    else:
-        end_n = N_K
-        full_end = (N_K // BLOCK_N) * BLOCK_N
+    lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
+                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
+    if MASK_LEFT:
+        dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                         offs_m, offs_d, offs_dv, lo, full_lo, n_k, qk_scale,
+                         shift, window_left, window_right,
+                         HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                         EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+    dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                     offs_m, offs_d, offs_dv, full_lo, full_hi, n_k, qk_scale,
+                     shift, window_left, window_right,
+                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
+                     EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+    dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                     offs_m, offs_d, offs_dv, full_hi, hi, n_k, qk_scale,
+                     shift, window_left, window_right,
+                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                     EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
 
-    dq = _dq_kv_loop(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                     offs_m, offs_d, 0, full_end, N_K, qk_scale, causal_shift,
-                     HEAD_DIM, BLOCK_N, False, IS_CAUSAL, EVEN_D, DOT_PRECISION, INTERPRET)
-    dq = _dq_kv_loop(dq, q, do, lse2, delta, k_ptrs + full_end.to(tl.int64) * stride_kn,
-                     v_ptrs + full_end.to(tl.int64) * stride_vn, stride_kn, stride_vn,
-                     offs_m, offs_d, full_end, end_n, N_K, qk_scale, causal_shift,
-                     HEAD_DIM, BLOCK_N, True, IS_CAUSAL, EVEN_D, DOT_PRECISION, INTERPRET)
-
-    dq_ptrs = (DQ + off_z * stride_dqz + off_h * stride_dqh + start_m.to(tl.int64) * stride_dqm
-               + tile_m * stride_dqm + offs_d[None, :] * stride_dqk)
-    store_tile(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_D)
+    store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d),
+               (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, EVEN_D)
 
 
-_launch_dkdv = Launcher(
-    _bwd_dkdv, "BWD_DKDV", dkdv_configs(), ("BLOCK_N", 2, 2),  # K, V resident; dK, dV
-    interpret_config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1),
-    preferred={64: (32, 64, 4, 2)})  # H200 sweep: the best at d = 64
-_launch_dq = Launcher(
-    _bwd_dq, "BWD_DQ", dq_configs(), ("BLOCK_M", 2, 1),  # Q, dO resident; dQ
-    interpret_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
-    preferred={64: (64, 64, 4, 3)})  # H200 sweep: the best at d = 64
+_launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV", resident=("BLOCK_N", 2, 2))  # K, V; dK, dV
+_launch_dq = Launcher(_bwd_dq, "BWD_DQ", resident=("BLOCK_M", 2, 1))  # Q, dO; dQ
 
 _PREPROCESS_BLOCK_M = 64
 
 
-def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       o: torch.Tensor, lse: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
-                       dv: torch.Tensor, sm_scale: float, causal_shift: Optional[int],
-                       dlse: Optional[torch.Tensor] = None) -> None:
+def _flat_strides(tensors, varlen: bool):
+    """(z, h, n, d) strides of each tensor; packed tensors have no batch stride."""
+    if varlen:
+        return tuple(s for t in tensors for s in (0, *t.stride()[1:]))
+    return tuple(s for t in tensors for s in t.stride())
+
+
+def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
+                       dlse=None, cu_seqlens=None, max_seqlen=None) -> None:
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
-    do, o, dq like q (B, Hq, Nq, d); dk, dv like k (B, Hkv, Nk, d); lse and the
-    optional dlse contiguous float32 (B, Hq, Nq).  dq, dk, dv are written in place.
+    do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
+    (B, Hkv, Nk, d / dv); lse (base 2) and the optional dlse: float32
+    (B, Hq, Nq) with the same strides and last stride 1.  Packed batches and
+    causal_offset, window: as in kernels.fwd.attention_forward.  dq, dk, dv are
+    written in place.
     """
-    batch, h_q, n_q, d = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
-    d_pad = head_dim_pad(d)
-    even_d = d == d_pad
-    shift = 0 if causal_shift is None else causal_shift
+    h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
+    h_kv = k.shape[1]
+    varlen = cu_seqlens is not None
+    if varlen:
+        cu_q, cu_k = cu_seqlens
+        batch = cu_q.shape[0] - 1
+        n_q, n_k = max_seqlen
+        lse_strides = (0, lse.stride(1))
+    else:
+        batch, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
+        cu_q = cu_k = lse  # unused placeholders
+        lse_strides = (lse.stride(0), lse.stride(1))
+    left, right = window
+    d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
-    meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, IS_CAUSAL=causal_shift is not None,
-                EVEN_D=even_d, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
+    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket)
+    scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket)
+    meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
+                HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
+                IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
+                DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
 
     delta = torch.empty_like(lse)
     _bwd_preprocess[(triton.cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
-        o, do, dlse if dlse is not None else delta, delta,
-        *o.stride(), *do.stride(),
+        o, do, dlse if dlse is not None else delta, delta, cu_q,
+        *_flat_strides((o, do), varlen), *lse_strides,
         h_q, n_q,
-        HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=even_d, HAS_DLSE=dlse is not None,
-        BLOCK_M=_PREPROCESS_BLOCK_M,
+        HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
+        HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
     )
-
     _launch_dkdv(
-        lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), batch * h_kv),
-        q, k, v, do, lse, delta, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-        h_q, h_kv, n_q, n_k, h_q // h_kv,
-        sm_scale, shift, bucket,
+        lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), batch * h_kv), key,
+        q, k, v, do, lse, delta, dk, dv, cu_q, cu_k,
+        *_flat_strides((q, k, v, do, dk, dv), varlen), *lse_strides,
+        h_kv, n_q, n_k, h_q // h_kv,
+        *scalars,
         **meta,
     )
     _launch_dq(
-        lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), batch * h_q),
-        q, k, v, do, lse, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+        lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
+        q, k, v, do, lse, delta, dq, cu_q, cu_k,
+        *_flat_strides((q, k, v, do, dq), varlen), *lse_strides,
         h_q, n_q, n_k, h_q // h_kv,
-        sm_scale, shift, bucket,
+        *scalars,
         **meta,
     )
 
 
-__all__ = ["attention_backward", "dkdv_configs", "dq_configs"]
+__all__ = ["attention_backward"]

@@ -1,29 +1,62 @@
-"""Helpers shared by the kernel families: tile loads/stores, the dot wrapper,
-launch configuration (autotune lists, pruning, env overrides)."""
+"""Launch configurations: candidate lists, a shared-memory/register model that
+prunes them, a committed per-GPU table tuned offline, and opt-in autotuning.
+
+How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match wins:
+  1. FLASHATTN_TRITON_CONFIG_<KERNEL> (e.g. "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3");
+  2. under Triton's interpreter, a small fixed config;
+  3. FLASHATTN_TRITON_AUTOTUNE=1: Triton's autotuner over the candidate list,
+     its results cached on disk across processes;
+  4. the table ``configs/sm<major><minor>.json`` keyed by (kernel, dtype,
+     padded head dim, causal, length bucket), written by benchmarks/tune.py on that GPU;
+  5. the preferred config of the head-dim class, else the first candidate that
+     fits the model.
+A call never tunes unless asked (3).  Choices are cached per key, so the host
+cost of a call is a dict lookup.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import triton
-import triton.language as tl
 
 # Read (never set) at import: Triton decides at decoration time whether
 # @triton.jit gives a compiled or an interpreted function.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-# The kernels write log2(e) = 1.4426950408889634 (exp(x) == exp2(x * log2(e)))
-# and ln(2) = 0.6931471805599453 (log(x) == log2(x) * ln(2)) as literals.
-
-# Names of the arguments the autotuner keys on (besides the tensor dtypes,
-# which Triton adds itself).
-AUTOTUNE_KEYS = ["HEAD_DIM_PAD", "IS_CAUSAL", "SEQ_BUCKET"]
-
-# Environment knobs (read at call time).
-ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "0": no tuning, first valid config
+ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "1": autotune (opt-in)
 ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ
+TABLE_DIR = Path(__file__).with_name("configs")
+
+# Names of the arguments the autotuner keys on (besides the tensor dtypes).
+AUTOTUNE_KEYS = ["HEAD_DIM_PAD", "HEAD_DIM_V_PAD", "MASK_LEFT", "MASK_RIGHT", "IS_VARLEN", "SEQ_BUCKET"]
+
+# Candidates per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), in order of
+# preference (the H200 sweeps in benchmarks/results/h200/ ranked them).
+CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
+    "FWD": [(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 4), (128, 128, 8, 3), (128, 64, 8, 4),
+            (128, 128, 4, 3), (128, 32, 8, 2), (64, 32, 4, 2), (64, 64, 4, 2), (32, 32, 4, 2)],
+    # BLOCK_M: query loop, BLOCK_N: owned keys
+    "BWD_DKDV": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 128, 4, 2),
+                 (64, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2), (16, 32, 4, 2)],
+    # BLOCK_M: owned queries, BLOCK_N: key loop
+    "BWD_DQ": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2), (128, 32, 8, 2),
+               (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
+}
+# Measured best of a head-dim class (max padded head dim -> config), used
+# when the table has no entry: tune_sweep_1.log on the H200.
+PREFERRED = {"FWD": {64: (128, 64, 4, 3)}, "BWD_DKDV": {64: (32, 64, 4, 2)}, "BWD_DQ": {64: (64, 64, 4, 3)}}
+INTERPRET_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+
+# Shared memory per multiprocessor a block may use on Hopper (227 KiB), less
+# a little for Triton's own scratch.
+SMEM_BUDGET = 227 * 1024 - 1024
+MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
 
 
 def head_dim_pad(head_dim: int) -> int:
@@ -32,10 +65,7 @@ def head_dim_pad(head_dim: int) -> int:
 
 
 def seq_bucket(n: int) -> int:
-    """Autotune bucket of a sequence length: a power of two, capped.
-
-    Triton specialises integer arguments only on divisibility by 16 (and on
-    the value 1), so passing this value does not trigger recompiles."""
+    """Length bucket: a power of two, capped (a table/autotune key, not a shape)."""
     return min(triton.next_power_of_2(max(n, 16)), 16384)
 
 
@@ -44,43 +74,31 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def make_configs(entries) -> List[triton.Config]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) tuples -> triton.Config list."""
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in entries]
+def make_config(entry) -> triton.Config:
+    bm, bn, w, s = entry
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
 
 
-# Shared memory per multiprocessor a block may use on Hopper (227 KiB), less
-# a little for Triton's own scratch.
-SMEM_BUDGET = 227 * 1024 - 1024
-MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
-
-
-def footprint(cfg: triton.Config, resident: str, n_resident: int, n_acc: int,
-              head_dim_pad_: int, elem_bytes: int):
+def footprint(entry, resident, d_pad: int, elem_bytes: int):
     """(shared-memory bytes, accumulator registers per thread) of a kernel
-    that keeps ``n_resident`` tiles of the ``resident`` block (BLOCK_M or
-    BLOCK_N) on chip, streams two tiles of the other block per pipeline stage
-    and holds ``n_acc`` float32 accumulators of the resident block."""
-    streamed = "BLOCK_N" if resident == "BLOCK_M" else "BLOCK_M"
-    own, other = cfg.kwargs[resident], cfg.kwargs[streamed]
-    smem = elem_bytes * head_dim_pad_ * (n_resident * own + 2 * max(cfg.num_stages, 1) * other)
-    regs = n_acc * own * head_dim_pad_ // (32 * cfg.num_warps)
+    that keeps n_resident tiles of the resident block (BLOCK_M or BLOCK_N)
+    on chip, streams two tiles of the other block per pipeline stage and holds
+    n_acc float32 accumulators of the resident block."""
+    name, n_resident, n_acc = resident
+    bm, bn, warps, stages = entry
+    own, other = (bm, bn) if name == "BLOCK_M" else (bn, bm)
+    smem = elem_bytes * d_pad * (n_resident * own + 2 * max(stages, 1) * other)
+    regs = n_acc * own * d_pad // (32 * warps)
     return smem, regs
 
 
-def prune_configs(configs: List[triton.Config], shape, head_dim_pad_: int,
-                  elem_bytes: int) -> List[triton.Config]:
-    """Drop configs that do not fit (see footprint); keep the last one if none does.
-    shape: (resident block name, resident tiles, accumulators)."""
-    kept = [c for c in configs
-            if all(a <= b for a, b in zip(footprint(c, *shape, head_dim_pad_, elem_bytes),
-                                          (SMEM_BUDGET, MAX_ACC_REGS)))]
-    return kept or configs[-1:]
+def fits(entry, resident, d_pad: int, elem_bytes: int) -> bool:
+    smem, regs = footprint(entry, resident, d_pad, elem_bytes)
+    return smem <= SMEM_BUDGET and regs <= MAX_ACC_REGS
 
 
 def config_from_env(name: str) -> Optional[triton.Config]:
-    """Parse e.g. FLASHATTN_TRITON_CONFIG_FWD="BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"."""
+    """Parse FLASHATTN_TRITON_CONFIG_<name>."""
     text = os.environ.get(ENV_CONFIG_PREFIX + name)
     if not text:
         return None
@@ -88,106 +106,124 @@ def config_from_env(name: str) -> Optional[triton.Config]:
     for part in text.split(","):
         key, _, value = part.partition("=")
         fields[key.strip()] = int(value)
-    try:
-        return triton.Config({"BLOCK_M": fields["BLOCK_M"], "BLOCK_N": fields["BLOCK_N"]},
-                             num_warps=fields.get("num_warps", 4),
-                             num_stages=fields.get("num_stages", 2))
-    except KeyError as exc:
-        raise ValueError(f"{ENV_CONFIG_PREFIX + name}={text!r} must set BLOCK_M and BLOCK_N") from exc
+    if "BLOCK_M" not in fields or "BLOCK_N" not in fields:
+        raise ValueError(f"{ENV_CONFIG_PREFIX + name}={text!r} must set BLOCK_M and BLOCK_N")
+    return make_config((fields["BLOCK_M"], fields["BLOCK_N"], fields.get("num_warps", 4),
+                        fields.get("num_stages", 2)))
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get(ENV_AUTOTUNE, "1") != "0" and not INTERPRET
+    return os.environ.get(ENV_AUTOTUNE, "0") == "1" and not INTERPRET
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(arch: str) -> Dict[str, Tuple[int, int, int, int]]:
+    """{key: config} of a GPU (arch "sm90"), {} if none is committed."""
+    path = TABLE_DIR / f"{arch}.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {k: tuple(v) for k, v in data["configs"].items()}
+
+
+def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int) -> str:
+    return f"{kernel}|{_dtype_name(dtype)}|d{d_pad}|{'causal' if causal else 'full'}|n{bucket}"
+
+
+@functools.lru_cache(maxsize=None)
+def _arch(device_index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return f"sm{major}{minor}"
+
+
+def table_lookup(kernel: str, arch: str, dtype: torch.dtype, d_pad: int, causal: bool,
+                 bucket: int) -> Optional[Tuple[int, int, int, int]]:
+    """The table's config for this key; fp16 and bf16 stand in for each other, and
+    the nearest tuned length bucket for an untuned one."""
+    table = load_table(arch)
+    if not table:
+        return None
+    dtypes = [dtype] + ([torch.bfloat16 if dtype == torch.float16 else torch.float16]
+                        if dtype in (torch.float16, torch.bfloat16) else [])
+    for dt in dtypes:
+        prefix = table_key(kernel, dt, d_pad, causal, 0).rsplit("|", 1)[0] + "|n"
+        buckets = sorted(int(k[len(prefix):]) for k in table if k.startswith(prefix))
+        if buckets:
+            best = min(buckets, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), -b))
+            return table[prefix + str(best)]
+    return None
 
 
 class Launcher:
-    """Chooses how a kernel is launched: interpreter config, env override,
-    autotuned, or the first valid config of the list (autotune off)."""
+    """Launches one kernel with the config chosen as the module doc says."""
 
-    def __init__(self, kernel, name: str, configs: List[triton.Config], shape,
-                 interpret_config: triton.Config, preferred: Optional[Dict[int, tuple]] = None):
-        """shape: (resident block, resident tiles, accumulators), see footprint.
-        preferred: {max HEAD_DIM_PAD: (BLOCK_M, BLOCK_N, num_warps, num_stages)}, the
-        measured best config of a head-dim class, tried first when not autotuning."""
+    def __init__(self, kernel, name: str, resident):
+        """resident: (resident block name, resident tiles, accumulators), see footprint."""
         self.kernel = kernel
         self.name = name
-        self.configs = configs
-        self.shape = shape
-        self.interpret_config = interpret_config
-        self.preferred = sorted((preferred or {}).items())
-        self.tuned = triton.autotune(
-            configs=configs, key=AUTOTUNE_KEYS,
-            prune_configs_by={"early_config_prune": self._prune})(kernel)
+        self.resident = resident
+        self.candidates = CANDIDATES[name]
+        self._tuned = None
 
-    @staticmethod
-    def _elem_bytes(nargs) -> int:
-        return nargs["Q"].element_size()
+    def tuned(self):
+        if self._tuned is None:
+            kwargs = dict(configs=[make_config(c) for c in self.candidates], key=AUTOTUNE_KEYS,
+                          prune_configs_by={"early_config_prune": self._prune})
+            try:  # on-disk cache of tuning results (Triton >= 3.4)
+                self._tuned = triton.autotune(**kwargs, cache_results=True)(self.kernel)
+            except TypeError:
+                self._tuned = triton.autotune(**kwargs)(self.kernel)
+        return self._tuned
 
     def _prune(self, configs, nargs, **kwargs):
-        return prune_configs(configs, self.shape, kwargs["HEAD_DIM_PAD"], self._elem_bytes(nargs))
+        elem = nargs["Q"].element_size()
+        d_pad = max(kwargs["HEAD_DIM_PAD"], kwargs["HEAD_DIM_V_PAD"])
+        kept = [c for c in configs if fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                                            c.num_stages), self.resident, d_pad, elem)]
+        return kept or configs[-1:]
 
-    def fixed_config(self, head_dim_pad_: int, elem_bytes: int) -> Optional[triton.Config]:
+    def default_entry(self, d_pad: int, elem_bytes: int):
+        """The preferred config of the head-dim class if it fits, else the first that fits."""
+        preferred = [e for bound, e in sorted(PREFERRED.get(self.name, {}).items()) if d_pad <= bound][:1]
+        ordered = preferred + self.candidates
+        for entry in ordered:
+            if fits(entry, self.resident, d_pad, elem_bytes):
+                return entry
+        return ordered[-1]
+
+    @functools.lru_cache(maxsize=1024)
+    def choose(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
+               bucket: int) -> triton.Config:
+        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket)
+        if entry is None or not fits(entry, self.resident, d_pad, torch.tensor([], dtype=dtype).element_size()):
+            entry = self.default_entry(d_pad, torch.tensor([], dtype=dtype).element_size())
+        return make_config(entry)
+
+    def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
+               bucket: int) -> Optional[triton.Config]:
+        """The config to launch with, or None to autotune."""
         cfg = config_from_env(self.name)
         if cfg is not None:
             return cfg
-        if INTERPRET:
-            return self.interpret_config
-        if not autotune_enabled():
-            return self.default_config(head_dim_pad_, elem_bytes)
-        return None
+        if INTERPRET or device.type != "cuda":
+            return INTERPRET_CONFIG
+        if autotune_enabled():
+            return None
+        return self.choose(device.index if device.index is not None else torch.cuda.current_device(),
+                           dtype, d_pad, causal, bucket)
 
-    def default_config(self, head_dim_pad_: int, elem_bytes: int) -> triton.Config:
-        """The preferred config of the head-dim class if it fits, else the first that fits."""
-        candidates = [entry for bound, entry in self.preferred if head_dim_pad_ <= bound][:1]
-        ordered = make_configs(candidates) + self.configs
-        return prune_configs(ordered, self.shape, head_dim_pad_, elem_bytes)[0]
-
-    def __call__(self, grid, *args, **kwargs):
-        """grid: callable of the chosen meta-parameters, as in Triton."""
-        cfg = self.fixed_config(kwargs["HEAD_DIM_PAD"], args[0].element_size())
+    def __call__(self, grid, key, *args, **kwargs):
+        """grid: callable of the chosen meta-parameters, as in Triton;
+        key: (dtype, padded head dim, causal, length bucket) for the config choice."""
+        cfg = self.config(args[0].device, *key)
         if cfg is None:
-            return self.tuned[grid](*args, **kwargs)
+            return self.tuned()[grid](*args, **kwargs)
         return self.kernel[grid](*args, **kwargs, **cfg.all_kwargs())
 
 
-# ---------------------------------------------------------------------------
-# Device helpers
-# ---------------------------------------------------------------------------
-
-@triton.jit
-def load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr,
-              CHECK_ROWS: tl.constexpr, EVEN_D: tl.constexpr):
-    """Load a (rows, HEAD_DIM_PAD) tile; out-of-range rows and padded
-    columns read as 0 (padded columns then add 0 to every dot)."""
-    if CHECK_ROWS:
-        if EVEN_D:
-            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
-        else:
-            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
-    else:
-        if EVEN_D:
-            x = tl.load(ptrs)
-        else:
-            x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
-    return x
-
-
-@triton.jit
-def store_tile(ptrs, x, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr):
-    if EVEN_D:
-        tl.store(ptrs, x, mask=rows[:, None] < n_rows)
-    else:
-        tl.store(ptrs, x, mask=(rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM))
-
-
-@triton.jit
-def mma(a, b, acc, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """acc + a @ b with float32 accumulation.
-
-    Triton's interpreter stores bfloat16 as raw uint16 and multiplies those
-    bits, so interpreted runs upcast the operands first (products of two
-    16-bit floats are exact in float32, so the result is what the GPU gives)."""
-    if INTERPRET:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+# Transitional re-export (the tile helpers live in kernels/tiles.py).
+from .tiles import load_tile, mma, store_tile  # noqa: E402,F401

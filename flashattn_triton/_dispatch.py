@@ -1,0 +1,59 @@
+"""Which implementation runs a call.
+
+* CUDA tensors: the Triton kernels.  On Hopper (sm_90) the forward may take
+  the Hopper tier (kernels/hopper/) where it supports the case; elsewhere, and
+  whenever it declines, the portable kernels run.
+* CPU tensors: the portable kernels in Triton's interpreter when
+  TRITON_INTERPRET=1 (set by the tests, never by the library), else the
+  blockwise PyTorch path of reference.py.
+
+FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
+for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .kernels.launch import INTERPRET
+
+ENV_BACKEND = "FLASHATTN_TRITON_BACKEND"
+BACKENDS = ("auto", "portable", "hopper")
+
+
+def backend() -> str:
+    name = os.environ.get(ENV_BACKEND, "auto").lower()
+    if name not in BACKENDS:
+        raise ValueError(f"{ENV_BACKEND}={name!r}: expected one of {', '.join(BACKENDS)}")
+    return name
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """CUDA tensors, and CPU tensors when Triton's interpreter is enabled."""
+    return t.is_cuda or (INTERPRET and t.device.type == "cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def hopper_available(device_index: int) -> bool:
+    if INTERPRET or torch.cuda.get_device_capability(device_index) != (9, 0):
+        return False
+    try:
+        from .kernels.hopper import AVAILABLE
+    except Exception:  # noqa: BLE001 - any import problem means: not available
+        return False
+    return bool(AVAILABLE)
+
+
+def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
+    """Whether to try the Hopper forward (it may still decline a case)."""
+    choice = backend()
+    if choice == "portable" or not q.is_cuda:
+        return False
+    ok = hopper_available(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    if choice == "hopper" and not ok:
+        raise RuntimeError(f"{ENV_BACKEND}=hopper but the Hopper tier is not available on this "
+                           "GPU / Triton version")
+    return ok and window[0] < 0 and window[1] in (-1, 0)

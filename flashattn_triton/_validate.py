@@ -1,0 +1,154 @@
+"""Argument checks for the public functions.
+
+Every check raises before any kernel runs and names the argument and the
+values seen: TypeError for wrong types (non-tensors, unsupported or mixed
+dtypes, flags that are not real booleans), ValueError for wrong shapes,
+devices, strides and values, NotImplementedError for what the library does
+not support yet.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+# CUDA caps a grid axis that holds batch x heads at 65535 programs; batches are
+# split to fit, but a single batch entry's heads must fit.
+MAX_HEADS = 65535
+
+
+def check_flag(value, name: str) -> bool:
+    """Flags must be real booleans: "False" or a tensor would silently be truthy."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_scale(scale, name: str, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{name} must be a Python float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"{name} must be finite, got {scale}")
+    return float(scale)
+
+
+def check_window(window_size, causal: bool) -> Tuple[int, int]:
+    """flash-attn's window_size=(left, right), -1 = unbounded; causal sets right = 0."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right) of ints, got {window_size!r}")
+    left, right = window_size
+    for side, w in (("left", left), ("right", right)):
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral):
+            raise TypeError(f"window_size {side} must be an int, got {type(w).__name__} {w!r}")
+        if w < -1:
+            raise ValueError(f"window_size {side} must be >= -1 (-1 = unbounded), got {w}")
+    left, right = int(left), int(right)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    return left, right
+
+
+def not_implemented(name: str, value, what: str) -> None:
+    raise NotImplementedError(f"{name}={value!r} is not supported yet ({what}); "
+                              "only the default value is accepted")
+
+
+def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str,
+              rank: int, head_axis: int) -> None:
+    """q, k, v of one layout: `rank`-D, heads on `head_axis`, the head dim last,
+    the sequence just before the head axis (flash) or after it (SDPA)."""
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+    (qn, kn, vn), (q, k, v) = names, tensors
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"{qn}, {kn}, {vn} must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"{qn}, {kn}, {vn} must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"{kn} and {vn} must have the same shape {layout} except the head dim, "
+                         f"got {tuple(k.shape)} and {tuple(v.shape)}")
+    if rank == 4 and q.shape[0] != k.shape[0]:
+        raise ValueError(f"batch sizes differ: {qn}.shape[0]={q.shape[0]}, {kn}.shape[0]={k.shape[0]}")
+    d, d_last = q.shape[-1], rank - 1
+    if k.shape[-1] != d:
+        raise ValueError(f"head dims differ: {qn}.shape[{d_last}]={d}, {kn}.shape[{d_last}]={k.shape[-1]}")
+    for name, t in ((qn, q), (vn, v)):
+        if t.shape[-1] == 0:
+            raise ValueError(f"{name}.shape[{d_last}] (the head dim) must be at least 1, got 0")
+        if t.shape[-1] > MAX_HEAD_DIM:
+            raise NotImplementedError(f"head dim {t.shape[-1]} (from {name}.shape[{d_last}]) is not "
+                                      f"supported; supported: 1..{MAX_HEAD_DIM}")
+    h_q, h_kv = q.shape[head_axis], k.shape[head_axis]
+    if h_q > MAX_HEADS:
+        raise NotImplementedError(f"{qn} has {h_q} heads ({qn}.shape[{head_axis}]); at most {MAX_HEADS} "
+                                  "are supported")
+    if h_kv == 0 or h_q % h_kv != 0:
+        raise ValueError(f"the number of query heads ({qn}.shape[{head_axis}]={h_q}) must be a "
+                         f"multiple of the number of key/value heads ({kn}.shape[{head_axis}]={h_kv})")
+    for name, t in zip(names, tensors):
+        if t.stride(-1) != 1 and t.shape[-1] != 1:
+            raise ValueError(f"{name} must have stride 1 in its last dimension, got strides "
+                             f"{tuple(t.stride())}; call .contiguous() on it first")
+
+
+def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
+                     check_inputs: bool) -> None:
+    """Packed-batch offsets.  What needs the values (monotone offsets, within
+    the totals, lengths <= max_seqlen) is checked only with check_inputs=True,
+    since reading them from the GPU would synchronise."""
+    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(cu, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{name} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} like q, got {cu.device}")
+    if cu_q.shape[0] != cu_k.shape[0]:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), "
+                         f"got {cu_q.shape[0]} and {cu_k.shape[0]}")
+    for name, m in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) and not isinstance(m, torch.SymInt):
+            raise TypeError(f"{name} must be an int, got {type(m).__name__}")
+        if m < 1:
+            raise ValueError(f"{name} must be positive, got {m}")
+    if check_inputs:
+        for name, cu, total, m in (("cu_seqlens_q", cu_q, q.shape[0], max_q),
+                                   ("cu_seqlens_k", cu_k, k.shape[0], max_k)):
+            offs = cu.tolist()
+            lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
+            if offs[0] != 0:
+                raise ValueError(f"{name}[0] must be 0, got {offs[0]}")
+            if any(n < 0 for n in lengths):
+                raise ValueError(f"{name} must be non-decreasing, got {offs}")
+            if offs[-1] > total:
+                raise ValueError(f"{name}[-1]={offs[-1]} exceeds the {total} packed rows")
+            if lengths and max(lengths) > m:
+                raise ValueError(f"a sequence of {max(lengths)} rows exceeds "
+                                 f"max_seqlen_{name[-1]}={m}")
+
+
+def autocast_inputs(*tensors: torch.Tensor):
+    """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA does."""
+    t0 = tensors[0]
+    if not isinstance(t0, torch.Tensor):
+        return tensors
+    dev = t0.device.type
+    if dev not in ("cuda", "cpu") or not torch.is_autocast_enabled(dev):
+        return tensors
+    dtype = torch.get_autocast_dtype(dev)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                 for t in tensors)

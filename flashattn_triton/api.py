@@ -1,0 +1,303 @@
+"""Public attention functions.  Each one validates its arguments, builds the
+parameter record and calls the op layer (ops.py); none has its own autograd."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import ops
+from ._params import AttnParams
+from ._validate import (autocast_inputs, check_cu_seqlens, check_flag, check_qkv, check_scale,
+                        check_window, not_implemented)
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
+           "flash_attn_kvpacked_func", "scaled_dot_product_attention"]
+
+_FLASH_LAYOUT = "(batch, seqlen, nheads, headdim)"
+_VARLEN_LAYOUT = "(total_tokens, nheads, headdim)"
+_SDPA_LAYOUT = "(batch, nheads, seqlen, headdim)"
+
+
+def _check_variants(dropout_p, softcap, alibi_slopes) -> None:
+    if dropout_p != 0.0:
+        not_implemented("dropout_p", dropout_p, "dropout")
+    if softcap != 0.0:
+        not_implemented("softcap", softcap, "logit soft-capping")
+    if alibi_slopes is not None:
+        not_implemented("alibi_slopes", "<tensor>", "ALiBi")
+
+
+def _returns(out, lse, return_lse: bool, return_attn_probs: bool):
+    check_flag(return_lse, "return_lse")
+    check_flag(return_attn_probs, "return_attn_probs")
+    if return_attn_probs:
+        return out, lse, None
+    if return_lse:
+        return out, lse
+    return out
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    return_lse: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
+    """Exact attention ``softmax(q k^T * softmax_scale) v``, call-compatible with
+    ``flash_attn.flash_attn_func``.
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim)
+        k: (batch_size, seqlen_k, nheads_k, headdim)
+        v: (batch_size, seqlen_k, nheads_k, headdim_v)
+            float16, bfloat16 or float32, all three the same dtype and device;
+            any strides as long as the last dimension has stride 1 (slices of a
+            packed qkv tensor work without a copy).  headdim, headdim_v: 1..256
+            (headdim_v may differ from headdim, e.g. 192 / 128).
+        dropout_p: must be 0.0 (dropout is not implemented yet).
+        softmax_scale: scaling of q k^T before the softmax; default 1/sqrt(headdim).
+        causal: apply a causal mask.  When seqlen_q != seqlen_k the mask is
+            aligned to the bottom-right corner: query i attends key j iff
+            j <= i + seqlen_k - seqlen_q.  For seqlen_q = 2, seqlen_k = 5
+            (1 = attended)::
+
+                1 1 1 1 0
+                1 1 1 1 1
+
+            and for seqlen_q = 5, seqlen_k = 2::
+
+                0 0
+                0 0
+                0 0
+                1 0
+                1 1
+
+            A query row that attends no key (the first three rows above)
+            outputs zeros, and its LSE is -inf.  Its gradients are zero.
+        window_size: (left, right), sliding-window (local) attention; -1 means
+            unbounded on that side.  Query i attends keys j with
+            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right.
+            With causal=True the right side is 0.  For seqlen_q = seqlen_k = 5,
+            window_size = (2, 0)::
+
+                1 0 0 0 0
+                1 1 0 0 0
+                1 1 1 0 0
+                0 1 1 1 0
+                0 0 1 1 1
+
+            Only the key tiles inside the band are visited: the cost is
+            O(seqlen * window), not O(seqlen^2).
+        softcap, alibi_slopes: must keep their defaults (0.0, None); not
+            implemented yet (NotImplementedError).
+        deterministic: accepted for compatibility; the backward never uses
+            atomics and is always deterministic.
+        return_attn_probs: if True, return ``(out, softmax_lse, None)`` like
+            flash-attn; the probability matrix is never materialised, so its
+            slot is None.
+        return_lse: if True, return ``(out, softmax_lse)``.  The LSE is
+            differentiable: its gradient flows back into q and k.
+
+    GQA / MQA: nheads must be a multiple of nheads_k.  Query head h reads
+    key/value head ``h // (nheads // nheads_k)``: with 6 query heads and 2 KV
+    heads, query heads 0, 1, 2 use KV head 0 and heads 3, 4, 5 use KV head 1.
+    K and V are never repeated in memory; dk, dv sum over the group.
+
+    Under ``torch.autocast``, q, k, v are cast to the autocast dtype first.
+    Works under ``torch.compile(fullgraph=True)`` and CUDA-graph capture.
+
+    Returns:
+        out: (batch_size, seqlen_q, nheads, headdim_v), the dtype of q.
+        softmax_lse (with return_lse or return_attn_probs):
+            (batch_size, nheads, seqlen_q) float32, natural-log log-sum-exp of
+            each row of the scaled scores (-inf for rows that see no key).
+    """
+    q, k, v = autocast_inputs(q, k, v)
+    check_qkv(("q", "k", "v"), (q, k, v), _FLASH_LAYOUT, 4, 2)
+    causal = check_flag(causal, "causal")
+    check_flag(deterministic, "deterministic")
+    _check_variants(dropout_p, softcap, alibi_slopes)
+    left, right = check_window(window_size, causal)
+    params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right)
+    out, lse = ops.attention(q, k, v, params)
+    return _returns(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    return_lse: bool = False,
+    check_inputs: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
+    """Attention over a packed batch of variable-length sequences, call-compatible
+    with ``flash_attn.flash_attn_varlen_func``.
+
+    Arguments:
+        q: (total_q, nheads, headdim), the query rows of every sequence, one after another.
+        k: (total_k, nheads_k, headdim)
+        v: (total_k, nheads_k, headdim_v)
+        cu_seqlens_q: (batch_size + 1,) int32, on q's device: sequence b owns query
+            rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1.  Starts at 0.
+        cu_seqlens_k: (batch_size + 1,) int32, the same for key/value rows.
+        max_seqlen_q, max_seqlen_k: ints, upper bounds of the sequence lengths
+            (they size the launch grid; programs past a sequence's end exit at once).
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic, return_attn_probs, return_lse: as in :func:`flash_attn_func`,
+            applied per sequence: causal and the window are aligned bottom-right
+            within each sequence (query i of a sequence with n_q queries and n_k
+            keys attends key j iff j <= i + n_k - n_q).  Sequences of length 0
+            are allowed; a sequence with queries and no keys outputs zeros.
+        check_inputs: if True, also check the values of cu_seqlens (start at 0,
+            non-decreasing, within total_q / total_k, lengths <= max_seqlen).
+            This reads them on the host, a device synchronisation; by default
+            only shapes, dtypes and devices are checked and the call makes no sync.
+
+    Each sequence attends only within itself.  GQA as in :func:`flash_attn_func`.
+
+    Returns:
+        out: (total_q, nheads, headdim_v).
+        softmax_lse (with return_lse / return_attn_probs): (nheads, total_q) float32,
+            natural log, packed like q (flash-attn's varlen layout).
+    """
+    q, k, v = autocast_inputs(q, k, v)
+    check_qkv(("q", "k", "v"), (q, k, v), _VARLEN_LAYOUT, 3, 1)
+    causal = check_flag(causal, "causal")
+    check_flag(deterministic, "deterministic")
+    check_flag(check_inputs, "check_inputs")
+    check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q, k, check_inputs)
+    _check_variants(dropout_p, softcap, alibi_slopes)
+    left, right = check_window(window_size, causal)
+    params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right,
+                        True, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    out, lse = ops.attention(q, k, v, params)
+    return _returns(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
+                              softmax_scale: Optional[float] = None, causal: bool = False,
+                              window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                              alibi_slopes: Optional[torch.Tensor] = None,
+                              deterministic: bool = False, return_attn_probs: bool = False):
+    """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest as :func:`flash_attn_func`.
+    The three slices are used in place (no copy)."""
+    if not isinstance(qkv, torch.Tensor) or qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv must be a 5-D tensor (batch, seqlen, 3, nheads, headdim), got "
+                         f"{tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__}")
+    q, k, v = qkv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
+                             softmax_scale: Optional[float] = None, causal: bool = False,
+                             window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                             alibi_slopes: Optional[torch.Tensor] = None,
+                             deterministic: bool = False, return_attn_probs: bool = False):
+    """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_func`."""
+    if not isinstance(kv, torch.Tensor) or kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError(f"kv must be a 5-D tensor (batch, seqlen_k, 2, nheads_k, headdim), got "
+                         f"{tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__}")
+    k, v = kv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Arguments:
+        query: (..., nheads, seqlen_q, headdim), or (batch, seqlen_q, headdim)
+        key:   (..., nheads_k, seqlen_k, headdim)
+        value: (..., nheads_k, seqlen_k, headdim_v)
+            Any number of leading batch dimensions, the same for all three
+            (3-D inputs are (batch, seqlen, headdim) with one head).
+            float16, bfloat16 or float32; last dimension with stride 1;
+            headdim 1..256.
+        attn_mask: must be None (arbitrary masks are not implemented yet).
+        dropout_p: must be 0.0.
+        is_causal: causal mask aligned to the top-left corner, as in PyTorch:
+            query i attends key j iff j <= i.  For seqlen_q = 2, seqlen_k = 4::
+
+                1 0 0 0
+                1 1 0 0
+
+            and rows that attend no key (seqlen_q > seqlen_k never has any
+            here) output zeros.  (flash_attn_func's causal aligns bottom-right.)
+        scale: default 1/sqrt(headdim).
+        enable_gqa: must be True when nheads != nheads_k; query head h then
+            reads key/value head ``h // (nheads // nheads_k)``.
+
+    Returns:
+        (..., nheads, seqlen_q, headdim_v), the dtype of query.
+    """
+    query, key, value = autocast_inputs(query, key, value)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 3:
+            raise ValueError(f"{name} must have at least 3 dims (..., seqlen, headdim), got shape "
+                             f"{tuple(t.shape)}")
+    if not (query.dim() == key.dim() == value.dim()):
+        raise ValueError(f"query, key, value must have the same number of dims, got "
+                         f"{query.dim()}, {key.dim()}, {value.dim()}")
+    is_causal = check_flag(is_causal, "is_causal")
+    enable_gqa = check_flag(enable_gqa, "enable_gqa")
+    lead = tuple(query.shape[:-3]) if query.dim() >= 4 else tuple(query.shape[:-2])
+    if query.dim() == 3:  # (batch, seqlen, headdim): one head
+        q4, k4, v4 = (t.unsqueeze(1) for t in (query, key, value))
+    else:
+        for name, t in (("key", key), ("value", value)):
+            if tuple(t.shape[:-3]) != lead:
+                raise ValueError(f"{name} must have the leading (batch) dims of query {lead}, got "
+                                 f"{tuple(t.shape[:-3])}")
+        q4, k4, v4 = (t.reshape((-1,) + tuple(t.shape[-3:])) if t.dim() != 4 else t
+                      for t in (query, key, value))
+    check_qkv(("query", "key", "value"), (q4, k4, v4), _SDPA_LAYOUT, 4, 1)
+    if attn_mask is not None:
+        not_implemented("attn_mask", "<tensor>", "arbitrary masks; use is_causal for causal masking")
+    if dropout_p != 0.0:
+        not_implemented("dropout_p", dropout_p, "dropout")
+    if q4.shape[1] != k4.shape[1] and not enable_gqa:
+        raise ValueError(f"query has {q4.shape[1]} heads and key/value have {k4.shape[1]}: "
+                         "pass enable_gqa=True for grouped-query attention")
+    params = AttnParams(check_scale(scale, "scale", q4.shape[-1]), -1, 0 if is_causal else -1,
+                        bottom_right=False)
+    out, _ = ops.attention(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
+    out = out.transpose(1, 2)
+    if query.dim() == 3:
+        return out.squeeze(1)
+    return out.reshape(lead + tuple(out.shape[1:])) if query.dim() != 4 else out

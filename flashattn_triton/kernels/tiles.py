@@ -1,0 +1,146 @@
+"""Tile helpers shared by the forward, backward and decode kernels.
+
+* ``seq_bounds``: where a batch entry's rows start and how many there are,
+  for dense batches and for packed (varlen) ones read from cu_seqlens.
+* ``kv_tile_range`` / ``q_tile_range``: which key tiles a query tile visits
+  (forward, dQ) and which query tiles a key tile visits (dK/dV), split into a
+  masked head, an unmasked middle and a masked tail.
+* ``load_tile`` / ``store_tile``: row-checked, column-padded tile access.
+* ``mma``: the dot product, with the interpreter's bfloat16 workaround.
+
+Visibility of key j to query row i (all kernels):
+    j < n_k,  and  j <= i + shift + window_right   (if MASK_RIGHT; causal is right = 0),
+              and  j >= i + shift - window_left    (if MASK_LEFT),
+with shift = n_k - n_q + causal_offset (bottom-right alignment for
+causal_offset = 0; the SDPA entry passes n_q - n_k for top-left).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_K, N_Q, N_K, IS_VARLEN: tl.constexpr):
+    """(first query row, query count, first key row, key count) of batch entry off_z.
+
+    Dense batches index rows from 0 with the lengths given; packed batches read
+    the offsets of entry z from cu_seqlens (the grid was sized by max_seqlen)."""
+    if IS_VARLEN:
+        q_start = tl.load(CU_SEQLENS_Q + off_z)
+        n_q = tl.load(CU_SEQLENS_Q + off_z + 1) - q_start
+        k_start = tl.load(CU_SEQLENS_K + off_z)
+        n_k = tl.load(CU_SEQLENS_K + off_z + 1) - k_start
+        q_start = q_start.to(tl.int64)
+        k_start = k_start.to(tl.int64)
+    else:
+        q_start = 0
+        n_q = N_Q
+        k_start = 0
+        n_k = N_K
+    return q_start, n_q, k_start, n_k
+
+
+@triton.jit
+def kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+    """Key range of query tile [start_m, start_m + BLOCK_M) as (lo, full_lo, full_hi, hi).
+
+    Tiles in [lo, full_lo) and [full_hi, hi) need the mask; tiles in
+    [full_lo, full_hi) are whole and visible to every valid row of the tile.
+    lo, full_lo, full_hi are multiples of BLOCK_N; hi is exact (the last tile
+    may be ragged).  The first row bounds the right edge of the unmasked part
+    (its right limit is the smallest), the last valid row its left edge."""
+    last_row = tl.minimum(start_m + BLOCK_M, n_q) - 1
+    hi = n_k
+    full_hi = n_k
+    lo = 0
+    full_lo = 0
+    if MASK_RIGHT:
+        hi = tl.minimum(n_k, last_row + shift + window_right + 1)
+        full_hi = tl.minimum(n_k, start_m + shift + window_right + 1)
+    if MASK_LEFT:
+        lo = tl.maximum(start_m + shift - window_left, 0)
+        full_lo = tl.maximum(last_row + shift - window_left, 0)
+    hi = tl.maximum(hi, 0)
+    lo = tl.minimum((lo // BLOCK_N) * BLOCK_N, hi)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), hi)
+    full_hi = tl.maximum((tl.maximum(full_hi, 0) // BLOCK_N) * BLOCK_N, full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+    """Query range of key tile [start_n, start_n + BLOCK_N) as (lo, full_lo, full_hi, hi),
+    the mirror of kv_tile_range: row i sees key j for
+    j - shift - right <= i <= j - shift + left.  A ragged key tile (keys past
+    n_k) is masked whole; the unmasked part also stops at the last whole query tile."""
+    last_key = tl.minimum(start_n + BLOCK_N, n_k) - 1
+    lo = 0
+    full_lo = 0
+    hi = n_q
+    full_hi = n_q
+    if MASK_RIGHT:
+        lo = tl.maximum(start_n - shift - window_right, 0)
+        full_lo = tl.maximum(last_key - shift - window_right, 0)
+    if MASK_LEFT:
+        hi = tl.minimum(n_q, last_key - shift + window_left + 1)
+        full_hi = tl.minimum(n_q, start_n - shift + window_left + 1)
+    hi = tl.maximum(hi, 0)
+    lo = tl.minimum((lo // BLOCK_M) * BLOCK_M, hi)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_M) * BLOCK_M, lo), hi)
+    full_hi = tl.maximum((tl.maximum(full_hi, 0) // BLOCK_M) * BLOCK_M, full_lo)
+    if start_n + BLOCK_N > n_k:
+        full_hi = full_lo
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr,
+              CHECK_ROWS: tl.constexpr, EVEN_D: tl.constexpr):
+    """Load a (rows, HEAD_DIM_PAD) tile; out-of-range rows and padded
+    columns read as 0 (padded columns then add 0 to every dot)."""
+    if CHECK_ROWS:
+        if EVEN_D:
+            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    else:
+        if EVEN_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return x
+
+
+@triton.jit
+def store_tile(ptrs, x, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr):
+    if EVEN_D:
+        tl.store(ptrs, x, mask=rows[:, None] < n_rows)
+    else:
+        tl.store(ptrs, x, mask=(rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM))
+
+
+@triton.jit
+def tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK: tl.constexpr, offs_d):
+    """Pointers to rows [row0, row0 + BLOCK) x columns offs_d of a matrix at BASE.
+    row0 may be int64 (the large part of the offset); in-tile offsets stay 32-bit."""
+    return (BASE + row0 * stride_row
+            + tl.arange(0, BLOCK)[:, None] * stride_row + offs_d[None, :] * stride_col)
+
+
+@triton.jit
+def mma(a, b, acc, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + a @ b with float32 accumulation.
+
+    Triton's interpreter stores bfloat16 as raw uint16 and multiplies those
+    bits, so interpreted runs upcast the operands first (products of two
+    16-bit floats are exact in float32, so the result is what the GPU gives)."""
+    if INTERPRET:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)

@@ -1,0 +1,126 @@
+"""Test helpers shared by the test suite, the self-check and the benchmarks:
+random inputs, float64 references in every layout, error measures and the
+tolerance rule.
+
+The tolerance rule: our max error against float64 may be at most ``factor``
+times (2 for outputs, 3 for gradients) the error of plain PyTorch computing
+the same attention in the input dtype, plus a floor of one ulp of the dtype
+and 8 float32 ulps of the largest reference value (the floor matters where
+PyTorch happens to be exact, e.g. with a single visible key).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .reference import attention_ref, flash_attention_ref
+
+__all__ = ["DTYPES", "rand", "make_qkv", "leaf", "tolerance", "max_abs_err", "assert_close",
+           "assert_rel", "flash_attention_ref", "varlen_attention_ref", "attention_ref",
+           "random_cu_seqlens"]
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def rand(shape, dtype, device, scale=1.0, requires_grad=False):
+    x = (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)
+    return x.requires_grad_(requires_grad)
+
+
+def make_qkv(batch, n_q, n_k, h_q, h_kv, d, dtype, device, scale=1.0, requires_grad=True, d_v=None):
+    """Random q (B, Nq, Hq, d), k (B, Nk, Hkv, d), v (B, Nk, Hkv, d_v): flash-attn layout."""
+    q = rand((batch, n_q, h_q, d), dtype, device, scale, requires_grad)
+    k = rand((batch, n_k, h_kv, d), dtype, device, scale, requires_grad)
+    v = rand((batch, n_k, h_kv, d_v or d), dtype, device, 1.0, requires_grad)
+    return q, k, v
+
+
+def leaf(t, dtype=None):
+    """A detached copy (optionally cast) that requires grad."""
+    return t.detach().to(dtype or t.dtype).clone().requires_grad_(True)
+
+
+def random_cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
+    """int32 cumulative offsets (B + 1,) of the given lengths."""
+    offs = [0]
+    for n in lengths:
+        offs.append(offs[-1] + int(n))
+    return torch.tensor(offs, dtype=torch.int32, device=device)
+
+
+def varlen_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool,
+                         softmax_scale: Optional[float] = None, dtype=torch.float64,
+                         window_size=(-1, -1)):
+    """Packed attention as one dense call per sequence, in ``dtype``.
+
+    q (total_q, Hq, d), k / v (total_k, Hkv, d). Returns (out (total_q, Hq, dv),
+    lse (Hq, total_q)), differentiable."""
+    outs, lses = [], []
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cq) - 1):
+        qs, ks, vs = q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
+        if qs.shape[0] == 0:
+            continue
+        if ks.shape[0] == 0:
+            outs.append(qs.new_zeros(qs.shape[:-1] + (v.shape[-1],)).to(dtype or q.dtype))
+            lses.append(torch.full((q.shape[1], qs.shape[0]), float("-inf"), dtype=dtype or q.dtype,
+                                   device=q.device))
+            continue
+        o, l = flash_attention_ref(qs[None], ks[None], vs[None], causal, softmax_scale, dtype,
+                                   window_size)
+        outs.append(o[0])
+        lses.append(l[0])
+    if not outs:
+        return (q.new_zeros(q.shape[:-1] + (v.shape[-1],)).to(dtype or q.dtype),
+                q.new_zeros(q.shape[1], 0).to(dtype or q.dtype))
+    return torch.cat(outs, 0), torch.cat(lses, 1)
+
+
+def tolerance(base_err: float, ref: torch.Tensor, dtype: torch.dtype, factor: float) -> float:
+    """The pass mark: factor * (PyTorch's own error + floor); see module doc."""
+    finite = ref[torch.isfinite(ref)]
+    ref_max = finite.abs().max().item() if finite.numel() else 0.0
+    floor = (torch.finfo(dtype).eps + 8 * torch.finfo(torch.float32).eps) * ref_max
+    return factor * (base_err + floor)
+
+
+def max_abs_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """Max |got - ref|, NaN if got has NaN; equal infinities count as 0."""
+    got, ref = got.double(), ref.double()
+    same_inf = torch.isinf(got) & (got == ref)
+    diff = (got - ref).abs().masked_fill(same_inf, 0.0)
+    if diff.numel() == 0:
+        return 0.0
+    return float("nan") if torch.isnan(diff).any() else diff.max().item()
+
+
+def _first(mask):
+    idx = mask.nonzero()
+    return tuple(idx[0].tolist()) if len(idx) else None
+
+
+def assert_close(name, got, ref, baseline=None, factor=2.0, dtype=None, atol=None):
+    """|got - ref|_max must be <= tolerance(...) (module doc); the message says
+    where the largest error is and by how much the tolerance is exceeded."""
+    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != reference {tuple(ref.shape)}"
+    n_nan = torch.isnan(got).sum().item()
+    assert n_nan == 0, f"{name}: {n_nan} NaN of {got.numel()} (first at {_first(torch.isnan(got))})"
+    err = max_abs_err(got, ref)
+    if atol is None:
+        base = max_abs_err(baseline, ref) if baseline is not None else 0.0
+        atol = tolerance(base, ref, dtype or got.dtype, factor)
+    if not err <= atol:
+        diff = (got.double() - ref.double()).abs().nan_to_num(nan=float("inf"))
+        i = int(torch.argmax(diff.flatten()).item())
+        where = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), got.shape))
+        raise AssertionError(
+            f"{name}: max |err| {err:.3e} at index {where} (got {got.flatten()[i].item():.6g}, "
+            f"ref {ref.flatten()[i].item():.6g}) exceeds tolerance {atol:.3e} ({err / atol:.2f}x)")
+
+
+def assert_rel(name, got, ref, rtol):
+    """Relative error in norm: ||got - ref|| / ||ref||."""
+    rel = ((got.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-300)).item()
+    assert rel <= rtol, f"{name}: relative error {rel:.3e} > {rtol:.1e}"
