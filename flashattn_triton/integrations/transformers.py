@@ -1,0 +1,362 @@
+"""Hugging Face Transformers backend: run a model's attention on flashattn_triton.
+
+    from transformers import AutoModelForCausalLM
+    from flashattn_triton.integrations.transformers import register
+
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=register())
+
+``register(name="triton_attention")`` adds two entries under ``name``:
+
+* an attention function in ``transformers.AttentionInterface``.  Transformers
+  calls it from every attention layer as
+  ``fn(module, query, key, value, attention_mask, dropout=..., scaling=..., **kwargs)``
+  with query (B, Hq, Nq, d) and key, value (B, Hkv, Nk, d), and expects
+  ``(out (B, Nq, Hq, d), attn_weights or None)``;
+* a mask builder in ``transformers.masking_utils.AttentionMaskInterface``,
+  called once per forward to turn the model's 2-D padding mask into what the
+  attention function receives.  Without it, Transformers would pass no mask at
+  all to a custom implementation and padding would be silently ignored.
+
+How each case is computed:
+
+==========================================  =====================================================
+case                                        path
+==========================================  =====================================================
+no padding (mask builder returns None)      ``flash_attn_func`` (causal bottom-right, so a decode
+                                            step with Nq = 1 or a chunk Nq < Nk after a cache
+                                            attends the right keys), GQA without repeating K/V
+padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the packed tokens
+                                            (:func:`unpad` / :func:`pad`, no host sync)
+any other pattern (packed sequences by      the 4-D boolean mask of Transformers' SDPA builder,
+position_ids, or/and mask overlays,         given to ``scaled_dot_product_attention(attn_mask=)``
+chunked attention, a user 4-D mask)
+sliding window (``sliding_window`` kwarg)   ``window_size=(W - 1, 0)`` causal, ``(W, W)`` not
+softcap (``softcap`` kwarg)                 ``softcap``
+dropout (``dropout`` kwarg, training)       ``dropout_p``
+==========================================  =====================================================
+
+A feature flashattn_triton does not have yet (a window, softcap, dropout,
+variable-length batches, arbitrary masks) raises ``NotImplementedError`` from
+the call that needs it; nothing is silently dropped.  ``output_attentions``
+returns ``None`` weights (they are never materialised).
+
+The registered name must not contain "flash": Transformers 5.x sends any such
+name to its flash-attn / hub-kernel loader, which fails without the
+``flash_attn`` package and a network.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional, Tuple
+
+import torch
+
+__all__ = ["register", "attention_forward", "attention_mask", "unpad", "pad", "DEFAULT_NAME"]
+
+DEFAULT_NAME = "triton_attention"
+
+# Names Transformers treats specially: built-in implementations we must not
+# overwrite globally.
+_RESERVED = ("eager", "sdpa", "flex_attention")
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name or name != name.strip():
+        raise ValueError(f"name must be a non-empty string without surrounding spaces, got {name!r}")
+    if "flash" in name.lower():
+        raise ValueError(f"name={name!r} contains 'flash': Transformers routes such names to its "
+                         "flash-attn / hub-kernel loader; choose another (default: 'triton_attention')")
+    for ch in "|/:":
+        if ch in name:
+            raise ValueError(f"name={name!r} contains {ch!r}, which Transformers parses "
+                             "(paged| prefixes, hub kernel repos)")
+    if name in _RESERVED:
+        raise ValueError(f"name={name!r} is a built-in Transformers implementation; choose another")
+
+
+def register(name: str = DEFAULT_NAME) -> str:
+    """Register flashattn_triton as a Transformers attention implementation.
+
+    Arguments:
+        name: the implementation name, used as
+            ``attn_implementation=name`` (``from_pretrained``, ``from_config``,
+            ``model.set_attn_implementation``).  Must not contain "flash",
+            "|", "/" or ":" and must not be "eager", "sdpa" or
+            "flex_attention".  Registering the same name again is harmless.
+
+    Returns:
+        ``name``.
+
+    Example::
+
+        name = register()
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=name)
+    """
+    _check_name(name)
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("flashattn_triton.integrations.transformers needs the `transformers` package "
+                          "(pip install 'transformers>=5.0')") from e
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, attention_mask)
+    return name
+
+
+# ---------------------------------------------------------------------------
+# Mask builder (called once per model forward by Transformers)
+# ---------------------------------------------------------------------------
+
+def attention_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function=None,
+    attention_mask: Optional[torch.Tensor] = None,
+    local_size: Optional[int] = None,
+    allow_is_causal_skip: bool = True,
+    use_vmap: bool = False,
+    **kwargs,
+) -> Optional[torch.Tensor]:
+    """The mask builder registered in ``AttentionMaskInterface``.
+
+    Returns ``None`` when the pattern is plain causal / bidirectional / sliding
+    window without padding (the attention function then takes ``is_causal``
+    from the module and the window from its ``sliding_window`` argument); the
+    (B, kv_length) boolean padding mask (True = real token) when there is
+    padding; and Transformers' 4-D boolean SDPA mask (B, 1, q_length,
+    kv_length) for every other pattern (packed sequences, mask overlays).
+
+    Checking whether a padding mask is all ones costs one host sync per
+    model forward (not per layer).
+    """
+    from transformers import masking_utils as mu
+
+    standard = not use_vmap and (
+        mask_function is None
+        or mask_function is mu.causal_mask_function
+        or mask_function is mu.bidirectional_mask_function
+        # A sliding-window pattern: Transformers sets allow_is_causal_skip=False
+        # when it adds packing or block overlays (and for compiled decoding, q_length 1).
+        or (local_size is not None and (allow_is_causal_skip or q_length == 1))
+    )
+    if not standard:
+        return mu.sdpa_mask(
+            batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+            local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+    if attention_mask is None:
+        return None
+    mask = attention_mask[:, -kv_length:]
+    if mask.dtype != torch.bool:
+        mask = mask.bool()
+    if mask.shape[1] == kv_length and bool(mask.all()):
+        return None
+    return mask
+
+
+# ---------------------------------------------------------------------------
+# Packing padded batches for the varlen kernel, without host sync
+# ---------------------------------------------------------------------------
+
+def unpad(x: torch.Tensor, keep: Optional[torch.Tensor]):
+    """Pack a padded batch for ``flash_attn_varlen_func``.
+
+    Arguments:
+        x: (batch, seqlen, nheads, headdim).
+        keep: (batch, seqlen) bool, True for real tokens; ``None`` = all real.
+
+    Returns:
+        packed: (batch * seqlen, nheads, headdim).  Each row is reordered so that
+            its real tokens come first, in their original order, then its
+            padding tokens.
+        cu_seqlens: (2 * batch + 1,) int32.  Sequence ``2b`` is row b's real
+            tokens, sequence ``2b + 1`` its padding (possibly empty): every
+            token of ``packed`` belongs to exactly one sequence.
+        order: (batch, seqlen) int64 permutation applied to each row (``None``
+            when ``keep`` is None: no reordering).
+
+    The sizes are fixed by the shapes (no ``nonzero``), so nothing waits for the
+    device.  Keeping the original order within a row means causal masking among
+    the real tokens is unchanged, and bottom-right alignment of a query chunk
+    against a longer key row (a KV cache) still lines up, because the real
+    queries are the last real tokens of their row.
+    """
+    batch, seqlen = x.shape[0], x.shape[1]
+    order, cu_seqlens = _segments(keep, batch, seqlen, x.device)
+    return _gather(x, order), cu_seqlens, order
+
+
+def _segments(keep, batch: int, seqlen: int, device):
+    if keep is None:
+        lens = torch.full((batch,), seqlen, dtype=torch.int32, device=device)
+        order = None
+    else:
+        if tuple(keep.shape) != (batch, seqlen):
+            raise ValueError(f"keep must have shape (batch, seqlen) = {(batch, seqlen)}, got {tuple(keep.shape)}")
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+        lens = keep.sum(dim=1, dtype=torch.int32)
+    segments = torch.stack((lens, seqlen - lens), dim=1).reshape(-1)
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(segments, 0, dtype=torch.int32), (1, 0))
+    return order, cu_seqlens
+
+
+def _gather(x: torch.Tensor, order: Optional[torch.Tensor]) -> torch.Tensor:
+    batch, seqlen = x.shape[0], x.shape[1]
+    if order is not None:
+        x = x[torch.arange(batch, device=x.device)[:, None], order]
+    return x.reshape(batch * seqlen, *x.shape[2:])
+
+
+def pad(packed: torch.Tensor, order: Optional[torch.Tensor], keep: Optional[torch.Tensor],
+        batch: int, seqlen: int) -> torch.Tensor:
+    """Inverse of :func:`unpad`: (batch * seqlen, nheads, headdim) ->
+    (batch, seqlen, nheads, headdim), with zeros at padding positions."""
+    x = packed.reshape(batch, seqlen, *packed.shape[1:])
+    if order is None:
+        return x
+    rows = torch.arange(batch, device=x.device)[:, None]
+    x = x[rows, torch.argsort(order, dim=1)]
+    return x.masked_fill(~keep[:, :, None, None], 0.0)
+
+
+# ---------------------------------------------------------------------------
+# The attention function
+# ---------------------------------------------------------------------------
+
+def _window(sliding_window: Optional[int], causal: bool, n_k: int) -> Tuple[int, int]:
+    """Transformers' sliding_window W -> flash-attn window_size.
+
+    Causal: key j is visible from query i iff i - W < j <= i, i.e. (W - 1, 0).
+    Bidirectional: |i - j| <= W, i.e. (W, W).  A window that covers every key
+    is dropped (it cannot mask anything)."""
+    if sliding_window is None:
+        return (-1, -1)
+    w = int(sliding_window)
+    if w <= 0:
+        raise ValueError(f"sliding_window must be a positive int or None, got {sliding_window!r}")
+    if causal:
+        return (-1, -1) if w >= n_k else (w - 1, 0)
+    return (-1, -1) if w >= n_k - 1 else (w, w)
+
+
+_warned_weights = False
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    is_causal: Optional[bool] = None,
+    sliding_window: Optional[int] = None,
+    softcap: Optional[float] = None,
+    **kwargs,
+) -> Tuple[torch.Tensor, None]:
+    """The function registered in ``AttentionInterface``.
+
+    Arguments:
+        module: the calling attention layer; ``module.is_causal`` (default True)
+            is used when ``is_causal`` is not given.
+        query: (batch, nheads, seqlen_q, headdim)
+        key, value: (batch, nheads_k, seqlen_k, headdim); nheads a multiple of
+            nheads_k (GQA: K/V are not repeated).
+        attention_mask: what :func:`attention_mask` built: None, a (batch,
+            seqlen_k) boolean padding mask, or a (batch, 1 or nheads, seqlen_q,
+            seqlen_k) mask (boolean True = attend, or additive float).
+        dropout: attention dropout probability (Transformers passes 0.0 in eval).
+        scaling: softmax scale; default 1/sqrt(headdim).
+        is_causal: overrides ``module.is_causal``.  Causal masking is aligned
+            bottom-right, so the queries of a decode step or of a chunk after a
+            KV cache see every cached key.
+        sliding_window: Transformers' window size W (see :func:`_window`).
+        softcap: logit soft-capping ``softcap * tanh(s / softcap)``.
+
+    Returns:
+        (out, None): out (batch, seqlen_q, nheads, headdim), the layout
+        Transformers reshapes to (batch, seqlen_q, nheads * headdim).
+    """
+    import flashattn_triton as fat
+
+    global _warned_weights
+    if kwargs.get("output_attentions") and not _warned_weights:
+        warnings.warn("flashattn_triton never materialises attention weights: output_attentions "
+                      "returns None for them", stacklevel=2)
+        _warned_weights = True
+    if kwargs.get("position_bias") is not None:
+        raise NotImplementedError("position_bias (additive relative-position biases, e.g. T5) is not "
+                                  "supported by the flashattn_triton attention implementation; use 'sdpa'")
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("s_aux (attention sinks) is not supported yet by the flashattn_triton "
+                                  "attention implementation")
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError(f"query and key must be 4-D (batch, nheads, seqlen, headdim), got shapes "
+                         f"{tuple(query.shape)} and {tuple(key.shape)}")
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    batch, _, n_q, _ = query.shape
+    n_k = key.shape[2]
+    window = _window(sliding_window, causal, n_k)
+    cap = 0.0 if softcap is None else float(softcap)
+    dropout_p = float(dropout)
+    # Transformers' (B, H, N, d) tensors as flash-layout views (no copy; the
+    # last dimension keeps stride 1).
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+
+    if attention_mask is None:
+        out = fat.flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=scaling, causal=causal,
+                                  window_size=window, softcap=cap)
+        return out, None
+
+    if attention_mask.dim() == 2:
+        return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap), None
+
+    if attention_mask.dim() == 4:
+        if cap != 0.0:
+            raise NotImplementedError("softcap together with a 4-D attention mask is not supported")
+        # The 4-D mask already holds causality and any window.
+        out = fat.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout_p,
+                                               scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2), None
+
+    raise ValueError(f"attention_mask must be None, 2-D (batch, seqlen_k) or 4-D, got shape "
+                     f"{tuple(attention_mask.shape)}")
+
+
+def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap):
+    """q (B, Nq, Hq, d), k, v (B, Nk, Hkv, d); mask (B, L) bool, L <= Nk (a
+    static cache holds Nk slots of which the first L are filled)."""
+    import flashattn_triton as fat
+
+    varlen = getattr(fat, "flash_attn_varlen_func", None)
+    if varlen is None:
+        raise NotImplementedError(
+            "a padded batch (an attention_mask with zeros) needs flashattn_triton.flash_attn_varlen_func, "
+            "which is not available yet; run unpadded batches, or use attn_implementation='sdpa' for this call")
+    batch, n_q = q.shape[0], q.shape[1]
+    n_k = k.shape[1]
+    if mask.shape[0] != batch or mask.shape[1] > n_k or mask.shape[1] < n_q:
+        raise ValueError(f"padding mask of shape {tuple(mask.shape)} does not fit batch={batch}, "
+                         f"seqlen_q={n_q}, seqlen_k={n_k}")
+    keep_k = mask
+    if mask.shape[1] < n_k:  # unfilled cache slots are padding
+        keep_k = torch.nn.functional.pad(mask, (0, n_k - mask.shape[1]), value=False)
+    # Causal: a padding query is itself padding (its output is zeroed).  Not
+    # causal: every query attends its row's real keys (this also holds for
+    # cross-attention, where the mask belongs to the keys only).
+    keep_q = mask[:, -n_q:] if causal else None
+    order_q, cu_q = _segments(keep_q, batch, n_q, q.device)
+    order_k, cu_k = _segments(keep_k, batch, n_k, k.device)
+    q_p, k_p, v_p = _gather(q, order_q), _gather(k, order_k), _gather(v, order_k)
+    # max_seqlen as upper bounds from the shapes: exact maxima would need a sync.
+    out = varlen(q_p, k_p, v_p, cu_q, cu_k, n_q, n_k, dropout_p=dropout_p, softmax_scale=scaling,
+                 causal=causal, window_size=window, softcap=cap)
+    return pad(out, order_q, keep_q, batch, n_q)

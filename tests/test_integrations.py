@@ -1,0 +1,372 @@
+"""Hugging Face Transformers backend (flashattn_triton.integrations.transformers).
+
+Tiny Llama- (GQA), Mistral- (GQA, sliding window), GPT-2- (MHA, Conv1D) and
+Gemma2-style (softcap) models built from configs -- nothing is downloaded --
+run with ``attn_implementation=register()`` and are compared with the same
+weights under ``attn_implementation="sdpa"``.
+
+Pass mark (as everywhere in this suite): the max error of our logits /
+gradients against the same model run in float64 (PyTorch's math attention) is
+at most 2x / 3x that of the SDPA model in the test dtype, plus one ulp.
+
+Features flashattn_triton does not have yet (variable-length batches, sliding
+windows, softcap, arbitrary masks) are tested with ``xfail(strict=True,
+raises=NotImplementedError)``: they turn into failures, to be unmarked, once
+the feature lands.  The padding logic itself (unpad/pad, segment lengths,
+causal alignment after a KV cache) is tested now against a float64 varlen
+reference patched in for ``flash_attn_varlen_func``.
+"""
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import flashattn_triton  # noqa: E402
+from flashattn_triton.integrations import transformers as hf  # noqa: E402
+from _utils import assert_close  # noqa: E402
+
+NAME = hf.register()
+VOCAB, BATCH, SEQ = 96, 2, 12
+
+# One layer keeps the Triton interpreter's share small; attention is the only
+# part that differs between the implementations.
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _config(kind, **over):
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(**_COMMON)
+    elif kind == "mistral":
+        cfg = transformers.MistralConfig(**{**_COMMON, "num_key_value_heads": 1, "sliding_window": 64})
+    elif kind == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=1, n_head=2, n_positions=64,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                      bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    elif kind == "gemma2":
+        cfg = transformers.Gemma2Config(**{**_COMMON, "head_dim": 16, "attn_logit_softcapping": 5.0,
+                                           "final_logit_softcapping": None, "query_pre_attn_scalar": 16,
+                                           "sliding_window": 64})
+    else:
+        raise ValueError(kind)
+    for key, value in over.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def _models(kind, attn, dtype, **over):
+    """(ours, baseline, float64 reference) with identical weights.  Each model
+    gets its own config copy: from_config writes attn_implementation into it."""
+    cfg = _config(kind, **over)
+    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=attn)
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=NAME)
+    base = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=attn)
+    ours.load_state_dict(ref.state_dict())
+    base.load_state_dict(ref.state_dict())
+    assert ours.config._attn_implementation == NAME and base.config._attn_implementation == attn
+    return ours.to(dtype).eval(), base.to(dtype).eval(), ref.double().eval()
+
+
+def _loss(model, ids, mask=None, weight=None, **kw):
+    """Forward; a loss touching every valid logit with a fixed random weight."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kw).logits
+    keep = torch.ones(ids.shape, dtype=torch.bool) if mask is None else mask.bool()
+    return logits, (logits[keep].double() * weight[keep]).sum()
+
+
+def _compare(models, ids, dtype, mask=None, label="", **kw):
+    ours, base, ref = models
+    weight = torch.randn(*ids.shape, VOCAB, dtype=torch.float64)
+    outs = []
+    for m in (ours, base, ref):
+        logits, loss = _loss(m, ids, mask, weight, **kw)
+        loss.backward()
+        outs.append((logits, {n: p.grad for n, p in m.named_parameters()}))
+    keep = torch.ones(ids.shape, dtype=torch.bool) if mask is None else mask.bool()
+    (lo, go), (lb, gb), (lr, gr) = outs
+    assert_close(f"{label} logits", lo[keep].double(), lr[keep], baseline=lb[keep].double(), dtype=dtype)
+    checked = 0
+    for name in gr:
+        if gr[name] is None:
+            continue
+        assert go[name] is not None, f"{label}: no gradient for {name}"
+        assert_close(f"{label} grad {name}", go[name].double(), gr[name], baseline=gb[name].double(),
+                     factor=3.0, dtype=dtype)
+        checked += 1
+    assert checked > 0
+
+
+# ---------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------
+
+def test_register_returns_usable_name():
+    assert NAME == "triton_attention" == hf.DEFAULT_NAME
+    assert "flash" not in NAME
+    assert transformers.AttentionInterface()[NAME] is hf.attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    assert ALL_MASK_ATTENTION_FUNCTIONS[NAME] is hf.attention_mask
+    assert hf.register("my_attention") == "my_attention"
+    model = transformers.AutoModelForCausalLM.from_config(_config("llama"), attn_implementation="my_attention")
+    assert model.config._attn_implementation == "my_attention"
+
+
+@pytest.mark.parametrize("name, err, match", [
+    ("flash_triton", ValueError, "contains 'flash'"),
+    ("MyFlashAttn", ValueError, "contains 'flash'"),
+    ("paged|ours", ValueError, r"contains '\|'"),
+    ("org/repo", ValueError, "contains '/'"),
+    ("sdpa", ValueError, "built-in"),
+    ("", ValueError, "non-empty"),
+    (3, TypeError, "must be a str, got int"),
+])
+def test_register_rejects_bad_names(name, err, match):
+    with pytest.raises(err, match=match):
+        hf.register(name)
+
+
+# ---------------------------------------------------------------------------
+# Whole models against SDPA: logits and every parameter's gradient
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
+def test_model_matches_sdpa_fp32(kind):
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models(kind, "sdpa", torch.float32), ids, torch.float32, label=kind)
+
+
+def test_model_matches_sdpa_bf16():
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("llama", "sdpa", torch.bfloat16), ids, torch.bfloat16, label="llama bf16")
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_generate_greedy_matches_sdpa(kind):
+    # two layers: the second layer's keys depend on the first layer's causal masking
+    layers = {"llama": {"num_hidden_layers": 2}, "gpt2": {"n_layer": 2}}[kind]
+    ours, base, _ = _models(kind, "sdpa", torch.float32, **layers)
+    ids = torch.randint(1, VOCAB, (1, 7))
+    got, want = (m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                            pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+                 for m in (ours, base))
+    assert got.sequences.tolist() == want.sequences.tolist(), \
+        f"{kind}: greedy tokens differ: {got.sequences.tolist()} vs {want.sequences.tolist()}"
+    for step, (lg, lw) in enumerate(zip(got.logits, want.logits)):
+        err = (lg - lw).abs().max().item()
+        assert err <= 1e-5 * lw.abs().max().item(), f"{kind}: step {step} logits differ by {err:.2e}"
+
+
+# ---------------------------------------------------------------------------
+# The attention function on its own: causal alignment, GQA, decode
+# ---------------------------------------------------------------------------
+
+class _Module(torch.nn.Module):
+    def __init__(self, is_causal):
+        super().__init__()
+        self.is_causal = is_causal
+
+
+def _sdpa_bottom_right(q, k, v, causal, scale=None):
+    """float64 attention with flash-attn's bottom-right causal mask, (B, H, N, d)."""
+    q, k, v = (t.double() for t in (q, k, v))
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    mask = None
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        mask = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + n_k - n_q
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+@pytest.mark.parametrize("n_q, n_k, is_causal", [(1, 9, True), (4, 11, True), (7, 7, False), (5, 5, True)])
+def test_attention_forward_alignment_and_gqa(n_q, n_k, is_causal):
+    """A decode step (Nq = 1) and a chunk after a cache (Nq < Nk) attend every
+    cached key: causal is aligned bottom-right, as Transformers' caches need."""
+    q = torch.randn(2, 4, n_q, 16)
+    k, v = torch.randn(2, 2, n_k, 16), torch.randn(2, 2, n_k, 16)
+    out, weights = hf.attention_forward(_Module(is_causal), q, k, v, None, scaling=0.3)
+    assert weights is None and out.shape == (2, n_q, 4, 16)
+    ref = _sdpa_bottom_right(q, k, v, is_causal, scale=0.3).transpose(1, 2)
+    base = _sdpa_bottom_right(q.float(), k.float(), v.float(), is_causal, scale=0.3).float().transpose(1, 2)
+    assert_close("out", out.double(), ref, baseline=base.double(), atol=1e-5)
+    # is_causal passed explicitly wins over module.is_causal
+    out2, _ = hf.attention_forward(_Module(not is_causal), q, k, v, None, scaling=0.3, is_causal=is_causal)
+    torch.testing.assert_close(out2, out, rtol=0, atol=0)
+
+
+def test_window_and_softcap_are_passed_through(monkeypatch):
+    seen = {}
+
+    def spy(q, k, v, **kw):
+        seen.update(kw)
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(flashattn_triton, "flash_attn_func", spy)
+    q, k, v = torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
+    hf.attention_forward(_Module(True), q, k, v, None, sliding_window=5, softcap=30.0, dropout=0.0)
+    assert seen["window_size"] == (4, 0) and seen["softcap"] == 30.0 and seen["causal"] is True
+    hf.attention_forward(_Module(False), q, k, v, None, sliding_window=5)
+    assert seen["window_size"] == (5, 5) and seen["causal"] is False
+    hf.attention_forward(_Module(True), q, k, v, None, sliding_window=12)  # covers every key
+    assert seen["window_size"] == (-1, -1) and seen["softcap"] == 0.0
+
+
+def test_unsupported_kwargs_raise():
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(NotImplementedError, match="position_bias"):
+        hf.attention_forward(_Module(True), q, q, q, None, position_bias=torch.zeros(1, 2, 4, 4))
+    with pytest.raises(NotImplementedError, match="s_aux"):
+        hf.attention_forward(_Module(True), q, q, q, None, s_aux=torch.zeros(2))
+    with pytest.raises(ValueError, match="attention_mask must be None, 2-D"):
+        hf.attention_forward(_Module(True), q, q, q, torch.ones(1, 2, 4, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------------------
+# Padding: unpad / pad and the varlen route
+# ---------------------------------------------------------------------------
+
+def test_unpad_pad_round_trip():
+    x = torch.randn(3, 6, 2, 4)
+    keep = torch.tensor([[1, 1, 1, 0, 0, 0],     # right padding
+                         [0, 0, 1, 1, 1, 1],     # left padding
+                         [1, 0, 1, 1, 0, 1]],    # holes
+                        dtype=torch.bool)
+    packed, cu, order = hf.unpad(x, keep)
+    assert packed.shape == (18, 2, 4) and cu.dtype == torch.int32
+    assert cu.tolist() == [0, 3, 6, 10, 12, 16, 18]
+    for b in range(3):
+        real = x[b][keep[b]]
+        torch.testing.assert_close(packed[cu[2 * b]:cu[2 * b + 1]], real, rtol=0, atol=0)
+    back = hf.pad(packed, order, keep, 3, 6)
+    torch.testing.assert_close(back, x * keep[:, :, None, None], rtol=0, atol=0)
+    packed, cu, order = hf.unpad(x, None)
+    assert order is None and cu.tolist() == [0, 6, 6, 12, 12, 18, 18]
+    torch.testing.assert_close(hf.pad(packed, None, None, 3, 6), x, rtol=0, atol=0)
+
+
+def _varlen_reference(calls):
+    """float64 flash_attn_varlen_func: per-sequence attention, causal bottom-right."""
+
+    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, **kw):
+        assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == torch.int32
+        assert dropout_p == 0.0 and tuple(window_size) == (-1, -1) and softcap == 0.0
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        assert len(cq) == len(ck) and cq[-1] == q.shape[0] and ck[-1] == k.shape[0]
+        assert max(b - a for a, b in zip(cq, cq[1:])) <= max_seqlen_q
+        assert max(b - a for a, b in zip(ck, ck[1:])) <= max_seqlen_k
+        calls.append((cq, ck, causal))
+        scale = softmax_scale or q.shape[-1] ** -0.5
+        group = q.shape[1] // k.shape[1]
+        outs = []
+        for (q0, q1), (k0, k1) in zip(zip(cq, cq[1:]), zip(ck, ck[1:])):
+            qs = q[q0:q1].double()
+            ks = k[k0:k1].double().repeat_interleave(group, 1)
+            vs = v[k0:k1].double().repeat_interleave(group, 1)
+            s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
+            if causal:
+                n_q, n_k = q1 - q0, k1 - k0
+                vis = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + n_k - n_q
+                s = s.masked_fill(~vis, float("-inf"))
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row seeing no key gives zeros
+            outs.append(torch.einsum("hqk,khd->qhd", p, vs))
+        return torch.cat(outs).to(q.dtype)
+
+    return varlen
+
+
+def _padding_mask(kind, batch=BATCH, seq=SEQ):
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if kind == "right":
+        mask[0, seq - 4:] = 0
+    else:
+        mask[0, :5] = 0
+        mask[1, :1] = 0
+    return mask
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_batch_matches_sdpa_with_reference_varlen(side, monkeypatch):
+    calls = []
+    monkeypatch.setattr(flashattn_triton, "flash_attn_varlen_func", _varlen_reference(calls), raising=False)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    mask = _padding_mask(side)
+    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, mask=mask, label=f"llama {side}")
+    assert calls, "the padded batch did not take the varlen route"
+    cq, ck, causal = calls[0]
+    n_real = mask.sum(1).tolist()
+    assert causal and cq == ck == [0, n_real[0], SEQ, SEQ + n_real[1], 2 * SEQ]
+
+
+def test_padded_generate_matches_sdpa_with_reference_varlen(monkeypatch):
+    """Left-padded batch through prefill and decode steps (Nq = 1 against the cache)."""
+    monkeypatch.setattr(flashattn_triton, "flash_attn_varlen_func", _varlen_reference([]), raising=False)
+    ours, base, _ = _models("llama", "sdpa", torch.float32, num_hidden_layers=2)
+    ids = torch.randint(1, VOCAB, (BATCH, 8))
+    mask = _padding_mask("left", seq=8)
+    ids = ids.masked_fill(mask == 0, 0)
+    got, want = (m.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0,
+                            output_logits=True, return_dict_in_generate=True) for m in (ours, base))
+    assert got.sequences.tolist() == want.sequences.tolist()
+    for step, (lg, lw) in enumerate(zip(got.logits, want.logits)):
+        err = (lg - lw).abs().max().item()
+        assert err <= 1e-5 * lw.abs().max().item(), f"step {step}: logits differ by {err:.2e}"
+
+
+def test_mask_builder_returns_none_without_padding():
+    from transformers import masking_utils as mu
+    ones = torch.ones(2, 6, dtype=torch.bool)
+    assert hf.attention_mask(2, 6, 6, mask_function=mu.causal_mask_function, attention_mask=ones) is None
+    assert hf.attention_mask(2, 6, 6, mask_function=mu.causal_mask_function, attention_mask=None) is None
+    padded = ones.clone()
+    padded[0, 0] = False
+    got = hf.attention_mask(2, 6, 6, mask_function=mu.causal_mask_function, attention_mask=padded)
+    assert got is not None and got.shape == (2, 6) and got.dtype == torch.bool
+    # a pattern our kernels do not take as arguments -> Transformers' 4-D boolean mask
+    packed = mu.and_masks(mu.causal_mask_function, lambda b, h, q, kv: q >= 0)
+    got = hf.attention_mask(2, 6, 6, mask_function=packed, attention_mask=None, allow_is_causal_skip=False,
+                            device="cpu")
+    assert got.shape == (2, 1, 6, 6) and got.dtype == torch.bool
+
+
+# ---------------------------------------------------------------------------
+# Waiting for kernel features (strict xfail: they flip when the feature lands)
+# ---------------------------------------------------------------------------
+
+def _needs(feature):
+    return pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                             reason=f"{feature} not implemented in flashattn_triton yet")
+
+
+@_needs("flash_attn_varlen_func")
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_batch_matches_sdpa(side):
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, mask=_padding_mask(side),
+             label=f"llama {side}")
+
+
+@_needs("sliding window (window_size)")
+def test_mistral_sliding_window_matches_sdpa():
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("mistral", "sdpa", torch.float32, sliding_window=5), ids, torch.float32,
+             label="mistral window 5")
+
+
+@_needs("softcap")
+def test_gemma2_softcap_matches_eager():
+    # SDPA ignores softcap, so Gemma2's baseline is the eager implementation.
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("gemma2", "eager", torch.float32), ids, torch.float32, label="gemma2 softcap")
+
+
+@_needs("attn_mask in scaled_dot_product_attention")
+def test_packed_sequences_match_sdpa():
+    """Two sequences packed in one row (position_ids restart): Transformers
+    builds a block-diagonal 4-D mask, which goes to our SDPA's attn_mask."""
+    ids = torch.randint(0, VOCAB, (1, SEQ))
+    pos = torch.cat([torch.arange(5), torch.arange(SEQ - 5)])[None]
+    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, label="packed", position_ids=pos)
