@@ -5,12 +5,18 @@ the parts' outputs and LSEs (natural log):
     lse = log(exp(lse_a) + exp(lse_b)),   out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b.
 A part that saw no key has lse = -inf and weight 0; if both saw none the
 result is out = 0, lse = -inf.  Split-KV decoding and ring attention both
-use this rule.
+use this rule: `merge_attention_states` for two parts in PyTorch,
+`combine_partials` / `combine_attention_states` for any number of parts in
+one Triton kernel.
 """
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
+
+from .launch import INTERPRET, head_dim_pad
 
 
 def merge_attention_states(out_a: torch.Tensor, lse_a: torch.Tensor,
@@ -25,4 +31,143 @@ def merge_attention_states(out_a: torch.Tensor, lse_a: torch.Tensor,
     w_a = torch.exp(lse_a - ref).transpose(-1, -2).unsqueeze(-1)  # (..., N, H, 1)
     w_b = torch.exp(lse_b - ref).transpose(-1, -2).unsqueeze(-1)
     out = out_a.float() * w_a + out_b.float() * w_b
+    return out, lse
+
+
+# ---------------------------------------------------------------------------
+# Many partials at once: a Triton kernel (split-KV decoding, ring attention)
+# ---------------------------------------------------------------------------
+#
+# For S parts with LSEs lse_s (natural log) the exact merge is
+#     lse = log sum_s exp(lse_s),   out = sum_s exp(lse_s - lse) out_s.
+# The kernel folds the parts in one pass with a running maximum (base 2, as
+# in the attention kernels), so any S works and nothing overflows.
+
+
+@triton.jit
+def cast_rtne(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """float32 -> DTYPE, rounded to nearest even.  GPUs round; Triton's
+    interpreter truncates float32 -> bfloat16, so interpreted runs first round
+    the float32 bits to the nearest bfloat16 (then truncation is exact)."""
+    if INTERPRET:
+        if DTYPE == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(DTYPE)
+
+
+@triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
+def _combine_fwd(
+    # pointers
+    O_PART, LSE_PART, O, LSE,
+    # strides
+    stride_ps, stride_pz, stride_ph, stride_pm, stride_pk,
+    stride_ls, stride_lz, stride_lh, stride_lm,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    stride_rz, stride_rh, stride_rm,
+    # shapes
+    H, N, NUM_PARTS,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Rows r of one batch entry z are (head r // N, position r % N); a 1-D
+    grid of batch entries x row tiles (no grid-axis cap on the batch)."""
+    n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
+    pid = tl.program_id(0)
+    z = (pid // n_tiles).to(tl.int64)
+    rows = (pid % n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < H * N
+    h = (rows // N).to(tl.int64)
+    m = (rows % N).to(tl.int64)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    p_ptrs = (O_PART + z * stride_pz + h[:, None] * stride_ph + m[:, None] * stride_pm
+              + offs_d[None, :] * stride_pk)
+    l_ptrs = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    for s in range(0, NUM_PARTS):
+        lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32) * 1.4426950408889634
+        out_s = tl.load(p_ptrs, mask=mask, other=0.0).to(tl.float32)
+        m_new = tl.maximum(m_i, lse_s)
+        # Parts that saw no key have lse = -inf: keep their weight exactly 0.
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_ref)
+        w = tl.math.exp2(lse_s - m_ref)
+        acc = acc * alpha[:, None] + w[:, None] * out_s
+        l_i = l_i * alpha + w
+        m_i = m_new
+        p_ptrs += stride_ps
+        l_ptrs += stride_ls
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    o_ptrs = O + z * stride_oz + h[:, None] * stride_oh + m[:, None] * stride_om + offs_d[None, :] * stride_ok
+    tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=mask)
+    tl.store(LSE + z * stride_rz + h * stride_rh + m * stride_rm, lse, mask=row_ok)
+
+
+def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
+                     out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Merge S partial attentions with the Triton kernel, writing in place.
+
+    out_parts: (S, Z, H, M, d) view (any strides, e.g. float32 partials);
+    lse_parts: (S, Z, H, M) float32, natural log, -inf for a part that saw no key;
+    out: (Z, H, M, d) view, any float dtype; lse: (Z, H, M) float32 view.
+    CUDA tensors, or CPU tensors under Triton's interpreter."""
+    n_parts, z, h, m, d = out_parts.shape
+    if out.numel() == 0 and lse.numel() == 0:
+        return
+    # Few rows per program on the GPU (many programs share the reads); more
+    # under the interpreter, where each program costs the same Python overhead.
+    block_m = min(32 if INTERPRET else 4, triton.next_power_of_2(max(h * m, 1)))
+    grid = (triton.cdiv(h * m, block_m) * z,)
+    _combine_fwd[grid](
+        out_parts, lse_parts, out, lse,
+        *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
+        h, m, n_parts,
+        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), INTERPRET=INTERPRET, BLOCK_M=block_m,
+        num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2,
+    )
+
+
+def combine_attention_states(out_parts: torch.Tensor, lse_parts: torch.Tensor,
+                             out_dtype: torch.dtype = None):
+    """Exact merge of S partial attentions over disjoint key sets.
+
+    Arguments:
+        out_parts: (S, batch_size, seqlen, nheads, headdim), flash layout, any float dtype.
+        lse_parts: (S, batch_size, nheads, seqlen) float32, natural log; -inf marks
+            a part that saw no key (its weight is 0).
+        out_dtype: dtype of the merged output (default: that of out_parts).
+    Returns:
+        out: (batch_size, seqlen, nheads, headdim); lse: (batch_size, nheads, seqlen)
+        float32.  Rows that no part saw get out = 0, lse = -inf.
+    Runs the Triton kernel on CUDA (and on CPU under Triton's interpreter),
+    else the same arithmetic in PyTorch."""
+    if out_parts.dim() != 5 or lse_parts.dim() != 4:
+        raise ValueError(f"out_parts must be 5-D (S, B, N, H, d) and lse_parts 4-D (S, B, H, N), got "
+                         f"{tuple(out_parts.shape)} and {tuple(lse_parts.shape)}")
+    s, b, n, h, d = out_parts.shape
+    if tuple(lse_parts.shape) != (s, b, h, n):
+        raise ValueError(f"lse_parts must have shape (S, B, H, N) = {(s, b, h, n)}, "
+                         f"got {tuple(lse_parts.shape)}")
+    out_dtype = out_dtype or out_parts.dtype
+    out = torch.empty((b, n, h, d), dtype=out_dtype, device=out_parts.device)
+    lse = torch.empty((b, h, n), dtype=torch.float32, device=out_parts.device)
+    if s == 0:
+        return out.zero_(), lse.fill_(float("-inf"))
+    if out_parts.is_cuda or (INTERPRET and out_parts.device.type == "cpu"):
+        combine_partials(out_parts.transpose(2, 3), lse_parts, out.transpose(1, 2), lse)
+        return out, lse
+    lse_f = lse_parts.float()
+    lse.copy_(torch.logsumexp(lse_f, dim=0))
+    ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    w = torch.exp(lse_f - ref).transpose(-1, -2).unsqueeze(-1)  # (S, B, N, H, 1)
+    out.copy_((out_parts.float() * w).sum(0))
     return out, lse

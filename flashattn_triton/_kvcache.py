@@ -1,0 +1,507 @@
+"""KV-cache decoding: ``flash_attn_with_kvcache`` and its custom op.
+
+The public function validates its arguments on the host (shapes, dtypes,
+devices; never tensor values, so nothing waits for the GPU), then calls the
+custom op ``torch.ops.flashattn_triton.kvcache_fwd``.  The op appends the new
+keys/values to the cache in place (declared as a mutation of k_cache and
+v_cache) and runs split-KV attention (kernels/decode.py) with the combine
+kernel (kernels/combine.py).  Being one opaque op with a fake (meta)
+implementation, it traces under ``torch.compile(fullgraph=True)``, and since it
+never synchronises it can be captured in a CUDA graph.
+
+CPU tensors run the Triton kernels under Triton's interpreter
+(``TRITON_INTERPRET=1``), otherwise a dense PyTorch implementation of the same
+semantics (``_kvcache_torch``).
+"""
+
+import contextlib
+import math
+import numbers
+from typing import Optional, Tuple, Union
+
+import torch
+
+from .kernels.launch import INTERPRET
+
+__all__ = ["flash_attn_with_kvcache"]
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+PAGE_MULTIPLE = 16
+_INDEX_DTYPE = torch.int32
+
+# Test aid: fill the outputs with NaN before the kernels write them.
+_POISON = False
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+def _tensor(name: str, t, ndim: int, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {what}, got shape {tuple(t.shape)}")
+    return t
+
+
+def _index_tensor(name: str, t, shape: Tuple[int, ...], device, what: str) -> None:
+    _tensor(name, t, len(shape), what)
+    if t.dtype != _INDEX_DTYPE:
+        raise TypeError(f"{name} must be torch.int32, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {what} = {tuple(shape)}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} must be on the device of q ({device}), got {t.device}")
+
+
+def _last_stride_one(name: str, t: torch.Tensor) -> None:
+    if t.stride(-1) != 1 and t.shape[-1] != 1:
+        raise ValueError(f"{name} must have stride 1 in its last dimension, got strides "
+                         f"{tuple(t.stride())}; call .contiguous() on it first")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+              cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+              rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse):
+    """Raise TypeError / ValueError / NotImplementedError naming the argument;
+    return (scale, window_left, window_right, softcap, n_cap)."""
+    _tensor("q", q, 4, "(batch_size, seqlen, nheads, headdim)")
+    paged = block_table is not None
+    cache_what = ("(num_blocks, page_block_size, nheads_k, headdim)" if paged
+                  else "(batch_size_cache, seqlen_cache, nheads_k, headdim)")
+    _tensor("k_cache", k_cache, 4, cache_what)
+    _tensor("v_cache", v_cache, 4, cache_what)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(f"q, k_cache, v_cache must share one dtype, got {q.dtype}, {k_cache.dtype}, "
+                        f"{v_cache.dtype}")
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(f"q, k_cache, v_cache must be on one device, got {q.device}, {k_cache.device}, "
+                         f"{v_cache.device}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} "
+                         f"and {tuple(v_cache.shape)}")
+    batch, n_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    if k_cache.shape[3] != d:
+        raise ValueError(f"head dims differ: q.shape[3]={d}, k_cache.shape[3]={k_cache.shape[3]}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise NotImplementedError(f"head dim {d} (from q.shape[3]) is not supported; supported: 1..{MAX_HEAD_DIM}")
+    if h_kv == 0 or h_q % h_kv != 0:
+        raise ValueError(f"the number of query heads (q.shape[2]={h_q}) must be a multiple of the "
+                         f"number of key/value heads (k_cache.shape[2]={h_kv})")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _last_stride_one(name, t)
+
+    if paged:
+        _tensor("block_table", block_table, 2, "(batch_size, max_num_blocks_per_seq)")
+        _index_tensor("block_table", block_table, (batch, block_table.shape[1]), q.device,
+                      "(batch_size, max_num_blocks_per_seq)")
+        page = k_cache.shape[1]
+        if page == 0 or page % PAGE_MULTIPLE != 0:
+            raise ValueError(f"page_block_size (k_cache.shape[1]={page}) must be a positive multiple "
+                             f"of {PAGE_MULTIPLE}")
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx cannot be combined with block_table (a paged cache is "
+                             "indexed through block_table)")
+        n_cap = block_table.shape[1] * page
+    else:
+        n_cap = k_cache.shape[1]
+        if cache_batch_idx is not None:
+            _index_tensor("cache_batch_idx", cache_batch_idx, (batch,), q.device, "(batch_size,)")
+        elif k_cache.shape[0] < batch:
+            raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences (k_cache.shape[0]) but q has "
+                             f"batch_size {batch}; pass cache_batch_idx to pick cache rows")
+
+    if cache_seqlens is not None:
+        if _is_int(cache_seqlens):
+            if not 0 <= cache_seqlens <= n_cap:
+                raise ValueError(f"cache_seqlens={cache_seqlens} must be in [0, {n_cap}] (the cache "
+                                 "capacity)")
+        elif isinstance(cache_seqlens, torch.Tensor):
+            _index_tensor("cache_seqlens", cache_seqlens, (batch,), q.device, "(batch_size,)")
+        else:
+            raise TypeError(f"cache_seqlens must be an int, a torch.int32 tensor or None, got "
+                            f"{type(cache_seqlens).__name__}")
+    if cache_leftpad is not None:
+        _index_tensor("cache_leftpad", cache_leftpad, (batch,), q.device, "(batch_size,)")
+
+    if (k is None) != (v is None):
+        raise ValueError(f"k and v must be given together, got k={'None' if k is None else 'a tensor'} "
+                         f"and v={'None' if v is None else 'a tensor'}")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            _tensor(name, t, 4, "(batch_size, seqlen_new, nheads_k, headdim)")
+            if t.dtype != q.dtype:
+                raise TypeError(f"{name} must have the dtype of q ({q.dtype}), got {t.dtype}")
+            if t.device != q.device:
+                raise ValueError(f"{name} must be on the device of q ({q.device}), got {t.device}")
+            _last_stride_one(name, t)
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        if (k.shape[0], k.shape[2], k.shape[3]) != (batch, h_kv, d):
+            raise ValueError(f"k must have shape (batch_size, seqlen_new, nheads_k, headdim) = "
+                             f"({batch}, seqlen_new, {h_kv}, {d}), got {tuple(k.shape)}")
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens is required when k and v are given (it says where to "
+                             "append them)")
+        if k.shape[1] > n_cap:
+            raise ValueError(f"k has {k.shape[1]} new tokens (k.shape[1]) but the cache holds only {n_cap}")
+        if _is_int(cache_seqlens) and cache_seqlens + k.shape[1] > n_cap:
+            raise ValueError(f"cache_seqlens={cache_seqlens} plus {k.shape[1]} new tokens exceeds the "
+                             f"cache capacity {n_cap}")
+
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin need the new k and v (rotary embedding is applied "
+                             "to q and to the appended keys)")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            _tensor(name, t, 2, "(seqlen_ro, rotary_dim / 2)")
+            if t.dtype not in SUPPORTED_DTYPES:
+                raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+            if t.device != q.device:
+                raise ValueError(f"{name} must be on the device of q ({q.device}), got {t.device}")
+            _last_stride_one(name, t)
+        if rotary_cos.shape != rotary_sin.shape:
+            raise ValueError(f"rotary_cos and rotary_sin must have the same shape, got "
+                             f"{tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
+        rotary_dim = 2 * rotary_cos.shape[1]
+        if not 2 <= rotary_dim <= d:
+            raise ValueError(f"rotary_dim = 2 * rotary_cos.shape[1] = {rotary_dim} must be in [2, headdim={d}]")
+        if rotary_cos.shape[0] < n_cap:
+            raise ValueError(f"rotary_cos has {rotary_cos.shape[0]} positions (rotary_cos.shape[0]); "
+                             f"at least the cache capacity {n_cap} are needed")
+    if not isinstance(rotary_interleaved, bool):
+        raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
+
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor):
+            raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        if alibi_slopes.dtype != torch.float32:
+            raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
+        if tuple(alibi_slopes.shape) not in ((h_q,), (batch, h_q)):
+            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({h_q},) or (batch_size, nheads) "
+                             f"= ({batch}, {h_q}), got {tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
+
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(d)
+    else:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+            raise TypeError(f"softmax_scale must be a Python float or None, got {type(softmax_scale).__name__}")
+        if not math.isfinite(softmax_scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+        scale = float(softmax_scale)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(_is_int(w) for w in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    window_left, window_right = int(window_size[0]), int(window_size[1])
+    if window_left < -1 or window_right < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1: unbounded), got {tuple(window_size)}")
+    if causal:
+        window_right = 0
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not math.isfinite(softcap):
+        raise TypeError(f"softcap must be a finite float, got {softcap!r}")
+    if softcap < 0:
+        raise ValueError(f"softcap must be >= 0 (0 disables it), got {softcap}")
+    if not _is_int(num_splits) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: chosen automatically), got {num_splits!r}")
+    if not isinstance(return_softmax_lse, bool):
+        raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
+    return scale, window_left, window_right, float(softcap), n_cap
+
+
+# ---------------------------------------------------------------------------
+# Implementations
+# ---------------------------------------------------------------------------
+
+def _use_triton(t: torch.Tensor) -> bool:
+    return t.is_cuda or (INTERPRET and t.device.type == "cpu")
+
+
+def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
+                  interleaved: bool) -> torch.Tensor:
+    """x (B, N, H, d) rotated at positions pos (B, N); float32 result."""
+    rd = 2 * cos.shape[1]
+    # Positions outside the tables are not rotated (as in the kernel): an extra
+    # row with cos = 1, sin = 0 serves them.
+    n_ro = cos.shape[0]
+    pos = torch.where((pos >= 0) & (pos < n_ro), pos, torch.full_like(pos, n_ro)).long()
+    c = torch.cat((cos.float(), cos.new_ones(1, cos.shape[1]).float()))[pos].unsqueeze(2)  # (B, N, 1, rd/2)
+    s = torch.cat((sin.float(), sin.new_zeros(1, sin.shape[1]).float()))[pos].unsqueeze(2)
+    x = x.float()
+    xr, rest = x[..., :rd], x[..., rd:]
+    if interleaved:
+        a, b = xr[..., 0::2], xr[..., 1::2]
+        rot = torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
+    else:
+        a, b = xr[..., : rd // 2], xr[..., rd // 2:]
+        rot = torch.cat((a * c - b * s, a * s + b * c), dim=-1)
+    return torch.cat((rot, rest), dim=-1)
+
+
+def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                   cache_leftpad, block_table, alibi_slopes, scale, window_left, window_right,
+                   softcap, rotary_interleaved, rotary_q_per_token, out, lse):
+    """Dense PyTorch version of the op (CPU without Triton's interpreter)."""
+    batch, n_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    dev = q.device
+    paged = block_table is not None
+    page = k_cache.shape[1]
+    n_cap = block_table.shape[1] * page if paged else k_cache.shape[1]
+    rows = (cache_batch_idx.long() if cache_batch_idx is not None
+            else torch.arange(batch, device=dev))
+    seqlens = (cache_seqlens.long() if cache_seqlens is not None
+               else torch.full((batch,), n_cap, dtype=torch.long, device=dev))
+    n_new = 0 if k is None else k.shape[1]
+
+    def locate(pos):  # logical positions (B, N) -> (cache row or page, offset)
+        if paged:
+            blk = block_table.long().gather(1, (pos // page).clamp(0, block_table.shape[1] - 1))
+            return blk, pos % page
+        return rows[:, None].expand_as(pos), pos
+
+    if n_new:
+        pos = seqlens[:, None] + torch.arange(n_new, device=dev)
+        ok = pos < n_cap
+        k_new = (_rotate_torch(k, rotary_cos, rotary_sin, pos, rotary_interleaved)
+                 if rotary_cos is not None else k)
+        where, off = locate(pos.clamp(max=n_cap - 1))
+        k_cache[where[ok], off[ok]] = k_new[ok].to(k_cache.dtype)
+        v_cache[where[ok], off[ok]] = v[ok].to(v_cache.dtype)
+
+    qr = q
+    if rotary_cos is not None:
+        qpos = seqlens[:, None] + (torch.arange(n_q, device=dev) if rotary_q_per_token else 0)
+        qpos = qpos.expand(batch, n_q)
+        qr = _rotate_torch(q, rotary_cos, rotary_sin, qpos, rotary_interleaved).to(q.dtype)
+    where, off = locate(torch.arange(n_cap, device=dev).expand(batch, n_cap))
+    kk = k_cache[where, off].float()  # (B, n_cap, Hkv, d)
+    vv = v_cache[where, off].float()
+    group = h_q // h_kv
+    kk = kk.repeat_interleave(group, dim=2)
+    vv = vv.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", qr.float(), kk) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    kv_end = (seqlens + n_new).clamp(max=n_cap)
+    cols = torch.arange(n_cap, device=dev)
+    diag = torch.arange(n_q, device=dev)[None, :] + (kv_end - n_q)[:, None]  # (B, Nq)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float().expand(batch, h_q) if alibi_slopes.dim() == 2 else \
+            alibi_slopes.float()[None].expand(batch, h_q)
+        dist = (diag[:, None, :, None] - cols).abs().float()
+        s = s - slopes[:, :, None, None] * dist
+    keep = cols < kv_end[:, None]
+    if cache_leftpad is not None:
+        keep = keep & (cols >= cache_leftpad.long()[:, None])
+    keep = keep[:, None, :].expand(batch, n_q, n_cap)
+    if window_left >= 0:
+        keep = keep & (cols >= diag[..., None] - window_left)
+    if window_right >= 0:
+        keep = keep & (cols <= diag[..., None] + window_right)
+    s = s.masked_fill(~keep[:, None], float("-inf"))
+    row_lse = torch.logsumexp(s, dim=-1)
+    safe = torch.where(torch.isneginf(row_lse), torch.zeros_like(row_lse), row_lse)
+    p = torch.exp(s - safe[..., None])
+    out.copy_(torch.einsum("bhqk,bkhd->bqhd", p, vv).to(out.dtype))
+    lse.copy_(row_lse)
+
+
+def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                  cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
+                  window_right, softcap, rotary_interleaved, num_splits):
+    batch, n_q, h_q, d = q.shape
+    if _POISON:
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((batch, h_q, n_q), float("nan"), dtype=torch.float32, device=q.device)
+    else:
+        out = torch.empty_like(q)
+        lse = torch.empty((batch, h_q, n_q), dtype=torch.float32, device=q.device)
+    if batch == 0 or n_q == 0 or h_q == 0:
+        if k is not None and _use_triton(q):  # still append the new tokens
+            from .kernels.decode import append_kv
+            append_kv(k, v, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                      block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                      rotary_interleaved=rotary_interleaved)
+        return out, lse
+    # flash-attn: q is rotated at cache_seqlens + i when causal or local,
+    # else every query token at cache_seqlens.
+    rotary_q_per_token = causal or window_left >= 0 or window_right >= 0
+    if not _use_triton(q):
+        _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                       cache_leftpad, block_table, alibi_slopes, softmax_scale, window_left,
+                       window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse)
+        return out, lse
+    from .kernels.decode import append_kv, decode_attention
+    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+        if k is not None:
+            append_kv(k, v, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                      block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                      rotary_interleaved=rotary_interleaved)
+        decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens=cache_seqlens,
+                         cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                         block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                         rotary_interleaved=rotary_interleaved, rotary_q_per_token=rotary_q_per_token,
+                         alibi_slopes=alibi_slopes, n_new=0 if k is None else k.shape[1],
+                         softmax_scale=softmax_scale, window_left=window_left,
+                         window_right=window_right, softcap=softcap, num_splits=num_splits)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------
+# The custom op
+# ---------------------------------------------------------------------------
+
+@torch.library.custom_op("flashattn_triton::kvcache_fwd", mutates_args=("k_cache", "v_cache"))
+def kvcache_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                rotary_cos: Optional[torch.Tensor], rotary_sin: Optional[torch.Tensor],
+                cache_seqlens: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
+                cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                alibi_slopes: Optional[torch.Tensor], softmax_scale: float, causal: bool,
+                window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
+                num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Append k/v to the cache (in place), then attend.  Arguments are those of
+    flash_attn_with_kvcache after validation: cache_seqlens is a tensor or
+    None, softmax_scale resolved, window_right = 0 when causal.
+    Returns (out (B, Nq, Hq, d) in q's dtype, lse (B, Hq, Nq) float32)."""
+    return _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
+                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
+
+
+@kvcache_fwd.register_fake
+def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                      cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
+                      window_right, softcap, rotary_interleaved, num_splits):
+    batch, n_q, h_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: Optional[torch.Tensor] = None,
+    v: Optional[torch.Tensor] = None,
+    rotary_cos: Optional[torch.Tensor] = None,
+    rotary_sin: Optional[torch.Tensor] = None,
+    cache_seqlens: Optional[Union[int, torch.Tensor]] = None,
+    cache_batch_idx: Optional[torch.Tensor] = None,
+    cache_leftpad: Optional[torch.Tensor] = None,
+    block_table: Optional[torch.Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+):
+    """Attention of a few new query tokens against a KV cache, call-compatible
+    with ``flash_attn.flash_attn_with_kvcache``; no backward.
+
+    If k and v are given they are first written into the cache *in place*,
+    sequence b at positions cache_seqlens[b], cache_seqlens[b] + 1, ...; the
+    attention then covers the cache including them.  The cache must have room:
+    positions at or past its capacity are dropped, not written.
+
+    Rotary embedding (rotary_cos/sin given, which needs k and v): the new keys
+    are rotated at positions cache_seqlens[b] + i before they are stored.  The
+    query is rotated at cache_seqlens[b] + i when causal or local (window_size
+    != (-1, -1)), otherwise every query token at position cache_seqlens[b].
+
+    Sequence b attends to the keys at positions [cache_leftpad[b], kv_end_b)
+    with kv_end_b = cache_seqlens[b] + seqlen_new.  With causal=True the mask
+    is aligned to the bottom-right corner of that range: query token i attends
+    key position j iff j <= i + kv_end_b - seqlen_q (speculative decoding: the
+    Nq new tokens see the cache and each other causally).  For seqlen_q = 2
+    and kv_end = 5 (1 = attended)::
+
+        1 1 1 1 0
+        1 1 1 1 1
+
+    A query row that attends no key (cache_seqlens = 0 and nothing appended,
+    or causal with seqlen_q > kv_end) outputs zeros and its LSE is -inf.
+
+    GQA / MQA: nheads must be a multiple of nheads_k; query head h reads KV
+    head h // (nheads // nheads_k).  The heads of a group are processed
+    together: each K/V tile is read once for all of them and all Nq tokens.
+
+    Arguments:
+        q: (batch_size, seqlen, nheads, headdim); float16, bfloat16 or float32;
+            headdim 1..256; last dimension with stride 1 (as for every tensor here).
+        k_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim) without
+            block_table, or (num_blocks, page_block_size, nheads_k, headdim) with
+            block_table (a paged cache); page_block_size any positive multiple of 16.
+            Same dtype and device as q.  Written in place when k is given.
+        v_cache: like k_cache.
+        k [optional]: (batch_size, seqlen_new, nheads_k, headdim), appended at cache_seqlens.
+        v [optional]: (batch_size, seqlen_new, nheads_k, headdim), like k.
+        rotary_cos [optional]: (seqlen_ro, rotary_dim / 2), seqlen_ro >= the cache
+            capacity (seqlen_cache, or max_num_blocks_per_seq * page_block_size);
+            rotary_dim even and <= headdim (any even value; flash-attn asks for
+            multiples of 16).
+        rotary_sin [optional]: (seqlen_ro, rotary_dim / 2), like rotary_cos.
+        cache_seqlens: int, or (batch_size,) torch.int32: the number of tokens
+            already in each sequence's cache (before appending).  None means a full
+            cache (and forbids k/v).  Values are not checked on the host (that
+            would synchronise): they must lie in [0, capacity - seqlen_new].
+        cache_batch_idx [optional]: (batch_size,) torch.int32, the row of the
+            (non-paged) cache of each sequence; default 0..batch_size-1.  With
+            duplicate indices and k/v given, which append wins is unspecified.
+        cache_leftpad [optional]: (batch_size,) torch.int32, index of the first
+            valid key of each sequence (keys before it are ignored); default 0.
+        block_table [optional]: (batch_size, max_num_blocks_per_seq) torch.int32:
+            logical page p of sequence b is physical page block_table[b, p].
+        softmax_scale: scaling of q k^T before the softmax; default 1/sqrt(headdim).
+        causal: causal mask, bottom-right aligned (see above).
+        window_size: (left, right); not (-1, -1) restricts query i to key positions
+            [i + kv_end - seqlen_q - left, i + kv_end - seqlen_q + right] (-1: unbounded
+            on that side; causal sets right = 0).
+        softcap: > 0 replaces each score s by softcap * tanh(s / softcap).
+        rotary_interleaved: rotate dimension pairs (0, 1), (2, 3), ... if True, else
+            (i, i + rotary_dim / 2) (GPT-NeoX style).
+        alibi_slopes [optional]: (nheads,) or (batch_size, nheads) float32; adds
+            -slope * |i + kv_end - seqlen_q - j| to the score of query i and key j.
+        num_splits: split each sequence's keys over this many programs, merged
+            exactly afterwards; 0 picks a count from batch size, KV heads and the
+            number of SMs (never from tensor values).  Results agree for every count.
+        return_softmax_lse: also return the LSE.
+
+    Returns:
+        out: (batch_size, seqlen, nheads, headdim), the dtype of q.
+        softmax_lse [if return_softmax_lse]: (batch_size, nheads, seqlen) float32,
+            natural-log log-sum-exp of each row of the (scaled, capped, biased) scores.
+    """
+    scale, window_left, window_right, softcap, _ = _validate(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+    if _is_int(cache_seqlens):
+        cache_seqlens = torch.full((q.shape[0],), int(cache_seqlens), dtype=_INDEX_DTYPE, device=q.device)
+    out, lse = torch.ops.flashattn_triton.kvcache_fwd(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
+        rotary_interleaved, int(num_splits))
+    return (out, lse) if return_softmax_lse else out

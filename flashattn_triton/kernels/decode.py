@@ -1,0 +1,547 @@
+"""Split-KV decoding ("flash-decoding") over a contiguous or a paged KV cache.
+
+Decoding attends a few query tokens against a long cache: the work is bound by
+reading K and V once, so the kernel is organised around that read.
+
+* GQA read once.  One program owns one (batch, KV head) and a tile of rows;
+  row r is query token ``r // G`` of query head ``h_kv * G + r % G`` (G query
+  heads per KV head).  All G heads and all Nq tokens of a group sit in one
+  tile, so every K/V tile is loaded once for all of them.
+* Split-KV.  The key range of a sequence is cut into NUM_SPLITS contiguous
+  runs of BLOCK_N tiles (grid axis 1); each split writes a float32 partial
+  output and its LSE, and ``combine.combine_partials`` merges them exactly.
+  With one split the kernel writes the final output directly.
+* Paged cache.  Logical key j of sequence b lives in page
+  ``block_table[b, j // PAGE_SIZE]`` at row ``j % PAGE_SIZE``.  When PAGE_SIZE
+  is a multiple of BLOCK_N a tile never straddles pages and one page number is
+  read per tile; otherwise (e.g. 16-token pages under 64-key tiles, or 48-token
+  pages) the page is looked up per key row.
+* Everything per-sequence (cache length, left padding, batch index, page
+  table) is read on the device; the host never waits.
+
+Key positions are absolute cache indices.  Sequence b sees keys
+[leftpad_b, kv_end_b) with kv_end_b = cache_seqlens_b + N_NEW (the appended
+tokens included), and query token i sits at key position
+``i + kv_end_b - N_Q`` (flash-attn's bottom-right alignment), which anchors the
+causal mask, the sliding window and the ALiBi distance.  Scores are kept in
+base 2 (``s * scale * log2(e)``, exponentials by exp2); LSEs leave the kernel in
+natural log.
+
+``append_kv`` writes new K/V (rotated, for K, when cos/sin are given) into the
+cache before the attention reads it; ``rotary_rows`` is the shared rotary
+helper (interleaved pairs (0,1), (2,3), ... or GPT-NeoX halves (i, i + R/2)).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .combine import cast_rtne, combine_partials
+from .launch import INTERPRET, dot_precision, head_dim_pad, mma
+
+# Environment override of the launch config, read at call time, e.g.
+# FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
+ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
+# Streaming multiprocessors assumed by the split heuristic for CPU tensors
+# (interpreter): the heuristic must not depend on the machine running the tests.
+CPU_SM_COUNT = 8
+MAX_AUTO_SPLITS = 128
+MAX_ROWS_PER_TILE = 64
+
+
+class DecodeConfig(NamedTuple):
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+
+
+# ---------------------------------------------------------------------------
+# Device helpers
+# ---------------------------------------------------------------------------
+
+@triton.jit
+def tanh_f32(x):
+    """tanh from exp2 (no tanh in tl across Triton versions or the interpreter)."""
+    e = tl.math.exp2(-2.8853900817779268 * tl.abs(x))  # exp(-2|x|), 2 * log2(e) = 2.885...
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def rotary_rows(row_ptrs, row_mask, COS, SIN, pos, N_RO, stride_cs, offs_d,
+                HEAD_DIM: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Rows of x (pointers to element 0 of each row, last stride 1) rotated by
+    the angles of row ``pos`` of the (seqlen_ro, ROTARY_DIM / 2) tables; float32.
+
+    Pair (a, b) of a row becomes (a cos - b sin, a sin + b cos); the pairs are
+    (2c, 2c+1) when INTERLEAVED, else (c, c + ROTARY_DIM/2), c < ROTARY_DIM/2.
+    Columns from ROTARY_DIM on pass through, and so do rows whose position is
+    outside the tables [0, N_RO)."""
+    in_rot = offs_d < ROTARY_DIM
+    if INTERLEAVED:
+        partner = offs_d ^ 1
+        c = offs_d // 2
+        first = (offs_d % 2) == 0
+    else:
+        half = ROTARY_DIM // 2
+        first = offs_d < half
+        partner = tl.where(first, offs_d + half, offs_d - half)
+        c = tl.where(first, offs_d, offs_d - half)
+    partner = tl.where(in_rot, partner, offs_d)
+    c = tl.where(in_rot, c, 0)
+    x = tl.load(row_ptrs[:, None] + offs_d[None, :],
+                mask=row_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0).to(tl.float32)
+    rot_mask = (row_mask & (pos >= 0) & (pos < N_RO))[:, None] & in_rot[None, :]
+    xp = tl.load(row_ptrs[:, None] + partner[None, :], mask=rot_mask, other=0.0).to(tl.float32)
+    cs_off = pos.to(tl.int64)[:, None] * stride_cs + c[None, :]
+    cos = tl.load(COS + cs_off, mask=rot_mask, other=1.0).to(tl.float32)
+    sin = tl.load(SIN + cs_off, mask=rot_mask, other=0.0).to(tl.float32)
+    sin = tl.where(first[None, :], -sin, sin)
+    return x * cos + xp * sin
+
+
+@triton.jit
+def kv_row_offsets(cols, row_mask, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
+                   stride_b, stride_n, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                   TILE_IN_PAGE: tl.constexpr):
+    """int64 offsets of logical key rows ``cols`` of sequence z in a cache of
+    strides (stride_b, stride_n) over (cache row or page, position).
+
+    Contiguous cache: row kb of the cache.  Paged: the page from the block
+    table; TILE_IN_PAGE means all cols lie in the page of ``start``."""
+    if PAGED:
+        bt = BLOCK_TABLE + z * stride_btz
+        if TILE_IN_PAGE:
+            page = tl.load(bt + (start // PAGE_SIZE) * stride_btn).to(tl.int64)
+            off = page * stride_b + (cols % PAGE_SIZE).to(tl.int64) * stride_n
+        else:
+            page = tl.load(bt + (cols // PAGE_SIZE) * stride_btn, mask=row_mask, other=0).to(tl.int64)
+            off = page * stride_b + (cols % PAGE_SIZE).to(tl.int64) * stride_n
+    else:
+        off = kb * stride_b + cols.to(tl.int64) * stride_n
+    return off
+
+
+# ---------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------
+
+@triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right"])
+def _decode_fwd(
+    # pointers
+    Q, K, V, O, LSE, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI,
+    # strides
+    stride_qz, stride_qm, stride_qh, stride_qk,
+    stride_kb, stride_kn, stride_kh, stride_kk,
+    stride_vb, stride_vn, stride_vh, stride_vk,
+    stride_os, stride_oz, stride_om, stride_oh, stride_ok,
+    stride_ls, stride_lz, stride_lh, stride_lm,
+    stride_btz, stride_btn, stride_cs, stride_alz, stride_alh,
+    # shapes
+    N_Q, N_NEW, N_CAP, N_RO, H_KV, GROUP_SIZE, NUM_SPLITS,
+    # scalars
+    qk_scale, softcap, window_left, window_right,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
+    HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
+    scale / softcap when HAS_SOFTCAP (then s2 = softcap * log2(e) * tanh(.),
+    with ``softcap`` passed pre-multiplied by log2(e))."""
+    pid_zh = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    z = (pid_zh // H_KV).to(tl.int64)
+    hk = pid_zh % H_KV
+
+    # Sequence bounds: keys [kv_lo, kv_end); query token i sits at key i + shift.
+    if HAS_SEQLENS:
+        seqlen = tl.load(SEQLENS + z)
+    else:
+        seqlen = N_CAP
+    kv_end = tl.minimum(seqlen + N_NEW, N_CAP)
+    if HAS_LEFTPAD:
+        kv_lo = tl.load(LEFTPAD + z)
+    else:
+        kv_lo = 0
+    shift = kv_end - N_Q
+    if HAS_BATCH_IDX:
+        kb = tl.load(BATCH_IDX + z).to(tl.int64)
+    else:
+        kb = z
+
+    n_rows = N_Q * GROUP_SIZE
+    row0 = pid_m * BLOCK_M
+    rows = row0 + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    tok = rows // GROUP_SIZE
+    head = hk * GROUP_SIZE + rows % GROUP_SIZE
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+
+    # Keys any row of this tile may see, then this split's share of the tiles.
+    lo = kv_lo
+    hi = kv_end
+    if HAS_WINDOW_LEFT:
+        lo = tl.maximum(lo, row0 // GROUP_SIZE + shift - window_left)
+    if HAS_WINDOW_RIGHT:
+        hi = tl.minimum(hi, (tl.minimum(row0 + BLOCK_M, n_rows) - 1) // GROUP_SIZE + shift + window_right + 1)
+    lo = tl.maximum(lo, 0)
+    blk_lo = lo // BLOCK_N
+    blk_hi = (tl.maximum(hi, 0) + BLOCK_N - 1) // BLOCK_N
+    n_blocks = tl.where(hi > lo, blk_hi - blk_lo, 0)
+    per_split = (n_blocks + NUM_SPLITS - 1) // NUM_SPLITS
+    blk_start = blk_lo + split * per_split
+    blk_end = tl.minimum(blk_start + per_split, blk_lo + n_blocks)
+
+    # The query tile (rotated first if asked: flash-attn rotates q at position
+    # cache_seqlens + i when causal or local, else every token at cache_seqlens).
+    q_rows = Q + z * stride_qz + tok.to(tl.int64) * stride_qm + head.to(tl.int64) * stride_qh
+    if ROTARY_DIM > 0:
+        if ROTARY_Q_PER_TOKEN:
+            pos = seqlen + tok
+        else:
+            pos = seqlen + tok * 0
+        q = cast_rtne(rotary_rows(q_rows, row_ok, COS, SIN, pos, N_RO, stride_cs, offs_d,
+                                  HEAD_DIM, ROTARY_DIM, ROTARY_INTERLEAVED), Q.dtype.element_ty, INTERPRET)
+    else:
+        if EVEN_D:
+            q = tl.load(q_rows[:, None] + offs_d[None, :] * stride_qk, mask=row_ok[:, None], other=0.0)
+        else:
+            q = tl.load(q_rows[:, None] + offs_d[None, :] * stride_qk,
+                        mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+
+    diag = tok + shift
+    if HAS_ALIBI:
+        # -slope * |i + shift - j| in base 2.
+        slope = tl.load(ALIBI + z * stride_alz + head * stride_alh, mask=row_ok, other=0.0)
+        slope = slope.to(tl.float32) * 1.4426950408889634
+
+    k_head = K + hk.to(tl.int64) * stride_kh
+    v_head = V + hk.to(tl.int64) * stride_vh
+    d_ok = offs_d[None, :] < HEAD_DIM
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    for start in range(blk_start * BLOCK_N, blk_end * BLOCK_N, BLOCK_N):
+        cols = start + offs_n
+        col_ok = (cols >= kv_lo) & (cols < kv_end)
+        k_off = kv_row_offsets(cols, col_ok, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
+                               stride_kb, stride_kn, PAGED, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
+        if EVEN_D:
+            k = tl.load(k_head + k_off[:, None] + offs_d[None, :] * stride_kk,
+                        mask=col_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_head + k_off[:, None] + offs_d[None, :] * stride_kk,
+                        mask=col_ok[:, None] & d_ok, other=0.0)
+        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
+        if HAS_SOFTCAP:
+            s = softcap * tanh_f32(s)
+        if HAS_ALIBI:
+            s = s - slope[:, None] * tl.abs(diag[:, None] - cols[None, :]).to(tl.float32)
+        keep = col_ok[None, :] & row_ok[:, None]
+        if HAS_WINDOW_LEFT:
+            keep = keep & (cols[None, :] >= diag[:, None] - window_left)
+        if HAS_WINDOW_RIGHT:
+            keep = keep & (cols[None, :] <= diag[:, None] + window_right)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # Rows that have seen no key yet keep m = -inf: subtract 0 instead.
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_ref[:, None])
+        alpha = tl.math.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if PAGED:
+            v_off = kv_row_offsets(cols, col_ok, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
+                                   stride_vb, stride_vn, PAGED, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
+        else:
+            v_off = kb * stride_vb + cols.to(tl.int64) * stride_vn
+        if EVEN_D:
+            v = tl.load(v_head + v_off[:, None] + offs_d[None, :] * stride_vk,
+                        mask=col_ok[:, None], other=0.0)
+        else:
+            v = tl.load(v_head + v_off[:, None] + offs_d[None, :] * stride_vk,
+                        mask=col_ok[:, None] & d_ok, other=0.0)
+        acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)
+        m_i = m_new
+
+    # Rows (or splits) that saw no key: output 0, LSE -inf.
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+
+    split64 = split.to(tl.int64)
+    o_rows = (O + split64 * stride_os + z * stride_oz + tok.to(tl.int64) * stride_om
+              + head.to(tl.int64) * stride_oh)
+    o_ptrs = o_rows[:, None] + offs_d[None, :] * stride_ok
+    if EVEN_D:
+        tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=row_ok[:, None])
+    else:
+        tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=row_ok[:, None] & d_ok)
+    l_ptrs = (LSE + split64 * stride_ls + z * stride_lz + head.to(tl.int64) * stride_lh
+              + tok.to(tl.int64) * stride_lm)
+    tl.store(l_ptrs, lse, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["N_NEW", "N_CAP", "N_RO"])
+def _append_kv(
+    # pointers
+    KNEW, VNEW, K, V, SEQLENS, BATCH_IDX, BLOCK_TABLE, COS, SIN,
+    # strides
+    stride_knz, stride_knn, stride_knh, stride_knk,
+    stride_vnz, stride_vnn, stride_vnh, stride_vnk,
+    stride_kb, stride_kn, stride_kh, stride_kk,
+    stride_vb, stride_vn, stride_vh, stride_vk,
+    stride_btz, stride_btn, stride_cs,
+    # shapes
+    N_NEW, N_CAP, N_RO, H_KV,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+    ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """Write new tokens t of (batch z, KV head hk) at cache position
+    cache_seqlens[z] + t; K rotated at that position when ROTARY_DIM > 0.
+    Positions at or past the capacity N_CAP are dropped (never written)."""
+    pid_t = tl.program_id(0)
+    pid_zh = tl.program_id(1)
+    z = (pid_zh // H_KV).to(tl.int64)
+    hk = (pid_zh % H_KV).to(tl.int64)
+    seqlen = tl.load(SEQLENS + z)
+    if HAS_BATCH_IDX:
+        kb = tl.load(BATCH_IDX + z).to(tl.int64)
+    else:
+        kb = z
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    pos = seqlen + t
+    ok = (t < N_NEW) & (pos < N_CAP) & (pos >= 0)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+
+    k_rows = KNEW + z * stride_knz + t.to(tl.int64) * stride_knn + hk * stride_knh
+    if ROTARY_DIM > 0:
+        k = rotary_rows(k_rows, ok, COS, SIN, pos, N_RO, stride_cs, offs_d,
+                        HEAD_DIM, ROTARY_DIM, ROTARY_INTERLEAVED)
+    else:
+        k = tl.load(k_rows[:, None] + offs_d[None, :] * stride_knk, mask=mask, other=0.0)
+    v = tl.load(VNEW + z * stride_vnz + t.to(tl.int64)[:, None] * stride_vnn + hk * stride_vnh
+                + offs_d[None, :] * stride_vnk, mask=mask, other=0.0)
+
+    k_off = kv_row_offsets(pos, ok, z, kb, 0, BLOCK_TABLE, stride_btz, stride_btn,
+                           stride_kb, stride_kn, PAGED, PAGE_SIZE, False)
+    v_off = kv_row_offsets(pos, ok, z, kb, 0, BLOCK_TABLE, stride_btz, stride_btn,
+                           stride_vb, stride_vn, PAGED, PAGE_SIZE, False)
+    if ROTARY_DIM > 0:
+        k = cast_rtne(k, K.dtype.element_ty, INTERPRET)
+    tl.store(K + hk * stride_kh + k_off[:, None] + offs_d[None, :] * stride_kk,
+             k.to(K.dtype.element_ty), mask=mask)
+    tl.store(V + hk * stride_vh + v_off[:, None] + offs_d[None, :] * stride_vk,
+             v.to(V.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------
+# Launch
+# ---------------------------------------------------------------------------
+
+def _config_from_env() -> Optional[dict]:
+    text = os.environ.get(ENV_CONFIG)
+    if not text:
+        return None
+    fields = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        try:
+            fields[key.strip()] = int(value)
+        except ValueError as exc:
+            raise ValueError(f"{ENV_CONFIG}={text!r}: {part!r} is not NAME=INT") from exc
+    unknown = set(fields) - {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
+    if unknown:
+        raise ValueError(f"{ENV_CONFIG}={text!r}: unknown fields {sorted(unknown)}")
+    return fields
+
+
+def decode_config(n_rows: int, head_dim: int, device: torch.device) -> DecodeConfig:
+    """Tile sizes and launch parameters.
+
+    BLOCK_M holds all rows of a KV group (query heads x tokens) up to
+    MAX_ROWS_PER_TILE, at least 16 (the smallest dot).  BLOCK_N = 64 keys
+    (32 at head dim 256) streamed with 3 pipeline stages: a 64 x 128 bf16
+    K tile and its V tile are 32 KiB per stage."""
+    block_m = max(16, triton.next_power_of_2(min(max(n_rows, 1), MAX_ROWS_PER_TILE)))
+    if device.type == "cpu":  # the interpreter: fewer, larger steps are faster
+        cfg = dict(BLOCK_M=block_m, BLOCK_N=32, num_warps=4, num_stages=1)
+    else:
+        d_pad = head_dim_pad(head_dim)
+        cfg = dict(BLOCK_M=block_m, BLOCK_N=64 if d_pad <= 128 else 32, num_warps=4, num_stages=3)
+    env = _config_from_env()
+    if env:
+        cfg.update(env)
+    for name in ("BLOCK_M", "BLOCK_N"):
+        if cfg[name] < 16 or cfg[name] & (cfg[name] - 1):
+            raise ValueError(f"decode config {name}={cfg[name]} must be a power of two >= 16")
+    return DecodeConfig(**cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (host-side properties, cached); a constant on CPU."""
+    if device.type != "cuda":
+        return CPU_SM_COUNT
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
+                      max_splits: int = MAX_AUTO_SPLITS) -> int:
+    """Split count for ``programs`` (batch x KV heads x row tiles) programs
+    over at most ``n_keys`` keys (the cache capacity: lengths on the device
+    are never read).
+
+    Decoding is bound by memory bandwidth, so the aim is enough programs in
+    flight to keep every SM streaming, counting two resident programs per SM.
+    A program's time is taken as its share of the key tiles plus a fixed cost
+    of two tiles (prologue, partial write, combine); the count that minimises
+    waves x (tiles per split + 2) wins, the smallest on ties.  Batch 1 with 8
+    KV heads on 132 SMs over a 128k cache gets 30 splits; 512 programs get 1.
+    Splitting has costs the model leaves out (partials in float32, the
+    combine launch), so the smallest count within 10% of the best wins."""
+    n_tiles = max(1, triton.cdiv(n_keys, block_n))
+    slots = 2 * max(1, n_sm)
+    costs = []
+    for splits in range(1, max(1, min(max_splits, n_tiles)) + 1):
+        waves = triton.cdiv(programs * splits, slots)
+        costs.append(waves * (triton.cdiv(n_tiles, splits) + 2))
+    best = min(costs)
+    return next(i + 1 for i, c in enumerate(costs) if c <= 1.1 * best)
+
+
+def _dummy(t: torch.Tensor) -> torch.Tensor:
+    """A pointer argument for a disabled feature (never dereferenced)."""
+    return t
+
+
+def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batch_idx,
+                     cache_leftpad, block_table, rotary_cos, rotary_sin, rotary_interleaved: bool,
+                     rotary_q_per_token: bool, alibi_slopes, n_new: int, softmax_scale: float,
+                     window_left: int, window_right: int, softcap: float, num_splits: int) -> int:
+    """Attention of q over the cache (new tokens already appended); writes
+    ``out`` (B, Nq, Hq, d) and ``lse`` (B, Hq, Nq) float32 in place.
+
+    window_left / window_right: -1 for unbounded (causal is window_right = 0).
+    num_splits: 0 chooses (see choose_num_splits).  Returns the split count used."""
+    batch, n_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    group = h_q // h_kv
+    paged = block_table is not None
+    page_size = k_cache.shape[1] if paged else 1
+    n_cap = block_table.shape[1] * page_size if paged else k_cache.shape[1]
+    n_rows = n_q * group
+    cfg = decode_config(n_rows, d, q.device)
+    m_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
+    n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
+    if num_splits == 0:
+        num_splits = choose_num_splits(batch * h_kv * m_blocks, n_cap, cfg.BLOCK_N, sm_count(q.device))
+    # More splits than key tiles would only add empty ones.
+    num_splits = min(num_splits, n_tiles)
+    d_pad = head_dim_pad(d)
+
+    if num_splits == 1:
+        o_buf, l_buf = out, lse
+        o_strides = (0, *out.stride())
+        l_strides = (0, *lse.stride())
+    else:
+        o_buf = torch.empty((num_splits, batch, n_q, h_q, d), device=q.device, dtype=torch.float32)
+        l_buf = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
+        o_strides, l_strides = o_buf.stride(), l_buf.stride()
+
+    if softcap > 0.0:
+        qk_scale, cap2 = softmax_scale / softcap, softcap * 1.4426950408889634
+    else:
+        qk_scale, cap2 = softmax_scale * 1.4426950408889634, 0.0
+    rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
+    bt_strides = block_table.stride() if paged else (0, 0)
+    al_strides = ((alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0, alibi_slopes.stride(-1))
+                  if alibi_slopes is not None else (0, 0))
+    any_ptr = _dummy(q)
+
+    grid = (batch * h_kv, num_splits, m_blocks)
+    _decode_fwd[grid](
+        q, k_cache, v_cache, o_buf, l_buf,
+        cache_seqlens if cache_seqlens is not None else any_ptr,
+        cache_batch_idx if cache_batch_idx is not None else any_ptr,
+        cache_leftpad if cache_leftpad is not None else any_ptr,
+        block_table if paged else any_ptr,
+        rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
+        alibi_slopes if alibi_slopes is not None else any_ptr,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides,
+        *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
+        n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
+        qk_scale, cap2, max(window_left, 0), max(window_right, 0),
+        HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
+        PAGED=paged, PAGE_SIZE=page_size,
+        HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
+        HAS_LEFTPAD=cache_leftpad is not None,
+        HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
+        HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None,
+        ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
+        ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token),
+        DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if num_splits > 1:
+        # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
+        combine_partials(o_buf.transpose(2, 3), l_buf, out.transpose(1, 2), lse)
+    return num_splits
+
+
+def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_table,
+              rotary_cos, rotary_sin, rotary_interleaved: bool) -> None:
+    """Write k, v (B, N_new, Hkv, d) into the cache at cache_seqlens[b] + t, in place."""
+    batch, n_new, h_kv, d = k.shape
+    if batch == 0 or n_new == 0:
+        return
+    paged = block_table is not None
+    page_size = k_cache.shape[1] if paged else 1
+    n_cap = block_table.shape[1] * page_size if paged else k_cache.shape[1]
+    rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
+    block_t = 16 if n_new <= 16 else 32
+    any_ptr = _dummy(k)
+    grid = (triton.cdiv(n_new, block_t), batch * h_kv)
+    _append_kv[grid](
+        k, v, k_cache, v_cache, cache_seqlens,
+        cache_batch_idx if cache_batch_idx is not None else any_ptr,
+        block_table if paged else any_ptr,
+        rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
+        *k.stride(), *v.stride(), *k_cache.stride(), *v_cache.stride(),
+        *(block_table.stride() if paged else (0, 0)), rotary_cos.stride(0) if rotary_dim else 0,
+        n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv,
+        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), PAGED=paged, PAGE_SIZE=page_size,
+        HAS_BATCH_IDX=cache_batch_idx is not None,
+        ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved), INTERPRET=INTERPRET,
+        BLOCK_T=block_t,
+        num_warps=4,
+    )
+
+
+__all__ = ["decode_attention", "append_kv", "choose_num_splits", "decode_config", "sm_count",
+           "DecodeConfig"]

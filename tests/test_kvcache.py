@@ -1,0 +1,627 @@
+"""flash_attn_with_kvcache: decoding against a contiguous or paged KV cache.
+
+Every case runs ours, a float64 reference written here (one sequence at a
+time, from the logical cache) and the same reference in the input dtype; our
+error against float64 may be at most 2x that of the in-dtype baseline (see
+_utils.assert_close).  On CPU the kernels run in Triton's interpreter with
+32-key tiles, so a 16-token page exercises the per-row page lookup and a
+32/64-token page the per-tile one.
+"""
+
+import math
+
+import pytest
+import torch
+
+import flashattn_triton._kvcache as kvc
+import flashattn_triton.kernels.decode as decode
+from flashattn_triton._kvcache import flash_attn_with_kvcache
+from flashattn_triton.kernels.combine import combine_attention_states, merge_attention_states
+from _utils import DTYPES, assert_close
+
+
+@pytest.fixture(autouse=True)
+def poison_kvcache(monkeypatch):
+    monkeypatch.setattr(kvc, "_POISON", True)
+
+
+# ---------------------------------------------------------------------------
+# Reference
+# ---------------------------------------------------------------------------
+
+def rope_ref(x, cos, sin, pos, interleaved):
+    """x (N, H, d) rotated at positions pos (N,) as complex products, in x's dtype."""
+    rd = 2 * cos.shape[1]
+    c = cos[pos].to(x.dtype)[:, None, :]
+    s = sin[pos].to(x.dtype)[:, None, :]
+    xr = x[..., :rd]
+    if interleaved:
+        zc = torch.complex(xr[..., 0::2], xr[..., 1::2]) * torch.complex(c, s)
+        rot = torch.stack((zc.real, zc.imag), dim=-1).flatten(-2)
+    else:
+        zc = torch.complex(xr[..., : rd // 2], xr[..., rd // 2:]) * torch.complex(c, s)
+        rot = torch.cat((zc.real, zc.imag), dim=-1)
+    return torch.cat((rot, x[..., rd:]), dim=-1)
+
+
+def logical_cache(cache, b, seq_rows, block_table):
+    """The (capacity, Hkv, d) keys of sequence b (a copy)."""
+    if block_table is None:
+        return cache[seq_rows[b]].clone()
+    return cache[block_table[b].long()].flatten(0, 1)
+
+
+def write_cache(cache, b, seq_rows, block_table, pos, values):
+    """Store values (N, Hkv, d) at logical positions pos (N,) of sequence b."""
+    if block_table is None:
+        cache[seq_rows[b], pos] = values
+    else:
+        page = cache.shape[1]
+        cache[block_table[b].long()[pos // page], pos % page] = values
+
+
+def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=None, batch_idx=None,
+              leftpad=None, block_table=None, scale=None, causal=False, window=(-1, -1), softcap=0.0,
+              alibi=None, interleaved=True, dtype=torch.float64):
+    """Returns out, lse, and the caches after the append (copies, cache dtype).
+
+    Computes in ``dtype``; rotations of the inputs are rounded to the input
+    dtype as flash-attn stores them (float32 math when ``dtype`` is 16-bit)."""
+    batch, n_q, h_q, d = q.shape
+    h_kv = k_cache.shape[2]
+    scale = scale if scale is not None else d ** -0.5
+    rot_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    kc, vc = k_cache.clone(), v_cache.clone()
+    seq_rows = batch_idx.tolist() if batch_idx is not None else list(range(batch))
+    cap = (block_table.shape[1] * k_cache.shape[1]) if block_table is not None else k_cache.shape[1]
+    seqlens = [cap] * batch if seqlens is None else (
+        [seqlens] * batch if isinstance(seqlens, int) else seqlens.tolist())
+    n_new = 0 if k is None else k.shape[1]
+    local = causal or tuple(window) != (-1, -1)
+    outs, lses = [], []
+    dev = q.device
+    for b in range(batch):
+        start = seqlens[b]
+        qb = q[b].to(rot_dtype)
+        if n_new:
+            pos = torch.arange(start, start + n_new, device=dev)
+            kn = k[b].to(rot_dtype)
+            if cos is not None:
+                kn = rope_ref(kn, cos.to(rot_dtype), sin.to(rot_dtype), pos, interleaved)
+            write_cache(kc, b, seq_rows, block_table, pos, kn.to(kc.dtype))
+            write_cache(vc, b, seq_rows, block_table, pos, v[b])
+        K, V = logical_cache(kc, b, seq_rows, block_table), logical_cache(vc, b, seq_rows, block_table)
+        if cos is not None:
+            qpos = (torch.arange(start, start + n_q, device=dev) if local
+                    else torch.full((n_q,), start, device=dev))
+            qb = rope_ref(qb, cos.to(rot_dtype), sin.to(rot_dtype), qpos, interleaved).to(q.dtype)
+        kv_end = start + n_new
+        lo = 0 if leftpad is None else int(leftpad[b])
+        Kb = K[:kv_end].to(dtype).repeat_interleave(h_q // h_kv, dim=1)
+        Vb = V[:kv_end].to(dtype).repeat_interleave(h_q // h_kv, dim=1)
+        s = torch.einsum("qhd,khd->hqk", qb.to(dtype), Kb) * scale
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        i = torch.arange(n_q, device=dev)[:, None] + kv_end - n_q  # key position of query token i
+        j = torch.arange(kv_end, device=dev)[None, :]
+        if alibi is not None:
+            slope = (alibi[b] if alibi.dim() == 2 else alibi).to(dtype)
+            s = s - slope[:, None, None] * (i - j).abs().to(dtype)
+        keep = j >= lo
+        if causal:
+            keep = keep & (j <= i)
+        if window[0] >= 0:
+            keep = keep & (j >= i - window[0])
+        if window[1] >= 0:
+            keep = keep & (j <= i + window[1])
+        s = s.masked_fill(~keep, float("-inf"))
+        if kv_end == 0:
+            lses.append(torch.full((h_q, n_q), float("-inf"), dtype=dtype, device=dev))
+            outs.append(torch.zeros(n_q, h_q, d, dtype=dtype, device=dev))
+            continue
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+        outs.append(torch.einsum("hqk,khd->qhd", p.to(Vb.dtype), Vb))
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses), kc, vc
+
+
+def rnd(device, dtype, *shape, scale=1.0):
+    return (torch.randn(*shape, device=device) * scale).to(dtype)
+
+
+def make_cache(device, batch, cap, h_kv, d, dtype, page=None, batch_cache=None):
+    """Random caches: contiguous (batch_cache, cap, Hkv, d), or paged with a
+    shuffled block table (more pages than needed, so page numbers are sparse)."""
+    if page is None:
+        shape = (batch_cache or batch, cap, h_kv, d)
+        return rnd(device, dtype, *shape), rnd(device, dtype, *shape), None
+    n_blocks = math.ceil(cap / page)
+    total = batch * n_blocks + 3
+    table = torch.randperm(total)[: batch * n_blocks].view(batch, n_blocks).to(device, torch.int32)
+    shape = (total, page, h_kv, d)
+    return rnd(device, dtype, *shape), rnd(device, dtype, *shape), table
+
+
+def ints(device, values):
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+def check(q, k_cache, v_cache, dtype, **kw):
+    """Run ours and both references; compare out, LSE and the caches."""
+    ref_kw = {key: kw[key] for key in ("k", "v", "cos", "sin", "seqlens", "batch_idx", "leftpad",
+                                       "block_table", "scale", "causal", "window", "softcap", "alibi",
+                                       "interleaved") if key in kw}
+    ref = reference(q, k_cache, v_cache, **ref_kw)
+    base = reference(q, k_cache, v_cache, **ref_kw, dtype=dtype)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    out, lse = flash_attn_with_kvcache(
+        q, kc, vc, k=kw.get("k"), v=kw.get("v"), rotary_cos=kw.get("cos"), rotary_sin=kw.get("sin"),
+        cache_seqlens=kw.get("seqlens"), cache_batch_idx=kw.get("batch_idx"),
+        cache_leftpad=kw.get("leftpad"), block_table=kw.get("block_table"),
+        softmax_scale=kw.get("scale"), causal=kw.get("causal", False),
+        window_size=kw.get("window", (-1, -1)), softcap=kw.get("softcap", 0.0),
+        rotary_interleaved=kw.get("interleaved", True), alibi_slopes=kw.get("alibi"),
+        num_splits=kw.get("num_splits", 1), return_softmax_lse=True)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert lse.dtype == torch.float32 and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    assert_close("out", out, ref[0], base[0], 2.0, dtype)
+    assert_close("lse", lse, ref[1], base[1].float(), 2.0, torch.float32)
+    if kw.get("k") is not None:
+        # Appended keys: rotated in float32 and rounded, like the baseline's.
+        assert_close("k_cache", kc, ref[2], base[2], 2.0, dtype)
+        assert torch.equal(vc, ref[3]), "v_cache after the append differs from the expected one"
+    else:
+        assert torch.equal(kc, k_cache) and torch.equal(vc, v_cache), "the cache changed without k/v"
+    return out, lse, kc, vc
+
+
+# ---------------------------------------------------------------------------
+# Contiguous and paged caches
+# ---------------------------------------------------------------------------
+
+# (B, Nq, Hq, Hkv, d, capacity, cache_seqlens, n_new, causal, dtype, page, num_splits)
+CASES = [
+    (2, 1, 4, 2, 64, 100, [37, 100], 0, False, "bf16", None, 1),  # GQA, one token, ragged incl. full
+    (2, 1, 4, 2, 64, 100, [37, 100], 0, False, "bf16", 16, 3),    # same, paged, per-row page lookup
+    (3, 1, 4, 1, 32, 90, [0, 45, 90], 0, True, "fp16", 32, 2),    # MQA, empty cache -> zeros, per-tile page
+    (2, 1, 2, 2, 40, 77, [10, 76], 1, True, "fp32", None, 2),     # MHA, odd head dim, append one, to full
+    (2, 1, 2, 2, 40, 77, [10, 76], 1, True, "fp32", 16, 1),
+    (2, 4, 8, 2, 64, 130, [60, 126], 4, True, "bf16", 32, 2),     # speculative: Nq = 4 appended, causal
+    (2, 4, 8, 2, 64, 130, [60, 126], 4, True, "bf16", None, 1),
+    (2, 3, 4, 2, 32, 64, [0, 61], 3, True, "fp16", 16, 2),        # append into an empty cache, to full
+    (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", None, 1),          # Nq > cache length: first rows see nothing
+    (2, 2, 6, 3, 24, 70, [33, 5], 2, False, "bf16", 16, 1),       # non-causal, Nq > 1, G = 2
+]
+
+
+def _id(c):
+    layout = "contiguous" if c[10] is None else f"page{c[10]}"
+    return (f"B{c[0]}-q{c[1]}-h{c[2]}/{c[3]}-d{c[4]}-cap{c[5]}-new{c[7]}-{'causal' if c[8] else 'full'}"
+            f"-{c[9]}-{layout}-s{c[11]}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_against_reference(case, device):
+    batch, n_q, h_q, h_kv, d, cap, lens, n_new, causal, dtype, page, splits = case
+    dtype = DTYPES[dtype]
+    q = rnd(device, dtype, batch, n_q, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    kw = dict(seqlens=ints(device, lens), causal=causal, block_table=table, num_splits=splits)
+    if n_new:
+        kw.update(k=rnd(device, dtype, batch, n_new, h_kv, d), v=rnd(device, dtype, batch, n_new, h_kv, d))
+    out, lse, _, _ = check(q, k_cache, v_cache, dtype, **kw)
+    empty = torch.tensor(lens, device=device) + n_new == 0
+    assert torch.equal(out[empty], torch.zeros_like(out[empty])), "an empty cache must give zeros"
+    assert torch.isneginf(lse[empty]).all(), "an empty cache must give lse = -inf"
+
+
+@pytest.mark.parametrize("page,block_n", [(16, 32), (48, 32), (64, 32), (32, 16)],
+                         ids=["page16-lookup-per-row", "page48-lookup-per-row", "page64-per-tile",
+                              "page32-per-tile"])
+def test_paged_equals_contiguous(page, block_n, device, monkeypatch):
+    """The same logical cache stored contiguously and in shuffled pages gives
+    bit-identical results (same tiles, same order), appends included."""
+    monkeypatch.setenv(decode.ENV_CONFIG, f"BLOCK_N={block_n}")
+    batch, n_q, h_q, h_kv, d, cap, dtype = 2, 2, 4, 2, 32, 3 * page, torch.bfloat16
+    q = rnd(device, dtype, batch, n_q, h_q, d)
+    kp, vp, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    kcont = kp[table.long()].flatten(1, 2).clone()  # (B, cap, Hkv, d)
+    vcont = vp[table.long()].flatten(1, 2).clone()
+    k, v = rnd(device, dtype, batch, 2, h_kv, d), rnd(device, dtype, batch, 2, h_kv, d)
+    lens = ints(device, [page - 1, cap - 2])  # the appends straddle a page boundary / fill the cache
+    got_p = flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=lens, block_table=table, causal=True,
+                                    num_splits=3, return_softmax_lse=True)
+    got_c = flash_attn_with_kvcache(q, kcont, vcont, k, v, cache_seqlens=lens, causal=True,
+                                    num_splits=3, return_softmax_lse=True)
+    assert torch.equal(got_p[0], got_c[0]), "paged and contiguous outputs differ"
+    assert torch.equal(got_p[1], got_c[1]), "paged and contiguous LSEs differ"
+    assert torch.equal(kp[table.long()].flatten(1, 2), kcont), "paged and contiguous appends differ"
+    assert torch.equal(vp[table.long()].flatten(1, 2), vcont)
+    # The caches now hold the appended tokens: attend over cache_seqlens + 2 keys.
+    ref = reference(q, kcont, vcont, seqlens=lens + 2, causal=True)
+    base = reference(q, kcont, vcont, seqlens=lens + 2, causal=True, dtype=dtype)
+    assert_close("out", got_p[0], ref[0], base[0], 2.0, dtype)
+
+
+# ---------------------------------------------------------------------------
+# Split-KV
+# ---------------------------------------------------------------------------
+
+def test_splits_agree(device, monkeypatch):
+    """1 split (direct write), several, more splits than the longest sequence
+    has key tiles (empty splits) and the automatic count all match the
+    reference and each other."""
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 2, 2, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 120, 2, 32, dtype)
+    lens = ints(device, [120, 9])
+    ref = reference(q, k_cache, v_cache, seqlens=lens, causal=True)
+    base = reference(q, k_cache, v_cache, seqlens=lens, causal=True, dtype=dtype)
+    outs = {}
+    for splits in (1, 2, 3, 8, 0):
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, causal=True,
+                                           num_splits=splits, return_softmax_lse=True)
+        assert_close(f"out with num_splits={splits}", out, ref[0], base[0], 2.0, dtype)
+        assert_close(f"lse with num_splits={splits}", lse, ref[1], base[1].float(), 2.0, torch.float32)
+        outs[splits] = out.float()
+    for splits, out in outs.items():  # a few bf16 roundings apart at most
+        assert_close(f"num_splits={splits} vs 1", out, outs[1], atol=2 ** -6 * outs[1].abs().max().item())
+
+
+def test_choose_num_splits():
+    """Host-only heuristic: small batches spread over the SMs, large ones do not split."""
+    # B=1, 8 KV heads, 128k cache, 64-key tiles on 132 SMs: about two programs per SM.
+    s = decode.choose_num_splits(programs=8, n_keys=131072, block_n=64, n_sm=132)
+    assert 16 <= s <= 128 and 8 * s >= 132, s
+    assert decode.choose_num_splits(programs=512, n_keys=131072, block_n=64, n_sm=132) == 1
+    assert decode.choose_num_splits(programs=8, n_keys=64, block_n=64, n_sm=132) == 1  # one tile
+    assert decode.choose_num_splits(programs=1, n_keys=10 ** 7, block_n=64, n_sm=1000) <= decode.MAX_AUTO_SPLITS
+    assert decode.sm_count(torch.device("cpu")) == decode.CPU_SM_COUNT
+
+
+# ---------------------------------------------------------------------------
+# Rotary, batch index, left padding, variants
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "neox"])
+@pytest.mark.parametrize("causal,rot_frac,page", [(True, 1.0, None), (False, 0.5, 16)],
+                         ids=["causal-full-rot-contiguous", "full-half-rot-page16"])
+def test_rotary(interleaved, causal, rot_frac, page, device):
+    """q rotated at cache_seqlens + i (causal) or at cache_seqlens (not
+    causal); new keys rotated at cache_seqlens + i before they are stored."""
+    dtype, d, cap = torch.float16, 32, 64
+    rd = int(d * rot_frac)
+    q = rnd(device, dtype, 2, 3, 4, d)
+    k_cache, v_cache, table = make_cache(device, 2, cap, 2, d, dtype, page)
+    angle = torch.rand(cap, rd // 2, device=device) * 2 * math.pi
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 2, 3, 2, d), v=rnd(device, dtype, 2, 3, 2, d),
+          cos=torch.cos(angle).to(dtype), sin=torch.sin(angle).to(dtype), seqlens=ints(device, [0, 40]),
+          block_table=table, causal=causal, interleaved=interleaved, num_splits=2)
+
+
+def test_rotary_float32_tables_bf16(device):
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 1, 1, 2, 16)
+    k_cache, v_cache, _ = make_cache(device, 1, 40, 2, 16, dtype)
+    angle = torch.rand(40, 8, device=device) * 2 * math.pi
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, 2, 16), v=rnd(device, dtype, 1, 1, 2, 16),
+          cos=torch.cos(angle), sin=torch.sin(angle), seqlens=17, interleaved=False)
+
+
+def test_cache_batch_idx(device):
+    """Sequences read (and append to) the cache rows named by cache_batch_idx;
+    other rows are left untouched."""
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 2, 1, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 80, 2, 32, dtype, batch_cache=5)
+    _, _, kc, vc = check(q, k_cache, v_cache, dtype, batch_idx=ints(device, [4, 1]),
+                         seqlens=ints(device, [79, 30]), k=rnd(device, dtype, 2, 1, 2, 32),
+                         v=rnd(device, dtype, 2, 1, 2, 32), num_splits=2)
+    for row in (0, 2, 3):
+        assert torch.equal(kc[row], k_cache[row]) and torch.equal(vc[row], v_cache[row]), f"row {row} changed"
+
+
+@pytest.mark.parametrize("page", [None, 32], ids=["contiguous", "page32"])
+def test_leftpad(page, device):
+    dtype = torch.float16
+    q = rnd(device, dtype, 3, 2, 4, 32)
+    k_cache, v_cache, table = make_cache(device, 3, 96, 2, 32, dtype, page)
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(device, [90, 40, 5]),
+          leftpad=ints(device, [33, 0, 5]), k=rnd(device, dtype, 3, 2, 2, 32),
+          v=rnd(device, dtype, 3, 2, 2, 32), causal=True, num_splits=2)
+
+
+@pytest.mark.parametrize("window,causal", [((20, 0), False), ((7, -1), True), ((-1, 3), False), ((10, 5), False)],
+                         ids=["left20-right0", "left7-causal", "right3", "left10-right5"])
+def test_window(window, causal, device):
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 2, 4, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 100, 2, 32, dtype)
+    check(q, k_cache, v_cache, dtype, seqlens=ints(device, [100, 45]), window=window, causal=causal,
+          num_splits=3)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_softcap_and_alibi(dtype, device):
+    dtype = DTYPES[dtype]
+    q = rnd(device, dtype, 2, 2, 4, 32, scale=3.0)
+    k_cache, v_cache, table = make_cache(device, 2, 96, 2, 32, dtype, 16)
+    lens = ints(device, [96, 50])
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=lens, softcap=5.0, causal=True, num_splits=2)
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=lens,
+          alibi=torch.rand(2, 4, device=device) * 0.5)
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=lens,
+          alibi=torch.rand(4, device=device) * 0.5, causal=True, softcap=8.0)
+
+
+def test_seqlens_int_and_none(device):
+    dtype = torch.float16
+    q = rnd(device, dtype, 2, 1, 2, 16)
+    k_cache, v_cache, _ = make_cache(device, 2, 48, 2, 16, dtype)
+    check(q, k_cache, v_cache, dtype, seqlens=30)
+    check(q, k_cache, v_cache, dtype, scale=0.3)  # None: the whole cache
+    out = flash_attn_with_kvcache(q, k_cache, v_cache)  # out only, automatic splits
+    ref = reference(q, k_cache, v_cache)
+    assert_close("out", out, ref[0], reference(q, k_cache, v_cache, dtype=dtype)[0], 2.0, dtype)
+
+
+def test_large_group_several_row_tiles(device, monkeypatch):
+    """More rows (tokens x heads of a group) than one tile holds."""
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_M=16")
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 1, 3, 16, 16)  # 3 tokens x 8 heads per group = 24 rows
+    k_cache, v_cache, _ = make_cache(device, 1, 50, 2, 16, dtype)
+    check(q, k_cache, v_cache, dtype, seqlens=47, k=rnd(device, dtype, 1, 3, 2, 16),
+          v=rnd(device, dtype, 1, 3, 2, 16), causal=True)
+
+
+def test_empty_batch_and_query(device):
+    dtype = torch.float16
+    k_cache, v_cache, _ = make_cache(device, 2, 32, 2, 16, dtype)
+    out, lse = flash_attn_with_kvcache(rnd(device, dtype, 0, 1, 4, 16), k_cache, v_cache,
+                                       cache_seqlens=3, return_softmax_lse=True)
+    assert out.shape == (0, 1, 4, 16) and lse.shape == (0, 4, 1)
+    out, lse = flash_attn_with_kvcache(rnd(device, dtype, 2, 0, 4, 16), k_cache, v_cache,
+                                       cache_seqlens=3, return_softmax_lse=True)
+    assert out.shape == (2, 0, 4, 16) and lse.shape == (2, 4, 0)
+
+
+def test_torch_fallback(monkeypatch):
+    """CPU without Triton's interpreter: the PyTorch path has the same semantics."""
+    monkeypatch.setattr(kvc, "INTERPRET", False)
+    cpu, dtype = torch.device("cpu"), torch.float32
+    q = rnd(cpu, dtype, 2, 2, 4, 32)
+    k_cache, v_cache, table = make_cache(cpu, 2, 64, 2, 32, dtype, 16)
+    angle = torch.rand(64, 8) * 2 * math.pi
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(cpu, [0, 50]),
+          k=rnd(cpu, dtype, 2, 2, 2, 32), v=rnd(cpu, dtype, 2, 2, 2, 32), cos=torch.cos(angle),
+          sin=torch.sin(angle), interleaved=False, causal=True, leftpad=ints(cpu, [0, 7]), softcap=4.0,
+          alibi=torch.rand(4) * 0.3, window=(20, -1))
+    q = rnd(cpu, torch.bfloat16, 2, 1, 4, 32)
+    k_cache, v_cache, _ = make_cache(cpu, 3, 40, 2, 32, torch.bfloat16)
+    check(q, k_cache, v_cache, torch.bfloat16, batch_idx=ints(cpu, [2, 0]), seqlens=ints(cpu, [40, 11]))
+
+
+# ---------------------------------------------------------------------------
+# Combine
+# ---------------------------------------------------------------------------
+
+def test_combine_kernel(device):
+    """Triton combine of S parts = attention over the union; parts that saw no
+    key (lse = -inf) weigh 0; rows no part saw give 0 and -inf."""
+    b, n, h, d = 2, 3, 4, 40
+    parts, n_k = 5, 17
+    q = torch.randn(b, n, h, d, dtype=torch.float64, device=device)
+    k = torch.randn(b, parts * n_k, h, d, dtype=torch.float64, device=device)
+    v = torch.randn_like(k)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+    s[0, 0, 0, :] = float("-inf")  # a row that sees nothing
+    s[1, :, :, 2 * n_k:3 * n_k] = float("-inf")  # part 2 sees nothing for batch 1
+    lse_full = torch.logsumexp(s, -1)
+    out_full = torch.einsum("bhqk,bkhd->bqhd", torch.exp(s - lse_full.nan_to_num(neginf=0)[..., None]), v)
+    o_parts, l_parts = [], []
+    for p in range(parts):
+        sp = s[..., p * n_k:(p + 1) * n_k]
+        lp = torch.logsumexp(sp, -1)
+        o_parts.append(torch.einsum("bhqk,bkhd->bqhd", torch.exp(sp - lp.nan_to_num(neginf=0)[..., None]),
+                                    v[:, p * n_k:(p + 1) * n_k]))
+        l_parts.append(lp)
+    o_parts, l_parts = torch.stack(o_parts).float(), torch.stack(l_parts).float()
+    out, lse = combine_attention_states(o_parts, l_parts, torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert_close("combined out", out.float(), out_full, atol=2 ** -7 * out_full.abs().max().item())
+    assert_close("combined lse", lse, lse_full, atol=1e-5 * lse_full[torch.isfinite(lse_full)].abs().max().item())
+    assert torch.isneginf(lse[0, 0, 0]) and torch.equal(out[0, 0, 0], torch.zeros_like(out[0, 0, 0]))
+    # Two parts: same as merge_attention_states.
+    o2, l2 = combine_attention_states(o_parts[:2], l_parts[:2])
+    o_m, l_m = merge_attention_states(o_parts[0], l_parts[0], o_parts[1], l_parts[1])
+    assert_close("vs merge_attention_states", o2, o_m, atol=1e-6)
+    assert_close("lse vs merge_attention_states", l2, l_m, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# torch.compile, validation
+# ---------------------------------------------------------------------------
+
+def test_torch_compile_fullgraph(device):
+    """One graph (no break) with the append visible in the caller's cache."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    dtype = torch.float16
+    q = rnd(device, dtype, 2, 1, 4, 16)
+    k_cache, v_cache, table = make_cache(device, 2, 64, 2, 16, dtype, 16)
+    k, v = rnd(device, dtype, 2, 1, 2, 16), rnd(device, dtype, 2, 1, 2, 16)
+    lens = ints(device, [10, 40])
+
+    def step(q, kc, vc, k, v, lens, table):
+        return flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True,
+                                       return_softmax_lse=True)
+
+    kc_e, vc_e = k_cache.clone(), v_cache.clone()
+    out_e, lse_e = step(q, kc_e, vc_e, k, v, lens, table)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    kc_c, vc_c = k_cache.clone(), v_cache.clone()
+    out_c, lse_c = compiled(q, kc_c, vc_c, k, v, lens, table)
+    assert torch.equal(out_c, out_e) and torch.equal(lse_c, lse_e)
+    assert torch.equal(kc_c, kc_e) and torch.equal(vc_c, vc_e), "the compiled call did not append in place"
+
+
+def test_custom_op_registered(device):
+    op = torch.ops.flashattn_triton.kvcache_fwd.default
+    schema = str(op._schema)
+    assert "Tensor(a1!) k_cache" in schema and "Tensor(a2!) v_cache" in schema, schema
+    r = lambda *shape: torch.randn(*shape, device=device)  # noqa: E731
+    torch.library.opcheck(
+        torch.ops.flashattn_triton.kvcache_fwd,
+        (r(1, 1, 2, 16), r(1, 32, 1, 16), r(1, 32, 1, 16), r(1, 1, 1, 16), r(1, 1, 1, 16), None, None,
+         ints(device, [5]),
+         None, None, None, None, 0.25, True, -1, 0, 0.0, True, 0),
+        test_utils=("test_schema", "test_faketensor"))
+
+
+def _args():
+    q = torch.randn(2, 1, 4, 16, dtype=torch.float16)
+    kc = torch.randn(2, 32, 2, 16, dtype=torch.float16)
+    return q, kc, kc.clone()
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(q="x"), TypeError, r"q must be a torch.Tensor, got str"),
+    (dict(q=torch.randn(2, 4, 16)), ValueError, r"q must be 4-D \(batch_size, seqlen, nheads, headdim\)"),
+    (dict(k_cache=torch.randn(2, 32, 2, 16)), TypeError, r"share one dtype, got torch.float16, torch.float32"),
+    (dict(q=torch.randn(2, 1, 3, 16).half()), ValueError, r"query heads \(q.shape\[2\]=3\) must be a multiple"),
+    (dict(cache_seqlens=torch.tensor([1, 2])), TypeError, r"cache_seqlens must be torch.int32, got torch.int64"),
+    (dict(cache_seqlens=torch.tensor([1], dtype=torch.int32)), ValueError,
+     r"cache_seqlens must have shape \(batch_size,\) = \(2,\), got \(1,\)"),
+    (dict(cache_seqlens=40), ValueError, r"cache_seqlens=40 must be in \[0, 32\]"),
+    (dict(cache_seqlens=1.5), TypeError, r"cache_seqlens must be an int, a torch.int32 tensor or None, got float"),
+    (dict(k=torch.randn(2, 1, 2, 16).half()), ValueError, r"k and v must be given together"),
+    (dict(k=torch.randn(2, 1, 2, 16).half(), v=torch.randn(2, 1, 2, 16).half()), ValueError,
+     r"cache_seqlens is required when k and v are given"),
+    (dict(k=torch.randn(2, 1, 2, 16).half(), v=torch.randn(2, 1, 2, 16).half(), cache_seqlens=32), ValueError,
+     r"cache_seqlens=32 plus 1 new tokens exceeds the cache capacity 32"),
+    (dict(k=torch.randn(2, 1, 1, 16).half(), v=torch.randn(2, 1, 1, 16).half(), cache_seqlens=3), ValueError,
+     r"k must have shape .* = \(2, seqlen_new, 2, 16\), got \(2, 1, 1, 16\)"),
+    (dict(rotary_cos=torch.ones(32, 4), rotary_sin=torch.ones(32, 4)), ValueError,
+     r"rotary_cos/rotary_sin need the new k and v"),
+    (dict(k=torch.randn(2, 1, 2, 16).half(), v=torch.randn(2, 1, 2, 16).half(), cache_seqlens=3,
+          rotary_cos=torch.ones(32, 9), rotary_sin=torch.ones(32, 9)), ValueError,
+     r"rotary_dim = 2 \* rotary_cos.shape\[1\] = 18 must be in \[2, headdim=16\]"),
+    (dict(k=torch.randn(2, 1, 2, 16).half(), v=torch.randn(2, 1, 2, 16).half(), cache_seqlens=3,
+          rotary_cos=torch.ones(20, 4), rotary_sin=torch.ones(20, 4)), ValueError,
+     r"rotary_cos has 20 positions .* the cache capacity 32"),
+    (dict(block_table=torch.zeros(2, 2)), TypeError, r"block_table must be torch.int32, got torch.float32"),
+    (dict(k_cache=torch.randn(2, 24, 2, 16).half(), v_cache=torch.randn(2, 24, 2, 16).half(),
+          block_table=torch.zeros(2, 2, dtype=torch.int32)), ValueError,
+     r"page_block_size \(k_cache.shape\[1\]=24\) must be a positive multiple of 16"),
+    (dict(block_table=torch.zeros(2, 1, dtype=torch.int32), cache_batch_idx=torch.zeros(2, dtype=torch.int32)),
+     ValueError, r"cache_batch_idx cannot be combined with block_table"),
+    (dict(k_cache=torch.randn(1, 32, 2, 16).half(), v_cache=torch.randn(1, 32, 2, 16).half()), ValueError,
+     r"k_cache holds 1 sequences .* batch_size 2"),
+    (dict(window_size=(-2, 0)), ValueError, r"window_size entries must be >= -1"),
+    (dict(window_size=5), TypeError, r"window_size must be a pair of ints"),
+    (dict(softcap=-1.0), ValueError, r"softcap must be >= 0"),
+    (dict(alibi_slopes=torch.ones(3)), ValueError, r"alibi_slopes must have shape \(nheads,\) = \(4,\)"),
+    (dict(alibi_slopes=torch.ones(4, dtype=torch.float16)), TypeError, r"alibi_slopes must be float32"),
+    (dict(num_splits=-1), ValueError, r"num_splits must be an int >= 0"),
+    (dict(softmax_scale=float("nan")), ValueError, r"softmax_scale must be finite"),
+    (dict(causal=1), TypeError, r"causal must be a bool"),
+    (dict(q=torch.randn(2, 1, 4, 300).half(), k_cache=torch.randn(2, 32, 2, 300).half(),
+          v_cache=torch.randn(2, 32, 2, 300).half()), NotImplementedError, r"head dim 300"),
+    (dict(k_cache=torch.randn(2, 16, 32, 2).half().transpose(1, 3)), ValueError, r"k_cache and v_cache must have the same shape"),
+    (dict(q=torch.randn(2, 1, 16, 4).half().transpose(-1, -2)),
+     ValueError, r"q must have stride 1 in its last dimension"),
+], ids=lambda x: None)
+def test_validation(kwargs, exc, match):
+    q, kc, vc = _args()
+    args = dict(q=q, k_cache=kc, v_cache=vc)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        flash_attn_with_kvcache(**args)
+
+
+# ---------------------------------------------------------------------------
+# GPU: realistic sizes and CUDA graphs
+# ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("batch,n_cache", [(1, 32768), (8, 8192)], ids=["B1-32k", "B8-8k"])
+def test_gpu_realistic(device, batch, n_cache, page):
+    """Hq=32, Hkv=8, d=128, bf16, ragged lengths, one appended token, rotary,
+    automatic split count; against float64."""
+    dtype, h_q, h_kv, d = torch.bfloat16, 32, 8, 128
+    q = rnd(device, dtype, batch, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, n_cache, h_kv, d, dtype, page)
+    lens = torch.randint(0, n_cache, (batch,), dtype=torch.int32)
+    lens[0] = n_cache - 1
+    angle = torch.rand(n_cache, d // 2) * 2 * math.pi
+    kw = dict(k=torch.randn(batch, 1, h_kv, d, device=device).to(dtype),
+              v=torch.randn(batch, 1, h_kv, d, device=device).to(dtype),
+              cos=torch.cos(angle).to(device, dtype), sin=torch.sin(angle).to(device, dtype),
+              seqlens=lens.to(device), block_table=table, causal=True, num_splits=0)
+    # The reference runs on the GPU in float64 (one sequence at a time).
+    check(q, k_cache, v_cache, dtype, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
+def test_gpu_cuda_graph(device, page):
+    """Capture one decode step (append + attention, automatic splits), then
+    replay it with new inputs written into the captured buffers."""
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 4, 32, 8, 128, 4096
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    q = torch.randn(batch, 1, h_q, d, device=device, dtype=dtype)
+    k = torch.randn(batch, 1, h_kv, d, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    lens = torch.tensor([100, 4000, 0, 2048], dtype=torch.int32, device=device)
+
+    def step():
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
+                                       causal=True, return_softmax_lse=True)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # compile and warm up outside the capture
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, lse_g = step()
+    for it in range(3):
+        q.copy_(torch.randn_like(q))
+        k.copy_(torch.randn_like(k))
+        v.copy_(torch.randn_like(v))
+        lens.add_(1)
+        kc0, vc0 = k_cache.clone(), v_cache.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        kc1, vc1 = k_cache.clone(), v_cache.clone()
+        k_cache.copy_(kc0)
+        v_cache.copy_(vc0)
+        out_e, lse_e = step()
+        assert torch.equal(out_g, out_e), f"replay {it}: output differs from eager"
+        assert torch.equal(lse_g, lse_e), f"replay {it}: LSE differs from eager"
+        assert torch.equal(kc1, k_cache) and torch.equal(vc1, v_cache), f"replay {it}: append differs"
+
+
+@pytest.mark.gpu
+def test_gpu_torch_compile_inductor(device):
+    dtype = torch.bfloat16
+    k_cache, v_cache, table = make_cache(device, 2, 2048, 8, 128, dtype, 16)
+    q = torch.randn(2, 1, 32, 128, device=device, dtype=dtype)
+    k = torch.randn(2, 1, 8, 128, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    lens = torch.tensor([5, 2000], dtype=torch.int32, device=device)
+
+    def step(q, kc, vc, k, v, lens):
+        return flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True)
+
+    kc_e, vc_e = k_cache.clone(), v_cache.clone()
+    out_e = step(q, kc_e, vc_e, k, v, lens)
+    out_c = torch.compile(step, fullgraph=True)(q, k_cache, v_cache, k, v, lens)
+    assert torch.equal(out_c, out_e)
+    assert torch.equal(k_cache, kc_e) and torch.equal(v_cache, vc_e)
