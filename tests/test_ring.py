@@ -1,0 +1,377 @@
+"""Ring attention (flashattn_triton.distributed) against single-device attention.
+
+* The schedule: for every rank count and sharding, the blocks of all ranks and
+  steps cover each attended (query, key) pair of the global mask exactly once,
+  and under zigzag every step costs every rank the same.
+* The sharding helpers: round trips and position ids.
+* Exactness on CPU with the gloo backend: worlds of 2 and 4 processes
+  (spawned once per world, in bounded time) run every case; each rank saves
+  its shards of out, dq, dk, dv; the test reassembles the full sequence and
+  compares with float64 attention on the gathered inputs, at the tolerance of
+  test_attention.py: 2x (output) / 3x (gradients) the error of plain PyTorch in
+  the input dtype.  The workers use the blockwise CPU path (TRITON_INTERPRET
+  unset); one small world runs the Triton kernels in the interpreter.
+
+The same comparison on 2 GPUs with NCCL:
+``torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from flashattn_triton.distributed import (gather_sequence, position_ids, ring_flash_attn_func, ring_schedule, shard_sequence,
+                                          unshard_sequence, zigzag_position_ids, zigzag_shard, zigzag_unshard)
+from flashattn_triton.reference import flash_attention_ref
+from _utils import assert_close
+
+WORLD_TIMEOUT_S = 300  # per spawned world, start to finish (2 slow cores, shared)
+
+
+# ---------------------------------------------------------------------------
+# The schedule (no processes needed)
+# ---------------------------------------------------------------------------
+
+def _coverage(world_size, n_local, causal, sharding, backward):
+    """How many times each global (query, key) pair is attended by the schedule."""
+    n = n_local * world_size
+    pos = [position_ids(n, r, world_size, sharding) for r in range(world_size)]
+    cover = torch.zeros(n, n, dtype=torch.int64)
+    for r in range(world_size):
+        for s, blocks in enumerate(ring_schedule(r, world_size, n_local, n_local, causal, sharding, backward)):
+            src = (r - s) % world_size  # the backward's extra last step is the rank's own shard again
+            for b in blocks:
+                nq, nk = b.q1 - b.q0, b.k1 - b.k0
+                seen = torch.ones(nq, nk, dtype=torch.int64)
+                if b.causal:
+                    seen = torch.tril(seen, diagonal=nk - nq)
+                gq, gk = pos[r][b.q0:b.q1], pos[src][b.k0:b.k1]
+                cover[gq[:, None], gk[None, :]] += seen
+    return cover
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_schedule_attends_each_pair_once(world_size, causal, sharding, backward):
+    n_local = 6
+    cover = _coverage(world_size, n_local, causal, sharding, backward)
+    n = cover.shape[0]
+    want = torch.ones(n, n, dtype=torch.int64)
+    if causal:
+        want = torch.tril(want)
+    bad = (cover != want).nonzero()
+    assert len(bad) == 0, (f"{len(bad)} (query, key) pairs attended the wrong number of times, first "
+                           f"{tuple(bad[0].tolist())}: {cover[tuple(bad[0])].item()} times, want "
+                           f"{want[tuple(bad[0])].item()}")
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+def test_zigzag_steps_are_balanced(world_size, backward):
+    """Under zigzag + causal, at every step every rank attends the same number of pairs."""
+    c = 5
+    per_step = [[sum(b.pairs() for b in step)
+                 for step in ring_schedule(r, world_size, 2 * c, 2 * c, True, "zigzag", backward)]
+                for r in range(world_size)]
+    for s, work in enumerate(zip(*per_step)):
+        assert len(set(work)) == 1, f"step {s}: pairs per rank {work} differ"
+    assert all(w == 2 * c * c for w in per_step[0][1:world_size]), per_step[0]
+
+
+def test_contiguous_causal_is_unbalanced():
+    """The reason for zigzag: with contiguous shards the last rank does P times the work of the first."""
+    n, world_size = 8, 4
+    total = [sum(b.pairs() for step in ring_schedule(r, world_size, n, n, True, "contiguous") for b in step)
+             for r in range(world_size)]
+    diag = n * (n + 1) // 2
+    assert total == [diag + r * n * n for r in range(world_size)]
+
+
+def test_schedule_rejects_bad_lengths():
+    with pytest.raises(ValueError, match="odd local length 5"):
+        ring_schedule(0, 2, 5, 5, True, "zigzag")
+    with pytest.raises(ValueError, match="equal local query and key lengths"):
+        ring_schedule(0, 2, 4, 6, True, "contiguous")
+    with pytest.raises(ValueError, match="sharding must be one of"):
+        ring_schedule(0, 2, 4, 4, True, "striped")
+
+
+# ---------------------------------------------------------------------------
+# Sharding helpers
+# ---------------------------------------------------------------------------
+
+def test_zigzag_position_ids():
+    assert zigzag_position_ids(8, 0, 2).tolist() == [0, 1, 6, 7]
+    assert zigzag_position_ids(8, 1, 2).tolist() == [2, 3, 4, 5]
+    assert zigzag_position_ids(16, 3, 4).tolist() == [6, 7, 8, 9]
+    assert position_ids(8, 1, 2, "contiguous").tolist() == [4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("world_size,dim", [(1, 1), (2, 1), (3, 0), (4, 2)])
+def test_shard_unshard_round_trip(world_size, dim, sharding):
+    shape = [3, 5, 2]
+    shape[dim] = 4 * world_size
+    x = torch.randn(shape)
+    shards = [shard_sequence(x, r, world_size, dim, sharding) for r in range(world_size)]
+    assert all(s.is_contiguous() and s.shape[dim] == 4 for s in shards)
+    assert torch.equal(unshard_sequence(shards, dim, sharding), x)
+    if sharding == "zigzag":
+        assert torch.equal(zigzag_unshard([zigzag_shard(x, r, world_size, dim) for r in range(world_size)], dim), x)
+    # The shards hold the tokens their position ids name.
+    pos = [position_ids(x.shape[dim], r, world_size, sharding) for r in range(world_size)]
+    for r in range(world_size):
+        assert torch.equal(shards[r], x.index_select(dim, pos[r]))
+
+
+def test_shard_errors():
+    x = torch.randn(1, 10, 2, 4)
+    with pytest.raises(ValueError, match="10 tokens .* not divisible into 4 zigzag chunks"):
+        zigzag_shard(x, 0, 2)
+    with pytest.raises(ValueError, match=r"rank must be an int in \[0, 2\), got 2"):
+        zigzag_shard(x, 2, 2)
+    with pytest.raises(ValueError, match="odd length 3"):
+        zigzag_unshard([torch.randn(1, 3), torch.randn(1, 3)])
+    with pytest.raises(ValueError, match="share one shape"):
+        zigzag_unshard([torch.randn(1, 4), torch.randn(1, 6)])
+
+
+# ---------------------------------------------------------------------------
+# Argument checks (raise before any communication) and the fake implementation
+# ---------------------------------------------------------------------------
+
+def _qkv(n=8, h_q=4, h_kv=2, d=16, dtype=torch.float32):
+    return torch.randn(1, n, h_q, d, dtype=dtype), *(torch.randn(1, n, h_kv, d, dtype=dtype) for _ in range(2))
+
+
+@pytest.mark.parametrize("mutate,kwargs,err,match", [
+    (lambda q, k, v: (q.half(), k, v), {}, TypeError, "share one dtype"),
+    (lambda q, k, v: (q, k, v[:, :4]), {}, ValueError, "k and v must have the same shape"),
+    (lambda q, k, v: (q[:, :, :3], k, v), {}, ValueError, r"multiple of the number of key/value heads"),
+    (lambda q, k, v: (q[0], k, v), {}, ValueError, "must be 4-D"),
+    (lambda q, k, v: (q.double(), k.double(), v.double()), {}, TypeError, "float16, bfloat16 or float32"),
+    (lambda q, k, v: (q[:, :7], k[:, :7], v[:, :7]), dict(causal=True), ValueError, "must be even; got q.shape"),
+    (lambda q, k, v: (q[:, :6], k, v), dict(causal=True, sharding="contiguous"), ValueError, "one length"),
+    (lambda q, k, v: (q, k, v), dict(sharding="ring"), ValueError, "sharding must be one of"),
+    (lambda q, k, v: (q, k, v), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
+    (lambda q, k, v: (q, k, v), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
+    (lambda q, k, v: (q, k, v), dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite"),
+])
+def test_bad_arguments(mutate, kwargs, err, match):
+    q, k, v = mutate(*_qkv())
+    with pytest.raises(err, match=match):
+        ring_flash_attn_func(q, k, v, **kwargs)
+
+
+def test_needs_initialized_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ring_flash_attn_func(*_qkv())
+
+
+def test_fake_implementation_shapes():
+    """torch.compile traces the ring as one opaque op with these output shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k, v = _qkv(n=12, h_q=6, h_kv=2, dtype=torch.bfloat16)
+        out, lse = torch.ops.flashattn_triton.ring_attn_fwd(q, k, v, "0", 0.25, True, "zigzag")
+        dq, dk, dv = torch.ops.flashattn_triton.ring_attn_bwd(out, q, k, v, out, lse, "0", 0.25, True, "zigzag")
+    assert (out.shape, out.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, (1, 6, 12), torch.float32)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+# ---------------------------------------------------------------------------
+# Exactness over gloo: the cases and the spawned worlds
+# ---------------------------------------------------------------------------
+
+class Case(NamedTuple):
+    batch: int
+    seqlen_q: int  # whole sequence, all ranks together
+    seqlen_k: int
+    h_q: int
+    h_kv: int
+    d: int
+    causal: bool
+    dtype: torch.dtype
+    sharding: str = "zigzag"
+    scale: Optional[float] = None
+    subgroups: bool = False  # 4 ranks as two rings {0, 2} and {1, 3}
+
+    @property
+    def id(self) -> str:
+        heads = "mha" if self.h_q == self.h_kv else ("mqa" if self.h_kv == 1 else "gqa")
+        lens = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
+        parts = [f"B{self.batch}", f"N{lens}", f"{heads}{self.h_q}/{self.h_kv}", f"d{self.d}",
+                 "causal" if self.causal else "full", str(self.dtype).replace("torch.", "")]
+        if self.causal:
+            parts.append(self.sharding)
+        if self.scale is not None:
+            parts.append(f"scale{self.scale}")
+        if self.subgroups:
+            parts.append("subgroups")
+        return "-".join(parts)
+
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+
+COMMON = [
+    Case(2, 96, 96, 4, 4, 32, True, F32),
+    Case(1, 96, 96, 4, 2, 40, True, BF16),
+    Case(2, 64, 64, 3, 1, 16, True, F16),
+    Case(1, 80, 80, 4, 2, 32, True, F32, "contiguous"),
+    Case(2, 64, 64, 2, 2, 64, True, BF16, "contiguous"),
+    Case(1, 96, 96, 4, 2, 32, False, F32, scale=0.3),
+    Case(2, 64, 64, 2, 2, 24, False, BF16),
+    Case(1, 48, 80, 4, 1, 32, False, BF16),  # cross-attention: query and key shards of different lengths
+]
+WORLDS = {
+    # name: (processes, TRITON_INTERPRET, cases)
+    "gloo2": (2, False, COMMON),
+    "gloo4": (4, False, COMMON + [
+        Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
+        Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
+        Case(1, 64, 64, 4, 2, 32, True, BF16, subgroups=True),
+    ]),
+    # The Triton kernels themselves (interpreted) on strided slices of the shards.
+    "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16)]),
+}
+
+
+def _worker(rank: int, world_size: int, workdir: str) -> None:
+    torch.set_num_threads(1)
+    import flashattn_triton.ops as ops
+    ops._POISON = True  # buffers the kernels should fill start as NaN
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=WORLD_TIMEOUT_S))
+    try:
+        # new_group is collective: every rank creates both rings, in one order.
+        rings = [dist.new_group([0, 2]), dist.new_group([1, 3])] if world_size == 4 else None
+        results = {}
+        for name, (case, full) in torch.load(Path(workdir) / "cases.pt", weights_only=False).items():
+            group, size, r = None, world_size, rank
+            if case.subgroups:
+                group, size, r = rings[rank % 2], 2, rank // 2
+            try:
+                q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
+                out = ring_flash_attn_func(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale,
+                                           sharding=case.sharding)
+                out.backward(do)
+                res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
+                if not case.subgroups:
+                    res["gathered_out"] = gather_sequence(out.detach(), None, 1, case.sharding)
+            except Exception:  # reported by the test of this case
+                res = dict(error=traceback.format_exc())
+            results[name] = dict(res, group_rank=r, group_size=size)
+        torch.save(results, Path(workdir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_world(world_size: int, interpret: bool, cases, workdir: Path):
+    """Spawn the world, wait at most WORLD_TIMEOUT_S, return {case id: [per-rank results]}."""
+    inputs = {}
+    for case in cases:
+        q = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
+        k = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
+        v = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
+        do = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
+        inputs[case.id] = (case, (q, k, v, do))
+    torch.save(inputs, workdir / "cases.pt")
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        ctx = mp.start_processes(_worker, args=(world_size, str(workdir)), nprocs=world_size, join=False,
+                                 start_method="spawn")
+    finally:
+        os.environ.pop("TRITON_INTERPRET", None)
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    deadline = time.monotonic() + WORLD_TIMEOUT_S
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {world_size}-process gloo world did not finish in {WORLD_TIMEOUT_S} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    per_rank = [torch.load(workdir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    return {cid: [res[cid] for res in per_rank] for cid in inputs}, inputs
+
+
+@pytest.fixture(scope="module")
+def worlds():
+    """Each world is spawned the first time a test asks for it."""
+    cache = {}
+    tmp = tempfile.TemporaryDirectory(prefix="ring_test_")
+
+    def get(name):
+        if name not in cache:
+            world_size, interpret, cases = WORLDS[name]
+            workdir = Path(tmp.name) / name
+            workdir.mkdir()
+            try:
+                cache[name] = _run_world(world_size, interpret, cases, workdir)
+            except Exception as e:  # every test of this world reports it
+                cache[name] = e
+        if isinstance(cache[name], Exception):
+            raise cache[name]
+        return cache[name]
+
+    yield get
+    tmp.cleanup()
+
+
+def _params():
+    return [pytest.param(name, case.id, id=f"{name}-{case.id}")
+            for name, (_, _, cases) in WORLDS.items() for case in cases]
+
+
+@pytest.mark.parametrize("world,case_id", _params())
+def test_ring_matches_single_device(worlds, world, case_id):
+    results, inputs = worlds(world)
+    case, (q, k, v, do) = inputs[case_id]
+    ranks = results[case_id]
+    for r, res in enumerate(ranks):
+        assert "error" not in res, f"rank {r} raised:\n{res['error']}"
+
+    # Single-device attention on the gathered sequence: float64 truth and the
+    # in-dtype PyTorch baseline that sets the tolerance.
+    def reference(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        out, _ = flash_attention_ref(*leaves, case.causal, case.scale, dtype=dtype)
+        grads = torch.autograd.grad(out, leaves, do.to(dtype))
+        return [out.detach(), *grads]
+
+    ref, base = reference(torch.float64), reference(case.dtype)
+    # One reassembly per ring: the whole world, or each of the two subgroups.
+    rings = {}
+    for r, res in enumerate(ranks):
+        ring_id = r % 2 if case.subgroups else 0
+        rings.setdefault(ring_id, {})[res["group_rank"]] = res
+    for ring_id, members in rings.items():
+        assert sorted(members) == list(range(len(members)))
+        where = f"ring {ring_id} of {len(rings)}: " if len(rings) > 1 else ""
+        for i, name in enumerate(("out", "dq", "dk", "dv")):
+            got = unshard_sequence([members[g][name] for g in sorted(members)], 1, case.sharding)
+            assert_close(where + name, got, ref[i], base[i], 2.0 if name == "out" else 3.0, case.dtype)
+    if "gathered_out" in ranks[0]:
+        full_out = unshard_sequence([res["out"] for res in ranks], 1, case.sharding)
+        for r, res in enumerate(ranks):
+            assert torch.equal(res["gathered_out"], full_out), f"gather_sequence on rank {r} differs"
