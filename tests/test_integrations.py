@@ -9,12 +9,12 @@ Pass mark (as everywhere in this suite): the max error of our logits /
 gradients against the same model run in float64 (PyTorch's math attention) is
 at most 2x / 3x that of the SDPA model in the test dtype, plus one ulp.
 
-Features flashattn_triton does not have yet (variable-length batches, sliding
-windows, softcap, arbitrary masks) are tested with ``xfail(strict=True,
+Padded batches go through ``flash_attn_varlen_func`` (a spy checks the
+segments); sliding windows through ``window_size``, also while decoding with
+the sliding-window cache.  Features flashattn_triton does not have yet
+(softcap, arbitrary masks) are tested with ``xfail(strict=True,
 raises=NotImplementedError)``: they turn into failures, to be unmarked, once
-the feature lands.  The padding logic itself (unpad/pad, segment lengths,
-causal alignment after a KV cache) is tested now against a float64 varlen
-reference patched in for ``flash_attn_varlen_func``.
+the feature lands.
 """
 
 import copy
@@ -148,15 +148,7 @@ def test_generate_greedy_matches_sdpa(kind):
     # two layers: the second layer's keys depend on the first layer's causal masking
     layers = {"llama": {"num_hidden_layers": 2}, "gpt2": {"n_layer": 2}}[kind]
     ours, base, _ = _models(kind, "sdpa", torch.float32, **layers)
-    ids = torch.randint(1, VOCAB, (1, 7))
-    got, want = (m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
-                            pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-                 for m in (ours, base))
-    assert got.sequences.tolist() == want.sequences.tolist(), \
-        f"{kind}: greedy tokens differ: {got.sequences.tolist()} vs {want.sequences.tolist()}"
-    for step, (lg, lw) in enumerate(zip(got.logits, want.logits)):
-        err = (lg - lw).abs().max().item()
-        assert err <= 1e-5 * lw.abs().max().item(), f"{kind}: step {step} logits differ by {err:.2e}"
+    _compare_generate(ours, base, 1, 7, new=6)
 
 
 # ---------------------------------------------------------------------------
@@ -247,37 +239,6 @@ def test_unpad_pad_round_trip():
     torch.testing.assert_close(hf.pad(packed, None, None, 3, 6), x, rtol=0, atol=0)
 
 
-def _varlen_reference(calls):
-    """float64 flash_attn_varlen_func: per-sequence attention, causal bottom-right."""
-
-    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, **kw):
-        assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == torch.int32
-        assert dropout_p == 0.0 and tuple(window_size) == (-1, -1) and softcap == 0.0
-        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        assert len(cq) == len(ck) and cq[-1] == q.shape[0] and ck[-1] == k.shape[0]
-        assert max(b - a for a, b in zip(cq, cq[1:])) <= max_seqlen_q
-        assert max(b - a for a, b in zip(ck, ck[1:])) <= max_seqlen_k
-        calls.append((cq, ck, causal))
-        scale = softmax_scale or q.shape[-1] ** -0.5
-        group = q.shape[1] // k.shape[1]
-        outs = []
-        for (q0, q1), (k0, k1) in zip(zip(cq, cq[1:]), zip(ck, ck[1:])):
-            qs = q[q0:q1].double()
-            ks = k[k0:k1].double().repeat_interleave(group, 1)
-            vs = v[k0:k1].double().repeat_interleave(group, 1)
-            s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
-            if causal:
-                n_q, n_k = q1 - q0, k1 - k0
-                vis = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + n_k - n_q
-                s = s.masked_fill(~vis, float("-inf"))
-            p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row seeing no key gives zeros
-            outs.append(torch.einsum("hqk,khd->qhd", p, vs))
-        return torch.cat(outs).to(q.dtype)
-
-    return varlen
-
-
 def _padding_mask(kind, batch=BATCH, seq=SEQ):
     mask = torch.ones(batch, seq, dtype=torch.long)
     if kind == "right":
@@ -288,32 +249,75 @@ def _padding_mask(kind, batch=BATCH, seq=SEQ):
     return mask
 
 
-@pytest.mark.parametrize("side", ["right", "left"])
-def test_padded_batch_matches_sdpa_with_reference_varlen(side, monkeypatch):
+def _spy_varlen(monkeypatch):
     calls = []
-    monkeypatch.setattr(flashattn_triton, "flash_attn_varlen_func", _varlen_reference(calls), raising=False)
+    real = flashattn_triton.flash_attn_varlen_func
+
+    def spy(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **kw):
+        calls.append((cu_seqlens_q.tolist(), cu_seqlens_k.tolist(), max_seqlen_q, max_seqlen_k, kw))
+        return real(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **kw)
+
+    monkeypatch.setattr(flashattn_triton, "flash_attn_varlen_func", spy)
+    return calls
+
+
+@pytest.mark.parametrize("kind, side", [("llama", "right"), ("llama", "left"), ("gpt2", "left")])
+def test_padded_batch_matches_sdpa(kind, side, monkeypatch):
+    calls = _spy_varlen(monkeypatch)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     mask = _padding_mask(side)
-    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, mask=mask, label=f"llama {side}")
+    _compare(_models(kind, "sdpa", torch.float32), ids, torch.float32, mask=mask, label=f"{kind} {side}")
     assert calls, "the padded batch did not take the varlen route"
-    cq, ck, causal = calls[0]
+    cq, ck, max_q, max_k, kw = calls[0]
     n_real = mask.sum(1).tolist()
-    assert causal and cq == ck == [0, n_real[0], SEQ, SEQ + n_real[1], 2 * SEQ]
+    # segments: row 0 real, row 0 padding, row 1 real, row 1 padding
+    assert kw["causal"] and cq == ck == [0, n_real[0], SEQ, SEQ + n_real[1], 2 * SEQ]
+    assert max_q == max_k == SEQ
 
 
-def test_padded_generate_matches_sdpa_with_reference_varlen(monkeypatch):
+def test_padded_generate_matches_sdpa(monkeypatch):
     """Left-padded batch through prefill and decode steps (Nq = 1 against the cache)."""
-    monkeypatch.setattr(flashattn_triton, "flash_attn_varlen_func", _varlen_reference([]), raising=False)
-    ours, base, _ = _models("llama", "sdpa", torch.float32, num_hidden_layers=2)
-    ids = torch.randint(1, VOCAB, (BATCH, 8))
-    mask = _padding_mask("left", seq=8)
+    calls = _spy_varlen(monkeypatch)
+    ours, base, _ = _models("llama", "sdpa", torch.float32)
+    _compare_generate(ours, base, BATCH, 8, new=4, mask=_padding_mask("left", seq=8))
+    decode = [c for c in calls if c[2] == 1]
+    assert decode and decode[0][0] == [0, 1, 1, 2, 2], "decode steps: one real query per row"
+
+
+def _compare_generate(ours, base, batch, prompt, new, mask=None):
+    ids = torch.randint(1, VOCAB, (batch, prompt))
+    if mask is None:
+        mask = torch.ones_like(ids)
     ids = ids.masked_fill(mask == 0, 0)
-    got, want = (m.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0,
+    got, want = (m.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=0,
                             output_logits=True, return_dict_in_generate=True) for m in (ours, base))
-    assert got.sequences.tolist() == want.sequences.tolist()
+    assert got.sequences.tolist() == want.sequences.tolist(), \
+        f"greedy tokens differ: {got.sequences.tolist()} vs {want.sequences.tolist()}"
     for step, (lg, lw) in enumerate(zip(got.logits, want.logits)):
         err = (lg - lw).abs().max().item()
         assert err <= 1e-5 * lw.abs().max().item(), f"step {step}: logits differ by {err:.2e}"
+
+
+# ---------------------------------------------------------------------------
+# Sliding window (Mistral): full forward, padded, and decoding with the
+# sliding-window cache (it keeps W - 1 past keys; the window is bottom-right)
+# ---------------------------------------------------------------------------
+
+def test_mistral_sliding_window_matches_sdpa():
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("mistral", "sdpa", torch.float32, sliding_window=5), ids, torch.float32,
+             label="mistral window 5")
+
+
+def test_mistral_sliding_window_padded_matches_sdpa():
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("mistral", "sdpa", torch.float32, sliding_window=4), ids, torch.float32,
+             mask=_padding_mask("left"), label="mistral window 4 left-padded")
+
+
+def test_mistral_sliding_window_generate_matches_sdpa():
+    ours, base, _ = _models("mistral", "sdpa", torch.float32, sliding_window=4, num_hidden_layers=2)
+    _compare_generate(ours, base, 1, 7, new=6)
 
 
 def test_mask_builder_returns_none_without_padding():
@@ -339,21 +343,6 @@ def test_mask_builder_returns_none_without_padding():
 def _needs(feature):
     return pytest.mark.xfail(strict=True, raises=NotImplementedError,
                              reason=f"{feature} not implemented in flashattn_triton yet")
-
-
-@_needs("flash_attn_varlen_func")
-@pytest.mark.parametrize("side", ["right", "left"])
-def test_padded_batch_matches_sdpa(side):
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
-    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, mask=_padding_mask(side),
-             label=f"llama {side}")
-
-
-@_needs("sliding window (window_size)")
-def test_mistral_sliding_window_matches_sdpa():
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
-    _compare(_models("mistral", "sdpa", torch.float32, sliding_window=5), ids, torch.float32,
-             label="mistral window 5")
 
 
 @_needs("softcap")
