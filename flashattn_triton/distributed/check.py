@@ -1,0 +1,186 @@
+"""Check ring attention against single-device attention on the gathered sequence.
+
+Run one process per GPU (NCCL) or per CPU worker (gloo):
+
+    PYTHONPATH=. torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check
+
+Every rank draws the same full inputs, keeps its shard, runs
+``ring_flash_attn_func`` forward and backward, and the shards of out, dq, dk,
+dv are gathered.  Rank 0 compares them with float64 attention on the full
+sequence (and, for the long case, with our single-GPU kernels in float32,
+since float64 attention of 128k tokens does not fit), at the library's pass
+mark: max error at most 2x (out) / 3x (gradients) that of the baseline, plain
+PyTorch in the input dtype (our single-GPU kernels in the input dtype for the
+long case), plus one ulp.  It prints one PASS/FAIL line per case and exits
+non-zero on any failure.
+
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1 are set before the process group starts).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before torch.distributed creates any communicator.
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+os.environ.update(NVLS_OFF)
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import List, NamedTuple  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+class Case(NamedTuple):
+    batch: int
+    seqlen: int  # whole sequence
+    h_q: int
+    h_kv: int
+    d: int
+    causal: bool
+    dtype: torch.dtype
+    sharding: str = "zigzag"
+    reference: str = "float64"  # or "ours-fp32": our single-device kernels in float32
+
+    def describe(self, world_size: int) -> str:
+        dt = str(self.dtype).replace("torch.", "")
+        mask = f"causal {self.sharding}" if self.causal else "full"
+        return (f"P={world_size} B={self.batch} N={self.seqlen} h={self.h_q}/{self.h_kv} d={self.d} "
+                f"{dt} {mask}")
+
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+GPU_CASES = [
+    Case(1, 8192, 16, 4, 128, True, BF16),
+    Case(1, 8192, 16, 16, 128, True, F16),
+    Case(1, 8192, 16, 4, 128, False, BF16),
+    Case(2, 4000, 8, 8, 64, True, BF16, "contiguous"),  # shard lengths not multiples of any tile
+    Case(2, 4000, 8, 2, 96, True, BF16),
+    Case(2, 2048, 8, 2, 64, True, F32),
+    Case(1, 2048, 8, 8, 256, True, F16),
+    Case(1, 131072, 8, 2, 128, True, BF16, reference="ours-fp32"),
+]
+CPU_CASES = [
+    Case(1, 256, 4, 2, 32, True, BF16),
+    Case(2, 128, 4, 4, 16, True, F32, "contiguous"),
+    Case(1, 192, 4, 1, 32, False, F16),
+]
+
+
+def _reference(case, q, k, v, do, dtype):
+    """Single-device out and grads on the full sequence, computed in ``dtype``."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.reference import flash_attention_ref
+
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    if case.reference == "ours-fp32":
+        out = flash_attn_func(*leaves, causal=case.causal)
+    else:
+        out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype)
+    grads = torch.autograd.grad(out, leaves, do.to(dtype))
+    return [out.detach(), *grads]
+
+
+def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
+    """Run one case on every rank; rank 0 returns its report lines ('' on other ranks)."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.distributed import gather_sequence, ring_flash_attn_func, shard_sequence
+    from flashattn_triton.testing import max_abs_err, tolerance
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(case.dtype)
+
+    q = randn(case.batch, case.seqlen, case.h_q, case.d)
+    k = randn(case.batch, case.seqlen, case.h_kv, case.d)
+    v = randn(case.batch, case.seqlen, case.h_kv, case.d)
+    do = randn(case.batch, case.seqlen, case.h_q, case.d)
+    local = [shard_sequence(t, rank, world_size, 1, case.sharding) for t in (q, k, v, do)]
+    ql, kl, vl = (t.requires_grad_() for t in local[:3])
+    t0 = time.perf_counter()
+    out = ring_flash_attn_func(ql, kl, vl, causal=case.causal, sharding=case.sharding)
+    out.backward(local[3])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    got = [gather_sequence(t.detach(), None, 1, case.sharding) for t in (out, ql.grad, kl.grad, vl.grad)]
+    del out, ql, kl, vl, local
+    if rank != 0:
+        return []
+
+    ref_dtype = torch.float32 if case.reference == "ours-fp32" else torch.float64
+    ref = _reference(case, q, k, v, do, ref_dtype)
+    base_case = case if case.reference == "ours-fp32" else case._replace(reference="float64")
+    base = _reference(base_case, q, k, v, do, case.dtype)
+    # Context: our single-device kernels on the same input (same as base for the long case).
+    single = base if case.reference == "ours-fp32" else _reference(case._replace(reference="ours-fp32"),
+                                                                  q, k, v, do, case.dtype)
+    ratios, parts = [], []
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        err = max_abs_err(got[i], ref[i])  # NaN if the ring produced any NaN
+        tol = tolerance(max_abs_err(base[i], ref[i]), ref[i], case.dtype, 2.0 if name == "out" else 3.0)
+        ratios.append(err / tol if tol > 0 else float("inf"))
+        parts.append(f"{name} {err:.2e}/{tol:.2e} (1-GPU {max_abs_err(single[i], ref[i]):.2e})")
+    ok = all(r <= 1.0 for r in ratios)  # False for NaN
+    worst = max(ratios) if ok else next((r for r in ratios if not r <= 1.0))
+    against = "ours fp32 on 1 device" if case.reference == "ours-fp32" else "float64"
+    return [f"{'PASS' if ok else 'FAIL'} ring {case.describe(world_size)} vs {against}: "
+            f"worst err/tol {worst:.2f}; ring {seconds:.2f} s; " + "; ".join(parts)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 128k-token case")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        print("launch with torchrun, e.g.: PYTHONPATH=. torchrun --nproc_per_node=2 "
+              "-m flashattn_triton.distributed.check", file=sys.stderr)
+        return 2
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=10),
+                            **({"device_id": device} if use_cuda else {}))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    cases = GPU_CASES if use_cuda else CPU_CASES
+    if args.quick:
+        cases = [c for c in cases if c.seqlen <= 16384]
+    cases = [c for c in cases if c.seqlen % (2 * world_size) == 0]
+    if rank == 0:
+        name = torch.cuda.get_device_name(device) if use_cuda else "CPU"
+        print(f"ring attention check: {world_size} ranks, {dist.get_backend()} on {name}, torch "
+              f"{torch.__version__}; " + ", ".join(f"{k}={os.environ[k]}" for k in NVLS_OFF), flush=True)
+    n_fail = 0
+    for i, case in enumerate(cases):
+        try:
+            lines = run_case(case, device, seed=1234 + i)
+        except Exception as e:  # a failure on one rank would hang the others: stop here
+            print(f"FAIL ring {case.describe(world_size)} on rank {rank}: {type(e).__name__}: {e}", flush=True)
+            raise
+        for line in lines:
+            print(line, flush=True)
+            n_fail += line.startswith("FAIL")
+        if use_cuda:
+            torch.cuda.empty_cache()
+    verdict = [n_fail]
+    dist.broadcast_object_list(verdict, src=0)
+    if rank == 0:
+        print(f"{'PASS' if verdict[0] == 0 else 'FAIL'}: {len(cases) - verdict[0]}/{len(cases)} ring "
+              "attention cases", flush=True)
+    dist.destroy_process_group()
+    return 0 if verdict[0] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
