@@ -1,0 +1,284 @@
+"""flashattn_triton.nn: MultiheadAttention against torch.nn.MultiheadAttention
+with the same weights (its state dict), RotaryEmbedding against complex
+rotation, Attention against a float64 PyTorch composition of the same steps.
+
+Pass mark: max error against the float64 run at most 2x (outputs) / 3x
+(gradients) that of the PyTorch module in the test dtype, plus one ulp.
+"""
+
+import pytest
+import torch
+
+from flashattn_triton.nn import Attention, MultiheadAttention, RotaryEmbedding
+from _utils import DTYPES, assert_close
+
+E, H = 32, 4
+
+
+def _pair(dtype, **kw):
+    """(ours, torch in dtype, torch in float64), ours loaded from torch's state dict."""
+    ref = torch.nn.MultiheadAttention(E, H, **kw).double()
+    for p in ref.parameters():  # non-zero biases, so the bias paths are exercised
+        torch.nn.init.normal_(p, std=0.3)
+    base = torch.nn.MultiheadAttention(E, H, **kw)
+    base.load_state_dict(ref.state_dict())
+    ours = MultiheadAttention(E, H, **kw)
+    missing, unexpected = ours.load_state_dict(ref.state_dict(), strict=True)
+    assert not missing and not unexpected
+    return ours.to(dtype), base.to(dtype), ref
+
+
+def _inputs(dtype, b=2, n_q=10, n_k=10, kdim=E, vdim=E, batch_first=True, same="self"):
+    """same: "self" (query is key is value), "kv" (key is value), "none"."""
+    def make(n, f):
+        shape = (b, n, f) if batch_first else (n, b, f)
+        return torch.randn(shape, dtype=torch.float64)
+    q = make(n_q, E)
+    if same == "self":
+        return (q, q, q)
+    k = make(n_k, kdim)
+    return (q, k, k) if same == "kv" else (q, k, make(n_k, vdim))
+
+
+def _run(module, inputs, dtype, grad, **kw):
+    xs = [x.detach().to(dtype).requires_grad_(grad) for x in inputs]
+    if inputs[0] is inputs[1]:
+        xs[1] = xs[0]
+    if inputs[1] is inputs[2]:
+        xs[2] = xs[1]
+    out, weights = module(*xs, need_weights=False, **kw)
+    assert weights is None
+    grads = None
+    if grad:
+        w = torch.randn_like(out, dtype=torch.float64)
+        (out.double() * w).sum().backward(inputs=[xs[0]] + list(module.parameters()))
+        grads = [xs[0].grad] + [p.grad for p in module.parameters()]
+    return out, grads
+
+
+def _check(name, ours, base, ref, inputs, dtype, grad=False, ref_kw=None, **kw):
+    got, g_got = _run(ours, inputs, dtype, grad, **kw)
+    want, g_want = _run(ref, inputs, torch.float64, grad, **(ref_kw or kw))
+    bl, g_bl = _run(base, inputs, dtype, grad, **(ref_kw or kw))
+    assert_close(f"{name} out", got.double(), want, baseline=bl.double(), dtype=dtype)
+    if grad:
+        names = ["input"] + [n for n, _ in ours.named_parameters()]
+        for n, a, r, bb in zip(names, g_got, g_want, g_bl):
+            assert_close(f"{name} grad {n}", a.double(), r, baseline=bb.double(), factor=3.0, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------
+# MultiheadAttention
+# ---------------------------------------------------------------------------
+
+def test_state_dict_keys_match_torch():
+    for kw in ({}, {"bias": False}, {"kdim": 16, "vdim": 24}, {"add_bias_kv": True}):
+        theirs = torch.nn.MultiheadAttention(E, H, batch_first=True, **kw)
+        ours = MultiheadAttention(E, H, batch_first=True, **kw)
+        assert list(ours.state_dict()) == list(theirs.state_dict()), kw
+        for key, t in theirs.state_dict().items():
+            assert ours.state_dict()[key].shape == t.shape, (kw, key)
+    # and the other way round: a model trained with ours loads into torch's
+    torch.nn.MultiheadAttention(E, H).load_state_dict(MultiheadAttention(E, H).state_dict())
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_self_attention_matches_torch(dtype):
+    dtype = DTYPES[dtype]
+    ours, base, ref = _pair(dtype, batch_first=True)
+    _check("self", ours, base, ref, _inputs(dtype), dtype, grad=True)
+
+
+@pytest.mark.parametrize("case", [
+    dict(kw={}, n_k=7, same="kv"),                                   # cross-attention, L != S
+    dict(kw={}, n_k=10, same="none"),                                # three different inputs
+    dict(kw={"kdim": 16, "vdim": 24}, n_k=13, same="none"),          # separate q/k/v_proj_weight
+    dict(kw={"bias": False}, n_k=10, same="self"),
+    dict(kw={"add_bias_kv": True}, n_k=10, same="self"),
+    dict(kw={"add_zero_attn": True}, n_k=6, same="kv"),
+    dict(kw={"batch_first": False}, n_k=9, same="kv"),               # (seq, batch, feature)
+], ids=["cross", "qkv", "kdim_vdim", "no_bias", "bias_kv", "zero_attn", "seq_first"])
+def test_variants_match_torch(case):
+    kw = {"batch_first": True, **case["kw"]}
+    ours, base, ref = _pair(torch.float32, **kw)
+    inputs = _inputs(torch.float32, n_k=case["n_k"], kdim=kw.get("kdim", E), vdim=kw.get("vdim", E),
+                     batch_first=kw["batch_first"], same=case["same"])
+    _check(str(case["kw"]), ours, base, ref, inputs, torch.float32, grad=case["same"] != "self")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_is_causal_matches_torch(dtype):
+    """PyTorch needs the causal attn_mask with its is_causal hint; ours does not."""
+    dtype = DTYPES[dtype]
+    ours, base, ref = _pair(dtype, batch_first=True)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(10, dtype=torch.bool)
+    _check("causal", ours, base, ref, _inputs(dtype), dtype, grad=True, is_causal=True,
+           ref_kw={"is_causal": True, "attn_mask": mask})
+
+
+def test_is_causal_cross_attention_is_top_left():
+    """L != S: query i attends keys j <= i (PyTorch's alignment, not flash-attn's)."""
+    ours, base, ref = _pair(torch.float32, batch_first=True)
+    mask = torch.ones(6, 10, dtype=torch.bool).triu(1)
+    _check("causal L<S", ours, base, ref, _inputs(torch.float32, n_q=6, n_k=10, same="kv"), torch.float32,
+           is_causal=True, ref_kw={"is_causal": True, "attn_mask": mask})
+
+
+def test_unbatched_input():
+    ours, base, ref = _pair(torch.float32, batch_first=True)
+    x = torch.randn(10, E, dtype=torch.float64)
+    _check("unbatched", ours, base, ref, (x, x, x), torch.float32)
+
+
+def test_need_weights_and_bad_input_raise():
+    mha = MultiheadAttention(E, H, batch_first=True)
+    x = torch.randn(2, 5, E)
+    with pytest.raises(NotImplementedError, match="need_weights=True"):
+        mha(x, x, x, need_weights=True)
+    with pytest.raises(ValueError, match="embed_dim \\(30\\) must be divisible by num_heads \\(4\\)"):
+        MultiheadAttention(30, 4)
+    with pytest.raises(ValueError, match="query has 16 features, expected embed_dim=32"):
+        mha(torch.randn(2, 5, 16), x, x)
+    with pytest.raises(ValueError, match="key / value have 32 / 32 features, expected kdim=16"):
+        MultiheadAttention(E, H, kdim=16, vdim=16, batch_first=True)(x, x, x)
+
+
+def _needs_attn_mask():
+    return pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                             reason="attn_mask in flashattn_triton.scaled_dot_product_attention not implemented yet")
+
+
+@_needs_attn_mask()
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_key_padding_mask_matches_torch(kind):
+    ours, base, ref = _pair(torch.float32, batch_first=True)
+    kpm = torch.zeros(2, 10, dtype=torch.bool)
+    kpm[0, 6:] = True
+    kpm[1, :2] = True
+    if kind == "float":
+        kpm = torch.zeros(2, 10).masked_fill(kpm, float("-inf"))
+    _check("kpm", ours, base, ref, _inputs(torch.float32), torch.float32, key_padding_mask=kpm,
+           ref_kw={"key_padding_mask": kpm.double() if kind == "float" else kpm})
+
+
+@_needs_attn_mask()
+def test_attn_mask_and_causal_padding_match_torch():
+    ours, base, ref = _pair(torch.float32, batch_first=True)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(10, dtype=torch.bool)
+    kpm = torch.zeros(2, 10, dtype=torch.bool)
+    kpm[0, 7:] = True
+    _check("attn_mask", ours, base, ref, _inputs(torch.float32), torch.float32,
+           attn_mask=torch.randn(2 * H, 10, 10).double().float())
+    _check("causal+kpm", ours, base, ref, _inputs(torch.float32), torch.float32, key_padding_mask=kpm,
+           is_causal=True, ref_kw={"key_padding_mask": kpm, "attn_mask": causal, "is_causal": True})
+
+
+# ---------------------------------------------------------------------------
+# RotaryEmbedding
+# ---------------------------------------------------------------------------
+
+def _rope_complex(x, positions, dim, base, interleaved):
+    """float64 reference: pairs as complex numbers times exp(i * pos * theta_k)."""
+    x = x.double()
+    rot, rest = x[..., :dim], x[..., dim:]
+    if interleaved:
+        z = torch.complex(rot[..., 0::2], rot[..., 1::2])
+    else:
+        z = torch.complex(rot[..., :dim // 2], rot[..., dim // 2:])
+    theta = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angle = positions.double()[..., None, None] * theta
+    z = z * torch.polar(torch.ones_like(angle), angle)
+    out = torch.stack((z.real, z.imag), -1).flatten(-2) if interleaved else torch.cat((z.real, z.imag), -1)
+    return torch.cat((out, rest), -1)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("dim, head_dim", [(16, 16), (8, 24)])
+def test_rotary_matches_complex_rotation(interleaved, dim, head_dim):
+    rope = RotaryEmbedding(dim, base=500.0, interleaved=interleaved)
+    q, k = torch.randn(2, 9, 3, head_dim), torch.randn(2, 9, 1, head_dim)
+    rq, rk = rope(q, k, offset=5)
+    pos = torch.arange(5, 14)
+    torch.testing.assert_close(rq.double(), _rope_complex(q, pos, dim, 500.0, interleaved), rtol=0, atol=1e-5)
+    torch.testing.assert_close(rk.double(), _rope_complex(k, pos, dim, 500.0, interleaved), rtol=0, atol=1e-5)
+    # per-row positions (B, N)
+    pos2 = torch.randint(0, 100, (2, 9))
+    torch.testing.assert_close(rope.rotate(q, pos2).double(), _rope_complex(q, pos2, dim, 500.0, interleaved),
+                               rtol=0, atol=1e-4)
+
+
+def test_rotary_scores_depend_on_relative_position():
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    scores = [(rope.rotate(q, torch.tensor([m])) * rope.rotate(k, torch.tensor([m - 3]))).sum()
+              for m in (3, 10, 50)]
+    torch.testing.assert_close(torch.stack(scores), scores[0].expand(3), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Attention block
+# ---------------------------------------------------------------------------
+
+def _attention_ref(block, x, dtype, positions=None):
+    """The block's computation in plain PyTorch (dtype), K/V heads repeated."""
+    x = x.to(dtype)
+    wq = block.qkv.weight.to(dtype)
+    bq = None if block.qkv.bias is None else block.qkv.bias.to(dtype)
+    b, n, _ = x.shape
+    h, g, d = block.n_heads, block.n_kv_heads, block.head_dim
+    q, k, v = torch.nn.functional.linear(x, wq, bq).view(b, n, h + 2 * g, d).split((h, g, g), dim=2)
+    if block.rotary is not None:
+        pos = torch.arange(n) if positions is None else positions
+        q = _rope_complex(q, pos, block.rotary.dim, block.rotary.base, False).to(dtype)
+        k = _rope_complex(k, pos, block.rotary.dim, block.rotary.base, False).to(dtype)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    k, v = k.repeat_interleave(h // g, 1), v.repeat_interleave(h // g, 1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=block.causal)
+    out = out.transpose(1, 2).reshape(b, n, h * d)
+    wo = block.out.weight.to(dtype)
+    return torch.nn.functional.linear(out, wo, None if block.out.bias is None else block.out.bias.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("heads, causal, rotary, bias", [
+    ((4, 4), True, True, False),
+    ((4, 2), True, True, True),
+    ((4, 1), False, False, False),
+    ((6, 2), False, True, True),
+], ids=["mha-causal-rope", "gqa-causal-rope-bias", "mqa-full", "gqa-full-rope-bias"])
+def test_attention_block_matches_reference(dtype, heads, causal, rotary, bias):
+    dtype = DTYPES[dtype]
+    block = Attention(48, heads[0], heads[1], causal=causal, rotary=rotary, bias=bias)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(std=0.3)
+    x = torch.randn(2, 11, 48, dtype=torch.float64)
+    xin = x.to(dtype).requires_grad_(True)
+    got = block.to(dtype)(xin)
+    want = _attention_ref(block, x, torch.float64)
+    base = _attention_ref(block, x, dtype)
+    assert_close("out", got.double(), want, baseline=base.double(), dtype=dtype)
+    w = torch.randn_like(want)
+    (got.double() * w).sum().backward()
+    xr = x.clone().requires_grad_(True)
+    (_attention_ref(block.double(), xr, torch.float64) * w).sum().backward()
+    xb = x.to(dtype).requires_grad_(True)
+    block.float()  # the baseline's gradient in the test dtype
+    (_attention_ref(block.to(dtype), xb, dtype).double() * w).sum().backward()
+    assert_close("grad x", xin.grad.double(), xr.grad, baseline=xb.grad.double(), factor=3.0, dtype=dtype)
+
+
+def test_attention_packed_sequences_match_separate_calls():
+    """cu_seqlens: each packed sequence attends only to itself, rotary positions restart."""
+    block = Attention(32, 4, 2, causal=True, rotary=True)
+    lens = [5, 9, 3]
+    xs = [torch.randn(1, n, 32) for n in lens]
+    cu = torch.tensor([0, 5, 14, 17], dtype=torch.int32)
+    packed = block(torch.cat([x[0] for x in xs]), cu_seqlens=cu, max_seqlen=9)
+    for i, x in enumerate(xs):
+        torch.testing.assert_close(packed[cu[i]:cu[i + 1]], block(x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_bad_heads():
+    with pytest.raises(ValueError, match="n_heads \\(6\\) must be a positive multiple of n_kv_heads \\(4\\)"):
+        Attention(48, 6, 4)
