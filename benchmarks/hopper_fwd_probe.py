@@ -1,0 +1,384 @@
+"""One-command GPU probe of the Hopper (Gluon, sm_90) forward.
+
+    PYTHONPATH=. python3 benchmarks/hopper_fwd_probe.py [--budget SECONDS] [--out DIR]
+
+1. env: versions, GPU, whether the Hopper tier is available (and why not);
+2. correctness, one subprocess per kernel variant, run in parallel (a variant
+   that deadlocks only loses its own subprocess): O and LSE against a float64
+   reference on ragged lengths with batch > 1, GQA, causal top-left and
+   bottom-right, rows with no visible key, Nq = 1, strided (packed-qkv) views,
+   inputs whose rows past N are NaN (a tile that read past its head's N would
+   produce NaN) and outputs whose rows past N are sentinels (a tile that wrote
+   past N would change them), and a misaligned view that must be declined;
+3. speed: TFLOP/s of the Hopper kernel (each variant that passed), the
+   portable kernel and SDPA cuDNN / SDPA flash, bf16, B*N = 16k tokens,
+   H = 2048 / d, printed as a table.
+
+Results go to stdout and, as JSON lines, to DIR/hopper_probe.jsonl (DIR
+defaults to $OUT if set, else benchmarks/results/h200).  A Triton cache
+precompiled for sm_90 on a CPU machine is used if ./.hopper_cache exists
+(TRITON_CACHE_DIR), so most kernels need no compile on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# Kernel variants: overrides of CONFIGS / SCHEDULE in kernels/hopper/fwd.py.
+VARIANTS = {
+    "default": {},
+    "unpaired": {"PAIRED": False},
+    "no_pingpong": {"PINGPONG": False},
+    "one_consumer": {"NUM_CONSUMERS": 1},
+    "stages3": {"NUM_STAGES": 3},
+    "m_first": {"HEADS_FIRST": False},
+}
+# (batch, h_q, h_kv, n_q, n_k, causal: None | "br" (bottom-right) | "tl" (top-left), layout)
+SHAPES_FULL = [
+    (2, 4, 4, 1000, 1000, None, "flash"),
+    (2, 4, 4, 1000, 1000, "br", "flash"),
+    (2, 8, 2, 333, 1201, "br", "flash"),
+    (2, 8, 2, 333, 1201, "tl", "bhnd"),
+    (1, 4, 1, 700, 130, "br", "flash"),     # Nq > Nk: the first 570 rows see no key
+    (3, 2, 2, 1, 517, "br", "flash"),
+    (3, 2, 2, 1, 517, None, "flash"),
+    (2, 4, 4, 128, 128, None, "bhnd"),
+    (2, 6, 3, 515, 777, None, "qkv"),       # slices of a packed qkv tensor
+    (2, 4, 2, 300, 900, "br", "padded"),    # rows past N hold NaN (inputs) / sentinels (outputs)
+    (2, 4, 2, 300, 900, None, "padded"),
+]
+SHAPES_BIG = [(2, 16, 16, 4096, 4096, "br", "flash"), (2, 16, 4, 4096, 4096, None, "flash")]
+SHAPES_VARIANT = [(2, 4, 4, 1000, 1000, None, "flash"), (2, 8, 2, 333, 1201, "br", "flash"),
+                  (1, 4, 1, 700, 130, "br", "flash"), (2, 4, 2, 300, 900, "br", "padded")]
+
+
+def emit(kind, **rec):
+    rec = {"kind": kind, **rec}
+    print("RESULT " + json.dumps(rec), flush=True)
+
+
+# --------------------------------------------------------------------------- stages
+
+def stage_env(args):
+    import torch
+    import triton
+    from flashattn_triton.kernels import hopper
+    emit("env", torch=torch.__version__, triton=triton.__version__,
+         gpu=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)),
+         hopper_available=hopper.AVAILABLE, reason=hopper.REASON,
+         cache=os.environ.get("TRITON_CACHE_DIR", ""))
+
+
+def _make(shape, d, dtype, device, seed):
+    """(B, H, N, d)-indexed views q, k, v, o plus extra info for the checks."""
+    import torch
+    b, hq, hkv, nq, nk, causal, layout = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=g, device=device, dtype=torch.float32).to(dtype)
+
+    pad = 0
+    if layout == "flash":
+        q, k, v = rnd(b, nq, hq, d), rnd(b, nk, hkv, d), rnd(b, nk, hkv, d)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        o = torch.full((b, nq, hq, d), float("nan"), device=device, dtype=dtype).transpose(1, 2)
+    elif layout == "bhnd":
+        q, k, v = rnd(b, hq, nq, d), rnd(b, hkv, nk, d), rnd(b, hkv, nk, d)
+        o = torch.full((b, hq, nq, d), float("nan"), device=device, dtype=dtype)
+    elif layout == "qkv":
+        assert hq == hkv * 2
+        qkv = rnd(b, nq, hq + 2 * hkv, d)
+        q, k, v = qkv[:, :, :hq], qkv[:, :, hq:hq + hkv], qkv[:, :, hq + hkv:]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        o = torch.full((b, nq, hq, d), float("nan"), device=device, dtype=dtype).transpose(1, 2)
+    elif layout == "padded":
+        pad = 40
+        qb = torch.full((b, hq, nq + pad, d), float("nan"), device=device, dtype=dtype)
+        kb = torch.full((b, hkv, nk + pad, d), float("nan"), device=device, dtype=dtype)
+        vb = torch.full((b, hkv, nk + pad, d), float("nan"), device=device, dtype=dtype)
+        qb[:, :, :nq] = rnd(b, hq, nq, d)
+        kb[:, :, :nk] = rnd(b, hkv, nk, d)
+        vb[:, :, :nk] = rnd(b, hkv, nk, d)
+        q, k, v = qb[:, :, :nq], kb[:, :, :nk], vb[:, :, :nk]
+        ob = torch.full((b, hq, nq + pad, d), 7.0, device=device, dtype=dtype)
+        o = ob[:, :, :nq]
+    else:
+        raise ValueError(layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    return q, k, v, o, shift, pad
+
+
+def _ref(q, k, v, scale, shift, dtype):
+    from flashattn_triton.reference import attention_ref
+    return attention_ref(q.to(dtype), k.to(dtype), v.to(dtype), scale, shift)
+
+
+def stage_correct(args):
+    import torch
+    from flashattn_triton.kernels.hopper import hopper_attention_forward, AVAILABLE, REASON
+    from flashattn_triton.testing import tolerance, max_abs_err
+    if not AVAILABLE:
+        emit("correct", variant=args.variant, ok=False, error=f"unavailable: {REASON}")
+        return
+    overrides = VARIANTS[args.variant]
+    dev = torch.device("cuda")
+    if args.variant == "default":
+        cases = [(dt, d, s) for dt in (torch.bfloat16, torch.float16) for d in (64, 128, 256) for s in SHAPES_FULL]
+        cases += [(torch.bfloat16, 128, s) for s in SHAPES_BIG]
+    else:
+        cases = [(torch.bfloat16, d, s) for d in (64, 128) for s in SHAPES_VARIANT]
+    n_fail = 0
+    for i, (dtype, d, shape) in enumerate(cases):
+        rec = dict(variant=args.variant, dtype=str(dtype).split(".")[-1], d=d, shape=list(shape))
+        try:
+            q, k, v, o, shift, pad = _make(shape, d, dtype, dev, seed=i)
+            lse = torch.full(q.shape[:3], float("nan"), device=dev, dtype=torch.float32)
+            scale = 1.0 / math.sqrt(d)
+            t0 = time.time()
+            took = hopper_attention_forward(q, k, v, o, lse, scale, shift, **overrides)
+            torch.cuda.synchronize()
+            rec["seconds"] = round(time.time() - t0, 2)
+            if not took:
+                raise AssertionError("hopper_attention_forward declined the case")
+            o_ref, lse_ref = _ref(q, k, v, scale, shift, torch.float64)
+            o_low, _ = _ref(q, k, v, scale, shift, dtype)
+            err = max_abs_err(o, o_ref)
+            tol = tolerance(max_abs_err(o_low, o_ref), o_ref, dtype, 2.0)
+            lse_ref2 = lse_ref / math.log(2.0)
+            lse_err = max_abs_err(lse, lse_ref2)
+            rec.update(o_err=err, o_tol=tol, lse_err=lse_err)
+            problems = []
+            if not err <= tol:
+                problems.append(f"O error {err:.3e} > tol {tol:.3e}")
+            if not lse_err <= 1e-3 * max(1.0, lse_ref2[torch.isfinite(lse_ref2)].abs().max().item()
+                                         if torch.isfinite(lse_ref2).any() else 1.0):
+                problems.append(f"LSE error {lse_err:.3e}")
+            empty = torch.isinf(lse_ref2)
+            if empty.any():
+                rec["empty_rows"] = int(empty.sum().item())
+                if not (o[empty] == 0).all():
+                    problems.append("rows with no visible key are not zero")
+            if pad:
+                sentinel = o.as_strided((o.shape[0], o.shape[1], pad, d),
+                                        o.stride(), o.storage_offset() + o.shape[2] * o.stride(2))
+                if not (sentinel == 7.0).all():
+                    problems.append("wrote rows past N_Q")
+            if problems:
+                raise AssertionError("; ".join(problems))
+            rec["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            n_fail += 1
+            rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+        emit("case", **rec)
+    # A view whose base is not 16-byte aligned must be declined (and left alone).
+    if args.variant == "default":
+        base = torch.randn(2 * 64 * 4 * 64 + 1, device=dev, dtype=torch.bfloat16)
+        q = base[1:].view(2, 64, 4, 64).transpose(1, 2)
+        o = torch.zeros_like(q)
+        lse = torch.zeros(2, 4, 64, device=dev)
+        declined = not hopper_attention_forward(q, q, q, o, lse, 0.125, None)
+        emit("case", variant="default", check="misaligned view declined", ok=declined and not o.any().item())
+        n_fail += not declined
+    emit("correct", variant=args.variant, ok=n_fail == 0, failures=n_fail, cases=len(cases))
+
+
+def stage_bench(args):
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    from flashattn_triton.kernels.hopper import hopper_attention_forward
+    try:
+        from flashattn_triton import flash_attn_func
+    except Exception as exc:  # noqa: BLE001 - the API rows then report the error
+        flash_attn_func = None
+        api_error = f"{type(exc).__name__}: {exc}"[:160]
+    variants = [v for v in args.variants.split(",") if v]
+    dev = torch.device("cuda")
+    dtype = torch.bfloat16
+    rows = [(d, n, causal, 1) for d in (64, 128) for n in (2048, 8192) for causal in (False, True)]
+    rows += [(128, 8192, True, 4), (256, 8192, False, 1), (256, 8192, True, 1)]
+    for d, n, causal, gqa in rows:
+        h = 2048 // d
+        b = max(1, 16384 // n)
+        hkv = h // gqa
+        q = torch.randn(b, n, h, d, device=dev, dtype=dtype)
+        k = torch.randn(b, n, hkv, d, device=dev, dtype=dtype)
+        v = torch.randn(b, n, hkv, d, device=dev, dtype=dtype)
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+        oh = torch.empty_like(q).transpose(1, 2)
+        lse = torch.empty(b, h, n, device=dev, dtype=torch.float32)
+        scale = d ** -0.5
+        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        fns = {}
+        for var in variants:
+            fns[f"hopper:{var}"] = (lambda ov=VARIANTS[var]: hopper_attention_forward(
+                qh, kh, vh, oh, lse, scale, 0 if causal else None, **ov))
+
+        def api(backend):
+            if flash_attn_func is None:
+                def broken():
+                    raise RuntimeError(api_error)
+                return broken
+
+            def run():
+                os.environ["FLASHATTN_TRITON_BACKEND"] = backend
+                return flash_attn_func(q, k, v, causal=causal)
+            return run
+        fns["api:auto"] = api("auto")
+        fns["api:portable"] = api("portable")
+        kr = kh.repeat_interleave(gqa, 1) if gqa > 1 else kh
+        vr = vh.repeat_interleave(gqa, 1) if gqa > 1 else vh
+        for name, be in (("sdpa:cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa:flash", SDPBackend.FLASH_ATTENTION)):
+            def run(be=be):
+                with sdpa_kernel(be):
+                    return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
+            fns[name] = run
+        rec = dict(d=d, n=n, b=b, h=h, hkv=hkv, causal=causal, dtype="bf16")
+        for name, fn in fns.items():
+            try:
+                if name.startswith("hopper:") and not fn():
+                    raise RuntimeError("declined")
+                ms = triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+                rec[name] = round(flops / (ms * 1e-3) / 1e12, 1)
+            except Exception as exc:  # noqa: BLE001
+                rec[name] = f"{type(exc).__name__}: {exc}"[:160]
+        os.environ.pop("FLASHATTN_TRITON_BACKEND", None)
+        emit("bench", **rec)
+
+
+# --------------------------------------------------------------------------- orchestration
+
+def _run_stage(argv, timeout, log):
+    """Run this script with argv in its own process group; returns (records, rc)."""
+    cmd = [sys.executable, __file__] + argv
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=str(REPO))
+    return proc
+
+
+def _collect(proc, timeout, label, log):
+    try:
+        out, _ = proc.communicate(timeout=max(1, timeout))
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        rc = "TIMEOUT"
+    records = []
+    for line in (out or "").splitlines():
+        log.write(f"[{label}] {line}\n")
+        if line.startswith("RESULT "):
+            records.append(json.loads(line[7:]))
+        elif "Error" in line or "error" in line or "Traceback" in line:
+            print(f"[{label}] {line}"[:400], flush=True)
+    if rc != 0:
+        tail = "\n".join((out or "").splitlines()[-25:])
+        print(f"[{label}] exit {rc}\n{tail}", flush=True)
+    return records, rc
+
+
+def _table(bench, variants):
+    cols = [f"hopper:{v}" for v in variants] + ["api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash"]
+    head = "| d | N | causal | Hq/Hkv | " + " | ".join(cols) + " | best hopper / cuDNN |"
+    lines = [head, "|" + "---|" * (len(cols) + 5)]
+    for r in bench:
+        vals = []
+        for c in cols:
+            x = r.get(c)
+            vals.append(f"{x:.0f}" if isinstance(x, (int, float)) else "err" if x else "-")
+        ours = [r[c] for c in cols[:len(variants)] if isinstance(r.get(c), (int, float))]
+        cud = r.get("sdpa:cudnn")
+        ratio = f"{max(ours) / cud:.2f}" if ours and isinstance(cud, (int, float)) else "-"
+        lines.append(f"| {r['d']} | {r['n']} | {r['causal']} | {r['h']}/{r['hkv']} | " + " | ".join(vals)
+                     + f" | {ratio} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stage", choices=["env", "correct", "bench"])
+    ap.add_argument("--variant", default="default")
+    ap.add_argument("--variants", default="default")
+    ap.add_argument("--budget", type=float, default=225.0, help="seconds for the whole probe")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "benchmarks" / "results" / "h200"))
+    args = ap.parse_args()
+    if args.stage:
+        {"env": stage_env, "correct": stage_correct, "bench": stage_bench}[args.stage](args)
+        return
+
+    t_start = time.time()
+    cache = REPO / ".hopper_cache"
+    if cache.is_dir() and "TRITON_CACHE_DIR" not in os.environ:
+        os.environ["TRITON_CACHE_DIR"] = str(cache)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = open(out_dir / "hopper_probe.log", "w")
+    records = []
+
+    def left():
+        return args.budget - (time.time() - t_start)
+
+    recs, _ = _collect(_run_stage(["--stage", "env"], 60, log), 60, "env", log)
+    records += recs
+    for r in recs:
+        print("env:", json.dumps(r), flush=True)
+
+    procs = {v: _run_stage(["--stage", "correct", "--variant", v], 0, log) for v in VARIANTS}
+    passed = []
+    shown = {}
+    deadline = time.time() + min(110.0, left() - 90.0)
+    for v, p in procs.items():
+        recs, rc = _collect(p, deadline - time.time(), f"correct:{v}", log)
+        records += recs
+        for r in recs:
+            if r["kind"] == "case" and not r.get("ok"):
+                shown[v] = shown.get(v, 0) + 1
+                if shown[v] <= 6:  # the rest are in hopper_probe.jsonl
+                    print(f"FAIL {v}: {json.dumps(r)}"[:700], flush=True)
+            if r["kind"] == "correct":
+                print(f"correctness {v}: {'PASS' if r['ok'] else 'FAIL'} "
+                      f"({r.get('failures', '?')} failures / {r.get('cases', '?')} cases) {r.get('error', '')}",
+                      flush=True)
+                if r["ok"]:
+                    passed.append(v)
+        n_cases = sum(1 for r in recs if r["kind"] == "case")
+        if rc != 0:
+            print(f"correctness {v}: stage ended with {rc} after {n_cases} cases", flush=True)
+        else:
+            print(f"correctness {v}: {n_cases} cases reported", flush=True)
+
+    bench = []
+    if left() > 20:
+        recs, rc = _collect(_run_stage(["--stage", "bench", "--variants", ",".join(passed)], 0, log),
+                            left() - 5, "bench", log)
+        records += recs
+        bench = [r for r in recs if r["kind"] == "bench"]
+    print("\nbf16 forward TFLOP/s (B*N = 16k tokens, H = 2048/d; 'err' = failed or declined)\n", flush=True)
+    print(_table(bench, passed), flush=True)
+    for r in bench:
+        errs = {k: v for k, v in r.items() if isinstance(v, str) and k not in ("dtype",)}
+        if errs:
+            print("bench errors:", r["d"], r["n"], r["causal"], errs, flush=True)
+    with open(out_dir / "hopper_probe.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    print(f"\ntotal {time.time() - t_start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Hopper (sm_90) tier: an FA3-style forward written in Gluon (see fwd.py).
+
+Gluon is experimental and its API moves between Triton releases, so this
+package never fails to import: if Triton is not a tested version, or any
+Gluon name the kernel needs is missing, ``AVAILABLE`` is False, ``REASON``
+says why, and ``hopper_attention_forward`` returns False (the caller then
+runs the portable kernel).  FLASHATTN_TRITON_HOPPER_ANY_TRITON=1 skips the
+version check (to try a newer Triton).
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+
+TESTED_TRITON = ("3.6",)
+
+AVAILABLE = False
+REASON = ""
+
+_version = ".".join(triton.__version__.split(".")[:2])
+if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY_TRITON") != "1":
+    REASON = f"Triton {triton.__version__}: the Gluon kernel is tested with Triton {', '.join(TESTED_TRITON)} only"
+else:
+    try:
+        from .fwd import hopper_attention_forward, unsupported_reason  # noqa: F401
+        AVAILABLE = True
+    except Exception as exc:  # noqa: BLE001 - any import problem means: not available
+        REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
+
+if not AVAILABLE:
+    def hopper_attention_forward(q, k, v, o, lse, sm_scale, causal_shift, **overrides) -> bool:
+        """The Hopper tier is unavailable here (see REASON): always declines."""
+        return False
+
+    def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
+        return REASON
+
+
+__all__ = ["AVAILABLE", "REASON", "hopper_attention_forward", "unsupported_reason"]

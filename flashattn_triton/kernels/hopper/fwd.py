@@ -1,0 +1,500 @@
+"""Hopper (sm_90) attention forward in Gluon: TMA, warp specialization, async wgmma.
+
+The FlashAttention-3 structure, written with Triton's Gluon dialect:
+
+* one program owns ``NUM_CONSUMERS * BLOCK_M`` query rows of one (batch, query
+  head) and streams the K/V tiles of the matching KV head;
+* a 1-warp *producer* partition issues TMA loads: the Q tile of each consumer
+  once, then K and V tiles into a ``NUM_STAGES``-deep shared-memory ring
+  guarded by ready/empty mbarriers (K and V have separate barriers, so
+  ``Q K^T`` can start before V has landed);
+* ``NUM_CONSUMERS`` consumer warpgroups (the default partition and
+  ``NUM_CONSUMERS - 1`` 4-warp workers), each owning ``BLOCK_M`` (= 64) rows,
+  run asynchronous wgmma: ``S = Q K^T`` from shared memory, ``O += P V`` with
+  P in registers;
+* inside a warpgroup the next ``Q K_j^T`` and the previous ``P_{j-1} V_{j-1}``
+  are issued together and the softmax of ``S_j`` runs while ``P V`` is on the
+  tensor cores (FA3's intra-warpgroup overlap);
+* with ``PINGPONG`` the consumers take turns issuing their GEMMs (a ring of
+  mbarriers), so one warpgroup's softmax overlaps another's GEMMs (FA3's
+  inter-warpgroup schedule).
+
+Descriptors are rank 4 over the (B, H, N, d)-indexed views, with the block
+``[1, 1, rows, d]``: a tile can never read or write another head's or
+batch's rows (TMA zero-fills loads past N and clips stores), whatever N is.
+
+Scores stay in base 2 with the scale folded into one multiply-add:
+``p = exp2(s * scale * log2(e) - m * scale * log2(e))`` with ``m`` the running
+max of the raw scores (valid because the launcher only accepts scale > 0).
+LSE is written in natural log, ``(m * scale * log2 e + log2 l) * ln 2``; rows
+that see no key give O = 0 and LSE = -inf, as in the portable kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                               warpgroup_mma, warpgroup_mma_wait)
+
+# Touch every name the kernel uses, so that a Triton whose Gluon API moved
+# fails here (and the tier reports itself unavailable) rather than at launch.
+_REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout, gl.SliceLayout,
+             gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
+             gl.exp2, gl.log2, gl.static_range, mbarrier.MBarrierLayout, mbarrier.init, mbarrier.expect,
+             mbarrier.wait, mbarrier.arrive, tma.async_copy_global_to_shared,
+             tma.async_copy_shared_to_global, tma.store_wait)
+
+LOG2E = 1.4426950408889634
+
+
+@gluon.jit
+def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+                   q_ready, k_ready, k_empty, v_ready, v_empty,
+                   off_b, off_hq, off_hkv, start_m, n_tiles,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Producer partition (1 warp): Q once per consumer, then the K/V ring."""
+    q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
+    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_hq, start_m + c * BLOCK_M, 0], q_ready.index(c),
+            q_smem.index(c)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+    for j in range(n_tiles):
+        s = j % NUM_STAGES
+        # Slot s is free once every consumer released its previous use; the
+        # first pass waits on the parity before a fresh barrier's phase 0.
+        ph = ((j // NUM_STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(s), ph)
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [off_b, off_hkv, j * BLOCK_N, 0], k_ready.index(s),
+            k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+        mbarrier.wait(v_empty.index(s), ph)
+        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [off_b, off_hkv, j * BLOCK_N, 0], v_ready.index(s),
+            v_bufs.index(s)._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+
+
+@gluon.jit
+def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
+                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Fold the score tile of keys [start_n, start_n + BLOCK_N) into the
+    running (max, sum); returns p (fp32) and alpha."""
+    if MASKED:
+        # Column indices are made here, not passed in: a loop-invariant
+        # vector would hold BLOCK_N / 4 registers through the unmasked loop.
+        cols = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        keep = gl.expand_dims(cols, 0) < N_K - start_n
+        if IS_CAUSAL:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + (causal_shift - start_n))
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    if MASKED:
+        # A row that has seen no key yet keeps m = -inf: subtract 0 instead,
+        # so exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_ref = m_new
+    m_scaled = m_ref * qk_scale
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_scaled, 1))
+    alpha = gl.exp2(m_i * qk_scale - m_scaled)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                   CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """Iteration j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = p.type.layout
+    sk = j % NUM_STAGES
+    sv = (j - 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(sk), (j // NUM_STAGES) & 1)
+    mbarrier.wait(v_ready.index(sv), ((j - 1) // NUM_STAGES) & 1)
+    if PINGPONG:
+        mbarrier.wait(turn.index(CONSUMER), j & 1)
+    s_tok = warpgroup_mma(q, k_bufs.index(sk).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
+    s = warpgroup_mma_wait(1, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(sk))
+    p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
+                                             causal_shift, MASKED, IS_CAUSAL)
+    # The next P is packed to 16 bits while P V still runs (fresh registers:
+    # the current P is still being read by the tensor cores).
+    p_next = gl.convert_layout(p_new.to(p.dtype), p_layout)
+    acc, p = warpgroup_mma_wait(0, deps=(o_tok, p))
+    mbarrier.arrive(v_empty.index(sv))
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    return acc, p_next, m_i, l_i
+
+
+@gluon.jit
+def _attn_fwd_loop(lo, hi, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                   CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                   PAIRED: gl.constexpr):
+    """Iterations [lo, hi), two per trip when PAIRED.
+
+    P is loop-carried; were it rewritten every trip, the register allocator
+    would put the next P in the registers the in-flight P V wgmma still
+    reads and so wait for P V before the softmax.  With two steps per trip
+    the step that runs under an in-flight read of the carried P writes a
+    fresh P, and the overlap survives."""
+    if not PAIRED:
+        for j in range(lo, hi):
+            acc, p, m_i, l_i = _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                              MASKED, IS_CAUSAL, PINGPONG)
+        return acc, p, m_i, l_i
+    n = gl.maximum(hi - lo, 0)
+    for j in range(lo, lo + n - 1, 2):
+        acc, p_odd, m_i, l_i = _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                              MASKED, IS_CAUSAL, PINGPONG)
+        acc, p, m_i, l_i = _attn_fwd_step(j + 1, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                                          acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          MASKED, IS_CAUSAL, PINGPONG)
+    if n % 2 == 1:
+        acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                                          acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          MASKED, IS_CAUSAL, PINGPONG)
+    return acc, p, m_i, l_i
+
+
+@gluon.jit
+def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
+                      q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                      off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr):
+    """Consumer warpgroup: rows [start_m + CONSUMER * BLOCK_M, + BLOCK_M)."""
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    row0 = start_m + CONSUMER * BLOCK_M
+    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    # Tiles [0, n_full) are seen whole by every row of this warpgroup; the
+    # rest (the diagonal, the ragged end of K) are masked.
+    if IS_CAUSAL:
+        n_full = gl.minimum(gl.maximum(row0 + causal_shift + 1, 0), N_K) // BLOCK_N
+    else:
+        n_full = N_K // BLOCK_N
+    n_full = gl.minimum(n_full, n_tiles)
+
+    q = q_smem.index(CONSUMER)
+    mbarrier.wait(q_ready.index(CONSUMER), 0)
+
+    # Tile 0, always masked (harmless when it is full): S_0 and its softmax.
+    mbarrier.wait(k_ready.index(0), 0)
+    if PINGPONG:
+        mbarrier.wait(turn.index(CONSUMER), 0)
+    s_tok = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
+    s = warpgroup_mma_wait(0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+    p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, 0, N_K, qk_scale, causal_shift,
+                                          True, IS_CAUSAL)
+    p = gl.convert_layout(p0.to(dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+                                      acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                      False, IS_CAUSAL, PINGPONG, PAIRED)
+    acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_tiles, q, k_bufs, v_bufs, k_ready, k_empty,
+                                      v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
+                                      causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                      True, IS_CAUSAL, PINGPONG, PAIRED)
+
+    # Last tile's P V.
+    sv = (n_tiles - 1) % NUM_STAGES
+    mbarrier.wait(v_ready.index(sv), ((n_tiles - 1) // NUM_STAGES) & 1)
+    if PINGPONG:
+        mbarrier.wait(turn.index(CONSUMER), n_tiles & 1)
+    o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
+    acc, p = warpgroup_mma_wait(0, deps=(o_tok, p))
+    mbarrier.arrive(v_empty.index(sv))
+
+    # Rows that saw no key: l = 0 -> O = 0 and LSE = -inf.
+    empty = l_i == 0.0
+    l_safe = gl.where(empty, 1.0, l_i)
+    lse2 = gl.where(empty, float("-inf"), m_i * qk_scale + gl.log2(l_safe))
+    inv_l = gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout))
+    out = acc * gl.expand_dims(inv_l, 1)
+    lse_ptrs = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh + rows
+    gl.store(lse_ptrs, lse2, mask=rows < N_Q)
+
+    # Q's buffer is free now (the last wgmma reading it has completed): stage
+    # O there and store it with TMA, which clips rows past N_Q.
+    q.store(out.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_hq, row0, 0],
+                                    q._reinterpret(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout))
+    tma.store_wait(0)
+
+
+@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift"])
+def _attn_fwd_hopper(
+    # descriptors (rank 4 over (B, H, N, d)) and pointers
+    q_desc, k_desc, v_desc, o_desc, LSE,
+    # strides
+    stride_lz, stride_lh,
+    # shapes
+    H_Q, N_Q, N_K, GROUP_SIZE,
+    # scalars
+    qk_scale, causal_shift,
+    # meta-parameters
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+):
+    if HEADS_FIRST:
+        # Heads vary fastest and the longest (bottom) query blocks go first:
+        # the causal schedule's long tiles do not end up in the last wave.
+        pid_bh = gl.program_id(0)
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    else:
+        pid_m = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_hq = pid_bh % H_Q
+    off_hkv = off_hq // GROUP_SIZE  # GQA: query head h reads KV head h // G
+    start_m = pid_m * (BLOCK_M * NUM_CONSUMERS)
+
+    # Key tiles this program visits: row i sees keys j <= i + causal_shift.
+    if IS_CAUSAL:
+        last_row = gl.minimum(start_m + BLOCK_M * NUM_CONSUMERS, N_Q) - 1
+        end_n = gl.maximum(gl.minimum(N_K, last_row + causal_shift + 1), 0)
+    else:
+        end_n = N_K
+    # At least one tile, so that a block with no visible key still runs
+    # through the masked path and writes O = 0, LSE = -inf.
+    n_tiles = gl.maximum(gl.cdiv(end_n, BLOCK_N), 1)
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
+    for s in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        # Each consumer warpgroup releases every slot once.
+        mbarrier.init(k_empty.index(s), count=NUM_CONSUMERS)
+        mbarrier.init(v_empty.index(s), count=NUM_CONSUMERS)
+    if PINGPONG:
+        mbarrier.arrive(turn.index(0))  # consumer 0 issues first
+
+    # Partition arguments are written out inline: in Triton 3.6 a tuple bound
+    # to a name (or concatenated) does not keep its constexpr elements constexpr.
+    if NUM_CONSUMERS == 1:
+        gl.warp_specialize([
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
+                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+        ], [1], [24])
+    elif NUM_CONSUMERS == 2:
+        gl.warp_specialize([
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
+                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    else:
+        gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
+        gl.warp_specialize([
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
+                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 PAIRED)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
+                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+# Per head dim: BLOCK_M (rows per consumer warpgroup), BLOCK_N, NUM_STAGES,
+# NUM_CONSUMERS, CONSUMER_REGS.  Shared memory: NUM_CONSUMERS * BLOCK_M * d
+# (Q, reused for O) + 2 * NUM_STAGES * BLOCK_N * d (the K/V ring), in 16-bit.
+# Registers per consumer thread: S (BLOCK_N / 2), O (d / 2), P (BLOCK_N / 4,
+# twice when PAIRED) in a 240-register budget with two consumer warpgroups.
+CONFIGS = {
+    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+}
+# Schedule switches, per causal flag.
+SCHEDULE = {
+    False: dict(PINGPONG=True, PAIRED=True, HEADS_FIRST=False),
+    True: dict(PINGPONG=True, PAIRED=True, HEADS_FIRST=True),
+}
+SMEM_LIMIT = 227 * 1024
+_BROKEN = {}  # compile key -> error text, for configs that failed to build here
+
+
+def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS, **_):
+    return 2 * head_dim * (NUM_CONSUMERS * BLOCK_M + 2 * NUM_STAGES * BLOCK_N) + 64 * (NUM_CONSUMERS + NUM_STAGES)
+
+
+def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
+    """Why the Hopper forward cannot take this call ('' if it can)."""
+    if not q.is_cuda:
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "not an sm_90 GPU"
+    if q.dtype not in _GL_DTYPES or any(t.dtype != q.dtype for t in (k, v, o)):
+        return f"dtype {q.dtype} (float16/bfloat16 only, all alike)"
+    if lse.dtype != torch.float32 or lse.stride(-1) != 1:
+        return "lse must be float32 with last stride 1"
+    d = q.shape[-1]
+    if d not in CONFIGS or k.shape[-1] != d or v.shape[-1] != d or o.shape[-1] != d:
+        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(CONFIGS)})"
+    if not sm_scale > 0:
+        return f"softmax scale {sm_scale} (the kernel folds it assuming > 0)"
+    batch, h_q, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    if n_q == 0 or n_k == 0 or batch == 0 or h_q == 0:
+        return "empty tensor"
+    if h_q % h_kv != 0 or v.shape[:3] != k.shape[:3] or o.shape != q.shape:
+        return "shapes"
+    for t in (q, k, v, o):
+        # TMA: 16-byte aligned base and strides, unit last stride.
+        if t.stride(-1) != 1 or t.data_ptr() % 16 != 0 or any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
+            return "strides or base not 16-byte aligned for TMA"
+        if max(t.shape) >= 2 ** 31:
+            return "dimension too large"
+    return ""
+
+
+def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                             lse: torch.Tensor, sm_scale: float, causal_shift, **overrides) -> bool:
+    """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
+
+    q: (B, Hq, Nq, d); k, v: (B, Hkv, Nk, d), Hq a multiple of Hkv; o like q,
+    written in place; lse: (B, Hq, Nq) float32, last stride 1, written in place
+    in base 2 (lse2 = m2 + log2 l, as kernels/fwd.py); d in 64, 128, 256;
+    float16 or bfloat16; any strides that TMA accepts (16-byte aligned, last 1).
+    causal_shift: None for no mask, else row i sees keys j <= i + causal_shift.
+    ``overrides`` replace entries of CONFIGS / SCHEDULE (benchmarks, tests).
+    Returns False, having written nothing, when the case is not supported.
+    """
+    if unsupported_reason(q, k, v, o, lse, sm_scale):
+        return False
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    causal = causal_shift is not None
+    meta = dict(CONFIGS[d], **SCHEDULE[causal])
+    meta.update(overrides)
+    if meta["NUM_CONSUMERS"] == 1:
+        meta["PINGPONG"] = False
+    if smem_bytes(d, **meta) > SMEM_LIMIT:
+        return False
+    key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    if key in _BROKEN:
+        return False
+    rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
+    n_m = triton.cdiv(n_q, rows)
+    grid = (batch * h_q, n_m) if meta["HEADS_FIRST"] else (n_m, batch * h_q)
+    if grid[1] > 65535:
+        return False
+
+    gdt = _GL_DTYPES[q.dtype]
+    q_block = [1, 1, meta["BLOCK_M"], d]
+    kv_block = [1, 1, meta["BLOCK_N"], d]
+    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
+
+    def desc(t, block, layout):
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    args = (desc(q, q_block, q_layout), desc(k, kv_block, kv_layout), desc(v, kv_block, kv_layout),
+            desc(o, q_block, q_layout), lse,
+            lse.stride(0), lse.stride(1),
+            h_q, n_q, n_k, h_q // h_kv,
+            sm_scale * LOG2E, causal_shift if causal else 0)
+    try:
+        with torch.cuda.device(q.device):
+            _attn_fwd_hopper[grid](*args, HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    except (triton.CompilationError, RuntimeError) as exc:
+        # A build failure (e.g. a Triton whose Gluon lowering differs) makes
+        # this configuration unavailable; anything at run time propagates.
+        if "compil" not in type(exc).__name__.lower() and "PTXAS" not in str(exc) and "MLIR" not in str(exc):
+            raise
+        _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
+        return False
+    return True
+
+
+__all__ = ["hopper_attention_forward", "unsupported_reason", "CONFIGS", "SCHEDULE"]
