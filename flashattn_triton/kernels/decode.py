@@ -108,6 +108,24 @@ def rotary_rows(row_ptrs, row_mask, COS, SIN, pos, N_RO, stride_cs, offs_d,
 
 
 @triton.jit
+def page_numbers(bt, stride_btn, start, offs_n, end_col, kv_lo, kv_end,
+                 PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
+    """int64 page numbers of the tile of keys [start, start + BLOCK_N) from the
+    block-table row ``bt``: a scalar when the tile lies in one page, else one
+    per key.  Only entries of pages holding keys [0, kv_end) are read (a tile
+    past the end reads the last one; per-key entries outside [kv_lo, kv_end)
+    give 0)."""
+    if TILE_IN_PAGE:
+        last = tl.maximum(kv_end - 1, 0) // PAGE_SIZE
+        page = tl.load(bt + tl.minimum(start // PAGE_SIZE, last) * stride_btn)
+    else:
+        cols = start + offs_n
+        ok = (cols >= kv_lo) & (cols < kv_end) & (cols < end_col)
+        page = tl.load(bt + (cols // PAGE_SIZE) * stride_btn, mask=ok, other=0)
+    return page.to(tl.int64)
+
+
+@triton.jit
 def kv_row_offsets(cols, row_mask, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
                    stride_b, stride_n, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
                    TILE_IN_PAGE: tl.constexpr):
@@ -150,7 +168,7 @@ def _decode_fwd(
     qk_scale, softcap, window_left, window_right,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
     HAS_SEQLENS: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
@@ -202,7 +220,7 @@ def _decode_fwd(
     lo = tl.maximum(lo, 0)
     blk_lo = lo // BLOCK_N
     blk_hi = (tl.maximum(hi, 0) + BLOCK_N - 1) // BLOCK_N
-    n_blocks = tl.where(hi > lo, blk_hi - blk_lo, 0)
+    n_blocks = (blk_hi - blk_lo) * (hi > lo).to(tl.int32)
     per_split = (n_blocks + NUM_SPLITS - 1) // NUM_SPLITS
     blk_start = blk_lo + split * per_split
     blk_end = tl.minimum(blk_start + per_split, blk_lo + n_blocks)
@@ -234,14 +252,29 @@ def _decode_fwd(
     v_head = V + hk.to(tl.int64) * stride_vh
     d_ok = offs_d[None, :] < HEAD_DIM
 
+    # Paged caches: the page numbers of a tile are read one iteration ahead,
+    # so the K/V addresses never wait on a block-table load in the same step.
+    start0 = blk_start * BLOCK_N
+    end_col = blk_end * BLOCK_N
+    bt = BLOCK_TABLE + z * stride_btz
+    if PAGED:
+        page = page_numbers(bt, stride_btn, start0, offs_n, end_col, kv_lo, kv_end, PAGE_SIZE, TILE_IN_PAGE)
+
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    for start in range(blk_start * BLOCK_N, blk_end * BLOCK_N, BLOCK_N):
+    for start in range(start0, end_col, BLOCK_N):
         cols = start + offs_n
         col_ok = (cols >= kv_lo) & (cols < kv_end)
-        k_off = kv_row_offsets(cols, col_ok, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
-                               stride_kb, stride_kn, PAGED, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
+        if PAGED:
+            within = (cols % PAGE_SIZE).to(tl.int64)
+            k_off = page * stride_kb + within * stride_kn
+            v_off = page * stride_vb + within * stride_vn
+            page = page_numbers(bt, stride_btn, start + BLOCK_N, offs_n, end_col, kv_lo, kv_end,
+                                PAGE_SIZE, TILE_IN_PAGE)
+        else:
+            k_off = kb * stride_kb + cols.to(tl.int64) * stride_kn
+            v_off = kb * stride_vb + cols.to(tl.int64) * stride_vn
         if EVEN_D:
             k = tl.load(k_head + k_off[:, None] + offs_d[None, :] * stride_kk,
                         mask=col_ok[:, None], other=0.0)
@@ -265,11 +298,6 @@ def _decode_fwd(
         p = tl.math.exp2(s - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if PAGED:
-            v_off = kv_row_offsets(cols, col_ok, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
-                                   stride_vb, stride_vn, PAGED, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
-        else:
-            v_off = kb * stride_vb + cols.to(tl.int64) * stride_vn
         if EVEN_D:
             v = tl.load(v_head + v_off[:, None] + offs_d[None, :] * stride_vk,
                         mask=col_ok[:, None], other=0.0)
@@ -455,6 +483,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else 1
     n_cap = block_table.shape[1] * page_size if paged else k_cache.shape[1]
+    if n_cap == 0:  # a cache without room: every row sees no key
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return 1
     n_rows = n_q * group
     cfg = decode_config(n_rows, d, q.device)
     m_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
@@ -498,7 +530,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
         qk_scale, cap2, max(window_left, 0), max(window_right, 0),
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
-        PAGED=paged, PAGE_SIZE=page_size,
+        PAGED=paged, PAGE_SIZE=page_size, TILE_IN_PAGE=paged and page_size % cfg.BLOCK_N == 0,
         HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
         HAS_LEFTPAD=cache_leftpad is not None,
         HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
