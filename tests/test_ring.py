@@ -210,6 +210,7 @@ class Case(NamedTuple):
     sharding: str = "zigzag"
     scale: Optional[float] = None
     subgroups: bool = False  # 4 ranks as two rings {0, 2} and {1, 3}
+    compiled: bool = False  # through torch.compile(fullgraph=True, backend="aot_eager")
 
     @property
     def id(self) -> str:
@@ -223,6 +224,8 @@ class Case(NamedTuple):
             parts.append(f"scale{self.scale}")
         if self.subgroups:
             parts.append("subgroups")
+        if self.compiled:
+            parts.append("compiled")
         return "-".join(parts)
 
 
@@ -240,7 +243,7 @@ COMMON = [
 ]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
-    "gloo2": (2, False, COMMON),
+    "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True)]),
     "gloo4": (4, False, COMMON + [
         Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
         Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
@@ -268,8 +271,11 @@ def _worker(rank: int, world_size: int, workdir: str) -> None:
             try:
                 q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
                 q, k, v = (t.requires_grad_() for t in (q, k, v))
-                out = ring_flash_attn_func(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale,
-                                           sharding=case.sharding)
+                fn = ring_flash_attn_func
+                if case.compiled:  # the ring is one opaque custom op: no graph break
+                    fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
+                out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale,
+                         sharding=case.sharding)
                 out.backward(do)
                 res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
                 if not case.subgroups:
