@@ -108,15 +108,17 @@ class Timer:
             self.ms = (time.perf_counter() - self.start) * 1e3
 
 
-def measure(fn, reps: int, device) -> list:
-    """Per-repetition ms of fn on this rank; all ranks start each repetition together."""
+def measure(fn, reps: int, device, together: bool = True) -> list:
+    """Per-repetition ms of fn on this rank; with ``together`` all ranks start
+    each repetition at once (a barrier), otherwise no collective is involved."""
     import torch
     import torch.distributed as dist
     times = []
     for _ in range(reps):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        dist.barrier()
+        if together:
+            dist.barrier()
         with Timer(device) as t:
             fn()
         times.append(t.ms)
@@ -296,14 +298,13 @@ def main(argv=None) -> int:
     def gib(nbytes):
         return nbytes / 2**30
 
-    def peak_of(fn):
-        if device.type != "cuda":
-            return None
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device)
+    def reset_peak():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def peak_gib():
+        return gib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
 
     rows = []
     prev = None  # (seqlen, ring ms) to predict the next size
@@ -315,7 +316,7 @@ def main(argv=None) -> int:
             rows.append(row)
             continue
         if prev is not None:
-            predicted = prev[1] / 1e3 * (n / prev[0]) ** 2 * 8  # ~8 ring-equivalents per size
+            predicted = prev[1] / 1e3 * (n / prev[0]) ** 2 * 15  # ~15 ring-equivalents per size
             if agree(budget.elapsed() + predicted > args.max_seconds):
                 row["error"] = f"skipped: predicted {predicted:.0f} s exceeds the time budget"
                 rows.append(row)
@@ -338,12 +339,12 @@ def main(argv=None) -> int:
             warm = max(gather(measure(fn, 1, device)[0]))
             reps = agree(max(2, min(10, int(args.target_seconds * 1e3 / max(warm, 1e-3)))))
             row["reps"] = reps
+            reset_peak()
             ring_ms = gather(median(measure(fn, reps, device)))
+            row["ring_peak_gib_per_rank"] = gather(peak_gib())
             row["ring_ms_per_rank"] = ring_ms
             row["ring_ms"] = max(ring_ms)
             row["tflops_per_gpu"] = flops_total / world_size / (row["ring_ms"] * 1e-3) / 1e12
-            peak = peak_of(fn)
-            row["ring_peak_gib_per_rank"] = gather(None if peak is None else gib(peak))
             prev = (n, row["ring_ms"])
 
             # stall: the same ring (no autograd) with timed waits
@@ -396,19 +397,27 @@ def main(argv=None) -> int:
             elif agree(budget.elapsed() + predicted > args.max_seconds):
                 row["skipped"].append("one GPU (time budget)")
             else:
-                torch.manual_seed(0)
-                qf, kf, vf, dof = (torch.randn(args.batch, n, h, args.head_dim, device=device, dtype=dtype)
-                                   for h in (args.heads, h_kv, h_kv, args.heads))
-                qf, kf, vf = (t.requires_grad_() for t in (qf, kf, vf))
-                one = single_gpu(qf, kf, vf, dof)
-                measure(one, 1, device)
-                one_ms = median(measure(one, reps, device))
-                row["single_ms"] = gather(one_ms)[0]
-                peak = peak_of(one)
-                row["single_peak_gib"] = None if peak is None else gib(peak)
-                row["speedup_vs_single"] = row["single_ms"] / row["ring_ms"]
-                del qf, kf, vf, dof, one
+                # No collective inside: a failure here (e.g. out of memory) stays on its rank.
+                single = {}
+                try:
+                    torch.manual_seed(0)
+                    qf, kf, vf, dof = (torch.randn(args.batch, n, h, args.head_dim, device=device, dtype=dtype)
+                                       for h in (args.heads, h_kv, h_kv, args.heads))
+                    qf, kf, vf = (t.requires_grad_() for t in (qf, kf, vf))
+                    one = single_gpu(qf, kf, vf, dof)
+                    measure(one, 1, device, together=False)
+                    reset_peak()
+                    single = dict(ms=median(measure(one, reps, device, together=False)), gib=peak_gib())
+                except Exception as exc:  # noqa: BLE001
+                    single = dict(error=C.short_error(exc))
+                qf = kf = vf = dof = one = None
                 C.free_cuda_memory()
+                single = gather(single)[0]  # rank 0's GPU
+                if "error" in single:
+                    row["skipped"].append(f"one GPU failed: {single['error']}")
+                else:
+                    row["single_ms"], row["single_peak_gib"] = single["ms"], single["gib"]
+                    row["speedup_vs_single"] = row["single_ms"] / row["ring_ms"]
         except Exception as exc:  # noqa: BLE001 - record and stop: a rank may be out of step
             row["error"] = C.short_error(exc)
             rows.append(row)
@@ -463,7 +472,7 @@ def write_report(path: Path, env: dict, rows: list, world_size: int) -> None:
         "Columns: *local only* runs the same blocks with communication disabled (each rank attends its own "
         "K/V shard in place of the received one); *comm alone* runs the same transfers with no compute; "
         "*exposed* = ring - local; *hidden (stall)* = 1 - (time the compute stream waited on transfers "
-        "inside a ring run) / comm alone, worst rank; *hidden (end to end)* = (local + comm - ring) / comm, "
+        "inside a ring run) / comm alone, worst rank (a wait also lasts while a slower neighbour finishes its step, so imbalance counts against it); *hidden (end to end)* = (local + comm - ring) / comm, "
         "which also charges any slowdown of the kernels by the concurrent transfers and is noisy when comm "
         "is small next to the compute; *rank balance* = slowest / fastest rank of the local-only run; "
         "*contiguous* = the same with contiguous shards (rank P-1 does P times the work of rank 0); "
