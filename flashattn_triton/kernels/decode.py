@@ -416,7 +416,10 @@ def decode_config(n_rows: int, head_dim: int, device: torch.device) -> DecodeCon
         cfg = dict(BLOCK_M=block_m, BLOCK_N=32, num_warps=4, num_stages=1)
     else:
         d_pad = head_dim_pad(head_dim)
-        cfg = dict(BLOCK_M=block_m, BLOCK_N=64 if d_pad <= 128 else 32, num_warps=4, num_stages=3)
+        # 8 warps once the accumulator reaches 64 x 128 float32 (4 warps would
+        # need about 250 registers per thread there).
+        cfg = dict(BLOCK_M=block_m, BLOCK_N=64 if d_pad <= 128 else 32,
+                   num_warps=8 if block_m * d_pad >= 64 * 128 else 4, num_stages=3)
     env = _config_from_env()
     if env:
         cfg.update(env)
