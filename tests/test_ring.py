@@ -169,6 +169,7 @@ def _qkv(n=8, h_q=4, h_kv=2, d=16, dtype=torch.float32):
     (lambda q, k, v: (q, k, v), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
     (lambda q, k, v: (q, k, v), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
     (lambda q, k, v: (q, k, v), dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite"),
+    (lambda q, k, v: (q, k, v), dict(causal=1), TypeError, "causal must be a bool"),
 ])
 def test_bad_arguments(mutate, kwargs, err, match):
     q, k, v = mutate(*_qkv())
@@ -187,10 +188,11 @@ def test_fake_implementation_shapes():
     """torch.compile traces the ring as one opaque op with these output shapes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
-        q, k, v = _qkv(n=12, h_q=6, h_kv=2, dtype=torch.bfloat16)
+        q, k, _ = _qkv(n=12, h_q=6, h_kv=2, dtype=torch.bfloat16)
+        v = torch.empty(1, 12, 2, 8, dtype=torch.bfloat16)  # head dim of v: 8, of q and k: 16
         out, lse = torch.ops.flashattn_triton.ring_attn_fwd(q, k, v, "0", 0.25, True, "zigzag")
         dq, dk, dv = torch.ops.flashattn_triton.ring_attn_bwd(out, q, k, v, out, lse, "0", 0.25, True, "zigzag")
-    assert (out.shape, out.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, (1, 6, 12), torch.float32)
+    assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((1, 12, 6, 8), q.dtype, (1, 6, 12), torch.float32)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
 
@@ -211,6 +213,7 @@ class Case(NamedTuple):
     scale: Optional[float] = None
     subgroups: bool = False  # 4 ranks as two rings {0, 2} and {1, 3}
     compiled: bool = False  # through torch.compile(fullgraph=True, backend="aot_eager")
+    d_v: Optional[int] = None  # head dim of v, default d
 
     @property
     def id(self) -> str:
@@ -218,6 +221,8 @@ class Case(NamedTuple):
         lens = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
         parts = [f"B{self.batch}", f"N{lens}", f"{heads}{self.h_q}/{self.h_kv}", f"d{self.d}",
                  "causal" if self.causal else "full", str(self.dtype).replace("torch.", "")]
+        if self.d_v is not None:
+            parts.insert(4, f"dv{self.d_v}")
         if self.causal:
             parts.append(self.sharding)
         if self.scale is not None:
@@ -240,6 +245,7 @@ COMMON = [
     Case(1, 96, 96, 4, 2, 32, False, F32, scale=0.3),
     Case(2, 64, 64, 2, 2, 24, False, BF16),
     Case(1, 48, 80, 4, 1, 32, False, BF16),  # cross-attention: query and key shards of different lengths
+    Case(1, 64, 64, 4, 2, 32, True, BF16, d_v=16),  # v's head dim differs from q's and k's
 ]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
@@ -294,8 +300,8 @@ def _run_world(world_size: int, interpret: bool, cases, workdir: Path):
     for case in cases:
         q = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
         k = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
-        v = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
-        do = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
+        v = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d_v or case.d).to(case.dtype)
+        do = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d_v or case.d).to(case.dtype)
         inputs[case.id] = (case, (q, k, v, do))
     torch.save(inputs, workdir / "cases.pt")
     saved = os.environ.pop("TRITON_INTERPRET", None)

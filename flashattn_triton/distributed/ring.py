@@ -46,23 +46,18 @@ but the per-step latencies.
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
-from ..kernels.combine import merge_attention_states
 from .. import ops
+from .._validate import check_flag, check_qkv, check_scale
+from ..kernels.combine import merge_attention_states
 from .sharding import check_sharding
 
 __all__ = ["ring_flash_attn_func", "ring_schedule", "Block", "RingComm",
            "ring_attention_forward", "ring_attention_backward"]
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
-
 
 # ---------------------------------------------------------------------------
 # Schedule: which block each rank computes at each step
@@ -303,7 +298,7 @@ def _ring_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name
 @_ring_attn_fwd.register_fake
 def _(q, k, v, group_name, softmax_scale, causal, sharding):
     b, n, h, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, h, n), dtype=torch.float32)
+    return q.new_empty((b, n, h, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 @torch.library.custom_op("flashattn_triton::ring_attn_bwd", mutates_args=())
@@ -344,34 +339,9 @@ _ring_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 # Public function
 # ---------------------------------------------------------------------------
 
-def _check_inputs(q, k, v, causal: bool, sharding: str) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (batch, seqlen_local, nheads, headdim), "
-                             f"got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
-        if t.stride(-1) != 1 and t.shape[-1] != 1:
-            raise ValueError(f"{name} must have stride 1 in its last dimension, got strides "
-                             f"{tuple(t.stride())}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(f"batch sizes differ: q.shape[0]={q.shape[0]}, k.shape[0]={k.shape[0]}")
-    if q.shape[3] != k.shape[3]:
-        raise ValueError(f"head dims differ: q.shape[3]={q.shape[3]}, k.shape[3]={k.shape[3]}")
-    if not 1 <= q.shape[3] <= MAX_HEAD_DIM:
-        raise NotImplementedError(f"head dim {q.shape[3]} (q.shape[3]) is not supported; "
-                                  f"supported: 1..{MAX_HEAD_DIM}")
-    if k.shape[2] == 0 or q.shape[2] % k.shape[2] != 0:
-        raise ValueError(f"the number of query heads (q.shape[2]={q.shape[2]}) must be a multiple of "
-                         f"the number of key/value heads (k.shape[2]={k.shape[2]})")
+def _check_inputs(q, k, v, causal, sharding: str) -> None:
+    check_qkv(("q", "k", "v"), (q, k, v), "(batch, seqlen_local, nheads, headdim)", 4, 2)
+    check_flag(causal, "causal")
     check_sharding(sharding)
     if causal and q.shape[1] != k.shape[1]:
         raise ValueError(f"causal ring attention needs q and k shards of one length, got "
@@ -379,16 +349,6 @@ def _check_inputs(q, k, v, causal: bool, sharding: str) -> None:
     if causal and sharding == "zigzag" and q.shape[1] % 2:
         raise ValueError(f"a zigzag shard holds two equal chunks, so its length must be even; got "
                          f"q.shape[1]={q.shape[1]}")
-
-
-def _check_scale(softmax_scale, head_dim: int) -> float:
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-        raise TypeError(f"softmax_scale must be a Python float or None, got {type(softmax_scale).__name__}")
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
-    return float(softmax_scale)
 
 
 def _not_implemented(name: str, value) -> None:
@@ -421,9 +381,9 @@ def ring_flash_attn_func(
     Arguments:
         q: (batch_size, seqlen / P, nheads, headdim), this rank's queries.
         k: (batch_size, seqlen_k / P, nheads_k, headdim), this rank's keys.
-        v: (batch_size, seqlen_k / P, nheads_k, headdim), this rank's values.
+        v: (batch_size, seqlen_k / P, nheads_k, headdim_v), this rank's values.
             float16, bfloat16 or float32, one dtype and one device (CUDA with
-            NCCL; CPU with gloo); last dimension with stride 1; headdim 1..256.
+            NCCL; CPU with gloo); last dimension with stride 1; head dims 1..256.
             GQA: nheads a multiple of nheads_k, as in flash_attn_func.
         group: the context-parallel process group (P ranks); default: the
             default (world) group.
@@ -441,7 +401,7 @@ def ring_flash_attn_func(
                 unbalanced (rank P-1 works P times as much as rank 0).
 
     Returns:
-        out: (batch_size, seqlen / P, nheads, headdim) in the dtype of q, this
+        out: (batch_size, seqlen / P, nheads, headdim_v) in the dtype of q, this
             rank's rows of the output, sharded like q.
     """
     _check_inputs(q, k, v, causal, sharding)
@@ -453,7 +413,7 @@ def ring_flash_attn_func(
         _not_implemented("softcap", softcap)
     if alibi_slopes is not None:
         _not_implemented("alibi_slopes", "<tensor>")
-    scale = _check_scale(softmax_scale, q.shape[3])
+    scale = check_scale(softmax_scale, "softmax_scale", q.shape[3])
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("ring_flash_attn_func needs torch.distributed: call "
                            "torch.distributed.init_process_group first")
@@ -461,5 +421,5 @@ def ring_flash_attn_func(
         group = dist.distributed_c10d._get_default_group()
     if dist.get_rank(group) < 0:
         raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
-    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, bool(causal), sharding)
+    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding)
     return out
