@@ -373,6 +373,7 @@ def main(argv=None) -> int:
             row["exposed_ms"] = row["ring_ms"] - row["local_ms"]
 
             # contiguous shards, no communication: the imbalance zigzag removes
+            contig = None
             if args.no_contiguous:
                 row["skipped"].append("contiguous")
             elif agree(budget.elapsed() + row["local_ms"] / 1e3 * 2 * reps > args.max_seconds):
@@ -383,7 +384,7 @@ def main(argv=None) -> int:
                 c_ms = gather(median(measure(contig, reps, device)))
                 row["contiguous_local_ms_per_rank"] = c_ms
                 row["contiguous_balance_max_over_min"] = max(c_ms) / min(c_ms)
-            del q, k, v, do, fn, stall_fn, local, comm_fn
+            q = k = v = do = fn = stall_fn = local = comm_fn = contig = comm = None  # free before the 1-GPU run
             C.free_cuda_memory()
 
             # one GPU, the whole sequence (every rank runs it on its own GPU at once)

@@ -119,7 +119,7 @@ def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
     ref = _reference(case, q, k, v, do, ref_dtype)
     base_case = case if case.reference == "ours-fp32" else case._replace(reference="float64")
     base = _reference(base_case, q, k, v, do, case.dtype)
-    # Context: our single-device kernels on the same input (same as base for the long case).
+    # Context ("1-dev"): our single-device kernels on the same input (the baseline for the long case).
     single = base if case.reference == "ours-fp32" else _reference(case._replace(reference="ours-fp32"),
                                                                   q, k, v, do, case.dtype)
     ratios, parts = [], []
@@ -127,7 +127,7 @@ def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
         err = max_abs_err(got[i], ref[i])  # NaN if the ring produced any NaN
         tol = tolerance(max_abs_err(base[i], ref[i]), ref[i], case.dtype, 2.0 if name == "out" else 3.0)
         ratios.append(err / tol if tol > 0 else float("inf"))
-        parts.append(f"{name} {err:.2e}/{tol:.2e} (1-GPU {max_abs_err(single[i], ref[i]):.2e})")
+        parts.append(f"{name} {err:.2e}/{tol:.2e} (1-dev {max_abs_err(single[i], ref[i]):.2e})")
     ok = all(r <= 1.0 for r in ratios)  # False for NaN
     worst = max(ratios) if ok else next((r for r in ratios if not r <= 1.0))
     against = "ours fp32 on 1 device" if case.reference == "ours-fp32" else "float64"
