@@ -248,11 +248,14 @@ def test_paged_equals_contiguous(page, block_n, device, monkeypatch):
 # Split-KV
 # ---------------------------------------------------------------------------
 
-def test_splits_agree(device, monkeypatch):
+@pytest.mark.parametrize("combine", ["fused", "separate"])
+def test_splits_agree(combine, device, monkeypatch):
     """1 split (direct write), several, more splits than the longest sequence
     has key tiles (empty splits) and the automatic count all match the
-    reference and each other."""
+    reference and each other; the partials merged by the last split inside the
+    decode kernel (fused) or by the combine kernel (separate)."""
     monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
+    monkeypatch.setenv(decode.ENV_COMBINE, combine)
     dtype = torch.bfloat16
     q = rnd(device, dtype, 2, 2, 4, 32)
     k_cache, v_cache, _ = make_cache(device, 2, 120, 2, 32, dtype)

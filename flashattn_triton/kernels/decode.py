@@ -9,8 +9,11 @@ reading K and V once, so the kernel is organised around that read.
   tile, so every K/V tile is loaded once for all of them.
 * Split-KV.  The key range of a sequence is cut into NUM_SPLITS contiguous
   runs of BLOCK_N tiles (grid axis 1); each split writes a float32 partial
-  output and its LSE, and ``combine.combine_partials`` merges them exactly.
-  With one split the kernel writes the final output directly.
+  output and its LSE, and the last split of a tile to finish (an atomic
+  counter per tile) merges them exactly by their LSEs, inside the same launch.
+  (FLASHATTN_TRITON_DECODE_COMBINE=separate leaves the merge to the combine
+  kernel of combine.py instead.)  With one split the kernel writes the final
+  output directly.
 * Paged cache.  Logical key j of sequence b lives in page
   ``block_table[b, j // PAGE_SIZE]`` at row ``j % PAGE_SIZE``.  When PAGE_SIZE
   is a multiple of BLOCK_N a tile never straddles pages and one page number is
@@ -48,6 +51,9 @@ from .launch import INTERPRET, dot_precision, head_dim_pad, mma
 # Environment override of the launch config, read at call time, e.g.
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
 ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
+# "fused" (default): the last split to finish merges the partials inside the
+# decode kernel; "separate": a second kernel (combine.py) does.
+ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 # Streaming multiprocessors assumed by the split heuristic for CPU tensors
 # (interpreter): the heuristic must not depend on the machine running the tests.
 CPU_SM_COUNT = 8
@@ -154,13 +160,15 @@ def kv_row_offsets(cols, row_mask, z, kb, start, BLOCK_TABLE, stride_btz, stride
 @triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right"])
 def _decode_fwd(
     # pointers
-    Q, K, V, O, LSE, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI,
+    Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI,
     # strides
     stride_qz, stride_qm, stride_qh, stride_qk,
     stride_kb, stride_kn, stride_kh, stride_kk,
     stride_vb, stride_vn, stride_vh, stride_vk,
-    stride_os, stride_oz, stride_om, stride_oh, stride_ok,
-    stride_ls, stride_lz, stride_lh, stride_lm,
+    stride_oz, stride_om, stride_oh, stride_ok,
+    stride_lz, stride_lh, stride_lm,
+    stride_ps, stride_pz, stride_pm, stride_ph, stride_pk,
+    stride_qls, stride_qlz, stride_qlh, stride_qlm,
     stride_btz, stride_btn, stride_cs, stride_alz, stride_alh,
     # shapes
     N_Q, N_NEW, N_CAP, N_RO, H_KV, GROUP_SIZE, NUM_SPLITS,
@@ -173,12 +181,19 @@ def _decode_fwd(
     HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
     scale / softcap when HAS_SOFTCAP (then s2 = softcap * log2(e) * tanh(.),
-    with ``softcap`` passed pre-multiplied by log2(e))."""
+    with ``softcap`` passed pre-multiplied by log2(e)).
+
+    O (B, Nq, Hq, d) and LSE (B, Hq, Nq) receive the result.  SPLIT_MODE 0:
+    one split writes them directly; 1: each split writes its float32 partial
+    to OP (S, B, Nq, Hq, d) / LP (S, B, Hq, Nq), merged by the combine kernel
+    afterwards; 2: the same, and the last split of each (batch, KV head, row
+    tile) to finish, counted in COUNTERS (zeroed int32, one per such tile),
+    merges them itself (no second launch)."""
     pid_zh = tl.program_id(0)
     split = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -313,17 +328,51 @@ def _decode_fwd(
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
 
-    split64 = split.to(tl.int64)
-    o_rows = (O + split64 * stride_os + z * stride_oz + tok.to(tl.int64) * stride_om
-              + head.to(tl.int64) * stride_oh)
-    o_ptrs = o_rows[:, None] + offs_d[None, :] * stride_ok
-    if EVEN_D:
-        tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=row_ok[:, None])
-    else:
-        tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=row_ok[:, None] & d_ok)
-    l_ptrs = (LSE + split64 * stride_ls + z * stride_lz + head.to(tl.int64) * stride_lh
-              + tok.to(tl.int64) * stride_lm)
-    tl.store(l_ptrs, lse, mask=row_ok)
+    tok64 = tok.to(tl.int64)
+    head64 = head.to(tl.int64)
+    o_mask = row_ok[:, None] & d_ok
+    if SPLIT_MODE == 0:  # one split: the final result
+        o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
+                  + offs_d[None, :] * stride_ok)
+        tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=o_mask)
+        tl.store(LSE + z * stride_lz + head64 * stride_lh + tok64 * stride_lm, lse, mask=row_ok)
+    else:  # this split's float32 partial
+        p_rows = OP + z * stride_pz + tok64 * stride_pm + head64 * stride_ph
+        p_ptrs = p_rows[:, None] + offs_d[None, :] * stride_pk
+        pl_ptrs = LP + z * stride_qlz + head64 * stride_qlh + tok64 * stride_qlm
+        split64 = split.to(tl.int64)
+        tl.store(p_ptrs + split64 * stride_ps, out, mask=o_mask)
+        tl.store(pl_ptrs + split64 * stride_qls, lse, mask=row_ok)
+        if SPLIT_MODE == 2:
+            # The last split of this (batch, KV head, row tile) to finish merges
+            # all of them: the barrier orders every thread's partial stores
+            # before the counter's release, the acquire orders the reads after.
+            tl.debug_barrier()
+            count = tl.atomic_add(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 1, sem="acq_rel", scope="gpu")
+            if count == NUM_SPLITS - 1:
+                m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
+                acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+                for sp in range(0, NUM_SPLITS):
+                    # .cg: read the other splits' partials from L2, never from a stale L1 line.
+                    lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
+                                    cache_modifier=".cg") * 1.4426950408889634
+                    out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
+                    m_new = tl.maximum(m_c, lse_s)
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.math.exp2(m_c - m_ref)
+                    w = tl.math.exp2(lse_s - m_ref)
+                    acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
+                    l_c = l_c * alpha + w
+                    m_c = m_new
+                empty = l_c == 0.0
+                l_safe = tl.where(empty, 1.0, l_c)
+                o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
+                          + offs_d[None, :] * stride_ok)
+                tl.store(o_ptrs, cast_rtne(acc_c / l_safe[:, None], O.dtype.element_ty, INTERPRET), mask=o_mask)
+                tl.store(LSE + z * stride_lz + head64 * stride_lh + tok64 * stride_lm,
+                         tl.where(empty, float("-inf"), (m_c + tl.math.log2(l_safe)) * 0.6931471805599453),
+                         mask=row_ok)
 
 
 @triton.jit(do_not_specialize=["N_NEW", "N_CAP", "N_RO"])
@@ -386,6 +435,15 @@ def _append_kv(
 # ---------------------------------------------------------------------------
 # Launch
 # ---------------------------------------------------------------------------
+
+def fused_combine() -> bool:
+    """Whether the last split merges the partials in the decode kernel
+    (default) or a separate combine kernel does (ENV_COMBINE=separate)."""
+    mode = os.environ.get(ENV_COMBINE, "fused")
+    if mode not in ("fused", "separate"):
+        raise ValueError(f"{ENV_COMBINE}={mode!r}: expected 'fused' or 'separate'")
+    return mode == "fused"
+
 
 def _config_from_env() -> Optional[dict]:
     text = os.environ.get(ENV_CONFIG)
@@ -500,14 +558,14 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     num_splits = min(num_splits, n_tiles)
     d_pad = head_dim_pad(d)
 
-    if num_splits == 1:
-        o_buf, l_buf = out, lse
-        o_strides = (0, *out.stride())
-        l_strides = (0, *lse.stride())
+    split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
+    if split_mode:
+        o_part = torch.empty((num_splits, batch, n_q, h_q, d), device=q.device, dtype=torch.float32)
+        l_part = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
     else:
-        o_buf = torch.empty((num_splits, batch, n_q, h_q, d), device=q.device, dtype=torch.float32)
-        l_buf = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
-        o_strides, l_strides = o_buf.stride(), l_buf.stride()
+        o_part, l_part = out, lse  # unused
+    counters = (torch.zeros(batch * h_kv * m_blocks, device=q.device, dtype=torch.int32)
+                if split_mode == 2 else lse)
 
     if softcap > 0.0:
         qk_scale, cap2 = softmax_scale / softcap, softcap * 1.4426950408889634
@@ -521,14 +579,15 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
 
     grid = (batch * h_kv, num_splits, m_blocks)
     _decode_fwd[grid](
-        q, k_cache, v_cache, o_buf, l_buf,
+        q, k_cache, v_cache, out, lse, o_part, l_part, counters,
         cache_seqlens if cache_seqlens is not None else any_ptr,
         cache_batch_idx if cache_batch_idx is not None else any_ptr,
         cache_leftpad if cache_leftpad is not None else any_ptr,
         block_table if paged else any_ptr,
         rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
         alibi_slopes if alibi_slopes is not None else any_ptr,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
+        *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
         *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
         n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
         qk_scale, cap2, max(window_left, 0), max(window_right, 0),
@@ -539,13 +598,13 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None,
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
-        ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token),
+        ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if num_splits > 1:
+    if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
-        combine_partials(o_buf.transpose(2, 3), l_buf, out.transpose(1, 2), lse)
+        combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse)
     return num_splits
 
 
