@@ -49,6 +49,7 @@ LAYOUTS = ("contiguous", "paged16", "paged256")
 PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
 FLEX_SEQLENS = (8192, 65536)
 DECODE_ENV = "FLASHATTN_TRITON_CONFIG_DECODE"
+COMBINE_ENV = "FLASHATTN_TRITON_DECODE_COMBINE"
 DEVICE = "cuda"  # "cpu" only for --smoke-cpu
 
 
@@ -68,6 +69,8 @@ def parse_args(argv=None):
     p.add_argument("--configs", help="';'-separated decode launch configs to sweep for ours, each as "
                                      f"{DECODE_ENV} takes it (default: the library's)")
     p.add_argument("--splits", default="0", help="comma list of num_splits for ours (0 = automatic)")
+    p.add_argument("--combine", default="fused", help="comma list from fused,separate: where ours merges "
+                                                      "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
     p.add_argument("--l2-bytes", type=float, default=256e6,
                    help="cycle through cache copies until a graph reads at least this many bytes")
     p.add_argument("--copy-gb", type=float, default=4.0, help="buffer size of the copy ceiling")
@@ -235,6 +238,7 @@ def run(args):
     peers = [x for x in args.peers.split(",") if x]
     configs = [c.strip() for c in args.configs.split(";")] if args.configs else [None]
     splits_list = ints(args.splits)
+    combines = [x for x in args.combine.split(",") if x]
     budget = C.Budget(args.max_seconds)
     env = C.collect_env()
     torch.manual_seed(0)
@@ -278,11 +282,13 @@ def run(args):
                 C.free_cuda_memory()
                 continue
             for config in configs:
-                with env_var(DECODE_ENV, config):
-                    for splits in splits_list:
-                        extra = dict(config=config, num_splits=splits if splits else splits_auto,
-                                     auto_splits=splits == 0)
-                        record(C.OURS, layout, [our_call(q, c, lens, splits) for q, c in zip(qs, caches)], extra)
+                for combine in combines:
+                    with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine):
+                        for splits in splits_list:
+                            extra = dict(config=config, num_splits=splits if splits else splits_auto,
+                                         auto_splits=splits == 0, combine=combine)
+                            record(C.OURS, layout, [our_call(q, c, lens, splits) for q, c in zip(qs, caches)],
+                                   extra)
             # Correctness spot check: our output against SDPA in float32 over the
             # logical cache of this layout (caches up to 2 GB: the float32 copy is twice that).
             if nbytes <= 2e9:
@@ -304,7 +310,8 @@ def run(args):
 
     payload = dict(env=env, settings=dict(heads_q=h_q, heads_kv=h_kv, head_dim=d, dtype=args.dtype,
                                           reps=args.reps, l2_bytes=args.l2_bytes, configs=configs,
-                                          splits=splits_list, decode_config=dict(cfg._asdict())),
+                                          splits=splits_list, combine=combines,
+                                          decode_config=dict(cfg._asdict())),
                    copy=dict(gbps=copy_gbps, ms=copy_ms, gb=args.copy_gb), rows=rows, checks=checks,
                    wall_s=budget.elapsed())
     args.out.mkdir(parents=True, exist_ok=True)
@@ -334,23 +341,28 @@ def write_md(payload, path):
     rows = [r for r in payload["rows"] if "gbps" in r]
     copy = payload["copy"]["gbps"]
     s = payload["settings"]
-    ours_keys = sorted({(r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto")
-                        for r in rows if r["provider"] == C.OURS}, key=str)
+    def ours_key(r):
+        return (r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto",
+                r.get("combine", "fused"))
+
+    ours_keys = sorted({ours_key(r) for r in rows if r["provider"] == C.OURS}, key=str)
     peers = [p for p in PEERS if any(r["provider"] == p for r in rows)]
 
     def ours_label(key):
-        layout, config, splits = key
+        layout, config, splits, combine = key
         label = f"ours {layout}"
         if config:
             label += f" [{config}]"
         if splits != "auto":
             label += f" s={splits}"
+        if combine != "fused":
+            label += f" {combine} combine"
         return label
 
     table = {}
     for r in rows:
         if r["provider"] == C.OURS:
-            key = ours_label((r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto"))
+            key = ours_label(ours_key(r))
         else:
             key = r["provider"]
         table[(r["batch"], r["seqlen"], key)] = r

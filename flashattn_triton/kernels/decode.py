@@ -396,8 +396,8 @@ def _append_kv(
     """Write new tokens t of (batch z, KV head hk) at cache position
     cache_seqlens[z] + t; K rotated at that position when ROTARY_DIM > 0.
     Positions at or past the capacity N_CAP are dropped (never written)."""
-    pid_t = tl.program_id(0)
-    pid_zh = tl.program_id(1)
+    pid_zh = tl.program_id(0)
+    pid_t = tl.program_id(1)
     z = (pid_zh // H_KV).to(tl.int64)
     hk = (pid_zh % H_KV).to(tl.int64)
     seqlen = tl.load(SEQLENS + z)
@@ -554,8 +554,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
         num_splits = choose_num_splits(batch * h_kv * m_blocks, n_cap, cfg.BLOCK_N, sm_count(q.device))
-    # More splits than key tiles would only add empty ones.
-    num_splits = min(num_splits, n_tiles)
+    # More splits than key tiles would only add empty ones (and grid axis 1
+    # holds at most 65535).
+    num_splits = min(num_splits, n_tiles, 65535)
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
@@ -620,7 +621,7 @@ def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_t
     rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
     block_t = 16 if n_new <= 16 else 32
     any_ptr = _dummy(k)
-    grid = (triton.cdiv(n_new, block_t), batch * h_kv)
+    grid = (batch * h_kv, triton.cdiv(n_new, block_t))
     _append_kv[grid](
         k, v, k_cache, v_cache, cache_seqlens,
         cache_batch_idx if cache_batch_idx is not None else any_ptr,
