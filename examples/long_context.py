@@ -60,13 +60,11 @@ def run(name, fn, n, heads, kv_heads, d, dtype, device):
         if cuda:
             torch.cuda.synchronize()
     except torch.OutOfMemoryError:
-        del q, k, v
-        if cuda:
-            torch.cuda.empty_cache()
-        return None, None
-    seconds = time.perf_counter() - t0
-    peak = (torch.cuda.max_memory_allocated() - base) / GIB if cuda else None
-    del q, k, v, out
+        seconds = None
+    else:
+        seconds = time.perf_counter() - t0
+    peak = (torch.cuda.max_memory_allocated() - base) / GIB if cuda and seconds is not None else None
+    q = k = v = out = None  # free before the next run
     if cuda:
         torch.cuda.empty_cache()
     return seconds, peak
