@@ -132,24 +132,17 @@ def page_numbers(bt, stride_btn, start, offs_n, end_col, kv_lo, kv_end,
 
 
 @triton.jit
-def kv_row_offsets(cols, row_mask, z, kb, start, BLOCK_TABLE, stride_btz, stride_btn,
-                   stride_b, stride_n, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
-                   TILE_IN_PAGE: tl.constexpr):
-    """int64 offsets of logical key rows ``cols`` of sequence z in a cache of
-    strides (stride_b, stride_n) over (cache row or page, position).
-
-    Contiguous cache: row kb of the cache.  Paged: the page from the block
-    table; TILE_IN_PAGE means all cols lie in the page of ``start``."""
+def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stride_b, stride_n,
+                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """int64 offsets of logical positions ``pos`` of sequence z in a cache of
+    strides (stride_b, stride_n) over (cache row or page, position): row kb of
+    a contiguous cache, or the pages of the block table (entries read where
+    pos_ok)."""
     if PAGED:
-        bt = BLOCK_TABLE + z * stride_btz
-        if TILE_IN_PAGE:
-            page = tl.load(bt + (start // PAGE_SIZE) * stride_btn).to(tl.int64)
-            off = page * stride_b + (cols % PAGE_SIZE).to(tl.int64) * stride_n
-        else:
-            page = tl.load(bt + (cols // PAGE_SIZE) * stride_btn, mask=row_mask, other=0).to(tl.int64)
-            off = page * stride_b + (cols % PAGE_SIZE).to(tl.int64) * stride_n
+        page = tl.load(BLOCK_TABLE + z * stride_btz + (pos // PAGE_SIZE) * stride_btn, mask=pos_ok, other=0)
+        off = page.to(tl.int64) * stride_b + (pos % PAGE_SIZE).to(tl.int64) * stride_n
     else:
-        off = kb * stride_b + cols.to(tl.int64) * stride_n
+        off = kb * stride_b + pos.to(tl.int64) * stride_n
     return off
 
 
@@ -420,10 +413,10 @@ def _append_kv(
     v = tl.load(VNEW + z * stride_vnz + t.to(tl.int64)[:, None] * stride_vnn + hk * stride_vnh
                 + offs_d[None, :] * stride_vnk, mask=mask, other=0.0)
 
-    k_off = kv_row_offsets(pos, ok, z, kb, 0, BLOCK_TABLE, stride_btz, stride_btn,
-                           stride_kb, stride_kn, PAGED, PAGE_SIZE, False)
-    v_off = kv_row_offsets(pos, ok, z, kb, 0, BLOCK_TABLE, stride_btz, stride_btn,
-                           stride_vb, stride_vn, PAGED, PAGE_SIZE, False)
+    k_off = kv_row_offsets(pos, ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stride_kb, stride_kn,
+                           PAGED, PAGE_SIZE)
+    v_off = kv_row_offsets(pos, ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stride_vb, stride_vn,
+                           PAGED, PAGE_SIZE)
     if ROTARY_DIM > 0:
         k = cast_rtne(k, K.dtype.element_ty, INTERPRET)
     tl.store(K + hk * stride_kh + k_off[:, None] + offs_d[None, :] * stride_kk,
