@@ -1,90 +1,133 @@
-"""Sweep launch configurations of each kernel on the GPU (not part of the test suite).
+"""Offline tuning of the launch-config table (GPU only; not part of the tests).
 
-For each shape, times the forward, the dK/dV kernel and the dQ kernel under
-every candidate config (set through the FLASHATTN_TRITON_CONFIG_* overrides)
-and prints the ranking, so the autotune lists in _fwd.py / _bwd.py can be
-ordered with measured data.  Output: a table on stdout and --json.
+For every (kernel, dtype, head dim, causal, length bucket) key, times each
+candidate config of kernels/launch.py that fits the shared-memory/register
+model and writes the fastest to flashattn_triton/kernels/configs/sm<cc>.json,
+the table the library reads at call time (no tuning in user calls).
+
+Compiling dominates a sweep, so a first phase compiles every (kernel, head
+dim, causal, config) in parallel worker processes (filling Triton's on-disk
+cache); the timing phase then runs in this one process.
+
+    python benchmarks/tune.py --out flashattn_triton/kernels/configs/sm90.json \
+        [--head-dims 64,128,256] [--seqlens 1024,4096,16384] [--dtype bfloat16] [--jobs 12]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import itertools
 import json
 import os
+import time
 
 import torch
-import triton
-import triton.testing
-
-FWD = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4),
-       (128, 32, 4, 4), (64, 64, 4, 4), (128, 128, 4, 3), (64, 32, 4, 2), (128, 32, 8, 2)]
-DKDV = [(64, 128, 8, 2), (32, 128, 4, 2), (64, 128, 4, 2), (64, 64, 4, 3), (32, 64, 4, 2),
-        (64, 128, 8, 3), (32, 128, 8, 2), (128, 128, 8, 2), (16, 64, 4, 2), (32, 64, 4, 3)]
-DQ = [(128, 64, 8, 2), (128, 32, 4, 2), (128, 64, 4, 2), (64, 64, 4, 3), (64, 32, 4, 2),
-      (128, 64, 8, 3), (128, 128, 8, 2), (64, 16, 4, 2), (128, 32, 8, 3)]
 
 
 def cfg_str(c):
     return f"BLOCK_M={c[0]},BLOCK_N={c[1]},num_warps={c[2]},num_stages={c[3]}"
 
 
-def time_kernel(fn):
+def _inputs(b, h, n, d, dtype):
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(4))
+    return q, k, v, do
+
+
+def _runner(kernel, q, k, v, do, causal, prepared=None):
+    from flashattn_triton.kernels.bwd import attention_backward
+    from flashattn_triton.kernels.fwd import attention_forward
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+    scale = q.shape[-1] ** -0.5
+    window = (None, 0 if causal else None)
+    attention_forward(q, k, v, o, lse, scale, 0, window)
+    if kernel == "FWD":
+        return lambda: attention_forward(q, k, v, o, lse, scale, 0, window)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window)
+
+
+def _compile_job(job):
+    """Worker: run one (kernel, d, causal, config) once on a small input (compiles it)."""
+    kernel, d, causal, cfg, dtype = job
+    os.environ["FLASHATTN_TRITON_CONFIG_" + kernel] = cfg_str(cfg)
     try:
-        fn()
-        return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-    except Exception as exc:  # out of resources etc.
-        return f"{type(exc).__name__}"
+        q, k, v, do = _inputs(1, 2, 256, d, getattr(torch, dtype))
+        _runner(kernel, q, k, v, do, causal)()
+        torch.cuda.synchronize()
+        return None
+    except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--head-dims", default="64,128,256")
-    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--log", default=None)
     args = ap.parse_args()
-    from flashattn_triton.kernels.bwd import attention_backward
-    from flashattn_triton.kernels.fwd import attention_forward
+    import triton
+    import triton.testing
+    from flashattn_triton.kernels.launch import CANDIDATES, fits, seq_bucket, table_key
 
     dtype = getattr(torch, args.dtype)
-    results = []
-    for d, causal in itertools.product([int(x) for x in args.head_dims.split(",")], (False, True)):
-        n = args.seqlen
-        b, h = 16384 // n, 2048 // d
-        q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(4))
-        o = torch.empty_like(q)
-        lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
-        scale = d ** -0.5
-        shift = 0 if causal else None
-        attention_forward(q, k, v, o, lse, scale, shift)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        flops = 4 * b * h * n * n * d / (2 if causal else 1)
-        for kernel, cands, mult in (("FWD", FWD, 1.0), ("BWD_DKDV", DKDV, 2.5), ("BWD_DQ", DQ, 2.5)):
-            rows = []
-            for c in cands:
-                os.environ["FLASHATTN_TRITON_CONFIG_" + kernel] = cfg_str(c)
-                if kernel == "FWD":
-                    ms = time_kernel(lambda: attention_forward(q, k, v, o, lse, scale, shift))
-                else:
-                    ms = time_kernel(lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, shift))
-                del os.environ["FLASHATTN_TRITON_CONFIG_" + kernel]
-                rows.append((c, ms))
-                results.append(dict(kernel=kernel, head_dim=d, causal=causal, seqlen=n, config=c,
-                                    ms=ms if isinstance(ms, float) else None,
-                                    error=None if isinstance(ms, float) else ms))
-            ok = sorted([r for r in rows if isinstance(r[1], float)], key=lambda r: r[1])
-            print(f"\n{kernel} d={d} causal={causal} N={n} (bwd times include the other two kernels "
-                  f"at their defaults; TFLOP/s counts {mult}x fwd FLOPs)")
-            for c, ms in ok[:5]:
-                print(f"  {str(c):<20} {ms:8.3f} ms {flops * mult / ms * 1e-9:6.0f} TFLOP/s")
-            for c, ms in rows:
-                if not isinstance(ms, float):
-                    print(f"  {str(c):<20} {ms}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(torch=torch.__version__, triton=triton.__version__,
-                           gpu=torch.cuda.get_device_name(), results=results), f, indent=1)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    resident = {"FWD": ("BLOCK_M", 1, 1), "BWD_DKDV": ("BLOCK_N", 2, 2), "BWD_DQ": ("BLOCK_M", 2, 1)}
+    head_dims = [int(x) for x in args.head_dims.split(",")]
+    jobs = [(kern, d, causal, c, args.dtype)
+            for kern, d, causal in itertools.product(CANDIDATES, head_dims, (False, True))
+            for c in CANDIDATES[kern] if fits(c, resident[kern], d, elem)]
+    t0 = time.time()
+    ctx = __import__("multiprocessing").get_context("spawn")
+    with cf.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+        errors = dict(zip(jobs, pool.map(_compile_job, jobs)))
+    print(f"compiled {len(jobs)} kernels in {time.time() - t0:.0f} s "
+          f"({sum(e is not None for e in errors.values())} failed)", flush=True)
+
+    table, log = {}, []
+    for kern, d, causal in itertools.product(CANDIDATES, head_dims, (False, True)):
+        for n in (int(x) for x in args.seqlens.split(",")):
+            b, h = max(1, 16384 // n), 2048 // d
+            q, k, v, do = _inputs(b, h, n, d, dtype)
+            flops = 4 * b * h * n * n * d / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
+            timed = []
+            for c in CANDIDATES[kern]:
+                if errors.get((kern, d, causal, c, args.dtype), "unfit") is not None:
+                    continue
+                os.environ["FLASHATTN_TRITON_CONFIG_" + kern] = cfg_str(c)
+                try:
+                    fn = _runner(kern, q, k, v, do, causal)
+                    ms = triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
+                    timed.append((ms, c))
+                except Exception as exc:  # noqa: BLE001
+                    log.append(dict(kernel=kern, d=d, causal=causal, n=n, config=c, error=str(exc)[:200]))
+                finally:
+                    del os.environ["FLASHATTN_TRITON_CONFIG_" + kern]
+            timed.sort()
+            if not timed:
+                continue
+            key = table_key(kern, dtype, d, causal, seq_bucket(n))
+            table[key] = list(timed[0][1])
+            log.append(dict(kernel=kern, d=d, causal=causal, n=n,
+                            ranking=[(c, round(ms, 4), round(flops / ms * 1e-9)) for ms, c in timed]))
+            print(f"{key:<40} best {timed[0][1]} {timed[0][0]:.3f} ms "
+                  f"({flops / timed[0][0] * 1e-9:.0f} TFLOP/s); first candidate "
+                  f"{[ms for ms, c in timed if c == CANDIDATES[kern][0]][:1]}", flush=True)
+            del q, k, v, do
+    env = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name(),
+               capability=list(torch.cuda.get_device_capability()), date=time.strftime("%Y-%m-%d"),
+               note="bwd kernels timed as the whole backward with the other kernel at its default")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(dict(env=env, configs=table), f, indent=1, sort_keys=True)
+    if args.log:
+        with open(args.log, "w") as f:
+            json.dump(dict(env=env, results=log), f, indent=1)
+    print(f"wrote {len(table)} entries to {args.out} in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

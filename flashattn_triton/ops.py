@@ -104,6 +104,13 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                   window_left: int, window_right: int, bottom_right: bool
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+    with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
+        return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   softmax_scale, window_left, window_right, bottom_right)
+
+
+def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, window_left, window_right, bottom_right):
     varlen = cu_seqlens_q is not None
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
     lse = _new(_lse_shape(q, varlen), q, torch.float32)
@@ -168,6 +175,14 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                   window_left: int, window_right: int, bottom_right: bool
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
+        return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
+                                   max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
+                                   window_right, bottom_right)
+
+
+def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, softmax_scale, window_left, window_right, bottom_right):
     varlen = cu_seqlens_q is not None
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows back

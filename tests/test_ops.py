@@ -1,0 +1,201 @@
+"""The op layer: custom-op contracts (opcheck), torch.compile(fullgraph=True),
+autocast, CUDA graphs, and a randomized differential test of both CPU paths."""
+
+import os
+import random
+
+import pytest
+import torch
+
+import flashattn_triton as fat
+from flashattn_triton import ops
+from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, make_qkv, rand,
+                                      random_cu_seqlens)
+
+
+def _op_args(q, k, v, causal=True, cu=None, max_q=0, max_k=0):
+    return (q, k, v, cu, cu, max_q, max_k, q.shape[-1] ** -0.5, -1, 0 if causal else -1, True)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_opcheck(device, varlen):
+    """Schema, fake (meta) implementation, autograd registration and
+    dispatcher contracts of flashattn_triton::fwd and ::bwd."""
+    if varlen:
+        cu = random_cu_seqlens([20, 0, 13], device)
+        q, k, v = (rand((33, h, 16), torch.float16, device, requires_grad=True) for h in (4, 2, 2))
+        args = _op_args(q, k, v, cu=cu, max_q=20, max_k=20)
+    else:
+        q, k, v = make_qkv(2, 19, 27, 4, 2, 16, torch.float16, device)
+        args = _op_args(q, k, v)
+    torch.library.opcheck(ops.attention_fwd, args)
+    out, lse = ops.attention_fwd(*args)
+    dout = torch.randn_like(out)
+    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(),
+                torch.randn_like(lse)) + args[3:]
+    torch.library.opcheck(ops.attention_bwd, bwd_args)
+
+
+class TinyAttentionModel(torch.nn.Module):
+    """Projections + our attention (causal, GQA): what a transformer layer does."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=2, entry="flash"):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.hd)
+        self.o = torch.nn.Linear(dim, dim)
+        self.entry = entry
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q(x).view(b, n, self.heads, self.hd)
+        k, v = self.kv(x).view(b, n, 2, self.kv_heads, self.hd).unbind(2)
+        if self.entry == "flash":
+            y = fat.flash_attn_func(q, k, v, causal=True)
+        elif self.entry == "sdpa":
+            y = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=True, enable_gqa=True).transpose(1, 2)
+        else:  # packed: every batch entry is one sequence
+            cu = torch.arange(0, (b + 1) * n, n, dtype=torch.int32, device=x.device)
+            y = fat.flash_attn_varlen_func(q.reshape(b * n, self.heads, self.hd),
+                                           k.reshape(b * n, self.kv_heads, self.hd),
+                                           v.reshape(b * n, self.kv_heads, self.hd), cu, cu, n, n,
+                                           causal=True).view(b, n, self.heads, self.hd)
+        return self.o(y.reshape(b, n, -1))
+
+
+def _compile_backend():
+    # Inductor on CPU needs a C++ compiler; aot_eager still traces the whole graph
+    # (fullgraph=True fails on any graph break) and runs the fake implementations.
+    return os.environ.get("FLASHATTN_TRITON_TEST_COMPILE_BACKEND",
+                          "inductor" if torch.cuda.is_available() else "aot_eager")
+
+
+@pytest.mark.parametrize("entry", ["flash", "sdpa", "varlen"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(device, entry, dynamic):
+    torch._dynamo.reset()
+    model = TinyAttentionModel(entry=entry).to(device)
+    compiled = torch.compile(model, fullgraph=True, dynamic=dynamic, backend=_compile_backend())
+    for n in (17, 40, 64):
+        x = torch.randn(2, n, 64, device=device)
+        ref_out = model(x)
+        ref_grads = torch.autograd.grad(ref_out.square().sum(), list(model.parameters()))
+        out = compiled(x)
+        grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+        assert_close(f"out n={n}", out, ref_out.double(), atol=1e-5)
+        for i, (g, r) in enumerate(zip(grads, ref_grads)):
+            assert_close(f"grad {i} n={n}", g, r.double(), atol=1e-4 * max(1.0, r.abs().max().item()))
+
+
+@pytest.mark.parametrize("blockwise", [False, True])
+def test_autocast(device, monkeypatch, blockwise):
+    """Under autocast, float32 inputs are cast to the autocast dtype first (as
+    SDPA does): the result equals calling with inputs cast by hand, on both CPU paths."""
+    if blockwise:
+        if device.type != "cpu":
+            pytest.skip("the blockwise path serves CPU tensors")
+        import flashattn_triton._dispatch as dispatch
+        monkeypatch.setattr(dispatch, "INTERPRET", False)
+    dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
+    q, k, v = make_qkv(1, 30, 41, 2, 2, 32, torch.float32, device, requires_grad=True)
+    with torch.autocast(device.type, dtype=dtype):
+        out = fat.flash_attn_func(q, k, v, causal=True)
+    assert out.dtype == dtype
+    cast = [leaf(t, dtype) for t in (q, k, v)]
+    ref = fat.flash_attn_func(*cast, causal=True)
+    assert torch.equal(out, ref), "autocast result differs from calling with cast inputs"
+    out.float().sum().backward()
+    ref.float().sum().backward()
+    for name, t, c in zip("qkv", (q, k, v), cast):
+        assert t.grad.dtype == torch.float32
+        assert torch.equal(t.grad, c.grad.float()), f"d{name} under autocast"
+
+
+def _random_case(rng):
+    dtype = rng.choice([torch.float16, torch.bfloat16, torch.float32])
+    h_kv = rng.choice([1, 2, 3])
+    h_q = h_kv * rng.choice([1, 2])
+    n_q, n_k = rng.randint(1, 90), rng.randint(1, 90)
+    d = rng.choice([8, 16, 24, 40, 64, 72])
+    causal = rng.random() < 0.5
+    window = rng.choice([(-1, -1), (-1, -1), (rng.randint(0, 30), rng.randint(-1, 10))])
+    std = rng.choice([0.3, 1.0, 4.0])
+    return dict(b=rng.randint(1, 2), n_q=n_q, n_k=n_k, h_q=h_q, h_kv=h_kv, d=d, causal=causal,
+                window=window, dtype=dtype, std=std, scale=rng.choice([None, 0.05, 1.3]))
+
+
+DIFF_CASES = int(os.environ.get("FLASHATTN_TRITON_DIFF_CASES", "6"))
+
+
+@pytest.mark.parametrize("seed", range(DIFF_CASES))
+@pytest.mark.parametrize("path", ["kernels", "blockwise"])
+def test_randomized_differential(device, monkeypatch, seed, path):
+    """Random shapes, dtypes, masks, scales and input magnitudes against float64
+    (FLASHATTN_TRITON_DIFF_CASES=1000 for a long run)."""
+    if path == "blockwise":
+        if device.type != "cpu":
+            pytest.skip("the blockwise path serves CPU tensors")
+        import flashattn_triton._dispatch as dispatch
+        monkeypatch.setattr(dispatch, "INTERPRET", False)
+    from test_attention import check_against_reference
+    c = _random_case(random.Random(1000 + seed))
+    q, k, v = make_qkv(c["b"], c["n_q"], c["n_k"], c["h_q"], c["h_kv"], c["d"], c["dtype"], device,
+                       scale=c["std"], requires_grad=False)
+    check_against_reference(q, k, v, c["causal"], c["scale"], window_size=c["window"])
+
+
+@pytest.mark.xfail(strict=True, reason="float32 LSE spacing at |lse| ~ 4e4 is 2^-8: P off by up to "
+                   "0.3%; needs the LSE's rounding residual kept for the backward (TODO)")
+@pytest.mark.parametrize("path", ["kernels", "blockwise"])
+def test_huge_scores_fp32_gradients(device, monkeypatch, path):
+    """Scores of 1e3-4e4 in float32: the backward must recompute the forward's
+    exponent exactly (base-2 LSE kept end to end), or dq/dk/dv drift."""
+    if path == "blockwise":
+        if device.type != "cpu":
+            pytest.skip("the blockwise path serves CPU tensors")
+        import flashattn_triton._dispatch as dispatch
+        monkeypatch.setattr(dispatch, "INTERPRET", False)
+    from test_attention import check_against_reference
+    q, k, v = make_qkv(1, 25, 72, 6, 3, 160, torch.float32, device, scale=30.0, requires_grad=False)
+    check_against_reference(q, k, v, causal=False, softmax_scale=1.32)
+
+
+def test_single_visible_key_gradient_is_zero(device):
+    """With one visible key per row the softmax is exactly 1: dq and dk are 0
+    in exact arithmetic; ours must be 0 up to rounding at the inputs' scale."""
+    q, k, v = make_qkv(1, 40, 40, 2, 2, 32, torch.float32, device, scale=3.0)
+    out = fat.flash_attn_func(q, k, v, window_size=(0, 0))
+    out.backward(torch.randn_like(out))
+    assert_close("out", out, v.detach().double(), atol=1e-6 * v.abs().max().item())
+    assert q.grad.abs().max().item() <= 1e-5 * (q.abs().max() * k.abs().max()).item()
+    assert k.grad.abs().max().item() <= 1e-5 * (q.abs().max() * k.abs().max()).item()
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture(device):
+    """Forward + backward captured in a CUDA graph and replayed give the eager result."""
+    q, k, v = make_qkv(2, 1000, 1000, 8, 2, 128, torch.bfloat16, device)
+    do = torch.randn(2, 1000, 8, 128, device=device, dtype=torch.bfloat16)
+
+    def step():
+        out = fat.flash_attn_func(q, k, v, causal=True)
+        return (out,) + torch.autograd.grad(out, (q, k, v), do)
+
+    eager = step()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up on a side stream (compiles, allocates)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    for t in (q, k, v):
+        t.data.copy_(torch.randn_like(t))
+    eager = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), static, eager):
+        assert torch.equal(a, b), f"{name}: graph replay differs from eager"

@@ -1,0 +1,98 @@
+"""Packed variable-length batches (flash_attn_varlen_func) and sliding windows
+against per-sequence float64 references, forward and gradients."""
+
+import pytest
+import torch
+
+from flashattn_triton import flash_attn_func, flash_attn_varlen_func
+from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, rand,
+                                      random_cu_seqlens, varlen_attention_ref)
+
+# (query lengths, key lengths): length 0 and 1, lengths not multiple of any
+# tile, Nq != Nk per sequence, a sequence with queries and no keys.
+LENGTHS = [
+    ([37, 1, 0, 70], [37, 1, 0, 70]),
+    ([5, 64, 33], [90, 17, 33]),
+    ([40, 12], [0, 50]),
+]
+
+
+def _check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, device, window=(-1, -1), d_v=None):
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    total_q, total_k = sum(lens_q), sum(lens_k)
+    q = rand((total_q, h_q, d), dtype, device)
+    k = rand((total_k, h_kv, d), dtype, device)
+    v = rand((total_k, h_kv, d_v or d), dtype, device)
+    do = rand((total_q, h_q, d_v or d), dtype, device)
+    dlse = rand((h_q, total_q), torch.float32, device)
+    max_q, max_k = max(max(lens_q), 1), max(max(lens_k), 1)
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
+        return out.detach(), lse.detach(), torch.autograd.grad(loss, inputs)
+
+    got = run(lambda *t: flash_attn_varlen_func(*t, cu_q, cu_k, max_q, max_k, causal=causal,
+                                                window_size=window, return_lse=True),
+              [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, window_size=window),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, dtype=dtype, window_size=window),
+               [leaf(t) for t in (q, k, v)])
+    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
+    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g, r, b, 3.0, dtype)
+
+
+@pytest.mark.parametrize("lens", LENGTHS, ids=["mixed-with-empty", "nq-ne-nk", "no-keys"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_varlen_matches_reference(device, lens, causal, dtype):
+    _check_varlen(*lens, 4, 2, 32, causal, dtype, device)
+
+
+def test_varlen_mqa_fp32_odd_head_dim(device):
+    _check_varlen([19, 50], [31, 44], 3, 1, 40, True, torch.float32, device)
+
+
+def test_varlen_window(device):
+    _check_varlen([60, 9], [75, 20], 2, 2, 16, True, torch.float16, device, window=(13, -1))
+
+
+def test_varlen_equals_dense_calls(device):
+    """Packed results equal one dense call per sequence (same kernels, exact same math)."""
+    lens = [33, 70]
+    cu = random_cu_seqlens(lens, device)
+    q, k, v = (rand((sum(lens), 2, 32), torch.float16, device) for _ in range(3))
+    out = flash_attn_varlen_func(q, k, v, cu, cu, 70, 70, causal=True)
+    for b, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        dense = flash_attn_func(q[None, s:e], k[None, s:e], v[None, s:e], causal=True)[0]
+        assert_close(f"sequence {b}", out[s:e], dense.double(), atol=1e-3)
+
+
+# ---------------------------------------------------------------------------
+# Sliding window (dense)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_q,n_k,window,causal", [
+    (96, 96, (16, 0), False),
+    (70, 130, (20, 5), False),
+    (130, 70, (-1, 9), False),   # right edge only
+    (90, 90, (30, -1), False),   # left edge only
+    (77, 77, (10, -1), True),    # causal + window
+    (50, 110, (0, 0), False),    # one key per row
+])
+def test_window(device, n_q, n_k, window, causal):
+    from test_attention import check_against_reference
+    q, k, v = (rand((2, n, h, 32), torch.bfloat16, device) for n, h in ((n_q, 4), (n_k, 2), (n_k, 2)))
+    check_against_reference(q, k, v, causal, window_size=window)
+
+
+@pytest.mark.parametrize("d,d_v", [(48, 32), (32, 64), (24, 40)])
+def test_value_head_dim_differs(device, d, d_v):
+    from test_attention import check_against_reference
+    q = rand((2, 45, 4, d), torch.float16, device)
+    k = rand((2, 60, 2, d), torch.float16, device)
+    v = rand((2, 60, 2, d_v), torch.float16, device)
+    check_against_reference(q, k, v, causal=True)
