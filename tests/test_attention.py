@@ -32,14 +32,15 @@ def _cases():
     return cases
 
 
-def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True):
+def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True, window_size=(-1, -1)):
     """Run ours (flash layout), float64 and in-dtype PyTorch; compare all outputs and grads."""
     dtype = q.dtype
-    do = rand(q.shape, dtype, q.device)
+    do = rand(q.shape[:-1] + (v.shape[-1],), dtype, q.device)
     dlse = rand(q.shape[:1] + (q.shape[2], q.shape[1]), torch.float32, q.device) if with_lse_grad else None
 
     def ours(q_, k_, v_):
-        return flash_attn_func(q_, k_, v_, softmax_scale=softmax_scale, causal=causal, return_lse=True)
+        return flash_attn_func(q_, k_, v_, softmax_scale=softmax_scale, causal=causal,
+                               window_size=window_size, return_lse=True)
 
     def run(fn, inputs):
         out, lse = fn(*inputs)
@@ -50,8 +51,10 @@ def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=T
         return out.detach(), lse.detach(), grads
 
     got = run(ours, [leaf(t) for t in (q, k, v)])
-    ref = run(lambda *a: flash_ref(*a, causal, softmax_scale), [leaf(t, torch.float64) for t in (q, k, v)])
-    base = run(lambda *a: flash_ref(*a, causal, softmax_scale, dtype=dtype), [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *a: flash_ref(*a, causal, softmax_scale, window_size=window_size),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *a: flash_ref(*a, causal, softmax_scale, dtype=dtype, window_size=window_size),
+               [leaf(t) for t in (q, k, v)])
 
     assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
     assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
