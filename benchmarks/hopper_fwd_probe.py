@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,14 +37,16 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# Kernel variants: overrides of CONFIGS / SCHEDULE in kernels/hopper/fwd.py.
+# Kernel variants: overrides of CONFIGS / SCHEDULE in kernels/hopper/fwd.py,
+# and the head dims each is tried at.
 VARIANTS = {
-    "default": {},
-    "unpaired": {"PAIRED": False},
-    "no_pingpong": {"PINGPONG": False},
-    "one_consumer": {"NUM_CONSUMERS": 1},
-    "stages3": {"NUM_STAGES": 3},
-    "m_first": {"HEADS_FIRST": False},
+    "default": ({}, (64, 128, 256)),
+    "paired": ({"PAIRED": True}, (64, 128, 256)),
+    "unpaired": ({"PAIRED": False}, (64, 128, 256)),
+    "no_pingpong": ({"PINGPONG": False}, (64, 128, 256)),
+    "stages2": ({"NUM_STAGES": 2}, (64, 128)),
+    "nc3": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False}, (64,)),
+    "nc3_paired": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": True}, (64,)),
 }
 # (batch, h_q, h_kv, n_q, n_k, causal: None | "br" (bottom-right) | "tl" (top-left), layout)
 SHAPES_FULL = [
@@ -133,7 +136,7 @@ def stage_correct(args):
     if not AVAILABLE:
         emit("correct", variant=args.variant, ok=False, error=f"unavailable: {REASON}")
         return
-    overrides = VARIANTS[args.variant]
+    overrides = VARIANTS[args.variant][0]
     dev = torch.device("cuda")
     dims = [int(x) for x in args.dims.split(",")]
     if args.variant == "default":
@@ -196,6 +199,21 @@ def stage_correct(args):
     emit("correct", variant=args.variant, dims=dims, ok=n_fail == 0, failures=n_fail, cases=len(cases))
 
 
+def stage_memcheck(args):
+    """A few ragged cases for compute-sanitizer (it checks every access)."""
+    import torch
+    from flashattn_triton.kernels.hopper import hopper_attention_forward
+    dev = torch.device("cuda")
+    done = []
+    for i, (d, shape) in enumerate([(128, (2, 8, 2, 333, 1201, "br", "flash")), (128, (2, 4, 2, 300, 900, None, "padded")),
+                                    (64, (1, 4, 1, 700, 130, "br", "flash")), (256, (2, 2, 1, 77, 260, None, "qkv"))]):
+        q, k, v, o, shift, _ = _make(shape, d, torch.bfloat16, dev, seed=i)
+        lse = torch.empty(q.shape[:3], device=dev, dtype=torch.float32)
+        done.append(bool(hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)))
+        torch.cuda.synchronize()
+    emit("memcheck", ran=done)
+
+
 def stage_bench(args):
     import torch
     import triton
@@ -226,8 +244,9 @@ def stage_bench(args):
         flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
         fns = {}
         for var in variants:
-            fns[f"hopper:{var}"] = (lambda ov=VARIANTS[var]: hopper_attention_forward(
-                qh, kh, vh, oh, lse, scale, 0 if causal else None, **ov))
+            if d in VARIANTS[var][1]:
+                fns[f"hopper:{var}"] = (lambda ov=VARIANTS[var][0]: hopper_attention_forward(
+                    qh, kh, vh, oh, lse, scale, 0 if causal else None, **ov))
 
         def api(backend):
             if flash_attn_func is None:
@@ -311,7 +330,7 @@ def _table(bench, variants):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stage", choices=["env", "correct", "bench"])
+    ap.add_argument("--stage", choices=["env", "correct", "bench", "memcheck"])
     ap.add_argument("--variant", default="default")
     ap.add_argument("--variants", default="default")
     ap.add_argument("--dims", default="64,128,256")
@@ -319,7 +338,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "benchmarks" / "results" / "h200"))
     args = ap.parse_args()
     if args.stage:
-        {"env": stage_env, "correct": stage_correct, "bench": stage_bench}[args.stage](args)
+        {"env": stage_env, "correct": stage_correct, "bench": stage_bench,
+         "memcheck": stage_memcheck}[args.stage](args)
         return
 
     t_start = time.time()
@@ -343,7 +363,14 @@ def main():
     # One process per (variant, head dims), all at once: their compiles (if the
     # cache misses) and any deadlock stay independent.
     jobs = [("default", "64"), ("default", "128"), ("default", "256")]
-    jobs += [(v, "64,128,256") for v in VARIANTS if v != "default"]
+    jobs += [(v, ",".join(map(str, dims))) for v, (_, dims) in VARIANTS.items() if v != "default"]
+    memcheck = None
+    if shutil.which("compute-sanitizer"):
+        memcheck = subprocess.Popen(
+            ["compute-sanitizer", "--tool", "memcheck", "--target-processes", "all", sys.executable, __file__,
+             "--stage", "memcheck"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True, cwd=str(REPO))
+    n_cache0 = len(os.listdir(cache)) if cache.is_dir() else 0
     procs = {(v, dims): _run_stage(["--stage", "correct", "--variant", v, "--dims", dims], 0, log)
              for v, dims in jobs}
     status = {}
@@ -369,6 +396,19 @@ def main():
             n_cases = sum(1 for r in recs if r["kind"] == "case")
             print(f"correctness {v} d={dims}: stage ended with {rc} after {n_cases} cases", flush=True)
     print("correctness by variant:", json.dumps(status), flush=True)
+    if cache.is_dir():
+        n_cache1 = len(os.listdir(cache))
+        print(f"Triton cache: {n_cache0} entries carried, {n_cache1 - n_cache0} compiled here", flush=True)
+        records.append({"kind": "cache", "carried": n_cache0, "compiled_here": n_cache1 - n_cache0})
+    if memcheck is not None:
+        recs, rc = _collect(memcheck, max(5.0, min(60.0, left() - 60.0)), "memcheck", log)
+        records += recs
+        log.flush()
+        summary = [ln for ln in open(out_dir / "hopper_probe.log") if "[memcheck]" in ln and "ERROR SUMMARY" in ln]
+        print(f"memcheck: rc={rc} {summary[-1].strip() if summary else 'no summary'} "
+              f"{[r for r in recs if r['kind'] == 'memcheck']}", flush=True)
+    else:
+        print("memcheck: compute-sanitizer not found", flush=True)
     records.append({"kind": "status", **status})
     # Variants that hung are not benchmarked (they could hang again).
     passed = [v for v in VARIANTS if status.get(v) in ("pass", "fail")]

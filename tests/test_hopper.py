@@ -129,8 +129,9 @@ def test_matches_reference(dtype, d, case):
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant", [dict(PAIRED=False), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
-                                     dict(HEADS_FIRST=True), dict(NUM_STAGES=3)],
+@pytest.mark.parametrize("variant", [dict(PAIRED=True), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
+                                     dict(NUM_CONSUMERS=3, CONSUMER_REGS=160), dict(HEADS_FIRST=True),
+                                     dict(NUM_STAGES=2)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("causal", [None, "br"])
 def test_schedule_variants(variant, causal):

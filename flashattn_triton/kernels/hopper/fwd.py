@@ -386,19 +386,21 @@ def _attn_fwd_hopper(
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 # Per head dim: BLOCK_M (rows per consumer warpgroup), BLOCK_N, NUM_STAGES,
-# NUM_CONSUMERS, CONSUMER_REGS.  Shared memory: NUM_CONSUMERS * BLOCK_M * d
-# (Q, reused for O) + 2 * NUM_STAGES * BLOCK_N * d (the K/V ring), in 16-bit.
+# NUM_CONSUMERS, CONSUMER_REGS, PAIRED.  Shared memory: NUM_CONSUMERS * BLOCK_M
+# * d (Q, reused for O) + 2 * NUM_STAGES * BLOCK_N * d (the K/V ring), 16-bit.
 # Registers per consumer thread: S (BLOCK_N / 2), O (d / 2), P (BLOCK_N / 4,
 # twice when PAIRED) in a 240-register budget with two consumer warpgroups.
+# Chosen from the H200 runs in docs/hopper.md: PAIRED pays at d = 64 only
+# (at d >= 128 its second P makes ptxas spill), a third stage pays at d = 128.
 CONFIGS = {
-    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240),
-    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
-    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=True),
+    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
+    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
 }
-# Schedule switches, per causal flag.
+# Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
-    False: dict(PINGPONG=True, PAIRED=True, HEADS_FIRST=False),
-    True: dict(PINGPONG=True, PAIRED=True, HEADS_FIRST=True),
+    False: dict(PINGPONG=True, HEADS_FIRST=False),
+    True: dict(PINGPONG=True, HEADS_FIRST=True),
 }
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
