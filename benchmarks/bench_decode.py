@@ -215,11 +215,11 @@ def spot_check(q, cache, lens, n):
     return (out - ref).abs().max().item()
 
 
-def num_splits_used(batch, h_q, h_kv, d, n):
+def num_splits_used(batch, h_q, h_kv, d, n, dtype):
     from flashattn_triton.kernels import decode
     import torch
 
-    cfg = decode.decode_config(h_q // h_kv, d, torch.device(DEVICE))
+    cfg = decode.decode_config(h_q // h_kv, d, dtype, torch.device(DEVICE))
     progs = batch * h_kv * math.ceil((h_q // h_kv) / cfg.BLOCK_M)
     s = decode.choose_num_splits(progs, n, cfg.BLOCK_N, decode.sm_count(torch.device(DEVICE)))
     return min(s, math.ceil(n / cfg.BLOCK_N)), cfg
@@ -247,6 +247,7 @@ def run(args):
     print(f"copy ceiling: {copy_gbps:.0f} GB/s (read+write of {args.copy_gb:g} GB in {copy_ms:.3f} ms)", flush=True)
     rows = []
     checks = []
+    cfg = None
     for batch, n in shapes(args):
         if budget.exhausted():
             rows.append(dict(batch=batch, seqlen=n, provider="*", layout="*",
@@ -256,7 +257,7 @@ def run(args):
         copies = max(1, min(64, math.ceil(args.l2_bytes / nbytes)))
         lens = torch.full((batch,), n, dtype=torch.int32, device=DEVICE)
         qs = [torch.randn(batch, 1, h_q, d, device=DEVICE, dtype=dtype) for _ in range(copies)]
-        splits_auto, cfg = num_splits_used(batch, h_q, h_kv, d, n)
+        splits_auto, cfg = num_splits_used(batch, h_q, h_kv, d, n, dtype)
 
         def record(provider, layout, fns, extra=None):
             row = dict(batch=batch, seqlen=n, provider=provider, layout=layout, copies=copies,
@@ -311,7 +312,7 @@ def run(args):
     payload = dict(env=env, settings=dict(heads_q=h_q, heads_kv=h_kv, head_dim=d, dtype=args.dtype,
                                           reps=args.reps, l2_bytes=args.l2_bytes, configs=configs,
                                           splits=splits_list, combine=combines,
-                                          decode_config=dict(cfg._asdict())),
+                                          decode_config=dict(cfg._asdict()) if cfg else None),
                    copy=dict(gbps=copy_gbps, ms=copy_ms, gb=args.copy_gb), rows=rows, checks=checks,
                    wall_s=budget.elapsed())
     args.out.mkdir(parents=True, exist_ok=True)

@@ -455,22 +455,26 @@ def _config_from_env() -> Optional[dict]:
     return fields
 
 
-def decode_config(n_rows: int, head_dim: int, device: torch.device) -> DecodeConfig:
+def decode_config(n_rows: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> DecodeConfig:
     """Tile sizes and launch parameters.
 
-    BLOCK_M holds all rows of a KV group (query heads x tokens) up to
-    MAX_ROWS_PER_TILE, at least 16 (the smallest dot).  BLOCK_N = 64 keys
-    (32 at head dim 256) streamed with 3 pipeline stages: a 64 x 128 bf16
-    K tile and its V tile are 32 KiB per stage."""
-    block_m = max(16, triton.next_power_of_2(min(max(n_rows, 1), MAX_ROWS_PER_TILE)))
+    BLOCK_M holds all rows of a KV group (query heads x tokens), at least 16
+    (the smallest dot) and at most 64 (32 in float32); more rows take more row
+    tiles.  BLOCK_N = 64 keys streamed through 3 pipeline stages (a 64 x 128
+    bf16 K tile and its V tile are 32 KiB per stage); 32 at head dim 256, 16
+    for float32 there.  8 warps once the accumulator reaches 4096 float32.
+    These choices compile for sm_90 without register spills (Triton 3.6,
+    ptxas -v); they are not tuned on the H200 yet (bench_decode.py --configs)."""
+    elem = torch.finfo(dtype).bits // 8
+    max_rows = MAX_ROWS_PER_TILE if elem <= 2 else MAX_ROWS_PER_TILE // 2
+    block_m = max(16, triton.next_power_of_2(min(max(n_rows, 1), max_rows)))
+    d_pad = head_dim_pad(head_dim)
     if device.type == "cpu":  # the interpreter: fewer, larger steps are faster
         cfg = dict(BLOCK_M=block_m, BLOCK_N=32, num_warps=4, num_stages=1)
     else:
-        d_pad = head_dim_pad(head_dim)
-        # 8 warps once the accumulator reaches 64 x 128 float32 (4 warps would
-        # need about 250 registers per thread there).
-        cfg = dict(BLOCK_M=block_m, BLOCK_N=64 if d_pad <= 128 else 32,
-                   num_warps=8 if block_m * d_pad >= 64 * 128 else 4, num_stages=3)
+        block_n = 64 if d_pad <= 128 else (32 if elem <= 2 else 16)
+        cfg = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_m * d_pad >= 4096 else 4,
+                   num_stages=3)
     env = _config_from_env()
     if env:
         cfg.update(env)
@@ -542,7 +546,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         lse.fill_(float("-inf"))
         return 1
     n_rows = n_q * group
-    cfg = decode_config(n_rows, d, q.device)
+    cfg = decode_config(n_rows, d, q.dtype, q.device)
     m_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
