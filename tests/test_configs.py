@@ -1,32 +1,45 @@
-"""Every launch config the autotuner may pick computes the same function.
+"""Every candidate launch config (and so every entry the tuned table may
+hold) computes the same function.
 
 Launch configs are GPU settings (under the interpreter every kernel runs its
 small interpreter config), so these tests run only with
-FLASHATTN_TRITON_TEST_DEVICE=cuda.  They are small and not marked ``gpu``,
-so they run in the parallel part of benchmarks/run_gpu.sh.
+FLASHATTN_TRITON_TEST_DEVICE=cuda.
 """
 
 import pytest
 import torch
 
-from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq
-from flashattn_triton.kernels.fwd import _launch_fwd
-from _utils import make_qkv
+from flashattn_triton.kernels.launch import CANDIDATES, load_table, table_lookup
+from flashattn_triton.testing import make_qkv
 from test_attention import check_against_reference
 
 
 def _all_launch_configs():
-    for launcher in (_launch_fwd, _launch_dkdv, _launch_dq):
-        for c in launcher.configs:
-            cfg = (f"BLOCK_M={c.kwargs['BLOCK_M']},BLOCK_N={c.kwargs['BLOCK_N']},"
-                   f"num_warps={c.num_warps},num_stages={c.num_stages}")
-            yield pytest.param(launcher.name, cfg, id=f"{launcher.name}-{cfg}")
+    for name, entries in CANDIDATES.items():
+        for bm, bn, w, s in entries:
+            cfg = f"BLOCK_M={bm},BLOCK_N={bn},num_warps={w},num_stages={s}"
+            yield pytest.param(name, cfg, id=f"{name}-{cfg}")
 
 
 @pytest.mark.parametrize("kernel,cfg", list(_all_launch_configs()))
-def test_every_autotune_config(device, monkeypatch, kernel, cfg):
+def test_every_candidate_config(device, monkeypatch, kernel, cfg):
     if device.type != "cuda":
         pytest.skip("launch configs apply to compiled kernels only")
     monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_" + kernel, cfg)
     q, k, v = make_qkv(2, 300, 517, 4, 2, 64, torch.bfloat16, device, requires_grad=False)
     check_against_reference(q, k, v, causal=True)
+
+
+def test_table_entries_are_candidates():
+    """The committed table only names configs the kernels are tested with."""
+    table = load_table("sm90")
+    assert table, "flashattn_triton/kernels/configs/sm90.json is missing or empty"
+    for key, entry in table.items():
+        kernel = key.split("|")[0]
+        assert tuple(entry) in [tuple(c) for c in CANDIDATES[kernel]], f"{key}: {entry} not a candidate"
+
+
+def test_table_lookup_falls_back_across_dtype_and_bucket():
+    entry = table_lookup("FWD", "sm90", torch.float16, 128, True, 2048)
+    assert entry is not None and tuple(entry) in [tuple(c) for c in CANDIDATES["FWD"]]
+    assert table_lookup("FWD", "sm75", torch.float16, 128, True, 2048) is None
