@@ -289,27 +289,28 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         qpos = seqlens[:, None] + (torch.arange(n_q, device=dev) if rotary_q_per_token else 0)
         qpos = qpos.expand(batch, n_q)
         qr = _rotate_torch(q, rotary_cos, rotary_sin, qpos, rotary_interleaved).to(q.dtype)
-    where, off = locate(torch.arange(n_cap, device=dev).expand(batch, n_cap))
-    kk = k_cache[where, off].float()  # (B, n_cap, Hkv, d)
-    vv = v_cache[where, off].float()
+    kv_end = (seqlens + n_new).clamp(max=n_cap)
+    cols = torch.arange(n_cap, device=dev)
+    valid = cols < kv_end[:, None]
+    if cache_leftpad is not None:
+        valid = valid & (cols >= cache_leftpad.long()[:, None])
+    where, off = locate(cols.expand(batch, n_cap))
+    # Entries outside the valid range may be garbage (even NaN): never use them.
+    kk = k_cache[where, off].float().masked_fill(~valid[..., None, None], 0.0)  # (B, n_cap, Hkv, d)
+    vv = v_cache[where, off].float().masked_fill(~valid[..., None, None], 0.0)
     group = h_q // h_kv
     kk = kk.repeat_interleave(group, dim=2)
     vv = vv.repeat_interleave(group, dim=2)
     s = torch.einsum("bqhd,bkhd->bhqk", qr.float(), kk) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
-    kv_end = (seqlens + n_new).clamp(max=n_cap)
-    cols = torch.arange(n_cap, device=dev)
     diag = torch.arange(n_q, device=dev)[None, :] + (kv_end - n_q)[:, None]  # (B, Nq)
     if alibi_slopes is not None:
         slopes = alibi_slopes.float().expand(batch, h_q) if alibi_slopes.dim() == 2 else \
             alibi_slopes.float()[None].expand(batch, h_q)
         dist = (diag[:, None, :, None] - cols).abs().float()
         s = s - slopes[:, :, None, None] * dist
-    keep = cols < kv_end[:, None]
-    if cache_leftpad is not None:
-        keep = keep & (cols >= cache_leftpad.long()[:, None])
-    keep = keep[:, None, :].expand(batch, n_q, n_cap)
+    keep = valid[:, None, :].expand(batch, n_q, n_cap)
     if window_left >= 0:
         keep = keep & (cols >= diag[..., None] - window_left)
     if window_right >= 0:

@@ -97,6 +97,7 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
             qb = rope_ref(qb, cos.to(rot_dtype), sin.to(rot_dtype), qpos, interleaved).to(q.dtype)
         kv_end = start + n_new
         lo = 0 if leftpad is None else int(leftpad[b])
+        K[:lo], V[:lo] = 0, 0  # never attended (and may be garbage)
         Kb = K[:kv_end].to(dtype).repeat_interleave(h_q // h_kv, dim=1)
         Vb = V[:kv_end].to(dtype).repeat_interleave(h_q // h_kv, dim=1)
         s = torch.einsum("qhd,khd->hqk", qb.to(dtype), Kb) * scale
@@ -169,8 +170,12 @@ def check(q, k_cache, v_cache, dtype, **kw):
     assert_close("lse", lse, ref[1], base[1].float(), 2.0, torch.float32)
     if kw.get("k") is not None:
         # Appended keys: rotated in float32 and rounded, like the baseline's.
-        assert_close("k_cache", kc, ref[2], base[2], 2.0, dtype)
-        assert torch.equal(vc, ref[3]), "v_cache after the append differs from the expected one"
+        # (NaN marks cache entries a test filled with garbage: they must stay.)
+        nan = torch.isnan(ref[2])
+        assert torch.equal(torch.isnan(kc), nan), "k_cache: garbage entries were overwritten"
+        assert_close("k_cache", kc.masked_fill(nan, 0), ref[2].masked_fill(nan, 0), base[2].masked_fill(nan, 0),
+                     2.0, dtype)
+        assert torch.equal(vc.nan_to_num(nan=7.0), ref[3].nan_to_num(nan=7.0)), "v_cache after the append differs"
     else:
         assert torch.equal(kc, k_cache) and torch.equal(vc, v_cache), "the cache changed without k/v"
     return out, lse, kc, vc
@@ -368,6 +373,32 @@ def test_seqlens_int_and_none(device):
     out = flash_attn_with_kvcache(q, k_cache, v_cache)  # out only, automatic splits
     ref = reference(q, k_cache, v_cache)
     assert_close("out", out, ref[0], reference(q, k_cache, v_cache, dtype=dtype)[0], 2.0, dtype)
+
+
+@pytest.mark.parametrize("page", [None, 16, 32], ids=["contiguous", "page16", "page32"])
+@pytest.mark.parametrize("fallback", [False, True], ids=["kernel", "torch-fallback"])
+def test_garbage_outside_valid_range_is_not_read(page, fallback, device, monkeypatch):
+    """Cache entries before cache_leftpad or past the valid length hold NaN,
+    and block-table entries past a sequence's pages are -1: never read."""
+    if fallback:
+        monkeypatch.setattr(kvc, "INTERPRET", False)
+        device = torch.device("cpu")
+    dtype = torch.float16
+    lens, pad, n_new = [20, 50], [5, 0], 2
+    q = rnd(device, dtype, 2, 2, 4, 32)
+    k_cache, v_cache, table = make_cache(device, 2, 96, 2, 32, dtype, page)
+    for b in range(2):  # NaN outside [pad_b, lens_b + n_new)
+        bad = [j for j in range(96) if j < pad[b] or j >= lens[b] + n_new]
+        pos = torch.tensor(bad, device=device)
+        write_cache(k_cache, b, [0, 1], table, pos, float("nan"))
+        write_cache(v_cache, b, [0, 1], table, pos, float("nan"))
+    if table is not None:
+        used = [math.ceil((n + n_new) / page) for n in lens]
+        for b in range(2):
+            table[b, used[b]:] = -1
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(device, lens), leftpad=ints(device, pad),
+          k=rnd(device, dtype, 2, n_new, 2, 32), v=rnd(device, dtype, 2, n_new, 2, 32), causal=True,
+          num_splits=2)
 
 
 def test_large_group_several_row_tiles(device, monkeypatch):
