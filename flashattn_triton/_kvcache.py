@@ -464,9 +464,10 @@ def flash_attn_with_kvcache(
             rotary_dim even and <= headdim (any even value; flash-attn asks for
             multiples of 16).
         rotary_sin [optional]: (seqlen_ro, rotary_dim / 2), like rotary_cos.
-        cache_seqlens: int, or (batch_size,) torch.int32: the number of tokens
-            already in each sequence's cache (before appending).  None means a full
-            cache (and forbids k/v).  Values are not checked on the host (that
+        cache_seqlens: int, or (batch_size,) torch.int32: the position one past
+            the last cached token of each sequence, before appending (the number of
+            cached tokens when cache_leftpad is 0).  None means a full cache (and
+            forbids k/v).  Values are not checked on the host (that
             would synchronise): they must lie in [0, capacity - seqlen_new].
         cache_batch_idx [optional]: (batch_size,) torch.int32, the row of the
             (non-paged) cache of each sequence; default 0..batch_size-1.  With
