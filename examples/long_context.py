@@ -59,7 +59,7 @@ def run(name, fn, n, heads, kv_heads, d, dtype, device):
         out.backward(torch.ones_like(out))
         if cuda:
             torch.cuda.synchronize()
-    except torch.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:
         seconds = None
     else:
         seconds = time.perf_counter() - t0

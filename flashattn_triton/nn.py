@@ -279,24 +279,26 @@ class RotaryEmbedding(nn.Module):
         interleaved: False pairs feature i with i + dim/2 (GPT-NeoX, Llama,
             Hugging Face's ``rotate_half``); True pairs 2i with 2i + 1 (GPT-J).
 
-    The angles are computed in float32 and the rotation is done in float32, then
-    cast back to the input dtype.
+    The frequencies, angles and the rotation are computed in float32 (also after
+    ``module.to(torch.bfloat16)``), then cast back to the input dtype.
     """
 
-    def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False, device=None) -> None:
+    def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False) -> None:
         super().__init__()
         if dim <= 0 or dim % 2:
             raise ValueError(f"dim must be a positive even number, got {dim}")
         self.dim, self.base, self.interleaved = dim, float(base), interleaved
-        inv_freq = 1.0 / (self.base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # No buffer: the frequencies are recomputed in float32 per call (dim / 2
+        # values), so module.to(bfloat16) cannot round them.
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base}, interleaved={self.interleaved}"
 
     def cos_sin(self, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """positions (...,) integer -> cos, sin (..., dim // 2) float32."""
-        angles = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)
+        inv_freq = self.base ** (-torch.arange(0, self.dim, 2, dtype=torch.float32, device=positions.device)
+                                 / self.dim)
+        angles = positions.to(torch.float32)[..., None] * inv_freq
         return angles.cos(), angles.sin()
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -377,7 +379,7 @@ class Attention(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * head_dim, bias=bias, **factory)
         self.out = nn.Linear(n_heads * head_dim, dim, bias=bias, **factory)
-        self.rotary = RotaryEmbedding(rotary_dim or head_dim, rope_base, device=device) if rotary else None
+        self.rotary = RotaryEmbedding(rotary_dim or head_dim, rope_base) if rotary else None
 
     def extra_repr(self) -> str:
         return (f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "

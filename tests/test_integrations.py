@@ -31,6 +31,15 @@ from _utils import assert_close  # noqa: E402
 NAME = hf.register()
 VOCAB, BATCH, SEQ = 96, 2, 12
 
+
+@pytest.fixture(autouse=True)
+def _on_test_device(device):
+    """Everything a test creates lands on the test device (the GPU with
+    FLASHATTN_TRITON_TEST_DEVICE=cuda, else the CPU and Triton's interpreter)."""
+    torch.set_default_device(device)
+    yield
+    torch.set_default_device("cpu")
+
 # One layer keeps the Triton interpreter's share small; attention is the only
 # part that differs between the implementations.
 _COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=1,

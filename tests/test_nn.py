@@ -15,6 +15,15 @@ from _utils import DTYPES, assert_close
 E, H = 32, 4
 
 
+@pytest.fixture(autouse=True)
+def _on_test_device(device):
+    """Everything a test creates lands on the test device (the GPU with
+    FLASHATTN_TRITON_TEST_DEVICE=cuda, else the CPU and Triton's interpreter)."""
+    torch.set_default_device(device)
+    yield
+    torch.set_default_device("cpu")
+
+
 def _pair(dtype, **kw):
     """(ours, torch in dtype, torch in float64), ours loaded from torch's state dict."""
     ref = torch.nn.MultiheadAttention(E, H, **kw).double()
