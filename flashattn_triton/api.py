@@ -9,6 +9,7 @@ import torch
 
 from . import ops
 from ._params import AttnParams
+from .reference import LN2
 from ._validate import (autocast_inputs, check_cu_seqlens, check_flag, check_qkv, check_scale,
                         check_window, not_implemented)
 
@@ -29,13 +30,15 @@ def _check_variants(dropout_p, softcap, alibi_slopes) -> None:
         not_implemented("alibi_slopes", "<tensor>", "ALiBi")
 
 
-def _returns(out, lse, return_lse: bool, return_attn_probs: bool):
+def _returns(out, lse2, return_lse: bool, return_attn_probs: bool):
+    """The requested outputs; the base-2 LSE of the op is converted to natural
+    log only when it is returned (saves a launch per call otherwise)."""
     check_flag(return_lse, "return_lse")
     check_flag(return_attn_probs, "return_attn_probs")
     if return_attn_probs:
-        return out, lse, None
+        return out, lse2 * LN2, None
     if return_lse:
-        return out, lse
+        return out, lse2 * LN2
     return out
 
 
@@ -130,8 +133,8 @@ def flash_attn_func(
     _check_variants(dropout_p, softcap, alibi_slopes)
     left, right = check_window(window_size, causal)
     params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right)
-    out, lse = ops.attention(q, k, v, params)
-    return _returns(out, lse, return_lse, return_attn_probs)
+    out, lse2 = ops.attention_base2(q, k, v, params)
+    return _returns(out, lse2, return_lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(
@@ -194,8 +197,8 @@ def flash_attn_varlen_func(
     left, right = check_window(window_size, causal)
     params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right,
                         True, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
-    out, lse = ops.attention(q, k, v, params)
-    return _returns(out, lse, return_lse, return_attn_probs)
+    out, lse2 = ops.attention_base2(q, k, v, params)
+    return _returns(out, lse2, return_lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
@@ -296,7 +299,7 @@ def scaled_dot_product_attention(
                          "pass enable_gqa=True for grouped-query attention")
     params = AttnParams(check_scale(scale, "scale", q4.shape[-1]), -1, 0 if is_causal else -1,
                         bottom_right=False)
-    out, _ = ops.attention(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
+    out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
     out = out.transpose(1, 2)
     if query.dim() == 3:
         return out.squeeze(1)

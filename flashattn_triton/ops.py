@@ -72,7 +72,8 @@ class _DeviceGuard:
     """Launch on the tensors' GPU, not the current one."""
 
     def __init__(self, t: torch.Tensor):
-        self.ctx = torch.cuda.device(t.device) if t.is_cuda else None
+        self.ctx = (torch.cuda.device(t.device) if t.is_cuda and t.device.index != torch.cuda.current_device()
+                    else None)
 
     def __enter__(self):
         if self.ctx is not None:
@@ -104,8 +105,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                   window_left: int, window_right: int, bottom_right: bool
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
-    with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
-        return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    softmax_scale, window_left, window_right, bottom_right)
 
 
@@ -140,7 +140,16 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 for b in _batch_chunks(q.shape[0], q.shape[2]):
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
                                       window_bounds(*window))
-    elif varlen:
+    else:
+        with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
+            _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, softmax_scale, window,
+                           bottom_right)
+    return out, lse
+
+
+def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, softmax_scale, window, bottom_right):
+    """The blockwise PyTorch path (CPU without the interpreter), one call per sequence."""
+    if cu_seqlens_q is not None:
         for (q0, q1), (k0, k1) in zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)):
             o_ref, l_ref = reference.blockwise_attention_fwd(
                 qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], softmax_scale,
@@ -148,11 +157,11 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             oh[:, :, q0:q1].copy_(o_ref)
             lh[:, :, q0:q1].copy_(l_ref)
     else:
-        shift = k.shape[1] - q.shape[1] + _causal_offset(q.shape[1], k.shape[1], bottom_right)
+        n_q, n_k = qh.shape[2], kh.shape[2]
+        shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
         o_ref, l_ref = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window)
         oh.copy_(o_ref)
-        lse.copy_(l_ref)
-    return out, lse
+        lh.copy_(l_ref)
 
 
 @attention_fwd.register_fake
@@ -175,8 +184,7 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                   window_left: int, window_right: int, bottom_right: bool
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
-        return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
+    return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
                                    max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
                                    window_right, bottom_right)
 
@@ -212,7 +220,16 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                     attention_backward(doh[b], qh[b], kh[b], vh[b], oh[b], lh[b], dqh[b], dkh[b], dvh[b],
                                        softmax_scale, offset, window_bounds(*window),
                                        None if dlh is None else dlh[b])
-    elif varlen:
+    else:
+        with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
+            _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, cu_seqlens_q, cu_seqlens_k,
+                           softmax_scale, window, bottom_right)
+    return dq, dk, dv
+
+
+def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, cu_seqlens_q, cu_seqlens_k,
+                   softmax_scale, window, bottom_right):
+    if cu_seqlens_q is not None:
         dkh.zero_()
         dvh.zero_()
         dqh.zero_()
@@ -227,12 +244,12 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             dkh[:, :, k0:k1].copy_(grads[1])
             dvh[:, :, k0:k1].copy_(grads[2])
     else:
-        shift = k.shape[1] - q.shape[1] + _causal_offset(q.shape[1], k.shape[1], bottom_right)
+        n_q, n_k = qh.shape[2], kh.shape[2]
+        shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
         grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
                                                   window, dlh)
         for dst, src in zip((dqh, dkh, dvh), grads):
             dst.copy_(src)
-    return dq, dk, dv
 
 
 @attention_bwd.register_fake
@@ -256,24 +273,52 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
 
 
-def _backward(ctx, dout, dlse):
+def _backward_with(bwd, ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
-    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.options)
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, dlse, *ctx.options)
     return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
 
 
+def _backward(ctx, dout, dlse):
+    return _backward_with(attention_bwd, ctx, dout, dlse)
+
+
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The same forward, backward and autograd rule as the custom ops above,
+    entered without the dispatcher's Python custom-op machinery, which costs
+    60-200 us of host time per call (measured: bench_overhead.py).  Used in
+    eager mode only; torch.compile traces the custom ops."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *options):
+        out, lse = _attention_fwd_impl(q, k, v, *options)
+        _setup_context(ctx, (q, k, v) + options, (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return _backward_with(_attention_bwd_impl, ctx, dout, dlse)
 
 
 # ---------------------------------------------------------------------------
 # Entry used by the public functions, and raw helpers
 # ---------------------------------------------------------------------------
 
+def attention_base2(q, k, v, params: AttnParams):
+    """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc)."""
+    if torch.compiler.is_compiling():
+        return attention_fwd(q, k, v, *params.op_args())
+    return _EagerAttention.apply(q, k, v, *params.op_args())
+
+
 def attention(q, k, v, params: AttnParams):
     """(out, lse) with lse in natural log; differentiable in q, k, v and lse."""
-    out, lse2 = attention_fwd(q, k, v, *params.op_args())
+    out, lse2 = attention_base2(q, k, v, params)
     return out, lse2 * LN2
 
 
