@@ -13,7 +13,9 @@ from .reference import LN2
 from ._validate import (autocast_inputs, check_cu_seqlens, check_flag, check_qkv, check_scale,
                         check_window, not_implemented)
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
+from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
            "flash_attn_kvpacked_func", "scaled_dot_product_attention"]
 
 _FLASH_LAYOUT = "(batch, seqlen, nheads, headdim)"

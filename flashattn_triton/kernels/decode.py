@@ -46,7 +46,8 @@ import triton
 import triton.language as tl
 
 from .combine import cast_rtne, combine_partials
-from .launch import INTERPRET, dot_precision, head_dim_pad, mma
+from .launch import INTERPRET, dot_precision, head_dim_pad
+from .tiles import mma
 
 # Environment override of the launch config, read at call time, e.g.
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).

@@ -223,7 +223,3 @@ class Launcher:
         if cfg is None:
             return self.tuned()[grid](*args, **kwargs)
         return self.kernel[grid](*args, **kwargs, **cfg.all_kwargs())
-
-
-# Transitional re-export (the tile helpers live in kernels/tiles.py).
-from .tiles import load_tile, mma, store_tile  # noqa: E402,F401
