@@ -1,0 +1,133 @@
+"""Packed variable-length batches on the GPU: our flash_attn_varlen_func against
+padding to the longest document with our dense kernel, FlexAttention with a
+document mask, and SDPA on nested (jagged) tensors.
+
+Documents have lengths drawn from 64..8192 (log-uniform, fixed seed) and are
+packed until 32k tokens; causal, d=128, GQA 32/8, bf16.  Effective TFLOP/s
+count useful FLOPs only: sum over documents of 4 * Hq * n^2 * d / 2 (causal),
+x2.5 for the backward.
+
+    python benchmarks/bench_varlen.py --out DIR [--tokens 32768] [--batches 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+
+def doc_lengths(tokens: int, seed: int):
+    rng = random.Random(seed)
+    lens, total = [], 0
+    while total < tokens:
+        n = int(math.exp(rng.uniform(math.log(64), math.log(8192))))
+        n = min(n, tokens - total)
+        lens.append(n)
+        total += n
+    return lens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokens", type=int, default=32768)
+    ap.add_argument("--batches", type=int, default=3, help="number of random packed batches (seeds)")
+    ap.add_argument("--heads", default="32,8")
+    ap.add_argument("--head-dim", type=int, default=128)
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    import triton.testing
+    import flashattn_triton as fat
+
+    hq, hkv = (int(x) for x in args.heads.split(","))
+    d, dt, dev = args.head_dim, torch.bfloat16, "cuda"
+    rows = []
+    for seed in range(args.batches):
+        lens = doc_lengths(args.tokens, seed)
+        total, nmax, b = sum(lens), max(lens), len(lens)
+        useful = sum(4 * hq * n * n * d / 2 for n in lens)
+        cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device=dev)
+        q = torch.randn(total, hq, d, device=dev, dtype=dt, requires_grad=True)
+        k = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
+        v = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
+        do = torch.randn_like(q)
+        providers = {}
+        providers["ours varlen"] = lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True)
+
+        # Padded to the longest document: (B, nmax, H, d), our dense kernel.
+        qp = torch.zeros(b, nmax, hq, d, device=dev, dtype=dt)
+        kp = torch.zeros(b, nmax, hkv, d, device=dev, dtype=dt)
+        vp = torch.zeros_like(kp)
+        for i, (s, n) in enumerate(zip(cu[:-1].tolist(), lens)):
+            qp[i, :n], kp[i, :n], vp[i, :n] = q.detach()[s:s + n], k.detach()[s:s + n], v.detach()[s:s + n]
+        qp.requires_grad_(), kp.requires_grad_(), vp.requires_grad_()
+        dop = torch.randn_like(qp)
+        # Causal aligned top-left, as the documents start at row 0 of their pad.
+        providers["ours padded"] = (lambda: fat.scaled_dot_product_attention(
+            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2), is_causal=True,
+            enable_gqa=True), dop.transpose(1, 2))
+
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            doc = torch.repeat_interleave(torch.arange(b, device=dev), torch.tensor(lens, device=dev))
+
+            def mask_mod(bi, h, qi, ki):
+                return (doc[qi] == doc[ki]) & (qi >= ki)
+            bm = create_block_mask(mask_mod, 1, None, total, total, device=dev)
+            flex = torch.compile(flex_attention)
+            qf, kf, vf = (t.detach().transpose(0, 1)[None].requires_grad_() for t in (q, k, v))
+            providers["flex doc mask"] = (lambda: flex(qf, kf, vf, block_mask=bm, enable_gqa=True),
+                                          do.transpose(0, 1)[None])
+        except Exception as exc:  # noqa: BLE001
+            rows.append(dict(seed=seed, provider="flex doc mask", error=C.short_error(exc)))
+        try:
+            offs = cu.long()
+            qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t.detach(), offs).transpose(1, 2).requires_grad_()
+                          for t in (q, k, v))
+            dn = torch.nested.nested_tensor_from_jagged(do, offs).transpose(1, 2)
+            providers["sdpa nested"] = (lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=True,
+                                                                               enable_gqa=True), dn)
+        except Exception as exc:  # noqa: BLE001
+            rows.append(dict(seed=seed, provider="sdpa nested", error=C.short_error(exc)))
+
+        for name, spec in providers.items():
+            fn, grad = (spec, do) if callable(spec) else spec
+            try:
+                out = fn()
+                fwd_ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+                bwd_ms = triton.testing.do_bench(lambda: out.backward(grad, retain_graph=True), warmup=10,
+                                                 rep=40, return_mode="median")
+                rows.append(dict(seed=seed, provider=name, docs=b, max_len=nmax, fwd_ms=fwd_ms, bwd_ms=bwd_ms,
+                                 fwd_tflops=useful / fwd_ms * 1e-9, bwd_tflops=2.5 * useful / bwd_ms * 1e-9))
+            except Exception as exc:  # noqa: BLE001
+                rows.append(dict(seed=seed, provider=name, error=C.short_error(exc)))
+            print(rows[-1], flush=True)
+        del providers
+        torch.cuda.empty_cache()
+    env = C.collect_env()
+    args.out.mkdir(parents=True, exist_ok=True)
+    C.write_json(args.out / "bench_varlen.json", dict(env=env, rows=rows))
+    table = [[r["seed"], r["provider"], r.get("docs", ""), r.get("max_len", ""),
+              C.fmt_num(r.get("fwd_ms"), 3), C.fmt_num(r.get("fwd_tflops"), 0),
+              C.fmt_num(r.get("bwd_ms"), 3), C.fmt_num(r.get("bwd_tflops"), 0), r.get("error", "")]
+             for r in rows]
+    short = C.md_table(["seed", "provider", "docs", "longest", "fwd ms", "fwd TFLOP/s (useful)",
+                        "bwd ms", "bwd TFLOP/s (useful)", "error"], table)
+    C.write_markdown(args.out / "bench_varlen.md", "Packed variable-length batches (bench_varlen.py)", env,
+                     f"{args.tokens} tokens per batch, documents 64..8192 (log-uniform, seeds 0..{args.batches - 1}), "
+                     f"causal, Hq={hq}, Hkv={hkv}, d={d}, bf16.\n\n" + short)
+    print(short)
+
+
+if __name__ == "__main__":
+    main()
