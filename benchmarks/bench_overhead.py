@@ -48,6 +48,8 @@ print(json.dumps(dict(import_s=t_import, first_fwd_s=t_fwd, first_bwd_s=t_bwd, s
 
 def first_call(provider: str, cache_dir: str) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
+    if provider == "ours-portable":
+        provider, env["FLASHATTN_TRITON_BACKEND"] = "ours", "portable"
     res = subprocess.run([sys.executable, "-c", CHILD, provider], env=env, capture_output=True, text=True,
                          timeout=600)
     if res.returncode != 0:
@@ -60,11 +62,15 @@ def host_overhead(n_calls: int = 2000) -> dict:
     import torch.nn.functional as F
     import flashattn_triton as fat
     q, k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     calls = {
         "ours flash_attn_func": lambda: fat.flash_attn_func(q, k, v, causal=True),
         "ours scaled_dot_product_attention": lambda: fat.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
         "torch SDPA": lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
+        "ours flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
+        "torch SDPA, inputs require grad": lambda: F.scaled_dot_product_attention(
+            qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True),
     }
     out = {}
     for name, fn in calls.items():
@@ -87,7 +93,7 @@ def main():
     import triton
     results = dict(env=dict(torch=torch.__version__, triton=triton.__version__,
                             gpu=torch.cuda.get_device_name(), commit=os.environ.get("GIT_COMMIT", "")))
-    for prov in ("ours", "sdpa"):
+    for prov in ("ours", "ours-portable", "sdpa"):
         cache = tempfile.mkdtemp(prefix=f"triton-cache-{prov}-")
         results[f"{prov} cold"] = first_call(prov, cache)
         results[f"{prov} warm"] = first_call(prov, cache)
