@@ -8,6 +8,12 @@ Conventions shared by every layer:
   window_right = 0.
 * cu_seqlens_q / cu_seqlens_k: int32 (B + 1,) offsets of packed sequences,
   None for dense batches; max_seqlen_* then size the grid.
+* Variants (kernels/score.py has their order and math), all off by default:
+  softcap > 0; alibi_slopes float32 (Hq,) or (B, Hq); sinks float32 (Hq,);
+  attn_bias, 4-D broadcastable to (B, Hq, Nq, Nk) with every dim of size 1 or
+  full, bool (True = attend) or float (added to the scores); dropout_p with
+  rng_seed, a (1,) int64 tensor on the device drawn per call (see
+  draw_dropout_seed).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+# The seed's range: Philox takes a 64-bit key; 2^62 keeps it positive in int64.
+_SEED_RANGE = 2 ** 62
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,12 @@ class AttnParams:
     cu_seqlens_k: Optional[torch.Tensor] = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
+    softcap: float = 0.0
+    alibi_slopes: Optional[torch.Tensor] = None
+    sinks: Optional[torch.Tensor] = None
+    attn_bias: Optional[torch.Tensor] = None
+    dropout_p: float = 0.0
+    rng_seed: Optional[torch.Tensor] = None
 
     @property
     def causal(self) -> bool:
@@ -40,7 +55,24 @@ class AttnParams:
     def op_args(self):
         """The flat argument list of the custom ops, after (q, k, v) / (dout, q, k, v, out, lse, dlse)."""
         return (self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
-                self.softmax_scale, self.window_left, self.window_right, self.bottom_right)
+                self.softmax_scale, self.window_left, self.window_right, self.bottom_right,
+                self.softcap, self.alibi_slopes, self.sinks, self.attn_bias, self.dropout_p,
+                self.rng_seed)
+
+
+def has_variants(softcap: float, alibi_slopes, sinks, attn_bias, dropout_p: float) -> bool:
+    """Whether any score modification, sink or dropout is on."""
+    return (softcap > 0 or alibi_slopes is not None or sinks is not None or attn_bias is not None
+            or dropout_p > 0)
+
+
+def draw_dropout_seed(device: torch.device) -> torch.Tensor:
+    """The Philox seed of one call: a (1,) int64 tensor drawn from torch's
+    default generator of `device` (so torch.manual_seed makes calls
+    reproducible).  Drawn on the device itself: no host-device sync, and under
+    CUDA-graph capture each replay draws a fresh seed through PyTorch's
+    graph-safe generator; the kernels read it from memory."""
+    return torch.randint(0, _SEED_RANGE, (1,), dtype=torch.int64, device=device)
 
 
 def window_bounds(window_left: int, window_right: int):

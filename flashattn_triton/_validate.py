@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = 512  # d pads to a power of two; 512 runs with small tiles
 # CUDA caps a grid axis that holds batch x heads at 65535 programs; batches are
 # split to fit, but a single batch entry's heads must fit.
 MAX_HEADS = 65535
@@ -53,6 +53,86 @@ def check_window(window_size, causal: bool) -> Tuple[int, int]:
     if causal:
         right = 0 if right < 0 else min(right, 0)
     return left, right
+
+
+def check_softcap(softcap) -> float:
+    """flash-attn's softcap: 0 = off, else a positive cap."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
+    if not (0 <= softcap < math.inf):  # comparisons, not math.isfinite: traceable by torch.compile
+        raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {softcap}")
+    return float(softcap)
+
+
+def check_dropout(dropout_p) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a Python float, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    return float(dropout_p)
+
+
+def _check_vector(name: str, t, q: torch.Tensor):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device != q.device:
+        raise ValueError(f"{name} must be on {q.device} like q, got {t.device}")
+
+
+def check_alibi(alibi_slopes, q: torch.Tensor, batch: int, heads: int) -> Optional[torch.Tensor]:
+    """float32 (nheads,) or (batch, nheads), as flash-attn requires."""
+    if alibi_slopes is None:
+        return None
+    _check_vector("alibi_slopes", alibi_slopes, q)
+    if alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
+    if tuple(alibi_slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes must have shape ({heads},) or ({batch}, {heads}) "
+                         f"(nheads,) / (batch, nheads), got {tuple(alibi_slopes.shape)}")
+    return alibi_slopes
+
+
+def check_sinks(sinks, q: torch.Tensor, heads: int) -> Optional[torch.Tensor]:
+    """One logit per query head, any float dtype; used (and differentiated) in float32."""
+    if sinks is None:
+        return None
+    _check_vector("sinks", sinks, q)
+    if not sinks.is_floating_point():
+        raise TypeError(f"sinks must be a floating-point tensor, got {sinks.dtype}")
+    if tuple(sinks.shape) != (heads,):
+        raise ValueError(f"sinks must have shape (nheads,) = ({heads},), got {tuple(sinks.shape)}")
+    return sinks.float()
+
+
+def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], batch: int,
+                    heads: int) -> Optional[torch.Tensor]:
+    """SDPA's attn_mask, bool (True = attend) or float16/bfloat16/float32
+    (added to the scores), broadcastable to ``target`` = query's (..., nheads,
+    seqlen_q, seqlen_k) (3-D queries: (batch, seqlen_q, seqlen_k)).
+    Returned 4-D (batch or 1, nheads or 1, seqlen_q or 1, seqlen_k or 1): a
+    view whenever the leading dims allow, never expanded in memory."""
+    if attn_mask is None:
+        return None
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dtype not in (torch.bool,) + SUPPORTED_DTYPES:
+        raise TypeError(f"attn_mask must be bool or float16/bfloat16/float32, got {attn_mask.dtype}")
+    if attn_mask.device != query.device:
+        raise ValueError(f"attn_mask must be on {query.device} like query, got {attn_mask.device}")
+    shape = tuple(attn_mask.shape)
+    if len(shape) > len(target) or any(m not in (1, t) for m, t in
+                                       zip(shape[::-1], target[::-1])):
+        raise ValueError(f"attn_mask of shape {shape} is not broadcastable to {target}")
+    mask = attn_mask.reshape((1,) * (len(target) - len(shape)) + shape)
+    if len(target) == 3:  # (batch, seqlen_q, seqlen_k): one head
+        return mask.unsqueeze(1)
+    lead = mask.shape[:-3]
+    if all(n == 1 for n in lead):
+        lead_n = 1
+    else:
+        mask = mask.expand(target[:-3] + mask.shape[-3:])
+        lead_n = batch
+    return mask.reshape((lead_n,) + tuple(mask.shape[-3:]))
 
 
 def not_implemented(name: str, value, what: str) -> None:

@@ -8,10 +8,11 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import ops
-from ._params import AttnParams
+from ._params import AttnParams, draw_dropout_seed
 from .reference import LN2
-from ._validate import (autocast_inputs, check_cu_seqlens, check_flag, check_qkv, check_scale,
-                        check_window, not_implemented)
+from ._validate import (autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
+                        check_dropout, check_flag, check_qkv, check_scale, check_sinks,
+                        check_softcap, check_window)
 
 from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
 
@@ -23,22 +24,25 @@ _VARLEN_LAYOUT = "(total_tokens, nheads, headdim)"
 _SDPA_LAYOUT = "(batch, nheads, seqlen, headdim)"
 
 
-def _check_variants(dropout_p, softcap, alibi_slopes) -> None:
-    if dropout_p != 0.0:
-        not_implemented("dropout_p", dropout_p, "dropout")
-    if softcap != 0.0:
-        not_implemented("softcap", softcap, "logit soft-capping")
-    if alibi_slopes is not None:
-        not_implemented("alibi_slopes", "<tensor>", "ALiBi")
+def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0,
+            batch, heads, varlen=None, attn_bias=None, bottom_right=True) -> AttnParams:
+    """The parameter record of a call, every variant validated."""
+    dropout_p = check_dropout(dropout_p)
+    cu_q, cu_k, max_q, max_k = varlen or (None, None, 0, 0)
+    return AttnParams(scale, window[0], window[1], bottom_right, cu_q, cu_k, max_q, max_k,
+                      check_softcap(softcap), check_alibi(alibi_slopes, q, batch, heads),
+                      check_sinks(sinks, q, heads), attn_bias, dropout_p,
+                      draw_dropout_seed(q.device) if dropout_p > 0 else None)
 
 
-def _returns(out, lse2, return_lse: bool, return_attn_probs: bool):
+def _returns(q, k, v, params, out, lse2, return_lse: bool, return_attn_probs: bool):
     """The requested outputs; the base-2 LSE of the op is converted to natural
     log only when it is returned (saves a launch per call otherwise)."""
     check_flag(return_lse, "return_lse")
     check_flag(return_attn_probs, "return_attn_probs")
     if return_attn_probs:
-        return out, lse2 * LN2, None
+        probs = ops.dropout_pattern(q, k, v, params) if params.dropout_p > 0 else None
+        return out, lse2 * LN2, probs
     if return_lse:
         return out, lse2 * LN2
     return out
@@ -58,6 +62,7 @@ def flash_attn_func(
     return_attn_probs: bool = False,
     *,
     return_lse: bool = False,
+    sinks: Optional[torch.Tensor] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
     """Exact attention ``softmax(q k^T * softmax_scale) v``, call-compatible with
     ``flash_attn.flash_attn_func``.
@@ -132,11 +137,12 @@ def flash_attn_func(
     check_qkv(("q", "k", "v"), (q, k, v), _FLASH_LAYOUT, 4, 2)
     causal = check_flag(causal, "causal")
     check_flag(deterministic, "deterministic")
-    _check_variants(dropout_p, softcap, alibi_slopes)
-    left, right = check_window(window_size, causal)
-    params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right)
+    window = check_window(window_size, causal)
+    params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
+                     softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+                     batch=q.shape[0], heads=q.shape[2])
     out, lse2 = ops.attention_base2(q, k, v, params)
-    return _returns(out, lse2, return_lse, return_attn_probs)
+    return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(
@@ -158,6 +164,7 @@ def flash_attn_varlen_func(
     *,
     return_lse: bool = False,
     check_inputs: bool = False,
+    sinks: Optional[torch.Tensor] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
     """Attention over a packed batch of variable-length sequences, call-compatible
     with ``flash_attn.flash_attn_varlen_func``.
@@ -195,12 +202,13 @@ def flash_attn_varlen_func(
     check_flag(deterministic, "deterministic")
     check_flag(check_inputs, "check_inputs")
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q, k, check_inputs)
-    _check_variants(dropout_p, softcap, alibi_slopes)
-    left, right = check_window(window_size, causal)
-    params = AttnParams(check_scale(softmax_scale, "softmax_scale", q.shape[-1]), left, right,
-                        True, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    window = check_window(window_size, causal)
+    params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
+                     softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+                     batch=cu_seqlens_q.shape[0] - 1, heads=q.shape[1],
+                     varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)))
     out, lse2 = ops.attention_base2(q, k, v, params)
-    return _returns(out, lse2, return_lse, return_attn_probs)
+    return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
@@ -292,15 +300,17 @@ def scaled_dot_product_attention(
         q4, k4, v4 = (t.reshape((-1,) + tuple(t.shape[-3:])) if t.dim() != 4 else t
                       for t in (query, key, value))
     check_qkv(("query", "key", "value"), (q4, k4, v4), _SDPA_LAYOUT, 4, 1)
-    if attn_mask is not None:
-        not_implemented("attn_mask", "<tensor>", "arbitrary masks; use is_causal for causal masking")
-    if dropout_p != 0.0:
-        not_implemented("dropout_p", dropout_p, "dropout")
     if q4.shape[1] != k4.shape[1] and not enable_gqa:
         raise ValueError(f"query has {q4.shape[1]} heads and key/value have {k4.shape[1]}: "
                          "pass enable_gqa=True for grouped-query attention")
-    params = AttnParams(check_scale(scale, "scale", q4.shape[-1]), -1, 0 if is_causal else -1,
-                        bottom_right=False)
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask and is_causal=True cannot be combined (as in PyTorch): put the "
+                         "causal mask into attn_mask")
+    target = tuple(query.shape[:-1]) + (key.shape[-2],)
+    bias = check_attn_mask(attn_mask, query, target, q4.shape[0], q4.shape[1])
+    params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
+                     dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
+                     bottom_right=False)
     out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
     out = out.transpose(1, 2)
     if query.dim() == 3:

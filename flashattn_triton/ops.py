@@ -14,6 +14,13 @@ Op conventions (see _params.py for the option record):
   backward takes it back unchanged, so it recomputes exactly the forward's
   exponent.
 
+Variants (after the options above; every one off by default): softcap,
+alibi_slopes (Hq,) / (B, Hq), sinks (Hq,) float32, attn_bias (4-D,
+broadcastable to (B, Hq, Nq, Nk), bool or float; dense batches only),
+dropout_p with rng_seed ((1,) int64 on the device, _params.draw_dropout_seed).
+The backward returns (dq, dk, dv, dsinks, dbias): dsinks (Hq,) float32 when
+sinks are given, dbias shaped like attn_bias when want_dbias, else empty.
+
 Raw helpers for composite algorithms (ring attention, tests):
     flash_fwd(q, k, v, softmax_scale, causal, window_size=(-1, -1)) -> (out, lse)
     flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1)) -> (dq, dk, dv)
@@ -29,8 +36,9 @@ import torch
 
 from . import reference
 from ._dispatch import use_hopper_forward, use_triton
-from ._params import AttnParams, window_bounds
-from .reference import LN2, LOG2E
+from ._params import AttnParams, has_variants, window_bounds
+from .kernels.score import KernelMods
+from .reference import LN2, LOG2E, BlockMods
 
 # Debug aid for tests: fill every output buffer with NaN before the kernels
 # write it, so an element they miss cannot pass as a plausible value.
@@ -96,6 +104,34 @@ def _seq_slices(cu: torch.Tensor) -> List[Tuple[int, int]]:
 
 
 # ---------------------------------------------------------------------------
+# Variant arguments per path
+# ---------------------------------------------------------------------------
+
+def _alibi_bh(alibi_slopes: Optional[torch.Tensor], batch: int, heads: int):
+    """Slopes as a (B, Hq) view: per-head slopes get stride 0 over the batch."""
+    if alibi_slopes is None:
+        return None
+    return alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes[None].expand(batch, heads)
+
+
+def _kernel_mods(softcap, alibi, sinks, attn_bias, dropout_p, rng_seed) -> KernelMods:
+    return KernelMods(float(softcap), alibi, sinks, attn_bias, float(dropout_p),
+                      rng_seed if dropout_p > 0 else None)
+
+
+def _sinks_lse2(sinks: torch.Tensor, lse: torch.Tensor, varlen: bool) -> torch.Tensor:
+    """The base-2 LSE of rows that see no key: the sink's logit alone."""
+    s2 = sinks.float() * LOG2E
+    return (s2[:, None] if varlen else s2[None, :, None]).expand(lse.shape)
+
+
+def _reduce_to(full: torch.Tensor, shape) -> torch.Tensor:
+    """Sum a per-(b, h, i, j) gradient over the dims where the input broadcast (size 1)."""
+    dims = [i for i, (n, m) in enumerate(zip(shape, full.shape)) if n == 1 and m != 1]
+    return full.sum(dims, keepdim=True) if dims else full
+
+
+# ---------------------------------------------------------------------------
 # Forward
 # ---------------------------------------------------------------------------
 
@@ -103,70 +139,98 @@ def _seq_slices(cu: torch.Tensor) -> List[Tuple[int, int]]:
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-                  window_left: int, window_right: int, bottom_right: bool
+                  window_left: int, window_right: int, bottom_right: bool,
+                  softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                  sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
+                  dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                   softmax_scale, window_left, window_right, bottom_right)
+                               softmax_scale, window_left, window_right, bottom_right, softcap,
+                               alibi_slopes, sinks, attn_bias, dropout_p, rng_seed)
 
 
 def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        softmax_scale, window_left, window_right, bottom_right):
+                        softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
+                        alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None):
     varlen = cu_seqlens_q is not None
+    if varlen and attn_bias is not None:
+        raise ValueError("attn_bias is not supported with cu_seqlens (packed batches)")
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
     lse = _new(_lse_shape(q, varlen), q, torch.float32)
     window = (window_left, window_right)
     if out.numel() == 0:
         return out, lse
-    if k.shape[-3] == 0:  # no key at all: every row is fully masked
-        return out.zero_(), lse.fill_(float("-inf"))
+    if k.shape[-3] == 0:  # no key at all: every row is fully masked (but for a sink)
+        out.zero_()
+        if sinks is not None:
+            return out, lse.copy_(_sinks_lse2(sinks, lse, varlen))
+        return out, lse.fill_(float("-inf"))
     qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
     lh = _lse_bhn(lse, varlen)
+    variants = has_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p)
     if use_triton(q):
         from .kernels.fwd import attention_forward
         with _DeviceGuard(q):
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
+                mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), sinks, None,
+                                    dropout_p, rng_seed)
                 for b in _batch_chunks(batch, q.shape[1]):
                     cu = (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, 0, window_bounds(*window),
-                                      cu, (max_seqlen_q, max_seqlen_k))
+                                      cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0))
             else:
                 offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
-                if use_hopper_forward(q, k, v, window, offset):
+                if not variants and use_hopper_forward(q, k, v, window, offset):
                     from .kernels.hopper import hopper_attention_forward
                     if hopper_attention_forward(qh, kh, vh, oh, lh, softmax_scale,
                                                 None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
                         return out, lse
+                mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
+                                    attn_bias, dropout_p, rng_seed)
+                per_entry = q.shape[2] * q.shape[1] * k.shape[1]  # dropout counters per batch entry
                 for b in _batch_chunks(q.shape[0], q.shape[2]):
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
-                                      window_bounds(*window))
+                                      window_bounds(*window), mods=mods.chunk(b, per_entry))
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
-            _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, softmax_scale, window,
-                           bottom_right)
+            _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
+                           window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
+                           rng_seed)
     return out, lse
 
 
-def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, softmax_scale, window, bottom_right):
+def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
+                   window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed):
     """The blockwise PyTorch path (CPU without the interpreter), one call per sequence."""
     if cu_seqlens_q is not None:
-        for (q0, q1), (k0, k1) in zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)):
+        seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
+        alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
+        for i, ((q0, q1), (k0, k1)) in enumerate(seqs):
+            if q1 == q0:
+                continue
+            mods = BlockMods(softcap, None if alibi is None else alibi[i:i + 1], sinks, None,
+                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0)
             o_ref, l_ref = reference.blockwise_attention_fwd(
                 qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], softmax_scale,
-                (k1 - k0) - (q1 - q0), window)
+                (k1 - k0) - (q1 - q0), window, mods=mods)
             oh[:, :, q0:q1].copy_(o_ref)
             lh[:, :, q0:q1].copy_(l_ref)
     else:
         n_q, n_k = qh.shape[2], kh.shape[2]
         shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
-        o_ref, l_ref = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window)
+        mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), sinks, attn_bias,
+                         dropout_p, rng_seed)
+        o_ref, l_ref = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window,
+                                                         mods=mods)
         oh.copy_(o_ref)
         lh.copy_(l_ref)
 
 
 @attention_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, bottom_right):
+      window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None, sinks=None,
+      attn_bias=None, dropout_p=0.0, rng_seed=None):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
@@ -177,24 +241,46 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 # Backward
 # ---------------------------------------------------------------------------
 
+def _bwd_extras(q, sinks, attn_bias, want_dbias):
+    """Fresh dsinks / dbias outputs (empty when not asked for)."""
+    dsinks = (torch.zeros(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None
+              else q.new_empty(0, dtype=torch.float32))
+    dbias = (torch.zeros(attn_bias.shape, dtype=attn_bias.dtype, device=q.device) if want_dbias
+             else q.new_empty(0, dtype=torch.float32))
+    return dsinks, dbias
+
+
 @torch.library.custom_op("flashattn_triton::bwd", mutates_args=(), device_types=None)
 def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor],
                   cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                   max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-                  window_left: int, window_right: int, bottom_right: bool
-                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  window_left: int, window_right: int, bottom_right: bool,
+                  softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                  sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
+                  dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                  want_dbias: bool = False,
+                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
-                                   max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
-                                   window_right, bottom_right)
+                               max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
+                               bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
+                               rng_seed, want_dbias)
 
 
 def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, softmax_scale, window_left, window_right, bottom_right):
+                        max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
+                        softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0,
+                        rng_seed=None, want_dbias=False):
     varlen = cu_seqlens_q is not None
+    want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
+    dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows back
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        if sinks is not None and dlse is not None and dq.numel() > 0:
+            # no key: lse2 = sink * log2(e), so d sink = log2(e) * sum of d lse2 over the rows
+            rows = (dlse.float() * LOG2E).sum(-1)
+            dsinks.copy_(rows if varlen else rows.sum(0))
+        return dq.zero_(), dk.zero_(), dv.zero_(), dsinks, dbias
     if dout.stride(-1) != 1:  # e.g. the expanded gradient of out.sum()
         dout = dout.contiguous()
     if dlse is not None:
@@ -205,57 +291,107 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
     qh, kh, vh, oh, doh, dqh, dkh, dvh = (_bhnd(t, varlen) for t in (q, k, v, out, dout, dq, dk, dv))
     lh = _lse_bhn(lse, varlen)
     dlh = None if dlse is None else _lse_bhn(dlse, varlen)
+    dbias_full = None
+    if want_dbias:
+        shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        windowed = window_left >= 0 or window_right >= 0  # tiles outside the band are skipped
+        dbias_full = (torch.zeros(shape, dtype=torch.float32, device=q.device) if windowed
+                      else _new(shape, q, torch.float32))
     if use_triton(q):
         from .kernels.bwd import attention_backward
+        delta = torch.empty_like(lse)
+        deltah = _lse_bhn(delta, varlen)
         with _DeviceGuard(q):
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
+                mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
+                                    dropout_p, rng_seed)
                 for b in _batch_chunks(batch, q.shape[1]):
                     cu = (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
+                    # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, 0,
-                                       window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k))
+                                       window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
+                                       mods.chunk(b, 0), delta=deltah)
             else:
                 offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
+                mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,
+                                    attn_bias, dropout_p, rng_seed)
+                per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 for b in _batch_chunks(q.shape[0], q.shape[2]):
-                    attention_backward(doh[b], qh[b], kh[b], vh[b], oh[b], lh[b], dqh[b], dkh[b], dvh[b],
-                                       softmax_scale, offset, window_bounds(*window),
-                                       None if dlh is None else dlh[b])
+                    attention_backward(
+                        doh[b], qh[b], kh[b], vh[b], oh[b], lh[b], dqh[b], dkh[b], dvh[b],
+                        softmax_scale, offset, window_bounds(*window),
+                        None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
+                        dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b])
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
-            _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, cu_seqlens_q, cu_seqlens_k,
-                           softmax_scale, window, bottom_right)
-    return dq, dk, dv
+            delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
+                                              cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
+                                              window, bottom_right, softcap, alibi_slopes, attn_bias,
+                                              dropout_p, rng_seed, want_dbias)
+        if want_dbias:
+            dbias_full = dbias_blk
+    if sinks is not None:
+        # d sink_h = -sum over rows (and batch) of P_sink * delta, P_sink = exp2(sink2 - lse2)
+        lse_h = lse if varlen else lse.transpose(0, 1)  # (Hq, ...)
+        delta_h = delta if varlen else delta.transpose(0, 1)
+        expo = sinks.float().view(-1, *([1] * (lse_h.dim() - 1))) * LOG2E - lse_h
+        p_sink = torch.where(torch.isinf(lse_h), torch.zeros_like(lse_h), torch.exp2(expo))
+        dsinks.copy_(-(p_sink * delta_h).flatten(1).sum(1))
+    if want_dbias:
+        dbias.copy_(_reduce_to(dbias_full, attn_bias.shape))
+    return dq, dk, dv, dsinks, dbias
 
 
-def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, cu_seqlens_q, cu_seqlens_k,
-                   softmax_scale, window, bottom_right):
+def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
+                   max_seqlen_k, softmax_scale, window, bottom_right, softcap, alibi_slopes, attn_bias,
+                   dropout_p, rng_seed, want_dbias):
+    """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None)."""
     if cu_seqlens_q is not None:
         dkh.zero_()
         dvh.zero_()
         dqh.zero_()
-        for (q0, q1), (k0, k1) in zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)):
+        delta = torch.zeros_like(lse)
+        deltah = _lse_bhn(delta, True)
+        seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
+        alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
+        for i, ((q0, q1), (k0, k1)) in enumerate(seqs):
             if q1 == q0 or k1 == k0:
+                if q1 > q0 and dlh is not None:  # rows with no key: O = 0
+                    deltah[:, :, q0:q1] = -dlh[:, :, q0:q1] * LOG2E
                 continue
+            mods = BlockMods(softcap, None if alibi is None else alibi[i:i + 1], None, None,
+                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0)
             grads = reference.blockwise_attention_bwd(
                 doh[:, :, q0:q1], qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], oh[:, :, q0:q1],
                 lh[:, :, q0:q1], softmax_scale, (k1 - k0) - (q1 - q0), window,
-                None if dlh is None else dlh[:, :, q0:q1])
+                None if dlh is None else dlh[:, :, q0:q1], mods=mods)
             dqh[:, :, q0:q1].copy_(grads[0])
             dkh[:, :, k0:k1].copy_(grads[1])
             dvh[:, :, k0:k1].copy_(grads[2])
-    else:
-        n_q, n_k = qh.shape[2], kh.shape[2]
-        shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
-        grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
-                                                  window, dlh)
-        for dst, src in zip((dqh, dkh, dvh), grads):
-            dst.copy_(src)
+            deltah[:, :, q0:q1] = grads[3]
+        return delta, None
+    n_q, n_k = qh.shape[2], kh.shape[2]
+    shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
+    mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), None, attn_bias,
+                     dropout_p, rng_seed)
+    grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
+                                              window, dlh, mods=mods, want_dbias=want_dbias)
+    for dst, src in zip((dqh, dkh, dvh), grads):
+        dst.copy_(src)
+    return grads[3], grads[4]
 
 
 @attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      softmax_scale, window_left, window_right, bottom_right):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+      softmax_scale, window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None,
+      sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None, want_dbias=False):
+    want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
+    dsinks = (q.new_empty(sinks.shape, dtype=torch.float32) if sinks is not None
+              else q.new_empty(0, dtype=torch.float32))
+    dbias = (q.new_empty(attn_bias.shape, dtype=attn_bias.dtype) if want_dbias
+             else q.new_empty(0, dtype=torch.float32))
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, dbias
 
 
 # ---------------------------------------------------------------------------
@@ -263,13 +399,20 @@ def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
 # ---------------------------------------------------------------------------
 
 _OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale",
-                 "window_left", "window_right", "bottom_right")
+                 "window_left", "window_right", "bottom_right", "softcap", "alibi_slopes", "sinks",
+                 "attn_bias", "dropout_p", "rng_seed")
+_SINKS = 3 + _OPTION_NAMES.index("sinks")
+_BIAS = 3 + _OPTION_NAMES.index("attn_bias")
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     out, lse = output
-    ctx.options = inputs[3:]
+    ctx.options = tuple(inputs[3:]) + (None,) * (3 + len(_OPTION_NAMES) - len(inputs))
+    ctx.n_options = len(inputs) - 3
+    bias = inputs[_BIAS] if len(inputs) > _BIAS else None
+    ctx.want_dbias = bool(bias is not None and bias.is_floating_point()
+                          and ctx.needs_input_grad[_BIAS])
     ctx.save_for_backward(q, k, v, out, lse)
 
 
@@ -277,8 +420,18 @@ def _backward_with(bwd, ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, dlse, *ctx.options)
-    return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
+    options = list(ctx.options)
+    # schema defaults for calls that left the variants out
+    for i, default in ((8, 0.0), (12, 0.0)):
+        if options[i] is None:
+            options[i] = default
+    dq, dk, dv, dsinks, dbias = bwd(dout, q, k, v, out, lse, dlse, *options, ctx.want_dbias)
+    grads = [None] * ctx.n_options
+    if options[_SINKS - 3] is not None:
+        grads[_SINKS - 3] = dsinks
+    if ctx.want_dbias:
+        grads[_BIAS - 3] = dbias
+    return (dq, dk, dv, *grads)
 
 
 def _backward(ctx, dout, dlse):
@@ -310,16 +463,58 @@ class _EagerAttention(torch.autograd.Function):
 # ---------------------------------------------------------------------------
 
 def attention_base2(q, k, v, params: AttnParams):
-    """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc)."""
+    """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc).
+    Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
     if torch.compiler.is_compiling():
         return attention_fwd(q, k, v, *params.op_args())
     return _EagerAttention.apply(q, k, v, *params.op_args())
 
 
 def attention(q, k, v, params: AttnParams):
-    """(out, lse) with lse in natural log; differentiable in q, k, v and lse."""
+    """(out, lse) with lse in natural log; differentiable as attention_base2."""
     out, lse2 = attention_base2(q, k, v, params)
     return out, lse2 * LN2
+
+
+def dropout_pattern(q, k, v, params: AttnParams) -> torch.Tensor:
+    """The attention probabilities of a call with dropout, negated where the
+    dropout dropped them (flash-attn's ``return_attn_probs`` encoding), float32,
+    from a dense PyTorch recomputation with the call's Philox seed (testing
+    aid: O(Nq * Nk) memory).  Dense calls: (B, Hq, Nq, Nk); packed calls:
+    (B, Hq, max_seqlen_q, max_seqlen_k), zero beyond each sequence.
+    P is exp(s - lse) before dropout (flash-attn's may differ by scaling)."""
+    with torch.no_grad():
+        kw = dict(softcap=params.softcap, sinks=params.sinks)
+        if not params.varlen:
+            qh, kh, vh = (t.transpose(1, 2).float() for t in (q, k, v))
+            n_q, n_k = qh.shape[2], kh.shape[2]
+            offset = _causal_offset(n_q, n_k, params.bottom_right)
+            bias = params.attn_bias
+            _, _, p = reference.attention_ref(
+                qh, kh, vh, params.softmax_scale, None, window=(params.window_left, params.window_right),
+                shift=n_k - n_q + offset, alibi_slopes=params.alibi_slopes,
+                attn_mask=None if bias is None else (bias if bias.dtype == torch.bool else bias.float()),
+                return_probs=True, **kw)
+            keep = reference.dropout_keep_mask(params.rng_seed, params.dropout_p, *p.shape)
+            return torch.where(keep, p, -p)
+        cq, ck = params.cu_seqlens_q.tolist(), params.cu_seqlens_k.tolist()
+        batch, heads = len(cq) - 1, q.shape[1]
+        pattern = torch.zeros(batch, heads, params.max_seqlen_q, params.max_seqlen_k,
+                              dtype=torch.float32, device=q.device)
+        keeps = reference.varlen_dropout_keep_mask(params.rng_seed, params.dropout_p, heads, cq, ck,
+                                                   params.max_seqlen_k)
+        alibi = _alibi_bh(params.alibi_slopes, batch, heads)
+        for b in range(batch):
+            qs, ks, vs = (t[None, r0:r1].transpose(1, 2).float() for t, (r0, r1) in
+                          ((q, cq[b:b + 2]), (k, ck[b:b + 2]), (v, ck[b:b + 2])))
+            if qs.shape[2] == 0 or ks.shape[2] == 0:
+                continue
+            _, _, p = reference.attention_ref(
+                qs, ks, vs, params.softmax_scale, None, window=(params.window_left, params.window_right),
+                alibi_slopes=None if alibi is None else alibi[b:b + 1], return_probs=True, **kw)
+            n_q, n_k = p.shape[2], p.shape[3]
+            pattern[b, :, :n_q, :n_k] = torch.where(keeps[b], p[0], -p[0])
+        return pattern
 
 
 def flash_fwd(q, k, v, softmax_scale: float, causal: bool, window_size=(-1, -1)):
@@ -335,7 +530,7 @@ def flash_bwd(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, windo
     left, right = window_size
     lse2 = (lse.float() * LOG2E).contiguous()
     return attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
-                         left, 0 if causal else right, True)
+                         left, 0 if causal else right, True)[:3]
 
 
-__all__ = ["attention", "attention_fwd", "attention_bwd", "flash_fwd", "flash_bwd"]
+__all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]

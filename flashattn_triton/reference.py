@@ -19,6 +19,7 @@ shift = Nk - Nq; SDPA's top-left alignment is shift = 0.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -30,6 +31,13 @@ __all__ = [
     "visible_mask",
     "blockwise_attention_fwd",
     "blockwise_attention_bwd",
+    "BlockMods",
+    "alibi_bias",
+    "philox_randint",
+    "dropout_keep",
+    "dropout_counters",
+    "dropout_keep_mask",
+    "varlen_dropout_keep_mask",
 ]
 
 LOG2E = 1.4426950408889634
@@ -63,52 +71,191 @@ def _expand_kv(k: torch.Tensor, n_heads_q: int) -> torch.Tensor:
     return k if group == 1 else k.repeat_interleave(group, dim=1)
 
 
+# ---------------------------------------------------------------------------
+# Dropout: Philox 4x32-10 as Triton's tl.randint computes it
+# ---------------------------------------------------------------------------
+
+_PHILOX_ROUND_A = 0xD2511F53
+_PHILOX_ROUND_B = 0xCD9E8D57
+_PHILOX_KEY_A = 0x9E3779B9
+_PHILOX_KEY_B = 0xBB67AE85
+_M32 = 0xFFFFFFFF
+
+
+def _mulhilo32(a: int, x: torch.Tensor):
+    """(hi, lo) 32-bit halves of the 64-bit product a * x (a, x < 2^32) in
+    int64 arithmetic: x is split in 16-bit halves so that no product overflows."""
+    p_hi = a * (x >> 16)
+    p_lo = a * (x & 0xFFFF)
+    hi = (p_hi + (p_lo >> 16)) >> 16
+    lo = (((p_hi & 0xFFFF) << 16) + p_lo) & _M32
+    return hi, lo
+
+
+def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10) -> torch.Tensor:
+    """Bit-exact PyTorch version of ``tl.randint(seed, offsets)``: the first
+    32-bit output of Philox 4x32 with key (seed_lo, seed_hi) and counter
+    (offset_lo, offset_hi, 0, 0).  seed: int64 tensor of one element (>= 0);
+    offsets: int64 tensor (>= 0).  Returns int64 holding uint32 values."""
+    seed = seed.reshape(()).to(torch.int64)
+    k0, k1 = seed & _M32, (seed >> 32) & _M32
+    c0, c1 = offsets & _M32, (offsets >> 32) & _M32
+    c2 = torch.zeros_like(c0)
+    c3 = torch.zeros_like(c0)
+    for _ in range(n_rounds):
+        hi_b, lo_b = _mulhilo32(_PHILOX_ROUND_B, c2)
+        hi_a, lo_a = _mulhilo32(_PHILOX_ROUND_A, c0)
+        c0, c2 = hi_b ^ c1 ^ k0, hi_a ^ c3 ^ k1
+        c1, c3 = lo_b, lo_a
+        k0 = (k0 + _PHILOX_KEY_A) & _M32
+        k1 = (k1 + _PHILOX_KEY_B) & _M32
+    return c0
+
+
+def dropout_threshold(p: float) -> int:
+    """A score is kept iff (randint >> 1) >= floor(p * 2^31): keep rate 1 - p within 2^-31."""
+    return min(int(p * 2.0 ** 31), 2 ** 31 - 1)
+
+
+def dropout_keep(seed: torch.Tensor, counters: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep mask (True = kept) of the scores with these Philox counters."""
+    return (philox_randint(seed, counters) >> 1) >= dropout_threshold(p)
+
+
+def dropout_counters(batch: int, heads: int, rows, cols, rng_rows: int, rng_cols: int,
+                     row0: int = 0, offset: int = 0, device=None) -> torch.Tensor:
+    """Counters ((b * heads + h) * rng_rows + row0 + i) * rng_cols + j + offset,
+    shape (batch, heads, len(rows), len(cols)) for index ranges rows, cols
+    (the rule of kernels/score.py)."""
+    b = torch.arange(batch, device=device, dtype=torch.int64)[:, None, None, None]
+    h = torch.arange(heads, device=device, dtype=torch.int64)[None, :, None, None]
+    i = torch.as_tensor(rows, device=device, dtype=torch.int64)[None, None, :, None]
+    j = torch.as_tensor(cols, device=device, dtype=torch.int64)[None, None, None, :]
+    return offset + ((b * heads + h) * rng_rows + row0 + i) * rng_cols + j
+
+
+def dropout_keep_mask(seed: torch.Tensor, p: float, batch: int, heads: int, n_q: int,
+                      n_k: int) -> torch.Tensor:
+    """The keep mask (batch, heads, n_q, n_k) that a dense call (flash_attn_func
+    or the SDPA entry) with dropout_p = p used, given its seed."""
+    c = dropout_counters(batch, heads, range(n_q), range(n_k), n_q, n_k, device=seed.device)
+    return dropout_keep(seed, c, p)
+
+
+def varlen_dropout_keep_mask(seed: torch.Tensor, p: float, heads: int, cu_seqlens_q,
+                             cu_seqlens_k, max_seqlen_k: int):
+    """Per sequence b of a packed call, the keep mask (heads, n_q_b, n_k_b)."""
+    cq, ck = torch.as_tensor(cu_seqlens_q).tolist(), torch.as_tensor(cu_seqlens_k).tolist()
+    total_q = cq[-1]
+    masks = []
+    for b in range(len(cq) - 1):
+        c = dropout_counters(1, heads, range(cq[b + 1] - cq[b]), range(ck[b + 1] - ck[b]), total_q,
+                             max_seqlen_k, row0=cq[b], device=seed.device)
+        masks.append(dropout_keep(seed, c, p)[0])
+    return masks
+
+
+# ---------------------------------------------------------------------------
+# Dense reference
+# ---------------------------------------------------------------------------
+
+def alibi_bias(slopes: torch.Tensor, batch: int, n_q: int, n_k: int, shift: int) -> torch.Tensor:
+    """-slope * |i + shift - j| as (B or 1, H, n_q, n_k); slopes (H,) or (B, H)."""
+    i = torch.arange(n_q, device=slopes.device)[:, None]
+    j = torch.arange(n_k, device=slopes.device)[None, :]
+    dist = (i + shift - j).abs().to(slopes.dtype)
+    s = slopes if slopes.dim() == 2 else slopes[None]
+    return -s[:, :, None, None] * dist
+
+
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   softmax_scale: Optional[float] = None,
                   causal_shift: Optional[int] = None, *, window=(-1, -1),
-                  shift: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                  shift: Optional[int] = None, softcap: float = 0.0,
+                  alibi_slopes: Optional[torch.Tensor] = None,
+                  attn_mask: Optional[torch.Tensor] = None,
+                  sinks: Optional[torch.Tensor] = None,
+                  dropout_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                  return_probs: bool = False):
     """Dense attention in the dtype of the inputs.
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv), Hq % Hkv == 0.
     causal_shift=X is the causal mask j <= i + X.  window=(left, right) with
     shift (default Nk - Nq) is the general band; both may be combined.
+    Variants, in the kernels' order (kernels/score.py):
+        softcap > 0: s = softcap * tanh(s / softcap);
+        alibi_slopes (Hq,) or (B, Hq): s -= slope * |i + shift - j|;
+        attn_mask broadcastable to (B, Hq, Nq, Nk): bool (True = attend) or
+            float (added to s);
+        sinks (Hq,): one extra logit per head in the softmax denominator;
+        dropout_mask (broadcastable to (B, Hq, Nq, Nk), True = kept) with
+            dropout_p: P * mask / (1 - p) multiplies V (the LSE is unchanged).
     Returns ``(out, lse)``: out (B, Hq, Nq, dv), lse (B, Hq, Nq) natural-log
-    log-sum-exp of the scaled, masked scores.  Rows that see no key give
-    out = 0 and lse = -inf.
+    log-sum-exp of the modified, masked scores (and the sink).  Rows that see
+    no key (and have no sink) give out = 0 and lse = -inf.  With
+    return_probs, the probabilities P (B, Hq, Nq, Nk) (before dropout) come
+    third.  Every tensor argument is differentiable.
     """
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     n_q, n_k = q.shape[2], k.shape[2]
+    band_shift = n_k - n_q if shift is None else shift
     k = _expand_kv(k, q.shape[1])
     v = _expand_kv(v, q.shape[1])
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_bias(alibi_slopes.to(s.dtype), q.shape[0], n_q, n_k, band_shift)
     keep = None
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            keep = attn_mask.expand(s.shape)
+        else:
+            s = s + attn_mask.to(s.dtype)
     if causal_shift is not None:
-        keep = causal_mask(n_q, n_k, causal_shift, device=q.device)
+        c = causal_mask(n_q, n_k, causal_shift, device=q.device)
+        keep = c if keep is None else keep & c
     if tuple(window) != (-1, -1):
-        band = visible_mask(n_q, n_k, n_k - n_q if shift is None else shift, window, q.device)
+        band = visible_mask(n_q, n_k, band_shift, window, q.device)
         keep = band if keep is None else keep & band
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
+    if sinks is not None:
+        sink = sinks.to(s.dtype)[None, :, None, None].expand(s.shape[0], -1, n_q, 1)
+        lse = torch.logsumexp(torch.cat([s, sink], -1), dim=-1)
+    else:
+        lse = torch.logsumexp(s, dim=-1)
     # exp(s - lse) is NaN on rows where lse == -inf; those rows see no key.
     lse_safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
     p = torch.exp(s - lse_safe[..., None])
-    out = torch.matmul(p.to(v.dtype), v)
+    p_used = p
+    if dropout_mask is not None:
+        p_used = p * dropout_mask.to(p.dtype) / (1.0 - dropout_p)
+    out = torch.matmul(p_used.to(v.dtype), v)
+    if return_probs:
+        return out, lse, p
     return out, lse
 
 
 def flash_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                         softmax_scale: Optional[float] = None,
-                        dtype: Optional[torch.dtype] = torch.float64, window_size=(-1, -1)):
+                        dtype: Optional[torch.dtype] = torch.float64, window_size=(-1, -1),
+                        **variants):
     """:func:`attention_ref` in flash-attn's layout and semantics, computed in ``dtype``.
 
     q: (B, Nq, Hq, d); k: (B, Nk, Hkv, d); v: (B, Nk, Hkv, dv); causal and the
-    window aligned bottom-right.  Returns (out (B, Nq, Hq, dv), lse (B, Hq, Nq)),
-    both differentiable."""
+    window aligned bottom-right.  ``variants``: the keyword arguments of
+    attention_ref (softcap, alibi_slopes, attn_mask, sinks, dropout_mask,
+    dropout_p); tensors among them are cast to ``dtype`` too (bool masks
+    stay bool).  Returns (out (B, Nq, Hq, dv), lse (B, Hq, Nq)), both differentiable."""
     qh, kh, vh = (t.to(dtype or t.dtype).transpose(1, 2) for t in (q, k, v))
-    out, lse = attention_ref(qh, kh, vh, softmax_scale, k.shape[1] - q.shape[1] if causal else None,
-                             window=window_size)
-    return out.transpose(1, 2), lse
+    for name in ("alibi_slopes", "sinks", "attn_mask"):
+        t = variants.get(name)
+        if t is not None and t.is_floating_point():
+            variants[name] = t.to(dtype or t.dtype)
+    res = attention_ref(qh, kh, vh, softmax_scale, k.shape[1] - q.shape[1] if causal else None,
+                        window=window_size, **variants)
+    return (res[0].transpose(1, 2),) + tuple(res[1:])
 
 
 # ---------------------------------------------------------------------------
@@ -118,10 +265,29 @@ def flash_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 _CPU_BLOCK = 128
 
 
+@dataclass(frozen=True)
+class BlockMods:
+    """The variants of a blockwise call (the CPU counterpart of kernels.score.KernelMods).
+
+    alibi: (B, Hq) slopes.  sinks: (Hq,).  bias: 4-D broadcastable to
+    (B, Hq, Nq, Nk), bool (True = attend) or float.  dropout: p and the (1,)
+    int64 seed; the Philox counters follow dropout_counters with rng_rows /
+    rng_cols (0: Nq / Nk of the call) and the first row rng_row0."""
+    softcap: float = 0.0
+    alibi: Optional[torch.Tensor] = None
+    sinks: Optional[torch.Tensor] = None
+    bias: Optional[torch.Tensor] = None
+    dropout_p: float = 0.0
+    seed: Optional[torch.Tensor] = None
+    rng_rows: int = 0
+    rng_cols: int = 0
+    rng_row0: int = 0
+
+
 def _grouped(x: torch.Tensor, n_kv: int) -> torch.Tensor:
-    """(B, Hq, N, d) -> (B, Hkv, G, N, d) view: group g of KV head h is query head h*G+g."""
-    b, hq, n, d = x.shape
-    return x.reshape(b, n_kv, hq // n_kv, n, d)
+    """(B, Hq, N, ...) -> (B, Hkv, G, N, ...): group g of KV head h is query head h*G+g."""
+    b, hq = x.shape[:2]
+    return x.reshape(b, n_kv, hq // n_kv, *x.shape[2:])
 
 
 def _key_range(q0: int, q1: int, n_k: int, shift: int, window) -> Tuple[int, int]:
@@ -132,19 +298,74 @@ def _key_range(q0: int, q1: int, n_k: int, shift: int, window) -> Tuple[int, int
     return lo, hi
 
 
-def _scaled_q(q_block: torch.Tensor, softmax_scale: float) -> torch.Tensor:
-    """Query rows pre-multiplied by scale * log2(e): scores come out in base 2.
+def _scaled_q(q_block: torch.Tensor, softmax_scale: float, softcap: float = 0.0) -> torch.Tensor:
+    """Query rows pre-multiplied by scale * log2(e): scores come out in base 2
+    (by scale / softcap with a softcap: the argument of its tanh).
     Forward and backward both form scores as _scaled_q(q) @ k^T, so the
     backward's exponent is bit-identical to the forward's."""
+    if softcap > 0:
+        return q_block * (softmax_scale / softcap)
     return q_block * (softmax_scale * LOG2E)
 
 
+class _TileScores:
+    """Base-2 scores of (query rows x key cols) tiles with every variant,
+    in the order of kernels/score.py; shared by the blockwise forward and backward."""
+
+    def __init__(self, mods: BlockMods, b: int, hq: int, n_kv: int, n_q: int, n_k: int,
+                 shift: int, window, acc_dtype, device):
+        self.mods, self.shift, self.window = mods, shift, window
+        self.b, self.hq, self.n_kv = b, hq, n_kv
+        self.masked = tuple(window) != (-1, -1)
+        self.alibi2 = None
+        if mods.alibi is not None:
+            self.alibi2 = _grouped(mods.alibi.to(acc_dtype).expand(b, hq) * LOG2E, n_kv)[..., None, None]
+        self.bias = None if mods.bias is None else mods.bias.expand(b, hq, n_q, n_k)
+        self.rng_rows = mods.rng_rows or n_q
+        self.rng_cols = mods.rng_cols or n_k
+        self.device = device
+
+    def __call__(self, qb2, kb, q0, q1, k0, k1):
+        """(s2, t) of rows [q0, q1) x keys [k0, k1); t is the softcap's tanh (else None)."""
+        m = self.mods
+        s = torch.matmul(qb2, kb.transpose(-1, -2))
+        t = None
+        if m.softcap > 0:
+            t = torch.tanh(s)
+            s = t * (m.softcap * LOG2E)
+        if self.alibi2 is not None:
+            i = torch.arange(q0, q1, device=self.device)[:, None]
+            j = torch.arange(k0, k1, device=self.device)[None, :]
+            s = s - self.alibi2 * (i + self.shift - j).abs().to(s.dtype)
+        if self.bias is not None:
+            tile = _grouped(self.bias[:, :, q0:q1, k0:k1], self.n_kv)
+            if tile.dtype == torch.bool:
+                s = s.masked_fill(~tile, float("-inf"))
+            else:
+                tile = tile.to(s.dtype)
+                # kernels/score.py: finite biases stay finite in base 2, -inf masks
+                b2 = torch.clamp_min(tile * LOG2E, -1.0e38)
+                s = s + torch.where(torch.isneginf(tile), tile, b2)
+        if self.masked:
+            keep = visible_mask(q1 - q0, k1 - k0, self.shift, self.window, self.device, q0, k0)
+            s = s.masked_fill(~keep, float("-inf"))
+        return s, t
+
+    def keep(self, q0, q1, k0, k1):
+        """Dropout keep mask of the tile, grouped (B, Hkv, G, rows, cols)."""
+        m = self.mods
+        c = dropout_counters(self.b, self.hq, range(q0, q1), range(k0, k1), self.rng_rows,
+                             self.rng_cols, m.rng_row0, device=self.device)
+        return _grouped(dropout_keep(m.seed.to(self.device), c, m.dropout_p), self.n_kv)
+
+
 def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-1, -1),
-                            block: int = _CPU_BLOCK):
+                            block: int = _CPU_BLOCK, mods: Optional[BlockMods] = None):
     """Online-softmax forward in base 2.  q (B, Hq, Nq, d), k (B, Hkv, Nk, d), v (B, Hkv, Nk, dv).
 
     Returns out (B, Hq, Nq, dv) in q's dtype and lse2 (B, Hq, Nq) float32 in
     base 2 (lse2 = lse * log2(e)).  Accumulates in float32 (float64 for float64 inputs)."""
+    mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
     n_kv, n_k, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -153,20 +374,23 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
     out = torch.empty(b, hq, n_q, dv, dtype=q.dtype, device=q.device)
     lse = torch.empty(b, hq, n_q, dtype=torch.float32, device=q.device)
     out_g, lse_g = _grouped(out, n_kv), lse.view(b, n_kv, hq // n_kv, n_q)
-    masked = tuple(window) != (-1, -1)
+    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device)
+    dropout = mods.dropout_p > 0
     for q0 in range(0, n_q, block):
         q1 = min(n_q, q0 + block)
-        qb = _scaled_q(qg[:, :, :, q0:q1], softmax_scale)
-        m = torch.full(qb.shape[:-1], float("-inf"), dtype=acc_dtype, device=q.device)
-        l = torch.zeros_like(m)
+        qb = _scaled_q(qg[:, :, :, q0:q1], softmax_scale, mods.softcap)
+        if mods.sinks is not None:  # the sink's logit starts the running softmax
+            m = (_grouped(mods.sinks.to(acc_dtype)[None, :, None] * LOG2E, n_kv)
+                 .expand(*qb.shape[:-1]).clone())
+            l = torch.ones_like(m)
+        else:
+            m = torch.full(qb.shape[:-1], float("-inf"), dtype=acc_dtype, device=q.device)
+            l = torch.zeros_like(m)
         acc = torch.zeros(*qb.shape[:-1], dv, dtype=acc_dtype, device=q.device)
         lo, hi = _key_range(q0, q1, n_k, shift, window)
         for k0 in range((lo // block) * block, hi, block):
             k1 = min(n_k, k0 + block)
-            s = torch.matmul(qb, kf[..., k0:k1, :].transpose(-1, -2))
-            if masked:
-                keep = visible_mask(q1 - q0, k1 - k0, shift, window, q.device, q0, k0)
-                s = s.masked_fill(~keep, float("-inf"))
+            s, _ = scores(qb, kf[..., k0:k1, :], q0, q1, k0, k1)
             m_new = torch.maximum(m, s.amax(-1))
             # Rows with no visible key so far keep m = -inf; use 0 so that
             # exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
@@ -174,33 +398,44 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
             p = torch.exp2(s - m_use[..., None])
             alpha = torch.exp2(m - m_use)
             l = l * alpha + p.sum(-1)
+            if dropout:
+                p = p * scores.keep(q0, q1, k0, k1)
             acc = acc * alpha[..., None] + torch.matmul(p.to(v.dtype).to(acc_dtype), vf[..., k0:k1, :])
             m = m_new
         empty = l == 0
         l_safe = torch.where(empty, torch.ones_like(l), l)
-        out_g[:, :, :, q0:q1] = (acc / l_safe[..., None]).to(q.dtype)
+        o = acc / l_safe[..., None]
+        if dropout:
+            o = o / (1.0 - mods.dropout_p)
+        out_g[:, :, :, q0:q1] = o.to(q.dtype)
         lse_g[:, :, :, q0:q1] = torch.where(empty, torch.full_like(m, float("-inf")),
                                             m + torch.log2(l_safe)).float()
     return out, lse
 
 
 def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift: int,
-                            window=(-1, -1), dlse2=None, block: int = _CPU_BLOCK):
-    """Recomputing backward.  Returns dq, dk, dv in the input dtypes.
+                            window=(-1, -1), dlse2=None, block: int = _CPU_BLOCK,
+                            mods: Optional[BlockMods] = None, want_dbias: bool = False):
+    """Recomputing backward.  Returns (dq, dk, dv, delta, dbias): the gradients
+    in the input dtypes, delta (B, Hq, Nq) and, with want_dbias, dS
+    (B, Hq, Nq, Nk) float32 (the gradient of an additive bias before any
+    reduction; else None).
 
     lse2 is the forward's base-2 LSE.  dS = P * (dP - delta) with
     delta = rowsum(dO * O) - dlse2 * log2(e): the optional gradient of lse2
-    enters only through delta, because d lse2_i / d s_ij = P_ij * log2(e)."""
+    enters only through delta, because d lse2_i / d s_ij = P_ij * log2(e).
+    Variants as in kernels/bwd.py."""
+    mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
     n_kv, n_k = k.shape[1], k.shape[2]
     group = hq // n_kv
     qg = _grouped(q, n_kv).to(acc_dtype)
     dog = _grouped(do, n_kv).to(acc_dtype)
-    delta = (do.to(acc_dtype) * out.to(acc_dtype)).sum(-1)
+    delta_flat = (do.to(acc_dtype) * out.to(acc_dtype)).sum(-1)
     if dlse2 is not None:
-        delta = delta - dlse2.to(acc_dtype) * LOG2E
-    delta = delta.view(b, n_kv, group, n_q)
+        delta_flat = delta_flat - dlse2.to(acc_dtype) * LOG2E
+    delta = delta_flat.view(b, n_kv, group, n_q)
     # Rows with lse2 = -inf saw no key: +inf makes exp2(s - lse2) = 0 for them.
     lse_g = lse2.to(acc_dtype).reshape(b, n_kv, group, n_q)
     lse_g = torch.where(torch.isinf(lse_g), torch.full_like(lse_g, float("inf")), lse_g)
@@ -208,23 +443,33 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
     dq = torch.zeros_like(qg)
     dk = torch.zeros(b, n_kv, n_k, d, dtype=acc_dtype, device=q.device)
     dv = torch.zeros(b, n_kv, n_k, v.shape[3], dtype=acc_dtype, device=q.device)
-    masked = tuple(window) != (-1, -1)
+    dbias = torch.zeros(b, hq, n_q, n_k, dtype=torch.float32, device=q.device) if want_dbias else None
+    dbias_g = None if dbias is None else _grouped(dbias, n_kv)
+    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device)
+    dropout = mods.dropout_p > 0
     for q0 in range(0, n_q, block):
         q1 = min(n_q, q0 + block)
         qb, dob = qg[:, :, :, q0:q1], dog[:, :, :, q0:q1]
-        qb2 = _scaled_q(qb, softmax_scale)
+        qb2 = _scaled_q(qb, softmax_scale, mods.softcap)
         lo, hi = _key_range(q0, q1, n_k, shift, window)
         for k0 in range((lo // block) * block, hi, block):
             k1 = min(n_k, k0 + block)
             kb, vb = kf[..., k0:k1, :], vf[..., k0:k1, :]
-            s = torch.matmul(qb2, kb.transpose(-1, -2))
-            if masked:
-                keep = visible_mask(q1 - q0, k1 - k0, shift, window, q.device, q0, k0)
-                s = s.masked_fill(~keep, float("-inf"))
+            s, t = scores(qb2, kb, q0, q1, k0, k1)
             p = torch.exp2(s - lse_g[:, :, :, q0:q1, None])
-            dv[:, :, k0:k1] += torch.matmul(p.to(v.dtype).to(acc_dtype).transpose(-1, -2), dob).sum(2)
             dp = torch.matmul(dob, vb.transpose(-1, -2))
+            pd = p
+            if dropout:
+                keep = scores.keep(q0, q1, k0, k1)
+                pd = p * keep / (1.0 - mods.dropout_p)
+                dp = dp * keep / (1.0 - mods.dropout_p)
+            dv[:, :, k0:k1] += torch.matmul(pd.to(v.dtype).to(acc_dtype).transpose(-1, -2), dob).sum(2)
             ds = p * (dp - delta[:, :, :, q0:q1, None])
+            if dbias_g is not None:
+                dbias_g[:, :, :, q0:q1, k0:k1] = ds.float()
+            if t is not None:
+                ds = ds * (1.0 - t * t)
             dq[:, :, :, q0:q1] += torch.matmul(ds, kb) * softmax_scale
             dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qb).sum(2) * softmax_scale
-    return (dq.reshape(b, hq, n_q, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype))
+    return (dq.reshape(b, hq, n_q, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
+            delta_flat.float(), dbias)

@@ -15,11 +15,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from .reference import attention_ref, flash_attention_ref
+from ._params import draw_dropout_seed
+from .reference import (attention_ref, dropout_keep_mask, flash_attention_ref,
+                        varlen_dropout_keep_mask)
 
 __all__ = ["DTYPES", "rand", "make_qkv", "leaf", "tolerance", "max_abs_err", "assert_close",
            "assert_rel", "flash_attention_ref", "varlen_attention_ref", "attention_ref",
-           "random_cu_seqlens"]
+           "random_cu_seqlens", "dropout_mask", "varlen_dropout_masks", "alibi_slopes"]
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -50,13 +52,40 @@ def random_cu_seqlens(lengths: Sequence[int], device) -> torch.Tensor:
     return torch.tensor(offs, dtype=torch.int32, device=device)
 
 
+def alibi_slopes(heads: int, device=None) -> torch.Tensor:
+    """The ALiBi paper's slopes 2^(-8 h / heads), h = 1..heads, float32 (heads,)."""
+    h = torch.arange(1, heads + 1, dtype=torch.float32, device=device)
+    return torch.exp2(-8.0 * h / heads)
+
+
+def dropout_mask(torch_seed: int, p: float, batch: int, heads: int, n_q: int, n_k: int,
+                 device) -> torch.Tensor:
+    """The dropout keep mask (batch, heads, n_q, n_k) of a dense call made right
+    after ``torch.manual_seed(torch_seed)`` (testing hook: the call draws its
+    Philox seed from torch's generator first, _params.draw_dropout_seed)."""
+    torch.manual_seed(torch_seed)
+    seed = draw_dropout_seed(torch.device(device))
+    return dropout_keep_mask(seed, p, batch, heads, n_q, n_k)
+
+
+def varlen_dropout_masks(torch_seed: int, p: float, heads: int, cu_seqlens_q, cu_seqlens_k,
+                         max_seqlen_k: int, device):
+    """As dropout_mask for a packed call: one (heads, n_q_b, n_k_b) mask per sequence."""
+    torch.manual_seed(torch_seed)
+    seed = draw_dropout_seed(torch.device(device))
+    return varlen_dropout_keep_mask(seed, p, heads, cu_seqlens_q, cu_seqlens_k, max_seqlen_k)
+
+
 def varlen_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool,
                          softmax_scale: Optional[float] = None, dtype=torch.float64,
-                         window_size=(-1, -1)):
+                         window_size=(-1, -1), alibi_slopes=None, dropout_masks=None, **variants):
     """Packed attention as one dense call per sequence, in ``dtype``.
 
-    q (total_q, Hq, d), k / v (total_k, Hkv, d). Returns (out (total_q, Hq, dv),
-    lse (Hq, total_q)), differentiable."""
+    q (total_q, Hq, d), k / v (total_k, Hkv, d). alibi_slopes: (Hq,) or
+    (B, Hq); dropout_masks: one (Hq, n_q_b, n_k_b) keep mask per sequence
+    (with dropout_p in ``variants``); other ``variants`` (softcap, sinks) as in
+    flash_attention_ref.  Returns (out (total_q, Hq, dv), lse (Hq, total_q)),
+    differentiable."""
     outs, lses = [], []
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     for b in range(len(cq) - 1):
@@ -65,11 +94,19 @@ def varlen_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool,
             continue
         if ks.shape[0] == 0:
             outs.append(qs.new_zeros(qs.shape[:-1] + (v.shape[-1],)).to(dtype or q.dtype))
-            lses.append(torch.full((q.shape[1], qs.shape[0]), float("-inf"), dtype=dtype or q.dtype,
-                                   device=q.device))
+            lse = torch.full((q.shape[1], qs.shape[0]), float("-inf"), dtype=dtype or q.dtype,
+                             device=q.device)
+            if variants.get("sinks") is not None:
+                lse = variants["sinks"].to(lse.dtype)[:, None].expand_as(lse)
+            lses.append(lse)
             continue
+        kw = dict(variants)
+        if alibi_slopes is not None:
+            kw["alibi_slopes"] = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+        if dropout_masks is not None:
+            kw["dropout_mask"] = dropout_masks[b][None]
         o, l = flash_attention_ref(qs[None], ks[None], vs[None], causal, softmax_scale, dtype,
-                                   window_size)
+                                   window_size, **kw)
         outs.append(o[0])
         lses.append(l[0])
     if not outs:

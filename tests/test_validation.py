@@ -79,8 +79,8 @@ def test_batch_mismatch(device):
 
 
 def test_unsupported_head_dim(device):
-    q, k, v = qkv(device, d=264)
-    with pytest.raises(NotImplementedError, match=r"head dim 264 .*supported: 1..256"):
+    q, k, v = qkv(device, d=520)
+    with pytest.raises(NotImplementedError, match=r"head dim 520 .*supported: 1..512"):
         flash_attn_func(q, k, v)
 
 
@@ -91,23 +91,66 @@ def test_last_dim_stride(device):
         flash_attn_func(q_t, k, v)
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(dropout_p=0.1), "dropout_p=0.1"),
-    (dict(softcap=30.0), "softcap=30.0"),
-    (dict(alibi_slopes=torch.ones(2)), "alibi_slopes"),
+def test_no_variant_is_unimplemented(device):
+    """Every variant of flash-attn's signature runs (none raises NotImplementedError)."""
+    q, k, v = qkv(device, h_q=2, h_kv=1)
+    flash_attn_func(q, k, v, dropout_p=0.1, softcap=30.0, alibi_slopes=torch.ones(2, device=device),
+                    window_size=(3, 1), sinks=torch.zeros(2, device=device))
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+    scaled_dot_product_attention(qs, ks, vs, attn_mask=torch.ones(8, 8, dtype=torch.bool, device=device),
+                                 dropout_p=0.5, enable_gqa=True)
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    (dict(softcap=-1.0), ValueError, r"softcap must be finite and >= 0 \(0 = off\), got -1.0"),
+    (dict(softcap=float("inf")), ValueError, r"softcap must be finite"),
+    (dict(softcap="30"), TypeError, r"softcap must be a Python float, got str"),
+    (dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
+    (dict(dropout_p=-0.1), ValueError, r"dropout_p must be in \[0, 1\), got -0.1"),
+    (dict(dropout_p=torch.tensor(0.1)), TypeError, r"dropout_p must be a Python float, got Tensor"),
+    (dict(alibi_slopes=torch.ones(3)), ValueError,
+     r"alibi_slopes must have shape \(2,\) or \(1, 2\) \(nheads,\) / \(batch, nheads\), got \(3,\)"),
+    (dict(alibi_slopes=torch.ones(2, dtype=torch.float16)), TypeError,
+     r"alibi_slopes must be float32, got torch.float16"),
+    (dict(alibi_slopes=[1.0, 1.0]), TypeError, r"alibi_slopes must be a torch.Tensor, got list"),
+    (dict(sinks=torch.ones(1, 2)), ValueError, r"sinks must have shape \(nheads,\) = \(2,\), got \(1, 2\)"),
+    (dict(sinks=torch.ones(2, dtype=torch.int32)), TypeError,
+     r"sinks must be a floating-point tensor, got torch.int32"),
 ])
-def test_unimplemented_features(device, kwargs, name):
+def test_bad_variant_arguments(device, kwargs, exc, msg):
     q, k, v = qkv(device)
-    with pytest.raises(NotImplementedError, match=name + r".* not supported yet"):
+    kwargs = {n: t.to(device) if isinstance(t, torch.Tensor) and t.dim() else t for n, t in kwargs.items()}
+    with pytest.raises(exc, match=msg):
         flash_attn_func(q, k, v, **kwargs)
 
 
-def test_sdpa_unimplemented(device):
+def test_variant_tensors_on_wrong_device(device):
+    q, k, v = qkv(device)
+    with pytest.raises(ValueError, match=r"sinks must be on .* like q, got meta"):
+        flash_attn_func(q, k, v, sinks=torch.ones(2, device="meta"))
+
+
+@pytest.mark.parametrize("mask,kwargs,exc,msg", [
+    (lambda d: torch.ones(8, 9, dtype=torch.bool, device=d), {}, ValueError,
+     r"attn_mask of shape \(8, 9\) is not broadcastable to \(1, 2, 8, 8\)"),
+    (lambda d: torch.ones(2, 1, 2, 8, 8, dtype=torch.bool, device=d), {}, ValueError,
+     r"attn_mask of shape \(2, 1, 2, 8, 8\) is not broadcastable"),
+    (lambda d: torch.ones(8, 8, dtype=torch.int64, device=d), {}, TypeError,
+     r"attn_mask must be bool or float16/bfloat16/float32, got torch.int64"),
+    (lambda d: torch.ones(8, 8, dtype=torch.bool, device=d), dict(is_causal=True), ValueError,
+     r"attn_mask and is_causal=True cannot be combined"),
+    (lambda d: [[True]], {}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+])
+def test_sdpa_bad_mask(device, mask, kwargs, exc, msg):
     q, k, v = (t.transpose(1, 2) for t in qkv(device))
-    with pytest.raises(NotImplementedError, match=r"attn_mask"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(8, 8, dtype=torch.bool))
-    with pytest.raises(NotImplementedError, match=r"dropout_p=0.5"):
-        scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    with pytest.raises(exc, match=msg):
+        scaled_dot_product_attention(q, k, v, attn_mask=mask(device), **kwargs)
+
+
+def test_sdpa_bad_dropout(device):
+    q, k, v = (t.transpose(1, 2) for t in qkv(device))
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.5"):
+        scaled_dot_product_attention(q, k, v, dropout_p=1.5)
 
 
 def test_bad_scale(device):

@@ -4,9 +4,23 @@ With s = scale * q k^T, P = exp(s - lse), O = P V:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = scale * dS K,
     dK = scale * dS^T Q,  where delta_i = sum_d dO_id O_id  (= rowsum(P * dP)).
 The forward saved lse2 = lse * log2(e) (base 2), and the backward forms the
-exponent exactly as the forward did: P = exp2(s2 - lse2) with s2 = (q . k) * scale * log2(e).
+exponent exactly as the forward did: P = exp2(s2 - lse2) with s2 from
+kernels/score.py's score_tile.
 If the caller also differentiates lse2, d lse2_i / d s_ij = P_ij * log2(e)
 adds P * dlse2 * log2(e) to dS, i.e. delta_i becomes delta_i - dlse2_i * log2(e).
+
+Variants (compile-time switches, as in the forward):
+* softcap: s = c tanh(scale qk / c), so dS is multiplied by 1 - tanh^2
+  before it meets Q or K.
+* ALiBi and the mask / bias add constants: dS is unchanged; the gradient of
+  a float bias is dS itself (HAS_DBIAS: the dQ kernel writes it, the op layer
+  sums it over the dims where the bias broadcasts).
+* dropout with keep mask Z and Pd = P * Z / (1 - p): dV = Pd^T dO and
+  dP = Z * (dO V^T) / (1 - p); delta = rowsum(dO * O) still equals
+  rowsum(P * dP).  Z is regenerated from the same Philox counters.
+* sinks: P (and so dQ, dK, dV) comes from the LSE, which includes the sink;
+  d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed by the op layer
+  from the delta this module returns.
 
 Three launches, no atomics (so the result is deterministic):
   1. _bwd_preprocess: delta per query row.
@@ -22,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
-from .score import mask_scores
+from .score import KernelMods, dropout_keep, score_tile
 from .tiles import (kv_tile_range, load_tile, mma, q_tile_range, seq_bounds, store_tile,
                     tile_ptrs)
 
@@ -82,12 +96,34 @@ def _load_row_stats(LSE, DELTA, rows, n_q, CHECK_ROWS: tl.constexpr):
 
 
 @triton.jit
+def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, stride_bz, stride_bh,
+               H_Q, RNG_ROWS, N_K, philox_offset,
+               IS_VARLEN: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+    """Per-(batch entry, query head) variant state: (alibi slope * log2(e),
+    bias pointer, Philox seed, counter of (row 0, col 0)) as in the forward."""
+    alibi2 = 0.0
+    if HAS_ALIBI:
+        alibi2 = tl.load(ALIBI + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
+    seed = 0
+    rng_base = philox_offset
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+        rng_bh = off_h if IS_VARLEN else off_z * H_Q + off_h
+        rng_base = philox_offset + (rng_bh * RNG_ROWS + q_start) * N_K
+    return alibi2, BIAS + off_z * stride_bz + off_h * stride_bh, seed, rng_base
+
+
+@triton.jit
 def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_dom, stride_dok,
                  offs_n, offs_d, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
                  shift, window_left, window_right,
+                 softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                 seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                 HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m).
 
@@ -102,25 +138,37 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
         rows = start + offs_m
         q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
         lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
-        s_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET) * qk_scale
-        if MASKED:  # mask before exp2: masked scores may exceed the LSE
-            s_t = mask_scores(s_t, rows[None, :], offs_n[:, None], n_k, shift, window_left,
-                              window_right, MASK_LEFT, MASK_RIGHT)
+        qk_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET)
+        # masked before exp2: masked scores may exceed the LSE
+        s_t, t_t = score_tile(qk_t, rows[None, :], offs_n[:, None], n_q, n_k, shift, window_left,
+                              window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                              MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                              HAS_MASK, MASK_BOOL)
         p_t = tl.math.exp2(s_t - lse2[None, :])
         do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
-        dv = mma(p_t.to(do.dtype), do, dv, DOT_PRECISION, INTERPRET)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
+        if HAS_DROPOUT:
+            keep_t = dropout_keep(seed, rng_base, rows[None, :], offs_n[:, None], rng_cols,
+                                  dropout_thresh)
+            dv = mma(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do, dv,
+                     DOT_PRECISION, INTERPRET)
+            dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
+        else:
+            dv = mma(p_t.to(do.dtype), do, dv, DOT_PRECISION, INTERPRET)
         ds_t = p_t * (dp_t - delta[None, :])
+        if HAS_SOFTCAP:
+            ds_t = ds_t * (1.0 - t_t * t_t)
         dk = mma(ds_t.to(q.dtype), q, dk, DOT_PRECISION, INTERPRET)
         q_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dkdv(
     # pointers
-    Q, K, V, DO, LSE, DELTA, DK, DV, CU_SEQLENS_Q, CU_SEQLENS_K,
+    Q, K, V, DO, LSE, DELTA, DK, DV, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
@@ -129,14 +177,19 @@ def _bwd_dkdv(
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
     stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
     # shapes
-    H_KV, N_Q, N_K, GROUP_SIZE,
+    H_KV, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
     IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -163,7 +216,11 @@ def _bwd_dkdv(
                   offs_n, n_k, offs_dv, HEAD_DIM_V, True, EVEN_DV)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_V_PAD], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634
+    if HAS_SOFTCAP:
+        qk_scale = sm_scale / softcap
+    else:
+        qk_scale = sm_scale * 1.4426950408889634
+    softcap2 = softcap * 1.4426950408889634
 
     lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
@@ -172,26 +229,39 @@ def _bwd_dkdv(
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
         DOh = DO + off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
         row_base = off_z * stride_lz + off_h * stride_lh + q_start
+        alibi2, BIASh, seed, rng_base = _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start,
+                                                   stride_az, stride_ah, stride_bz, stride_bh,
+                                                   H_KV * GROUP_SIZE, RNG_ROWS, N_K, philox_offset,
+                                                   IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
         # Masked head (diagonal / right window edge), unmasked middle, masked
         # tail (left window edge, ragged end of Q).
         dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
                               stride_qm, stride_qk, stride_dom, stride_dok,
                               offs_n, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
+                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
         dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
                               stride_qm, stride_qk, stride_dom, stride_dok,
                               offs_n, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
+                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
         dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
                               stride_qm, stride_qk, stride_dom, stride_dok,
                               offs_n, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
+                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
 
     DK += off_z * stride_dkz + off_hkv * stride_dkh + k_start * stride_dkn
     DV += off_z * stride_dvz + off_hkv * stride_dvh + k_start * stride_dvn
@@ -203,14 +273,21 @@ def _bwd_dkdv(
 
 @triton.jit
 def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                offs_m, offs_d, offs_dv, start_n, end_n, n_k, qk_scale,
+                offs_m, offs_d, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
                 shift, window_left, window_right,
+                softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                HAS_DBIAS: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dQ of the owned rows over K/V tiles [start_n, end_n); the
-    tile split is the forward's (kv_tile_range)."""
+    tile split is the forward's (kv_tile_range).  With HAS_DBIAS, dS (the
+    gradient of the additive bias) is stored to DBIAS (row stride stride_dbm,
+    columns contiguous)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
@@ -218,23 +295,35 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
-        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
-        if MASKED:  # mask before exp2: masked scores may exceed the LSE
-            s = mask_scores(s, offs_m[:, None], cols[None, :], n_k, shift, window_left, window_right,
-                            MASK_LEFT, MASK_RIGHT)
+        qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
+        # masked before exp2: masked scores may exceed the LSE
+        s, t = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
+                          window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                          MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                          HAS_MASK, MASK_BOOL)
         p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, rng_base, offs_m[:, None], cols[None, :], rng_cols,
+                                dropout_thresh)
+            dp = tl.where(keep, dp * dropout_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if HAS_DBIAS:
+            tl.store(DBIAS + offs_m.to(tl.int64)[:, None] * stride_dbm + cols[None, :], ds,
+                     mask=(offs_m[:, None] < n_q) & (cols[None, :] < n_k))
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = mma(ds.to(k.dtype), k, dq, DOT_PRECISION, INTERPRET)
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
     return dq
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dq(
     # pointers
-    Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
+    Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED, DBIAS,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
@@ -242,14 +331,21 @@ def _bwd_dq(
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
     stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
+    stride_dbz, stride_dbh, stride_dbm,
     # shapes
-    H_Q, N_Q, N_K, GROUP_SIZE,
+    H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
     IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HAS_DBIAS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -275,6 +371,7 @@ def _bwd_dq(
     DQ += off_z * stride_dqz + off_h * stride_dqh + q_start * stride_dqm
     K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    DBIAS += off_z * stride_dbz + off_h * stride_dbh
     row_base = off_z * stride_lz + off_h * stride_lh + q_start
     q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
                   offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
@@ -282,26 +379,43 @@ def _bwd_dq(
                    offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)
     lse2, delta = _load_row_stats(LSE + row_base, DELTA + row_base, offs_m, n_q, True)
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634
+    if HAS_SOFTCAP:
+        qk_scale = sm_scale / softcap
+    else:
+        qk_scale = sm_scale * 1.4426950408889634
+    softcap2 = softcap * 1.4426950408889634
+    alibi2, BIAS, seed, rng_base = _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start,
+                                              stride_az, stride_ah, stride_bz, stride_bh,
+                                              H_Q, RNG_ROWS, N_K, philox_offset,
+                                              IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
 
     lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
                                              BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
     if MASK_LEFT:
         dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                         offs_m, offs_d, offs_dv, lo, full_lo, n_k, qk_scale,
+                         offs_m, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                          shift, window_left, window_right,
+                         softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                         seed, rng_base, N_K, dropout_thresh, dropout_scale,
                          HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                         EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                         EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                         HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
     dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                     offs_m, offs_d, offs_dv, full_lo, full_hi, n_k, qk_scale,
+                     offs_m, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                      shift, window_left, window_right,
+                     softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
                      HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
-                     EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
     dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                     offs_m, offs_d, offs_dv, full_hi, hi, n_k, qk_scale,
+                     offs_m, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                      shift, window_left, window_right,
+                     softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
                      HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                     EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
 
     store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d),
                (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, EVEN_D)
@@ -321,15 +435,21 @@ def _flat_strides(tensors, varlen: bool):
 
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
-                       dlse=None, cu_seqlens=None, max_seqlen=None) -> None:
+                       dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
+                       delta=None):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
     (B, Hkv, Nk, d / dv); lse (base 2) and the optional dlse: float32
-    (B, Hq, Nq) with the same strides and last stride 1.  Packed batches and
-    causal_offset, window: as in kernels.fwd.attention_forward.  dq, dk, dv are
-    written in place.
+    (B, Hq, Nq) with the same strides and last stride 1.  Packed batches,
+    causal_offset, window and mods: as in kernels.fwd.attention_forward.
+    dbias: None, or a float32 (B, Hq, Nq, Nk) buffer with contiguous columns
+    that receives dS (the gradient of an additive bias, before any reduction).
+    dq, dk, dv (and dbias) are written in place.  Returns delta (B, Hq, Nq)
+    float32 = rowsum(dO * O) - dlse (natural units), for the gradient of
+    sinks; pass ``delta`` (laid out like lse) to have it written there.
     """
+    mods = mods or KernelMods()
     h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     varlen = cu_seqlens is not None
@@ -338,21 +458,26 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         batch = cu_q.shape[0] - 1
         n_q, n_k = max_seqlen
         lse_strides = (0, lse.stride(1))
+        rng_rows = q.shape[2]
     else:
         batch, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
         cu_q = cu_k = lse  # unused placeholders
         lse_strides = (lse.stride(0), lse.stride(1))
+        rng_rows = n_q
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
     key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket)
-    scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket)
+    scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
                 IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
+                **mods.switches(q, with_sinks=False),
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
+    alibi, _, bias, seed = mods.pointers(lse)
 
-    delta = torch.empty_like(lse)
+    if delta is None:
+        delta = torch.empty_like(lse)
     _bwd_preprocess[(triton.cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
         o, do, dlse if dlse is not None else delta, delta, cu_q,
         *_flat_strides((o, do), varlen), *lse_strides,
@@ -362,20 +487,23 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     )
     _launch_dkdv(
         lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), batch * h_kv), key,
-        q, k, v, do, lse, delta, dk, dv, cu_q, cu_k,
-        *_flat_strides((q, k, v, do, dk, dv), varlen), *lse_strides,
-        h_kv, n_q, n_k, h_q // h_kv,
+        q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, alibi, bias, seed,
+        *_flat_strides((q, k, v, do, dk, dv), varlen), *lse_strides, *mods.strides(),
+        h_kv, n_q, n_k, h_q // h_kv, rng_rows,
         *scalars,
         **meta,
     )
     _launch_dq(
         lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
-        q, k, v, do, lse, delta, dq, cu_q, cu_k,
-        *_flat_strides((q, k, v, do, dq), varlen), *lse_strides,
-        h_q, n_q, n_k, h_q // h_kv,
+        q, k, v, do, lse, delta, dq, cu_q, cu_k, alibi, bias, seed,
+        lse if dbias is None else dbias,
+        *_flat_strides((q, k, v, do, dq), varlen), *lse_strides, *mods.strides(),
+        *((0, 0, 0) if dbias is None else dbias.stride()[:3]),
+        h_q, n_q, n_k, h_q // h_kv, rng_rows,
         *scalars,
-        **meta,
+        **meta, HAS_DBIAS=dbias is not None,
     )
+    return delta
 
 
 __all__ = ["attention_backward"]

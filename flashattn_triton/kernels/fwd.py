@@ -10,7 +10,12 @@ written (the op layer converts it to natural log at the API boundary; the
 backward reuses lse2 as is, so it recomputes exactly the forward's exponent).
 
 Works for dense batches (B, N, H, d) and packed ones (cu_seqlens), causal or
-sliding-window masks, GQA, and value head dims that differ from the query's.
+sliding-window masks, GQA, value head dims that differ from the query's, and
+the variants of kernels/score.py as compile-time switches: softcap, ALiBi, a
+boolean or additive mask, learnable sinks (an extra logit per head in the
+denominator: the running max and sum start at (sink, 1) instead of (-inf, 0))
+and dropout (kept probabilities feed P V, the normaliser l sums all of them,
+out = acc / l / (1 - p)).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
-from .score import mask_scores
+from .score import KernelMods, dropout_keep, score_tile
 from .tiles import kv_tile_range, load_tile, mma, seq_bounds, store_tile, tile_ptrs
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
@@ -28,29 +33,35 @@ LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 
 @triton.jit
 def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                 offs_m, offs_d, offs_dv, start_n, end_n, n_k, qk_scale,
+                 offs_m, offs_d, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
                  shift, window_left, window_right,
+                 softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                 seed, rng_base, rng_cols, dropout_thresh,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                 HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Fold K/V tiles [start_n, end_n) into (acc, l_i, m_i).
 
     MASKED tiles may hold keys past n_k or keys outside the causal / window
-    band; unmasked tiles are whole and visible to every row of the tile.
-    K, V point at key row 0 of this (batch entry, KV head)."""
+    band; unmasked tiles are whole and visible to every row of the tile
+    (up to a user mask, HAS_MASK).  K, V point at key row 0 of this
+    (batch entry, KV head)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
-        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
-        if MASKED:
-            s = mask_scores(s, offs_m[:, None], cols[None, :], n_k, shift, window_left, window_right,
-                            MASK_LEFT, MASK_RIGHT)
+        qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
+        s, _ = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
+                          window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                          MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                          HAS_MASK, MASK_BOOL)
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        if MASKED:
+        if MASKED or HAS_MASK:
             # A row may have seen no key yet (m_new = -inf): subtract 0 instead,
             # so exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -59,6 +70,10 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride
         p = tl.math.exp2(s - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, rng_base, offs_m[:, None], cols[None, :], rng_cols,
+                                dropout_thresh)
+            p = tl.where(keep, p, 0.0)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)
         m_i = m_new
@@ -67,26 +82,33 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride
     return acc, l_i, m_i
 
 
-# Lengths, window and shift stay runtime values: no specialisation on 1 or on
-# divisibility, so one binary serves every length.
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right"])
+# Lengths, window, shift and the dropout counters stay runtime values: no
+# specialisation on 1 or on divisibility, so one binary serves every length.
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _attn_fwd(
     # pointers
-    Q, K, V, O, LSE, CU_SEQLENS_Q, CU_SEQLENS_K,
+    Q, K, V, O, LSE, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, SINKS, BIAS, SEED,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
     stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
     # shapes
-    H_Q, N_Q, N_K, GROUP_SIZE,
+    H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
     IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_SINKS: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
     REVERSE_M: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -114,13 +136,31 @@ def _attn_fwd(
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
     O += off_z * stride_oz + off_h * stride_oh + q_start * stride_om
     LSE += off_z * stride_lz + off_h * stride_lh + q_start
+    BIAS += off_z * stride_bz + off_h * stride_bh
 
     q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
                   offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
-    qk_scale = sm_scale * 1.4426950408889634  # scale * log2(e): scores in base 2
+    if HAS_SOFTCAP:  # tanh takes natural-unit scores over the cap
+        qk_scale = sm_scale / softcap
+    else:
+        qk_scale = sm_scale * 1.4426950408889634  # scale * log2(e): scores in base 2
+    softcap2 = softcap * 1.4426950408889634
+    alibi2 = 0.0
+    if HAS_ALIBI:
+        alibi2 = tl.load(ALIBI + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
+    seed = 0
+    rng_base = philox_offset
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+        rng_bh = off_h if IS_VARLEN else off_z * H_Q + off_h
+        rng_base = philox_offset + (rng_bh * RNG_ROWS + q_start) * N_K
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:  # the sink's logit is the first term of the running softmax
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.load(SINKS + off_h).to(tl.float32) * 1.4426950408889634
+        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_V_PAD], dtype=tl.float32)
 
     lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
@@ -129,25 +169,37 @@ def _attn_fwd(
     # right window edge, ragged end of K).
     if MASK_LEFT:
         acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                     offs_m, offs_d, offs_dv, lo, full_lo, n_k, qk_scale,
+                                     offs_m, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                                      shift, window_left, window_right,
+                                     softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                                     seed, rng_base, N_K, dropout_thresh,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                                     EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                 offs_m, offs_d, offs_dv, full_lo, full_hi, n_k, qk_scale,
+                                 offs_m, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right,
+                                 softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                                 seed, rng_base, N_K, dropout_thresh,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
-                                 EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                                 EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                 offs_m, offs_d, offs_dv, full_hi, hi, n_k, qk_scale,
+                                 offs_m, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right,
+                                 softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                                 seed, rng_base, N_K, dropout_thresh,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                                 EVEN_D, EVEN_DV, DOT_PRECISION, INTERPRET)
+                                 EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
 
-    # Rows that saw no key: l = 0 -> output 0 and LSE = -inf.
+    # Rows that saw no key (and no sink): l = 0 -> output 0 and LSE = -inf.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
+    if HAS_DROPOUT:
+        out = acc * (dropout_scale / l_safe)[:, None]
+    else:
+        out = acc / l_safe[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
     store_tile(tile_ptrs(O, start_m.to(tl.int64), stride_om, stride_ok, BLOCK_M, offs_dv),
                out.to(O.dtype.element_ty), offs_m, n_q, offs_dv, HEAD_DIM_V, EVEN_DV)
@@ -158,7 +210,7 @@ _launch_fwd = Launcher(_attn_fwd, "FWD", resident=("BLOCK_M", 1, 1))
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
-                      max_seqlen=None):
+                      max_seqlen=None, mods=None):
     """Launch the forward on (B, H, N, d)-indexed views (any strides, last one 1).
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv); o: (B, Hq, Nq, dv),
@@ -167,7 +219,9 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     int32 (B+1,) and max_seqlen = (max_q, max_k); the batch size is len(cu_q) - 1.
     causal_offset: row i sees keys j <= i + (Nk - Nq + causal_offset) + right.
     window: (left, right), each None for unbounded.
+    mods: the score modifications (kernels.score.KernelMods), None for none.
     """
+    mods = mods or KernelMods()
     h_q, d, dv = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     if cu_seqlens is None:
@@ -175,6 +229,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         cu_q = cu_k = q  # unused placeholders
         lse_strides = (lse.stride(0), lse.stride(1))
         strides = (*q.stride(), *k.stride(), *v.stride(), *o.stride())
+        rng_rows = n_q
     else:
         cu_q, cu_k = cu_seqlens
         batch = cu_q.shape[0] - 1
@@ -182,6 +237,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         lse_strides = (0, lse.stride(1))
         # Packed rows: no batch stride, row offsets come from cu_seqlens.
         strides = tuple(s for t in (q, k, v, o) for s in (0, *t.stride()[1:]))
+        rng_rows = q.shape[2]
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
 
@@ -192,17 +248,18 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     _launch_fwd(
         grid, (q.dtype, max(d_pad, dv_pad), right is not None, bucket),
         # pointers
-        q, k, v, o, lse, cu_q, cu_k,
+        q, k, v, o, lse, cu_q, cu_k, *mods.pointers(q),
         # strides
-        *strides, *lse_strides,
+        *strides, *lse_strides, *mods.strides(),
         # shapes
-        h_q, n_q, n_k, h_q // h_kv,
+        h_q, n_q, n_k, h_q // h_kv, rng_rows,
         # scalars
-        sm_scale, causal_offset, left or 0, right or 0, bucket,
+        sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars(),
         # meta-parameters
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
         HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad,
         IS_VARLEN=cu_seqlens is not None, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
+        **mods.switches(q, with_sinks=True),
         REVERSE_M=right is not None, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
     )
 

@@ -40,13 +40,15 @@ AUTOTUNE_KEYS = ["HEAD_DIM_PAD", "HEAD_DIM_V_PAD", "MASK_LEFT", "MASK_RIGHT", "I
 # preference (the H200 sweeps in benchmarks/results/h200/ ranked them).
 CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
     "FWD": [(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 4), (128, 128, 8, 3), (128, 64, 8, 4),
-            (128, 128, 4, 3), (128, 32, 8, 2), (64, 32, 4, 2), (64, 64, 4, 2), (32, 32, 4, 2)],
+            (128, 128, 4, 3), (128, 32, 8, 2), (64, 32, 4, 2), (64, 64, 4, 2), (32, 32, 4, 2),
+            (32, 16, 4, 2)],  # last: head dim 512 in float32
     # BLOCK_M: query loop, BLOCK_N: owned keys
     "BWD_DKDV": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 128, 4, 2),
-                 (64, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2), (16, 32, 4, 2)],
+                 (64, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2), (16, 32, 4, 2),
+                 (16, 32, 8, 2), (16, 16, 8, 1)],  # last two: head dim 512
     # BLOCK_M: owned queries, BLOCK_N: key loop
     "BWD_DQ": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2), (128, 32, 8, 2),
-               (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
+               (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2), (16, 16, 4, 2)],  # last: d 512, fp32
 }
 # Measured best of a head-dim class (max padded head dim -> config), used
 # when the table has no entry: tune_sweep_1.log on the H200.

@@ -1,0 +1,662 @@
+"""Attention variants, forward and gradients, against float64 references:
+softcap, ALiBi, learnable sinks, dropout (same Philox mask in the reference),
+SDPA masks and biases, value head dim != query head dim, head dims up to 512,
+sliding windows, and their combinations.
+
+Every CPU test runs twice: on the Triton kernels (interpreter, or compiled
+with FLASHATTN_TRITON_TEST_DEVICE=cuda) and on the blockwise PyTorch path.
+Tolerance (testing.py): at most 2x (outputs) / 3x (gradients) the error of
+plain PyTorch computing the same attention in the input dtype.
+"""
+
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import flashattn_triton as fat
+from flashattn_triton import ops
+from flashattn_triton._params import draw_dropout_seed
+from flashattn_triton.kernels.score import tanh
+from flashattn_triton.reference import attention_ref, philox_randint
+from flashattn_triton.testing import (alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
+                                      leaf, make_qkv, rand, random_cu_seqlens, varlen_attention_ref,
+                                      varlen_dropout_masks)
+
+PATHS = ["kernels", "blockwise"]
+
+
+@triton.jit
+def _tanh_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, tanh(tl.load(X + offs), False))
+
+
+@triton.jit
+def _randint_kernel(SEED, OFFS, OUT, N: tl.constexpr):
+    i = tl.arange(0, N)
+    r = tl.randint(tl.load(SEED), tl.load(OFFS + i))
+    tl.store(OUT + i, (r >> 1).to(tl.int32, bitcast=True))
+
+
+@pytest.fixture(params=PATHS)
+def path(request, device, monkeypatch):
+    """kernels: Triton (interpreter on CPU); blockwise: the PyTorch CPU path."""
+    if request.param == "blockwise":
+        if device.type != "cpu":
+            pytest.skip("the blockwise path serves CPU tensors")
+        import flashattn_triton._dispatch as dispatch
+        import flashattn_triton.reference as reference
+        monkeypatch.setattr(dispatch, "INTERPRET", False)
+        monkeypatch.setattr(reference, "_CPU_BLOCK", 32)  # several tiles at test sizes
+    return request.param
+
+
+def compare(ours, ref, inputs, names, dtype, with_lse=True, factor=(2.0, 3.0)):
+    """Run ours(*leaves) -> (out, lse) against ref(*leaves, dtype=...) in float64
+    (the truth) and in ``dtype`` (the baseline error), with random cotangents
+    for out and the LSE; compare out, lse and the gradient of every input."""
+    cot = {}
+
+    def run(fn, leaves):
+        out, lse = fn(*leaves)
+        if not cot:  # cotangents drawn once, after the first call (its seed is the test's)
+            cot["do"] = rand(out.shape, torch.float32, out.device).double()
+            cot["dlse"] = rand(lse.shape, torch.float32, out.device).double() if with_lse else None
+        loss = (out.double() * cot["do"]).sum()
+        if cot["dlse"] is not None:
+            loss = loss + (torch.where(torch.isinf(lse), 0.0, lse).double() * cot["dlse"]).sum()
+        return out.detach(), lse.detach(), torch.autograd.grad(loss, leaves)
+
+    got = run(ours, [leaf(t) for t in inputs])
+    truth = run(lambda *a: ref(*a, dtype=torch.float64), [leaf(t, torch.float64) for t in inputs])
+    base = run(lambda *a: ref(*a, dtype=dtype), [leaf(t) for t in inputs])
+    assert_close("out", got[0], truth[0], base[0], factor[0], dtype)
+    assert_close("lse", got[1], truth[1], base[1], factor[0], torch.float32)
+    for name, g, r, b in zip(names, got[2], truth[2], base[2]):
+        assert_close(f"d{name}", g, r, b, factor[1], dtype)
+    return got, truth
+
+
+def check_flash(q, k, v, causal=False, window=(-1, -1), scale=None, extras=None, ref_only=None,
+                dropout=None, **kw):
+    """flash_attn_func with keyword variants ``kw`` (fixed) and ``extras``
+    (differentiated, e.g. sinks), against flash_attention_ref; ``ref_only``:
+    reference-side arguments; dropout = (p, torch_seed)."""
+    extras = extras or {}
+    ref_kw = dict(ref_only or {})
+    if dropout is not None:
+        p, ts = dropout
+        kw["dropout_p"] = p
+        ref_kw.update(dropout_p=p, dropout_mask=dropout_mask(ts, p, q.shape[0], q.shape[2], q.shape[1],
+                                                             k.shape[1], q.device))
+    names = list(extras)
+
+    def ours(q_, k_, v_, *ex):
+        if dropout is not None:
+            torch.manual_seed(dropout[1])
+        return fat.flash_attn_func(q_, k_, v_, softmax_scale=scale, causal=causal, window_size=window,
+                                   return_lse=True, **kw, **dict(zip(names, ex)))
+
+    def ref(q_, k_, v_, *ex, dtype):
+        rk = dict(kw, **ref_kw)
+        return flash_attention_ref(q_, k_, v_, causal, scale, dtype, window, **rk, **dict(zip(names, ex)))
+
+    return compare(ours, ref, [q, k, v, *extras.values()], ["q", "k", "v", *names], q.dtype)
+
+
+# ---------------------------------------------------------------------------
+# softcap
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,causal,softcap,std", [
+    (torch.float16, True, 30.0, 1.0),    # Gemma 2's cap, mild scores
+    (torch.bfloat16, False, 5.0, 3.0),   # scores far beyond the cap: tanh saturates
+    (torch.float32, True, 2.0, 1.0),
+    (torch.float32, False, 50.0, 0.3),   # scores << cap: tanh's small-argument branch
+])
+def test_softcap(device, path, dtype, causal, softcap, std):
+    q, k, v = make_qkv(1, 45, 70, 4, 2, 32, dtype, device, scale=std, requires_grad=False)
+    check_flash(q, k, v, causal=causal, softcap=softcap)
+
+
+def test_softcap_tanh_accuracy(device):
+    """The kernels' float32 tanh (no tanh in Triton's interpreter): within a few ulps everywhere."""
+    x = torch.cat([torch.linspace(-12, 12, 4001), torch.linspace(-0.45, 0.45, 4001),
+                   torch.tensor([0.0, 1e-30, -1e-8, 0.39999, 0.40001, 50.0, -1e4])]).to(device)
+    x = torch.nn.functional.pad(x, (0, 8192 - x.numel()))
+    y = torch.empty_like(x)
+    _tanh_kernel[(1,)](x, y, N=8192)
+    exact = torch.tanh(x.double())
+    rel = ((y.double() - exact).abs() / exact.abs().clamp_min(1e-30)).max().item()
+    assert rel < 4 * torch.finfo(torch.float32).eps, f"tanh relative error {rel:.2e}"
+
+
+# ---------------------------------------------------------------------------
+# ALiBi
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("per_batch,causal,n_q,n_k,dtype", [
+    (False, True, 60, 60, torch.float16),
+    (True, False, 37, 90, torch.bfloat16),   # Nq < Nk: distances aligned bottom-right
+    (False, False, 90, 33, torch.float32),
+])
+def test_alibi(device, path, per_batch, causal, n_q, n_k, dtype):
+    b = 2 if per_batch else 1
+    q, k, v = make_qkv(b, n_q, n_k, 4, 2, 32, dtype, device, requires_grad=False)
+    slopes = alibi_slopes(4, device)
+    if per_batch:
+        slopes = torch.stack([slopes, slopes.flip(0) * 0.5])
+    check_flash(q, k, v, causal=causal, alibi_slopes=slopes)
+
+
+def test_alibi_varlen(device, path):
+    lens_q, lens_k = [30, 1, 45], [50, 7, 45]
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    q = rand((sum(lens_q), 4, 16), torch.float16, device)
+    k = rand((sum(lens_k), 2, 16), torch.float16, device)
+    v = rand((sum(lens_k), 2, 16), torch.float16, device)
+    slopes = torch.rand(3, 4, device=device)  # (batch, nheads)
+
+    def ours(q_, k_, v_):
+        return fat.flash_attn_varlen_func(q_, k_, v_, cu_q, cu_k, 45, 50, causal=True,
+                                          alibi_slopes=slopes, return_lse=True)
+
+    def ref(q_, k_, v_, dtype):
+        return varlen_attention_ref(q_, k_, v_, cu_q, cu_k, True, dtype=dtype,
+                                    alibi_slopes=slopes.to(dtype))
+
+    compare(ours, ref, [q, k, v], "qkv", torch.float16)
+
+
+# ---------------------------------------------------------------------------
+# Learnable sinks
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,causal,n_q,n_k,sink_scale", [
+    (torch.float32, False, 40, 60, 1.0),
+    (torch.bfloat16, True, 48, 48, 3.0),    # sinks that dominate some rows
+    (torch.float16, True, 64, 30, 1.0),     # Nq > Nk: rows with no key see only the sink
+])
+def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
+    q, k, v = make_qkv(2, n_q, n_k, 2, 1, 32, dtype, device, requires_grad=False)
+    sinks = torch.randn(2, device=device) * sink_scale
+    got, truth = check_flash(q, k, v, causal=causal, extras={"sinks": sinks})
+    if causal and n_q > n_k:
+        masked = n_q - n_k
+        assert torch.equal(got[0][:, :masked], torch.zeros_like(got[0][:, :masked])), \
+            "rows that see only the sink must output exactly 0"
+        assert_close("lse of sink-only rows", got[1][:, :, :masked],
+                     sinks[None, :, None].double().expand(2, 2, masked), atol=1e-6)
+
+
+def test_sinks_gradient_formula(device):
+    """d sink_h = -sum_i P_sink,i * delta_i (delta_i = rowsum(dO * O) - dlse_i):
+    the op's dsinks equals that expression evaluated from float64 quantities."""
+    q, k, v = make_qkv(1, 33, 41, 2, 2, 16, torch.float32, device, requires_grad=False)
+    sinks = torch.randn(2, device=device, requires_grad=True)
+    out, lse = fat.flash_attn_func(q, k, v, sinks=sinks, return_lse=True)
+    do, dlse = torch.randn_like(out), torch.randn_like(lse)
+    (ds,) = torch.autograd.grad((out * do).sum() + (lse * dlse).sum(), sinks)
+    o64, l64 = flash_attention_ref(q, k, v, False, sinks=sinks.detach())
+    delta = (do.double() * o64).sum(-1).transpose(1, 2) - dlse.double()  # (B, H, Nq)
+    p_sink = torch.exp(sinks.detach().double()[None, :, None] - l64)
+    assert_close("dsinks", ds, -(p_sink * delta).sum((0, 2)), atol=1e-5)
+
+
+def test_sinks_no_keys(device):
+    """No key at all: out = 0, lse = sink, and d sink = sum over rows of d lse."""
+    q = rand((2, 5, 3, 16), torch.float16, device)
+    k = v = rand((2, 0, 3, 16), torch.float16, device)
+    sinks = torch.randn(3, device=device, requires_grad=True)
+    out, lse = fat.flash_attn_func(q, k, v, sinks=sinks, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert_close("lse", lse, sinks.detach()[None, :, None].double().expand(2, 3, 5), atol=1e-6)
+    dlse = torch.randn_like(lse)
+    (ds,) = torch.autograd.grad((lse * dlse).sum(), sinks)
+    assert_close("dsinks", ds, dlse.double().sum((0, 2)), atol=1e-5)
+
+
+def test_sinks_varlen(device, path):
+    lens = [20, 0, 37]
+    cu = random_cu_seqlens(lens, device)
+    q = rand((sum(lens), 4, 32), torch.bfloat16, device)
+    k = rand((sum(lens), 1, 32), torch.bfloat16, device)
+    v = rand((sum(lens), 1, 32), torch.bfloat16, device)
+    sinks = torch.randn(4, device=device)
+
+    def ours(q_, k_, v_, s_):
+        return fat.flash_attn_varlen_func(q_, k_, v_, cu, cu, 37, 37, causal=True,
+                                          window_size=(9, 0), sinks=s_, return_lse=True)
+
+    def ref(q_, k_, v_, s_, dtype):
+        return varlen_attention_ref(q_, k_, v_, cu, cu, True, dtype=dtype, window_size=(9, 0), sinks=s_)
+
+    compare(ours, ref, [q, k, v, sinks], ["q", "k", "v", "sinks"], torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# Dropout
+# ---------------------------------------------------------------------------
+
+def test_philox_matches_triton(device):
+    """reference.philox_randint reproduces tl.randint bit for bit (counters
+    past 2^32 included): the blockwise path and the testing hook see the
+    kernels' dropout mask."""
+    seed = torch.tensor([0x1234_5678_9ABC_DEF], dtype=torch.int64, device=device)
+    offs = torch.cat([torch.arange(512), torch.randint(0, 2 ** 40, (512,))]).to(device)
+    out = torch.empty(1024, dtype=torch.int32, device=device)
+    _randint_kernel[(1,)](seed, offs, out, N=1024)
+    assert torch.equal(out.long(), philox_randint(seed, offs) >> 1)
+
+
+@pytest.mark.parametrize("dtype,causal,p", [
+    (torch.float16, True, 0.17),
+    (torch.float32, False, 0.5),
+])
+def test_dropout_same_mask_as_reference(device, path, dtype, causal, p):
+    """Forward and gradients equal the reference computed with the mask the
+    call used (regenerated in the backward: dq, dk, dv match too)."""
+    q, k, v = make_qkv(1, 45, 70, 4, 2, 32, dtype, device, requires_grad=False)
+    check_flash(q, k, v, causal=causal, dropout=(p, 1234))
+
+
+def test_dropout_pattern_and_keep_rate(device, path):
+    """return_attn_probs=True returns P with the dropped entries negated
+    (flash-attn's encoding); its signs are the testing hook's mask, and the
+    keep rate is 1 - p within 4 standard deviations."""
+    b, n_q, n_k, h, p = 2, 64, 96, 2, 0.3
+    q, k, v = make_qkv(b, n_q, n_k, h, h, 16, torch.float32, device, requires_grad=False)
+    torch.manual_seed(7)
+    out, lse, pattern = fat.flash_attn_func(q, k, v, dropout_p=p, return_attn_probs=True)
+    keep = dropout_mask(7, p, b, h, n_q, n_k, device)
+    assert pattern.shape == (b, h, n_q, n_k)
+    assert torch.equal(pattern < 0, ~keep), "pattern signs differ from the dropout mask"
+    ref_out, ref_lse = flash_attention_ref(q, k, v, False)
+    assert_close("|pattern| = P", pattern.abs(), torch.softmax(
+        (q.double().transpose(1, 2) @ k.double().permute(0, 2, 3, 1)) / 4.0, -1), atol=1e-6)
+    assert_close("lse (dropout leaves it unchanged)", lse, ref_lse, atol=1e-5)
+    rate, n = keep.float().mean().item(), keep.numel()
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert abs(rate - (1 - p)) < 4 * sigma, f"keep rate {rate:.4f}, expected {1 - p} +- {4 * sigma:.4f}"
+
+
+def test_dropout_unbiased(device):
+    """E[out] over seeds is the attention without dropout (kept probabilities
+    are scaled by 1 / (1 - p)): the mean of 200 draws is within 4 standard
+    errors of it, elementwise."""
+    q, k, v = make_qkv(1, 8, 16, 1, 1, 16, torch.float32, device, requires_grad=False)
+    p, draws = 0.4, 100
+    outs = torch.stack([fat.flash_attn_func(q, k, v, dropout_p=p) for _ in range(draws)]).double()
+    exact, _ = flash_attention_ref(q, k, v, False)
+    stderr = outs.std(0) / math.sqrt(draws)
+    z = ((outs.mean(0) - exact).abs() / stderr).max().item()
+    assert z < 4.5, f"mean of {draws} dropout draws is {z:.1f} standard errors from the exact output"
+
+
+def test_dropout_reproducible(device, path):
+    q, k, v = make_qkv(1, 30, 40, 2, 2, 16, torch.float16, device, requires_grad=True)
+    runs = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        out = fat.flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
+        runs.append((out,) + torch.autograd.grad(out.float().sum(), (q, k, v)))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), runs[0], runs[1]):
+        assert torch.equal(a, b), f"{name} differs for the same torch.manual_seed"
+    assert not torch.equal(runs[0][0], runs[2][0]), "another seed must give another mask"
+
+
+def test_dropout_varlen(device, path):
+    lens_q, lens_k = [25, 0, 40], [31, 12, 40]
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    q = rand((sum(lens_q), 2, 16), torch.float16, device)
+    k = rand((sum(lens_k), 2, 16), torch.float16, device)
+    v = rand((sum(lens_k), 2, 16), torch.float16, device)
+    p = 0.25
+    masks = varlen_dropout_masks(3, p, 2, cu_q, cu_k, 40, device)
+
+    def ours(q_, k_, v_):
+        torch.manual_seed(3)
+        return fat.flash_attn_varlen_func(q_, k_, v_, cu_q, cu_k, 40, 40, dropout_p=p, causal=True,
+                                          return_lse=True)
+
+    def ref(q_, k_, v_, dtype):
+        return varlen_attention_ref(q_, k_, v_, cu_q, cu_k, True, dtype=dtype, dropout_p=p,
+                                    dropout_masks=masks)
+
+    compare(ours, ref, [q, k, v], "qkv", torch.float16)
+
+
+def test_dropout_batch_chunks(device, monkeypatch):
+    """Batches launched in chunks (grid-axis cap) draw the same mask as one launch."""
+    q, k, v = make_qkv(3, 20, 24, 4, 2, 16, torch.float16, device, requires_grad=True)
+    torch.manual_seed(11)
+    whole = fat.flash_attn_func(q, k, v, dropout_p=0.3)
+    g_whole = torch.autograd.grad(whole.float().sum(), (q, k, v))
+    monkeypatch.setattr(ops, "MAX_GRID_Y", 4)  # 4 heads -> 1 batch entry per launch
+    torch.manual_seed(11)
+    chunked = fat.flash_attn_func(q, k, v, dropout_p=0.3)
+    g_chunked = torch.autograd.grad(chunked.float().sum(), (q, k, v))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), (whole,) + g_whole, (chunked,) + g_chunked):
+        assert torch.equal(a, b), f"{name}: chunked launch differs"
+
+
+def test_dropout_without_probs_returns_none(device):
+    q, k, v = make_qkv(1, 8, 8, 1, 1, 16, torch.float16, device, requires_grad=False)
+    assert fat.flash_attn_func(q, k, v, return_attn_probs=True)[2] is None
+
+
+# ---------------------------------------------------------------------------
+# SDPA masks and biases
+# ---------------------------------------------------------------------------
+
+def sdpa_compare(q, k, v, mask, dropout=None, gqa=False, mask_grad=False):
+    """Ours against torch's SDPA (float64 and in-dtype); a float mask that
+    requires grad is differentiated too."""
+    dtype = q.dtype
+    inputs = [q, k, v] + ([mask] if mask_grad else [])
+
+    def ours(*a):
+        m = a[3] if mask_grad else mask
+        if dropout is not None:
+            torch.manual_seed(dropout[1])
+        out = fat.scaled_dot_product_attention(*a[:3], attn_mask=m, enable_gqa=gqa,
+                                               dropout_p=0.0 if dropout is None else dropout[0])
+        return out, out.new_zeros(())  # SDPA returns no LSE
+
+    keep = None
+    if dropout is not None:
+        keep = dropout_mask(dropout[1], dropout[0], q.shape[0], q.shape[1], q.shape[2], k.shape[2],
+                            q.device)
+
+    def ref(*a, dtype):
+        m = a[3] if mask_grad else (mask if mask is None or mask.dtype == torch.bool else mask.to(dtype))
+        if keep is None:
+            out = torch.nn.functional.scaled_dot_product_attention(*a[:3], attn_mask=m, enable_gqa=gqa)
+        else:
+            qh, kh, vh = a[:3]
+            out, _ = attention_ref(qh, kh, vh, shift=0, attn_mask=m, dropout_mask=keep,
+                                                 dropout_p=dropout[0])
+        return out, out.new_zeros(())
+
+    return compare(ours, ref, inputs, ["q", "k", "v", "mask"], dtype, with_lse=False)
+
+
+@pytest.mark.parametrize("shape,dtype", [
+    ("nq nk", torch.float16),
+    ("b 1 1 nk", torch.bfloat16),     # key padding mask
+    ("1 h nq nk", torch.float32),
+    ("b h nq nk", torch.float16),
+])
+def test_sdpa_bool_mask(device, path, shape, dtype):
+    b, h, n_q, n_k = 2, 2, 40, 56
+    sizes = {"b": b, "h": h, "nq": n_q, "nk": n_k, "1": 1}
+    q = rand((b, h, n_q, 32), dtype, device)
+    k, v = (rand((b, 1, n_k, 32), dtype, device) for _ in range(2))
+    mask = torch.rand([sizes[s] for s in shape.split()], device=device) > 0.3
+    sdpa_compare(q, k, v, mask, gqa=True)
+
+
+@pytest.mark.parametrize("shape,dtype", [
+    ("b h nq nk", torch.float32),
+    ("1 h 1 nk", torch.bfloat16),    # gradient summed over the batch and the query rows
+    ("nq nk", torch.float16),
+])
+def test_sdpa_float_bias_with_grad(device, path, shape, dtype):
+    b, h, n_q, n_k = 2, 2, 40, 57
+    sizes = {"b": b, "h": h, "nq": n_q, "nk": n_k, "1": 1}
+    q, k, v = (rand((b, h, n, 32), dtype, device) for n in (n_q, n_k, n_k))
+    bias = rand([sizes[s] for s in shape.split()], dtype, device, scale=2.0)
+    sdpa_compare(q, k, v, bias, mask_grad=True)
+
+
+def test_sdpa_mask_never_expanded(device, monkeypatch):
+    """A mask broadcast over batch and heads reaches the kernels with stride 0,
+    and an expanded view (stride 0, no memory) is accepted as is."""
+    b, h, n = 2, 3, 24
+    q, k, v = (rand((b, h, n, 16), torch.float16, device) for _ in range(3))
+    base = torch.rand(1, 1, n, n, device=device) > 0.5
+    seen = []
+    real = ops._attention_fwd_impl
+
+    def spy(*args):
+        seen.append(args[14])  # attn_bias
+        return real(*args)
+
+    monkeypatch.setattr(ops, "_attention_fwd_impl", spy)
+    out_a = fat.scaled_dot_product_attention(q, k, v, attn_mask=base)
+    out_b = fat.scaled_dot_product_attention(q, k, v, attn_mask=base.expand(b, h, n, n))
+    assert seen[0].shape == (1, 1, n, n) and seen[0].data_ptr() == base.data_ptr()
+    assert seen[1].stride()[:2] == (0, 0) and seen[1].data_ptr() == base.data_ptr()
+    assert torch.equal(out_a, out_b)
+
+
+@pytest.mark.parametrize("kind", ["bool", "-inf"])
+def test_sdpa_fully_masked_rows_are_zero(device, path, kind):
+    """Rows whose mask removes every key output 0 and pass zero gradients, as
+    PyTorch's SDPA does today (not NaN)."""
+    q, k, v = (rand((2, 2, 30, 16), torch.float32, device, requires_grad=True) for _ in range(3))
+    if kind == "bool":
+        mask = torch.rand(2, 1, 30, 30, device=device) > 0.5
+        mask[:, :, 4] = False
+        mask[1, :, 17] = False
+    else:
+        mask = torch.zeros(2, 1, 30, 30, device=device)
+        mask[:, :, 4] = float("-inf")
+        mask[1, :, 17] = float("-inf")
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           attn_mask=mask if kind == "bool" else mask.double())
+    assert torch.equal(ref[:, :, 4], torch.zeros_like(ref[:, :, 4])), "PyTorch's semantics changed"
+    assert torch.equal(out[:, :, 4], torch.zeros_like(out[:, :, 4]))
+    assert torch.equal(out[1, :, 17], torch.zeros_like(out[1, :, 17]))
+    assert_close("out", out, ref, atol=1e-5)
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert torch.isfinite(g).all(), f"{name} has NaN/inf"
+    assert torch.equal(dq[:, :, 4], torch.zeros_like(dq[:, :, 4]))
+
+
+def test_sdpa_finfo_min_rows_attend_uniformly(device, path):
+    """A row masked with finfo.min (finite, as Hugging Face builds masks) is
+    not empty: PyTorch attends it uniformly, and so do we."""
+    q, k, v = (rand((1, 2, 20, 16), torch.float32, device) for _ in range(3))
+    mask = torch.zeros(1, 1, 20, 20, device=device)
+    mask[..., 3, :] = torch.finfo(torch.float32).min
+    mask[..., 5, 7:] = torch.finfo(torch.float32).min
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           attn_mask=mask.double())
+    assert_close("out", out, ref, atol=1e-5)
+
+
+def test_sdpa_mask_and_dropout(device, path):
+    q = rand((2, 2, 40, 16), torch.float16, device)
+    k, v = (rand((2, 2, 52, 16), torch.float16, device) for _ in range(2))
+    mask = torch.rand(2, 1, 40, 52, device=device) > 0.2
+    sdpa_compare(q, k, v, mask, dropout=(0.2, 21))
+
+
+@pytest.mark.parametrize("rank", [3, 5])
+def test_sdpa_mask_other_ranks(device, rank):
+    """3-D (batch, seqlen, d) inputs take a (batch, nq, nk) mask; 5-D inputs
+    a mask broadcast over the leading dims."""
+    if rank == 3:
+        q, k, v = (rand((3, n, 16), torch.float32, device) for n in (20, 30, 30))
+        mask = torch.rand(3, 20, 30, device=device) > 0.3
+    else:
+        q, k, v = (rand((2, 3, 2, n, 16), torch.float32, device) for n in (20, 30, 30))
+        mask = torch.rand(3, 1, 20, 30, device=device) > 0.3
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           attn_mask=mask)
+    assert_close("out", out, ref, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Head dims: value head dim != query head dim, up to 512
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d,d_v,dtype", [
+    (48, 16, torch.float16),      # MLA-like d > d_v (192/128 at scale)
+    (24, 64, torch.bfloat16),     # d_v > d
+    (512, 512, torch.float16),    # Gemma-style global layers
+    (320, 192, torch.float32),    # pads to 512 / 256
+])
+def test_head_dims(device, path, d, d_v, dtype):
+    q, k, v = make_qkv(1, 33, 47, 2, 1, d, dtype, device, requires_grad=False, d_v=d_v)
+    check_flash(q, k, v, causal=True)
+
+
+# ---------------------------------------------------------------------------
+# Combinations
+# ---------------------------------------------------------------------------
+
+def test_causal_window_gqa(device, path):
+    q, k, v = make_qkv(1, 60, 75, 6, 2, 32, torch.bfloat16, device, requires_grad=False)
+    check_flash(q, k, v, causal=True, window=(17, -1))
+
+
+def test_alibi_causal_softcap(device, path):
+    q, k, v = make_qkv(1, 64, 64, 4, 4, 32, torch.float16, device, scale=2.0, requires_grad=False)
+    check_flash(q, k, v, causal=True, softcap=10.0, alibi_slopes=alibi_slopes(4, device))
+
+
+def test_softcap_dropout(device, path):
+    q, k, v = make_qkv(1, 40, 56, 4, 2, 32, torch.float32, device, scale=2.0, requires_grad=False)
+    check_flash(q, k, v, softcap=5.0, dropout=(0.2, 99))
+
+
+def test_sinks_window(device, path):
+    q, k, v = make_qkv(1, 80, 80, 4, 2, 32, torch.bfloat16, device, requires_grad=False)
+    check_flash(q, k, v, causal=True, window=(20, 0), extras={"sinks": torch.randn(4, device=device)})
+
+
+def test_mask_gqa_dv(device, path):
+    b, h, h_kv, n_q, n_k = 2, 4, 2, 40, 50
+    q = rand((b, h, n_q, 32), torch.float16, device)
+    k = rand((b, h_kv, n_k, 32), torch.float16, device)
+    v = rand((b, h_kv, n_k, 16), torch.float16, device)
+    bias = rand((b, 1, n_q, n_k), torch.float16, device)
+    sdpa_compare(q, k, v, bias, gqa=True, mask_grad=True)
+
+
+def test_everything_at_once(device, path):
+    """softcap + ALiBi + sinks + dropout + window + GQA + d_v != d in one call."""
+    q, k, v = make_qkv(2, 50, 66, 4, 2, 32, torch.float32, device, requires_grad=False, d_v=16)
+    check_flash(q, k, v, causal=True, window=(25, -1), softcap=8.0,
+                alibi_slopes=torch.rand(2, 4, device=device), dropout=(0.1, 5),
+                extras={"sinks": torch.randn(4, device=device)})
+
+
+# ---------------------------------------------------------------------------
+# Op layer: opcheck and torch.compile with the variants
+# ---------------------------------------------------------------------------
+
+def test_opcheck_with_variants(device):
+    """Schema, fake implementations and autograd registration with every
+    variant on (the plain ops are checked in test_ops.py)."""
+    q, k, v = make_qkv(1, 9, 13, 4, 2, 16, torch.float16, device)
+    sinks = torch.randn(4, device=device, requires_grad=True)
+    bias = torch.randn(1, 1, 9, 13, device=device, dtype=torch.float16, requires_grad=True)
+    args = (q, k, v, None, None, 0, 0, 0.25, 5, 0, True, 4.0, torch.rand(4, device=device), sinks,
+            bias, 0.1, draw_dropout_seed(device))
+    torch.library.opcheck(ops.attention_fwd, args)
+    out, lse = ops.attention_fwd(*args)
+    plain = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in args)
+    bwd_args = ((torch.randn_like(out), *plain[:3], out.detach(), lse.detach(), torch.randn_like(lse))
+                + plain[3:] + (True,))
+    torch.library.opcheck(ops.attention_bwd, bwd_args)
+
+
+def test_compile_fullgraph_with_variants(device):
+    """softcap, ALiBi, sinks (learned) and a learned SDPA bias under
+    torch.compile(fullgraph=True): forward and gradients equal eager."""
+    import os
+    backend = os.environ.get("FLASHATTN_TRITON_TEST_COMPILE_BACKEND",
+                             "inductor" if torch.cuda.is_available() else "aot_eager")
+    slopes = alibi_slopes(4, device)
+
+    def f(q, k, v, sinks, bias):
+        a = fat.flash_attn_func(q, k, v, causal=True, softcap=20.0, alibi_slopes=slopes, sinks=sinks)
+        b = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=bias, enable_gqa=True)
+        return a + b.transpose(1, 2)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    q, k, v = make_qkv(2, 24, 24, 4, 2, 16, torch.float32, device)
+    sinks = torch.randn(4, device=device, requires_grad=True)
+    bias = torch.randn(1, 4, 24, 24, device=device, requires_grad=True)
+    inputs = (q, k, v, sinks, bias)
+    want = f(*inputs)
+    g_want = torch.autograd.grad(want.square().sum(), inputs)
+    got = compiled(*inputs)
+    g_got = torch.autograd.grad(got.square().sum(), inputs)
+    assert_close("out", got, want.double(), atol=1e-5)
+    for name, g, r in zip(("dq", "dk", "dv", "dsinks", "dbias"), g_got, g_want):
+        assert_close(name, g, r.double(), atol=1e-4 * max(1.0, r.abs().max().item()))
+
+
+# ---------------------------------------------------------------------------
+# GPU sizes (FLASHATTN_TRITON_TEST_DEVICE=cuda)
+# ---------------------------------------------------------------------------
+
+GPU_CASES = [
+    pytest.param(dict(softcap=30.0), id="softcap"),
+    pytest.param(dict(alibi=True), id="alibi"),
+    pytest.param(dict(sinks=True, window=(512, 0)), id="sinks+window"),
+    pytest.param(dict(dropout=0.1), id="dropout"),
+    pytest.param(dict(softcap=20.0, dropout=0.1, alibi=True, sinks=True), id="all"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_gpu_variants(device, case, dtype):
+    q, k, v = make_qkv(2, 1500, 1500, 16, 4, 128, dtype, device, requires_grad=False)
+    kw = {}
+    if "softcap" in case:
+        kw["softcap"] = case["softcap"]
+    if case.get("alibi"):
+        kw["alibi_slopes"] = alibi_slopes(16, device)
+    extras = {"sinks": torch.randn(16, device=device)} if case.get("sinks") else None
+    dropout = (case["dropout"], 77) if "dropout" in case else None
+    check_flash(q, k, v, causal=True, window=case.get("window", (-1, -1)), extras=extras,
+                dropout=dropout, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,d_v", [(512, 512), (192, 128), (256, 256)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_head_dims(device, d, d_v, dtype):
+    q, k, v = make_qkv(2, 1000, 1200, 8, 2, d, dtype, device, requires_grad=False, d_v=d_v)
+    check_flash(q, k, v, causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_sdpa_mask(device, dtype):
+    q = rand((2, 16, 1024, 128), dtype, device)
+    k, v = (rand((2, 4, 1100, 128), dtype, device) for _ in range(2))
+    mask = torch.rand(2, 1, 1024, 1100, device=device) > 0.1
+    sdpa_compare(q, k, v, mask, gqa=True)
+    bias = rand((1, 16, 1024, 1100), dtype, device)
+    sdpa_compare(q, k, v, bias, gqa=True, mask_grad=True)
+
+
+@pytest.mark.gpu
+def test_gpu_dropout_keep_rate(device):
+    b, h, n = 2, 8, 2048
+    q, k, v = make_qkv(b, n, n, h, h, 64, torch.bfloat16, device, requires_grad=False)
+    torch.manual_seed(3)
+    out = fat.flash_attn_func(q, k, v, dropout_p=0.1)
+    keep = dropout_mask(3, 0.1, b, h, n, n, device)
+    rate = keep.float().mean().item()
+    assert abs(rate - 0.9) < 4 * math.sqrt(0.09 / keep.numel())
+    ref, _ = flash_attention_ref(q, k, v, False, dropout_mask=keep, dropout_p=0.1)
+    base, _ = flash_attention_ref(q, k, v, False, dtype=torch.bfloat16, dropout_mask=keep, dropout_p=0.1)
+    assert_close("out", out, ref, base, 2.0, torch.bfloat16)
