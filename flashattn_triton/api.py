@@ -73,9 +73,15 @@ def flash_attn_func(
         v: (batch_size, seqlen_k, nheads_k, headdim_v)
             float16, bfloat16 or float32, all three the same dtype and device;
             any strides as long as the last dimension has stride 1 (slices of a
-            packed qkv tensor work without a copy).  headdim, headdim_v: 1..256
+            packed qkv tensor work without a copy).  headdim, headdim_v: 1..512
             (headdim_v may differ from headdim, e.g. 192 / 128).
-        dropout_p: must be 0.0 (dropout is not implemented yet).
+        dropout_p: float in [0, 1).  Each attention probability is kept with
+            probability 1 - dropout_p and then scaled by 1 / (1 - dropout_p)
+            (the LSE is unchanged).  The keep mask comes from a counter-based
+            RNG (Philox, as Triton's tl.randint) keyed by a seed drawn per
+            call from torch's default generator of q's device, so
+            torch.manual_seed makes calls reproducible; the backward
+            regenerates the same mask (none is stored).
         softmax_scale: scaling of q k^T before the softmax; default 1/sqrt(headdim).
         causal: apply a causal mask.  When seqlen_q != seqlen_k the mask is
             aligned to the bottom-right corner: query i attends key j iff
@@ -109,15 +115,35 @@ def flash_attn_func(
 
             Only the key tiles inside the band are visited: the cost is
             O(seqlen * window), not O(seqlen^2).
-        softcap, alibi_slopes: must keep their defaults (0.0, None); not
-            implemented yet (NotImplementedError).
+        softcap: float >= 0; if > 0 the scaled scores s = softmax_scale * q.k
+            become softcap * tanh(s / softcap) before ALiBi and the masks
+            (Gemma 2's logit soft-capping); the backward multiplies by
+            1 - tanh^2.  0 turns it off.
+        alibi_slopes: None, or float32 of shape (nheads,) or
+            (batch_size, nheads).  Adds -slope[b, h] * |i + seqlen_k - seqlen_q - j|
+            to the score of query i and key j (after softcap).  The slopes
+            are constants: no gradient flows to them (as in flash-attn).
         deterministic: accepted for compatibility; the backward never uses
             atomics and is always deterministic.
-        return_attn_probs: if True, return ``(out, softmax_lse, None)`` like
-            flash-attn; the probability matrix is never materialised, so its
-            slot is None.
+        return_attn_probs: if True, return ``(out, softmax_lse, S_dmask)`` like
+            flash-attn.  S_dmask is None unless dropout_p > 0; then it is
+            (batch_size, nheads, seqlen_q, seqlen_k) float32: the attention
+            probabilities before dropout, negated where the dropout dropped
+            them (recomputed densely in PyTorch with the call's mask: a
+            testing aid for small shapes).
         return_lse: if True, return ``(out, softmax_lse)``.  The LSE is
-            differentiable: its gradient flows back into q and k.
+            differentiable: its gradient flows back into q and k (and sinks).
+        sinks: keyword-only.  None, or a float tensor of shape (nheads,):
+            learnable attention sinks (gpt-oss).  Head h's softmax gets one
+            extra logit sinks[h] in its denominator that carries no value:
+            P_ij = exp(s_ij) / (exp(sinks[h]) + sum_j' exp(s_ij')).  The LSE
+            includes it; a row that sees no key outputs zeros and has
+            LSE = sinks[h].  Computed in float32 and differentiable
+            (d sinks[h] = -sum_i P_sink,i * (sum_d dO_id O_id - dlse_i)).
+
+    Every variant combines with the others, with causal / window masks, GQA
+    and headdim_v != headdim, forward and backward; docs/variants.md has the
+    details.
 
     GQA / MQA: nheads must be a multiple of nheads_k.  Query head h reads
     key/value head ``h // (nheads // nheads_k)``: with 6 query heads and 2 KV
@@ -131,7 +157,8 @@ def flash_attn_func(
         out: (batch_size, seqlen_q, nheads, headdim_v), the dtype of q.
         softmax_lse (with return_lse or return_attn_probs):
             (batch_size, nheads, seqlen_q) float32, natural-log log-sum-exp of
-            each row of the scaled scores (-inf for rows that see no key).
+            each row of the modified scores (-inf for rows that see no key).
+        S_dmask (with return_attn_probs): see return_attn_probs.
     """
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _FLASH_LAYOUT, 4, 2)
@@ -179,10 +206,14 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: ints, upper bounds of the sequence lengths
             (they size the launch grid; programs past a sequence's end exit at once).
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        deterministic, return_attn_probs, return_lse: as in :func:`flash_attn_func`,
-            applied per sequence: causal and the window are aligned bottom-right
-            within each sequence (query i of a sequence with n_q queries and n_k
-            keys attends key j iff j <= i + n_k - n_q).  Sequences of length 0
+        deterministic, return_attn_probs, return_lse, sinks: as in :func:`flash_attn_func`,
+            applied per sequence: causal, the window and ALiBi distances are
+            aligned bottom-right within each sequence (query i of a sequence
+            with n_q queries and n_k keys attends key j iff j <= i + n_k - n_q);
+            alibi_slopes of shape (batch_size, nheads) give sequence b the
+            slopes of row b.  With return_attn_probs and dropout, S_dmask is
+            (batch_size, nheads, max_seqlen_q, max_seqlen_k), zero past each
+            sequence's lengths.  Sequences of length 0
             are allowed; a sequence with queries and no keys outputs zeros.
         check_inputs: if True, also check the values of cu_seqlens (start at 0,
             non-decreasing, within total_q / total_k, lengths <= max_seqlen).
@@ -259,9 +290,20 @@ def scaled_dot_product_attention(
             Any number of leading batch dimensions, the same for all three
             (3-D inputs are (batch, seqlen, headdim) with one head).
             float16, bfloat16 or float32; last dimension with stride 1;
-            headdim 1..256.
-        attn_mask: must be None (arbitrary masks are not implemented yet).
-        dropout_p: must be 0.0.
+            headdim 1..512.
+        attn_mask: None, or a mask broadcastable to (..., nheads, seqlen_q,
+            seqlen_k) ((batch, seqlen_q, seqlen_k) for 3-D inputs): bool, True
+            = attend (PyTorch's convention), or float16 / bfloat16 / float32,
+            added to the scaled scores.  Read tile by tile with stride 0 along
+            broadcast dims (never expanded in memory).  A float mask that
+            requires grad receives its gradient, summed over its broadcast
+            dims.  A row that the mask removes entirely (all False, or all
+            -inf) outputs zeros with zero gradients, as PyTorch's SDPA does;
+            a row of finite very negative values (finfo.min) attends
+            uniformly, also as PyTorch.  Cannot be combined with is_causal
+            (ValueError, as in PyTorch).
+        dropout_p: float in [0, 1), as in :func:`flash_attn_func`; applied
+            whenever > 0 (like PyTorch's function, which has no training flag).
         is_causal: causal mask aligned to the top-left corner, as in PyTorch:
             query i attends key j iff j <= i.  For seqlen_q = 2, seqlen_k = 4::
 
