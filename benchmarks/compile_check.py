@@ -23,10 +23,11 @@ def _sig(kernel, dtype: str, constexprs: dict):
     for name in kernel.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name[0].isupper() and not name.startswith(("N_", "H_", "GROUP", "SEQ_")):
-            sig[name] = "*i32" if name.startswith("CU_") else (
-                "*fp32" if name in ("LSE", "DELTA", "DLSE") else f"*{dtype}")
-        elif name == "sm_scale":
+        elif name[0].isupper() and not name.startswith(("N_", "H_", "GROUP", "SEQ_", "RNG_")):
+            sig[name] = "*i32" if name.startswith("CU_") else "*i64" if name == "SEED" else (
+                "*fp32" if name in ("LSE", "DELTA", "DLSE", "ALIBI", "SINKS", "DSINKS", "BIAS", "DBIAS")
+                else f"*{dtype}")
+        elif name in ("sm_scale", "softcap", "dropout_scale"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--d", default="64,128,256")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--all-configs", action="store_true")
+    ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq}
@@ -54,7 +56,12 @@ def main():
             for bm, bn, w, s in cands:
                 meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d, EVEN_D=True, HEAD_DIM_V=d, HEAD_DIM_V_PAD=d,
                             EVEN_DV=True, IS_VARLEN=varlen, MASK_LEFT=False, MASK_RIGHT=causal,
-                            DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn)
+                            DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
+                            HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
+                            MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False)
+                if args.variants:
+                    meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
+                                HAS_MASK=True)
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
