@@ -1,0 +1,344 @@
+"""Attention variants on the GPU: each variant of flashattn_triton next to its
+nearest peer, forward and backward, and the sliding-window cost against the
+window size at a fixed length.
+
+Peers: FlexAttention (torch.compile'd) with the equivalent score_mod /
+block_mask for the window, softcap and ALiBi; PyTorch SDPA with the same
+explicit mask / bias / dropout; eager PyTorch (materialised scores) for
+learnable sinks, which no fused PyTorch kernel offers.  Dropout rows time
+different random masks of the same rate.
+
+Default shapes: bf16, B=2, Hq=16, Hkv=4 (GQA), N=4096, d=128, causal;
+head-dim rows d=192/dv=128 and d=512 (N=2048); window sweep B=1, N=16384.
+
+    PYTHONPATH=. python benchmarks/bench_variants.py --out benchmarks/results/h200
+    python benchmarks/bench_variants.py --smoke --out /tmp/x     # CPU plumbing check (tiny, no timing value)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+
+def timer(device: str, warmup: int, rep: int):
+    """ms per call of fn: triton's do_bench (CUDA events, median) on the GPU,
+    a wall-clock mean on the CPU (--smoke only)."""
+    def ms(fn):
+        if device == "cuda":
+            return C.bench_ms(fn, warmup=warmup, rep=rep)
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(2):
+            fn()
+        return (time.perf_counter() - t0) / 2 * 1e3
+    return ms
+
+
+class Case:
+    """Inputs of one benchmark shape, in flash layout (B, N, H, d)."""
+
+    def __init__(self, b, n, hq, hkv, d, dv, dtype, device):
+        import torch
+        self.b, self.n, self.hq, self.hkv, self.d, self.dv = b, n, hq, hkv, d, dv
+        self.dtype, self.device = dtype, device
+        mk = lambda h, e: torch.randn(b, n, h, e, device=device, dtype=dtype)  # noqa: E731
+        self.q, self.k, self.v = mk(hq, d), mk(hkv, d), mk(hkv, dv)
+        self.do = mk(hq, dv)
+        self.scale = d ** -0.5
+
+    def flash(self):
+        """Fresh leaves (B, N, H, d) and the output cotangent."""
+        leaves = [t.clone().requires_grad_() for t in (self.q, self.k, self.v)]
+        return leaves, self.do
+
+    def bhnd(self):
+        """Fresh leaves in SDPA / Flex layout (B, H, N, d) and the cotangent."""
+        leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (self.q, self.k, self.v)]
+        return leaves, self.do.transpose(1, 2).contiguous()
+
+    def flops(self, causal: bool, window: int | None = None) -> float:
+        """Forward FLOPs counting only the visible scores (4 * visible * d)."""
+        n = self.n
+        if window is not None and window < n:
+            visible = n * (window + 1) - window * (window + 1) / 2
+        elif causal:
+            visible = n * (n + 1) / 2
+        else:
+            visible = n * n
+        return 2.0 * self.b * self.hq * visible * (self.d + self.dv)
+
+
+def run_provider(ms, make, row, key, flops):
+    """Time make() -> (fn, leaves, dout): forward, then backward only; an
+    error (e.g. a peer that lacks the backward) is recorded, not raised."""
+    fn, leaves, dout = make()
+    out = fn()
+    fwd = ms(fn)
+    row.update({f"{key}_fwd_ms": fwd, f"{key}_fwd_tflops": flops / fwd * 1e-9})
+
+    def bwd():
+        out.backward(dout, retain_graph=True)
+    try:
+        bwd_ms = ms(bwd)
+        row.update({f"{key}_bwd_ms": bwd_ms, f"{key}_bwd_tflops": 2.5 * flops / bwd_ms * 1e-9})
+    finally:
+        for t in leaves:
+            t.grad = None
+
+
+def flex_fn(compiled):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    flex = C.compiled_flex() if compiled else flex_attention
+
+    def block_mask(mask_mod, n, device):
+        return create_block_mask(mask_mod, None, None, n, n, device=device)
+    return flex, block_mask, torch
+
+
+def variant_rows(args, ms, device):
+    import torch
+    import torch.nn.functional as F
+    import flashattn_triton as fat
+
+    dtype = torch.bfloat16
+    b, n, hq, hkv, d = args.batch, args.seqlen, 16, 4, 128
+    if args.smoke:
+        b, n, hq, hkv, d = 1, 64, 4, 2, 32
+    case = Case(b, n, hq, hkv, d, d, dtype, device)
+    flex, block_mask, _ = flex_fn(compiled=device == "cuda")
+    causal_mm = lambda bi, h, qi, ki: qi >= ki  # noqa: E731
+    window = min(args.window, n // 4) if not args.smoke else 16
+    slopes = torch.exp2(-8.0 * torch.arange(1, hq + 1, device=device) / hq).float()
+    sinks = torch.randn(hq, device=device, dtype=torch.float32)
+    rows = []
+
+    def ours_flash(**kw):
+        def make():
+            (q, k, v), do = case.flash()
+            return (lambda: fat.flash_attn_func(q, k, v, causal=True, **kw)), (q, k, v), do
+        return make
+
+    def flex_make(score_mod=None, mask_mod=causal_mm):
+        bm = block_mask(mask_mod, n, device)
+
+        def make():
+            (q, k, v), do = case.bhnd()
+            return (lambda: flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=True)), (q, k, v), do
+        return make
+
+    def sdpa_make(**kw):
+        def make():
+            (q, k, v), do = case.bhnd()
+            return (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)), (q, k, v), do
+        return make
+
+    def ours_sdpa(**kw):
+        def make():
+            (q, k, v), do = case.bhnd()
+            return (lambda: fat.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)), (q, k, v), do
+        return make
+
+    def eager_sinks():
+        def make():
+            (q, k, v), do = case.bhnd()
+            s_leaf = sinks.clone().requires_grad_()
+            g = hq // hkv
+
+            def fn():
+                kk, vv = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+                s = (q @ kk.transpose(-1, -2)).float() * case.scale
+                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=device).triu(1), float("-inf"))
+                logits = torch.cat([s, s_leaf[None, :, None, None].expand(b, hq, n, 1)], -1)
+                p = torch.softmax(logits, -1)[..., :-1]
+                return p.to(v.dtype) @ vv
+            return fn, (q, k, v, s_leaf), do
+        return make
+
+    softcap = 30.0
+
+    def softcap_mod(score, bi, h, qi, ki):
+        return softcap * torch.tanh(score / softcap)
+
+    def alibi_mod(score, bi, h, qi, ki):
+        return score - slopes[h] * (qi - ki).abs()
+
+    def window_mm(bi, h, qi, ki):
+        return (qi >= ki) & (qi - ki <= window)
+
+    bool_mask = torch.rand(b, 1, n, n, device=device) > 0.1
+    bias = torch.randn(1, hq, n, n, device=device, dtype=dtype)
+
+    def with_bias(fn_name):
+        def make():
+            (q, k, v), do = case.bhnd()
+            bb = bias.clone().requires_grad_()
+            f = fat.scaled_dot_product_attention if fn_name == "ours" else F.scaled_dot_product_attention
+            return (lambda: f(q, k, v, attn_mask=bb, enable_gqa=True)), (q, k, v, bb), do
+        return make
+
+    variants = [
+        ("plain causal", dict(causal=True), ours_flash(), "sdpa (default backend)", sdpa_make(is_causal=True)),
+        (f"window ({window}, 0)", dict(causal=True, window=window), ours_flash(window_size=(window, 0)),
+         "flex block_mask", flex_make(mask_mod=window_mm)),
+        (f"softcap {softcap:g}", dict(causal=True), ours_flash(softcap=softcap), "flex score_mod",
+         flex_make(score_mod=softcap_mod)),
+        ("alibi", dict(causal=True), ours_flash(alibi_slopes=slopes), "flex score_mod",
+         flex_make(score_mod=alibi_mod)),
+        ("dropout 0.1", dict(causal=True), ours_flash(dropout_p=0.1), "sdpa dropout",
+         sdpa_make(is_causal=True, dropout_p=0.1)),
+        ("sinks", dict(causal=True), ours_flash(sinks=sinks.clone().requires_grad_()), "eager PyTorch",
+         eager_sinks()),
+        ("bool mask (B,1,N,N)", dict(causal=False), ours_sdpa(attn_mask=bool_mask), "sdpa attn_mask",
+         sdpa_make(attn_mask=bool_mask)),
+        ("float bias (1,H,N,N) + grad", dict(causal=False), with_bias("ours"), "sdpa attn_mask",
+         with_bias("sdpa")),
+    ]
+    for name, shape, ours, peer_name, peer in variants:
+        rows.append(measure(ms, name, case, shape, [("flashattn_triton", ours), (peer_name, peer)]))
+        torch.cuda.empty_cache() if device == "cuda" else None
+
+    # Head dims: MLA-like d != dv, and d = 512 (Gemma-style global layers).
+    for d_, dv_, n_ in ((192, 128, n), (512, 512, n // 2)):
+        if args.smoke:
+            d_, dv_, n_ = (48, 32, 64) if d_ == 192 else (512, 512, 32)
+        c2 = Case(b, n_, hq, hkv, d_, dv_, dtype, device)
+
+        def ours_make(c=c2):
+            def make():
+                (q, k, v), do = c.flash()
+                return (lambda: fat.flash_attn_func(q, k, v, causal=True)), (q, k, v), do
+            return make
+
+        def peer_make(c=c2):
+            def make():
+                (q, k, v), do = c.bhnd()
+                return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), \
+                    (q, k, v), do
+            return make
+        rows.append(measure(ms, f"d={d_}, dv={dv_}", c2, dict(causal=True),
+                            [("flashattn_triton", ours_make()), ("sdpa (default backend)", peer_make())]))
+        del c2
+    return rows
+
+
+def measure(ms, name, case, shape, providers):
+    row = dict(variant=name, batch=case.b, seqlen=case.n, heads_q=case.hq, heads_kv=case.hkv,
+               head_dim=case.d, head_dim_v=case.dv, causal=shape.get("causal", False))
+    flops = case.flops(shape.get("causal", False), shape.get("window"))
+    for label, make in providers:
+        key = "ours" if label == "flashattn_triton" else "peer"
+        row[f"{key}_provider"] = label
+        try:
+            run_provider(ms, make, row, key, flops)
+        except Exception as exc:  # noqa: BLE001 - a peer may not support the case
+            row[f"{key}_error"] = C.short_error(exc)
+            if C.is_oom(exc):
+                C.free_cuda_memory()
+    for m in ("fwd", "bwd"):
+        o, p = row.get(f"ours_{m}_ms"), row.get(f"peer_{m}_ms")
+        row[f"speedup_{m}"] = p / o if o and p else None
+    print(row, flush=True)
+    return row
+
+
+def window_rows(args, ms, device):
+    """Time against the window size at a fixed length: O(N * window)."""
+    import torch
+    import flashattn_triton as fat
+
+    n = 64 if args.smoke else args.sweep_seqlen
+    case = Case(1, n, 16 if not args.smoke else 2, 4 if not args.smoke else 1, 128 if not args.smoke else 16,
+                128 if not args.smoke else 16, torch.bfloat16, device)
+    flex, block_mask, _ = flex_fn(compiled=device == "cuda")
+    windows = [8, 16, 32, None] if args.smoke else [128, 256, 512, 1024, 2048, 4096, 8192, None]
+    rows = []
+    for w in windows:
+        def ours(w=w):
+            def make():
+                (q, k, v), do = case.flash()
+                ws = (-1, 0) if w is None else (w, 0)
+                return (lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=ws)), (q, k, v), do
+            return make
+
+        def window_mm(bi, h, qi, ki, w=w):
+            keep = qi >= ki
+            return keep if w is None else keep & (qi - ki <= w)
+
+        def peer(mm=window_mm):
+            bm = block_mask(mm, n, device)
+
+            def make():
+                (q, k, v), do = case.bhnd()
+                return (lambda: flex(q, k, v, block_mask=bm, enable_gqa=True)), (q, k, v), do
+            return make
+        row = measure(ms, f"window {w if w is not None else 'full causal'}", case,
+                      dict(causal=True, window=w), [("flashattn_triton", ours()), ("flex block_mask", peer())])
+        row["window"] = w if w is not None else n
+        rows.append(row)
+    base = [r for r in rows if r.get("ours_fwd_ms")]
+    for r in base:  # time per visible score, relative to the smallest window: ~constant if O(N * window)
+        vis = case.flops(True, r["window"] if r["window"] < n else None)
+        r["ours_fwd_ns_per_mflop"] = r["ours_fwd_ms"] / vis * 1e12 if vis else None
+        r["ours_bwd_ns_per_mflop"] = r["ours_bwd_ms"] / vis * 1e12 if r.get("ours_bwd_ms") else None
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--window", type=int, default=1024, help="window of the variant table's window row")
+    ap.add_argument("--sweep-seqlen", type=int, default=16384)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rep", type=int, default=50)
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the plumbing (needs TRITON_INTERPRET=1)")
+    ap.add_argument("--skip-sweep", action="store_true")
+    args = ap.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    if not args.smoke:
+        C.require_cuda("bench_variants.py")
+    ms = timer(device, args.warmup, args.rep)
+    rows = variant_rows(args, ms, device)
+    sweep = [] if args.skip_sweep else window_rows(args, ms, device)
+    env = C.collect_env()
+    args.out.mkdir(parents=True, exist_ok=True)
+    C.write_json(args.out / "bench_variants.json", dict(env=env, args=vars(args), variants=rows, window_sweep=sweep))
+
+    def f(x, digits=3):
+        return C.fmt_num(x, digits)
+
+    table = [[r["variant"], r.get("peer_provider", ""), f(r.get("ours_fwd_ms")), f(r.get("peer_fwd_ms")),
+              f(r.get("speedup_fwd"), 2), f(r.get("ours_bwd_ms")), f(r.get("peer_bwd_ms")),
+              f(r.get("speedup_bwd"), 2), r.get("ours_error", "") or r.get("peer_error", "")] for r in rows]
+    short = (f"bf16, causal unless a mask is given, B={rows[0]['batch']}, N={rows[0]['seqlen']} "
+             f"(d=512: N/2), Hq={rows[0]['heads_q']}, Hkv={rows[0]['heads_kv']}, d={rows[0]['head_dim']} "
+             "unless stated; ms (median), speedup = peer ms / ours ms; "
+             "bwd = backward only.\n\n"
+             + C.md_table(["variant", "peer", "ours fwd", "peer fwd", "fwd x", "ours bwd", "peer bwd", "bwd x",
+                           "error"], table))
+    details = ""
+    if sweep:
+        stable = [[r["window"], f(r.get("ours_fwd_ms")), f(r.get("peer_fwd_ms")), f(r.get("ours_bwd_ms")),
+                   f(r.get("peer_bwd_ms")), f(r.get("ours_fwd_ns_per_mflop"), 2), f(r.get("ours_bwd_ns_per_mflop"), 2),
+                   r.get("ours_error", "") or r.get("peer_error", "")] for r in sweep]
+        details = (f"### Sliding window, causal, B=1, N={sweep[0]['seqlen']}, Hq={sweep[0]['heads_q']}, "
+                   f"Hkv={sweep[0]['heads_kv']}, d={sweep[0]['head_dim']}\n\n"
+                   "Time should grow with the window (O(N * window)); ns per MFLOP of visible "
+                   "scores stays roughly constant when it does.\n\n"
+                   + C.md_table(["window", "ours fwd ms", "flex fwd ms", "ours bwd ms", "flex bwd ms",
+                                 "ours fwd ns/MFLOP", "ours bwd ns/MFLOP", "error"], stable))
+    C.write_markdown(args.out / "bench_variants.md", "Attention variants (bench_variants.py)", env, short, details)
+    print(short)
+    print(details)
+
+
+if __name__ == "__main__":
+    main()
