@@ -37,7 +37,7 @@ import torch
 from . import reference
 from ._dispatch import use_hopper_forward, use_triton
 from ._params import AttnParams, has_variants, window_bounds
-from .kernels.score import KernelMods
+from .kernels.score import NO_MODS, KernelMods
 from .reference import LN2, LOG2E, BlockMods
 
 # Debug aid for tests: fill every output buffer with NaN before the kernels
@@ -115,6 +115,8 @@ def _alibi_bh(alibi_slopes: Optional[torch.Tensor], batch: int, heads: int):
 
 
 def _kernel_mods(softcap, alibi, sinks, attn_bias, dropout_p, rng_seed) -> KernelMods:
+    if not has_variants(softcap, alibi, sinks, attn_bias, dropout_p):
+        return NO_MODS
     return KernelMods(float(softcap), alibi, sinks, attn_bias, float(dropout_p),
                       rng_seed if dropout_p > 0 else None)
 

@@ -14,6 +14,12 @@ shift = Nk - Nq; SDPA's top-left alignment is shift = 0.
   same tiled algorithm as the Triton kernels (base-2 online softmax forward,
   recomputing backward) with O(N) extra memory.  They serve CPU tensors when
   Triton's interpreter is not enabled.
+
+Both support every variant of kernels/score.py (softcap, ALiBi, masks and
+biases, sinks, dropout), in the kernels' order.  Dropout masks come from
+:func:`philox_randint`, a bit-exact PyTorch twin of Triton's ``tl.randint``,
+so the kernels, the blockwise path and the tests' reference see one mask
+(:func:`dropout_keep_mask` rebuilds a call's mask from its seed).
 """
 
 from __future__ import annotations

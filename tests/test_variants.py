@@ -598,6 +598,13 @@ def test_compile_fullgraph_with_variants(device):
     assert_close("out", got, want.double(), atol=1e-5)
     for name, g, r in zip(("dq", "dk", "dv", "dsinks", "dbias"), g_got, g_want):
         assert_close(name, g, r.double(), atol=1e-4 * max(1.0, r.abs().max().item()))
+    # dropout: the seed is drawn inside the graph (torch.randint), no graph break
+    drop = torch.compile(lambda q_, k_, v_: fat.flash_attn_func(q_, k_, v_, dropout_p=0.5), fullgraph=True,
+                         backend=backend)
+    out = drop(q, k, v)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
+    assert not torch.equal(out, fat.flash_attn_func(q, k, v)), "dropout had no effect under compile"
 
 
 # ---------------------------------------------------------------------------
@@ -646,6 +653,34 @@ def test_gpu_sdpa_mask(device, dtype):
     sdpa_compare(q, k, v, mask, gqa=True)
     bias = rand((1, 16, 1024, 1100), dtype, device)
     sdpa_compare(q, k, v, bias, gqa=True, mask_grad=True)
+
+
+@pytest.mark.gpu
+def test_gpu_dropout_cuda_graph_fresh_mask(device):
+    """Under CUDA-graph capture the seed is drawn by the graph itself: each
+    replay uses a new mask (a seed baked in at capture would repeat it)."""
+    q, k, v = make_qkv(2, 512, 512, 8, 2, 64, torch.bfloat16, device)
+    do = torch.randn(2, 512, 8, 64, device=device, dtype=torch.bfloat16)
+
+    def step():
+        out = fat.flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
+        return (out,) + torch.autograd.grad(out, (q, k, v), do)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    graph.replay()
+    first = [t.clone() for t in static]
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), first, static):
+        assert torch.isfinite(b).all(), f"{name} not finite"
+        assert not torch.equal(a, b), f"{name}: two replays used the same dropout mask"
 
 
 @pytest.mark.gpu

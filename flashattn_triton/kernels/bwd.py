@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
-from .score import KernelMods, dropout_keep, score_tile
+from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (kv_tile_range, load_tile, mma, q_tile_range, seq_bounds, store_tile,
                     tile_ptrs)
 
@@ -449,7 +449,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     float32 = rowsum(dO * O) - dlse (natural units), for the gradient of
     sinks; pass ``delta`` (laid out like lse) to have it written there.
     """
-    mods = mods or KernelMods()
+    mods = mods or NO_MODS
     h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     varlen = cu_seqlens is not None

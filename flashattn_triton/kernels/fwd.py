@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
-from .score import KernelMods, dropout_keep, score_tile
+from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import kv_tile_range, load_tile, mma, seq_bounds, store_tile, tile_ptrs
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
@@ -221,7 +221,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     window: (left, right), each None for unbounded.
     mods: the score modifications (kernels.score.KernelMods), None for none.
     """
-    mods = mods or KernelMods()
+    mods = mods or NO_MODS
     h_q, d, dv = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     if cu_seqlens is None:

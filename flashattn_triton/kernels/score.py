@@ -188,7 +188,7 @@ class KernelMods:
                 int(self.philox_offset))
 
     def switches(self, q: torch.Tensor, with_sinks: bool):
-        sw = dict(HAS_SOFTCAP=self.softcap > 0, FAST_TANH=fast_tanh(q),
+        sw = dict(HAS_SOFTCAP=self.softcap > 0, FAST_TANH=self.softcap > 0 and fast_tanh(q),
                   HAS_ALIBI=self.alibi is not None, HAS_MASK=self.bias is not None,
                   MASK_BOOL=self.bias is not None and self.bias.dtype == torch.bool,
                   HAS_DROPOUT=self.dropout)
@@ -198,12 +198,18 @@ class KernelMods:
 
     def chunk(self, b: slice, counters_per_entry: int) -> "KernelMods":
         """The record for batch entries b of a dense batch launched in chunks."""
+        if self.alibi is None and (self.bias is None or self.bias.shape[0] == 1) and (
+                not self.dropout or b.start == 0):
+            return self  # nothing depends on the batch entry (the common, single-chunk case)
         alibi = None if self.alibi is None else self.alibi[b]
         bias = self.bias
         if bias is not None and bias.shape[0] != 1:
             bias = bias[b]
         return KernelMods(self.softcap, alibi, self.sinks, bias, self.dropout_p, self.seed,
                           self.philox_offset + b.start * counters_per_entry)
+
+
+NO_MODS = KernelMods()
 
 
 def fast_tanh(q: torch.Tensor) -> bool:
