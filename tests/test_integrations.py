@@ -11,10 +11,8 @@ at most 2x / 3x that of the SDPA model in the test dtype, plus one ulp.
 
 Padded batches go through ``flash_attn_varlen_func`` (a spy checks the
 segments); sliding windows through ``window_size``, also while decoding with
-the sliding-window cache.  Features flashattn_triton does not have yet
-(softcap, arbitrary masks) are tested with ``xfail(strict=True,
-raises=NotImplementedError)``: they turn into failures, to be unmarked, once
-the feature lands.
+the sliding-window cache; Gemma-2 softcap against the eager implementation;
+packed sequences through the block-diagonal mask and our SDPA's attn_mask.
 """
 
 import copy
@@ -346,22 +344,15 @@ def test_mask_builder_returns_none_without_padding():
 
 
 # ---------------------------------------------------------------------------
-# Waiting for kernel features (strict xfail: they flip when the feature lands)
+# Softcap and arbitrary masks
 # ---------------------------------------------------------------------------
 
-def _needs(feature):
-    return pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                             reason=f"{feature} not implemented in flashattn_triton yet")
-
-
-@_needs("softcap")
 def test_gemma2_softcap_matches_eager():
     # SDPA ignores softcap, so Gemma2's baseline is the eager implementation.
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     _compare(_models("gemma2", "eager", torch.float32), ids, torch.float32, label="gemma2 softcap")
 
 
-@_needs("attn_mask in scaled_dot_product_attention")
 def test_packed_sequences_match_sdpa():
     """Two sequences packed in one row (position_ids restart): Transformers
     builds a block-diagonal 4-D mask, which goes to our SDPA's attn_mask."""

@@ -154,12 +154,6 @@ def test_need_weights_and_bad_input_raise():
         MultiheadAttention(E, H, kdim=16, vdim=16, batch_first=True)(x, x, x)
 
 
-def _needs_attn_mask():
-    return pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                             reason="attn_mask in flashattn_triton.scaled_dot_product_attention not implemented yet")
-
-
-@_needs_attn_mask()
 @pytest.mark.parametrize("kind", ["bool", "float"])
 def test_key_padding_mask_matches_torch(kind):
     ours, base, ref = _pair(torch.float32, batch_first=True)
@@ -171,7 +165,6 @@ def test_key_padding_mask_matches_torch(kind):
     _check("kpm", ours, base, ref, _inputs(torch.float32), torch.float32, key_padding_mask=kpm)
 
 
-@_needs_attn_mask()
 def test_attn_mask_and_causal_padding_match_torch():
     ours, base, ref = _pair(torch.float32, batch_first=True)
     causal = torch.nn.Transformer.generate_square_subsequent_mask(10, dtype=torch.bool)
