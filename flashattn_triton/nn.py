@@ -36,7 +36,7 @@ class MultiheadAttention(nn.Module):
         embed_dim: model dimension E; the output has it too.
         num_heads: H; E must be a multiple of H (head dim E / H, 1..256).
         dropout: attention dropout probability, applied in training mode
-            (raises NotImplementedError while flashattn_triton has no dropout).
+            (regenerated in the backward; see docs/variants.md).
         bias: biases in the input and output projections.
         add_bias_kv: append a learned key and value token to every sequence.
         add_zero_attn: append a zero key and value token to every sequence.
