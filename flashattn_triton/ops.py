@@ -72,6 +72,13 @@ def _batch_chunks(batch: int, heads: int):
     return [slice(b0, min(batch, b0 + step)) for b0 in range(0, batch, step)]
 
 
+def _varlen_chunks(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, heads: int):
+    """(batch slice, (cu_q, cu_k)) per launch of a packed batch: the offsets are
+    sliced views, so chunking needs no copy and no host sync."""
+    for b in _batch_chunks(cu_seqlens_q.shape[0] - 1, heads):
+        yield b, (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
+
+
 def _lse_shape(q: torch.Tensor, varlen: bool):
     return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
 
@@ -177,8 +184,7 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), sinks, None,
                                     dropout_p, rng_seed)
-                for b in _batch_chunks(batch, q.shape[1]):
-                    cu = (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
+                for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, 0, window_bounds(*window),
                                       cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0))
             else:
@@ -308,8 +314,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
                                     dropout_p, rng_seed)
-                for b in _batch_chunks(batch, q.shape[1]):
-                    cu = (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
+                for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
                     # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, 0,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
