@@ -314,11 +314,12 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
                                     dropout_p, rng_seed)
-                for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
+                chunks = list(_varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]))
+                for b, cu in chunks:
                     # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, 0,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
-                                       mods.chunk(b, 0), delta=deltah)
+                                       mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1)
             else:
                 offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,

@@ -161,3 +161,25 @@ def assert_rel(name, got, ref, rtol):
     """Relative error in norm: ||got - ref|| / ||ref||."""
     rel = ((got.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-300)).item()
     assert rel <= rtol, f"{name}: relative error {rel:.3e} > {rtol:.1e}"
+
+
+def capture_graph(step):
+    """Capture ``step()`` (returning a tuple of tensors) into a CUDA graph.
+
+    Warms up on a side stream first (compiles kernels, fills the allocator
+    pool), as PyTorch's whole-network capture recipe does.  Inputs that need
+    gradients should be made leaves inside ``step`` (``t.detach().requires_grad_()``):
+    autograd ties a leaf's gradient accumulation to the stream the leaf was
+    created on, and a leaf made on the default stream before capture would make
+    the backward wait on that (legacy) stream, which capture forbids.
+    Returns (graph, static outputs).
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    return graph, static

@@ -9,7 +9,7 @@ import torch
 
 import flashattn_triton as fat
 from flashattn_triton import ops
-from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, make_qkv, rand,
+from flashattn_triton.testing import (capture_graph, assert_close, flash_attention_ref, leaf, make_qkv, rand,
                                       random_cu_seqlens)
 
 
@@ -180,18 +180,11 @@ def test_cuda_graph_capture(device):
     do = torch.randn(2, 1000, 8, 128, device=device, dtype=torch.bfloat16)
 
     def step():
-        out = fat.flash_attn_func(q, k, v, causal=True)
-        return (out,) + torch.autograd.grad(out, (q, k, v), do)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = fat.flash_attn_func(*leaves, causal=True)
+        return (out,) + torch.autograd.grad(out, leaves, do)
 
-    eager = step()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()  # warm-up on a side stream (compiles, allocates)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = step()
+    graph, static = capture_graph(step)
     for t in (q, k, v):
         t.data.copy_(torch.randn_like(t))
     eager = step()

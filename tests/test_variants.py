@@ -21,7 +21,7 @@ from flashattn_triton import ops
 from flashattn_triton._params import draw_dropout_seed
 from flashattn_triton.kernels.score import tanh
 from flashattn_triton.reference import attention_ref, philox_randint
-from flashattn_triton.testing import (alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
+from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
                                       leaf, make_qkv, rand, random_cu_seqlens, varlen_attention_ref,
                                       varlen_dropout_masks)
 
@@ -663,17 +663,11 @@ def test_gpu_dropout_cuda_graph_fresh_mask(device):
     do = torch.randn(2, 512, 8, 64, device=device, dtype=torch.bfloat16)
 
     def step():
-        out = fat.flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
-        return (out,) + torch.autograd.grad(out, (q, k, v), do)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = fat.flash_attn_func(*leaves, dropout_p=0.2, causal=True)
+        return (out,) + torch.autograd.grad(out, leaves, do)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = step()
+    graph, static = capture_graph(step)
     graph.replay()
     first = [t.clone() for t in static]
     graph.replay()

@@ -1,0 +1,83 @@
+"""Where the backward's time goes: per-kernel CUDA time (torch.profiler) of
+flashattn_triton's backward for a few shapes, and the backward time of the
+grouped-query case under alternative tile configs (FLASHATTN_TRITON_CONFIG_*).
+
+    PYTHONPATH=. python benchmarks/profile_bwd.py --out benchmarks/results/h200/profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+CASES = {
+    "gqa B2 N4k H16/4 d128 causal": dict(b=2, n=4096, hq=16, hkv=4, d=128, causal=True),
+    "mha B2 N4k H16 d128 causal": dict(b=2, n=4096, hq=16, hkv=16, d=128, causal=True),
+    "gqa B1 N16k H16/4 d128 window128": dict(b=1, n=16384, hq=16, hkv=4, d=128, causal=True, window=128),
+    "mha B16 N1k H12 d64 causal": dict(b=16, n=1024, hq=12, hkv=12, d=64, causal=True),
+}
+
+
+def run_case(c, fat, torch):
+    q = torch.randn(c["b"], c["n"], c["hq"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(c["b"], c["n"], c["hkv"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    w = (c.get("window", -1), 0 if c.get("window") else -1)
+    out = fat.flash_attn_func(q, k, v, causal=c["causal"], window_size=w)
+    do = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+
+def kernel_times(fn, torch, reps=10):
+    from torch.profiler import ProfilerActivity, profile
+    fn(); torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            rows[e.key[:60]] = round(t / reps / 1e3, 4)
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sweep", default="64,128,8,3;64,128,8,2;64,64,4,3;32,128,8,2;64,128,4,2;128,128,8,2;32,64,4,3",
+                    help="BWD_DKDV configs BLOCK_M,BLOCK_N,warps,stages for the GQA case")
+    args = ap.parse_args()
+    C.require_cuda("profile_bwd.py")
+    import torch
+    import flashattn_triton as fat
+    args.out.mkdir(parents=True, exist_ok=True)
+    res = dict(env=C.collect_env(), cases={}, sweep={})
+    for name, c in CASES.items():
+        fn = run_case(c, fat, torch)
+        ms = C.bench_ms(fn)
+        flops = C.attn_flops(c["b"], c["hq"], c["n"], c["n"], c["d"], c["causal"], "bwd")
+        res["cases"][name] = dict(ms=ms, tflops=C.tflops(flops, ms), kernels_ms=kernel_times(fn, torch))
+        print(name, json.dumps(res["cases"][name]), flush=True)
+    gqa = run_case(CASES["gqa B2 N4k H16/4 d128 causal"], fat, torch)
+    for cfg in args.sweep.split(";"):
+        bm, bn, w, st = cfg.split(",")
+        os.environ["FLASHATTN_TRITON_CONFIG_BWD_DKDV"] = f"BLOCK_M={bm},BLOCK_N={bn},num_warps={w},num_stages={st}"
+        try:
+            res["sweep"][cfg] = dict(ms=C.bench_ms(gqa), kernels_ms=kernel_times(gqa, torch, 3))
+        except Exception as exc:  # a config that does not compile or fit
+            res["sweep"][cfg] = dict(error=C.short_error(exc))
+        print("dkdv", cfg, json.dumps(res["sweep"][cfg]), flush=True)
+    os.environ.pop("FLASHATTN_TRITON_CONFIG_BWD_DKDV", None)
+    C.write_json(args.out / "profile_bwd.json", res)
+
+
+if __name__ == "__main__":
+    main()
