@@ -58,7 +58,8 @@ def main():
                             EVEN_DV=True, IS_VARLEN=varlen, MASK_LEFT=False, MASK_RIGHT=causal,
                             DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
-                            MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False)
+                            MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
+                            HEADS_PER_PROGRAM=1)
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)

@@ -190,6 +190,7 @@ def _bwd_dkdv(
     IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -197,14 +198,15 @@ def _bwd_dkdv(
     # With GROUP_SPLIT > 1 each program sums dK/dV over GROUP_SIZE / GROUP_SPLIT
     # query heads and writes a partial (DK/DV then have H_KV * GROUP_SPLIT
     # heads, reduced by the launcher): more programs, and short per-head loops
-    # are no longer nested in a loop over the whole group.
+    # are no longer nested in a loop over the whole group.  HEADS_PER_PROGRAM
+    # (= GROUP_SIZE / GROUP_SPLIT) is a compile-time constant so that at 1 the
+    # head loop folds away and the query-tile loops are outermost (pipelined).
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_z = pid_bh // (H_KV * GROUP_SPLIT)
     off_out = pid_bh % (H_KV * GROUP_SPLIT)  # head of DK/DV this program writes
     off_hkv = off_out // GROUP_SPLIT
-    heads = GROUP_SIZE // GROUP_SPLIT
-    g_lo = (off_out % GROUP_SPLIT) * heads
+    g_lo = (off_out % GROUP_SPLIT) * HEADS_PER_PROGRAM
     q_start, n_q, k_start, n_k = seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_K, N_Q, N_K, IS_VARLEN)
     start_n = pid_n * BLOCK_N
     if start_n >= n_k:
@@ -232,8 +234,8 @@ def _bwd_dkdv(
 
     lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
-    for g in range(g_lo, g_lo + heads):
-        off_h = off_hkv * GROUP_SIZE + g  # the query heads that read this KV head
+    for g in range(0, HEADS_PER_PROGRAM):
+        off_h = off_hkv * GROUP_SIZE + g_lo + g  # the query heads that read this KV head
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
         DOh = DO + off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
         row_base = off_z * stride_lz + off_h * stride_lh + q_start
@@ -530,7 +532,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         *_flat_strides((q, k, v, do, dk_out, dv_out), varlen), *lse_strides, *mods.strides(),
         h_kv, n_q, n_k, group, split, rng_rows,
         *scalars,
-        **meta,
+        **meta, HEADS_PER_PROGRAM=group // split,
     )
     if split > 1:
         for out, part in ((dk, dk_out), (dv, dv_out)):
