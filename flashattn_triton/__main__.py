@@ -1,7 +1,7 @@
-"""``python -m flashattn_triton check``: see :mod:`flashattn_triton.check`."""
+"""``python -m flashattn_triton {check,info,bench}``: see :mod:`flashattn_triton.cli`."""
 
 import sys
 
-from .check import main
+from .cli import main
 
 sys.exit(main())

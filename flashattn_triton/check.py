@@ -17,7 +17,6 @@ the largest reference value.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -126,80 +125,34 @@ def benchmark(device) -> None:
                 print(f"{name:<18} {str(causal):<7} unavailable: {type(exc).__name__}: {exc}"[:120])
 
 
-ENVIRONMENT = [
-    ("FLASHATTN_TRITON_BACKEND", "portable | hopper | auto (default): force a kernel tier (tests, benchmarks)"),
-    ("FLASHATTN_TRITON_AUTOTUNE", "1: autotune launch configs (opt-in; results cached on disk). "
-                                  "Default: the committed per-GPU table"),
-    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV or BWD_DQ, e.g. "
-                                         "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
-    ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
-    ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
-    ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),
-    ("FLASHATTN_TRITON_DIFF_CASES", "tests only: cases of the randomized differential test (default 6)"),
-    ("TRITON_INTERPRET", "1: run the kernels in Triton's interpreter (set by the tests; never by the library)"),
-]
-
-
-def env_help() -> str:
-    width = max(len(k) for k, _ in ENVIRONMENT)
-    return "environment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in ENVIRONMENT)
-
-
-def info() -> None:
-    """Versions, the device, and which kernel path serves a call on it."""
+def run_check(no_bench: bool = False, child: bool = False) -> int:
+    """The self-check; 0 when every case passes. The CLI's ``check`` command."""
     import triton
-    from . import __version__
-    from ._dispatch import backend, hopper_available
-    print(f"flashattn_triton {__version__}, torch {torch.__version__}, triton {triton.__version__}")
-    if torch.cuda.is_available():
-        idx = torch.cuda.current_device()
-        cap = torch.cuda.get_device_capability(idx)
-        print(f"GPU {torch.cuda.get_device_name(idx)} (sm_{cap[0]}{cap[1]}); backend setting: {backend()}")
-        print(f"Hopper tier available: {hopper_available(idx)}")
-        from .kernels.launch import load_table
-        table = load_table(f"sm{cap[0]}{cap[1]}")
-        print(f"tuned config table: {len(table)} entries" if table else "no tuned config table for this GPU: "
-              "launch configs come from the shared-memory model")
-    else:
-        path = "Triton interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "blockwise PyTorch path"
-        print(f"no GPU: CPU tensors run on the {path}")
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    from . import __version__
-    parser = argparse.ArgumentParser(prog="flashattn-triton", description=__doc__.split("\n")[0],
-                                     epilog=env_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"flashattn_triton {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    chk = sub.add_parser("check", help="correctness self-check (and a benchmark on GPU)")
-    chk.add_argument("--no-bench", action="store_true", help="skip the GPU benchmark")
-    chk.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    sub.add_parser("info", help="versions, GPU, and which kernel path and config table a call uses")
-    args = parser.parse_args(argv)
-    if args.command == "info":
-        info()
-        return 0
-
-    import triton
-    if not args.child:
+    if not child:
         print(f"flashattn_triton check: torch {torch.__version__}, triton {triton.__version__}, "
               f"{'GPU ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}")
     torch.manual_seed(0)
     if torch.cuda.is_available():
         ok = run_checks(GPU_CASES, torch.device("cuda"), "GPU, compiled Triton kernels")
-        if not args.no_bench:
+        if not no_bench:
             benchmark(torch.device("cuda"))
     elif os.environ.get("TRITON_INTERPRET") == "1":
         ok = run_checks(CPU_CASES, torch.device("cpu"), "CPU, Triton kernels in the interpreter")
     else:
         ok = run_checks(CPU_CASES, torch.device("cpu"), "CPU, blockwise PyTorch path")
         env = dict(os.environ, TRITON_INTERPRET="1")
-        child = subprocess.run([sys.executable, "-m", "flashattn_triton", "check", "--no-bench", "--child"],
-                               env=env)
-        ok &= child.returncode == 0
-    if not args.child:
+        result = subprocess.run([sys.executable, "-m", "flashattn_triton", "check", "--no-bench", "--child"],
+                                env=env)
+        ok &= result.returncode == 0
+    if not child:
         print(f"\nself-check {'PASSED' if ok else 'FAILED'}")
     return 0 if ok else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The ``flashattn-triton`` command (all subcommands): see :mod:`flashattn_triton.cli`."""
+    from .cli import main as cli_main
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,329 @@
+"""The ``flashattn-triton`` command (also ``python -m flashattn_triton``).
+
+  check   correctness self-check against a float64 reference (and a short benchmark on a GPU)
+  info    versions, the GPU, the kernel path; with --shape, which kernels and launch
+          configs a call of that shape uses (--arch sm90 answers for a GPU not present)
+  bench   attention benchmark against PyTorch's implementations: progress bar, tables,
+          plot (quick by default, --full for the sweep; needs a GPU, --smoke runs on a CPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+ENVIRONMENT = [
+    ("FLASHATTN_TRITON_BACKEND", "portable | hopper | auto (default): force a kernel tier (tests, benchmarks)"),
+    ("FLASHATTN_TRITON_AUTOTUNE", "1: autotune launch configs (opt-in; results cached on disk). "
+                                  "Default: the committed per-GPU table"),
+    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV or BWD_DQ, e.g. "
+                                         "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
+    ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
+    ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
+    ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),
+    ("FLASHATTN_TRITON_DIFF_CASES", "tests only: cases of the randomized differential test (default 6)"),
+    ("TRITON_INTERPRET", "1: run the kernels in Triton's interpreter (set by the tests; never by the library)"),
+]
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+VARIANTS = ("softcap", "alibi", "sinks", "mask", "dropout")
+DEFAULT_BENCH_OUT = Path("bench_results")
+
+
+def env_help() -> str:
+    width = max(len(k) for k, _ in ENVIRONMENT)
+    return "environment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in ENVIRONMENT)
+
+
+# --------------------------------------------------------------------------- info
+
+def _parse_ints(text: str, count: int, what: str) -> Tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: expected {count} comma-separated integers, got {text!r}")
+    if len(values) != count:
+        raise argparse.ArgumentTypeError(f"{what}: expected {count} comma-separated integers, got {text!r}")
+    return values
+
+
+def _shape(text: str) -> Tuple[int, ...]:
+    values = _parse_ints(text, 4, "--shape B,N,H,d")
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--shape B,N,H,d: every value must be >= 1, got {text!r}")
+    return values
+
+
+def _window(text: str) -> Tuple[int, ...]:
+    values = _parse_ints(text, 2, "--window LEFT,RIGHT")
+    if min(values) < -1:
+        raise argparse.ArgumentTypeError(f"--window LEFT,RIGHT: -1 (unbounded) or >= 0, got {text!r}")
+    return values
+
+
+def _arch(text: str) -> str:
+    if not (text.startswith("sm") and text[2:].isdigit() and len(text) >= 4):
+        raise argparse.ArgumentTypeError(f"--arch: expected smXY such as sm90 or sm80, got {text!r}")
+    return text
+
+
+def _fmt_entry(entry) -> str:
+    bm, bn, warps, stages = entry
+    return f"BLOCK_M={bm} BLOCK_N={bn} num_warps={warps} num_stages={stages}"
+
+
+def table_tag(variants: Tuple[str, ...], window_left: int) -> str:
+    """The launch table's variant tag of a call ("" where the table has no
+    variant keys: then every call uses the plain entries)."""
+    from .kernels import launch
+    on = set(variants) | ({"window"} if window_left >= 0 else set())
+    return next((t for t in getattr(launch, "VARIANT_TAGS", ()) if t in on), "")
+
+
+def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
+                    bucket: int, tag: str = "") -> Tuple[str, str]:
+    """(config, where it comes from) of one portable kernel on a GPU of ``arch``,
+    in the order of kernels/launch.py (environment, autotune, table, model)."""
+    import torch
+    from .kernels import launch
+
+    forced = launch.config_from_env(launcher.name)
+    if forced is not None:
+        entry = (forced.kwargs["BLOCK_M"], forced.kwargs["BLOCK_N"], forced.num_warps, forced.num_stages)
+        return _fmt_entry(entry), f"forced by {launch.ENV_CONFIG_PREFIX}{launcher.name}"
+    if launch.autotune_enabled():
+        return "autotuned on first use", f"{launch.ENV_AUTOTUNE}=1 (cached on disk)"
+    elem = torch.tensor([], dtype=dtype).element_size()
+    extra = (tag,) if tag else ()
+    entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, *extra)
+    key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, *extra)
+    if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem):
+        exact = key in launch.load_table(arch)
+        return _fmt_entry(entry), (f"tuned table {arch}.json, key {key}" if exact else
+                                   f"tuned table {arch}.json, nearest entry to {key}")
+    why = f"no entry in {arch}.json" if launch.load_table(arch) else f"no tuned table for {arch}"
+    return _fmt_entry(launcher.default_entry(d_pad, elem)), f"{why}: first candidate that fits the model"
+
+
+def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
+                n_q: int, d: int, d_v: int, window: Tuple[int, int],
+                variants: Tuple[str, ...]) -> Tuple[bool, str]:
+    """(whether the Hopper forward takes the call, what it launches or why not)."""
+    import torch
+    from ._dispatch import backend, hopper_available
+    from .kernels import hopper
+
+    if backend() == "portable":
+        return False, "FLASHATTN_TRITON_BACKEND=portable"
+    if arch != "sm90":
+        return False, f"{arch} is not sm_90"
+    if variants:
+        return False, f"{', '.join(variants)}: variants run on the portable forward"
+    if not (window[0] < 0 and window[1] in (-1, 0)):
+        return False, f"window_size {window}: the Hopper forward takes full or causal attention only"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return False, f"dtype {dtype} (float16 / bfloat16 only)"
+    available = hopper_available(device_index) if on_gpu else hopper.AVAILABLE
+    if not available:
+        return False, f"not available here: {hopper.REASON or 'the Gluon kernel did not import'}"
+    from .kernels.hopper.fwd import CONFIGS, SCHEDULE, SMEM_LIMIT, smem_bytes
+    if d not in CONFIGS or d_v != d:
+        return False, f"head dims d={d}, dv={d_v} (equal, one of {sorted(CONFIGS)})"
+    causal = window[1] == 0
+    meta = dict(CONFIGS[d], **SCHEDULE[causal])
+    rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
+    n_m = -(-n_q // rows)
+    if (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:
+        return False, "grid too large for the Hopper schedule"
+    if smem_bytes(d, **meta) > SMEM_LIMIT:
+        return False, "shared memory"
+    return True, (f"Gluon kernel (kernels/hopper/fwd.py): {meta['NUM_CONSUMERS']} consumer warpgroups x "
+                  f"BLOCK_M={meta['BLOCK_M']} rows, BLOCK_N={meta['BLOCK_N']}, "
+                  f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
+                  f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} grid")
+
+
+def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],
+                  h_kv: Optional[int] = None, n_k: Optional[int] = None, d_v: Optional[int] = None,
+                  variants: Tuple[str, ...] = (), arch: Optional[str] = None) -> List[str]:
+    """Lines saying which kernels and configs ``flash_attn_func`` uses for q of
+    shape (B, N, H, d) (and k/v of Nk, Hkv, dv), on this machine or, with
+    ``arch`` ("sm90"), on a GPU of that architecture."""
+    import torch
+    from .kernels import launch
+    from .kernels.bwd import _PREPROCESS_BLOCK_M, _launch_dkdv, _launch_dq, group_split
+    from .kernels.fwd import _launch_fwd
+    from .ops import _batch_chunks
+
+    batch, n_q, h_q, d = shape
+    h_kv = h_kv or h_q
+    n_k = n_k or n_q
+    d_v = d_v or d
+    dtype = getattr(torch, DTYPES[dtype_name])
+    if h_q % h_kv:
+        raise ValueError(f"--kv-heads {h_kv} must divide H={h_q}")
+    if max(d, d_v) > 512:
+        raise ValueError(f"head dims d={d}, dv={d_v}: at most 512 are supported")
+    left, right = window
+    if causal:
+        right = 0
+    window = (left, right)
+    lines = [f"call: q ({batch}, {n_q}, {h_q}, {d}), k, v ({batch}, {n_k}, {h_kv}, {d})"
+             + (f" with v head dim {d_v}" if d_v != d else "") + f", {dtype_name}, "
+             f"{'causal' if causal else 'not causal'}, window_size={window}"
+             + (f", with {', '.join(variants)}" if variants else "")]
+    on_gpu = arch is None and torch.cuda.is_available()
+    device_index = 0
+    if on_gpu:
+        device_index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(device_index)
+        arch = f"sm{major}{minor}"
+    if arch is None:
+        if launch.INTERPRET:
+            cfg = launch.INTERPRET_CONFIG
+            lines.append(f"CPU tensors, TRITON_INTERPRET=1: the portable kernels in Triton's interpreter, "
+                         f"fixed config BLOCK_M={cfg.kwargs['BLOCK_M']} BLOCK_N={cfg.kwargs['BLOCK_N']}")
+        else:
+            from .reference import _CPU_BLOCK
+            lines.append(f"CPU tensors: the blockwise PyTorch path (reference.py), {_CPU_BLOCK}x{_CPU_BLOCK} "
+                         "tiles, no Triton launch (TRITON_INTERPRET=1: the kernels in the interpreter)")
+        lines.append("add --arch sm90 to see what an H100/H200 would launch")
+        return lines
+
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        raise ValueError(f"variants {bad}: expected some of {', '.join(VARIANTS)}")
+    tag = table_tag(tuple(variants), left)
+    d_pad = max(launch.head_dim_pad(d), launch.head_dim_pad(d_v))
+    bucket = launch.seq_bucket(max(n_q, n_k))
+    masked_right = right >= 0
+    where = "this GPU" if on_gpu else "a GPU (simulated: no such GPU here)"
+    lines.append(f"{arch}, {where}; config key: {dtype_name}, padded head dim {d_pad}, "
+                 f"{'right-bounded mask' if masked_right else 'no right mask'}, length bucket {bucket}"
+                 + (f", variant {tag}" if tag else ""))
+    chunks = len(_batch_chunks(batch, h_q))
+    takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
+                             variants)
+    fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag)
+    if takes:
+        lines.append(f"forward : Hopper tier, {how}")
+        lines.append(f"          (if it declines at launch: portable FWD {fwd_cfg})")
+    else:
+        lines.append(f"forward : portable kernel FWD {fwd_cfg}  [{fwd_src}]")
+        lines.append(f"          Hopper tier not used: {how}")
+    group = h_q // h_kv
+    split = group_split(group, batch * n_k, h_kv, launch.head_dim_pad(d) + launch.head_dim_pad(d_v))
+    dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag)
+    dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag)
+    lines.append(f"backward: portable kernels: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
+    lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
+    lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")
+    if group > 1:
+        lines.append(f"          GQA group of {group} query heads per KV head: dK/dV in {split} program(s) "
+                     "per KV head" + (" (float32 partials, summed)" if split > 1 else ""))
+    if chunks > 1:
+        lines.append(f"          B*H = {batch * h_q} programs per tile row exceed the grid limit: "
+                     f"{chunks} launches over slices of the batch")
+    return lines
+
+
+def info(args: Optional[argparse.Namespace] = None) -> int:
+    """Versions, the device, and which kernel path serves a call on it."""
+    import torch
+    import triton
+
+    from . import __version__
+    from ._dispatch import backend, hopper_available
+    print(f"flashattn_triton {__version__}, torch {torch.__version__}, triton {triton.__version__}")
+    if torch.cuda.is_available():
+        idx = torch.cuda.current_device()
+        cap = torch.cuda.get_device_capability(idx)
+        print(f"GPU {torch.cuda.get_device_name(idx)} (sm_{cap[0]}{cap[1]}); backend setting: {backend()}")
+        print(f"Hopper tier available: {hopper_available(idx)}")
+        from .kernels.launch import load_table
+        table = load_table(f"sm{cap[0]}{cap[1]}")
+        print(f"tuned config table: {len(table)} entries" if table else "no tuned config table for this GPU: "
+              "launch configs come from the shared-memory model")
+    else:
+        path = "Triton interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "blockwise PyTorch path"
+        print(f"no GPU: CPU tensors run on the {path}")
+    if args is None or args.shape is None:
+        return 0
+    try:
+        lines = explain_shape(tuple(args.shape), args.dtype, args.causal, tuple(args.window),
+                              args.kv_heads, args.seqlen_k, args.head_dim_v, tuple(args.variant), args.arch)
+    except ValueError as exc:
+        print(f"flashattn-triton info: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print("\n".join(lines))
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .bench import attention
+
+    parser = argparse.ArgumentParser(prog="flashattn-triton", description=__doc__,
+                                     epilog=env_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"flashattn_triton {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{check,info,bench}")
+
+    chk = sub.add_parser("check", help="correctness self-check (and a benchmark on GPU)",
+                         description="Compare against a float64 reference and print a pass/fail table. "
+                                     "CPU: the blockwise path, then the kernels in Triton's interpreter; "
+                                     "GPU: realistic shapes through the compiled kernels, then a short "
+                                     "benchmark.")
+    chk.add_argument("--no-bench", action="store_true", help="skip the GPU benchmark")
+    chk.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+    inf = sub.add_parser("info", help="versions, GPU, and which kernel path and configs a shape uses",
+                         description="Versions, the GPU and the kernel tier; with --shape, which kernels "
+                                     "and launch configs flash_attn_func uses for that call.",
+                         epilog="example: flashattn-triton info --shape 4,4096,32,128 --kv-heads 8 "
+                                "--dtype bf16 --causal --arch sm90",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    inf.add_argument("--shape", type=_shape, metavar="B,N,H,d",
+                     help="q of shape (batch, seqlen, heads, head_dim) in flash_attn_func's layout")
+    inf.add_argument("--kv-heads", type=int, metavar="HKV", help="K/V heads (GQA; default H)")
+    inf.add_argument("--seqlen-k", type=int, metavar="NK", help="key length (default N)")
+    inf.add_argument("--head-dim-v", type=int, metavar="DV", help="head dim of V (default d)")
+    inf.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: %(default)s")
+    inf.add_argument("--causal", action="store_true", help="causal (bottom-right aligned)")
+    inf.add_argument("--window", type=_window, default=(-1, -1), metavar="LEFT,RIGHT",
+                     help="window_size, -1 = unbounded (default -1,-1; write --window=-1,R when LEFT is -1)")
+    inf.add_argument("--variant", action="append", choices=VARIANTS, default=[],
+                     help="a variant the call uses (repeat for several)")
+    inf.add_argument("--arch", type=_arch, metavar="smXY",
+                     help="answer for a GPU of this architecture (e.g. sm90) instead of this machine's")
+
+    bench = sub.add_parser("bench", help="attention benchmark vs PyTorch: progress, tables, plot",
+                           description=attention.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    attention.add_arguments(bench, "quick", DEFAULT_BENCH_OUT)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "info":
+        if args.shape is None and any(getattr(args, k) for k in
+                                      ("kv_heads", "seqlen_k", "head_dim_v", "arch", "causal", "variant")):
+            print("flashattn-triton info: these options describe a call: add --shape B,N,H,d",
+                  file=sys.stderr)
+            return 2
+        return info(args)
+    if args.command == "bench":
+        from .bench import attention
+        return attention.execute(args, "flashattn-triton bench")
+    from .check import run_check
+    return run_check(no_bench=args.no_bench, child=args.child)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

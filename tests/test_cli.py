@@ -1,0 +1,232 @@
+"""The command line: ``flashattn-triton {check,info,bench}`` (flashattn_triton/cli.py)
+and the benchmark harness behind ``bench`` (flashattn_triton/bench/)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashattn_triton import cli
+from flashattn_triton.bench import common
+from flashattn_triton.kernels import launch
+from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq
+from flashattn_triton.kernels.fwd import _launch_fwd
+
+REPO = Path(__file__).resolve().parent.parent
+ON_GPU = os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") == "cuda" and torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _plain_launch_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(launch.ENV_CONFIG_PREFIX) or name in (launch.ENV_AUTOTUNE, "FLASHATTN_TRITON_BACKEND"):
+            monkeypatch.delenv(name)
+
+
+def test_help_lists_the_commands_and_the_environment(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("check", "info", "bench", "FLASHATTN_TRITON_BACKEND", "TRITON_INTERPRET"):
+        assert word in out
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--full", "--smoke", "--out", "--dtype", "--peers", "--dry-run"):
+        assert option in out
+
+
+def test_info_without_a_shape(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("flashattn_triton ") and "torch" in out and "triton" in out
+    assert "call:" not in out
+
+
+@pytest.mark.skipif(ON_GPU, reason="describes the CPU path")
+def test_info_shape_on_the_cpu(capsys):
+    assert cli.main(["info", "--shape", "2,100,4,64", "--causal"]) == 0
+    out = capsys.readouterr().out
+    assert "call: q (2, 100, 4, 64), k, v (2, 100, 4, 64), bf16, causal" in out
+    # conftest sets TRITON_INTERPRET=1: the kernels run in the interpreter with its fixed config
+    assert "interpreter" in out and "--arch sm90" in out
+
+
+def _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag):
+    """What Launcher.choose picks on a GPU of `arch` (the GPU query patched out)."""
+    monkeypatch.setattr(launch, "_arch", lambda index: arch)
+    cfg = launcher.choose.__wrapped__(launcher, 0, dtype, d_pad, masked_right, bucket, *([tag] if tag else []))
+    return cli._fmt_entry((cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages))
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+@pytest.mark.parametrize("dtype,d_pad,masked_right,n,variants,left", [
+    (torch.bfloat16, 128, True, 4096, (), -1),
+    (torch.float16, 64, False, 700, (), -1),
+    (torch.float16, 64, True, 3000, ("softcap",), 256),
+    (torch.float32, 128, False, 100, (), -1),
+    (torch.float32, 512, True, 20000, ("dropout",), -1),
+    (torch.bfloat16, 256, True, 16384, ("mask", "alibi"), -1),
+])
+def test_info_configs_are_the_launchers(monkeypatch, arch, dtype, d_pad, masked_right, n, variants, left):
+    """info's description of a launch config is the config kernels/launch.py picks."""
+    tag = cli.table_tag(variants, left)
+    bucket = launch.seq_bucket(n)
+    for launcher in (_launch_fwd, _launch_dkdv, _launch_dq):
+        described, source = cli.portable_config(launcher, arch, dtype, d_pad, masked_right, bucket, tag)
+        assert described == _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag)
+        if not launch.load_table(arch):
+            assert source == f"no tuned table for {arch}: first candidate that fits the model"
+        elif (dtype, d_pad, masked_right, n, tag) == (torch.bfloat16, 128, True, 4096, ""):
+            assert source == f"tuned table {arch}.json, key {launcher.name}|bfloat16|d128|causal|n4096"
+
+
+def test_info_shape_for_sm90(capsys, monkeypatch):
+    assert cli.main(["info", "--shape", "4,4096,32,128", "--kv-heads", "8", "--dtype", "bf16", "--causal",
+                     "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "sm90" in out and "length bucket 4096" in out
+    for kernel in ("FWD", "BWD_DKDV", "BWD_DQ"):
+        assert kernel in out
+    assert "GQA group of 4" in out
+    from flashattn_triton.kernels import hopper
+    if hopper.AVAILABLE:
+        assert "forward : Hopper tier" in out
+    else:
+        assert "Hopper tier not used: not available here" in out
+    # a forced config is reported as such
+    monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_BWD_DQ", "BLOCK_M=32,BLOCK_N=16,num_warps=2,num_stages=1")
+    assert cli.main(["info", "--shape", "1,64,2,32", "--window", "16,0", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "BWD_DQ   BLOCK_M=32 BLOCK_N=16 num_warps=2 num_stages=1  [forced by FLASHATTN_TRITON_CONFIG_BWD_DQ]" in out
+    assert "Hopper tier not used: window_size (16, 0)" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["info", "--shape", "1,2,3"], "expected 4 comma-separated integers"),
+    (["info", "--shape", "1,0,2,64"], "must be >= 1"),
+    (["info", "--shape", "1,8,2,64", "--arch", "hopper"], "expected smXY"),
+    (["info", "--shape", "1,8,2,64", "--window=-2,0"], "-1 (unbounded) or >= 0"),
+])
+def test_info_rejects_bad_options(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["info", "--shape", "1,8,6,64", "--kv-heads", "4", "--arch", "sm90"], "--kv-heads 4 must divide H=6"),
+    (["info", "--shape", "1,8,6,1024", "--arch", "sm90"], "at most 512"),
+    (["info", "--causal"], "add --shape"),
+])
+def test_info_rejects_bad_calls(capsys, argv, message):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_dry_run_presets(capsys):
+    assert cli.main(["bench", "--dry-run"]) == 0
+    quick = capsys.readouterr().out
+    assert quick.startswith("4 configs x providers [flashattn_triton, sdpa_flash, sdpa_cudnn, flex]")
+    assert cli.main(["bench", "--dry-run", "--full", "--dtype", "bf16", "--peers", "sdpa_flash"]) == 0
+    full = capsys.readouterr().out
+    assert "x providers [flashattn_triton, sdpa_flash] x modes [fwd, bwd, fwd_bwd]" in full
+    assert "fp16" not in full and "d=64" in full and "d=256" in full
+    with pytest.raises(SystemExit, match="unknown peer: nope"):
+        cli.main(["bench", "--dry-run", "--peers", "nope"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_bench_refuses_without_a_gpu(capsys, tmp_path):
+    assert cli.main(["bench", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "--smoke" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_bench_smoke_writes_table_and_plot(tmp_path):
+    """`python -m flashattn_triton bench --smoke`: the whole path on the CPU (inputs, each
+    provider, timing, tables, JSON, plot), in a fresh process without TRITON_INTERPRET,
+    as a user runs it (ours on the blockwise path)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-m", "flashattn_triton", "bench", "--smoke", "--seqlens", "64",
+                          "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "smoke run on the CPU" in out
+    assert "flashattn_triton TFLOP/s (ratio to the fastest peer that ran)" in out
+    assert "| fwd bf16 d=32 causal |" in out
+    data = json.loads((tmp_path / "bench_attention.json").read_text())
+    rows = data["rows"]
+    assert len(rows) == 3 * 2 * 2  # providers x causal x modes
+    assert {r["provider"] for r in rows} == {"flashattn_triton", "sdpa_math", "naive"}
+    assert all(r["status"] == "ok" and r["ms"] > 0 and r["tflops"] > 0 for r in rows), rows
+    assert data["run"]["settings"]["preset"] == "smoke"
+    assert "Rows per provider" in (tmp_path / "bench_attention.md").read_text()
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in out
+    else:
+        png = (tmp_path / "bench_attention.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+@pytest.mark.gpu
+def test_bench_on_the_gpu(capsys, tmp_path):
+    assert cli.main(["bench", "--seqlens", "1024", "--head-dims", "64", "--peers", "sdpa_flash",
+                     "--out", str(tmp_path), "--no-progress", "--max-seconds", "60"]) == 0
+    rows = json.loads((tmp_path / "bench_attention.json").read_text())["rows"]
+    ours = [r for r in rows if r["provider"] == "flashattn_triton"]
+    assert len(ours) == 4 and all(r["status"] == "ok" and r["tflops"] > 1 for r in ours), ours
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_text_bar_without_tqdm(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm fails
+    stream = _Terminal()
+    bar = common.Progress(4, "demo", stream=stream)
+    for i in range(4):
+        bar.write(f"result {i}")
+        bar.update(1, f"note {i}")
+    bar.close()
+    text = stream.getvalue()
+    assert "demo [" + "." * common.Progress.WIDTH + "] 0/4" in text
+    assert "demo [" + "#" * common.Progress.WIDTH + "] 4/4" in text and "note 3" in text
+    assert capsys.readouterr().out.splitlines() == [f"result {i}" for i in range(4)]
+
+
+def test_progress_in_a_log_counts_lines(capsys):
+    bar = common.Progress(2, "demo", stream=io.StringIO())  # not a terminal
+    bar.write("first")
+    bar.update()
+    bar.write("second")
+    bar.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "demo: 2 measurements"
+    assert lines[1].startswith("[1/2") and lines[1].endswith("first")
+    assert lines[2].startswith("[2/2") and lines[2].endswith("second")
+
+
+def test_benchmark_scripts_use_the_package_harness():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import common as scripts_common
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    assert scripts_common.attn_flops is common.attn_flops
+    assert scripts_common.Progress is common.Progress
+    assert scripts_common.DEFAULT_OUT == REPO / "benchmarks" / "results" / "h200"
+    assert common.attn_flops(2, 4, 8, 8, 16, causal=True, mode="bwd") == 2.5 * 4 * 2 * 4 * 8 * 8 * 16 / 2
