@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import re
+import subprocess
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -34,9 +38,50 @@ def _sig(kernel, dtype: str, constexprs: dict):
     return sig
 
 
-def compile_one(kernel, dtype, constexprs, target):
-    src = ASTSource(fn=kernel, signature=_sig(kernel, dtype, constexprs), constexprs=constexprs)
-    return triton.compile(src, target=target)
+# Unit strides (the last dim of every tensor, the key dim of a mask) become
+# the constant 1 when the JIT specializes them; every other stride and every
+# pointer is assumed 16-divisible, as it is for the usual contiguous layouts.
+# Without these hints the loads do not vectorize and the register counts
+# mean nothing.
+UNIT_STRIDES = re.compile(r"stride_(q|k|v|o|do|dq|dk|dv)k$|stride_bn$|stride_dbn$")
+
+
+def specialize(kernel, sig: dict, constexprs: dict):
+    """(signature, constexprs, attrs) as the JIT would specialize a typical launch."""
+    sig, constexprs, attrs = dict(sig), dict(constexprs), {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in constexprs:
+            continue
+        if UNIT_STRIDES.search(name):
+            sig[name] = "constexpr"
+            constexprs[name] = 1
+        elif sig[name].startswith("*") or name.startswith("stride_"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs
+
+
+def compile_one(kernel, dtype, constexprs, target, num_warps=4, num_stages=2, overrides=None):
+    sig = _sig(kernel, dtype, constexprs)
+    sig.update(overrides or {})
+    sig, constexprs, attrs = specialize(kernel, sig, constexprs)
+    src = ASTSource(fn=kernel, signature=sig, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def ptxas_report(compiled, arch: int) -> str:
+    """'regs R, spill S B' from ptxas -v on the kernel's PTX (Triton's bundled ptxas)."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        return "ptxas not found"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(compiled.asm["ptx"])
+        res = subprocess.run([ptxas, f"-arch=sm_{arch}a", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True)
+    regs = re.search(r"Used (\d+) registers", res.stderr)
+    spill = re.search(r"(\d+) bytes spill stores", res.stderr)
+    return f"regs {regs.group(1) if regs else '?'}, spill {spill.group(1) if spill else '?'} B"
 
 
 def main():
@@ -46,13 +91,28 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--all-configs", action="store_true")
     ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
+    ap.add_argument("--mods", default="", help="comma-separated switches to turn on, e.g. "
+                    "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window)")
+    ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
+                    "instead of the first candidate")
+    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ")
+    ap.add_argument("--cases", default="full,causal,varlen",
+                    help="which of full / causal / varlen (causal, packed) to compile")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq}
+    kernels = {k: v for k, v in kernels.items() if k in args.kernels.split(",")}
+    mods = [m for m in args.mods.split(",") if m]
+    overrides = {}
+    if "HAS_MASK" in mods:  # the mask's element type: uint8 for a bool mask, else the input's
+        overrides["BIAS"] = "*u8" if "MASK_BOOL" in mods else f"*{args.dtype}"
     failures = 0
     for d, (name, kernel) in itertools.product([int(x) for x in args.d.split(",")], kernels.items()):
-        for causal, varlen in ((False, False), (True, False), (True, True)):
+        cases = {"full": (False, False), "causal": (True, False), "varlen": (True, True)}
+        for causal, varlen in (cases[c] for c in args.cases.split(",")):
             cands = CANDIDATES[name] if args.all_configs else CANDIDATES[name][:1]
+            if args.configs:
+                cands = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
             for bm, bn, w, s in cands:
                 meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d, EVEN_D=True, HEAD_DIM_V=d, HEAD_DIM_V_PAD=d,
                             EVEN_DV=True, IS_VARLEN=varlen, MASK_LEFT=False, MASK_RIGHT=causal,
@@ -63,14 +123,15 @@ def main():
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)
+                meta.update({m: True for m in mods})
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
                 label = f"{name:9s} d={d:3d} causal={causal!s:5} varlen={varlen!s:5} ({bm},{bn},{w},{s})"
                 try:
-                    src = ASTSource(fn=kernel, signature=_sig(kernel, args.dtype, meta), constexprs=meta)
-                    k = triton.compile(src, target=target, options=dict(num_warps=w, num_stages=s))
-                    print(f"{label}: ok, smem {k.metadata.shared}")
+                    k = compile_one(kernel, args.dtype, meta, target, w, s,
+                                    {n: t for n, t in overrides.items() if n in kernel.arg_names})
+                    print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")

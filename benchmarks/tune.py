@@ -11,6 +11,12 @@ cache); the timing phase then runs in this one process.
 
     python benchmarks/tune.py --out flashattn_triton/kernels/configs/sm90.json \
         [--head-dims 64,128,256] [--seqlens 1024,4096,16384] [--dtype bfloat16] [--jobs 12]
+        [--variants mask,dropout,softcap,alibi,window] [--merge]
+
+--variants tunes the keys of those variant tags (kernels/launch.py
+variant_tag) instead of the plain ones: a (B, 1, N, N) bool mask, dropout
+0.1, softcap 30, ALiBi, a 512-key left window.  --merge adds the new entries
+to an existing table instead of replacing it.
 """
 
 from __future__ import annotations
@@ -34,27 +40,46 @@ def _inputs(b, h, n, d, dtype):
     return q, k, v, do
 
 
-def _runner(kernel, q, k, v, do, causal, prepared=None):
+def _mods(tag, q, causal):
+    """(KernelMods, window) of a variant tag, on inputs like q (B, H, N, d)."""
+    from flashattn_triton.kernels.score import KernelMods
+    b, h, n, _ = q.shape
+    window = (512 if tag == "window" else None, 0 if causal else None)
+    if tag == "mask":
+        keep = torch.rand(b, 1, n, n, device=q.device) > 0.2
+        keep |= torch.eye(n, dtype=torch.bool, device=q.device)  # no empty row
+        return KernelMods(bias=keep), window
+    if tag == "dropout":
+        return KernelMods(dropout_p=0.1, seed=torch.tensor([1234], device=q.device)), window
+    if tag == "softcap":
+        return KernelMods(softcap=30.0), window
+    if tag == "alibi":
+        slopes = torch.rand(h, device=q.device, dtype=torch.float32)
+        return KernelMods(alibi=slopes.expand(b, h)), window
+    return KernelMods(), window
+
+
+def _runner(kernel, q, k, v, do, causal, tag=""):
     from flashattn_triton.kernels.bwd import attention_backward
     from flashattn_triton.kernels.fwd import attention_forward
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
     scale = q.shape[-1] ** -0.5
-    window = (None, 0 if causal else None)
-    attention_forward(q, k, v, o, lse, scale, 0, window)
+    mods, window = _mods(tag, q, causal)
+    attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods)
     if kernel == "FWD":
-        return lambda: attention_forward(q, k, v, o, lse, scale, 0, window)
+        return lambda: attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window)
+    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods)
 
 
 def _compile_job(job):
-    """Worker: run one (kernel, d, causal, config) once on a small input (compiles it)."""
-    kernel, d, causal, cfg, dtype = job
+    """Worker: run one (kernel, d, causal, tag, config) once on a small input (compiles it)."""
+    kernel, d, causal, tag, cfg, dtype = job
     os.environ["FLASHATTN_TRITON_CONFIG_" + kernel] = cfg_str(cfg)
     try:
         q, k, v, do = _inputs(1, 2, 256, d, getattr(torch, dtype))
-        _runner(kernel, q, k, v, do, causal)()
+        _runner(kernel, q, k, v, do, causal, tag)()
         torch.cuda.synchronize()
         return None
     except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
@@ -69,6 +94,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--log", default=None)
+    ap.add_argument("--variants", default="", help="comma-separated variant tags to tune instead")
+    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ")
+    ap.add_argument("--causal", default="both", choices=("both", "causal", "full"))
+    ap.add_argument("--merge", action="store_true", help="add to the existing table at --out")
     args = ap.parse_args()
     import triton
     import triton.testing
@@ -78,8 +107,11 @@ def main():
     elem = torch.tensor([], dtype=dtype).element_size()
     resident = {"FWD": ("BLOCK_M", 1, 1), "BWD_DKDV": ("BLOCK_N", 2, 2), "BWD_DQ": ("BLOCK_M", 2, 1)}
     head_dims = [int(x) for x in args.head_dims.split(",")]
-    jobs = [(kern, d, causal, c, args.dtype)
-            for kern, d, causal in itertools.product(CANDIDATES, head_dims, (False, True))
+    tags = args.variants.split(",") if args.variants else [""]
+    kernels = [k for k in CANDIDATES if k in args.kernels.split(",")]
+    causals = {"both": (False, True), "causal": (True,), "full": (False,)}[args.causal]
+    keys = list(itertools.product(kernels, head_dims, causals, tags))
+    jobs = [(kern, d, causal, tag, c, args.dtype) for kern, d, causal, tag in keys
             for c in CANDIDATES[kern] if fits(c, resident[kern], d, elem)]
     t0 = time.time()
     ctx = __import__("multiprocessing").get_context("spawn")
@@ -89,18 +121,18 @@ def main():
           f"({sum(e is not None for e in errors.values())} failed)", flush=True)
 
     table, log = {}, []
-    for kern, d, causal in itertools.product(CANDIDATES, head_dims, (False, True)):
+    for kern, d, causal, tag in keys:
         for n in (int(x) for x in args.seqlens.split(",")):
             b, h = max(1, 16384 // n), 2048 // d
             q, k, v, do = _inputs(b, h, n, d, dtype)
             flops = 4 * b * h * n * n * d / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
             timed = []
             for c in CANDIDATES[kern]:
-                if errors.get((kern, d, causal, c, args.dtype), "unfit") is not None:
+                if errors.get((kern, d, causal, tag, c, args.dtype), "unfit") is not None:
                     continue
                 os.environ["FLASHATTN_TRITON_CONFIG_" + kern] = cfg_str(c)
                 try:
-                    fn = _runner(kern, q, k, v, do, causal)
+                    fn = _runner(kern, q, k, v, do, causal, tag)
                     ms = triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
                     timed.append((ms, c))
                 except Exception as exc:  # noqa: BLE001
@@ -110,9 +142,9 @@ def main():
             timed.sort()
             if not timed:
                 continue
-            key = table_key(kern, dtype, d, causal, seq_bucket(n))
+            key = table_key(kern, dtype, d, causal, seq_bucket(n), tag)
             table[key] = list(timed[0][1])
-            log.append(dict(kernel=kern, d=d, causal=causal, n=n,
+            log.append(dict(kernel=kern, d=d, causal=causal, n=n, variant=tag,
                             ranking=[(c, round(ms, 4), round(flops / ms * 1e-9)) for ms, c in timed]))
             print(f"{key:<40} best {timed[0][1]} {timed[0][0]:.3f} ms "
                   f"({flops / timed[0][0] * 1e-9:.0f} TFLOP/s); first candidate "
@@ -122,6 +154,11 @@ def main():
                capability=list(torch.cuda.get_device_capability()), date=time.strftime("%Y-%m-%d"),
                note="bwd kernels timed as the whole backward with the other kernel at its default")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if args.merge and os.path.exists(args.out):
+        with open(args.out) as f:
+            old = json.load(f)
+        table = {**old["configs"], **table}
+        env = dict(old.get("env", {}), merged=env)
     with open(args.out, "w") as f:
         json.dump(dict(env=env, configs=table), f, indent=1, sort_keys=True)
     if args.log:

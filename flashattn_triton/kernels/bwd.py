@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket
+from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket, variant_tag
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (kv_tile_range, load_tile, mma, q_tile_range, seq_bounds, store_tile,
                     tile_ptrs)
@@ -135,6 +135,7 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
     q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
     do_ptrs = tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv)
     for start in range(start_m, end_m, BLOCK_M):
+        start = (start // BLOCK_M) * BLOCK_M  # a no-op alignment hint (q_tile_range)
         rows = start + offs_m
         q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
         lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
@@ -303,6 +304,9 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
+        # A no-op (tile starts are multiples of BLOCK_N, kv_tile_range) that tells
+        # the compiler so: mask / bias loads then vectorize along the keys.
+        start = (start // BLOCK_N) * BLOCK_N
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
@@ -498,7 +502,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
-    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket)
+    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket, variant_tag(mods, left))
     scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,

@@ -7,7 +7,9 @@ How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match 
   3. FLASHATTN_TRITON_AUTOTUNE=1: Triton's autotuner over the candidate list,
      its results cached on disk across processes;
   4. the table ``configs/sm<major><minor>.json`` keyed by (kernel, dtype,
-     padded head dim, causal, length bucket), written by benchmarks/tune.py on that GPU;
+     padded head dim, causal, variant, length bucket), written by
+     benchmarks/tune.py on that GPU; a variant without entries of its own
+     (``variant_tag``) takes the plain entry;
   5. the preferred config of the head-dim class, else the first candidate that
      fits the model.
 A call never tunes unless asked (3).  Choices are cached per key, so the host
@@ -132,8 +134,24 @@ def load_table(arch: str) -> Dict[str, Tuple[int, int, int, int]]:
     return {k: tuple(v) for k, v in data["configs"].items()}
 
 
-def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int) -> str:
-    return f"{kernel}|{_dtype_name(dtype)}|d{d_pad}|{'causal' if causal else 'full'}|n{bucket}"
+# Variants that change a kernel's register pressure enough to want configs of
+# their own (a mask tile, Philox, tanh, ...), most demanding first.
+VARIANT_TAGS = ("mask", "dropout", "softcap", "alibi", "window")
+
+
+def variant_tag(mods, window_left) -> str:
+    """The table's variant of a launch: "" (plain) or the first of VARIANT_TAGS
+    that the score modifications (kernels.score.KernelMods) or a left window
+    edge turn on."""
+    on = dict(mask=mods.bias is not None, dropout=mods.dropout_p > 0, softcap=mods.softcap > 0,
+              alibi=mods.alibi is not None, window=window_left is not None)
+    return next((t for t in VARIANT_TAGS if on[t]), "")
+
+
+def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int,
+              tag: str = "") -> str:
+    mode = ("causal" if causal else "full") + (f"+{tag}" if tag else "")
+    return f"{kernel}|{_dtype_name(dtype)}|d{d_pad}|{mode}|n{bucket}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,20 +161,22 @@ def _arch(device_index: int) -> str:
 
 
 def table_lookup(kernel: str, arch: str, dtype: torch.dtype, d_pad: int, causal: bool,
-                 bucket: int) -> Optional[Tuple[int, int, int, int]]:
-    """The table's config for this key; fp16 and bf16 stand in for each other, and
-    the nearest tuned length bucket for an untuned one."""
+                 bucket: int, tag: str = "") -> Optional[Tuple[int, int, int, int]]:
+    """The table's config for this key; fp16 and bf16 stand in for each other,
+    the nearest tuned length bucket for an untuned one, and the plain entry
+    for a variant without entries."""
     table = load_table(arch)
     if not table:
         return None
     dtypes = [dtype] + ([torch.bfloat16 if dtype == torch.float16 else torch.float16]
                         if dtype in (torch.float16, torch.bfloat16) else [])
-    for dt in dtypes:
-        prefix = table_key(kernel, dt, d_pad, causal, 0).rsplit("|", 1)[0] + "|n"
-        buckets = sorted(int(k[len(prefix):]) for k in table if k.startswith(prefix))
-        if buckets:
-            best = min(buckets, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), -b))
-            return table[prefix + str(best)]
+    for t in ([tag, ""] if tag else [""]):
+        for dt in dtypes:
+            prefix = table_key(kernel, dt, d_pad, causal, 0, t).rsplit("|", 1)[0] + "|n"
+            buckets = sorted(int(k[len(prefix):]) for k in table if k.startswith(prefix))
+            if buckets:
+                best = min(buckets, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), -b))
+                return table[prefix + str(best)]
     return None
 
 
@@ -199,14 +219,14 @@ class Launcher:
 
     @functools.lru_cache(maxsize=1024)
     def choose(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
-               bucket: int) -> triton.Config:
-        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket)
+               bucket: int, tag: str = "") -> triton.Config:
+        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag)
         if entry is None or not fits(entry, self.resident, d_pad, torch.tensor([], dtype=dtype).element_size()):
             entry = self.default_entry(d_pad, torch.tensor([], dtype=dtype).element_size())
         return make_config(entry)
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
-               bucket: int) -> Optional[triton.Config]:
+               bucket: int, tag: str = "") -> Optional[triton.Config]:
         """The config to launch with, or None to autotune."""
         cfg = config_from_env(self.name)
         if cfg is not None:
@@ -216,11 +236,11 @@ class Launcher:
         if autotune_enabled():
             return None
         return self.choose(device.index if device.index is not None else torch.cuda.current_device(),
-                           dtype, d_pad, causal, bucket)
+                           dtype, d_pad, causal, bucket, tag)
 
     def __call__(self, grid, key, *args, **kwargs):
         """grid: callable of the chosen meta-parameters, as in Triton;
-        key: (dtype, padded head dim, causal, length bucket) for the config choice."""
+        key: (dtype, padded head dim, causal, length bucket, variant tag) for the config choice."""
         cfg = self.config(args[0].device, *key)
         if cfg is None:
             return self.tuned()[grid](*args, **kwargs)

@@ -113,8 +113,16 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
     if HAS_ALIBI:
         s = s - alibi2 * tl.abs((rows + shift - cols).to(tl.float32))
     if HAS_MASK:
+        # Unmasked tiles hold whole key tiles, so only the rows need a bound:
+        # a mask constant along the keys lets the load use wide vectors (with
+        # a per-key bound every byte is a load of its own, and the addresses
+        # alone fill the registers).
+        if MASKED:
+            in_bounds = (rows < n_q) & (cols < n_k)
+        else:
+            in_bounds = rows < n_q
         b = tl.load(BIAS + rows.to(tl.int64) * stride_bm + cols.to(tl.int64) * stride_bn,
-                    mask=(rows < n_q) & (cols < n_k), other=0)
+                    mask=in_bounds, other=0)
         if MASK_BOOL:
             s = tl.where(b != 0, s, float("-inf"))
         else:
