@@ -17,7 +17,7 @@ semantics (``_kvcache_torch``).
 import contextlib
 import math
 import numbers
-from typing import Optional, Tuple, Union
+from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
@@ -398,6 +398,42 @@ def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
 # Public API
 # ---------------------------------------------------------------------------
 
+@overload
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
+                            rotary_cos: Optional[torch.Tensor] = ..., rotary_sin: Optional[torch.Tensor] = ...,
+                            cache_seqlens: Optional[Union[int, torch.Tensor]] = ...,
+                            cache_batch_idx: Optional[torch.Tensor] = ...,
+                            cache_leftpad: Optional[torch.Tensor] = ...,
+                            block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
+                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                            rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
+                            num_splits: int = ..., return_softmax_lse: Literal[False] = ...
+                            ) -> torch.Tensor: ...
+@overload
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
+                            rotary_cos: Optional[torch.Tensor] = ..., rotary_sin: Optional[torch.Tensor] = ...,
+                            cache_seqlens: Optional[Union[int, torch.Tensor]] = ...,
+                            cache_batch_idx: Optional[torch.Tensor] = ...,
+                            cache_leftpad: Optional[torch.Tensor] = ...,
+                            block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
+                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                            rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
+                            num_splits: int = ..., *, return_softmax_lse: Literal[True]
+                            ) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
+                            rotary_cos: Optional[torch.Tensor] = ..., rotary_sin: Optional[torch.Tensor] = ...,
+                            cache_seqlens: Optional[Union[int, torch.Tensor]] = ...,
+                            cache_batch_idx: Optional[torch.Tensor] = ...,
+                            cache_leftpad: Optional[torch.Tensor] = ...,
+                            block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
+                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                            rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
+                            num_splits: int = ..., return_softmax_lse: bool = ...
+                            ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def flash_attn_with_kvcache(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -418,7 +454,7 @@ def flash_attn_with_kvcache(
     alibi_slopes: Optional[torch.Tensor] = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
-):
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Attention of a few new query tokens against a KV cache, call-compatible
     with ``flash_attn.flash_attn_with_kvcache``; no backward.
 
@@ -501,7 +537,8 @@ def flash_attn_with_kvcache(
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
     if _is_int(cache_seqlens):
-        cache_seqlens = torch.full((q.shape[0],), int(cache_seqlens), dtype=_INDEX_DTYPE, device=q.device)
+        cache_seqlens = torch.full((q.shape[0],), int(cast(int, cache_seqlens)), dtype=_INDEX_DTYPE,
+                                   device=q.device)
     out, lse = torch.ops.flashattn_triton.kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,

@@ -3,7 +3,7 @@ parameter record and calls the op layer (ops.py); none has its own autograd."""
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Literal, Optional, Tuple, Union, overload
 
 import torch
 
@@ -18,6 +18,11 @@ from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
            "flash_attn_kvpacked_func", "scaled_dot_product_attention"]
+
+# What flash_attn_func and flash_attn_varlen_func return, by flag (the overloads
+# below give type checkers the exact type of a call).
+AttnOutput = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor],
+                   Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]
 
 _FLASH_LAYOUT = "(batch, seqlen, nheads, headdim)"
 _VARLEN_LAYOUT = "(total_tokens, nheads, headdim)"
@@ -48,6 +53,35 @@ def _returns(q, k, v, params, out, lse2, return_lse: bool, return_attn_probs: bo
     return out
 
 
+@overload
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
+                    softmax_scale: Optional[float] = ..., causal: bool = ...,
+                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                    return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                    sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
+                    softmax_scale: Optional[float] = ..., causal: bool = ...,
+                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                    return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                    sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
+                    softmax_scale: Optional[float] = ..., causal: bool = ...,
+                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                    *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                    sinks: Optional[torch.Tensor] = ...
+                    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
+                    softmax_scale: Optional[float] = ..., causal: bool = ...,
+                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                    return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                    sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -63,7 +97,7 @@ def flash_attn_func(
     *,
     return_lse: bool = False,
     sinks: Optional[torch.Tensor] = None,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
+) -> AttnOutput:
     """Exact attention ``softmax(q k^T * softmax_scale) v``, call-compatible with
     ``flash_attn.flash_attn_func``.
 
@@ -172,6 +206,38 @@ def flash_attn_func(
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
 
+@overload
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = ..., softmax_scale: Optional[float] = ...,
+                           causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                           alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                           return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = ..., softmax_scale: Optional[float] = ...,
+                           causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                           alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                           return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = ..., softmax_scale: Optional[float] = ...,
+                           causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                           alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                           *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = ..., softmax_scale: Optional[float] = ...,
+                           causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
+                           alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                           return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
 def flash_attn_varlen_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -192,7 +258,7 @@ def flash_attn_varlen_func(
     return_lse: bool = False,
     check_inputs: bool = False,
     sinks: Optional[torch.Tensor] = None,
-) -> Union[torch.Tensor, Tuple[torch.Tensor, ...]]:
+) -> AttnOutput:
     """Attention over a packed batch of variable-length sequences, call-compatible
     with ``flash_attn.flash_attn_varlen_func``.
 
@@ -242,11 +308,23 @@ def flash_attn_varlen_func(
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
 
+@overload
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
+                              softmax_scale: Optional[float] = ..., causal: bool = ...,
+                              window_size: Tuple[int, int] = ..., softcap: float = ...,
+                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                              return_attn_probs: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
+                              softmax_scale: Optional[float] = ..., causal: bool = ...,
+                              window_size: Tuple[int, int] = ..., softcap: float = ...,
+                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                              return_attn_probs: bool = ...) -> AttnOutput: ...
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
                               softmax_scale: Optional[float] = None, causal: bool = False,
                               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                               alibi_slopes: Optional[torch.Tensor] = None,
-                              deterministic: bool = False, return_attn_probs: bool = False):
+                              deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
     """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest as :func:`flash_attn_func`.
     The three slices are used in place (no copy)."""
     if not isinstance(qkv, torch.Tensor) or qkv.dim() != 5 or qkv.shape[2] != 3:
@@ -257,11 +335,23 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
                            alibi_slopes, deterministic, return_attn_probs)
 
 
+@overload
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
+                             softmax_scale: Optional[float] = ..., causal: bool = ...,
+                             window_size: Tuple[int, int] = ..., softcap: float = ...,
+                             alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                             return_attn_probs: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
+                             softmax_scale: Optional[float] = ..., causal: bool = ...,
+                             window_size: Tuple[int, int] = ..., softcap: float = ...,
+                             alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                             return_attn_probs: bool = ...) -> AttnOutput: ...
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
                              softmax_scale: Optional[float] = None, causal: bool = False,
                              window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                              alibi_slopes: Optional[torch.Tensor] = None,
-                             deterministic: bool = False, return_attn_probs: bool = False):
+                             deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
     """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_func`."""
     if not isinstance(kv, torch.Tensor) or kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"kv must be a 5-D tensor (batch, seqlen_k, 2, nheads_k, headdim), got "

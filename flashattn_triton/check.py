@@ -56,9 +56,9 @@ def check_case(case, device) -> List[Tuple[str, float, float, bool]]:
     k = torch.randn(batch, n_k, h_kv, d, device=device).to(dtype)
     v = torch.randn(batch, n_k, h_kv, d, device=device).to(dtype)
     do = torch.randn(batch, n_q, h_q, d, device=device).to(dtype)
-    got = _run(lambda *t: flash_attn_func(*t, causal=causal, return_lse=True), q, k, v, do)
-    ref = _run(lambda *t: flash_attention_ref(*t, causal), q, k, v, do, torch.float64)
-    base = _run(lambda *t: flash_attention_ref(*t, causal, dtype=dtype), q, k, v, do)
+    got = _run(lambda q, k, v: flash_attn_func(q, k, v, causal=causal, return_lse=True), q, k, v, do)
+    ref = _run(lambda q, k, v: flash_attention_ref(q, k, v, causal), q, k, v, do, torch.float64)
+    base = _run(lambda q, k, v: flash_attention_ref(q, k, v, causal, dtype=dtype), q, k, v, do)
     rows = []
     for i, name in enumerate(("out", "lse", "dq", "dk", "dv")):
         factor = 2.0 if i < 2 else 3.0

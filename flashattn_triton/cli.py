@@ -92,8 +92,8 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
 
     forced = launch.config_from_env(launcher.name)
     if forced is not None:
-        entry = (forced.kwargs["BLOCK_M"], forced.kwargs["BLOCK_N"], forced.num_warps, forced.num_stages)
-        return _fmt_entry(entry), f"forced by {launch.ENV_CONFIG_PREFIX}{launcher.name}"
+        return _fmt_entry((forced.kwargs["BLOCK_M"], forced.kwargs["BLOCK_N"], forced.num_warps,
+                           forced.num_stages)), f"forced by {launch.ENV_CONFIG_PREFIX}{launcher.name}"
     if launch.autotune_enabled():
         return "autotuned on first use", f"{launch.ENV_AUTOTUNE}=1 (cached on disk)"
     elem = torch.tensor([], dtype=dtype).element_size()

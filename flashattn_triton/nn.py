@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -70,13 +70,14 @@ class MultiheadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
-                 vdim: Optional[int] = None, batch_first: bool = False, device=None, dtype=None) -> None:
+                 vdim: Optional[int] = None, batch_first: bool = False,
+                 device: Optional[Union[str, torch.device]] = None, dtype: Optional[torch.dtype] = None) -> None:
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} "
                              f"and num_heads={num_heads}")
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-        factory = {"device": device, "dtype": dtype}
+        factory: Dict[str, Any] = {"device": device, "dtype": dtype}
         super().__init__()
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
@@ -101,6 +102,8 @@ class MultiheadAttention(nn.Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.bias_k: Optional[nn.Parameter]
+        self.bias_v: Optional[nn.Parameter]
         if add_bias_kv:
             self.bias_k = nn.Parameter(torch.empty((1, 1, embed_dim), **factory))
             self.bias_v = nn.Parameter(torch.empty((1, 1, embed_dim), **factory))
@@ -120,7 +123,7 @@ class MultiheadAttention(nn.Module):
         if self.in_proj_bias is not None:
             nn.init.constant_(self.in_proj_bias, 0.0)
             nn.init.constant_(self.out_proj.bias, 0.0)
-        if self.bias_k is not None:
+        if self.bias_k is not None and self.bias_v is not None:
             nn.init.xavier_normal_(self.bias_k)
             nn.init.xavier_normal_(self.bias_v)
 
@@ -190,7 +193,7 @@ class MultiheadAttention(nn.Module):
 
         q, k, v = self._project(query, key, value, self_attn, kv_same)
         extra = 0  # key columns appended after the projection
-        if self.bias_k is not None:
+        if self.bias_k is not None and self.bias_v is not None:
             k = torch.cat([k, self.bias_k.expand(bsz, 1, e)], dim=1)
             v = torch.cat([v, self.bias_v.expand(bsz, 1, e)], dim=1)
             extra += 1
@@ -364,7 +367,8 @@ class Attention(nn.Module):
                  *, causal: bool = True, bias: bool = False, rotary: bool = False,
                  rotary_dim: Optional[int] = None, rope_base: float = 10000.0,
                  window_size: Tuple[int, int] = (-1, -1), softmax_scale: Optional[float] = None,
-                 dropout: float = 0.0, device=None, dtype=None) -> None:
+                 dropout: float = 0.0, device: Optional[Union[str, torch.device]] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads:
@@ -374,9 +378,10 @@ class Attention(nn.Module):
                 raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads}), or pass head_dim")
             head_dim = dim // n_heads
         self.dim, self.n_heads, self.n_kv_heads, self.head_dim = dim, n_heads, n_kv_heads, head_dim
-        self.causal, self.window_size, self.dropout = causal, tuple(window_size), dropout
+        self.causal, self.dropout = causal, dropout
+        self.window_size = cast(Tuple[int, int], tuple(window_size))
         self.softmax_scale = softmax_scale
-        factory = {"device": device, "dtype": dtype}
+        factory: Dict[str, Any] = {"device": device, "dtype": dtype}
         self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * head_dim, bias=bias, **factory)
         self.out = nn.Linear(n_heads * head_dim, dim, bias=bias, **factory)
         self.rotary = RotaryEmbedding(rotary_dim or head_dim, rope_base) if rotary else None

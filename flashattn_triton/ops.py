@@ -30,7 +30,7 @@ LSE (it may come from merging partial attentions), so P = exp(s - lse).
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
 
@@ -470,7 +470,8 @@ class _EagerAttention(torch.autograd.Function):
 # Entry used by the public functions, and raw helpers
 # ---------------------------------------------------------------------------
 
-def attention_base2(q, k, v, params: AttnParams):
+def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    params: AttnParams) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc).
     Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
     if torch.compiler.is_compiling():
@@ -478,13 +479,14 @@ def attention_base2(q, k, v, params: AttnParams):
     return _EagerAttention.apply(q, k, v, *params.op_args())
 
 
-def attention(q, k, v, params: AttnParams):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              params: AttnParams) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) with lse in natural log; differentiable as attention_base2."""
     out, lse2 = attention_base2(q, k, v, params)
     return out, lse2 * LN2
 
 
-def dropout_pattern(q, k, v, params: AttnParams) -> torch.Tensor:
+def dropout_pattern(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: AttnParams) -> torch.Tensor:
     """The attention probabilities of a call with dropout, negated where the
     dropout dropped them (flash-attn's ``return_attn_probs`` encoding), float32,
     from a dense PyTorch recomputation with the call's Philox seed (testing
@@ -492,7 +494,7 @@ def dropout_pattern(q, k, v, params: AttnParams) -> torch.Tensor:
     (B, Hq, max_seqlen_q, max_seqlen_k), zero beyond each sequence.
     P is exp(s - lse) before dropout (flash-attn's may differ by scaling)."""
     with torch.no_grad():
-        kw = dict(softcap=params.softcap, sinks=params.sinks)
+        kw: Dict[str, Any] = dict(softcap=params.softcap, sinks=params.sinks)
         if not params.varlen:
             qh, kh, vh = (t.transpose(1, 2).float() for t in (q, k, v))
             n_q, n_k = qh.shape[2], kh.shape[2]
@@ -503,13 +505,13 @@ def dropout_pattern(q, k, v, params: AttnParams) -> torch.Tensor:
                 shift=n_k - n_q + offset, alibi_slopes=params.alibi_slopes,
                 attn_mask=None if bias is None else (bias if bias.dtype == torch.bool else bias.float()),
                 return_probs=True, **kw)
-            keep = reference.dropout_keep_mask(params.rng_seed, params.dropout_p, *p.shape)
+            keep = reference.dropout_keep_mask(cast(torch.Tensor, params.rng_seed), params.dropout_p, *p.shape)
             return torch.where(keep, p, -p)
-        cq, ck = params.cu_seqlens_q.tolist(), params.cu_seqlens_k.tolist()
+        cq, ck = cast(torch.Tensor, params.cu_seqlens_q).tolist(), cast(torch.Tensor, params.cu_seqlens_k).tolist()
         batch, heads = len(cq) - 1, q.shape[1]
         pattern = torch.zeros(batch, heads, params.max_seqlen_q, params.max_seqlen_k,
                               dtype=torch.float32, device=q.device)
-        keeps = reference.varlen_dropout_keep_mask(params.rng_seed, params.dropout_p, heads, cq, ck,
+        keeps = reference.varlen_dropout_keep_mask(cast(torch.Tensor, params.rng_seed), params.dropout_p, heads, cq, ck,
                                                    params.max_seqlen_k)
         alibi = _alibi_bh(params.alibi_slopes, batch, heads)
         for b in range(batch):
@@ -525,7 +527,8 @@ def dropout_pattern(q, k, v, params: AttnParams) -> torch.Tensor:
         return pattern
 
 
-def flash_fwd(q, k, v, softmax_scale: float, causal: bool, window_size=(-1, -1)):
+def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+              window_size: Tuple[int, int] = (-1, -1)) -> Tuple[torch.Tensor, torch.Tensor]:
     """Raw forward, no autograd: (out, lse natural log (B, Hq, Nq))."""
     left, right = window_size
     out, lse2 = attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale),
@@ -533,7 +536,9 @@ def flash_fwd(q, k, v, softmax_scale: float, causal: bool, window_size=(-1, -1))
     return out, lse2 * LN2
 
 
-def flash_bwd(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, window_size=(-1, -1)):
+def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+              lse: torch.Tensor, softmax_scale: float, causal: bool,
+              window_size: Tuple[int, int] = (-1, -1)) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw backward, no autograd: (dq, dk, dv) given the row LSE (natural log)."""
     left, right = window_size
     lse2 = (lse.float() * LOG2E).contiguous()

@@ -46,7 +46,7 @@ but the per-step latencies.
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -199,7 +199,8 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
     n_q, n_k = q.shape[1], k.shape[1]
     steps = ring_schedule(rank, world_size, n_q, n_k, causal, sharding)
     kv = [k, v]
-    out = lse = None
+    out: Any = None  # both set at step 0
+    lse: Any = None
     for s, blocks in enumerate(steps):
         # Post the transfer of the next shard before computing on this one.
         pending = comm.exchange(kv) if s + 1 < world_size else None
@@ -235,12 +236,12 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     n_q, n_k = q.shape[1], k.shape[1]
     steps = ring_schedule(rank, world_size, n_q, n_k, causal, sharding, backward=True)
     dout = dout.contiguous()
-    f32 = dict(dtype=torch.float32, device=q.device)
+    f32: Dict[str, Any] = dict(dtype=torch.float32, device=q.device)
     dq = torch.zeros(q.shape, **f32)
     dk_own = torch.zeros(k.shape, **f32)
     dv_own = torch.zeros(v.shape, **f32)
     kv = [k, v]
-    acc = None  # [dk, dv] of the shard in hand: contributions of the ranks it has visited
+    acc: Any = None  # [dk, dv] of the shard in hand: contributions of the ranks it has visited
     last = len(steps) - 1
     for s, blocks in enumerate(steps):
         # Step s sends K/V for step s+1 (while s+1 < P) and the accumulator
@@ -284,7 +285,7 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
 # Custom ops (opaque to torch.compile) and autograd
 # ---------------------------------------------------------------------------
 
-def _resolve_group(group_name: str):
+def _resolve_group(group_name: Any):  # torch's own annotation of the name varies by version
     return dist.distributed_c10d._resolve_process_group(group_name)
 
 

@@ -19,9 +19,12 @@ shard ``torch.arange(N)`` the same way, or call :func:`zigzag_position_ids`.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 SHARDINGS = ("zigzag", "contiguous")
 
@@ -129,7 +132,8 @@ def position_ids(seqlen: int, rank: int, world_size: int, sharding: str = "zigza
     return shard_sequence(torch.arange(seqlen, device=device), rank, world_size, 0, sharding)
 
 
-def gather_sequence(x: torch.Tensor, group=None, dim: int = 1, sharding: str = "zigzag") -> torch.Tensor:
+def gather_sequence(x: torch.Tensor, group: Optional["dist.ProcessGroup"] = None, dim: int = 1,
+                    sharding: str = "zigzag") -> torch.Tensor:
     """All-gather every rank's shard and reassemble the full sequence (on every rank).
 
     Not differentiable; meant for evaluation, logging and tests.  Every rank

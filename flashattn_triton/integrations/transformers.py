@@ -48,7 +48,7 @@ name to its flash-attn / hub-kernel loader, which fails without the
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
@@ -117,7 +117,7 @@ def attention_mask(
     kv_length: int,
     q_offset: int = 0,
     kv_offset: int = 0,
-    mask_function=None,
+    mask_function: Optional[Callable[..., Any]] = None,
     attention_mask: Optional[torch.Tensor] = None,
     local_size: Optional[int] = None,
     allow_is_causal_skip: bool = True,
@@ -165,7 +165,8 @@ def attention_mask(
 # Packing padded batches for the varlen kernel, without host sync
 # ---------------------------------------------------------------------------
 
-def unpad(x: torch.Tensor, keep: Optional[torch.Tensor]):
+def unpad(x: torch.Tensor, keep: Optional[torch.Tensor]
+          ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """Pack a padded batch for ``flash_attn_varlen_func``.
 
     Arguments:
@@ -221,6 +222,8 @@ def pad(packed: torch.Tensor, order: Optional[torch.Tensor], keep: Optional[torc
     x = packed.reshape(batch, seqlen, *packed.shape[1:])
     if order is None:
         return x
+    if keep is None:
+        raise ValueError("pad: keep (the (batch, seqlen) mask of real tokens) is required when order is given")
     rows = torch.arange(batch, device=x.device)[:, None]
     x = x[rows, torch.argsort(order, dim=1)]
     return x.masked_fill(~keep[:, :, None, None], 0.0)
