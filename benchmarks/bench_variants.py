@@ -12,6 +12,7 @@ Default shapes: bf16, B=2, Hq=16, Hkv=4 (GQA), N=4096, d=128, causal;
 head-dim rows d=192/dv=128 and d=512 (N=2048); window sweep B=1, N=16384.
 
     PYTHONPATH=. python benchmarks/bench_variants.py --out benchmarks/results/h200
+    PYTHONPATH=. python benchmarks/bench_variants.py --only "plain,dropout" --out /tmp/drop   # some rows only
     python benchmarks/bench_variants.py --smoke --out /tmp/x     # CPU plumbing check (tiny, no timing value)
 """
 
@@ -201,6 +202,8 @@ def variant_rows(args, ms, device):
          with_bias("sdpa")),
     ]
     for name, shape, ours, peer_name, peer in variants:
+        if not selected(args, name):
+            continue
         rows.append(measure(ms, name, case, shape, [("flashattn_triton", ours), (peer_name, peer)]))
         torch.cuda.empty_cache() if device == "cuda" else None
 
@@ -208,6 +211,8 @@ def variant_rows(args, ms, device):
     for d_, dv_, n_ in ((192, 128, n), (512, 512, n // 2)):
         if args.smoke:
             d_, dv_, n_ = (48, 32, 64) if d_ == 192 else (512, 512, 32)
+        if not selected(args, f"d={d_}, dv={dv_}"):
+            continue
         c2 = Case(b, n_, hq, hkv, d_, dv_, dtype, device)
 
         def ours_make(c=c2):
@@ -226,6 +231,11 @@ def variant_rows(args, ms, device):
                             [("flashattn_triton", ours_make()), ("sdpa (default backend)", peer_make())]))
         del c2
     return rows
+
+
+def selected(args, name: str) -> bool:
+    """Whether the variant row `name` is among --only's (all rows without it)."""
+    return not args.only or any(w.strip().lower() in name.lower() for w in args.only.split(",") if w.strip())
 
 
 def measure(ms, name, case, shape, providers):
@@ -301,12 +311,17 @@ def main():
     ap.add_argument("--rep", type=int, default=50)
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the plumbing (needs TRITON_INTERPRET=1)")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated substrings of the variant rows to run "
+                    "(case-insensitive, e.g. 'plain,dropout'); implies --skip-sweep")
     args = ap.parse_args()
+    args.skip_sweep = args.skip_sweep or bool(args.only)
     device = "cpu" if args.smoke else "cuda"
     if not args.smoke:
         C.require_cuda("bench_variants.py")
     ms = timer(device, args.warmup, args.rep)
     rows = variant_rows(args, ms, device)
+    if not rows:
+        raise SystemExit(f"--only {args.only!r} selects no variant row")
     sweep = [] if args.skip_sweep else window_rows(args, ms, device)
     env = C.collect_env()
     args.out.mkdir(parents=True, exist_ok=True)

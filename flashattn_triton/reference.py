@@ -17,7 +17,8 @@ shift = Nk - Nq; SDPA's top-left alignment is shift = 0.
 
 Both support every variant of kernels/score.py (softcap, ALiBi, masks and
 biases, sinks, dropout), in the kernels' order.  Dropout masks come from
-:func:`philox_randint`, a bit-exact PyTorch twin of Triton's ``tl.randint``,
+:func:`philox_randint4x`, a bit-exact PyTorch twin of Triton's
+``tl.randint4x``, with the kernels' counter layout (:func:`dropout_keep`),
 so the kernels, the blockwise path and the tests' reference see one mask
 (:func:`dropout_keep_mask` rebuilds a call's mask from its seed).
 """
@@ -40,6 +41,7 @@ __all__ = [
     "BlockMods",
     "alibi_bias",
     "philox_randint",
+    "philox_randint4x",
     "dropout_keep",
     "dropout_counters",
     "dropout_keep_mask",
@@ -78,7 +80,7 @@ def _expand_kv(k: torch.Tensor, n_heads_q: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------
-# Dropout: Philox 4x32-10 as Triton's tl.randint computes it
+# Dropout: Philox 4x32-10 as Triton's tl.randint4x computes it
 # ---------------------------------------------------------------------------
 
 _PHILOX_ROUND_A = 0xD2511F53
@@ -98,11 +100,11 @@ def _mulhilo32(a: int, x: torch.Tensor):
     return hi, lo
 
 
-def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10) -> torch.Tensor:
-    """Bit-exact PyTorch version of ``tl.randint(seed, offsets)``: the first
-    32-bit output of Philox 4x32 with key (seed_lo, seed_hi) and counter
+def philox_randint4x(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10):
+    """Bit-exact PyTorch version of ``tl.randint4x(seed, offsets)``: the four
+    32-bit outputs of Philox 4x32 with key (seed_lo, seed_hi) and counter
     (offset_lo, offset_hi, 0, 0).  seed: int64 tensor of one element (>= 0);
-    offsets: int64 tensor (>= 0).  Returns int64 holding uint32 values."""
+    offsets: int64 tensor (>= 0).  Returns 4 int64 tensors holding uint32 values."""
     seed = seed.reshape(()).to(torch.int64)
     k0, k1 = seed & _M32, (seed >> 32) & _M32
     c0, c1 = offsets & _M32, (offsets >> 32) & _M32
@@ -115,37 +117,48 @@ def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10
         c1, c3 = lo_b, lo_a
         k0 = (k0 + _PHILOX_KEY_A) & _M32
         k1 = (k1 + _PHILOX_KEY_B) & _M32
-    return c0
+    return c0, c1, c2, c3
+
+
+def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10) -> torch.Tensor:
+    """``tl.randint(seed, offsets)``: the first output of :func:`philox_randint4x`."""
+    return philox_randint4x(seed, offsets, n_rounds)[0]
 
 
 def dropout_threshold(p: float) -> int:
-    """A score is kept iff (randint >> 1) >= floor(p * 2^31): keep rate 1 - p within 2^-31."""
+    """A score is kept iff (Philox word >> 1) >= floor(p * 2^31): keep rate 1 - p within 2^-31."""
     return min(int(p * 2.0 ** 31), 2 ** 31 - 1)
 
 
-def dropout_keep(seed: torch.Tensor, counters: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep mask (True = kept) of the scores with these Philox counters."""
-    return (philox_randint(seed, counters) >> 1) >= dropout_threshold(p)
-
-
-def dropout_counters(batch: int, heads: int, rows, cols, rng_rows: int, rng_cols: int,
+def dropout_counters(batch: int, heads: int, rows, groups, rng_rows: int, rng_cols: int,
                      row0: int = 0, offset: int = 0, device=None) -> torch.Tensor:
-    """Counters ((b * heads + h) * rng_rows + row0 + i) * rng_cols + j + offset,
-    shape (batch, heads, len(rows), len(cols)) for index ranges rows, cols
-    (the rule of kernels/score.py)."""
+    """Philox counters ((b * heads + h) * rng_rows + row0 + i) * rng_cols + g + offset
+    of key groups g (keys 4g .. 4g + 3), shape (batch, heads, len(rows), len(groups))
+    for index ranges rows, groups (the rule of kernels/score.py)."""
     b = torch.arange(batch, device=device, dtype=torch.int64)[:, None, None, None]
     h = torch.arange(heads, device=device, dtype=torch.int64)[None, :, None, None]
     i = torch.as_tensor(rows, device=device, dtype=torch.int64)[None, None, :, None]
-    j = torch.as_tensor(cols, device=device, dtype=torch.int64)[None, None, None, :]
-    return offset + ((b * heads + h) * rng_rows + row0 + i) * rng_cols + j
+    g = torch.as_tensor(groups, device=device, dtype=torch.int64)[None, None, None, :]
+    return offset + ((b * heads + h) * rng_rows + row0 + i) * rng_cols + g
+
+
+def dropout_keep(seed: torch.Tensor, p: float, batch: int, heads: int, rows, k0: int, k1: int,
+                 rng_rows: int, rng_cols: int, row0: int = 0, offset: int = 0) -> torch.Tensor:
+    """Keep mask (True = kept), (batch, heads, len(rows), k1 - k0), of query
+    rows x keys [k0, k1) (any k0): key j takes word j % 4 of the Philox call
+    on counter group j // 4 (dropout_counters), as the kernels do."""
+    g0, g1 = k0 // 4, -(-k1 // 4)
+    c = dropout_counters(batch, heads, rows, range(g0, g1), rng_rows, rng_cols, row0, offset,
+                         device=seed.device)
+    words = torch.stack(philox_randint4x(seed, c), dim=-1).flatten(-2)  # key 4g + t <- word t
+    return (words[..., k0 - 4 * g0:k1 - 4 * g0] >> 1) >= dropout_threshold(p)
 
 
 def dropout_keep_mask(seed: torch.Tensor, p: float, batch: int, heads: int, n_q: int,
                       n_k: int) -> torch.Tensor:
     """The keep mask (batch, heads, n_q, n_k) that a dense call (flash_attn_func
     or the SDPA entry) with dropout_p = p used, given its seed."""
-    c = dropout_counters(batch, heads, range(n_q), range(n_k), n_q, n_k, device=seed.device)
-    return dropout_keep(seed, c, p)
+    return dropout_keep(seed, p, batch, heads, range(n_q), 0, n_k, n_q, n_k)
 
 
 def varlen_dropout_keep_mask(seed: torch.Tensor, p: float, heads: int, cu_seqlens_q,
@@ -155,9 +168,8 @@ def varlen_dropout_keep_mask(seed: torch.Tensor, p: float, heads: int, cu_seqlen
     total_q = cq[-1]
     masks = []
     for b in range(len(cq) - 1):
-        c = dropout_counters(1, heads, range(cq[b + 1] - cq[b]), range(ck[b + 1] - ck[b]), total_q,
-                             max_seqlen_k, row0=cq[b], device=seed.device)
-        masks.append(dropout_keep(seed, c, p)[0])
+        masks.append(dropout_keep(seed, p, 1, heads, range(cq[b + 1] - cq[b]), 0, ck[b + 1] - ck[b],
+                                  total_q, max_seqlen_k, row0=cq[b])[0])
     return masks
 
 
@@ -277,8 +289,8 @@ class BlockMods:
 
     alibi: (B, Hq) slopes.  sinks: (Hq,).  bias: 4-D broadcastable to
     (B, Hq, Nq, Nk), bool (True = attend) or float.  dropout: p and the (1,)
-    int64 seed; the Philox counters follow dropout_counters with rng_rows /
-    rng_cols (0: Nq / Nk of the call) and the first row rng_row0."""
+    int64 seed; the keep mask follows dropout_keep with rng_rows / rng_cols
+    (0: Nq / Nk of the call) and the first row rng_row0."""
     softcap: float = 0.0
     alibi: Optional[torch.Tensor] = None
     sinks: Optional[torch.Tensor] = None
@@ -360,9 +372,9 @@ class _TileScores:
     def keep(self, q0, q1, k0, k1):
         """Dropout keep mask of the tile, grouped (B, Hkv, G, rows, cols)."""
         m = self.mods
-        c = dropout_counters(self.b, self.hq, range(q0, q1), range(k0, k1), self.rng_rows,
-                             self.rng_cols, m.rng_row0, device=self.device)
-        return _grouped(dropout_keep(m.seed.to(self.device), c, m.dropout_p), self.n_kv)
+        keep = dropout_keep(m.seed.to(self.device), m.dropout_p, self.b, self.hq, range(q0, q1), k0,
+                            k1, self.rng_rows, self.rng_cols, m.rng_row0)
+        return _grouped(keep, self.n_kv)
 
 
 def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-1, -1),

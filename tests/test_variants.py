@@ -19,8 +19,9 @@ import triton.language as tl
 import flashattn_triton as fat
 from flashattn_triton import ops
 from flashattn_triton._params import draw_dropout_seed
-from flashattn_triton.kernels.score import tanh
-from flashattn_triton.reference import attention_ref, philox_randint
+from flashattn_triton.kernels.score import dropout_keep, tanh
+from flashattn_triton.reference import attention_ref, philox_randint, philox_randint4x, visible_mask
+from flashattn_triton.reference import dropout_keep as ref_dropout_keep
 from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
                                       leaf, make_qkv, rand, random_cu_seqlens, varlen_attention_ref,
                                       varlen_dropout_masks)
@@ -39,6 +40,29 @@ def _randint_kernel(SEED, OFFS, OUT, N: tl.constexpr):
     i = tl.arange(0, N)
     r = tl.randint(tl.load(SEED), tl.load(OFFS + i))
     tl.store(OUT + i, (r >> 1).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _randint4x_kernel(SEED, OFFS, OUT, N: tl.constexpr):
+    i = tl.arange(0, N)
+    r0, r1, r2, r3 = tl.randint4x(tl.load(SEED), tl.load(OFFS + i))
+    tl.store(OUT + i, (r0 >> 1).to(tl.int32, bitcast=True))
+    tl.store(OUT + N + i, (r1 >> 1).to(tl.int32, bitcast=True))
+    tl.store(OUT + 2 * N + i, (r2 >> 1).to(tl.int32, bitcast=True))
+    tl.store(OUT + 3 * N + i, (r3 >> 1).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _dropout_keep_kernel(SEED, KEEP, KEEP_T, rng_base, rng_cols, dropout_thresh, row0, col0,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Both orientations of kernels.score.dropout_keep for one tile."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    seed = tl.load(SEED)
+    keep = dropout_keep(seed, rng_base, row0 + offs_m, col0, rng_cols, dropout_thresh, BLOCK_N, False)
+    tl.store(KEEP + offs_m[:, None] * BLOCK_N + offs_n[None, :], keep.to(tl.int8))
+    keep_t = dropout_keep(seed, rng_base, row0 + offs_m, col0, rng_cols, dropout_thresh, BLOCK_N, True)
+    tl.store(KEEP_T + offs_n[:, None] * BLOCK_M + offs_m[None, :], keep_t.to(tl.int8))
 
 
 @pytest.fixture(params=PATHS)
@@ -250,6 +274,155 @@ def test_philox_matches_triton(device):
     out = torch.empty(1024, dtype=torch.int32, device=device)
     _randint_kernel[(1,)](seed, offs, out, N=1024)
     assert torch.equal(out.long(), philox_randint(seed, offs) >> 1)
+
+
+def test_philox4x_matches_triton(device):
+    """reference.philox_randint4x reproduces all four words of tl.randint4x."""
+    seed = torch.tensor([0x0FED_CBA9_8765_4321], dtype=torch.int64, device=device)
+    offs = torch.cat([torch.arange(256), torch.randint(0, 2 ** 40, (256,))]).to(device)
+    out = torch.empty(4, 512, dtype=torch.int32, device=device)
+    _randint4x_kernel[(1,)](seed, offs, out, N=512)
+    assert torch.equal(out.long(), torch.stack(philox_randint4x(seed, offs)) >> 1)
+
+
+@pytest.mark.parametrize("col0,rng_cols", [(0, 13), (48, 70), (16, 4099)])
+def test_dropout_keep_tile_matches_reference(device, col0, rng_cols):
+    """kernels.score.dropout_keep, queries x keys and keys x queries, is
+    reference.dropout_keep's mask of the tile (one Philox call per 4 keys:
+    key j reads word j % 4 of counter group j // 4); counters past 2^32."""
+    p, block_m, block_n, row0 = 0.37, 32, 16, 5
+    seed = torch.tensor([987_654_321_987], dtype=torch.int64, device=device)
+    rng_base = 3 * 2 ** 32 + 11
+    keep = torch.empty(block_m, block_n, dtype=torch.int8, device=device)
+    keep_t = torch.empty(block_n, block_m, dtype=torch.int8, device=device)
+    thresh = ops.reference.dropout_threshold(p)
+    _dropout_keep_kernel[(1,)](seed, keep, keep_t, rng_base, rng_cols, thresh, row0, col0,
+                               BLOCK_M=block_m, BLOCK_N=block_n)
+    ref = ref_dropout_keep(seed, p, 1, 1, range(row0, row0 + block_m), col0, col0 + block_n, 1,
+                           rng_cols, offset=rng_base)[0, 0]
+    assert torch.equal(keep.bool(), ref), "queries x keys tile differs from the reference"
+    assert torch.equal(keep_t.bool(), ref.T), "keys x queries tile differs from the reference"
+    assert 0.45 < ref.float().mean().item() < 0.8
+
+
+def test_reference_dropout_keep_any_key_range(device):
+    """reference.dropout_keep of keys [k0, k1) is that slice of the row's mask
+    for any k0 (groups of 4 cut at either end), batches, heads and offsets."""
+    seed = torch.tensor([42], dtype=torch.int64, device=device)
+    rows, n_k = range(3, 9), 23
+    full = ref_dropout_keep(seed, 0.5, 2, 3, rows, 0, n_k, 10, n_k, row0=1, offset=7)
+    assert full.shape == (2, 3, 6, n_k)
+    for k0, k1 in [(0, 4), (1, 2), (3, 9), (5, 23), (22, 23), (7, 7)]:
+        part = ref_dropout_keep(seed, 0.5, 2, 3, rows, k0, k1, 10, n_k, row0=1, offset=7)
+        assert torch.equal(part, full[..., k0:k1]), (k0, k1)
+
+
+def _kernel_dropout_masks(lens_q, lens_k, h_q, h_kv, p, torch_seed, window, device, varlen):
+    """The keep masks that the forward, the dK/dV and the dQ pass applied,
+    read back exactly through the public API, per sequence (h_q, n_q, n_k),
+    with the visibility mask of each sequence.
+
+    Scores are all 0 (q = 0), so P = 1 / (visible keys of the row).
+    Forward: V = identity over keys, so out[i, h, j] = keep * P / (1 - p).
+    dK/dV: dO = identity over (group member, query), so dV[j, g * Nq + i] of
+    KV head h // G is (query head h's) keep * P / (1 - p).
+    dQ: K = identity over keys, V = dO = ones (width c), scale 1, so
+    dQ[i, j] = dS_ij = P (keep * c / (1 - p) - delta_i), delta_i = dO_i . O_i:
+    keep = (dS / P + delta) (1 - p) / c, an exact 0 or 1 up to rounding."""
+    group, b = h_q // h_kv, len(lens_q)
+    mq, mk = max(lens_q), max(lens_k)
+    d_v = max(mk, group * mq)
+    shifts = [nk - nq for nq, nk in zip(lens_q, lens_k)]
+    vis = [visible_mask(nq, nk, s, window, device) for nq, nk, s in zip(lens_q, lens_k, shifts)]
+
+    def pack(x, lens):  # (B, max_n, H, D) -> dense as is, or packed rows (total, H, D)
+        return torch.cat([x[i, :n] for i, n in enumerate(lens)]) if varlen else x
+
+    def unpack(x, lens):  # inverse of pack, sequence by sequence: [(n, H, D)]
+        if not varlen:
+            return [x[i, :n] for i, n in enumerate(lens)]
+        offs = [0] + torch.tensor(lens).cumsum(0).tolist()
+        return [x[offs[i]:offs[i + 1]] for i in range(len(lens))]
+
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+
+    def call(q, k, v):
+        torch.manual_seed(torch_seed)
+        if varlen:
+            return fat.flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, dropout_p=p, softmax_scale=1.0,
+                                              window_size=window)
+        return fat.flash_attn_func(q, k, v, dropout_p=p, softmax_scale=1.0, window_size=window)
+
+    assert varlen or (len(set(lens_q)) == 1 and len(set(lens_k)) == 1)
+    eye_k = torch.eye(mk, device=device)[None, :, None, :]  # (1, mk, 1, mk): key j -> unit vector j
+    # forward and dK/dV
+    q = torch.zeros(b, mq, h_q, 16, device=device)
+    k = torch.randn(b, mk, h_kv, 16, device=device)
+    v = torch.zeros(b, mk, h_kv, d_v, device=device)
+    v[..., :mk] = eye_k
+    do = torch.zeros(b, mq, h_q, d_v, device=device)
+    for h in range(h_q):
+        do[:, :, h, (h % group) * mq:(h % group + 1) * mq] = torch.eye(mq, device=device)
+    v = pack(v, lens_k).requires_grad_(True)
+    out = call(pack(q, lens_q), pack(k, lens_k), v)
+    (dv,) = torch.autograd.grad(out, v, pack(do, lens_q))
+    fwd = [o[:, :, :nk].permute(1, 0, 2) != 0 for o, nk in zip(unpack(out, lens_q), lens_k)]
+    dkdv = []
+    for g, nq in zip(unpack(dv, lens_k), lens_q):  # g: (nk, h_kv, d_v)
+        per_head = [g[:, h // group, (h % group) * mq:(h % group) * mq + nq].T for h in range(h_q)]
+        dkdv.append(torch.stack(per_head) != 0)
+    # dQ
+    c = 16
+    q = torch.zeros(b, mq, h_q, mk, device=device)
+    k = eye_k.expand(b, mk, h_kv, mk).contiguous()
+    v = torch.ones(b, mk, h_kv, c, device=device)
+    q = pack(q, lens_q).requires_grad_(True)
+    out = call(q, pack(k, lens_k), pack(v, lens_k))
+    ones = torch.ones_like(out)
+    (dq,) = torch.autograd.grad(out, q, ones)
+    dqs = []
+    for ds, o, nk, vm in zip(unpack(dq, lens_q), unpack(out.detach(), lens_q), lens_k, vis):
+        ds = ds[:, :, :nk].permute(1, 0, 2)  # (h_q, nq, nk)
+        delta = o.sum(-1).T[:, :, None]  # dO_i . O_i with dO = ones: (h_q, nq, 1)
+        prob = (vm / vm.sum(-1, keepdim=True).clamp_min(1)).expand_as(ds)
+        est = torch.where(vm, (ds / prob.clamp_min(1e-30) + delta) * (1 - p) / c, 0.0)
+        assert torch.all((est - est.round()).abs() < 0.05), "dQ does not decode to a 0/1 mask"
+        dqs.append(est.round() == 1)
+    return fwd, dkdv, dqs, vis
+
+
+@pytest.mark.parametrize("case", ["ragged_gqa", "window", "chunked", "varlen"])
+def test_dropout_kernel_masks_exact(device, path, case, monkeypatch):
+    """The masks the forward, dK/dV and dQ passes apply are exactly the
+    testing hook's (reference.dropout_keep_mask / varlen_dropout_keep_mask)
+    on every visible score: ragged lengths (key tiles past Nk, Nk not a
+    multiple of 4), GQA, a sliding window (blockwise key ranges that start
+    mid-group), batches launched in chunks, packed sequences."""
+    p, ts = 0.3, 21
+    window, varlen = (-1, -1), case == "varlen"
+    if case == "ragged_gqa":
+        lens_q, lens_k, h_q, h_kv = [45, 45], [70, 70], 4, 2
+    elif case == "window":
+        lens_q, lens_k, h_q, h_kv, window = [37], [50], 2, 1, (6, 3)
+    elif case == "chunked":
+        lens_q, lens_k, h_q, h_kv = [20] * 3, [27] * 3, 2, 2
+        monkeypatch.setattr(ops, "MAX_GRID_Y", h_q)  # one batch entry per launch
+    else:
+        lens_q, lens_k, h_q, h_kv = [25, 0, 19], [31, 12, 22], 2, 1
+    masks = _kernel_dropout_masks(lens_q, lens_k, h_q, h_kv, p, ts, window, device, varlen)
+    if varlen:
+        cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+        refs = varlen_dropout_masks(ts, p, h_q, cu_q, cu_k, max(lens_k), device)
+    else:
+        refs = list(dropout_mask(ts, p, len(lens_q), h_q, lens_q[0], lens_k[0], device))
+    seen = 0
+    for s, (ref, vis) in enumerate(zip(refs, masks[3])):
+        for name, got in zip(("forward", "dK/dV", "dQ"), (m[s] for m in masks[:3])):
+            assert got.shape == ref.shape, f"{name}, sequence {s}: shape {tuple(got.shape)}"
+            bad = (got != ref) & vis
+            assert not bad.any(), f"{name}, sequence {s}: {int(bad.sum())} scores differ from the hook's mask"
+        seen += int(vis.sum()) * h_q
+    assert seen > 500
 
 
 @pytest.mark.parametrize("dtype,causal,p", [

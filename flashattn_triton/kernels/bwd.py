@@ -149,8 +149,9 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
         do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
-            keep_t = dropout_keep(seed, rng_base, rows[None, :], offs_n[:, None], rng_cols,
-                                  dropout_thresh)
+            # the owned key tile starts at min(offs_n), a multiple of BLOCK_N
+            keep_t = dropout_keep(seed, rng_base, rows, tl.min(offs_n, 0), rng_cols,
+                                  dropout_thresh, offs_n.shape[0], True)
             dv = mma(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do, dv,
                      DOT_PRECISION, INTERPRET)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -319,8 +320,8 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
         p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_base, offs_m[:, None], cols[None, :], rng_cols,
-                                dropout_thresh)
+            keep = dropout_keep(seed, rng_base, offs_m, start, rng_cols, dropout_thresh,
+                                BLOCK_N, False)
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         ds = p * (dp - delta[:, None])
         if HAS_DBIAS:

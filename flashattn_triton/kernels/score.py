@@ -16,11 +16,16 @@ one multiply, as before the variants existed.  The backward recomputes the
 same s2 bit for bit (same helper, same order) and needs one more factor for
 the softcap: ds/d(scale * qk) = 1 - tanh^2, returned here as ``t``.
 
-Dropout (``dropout_keep``) acts on probabilities, not scores; its Philox
-counter of score (b, h, i, j) is
-    philox_offset + ((b * Hq + h) * rng_rows + row0 + i) * rng_cols + j
-(b = 0 and row0 = the sequence's first packed row for varlen batches), the
-rule reference.dropout_keep_mask reproduces in PyTorch.
+Dropout (``dropout_keep``) acts on probabilities, not scores.  One Philox
+4x32 call gives 4 words, so 4 neighbouring keys share a counter: score
+(b, h, i, j) is decided by word j % 4 of counter
+    philox_offset + ((b * Hq + h) * rng_rows + row0 + i) * rng_cols + j // 4
+(b = 0 and row0 = the sequence's first packed row for varlen batches).  Rows
+keep the stride rng_cols (the key count), of which the first cdiv(rng_cols, 4)
+counters are used: a batch entry spans Hq * rng_rows * rng_cols counters, as
+KernelMods.chunk assumes.  Key tiles start at multiples of BLOCK_N (a multiple
+of 4), so a group never straddles two tiles.  reference.dropout_keep_mask
+reproduces the rule in PyTorch.
 """
 
 from __future__ import annotations
@@ -137,14 +142,34 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
 
 
 @triton.jit
-def dropout_keep(seed, rng_base, rows, cols, rng_cols, dropout_thresh):
-    """Keep mask of a tile: Philox(seed, counter) >> 1 >= dropout_thresh, with
-    dropout_thresh = floor(p * 2^31) (keep rate 1 - p within 2^-31).  rng_base:
-    int64 counter of (row 0, col 0) of this (batch entry, head); rows, cols
-    broadcastable as in visible()."""
-    offs = rng_base + rows.to(tl.int64) * rng_cols + cols
-    r = tl.randint(seed, offs)
-    return (r >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
+def dropout_keep(seed, rng_base, rows, col0, rng_cols, dropout_thresh,
+                 BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """Keep mask of query rows x keys [col0, col0 + BLOCK_N): (rows, BLOCK_N),
+    or its transpose (BLOCK_N, rows) with KEYS_FIRST (the dK/dV loop's tiles).
+
+    rows: 1-D query indices.  col0: a multiple of 4 (tile starts are
+    multiples of BLOCK_N).  rng_base: int64 counter of (row 0, col 0) of this
+    (batch entry, head).  One Philox call per 4 keys (module doc): key j
+    takes output j % 4 of counter group j // 4, kept iff
+    output >> 1 >= dropout_thresh = floor(p * 2^31)."""
+    groups = col0 // 4 + tl.arange(0, BLOCK_N // 4)
+    if KEYS_FIRST:
+        offs = rng_base + rows.to(tl.int64)[None, :] * rng_cols + groups[:, None]
+    else:
+        offs = rng_base + rows.to(tl.int64)[:, None] * rng_cols + groups[None, :]
+    r0, r1, r2, r3 = tl.randint4x(seed, offs)
+    k0 = (r0 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
+    k1 = (r1 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
+    k2 = (r2 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
+    k3 = (r3 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
+    # join stacks along a new last dim, so [.., b, a] below holds output a + 2b
+    # and row-major flattening of (b, a) puts it at key offset 2b + a.
+    keep = tl.join(tl.join(k0, k2), tl.join(k1, k3))
+    if KEYS_FIRST:
+        keep = tl.reshape(tl.permute(keep, (0, 2, 3, 1)), (BLOCK_N, rows.shape[0]))
+    else:
+        keep = tl.reshape(keep, (rows.shape[0], BLOCK_N))
+    return keep
 
 
 # ---------------------------------------------------------------------------
