@@ -41,6 +41,12 @@ def check_scale(scale, name: str, head_dim: int) -> float:
 
 def check_window(window_size, causal: bool) -> Tuple[int, int]:
     """flash-attn's window_size=(left, right), -1 = unbounded; causal sets right = 0."""
+    if type(window_size) is tuple and len(window_size) == 2:  # fast accept of plain ints
+        left, right = window_size
+        if type(left) is int and type(right) is int and left >= -1 and right >= -1:
+            if causal:
+                right = 0 if right < 0 else min(right, 0)
+            return left, right
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise TypeError(f"window_size must be a pair (left, right) of ints, got {window_size!r}")
     left, right = window_size
@@ -57,6 +63,8 @@ def check_window(window_size, causal: bool) -> Tuple[int, int]:
 
 def check_softcap(softcap) -> float:
     """flash-attn's softcap: 0 = off, else a positive cap."""
+    if type(softcap) is float and 0 <= softcap < math.inf:  # fast accept
+        return softcap
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
     if not (0 <= softcap < math.inf):  # comparisons, not math.isfinite: traceable by torch.compile
@@ -65,6 +73,8 @@ def check_softcap(softcap) -> float:
 
 
 def check_dropout(dropout_p) -> float:
+    if type(dropout_p) is float and 0.0 <= dropout_p < 1.0:  # fast accept
+        return dropout_p
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p must be a Python float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
@@ -144,6 +154,8 @@ def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str
               rank: int, head_axis: int) -> None:
     """q, k, v of one layout: `rank`-D, heads on `head_axis`, the head dim last,
     the sequence just before the head axis (flash) or after it (SDPA)."""
+    if len(tensors) == 3 and not torch.compiler.is_compiling() and _qkv_ok(*tensors, rank, head_axis):
+        return  # the common valid case, checked in one pass; the checks below name any problem
     for name, t in zip(names, tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -181,6 +193,30 @@ def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str
         if t.stride(-1) != 1 and t.shape[-1] != 1:
             raise ValueError(f"{name} must have stride 1 in its last dimension, got strides "
                              f"{tuple(t.stride())}; call .contiguous() on it first")
+
+
+def _qkv_ok(q, k, v, rank: int, head_axis: int) -> bool:
+    """True only if every check of check_qkv passes (False: let them run)."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return False
+    qs, ks, vs = q.shape, k.shape, v.shape
+    dt = q.dtype
+    if (len(qs) != rank or len(ks) != rank or len(vs) != rank or dt not in SUPPORTED_DTYPES
+            or k.dtype is not dt or v.dtype is not dt):
+        return False
+    dev = q.device
+    if k.device != dev or v.device != dev:
+        return False
+    if ks[:-1] != vs[:-1] or (rank == 4 and qs[0] != ks[0]) or ks[-1] != qs[-1]:
+        return False
+    d, dv = qs[-1], vs[-1]
+    if not (0 < d <= MAX_HEAD_DIM and 0 < dv <= MAX_HEAD_DIM):
+        return False
+    h_q, h_kv = qs[head_axis], ks[head_axis]
+    if h_q > MAX_HEADS or h_kv == 0 or h_q % h_kv != 0:
+        return False
+    return ((q.stride(-1) == 1 or d == 1) and (k.stride(-1) == 1 or d == 1)
+            and (v.stride(-1) == 1 or dv == 1))
 
 
 def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
@@ -221,8 +257,13 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                                  f"max_seqlen_{name[-1]}={m}")
 
 
+_ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
 def autocast_inputs(*tensors: torch.Tensor):
     """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA does."""
+    if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST() and not torch.compiler.is_compiling():
+        return tensors  # no autocast anywhere (one call instead of a per-device query)
     t0 = tensors[0]
     if not isinstance(t0, torch.Tensor):
         return tensors

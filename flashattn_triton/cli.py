@@ -76,11 +76,11 @@ def _fmt_entry(entry) -> str:
 
 
 def table_tag(variants: Tuple[str, ...], window_left: int) -> str:
-    """The launch table's variant tag of a call ("" where the table has no
-    variant keys: then every call uses the plain entries)."""
+    """The launch table's variant tag of a call, as kernels/launch.py's
+    variant_tag computes it from the kernel switches ("" for a plain call)."""
     from .kernels import launch
     on = set(variants) | ({"window"} if window_left >= 0 else set())
-    return next((t for t in getattr(launch, "VARIANT_TAGS", ()) if t in on), "")
+    return next((t for t in launch.VARIANT_TAGS if t in on), "")
 
 
 def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
@@ -97,9 +97,8 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     if launch.autotune_enabled():
         return "autotuned on first use", f"{launch.ENV_AUTOTUNE}=1 (cached on disk)"
     elem = torch.tensor([], dtype=dtype).element_size()
-    extra = (tag,) if tag else ()
-    entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, *extra)
-    key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, *extra)
+    entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, tag)
+    key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, tag)
     if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem):
         exact = key in launch.load_table(arch)
         return _fmt_entry(entry), (f"tuned table {arch}.json, key {key}" if exact else
@@ -128,7 +127,10 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, f"dtype {dtype} (float16 / bfloat16 only)"
     available = hopper_available(device_index) if on_gpu else hopper.AVAILABLE
     if not available:
-        return False, f"not available here: {hopper.REASON or 'the Gluon kernel did not import'}"
+        why = hopper.REASON or "the Gluon kernel did not import"
+        if backend() == "hopper":
+            return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
+        return False, f"not available here: {why}"
     from .kernels.hopper.fwd import CONFIGS, SCHEDULE, SMEM_LIMIT, smem_bytes
     if d not in CONFIGS or d_v != d:
         return False, f"head dims d={d}, dv={d_v} (equal, one of {sorted(CONFIGS)})"

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
+import torch.autograd.forward_ad as _fwd_ad
 
 from . import reference
 from ._dispatch import use_hopper_forward, use_triton
@@ -197,7 +198,12 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
                                     attn_bias, dropout_p, rng_seed)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]  # dropout counters per batch entry
-                for b in _batch_chunks(q.shape[0], q.shape[2]):
+                chunks = _batch_chunks(q.shape[0], q.shape[2])
+                if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
+                    attention_forward(qh, kh, vh, oh, lh, softmax_scale, offset, window_bounds(*window),
+                                      mods=mods)
+                    return out, lse
+                for b in chunks:
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
                                       window_bounds(*window), mods=mods.chunk(b, per_entry))
     else:
@@ -325,7 +331,13 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,
                                     attn_bias, dropout_p, rng_seed)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
-                for b in _batch_chunks(q.shape[0], q.shape[2]):
+                chunks = _batch_chunks(q.shape[0], q.shape[2])
+                if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
+                    attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
+                                       window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
+                                       delta=deltah)
+                    chunks = []
+                for b in chunks:
                     attention_backward(
                         doh[b], qh[b], kh[b], vh[b], oh[b], lh[b], dqh[b], dkh[b], dvh[b],
                         softmax_scale, offset, window_bounds(*window),
@@ -476,7 +488,22 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
     if torch.compiler.is_compiling():
         return attention_fwd(q, k, v, *params.op_args())
+    if not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
+        return _attention_fwd_impl(q, k, v, *params.op_args())
     return _EagerAttention.apply(q, k, v, *params.op_args())
+
+
+def _needs_autograd(q, k, v, params: AttnParams) -> bool:
+    """Whether the call must go through the autograd Function: grad mode on
+    and a tensor input that requires grad, or a forward-AD level or functorch
+    transform active (which the Function handles or rejects as before)."""
+    if _fwd_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return (q.requires_grad or k.requires_grad or v.requires_grad
+            or any(t is not None and t.requires_grad
+                   for t in (params.alibi_slopes, params.sinks, params.attn_bias)))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

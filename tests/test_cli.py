@@ -61,7 +61,7 @@ def test_info_shape_on_the_cpu(capsys):
 def _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag):
     """What Launcher.choose picks on a GPU of `arch` (the GPU query patched out)."""
     monkeypatch.setattr(launch, "_arch", lambda index: arch)
-    cfg = launcher.choose.__wrapped__(launcher, 0, dtype, d_pad, masked_right, bucket, *([tag] if tag else []))
+    cfg = launcher.choose.__wrapped__(launcher, 0, dtype, d_pad, masked_right, bucket, tag)
     return cli._fmt_entry((cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages))
 
 

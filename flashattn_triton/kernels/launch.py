@@ -27,6 +27,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import triton
 
+from . import fastlaunch
+
 # Read (never set) at import: Triton decides at decoration time whether
 # @triton.jit gives a compiled or an interpreted function.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -180,12 +182,25 @@ def table_lookup(kernel: str, arch: str, dtype: torch.dtype, d_pad: int, causal:
     return None
 
 
+_CONFIG_KWARGS: Dict[int, Tuple[triton.Config, dict]] = {}
+
+
+def _config_kwargs(cfg: triton.Config) -> dict:
+    """cfg.all_kwargs(), built once per config object (choose() returns the same objects)."""
+    hit = _CONFIG_KWARGS.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        if len(_CONFIG_KWARGS) > 256:  # configs from the environment are new objects per call
+            _CONFIG_KWARGS.clear()
+        hit = _CONFIG_KWARGS[id(cfg)] = (cfg, cfg.all_kwargs())
+    return hit[1]
+
+
 class Launcher:
     """Launches one kernel with the config chosen as the module doc says."""
 
     def __init__(self, kernel, name: str, resident):
         """resident: (resident block name, resident tiles, accumulators), see footprint."""
-        self.kernel = kernel
+        self.kernel = fastlaunch.install(kernel)
         self.name = name
         self.resident = resident
         self.candidates = CANDIDATES[name]
@@ -241,7 +256,13 @@ class Launcher:
     def __call__(self, grid, key, *args, **kwargs):
         """grid: callable of the chosen meta-parameters, as in Triton;
         key: (dtype, padded head dim, causal, length bucket, variant tag) for the config choice."""
-        cfg = self.config(args[0].device, *key)
+        device = fastlaunch.compile_only_device() or args[0].device  # meta tensors when compiling only
+        cfg = self.config(device, *key)
         if cfg is None:
+            if fastlaunch.compile_only_device() is not None:
+                return None  # autotuning needs real launches
             return self.tuned()[grid](*args, **kwargs)
-        return self.kernel[grid](*args, **kwargs, **cfg.all_kwargs())
+        run = self.kernel.run
+        if fastlaunch.SUPPORTED and isinstance(run, fastlaunch.FastRun):
+            return run.launch(args, {**kwargs, **_config_kwargs(cfg)}, grid)
+        return run(*args, grid=grid, warmup=False, **kwargs, **_config_kwargs(cfg))

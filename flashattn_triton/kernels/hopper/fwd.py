@@ -32,6 +32,8 @@ that see no key give O = 0 and LSE = -inf, as in the portable kernel.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -39,6 +41,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                                warpgroup_mma, warpgroup_mma_wait)
+
+from .. import fastlaunch
 
 # Touch every name the kernel uses, so that a Triton whose Gluon API moved
 # fails here (and the tier reports itself unavailable) rather than at launch.
@@ -440,6 +444,82 @@ def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
     return ""
 
 
+class _Plan:
+    """What a call needs besides its data pointers, for one signature (see
+    _signature): grid, descriptor blocks and layouts, the scalar arguments
+    that follow the descriptors, and the meta-parameters."""
+
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs")
+
+
+def _signature(q, k, v, o, lse, causal):
+    """Everything the checks and the launch set-up depend on, but the
+    pointers (of which only the 16-byte alignment) and the scale."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
+            lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal,
+            (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15)
+
+
+def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
+    """A _Plan, or the reason (a string) why this case is declined."""
+    reason = unsupported_reason(q, k, v, o, lse, sm_scale)
+    if reason:
+        return reason
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    meta = dict(CONFIGS[d], **SCHEDULE[causal])
+    meta.update(overrides)
+    if meta["NUM_CONSUMERS"] == 1:
+        meta["PINGPONG"] = False
+    if smem_bytes(d, **meta) > SMEM_LIMIT:
+        return "shared memory"
+    rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
+    n_m = triton.cdiv(n_q, rows)
+    grid = (batch * h_q, n_m) if meta["HEADS_FIRST"] else (n_m, batch * h_q)
+    if grid[1] > 65535:
+        return "grid"
+    gdt = _GL_DTYPES[q.dtype]
+    q_block = [1, 1, meta["BLOCK_M"], d]
+    kv_block = [1, 1, meta["BLOCK_N"], d]
+    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
+    plan = _Plan()
+    plan.key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    plan.grid = grid
+    plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, o))
+    plan.blocks = (q_block, kv_block, kv_block, q_block)
+    plan.layouts = (q_layout, kv_layout, kv_layout, q_layout)
+    plan.tail = (lse.stride(0), lse.stride(1), h_q, n_q, n_k, h_q // h_kv)
+    plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    return plan
+
+
+_PLANS = {}  # _signature -> _Plan or decline reason (calls without overrides)
+MAX_PLANS = 1024
+
+# The descriptor's fields, set directly on repeat calls of a signature whose
+# first descriptors TensorDescriptor validated (same shapes, strides, blocks,
+# layouts and alignment: the checks would pass again).  Any other layout of
+# the class: always the validating constructor.
+_DESC_FIELDS = ("base", "shape", "strides", "block_shape", "layout", "padding")
+try:
+    import dataclasses as _dc
+    _DESC_FAST = (tuple(f.name for f in _dc.fields(TensorDescriptor)) == _DESC_FIELDS
+                  and not TensorDescriptor.__dataclass_params__.frozen
+                  and not hasattr(TensorDescriptor, "__slots__"))
+except Exception:  # noqa: BLE001
+    _DESC_FAST = False
+
+
+def _descriptor(t, dims, block, layout, validated):
+    if validated and _DESC_FAST:
+        desc = object.__new__(TensorDescriptor)
+        desc.__dict__.update(base=t, shape=dims[0], strides=dims[1], block_shape=block, layout=layout,
+                             padding="zero")
+        return desc
+    return TensorDescriptor(t, list(dims[0]), list(dims[1]), block, layout)
+
+
 def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                              lse: torch.Tensor, sm_scale: float, causal_shift, **overrides) -> bool:
     """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
@@ -451,52 +531,57 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     causal_shift: None for no mask, else row i sees keys j <= i + causal_shift.
     ``overrides`` replace entries of CONFIGS / SCHEDULE (benchmarks, tests).
     Returns False, having written nothing, when the case is not supported.
+
+    The checks and the launch set-up are done once per signature (shapes,
+    strides, dtypes, device, causal, pointer alignment) and reused by later
+    calls, which build the four descriptors and launch (kernels/fastlaunch.py).
     """
-    if unsupported_reason(q, k, v, o, lse, sm_scale):
-        return False
-    batch, h_q, n_q, d = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
-    meta = dict(CONFIGS[d], **SCHEDULE[causal])
-    meta.update(overrides)
-    if meta["NUM_CONSUMERS"] == 1:
-        meta["PINGPONG"] = False
-    if smem_bytes(d, **meta) > SMEM_LIMIT:
+    if not sm_scale > 0:
         return False
-    key = (q.dtype, d, causal, tuple(sorted(meta.items())))
-    if key in _BROKEN:
+    if overrides:
+        plan, validated = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides), False
+    else:
+        sig = _signature(q, k, v, o, lse, causal)
+        plan = _PLANS.get(sig)
+        validated = plan is not None
+        if plan is None:
+            plan = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides)
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[sig] = plan
+    if plan.__class__ is str or plan.key in _BROKEN:
         return False
-    rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
-    n_m = triton.cdiv(n_q, rows)
-    grid = (batch * h_q, n_m) if meta["HEADS_FIRST"] else (n_m, batch * h_q)
-    if grid[1] > 65535:
-        return False
-
-    gdt = _GL_DTYPES[q.dtype]
-    q_block = [1, 1, meta["BLOCK_M"], d]
-    kv_block = [1, 1, meta["BLOCK_N"], d]
-    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
-
-    def desc(t, block, layout):
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-    args = (desc(q, q_block, q_layout), desc(k, kv_block, kv_layout), desc(v, kv_block, kv_layout),
-            desc(o, q_block, q_layout), lse,
-            lse.stride(0), lse.stride(1),
-            h_q, n_q, n_k, h_q // h_kv,
-            sm_scale * LOG2E, causal_shift if causal else 0)
+    tensors = (q, k, v, o)
+    args = tuple(_descriptor(t, dims, block, layout, validated)
+                 for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
+    args += (lse,) + plan.tail + (sm_scale * LOG2E, causal_shift if causal else 0)
+    switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
-        with torch.cuda.device(q.device):
-            _attn_fwd_hopper[grid](*args, HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+        with torch.cuda.device(q.device) if switch else _NO_SWITCH:
+            _run.launch(args, plan.kwargs, plan.grid)
     except (triton.CompilationError, RuntimeError) as exc:
         # A build failure (e.g. a Triton whose Gluon lowering differs) makes
         # this configuration unavailable; anything at run time propagates.
         if "compil" not in type(exc).__name__.lower() and "PTXAS" not in str(exc) and "MLIR" not in str(exc):
             raise
-        _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
+        _BROKEN[plan.key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
     return True
+
+
+class _JitLaunch:
+    """``kernel[grid](*args, **kwargs)`` where the fast path is not installed."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def launch(self, args, kwargs, grid):
+        return self.kernel[grid](*args, **kwargs)
+
+
+_NO_SWITCH = contextlib.nullcontext()
+_run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
 __all__ = ["hopper_attention_forward", "unsupported_reason", "CONFIGS", "SCHEDULE"]

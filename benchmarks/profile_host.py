@@ -1,0 +1,502 @@
+"""Where the host time of one attention call goes, section by section.
+
+    python benchmarks/profile_host.py                 # on the GPU (real launches)
+    python benchmarks/profile_host.py --device cpu    # no GPU: CPU tensors through the
+                                                      # CUDA code path, launches recorded
+    python benchmarks/profile_host.py --out DIR       # also write profile_host.{json,md}
+
+The call is the overhead benchmark's tiny shape (B=1, H=8, N=128, d=64,
+fp16, causal), whose GPU work is a few microseconds, so the wall time of
+back-to-back calls is host time.  For each entry (flash_attn_func, with and
+without grad-requiring inputs, the SDPA entry; Hopper and portable tiers) it
+prints the plain time per call, then the time per call inside each section
+(inclusive, nested as in the call tree), measured by wrapping the functions
+with timers (each wrapper adds ~0.2-0.5 us, so the sections add up to more
+than the plain time).  Then the Triton launch alone: a kernel's
+``kernel[grid](...)`` with fixed arguments, against the library's launch
+fast path (kernels/launch.py).
+
+With --device cpu, Triton's driver is replaced by tests/fake_cuda.py: the JIT
+binds, specializes and compiles for sm_90 (ptxas, no GPU) and records the
+launch instead of running it.  Everything but the CUDA calls (launch,
+stream/device queries, TMA descriptor encoding) is the real code; the Hopper
+tier's GPU checks are bypassed so that its host code runs too (Triton 3.6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
+
+SHAPE = dict(B=1, N=128, H=8, D=64)
+
+# ---------------------------------------------------------------------------
+# Section timers
+# ---------------------------------------------------------------------------
+
+_ACC = collections.defaultdict(lambda: [0, 0])  # label -> [ns, calls]
+# Wall time on the GPU; with --device cpu, the thread's CPU time (the CPU
+# emulation usually runs on shared machines, where wall time is noise).
+_perf_ns = time.perf_counter_ns
+
+
+def _timed(label, fn):
+    acc = _ACC[label]
+
+    def wrapper(*args, **kwargs):
+        clock = _perf_ns
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[0] += clock() - t0
+            acc[1] += 1
+    wrapper.__wrapped_fn__ = fn
+    return wrapper
+
+
+class Patcher:
+    """setattr with undo."""
+
+    def __init__(self):
+        self.undo = []
+
+    def set(self, owner, name, value):
+        self.undo.append((owner, name, vars(owner).get(name, _MISSING)))
+        setattr(owner, name, value)
+
+    def wrap(self, label, owner, name, static=False):
+        fn = getattr(owner, name)
+        wrapped = _timed(label, fn)
+        self.set(owner, name, staticmethod(wrapped) if static else wrapped)
+
+    def restore(self):
+        for owner, name, old in reversed(self.undo):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self.undo.clear()
+
+
+_MISSING = object()
+
+# The call tree: (depth, label).  Labels without a wrapper in a run show as absent.
+TREE = [
+    (0, "call"),
+    (1, "api: autocast_inputs"), (1, "api: check_qkv"), (1, "api: check_flag"),
+    (1, "api: check_window"), (1, "api: check_scale"), (1, "api: _params (record + variant checks)"),
+    (1, "ops.attention_base2 (op + autograd)"),
+    (2, "ops._attention_fwd_impl"),
+    (3, "ops._new (allocations)"), (3, "dispatch: use_triton"), (3, "dispatch: use_hopper_forward"),
+    (3, "hopper_attention_forward"),
+    (4, "hopper: unsupported_reason"), (4, "hopper: TensorDescriptor"), (4, "JIT run: hopper"),
+    (3, "ops._kernel_mods"),
+    (3, "fwd.attention_forward (host code)"),
+    (4, "Launcher.__call__"), (5, "Launcher.config"), (5, "launch fast path"), (5, "JIT run: fwd"),
+    (6, "JIT binder (specialization)"), (6, "JIT compute_cache_key"), (6, "launcher (C / recorded)"),
+    (2, "ops._setup_context"),
+    (1, "api: _returns"),
+]
+
+
+def instrument(p: Patcher, kernels):
+    from flashattn_triton import _validate, api, ops
+    from flashattn_triton.kernels import fwd, launch
+    import triton.runtime.jit as jit
+
+    for name in ("autocast_inputs", "check_qkv", "check_flag", "check_window", "check_scale"):
+        p.wrap(f"api: {name}", api, name)
+    p.wrap("api: _params (record + variant checks)", api, "_params")
+    p.wrap("api: _returns", api, "_returns")
+    p.wrap("ops.attention_base2 (op + autograd)", ops, "attention_base2")
+    p.wrap("ops._attention_fwd_impl", ops, "_attention_fwd_impl")
+    p.wrap("ops._new (allocations)", ops, "_new")
+    p.wrap("dispatch: use_triton", ops, "use_triton")
+    p.wrap("dispatch: use_hopper_forward", ops, "use_hopper_forward")
+    p.wrap("ops._kernel_mods", ops, "_kernel_mods")
+    p.wrap("ops._setup_context", ops, "_setup_context")
+    p.wrap("fwd.attention_forward (host code)", fwd, "attention_forward")
+    p.wrap("Launcher.__call__", launch.Launcher, "__call__")
+    p.wrap("Launcher.config", launch.Launcher, "config")
+    if hasattr(launch, "fast_launch"):
+        p.wrap("launch fast path", launch, "fast_launch")
+    p.wrap("JIT compute_cache_key", jit, "compute_cache_key")
+    try:
+        from flashattn_triton.kernels import hopper
+        if hopper.AVAILABLE:
+            from flashattn_triton.kernels.hopper import fwd as hfwd
+            p.wrap("hopper_attention_forward", hopper, "hopper_attention_forward")
+            p.wrap("hopper: unsupported_reason", hfwd, "unsupported_reason")
+            p.wrap("hopper: TensorDescriptor", hfwd,
+                   "_descriptor" if hasattr(hfwd, "_descriptor") else "TensorDescriptor")
+    except ImportError:
+        pass
+    for label, kernel in kernels.items():
+        p.set(kernel, "run", _timed(f"JIT run: {label}", kernel.run))
+
+
+def instrument_compiled(p: Patcher, kernels):
+    """After the first call: the binders and launchers of the compiled kernels."""
+    for kernel in kernels.values():
+        for dev, entry in list(kernel.device_caches.items()):
+            cache, key_cache, target, backend, binder = entry
+            if not hasattr(binder, "__wrapped_fn__"):
+                kernel.device_caches[dev] = (cache, key_cache, target, backend,
+                                             _timed("JIT binder (specialization)", binder))
+            for compiled in cache.values():
+                compiled = compiled.result() if hasattr(compiled, "result") else compiled
+                run = compiled.run  # loads the module on first access
+                if not hasattr(run, "__wrapped_fn__"):
+                    p.set(compiled, "_run", _timed("launcher (C / recorded)", run))
+
+
+# ---------------------------------------------------------------------------
+# CPU emulation of the CUDA path
+# ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def cpu_emulation(p: Patcher):
+    """CPU tensors through the CUDA code path, Triton's driver faked (see module doc)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_cuda import fake_cuda
+    from flashattn_triton import _dispatch, ops
+    from flashattn_triton.kernels import launch
+
+    def config(self, device, *key):
+        cfg = launch.config_from_env(self.name)
+        if cfg is not None:
+            return cfg
+        return self.choose(0, *key)
+
+    with fake_cuda():
+        p.set(ops, "use_triton", lambda t: True)
+        p.set(launch, "_arch", lambda index: "sm90")
+        p.set(launch.Launcher, "config", config)
+        try:
+            from flashattn_triton.kernels import hopper
+            if hopper.AVAILABLE:
+                from flashattn_triton.kernels.hopper import fwd as hfwd
+                real_reason = hfwd.unsupported_reason
+
+                class OnCuda:  # q as the checks see it: every check runs but the CUDA ones
+                    is_cuda = True
+
+                    def __init__(self, t):
+                        self._t = t
+
+                    def __getattr__(self, name):
+                        return getattr(self._t, name)
+
+                def reason(q, k, v, o, lse, sm_scale):
+                    return real_reason(OnCuda(q), k, v, o, lse, sm_scale)
+
+                p.set(hfwd.torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+                def use_hopper(q, k, v, window, offset):
+                    return (_dispatch.backend() != "portable" and window[0] < 0 and window[1] in (-1, 0))
+
+                p.set(hfwd, "unsupported_reason", reason)
+                p.set(ops, "use_hopper_forward", use_hopper)
+        except ImportError:
+            pass
+        yield
+
+
+# ---------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------
+
+def _per_call_us(fn, n, repeats=5, sync=None):
+    """Median over `repeats` of the time per call of n calls (garbage collection off)."""
+    times = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            if sync:
+                sync()
+            t0 = _perf_ns()
+            for _ in range(n):
+                fn()
+            if sync:
+                sync()
+            times.append((_perf_ns() - t0) / n / 1e3)
+    finally:
+        gc.enable()
+    return statistics.median(times)
+
+
+def calls(device):
+    import torch
+    import torch.nn.functional as F
+    import flashattn_triton as fat
+    s = SHAPE
+    q, k, v = (torch.randn(s["B"], s["N"], s["H"], s["D"], device=device, dtype=torch.float16)
+               for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    out = {
+        "flash_attn_func": lambda: fat.flash_attn_func(q, k, v, causal=True),
+        "flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
+        "scaled_dot_product_attention (ours)": lambda: fat.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
+    }
+    if device == "cuda":
+        out["torch SDPA"] = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+        out["torch SDPA, inputs require grad"] = lambda: F.scaled_dot_product_attention(
+            qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True)
+    return out
+
+
+def profile(device: str, n_calls: int, backends):
+    import torch
+    from flashattn_triton.kernels import bwd, fwd
+    kernels = {"fwd": fwd._attn_fwd, "bwd_preprocess": bwd._bwd_preprocess}
+    try:
+        from flashattn_triton.kernels import hopper
+        if hopper.AVAILABLE:
+            from flashattn_triton.kernels.hopper import fwd as hfwd
+            kernels["hopper"] = hfwd._attn_fwd_hopper
+    except ImportError:
+        pass
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    results = {}
+    for backend in backends:
+        os.environ["FLASHATTN_TRITON_BACKEND"] = backend
+        for name, fn in calls(device).items():
+            if name.startswith("torch") and backend != backends[0]:
+                continue
+            label = name if name.startswith("torch") else f"{name} [{backend}]"
+            t_first = time.perf_counter()
+            fn()
+            t_first = time.perf_counter() - t_first
+            for _ in range(20):
+                fn()
+            plain = _per_call_us(fn, n_calls, sync=sync)
+            entry = dict(first_call_s=t_first, plain_us=plain, sections={})
+            if not name.startswith("torch"):
+                p = Patcher()
+                try:
+                    instrument(p, kernels)
+                    instrument_compiled(p, kernels)
+                    for _ in range(5):
+                        fn()
+                    totals, runs = [], []
+                    for _ in range(5):  # medians over 5 runs of n_calls
+                        for acc in _ACC.values():
+                            acc[0] = acc[1] = 0
+                        totals.append(_per_call_us(fn, n_calls, repeats=1, sync=sync))
+                        runs.append({k: (v[0] / 1e3 / n_calls, v[1] / n_calls) for k, v in _ACC.items() if v[1]})
+                    entry["instrumented_us"] = statistics.median(totals)
+                    entry["sections"] = {k: statistics.median(r[k][0] for r in runs if k in r) for k in runs[0]}
+                    entry["section_calls"] = {k: runs[0][k][1] for k in runs[0]}
+                finally:
+                    p.restore()
+            results[label] = entry
+            print(f"{label}: {plain:.1f} us/call (first call {t_first:.2f} s)", flush=True)
+    return results
+
+
+def launch_only(device: str, n_calls: int):
+    """The portable forward's launch with fixed arguments: Triton's JIT path
+    against the library's fast path (if any)."""
+    import torch
+    from flashattn_triton.kernels import fwd, launch
+    captured = {}
+    orig = launch.Launcher.__call__
+
+    def capture(self, grid, key, *args, **kwargs):
+        captured.setdefault("call", (self, grid, key, args, kwargs))
+        return orig(self, grid, key, *args, **kwargs)
+
+    import flashattn_triton as fat
+    s = SHAPE
+    q, k, v = (torch.randn(s["B"], s["N"], s["H"], s["D"], device=device, dtype=torch.float16)
+               for _ in range(3))
+    os.environ["FLASHATTN_TRITON_BACKEND"] = "portable"
+    launch.Launcher.__call__ = capture
+    try:
+        fat.flash_attn_func(q, k, v, causal=True)
+    finally:
+        launch.Launcher.__call__ = orig
+    self, grid, key, args, kwargs = captured["call"]
+    cfg = self.config(args[0].device, *key)
+    allkw = dict(kwargs, **cfg.all_kwargs())
+    g = grid(allkw)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    out = {"n_args": len(args) + len(allkw)}
+    jit_run = fwd._attn_fwd.run
+    out["triton kernel[grid](...)"] = _per_call_us(lambda: jit_run(*args, grid=g, warmup=False, **allkw),
+                                                   n_calls, sync=sync)
+    out["Launcher.__call__"] = _per_call_us(lambda: self(grid, key, *args, **kwargs), n_calls, sync=sync)
+    if hasattr(launch, "fast_launch"):
+        out["fast_launch"] = _per_call_us(lambda: launch.fast_launch(fwd._attn_fwd, g, args, allkw),
+                                          n_calls, sync=sync)
+    for name, value in out.items():
+        if name != "n_args":
+            print(f"launch only, {name}: {value:.1f} us/call", flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# --check: the fast path launches what Triton's path launches
+# ---------------------------------------------------------------------------
+
+def _check_cases(device):
+    import torch
+    import flashattn_triton as fat
+    dt = torch.float16
+
+    def qkv(b, n, hq, hkv, d, nk=None, grad=False):
+        nk = nk or n
+        q = torch.randn(b, n, hq, d, device=device, dtype=dt)
+        k = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
+        v = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
+        return [t.requires_grad_(grad) for t in (q, k, v)]
+
+    def packed(grad):
+        t = torch.randn(1, 200, 3, 3, 36, device=device, dtype=dt)  # k, v: pointers 8 bytes off 16
+        q, k, v = (x.requires_grad_(grad) for x in t.unbind(2))
+        return q, k, v
+
+    return {
+        "tiny causal": lambda g: fat.flash_attn_func(*qkv(1, 128, 8, 8, 64, grad=g), causal=True),
+        "GQA, Nq != Nk, d=96": lambda g: fat.flash_attn_func(*qkv(2, 77, 6, 2, 96, nk=130, grad=g), causal=True),
+        "full, d=128": lambda g: fat.flash_attn_func(*qkv(2, 300, 4, 4, 128, grad=g)),
+        "window + softcap": lambda g: fat.flash_attn_func(*qkv(1, 200, 4, 2, 64, grad=g), causal=True,
+                                                          window_size=(50, 0), softcap=20.0),
+        "qkv slices (misaligned strides)": lambda g: fat.flash_attn_func(*packed(g), causal=True),
+        "SDPA entry": lambda g: fat.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in qkv(2, 64, 4, 4, 64, grad=g)), is_causal=True),
+    }
+
+
+def _describe(x):
+    """What must agree between two launches of one call (tensors by layout and alignment)."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return ("tensor", x.dtype, tuple(x.shape), tuple(x.stride()), x.data_ptr() % 16)
+    if hasattr(x, "block_shape") and hasattr(x, "base"):
+        return ("desc", _describe(x.base), tuple(x.shape), tuple(x.strides), tuple(x.block_shape), repr(x.layout))
+    return (type(x).__name__, x)
+
+
+def check(device: str) -> int:
+    """Run each case with the fast path off, then on (twice: recorded, then
+    taken); on the CPU compare the launches (compiled kernel, grid, arguments),
+    on the GPU the outputs and gradients (bitwise)."""
+    import torch
+    from flashattn_triton.kernels import fastlaunch
+    failures = 0
+    for name, fn in _check_cases(device).items():
+        for grad in (False, True):
+            runs = []
+            for enabled in (False, True, True):
+                fastlaunch.ENABLED = enabled
+                torch.manual_seed(0)
+                if device == "cpu":
+                    from fake_cuda import LAUNCHES
+                    LAUNCHES.clear()
+                out = fn(grad)
+                out = out[0] if isinstance(out, tuple) else out
+                if grad:
+                    out.float().sum().backward()
+                if device == "cpu":
+                    runs.append([(id(l), g, [_describe(a) for a in args]) for l, g, args in LAUNCHES])
+                else:
+                    torch.cuda.synchronize()
+                    runs.append([out.detach().clone()])
+            fastlaunch.ENABLED = fastlaunch.SUPPORTED
+            if device == "cpu":
+                ok = runs[0] == runs[1] == runs[2] and len(runs[0]) > 0
+                detail = f"{len(runs[0])} launches"
+            else:
+                ok = all(torch.equal(a, b) for a, b in zip(runs[0], runs[2]))
+                detail = "outputs bitwise equal" if ok else "outputs differ"
+            failures += not ok
+            print(f"check {name} (grad={grad}): {'ok' if ok else 'MISMATCH'} ({detail})", flush=True)
+    return failures
+
+
+def render(results, launch_res, env) -> str:
+    lines = [f"Environment: {env}", "",
+             f"Shape: {SHAPE}, fp16, causal.  'plain': us per call, no timers.  Sections: us per call "
+             "inside each (inclusive, timers add ~0.3 us each).", ""]
+    for label, r in results.items():
+        lines.append(f"### {label}: {r['plain_us']:.1f} us/call plain"
+                     + (f", {r['instrumented_us']:.1f} instrumented" if "instrumented_us" in r else ""))
+        if r["sections"]:
+            lines += ["", "| section | us/call | calls/call |", "|---|---|---|"]
+            for depth, name in TREE[1:]:
+                if name in r["sections"]:
+                    lines.append(f"| {'&nbsp;&nbsp;' * (depth - 1)}{name} | {r['sections'][name]:.1f} | "
+                                 f"{r['section_calls'][name]:.0f} |")
+        lines.append("")
+    lines += ["### launch alone (portable forward, fixed arguments)", "",
+              "| path | us/call |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in launch_res.items() if k != "n_args"]
+    lines.append(f"\n{launch_res['n_args']} kernel arguments (with meta-parameters).")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--calls", type=int, default=2000, help="calls per timing (default 2000)")
+    ap.add_argument("--backends", default="auto,portable",
+                    help="FLASHATTN_TRITON_BACKEND values to profile (default auto,portable)")
+    ap.add_argument("--out", default="", help="directory for profile_host.json / .md")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that the launch fast path launches what Triton's path does "
+                         "(CPU: same kernels and arguments; GPU: bitwise equal outputs)")
+    args = ap.parse_args()
+    import torch
+    import triton
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU (or --device cpu)")
+    env = dict(torch=torch.__version__, triton=triton.__version__, device=args.device,
+               gpu=torch.cuda.get_device_name() if args.device == "cuda" else "none (fake driver)",
+               commit=os.environ.get("GIT_COMMIT", ""))
+    backends = [b for b in args.backends.split(",") if b]
+    if args.device == "cpu":
+        global _perf_ns
+        _perf_ns = time.thread_time_ns
+    p = Patcher()
+    if args.check:
+        with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
+            try:
+                failures = check(args.device)
+            finally:
+                p.restore()
+        sys.exit(1 if failures else 0)
+    with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
+        try:
+            results = profile(args.device, args.calls, backends)
+            launch_res = launch_only(args.device, args.calls)
+        finally:
+            p.restore()
+    text = render(results, launch_res, env)
+    print()
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "profile_host.json"), "w") as f:
+            json.dump(dict(env=env, results=results, launch=launch_res), f, indent=1)
+        with open(os.path.join(args.out, "profile_host.md"), "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A stand-in for Triton's CUDA driver, for host-side work without a GPU.
+
+With ``FakeCudaDriver`` active, ``kernel[grid](...)`` on CPU tensors runs
+Triton's real JIT path (binding, specialization, cache key, an ahead-of-time
+compile for sm_90 with the bundled ptxas) up to the launch, which it records
+instead of running.  Used by the host-overhead profile
+(benchmarks/profile_host.py) and by the launch fast-path tests.  Never
+imported by the library.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+
+
+class _Utils:
+    def get_device_properties(self, device):
+        # H200 values that the runtime reads (shared memory per block, SMs).
+        return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536,
+                "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 3201000, "mem_bus_width": 5120}
+
+    def load_binary(self, name, kernel, shared, device):
+        # (module, function, n_regs, n_spills, n_max_threads)
+        return 1, 1, 0, 0, 1024
+
+    def fill_tma_descriptor(self, *args):
+        return ("tma", args)
+
+
+class FakeLauncher:
+    """Records launches: (grid, stream, args after the launch metadata)."""
+
+    def __init__(self, src, metadata):
+        self.src = src
+        self.launches = collections.deque(maxlen=64)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        # args: packed metadata, launch metadata, enter hook, exit hook, kernel args
+        self.launches.append(((gridX, gridY, gridZ), stream, args[4:]))
+        LAUNCHES.append((self, (gridX, gridY, gridZ), args[4:]))
+
+
+# The latest recorded launches in order: (launcher, grid, kernel args); one
+# launcher per compiled kernel, so the launcher tells which specialization ran.
+LAUNCHES = collections.deque(maxlen=256)
+
+
+class FakeCudaDriver:
+    """Enough of Triton's GPU driver for the JIT to compile (for sm_90) and
+    'launch' on CPU tensors."""
+
+    def __init__(self, capability: int = 90):
+        self.target = GPUTarget("cuda", capability, 32)
+        self.utils = _Utils()
+        self.launcher_cls = FakeLauncher
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def set_current_device(self, device):
+        pass
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cpu")
+
+    def map_python_to_cpp_type(self, ty):
+        return ty
+
+    def get_device_interface(self):
+        raise RuntimeError("no device interface under the fake driver")
+
+    def get_benchmarker(self):
+        raise RuntimeError("no benchmarker under the fake driver")
+
+    @staticmethod
+    def is_active():
+        return False
+
+
+@contextlib.contextmanager
+def fake_cuda(capability: int = 90):
+    """Make a FakeCudaDriver Triton's active driver inside the block."""
+    previous = driver._active if hasattr(driver, "_active") else None
+    fake = FakeCudaDriver(capability)
+    driver.set_active(fake)
+    try:
+        yield fake
+    finally:
+        if previous is None:
+            driver._active = None
+        else:
+            driver.set_active(previous)

@@ -1,0 +1,193 @@
+"""The launch fast path (kernels/fastlaunch.py) against Triton's own launch.
+
+No GPU: tests/fake_cuda.py makes Triton compile for sm_90 (ptxas) and record
+launches.  The kernels here are built as compiled JITFunctions directly (the
+test session runs with TRITON_INTERPRET=1, under which triton.jit would give
+interpreted ones).  Each call is launched once through Triton's path and once
+through the fast path; both must launch the same compiled kernel (the same
+specialization) with the same grid and arguments.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from fake_cuda import LAUNCHES, fake_cuda
+from flashattn_triton.kernels import fastlaunch
+
+
+def _copy_rows(X, Y, stride_x, stride_y, n, scale, unit, flag, BLOCK: tl.constexpr, HAS_SCALE: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs * stride_x * unit, mask=offs < n)
+    if HAS_SCALE:
+        x = x * scale
+    if flag:
+        x = x + 1
+    tl.store(Y + offs * stride_y, x, mask=offs < n)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return JITFunction(_copy_rows)
+
+
+@pytest.fixture
+def fast(kernel, monkeypatch):
+    """The kernel with a fresh fast path, enabled whatever the environment says."""
+    run = fastlaunch.FastRun(kernel)
+    monkeypatch.setattr(kernel, "run", run, raising=False)
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    with fake_cuda():
+        yield run
+
+
+def _launch_via(path, args, kwargs, grid):
+    """(launcher object, grid, args) of the launch that `path` makes."""
+    n = len(LAUNCHES)
+    path(args, kwargs, grid)
+    assert len(LAUNCHES) == n + 1, "expected exactly one launch"
+    return LAUNCHES[-1]
+
+
+def _both(fast, args, kwargs, grid=(4,)):
+    """Launch through Triton's path, then twice through the fast path (record, then hit)."""
+    plain = _launch_via(lambda a, k, g: fast.jit_run(*a, grid=g, warmup=False, **k), args, kwargs, grid)
+    first = _launch_via(fast.launch, args, kwargs, grid)
+    again = _launch_via(fast.launch, args, kwargs, grid)
+    return plain, first, again
+
+
+def _same(a, b):
+    """Same compiled kernel (launcher object), grid and arguments (tensors by identity)."""
+    assert a[0] is b[0], "a different compiled kernel (specialization) was launched"
+    assert a[1] == b[1]
+    assert len(a[2]) == len(b[2])
+    for x, y in zip(a[2], b[2]):
+        assert (x is y) if isinstance(x, torch.Tensor) else (x == y and type(x) is type(y)), (x, y)
+
+
+def _args(x, y, stride_x=1, stride_y=16, n=64, scale=0.5, unit=1, flag=True):
+    return (x, y, stride_x, stride_y, n, scale, unit, flag)
+
+
+KW = dict(BLOCK=32, HAS_SCALE=True, num_warps=4)
+
+
+def test_fast_path_launches_what_triton_launches(fast):
+    x, y = torch.randn(256), torch.empty(256)
+    plain, first, again = _both(fast, _args(x, y), KW)
+    _same(plain, first)
+    _same(plain, again)
+    assert sum(len(lay.entries) for lay in fast.layouts.values() if lay) == 1
+
+
+@pytest.mark.parametrize("change", [
+    dict(stride_x=16),            # 1 -> 16: constexpr 1 vs divisible-by-16 specialization
+    dict(stride_x=3),             # 1 -> 3: plain i32
+    dict(n=48),                   # 64 -> 48: still 16-divisible
+    dict(n=50),                   # not 16-divisible
+    dict(unit=2),                 # constexpr 1 -> i32
+    dict(flag=False),             # bool value
+    dict(scale=1),                # float -> int: another type
+    dict(n=2 ** 40),              # i32 -> i64
+    "misaligned",                 # a pointer not 16-byte aligned
+    "dtype",                      # another pointer type
+    dict(_kw=dict(BLOCK=64)),     # another constexpr
+    dict(_kw=dict(HAS_SCALE=False)),
+    dict(_kw=dict(num_warps=8)),  # another launch option
+])
+def test_each_specialization_property_is_keyed(fast, change):
+    """After a recorded call, a call that differs in one property Triton
+    specializes on must launch Triton's kernel for it, never the recorded one."""
+    x, y = torch.randn(256), torch.empty(256)
+    base = _args(x, y)
+    _both(fast, base, KW)
+    kwargs = dict(KW)
+    if change == "misaligned":
+        args = _args(x[1:], y)
+    elif change == "dtype":
+        args = _args(x.double(), y.double())
+    else:
+        change = dict(change)
+        kwargs.update(change.pop("_kw", {}))
+        fields = dict(stride_x=1, stride_y=16, n=64, scale=0.5, unit=1, flag=True)
+        fields.update(change)
+        args = _args(x, y, **fields)
+    plain, first, again = _both(fast, args, kwargs)
+    _same(plain, first)
+    _same(plain, again)
+    # and the first signature still gets its own kernel
+    plain0, fast0, _ = _both(fast, base, KW)
+    _same(plain0, fast0)
+
+
+def test_grid_callable_and_grid_reading_a_positional_argument(fast):
+    x, y = torch.randn(256), torch.empty(256)
+    by_meta = lambda meta: (triton.cdiv(64, meta["BLOCK"]),)  # noqa: E731
+    plain, first, again = _both(fast, _args(x, y), KW, by_meta)
+    _same(plain, again)
+    assert again[1] == (2, 1, 1)
+    by_arg = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
+    plain, first, again = _both(fast, _args(x, y, n=96), KW, by_arg)
+    _same(plain, again)
+    assert again[1] == (3, 1, 1)
+
+
+def test_falls_back_to_triton(fast, kernel, monkeypatch):
+    """Unkeyable arguments, pre-run hooks and the switch take Triton's path."""
+    calls = []
+    jit_run = fast.jit_run
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return jit_run(*args, **kwargs)
+
+    monkeypatch.setattr(fast, "jit_run", spy)
+    x, y = torch.randn(256), torch.empty(256)
+
+    class Int(int):
+        pass
+
+    for args in [_args(x, y, n=Int(64))] * 2:  # an int subclass: not keyed, always Triton's path
+        calls.clear()
+        fast.launch(args, KW, (4,))
+        assert calls == [1]
+    fast.launch(_args(x, y), KW, (4,))  # records
+    calls.clear()
+    fast.launch(_args(x, y), KW, (4,))
+    assert calls == [], "a recorded signature must not go through Triton's path"
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    fast.launch(_args(x, y), KW, (4,))
+    assert calls == [1]
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    monkeypatch.setattr(kernel, "pre_run_hooks", [lambda *a, **k: None])
+    fast.launch(_args(x, y), KW, (4,))
+    assert calls == [1, 1]
+
+
+def test_compile_only_compiles_without_launching(fast, kernel):
+    x, y = torch.randn(256), torch.empty(256)
+    args = _args(x, y, n=80, stride_y=32)
+    n = len(LAUNCHES)
+    with fastlaunch.compile_only(torch.device("cuda", 0)):
+        compiled = kernel[(4,)](*args, **KW)
+    assert len(LAUNCHES) == n, "nothing may run while compiling only"
+    assert compiled is not None and hasattr(compiled, "asm")
+    plain = _launch_via(lambda a, k, g: fast.jit_run(*a, grid=g, warmup=False, **k), args, KW, (4,))
+    assert plain[2][0] is x
+
+
+def test_warmup_passes_through(fast, kernel):
+    x, y = torch.randn(256), torch.empty(256)
+    n = len(LAUNCHES)
+    kernel.warmup(*_args(x, y), grid=(4,), **KW)
+    assert len(LAUNCHES) == n
+
+
+def test_install_is_a_no_op_where_unsupported():
+    interpreted = triton.jit(_copy_rows)  # interpreted in this session
+    assert fastlaunch.install(interpreted) is interpreted
+    assert fastlaunch.fast_run(interpreted) is None
