@@ -100,7 +100,8 @@ def main():
                     help="which of full / causal / varlen (causal, packed) to compile")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
-    kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq}
+    kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
+               "BWD_FUSED": bwd._bwd_dkdv}
     kernels = {k: v for k, v in kernels.items() if k in args.kernels.split(",")}
     mods = [m for m in args.mods.split(",") if m]
     overrides = {}
@@ -119,7 +120,7 @@ def main():
                             DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
-                            HEADS_PER_PROGRAM=1)
+                            HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED")
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)
@@ -129,8 +130,10 @@ def main():
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
                 label = f"{name:9s} d={d:3d} causal={causal!s:5} varlen={varlen!s:5} ({bm},{bn},{w},{s})"
                 try:
-                    k = compile_one(kernel, args.dtype, meta, target, w, s,
-                                    {n: t for n, t in overrides.items() if n in kernel.arg_names})
+                    ov = {n: t for n, t in overrides.items() if n in kernel.arg_names}
+                    if name == "BWD_FUSED":
+                        ov["DQ"] = "*fp32"  # the float32 dQ buffer
+                    k = compile_one(kernel, args.dtype, meta, target, w, s, ov)
                     print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1

@@ -70,7 +70,9 @@ def _runner(kernel, q, k, v, do, causal, tag=""):
     if kernel == "FWD":
         return lambda: attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods)
+    fused = kernel == "BWD_FUSED"  # the dK/dV kernel that also adds dQ (no dQ kernel)
+    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods,
+                                      fused_dq=fused)
 
 
 def _compile_job(job):
@@ -95,7 +97,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--log", default=None)
     ap.add_argument("--variants", default="", help="comma-separated variant tags to tune instead")
-    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ")
+    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ,BWD_FUSED")
     ap.add_argument("--causal", default="both", choices=("both", "causal", "full"))
     ap.add_argument("--merge", action="store_true", help="add to the existing table at --out")
     args = ap.parse_args()
@@ -105,7 +107,8 @@ def main():
 
     dtype = getattr(torch, args.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
-    resident = {"FWD": ("BLOCK_M", 1, 1), "BWD_DKDV": ("BLOCK_N", 2, 2), "BWD_DQ": ("BLOCK_M", 2, 1)}
+    resident = {"FWD": ("BLOCK_M", 1, 1), "BWD_DKDV": ("BLOCK_N", 2, 2), "BWD_DQ": ("BLOCK_M", 2, 1),
+                "BWD_FUSED": ("BLOCK_N", 2, 2)}
     head_dims = [int(x) for x in args.head_dims.split(",")]
     tags = args.variants.split(",") if args.variants else [""]
     kernels = [k for k in CANDIDATES if k in args.kernels.split(",")]

@@ -22,14 +22,21 @@ Variants (compile-time switches, as in the forward):
   d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed by the op layer
   from the delta this module returns.
 
-Three launches, no atomics (so the result is deterministic):
+Deterministic form, three launches and no atomics:
   1. _bwd_preprocess: delta per query row.
   2. _bwd_dkdv: a program owns a K/V tile of one KV head and loops over every
      query tile of every query head of its GQA group.
   3. _bwd_dq: a program owns a Q tile and loops over the K/V tiles.
+Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
+exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
+each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
+buffer is scaled and cast into dq at the end.  The order of the float32
+adds varies from run to run, so dq is not bit-reproducible.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -114,7 +121,8 @@ def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, s
 
 
 @triton.jit
-def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_dom, stride_dok,
+def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stride_dom, stride_dok,
+                 stride_dqm, stride_dqk,
                  offs_n, offs_d, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
                  shift, window_left, window_right,
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
@@ -124,8 +132,9 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m).
+                 FUSED_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m);
+    with FUSED_DQ also add each tile's dS^T K (float32, unscaled) into DQ.
 
     Works on the transposed scores s^T (keys x queries) so that dV += P^T dO
     and dK += dS^T Q need no transposed accumulator.  Q, DO, LSE, DELTA point
@@ -161,6 +170,16 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
         if HAS_SOFTCAP:
             ds_t = ds_t * (1.0 - t_t * t_t)
         dk = mma(ds_t.to(q.dtype), q, dk, DOT_PRECISION, INTERPRET)
+        if FUSED_DQ:
+            # This key tile's share of dQ; the shares of all key tiles meet in
+            # DQ through float32 atomic adds, in an order that varies run to run.
+            dq = mma(tl.trans(ds_t.to(k.dtype)), k, None, DOT_PRECISION, INTERPRET)
+            dq_ptrs = tile_ptrs(DQ, start.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d)
+            if MASKED:
+                dq_mask = (rows[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+            else:
+                dq_mask = offs_d[None, :] < HEAD_DIM
+            tl.atomic_add(dq_ptrs, dq, mask=dq_mask, sem="relaxed")
         q_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
     return dk, dv
@@ -170,7 +189,7 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_d
                                "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dkdv(
     # pointers
-    Q, K, V, DO, LSE, DELTA, DK, DV, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
@@ -178,6 +197,7 @@ def _bwd_dkdv(
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
     stride_lz, stride_lh,
     stride_az, stride_ah,
     stride_bz, stride_bh, stride_bm, stride_bn,
@@ -192,7 +212,7 @@ def _bwd_dkdv(
     IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -240,6 +260,7 @@ def _bwd_dkdv(
         off_h = off_hkv * GROUP_SIZE + g_lo + g  # the query heads that read this KV head
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
         DOh = DO + off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
+        DQh = DQ + off_z * stride_dqz + off_h * stride_dqh + q_start * stride_dqm
         row_base = off_z * stride_lz + off_h * stride_lh + q_start
         alibi2, BIASh, seed, rng_base = _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start,
                                                    stride_az, stride_ah, stride_bz, stride_bh,
@@ -247,33 +268,33 @@ def _bwd_dkdv(
                                                    IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
         # Masked head (diagonal / right window edge), unmasked middle, masked
         # tail (left window edge, ragged end of Q).
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
-                              stride_qm, stride_qk, stride_dom, stride_dok,
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
+                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
                               offs_n, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
                               softcap2, alibi2, BIASh, stride_bm, stride_bn,
                               seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
                               EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
-                              stride_qm, stride_qk, stride_dom, stride_dok,
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
+                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
                               offs_n, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
                               softcap2, alibi2, BIASh, stride_bm, stride_bn,
                               seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
                               EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base,
-                              stride_qm, stride_qk, stride_dom, stride_dok,
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
+                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
                               offs_n, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                               shift, window_left, window_right,
                               softcap2, alibi2, BIASh, stride_bm, stride_bn,
                               seed, rng_base, N_K, dropout_thresh, dropout_scale,
                               HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
                               EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
+                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
 
     off_out = off_out.to(tl.int64)
     DK += off_z * stride_dkz + off_out * stride_dkh + k_start * stride_dkn
@@ -439,6 +460,19 @@ def _bwd_dq(
 
 _launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV", resident=("BLOCK_N", 2, 2))  # K, V; dK, dV
 _launch_dq = Launcher(_bwd_dq, "BWD_DQ", resident=("BLOCK_M", 2, 1))  # Q, dO; dQ
+_launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED", resident=("BLOCK_N", 2, 2))  # dK/dV + dQ adds
+
+ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
+
+
+def use_fused_dq(deterministic: bool, has_dbias: bool) -> bool:
+    """Whether a backward adds dQ from the dK/dV kernel (fused form, module doc).
+    Never for deterministic calls, nor when dS itself is wanted (a float
+    bias's gradient, written by the dQ kernel); FLASHATTN_TRITON_FUSED_DQ=1/0
+    forces the choice for the others."""
+    if deterministic or has_dbias:
+        return False
+    return os.environ.get(ENV_FUSED_DQ, "0") == "1"
 
 _PREPROCESS_BLOCK_M = 64
 
@@ -469,7 +503,7 @@ def _flat_strides(tensors, varlen: bool):
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True):
+                       delta=None, split_group=True, fused_dq=None):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -483,7 +517,9 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     sinks; pass ``delta`` (laid out like lse) to have it written there.
     split_group=False keeps dK/dV of grouped-query heads in one program per
     KV head (required when a packed batch is launched in several chunks, as
-    the partial buffers cover every row).
+    the partial buffers cover every row).  fused_dq: dQ from the dK/dV
+    kernel through float32 atomic adds (module doc; ignored with dbias);
+    None: use_fused_dq(deterministic=False, ...).
     """
     mods = mods or NO_MODS
     h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
@@ -531,18 +567,26 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
         HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
     )
-    _launch_dkdv(
+    if fused_dq is None:
+        fused_dq = use_fused_dq(False, dbias is not None)
+    fused = fused_dq and dbias is None
+    # float32 buffer of the fused form's dQ adds (a placeholder otherwise)
+    dq_acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else dk_out
+    (_launch_fused if fused else _launch_dkdv)(
         lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
-        q, k, v, do, lse, delta, dk_out, dv_out, cu_q, cu_k, alibi, bias, seed,
-        *_flat_strides((q, k, v, do, dk_out, dv_out), varlen), *lse_strides, *mods.strides(),
+        q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
+        *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
         h_kv, n_q, n_k, group, split, rng_rows,
         *scalars,
-        **meta, HEADS_PER_PROGRAM=group // split,
+        **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused,
     )
     if split > 1:
         for out, part in ((dk, dk_out), (dv, dv_out)):
             b, _, n, dd = part.shape
             out.copy_(part.view(b, h_kv, split, n, dd).sum(2))
+    if fused:
+        dq.copy_(dq_acc.mul_(sm_scale))
+        return delta
     _launch_dq(
         lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
         q, k, v, do, lse, delta, dq, cu_q, cu_k, alibi, bias, seed,

@@ -34,7 +34,7 @@ from . import fastlaunch
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "1": autotune (opt-in)
-ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ
+ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_FUSED
 TABLE_DIR = Path(__file__).with_name("configs")
 
 # Names of the arguments the autotuner keys on (besides the tensor dtypes).
@@ -50,6 +50,10 @@ CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
     "BWD_DKDV": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 128, 4, 2),
                  (64, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2), (16, 32, 4, 2),
                  (16, 32, 8, 2), (16, 16, 8, 1)],  # last two: head dim 512
+    # dK/dV kernel that also adds dQ (kernels/bwd.py, fused form): the dQ tile
+    # adds registers, so smaller tiles come first
+    "BWD_FUSED": [(32, 128, 8, 2), (32, 64, 8, 2), (64, 128, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2),
+                  (64, 128, 8, 3), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 8, 1)],
     # BLOCK_M: owned queries, BLOCK_N: key loop
     "BWD_DQ": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2), (128, 32, 8, 2),
                (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2), (16, 16, 4, 2)],  # last: d 512, fp32
