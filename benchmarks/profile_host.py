@@ -113,7 +113,7 @@ TREE = [
 
 
 def instrument(p: Patcher, kernels):
-    from flashattn_triton import _validate, api, ops
+    from flashattn_triton import api, ops
     from flashattn_triton.kernels import fwd, launch
     import triton.runtime.jit as jit
 
@@ -393,6 +393,52 @@ def _describe(x):
     return (type(x).__name__, x)
 
 
+def _bwd_kernels():
+    from flashattn_triton.kernels import bwd
+    from triton.runtime.jit import JITFunction
+    return [k for k in vars(bwd).values() if isinstance(k, JITFunction) and k.__name__.startswith("_bwd")]
+
+
+def check_prefetch(device: str) -> int:
+    """For each case with gradients: drop the backward kernels from Triton's
+    in-memory cache, run the forward (which starts the backward prefetch),
+    wait for the prefetch, then run the backward: it must not need a kernel
+    that the prefetch did not build."""
+    import torch
+    from flashattn_triton import _prefetch
+    from flashattn_triton.kernels import fastlaunch
+    if device == "cpu":
+        _prefetch._on_gpu = lambda t: True
+    failures = 0
+    for name, fn in _check_cases(device).items():
+        kernels = _bwd_kernels()
+        for kern in kernels:
+            kern.device_caches.clear()
+            run = fastlaunch.fast_run(kern)
+            if run is not None:
+                run.layouts.clear()
+        _prefetch._seen.clear()
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        out = fn(True)
+        out = out[0] if isinstance(out, tuple) else out
+        _prefetch.wait_pending()
+        t_prefetch = time.perf_counter() - t0
+        built = {id(k): set(k.device_caches[0][0]) if 0 in k.device_caches else set() for k in kernels}
+        out.float().sum().backward()
+        missed = sum(len((set(k.device_caches[0][0]) if 0 in k.device_caches else set()) - built[id(k)])
+                     for k in kernels)
+        n_built = sum(len(b) for b in built.values())
+        if "softcap" in name:  # not prefetched by design
+            ok = True
+        else:
+            ok = missed == 0 and n_built > 0
+        failures += not ok
+        print(f"prefetch {name}: {'ok' if ok else 'MISSED'} ({n_built} kernels prefetched, {missed} compiled "
+              f"by the backward, forward + prefetch {t_prefetch:.2f} s)", flush=True)
+    return failures
+
+
 def check(device: str) -> int:
     """Run each case with the fast path off, then on (twice: recorded, then
     taken); on the CPU compare the launches (compiled kernel, grid, arguments),
@@ -460,7 +506,8 @@ def main():
     ap.add_argument("--out", default="", help="directory for profile_host.json / .md")
     ap.add_argument("--check", action="store_true",
                     help="only check that the launch fast path launches what Triton's path does "
-                         "(CPU: same kernels and arguments; GPU: bitwise equal outputs)")
+                         "(CPU: same kernels and arguments; GPU: bitwise equal outputs) and that the "
+                         "backward prefetch builds every kernel the backward launches")
     args = ap.parse_args()
     import torch
     import triton
@@ -477,7 +524,7 @@ def main():
     if args.check:
         with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
             try:
-                failures = check(args.device)
+                failures = check(args.device) + check_prefetch(args.device)
             finally:
                 p.restore()
         sys.exit(1 if failures else 0)

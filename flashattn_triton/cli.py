@@ -23,6 +23,10 @@ ENVIRONMENT = [
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
+    ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time (default: a call "
+                                     "signature seen before launches the compiled kernel directly; read at import)"),
+    ("FLASHATTN_TRITON_PREFETCH_BWD", "0: no backward prefetch (default: the first forward of a shape that "
+                                      "needs gradients compiles the backward kernels in background threads)"),
     ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),
     ("FLASHATTN_TRITON_DIFF_CASES", "tests only: cases of the randomized differential test (default 6)"),
     ("TRITON_INTERPRET", "1: run the kernels in Triton's interpreter (set by the tests; never by the library)"),

@@ -35,9 +35,10 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 import torch
 import torch.autograd.forward_ad as _fwd_ad
 
-from . import reference
+from . import _prefetch, reference
 from ._dispatch import use_hopper_forward, use_triton
 from ._params import AttnParams, has_variants, window_bounds
+from .kernels import fastlaunch
 from .kernels.score import NO_MODS, KernelMods
 from .reference import LN2, LOG2E, BlockMods
 
@@ -98,6 +99,21 @@ class _DeviceGuard:
     def __exit__(self, *exc):
         if self.ctx is not None:
             self.ctx.__exit__(*exc)
+
+
+_DIRECT_INSTALLED = False
+
+
+def _install_direct_launches() -> None:
+    """The kernels that kernels/bwd.py launches itself (not through a Launcher)
+    get the launch fast path and compile-only mode too (kernels/fastlaunch.py)."""
+    global _DIRECT_INSTALLED
+    if _DIRECT_INSTALLED:
+        return
+    from .kernels import bwd
+    for obj in list(vars(bwd).values()):
+        fastlaunch.install(obj)
+    _DIRECT_INSTALLED = True
 
 
 def _causal_offset(n_q: int, n_k: int, bottom_right: bool) -> int:
@@ -311,8 +327,12 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
         windowed = window_left >= 0 or window_right >= 0  # tiles outside the band are skipped
         dbias_full = (torch.zeros(shape, dtype=torch.float32, device=q.device) if windowed
                       else _new(shape, q, torch.float32))
-    if use_triton(q):
+    compile_only = fastlaunch.compile_only_device() is not None  # a backward prefetch (_prefetch.py)
+    if use_triton(q) or compile_only:
+        if _prefetch.pending() and not compile_only:
+            _prefetch.wait_pending()  # its compiles fill the cache that this backward reads
         from .kernels.bwd import attention_backward
+        _install_direct_launches()
         delta = torch.empty_like(lse)
         deltah = _lse_bhn(delta, varlen)
         with _DeviceGuard(q):
@@ -469,6 +489,8 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, *options):
+        # compile the backward's kernels meanwhile (first CUDA call of a signature)
+        _prefetch.maybe_prefetch(_attention_bwd_impl, q, k, v, options, ctx.needs_input_grad)
         out, lse = _attention_fwd_impl(q, k, v, *options)
         _setup_context(ctx, (q, k, v) + options, (out, lse))
         return out, lse

@@ -8,6 +8,8 @@ through the fast path; both must launch the same compiled kernel (the same
 specialization) with the same grid and arguments.
 """
 
+import threading
+
 import pytest
 import torch
 import triton
@@ -191,3 +193,75 @@ def test_install_is_a_no_op_where_unsupported():
     interpreted = triton.jit(_copy_rows)  # interpreted in this session
     assert fastlaunch.install(interpreted) is interpreted
     assert fastlaunch.fast_run(interpreted) is None
+
+
+# ---------------------------------------------------------------------------
+# Backward prefetch (flashattn_triton/_prefetch.py)
+# ---------------------------------------------------------------------------
+
+def _cached(kernel):
+    return set(kernel.device_caches[0][0]) if 0 in kernel.device_caches else set()
+
+
+def test_prefetch_compiles_in_the_background_and_launches_nothing(fast, kernel):
+    from flashattn_triton import _prefetch
+    x, y = torch.randn(256), torch.empty(256)
+    args = _args(x, y)
+    kw1, kw2 = dict(KW, BLOCK=16, HAS_SCALE=False), dict(KW, BLOCK=128, HAS_SCALE=False)  # new to this module
+    before, n_launches = _cached(kernel), len(LAUNCHES)
+
+    def bwd_impl(*a):  # stands for ops._attention_bwd_impl
+        kernel[(4,)](*a, **kw1)
+        kernel[(4,)](*a, **kw2)  # a second kernel, compiled concurrently
+
+    done = threading.Event()
+    _prefetch._pending.append(done)
+    _prefetch._run(bwd_impl, torch.device("cpu"), args, done)
+    assert done.is_set() and not _prefetch.pending()
+    assert len(LAUNCHES) == n_launches, "a prefetch must not run anything"
+    built = _cached(kernel) - before
+    assert len(built) == 2
+    fast.launch(args, kw1, (4,))
+    fast.launch(args, kw2, (4,))
+    assert len(LAUNCHES) == n_launches + 2
+    assert _cached(kernel) - before == built, "the launches must find the prefetched kernels"
+
+
+def test_prefetch_failures_are_swallowed(fast, kernel):
+    from flashattn_triton import _prefetch
+
+    def broken(*a):
+        raise RuntimeError("boom")
+
+    for impl in (broken, lambda *a: kernel[(4,)](*a, **dict(KW, BLOCK=3))):  # BLOCK=3: arange fails to build
+        done = threading.Event()
+        _prefetch._pending.append(done)
+        _prefetch._run(impl, torch.device("cpu"), _args(torch.randn(256), torch.empty(256)), done)
+        assert done.is_set() and not _prefetch.pending()
+    _prefetch.wait_pending()  # nothing pending: returns at once
+
+
+def test_prefetch_once_per_signature_and_switch(monkeypatch):
+    from flashattn_triton import _prefetch
+    monkeypatch.setattr(fastlaunch, "SUPPORTED", True)
+    monkeypatch.setattr(_prefetch, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_prefetch, "_seen", set())
+    runs = []
+    q = torch.randn(1, 16, 2, 32)
+    options = (None, None, 0, 0, 0.2, -1, 0, True)
+
+    def impl(*args):
+        runs.append(args)
+
+    _prefetch.maybe_prefetch(impl, q, q, q, options, (True, True, True))
+    _prefetch.wait_pending()
+    _prefetch.maybe_prefetch(impl, q, q, q, options, (True, True, True))
+    _prefetch.wait_pending()
+    assert len(runs) == 1
+    dout, qm, km, vm, out, lse, dlse = runs[0][:7]
+    assert qm.device.type == "meta" and qm.shape == q.shape and qm.stride() == q.stride()
+    assert out.shape == q.shape and lse.shape == (1, 2, 16) and dlse.shape == lse.shape
+    monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")
+    _prefetch.maybe_prefetch(impl, q[:, :8], q[:, :8], q[:, :8], options, (True, True, True))
+    _prefetch.wait_pending()
+    assert len(runs) == 1, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"

@@ -1,0 +1,185 @@
+"""Backward prefetch: compile the backward's kernels while the forward runs.
+
+The first forward of a new shape that needs gradients (eager mode, CUDA)
+starts a background thread that runs the backward's host code on meta
+tensors shaped, strided and aligned like the real ones (``dout`` predicted
+contiguous, as autograd usually delivers it, and ``dlse`` present, as the
+eager Function materializes it) in kernels/fastlaunch.py's
+compile-only mode: every launch becomes a compile (or a load from Triton's
+disk cache) of exactly the specialization the real backward will launch,
+with the same config.  Inside, Triton's asynchronous compile mode puts each
+kernel's compile on its own thread: Triton's MLIR passes, LLVM and ptxas
+release the GIL, so the backward kernels and the forward kernel (compiled
+meanwhile by the calling thread) build in parallel.  The first backward
+waits for the prefetch to finish (it would otherwise compile the same
+kernels a second time) and then finds them in Triton's cache.
+
+Nothing here changes a result: the prefetch only fills Triton's kernel
+cache, and a kernel it did not build (an unforeseen layout of ``dout``, a
+failed compile, a prefetch still running after WAIT_S seconds) is compiled
+by the backward itself as before.  Compiling does not call the CUDA driver,
+so a CUDA graph being captured meanwhile is unaffected.  Softcap calls are
+not prefetched (their fast-tanh switch depends on the device, which the meta
+tensors cannot show).  FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+from typing import Any, List, Sequence
+
+import torch
+
+from .kernels import fastlaunch
+from .kernels.launch import autotune_enabled
+
+ENV_PREFETCH = "FLASHATTN_TRITON_PREFETCH_BWD"  # "0": off
+MAX_KEYS = 256  # distinct call signatures prefetched per process
+WAIT_S = 120.0  # longest the backward waits for a prefetch
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_seen: set = set()
+_pending: List[threading.Event] = []
+
+try:
+    from triton.runtime._async_compile import AsyncCompileMode
+except ImportError:  # pragma: no cover - Triton without asynchronous compiles: one thread
+    AsyncCompileMode = None
+
+
+def enabled() -> bool:
+    return (fastlaunch.SUPPORTED and os.environ.get(ENV_PREFETCH, "1") != "0"
+            and not autotune_enabled())
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    return t.is_cuda  # benchmarks/profile_host.py --check replaces this to run on CPU
+
+
+def pending() -> bool:
+    return bool(_pending)
+
+
+def wait_pending() -> None:
+    """Block until every running prefetch is done (at most WAIT_S each)."""
+    with _lock:
+        events = list(_pending)
+    for event in events:
+        event.wait(WAIT_S)
+
+
+# Option positions in the op's argument list after (q, k, v) (ops._OPTION_NAMES).
+_SOFTCAP, _ALIBI, _SINKS, _BIAS, _DROPOUT, _SEED = 8, 9, 10, 11, 12, 13
+_N_OPTIONS = 14
+
+
+def _sig(x):
+    if isinstance(x, torch.Tensor):
+        return (x.dtype, tuple(x.shape), x.stride(), x.data_ptr() & 15)
+    return x
+
+
+def _key(q, k, v, options):
+    return (q.device, _sig(q), _sig(k), _sig(v), tuple(_sig(o) for o in options))
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with t's dtype, shape, strides and data_ptr() % 16."""
+    elem = t.element_size()
+    misaligned = t.data_ptr() % 16
+    offset = misaligned // elem if misaligned % elem == 0 else 0
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+    base = torch.empty(offset + max(extent, 1), dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), offset)
+
+
+def _stand_ins(q, k, v, options, want_dbias: bool):
+    """The backward op's arguments, as meta tensors (see the module doc)."""
+    opts = list(options) + [None] * (_N_OPTIONS - len(options))
+    for i, default in ((_SOFTCAP, 0.0), (_DROPOUT, 0.0)):  # schema defaults (ops._backward_with)
+        if opts[i] is None:
+            opts[i] = default
+    opts = [_meta_like(o) if isinstance(o, torch.Tensor) else o for o in opts]
+    varlen = opts[0] is not None
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device="meta")
+    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    lse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
+    dout = torch.empty_like(out)
+    # The eager Function materializes the gradient of an unused lse as zeros,
+    # so the backward always gets a dlse (float32, laid out like lse).
+    dlse = torch.empty_like(lse)
+    return (dout, _meta_like(q), _meta_like(k), _meta_like(v), out, lse, dlse, *opts, want_dbias)
+
+
+class _DaemonExecutor:
+    """concurrent.futures-style submit() on daemon threads: a compile still
+    running at exit never holds the interpreter up."""
+
+    def submit(self, fn, *args, **kwargs):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run():
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+                future.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True, name="flashattn-triton-compile").start()
+        return future
+
+
+def _run(bwd_impl, device: torch.device, args: Sequence[Any], done: threading.Event) -> None:
+    try:
+        parallel = (AsyncCompileMode(_DaemonExecutor(), ignore_errors=True) if AsyncCompileMode is not None
+                    else contextlib.nullcontext())
+        on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        with on_device, fastlaunch.compile_only(device), parallel:
+            bwd_impl(*args)
+    except Exception as exc:  # noqa: BLE001 - the backward compiles on demand instead
+        _log.debug("backward prefetch failed: %s: %s", type(exc).__name__, exc)
+    finally:
+        with _lock:
+            if done in _pending:
+                _pending.remove(done)
+        done.set()
+
+
+def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Sequence[Any],
+                   needs_input_grad: Sequence[bool]) -> None:
+    """Start the prefetch for this call's backward unless one ran for its
+    signature already.  bwd_impl: ops._attention_bwd_impl."""
+    if not _on_gpu(q) or len(_seen) >= MAX_KEYS or not enabled():
+        return
+    softcap = options[_SOFTCAP] if len(options) > _SOFTCAP else 0.0
+    if softcap:
+        return
+    try:
+        key = _key(q, k, v, options)
+    except TypeError:
+        return
+    with _lock:
+        if key in _seen:
+            return
+        _seen.add(key)
+    bias = options[_BIAS] if len(options) > _BIAS else None
+    want_dbias = bool(bias is not None and bias.is_floating_point() and len(needs_input_grad) > 3 + _BIAS
+                      and needs_input_grad[3 + _BIAS])
+    try:
+        args = _stand_ins(q, k, v, options, want_dbias)
+    except Exception:  # noqa: BLE001 - an exotic layout: no prefetch
+        return
+    done = threading.Event()
+    with _lock:
+        _pending.append(done)
+    threading.Thread(target=_run, args=(bwd_impl, q.device, args, done), daemon=True,
+                     name="flashattn-triton-prefetch").start()
+
+
+__all__ = ["ENV_PREFETCH", "enabled", "maybe_prefetch", "pending", "wait_pending"]
