@@ -19,8 +19,10 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_BACKEND", "portable | hopper | auto (default): force a kernel tier (tests, benchmarks)"),
     ("FLASHATTN_TRITON_AUTOTUNE", "1: autotune launch configs (opt-in; results cached on disk). "
                                   "Default: the committed per-GPU table"),
-    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV or BWD_DQ, e.g. "
+    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
+    ("FLASHATTN_TRITON_FUSED_DQ", "1: backward adds dQ from the dK/dV kernel with float32 atomics (opt-in, "
+                                  "not bit-reproducible). Default 0: the deterministic three-kernel backward"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time (default: a call "
