@@ -99,13 +99,15 @@ TREE = [
     (1, "api: autocast_inputs"), (1, "api: check_qkv"), (1, "api: check_flag"),
     (1, "api: check_window"), (1, "api: check_scale"), (1, "api: _params (record + variant checks)"),
     (1, "ops.attention_base2 (op + autograd)"),
+    (2, "ops._needs_autograd"), (2, "backward prefetch check"),
     (2, "ops._attention_fwd_impl"),
     (3, "ops._new (allocations)"), (3, "dispatch: use_triton"), (3, "dispatch: use_hopper_forward"),
-    (3, "hopper_attention_forward"),
-    (4, "hopper: unsupported_reason"), (4, "hopper: TensorDescriptor"), (4, "JIT run: hopper"),
+    (3, "hopper forward (host + launch)"),
+    (4, "hopper: signature"), (4, "hopper: unsupported_reason"), (4, "hopper: TensorDescriptor"),
+    (4, "launch: hopper"), (4, "JIT run: hopper"),
     (3, "ops._kernel_mods"),
     (3, "fwd.attention_forward (host code)"),
-    (4, "Launcher.__call__"), (5, "Launcher.config"), (5, "launch fast path"), (5, "JIT run: fwd"),
+    (4, "Launcher.__call__"), (5, "Launcher.config"), (5, "launch: fwd"), (5, "JIT run: fwd"),
     (6, "JIT binder (specialization)"), (6, "JIT compute_cache_key"), (6, "launcher (C / recorded)"),
     (2, "ops._setup_context"),
     (1, "api: _returns"),
@@ -113,39 +115,60 @@ TREE = [
 
 
 def instrument(p: Patcher, kernels):
+    """Wrap the sections with timers (what exists in this version of the code)."""
     from flashattn_triton import api, ops
     from flashattn_triton.kernels import fwd, launch
     import triton.runtime.jit as jit
 
+    def wrap(label, owner, name):
+        if owner is not None and hasattr(owner, name):
+            p.wrap(label, owner, name)
+
     for name in ("autocast_inputs", "check_qkv", "check_flag", "check_window", "check_scale"):
-        p.wrap(f"api: {name}", api, name)
-    p.wrap("api: _params (record + variant checks)", api, "_params")
-    p.wrap("api: _returns", api, "_returns")
-    p.wrap("ops.attention_base2 (op + autograd)", ops, "attention_base2")
-    p.wrap("ops._attention_fwd_impl", ops, "_attention_fwd_impl")
-    p.wrap("ops._new (allocations)", ops, "_new")
-    p.wrap("dispatch: use_triton", ops, "use_triton")
-    p.wrap("dispatch: use_hopper_forward", ops, "use_hopper_forward")
-    p.wrap("ops._kernel_mods", ops, "_kernel_mods")
-    p.wrap("ops._setup_context", ops, "_setup_context")
-    p.wrap("fwd.attention_forward (host code)", fwd, "attention_forward")
-    p.wrap("Launcher.__call__", launch.Launcher, "__call__")
-    p.wrap("Launcher.config", launch.Launcher, "config")
-    if hasattr(launch, "fast_launch"):
-        p.wrap("launch fast path", launch, "fast_launch")
-    p.wrap("JIT compute_cache_key", jit, "compute_cache_key")
+        wrap(f"api: {name}", api, name)
+    wrap("api: _params (record + variant checks)", api, "_params")
+    wrap("api: _returns", api, "_returns")
+    wrap("ops.attention_base2 (op + autograd)", ops, "attention_base2")
+    wrap("ops._needs_autograd", ops, "_needs_autograd")
+    wrap("backward prefetch check", getattr(ops, "_prefetch", None), "maybe_prefetch")
+    wrap("ops._attention_fwd_impl", ops, "_attention_fwd_impl")
+    wrap("ops._new (allocations)", ops, "_new")
+    wrap("dispatch: use_triton", ops, "use_triton")
+    wrap("dispatch: use_hopper_forward", ops, "use_hopper_forward")
+    wrap("ops._kernel_mods", ops, "_kernel_mods")
+    wrap("ops._setup_context", ops, "_setup_context")
+    wrap("fwd.attention_forward (host code)", fwd, "attention_forward")
+    wrap("Launcher.__call__", launch.Launcher, "__call__")
+    wrap("Launcher.config", launch.Launcher, "config")
+    wrap("JIT compute_cache_key", jit, "compute_cache_key")
+    holder = getattr(ops, "_kernels", None)
+    if holder is not None:  # the op layer's cached kernel entry points
+        if holder.forward is None:
+            holder.load()
+        wrap("fwd.attention_forward (host code)", holder, "forward")
+        wrap("hopper forward (host + launch)", holder, "hopper_forward")
     try:
         from flashattn_triton.kernels import hopper
         if hopper.AVAILABLE:
             from flashattn_triton.kernels.hopper import fwd as hfwd
-            p.wrap("hopper_attention_forward", hopper, "hopper_attention_forward")
-            p.wrap("hopper: unsupported_reason", hfwd, "unsupported_reason")
-            p.wrap("hopper: TensorDescriptor", hfwd,
-                   "_descriptor" if hasattr(hfwd, "_descriptor") else "TensorDescriptor")
+            if holder is None:
+                wrap("hopper forward (host + launch)", hopper, "hopper_attention_forward")
+            wrap("hopper: signature", hfwd, "_signature")
+            wrap("hopper: unsupported_reason", hfwd, "unsupported_reason")
+            wrap("hopper: TensorDescriptor", hfwd, "_descriptor" if hasattr(hfwd, "_descriptor") else "TensorDescriptor")
     except ImportError:
         pass
+    try:
+        from flashattn_triton.kernels import fastlaunch
+    except ImportError:
+        fastlaunch = None
     for label, kernel in kernels.items():
-        p.set(kernel, "run", _timed(f"JIT run: {label}", kernel.run))
+        run = fastlaunch.fast_run(kernel) if fastlaunch is not None else None
+        if run is not None:  # the fast path's entry, and Triton's path behind it
+            p.set(run, "launch", _timed(f"launch: {label}", run.launch))
+            p.set(run, "jit_run", _timed(f"JIT run: {label}", run.jit_run))
+        else:
+            p.set(kernel, "run", _timed(f"JIT run: {label}", kernel.run))
 
 
 def instrument_compiled(p: Patcher, kernels):
@@ -171,6 +194,7 @@ def instrument_compiled(p: Patcher, kernels):
 def cpu_emulation(p: Patcher):
     """CPU tensors through the CUDA code path, Triton's driver faked (see module doc)."""
     sys.path.insert(0, str(REPO / "tests"))
+    import torch
     from fake_cuda import fake_cuda
     from flashattn_triton import _dispatch, ops
     from flashattn_triton.kernels import launch
@@ -204,6 +228,9 @@ def cpu_emulation(p: Patcher):
                     return real_reason(OnCuda(q), k, v, o, lse, sm_scale)
 
                 p.set(hfwd.torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+                real_device = hfwd.torch.cuda.device
+                p.set(hfwd.torch.cuda, "device", lambda d: contextlib.nullcontext()
+                      if isinstance(d, torch.device) and d.type != "cuda" else real_device(d))
 
                 def use_hopper(q, k, v, window, offset):
                     return (_dispatch.backend() != "portable" and window[0] < 0 and window[1] in (-1, 0))
@@ -355,41 +382,51 @@ def launch_only(device: str, n_calls: int):
 # ---------------------------------------------------------------------------
 
 def _check_cases(device):
+    """name -> (inputs(grad) -> tensors, call(*tensors) -> output)."""
     import torch
     import flashattn_triton as fat
     dt = torch.float16
 
-    def qkv(b, n, hq, hkv, d, nk=None, grad=False):
+    def qkv(b, n, hq, hkv, d, nk=None):
         nk = nk or n
-        q = torch.randn(b, n, hq, d, device=device, dtype=dt)
-        k = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
-        v = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
-        return [t.requires_grad_(grad) for t in (q, k, v)]
+
+        def make(grad):
+            q = torch.randn(b, n, hq, d, device=device, dtype=dt)
+            k = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
+            v = torch.randn(b, nk, hkv, d, device=device, dtype=dt)
+            return [t.requires_grad_(grad) for t in (q, k, v)]
+        return make
 
     def packed(grad):
         t = torch.randn(1, 200, 3, 3, 36, device=device, dtype=dt)  # k, v: pointers 8 bytes off 16
-        q, k, v = (x.requires_grad_(grad) for x in t.unbind(2))
-        return q, k, v
+        return [x.detach().requires_grad_(grad) for x in t.unbind(2)]
+
+    def sdpa(grad):
+        return [t.detach().transpose(1, 2).requires_grad_(grad) for t in qkv(2, 64, 4, 4, 64)(False)]
 
     return {
-        "tiny causal": lambda g: fat.flash_attn_func(*qkv(1, 128, 8, 8, 64, grad=g), causal=True),
-        "GQA, Nq != Nk, d=96": lambda g: fat.flash_attn_func(*qkv(2, 77, 6, 2, 96, nk=130, grad=g), causal=True),
-        "full, d=128": lambda g: fat.flash_attn_func(*qkv(2, 300, 4, 4, 128, grad=g)),
-        "window + softcap": lambda g: fat.flash_attn_func(*qkv(1, 200, 4, 2, 64, grad=g), causal=True,
-                                                          window_size=(50, 0), softcap=20.0),
-        "qkv slices (misaligned strides)": lambda g: fat.flash_attn_func(*packed(g), causal=True),
-        "SDPA entry": lambda g: fat.scaled_dot_product_attention(
-            *(t.transpose(1, 2) for t in qkv(2, 64, 4, 4, 64, grad=g)), is_causal=True),
+        "tiny causal": (qkv(1, 128, 8, 8, 64), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "GQA, Nq != Nk, d=96": (qkv(2, 77, 6, 2, 96, nk=130),
+                                lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "full, d=128": (qkv(2, 300, 4, 4, 128), lambda q, k, v: fat.flash_attn_func(q, k, v)),
+        "window + softcap": (qkv(1, 200, 4, 2, 64), lambda q, k, v: fat.flash_attn_func(
+            q, k, v, causal=True, window_size=(50, 0), softcap=20.0)),
+        "qkv slices (misaligned strides)": (packed, lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "SDPA entry": (sdpa, lambda q, k, v: fat.scaled_dot_product_attention(q, k, v, is_causal=True)),
     }
 
 
-def _describe(x):
-    """What must agree between two launches of one call (tensors by layout and alignment)."""
+def _describe(x, inputs):
+    """What must agree between two launches of one call: tensors by layout,
+    alignment and which input's memory they are (new buffers differ per call)."""
     import torch
     if isinstance(x, torch.Tensor):
-        return ("tensor", x.dtype, tuple(x.shape), tuple(x.stride()), x.data_ptr() % 16)
-    if hasattr(x, "block_shape") and hasattr(x, "base"):
-        return ("desc", _describe(x.base), tuple(x.shape), tuple(x.strides), tuple(x.block_shape), repr(x.layout))
+        ptr = x.data_ptr()
+        return ("tensor", x.dtype, tuple(x.shape), tuple(x.stride()), ptr % 16, inputs.get(ptr))
+    if hasattr(x, "block_shape") and hasattr(x, "base"):  # a TMA descriptor: what the launcher reads
+        ptr = x.base.data_ptr()
+        return ("desc", x.base.dtype, ptr % 16, inputs.get(ptr), tuple(x.shape), tuple(x.strides),
+                tuple(x.block_shape), repr(x.layout), x.padding)
     return (type(x).__name__, x)
 
 
@@ -410,7 +447,7 @@ def check_prefetch(device: str) -> int:
     if device == "cpu":
         _prefetch._on_gpu = lambda t: True
     failures = 0
-    for name, fn in _check_cases(device).items():
+    for name, (make, call) in _check_cases(device).items():
         kernels = _bwd_kernels()
         for kern in kernels:
             kern.device_caches.clear()
@@ -419,8 +456,9 @@ def check_prefetch(device: str) -> int:
                 run.layouts.clear()
         _prefetch._seen.clear()
         torch.manual_seed(0)
+        inputs = make(True)
         t0 = time.perf_counter()
-        out = fn(True)
+        out = call(*inputs)
         out = out[0] if isinstance(out, tuple) else out
         _prefetch.wait_pending()
         t_prefetch = time.perf_counter() - t0
@@ -446,8 +484,11 @@ def check(device: str) -> int:
     import torch
     from flashattn_triton.kernels import fastlaunch
     failures = 0
-    for name, fn in _check_cases(device).items():
+    for name, (make, call) in _check_cases(device).items():
         for grad in (False, True):
+            torch.manual_seed(0)
+            inputs = make(grad)
+            ptrs = {t.data_ptr(): i for i, t in enumerate(inputs)}
             runs = []
             for enabled in (False, True, True):
                 fastlaunch.ENABLED = enabled
@@ -455,22 +496,24 @@ def check(device: str) -> int:
                 if device == "cpu":
                     from fake_cuda import LAUNCHES
                     LAUNCHES.clear()
-                out = fn(grad)
+                out = call(*inputs)
                 out = out[0] if isinstance(out, tuple) else out
                 if grad:
+                    for t in inputs:
+                        t.grad = None
                     out.float().sum().backward()
                 if device == "cpu":
-                    runs.append([(id(l), g, [_describe(a) for a in args]) for l, g, args in LAUNCHES])
+                    runs.append([(id(l), g, [_describe(a, ptrs) for a in args]) for l, g, args in LAUNCHES])
                 else:
                     torch.cuda.synchronize()
-                    runs.append([out.detach().clone()])
+                    runs.append([out.detach().clone()] + ([t.grad.clone() for t in inputs] if grad else []))
             fastlaunch.ENABLED = fastlaunch.SUPPORTED
             if device == "cpu":
                 ok = runs[0] == runs[1] == runs[2] and len(runs[0]) > 0
                 detail = f"{len(runs[0])} launches"
             else:
-                ok = all(torch.equal(a, b) for a, b in zip(runs[0], runs[2]))
-                detail = "outputs bitwise equal" if ok else "outputs differ"
+                ok = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r))
+                detail = "outputs and gradients bitwise equal" if ok else "results differ"
             failures += not ok
             print(f"check {name} (grad={grad}): {'ok' if ok else 'MISMATCH'} ({detail})", flush=True)
     return failures

@@ -1,6 +1,6 @@
 """Backward prefetch: compile the backward's kernels while the forward runs.
 
-The first forward of a new shape that needs gradients (eager mode, CUDA)
+The first forward of a new signature (_key) that needs gradients (eager mode, CUDA)
 starts a background thread that runs the backward's host code on meta
 tensors shaped, strided and aligned like the real ones (``dout`` predicted
 contiguous, as autograd usually delivers it, and ``dlse`` present, as the
@@ -74,18 +74,21 @@ def wait_pending() -> None:
 
 
 # Option positions in the op's argument list after (q, k, v) (ops._OPTION_NAMES).
-_SOFTCAP, _ALIBI, _SINKS, _BIAS, _DROPOUT, _SEED = 8, 9, 10, 11, 12, 13
-_N_OPTIONS = 14
-
-
-def _sig(x):
-    if isinstance(x, torch.Tensor):
-        return (x.dtype, tuple(x.shape), x.stride(), x.data_ptr() & 15)
-    return x
+_SOFTCAP = 8
 
 
 def _key(q, k, v, options):
-    return (q.device, _sig(q), _sig(k), _sig(v), tuple(_sig(o) for o in options))
+    """The signature a prefetch is done once for: what picks the backward's
+    kernels and configs (dtype, head dims, group size, length bucket, masks,
+    which variants), not the exact shapes.  A later call of another shape
+    whose strides or alignment happen to need other specializations compiles
+    those on demand, as without the prefetch."""
+    o = options
+    varlen = o[0] is not None
+    n = max(o[2], o[3]) if varlen else max(q.shape[-3], k.shape[-3])
+    return (q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[-2] // max(k.shape[-2], 1),
+            int(n).bit_length(), varlen, o[5], o[6], o[7],
+            o[9] is None, o[10] is None, o[11] is None or (o[11].dtype, o[11].dim()), o[12] > 0)
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
@@ -100,11 +103,7 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 
 def _stand_ins(q, k, v, options, want_dbias: bool):
     """The backward op's arguments, as meta tensors (see the module doc)."""
-    opts = list(options) + [None] * (_N_OPTIONS - len(options))
-    for i, default in ((_SOFTCAP, 0.0), (_DROPOUT, 0.0)):  # schema defaults (ops._backward_with)
-        if opts[i] is None:
-            opts[i] = default
-    opts = [_meta_like(o) if isinstance(o, torch.Tensor) else o for o in opts]
+    opts = [_meta_like(o) if isinstance(o, torch.Tensor) else o for o in options]
     varlen = opts[0] is not None
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device="meta")
     lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
@@ -152,25 +151,22 @@ def _run(bwd_impl, device: torch.device, args: Sequence[Any], done: threading.Ev
 
 
 def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Sequence[Any],
-                   needs_input_grad: Sequence[bool]) -> None:
+                   want_dbias: bool) -> None:
     """Start the prefetch for this call's backward unless one ran for its
-    signature already.  bwd_impl: ops._attention_bwd_impl."""
-    if not _on_gpu(q) or len(_seen) >= MAX_KEYS or not enabled():
-        return
-    softcap = options[_SOFTCAP] if len(options) > _SOFTCAP else 0.0
-    if softcap:
+    signature (_key) already.  bwd_impl: ops._attention_bwd_impl; options:
+    all of the op's options (ops._OPTION_NAMES)."""
+    if not _on_gpu(q) or options[_SOFTCAP]:
         return
     try:
         key = _key(q, k, v, options)
-    except TypeError:
+    except (TypeError, IndexError, AttributeError):
+        return
+    if key in _seen or len(_seen) >= MAX_KEYS or not enabled():
         return
     with _lock:
         if key in _seen:
             return
         _seen.add(key)
-    bias = options[_BIAS] if len(options) > _BIAS else None
-    want_dbias = bool(bias is not None and bias.is_floating_point() and len(needs_input_grad) > 3 + _BIAS
-                      and needs_input_grad[3 + _BIAS])
     try:
         args = _stand_ins(q, k, v, options, want_dbias)
     except Exception:  # noqa: BLE001 - an exotic layout: no prefetch

@@ -410,6 +410,37 @@ def scaled_dot_product_attention(
         (..., nheads, seqlen_q, headdim_v), the dtype of query.
     """
     query, key, value = autocast_inputs(query, key, value)
+    if (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
+            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+            and query.shape[0] == key.shape[0] == value.shape[0]):
+        # The common case, which every check of the general path below passes.
+        is_causal = check_flag(is_causal, "is_causal")
+        enable_gqa = check_flag(enable_gqa, "enable_gqa")
+        q4, k4, v4, lead = query, key, value, ()
+    else:
+        q4, k4, v4, lead, is_causal, enable_gqa = _sdpa_inputs(query, key, value, is_causal, enable_gqa)
+    check_qkv(("query", "key", "value"), (q4, k4, v4), _SDPA_LAYOUT, 4, 1)
+    if q4.shape[1] != k4.shape[1] and not enable_gqa:
+        raise ValueError(f"query has {q4.shape[1]} heads and key/value have {k4.shape[1]}: "
+                         "pass enable_gqa=True for grouped-query attention")
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask and is_causal=True cannot be combined (as in PyTorch): put the "
+                         "causal mask into attn_mask")
+    bias = None if attn_mask is None else check_attn_mask(
+        attn_mask, query, tuple(query.shape[:-1]) + (key.shape[-2],), q4.shape[0], q4.shape[1])
+    params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
+                     dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
+                     bottom_right=False)
+    out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
+    out = out.transpose(1, 2)
+    if query.dim() == 3:
+        return out.squeeze(1)
+    return out.reshape(lead + tuple(out.shape[1:])) if query.dim() != 4 else out
+
+
+def _sdpa_inputs(query, key, value, is_causal, enable_gqa):
+    """The SDPA entry's inputs as 4-D (batch, heads, seqlen, headdim) tensors,
+    with the leading dims they had, and the checked flags."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -431,20 +462,4 @@ def scaled_dot_product_attention(
                                  f"{tuple(t.shape[:-3])}")
         q4, k4, v4 = (t.reshape((-1,) + tuple(t.shape[-3:])) if t.dim() != 4 else t
                       for t in (query, key, value))
-    check_qkv(("query", "key", "value"), (q4, k4, v4), _SDPA_LAYOUT, 4, 1)
-    if q4.shape[1] != k4.shape[1] and not enable_gqa:
-        raise ValueError(f"query has {q4.shape[1]} heads and key/value have {k4.shape[1]}: "
-                         "pass enable_gqa=True for grouped-query attention")
-    if attn_mask is not None and is_causal:
-        raise ValueError("attn_mask and is_causal=True cannot be combined (as in PyTorch): put the "
-                         "causal mask into attn_mask")
-    target = tuple(query.shape[:-1]) + (key.shape[-2],)
-    bias = check_attn_mask(attn_mask, query, target, q4.shape[0], q4.shape[1])
-    params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
-                     dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
-                     bottom_right=False)
-    out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
-    out = out.transpose(1, 2)
-    if query.dim() == 3:
-        return out.squeeze(1)
-    return out.reshape(lead + tuple(out.shape[1:])) if query.dim() != 4 else out
+    return q4, k4, v4, lead, is_causal, enable_gqa

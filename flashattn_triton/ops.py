@@ -30,6 +30,7 @@ LSE (it may come from merging partial attentions), so P = exp(s - lse).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
@@ -85,20 +86,30 @@ def _lse_shape(q: torch.Tensor, varlen: bool):
     return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
 
 
-class _DeviceGuard:
-    """Launch on the tensors' GPU, not the current one."""
+_NO_GUARD = contextlib.nullcontext()
 
-    def __init__(self, t: torch.Tensor):
-        self.ctx = (torch.cuda.device(t.device) if t.is_cuda and t.device.index != torch.cuda.current_device()
-                    else None)
 
-    def __enter__(self):
-        if self.ctx is not None:
-            self.ctx.__enter__()
+def _device_guard(t: torch.Tensor):
+    """Launch on the tensor's GPU, not the current one (a context manager)."""
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return _NO_GUARD
 
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
+
+class _kernels:
+    """The kernels' launch functions, imported at the first launch (importing
+    them costs Triton and Gluon imports; a per-call import statement costs
+    microseconds)."""
+
+    forward = backward = hopper_forward = None
+
+    @classmethod
+    def load(cls) -> None:
+        from .kernels.bwd import attention_backward
+        from .kernels.fwd import attention_forward
+        from .kernels.hopper import hopper_forward_flash
+        cls.backward, cls.hopper_forward = attention_backward, hopper_forward_flash
+        cls.forward = attention_forward  # last: the others are set once this is
 
 
 _DIRECT_INSTALLED = False
@@ -191,12 +202,20 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         if sinks is not None:
             return out, lse.copy_(_sinks_lse2(sinks, lse, varlen))
         return out, lse.fill_(float("-inf"))
-    qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
-    lh = _lse_bhn(lse, varlen)
     variants = has_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p)
     if use_triton(q):
-        from .kernels.fwd import attention_forward
-        with _DeviceGuard(q):
+        if _kernels.forward is None:
+            _kernels.load()
+        with _device_guard(q):
+            if not varlen:
+                offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
+                if not variants and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
+                        q, k, v, out, lse, softmax_scale,
+                        None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
+                    return out, lse
+            attention_forward = _kernels.forward
+            qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
+            lh = _lse_bhn(lse, varlen)
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), sinks, None,
@@ -205,12 +224,6 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, 0, window_bounds(*window),
                                       cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0))
             else:
-                offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
-                if not variants and use_hopper_forward(q, k, v, window, offset):
-                    from .kernels.hopper import hopper_attention_forward
-                    if hopper_attention_forward(qh, kh, vh, oh, lh, softmax_scale,
-                                                None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
-                        return out, lse
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
                                     attn_bias, dropout_p, rng_seed)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]  # dropout counters per batch entry
@@ -223,6 +236,8 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
                                       window_bounds(*window), mods=mods.chunk(b, per_entry))
     else:
+        qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
+        lh = _lse_bhn(lse, varlen)
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
@@ -331,11 +346,13 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
     if use_triton(q) or compile_only:
         if _prefetch.pending() and not compile_only:
             _prefetch.wait_pending()  # its compiles fill the cache that this backward reads
-        from .kernels.bwd import attention_backward
+        if _kernels.forward is None:
+            _kernels.load()
+        attention_backward = _kernels.backward
         _install_direct_launches()
         delta = torch.empty_like(lse)
         deltah = _lse_bhn(delta, varlen)
-        with _DeviceGuard(q):
+        with _device_guard(q):
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
@@ -488,16 +505,26 @@ class _EagerAttention(torch.autograd.Function):
     eager mode only; torch.compile traces the custom ops."""
 
     @staticmethod
-    def forward(ctx, q, k, v, *options):
+    def forward(ctx, q, k, v, alibi_slopes, sinks, attn_bias, options):
+        """options: the op's options (_OPTION_NAMES, all of them); the three
+        tensors among them that may require grad also come as inputs of their
+        own, so that autograd sees them (fewer inputs than one per option: the
+        Function's per-input cost is host time)."""
+        want_dbias = bool(attn_bias is not None and attn_bias.is_floating_point()
+                          and ctx.needs_input_grad[5])
         # compile the backward's kernels meanwhile (first CUDA call of a signature)
-        _prefetch.maybe_prefetch(_attention_bwd_impl, q, k, v, options, ctx.needs_input_grad)
+        _prefetch.maybe_prefetch(_attention_bwd_impl, q, k, v, options, want_dbias)
         out, lse = _attention_fwd_impl(q, k, v, *options)
-        _setup_context(ctx, (q, k, v) + options, (out, lse))
+        ctx.options = options
+        ctx.n_options = len(options)
+        ctx.want_dbias = want_dbias
+        ctx.save_for_backward(q, k, v, out, lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        return _backward_with(_attention_bwd_impl, ctx, dout, dlse)
+        grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse)
+        return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None)
 
 
 # ---------------------------------------------------------------------------
@@ -512,7 +539,7 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return attention_fwd(q, k, v, *params.op_args())
     if not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
         return _attention_fwd_impl(q, k, v, *params.op_args())
-    return _EagerAttention.apply(q, k, v, *params.op_args())
+    return _EagerAttention.apply(q, k, v, params.alibi_slopes, params.sinks, params.attn_bias, params.op_args())
 
 
 def _needs_autograd(q, k, v, params: AttnParams) -> bool:
@@ -523,9 +550,11 @@ def _needs_autograd(q, k, v, params: AttnParams) -> bool:
         return True
     if not torch.is_grad_enabled():
         return False
-    return (q.requires_grad or k.requires_grad or v.requires_grad
-            or any(t is not None and t.requires_grad
-                   for t in (params.alibi_slopes, params.sinks, params.attn_bias)))
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        return True
+    a, s, b = params.alibi_slopes, params.sinks, params.attn_bias
+    return ((a is not None and a.requires_grad) or (s is not None and s.requires_grad)
+            or (b is not None and b.requires_grad))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

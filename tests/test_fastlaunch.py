@@ -248,20 +248,21 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     monkeypatch.setattr(_prefetch, "_seen", set())
     runs = []
     q = torch.randn(1, 16, 2, 32)
-    options = (None, None, 0, 0, 0.2, -1, 0, True)
+    options = (None, None, 0, 0, 0.2, -1, 0, True, 0.0, None, None, None, 0.0, None)  # ops._OPTION_NAMES
 
     def impl(*args):
         runs.append(args)
 
-    _prefetch.maybe_prefetch(impl, q, q, q, options, (True, True, True))
+    _prefetch.maybe_prefetch(impl, q, q, q, options, False)
     _prefetch.wait_pending()
-    _prefetch.maybe_prefetch(impl, q, q, q, options, (True, True, True))
+    _prefetch.maybe_prefetch(impl, q, q, q, options, False)
     _prefetch.wait_pending()
     assert len(runs) == 1
     dout, qm, km, vm, out, lse, dlse = runs[0][:7]
     assert qm.device.type == "meta" and qm.shape == q.shape and qm.stride() == q.stride()
     assert out.shape == q.shape and lse.shape == (1, 2, 16) and dlse.shape == lse.shape
+    q2 = torch.randn(1, 16, 2, 64)  # another head dim: another signature
     monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")
-    _prefetch.maybe_prefetch(impl, q[:, :8], q[:, :8], q[:, :8], options, (True, True, True))
+    _prefetch.maybe_prefetch(impl, q2, q2, q2, options, False)
     _prefetch.wait_pending()
     assert len(runs) == 1, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"

@@ -67,6 +67,11 @@ except ImportError:  # pragma: no cover - older Triton
     JITFunction = None
 
 try:
+    from triton.knobs import HookChain as _HookChain
+except ImportError:  # pragma: no cover - another hook type: always pass the hooks on
+    _HookChain = None
+
+try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
 except Exception:  # noqa: BLE001 - Gluon missing or moved: no descriptors on the fast path
     _GluonDescriptor = None
@@ -225,14 +230,24 @@ class FastRun:
         n = len(grid)
         stream = _driver.active.get_current_stream(device)
         runtime = _knobs.runtime
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if _no_hooks(enter) and _no_hooks(leave):
+            # The launcher calls the hooks with the metadata and nothing else
+            # reads it: with no hook registered, skip building it.
+            metadata = enter = leave = None
+        else:
+            metadata = compiled.launch_metadata(grid, stream, *params)
         compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
-                     compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *params),
-                     runtime.launch_enter_hook, runtime.launch_exit_hook, *params)
+                     compiled.function, compiled.packed_metadata, metadata, enter, leave, *params)
         return compiled
 
 
 _EMPTY = __import__("inspect").Parameter.empty
+
+
+def _no_hooks(hook) -> bool:
+    """None, or one of Triton's hook chains with nothing in it."""
+    return hook is None or (type(hook) is _HookChain and not hook.calls)
 
 
 def _recordable(compiled) -> bool:

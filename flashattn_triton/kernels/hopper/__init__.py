@@ -24,7 +24,7 @@ if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY
     REASON = f"Triton {triton.__version__}: the Gluon kernel is tested with Triton {', '.join(TESTED_TRITON)} only"
 else:
     try:
-        from .fwd import hopper_attention_forward, unsupported_reason  # noqa: F401
+        from .fwd import hopper_attention_forward, hopper_forward_flash, unsupported_reason  # noqa: F401
         AVAILABLE = True
     except Exception as exc:  # noqa: BLE001 - any import problem means: not available
         REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
@@ -34,8 +34,12 @@ if not AVAILABLE:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
+    def hopper_forward_flash(q, k, v, o, lse, sm_scale, causal_shift) -> bool:
+        """The Hopper tier is unavailable here (see REASON): always declines."""
+        return False
+
     def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
         return REASON
 
 
-__all__ = ["AVAILABLE", "REASON", "hopper_attention_forward", "unsupported_reason"]
+__all__ = ["AVAILABLE", "REASON", "hopper_attention_forward", "hopper_forward_flash", "unsupported_reason"]

@@ -546,16 +546,44 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         plan = _PLANS.get(sig)
         validated = plan is not None
         if plan is None:
-            plan = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides)
-            if len(_PLANS) >= MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[sig] = plan
+            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, overrides))
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, validated)
+
+
+def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                         lse: torch.Tensor, sm_scale: float, causal_shift) -> bool:
+    """hopper_attention_forward for tensors in the flash layout: q, o (B, Nq,
+    Hq, d), k, v (B, Nk, Hkv, d), lse (B, Hq, Nq).  The same checks (on the
+    (B, H, N, d) views, at the first call of a signature) and the same launch;
+    later calls build the descriptors from the plan without making the views
+    (a descriptor's base only gives the data pointer and dtype)."""
+    if not sm_scale > 0:
+        return False
+    causal = causal_shift is not None
+    sig = ("flash",) + _signature(q, k, v, o, lse, causal)
+    plan = _PLANS.get(sig)
+    if plan is None:
+        views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
+        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, {}))
+        return _launch(plan, views, lse, sm_scale, causal_shift, False)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, True)
+
+
+def _store(sig, plan):
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[sig] = plan
+    return plan
+
+
+def _launch(plan, tensors, lse, sm_scale, causal_shift, validated: bool) -> bool:
+    """Launch a plan on (q, k, v, o); False if the plan is a decline reason."""
     if plan.__class__ is str or plan.key in _BROKEN:
         return False
-    tensors = (q, k, v, o)
     args = tuple(_descriptor(t, dims, block, layout, validated)
                  for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
-    args += (lse,) + plan.tail + (sm_scale * LOG2E, causal_shift if causal else 0)
+    args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift)
+    q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
@@ -584,4 +612,4 @@ _NO_SWITCH = contextlib.nullcontext()
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
-__all__ = ["hopper_attention_forward", "unsupported_reason", "CONFIGS", "SCHEDULE"]
+__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "CONFIGS", "SCHEDULE"]
