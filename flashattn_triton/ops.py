@@ -53,10 +53,9 @@ MAX_GRID_Y = 65535
 
 
 def _new(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
-    dtype = dtype or like.dtype
     if _POISON:
-        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    return torch.empty(shape, dtype=dtype, device=like.device)
+        return torch.full(shape, float("nan"), dtype=dtype or like.dtype, device=like.device)
+    return like.new_empty(shape, dtype=dtype)  # like's device (and dtype unless given)
 
 
 def _bhnd(x: torch.Tensor, varlen: bool) -> torch.Tensor:

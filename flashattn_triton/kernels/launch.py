@@ -71,12 +71,12 @@ MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
 
 def head_dim_pad(head_dim: int) -> int:
     """Tiles are a power of two wide along d (at least 16, the smallest dot K)."""
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, 1 << (head_dim - 1).bit_length())  # next power of two (triton's is slower to call)
 
 
 def seq_bucket(n: int) -> int:
     """Length bucket: a power of two, capped (a table/autotune key, not a shape)."""
-    return min(triton.next_power_of_2(max(n, 16)), 16384)
+    return min(1 << (max(n, 16) - 1).bit_length(), 16384)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
