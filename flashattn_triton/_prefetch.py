@@ -10,7 +10,9 @@ disk cache) of exactly the specialization the real backward will launch,
 with the same config.  Inside, Triton's asynchronous compile mode puts each
 kernel's compile on its own thread: Triton's MLIR passes, LLVM and ptxas
 release the GIL, so the backward kernels and the forward kernel (compiled
-meanwhile by the calling thread) build in parallel.  The first backward
+meanwhile by the calling thread) build in parallel.  Then each kernel's host
+launcher is built (Triton 3.6 compiles a small C extension per kernel
+signature with the system compiler, about half a second each).  The first backward
 waits for the prefetch to finish (it would otherwise compile the same
 kernels a second time) and then finds them in Triton's cache.
 
@@ -134,13 +136,31 @@ class _DaemonExecutor:
         return future
 
 
+def _finished(kernel):
+    """The compiled kernel of a compile that the asynchronous mode ran, None if it failed."""
+    if not hasattr(kernel, "result"):
+        return kernel
+    try:
+        return kernel.result(ignore_errors=True)
+    except Exception:  # noqa: BLE001 - e.g. asked again after a failure
+        return None
+
+
 def _run(bwd_impl, device: torch.device, args: Sequence[Any], done: threading.Event) -> None:
     try:
-        parallel = (AsyncCompileMode(_DaemonExecutor(), ignore_errors=True) if AsyncCompileMode is not None
+        executor = _DaemonExecutor()
+        parallel = (AsyncCompileMode(executor, ignore_errors=True) if AsyncCompileMode is not None
                     else contextlib.nullcontext())
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-        with on_device, fastlaunch.compile_only(device), parallel:
-            bwd_impl(*args)
+        compiled: List[Any] = []
+        with on_device:
+            with fastlaunch.compile_only(device, compiled), parallel:
+                bwd_impl(*args)
+            # and their host launchers, also one thread each
+            kernels = [_finished(k) for k in compiled]
+            builds = [executor.submit(fastlaunch.build_launcher, k) for k in kernels if k is not None]
+            for build in builds:
+                build.exception()  # wait; a failed build is redone (and reported) at the launch
     except Exception as exc:  # noqa: BLE001 - the backward compiles on demand instead
         _log.debug("backward prefetch failed: %s: %s", type(exc).__name__, exc)
     finally:

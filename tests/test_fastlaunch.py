@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from fake_cuda import LAUNCHES, fake_cuda
+from fake_cuda import LAUNCHES, FakeLauncher, fake_cuda
 from flashattn_triton.kernels import fastlaunch
 
 
@@ -214,6 +214,15 @@ def test_prefetch_compiles_in_the_background_and_launches_nothing(fast, kernel):
         kernel[(4,)](*a, **kw1)
         kernel[(4,)](*a, **kw2)  # a second kernel, compiled concurrently
 
+    from triton.runtime.driver import driver
+    launchers = []
+
+    class CountingLauncher(FakeLauncher):
+        def __init__(self, src, metadata):
+            launchers.append(src)
+            super().__init__(src, metadata)
+
+    driver.active.launcher_cls = CountingLauncher
     done = threading.Event()
     _prefetch._pending.append(done)
     _prefetch._run(bwd_impl, torch.device("cpu"), args, done)
@@ -221,6 +230,7 @@ def test_prefetch_compiles_in_the_background_and_launches_nothing(fast, kernel):
     assert len(LAUNCHES) == n_launches, "a prefetch must not run anything"
     built = _cached(kernel) - before
     assert len(built) == 2
+    assert len(launchers) == 2, "the prefetch builds each kernel's host launcher"
     fast.launch(args, kw1, (4,))
     fast.launch(args, kw2, (4,))
     assert len(LAUNCHES) == n_launches + 2

@@ -31,8 +31,9 @@ compiled (Triton raises if they are; the library's are constants).
 
 ``compile_only(device)`` is a context in which launches through an
 installed kernel compile (or load from Triton's cache) without launching:
-the backward prefetch (ops.py) runs the backward's host code on meta
-tensors inside it to compile its kernels ahead of the first backward.
+the backward prefetch (_prefetch.py) runs the backward's host code on meta
+tensors inside it to compile its kernels ahead of the first backward, then
+builds their host launchers (``build_launcher``).
 """
 
 from __future__ import annotations
@@ -92,14 +93,17 @@ def enabled() -> bool:
 
 def compile_only_device() -> Optional[torch.device]:
     """The device of the active compile_only() context, else None."""
-    return _COMPILE_ONLY.get()
+    state = _COMPILE_ONLY.get()
+    return None if state is None else state[0]
 
 
 @contextlib.contextmanager
-def compile_only(device: torch.device):
+def compile_only(device: torch.device, compiled: Optional[list] = None):
     """Launches through installed kernels compile for ``device`` (the current
-    CUDA device must be it) and return without running anything."""
-    token = _COMPILE_ONLY.set(device)
+    CUDA device must be it) and return without running anything.  What each
+    compile returns (a compiled kernel, or a pending one under Triton's
+    asynchronous compile mode) is appended to ``compiled`` if given."""
+    token = _COMPILE_ONLY.set((device, compiled))
     try:
         yield
     finally:
@@ -177,15 +181,24 @@ class FastRun:
 
     def __call__(self, *args, grid, warmup, **kwargs):
         """Triton's ``JITFunction.run`` signature."""
-        if warmup or _COMPILE_ONLY.get() is not None:
+        if _COMPILE_ONLY.get() is not None:
+            return self._compile(args, kwargs, grid)
+        if warmup:
             return self.jit_run(*args, grid=grid, warmup=True, **kwargs)
         return self.launch(args, kwargs, grid)
+
+    def _compile(self, args, kwargs, grid):
+        kernel = self.jit_run(*args, grid=grid, warmup=True, **kwargs)
+        sink = _COMPILE_ONLY.get()[1]
+        if sink is not None and kernel is not None:
+            sink.append(kernel)
+        return kernel
 
     def launch(self, args: tuple, kwargs: dict, grid):
         """``kernel[grid](*args, **kwargs)``, the fast way when this signature has
         been launched before."""
         if _COMPILE_ONLY.get() is not None:
-            return self.jit_run(*args, grid=grid, warmup=True, **kwargs)
+            return self._compile(args, kwargs, grid)
         if not ENABLED or self.kernel.pre_run_hooks:
             return self.jit_run(*args, grid=grid, warmup=False, **kwargs)
         device = _driver.active.get_current_device()
@@ -276,4 +289,14 @@ def fast_run(kernel) -> Optional[FastRun]:
     return run if isinstance(run, FastRun) else None
 
 
-__all__ = ["ENV_FAST_LAUNCH", "compile_only", "compile_only_device", "enabled", "fast_run", "install"]
+def build_launcher(compiled) -> None:
+    """Build (or find in Triton's cache) the host launcher of a compiled kernel
+    without loading the kernel: with Triton 3.6 a C extension compiled by the
+    system compiler per kernel signature (about half a second), otherwise done
+    at its first launch.  No CUDA call; the launch then finds it in the cache."""
+    if getattr(compiled, "module", None) is None and hasattr(compiled, "src"):
+        _driver.active.launcher_cls(compiled.src, compiled.metadata)
+
+
+__all__ = ["ENV_FAST_LAUNCH", "build_launcher", "compile_only", "compile_only_device", "enabled", "fast_run",
+           "install"]
