@@ -364,13 +364,17 @@ def launch_only(device: str, n_calls: int):
     g = grid(allkw)
     sync = torch.cuda.synchronize if device == "cuda" else None
     out = {"n_args": len(args) + len(allkw)}
-    jit_run = fwd._attn_fwd.run
-    out["triton kernel[grid](...)"] = _per_call_us(lambda: jit_run(*args, grid=g, warmup=False, **allkw),
+    triton_run = type(fwd._attn_fwd).run.__get__(fwd._attn_fwd)  # Triton's JITFunction.run
+    out["triton kernel[grid](...)"] = _per_call_us(lambda: triton_run(*args, grid=g, warmup=False, **allkw),
                                                    n_calls, sync=sync)
     out["Launcher.__call__"] = _per_call_us(lambda: self(grid, key, *args, **kwargs), n_calls, sync=sync)
-    if hasattr(launch, "fast_launch"):
-        out["fast_launch"] = _per_call_us(lambda: launch.fast_launch(fwd._attn_fwd, g, args, allkw),
-                                          n_calls, sync=sync)
+    try:
+        from flashattn_triton.kernels import fastlaunch
+        fast = fastlaunch.fast_run(fwd._attn_fwd)
+    except ImportError:
+        fast = None
+    if fast is not None:
+        out["fast path (FastRun.launch)"] = _per_call_us(lambda: fast.launch(args, allkw, g), n_calls, sync=sync)
     for name, value in out.items():
         if name != "n_args":
             print(f"launch only, {name}: {value:.1f} us/call", flush=True)

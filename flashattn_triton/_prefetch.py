@@ -54,6 +54,18 @@ except ImportError:  # pragma: no cover - Triton without asynchronous compiles: 
     AsyncCompileMode = None
 
 
+def _after_fork_in_child() -> None:
+    # The prefetch threads do not exist in a forked child: nothing to wait for.
+    global _lock
+    _lock = threading.Lock()
+    _pending.clear()
+    _seen.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def enabled() -> bool:
     return (fastlaunch.SUPPORTED and os.environ.get(ENV_PREFETCH, "1") != "0"
             and not autotune_enabled())

@@ -121,8 +121,9 @@ def _install_direct_launches() -> None:
     if _DIRECT_INSTALLED:
         return
     from .kernels import bwd
-    for obj in list(vars(bwd).values()):
-        fastlaunch.install(obj)
+    for name, obj in list(vars(bwd).items()):
+        if name.startswith("_bwd"):  # the kernels, not the helpers they call
+            fastlaunch.install(obj)
     _DIRECT_INSTALLED = True
 
 

@@ -189,6 +189,7 @@ def test_warmup_passes_through(fast, kernel):
     assert len(LAUNCHES) == n
 
 
+@pytest.mark.skipif(not fastlaunch.INTERPRET, reason="needs the interpreter session (CPU tests)")
 def test_install_is_a_no_op_where_unsupported():
     interpreted = triton.jit(_copy_rows)  # interpreted in this session
     assert fastlaunch.install(interpreted) is interpreted
