@@ -105,6 +105,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
     import torch
     import torch.nn.functional as F
     import flashattn_triton as fat
+    from flashattn_triton import _prefetch
     from flashattn_triton.kernels import fastlaunch
     q, k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
@@ -131,6 +132,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
             fastlaunch.ENABLED = fast and fastlaunch.SUPPORTED
             for _ in range(50):
                 fn()
+            _prefetch.wait_pending()  # a backward prefetch compiling in the background would skew the timing
             times = []
             for _ in range(5):
                 torch.cuda.synchronize()

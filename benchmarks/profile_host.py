@@ -311,6 +311,11 @@ def profile(device: str, n_calls: int, backends):
             t_first = time.perf_counter() - t_first
             for _ in range(20):
                 fn()
+            try:  # a backward prefetch compiling in the background would skew the timing
+                from flashattn_triton import _prefetch
+                _prefetch.wait_pending()
+            except ImportError:
+                pass
             plain = _per_call_us(fn, n_calls, sync=sync)
             entry = dict(first_call_s=t_first, plain_us=plain, sections={})
             if not name.startswith("torch"):
