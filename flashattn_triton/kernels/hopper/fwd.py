@@ -449,7 +449,7 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated")
 
 
 def _signature(q, k, v, o, lse, causal):
@@ -491,6 +491,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
     plan.layouts = (q_layout, kv_layout, kv_layout, q_layout)
     plan.tail = (lse.stride(0), lse.stride(1), h_q, n_q, n_k, h_q // h_kv)
     plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     return plan
 
 
@@ -540,14 +541,13 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if not sm_scale > 0:
         return False
     if overrides:
-        plan, validated = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides), False
+        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides)
     else:
         sig = _signature(q, k, v, o, lse, causal)
         plan = _PLANS.get(sig)
-        validated = plan is not None
         if plan is None:
             plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, overrides))
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, validated)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift)
 
 
 def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -565,8 +565,8 @@ def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: t
     if plan is None:
         views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
         plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, {}))
-        return _launch(plan, views, lse, sm_scale, causal_shift, False)
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, True)
+        return _launch(plan, views, lse, sm_scale, causal_shift)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift)
 
 
 def _store(sig, plan):
@@ -576,12 +576,16 @@ def _store(sig, plan):
     return plan
 
 
-def _launch(plan, tensors, lse, sm_scale, causal_shift, validated: bool) -> bool:
-    """Launch a plan on (q, k, v, o); False if the plan is a decline reason."""
+def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
+    """Launch a plan on (q, k, v, o) (views or the flash-layout tensors: a
+    descriptor's base gives only the pointer and dtype); False if the plan is
+    a decline reason."""
     if plan.__class__ is str or plan.key in _BROKEN:
         return False
+    validated = plan.validated
     args = tuple(_descriptor(t, dims, block, layout, validated)
                  for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
+    plan.validated = True
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
