@@ -181,6 +181,10 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100, grad_to_none=None) -> float:
         return wall_ms(fn, rep, grad_to_none)
     import triton.testing
 
+    from .. import _prefetch
+    # A backward prefetch started by fn's first call compiles in background
+    # threads; timing meanwhile measures the contention, not fn.
+    _prefetch.wait_pending()
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
                                          return_mode="median"))
 
