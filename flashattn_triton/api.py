@@ -157,8 +157,10 @@ def flash_attn_func(
             (batch_size, nheads).  Adds -slope[b, h] * |i + seqlen_k - seqlen_q - j|
             to the score of query i and key j (after softcap).  The slopes
             are constants: no gradient flows to them (as in flash-attn).
-        deterministic: accepted for compatibility; the backward never uses
-            atomics and is always deterministic.
+        deterministic: accepted for compatibility.  The default backward uses
+            no atomics and is bit-reproducible whatever this flag says; only
+            the opt-in fused form (FLASHATTN_TRITON_FUSED_DQ=1, float32 atomic
+            adds into dQ) is not, and it ignores this flag for now.
         return_attn_probs: if True, return ``(out, softmax_lse, S_dmask)`` like
             flash-attn.  S_dmask is None unless dropout_p > 0; then it is
             (batch_size, nheads, seqlen_q, seqlen_k) float32: the attention
