@@ -66,5 +66,27 @@ def test_fused_form_choice(monkeypatch):
     assert use_fused_dq(deterministic=False, has_dbias=False)
     assert not use_fused_dq(deterministic=True, has_dbias=False)
     assert not use_fused_dq(deterministic=False, has_dbias=True)  # dS itself is an output then
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not use_fused_dq(deterministic=False, has_dbias=False)
+    finally:
+        torch.use_deterministic_algorithms(previous)
     monkeypatch.setenv(ENV_FUSED_DQ, "0")
     assert not use_fused_dq(deterministic=False, has_dbias=False)
+
+
+def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
+    """The default (separate) backward has no atomics: two runs give the same bits
+    (on the GPU the programs' order varies from run to run; on CPU it cannot)."""
+    monkeypatch.delenv(ENV_FUSED_DQ, raising=False)
+    n = 1000 if device.type == "cuda" else 40  # the interpreter is slow; the claim is for GPUs
+    q, k, v = make_qkv(2, n, n, 8, 2, 64, torch.bfloat16, device, requires_grad=False)
+    do = rand(q.shape, torch.bfloat16, device)
+    runs = []
+    for _ in range(2):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = flash_attn_func(*leaves, causal=True, deterministic=True)
+        runs.append(torch.autograd.grad(out, leaves, do))
+    for name, a, b in zip(("dq", "dk", "dv"), *runs):
+        assert torch.equal(a, b), f"{name}: two runs differ at {(a != b).sum().item()} elements"

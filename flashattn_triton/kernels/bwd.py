@@ -467,10 +467,10 @@ ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separ
 
 def use_fused_dq(deterministic: bool, has_dbias: bool) -> bool:
     """Whether a backward adds dQ from the dK/dV kernel (fused form, module doc).
-    Never for deterministic calls, nor when dS itself is wanted (a float
-    bias's gradient, written by the dQ kernel); FLASHATTN_TRITON_FUSED_DQ=1/0
-    forces the choice for the others."""
-    if deterministic or has_dbias:
+    Never for deterministic calls (or under torch.use_deterministic_algorithms),
+    nor when dS itself is wanted (a float bias's gradient, written by the dQ
+    kernel); FLASHATTN_TRITON_FUSED_DQ=1/0 forces the choice for the others."""
+    if deterministic or has_dbias or torch.are_deterministic_algorithms_enabled():
         return False
     return os.environ.get(ENV_FUSED_DQ, "0") == "1"
 
