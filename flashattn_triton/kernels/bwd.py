@@ -560,7 +560,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         dk_out, dv_out = dk, dv
     if delta is None:
         delta = torch.empty_like(lse)
-    _bwd_preprocess[(triton.cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
+    _bwd_preprocess[((n_q + _PREPROCESS_BLOCK_M - 1) // _PREPROCESS_BLOCK_M, batch * h_q)](
         o, do, dlse if dlse is not None else delta, delta, cu_q,
         *_flat_strides((o, do), varlen), *lse_strides,
         h_q, n_q,
@@ -573,7 +573,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise)
     dq_acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else dk_out
     (_launch_fused if fused else _launch_dkdv)(
-        lambda m: (triton.cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
+        lambda m: ((n_k + m["BLOCK_N"] - 1) // m["BLOCK_N"], batch * h_kv * split), key,
         q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
         *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
         h_kv, n_q, n_k, group, split, rng_rows,
@@ -588,7 +588,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         dq.copy_(dq_acc.mul_(sm_scale))
         return delta
     _launch_dq(
-        lambda m: (triton.cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
+        lambda m: ((n_q + m["BLOCK_M"] - 1) // m["BLOCK_M"], batch * h_q), key,
         q, k, v, do, lse, delta, dq, cu_q, cu_k, alibi, bias, seed,
         lse if dbias is None else dbias,
         *_flat_strides((q, k, v, do, dq), varlen), *lse_strides, *mods.strides(),

@@ -245,7 +245,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
 
     def grid(meta):
-        return (triton.cdiv(n_q, meta["BLOCK_M"]), batch * h_q)
+        return ((n_q + meta["BLOCK_M"] - 1) // meta["BLOCK_M"], batch * h_q)  # cdiv, host-cheap
 
     bucket = seq_bucket(max(n_q, n_k))
     _launch_fwd(

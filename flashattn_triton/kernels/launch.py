@@ -149,9 +149,16 @@ def variant_tag(mods, window_left) -> str:
     """The table's variant of a launch: "" (plain) or the first of VARIANT_TAGS
     that the score modifications (kernels.score.KernelMods) or a left window
     edge turn on."""
-    on = dict(mask=mods.bias is not None, dropout=mods.dropout_p > 0, softcap=mods.softcap > 0,
-              alibi=mods.alibi is not None, window=window_left is not None)
-    return next((t for t in VARIANT_TAGS if on[t]), "")
+    # in VARIANT_TAGS order (a chain of tests: this runs on every launch)
+    if mods.bias is not None:
+        return "mask"
+    if mods.dropout_p > 0:
+        return "dropout"
+    if mods.softcap > 0:
+        return "softcap"
+    if mods.alibi is not None:
+        return "alibi"
+    return "window" if window_left is not None else ""
 
 
 def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int,
