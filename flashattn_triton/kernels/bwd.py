@@ -42,10 +42,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket, variant_tag
+from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
+                     variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import (kv_tile_range, load_tile, mma, q_tile_range, seq_bounds, store_tile,
-                    tile_ptrs)
+from .tiles import (aligned_start, kv_tile_range, load_tile, mma, q_tile_range, seq_bounds,
+                    store_tile, tile_ptrs)
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -144,7 +145,7 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stri
     q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
     do_ptrs = tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv)
     for start in range(start_m, end_m, BLOCK_M):
-        start = (start // BLOCK_M) * BLOCK_M  # a no-op alignment hint (q_tile_range)
+        start = aligned_start(start, BLOCK_M)
         rows = start + offs_m
         q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
         lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
@@ -326,9 +327,7 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
-        # A no-op (tile starts are multiples of BLOCK_N, kv_tile_range) that tells
-        # the compiler so: mask / bias loads then vectorize along the keys.
-        start = (start // BLOCK_N) * BLOCK_N
+        start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
@@ -560,7 +559,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         dk_out, dv_out = dk, dv
     if delta is None:
         delta = torch.empty_like(lse)
-    _bwd_preprocess[((n_q + _PREPROCESS_BLOCK_M - 1) // _PREPROCESS_BLOCK_M, batch * h_q)](
+    _bwd_preprocess[(cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
         o, do, dlse if dlse is not None else delta, delta, cu_q,
         *_flat_strides((o, do), varlen), *lse_strides,
         h_q, n_q,
@@ -573,7 +572,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise)
     dq_acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else dk_out
     (_launch_fused if fused else _launch_dkdv)(
-        lambda m: ((n_k + m["BLOCK_N"] - 1) // m["BLOCK_N"], batch * h_kv * split), key,
+        lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
         q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
         *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
         h_kv, n_q, n_k, group, split, rng_rows,
@@ -588,7 +587,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         dq.copy_(dq_acc.mul_(sm_scale))
         return delta
     _launch_dq(
-        lambda m: ((n_q + m["BLOCK_M"] - 1) // m["BLOCK_M"], batch * h_q), key,
+        lambda m: (cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
         q, k, v, do, lse, delta, dq, cu_q, cu_k, alibi, bias, seed,
         lse if dbias is None else dbias,
         *_flat_strides((q, k, v, do, dq), varlen), *lse_strides, *mods.strides(),

@@ -24,9 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, Launcher, dot_precision, head_dim_pad, seq_bucket, variant_tag
+from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
+                     variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import kv_tile_range, load_tile, mma, seq_bounds, store_tile, tile_ptrs
+from .tiles import aligned_start, kv_tile_range, load_tile, mma, seq_bounds, store_tile, tile_ptrs
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 
@@ -53,9 +54,7 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
-        # A no-op (tile starts are multiples of BLOCK_N, kv_tile_range) that tells
-        # the compiler so: mask / bias loads then vectorize along the keys.
-        start = (start // BLOCK_N) * BLOCK_N
+        start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
         k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
         qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
@@ -245,7 +244,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
 
     def grid(meta):
-        return ((n_q + meta["BLOCK_M"] - 1) // meta["BLOCK_M"], batch * h_q)  # cdiv, host-cheap
+        return (cdiv(n_q, meta["BLOCK_M"]), batch * h_q)
 
     bucket = seq_bucket(max(n_q, n_k))
     _launch_fwd(

@@ -74,6 +74,11 @@ def head_dim_pad(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())  # next power of two (triton's is slower to call)
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for grid sizes (triton.cdiv is a constexpr_function: slower to call)."""
+    return -(-a // b)
+
+
 def seq_bucket(n: int) -> int:
     """Length bucket: a power of two, capped (a table/autotune key, not a shape)."""
     return min(1 << (max(n, 16) - 1).bit_length(), 16384)

@@ -100,6 +100,14 @@ def q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
 
 
 @triton.jit
+def aligned_start(start, BLOCK: tl.constexpr):
+    """start itself, for a loop's tile start that is a multiple of BLOCK (the
+    ranges above guarantee it): a no-op the compiler can read, so loads
+    indexed by start + arange(BLOCK) (mask / bias tiles) vectorize."""
+    return (start // BLOCK) * BLOCK
+
+
+@triton.jit
 def load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr,
               CHECK_ROWS: tl.constexpr, EVEN_D: tl.constexpr):
     """Load a (rows, HEAD_DIM_PAD) tile; out-of-range rows and padded
