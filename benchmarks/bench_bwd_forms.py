@@ -49,28 +49,26 @@ def main():
         v = torch.randn(b, n, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
         do = torch.randn(b, n, hq, d, device="cuda", dtype=dtype)
         row = dict(d=d, causal=causal, n=n, b=b, hq=hq, hkv=hkv)
-        for form, flag in (("separate", "0"), ("fused", "1")):
-            os.environ[ENV_FUSED_DQ] = flag
+        def time_backward(name, forward, leaves, grad_out):
+            """Backward-only ms of forward() into row[name]; an error is recorded, not raised."""
             try:
-                out = fat.flash_attn_func(q, k, v, causal=causal)
-                fn = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
+                out = forward()
+                fn = lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)  # noqa: E731
                 fn()
-                row[form] = C.bench_ms(fn)
-            except Exception as exc:  # noqa: BLE001
-                row[form] = None
-                row[form + "_error"] = C.short_error(exc)
-        os.environ.pop(ENV_FUSED_DQ, None)
-        qt, kt, vt, dot = (t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v, do))
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            try:
-                with sdpa_kernel([backend]):
-                    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=hkv != hq)
-                    fn = lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)  # noqa: E731
-                    fn()
-                    row[name] = C.bench_ms(fn)
+                row[name] = C.bench_ms(fn)
             except Exception as exc:  # noqa: BLE001
                 row[name] = None
                 row[name + "_error"] = C.short_error(exc)
+
+        for form, flag in (("separate", "0"), ("fused", "1")):
+            os.environ[ENV_FUSED_DQ] = flag
+            time_backward(form, lambda: fat.flash_attn_func(q, k, v, causal=causal), (q, k, v), do)
+        os.environ.pop(ENV_FUSED_DQ, None)
+        qt, kt, vt, dot = (t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v, do))
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            with sdpa_kernel([backend]):
+                time_backward(name, lambda: F.scaled_dot_product_attention(
+                    qt, kt, vt, is_causal=causal, enable_gqa=hkv != hq), (qt, kt, vt), dot)
         res["rows"].append(row)
 
         def tf(ms):
@@ -82,7 +80,6 @@ def main():
                      f"{tf(row['cudnn'])} | {tf(row['flash'])} | {x('fused', 'cudnn')} | "
                      f"{x('fused', 'flash')} | {x('fused', 'separate')} |")
         print(lines[-1], flush=True)
-        del q, k, v, do, qt, kt, vt, dot, out
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_bwd_forms.json").write_text(json.dumps(res, indent=1))
     (args.out / "bench_bwd_forms.md").write_text(
