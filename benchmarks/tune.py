@@ -15,7 +15,9 @@ cache); the timing phase then runs in this one process.
 
 --variants tunes the keys of those variant tags (kernels/launch.py
 variant_tag) instead of the plain ones: a (B, 1, N, N) bool mask, dropout
-0.1, softcap 30, ALiBi, a 512-key left window.  --merge adds the new entries
+0.1, softcap 30, ALiBi, a 512-key left window, or a packed batch ("varlen":
+32k tokens in documents of 64..N tokens, log-uniform, one of exactly N, as
+benchmarks/bench_varlen.py draws them).  --merge adds the new entries
 to an existing table instead of replacing it.
 """
 
@@ -30,14 +32,31 @@ import time
 
 import torch
 
+DEV = "cuda"  # a CPU smoke test of the plumbing sets "cpu" (with TRITON_INTERPRET=1)
 
 def cfg_str(c):
     return f"BLOCK_M={c[0]},BLOCK_N={c[1]},num_warps={c[2]},num_stages={c[3]}"
 
 
 def _inputs(b, h, n, d, dtype):
-    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(4))
+    q, k, v, do = (torch.randn(b, h, n, d, device=DEV, dtype=dtype) for _ in range(4))
     return q, k, v, do
+
+
+def _packed(n, h, d, dtype, tokens=32768, seed=0):
+    """q, k, v, do as packed (1, H, total, d) views, K and V with H / 4 heads
+    (grouped-query, as the models that pack batches have), and (cu_seqlens,
+    max_seqlen): one document of n tokens, the rest log-uniform in 64..n."""
+    import math
+    import random
+    rng, lens = random.Random(seed), [n]
+    while sum(lens) < max(tokens, 2 * n):
+        lens.append(int(math.exp(rng.uniform(math.log(64), math.log(n)))))
+    cu = torch.tensor([0, *itertools.accumulate(lens)], device=DEV, dtype=torch.int32)
+    total = int(sum(lens))
+    qkvd = [torch.randn(total, heads, d, device=DEV, dtype=dtype).transpose(0, 1).unsqueeze(0)
+            for heads in (h, max(1, h // 4), max(1, h // 4), h)]
+    return qkvd, ((cu, cu), (n, n))
 
 
 def _mods(tag, q, causal):
@@ -59,20 +78,22 @@ def _mods(tag, q, causal):
     return KernelMods(), window
 
 
-def _runner(kernel, q, k, v, do, causal, tag=""):
+def _runner(kernel, q, k, v, do, causal, tag="", packed=None):
+    """packed: (cu_seqlens, max_seqlen) when q, k, v, do are packed (1, H, total, d) views."""
     from flashattn_triton.kernels.bwd import attention_backward
     from flashattn_triton.kernels.fwd import attention_forward
     o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], device=DEV, dtype=torch.float32)
     scale = q.shape[-1] ** -0.5
     mods, window = _mods(tag, q, causal)
-    attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods)
+    var = dict(cu_seqlens=packed[0], max_seqlen=packed[1]) if packed else {}
+    attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods, **var)
     if kernel == "FWD":
-        return lambda: attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods)
+        return lambda: attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods, **var)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     fused = kernel == "BWD_FUSED"  # the dK/dV kernel that also adds dQ (no dQ kernel)
     return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods,
-                                      fused_dq=fused)
+                                      fused_dq=fused, **var)
 
 
 def _compile_job(job):
@@ -80,8 +101,11 @@ def _compile_job(job):
     kernel, d, causal, tag, cfg, dtype = job
     os.environ["FLASHATTN_TRITON_CONFIG_" + kernel] = cfg_str(cfg)
     try:
-        q, k, v, do = _inputs(1, 2, 256, d, getattr(torch, dtype))
-        _runner(kernel, q, k, v, do, causal, tag)()
+        if tag == "varlen":
+            (q, k, v, do), packed = _packed(256, 2, d, getattr(torch, dtype), tokens=512)
+        else:
+            (q, k, v, do), packed = _inputs(1, 2, 256, d, getattr(torch, dtype)), None
+        _runner(kernel, q, k, v, do, causal, tag, packed)()
         torch.cuda.synchronize()
         return None
     except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
@@ -127,15 +151,20 @@ def main():
     for kern, d, causal, tag in keys:
         for n in (int(x) for x in args.seqlens.split(",")):
             b, h = max(1, 16384 // n), 2048 // d
-            q, k, v, do = _inputs(b, h, n, d, dtype)
-            flops = 4 * b * h * n * n * d / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
+            if tag == "varlen":
+                (q, k, v, do), packed = _packed(n, h, d, dtype)
+                lens = packed[0][0].diff().tolist()
+                flops = sum(4 * h * m * m * d for m in lens) / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
+            else:
+                (q, k, v, do), packed = _inputs(b, h, n, d, dtype), None
+                flops = 4 * b * h * n * n * d / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
             timed = []
             for c in CANDIDATES[kern]:
                 if errors.get((kern, d, causal, tag, c, args.dtype), "unfit") is not None:
                     continue
                 os.environ["FLASHATTN_TRITON_CONFIG_" + kern] = cfg_str(c)
                 try:
-                    fn = _runner(kern, q, k, v, do, causal, tag)
+                    fn = _runner(kern, q, k, v, do, causal, tag, packed)
                     ms = triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
                     timed.append((ms, c))
                 except Exception as exc:  # noqa: BLE001

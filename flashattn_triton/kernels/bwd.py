@@ -538,7 +538,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
-    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket, variant_tag(mods, left))
+    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket, variant_tag(mods, left, varlen))
     scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,

@@ -248,7 +248,8 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
 
     bucket = seq_bucket(max(n_q, n_k))
     _launch_fwd(
-        grid, (q.dtype, max(d_pad, dv_pad), right is not None, bucket, variant_tag(mods, left)),
+        grid, (q.dtype, max(d_pad, dv_pad), right is not None, bucket,
+              variant_tag(mods, left, cu_seqlens is not None)),
         # pointers
         q, k, v, o, lse, cu_q, cu_k, *mods.pointers(q),
         # strides

@@ -146,14 +146,17 @@ def load_table(arch: str) -> Dict[str, Tuple[int, int, int, int]]:
 
 
 # Variants that change a kernel's register pressure enough to want configs of
-# their own (a mask tile, Philox, tanh, ...), most demanding first.
-VARIANT_TAGS = ("mask", "dropout", "softcap", "alibi", "window")
+# their own (a mask tile, Philox, tanh, ...), most demanding first; last, packed
+# batches, whose many short documents favour other tiles and pipeline depths
+# than one long sequence (the H200's varlen backward: dK/dV 4.9 -> 4.4 ms with
+# 2 stages instead of the plain table's 3, session8/profile_bwd.json).
+VARIANT_TAGS = ("mask", "dropout", "softcap", "alibi", "window", "varlen")
 
 
-def variant_tag(mods, window_left) -> str:
+def variant_tag(mods, window_left, varlen: bool = False) -> str:
     """The table's variant of a launch: "" (plain) or the first of VARIANT_TAGS
-    that the score modifications (kernels.score.KernelMods) or a left window
-    edge turn on."""
+    that the score modifications (kernels.score.KernelMods), a left window
+    edge or a packed batch turn on."""
     # in VARIANT_TAGS order (a chain of tests: this runs on every launch)
     if mods.bias is not None:
         return "mask"
@@ -163,7 +166,9 @@ def variant_tag(mods, window_left) -> str:
         return "softcap"
     if mods.alibi is not None:
         return "alibi"
-    return "window" if window_left is not None else ""
+    if window_left is not None:
+        return "window"
+    return "varlen" if varlen else ""
 
 
 def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int,
