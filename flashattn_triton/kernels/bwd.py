@@ -25,7 +25,9 @@ Variants (compile-time switches, as in the forward):
 Deterministic form, three launches and no atomics:
   1. _bwd_preprocess: delta per query row.
   2. _bwd_dkdv: a program owns a K/V tile of one KV head and loops over every
-     query tile of every query head of its GQA group.
+     query tile of the query heads of its slice of the GQA group (group_split);
+     with more than one slice, _bwd_group_sum then adds the slices' float32
+     partials, in a fixed order, into dK and dV.
   3. _bwd_dq: a program owns a Q tile and loops over the K/V tiles.
 Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
@@ -160,8 +162,8 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stri
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
             # the owned key tile starts at min(offs_n), a multiple of BLOCK_N
-            keep_t = dropout_keep(seed, rng_base, rows, tl.min(offs_n, 0), rng_cols,
-                                  dropout_thresh, offs_n.shape[0], True)
+            keep_t = dropout_keep(seed, rng_base, start, tl.min(offs_n, 0), rng_cols,
+                                  dropout_thresh, BLOCK_M, offs_n.shape[0], True)
             dv = mma(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do, dv,
                      DOT_PRECISION, INTERPRET)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -340,8 +342,8 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
         p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_base, offs_m, start, rng_cols, dropout_thresh,
-                                BLOCK_N, False)
+            keep = dropout_keep(seed, rng_base, tl.min(offs_m, 0), start, rng_cols, dropout_thresh,
+                                offs_m.shape[0], BLOCK_N, False)
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         ds = p * (dp - delta[:, None])
         if HAS_DBIAS:
@@ -455,6 +457,54 @@ def _bwd_dq(
 
     store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d),
                (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, EVEN_D)
+
+
+@triton.jit(do_not_specialize=["N"])
+def _bwd_group_sum(
+    # pointers
+    P, OUT,
+    # strides
+    stride_pz, stride_ph, stride_pn,
+    stride_oz, stride_oh, stride_on, stride_ok,
+    # shapes
+    H_KV, N,
+    # meta-parameters
+    GROUP_SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # OUT[z, h] = sum over s of P[z, h * GROUP_SPLIT + s] (float32 partials of
+    # dK or dV, last stride 1), summed in s order and cast once: one pass over
+    # the partials, written straight into the caller's strided gradient.
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_z = (pid_bh // H_KV).to(tl.int64)
+    off_h = (pid_bh % H_KV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_n < N)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    rows = offs_n.to(tl.int64)[:, None]
+    part = P + off_z * stride_pz + off_h * GROUP_SPLIT * stride_ph + rows * stride_pn + offs_d[None, :]
+    acc = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    for s in tl.static_range(GROUP_SPLIT):
+        acc += tl.load(part + s * stride_ph, mask=mask, other=0.0)
+    out = OUT + off_z * stride_oz + off_h * stride_oh + rows * stride_on + offs_d[None, :] * stride_ok
+    tl.store(out, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
+_GROUP_SUM_BLOCK_N = 64
+
+
+def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split: int) -> None:
+    """out (B, H_KV, N, d), any strides <- the sum over each group of ``split``
+    consecutive heads of part (B, H_KV * split, N, d) float32, contiguous."""
+    b, _, n, d = part.shape
+    _bwd_group_sum[(cdiv(n, _GROUP_SUM_BLOCK_N), b * h_kv)](
+        part, out,
+        part.stride(0), part.stride(1), part.stride(2), *out.stride(),
+        h_kv, n,
+        GROUP_SPLIT=split, HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), BLOCK_N=_GROUP_SUM_BLOCK_N,
+        num_warps=4,
+    )
 
 
 _launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV", resident=("BLOCK_N", 2, 2))  # K, V; dK, dV
@@ -580,9 +630,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused,
     )
     if split > 1:
-        for out, part in ((dk, dk_out), (dv, dv_out)):
-            b, _, n, dd = part.shape
-            out.copy_(part.view(b, h_kv, split, n, dd).sum(2))
+        _sum_group_partials(dk, dk_out, h_kv, split)
+        _sum_group_partials(dv, dv_out, h_kv, split)
     if fused:
         dq.copy_(dq_acc.mul_(sm_scale))
         return delta
