@@ -505,19 +505,23 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     are never read).
 
     Decoding is bound by memory bandwidth, so the aim is enough programs in
-    flight to keep every SM streaming, counting two resident programs per SM.
-    A program's time is taken as its share of the key tiles plus a fixed cost
-    of two tiles (prologue, partial write, combine); the count that minimises
-    waves x (tiles per split + 2) wins, the smallest on ties.  Batch 1 with 8
-    KV heads on 132 SMs over a 128k cache gets 30 splits; 512 programs get 1.
-    Splitting has costs the model leaves out (partials in float32, the
-    combine launch), so the smallest count within 10% of the best wins."""
+    flight to keep every SM streaming.  A program's time is taken as its
+    share of the key tiles plus a fixed cost of two tiles (prologue, partial
+    write), and the merge adds an eighth of a tile per split (the last split
+    reads every partial); the count that minimises
+    waves x (tiles per split + 2) + splits / 8 wins.  A wave is two programs
+    per SM, or one when the batch is small (programs < SMs / 4): then one
+    long-streaming program per SM beat two short ones on the H200 (batch 1,
+    8 KV heads: 16 splits read a 4k-16k cache 1.14-1.33x faster than 29-32,
+    session8/call2/bench_decode_b1_sweep.md).  Batch 1 with 8 KV heads on 132
+    SMs gets 8 splits at 1k keys, 13 at 4k, 15 from 8k up; 512 programs get 1.  The
+    smallest count within 10% of the best wins."""
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
-    slots = 2 * max(1, n_sm)
+    slots = (1 if 4 * programs < n_sm else 2) * max(1, n_sm)
     costs = []
     for splits in range(1, max(1, min(max_splits, n_tiles)) + 1):
         waves = triton.cdiv(programs * splits, slots)
-        costs.append(waves * (triton.cdiv(n_tiles, splits) + 2))
+        costs.append(waves * (triton.cdiv(n_tiles, splits) + 2) + splits / 8)
     best = min(costs)
     return next(i + 1 for i, c in enumerate(costs) if c <= 1.1 * best)
 
