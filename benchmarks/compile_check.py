@@ -1,13 +1,21 @@
 """Compile the portable kernels for a GPU target without a GPU (Triton's
 ahead-of-time path): catches compile errors and reports registers, spills
-and shared memory per config before any device time is spent.
+and shared memory per config before any device time is spent.  --sass adds
+instruction counts (from the cubin's SASS and the PTX), the instructions of
+each loop body (the per-tile cost), and the classes that show layout
+conversions (shuffles, barriers, shared-memory stores / loads) or Philox
+rounds (mul.hi: 2 per round, 20 per dropout call), to compare code changes
+without a GPU.
 
     python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]
+    python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
+        --kernels FWD,BWD_DKDV,BWD_DQ --configs "128,64,8,3"
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import os
 import re
@@ -84,6 +92,48 @@ def ptxas_report(compiled, arch: int) -> str:
     return f"regs {regs.group(1) if regs else '?'}, spill {spill.group(1) if spill else '?'} B"
 
 
+SASS_CLASSES = ("SHFL", "BAR", "STS", "LDS", "IMAD", "LOP3", "ISETP", "PRMT", "STL", "LDL")
+PTX_CLASSES = ("shfl", "bar", "st.shared", "ld.shared", "mul.hi", "mad")
+_SASS_LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
+
+
+def sass_ops(compiled):
+    """[(address, opcode, operands)] of the kernel's SASS (cuobjdump on the cubin)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        text = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+    return [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(_SASS_LINE.match, text.splitlines()) if m]
+
+
+def loop_bodies(ops):
+    """Instruction counts of the loops: from a backward branch's target to the branch."""
+    sizes = []
+    for addr, op, rest in ops:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target and int(target.group(1), 16) < addr:
+            lo = int(target.group(1), 16)
+            sizes.append(sum(1 for a, _, _ in ops if lo <= a <= addr))
+    return sizes
+
+
+def instruction_report(compiled) -> str:
+    """'sass N (loops a/b/..) CLASS n ..; ptx class n ..': SASS opcodes by
+    prefix (IMAD counts IMAD.WIDE, IMAD.MOV, ...), PTX by prefix."""
+    try:
+        ops = sass_ops(compiled)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return f"sass unavailable ({type(exc).__name__})"
+    count = collections.Counter(op for _, op, _ in ops)
+    sass = " ".join(f"{c} {sum(n for op, n in count.items() if op.startswith(c))}" for c in SASS_CLASSES)
+    ptx = [m.group(1) for m in re.finditer(r"^\s*(?:@!?%p\d+\s+)?([a-z][a-z0-9_.]*)", compiled.asm["ptx"], re.M)]
+    ptx_counts = " ".join(f"{c} {sum(1 for op in ptx if op.startswith(c))}" for c in PTX_CLASSES)
+    loops = "/".join(str(n) for n in loop_bodies(ops))
+    return f"sass {len(ops)} (loops {loops or '-'}) {sass}; ptx {ptx_counts}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
@@ -98,6 +148,7 @@ def main():
     ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ")
     ap.add_argument("--cases", default="full,causal,varlen",
                     help="which of full / causal / varlen (causal, packed) to compile")
+    ap.add_argument("--sass", action="store_true", help="also count instructions (module doc)")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
@@ -135,6 +186,8 @@ def main():
                         ov["DQ"] = "*fp32"  # the float32 dQ buffer
                     k = compile_one(kernel, args.dtype, meta, target, w, s, ov)
                     print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
+                    if args.sass:
+                        print(f"    {instruction_report(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")

@@ -44,6 +44,8 @@ __all__ = [
     "philox_randint4x",
     "dropout_keep",
     "dropout_counters",
+    "dropout_threshold",
+    "dropout_scale",
     "dropout_keep_mask",
     "varlen_dropout_keep_mask",
 ]
@@ -125,33 +127,69 @@ def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10
     return philox_randint4x(seed, offsets, n_rounds)[0]
 
 
+DROPOUT_BITS = 16  # each keep decision reads a 16-bit half of a Philox word
+
+
 def dropout_threshold(p: float) -> int:
-    """A score is kept iff (Philox word >> 1) >= floor(p * 2^31): keep rate 1 - p within 2^-31."""
-    return min(int(p * 2.0 ** 31), 2 ** 31 - 1)
+    """The 16-bit threshold t of dropout probability p: a score is kept iff
+    its 16-bit random half is >= t, so it is dropped with probability
+    p' = t / 2^16.  t = round(p * 2^16) (|p' - p| <= 2^-17), at most
+    2^16 - 1 so that some keys are always kept (p < 1); a p below 2^-17
+    rounds to t = 0, which keeps every score."""
+    x = p * 65536.0  # exact: a power-of-two scaling
+    t = int(x)
+    if x - t >= 0.5:
+        t += 1
+    return min(t, 65535)
 
 
-def dropout_counters(batch: int, heads: int, rows, groups, rng_rows: int, rng_cols: int,
+def dropout_scale(p: float) -> float:
+    """The factor of kept probabilities, 1 / (1 - p') = 2^16 / (2^16 - t) with
+    the quantised p' of dropout_threshold: E[keep * scale] = 1 exactly, so
+    the output stays unbiased whatever the rounding of p."""
+    return 65536.0 / (65536 - dropout_threshold(p))
+
+
+def _dropout_bits(q: torch.Tensor, k: torch.Tensor):
+    """(row part, key part, word, half) of the counter rule for query rows q
+    and keys k (int64, broadcastable): rows q and q ^ 8 (within a 16-row
+    block) and keys k, k ^ 1, k ^ 8, k ^ 9 (within a 16-key block) share one
+    Philox call; the score takes word 2 * q3 + k3 and half k0 of it (bit n of
+    an index written xn)."""
+    return q & ~8, k & ~9, 2 * ((q >> 3) & 1) + ((k >> 3) & 1), k & 1
+
+
+def dropout_counters(batch: int, heads: int, rows, keys, rng_rows: int, rng_cols: int,
                      row0: int = 0, offset: int = 0, device=None) -> torch.Tensor:
-    """Philox counters ((b * heads + h) * rng_rows + row0 + i) * rng_cols + g + offset
-    of key groups g (keys 4g .. 4g + 3), shape (batch, heads, len(rows), len(groups))
-    for index ranges rows, groups (the rule of kernels/score.py)."""
+    """Philox counter of each score, (batch, heads, len(rows), len(keys)) for
+    index ranges rows, keys (the rule of kernels/score.py):
+        offset + ((b * heads + h) * rng_rows + row0 + (i & ~8)) * rng_cols + (j & ~9).
+    Eight scores share each counter (see _dropout_bits)."""
     b = torch.arange(batch, device=device, dtype=torch.int64)[:, None, None, None]
     h = torch.arange(heads, device=device, dtype=torch.int64)[None, :, None, None]
     i = torch.as_tensor(rows, device=device, dtype=torch.int64)[None, None, :, None]
-    g = torch.as_tensor(groups, device=device, dtype=torch.int64)[None, None, None, :]
-    return offset + ((b * heads + h) * rng_rows + row0 + i) * rng_cols + g
+    j = torch.as_tensor(keys, device=device, dtype=torch.int64)[None, None, None, :]
+    ri, kj, _, _ = _dropout_bits(i, j)
+    return offset + ((b * heads + h) * rng_rows + row0 + ri) * rng_cols + kj
 
 
 def dropout_keep(seed: torch.Tensor, p: float, batch: int, heads: int, rows, k0: int, k1: int,
                  rng_rows: int, rng_cols: int, row0: int = 0, offset: int = 0) -> torch.Tensor:
     """Keep mask (True = kept), (batch, heads, len(rows), k1 - k0), of query
-    rows x keys [k0, k1) (any k0): key j takes word j % 4 of the Philox call
-    on counter group j // 4 (dropout_counters), as the kernels do."""
-    g0, g1 = k0 // 4, -(-k1 // 4)
-    c = dropout_counters(batch, heads, rows, range(g0, g1), rng_rows, rng_cols, row0, offset,
-                         device=seed.device)
-    words = torch.stack(philox_randint4x(seed, c), dim=-1).flatten(-2)  # key 4g + t <- word t
-    return (words[..., k0 - 4 * g0:k1 - 4 * g0] >> 1) >= dropout_threshold(p)
+    rows x keys [k0, k1) (any rows, any k0), as the kernels draw it: score
+    (i, j) reads the 16-bit half j & 1 of word 2 * ((i >> 3) & 1) + ((j >> 3) & 1)
+    of the Philox call on dropout_counters' counter, kept iff that half is
+    >= dropout_threshold(p).  Each distinct counter is drawn once."""
+    dev = seed.device
+    i = torch.as_tensor(rows, device=dev, dtype=torch.int64)
+    j = torch.arange(k0, k1, device=dev, dtype=torch.int64)
+    ri, kj, word, half = _dropout_bits(i[:, None], j[None, :])
+    urow, inv_r = torch.unique(ri[:, 0], return_inverse=True)
+    ukey, inv_k = torch.unique(kj[0], return_inverse=True)
+    c = dropout_counters(batch, heads, urow, ukey, rng_rows, rng_cols, row0, offset, device=dev)
+    words = torch.stack(philox_randint4x(seed, c), dim=-1)  # (B, H, rows', keys', 4)
+    w = words[:, :, inv_r[:, None], inv_k[None, :], word]  # (B, H, rows, keys)
+    return ((w >> (16 * half)) & 0xFFFF) >= dropout_threshold(p)
 
 
 def dropout_keep_mask(seed: torch.Tensor, p: float, batch: int, heads: int, n_q: int,
@@ -207,7 +245,9 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             float (added to s);
         sinks (Hq,): one extra logit per head in the softmax denominator;
         dropout_mask (broadcastable to (B, Hq, Nq, Nk), True = kept) with
-            dropout_p: P * mask / (1 - p) multiplies V (the LSE is unchanged).
+            dropout_p: P * mask * dropout_scale(p) multiplies V (the LSE is
+            unchanged); dropout_scale(p) = 1 / (1 - p) up to the kernels'
+            16-bit quantisation of p (dropout_threshold).
     Returns ``(out, lse)``: out (B, Hq, Nq, dv), lse (B, Hq, Nq) natural-log
     log-sum-exp of the modified, masked scores (and the sink).  Rows that see
     no key (and have no sink) give out = 0 and lse = -inf.  With
@@ -248,7 +288,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     p = torch.exp(s - lse_safe[..., None])
     p_used = p
     if dropout_mask is not None:
-        p_used = p * dropout_mask.to(p.dtype) / (1.0 - dropout_p)
+        p_used = p * dropout_mask.to(p.dtype) * dropout_scale(dropout_p)
     out = torch.matmul(p_used.to(v.dtype), v)
     if return_probs:
         return out, lse, p
@@ -424,7 +464,7 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
         l_safe = torch.where(empty, torch.ones_like(l), l)
         o = acc / l_safe[..., None]
         if dropout:
-            o = o / (1.0 - mods.dropout_p)
+            o = o * dropout_scale(mods.dropout_p)
         out_g[:, :, :, q0:q1] = o.to(q.dtype)
         lse_g[:, :, :, q0:q1] = torch.where(empty, torch.full_like(m, float("-inf")),
                                             m + torch.log2(l_safe)).float()
@@ -479,8 +519,8 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
             pd = p
             if dropout:
                 keep = scores.keep(q0, q1, k0, k1)
-                pd = p * keep / (1.0 - mods.dropout_p)
-                dp = dp * keep / (1.0 - mods.dropout_p)
+                pd = p * keep * dropout_scale(mods.dropout_p)
+                dp = dp * keep * dropout_scale(mods.dropout_p)
             dv[:, :, k0:k1] += torch.matmul(pd.to(v.dtype).to(acc_dtype).transpose(-1, -2), dob).sum(2)
             ds = p * (dp - delta[:, :, :, q0:q1, None])
             if dbias_g is not None:

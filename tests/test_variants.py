@@ -21,7 +21,9 @@ from flashattn_triton import ops
 from flashattn_triton._params import draw_dropout_seed
 from flashattn_triton.kernels.score import dropout_keep, tanh
 from flashattn_triton.reference import attention_ref, philox_randint, philox_randint4x, visible_mask
+from flashattn_triton.kernels.score import KernelMods
 from flashattn_triton.reference import dropout_keep as ref_dropout_keep
+from flashattn_triton.reference import dropout_scale, dropout_threshold
 from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
                                       leaf, make_qkv, rand, random_cu_seqlens, varlen_attention_ref,
                                       varlen_dropout_masks)
@@ -59,9 +61,9 @@ def _dropout_keep_kernel(SEED, KEEP, KEEP_T, rng_base, rng_cols, dropout_thresh,
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     seed = tl.load(SEED)
-    keep = dropout_keep(seed, rng_base, row0 + offs_m, col0, rng_cols, dropout_thresh, BLOCK_N, False)
+    keep = dropout_keep(seed, rng_base, row0, col0, rng_cols, dropout_thresh, BLOCK_M, BLOCK_N, False)
     tl.store(KEEP + offs_m[:, None] * BLOCK_N + offs_n[None, :], keep.to(tl.int8))
-    keep_t = dropout_keep(seed, rng_base, row0 + offs_m, col0, rng_cols, dropout_thresh, BLOCK_N, True)
+    keep_t = dropout_keep(seed, rng_base, row0, col0, rng_cols, dropout_thresh, BLOCK_M, BLOCK_N, True)
     tl.store(KEEP_T + offs_n[:, None] * BLOCK_M + offs_m[None, :], keep_t.to(tl.int8))
 
 
@@ -285,24 +287,67 @@ def test_philox4x_matches_triton(device):
     assert torch.equal(out.long(), torch.stack(philox_randint4x(seed, offs)) >> 1)
 
 
-@pytest.mark.parametrize("col0,rng_cols", [(0, 13), (48, 70), (16, 4099)])
-def test_dropout_keep_tile_matches_reference(device, col0, rng_cols):
+@pytest.mark.parametrize("row0,col0,rng_cols,p,block_m,block_n", [
+    (48, 0, 13, 0.37, 32, 16),
+    (16, 48, 70, 0.7, 16, 64),  # threshold * 2^16 >= 2^31: the high-half compare must be unsigned
+    (0, 16, 4099, 0.93, 64, 32),
+])
+def test_dropout_keep_tile_matches_reference(device, row0, col0, rng_cols, p, block_m, block_n):
     """kernels.score.dropout_keep, queries x keys and keys x queries, is
-    reference.dropout_keep's mask of the tile (one Philox call per 4 keys:
-    key j reads word j % 4 of counter group j // 4); counters past 2^32."""
-    p, block_m, block_n, row0 = 0.37, 32, 16, 5
+    reference.dropout_keep's mask of the tile (one Philox call per 8 scores:
+    score (i, j) reads half j0 of word 2 * i3 + j3 of the counter of
+    (i & ~8, j & ~9)); counters past 2^32; the tile's keep rate is 1 - p."""
     seed = torch.tensor([987_654_321_987], dtype=torch.int64, device=device)
     rng_base = 3 * 2 ** 32 + 11
     keep = torch.empty(block_m, block_n, dtype=torch.int8, device=device)
     keep_t = torch.empty(block_n, block_m, dtype=torch.int8, device=device)
-    thresh = ops.reference.dropout_threshold(p)
+    thresh = dropout_threshold(p)
     _dropout_keep_kernel[(1,)](seed, keep, keep_t, rng_base, rng_cols, thresh, row0, col0,
                                BLOCK_M=block_m, BLOCK_N=block_n)
     ref = ref_dropout_keep(seed, p, 1, 1, range(row0, row0 + block_m), col0, col0 + block_n, 1,
                            rng_cols, offset=rng_base)[0, 0]
     assert torch.equal(keep.bool(), ref), "queries x keys tile differs from the reference"
     assert torch.equal(keep_t.bool(), ref.T), "keys x queries tile differs from the reference"
-    assert 0.45 < ref.float().mean().item() < 0.8
+    sigma = math.sqrt(p * (1 - p) / ref.numel())
+    assert abs(ref.float().mean().item() - (1 - p)) < 5 * sigma
+
+
+def test_dropout_threshold_and_scale():
+    """16-bit thresholds: t = round(p * 2^16), at most 2^16 - 1 (p < 1 keeps
+    some scores); the scale is the exact inverse of the quantised keep
+    probability, and the kernels receive exactly these two numbers."""
+    assert [dropout_threshold(p) for p in (0.1, 0.5, 1 / 3, 0.25 + 0.5 / 65536)] == [6554, 32768, 21845, 16385]
+    assert dropout_threshold(7e-6) == 0 and dropout_threshold(8e-6) == 1  # 2^-17 = 7.63e-6 rounds up
+    assert dropout_threshold(1 - 1e-9) == 65535 and dropout_threshold(0.0) == 0
+    for p in (1e-7, 1e-4, 0.1, 1 / 3, 0.9, 1 - 1e-9):
+        t = dropout_threshold(p)
+        assert abs(t / 65536 - p) <= 2 ** -17 or t == 65535, p
+        assert dropout_scale(p) == 65536 / (65536 - t) and abs(dropout_scale(p) * (1 - t / 65536) - 1) < 1e-15
+        _, scale, thresh, _ = KernelMods(dropout_p=p).scalars()
+        assert (scale, thresh) == (dropout_scale(p), t)
+    assert dropout_scale(1e-7) == 1.0
+
+
+@pytest.mark.parametrize("p", [0.1, 0.7, 3e-4])
+def test_dropout_keep_rate_and_independence(device, p):
+    """Over 2^20 scores of the reference mask (the kernels' mask bit for bit,
+    test above): the keep rate is 1 - t / 2^16, and so is the joint keep rate
+    of each pair of scores that share a Philox call (the two halves of one
+    word: keys j, j ^ 1; two words: rows i, i ^ 8 and keys j, j ^ 8) squared,
+    all within 4.5 sigma.  A 15-bit or shifted half, a signed compare or two
+    decisions read from the same bits would fail."""
+    seed = torch.tensor([2024], dtype=torch.int64, device=device)
+    n_q, n_k = 512, 2048
+    keep = ref_dropout_keep(seed, p, 1, 1, range(n_q), 0, n_k, n_q, n_k)[0, 0].double()
+    q = 1 - dropout_threshold(p) / 65536
+    for name, x, rate in [
+        ("keep", keep, q),
+        ("halves j, j^1", keep[:, 0::2] * keep[:, 1::2], q * q),
+        ("words j, j^8", keep.view(n_q, -1, 2, 8)[:, :, 0] * keep.view(n_q, -1, 2, 8)[:, :, 1], q * q),
+        ("words i, i^8", keep.view(-1, 2, 8, n_k)[:, 0] * keep.view(-1, 2, 8, n_k)[:, 1], q * q),
+    ]:
+        sigma = math.sqrt(rate * (1 - rate) / x.numel())
+        assert abs(x.mean().item() - rate) < 4.5 * sigma, f"{name}: rate {x.mean().item():.6f}, expected {rate:.6f}"
 
 
 def test_reference_dropout_keep_any_key_range(device):
@@ -322,13 +367,14 @@ def _kernel_dropout_masks(lens_q, lens_k, h_q, h_kv, p, torch_seed, window, devi
     read back exactly through the public API, per sequence (h_q, n_q, n_k),
     with the visibility mask of each sequence.
 
-    Scores are all 0 (q = 0), so P = 1 / (visible keys of the row).
-    Forward: V = identity over keys, so out[i, h, j] = keep * P / (1 - p).
+    Scores are all 0 (q = 0), so P = 1 / (visible keys of the row); with
+    the keep scale r = dropout_scale(p) (1 / (1 - p) up to quantisation):
+    Forward: V = identity over keys, so out[i, h, j] = keep * P * r.
     dK/dV: dO = identity over (group member, query), so dV[j, g * Nq + i] of
-    KV head h // G is (query head h's) keep * P / (1 - p).
+    KV head h // G is (query head h's) keep * P * r.
     dQ: K = identity over keys, V = dO = ones (width c), scale 1, so
-    dQ[i, j] = dS_ij = P (keep * c / (1 - p) - delta_i), delta_i = dO_i . O_i:
-    keep = (dS / P + delta) (1 - p) / c, an exact 0 or 1 up to rounding."""
+    dQ[i, j] = dS_ij = P (keep * c * r - delta_i), delta_i = dO_i . O_i:
+    keep = (dS / P + delta) / (c r), an exact 0 or 1 up to rounding."""
     group, b = h_q // h_kv, len(lens_q)
     mq, mk = max(lens_q), max(lens_k)
     d_v = max(mk, group * mq)
@@ -385,7 +431,7 @@ def _kernel_dropout_masks(lens_q, lens_k, h_q, h_kv, p, torch_seed, window, devi
         ds = ds[:, :, :nk].permute(1, 0, 2)  # (h_q, nq, nk)
         delta = o.sum(-1).T[:, :, None]  # dO_i . O_i with dO = ones: (h_q, nq, 1)
         prob = (vm / vm.sum(-1, keepdim=True).clamp_min(1)).expand_as(ds)
-        est = torch.where(vm, (ds / prob.clamp_min(1e-30) + delta) * (1 - p) / c, 0.0)
+        est = torch.where(vm, (ds / prob.clamp_min(1e-30) + delta) / (c * dropout_scale(p)), 0.0)
         assert torch.all((est - est.round()).abs() < 0.05), "dQ does not decode to a 0/1 mask"
         dqs.append(est.round() == 1)
     return fwd, dkdv, dqs, vis
@@ -427,7 +473,7 @@ def test_dropout_kernel_masks_exact(device, path, case, monkeypatch):
 
 @pytest.mark.parametrize("dtype,causal,p", [
     (torch.float16, True, 0.17),
-    (torch.float32, False, 0.5),
+    (torch.float32, False, 1 / 3),  # scale 2^16 / 43691, 2.5e-5 from 1 / (1 - p): float32 sees it
 ])
 def test_dropout_same_mask_as_reference(device, path, dtype, causal, p):
     """Forward and gradients equal the reference computed with the mask the
@@ -439,7 +485,7 @@ def test_dropout_same_mask_as_reference(device, path, dtype, causal, p):
 def test_dropout_pattern_and_keep_rate(device, path):
     """return_attn_probs=True returns P with the dropped entries negated
     (flash-attn's encoding); its signs are the testing hook's mask, and the
-    keep rate is 1 - p within 4 standard deviations."""
+    keep rate is 1 - p (quantised: 1 - t / 2^16) within 4 standard deviations."""
     b, n_q, n_k, h, p = 2, 64, 96, 2, 0.3
     q, k, v = make_qkv(b, n_q, n_k, h, h, 16, torch.float32, device, requires_grad=False)
     torch.manual_seed(7)
@@ -451,15 +497,15 @@ def test_dropout_pattern_and_keep_rate(device, path):
     assert_close("|pattern| = P", pattern.abs(), torch.softmax(
         (q.double().transpose(1, 2) @ k.double().permute(0, 2, 3, 1)) / 4.0, -1), atol=1e-6)
     assert_close("lse (dropout leaves it unchanged)", lse, ref_lse, atol=1e-5)
-    rate, n = keep.float().mean().item(), keep.numel()
-    sigma = math.sqrt(p * (1 - p) / n)
-    assert abs(rate - (1 - p)) < 4 * sigma, f"keep rate {rate:.4f}, expected {1 - p} +- {4 * sigma:.4f}"
+    rate, n, q_keep = keep.float().mean().item(), keep.numel(), 1 - dropout_threshold(p) / 65536
+    sigma = math.sqrt(q_keep * (1 - q_keep) / n)
+    assert abs(rate - q_keep) < 4 * sigma, f"keep rate {rate:.4f}, expected {q_keep} +- {4 * sigma:.4f}"
 
 
 def test_dropout_unbiased(device):
     """E[out] over seeds is the attention without dropout (kept probabilities
-    are scaled by 1 / (1 - p)): the mean of 200 draws is within 4 standard
-    errors of it, elementwise."""
+    are scaled by the inverse keep probability dropout_scale(p)): the mean of
+    100 draws is within 4.5 standard errors of it, elementwise."""
     q, k, v = make_qkv(1, 8, 16, 1, 1, 16, torch.float32, device, requires_grad=False)
     p, draws = 0.4, 100
     outs = torch.stack([fat.flash_attn_func(q, k, v, dropout_p=p) for _ in range(draws)]).double()
@@ -467,6 +513,25 @@ def test_dropout_unbiased(device):
     stderr = outs.std(0) / math.sqrt(draws)
     z = ((outs.mean(0) - exact).abs() / stderr).max().item()
     assert z < 4.5, f"mean of {draws} dropout draws is {z:.1f} standard errors from the exact output"
+
+
+def test_dropout_tiny_p(device, path):
+    """A p whose 16-bit threshold rounds to 0 (p < 2^-17) keeps every score
+    with scale 1: the output and gradients are those without dropout up to
+    float32 rounding (the variant kernels round a few ulps differently; one
+    dropped score would move a row by ~1/40, a scale of 1 / (1 - p) by 5e-6);
+    the smallest p that drops (threshold 1) matches the reference with the
+    hook's mask."""
+    q, k, v = make_qkv(1, 40, 40, 2, 2, 16, torch.float32, device, requires_grad=True)
+    runs = []
+    for p in (5e-6, 0.0):
+        torch.manual_seed(3)
+        out = fat.flash_attn_func(q, k, v, dropout_p=p, causal=True)
+        runs.append((out,) + torch.autograd.grad(out.sum(), (q, k, v)))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *runs):
+        torch.testing.assert_close(a, b, rtol=2e-7, atol=1e-6, msg=f"{name}: p = 5e-6 (threshold 0) "
+                                   "differs from no dropout")
+    check_flash(q.detach(), k.detach(), v.detach(), causal=True, dropout=(1e-5, 4))
 
 
 def test_dropout_reproducible(device, path):
@@ -857,8 +922,8 @@ def test_gpu_dropout_keep_rate(device):
     torch.manual_seed(3)
     out = fat.flash_attn_func(q, k, v, dropout_p=0.1)
     keep = dropout_mask(3, 0.1, b, h, n, n, device)
-    rate = keep.float().mean().item()
-    assert abs(rate - 0.9) < 4 * math.sqrt(0.09 / keep.numel())
+    rate, q_keep = keep.float().mean().item(), 1 - dropout_threshold(0.1) / 65536
+    assert abs(rate - q_keep) < 4 * math.sqrt(q_keep * (1 - q_keep) / keep.numel())
     ref, _ = flash_attention_ref(q, k, v, False, dropout_mask=keep, dropout_p=0.1)
     base, _ = flash_attention_ref(q, k, v, False, dtype=torch.bfloat16, dropout_mask=keep, dropout_p=0.1)
     assert_close("out", out, ref, base, 2.0, torch.bfloat16)

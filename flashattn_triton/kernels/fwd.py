@@ -73,8 +73,8 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_base, offs_m, start, rng_cols, dropout_thresh,
-                                BLOCK_N, False)
+            keep = dropout_keep(seed, rng_base, tl.min(offs_m, 0), start, rng_cols, dropout_thresh,
+                                offs_m.shape[0], BLOCK_N, False)
             p = tl.where(keep, p, 0.0)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)

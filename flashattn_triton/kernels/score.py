@@ -17,15 +17,21 @@ same s2 bit for bit (same helper, same order) and needs one more factor for
 the softcap: ds/d(scale * qk) = 1 - tanh^2, returned here as ``t``.
 
 Dropout (``dropout_keep``) acts on probabilities, not scores.  One Philox
-4x32 call gives 4 words, so 4 neighbouring keys share a counter: score
-(b, h, i, j) is decided by word j % 4 of counter
-    philox_offset + ((b * Hq + h) * rng_rows + row0 + i) * rng_cols + j // 4
-(b = 0 and row0 = the sequence's first packed row for varlen batches).  Rows
-keep the stride rng_cols (the key count), of which the first cdiv(rng_cols, 4)
-counters are used: a batch entry spans Hq * rng_rows * rng_cols counters, as
-KernelMods.chunk assumes.  Key tiles start at multiples of BLOCK_N (a multiple
-of 4), so a group never straddles two tiles.  reference.dropout_keep_mask
-reproduces the rule in PyTorch.
+4x32 call (``tl.randint4x``) gives 4 words = 8 16-bit halves, one keep
+decision each: score (b, h, i, j) reads half j0 of word 2 * i3 + j3 (xn:
+bit n of index x) of the call on counter
+    philox_offset + ((b * Hq + h) * rng_rows + row0 + (i & ~8)) * rng_cols + (j & ~9)
+(b = 0 and row0 = the sequence's first packed row for varlen batches), and
+is kept iff that half is >= t = dropout_threshold(p) = round(p * 2^16): the
+keep probability is 1 - t / 2^16 and kept scores are scaled by its inverse
+2^16 / (2^16 - t) (reference.dropout_scale), so the output stays unbiased.
+The eight scores of a call, rows {i, i ^ 8} x keys {j, j ^ 1, j ^ 8, j ^ 9},
+sit in one thread's registers in both orientations of an NVIDIA MMA tile
+except key bit 0 in the keys x queries (dK/dV) tiles, where one small lane
+exchange remains.  Rows keep the stride rng_cols (the key count); a batch
+entry spans Hq * rng_rows * rng_cols counters, as KernelMods.chunk assumes.
+Tiles start at multiples of 16 rows and 16 keys, so a group never straddles
+two tiles.  reference.dropout_keep reproduces the rule in PyTorch.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+
+from ..reference import dropout_scale, dropout_threshold
 
 LOG2E = 1.4426950408889634
 
@@ -142,33 +150,61 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
 
 
 @triton.jit
-def dropout_keep(seed, rng_base, rows, col0, rng_cols, dropout_thresh,
-                 BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr):
-    """Keep mask of query rows x keys [col0, col0 + BLOCK_N): (rows, BLOCK_N),
-    or its transpose (BLOCK_N, rows) with KEYS_FIRST (the dK/dV loop's tiles).
+def _dropout_counters(rng_base, row0, col0, rng_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      KEYS_FIRST: tl.constexpr):
+    """int64 counters of the tile's Philox calls (module doc): rows
+    row0 + 16a + r and keys col0 + 16c + 2e (the members with bits 3 / 0, 3
+    clear), shaped (a, r, c, e), or (c, e, a, r) with KEYS_FIRST."""
+    ia = tl.arange(0, BLOCK_M // 2)
+    rows = row0 + (ia // 8) * 16 + ia % 8
+    row_part = tl.reshape(rng_base + rows.to(tl.int64) * rng_cols, (BLOCK_M // 16, 8))
+    ic = tl.arange(0, BLOCK_N // 4)
+    col_part = tl.reshape(col0 + (ic // 4) * 16 + (ic % 4) * 2, (BLOCK_N // 16, 4))
+    if KEYS_FIRST:
+        offs = col_part[:, :, None, None] + row_part[None, None, :, :]
+    else:
+        offs = row_part[:, :, None, None] + col_part[None, None, :, :]
+    return offs
 
-    rows: 1-D query indices.  col0: a multiple of 4 (tile starts are
-    multiples of BLOCK_N).  rng_base: int64 counter of (row 0, col 0) of this
-    (batch entry, head).  One Philox call per 4 keys (module doc): key j
-    takes output j % 4 of counter group j // 4, kept iff
-    output >> 1 >= dropout_thresh = floor(p * 2^31)."""
-    groups = col0 // 4 + tl.arange(0, BLOCK_N // 4)
+
+@triton.jit
+def dropout_keep(seed, rng_base, row0, col0, rng_cols, dropout_thresh,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """Keep mask of query rows [row0, row0 + BLOCK_M) x keys [col0, col0 + BLOCK_N):
+    (BLOCK_M, BLOCK_N), or its transpose (BLOCK_N, BLOCK_M) with KEYS_FIRST
+    (the dK/dV loop's tiles).
+
+    row0, col0: multiples of 16, as are BLOCK_M and BLOCK_N (tile starts are
+    multiples of the tile sizes).  rng_base: int64 counter of (row 0, col 0)
+    of this (batch entry, head).  dropout_thresh: the 16-bit threshold t
+    (module doc).  One Philox call per 8 scores."""
+    tl.static_assert(BLOCK_M % 16 == 0 and BLOCK_N % 16 == 0, "dropout tiles are multiples of 16")
+    t_lo = dropout_thresh.to(tl.uint32)
+    # high half >= t  <=>  word >= t * 2^16 (unsigned): one compare, no shift
+    t_hi = t_lo << 16
+    w0, w1, w2, w3 = tl.randint4x(seed, _dropout_counters(rng_base, row0, col0, rng_cols,
+                                                           BLOCK_M, BLOCK_N, KEYS_FIRST))
     if KEYS_FIRST:
-        offs = rng_base + rows.to(tl.int64)[None, :] * rng_cols + groups[:, None]
+        # Key bit 0 lies across lanes in this orientation: pack the 8
+        # decisions of a call into the bits 4 * k0 + word of one integer, so
+        # that the lane exchange moves one small integer per key pair
+        # instead of booleans.
+        bits = (((w0 & 0xFFFF) >= t_lo).to(tl.uint32) | (((w1 & 0xFFFF) >= t_lo).to(tl.uint32) << 1)
+                | (((w2 & 0xFFFF) >= t_lo).to(tl.uint32) << 2) | (((w3 & 0xFFFF) >= t_lo).to(tl.uint32) << 3)
+                | ((w0 >= t_hi).to(tl.uint32) << 4) | ((w1 >= t_hi).to(tl.uint32) << 5)
+                | ((w2 >= t_hi).to(tl.uint32) << 6) | ((w3 >= t_hi).to(tl.uint32) << 7))
+        half = tl.join(bits, bits >> 4)  # (c, e, a, r, k0): bit w = word w
+        keep = tl.join(tl.join((half & 1) != 0, (half & 2) != 0),
+                       tl.join((half & 4) != 0, (half & 8) != 0))
+        # (c, e, a, r, k0, k3, q3) -> keys 16c + 8k3 + 2e + k0, queries 16a + 8q3 + r
+        keep = tl.reshape(tl.permute(keep, (0, 5, 1, 4, 2, 6, 3)), (BLOCK_N, BLOCK_M))
     else:
-        offs = rng_base + rows.to(tl.int64)[:, None] * rng_cols + groups[None, :]
-    r0, r1, r2, r3 = tl.randint4x(seed, offs)
-    k0 = (r0 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
-    k1 = (r1 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
-    k2 = (r2 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
-    k3 = (r3 >> 1).to(tl.int32, bitcast=True) >= dropout_thresh
-    # join stacks along a new last dim, so [.., b, a] below holds output a + 2b
-    # and row-major flattening of (b, a) puts it at key offset 2b + a.
-    keep = tl.join(tl.join(k0, k2), tl.join(k1, k3))
-    if KEYS_FIRST:
-        keep = tl.reshape(tl.permute(keep, (0, 2, 3, 1)), (BLOCK_N, rows.shape[0]))
-    else:
-        keep = tl.reshape(keep, (rows.shape[0], BLOCK_N))
+        keep = tl.join(tl.join(tl.join((w0 & 0xFFFF) >= t_lo, w0 >= t_hi),
+                               tl.join((w1 & 0xFFFF) >= t_lo, w1 >= t_hi)),
+                       tl.join(tl.join((w2 & 0xFFFF) >= t_lo, w2 >= t_hi),
+                               tl.join((w3 & 0xFFFF) >= t_lo, w3 >= t_hi)))
+        # (a, r, c, e, k0, k3, q3) -> queries 16a + 8q3 + r, keys 16c + 8k3 + 2e + k0
+        keep = tl.reshape(tl.permute(keep, (0, 6, 1, 2, 5, 3, 4)), (BLOCK_M, BLOCK_N))
     return keep
 
 
@@ -214,11 +250,11 @@ class KernelMods:
         return alibi + bias
 
     def scalars(self):
-        """(softcap, dropout_scale, dropout_thresh, philox_offset)."""
+        """(softcap, dropout_scale, dropout_thresh, philox_offset): the 16-bit
+        threshold and the exact inverse keep probability (module doc)."""
         p = self.dropout_p
-        thresh = min(int(p * 2.0 ** 31), 2 ** 31 - 1)
-        return (float(self.softcap) if self.softcap > 0 else 1.0, 1.0 / (1.0 - p), thresh,
-                int(self.philox_offset))
+        return (float(self.softcap) if self.softcap > 0 else 1.0, dropout_scale(p),
+                dropout_threshold(p), int(self.philox_offset))
 
     def switches(self, q: torch.Tensor, with_sinks: bool):
         sw = dict(HAS_SOFTCAP=self.softcap > 0, FAST_TANH=self.softcap > 0 and fast_tanh(q),
