@@ -425,18 +425,36 @@ def _check_cases(device):
     }
 
 
-def _describe(x, inputs):
+def _describe(x, inputs, kind=None):
     """What must agree between two launches of one call: tensors by layout,
-    alignment and which input's memory they are (new buffers differ per call)."""
+    alignment and which input's memory they are (new buffers differ per call);
+    pointer arguments (kind "*...") passed as addresses by alignment and input;
+    TMA descriptors (the fake driver's encodings) by their fields, the base
+    address as a pointer."""
     import torch
     if isinstance(x, torch.Tensor):
         ptr = x.data_ptr()
+        if kind is not None:  # the launcher reads the address only
+            return ("ptr", ptr % 16, inputs.get(ptr))
         return ("tensor", x.dtype, tuple(x.shape), tuple(x.stride()), ptr % 16, inputs.get(ptr))
+    if isinstance(kind, str) and kind.startswith("*") and type(x) is int:
+        return ("ptr", x % 16, inputs.get(x))
+    if isinstance(x, tuple) and len(x) == 2 and x[0] == "tma":  # fake_cuda's fill_tma_descriptor
+        ptr, *rest = x[1]
+        return ("tma", ptr % 16, inputs.get(ptr), repr(rest))
     if hasattr(x, "block_shape") and hasattr(x, "base"):  # a TMA descriptor: what the launcher reads
         ptr = x.base.data_ptr()
         return ("desc", x.base.dtype, ptr % 16, inputs.get(ptr), tuple(x.shape), tuple(x.strides),
                 tuple(x.block_shape), repr(x.layout), x.padding)
     return (type(x).__name__, x)
+
+
+def _describe_launch(launcher, args, inputs):
+    kinds = getattr(launcher, "kinds", None)
+    if kinds is None or len(kinds) != len(args):
+        return [_describe(a, inputs) for a in args]
+    return [_describe(a, inputs, kind if isinstance(kind, str) and kind.startswith("*") else None)
+            for a, kind in zip(args, kinds)]
 
 
 def _bwd_kernels():
@@ -512,7 +530,7 @@ def check(device: str) -> int:
                         t.grad = None
                     out.float().sum().backward()
                 if device == "cpu":
-                    runs.append([(id(l), g, [_describe(a, ptrs) for a in args]) for l, g, args in LAUNCHES])
+                    runs.append([(id(l), g, _describe_launch(l, args, ptrs)) for l, g, args in LAUNCHES])
                 else:
                     torch.cuda.synchronize()
                     runs.append([out.detach().clone()] + ([t.grad.clone() for t in inputs] if grad else []))

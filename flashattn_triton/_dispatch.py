@@ -18,14 +18,15 @@ import os
 
 import torch
 
-from .kernels.launch import INTERPRET
+from .kernels.launch import INTERPRET, env_value
 
 ENV_BACKEND = "FLASHATTN_TRITON_BACKEND"
 BACKENDS = ("auto", "portable", "hopper")
 
 
 def backend() -> str:
-    name = os.environ.get(ENV_BACKEND, "auto").lower()
+    value = env_value(ENV_BACKEND)
+    name = "auto" if value is None else value.lower()
     if name not in BACKENDS:
         raise ValueError(f"{ENV_BACKEND}={name!r}: expected one of {', '.join(BACKENDS)}")
     return name

@@ -14,6 +14,8 @@ Conventions shared by every layer:
   full, bool (True = attend) or float (added to the scores); dropout_p with
   rng_seed, a (1,) int64 tensor on the device drawn per call (see
   draw_dropout_seed).
+* deterministic: the backward adds dQ without atomics whatever
+  FLASHATTN_TRITON_FUSED_DQ says (kernels/bwd.py use_fused_dq).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class AttnParams:
     attn_bias: Optional[torch.Tensor] = None
     dropout_p: float = 0.0
     rng_seed: Optional[torch.Tensor] = None
+    deterministic: bool = False  # the backward never uses the fused dQ form (atomics)
 
     @property
     def causal(self) -> bool:
@@ -57,7 +60,7 @@ class AttnParams:
         return (self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
                 self.softmax_scale, self.window_left, self.window_right, self.bottom_right,
                 self.softcap, self.alibi_slopes, self.sinks, self.attn_bias, self.dropout_p,
-                self.rng_seed)
+                self.rng_seed, self.deterministic)
 
 
 def has_variants(softcap: float, alibi_slopes, sinks, attn_bias, dropout_p: float) -> bool:

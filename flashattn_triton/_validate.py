@@ -260,6 +260,11 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
 _ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", None)
 
 
+def autocast_active() -> bool:
+    """Whether autocast may be on for some device (True when PyTorch cannot say in one call)."""
+    return _ANY_AUTOCAST is None or _ANY_AUTOCAST()
+
+
 def autocast_inputs(*tensors: torch.Tensor):
     """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA does."""
     if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST() and not torch.compiler.is_compiling():

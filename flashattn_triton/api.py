@@ -3,14 +3,15 @@ parameter record and calls the op layer (ops.py); none has its own autograd."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Tuple, Union, overload
+from typing import Dict, Literal, Optional, Tuple, Union, overload
 
 import torch
 
 from . import ops
 from ._params import AttnParams, draw_dropout_seed
+from .kernels.launch import env_snapshot
 from .reference import LN2
-from ._validate import (autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
+from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
                         check_dropout, check_flag, check_qkv, check_scale, check_sinks,
                         check_softcap, check_window)
 
@@ -30,14 +31,111 @@ _SDPA_LAYOUT = "(batch, nheads, seqlen, headdim)"
 
 
 def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0,
-            batch, heads, varlen=None, attn_bias=None, bottom_right=True) -> AttnParams:
+            batch, heads, varlen=None, attn_bias=None, bottom_right=True, deterministic=False) -> AttnParams:
     """The parameter record of a call, every variant validated."""
     dropout_p = check_dropout(dropout_p)
     cu_q, cu_k, max_q, max_k = varlen or (None, None, 0, 0)
     return AttnParams(scale, window[0], window[1], bottom_right, cu_q, cu_k, max_q, max_k,
                       check_softcap(softcap), check_alibi(alibi_slopes, q, batch, heads),
                       check_sinks(sinks, q, heads), attn_bias, dropout_p,
-                      draw_dropout_seed(q.device) if dropout_p > 0 else None)
+                      draw_dropout_seed(q.device) if dropout_p > 0 else None, deterministic)
+
+
+# ---------------------------------------------------------------------------
+# Call plans: a call whose signature was seen before skips validation and dispatch
+# ---------------------------------------------------------------------------
+#
+# The first call of a signature (the key below) runs the full path: every
+# check, the parameter record, then the op layer's plan (ops.FwdPlan), which
+# records the launches it makes.  Later calls with an equal key compute the
+# key (one tuple), find the plan and run it: allocate the outputs, replay the
+# launches.  The key holds everything the checks and the dispatch read:
+# shapes, strides, dtypes, devices, requires_grad and 16-byte alignment of
+# q, k, v, every option and flag (only when they are of the plain Python
+# types, compared by value), and the environment switches of the forward.
+# Calls with tensor options (ALiBi, sinks, a mask, cu_seqlens), dropout,
+# arguments of other types, and calls under torch.compile, autocast,
+# forward AD or functorch transforms take the full path every time.  A key
+# is stored only after its call passed every check, so an invalid call can
+# never find a plan; another call differing in anything the key holds
+# misses and is validated.  FLASHATTN_TRITON_FAST_LAUNCH=0 (or
+# ops.PLANS_ENABLED = False) turns the plans off.
+
+MAX_PLANS = 1024
+# Environment switches that choose the forward's kernels (read per call).
+PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_CONFIG_FWD", "FLASHATTN_TRITON_AUTOTUNE")
+_NUMBER = (float, int)  # exact classes: bool, numpy scalars, ... take the full path
+_PLANS: Dict[tuple, "_CallPlan"] = {}
+
+
+def clear_plans() -> None:
+    """Forget every call plan (tests, benchmarks)."""
+    _PLANS.clear()
+
+
+class _CallPlan:
+    """What a planned call runs: the op layer's FwdPlan and the outputs to return."""
+
+    __slots__ = ("op", "returns")
+
+    def __init__(self, op: ops.FwdPlan, returns: int):
+        self.op = op
+        self.returns = returns  # 0: out, 1: (out, lse), 2: (out, lse, None)
+
+    def flash(self, q, k, v):
+        out, lse2 = ops.attention_planned(self.op, q, k, v)
+        if not self.returns:
+            return out
+        return (out, lse2 * LN2) if self.returns == 1 else (out, lse2 * LN2, None)
+
+    def sdpa(self, query, key, value):
+        out, _ = ops.attention_planned(self.op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+        return out.transpose(1, 2)
+
+
+def _plannable() -> bool:
+    """Plans on, and no autocast, forward-AD level or functorch transform active
+    (the callers checked that no compile is)."""
+    return ops.PLANS_ENABLED and not autocast_active() and not ops.transforms_active()
+
+
+def _qkv_key(q, k, v) -> Optional[tuple]:
+    """What the checks and the dispatch read of q, k, v; None unless all are plain tensors."""
+    if not (q.__class__ is torch.Tensor and k.__class__ is torch.Tensor and v.__class__ is torch.Tensor):
+        return None
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, q.requires_grad, k.requires_grad, v.requires_grad,
+            q.data_ptr() & 15, k.data_ptr() & 15, v.data_ptr() & 15)
+
+
+def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+               return_attn_probs, return_lse) -> Optional[tuple]:
+    """flash_attn_func's plan key, None if the call cannot be planned."""
+    if not (causal.__class__ is bool and deterministic.__class__ is bool and return_attn_probs.__class__ is bool
+            and return_lse.__class__ is bool and window_size.__class__ is tuple and len(window_size) == 2
+            and dropout_p.__class__ in _NUMBER and dropout_p == 0 and softcap.__class__ in _NUMBER
+            and (softmax_scale is None or softmax_scale.__class__ in _NUMBER)):
+        return None
+    left, right = window_size
+    if left.__class__ is not int or right.__class__ is not int or not _plannable():
+        return None
+    tensors = _qkv_key(q, k, v)
+    if tensors is None:
+        return None
+    return ("flash", causal, deterministic, return_attn_probs, return_lse, left, right, softmax_scale, softcap,
+            tensors, env_snapshot(PLAN_ENV))
+
+
+def _store_plan(key: tuple, q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
+    """A plan for a validated call, None if its parameters vary per call (tensors, a seed)."""
+    if (params.cu_seqlens_q is not None or params.alibi_slopes is not None or params.sinks is not None
+            or params.attn_bias is not None or params.rng_seed is not None):
+        return None
+    plan = _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
 
 
 def _returns(q, k, v, params, out, lse2, return_lse: bool, return_attn_probs: bool):
@@ -157,10 +255,11 @@ def flash_attn_func(
             (batch_size, nheads).  Adds -slope[b, h] * |i + seqlen_k - seqlen_q - j|
             to the score of query i and key j (after softcap).  The slopes
             are constants: no gradient flows to them (as in flash-attn).
-        deterministic: accepted for compatibility.  The default backward uses
-            no atomics and is bit-reproducible whatever this flag says; only
-            the opt-in fused form (FLASHATTN_TRITON_FUSED_DQ=1, float32 atomic
-            adds into dQ) is not, and it ignores this flag for now.
+        deterministic: the default backward uses no atomics and is
+            bit-reproducible whatever this flag says; the opt-in fused form
+            (FLASHATTN_TRITON_FUSED_DQ=1, float32 atomic adds into dQ) is not,
+            and deterministic=True (or torch.use_deterministic_algorithms)
+            keeps that call's backward on the default form.
         return_attn_probs: if True, return ``(out, softmax_lse, S_dmask)`` like
             flash-attn.  S_dmask is None unless dropout_p > 0; then it is
             (batch_size, nheads, seqlen_q, seqlen_k) float32: the attention
@@ -196,6 +295,14 @@ def flash_attn_func(
             each row of the modified scores (-inf for rows that see no key).
         S_dmask (with return_attn_probs): see return_attn_probs.
     """
+    key = None
+    if alibi_slopes is None and sinks is None and not torch.compiler.is_compiling():
+        key = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                         return_attn_probs, return_lse)
+        if key is not None:
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return plan.flash(q, k, v)
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _FLASH_LAYOUT, 4, 2)
     causal = check_flag(causal, "causal")
@@ -203,7 +310,13 @@ def flash_attn_func(
     window = check_window(window_size, causal)
     params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
-                     batch=q.shape[0], heads=q.shape[2])
+                     batch=q.shape[0], heads=q.shape[2], deterministic=deterministic)
+    if key is not None:
+        check_flag(return_lse, "return_lse")
+        check_flag(return_attn_probs, "return_attn_probs")
+        plan = _store_plan(key, q, k, v, params, 2 if return_attn_probs else int(return_lse))
+        if plan is not None:
+            return plan.flash(q, k, v)
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
@@ -305,7 +418,8 @@ def flash_attn_varlen_func(
     params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
                      batch=cu_seqlens_q.shape[0] - 1, heads=q.shape[1],
-                     varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)))
+                     varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)),
+                     deterministic=deterministic)
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
@@ -411,6 +525,13 @@ def scaled_dot_product_attention(
     Returns:
         (..., nheads, seqlen_q, headdim_v), the dtype of query.
     """
+    plan_key = None
+    if attn_mask is None and not torch.compiler.is_compiling():
+        plan_key = _sdpa_key(query, key, value, dropout_p, is_causal, scale, enable_gqa)
+        if plan_key is not None:
+            plan = _PLANS.get(plan_key)
+            if plan is not None:
+                return plan.sdpa(query, key, value)
     query, key, value = autocast_inputs(query, key, value)
     if (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
             and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
@@ -433,11 +554,26 @@ def scaled_dot_product_attention(
     params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
                      dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
                      bottom_right=False)
+    if plan_key is not None and query.dim() == 4:
+        plan = _store_plan(plan_key, q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
+        if plan is not None:
+            return plan.sdpa(query, key, value)
     out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
     out = out.transpose(1, 2)
     if query.dim() == 3:
         return out.squeeze(1)
     return out.reshape(lead + tuple(out.shape[1:])) if query.dim() != 4 else out
+
+
+def _sdpa_key(query, key, value, dropout_p, is_causal, scale, enable_gqa) -> Optional[tuple]:
+    """The SDPA entry's plan key (as _flash_key), None if the call cannot be planned."""
+    if not (is_causal.__class__ is bool and enable_gqa.__class__ is bool and dropout_p.__class__ in _NUMBER
+            and dropout_p == 0 and (scale is None or scale.__class__ in _NUMBER) and _plannable()):
+        return None
+    tensors = _qkv_key(query, key, value)
+    if tensors is None:
+        return None
+    return ("sdpa", is_causal, enable_gqa, scale, tensors, env_snapshot(PLAN_ENV))
 
 
 def _sdpa_inputs(query, key, value, is_causal, enable_gqa):

@@ -31,12 +31,13 @@ LSE (it may come from merging partial attentions), so P = exp(s - lse).
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
 import torch.autograd.forward_ad as _fwd_ad
 
-from . import _prefetch, reference
+from . import _dispatch, _prefetch, reference
 from ._dispatch import use_hopper_forward, use_triton
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
@@ -180,28 +181,45 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
                   sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                  deterministic: bool = False,
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, window_left, window_right, bottom_right, softcap,
-                               alibi_slopes, sinks, attn_bias, dropout_p, rng_seed)
+                               alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic)
 
 
 def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
-                        alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None):
+                        alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
+                        deterministic=False):
+    """(out, lse2) in fresh buffers.  deterministic concerns the backward only."""
+    varlen = cu_seqlens_q is not None
+    out = _new(q.shape[:-1] + (v.shape[-1],), q)
+    lse = _new(_lse_shape(q, varlen), q, torch.float32)
+    _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+              window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
+              rng_seed)
+    return out, lse
+
+
+def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+              softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
+              alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
+              deterministic=False):
+    """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them)."""
     varlen = cu_seqlens_q is not None
     if varlen and attn_bias is not None:
         raise ValueError("attn_bias is not supported with cu_seqlens (packed batches)")
-    out = _new(q.shape[:-1] + (v.shape[-1],), q)
-    lse = _new(_lse_shape(q, varlen), q, torch.float32)
     window = (window_left, window_right)
     if out.numel() == 0:
-        return out, lse
+        return
     if k.shape[-3] == 0:  # no key at all: every row is fully masked (but for a sink)
         out.zero_()
         if sinks is not None:
-            return out, lse.copy_(_sinks_lse2(sinks, lse, varlen))
-        return out, lse.fill_(float("-inf"))
+            lse.copy_(_sinks_lse2(sinks, lse, varlen))
+        else:
+            lse.fill_(float("-inf"))
+        return
     variants = has_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p)
     if use_triton(q):
         if _kernels.forward is None:
@@ -212,7 +230,7 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 if not variants and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
                         q, k, v, out, lse, softmax_scale,
                         None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
-                    return out, lse
+                    return
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
             lh = _lse_bhn(lse, varlen)
@@ -231,7 +249,7 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, offset, window_bounds(*window),
                                       mods=mods)
-                    return out, lse
+                    return
                 for b in chunks:
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
                                       window_bounds(*window), mods=mods.chunk(b, per_entry))
@@ -242,7 +260,6 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
                            rng_seed)
-    return out, lse
 
 
 def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
@@ -275,7 +292,7 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
 @attention_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None, sinks=None,
-      attn_bias=None, dropout_p=0.0, rng_seed=None):
+      attn_bias=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
@@ -304,19 +321,24 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
                   sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
-                  want_dbias: bool = False,
+                  want_dbias: bool = False, deterministic: bool = False,
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
                                max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
                                bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                               rng_seed, want_dbias)
+                               rng_seed, deterministic, want_dbias)
 
 
 def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
                         softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0,
-                        rng_seed=None, want_dbias=False):
+                        rng_seed=None, deterministic=False, want_dbias=False):
+    """The backward.  Positional arguments follow the forward op's (the
+    options, deterministic last), then want_dbias (the backward prefetch,
+    _prefetch.py, calls it so).  deterministic: never the fused dQ form
+    (kernels/bwd.py use_fused_dq), whatever FLASHATTN_TRITON_FUSED_DQ says."""
     varlen = cu_seqlens_q is not None
+    fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
@@ -362,7 +384,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                     # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, 0,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
-                                       mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1)
+                                       mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
+                                       fused_dq=fused_dq)
             else:
                 offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,
@@ -372,14 +395,15 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
-                                       delta=deltah)
+                                       delta=deltah, fused_dq=fused_dq)
                     chunks = []
                 for b in chunks:
                     attention_backward(
                         doh[b], qh[b], kh[b], vh[b], oh[b], lh[b], dqh[b], dkh[b], dvh[b],
                         softmax_scale, offset, window_bounds(*window),
                         None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
-                        dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b])
+                        dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b],
+                        fused_dq=fused_dq)
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
@@ -442,7 +466,7 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
 @attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None,
-      sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None, want_dbias=False):
+      sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None, want_dbias=False, deterministic=False):
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dsinks = (q.new_empty(sinks.shape, dtype=torch.float32) if sinks is not None
               else q.new_empty(0, dtype=torch.float32))
@@ -457,7 +481,7 @@ def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
 
 _OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale",
                  "window_left", "window_right", "bottom_right", "softcap", "alibi_slopes", "sinks",
-                 "attn_bias", "dropout_p", "rng_seed")
+                 "attn_bias", "dropout_p", "rng_seed", "deterministic")
 _SINKS = 3 + _OPTION_NAMES.index("sinks")
 _BIAS = 3 + _OPTION_NAMES.index("attn_bias")
 
@@ -479,10 +503,11 @@ def _backward_with(bwd, ctx, dout, dlse):
         dout = torch.zeros_like(out)
     options = list(ctx.options)
     # schema defaults for calls that left the variants out
-    for i, default in ((8, 0.0), (12, 0.0)):
+    for i, default in ((8, 0.0), (12, 0.0), (14, False)):
         if options[i] is None:
             options[i] = default
-    dq, dk, dv, dsinks, dbias = bwd(dout, q, k, v, out, lse, dlse, *options, ctx.want_dbias)
+    dq, dk, dv, dsinks, dbias = bwd(dout, q, k, v, out, lse, dlse, *options[:14], want_dbias=ctx.want_dbias,
+                                    deterministic=options[14])
     grads = [None] * ctx.n_options
     if options[_SINKS - 3] is not None:
         grads[_SINKS - 3] = dsinks
@@ -505,16 +530,21 @@ class _EagerAttention(torch.autograd.Function):
     eager mode only; torch.compile traces the custom ops."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alibi_slopes, sinks, attn_bias, options):
+    def forward(ctx, q, k, v, alibi_slopes, sinks, attn_bias, options, plan=None):
         """options: the op's options (_OPTION_NAMES, all of them); the three
         tensors among them that may require grad also come as inputs of their
         own, so that autograd sees them (fewer inputs than one per option: the
-        Function's per-input cost is host time)."""
+        Function's per-input cost is host time).  plan: the call's FwdPlan, if any."""
         want_dbias = bool(attn_bias is not None and attn_bias.is_floating_point()
                           and ctx.needs_input_grad[5])
-        # compile the backward's kernels meanwhile (first CUDA call of a signature)
-        _prefetch.maybe_prefetch(_attention_bwd_impl, q, k, v, options, want_dbias)
-        out, lse = _attention_fwd_impl(q, k, v, *options)
+        # compile the backward's kernels meanwhile (first CUDA call of a signature);
+        # a plan knows its prefetch key: once it is in _seen, maybe_prefetch does nothing
+        if plan is None or plan.prefetch is None or plan.prefetch not in _prefetch._seen:
+            _prefetch.maybe_prefetch(_attention_bwd_impl, q, k, v, options, want_dbias)
+        if plan is None:
+            out, lse = _attention_fwd_impl(q, k, v, *options)
+        else:
+            out, lse = plan_forward(plan, q, k, v)
         ctx.options = options
         ctx.n_options = len(options)
         ctx.want_dbias = want_dbias
@@ -524,7 +554,82 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse)
-        return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None)
+        return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
+
+
+# ---------------------------------------------------------------------------
+# Forward plans: what the calls of one signature run (api.py makes and keys them)
+# ---------------------------------------------------------------------------
+
+# FLASHATTN_TRITON_FAST_LAUNCH=0 also turns the call plans off (read at import;
+# PLANS_ENABLED switches them at run time).
+PLANS_ENABLED = os.environ.get(fastlaunch.ENV_FAST_LAUNCH, "1") != "0"
+MAX_RECORD_TRIES = 3  # first calls of a signature that try to record its launches
+
+
+class FwdPlan:
+    """The forward of one call signature: shapes, strides, dtypes, device,
+    16-byte alignment and requires_grad of q, k, v, and options without
+    tensors (api.py keys the calls, validates the first one, then makes the
+    plan).  Holds the op's options, the output shapes, the backward prefetch's
+    key and, once a call recorded them, the launches to replay
+    (kernels/fastlaunch.py): later calls allocate the outputs and replay.
+    The replay is used only while the op layer's dispatch is what it was
+    when it was recorded (_world); otherwise, and wherever nothing could be
+    recorded (CPU paths, the interpreter, chunked launches, autotuning), a
+    planned call runs the op's own forward."""
+
+    __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple):
+        self.options = tuple(options)
+        self.out_shape = q.shape[:-1] + (v.shape[-1],)
+        self.lse_shape = _lse_shape(q, options[0] is not None)
+        self.grad = q.requires_grad or k.requires_grad or v.requires_grad
+        try:
+            self.prefetch = _prefetch._key(q, k, v, self.options)
+        except Exception:  # noqa: BLE001 - then maybe_prefetch decides on every call
+            self.prefetch = None
+        self.replay: Optional[fastlaunch.Replay] = None
+        self.world: Optional[tuple] = None
+        self.tries = 0
+
+
+def _world() -> tuple:
+    """What a replay's launches were chosen by (tests and tools replace these)."""
+    return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, MAX_GRID_Y, _dispatch.INTERPRET,
+            _kernels.forward, _kernels.hopper_forward)
+
+
+def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """(out, lse2) of a planned call, without autograd."""
+    replay = plan.replay
+    if replay is not None and plan.world == _world():
+        out = _new(plan.out_shape, q)
+        lse = _new(plan.lse_shape, q, torch.float32)
+        if not replay((q, k, v, out, lse)):  # declined: the op's own path, same buffers
+            _fwd_into(q, k, v, out, lse, *plan.options)
+        return out, lse
+    if plan.tries < MAX_RECORD_TRIES and fastlaunch.ENABLED and use_triton(q):
+        plan.tries += 1
+        out = _new(plan.out_shape, q)
+        lse = _new(plan.lse_shape, q, torch.float32)
+        with fastlaunch.recording() as rec:
+            _fwd_into(q, k, v, out, lse, *plan.options)
+        replay = rec.replay((q, k, v, out, lse))
+        if replay is not None:
+            plan.replay, plan.world = replay, _world()
+        return out, lse
+    return _attention_fwd_impl(q, k, v, *plan.options)
+
+
+def attention_planned(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """attention_base2 for a planned call: the caller (api.py) has checked
+    that no compile, forward-AD level or functorch transform is active."""
+    if plan.grad and torch.is_grad_enabled():
+        return _EagerAttention.apply(q, k, v, None, None, None, plan.options, plan)
+    return plan_forward(plan, q, k, v)
 
 
 # ---------------------------------------------------------------------------
@@ -546,7 +651,7 @@ def _needs_autograd(q, k, v, params: AttnParams) -> bool:
     """Whether the call must go through the autograd Function: grad mode on
     and a tensor input that requires grad, or a forward-AD level or functorch
     transform active (which the Function handles or rejects as before)."""
-    if _fwd_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+    if transforms_active():
         return True
     if not torch.is_grad_enabled():
         return False
@@ -555,6 +660,11 @@ def _needs_autograd(q, k, v, params: AttnParams) -> bool:
     a, s, b = params.alibi_slopes, params.sinks, params.attn_bias
     return ((a is not None and a.requires_grad) or (s is not None and s.requires_grad)
             or (b is not None and b.requires_grad))
+
+
+def transforms_active() -> bool:
+    """A forward-AD level or a functorch transform (vmap, grad, ...) is active."""
+    return _fwd_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -624,4 +734,5 @@ def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                          left, 0 if causal else right, True)[:3]
 
 
-__all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]
+__all__ = ["FwdPlan", "attention", "attention_base2", "attention_fwd", "attention_bwd", "attention_planned",
+           "dropout_pattern", "flash_fwd", "flash_bwd", "plan_forward"]

@@ -32,16 +32,71 @@ class _Utils:
 
 
 class FakeLauncher:
-    """Records launches: (grid, stream, args after the launch metadata)."""
+    """Records launches: (grid, stream, args after the launch metadata).
+
+    Shaped like Triton 3.6's CudaLauncher where that is the installed
+    version: ``launch`` is the (recording) C entry point, wrapped by Triton's
+    own ``wrap_handle_tensordesc`` when the kernel takes tensor descriptors,
+    so their expansion (fill_tma_descriptor, faked above) runs as on a GPU and
+    the recorded arguments are what the C launcher would get.  Like the C
+    launcher, it calls the launch enter hook when one is passed."""
 
     def __init__(self, src, metadata):
         self.src = src
         self.launches = collections.deque(maxlen=64)
+        self.launch = self._launch
+        self.global_scratch_size = getattr(metadata, "global_scratch_size", 0)
+        self.profile_scratch_size = getattr(metadata, "profile_scratch_size", 0)
+        self.launch_cooperative_grid = getattr(metadata, "launch_cooperative_grid", False)
+        self.launch_pdl = getattr(metadata, "launch_pdl", False)
+        signature = dict(getattr(src, "signature", {}))
+        # the type of each recorded argument (Triton's signature, descriptors expanded as the wrapper does)
+        self.kinds = list(signature.values())
+        if _WRAP is not None and signature:
+            metas = getattr(metadata, "tensordesc_meta", None)
+            self.launch = _WRAP(self._launch, signature, metas)
+            self.kinds = _expanded_kinds(self.kinds, metas)
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         # args: packed metadata, launch metadata, enter hook, exit hook, kernel args
-        self.launches.append(((gridX, gridY, gridZ), stream, args[4:]))
-        LAUNCHES.append((self, (gridX, gridY, gridZ), args[4:]))
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    None, None, *args)
+
+    def _launch(self, gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch, profile_scratch,
+                packed_metadata, launch_metadata, enter_hook, exit_hook, *args):
+        if enter_hook is not None:
+            enter_hook(launch_metadata)
+        self.launches.append(((gridX, gridY, gridZ), stream, args))
+        LAUNCHES.append((self, (gridX, gridY, gridZ), args))
+        if exit_hook is not None:
+            exit_hook(launch_metadata)
+
+
+def _expanded_kinds(kinds, metas):
+    out, j = [], 0
+    for kind in kinds:
+        if not (isinstance(kind, str) and kind.startswith("tensordesc")):
+            out.append(kind)
+            continue
+        meta = metas[j] if metas else None
+        j += 1
+        ndim = kind[kind.index("[") + 1:kind.index("]")].count(",") + 1
+        if meta is None:
+            out += ["*desc"] + ["i64"] * (2 * ndim) + ["i1"]
+        else:
+            out.append("nvTmaDesc")
+        out += ["i32"] * ndim + ["i64"] * ndim
+    return out
+
+
+try:  # Triton 3.6's launcher layout (the fast path calls its C entry point directly there)
+    import triton
+    if triton.__version__.startswith("3.6"):
+        from triton.backends.nvidia.driver import wrap_handle_tensordesc as _WRAP
+    else:
+        _WRAP = None
+except ImportError:
+    _WRAP = None
 
 
 # The latest recorded launches in order: (launcher, grid, kernel args); one

@@ -277,3 +277,150 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     _prefetch.maybe_prefetch(impl, q2, q2, q2, options, False)
     _prefetch.wait_pending()
     assert len(runs) == 1, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"
+
+
+# ---------------------------------------------------------------------------
+# Recording and replaying launches (the op layer's forward plans)
+# ---------------------------------------------------------------------------
+
+def _same_launch(a, b):
+    """As _same, but a pointer may be passed as a tensor or as its address."""
+    assert a[0] is b[0] and a[1] == b[1] and len(a[2]) == len(b[2])
+    for x, y in zip(a[2], b[2]):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            px = x.data_ptr() if isinstance(x, torch.Tensor) else x
+            py = y.data_ptr() if isinstance(y, torch.Tensor) else y
+            assert px == py, (x, y)
+        else:
+            assert x == y and type(x) is type(y), (x, y)
+
+
+@pytest.fixture(params=["generic", "direct"])
+def mode(request, monkeypatch):
+    """Replays through the compiled kernel's launcher, or (Triton 3.6) its C entry point."""
+    if request.param == "direct":
+        if fastlaunch._make_tensordesc_arg is None or not triton.__version__.startswith("3.6"):
+            pytest.skip("direct launches: Triton 3.6 only")
+        monkeypatch.setattr(fastlaunch, "DIRECT", True)
+    else:
+        monkeypatch.setattr(fastlaunch, "DIRECT", False)
+    return request.param
+
+
+def _record(fast, args, kwargs=KW, grid=(4,)):
+    with fastlaunch.recording() as rec:
+        fast.launch(args, kwargs, grid)
+    return rec
+
+
+def test_replay_launches_what_triton_launches(fast, mode):
+    x, y = torch.randn(256), torch.empty(256)
+    rec = _record(fast, _args(x, y))
+    rep = rec.replay((x, y))
+    assert rep is not None
+    assert (rep.steps[0].direct is not None) == (mode == "direct")
+    for x2, y2 in ((x, y), (torch.randn(256), torch.empty(256))):  # the same tensors, then others
+        plain = _launch_via(lambda a, k, g: fast.jit_run(*a, grid=g, warmup=False, **k), _args(x2, y2), KW, (4,))
+        n = len(LAUNCHES)
+        assert rep((x2, y2))
+        assert len(LAUNCHES) == n + 1
+        _same_launch(plain, LAUNCHES[-1])
+
+
+def test_replay_declines(fast, kernel, monkeypatch, mode):
+    """A replay launches nothing (and says so) whenever the recorded
+    specialization or launch might not hold."""
+    from triton import knobs
+    x, y = torch.randn(256), torch.empty(256)
+    rep = _record(fast, _args(x, y)).replay((x, y))
+    n = len(LAUNCHES)
+    assert not rep((x[1:], y)), "another 16-byte alignment"
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    assert not rep((x, y))
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    with fastlaunch.compile_only(torch.device("cuda", 0)):
+        assert not rep((x, y))
+    hook = lambda *a: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert not rep((x, y)), "a launch hook must see the launch metadata"
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    monkeypatch.setattr(knobs.runtime, "debug", not knobs.runtime.debug)
+    assert not rep((x, y))
+    monkeypatch.undo()
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    monkeypatch.setattr(kernel, "run", fast, raising=False)
+    monkeypatch.setattr(kernel, "pre_run_hooks", [lambda *a, **k: None])
+    assert not rep((x, y))
+    assert len(LAUNCHES) == n
+
+
+def test_recordings_that_cannot_replay(fast, kernel):
+    x, y = torch.randn(256), torch.empty(256)
+    args = _args(x, y)
+    fast.launch(args, KW, (4,))
+    with fastlaunch.recording() as rec:  # a PyTorch operation a replay would skip
+        y.zero_()
+        fast.launch(args, KW, (4,))
+    assert rec.replay((x, y)) is None
+    with fastlaunch.recording() as rec:  # a launch that does not go through the fast path
+        fast.launch(args, KW, (4,))
+        fast.jit_run(*args, grid=(4,), warmup=False, **KW)
+    assert rec.replay((x, y)) is None
+    with fastlaunch.recording() as rec:  # views are fine
+        fast.launch(_args(x.view(16, 16).view(-1), y), KW, (4,))
+    assert rec.replay((x, y)) is not None
+    rec = _record(fast, args)
+    assert rec.replay((x, x)) is None, "two roles at one address: ambiguous"
+    assert rec.replay((x,)) is None, "a tensor argument that is no role"
+    with fastlaunch.recording() as rec:
+        fastlaunch.not_replayable()
+        fast.launch(args, KW, (4,))
+    assert rec.replay((x, y)) is None
+    with fastlaunch.recording() as rec:
+        pass
+    assert rec.replay((x, y)) is None, "nothing launched: nothing to replay"
+
+
+def test_direct_launch_expands_descriptors_like_triton(monkeypatch):
+    """Triton 3.6: the direct path's expansion of tensor descriptors (cached
+    per slot and address) is what Triton's wrapper passes to the C launcher,
+    for the same and for moved tensors."""
+    if fastlaunch._make_tensordesc_arg is None or not triton.__version__.startswith("3.6"):
+        pytest.skip("direct launches: Triton 3.6 only")
+    from triton.backends.nvidia.driver import wrap_handle_tensordesc
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    monkeypatch.setattr(fastlaunch, "DIRECT", True)
+    calls = []
+
+    class Entry:  # stands for the C function
+        def __call__(self, *args):
+            calls.append(args)
+
+    class Launcher:  # what CudaLauncher holds, with a recording C entry point
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid = launch_pdl = False
+
+        def __init__(self):
+            signature = {"a_desc": "tensordesc<fp16[64, 64]>", "n": "i32", "b_desc": "tensordesc<fp16[64, 64]>"}
+            meta = dict(swizzle=3, elem_size=2, elem_type=6, block_size=[64, 64], fp4_padded=False)
+            self.launch = wrap_handle_tensordesc(Entry(), signature, [meta, dict(meta)])
+
+    class Compiled:
+        run = Launcher()
+        function, packed_metadata = 7, ("meta",)
+
+    layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
+    with fake_cuda():
+        direct = fastlaunch._Direct(Compiled())
+        assert direct.desc_pos == (0, 2)
+        for a, b in [(torch.randn(128, 64).half(), torch.randn(64, 64).half())] * 2 + [
+                (torch.randn(128, 64).half(), torch.randn(64, 64).half())]:
+            descs = [TensorDescriptor(t, list(t.shape), list(t.stride()), [64, 64], layout) for t in (a, b)]
+            params = (descs[0], 5, descs[1])
+            Compiled.run.launch(1, 1, 1, 0, 7, False, False, None, None, ("meta",), None, None, None, *params)
+            direct.launch((1, 1, 1), 0, Compiled, direct.expand(params))
+            assert calls[-1] == calls[-2]
+            assert calls[-1][13][1][0] == a.data_ptr() and calls[-1][19][1][0] == b.data_ptr()  # fake encodings

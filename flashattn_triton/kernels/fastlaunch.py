@@ -34,15 +34,41 @@ installed kernel compile (or load from Triton's cache) without launching:
 the backward prefetch (_prefetch.py) runs the backward's host code on meta
 tensors inside it to compile its kernels ahead of the first backward, then
 builds their host launchers (``build_launcher``).
+
+``recording()`` records the launches that some host code makes through
+installed kernels; ``Recording.replay(roles)`` turns them into a ``Replay``
+that launches the same compiled kernels with the same grids and arguments,
+the tensors among them replaced by the ones of a later call (the op layer's
+per-signature forward plans, ops.py).  A recording is replayable only if
+every launch went through this module with a recorded kernel, no other
+Triton launch happened meanwhile (counted by a launch hook), no PyTorch
+operation but views ran (a dispatch mode watches), and each tensor argument
+is one of the roles (by address).  A replay declines (returns False, having
+launched nothing) when the fast path is off, the current device, the
+16-byte alignment of a role, Triton's debug or instrumentation settings
+differ from the recording, a launch hook or a pre-run hook is set, or inside
+compile_only().
+
+With Triton 3.6 the compiled kernel's C launcher is called directly (``_Direct``):
+without the Python wrapper around it and, for kernels with tensor
+descriptor (TMA) arguments, with the expanded descriptors (the CUtensorMap
+that Triton's wrapper encodes on every call, plus shape and strides) taken
+from a cache keyed on the descriptor's slot, address, shape, strides and
+padding; the encoding depends on nothing else (dtype, block, swizzle and
+layout belong to the slot), so a new address encodes a new map.  Other
+Triton versions call the compiled kernel's launcher as ``kernel[grid]``
+does, and replays of descriptor arguments decline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import operator
 import os
-from typing import Any, Dict, Optional
+import types
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import triton
@@ -77,10 +103,23 @@ try:
 except Exception:  # noqa: BLE001 - Gluon missing or moved: no descriptors on the fast path
     _GluonDescriptor = None
 
+try:  # Triton 3.6's descriptor expansion, called on a cache miss (_Direct)
+    from triton.backends.nvidia.driver import make_tensordesc_arg as _make_tensordesc_arg
+except Exception:  # noqa: BLE001 - not Triton's NVIDIA backend: no direct launches
+    _make_tensordesc_arg = None
+
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode as _DispatchMode
+except ImportError:  # pragma: no cover - no dispatch modes: recordings never replay
+    _DispatchMode = None
+
 SUPPORTED = _IMPORTED and _VERSION in TESTED_TRITON and not INTERPRET
+# Direct calls of the C launcher: the launcher layout of Triton 3.6 only.
+DIRECT = SUPPORTED and _VERSION == "3.6" and _make_tensordesc_arg is not None
 MAX_ENTRIES = 4096  # signatures per kernel before the table is cleared
 
 _COMPILE_ONLY: contextvars.ContextVar = contextvars.ContextVar("flashattn_triton_compile_only", default=None)
+_RECORD: contextvars.ContextVar = contextvars.ContextVar("flashattn_triton_record", default=None)
 
 
 # Read once: the fast path is on the critical path of every launch.
@@ -148,12 +187,13 @@ class _Layout:
 
 
 class _Entry:
-    __slots__ = ("compiled", "tail", "refs")
+    __slots__ = ("compiled", "tail", "refs", "direct")
 
     def __init__(self, compiled, tail, refs):
         self.compiled = compiled
         self.tail = tail
         self.refs = refs  # objects keyed by identity
+        self.direct = _Direct.of(compiled)
 
 
 class FastRun:
@@ -199,17 +239,20 @@ class FastRun:
         been launched before."""
         if _COMPILE_ONLY.get() is not None:
             return self._compile(args, kwargs, grid)
+        rec = _RECORD.get()
         if not ENABLED or self.kernel.pre_run_hooks:
+            if rec is not None:
+                rec.broken = True
             return self.jit_run(*args, grid=grid, warmup=False, **kwargs)
         device = _driver.active.get_current_device()
-        types = tuple(map(type, args))
-        layout = self.layouts.get(types, False)
+        types_ = tuple(map(type, args))
+        layout = self.layouts.get(types_, False)
         if layout is False:
             try:
-                layout = _Layout(types)
+                layout = _Layout(types_)
             except TypeError:
                 layout = None
-            self.layouts[types] = layout
+            self.layouts[types_] = layout
         entry = key = None
         if layout is not None:
             try:
@@ -219,28 +262,31 @@ class FastRun:
                 key = None
         if entry is None:
             compiled = self.jit_run(*args, grid=grid, warmup=False, **kwargs)
+            recorded = False
             if key is not None and _recordable(compiled):
                 try:
                     tail = self._tail(len(args), kwargs)
                 except TypeError:
-                    return compiled
-                if self.n_entries >= MAX_ENTRIES:
-                    for lay in self.layouts.values():
-                        if lay is not None:
-                            lay.entries.clear()
-                    self.n_entries = 0
-                refs = tuple(args[i].layout for i in layout.desc_pos)
-                layout.entries[key] = _Entry(compiled, tail, refs)
-                self.n_entries += 1
+                    tail = None
+                if tail is not None:
+                    if self.n_entries >= MAX_ENTRIES:
+                        for lay in self.layouts.values():
+                            if lay is not None:
+                                lay.entries.clear()
+                        self.n_entries = 0
+                    refs = tuple(args[i].layout for i in layout.desc_pos)
+                    entry = layout.entries[key] = _Entry(compiled, tail, refs)
+                    self.n_entries += 1
+                    if rec is not None:
+                        rec.add(self, entry, args + tail, _grid3(self._grid(grid, kwargs, args + tail)), device)
+                        recorded = True
+            if rec is not None and not recorded:
+                rec.broken = True
             return compiled
         compiled = entry.compiled
         params = args + entry.tail
-        if callable(grid):
-            try:
-                grid = grid(kwargs)
-            except KeyError:  # the grid reads a positional argument: give it all of them
-                grid = grid(dict(zip(self.names, params)))
-        n = len(grid)
+        grid = self._grid(grid, kwargs, params)
+        grid3 = _grid3(grid)
         stream = _driver.active.get_current_stream(device)
         runtime = _knobs.runtime
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
@@ -248,11 +294,32 @@ class FastRun:
             # The launcher calls the hooks with the metadata and nothing else
             # reads it: with no hook registered, skip building it.
             metadata = enter = leave = None
+            direct = entry.direct
         else:
             metadata = compiled.launch_metadata(grid, stream, *params)
-        compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
-                     compiled.function, compiled.packed_metadata, metadata, enter, leave, *params)
+            direct = None
+        if direct is not None:
+            direct.launch(grid3, stream, compiled, direct.expand(params))
+        else:
+            compiled.run(grid3[0], grid3[1], grid3[2], stream, compiled.function, compiled.packed_metadata,
+                         metadata, enter, leave, *params)
+        if rec is not None:
+            rec.add(self, entry, params, grid3, device)
         return compiled
+
+    def _grid(self, grid, kwargs, params):
+        """The launch grid (a tuple), evaluated if it is a callable."""
+        if callable(grid):
+            try:
+                return grid(kwargs)
+            except KeyError:  # the grid reads a positional argument: give it all of them
+                return grid(dict(zip(self.names, params)))
+        return grid
+
+
+def _grid3(grid) -> tuple:
+    n = len(grid)
+    return (grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1)
 
 
 _EMPTY = __import__("inspect").Parameter.empty
@@ -289,6 +356,271 @@ def fast_run(kernel) -> Optional[FastRun]:
     return run if isinstance(run, FastRun) else None
 
 
+# ---------------------------------------------------------------------------
+# Direct launches (Triton 3.6) and the cache of expanded tensor descriptors
+# ---------------------------------------------------------------------------
+
+_UIDS = itertools.count()
+# (descriptor slot, address, ...) -> the launcher arguments Triton's wrapper
+# makes of one descriptor: [CUtensorMap, *shape, *strides] (module doc).
+_TMA_CACHE: Dict[tuple, list] = {}
+MAX_TMA_ENTRIES = 8192
+
+
+class _PtrDescriptor:
+    """What Triton's make_tensordesc_arg reads of a descriptor, with the base
+    given by its address."""
+
+    __slots__ = ("ptr", "shape", "strides", "padding")
+
+    def __init__(self, ptr: int, shape, strides, padding):
+        self.ptr, self.shape, self.strides, self.padding = ptr, list(shape), list(strides), padding
+
+    @property
+    def base(self):
+        return self
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _tma_args(key: tuple, ptr: int, shape, strides, padding, meta) -> list:
+    """The launcher arguments of one descriptor, from the cache or encoded now."""
+    hit = _TMA_CACHE.get(key)
+    if hit is None:
+        if len(_TMA_CACHE) >= MAX_TMA_ENTRIES:
+            _TMA_CACHE.clear()
+        hit = _TMA_CACHE[key] = list(_make_tensordesc_arg(_PtrDescriptor(ptr, shape, strides, padding), meta))
+    return hit
+
+
+class _Direct:
+    """One compiled kernel launched through the C entry point of its Triton 3.6
+    launcher (what ``CudaLauncher.__call__`` calls once it has allocated the
+    scratch buffers, none here, and expanded the descriptors, cached here)."""
+
+    __slots__ = ("raw", "head", "desc_pos", "metas", "uid")
+
+    @classmethod
+    def of(cls, compiled) -> Optional["_Direct"]:
+        if not DIRECT:
+            return None
+        try:
+            return cls(compiled)
+        except Exception:  # noqa: BLE001 - another launcher layout: its own __call__
+            return None
+
+    def __init__(self, compiled):
+        launcher = compiled.run
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            raise ValueError("scratch buffers are allocated per launch")
+        fn = launcher.launch
+        desc_pos: tuple = ()
+        metas: tuple = ()
+        if isinstance(fn, types.FunctionType):  # Triton's wrapper that expands the descriptors
+            cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+            fn = cells["launcher"]
+            desc_pos = tuple(sorted(cells["tensordesc_indices"]))
+            metas = tuple(cells["tensordesc_meta"])
+            if len(metas) != len(desc_pos) or isinstance(fn, types.FunctionType):
+                raise ValueError("unexpected launcher wrapper")
+        self.raw = fn
+        self.head = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)
+        self.desc_pos, self.metas = desc_pos, metas
+        self.uid = next(_UIDS)
+
+    def expand(self, params) -> Sequence:
+        """params with each tensor descriptor replaced by its launcher arguments."""
+        if not self.desc_pos:
+            return params
+        out: List[Any] = []
+        start = 0
+        for j, i in enumerate(self.desc_pos):
+            out.extend(params[start:i])
+            d = params[i]
+            ptr, shape, strides = d.base.data_ptr(), tuple(d.shape), tuple(d.strides)
+            out.extend(_tma_args((self.uid, j, ptr, shape, strides, d.padding), ptr, shape, strides, d.padding,
+                                 self.metas[j]))
+            start = i + 1
+        out.extend(params[start:])
+        return out
+
+    def launch(self, grid3, stream, compiled, args) -> None:
+        self.raw(grid3[0], grid3[1], grid3[2], stream, compiled.function, *self.head, compiled.packed_metadata,
+                 None, None, None, *args)
+
+
+# ---------------------------------------------------------------------------
+# Recording and replaying the launches of some host code
+# ---------------------------------------------------------------------------
+
+class Recording:
+    """The launches made inside one recording() block (module doc)."""
+
+    def __init__(self):
+        self.launches: List[tuple] = []  # (FastRun, entry, params, grid, device)
+        self.broken = False  # something happened that a replay would not repeat
+        self.hooked = 0  # launches seen by the launch hook
+        self.count = self._count  # one bound method, to add and remove it
+
+    def _count(self, *args, **kwargs) -> None:
+        self.hooked += 1
+
+    def add(self, run: "FastRun", entry: _Entry, params: tuple, grid: tuple, device) -> None:
+        self.launches.append((run, entry, params, grid, device))
+
+    def replay(self, roles: Sequence[torch.Tensor]) -> Optional["Replay"]:
+        """A Replay of the recorded launches with the tensors ``roles`` (by
+        address) as parameters, or None if they cannot be replayed."""
+        if self.broken or not self.launches or self.hooked != len(self.launches):
+            return None
+        if len({launch[4] for launch in self.launches}) != 1:
+            return None
+        ptrs = [t.data_ptr() for t in roles]
+        steps = [_Step.build(run, entry, params, grid, ptrs) for run, entry, params, grid, _ in self.launches]
+        if any(step is None for step in steps):
+            return None
+        return Replay(steps, self.launches[0][4], [not p & 15 for p in ptrs])
+
+
+if _DispatchMode is not None:
+    class _OpWatch(_DispatchMode):
+        """Marks a recording broken at any PyTorch operation that is not a view."""
+
+        def __init__(self, rec: Recording):
+            super().__init__()
+            self.rec = rec
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not getattr(func, "is_view", False):
+                self.rec.broken = True
+            return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def recording():
+    """Record the launches of the block (module doc); yields the Recording."""
+    rec = Recording()
+    chain = _knobs.runtime.launch_enter_hook if _IMPORTED else None
+    if not ENABLED or _DispatchMode is None or _HookChain is None or type(chain) is not _HookChain \
+            or _COMPILE_ONLY.get() is not None or _RECORD.get() is not None:
+        rec.broken = True
+        yield rec
+        return
+    chain.add(rec.count)
+    token = _RECORD.set(rec)
+    try:
+        with _OpWatch(rec):
+            yield rec
+    finally:
+        _RECORD.reset(token)
+        chain.remove(rec.count)
+
+
+def not_replayable() -> None:
+    """Tell an active recording that the block launches in a way it cannot see."""
+    rec = _RECORD.get()
+    if rec is not None:
+        rec.broken = True
+
+
+class _Step:
+    """One launch of a Replay: the compiled kernel, its grid, and its arguments
+    with slots for the roles' tensors (pointers) and descriptors."""
+
+    __slots__ = ("run", "compiled", "grid", "direct", "tmpl", "ptr_slots", "desc_slots")
+
+    @classmethod
+    def build(cls, run: "FastRun", entry: _Entry, params: tuple, grid: tuple, ptrs: List[int]) -> Optional["_Step"]:
+        role_of: Dict[int, int] = {}
+        for j, p in enumerate(ptrs):
+            role_of[p] = -1 if p in role_of else j  # -1: two roles at one address, ambiguous
+        direct = entry.direct
+        step = cls()
+        step.run, step.compiled, step.grid, step.direct = run, entry.compiled, grid, direct
+        tmpl: List[Any] = []
+        ptr_slots, desc_slots = [], []
+        for a in params:
+            if isinstance(a, torch.Tensor):
+                role = role_of.get(a.data_ptr(), -1)
+                if role < 0:
+                    return None
+                ptr_slots.append((len(tmpl), role))
+                tmpl.append(None)
+            elif _GluonDescriptor is not None and isinstance(a, _GluonDescriptor):
+                role = role_of.get(a.base.data_ptr(), -1)
+                if role < 0 or direct is None:
+                    return None
+                j = len(desc_slots)
+                meta = direct.metas[j]
+                desc = (next(_UIDS), tuple(a.shape), tuple(a.strides), a.padding, meta)
+                width = len(_tma_args((desc[0], ptrs[role]), ptrs[role], *desc[1:]))
+                desc_slots.append((len(tmpl), len(tmpl) + width, role, desc))
+                tmpl.extend([None] * width)
+            elif type(a) in _SCALAR_TYPES:
+                tmpl.append(a)
+            else:
+                return None
+        step.tmpl, step.ptr_slots, step.desc_slots = tmpl, tuple(ptr_slots), tuple(desc_slots)
+        return step
+
+    def launch(self, stream, roles, ptrs) -> None:
+        args = self.tmpl.copy()
+        direct = self.direct
+        if direct is not None:  # addresses as ints: the launcher takes them as they are
+            for i, role in self.ptr_slots:
+                args[i] = ptrs[role]
+            for i, end, role, (uid, shape, strides, padding, meta) in self.desc_slots:
+                ptr = ptrs[role]
+                hit = _TMA_CACHE.get((uid, ptr))
+                args[i:end] = hit if hit is not None else _tma_args((uid, ptr), ptr, shape, strides, padding, meta)
+            direct.launch(self.grid, stream, self.compiled, args)
+            return
+        for i, role in self.ptr_slots:
+            args[i] = roles[role]
+        compiled = self.compiled
+        grid = self.grid
+        compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                     None, None, None, *args)
+
+
+class Replay:
+    """Launches recorded once, repeated with other tensors in the same roles:
+    ``replay(roles)`` launches and returns True, or declines and returns False
+    (module doc).  The caller guarantees that the roles have the dtypes,
+    shapes and strides of the recorded ones (a call plan's signature)."""
+
+    def __init__(self, steps: List[_Step], device, aligned: List[bool]):
+        self.steps = steps
+        self.kernels = [step.run.kernel for step in steps]
+        self.device = device
+        self.aligned = aligned
+        self.debug = _knobs.runtime.debug
+        self.instrumentation = _knobs.compilation.instrumentation_mode
+
+    def __call__(self, roles: Sequence[torch.Tensor]) -> bool:
+        if not ENABLED or _COMPILE_ONLY.get() is not None or _RECORD.get() is not None:
+            return False
+        ptrs = [t.data_ptr() for t in roles]
+        if [not p & 15 for p in ptrs] != self.aligned:
+            return False
+        runtime = _knobs.runtime
+        if (not _no_hooks(runtime.launch_enter_hook) or not _no_hooks(runtime.launch_exit_hook)
+                or runtime.debug != self.debug
+                or _knobs.compilation.instrumentation_mode != self.instrumentation):
+            return False
+        for kernel in self.kernels:
+            if kernel.pre_run_hooks:
+                return False
+        device = _driver.active.get_current_device()
+        if device != self.device:
+            return False
+        stream = _driver.active.get_current_stream(device)
+        for step in self.steps:
+            step.launch(stream, roles, ptrs)
+        return True
+
+
 def build_launcher(compiled) -> None:
     """Build (or find in Triton's cache) the host launcher of a compiled kernel
     without loading the kernel: with Triton 3.6 a C extension compiled by the
@@ -298,5 +630,5 @@ def build_launcher(compiled) -> None:
         _driver.active.launcher_cls(compiled.src, compiled.metadata)
 
 
-__all__ = ["ENV_FAST_LAUNCH", "build_launcher", "compile_only", "compile_only_device", "enabled", "fast_run",
-           "install"]
+__all__ = ["ENV_FAST_LAUNCH", "Recording", "Replay", "build_launcher", "compile_only", "compile_only_device",
+           "enabled", "fast_run", "install", "not_replayable", "recording"]

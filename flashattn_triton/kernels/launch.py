@@ -112,9 +112,51 @@ def fits(entry, resident, d_pad: int, elem_bytes: int) -> bool:
     return smem <= SMEM_BUDGET and regs <= MAX_ACC_REGS
 
 
+_ENV_KEYS: Dict[str, object] = {}
+
+
+def env_raw(name: str):
+    """The value of an environment variable as os.environ stores it (bytes on
+    POSIX), or None: a lookup in os.environ's backing dict, without the key
+    encoding that os.environ.get does on every call (about 2 us).  For
+    comparing values; env_value gives the string."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if type(data) is not dict:
+        return environ.get(name)
+    key = _ENV_KEYS.get(name)
+    if key is None:
+        key = _ENV_KEYS[name] = environ.encodekey(name)  # type: ignore[attr-defined]
+    return data.get(key)
+
+
+_SNAPSHOT_KEYS: Dict[tuple, tuple] = {}
+
+
+def env_snapshot(names: tuple) -> tuple:
+    """(env_raw(name) for name in names), in one pass: a cache key of the
+    switches that some host code reads."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if type(data) is not dict:
+        return tuple(map(environ.get, names))
+    keys = _SNAPSHOT_KEYS.get(names)
+    if keys is None:
+        keys = _SNAPSHOT_KEYS[names] = tuple(map(environ.encodekey, names))  # type: ignore[attr-defined]
+    return tuple(map(data.get, keys))
+
+
+def env_value(name: str) -> Optional[str]:
+    """os.environ.get(name), faster (env_raw)."""
+    raw = env_raw(name)
+    if raw is None or isinstance(raw, str):
+        return raw
+    return os.environ.decodevalue(raw)  # type: ignore[attr-defined]
+
+
 def config_from_env(name: str) -> Optional[triton.Config]:
     """Parse FLASHATTN_TRITON_CONFIG_<name>."""
-    text = os.environ.get(ENV_CONFIG_PREFIX + name)
+    text = env_value(ENV_CONFIG_PREFIX + name)
     if not text:
         return None
     fields: Dict[str, int] = {}
@@ -128,7 +170,7 @@ def config_from_env(name: str) -> Optional[triton.Config]:
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get(ENV_AUTOTUNE, "0") == "1" and not INTERPRET
+    return not INTERPRET and env_value(ENV_AUTOTUNE) == "1"
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -282,6 +324,7 @@ class Launcher:
         if cfg is None:
             if fastlaunch.compile_only_device() is not None:
                 return None  # autotuning needs real launches
+            fastlaunch.not_replayable()  # benchmarks, then the tuned config: nothing to repeat as is
             return self.tuned()[grid](*args, **kwargs)
         run = self.kernel.run
         if fastlaunch.SUPPORTED and isinstance(run, fastlaunch.FastRun):

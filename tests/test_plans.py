@@ -1,0 +1,376 @@
+"""Call plans (api.py, ops.FwdPlan): a repeated call with the signature of an
+earlier valid call skips validation and dispatch.  It must give what the
+full path gives, never reuse a plan for a call that differs in anything the
+checks or the dispatch read, and bad input must raise exactly the errors it
+raises without plans, also right after a good call of the same shapes.
+Also: deterministic=True keeps the backward off the fused (atomic) dQ form."""
+
+import math
+
+import pytest
+import torch
+
+import flashattn_triton as fat
+from flashattn_triton import _dispatch, api, ops
+from flashattn_triton.testing import make_qkv, random_cu_seqlens
+
+
+@pytest.fixture(autouse=True)
+def plans_on(monkeypatch):
+    monkeypatch.setattr(ops, "PLANS_ENABLED", True)
+    api.clear_plans()
+    yield
+    api.clear_plans()
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """Counts the calls of the first check of the full path."""
+    seen = []
+    real = api.check_qkv
+
+    def spy(*args, **kwargs):
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "check_qkv", spy)
+    return seen
+
+
+def _qkv(device, dtype=torch.float16, b=1, n=8, h=2, h_kv=2, d=16, requires_grad=False):
+    return make_qkv(b, n, n, h, h_kv, d, dtype, device, requires_grad=requires_grad)
+
+
+def _unplanned(monkeypatch, fn):
+    """fn() with the plans off (the full path)."""
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    try:
+        return fn()
+    finally:
+        monkeypatch.setattr(ops, "PLANS_ENABLED", True)
+
+
+def _equal(a, b):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _equal(x, y)
+    elif a is None:
+        assert b is None
+    else:
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+        assert torch.equal(a, b)
+
+
+def test_repeat_call_skips_validation(device, checks, monkeypatch):
+    q, k, v = _qkv(device)
+    first = fat.flash_attn_func(q, k, v, causal=True)
+    assert len(checks) == 1 and len(api._PLANS) == 1
+    again = fat.flash_attn_func(q, k, v, causal=True)
+    assert len(checks) == 1, "a repeated signature must take its plan"
+    q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))  # other tensors, same signature
+    other = fat.flash_attn_func(q2, k2, v2, causal=True)
+    assert len(checks) == 1
+    assert len(api._PLANS) == 1
+    _equal(first, again)
+    _equal(first, _unplanned(monkeypatch, lambda: fat.flash_attn_func(q, k, v, causal=True)))
+    _equal(other, _unplanned(monkeypatch, lambda: fat.flash_attn_func(q2, k2, v2, causal=True)))
+
+
+def _contiguous_other_strides(t):
+    """t's values and shape in a (b, h, n, d) memory order: other strides."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _misaligned(t):
+    """t's values at an address 2 bytes past a 16-byte boundary."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    return buf.view(t.shape).copy_(t)
+
+
+SECOND_CALLS = {
+    "strides": lambda q, k, v: ((_contiguous_other_strides(q), k, v), {}),
+    "misaligned": lambda q, k, v: ((q, _misaligned(k), v), {}),
+    "bfloat16": lambda q, k, v: ((q.bfloat16(), k.bfloat16(), v.bfloat16()), {}),
+    "float32": lambda q, k, v: ((q.float(), k.float(), v.float()), {}),
+    "requires_grad": lambda q, k, v: ((q.detach().requires_grad_(), k, v), {}),
+    "not causal": lambda q, k, v: ((q, k, v), dict(causal=False)),
+    "window": lambda q, k, v: ((q, k, v), dict(window_size=(2, 0))),
+    "scale": lambda q, k, v: ((q, k, v), dict(softmax_scale=0.3)),
+    "int scale": lambda q, k, v: ((q, k, v), dict(softmax_scale=1)),
+    "softcap": lambda q, k, v: ((q, k, v), dict(softcap=5.0)),
+    "return_lse": lambda q, k, v: ((q, k, v), dict(return_lse=True)),
+    "return_attn_probs": lambda q, k, v: ((q, k, v), dict(return_attn_probs=True)),
+    "deterministic": lambda q, k, v: ((q, k, v), dict(deterministic=True)),
+    "GQA": lambda q, k, v: ((q, k[:, :, :1], v[:, :, :1]), {}),
+    "value head dim": lambda q, k, v: ((q, k, torch.cat([v, v], -1)), {}),
+}
+
+
+@pytest.mark.parametrize("change", list(SECOND_CALLS))
+def test_no_plan_reused_for_another_signature(device, checks, monkeypatch, change):
+    """After a planned call, a call that differs in one property gets its own
+    validation and plan, and the full path's result."""
+    q, k, v = _qkv(device)
+    base = dict(causal=True)
+    fat.flash_attn_func(q, k, v, **base)
+    fat.flash_attn_func(q, k, v, **base)
+    assert len(checks) == 1
+    args, kwargs = SECOND_CALLS[change](q, k, v)
+    kwargs = dict(base, **kwargs)
+    got = fat.flash_attn_func(*args, **kwargs)
+    assert len(checks) == 2, "another signature must be validated"
+    assert len(api._PLANS) == 2
+    _equal(got, _unplanned(monkeypatch, lambda: fat.flash_attn_func(*args, **kwargs)))
+    n = len(checks)
+    _equal(fat.flash_attn_func(*args, **kwargs), got)  # and its own plan gives it again
+    assert len(checks) == n
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as exc:  # noqa: BLE001 - compared below
+        return (type(exc), str(exc))
+
+
+def _bad_calls(q, k, v):
+    """Invalid calls with the shapes (where possible) of the good call (q, k, v, causal=True)."""
+    last_stride = k.transpose(-1, -2).contiguous().transpose(-1, -2)  # same shape, last stride != 1
+    return {
+        "causal=1": lambda: fat.flash_attn_func(q, k, v, causal=1),
+        "causal='False'": lambda: fat.flash_attn_func(q, k, v, causal="False"),
+        "causal=tensor": lambda: fat.flash_attn_func(q, k, v, causal=torch.tensor(True)),
+        "deterministic=1": lambda: fat.flash_attn_func(q, k, v, causal=True, deterministic=1),
+        "return_lse=1": lambda: fat.flash_attn_func(q, k, v, causal=True, return_lse=1),
+        "return_attn_probs='no'": lambda: fat.flash_attn_func(q, k, v, causal=True, return_attn_probs="no"),
+        "window (True, 0)": lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=(True, 0)),
+        "window (1.0, 0)": lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=(1.0, 0)),
+        "window (-2, 0)": lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=(-2, 0)),
+        "window None": lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=None),
+        "window of 3": lambda: fat.flash_attn_func(q, k, v, causal=True, window_size=(-1, -1, 0)),
+        "scale True": lambda: fat.flash_attn_func(q, k, v, causal=True, softmax_scale=True),
+        "scale nan": lambda: fat.flash_attn_func(q, k, v, causal=True, softmax_scale=math.nan),
+        "scale inf": lambda: fat.flash_attn_func(q, k, v, causal=True, softmax_scale=math.inf),
+        "scale str": lambda: fat.flash_attn_func(q, k, v, causal=True, softmax_scale="0.1"),
+        "softcap True": lambda: fat.flash_attn_func(q, k, v, causal=True, softcap=True),
+        "softcap -1": lambda: fat.flash_attn_func(q, k, v, causal=True, softcap=-1.0),
+        "softcap inf": lambda: fat.flash_attn_func(q, k, v, causal=True, softcap=math.inf),
+        "softcap nan": lambda: fat.flash_attn_func(q, k, v, causal=True, softcap=math.nan),
+        "dropout False": lambda: fat.flash_attn_func(q, k, v, causal=True, dropout_p=False),
+        "dropout -0.1": lambda: fat.flash_attn_func(q, k, v, causal=True, dropout_p=-0.1),
+        "dropout 1": lambda: fat.flash_attn_func(q, k, v, causal=True, dropout_p=1.0),
+        "q float64": lambda: fat.flash_attn_func(q.double(), k, v, causal=True),
+        "k int32": lambda: fat.flash_attn_func(q, k.int(), v, causal=True),
+        "v on meta": lambda: fat.flash_attn_func(q, k, v.to("meta"), causal=True),
+        "q a list": lambda: fat.flash_attn_func(q.tolist(), k, v, causal=True),
+        "k last stride": lambda: fat.flash_attn_func(q, last_stride, v, causal=True),
+        "q subclass": lambda: fat.flash_attn_func(torch.nn.Parameter(q.double()), k, v, causal=True),
+    }
+
+
+def test_bad_input_after_a_good_call_raises_the_same(device, monkeypatch):
+    q, k, v = _qkv(device)
+    fat.flash_attn_func(q, k, v, causal=True)
+    fat.flash_attn_func(q, k, v, causal=True)
+    n_plans = len(api._PLANS)
+    for name, call in _bad_calls(q, k, v).items():
+        planned = _outcome(call)
+        assert planned[0] != "ok", f"{name} must raise"
+        assert planned == _unplanned(monkeypatch, lambda: _outcome(call)), name
+        assert planned == _outcome(call), f"{name}: the second bad call must raise the same"
+    assert len(api._PLANS) == n_plans, "an invalid call must never leave a plan"
+
+
+def test_valid_spellings_give_the_full_path_result(device, monkeypatch):
+    """Arguments of other types that are valid (a list window, numpy-like
+    floats, ints for floats) give what the full path gives."""
+    q, k, v = _qkv(device)
+    fat.flash_attn_func(q, k, v, causal=True)
+    for kwargs in (dict(window_size=[-1, -1]), dict(softcap=0), dict(dropout_p=0), dict(softmax_scale=0.25),
+                   dict(softmax_scale=torch.tensor(0.25).item())):
+        got = fat.flash_attn_func(q, k, v, causal=True, **kwargs)
+        _equal(got, _unplanned(monkeypatch, lambda: fat.flash_attn_func(q, k, v, causal=True, **kwargs)))
+
+
+def test_sdpa_entry_plans(device, checks, monkeypatch):
+    q, k, v = (t.transpose(1, 2) for t in _qkv(device, h=4, h_kv=2))
+    first = fat.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    again = fat.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert len(checks) == 1
+    _equal(first, again)
+    _equal(first, _unplanned(monkeypatch, lambda: fat.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True)))
+    bad = {
+        "no enable_gqa": lambda: fat.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "is_causal=1": lambda: fat.scaled_dot_product_attention(q, k, v, is_causal=1, enable_gqa=True),
+        "enable_gqa='yes'": lambda: fat.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa="yes"),
+        "scale True": lambda: fat.scaled_dot_product_attention(q, k, v, is_causal=True, scale=True,
+                                                               enable_gqa=True),
+        "dropout 1": lambda: fat.scaled_dot_product_attention(q, k, v, dropout_p=1.0, enable_gqa=True),
+    }
+    for name, call in bad.items():
+        planned = _outcome(call)
+        assert planned[0] != "ok", name
+        assert planned == _unplanned(monkeypatch, lambda: _outcome(call)), name
+    # another scale, then 3-D inputs (never planned): the full path's results
+    for call in (lambda: fat.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5, enable_gqa=True),
+                 lambda: fat.scaled_dot_product_attention(q[0, :2], k[0], v[0])):
+        _equal(call(), _unplanned(monkeypatch, call))
+
+
+def test_gradients_through_a_plan(device, monkeypatch):
+    q, k, v = _qkv(device, requires_grad=True)
+    do = torch.randn_like(q)
+    grads = []
+    for plans in (False, True, True):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        out, lse = fat.flash_attn_func(q, k, v, causal=True, return_lse=True)
+        q.grad = k.grad = v.grad = None
+        torch.autograd.backward((out, lse), (do, torch.randn_like(lse).mul_(0) + 0.5))
+        grads.append((out.detach(), lse.detach(), q.grad, k.grad, v.grad))
+    for g in grads[1:]:
+        for a, b in zip(grads[0], g):
+            assert torch.equal(a, b)
+    with torch.no_grad():
+        assert fat.flash_attn_func(q, k, v, causal=True).grad_fn is None
+    with torch.inference_mode():
+        assert fat.flash_attn_func(q, k, v, causal=True).grad_fn is None
+
+
+def test_autocast_after_a_plan(device, monkeypatch):
+    q, k, v = _qkv(device, dtype=torch.float32)
+    fat.flash_attn_func(q, k, v, causal=True)
+    fat.flash_attn_func(q, k, v, causal=True)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        got = fat.flash_attn_func(q, k, v, causal=True)
+        want = _unplanned(monkeypatch, lambda: fat.flash_attn_func(q, k, v, causal=True))
+    assert got.dtype == torch.bfloat16
+    _equal(got, want)
+
+
+def test_vmap_after_a_plan(device, monkeypatch):
+    """Functorch transforms take the full path (the same outcome, whatever it is)."""
+    q, k, v = _qkv(device)
+    fat.flash_attn_func(q, k, v, causal=True)
+    call = lambda: torch.func.vmap(lambda x: fat.flash_attn_func(x, k[0], v[0], causal=True))(q[:, None])  # noqa: E731
+    planned = _outcome(call)
+    full = _unplanned(monkeypatch, lambda: _outcome(call))
+    assert planned[0] == full[0]
+    if planned[0] == "ok":
+        _equal(planned[1], full[1])
+
+
+def test_plans_follow_the_op_layer(device, monkeypatch):
+    """A plan runs the op layer's current functions: a replaced forward or a
+    switch of the CPU path applies to planned calls too."""
+    q, k, v = _qkv(device)
+    fat.flash_attn_func(q, k, v, causal=True)
+    seen = []
+    real = ops._attention_fwd_impl
+
+    def spy(*args):
+        seen.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ops, "_attention_fwd_impl", spy)
+    fat.flash_attn_func(q, k, v, causal=True)
+    assert len(seen) == 1
+    blockwise = []
+    real_blockwise = ops._blockwise_fwd
+    monkeypatch.setattr(ops, "_blockwise_fwd", lambda *a: blockwise.append(1) or real_blockwise(*a))
+    monkeypatch.setattr(_dispatch, "INTERPRET", False)
+    fat.flash_attn_func(q, k, v, causal=True)
+    assert blockwise == [1], "the CPU path switch must apply to a planned call"
+
+
+def test_environment_switch_is_part_of_the_key(device, monkeypatch, checks):
+    q, k, v = _qkv(device)
+    fat.flash_attn_func(q, k, v, causal=True)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "portable")
+    fat.flash_attn_func(q, k, v, causal=True)
+    assert len(checks) == 2
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "nonsense")  # whatever the full path does with it
+    call = lambda: fat.flash_attn_func(q, k, v, causal=True)  # noqa: E731
+    planned = _outcome(call)
+    full = _unplanned(monkeypatch, lambda: _outcome(call))
+    assert planned[0] == full[0] and (planned[0] == "ok" or planned == full)
+
+
+def test_plans_off_switch(device, checks, monkeypatch):
+    q, k, v = _qkv(device)
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    fat.flash_attn_func(q, k, v, causal=True)
+    fat.flash_attn_func(q, k, v, causal=True)
+    assert len(checks) == 2 and not api._PLANS
+
+
+# ---------------------------------------------------------------------------
+# deterministic=True: never the fused dQ backward
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def fused_dq_requests(monkeypatch):
+    """FLASHATTN_TRITON_FUSED_DQ=1, and the fused_dq argument of each backward launch."""
+    from flashattn_triton.kernels.bwd import ENV_FUSED_DQ
+    monkeypatch.setenv(ENV_FUSED_DQ, "1")
+    if ops._kernels.forward is None:
+        ops._kernels.load()
+    seen = []
+    real = ops._kernels.backward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("fused_dq"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops._kernels, "backward", spy)
+    return seen
+
+
+@pytest.mark.parametrize("entry", ["flash", "varlen"])
+def test_deterministic_forces_the_separate_dq_backward(device, monkeypatch, fused_dq_requests, entry):
+    if not ops.use_triton(torch.empty(0, device=device)):
+        pytest.skip("the kernels' backward (interpreter or GPU) only")
+    q, k, v = make_qkv(2, 24, 24, 2, 1, 16, torch.float16, device)
+    if entry == "varlen":
+        cu = random_cu_seqlens([24, 24], device)
+        q, k, v = (t.detach().flatten(0, 1).requires_grad_() for t in (q, k, v))
+
+        def call(det):
+            return fat.flash_attn_varlen_func(q, k, v, cu, cu, 24, 24, causal=True, deterministic=det)
+    else:
+        def call(det):
+            return fat.flash_attn_func(q, k, v, causal=True, deterministic=det)
+    do = torch.randn_like(q)
+    results = {}
+    for det in (False, True, True):  # the second deterministic call is planned (flash)
+        fused_dq_requests.clear()
+        q.grad = k.grad = v.grad = None
+        call(det).backward(do)
+        assert fused_dq_requests and all(r is (False if det else None) for r in fused_dq_requests)
+        results.setdefault(det, []).append(tuple(t.grad.clone() for t in (q, k, v)))
+    # deterministic: the default (separate dQ) backward, bit for bit
+    monkeypatch.setenv("FLASHATTN_TRITON_FUSED_DQ", "0")
+    q.grad = k.grad = v.grad = None
+    call(False).backward(do)
+    for got in results[True]:
+        for a, b in zip(got, (q.grad, k.grad, v.grad)):
+            assert torch.equal(a, b)
+
+
+def test_deterministic_through_the_custom_ops(device, fused_dq_requests):
+    """The op schema carries deterministic from the forward to the backward
+    (torch.compile's path), and opcheck accepts it."""
+    if not ops.use_triton(torch.empty(0, device=device)):
+        pytest.skip("the kernels' backward (interpreter or GPU) only")
+    q, k, v = make_qkv(1, 9, 13, 2, 1, 16, torch.float16, device)
+    args = (q, k, v, None, None, 0, 0, 0.25, -1, 0, True, 0.0, None, None, None, 0.0, None, True)
+    torch.library.opcheck(ops.attention_fwd, args)
+    out, lse = ops.attention_fwd(*args)
+    fused_dq_requests.clear()
+    torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert fused_dq_requests == [False]
+    plain = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in args)
+    bwd_args = ((torch.randn_like(out), *plain[:3], out.detach(), lse.detach(), None) + plain[3:17]
+                + (False, True))
+    torch.library.opcheck(ops.attention_bwd, bwd_args)
