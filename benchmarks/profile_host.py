@@ -4,10 +4,15 @@
     python benchmarks/profile_host.py --device cpu    # no GPU: CPU tensors through the
                                                       # CUDA code path, launches recorded
     python benchmarks/profile_host.py --out DIR       # also write profile_host.{json,md}
+    python benchmarks/profile_host.py --device cpu --no-launch --compare-plans
+                                  # the Python host path alone (launches do nothing),
+                                  # with and without the call plans
 
 The call is the overhead benchmark's tiny shape (B=1, H=8, N=128, d=64,
 fp16, causal), whose GPU work is a few microseconds, so the wall time of
-back-to-back calls is host time.  For each entry (flash_attn_func, with and
+back-to-back calls is host time.  After the first call of a signature a call
+takes its plan (api.py: key, allocations, replay of the recorded launches);
+--compare-plans adds rows with the plans off (the full path per call).  For each entry (flash_attn_func, with and
 without grad-requiring inputs, the SDPA entry; Hopper and portable tiers) it
 prints the plain time per call, then the time per call inside each section
 (inclusive, nested as in the call tree), measured by wrapping the functions
@@ -96,6 +101,10 @@ _MISSING = object()
 # The call tree: (depth, label).  Labels without a wrapper in a run show as absent.
 TREE = [
     (0, "call"),
+    (1, "api: plan key"), (1, "api: planned call"),
+    (2, "ops.attention_planned (autograd)"), (3, "ops.plan_forward"),
+    (4, "ops._new (allocations)"), (4, "fastlaunch: replay (checks, arguments)"),
+    (5, "launch: direct (C entry)"),
     (1, "api: autocast_inputs"), (1, "api: check_qkv"), (1, "api: check_flag"),
     (1, "api: check_window"), (1, "api: check_scale"), (1, "api: _params (record + variant checks)"),
     (1, "ops.attention_base2 (op + autograd)"),
@@ -127,6 +136,13 @@ def instrument(p: Patcher, kernels):
     for name in ("autocast_inputs", "check_qkv", "check_flag", "check_window", "check_scale"):
         wrap(f"api: {name}", api, name)
     wrap("api: _params (record + variant checks)", api, "_params")
+    wrap("api: plan key", api, "_flash_key")
+    wrap("api: plan key", api, "_sdpa_key")
+    if hasattr(api, "_CallPlan"):
+        wrap("api: planned call", api._CallPlan, "flash")
+        wrap("api: planned call", api._CallPlan, "sdpa")
+    wrap("ops.attention_planned (autograd)", ops, "attention_planned")
+    wrap("ops.plan_forward", ops, "plan_forward")
     wrap("api: _returns", api, "_returns")
     wrap("ops.attention_base2 (op + autograd)", ops, "attention_base2")
     wrap("ops._needs_autograd", ops, "_needs_autograd")
@@ -162,6 +178,9 @@ def instrument(p: Patcher, kernels):
         from flashattn_triton.kernels import fastlaunch
     except ImportError:
         fastlaunch = None
+    if fastlaunch is not None and hasattr(fastlaunch, "Replay"):
+        wrap("fastlaunch: replay (checks, arguments)", fastlaunch.Replay, "__call__")
+        wrap("launch: direct (C entry)", fastlaunch._Direct, "launch")
     for label, kernel in kernels.items():
         run = fastlaunch.fast_run(kernel) if fastlaunch is not None else None
         if run is not None:  # the fast path's entry, and Triton's path behind it
@@ -246,8 +265,13 @@ def cpu_emulation(p: Patcher):
 # Measurements
 # ---------------------------------------------------------------------------
 
-def _per_call_us(fn, n, repeats=5, sync=None):
-    """Median over `repeats` of the time per call of n calls (garbage collection off)."""
+_STAT = statistics.median  # --stat min: the least noisy estimate of a pure host path on a shared machine
+_REPEATS = 5
+
+
+def _per_call_us(fn, n, repeats=None, sync=None):
+    """Median (--stat) over `repeats` of the time per call of n calls (garbage collection off)."""
+    repeats = repeats or _REPEATS
     times = []
     gc.collect()
     gc.disable()
@@ -263,7 +287,7 @@ def _per_call_us(fn, n, repeats=5, sync=None):
             times.append((_perf_ns() - t0) / n / 1e3)
     finally:
         gc.enable()
-    return statistics.median(times)
+    return _STAT(times)
 
 
 def calls(device):
@@ -287,7 +311,7 @@ def calls(device):
     return out
 
 
-def profile(device: str, n_calls: int, backends):
+def profile(device: str, n_calls: int, backends, compare_plans: bool = False):
     import torch
     from flashattn_triton.kernels import bwd, fwd
     kernels = {"fwd": fwd._attn_fwd, "bwd_preprocess": bwd._bwd_preprocess}
@@ -298,14 +322,20 @@ def profile(device: str, n_calls: int, backends):
             kernels["hopper"] = hfwd._attn_fwd_hopper
     except ImportError:
         pass
+    from flashattn_triton import ops
     sync = torch.cuda.synchronize if device == "cuda" else None
     results = {}
-    for backend in backends:
+    runs = [(b, True) for b in backends]
+    if compare_plans and hasattr(ops, "PLANS_ENABLED"):
+        runs += [(b, False) for b in backends]
+    for backend, plans in runs:
         os.environ["FLASHATTN_TRITON_BACKEND"] = backend
+        if hasattr(ops, "PLANS_ENABLED"):
+            ops.PLANS_ENABLED = plans
         for name, fn in calls(device).items():
-            if name.startswith("torch") and backend != backends[0]:
+            if name.startswith("torch") and (backend != backends[0] or not plans):
                 continue
-            label = name if name.startswith("torch") else f"{name} [{backend}]"
+            label = name if name.startswith("torch") else f"{name} [{backend}{'' if plans else ', plans off'}]"
             t_first = time.perf_counter()
             fn()
             t_first = time.perf_counter() - t_first
@@ -338,6 +368,8 @@ def profile(device: str, n_calls: int, backends):
                     p.restore()
             results[label] = entry
             print(f"{label}: {plain:.1f} us/call (first call {t_first:.2f} s)", flush=True)
+    if hasattr(ops, "PLANS_ENABLED"):
+        ops.PLANS_ENABLED = True
     return results
 
 
@@ -413,8 +445,24 @@ def _check_cases(device):
     def sdpa(grad):
         return [t.detach().transpose(1, 2).requires_grad_(grad) for t in qkv(2, 64, 4, 4, 64)(False)]
 
+    def other_strides(make):  # the values in (b, h, n, d) memory order: same shapes, other strides
+        def remake(grad):
+            return [t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_(grad)
+                    for t in make(False)]
+        return remake
+
+    def cast(make, dtype):
+        def remake(grad):
+            return [t.detach().to(dtype).requires_grad_(grad) for t in make(False)]
+        return remake
+
+    tiny = qkv(1, 128, 8, 8, 64)
     return {
-        "tiny causal": (qkv(1, 128, 8, 8, 64), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "tiny causal": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "tiny causal, other strides": (other_strides(tiny), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "tiny causal, bfloat16": (cast(tiny, torch.bfloat16), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "tiny causal, return_lse": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True, return_lse=True)),
+        "tiny, not causal": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v)),
         "GQA, Nq != Nk, d=96": (qkv(2, 77, 6, 2, 96, nk=130),
                                 lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
         "full, d=128": (qkv(2, 300, 4, 4, 128), lambda q, k, v: fat.flash_attn_func(q, k, v)),
@@ -505,44 +553,73 @@ def check_prefetch(device: str) -> int:
 
 
 def check(device: str) -> int:
-    """Run each case with the fast path off, then on (twice: recorded, then
-    taken); on the CPU compare the launches (compiled kernel, grid, arguments),
-    on the GPU the outputs and gradients (bitwise)."""
+    """Run each case with the fast paths off (no call plans, Triton's launch
+    path) on two sets of inputs A and B, then with them on: A (first call of
+    the signature: validated, plan made, launches recorded), A again (the
+    plan's replay), B (the replay with other addresses), A.  On the CPU compare
+    the launches (compiled kernel, grid, arguments), on the GPU the outputs and
+    gradients (bitwise), each with the fast-path-off run of the same inputs.
+    The plans persist from case to case: the cases that share shapes with an
+    earlier one (other strides, dtype, requires_grad, return_lse) must not take
+    its plan."""
     import torch
+    from flashattn_triton import api, ops
     from flashattn_triton.kernels import fastlaunch
     failures = 0
-    for name, (make, call) in _check_cases(device).items():
-        for grad in (False, True):
-            torch.manual_seed(0)
-            inputs = make(grad)
-            ptrs = {t.data_ptr(): i for i, t in enumerate(inputs)}
-            runs = []
-            for enabled in (False, True, True):
-                fastlaunch.ENABLED = enabled
+    replays = [0, 0]  # taken, declined
+    real_replay = fastlaunch.Replay.__call__
+
+    def counting(self, roles):
+        ok = real_replay(self, roles)
+        replays[0 if ok else 1] += 1
+        return ok
+
+    fastlaunch.Replay.__call__ = counting
+    api.clear_plans()
+
+    def run(call, inputs, grad):
+        ptrs = {t.data_ptr(): i for i, t in enumerate(inputs)}
+        torch.manual_seed(0)
+        if device == "cpu":
+            from fake_cuda import LAUNCHES
+            LAUNCHES.clear()
+        out = call(*inputs)
+        out = out[0] if isinstance(out, tuple) else out
+        if grad:
+            for t in inputs:
+                t.grad = None
+            out.float().sum().backward()
+        if device == "cpu":
+            return [(id(l), g, _describe_launch(l, args, ptrs)) for l, g, args in LAUNCHES]
+        torch.cuda.synchronize()
+        return [out.detach().clone()] + ([t.grad.clone() for t in inputs] if grad else [])
+
+    def same(a, b):
+        if device == "cpu":
+            return a == b and len(a) > 0
+        return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+    try:
+        for name, (make, call) in _check_cases(device).items():
+            for grad in (False, True):
                 torch.manual_seed(0)
-                if device == "cpu":
-                    from fake_cuda import LAUNCHES
-                    LAUNCHES.clear()
-                out = call(*inputs)
-                out = out[0] if isinstance(out, tuple) else out
-                if grad:
-                    for t in inputs:
-                        t.grad = None
-                    out.float().sum().backward()
-                if device == "cpu":
-                    runs.append([(id(l), g, _describe_launch(l, args, ptrs)) for l, g, args in LAUNCHES])
-                else:
-                    torch.cuda.synchronize()
-                    runs.append([out.detach().clone()] + ([t.grad.clone() for t in inputs] if grad else []))
-            fastlaunch.ENABLED = fastlaunch.SUPPORTED
-            if device == "cpu":
-                ok = runs[0] == runs[1] == runs[2] and len(runs[0]) > 0
-                detail = f"{len(runs[0])} launches"
-            else:
-                ok = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r))
-                detail = "outputs and gradients bitwise equal" if ok else "results differ"
-            failures += not ok
-            print(f"check {name} (grad={grad}): {'ok' if ok else 'MISMATCH'} ({detail})", flush=True)
+                inputs = {"A": make(grad), "B": make(grad)}
+                fastlaunch.ENABLED, ops.PLANS_ENABLED = False, False
+                ref = {which: run(call, inputs[which], grad) for which in "AB"}
+                fastlaunch.ENABLED, ops.PLANS_ENABLED = fastlaunch.SUPPORTED, True
+                before = list(replays)
+                results = [(which, run(call, inputs[which], grad)) for which in "AABA"]
+                ok = all(same(ref[which], got) for which, got in results)
+                taken = replays[0] - before[0]
+                detail = (f"{len(ref['A'])} launches" if device == "cpu" else
+                          "outputs and gradients bitwise equal" if ok else "results differ")
+                failures += not ok
+                print(f"check {name} (grad={grad}): {'ok' if ok else 'MISMATCH'} ({detail}; "
+                      f"{taken} of 3 repeated calls replayed)", flush=True)
+    finally:
+        fastlaunch.Replay.__call__ = real_replay
+        fastlaunch.ENABLED, ops.PLANS_ENABLED = fastlaunch.SUPPORTED, True
+    print(f"replays: {replays[0]} taken, {replays[1]} declined", flush=True)
     return failures
 
 
@@ -574,8 +651,18 @@ def main():
     ap.add_argument("--backends", default="auto,portable",
                     help="FLASHATTN_TRITON_BACKEND values to profile (default auto,portable)")
     ap.add_argument("--out", default="", help="directory for profile_host.json / .md")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="statistic over the repeats of each timing (default median)")
+    ap.add_argument("--repeats", type=int, default=5, help="repeats of each timing (default 5)")
+    ap.add_argument("--no-launch", action="store_true",
+                    help="with --device cpu: the fake launcher does nothing (no recording), so the "
+                         "times are the Python host path alone")
+    ap.add_argument("--compare-plans", action="store_true",
+                    help="also profile every entry with the call plans off (ops.PLANS_ENABLED = False: "
+                         "validation, dispatch and the launch fast path on every call)")
     ap.add_argument("--check", action="store_true",
-                    help="only check that the launch fast path launches what Triton's path does "
+                    help="only check that the call plans and the launch fast path launch what the full "
+                         "path and Triton's launch do "
                          "(CPU: same kernels and arguments; GPU: bitwise equal outputs) and that the "
                          "backward prefetch builds every kernel the backward launches")
     args = ap.parse_args()
@@ -598,9 +685,16 @@ def main():
             finally:
                 p.restore()
         sys.exit(1 if failures else 0)
+    global _STAT, _REPEATS
+    _STAT = min if args.stat == "min" else statistics.median
+    _REPEATS = args.repeats
+    if args.no_launch:
+        sys.path.insert(0, str(REPO / "tests"))
+        import fake_cuda
+        fake_cuda.RECORD = False
     with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
         try:
-            results = profile(args.device, args.calls, backends)
+            results = profile(args.device, args.calls, backends, args.compare_plans)
             launch_res = launch_only(args.device, args.calls)
         finally:
             p.restore()

@@ -89,7 +89,11 @@ class _CallPlan:
         return (out, lse2 * LN2) if self.returns == 1 else (out, lse2 * LN2, None)
 
     def sdpa(self, query, key, value):
-        out, _ = ops.attention_planned(self.op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+        op = self.op
+        if op.grad and torch.is_grad_enabled():
+            out, _ = ops.attention_planned(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+        else:  # no graph: the plan takes the SDPA layout as it is
+            out, _ = ops.plan_forward(op, query, key, value, bhnd=True)
         return out.transpose(1, 2)
 
 

@@ -601,15 +601,22 @@ def _world() -> tuple:
             _kernels.forward, _kernels.hopper_forward)
 
 
-def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    """(out, lse2) of a planned call, without autograd."""
+def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bhnd: bool = False):
+    """(out, lse2) of a planned call, without autograd.  bhnd: q, k, v are the
+    (B, H, N, d) transposes of the op's inputs (the SDPA layout): a replay
+    reads their addresses only, the other paths transpose them back."""
     replay = plan.replay
     if replay is not None and plan.world == _world():
         out = _new(plan.out_shape, q)
         lse = _new(plan.lse_shape, q, torch.float32)
-        if not replay((q, k, v, out, lse)):  # declined: the op's own path, same buffers
-            _fwd_into(q, k, v, out, lse, *plan.options)
+        if replay((q, k, v, out, lse)):
+            return out, lse
+        if bhnd:
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        _fwd_into(q, k, v, out, lse, *plan.options)  # declined: the op's own path, same buffers
         return out, lse
+    if bhnd:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if plan.tries < MAX_RECORD_TRIES and fastlaunch.ENABLED and use_triton(q):
         plan.tries += 1
         out = _new(plan.out_shape, q)

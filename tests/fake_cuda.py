@@ -66,8 +66,9 @@ class FakeLauncher:
                 packed_metadata, launch_metadata, enter_hook, exit_hook, *args):
         if enter_hook is not None:
             enter_hook(launch_metadata)
-        self.launches.append(((gridX, gridY, gridZ), stream, args))
-        LAUNCHES.append((self, (gridX, gridY, gridZ), args))
+        if RECORD:
+            self.launches.append(((gridX, gridY, gridZ), stream, args))
+            LAUNCHES.append((self, (gridX, gridY, gridZ), args))
         if exit_hook is not None:
             exit_hook(launch_metadata)
 
@@ -98,6 +99,9 @@ try:  # Triton 3.6's launcher layout (the fast path calls its C entry point dire
 except ImportError:
     _WRAP = None
 
+
+# False: launches are not recorded (host-time measurements: a launch costs a call).
+RECORD = True
 
 # The latest recorded launches in order: (launcher, grid, kernel args); one
 # launcher per compiled kernel, so the launcher tells which specialization ran.
