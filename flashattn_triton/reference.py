@@ -179,17 +179,18 @@ def dropout_keep(seed: torch.Tensor, p: float, batch: int, heads: int, rows, k0:
     rows x keys [k0, k1) (any rows, any k0), as the kernels draw it: score
     (i, j) reads the 16-bit half j & 1 of word 2 * ((i >> 3) & 1) + ((j >> 3) & 1)
     of the Philox call on dropout_counters' counter, kept iff that half is
-    >= dropout_threshold(p).  Each distinct counter is drawn once."""
+    >= dropout_threshold(p).  Each distinct counter is drawn once (the index
+    bookkeeping runs on the CPU: no device synchronisation)."""
     dev = seed.device
-    i = torch.as_tensor(rows, device=dev, dtype=torch.int64)
-    j = torch.arange(k0, k1, device=dev, dtype=torch.int64)
+    i = torch.as_tensor(rows, dtype=torch.int64)
+    j = torch.arange(k0, k1, dtype=torch.int64)
     ri, kj, word, half = _dropout_bits(i[:, None], j[None, :])
     urow, inv_r = torch.unique(ri[:, 0], return_inverse=True)
     ukey, inv_k = torch.unique(kj[0], return_inverse=True)
     c = dropout_counters(batch, heads, urow, ukey, rng_rows, rng_cols, row0, offset, device=dev)
     words = torch.stack(philox_randint4x(seed, c), dim=-1)  # (B, H, rows', keys', 4)
-    w = words[:, :, inv_r[:, None], inv_k[None, :], word]  # (B, H, rows, keys)
-    return ((w >> (16 * half)) & 0xFFFF) >= dropout_threshold(p)
+    w = words[:, :, inv_r[:, None].to(dev), inv_k[None, :].to(dev), word.to(dev)]  # (B, H, rows, keys)
+    return ((w >> (16 * half.to(dev))) & 0xFFFF) >= dropout_threshold(p)
 
 
 def dropout_keep_mask(seed: torch.Tensor, p: float, batch: int, heads: int, n_q: int,

@@ -26,10 +26,12 @@ is kept iff that half is >= t = dropout_threshold(p) = round(p * 2^16): the
 keep probability is 1 - t / 2^16 and kept scores are scaled by its inverse
 2^16 / (2^16 - t) (reference.dropout_scale), so the output stays unbiased.
 The eight scores of a call, rows {i, i ^ 8} x keys {j, j ^ 1, j ^ 8, j ^ 9},
-sit in one thread's registers in both orientations of an NVIDIA MMA tile
-except key bit 0 in the keys x queries (dK/dV) tiles, where one small lane
-exchange remains.  Rows keep the stride rng_cols (the key count); a batch
-entry spans Hq * rng_rows * rng_cols counters, as KernelMods.chunk assumes.
+sit in the registers of one thread of an NVIDIA MMA accumulator in queries x
+keys tiles, so the forward and dQ tiles need no layout conversion; in keys x
+queries (dK/dV) tiles key bit 0 lies across lanes, and the call's decisions
+travel packed in one integer through one conversion.  Rows keep the stride
+rng_cols (the key count), and i & ~8 <= i, j & ~9 <= j: a batch entry spans
+Hq * rng_rows * rng_cols counters, as KernelMods.chunk assumes.
 Tiles start at multiples of 16 rows and 16 keys, so a group never straddles
 two tiles.  reference.dropout_keep reproduces the rule in PyTorch.
 """
