@@ -390,11 +390,15 @@ def launch_only(device: str, n_calls: int):
     q, k, v = (torch.randn(s["B"], s["N"], s["H"], s["D"], device=device, dtype=torch.float16)
                for _ in range(3))
     os.environ["FLASHATTN_TRITON_BACKEND"] = "portable"
+    from flashattn_triton import ops
+    plans = getattr(ops, "PLANS_ENABLED", False)
+    ops.PLANS_ENABLED = False  # a planned call replays its launches, without the Launcher
     launch.Launcher.__call__ = capture
     try:
         fat.flash_attn_func(q, k, v, causal=True)
     finally:
         launch.Launcher.__call__ = orig
+        ops.PLANS_ENABLED = plans
     self, grid, key, args, kwargs = captured["call"]
     cfg = self.config(args[0].device, *key)
     allkw = dict(kwargs, **cfg.all_kwargs())

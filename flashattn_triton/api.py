@@ -107,9 +107,12 @@ def _qkv_key(q, k, v) -> Optional[tuple]:
     """What the checks and the dispatch read of q, k, v; None unless all are plain tensors."""
     if not (q.__class__ is torch.Tensor and k.__class__ is torch.Tensor and v.__class__ is torch.Tensor):
         return None
-    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-            q.device, k.device, v.device, q.requires_grad, k.requires_grad, v.requires_grad,
-            q.data_ptr() & 15, k.data_ptr() & 15, v.data_ptr() & 15)
+    try:
+        return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+                q.device, k.device, v.device, q.requires_grad, k.requires_grad, v.requires_grad,
+                q.data_ptr() & 15, k.data_ptr() & 15, v.data_ptr() & 15)
+    except Exception:  # noqa: BLE001 - sparse, nested, storage-less ...: the full path says what is wrong
+        return None
 
 
 def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
@@ -130,16 +133,19 @@ def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
             tensors, env_snapshot(PLAN_ENV))
 
 
-def _store_plan(key: tuple, q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
+def _new_plan(q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
     """A plan for a validated call, None if its parameters vary per call (tensors, a seed)."""
     if (params.cu_seqlens_q is not None or params.alibi_slopes is not None or params.sinks is not None
             or params.attn_bias is not None or params.rng_seed is not None):
         return None
-    plan = _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
+    return _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
+
+
+def _store(key: tuple, plan: _CallPlan) -> None:
+    """Keep a plan whose first call returned (an error in it leaves no plan)."""
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
-    return plan
 
 
 def _returns(q, k, v, params, out, lse2, return_lse: bool, return_attn_probs: bool):
@@ -318,9 +324,11 @@ def flash_attn_func(
     if key is not None:
         check_flag(return_lse, "return_lse")
         check_flag(return_attn_probs, "return_attn_probs")
-        plan = _store_plan(key, q, k, v, params, 2 if return_attn_probs else int(return_lse))
+        plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
         if plan is not None:
-            return plan.flash(q, k, v)
+            result = plan.flash(q, k, v)
+            _store(key, plan)
+            return result
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
@@ -559,9 +567,11 @@ def scaled_dot_product_attention(
                      dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
                      bottom_right=False)
     if plan_key is not None and query.dim() == 4:
-        plan = _store_plan(plan_key, q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
+        plan = _new_plan(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
         if plan is not None:
-            return plan.sdpa(query, key, value)
+            result = plan.sdpa(query, key, value)
+            _store(plan_key, plan)
+            return result
     out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
     out = out.transpose(1, 2)
     if query.dim() == 3:

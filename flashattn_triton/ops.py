@@ -581,7 +581,7 @@ class FwdPlan:
 
     __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries")
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple):
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple) -> None:
         self.options = tuple(options)
         self.out_shape = q.shape[:-1] + (v.shape[-1],)
         self.lse_shape = _lse_shape(q, options[0] is not None)
@@ -741,5 +741,4 @@ def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                          left, 0 if causal else right, True)[:3]
 
 
-__all__ = ["FwdPlan", "attention", "attention_base2", "attention_fwd", "attention_bwd", "attention_planned",
-           "dropout_pattern", "flash_fwd", "flash_bwd", "plan_forward"]
+__all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]

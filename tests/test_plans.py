@@ -166,6 +166,7 @@ def _bad_calls(q, k, v):
         "q a list": lambda: fat.flash_attn_func(q.tolist(), k, v, causal=True),
         "k last stride": lambda: fat.flash_attn_func(q, last_stride, v, causal=True),
         "q subclass": lambda: fat.flash_attn_func(torch.nn.Parameter(q.double()), k, v, causal=True),
+        "q sparse": lambda: fat.flash_attn_func(q.to_sparse(), k, v, causal=True),
     }
 
 
@@ -295,6 +296,22 @@ def test_environment_switch_is_part_of_the_key(device, monkeypatch, checks):
     planned = _outcome(call)
     full = _unplanned(monkeypatch, lambda: _outcome(call))
     assert planned[0] == full[0] and (planned[0] == "ok" or planned == full)
+
+
+def test_failed_first_call_leaves_no_plan(device, monkeypatch):
+    q, k, v = _qkv(device)
+    real = ops._attention_fwd_impl
+
+    def failing(*args):
+        raise RuntimeError("launch failed")
+
+    monkeypatch.setattr(ops, "_attention_fwd_impl", failing)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        fat.flash_attn_func(q, k, v, causal=True)
+    assert not api._PLANS
+    monkeypatch.setattr(ops, "_attention_fwd_impl", real)
+    fat.flash_attn_func(q, k, v, causal=True)
+    assert len(api._PLANS) == 1
 
 
 def test_plans_off_switch(device, checks, monkeypatch):

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import itertools
 import operator
 import os
@@ -595,6 +596,7 @@ class Replay:
         self.kernels = [step.run.kernel for step in steps]
         self.device = device
         self.aligned = aligned
+        self.all_aligned = all(aligned)
         self.debug = _knobs.runtime.debug
         self.instrumentation = _knobs.compilation.instrumentation_mode
 
@@ -602,10 +604,15 @@ class Replay:
         if not ENABLED or _COMPILE_ONLY.get() is not None or _RECORD.get() is not None:
             return False
         ptrs = [t.data_ptr() for t in roles]
-        if [not p & 15 for p in ptrs] != self.aligned:
+        if self.all_aligned:
+            if functools.reduce(operator.or_, ptrs) & 15:
+                return False
+        elif [not p & 15 for p in ptrs] != self.aligned:
             return False
         runtime = _knobs.runtime
-        if (not _no_hooks(runtime.launch_enter_hook) or not _no_hooks(runtime.launch_exit_hook)
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if ((enter is not None and (type(enter) is not _HookChain or enter.calls))
+                or (leave is not None and (type(leave) is not _HookChain or leave.calls))
                 or runtime.debug != self.debug
                 or _knobs.compilation.instrumentation_mode != self.instrumentation):
             return False
