@@ -585,7 +585,7 @@ def _sdpa_key(query, key, value, dropout_p, is_causal, scale, enable_gqa) -> Opt
             and dropout_p == 0 and (scale is None or scale.__class__ in _NUMBER) and _plannable()):
         return None
     tensors = _qkv_key(query, key, value)
-    if tensors is None:
+    if tensors is None or len(tensors[0]) != 4:  # plans are made for 4-D inputs only
         return None
     return ("sdpa", is_causal, enable_gqa, scale, tensors, env_snapshot(PLAN_ENV))
 

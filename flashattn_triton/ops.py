@@ -595,6 +595,9 @@ class FwdPlan:
         self.tries = 0
 
 
+_FWD_IMPL = _attention_fwd_impl
+
+
 def _world() -> tuple:
     """What a replay's launches were chosen by (tests and tools replace these)."""
     return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, MAX_GRID_Y, _dispatch.INTERPRET,
@@ -617,7 +620,8 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         return out, lse
     if bhnd:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if plan.tries < MAX_RECORD_TRIES and fastlaunch.ENABLED and use_triton(q):
+    if (plan.tries < MAX_RECORD_TRIES and fastlaunch.ENABLED and _attention_fwd_impl is _FWD_IMPL
+            and use_triton(q)):  # (a replaced _attention_fwd_impl must see the call)
         plan.tries += 1
         out = _new(plan.out_shape, q)
         lse = _new(plan.lse_shape, q, torch.float32)
