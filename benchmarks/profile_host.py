@@ -99,12 +99,17 @@ class Patcher:
 _MISSING = object()
 
 # The call tree: (depth, label).  Labels without a wrapper in a run show as absent.
-TREE = [
+# A planned call (the signature was seen before, api.py):
+TREE_PLANNED = [
     (0, "call"),
     (1, "api: plan key"), (1, "api: planned call"),
-    (2, "ops.attention_planned (autograd)"), (3, "ops.plan_forward"),
+    (2, "ops.attention_planned (autograd)"), (3, "backward prefetch check"), (3, "ops.plan_forward"),
     (4, "ops._new (allocations)"), (4, "fastlaunch: replay (checks, arguments)"),
     (5, "launch: direct (C entry)"),
+]
+# The full path (first call of a signature, or plans off):
+TREE = [
+    (0, "call"),
     (1, "api: autocast_inputs"), (1, "api: check_qkv"), (1, "api: check_flag"),
     (1, "api: check_window"), (1, "api: check_scale"), (1, "api: _params (record + variant checks)"),
     (1, "ops.attention_base2 (op + autograd)"),
@@ -113,24 +118,31 @@ TREE = [
     (3, "ops._new (allocations)"), (3, "dispatch: use_triton"), (3, "dispatch: use_hopper_forward"),
     (3, "hopper forward (host + launch)"),
     (4, "hopper: signature"), (4, "hopper: unsupported_reason"), (4, "hopper: TensorDescriptor"),
-    (4, "launch: hopper"), (4, "JIT run: hopper"),
+    (4, "launch: hopper"), (5, "launch: direct (C entry)"), (4, "JIT run: hopper"),
     (3, "ops._kernel_mods"),
     (3, "fwd.attention_forward (host code)"),
-    (4, "Launcher.__call__"), (5, "Launcher.config"), (5, "launch: fwd"), (5, "JIT run: fwd"),
+    (4, "Launcher.__call__"), (5, "Launcher.config"), (5, "launch: fwd"), (6, "launch: direct (C entry)"),
+    (5, "JIT run: fwd"),
     (6, "JIT binder (specialization)"), (6, "JIT compute_cache_key"), (6, "launcher (C / recorded)"),
     (2, "ops._setup_context"),
     (1, "api: _returns"),
 ]
 
 
-def instrument(p: Patcher, kernels):
-    """Wrap the sections with timers (what exists in this version of the code)."""
+def instrument(p: Patcher, kernels, planned: bool = False):
+    """Wrap the sections with timers (what exists in this version of the code).
+    planned: leave the op layer's dispatch functions as they are, which a
+    call plan's replay checks (ops._world: replaced ones make it take the full
+    op path, as they would for a test's spy)."""
     from flashattn_triton import api, ops
     from flashattn_triton.kernels import fwd, launch
     import triton.runtime.jit as jit
+    world = set()
+    if planned and hasattr(ops, "_world"):
+        world = {id(f) for f in ops._world()}
 
     def wrap(label, owner, name):
-        if owner is not None and hasattr(owner, name):
+        if owner is not None and hasattr(owner, name) and id(getattr(owner, name)) not in world:
             p.wrap(label, owner, name)
 
     for name in ("autocast_inputs", "check_qkv", "check_flag", "check_window", "check_scale"):
@@ -351,7 +363,7 @@ def profile(device: str, n_calls: int, backends, compare_plans: bool = False):
             if not name.startswith("torch"):
                 p = Patcher()
                 try:
-                    instrument(p, kernels)
+                    instrument(p, kernels, planned=plans)
                     instrument_compiled(p, kernels)
                     for _ in range(5):
                         fn()
@@ -627,6 +639,21 @@ def check(device: str) -> int:
     return failures
 
 
+def _placed(tree, sections):
+    """The tree's entries that ran, a label listed more than once (the Hopper
+    and the portable launch share one) only where its parent ran."""
+    parents, last = [], {}
+    for depth, name in tree:
+        last[depth] = name
+        parents.append(last.get(depth - 1) if depth > 1 else None)
+    chosen = {}
+    for i, (depth, name) in enumerate(tree):
+        if name in sections and (name not in chosen or (parents[chosen[name]] not in sections
+                                                         and parents[i] in sections)):
+            chosen[name] = i
+    return [tree[i] for i in sorted(chosen.values())]
+
+
 def render(results, launch_res, env) -> str:
     lines = [f"Environment: {env}", "",
              f"Shape: {SHAPE}, fp16, causal.  'plain': us per call, no timers.  Sections: us per call "
@@ -636,10 +663,10 @@ def render(results, launch_res, env) -> str:
                      + (f", {r['instrumented_us']:.1f} instrumented" if "instrumented_us" in r else ""))
         if r["sections"]:
             lines += ["", "| section | us/call | calls/call |", "|---|---|---|"]
-            for depth, name in TREE[1:]:
-                if name in r["sections"]:
-                    lines.append(f"| {'&nbsp;&nbsp;' * (depth - 1)}{name} | {r['sections'][name]:.1f} | "
-                                 f"{r['section_calls'][name]:.0f} |")
+            tree = TREE_PLANNED if "api: planned call" in r["sections"] else TREE
+            for depth, name in _placed(tree[1:], r["sections"]):
+                lines.append(f"| {'&nbsp;&nbsp;' * (depth - 1)}{name} | {r['sections'][name]:.1f} | "
+                             f"{r['section_calls'][name]:.0f} |")
         lines.append("")
     lines += ["### launch alone (portable forward, fixed arguments)", "",
               "| path | us/call |", "|---|---|"]
