@@ -473,10 +473,11 @@ def _check_cases(device):
         return remake
 
     tiny = qkv(1, 128, 8, 8, 64)
+    causal = lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)  # noqa: E731
     return {
-        "tiny causal": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
-        "tiny causal, other strides": (other_strides(tiny), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
-        "tiny causal, bfloat16": (cast(tiny, torch.bfloat16), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)),
+        "tiny causal": (tiny, causal),
+        "tiny causal, other strides": (other_strides(tiny), causal),
+        "tiny causal, bfloat16": (cast(tiny, torch.bfloat16), causal),
         "tiny causal, return_lse": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True, return_lse=True)),
         "tiny, not causal": (tiny, lambda q, k, v: fat.flash_attn_func(q, k, v)),
         "GQA, Nq != Nk, d=96": (qkv(2, 77, 6, 2, 96, nk=130),
