@@ -138,6 +138,7 @@ def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 128k-token case")
+    parser.add_argument("--cases", help="comma list of case indices to run (default: all)")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         print("launch with torchrun, e.g.: PYTHONPATH=. torchrun --nproc_per_node=2 "
@@ -156,6 +157,8 @@ def main(argv=None) -> int:
     cases = GPU_CASES if use_cuda else CPU_CASES
     if args.quick:
         cases = [c for c in cases if c.seqlen <= 16384]
+    if args.cases:
+        cases = [cases[int(i)] for i in args.cases.split(",")]
     cases = [c for c in cases if c.seqlen % (2 * world_size) == 0]
     if rank == 0:
         name = torch.cuda.get_device_name(device) if use_cuda else "CPU"
