@@ -74,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-contiguous", action="store_true", help="skip the contiguous-sharding variant")
     p.add_argument("--max-seconds", type=float, default=480.0,
                    help="stop starting new work when the predicted time would exceed this")
+    p.add_argument("--max-ctas", type=int, default=0,
+                   help="run the ring on a process group whose NCCL communicator uses at most this many "
+                        "CTAs (ProcessGroupNCCL.Options().config.max_ctas); 0: NCCL's default")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     p.add_argument("--cpu-smoke", action="store_true", help="gloo on CPU, tiny sizes: tests the plumbing")
     return p.parse_args(argv)
@@ -106,6 +109,17 @@ class Timer:
             self.ms = self.t0.elapsed_time(self.t1)
         else:
             self.ms = (time.perf_counter() - self.start) * 1e3
+
+
+def measure_alternating(fns, reps: int, device) -> list:
+    """Per-repetition ms of each of ``fns``, run in turn within every round
+    (ring, local, ring, local, ...), so that clock or thermal drift over the
+    run weighs on each alike; all ranks start each run at once."""
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            times[i] += measure(fn, 1, device)
+    return times
 
 
 def measure(fn, reps: int, device, together: bool = True) -> list:
@@ -181,11 +195,11 @@ def stall_timed_comm(group, device):
 # --------------------------------------------------------------------------- variants
 
 
-def ring_api(q, k, v, do, sharding):
+def ring_api(q, k, v, do, sharding, group=None):
     from flashattn_triton.distributed import ring_flash_attn_func
 
     def fn():
-        out = ring_flash_attn_func(q, k, v, causal=True, sharding=sharding)
+        out = ring_flash_attn_func(q, k, v, group, causal=True, sharding=sharding)
         out.backward(do)
         q.grad = k.grad = v.grad = None
     return fn
@@ -277,12 +291,20 @@ def main(argv=None) -> int:
         device = torch.device("cuda", local_rank)
         dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=10), device_id=device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    group = None  # the default group
+    if args.max_ctas and not args.cpu_smoke:
+        # A communicator of its own whose transfers occupy at most max_ctas multiprocessors.
+        opts = dist.ProcessGroupNCCL.Options()
+        opts.config.max_ctas = args.max_ctas
+        group = dist.new_group(list(range(world_size)), backend="nccl", pg_options=opts)
     dtype = C.torch_dtype(args.dtype)
     budget = C.Budget(args.max_seconds)
     env = C.collect_env() if rank == 0 else {}
     if rank == 0:
         env["world_size"] = world_size
         env["nvls_off"] = {k: os.environ.get(k) for k in NVLS_OFF}
+        env["nccl_env"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+        env["max_ctas"] = args.max_ctas or "NCCL default"
         print(f"bench_ring: {world_size} ranks, {C.env_line(env)}", flush=True)
 
     def gather(x):
@@ -333,14 +355,18 @@ def main(argv=None) -> int:
             flops_total = C.attn_flops(args.batch, args.heads, n, n, args.head_dim, True, "fwd_bwd")
 
             # ring, through the public API: one warm-up (compiles), then the repetitions
-            fn = ring_api(q, k, v, do, "zigzag")
+            fn = ring_api(q, k, v, do, "zigzag", group)
             if prev is None:  # the first size also compiles the kernels: one more warm-up
                 measure(fn, 1, device)
             warm = max(gather(measure(fn, 1, device)[0]))
             reps = agree(max(2, min(10, int(args.target_seconds * 1e3 / max(warm, 1e-3)))))
             row["reps"] = reps
+            # local: the same blocks with no communication, timed alternately with the ring
+            local = ring_internal(q.detach(), k.detach(), v.detach(), do, LocalComm(rank, world_size), "zigzag")
+            measure(local, 1, device)
             reset_peak()
-            ring_ms = gather(median(measure(fn, reps, device)))
+            ring_times, local_times = measure_alternating([fn, local], reps, device)
+            ring_ms = gather(median(ring_times))
             row["ring_peak_gib_per_rank"] = gather(peak_gib())
             row["ring_ms_per_rank"] = ring_ms
             row["ring_ms"] = max(ring_ms)
@@ -348,22 +374,20 @@ def main(argv=None) -> int:
             prev = (n, row["ring_ms"])
 
             # stall: the same ring (no autograd) with timed waits
-            comm = stall_timed_comm(None, device)
+            comm = stall_timed_comm(group, device)
             stall_fn = ring_internal(q.detach(), k.detach(), v.detach(), do, comm, "zigzag")
             stall_times = measure(stall_fn, 1, device)
             row["ring_internal_ms_per_rank"] = gather(stall_times[0])
             row["stall_ms_per_rank"] = gather(comm.stall_ms())
 
-            # local: same blocks, no communication
-            local = ring_internal(q.detach(), k.detach(), v.detach(), do, LocalComm(rank, world_size), "zigzag")
-            local_ms = gather(median(measure(local, reps, device)))
+            local_ms = gather(median(local_times))
             row["local_ms_per_rank"] = local_ms
             row["local_ms"] = max(local_ms)
             row["balance_max_over_min"] = max(local_ms) / min(local_ms)
 
             # comm alone
             from flashattn_triton.distributed.ring import RingComm
-            comm_fn = comm_only(k.detach(), v.detach(), RingComm(None))
+            comm_fn = comm_only(k.detach(), v.detach(), RingComm(group))
             measure(comm_fn, 1, device)
             comm_ms = gather(median(measure(comm_fn, max(reps, 5), device)))
             row["comm_ms_per_rank"] = comm_ms
@@ -462,7 +486,8 @@ def write_report(path: Path, env: dict, rows: list, world_size: int) -> None:
     cfg = rows[0] if rows else {}
     short = (f"Ring attention over {world_size} GPUs, B={cfg.get('batch')}, H={cfg.get('heads_q')}/"
              f"{cfg.get('heads_kv')}, d={cfg.get('head_dim')}, {cfg.get('dtype')}, causal, zigzag shards; "
-             "forward + backward, median over the repetitions, the slowest rank.\n\n" + C.md_table(head, table))
+             f"forward + backward, median over the repetitions, the slowest rank; NCCL CTAs: "
+             f"{env.get('max_ctas', 'NCCL default')}.\n\n" + C.md_table(head, table))
     notes = [r for r in rows if r.get("error") or r.get("skipped")]
     per_rank = [[C.n_label(r["seqlen"]), " / ".join(_f(x) for x in r["ring_ms_per_rank"]),
                  " / ".join(_f(x) for x in r["local_ms_per_rank"]),
@@ -471,7 +496,7 @@ def write_report(path: Path, env: dict, rows: list, world_size: int) -> None:
                  " / ".join(_f(x, 2) for x in r["stall_ms_per_rank"]), r["reps"]] for r in ok]
     details = (
         "Columns: *local only* runs the same blocks with communication disabled (each rank attends its own "
-        "K/V shard in place of the received one); *comm alone* runs the same transfers with no compute; "
+        "K/V shard in place of the received one), timed alternately with the ring, run for run; *comm alone* runs the same transfers with no compute; "
         "*exposed* = ring - local; *hidden (stall)* = 1 - (time the compute stream waited on transfers "
         "inside a ring run) / comm alone, worst rank (a wait also lasts while a slower neighbour finishes its step, so imbalance counts against it); *hidden (end to end)* = (local + comm - ring) / comm, "
         "which also charges any slowdown of the kernels by the concurrent transfers and is noisy when comm "

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Second device call on nvidia-h200-x2, session 9:
 #   1. the two ring-check cases the first call's time limit cut (d=256; 128k tokens);
-#   2. bench_ring at 64k and 128k with NCCL's defaults and with fewer NCCL CTAs
-#      (NCCL_MAX_P2P_NCHANNELS, NCCL_CTA_POLICY=1): how much the transfers slow the
-#      attention kernels they overlap (ring - local) against the transfers alone;
-#   3. the GPUs apart: GPU 0 gpu_dropout.sh (dropout tests, bench, tune), GPU 1 the
-#      forced-hopper and forced-portable GPU tests.
+#   2. bench_ring at 64k and 128k (ring and local timed alternately) with NCCL's
+#      default communicator and with ones limited to 1, 4, 16 CTAs (--max-ctas): how
+#      much the transfers slow the attention kernels they overlap (ring - local)
+#      against the transfers alone.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
@@ -15,24 +14,13 @@ t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 python3 -c "import torch; print(torch.__version__, torch.cuda.nccl.version())" > "$R/env.txt" 2>&1; cat "$R/env.txt"
 timeout -k 10 ${TC:-130} torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check --cases 6,7 > "$R/ring_check67.log" 2>&1
 echo "check rc=$?" >> "$R/ring_check67.log"; el check; grep -E "PASS|FAIL|rc=" "$R/ring_check67.log" | cut -c1-250
-ring() {  # label, then env assignments
+ring() {  # label, then bench_ring options
   local label=$1; shift
-  env "$@" timeout -k 10 ${TB:-75} torchrun --nproc_per_node=2 benchmarks/bench_ring.py --out "$R/ring_$label" \
-    --seqlens 64k,128k --no-contiguous --single-max 1 --max-seconds 60 > "$R/ring_$label.log" 2>&1
+  timeout -k 10 ${TB:-75} torchrun --nproc_per_node=2 benchmarks/bench_ring.py --out "$R/ring_$label" \
+    --seqlens ${SEQLENS:-64k,128k} --no-contiguous --single-max 1 --max-seconds 60 "$@" > "$R/ring_$label.log" 2>&1
   echo "rc=$?" >> "$R/ring_$label.log"; el "ring $label"
   sed -n '/short:begin/,/short:end/p' "$R/ring_$label/bench_ring.md" 2>/dev/null | grep "^| [0-9]" | cut -c1-150
 }
 ring default
-ring p2p2 NCCL_MAX_P2P_NCHANNELS=2
-ring cta1 NCCL_CTA_POLICY=1
-( export CUDA_VISIBLE_DEVICES=0 JOBS=10; OUT="$R/dropout" bash benchmarks/gpu_dropout.sh > "$R/dropout.log" 2>&1 ) &
-( export CUDA_VISIBLE_DEVICES=1 FLASHATTN_TRITON_TEST_DEVICE=cuda
-  for b in hopper portable; do
-    FLASHATTN_TRITON_BACKEND=$b timeout -k 5 ${TF:-140} python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 5 \
-      tests/test_hopper.py tests/test_attention.py tests/test_backward.py > "$R/tests_$b.log" 2>&1
-    echo "rc=$?" >> "$R/tests_$b.log"
-  done ) &
-wait; el parallel
+for c in ${CTAS:-1 4 16}; do ring "ctas$c" --max-ctas "$c"; done
 tar -C "$OUT" -czf "$OUT/results.tgz" r
-for b in hopper portable; do echo "== $b"; tail -4 "$R/tests_$b.log"; done
-tail -40 "$R/dropout.log" | cut -c1-220
