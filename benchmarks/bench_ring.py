@@ -77,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-ctas", type=int, default=0,
                    help="run the ring on a process group whose NCCL communicator uses at most this many "
                         "CTAs (ProcessGroupNCCL.Options().config.max_ctas); 0: NCCL's default")
+    p.add_argument("--high-priority", action="store_true",
+                   help="run the ring on a process group whose NCCL stream has high priority "
+                        "(ProcessGroupNCCL.Options().is_high_priority_stream)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     p.add_argument("--cpu-smoke", action="store_true", help="gloo on CPU, tiny sizes: tests the plumbing")
     return p.parse_args(argv)
@@ -292,10 +295,13 @@ def main(argv=None) -> int:
         dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=10), device_id=device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     group = None  # the default group
-    if args.max_ctas and not args.cpu_smoke:
-        # A communicator of its own whose transfers occupy at most max_ctas multiprocessors.
+    if (args.max_ctas or args.high_priority) and not args.cpu_smoke:
+        # A communicator of its own: transfers on at most max_ctas multiprocessors, and/or
+        # on a high-priority stream (its blocks are scheduled ahead of queued attention blocks).
         opts = dist.ProcessGroupNCCL.Options()
-        opts.config.max_ctas = args.max_ctas
+        opts.is_high_priority_stream = args.high_priority
+        if args.max_ctas:
+            opts.config.max_ctas = args.max_ctas
         group = dist.new_group(list(range(world_size)), backend="nccl", pg_options=opts)
     dtype = C.torch_dtype(args.dtype)
     budget = C.Budget(args.max_seconds)
@@ -305,6 +311,7 @@ def main(argv=None) -> int:
         env["nvls_off"] = {k: os.environ.get(k) for k in NVLS_OFF}
         env["nccl_env"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
         env["max_ctas"] = args.max_ctas or "NCCL default"
+        env["nccl_high_priority_stream"] = args.high_priority
         print(f"bench_ring: {world_size} ranks, {C.env_line(env)}", flush=True)
 
     def gather(x):
@@ -487,7 +494,8 @@ def write_report(path: Path, env: dict, rows: list, world_size: int) -> None:
     short = (f"Ring attention over {world_size} GPUs, B={cfg.get('batch')}, H={cfg.get('heads_q')}/"
              f"{cfg.get('heads_kv')}, d={cfg.get('head_dim')}, {cfg.get('dtype')}, causal, zigzag shards; "
              f"forward + backward, median over the repetitions, the slowest rank; NCCL CTAs: "
-             f"{env.get('max_ctas', 'NCCL default')}.\n\n" + C.md_table(head, table))
+             f"{env.get('max_ctas', 'NCCL default')}, high-priority NCCL stream: "
+             f"{env.get('nccl_high_priority_stream', False)}.\n\n" + C.md_table(head, table))
     notes = [r for r in rows if r.get("error") or r.get("skipped")]
     per_rank = [[C.n_label(r["seqlen"]), " / ".join(_f(x) for x in r["ring_ms_per_rank"]),
                  " / ".join(_f(x) for x in r["local_ms_per_rank"]),

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Second device call on nvidia-h200-x2, session 9:
 #   1. the two ring-check cases the first call's time limit cut (d=256; 128k tokens);
-#   2. bench_ring at 64k and 128k (ring and local timed alternately) with NCCL's
-#      default communicator and with ones limited to 1, 4, 16 CTAs (--max-ctas): how
-#      much the transfers slow the attention kernels they overlap (ring - local)
-#      against the transfers alone.
+#   2. bench_ring at 128k (ring and local timed alternately) with NCCL's default
+#      communicator, one with a high-priority stream, one limited to 4 CTAs, and
+#      both: how much the transfers slow the attention kernels they overlap
+#      (ring - local) against the transfers alone.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
@@ -17,10 +17,12 @@ echo "check rc=$?" >> "$R/ring_check67.log"; el check; grep -E "PASS|FAIL|rc=" "
 ring() {  # label, then bench_ring options
   local label=$1; shift
   timeout -k 10 ${TB:-75} torchrun --nproc_per_node=2 benchmarks/bench_ring.py --out "$R/ring_$label" \
-    --seqlens ${SEQLENS:-64k,128k} --no-contiguous --single-max 1 --max-seconds 60 "$@" > "$R/ring_$label.log" 2>&1
+    --seqlens ${SEQLENS:-128k} --no-contiguous --single-max 1 --max-seconds 60 "$@" > "$R/ring_$label.log" 2>&1
   echo "rc=$?" >> "$R/ring_$label.log"; el "ring $label"
   sed -n '/short:begin/,/short:end/p' "$R/ring_$label/bench_ring.md" 2>/dev/null | grep "^| [0-9]" | cut -c1-150
 }
 ring default
-for c in ${CTAS:-1 4 16}; do ring "ctas$c" --max-ctas "$c"; done
+ring hiprio --high-priority
+ring ctas4 --max-ctas 4
+ring hiprio_ctas4 --high-priority --max-ctas 4
 tar -C "$OUT" -czf "$OUT/results.tgz" r
