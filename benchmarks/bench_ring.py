@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         env["nvls_off"] = {k: os.environ.get(k) for k in NVLS_OFF}
         env["nccl_env"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
         env["max_ctas"] = args.max_ctas or "NCCL default"
-        env["nccl_high_priority_stream"] = args.high_priority
+        env["nccl_high_priority_stream"] = args.high_priority and not args.cpu_smoke
         print(f"bench_ring: {world_size} ranks, {C.env_line(env)}", flush=True)
 
     def gather(x):
