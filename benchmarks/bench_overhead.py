@@ -22,8 +22,10 @@ first_bwd_profile_<run>.txt.
 Host overhead: B=1, H=8, N=128, d=64; the median over 5 runs of the mean wall
 time of many back-to-back calls with no synchronisation in between (the GPU
 work of such a call is a few microseconds, so the host side dominates), with
-the launch fast path on (default) and off (kernels/fastlaunch.py), for the
-Hopper and the portable forward.  benchmarks/profile_host.py breaks it down
+the fast paths on (default: the call plans and the launch fast path) and
+off (ops.PLANS_ENABLED = False and kernels/fastlaunch.py off, as
+FLASHATTN_TRITON_FAST_LAUNCH=0: every call validated and launched through
+Triton's own path), for the Hopper and the portable forward.  benchmarks/profile_host.py breaks it down
 by section.
 """
 
@@ -105,7 +107,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
     import torch
     import torch.nn.functional as F
     import flashattn_triton as fat
-    from flashattn_triton import _prefetch
+    from flashattn_triton import _prefetch, ops
     from flashattn_triton.kernels import fastlaunch
     q, k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
@@ -120,16 +122,18 @@ def host_overhead(n_calls: int = 2000) -> dict:
         for fast in (True, False):
             for name, fn in ours.items():
                 label = f"ours {name}" + ("" if backend == "auto" else " [portable]") + \
-                        ("" if fast else " [fast launch off]")
+                        ("" if fast else " [fast launch off, plans off]")
                 calls[label] = (fn, backend, fast)
     calls["torch SDPA"] = (lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), "auto", True)
     calls["torch SDPA, inputs require grad"] = (lambda: F.scaled_dot_product_attention(
         qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True), "auto", True)
     out = {}
+    plans0 = ops.PLANS_ENABLED
     try:
         for name, (fn, backend, fast) in calls.items():
             os.environ["FLASHATTN_TRITON_BACKEND"] = backend
             fastlaunch.ENABLED = fast and fastlaunch.SUPPORTED
+            ops.PLANS_ENABLED = fast  # off: the full path, as FLASHATTN_TRITON_FAST_LAUNCH=0
             for _ in range(50):
                 fn()
             _prefetch.wait_pending()  # a backward prefetch compiling in the background would skew the timing
@@ -146,6 +150,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
     finally:
         os.environ.pop("FLASHATTN_TRITON_BACKEND", None)
         fastlaunch.ENABLED = fastlaunch.SUPPORTED
+        ops.PLANS_ENABLED = plans0
     return out
 
 

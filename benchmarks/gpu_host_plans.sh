@@ -11,8 +11,9 @@
 #      deterministic backward);
 #   3. profile_host.py --compare-plans: host time per call by section, with the
 #      plans on and off (the tiny shape; torch SDPA rows for the target);
-#   4. bench_overhead.py's host-overhead rows (its "[fast launch off]" rows keep
-#      the plans on: validation skipped, launches through Triton's own path).
+#   4. bench_overhead.py's host-overhead rows (its "[fast launch off, plans off]"
+#      rows take the full path, as FLASHATTN_TRITON_FAST_LAUNCH=0; the run of
+#      session 9 call 4, at 5e7200d, had "[fast launch off]" rows with the plans on).
 # Two parts of about 5 minutes each (a device call may last 10):
 #   PART=1 bash benchmarks/gpu_host_plans.sh     # 1 and 2
 #   PART=2 bash benchmarks/gpu_host_plans.sh     # 3 and 4

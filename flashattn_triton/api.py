@@ -217,9 +217,12 @@ def flash_attn_func(
             any strides as long as the last dimension has stride 1 (slices of a
             packed qkv tensor work without a copy).  headdim, headdim_v: 1..512
             (headdim_v may differ from headdim, e.g. 192 / 128).
-        dropout_p: float in [0, 1).  Each attention probability is kept with
-            probability 1 - dropout_p and then scaled by 1 / (1 - dropout_p)
-            (the LSE is unchanged).  The keep mask comes from a counter-based
+        dropout_p: float in [0, 1).  Each attention probability is kept iff
+            a 16-bit random draw is >= t = round(dropout_p * 2^16) (capped
+            at 65535), i.e. with probability 1 - t / 2^16, and kept values
+            are scaled by 2^16 / (2^16 - t), the exact inverse of that keep
+            rate (t / 2^16 is within 2^-17 of dropout_p; the LSE is
+            unchanged).  The keep mask comes from a counter-based
             RNG (Philox, as Triton's tl.randint) keyed by a seed drawn per
             call from torch's default generator of q's device, so
             torch.manual_seed makes calls reproducible; the backward

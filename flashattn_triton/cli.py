@@ -25,8 +25,11 @@ ENVIRONMENT = [
                                   "not bit-reproducible). Default 0: the deterministic three-kernel backward"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
-    ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time (default: a call "
-                                     "signature seen before launches the compiled kernel directly; read at import)"),
+    ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
+                                     "off (default: a call signature seen before launches the compiled kernel "
+                                     "directly, and a repeated call with the same signature replays its "
+                                     "recorded launches, skipping validation, config lookup and argument "
+                                     "packing; read at import)"),
     ("FLASHATTN_TRITON_PREFETCH_BWD", "0: no backward prefetch (default: the first forward of a shape that "
                                       "needs gradients compiles the backward kernels in background threads)"),
     ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),

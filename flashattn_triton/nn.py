@@ -352,8 +352,7 @@ class Attention(nn.Module):
         rope_base: RoPE frequency base.
         window_size: (left, right) sliding window, as in ``flash_attn_func``.
         softmax_scale: default 1/sqrt(head_dim).
-        dropout: attention dropout in training mode (NotImplementedError while
-            flashattn_triton has no dropout).
+        dropout: attention dropout probability, applied in training mode.
 
     Parameters: ``qkv.weight`` ((n_heads + 2 n_kv_heads) head_dim, dim), rows
     ordered [q heads | k heads | v heads]; ``out.weight`` (dim, n_heads head_dim);

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from _utils import call_spy
 from fake_cuda import LAUNCHES, FakeLauncher, fake_cuda
 from flashattn_triton.kernels import fastlaunch
 
@@ -140,14 +141,7 @@ def test_grid_callable_and_grid_reading_a_positional_argument(fast):
 
 def test_falls_back_to_triton(fast, kernel, monkeypatch):
     """Unkeyable arguments, pre-run hooks and the switch take Triton's path."""
-    calls = []
-    jit_run = fast.jit_run
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return jit_run(*args, **kwargs)
-
-    monkeypatch.setattr(fast, "jit_run", spy)
+    calls = call_spy(monkeypatch, fast, "jit_run")
     x, y = torch.randn(256), torch.empty(256)
 
     class Int(int):
@@ -259,7 +253,7 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     monkeypatch.setattr(_prefetch, "_seen", set())
     runs = []
     q = torch.randn(1, 16, 2, 32)
-    options = (None, None, 0, 0, 0.2, -1, 0, True, 0.0, None, None, None, 0.0, None)  # ops._OPTION_NAMES
+    options = (None, None, 0, 0, 0.2, -1, 0, True, 0.0, None, None, None, 0.0, None, False)  # ops._OPTION_NAMES
 
     def impl(*args):
         runs.append(args)
@@ -272,11 +266,22 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     dout, qm, km, vm, out, lse, dlse = runs[0][:7]
     assert qm.device.type == "meta" and qm.shape == q.shape and qm.stride() == q.stride()
     assert out.shape == q.shape and lse.shape == (1, 2, 16) and dlse.shape == lse.shape
+    # deterministic=True picks other backward kernels (never the fused dQ form): its own prefetch
+    deterministic = options[:-1] + (True,)
+    _prefetch.maybe_prefetch(impl, q, q, q, deterministic, False)
+    _prefetch.wait_pending()
+    assert len(runs) == 2 and runs[1][7:-1] == deterministic
     q2 = torch.randn(1, 16, 2, 64)  # another head dim: another signature
     monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")
     _prefetch.maybe_prefetch(impl, q2, q2, q2, options, False)
     _prefetch.wait_pending()
-    assert len(runs) == 1, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"
+    assert len(runs) == 2, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"
+
+
+def test_prefetch_option_positions():
+    from flashattn_triton import _prefetch, ops
+    assert ops._OPTION_NAMES[_prefetch._SOFTCAP] == "softcap"
+    assert ops._OPTION_NAMES[_prefetch._DETERMINISTIC] == "deterministic"
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import flashattn_triton as fat
 from flashattn_triton import _dispatch, api, ops
 from flashattn_triton.testing import make_qkv, random_cu_seqlens
 
+from _utils import call_spy
+
 
 @pytest.fixture(autouse=True)
 def plans_on(monkeypatch):
@@ -26,15 +28,7 @@ def plans_on(monkeypatch):
 @pytest.fixture
 def checks(monkeypatch):
     """Counts the calls of the first check of the full path."""
-    seen = []
-    real = api.check_qkv
-
-    def spy(*args, **kwargs):
-        seen.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "check_qkv", spy)
-    return seen
+    return call_spy(monkeypatch, api, "check_qkv")
 
 
 def _qkv(device, dtype=torch.float16, b=1, n=8, h=2, h_kv=2, d=16, requires_grad=False):
@@ -267,14 +261,7 @@ def test_plans_follow_the_op_layer(device, monkeypatch):
     switch of the CPU path applies to planned calls too."""
     q, k, v = _qkv(device)
     fat.flash_attn_func(q, k, v, causal=True)
-    seen = []
-    real = ops._attention_fwd_impl
-
-    def spy(*args):
-        seen.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(ops, "_attention_fwd_impl", spy)
+    seen = call_spy(monkeypatch, ops, "_attention_fwd_impl")
     fat.flash_attn_func(q, k, v, causal=True)
     assert len(seen) == 1
     if device.type != "cpu":
@@ -337,15 +324,7 @@ def fused_dq_requests(monkeypatch):
     monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")  # its compile-only backward would call the spy too
     if ops._kernels.forward is None:
         ops._kernels.load()
-    seen = []
-    real = ops._kernels.backward
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("fused_dq"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ops._kernels, "backward", spy)
-    return seen
+    return call_spy(monkeypatch, ops._kernels, "backward", lambda *args, **kwargs: kwargs.get("fused_dq"))
 
 
 @pytest.mark.parametrize("entry", ["flash", "varlen"])

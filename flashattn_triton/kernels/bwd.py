@@ -15,8 +15,9 @@ Variants (compile-time switches, as in the forward):
 * ALiBi and the mask / bias add constants: dS is unchanged; the gradient of
   a float bias is dS itself (HAS_DBIAS: the dQ kernel writes it, the op layer
   sums it over the dims where the bias broadcasts).
-* dropout with keep mask Z and Pd = P * Z / (1 - p): dV = Pd^T dO and
-  dP = Z * (dO V^T) / (1 - p); delta = rowsum(dO * O) still equals
+* dropout with keep mask Z and Pd = P * Z * r, r = 2^16 / (2^16 - t) (t the
+  16-bit threshold of kernels/score.py): dV = Pd^T dO and
+  dP = Z * (dO V^T) * r; delta = rowsum(dO * O) still equals
   rowsum(P * dP).  Z is regenerated from the same Philox counters.
 * sinks: P (and so dQ, dK, dV) comes from the LSE, which includes the sink;
   d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed by the op layer

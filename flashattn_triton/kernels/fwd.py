@@ -15,7 +15,7 @@ the variants of kernels/score.py as compile-time switches: softcap, ALiBi, a
 boolean or additive mask, learnable sinks (an extra logit per head in the
 denominator: the running max and sum start at (sink, 1) instead of (-inf, 0))
 and dropout (kept probabilities feed P V, the normaliser l sums all of them,
-out = acc / l / (1 - p)).
+out = acc / l * 2^16 / (2^16 - t), t the 16-bit threshold of kernels/score.py).
 """
 
 from __future__ import annotations
