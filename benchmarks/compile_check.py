@@ -7,7 +7,7 @@ conversions (shuffles, barriers, shared-memory stores / loads) or Philox
 rounds (mul.hi: 2 per round, 20 per dropout call), to compare code changes
 without a GPU.
 
-    python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]
+    python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]   (d:dv, e.g. 192:128, for a value head dim of its own)
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
         --kernels FWD,BWD_DKDV,BWD_DQ --configs "128,64,8,3"
 """
@@ -27,7 +27,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from flashattn_triton.kernels import bwd, fwd
-from flashattn_triton.kernels.launch import CANDIDATES
+from flashattn_triton.kernels.launch import CANDIDATES, RESIDENT, fits, head_dim_pad
 
 
 def _sig(kernel, dtype: str, constexprs: dict):
@@ -137,7 +137,7 @@ def instruction_report(compiled) -> str:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
-    ap.add_argument("--d", default="64,128,256")
+    ap.add_argument("--d", default="64,128,256", help="comma-separated head dims, d or d:dv")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--all-configs", action="store_true")
     ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
@@ -159,15 +159,19 @@ def main():
     if "HAS_MASK" in mods:  # the mask's element type: uint8 for a bool mask, else the input's
         overrides["BIAS"] = "*u8" if "MASK_BOOL" in mods else f"*{args.dtype}"
     failures = 0
-    for d, (name, kernel) in itertools.product([int(x) for x in args.d.split(",")], kernels.items()):
+    dims = [(int(d), int(dv or d)) for d, _, dv in (x.partition(":") for x in args.d.split(","))]
+    elem = 4 if args.dtype == "fp32" else 2
+    for (d, dv), (name, kernel) in itertools.product(dims, kernels.items()):
         cases = {"full": (False, False), "causal": (True, False), "varlen": (True, True)}
+        d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
         for causal, varlen in (cases[c] for c in args.cases.split(",")):
             cands = CANDIDATES[name] if args.all_configs else CANDIDATES[name][:1]
             if args.configs:
                 cands = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
             for bm, bn, w, s in cands:
-                meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d, EVEN_D=True, HEAD_DIM_V=d, HEAD_DIM_V_PAD=d,
-                            EVEN_DV=True, IS_VARLEN=varlen, MASK_LEFT=False, MASK_RIGHT=causal,
+                meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad, HEAD_DIM_V=dv,
+                            HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad, IS_VARLEN=varlen,
+                            MASK_LEFT=False, MASK_RIGHT=causal,
                             DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
@@ -179,7 +183,9 @@ def main():
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
-                label = f"{name:9s} d={d:3d} causal={causal!s:5} varlen={varlen!s:5} ({bm},{bn},{w},{s})"
+                model = "fits" if fits((bm, bn, w, s), RESIDENT[name], d_pad, elem, dv_pad) else "unfit"
+                label = (f"{name:9s} d={d:3d}{f'/{dv}' if dv != d else ''} causal={causal!s:5} "
+                         f"varlen={varlen!s:5} ({bm},{bn},{w},{s}) model {model:5s}")
                 try:
                     ov = {n: t for n, t in overrides.items() if n in kernel.arg_names}
                     if name == "BWD_FUSED":

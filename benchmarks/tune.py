@@ -13,6 +13,9 @@ cache); the timing phase then runs in this one process.
         [--head-dims 64,128,256] [--seqlens 1024,4096,16384] [--dtype bfloat16] [--jobs 12]
         [--variants mask,dropout,softcap,alibi,window] [--merge]
 
+--head-dims entries are d, or d:dv for a value head dim of its own (MLA's
+192:128 tunes the keys "d256v128", kernels/launch.py table_key).
+
 --variants tunes the keys of those variant tags (kernels/launch.py
 variant_tag) instead of the plain ones: a (B, 1, N, N) bool mask, dropout
 0.1, softcap 30, ALiBi, a 512-key left window, or a packed batch ("varlen":
@@ -38,12 +41,12 @@ def cfg_str(c):
     return f"BLOCK_M={c[0]},BLOCK_N={c[1]},num_warps={c[2]},num_stages={c[3]}"
 
 
-def _inputs(b, h, n, d, dtype):
-    q, k, v, do = (torch.randn(b, h, n, d, device=DEV, dtype=dtype) for _ in range(4))
+def _inputs(b, h, n, d, dtype, dv=None):
+    q, k, v, do = (torch.randn(b, h, n, w, device=DEV, dtype=dtype) for w in (d, d, dv or d, dv or d))
     return q, k, v, do
 
 
-def _packed(n, h, d, dtype, tokens=32768, seed=0):
+def _packed(n, h, d, dtype, tokens=32768, seed=0, dv=None):
     """q, k, v, do as packed (1, H, total, d) views, K and V with H / 4 heads
     (grouped-query, as the models that pack batches have), and (cu_seqlens,
     max_seqlen): one document of n tokens, the rest log-uniform in 64..n."""
@@ -54,8 +57,8 @@ def _packed(n, h, d, dtype, tokens=32768, seed=0):
         lens.append(int(math.exp(rng.uniform(math.log(64), math.log(n)))))
     cu = torch.tensor([0, *itertools.accumulate(lens)], device=DEV, dtype=torch.int32)
     total = int(sum(lens))
-    qkvd = [torch.randn(total, heads, d, device=DEV, dtype=dtype).transpose(0, 1).unsqueeze(0)
-            for heads in (h, max(1, h // 4), max(1, h // 4), h)]
+    qkvd = [torch.randn(total, heads, w, device=DEV, dtype=dtype).transpose(0, 1).unsqueeze(0)
+            for heads, w in ((h, d), (max(1, h // 4), d), (max(1, h // 4), dv or d), (h, dv or d))]
     return qkvd, ((cu, cu), (n, n))
 
 
@@ -82,7 +85,7 @@ def _runner(kernel, q, k, v, do, causal, tag="", packed=None):
     """packed: (cu_seqlens, max_seqlen) when q, k, v, do are packed (1, H, total, d) views."""
     from flashattn_triton.kernels.bwd import attention_backward
     from flashattn_triton.kernels.fwd import attention_forward
-    o = torch.empty_like(q)
+    o = q.new_empty(q.shape[:3] + v.shape[3:])
     lse = torch.empty(q.shape[:3], device=DEV, dtype=torch.float32)
     scale = q.shape[-1] ** -0.5
     mods, window = _mods(tag, q, causal)
@@ -97,14 +100,14 @@ def _runner(kernel, q, k, v, do, causal, tag="", packed=None):
 
 
 def _compile_job(job):
-    """Worker: run one (kernel, d, causal, tag, config) once on a small input (compiles it)."""
-    kernel, d, causal, tag, cfg, dtype = job
+    """Worker: run one (kernel, (d, dv), causal, tag, config) once on a small input (compiles it)."""
+    kernel, (d, dv), causal, tag, cfg, dtype = job
     os.environ["FLASHATTN_TRITON_CONFIG_" + kernel] = cfg_str(cfg)
     try:
         if tag == "varlen":
-            (q, k, v, do), packed = _packed(256, 2, d, getattr(torch, dtype), tokens=512)
+            (q, k, v, do), packed = _packed(256, 2, d, getattr(torch, dtype), tokens=512, dv=dv)
         else:
-            (q, k, v, do), packed = _inputs(1, 2, 256, d, getattr(torch, dtype)), None
+            (q, k, v, do), packed = _inputs(1, 2, 256, d, getattr(torch, dtype), dv), None
         _runner(kernel, q, k, v, do, causal, tag, packed)()
         torch.cuda.synchronize()
         return None
@@ -114,7 +117,7 @@ def _compile_job(job):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--head-dims", default="64,128,256", help="comma-separated d or d:dv")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", required=True)
@@ -127,19 +130,19 @@ def main():
     args = ap.parse_args()
     import triton
     import triton.testing
-    from flashattn_triton.kernels.launch import CANDIDATES, fits, seq_bucket, table_key
+    from flashattn_triton.kernels.launch import (CANDIDATES, RESIDENT, fits, head_dim_pad, seq_bucket,
+                                                 table_key)
 
     dtype = getattr(torch, args.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
-    resident = {"FWD": ("BLOCK_M", 1, 1), "BWD_DKDV": ("BLOCK_N", 2, 2), "BWD_DQ": ("BLOCK_M", 2, 1),
-                "BWD_FUSED": ("BLOCK_N", 2, 2)}
-    head_dims = [int(x) for x in args.head_dims.split(",")]
+    head_dims = [(int(d), int(dv or d)) for d, _, dv in (x.partition(":") for x in args.head_dims.split(","))]
     tags = args.variants.split(",") if args.variants else [""]
     kernels = [k for k in CANDIDATES if k in args.kernels.split(",")]
     causals = {"both": (False, True), "causal": (True,), "full": (False,)}[args.causal]
     keys = list(itertools.product(kernels, head_dims, causals, tags))
     jobs = [(kern, d, causal, tag, c, args.dtype) for kern, d, causal, tag in keys
-            for c in CANDIDATES[kern] if fits(c, resident[kern], d, elem)]
+            for c in CANDIDATES[kern]
+            if fits(c, RESIDENT[kern], head_dim_pad(d[0]), elem, head_dim_pad(d[1]))]
     t0 = time.time()
     ctx = __import__("multiprocessing").get_context("spawn")
     with cf.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
@@ -148,19 +151,19 @@ def main():
           f"({sum(e is not None for e in errors.values())} failed)", flush=True)
 
     table, log = {}, []
-    for kern, d, causal, tag in keys:
+    for kern, (d, dv), causal, tag in keys:
         for n in (int(x) for x in args.seqlens.split(",")):
             b, h = max(1, 16384 // n), 2048 // d
             if tag == "varlen":
-                (q, k, v, do), packed = _packed(n, h, d, dtype)
+                (q, k, v, do), packed = _packed(n, h, d, dtype, dv=dv)
                 lens = packed[0][0].diff().tolist()
-                flops = sum(4 * h * m * m * d for m in lens) / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
+                flops = sum(2 * h * m * m * (d + dv) for m in lens) / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
             else:
-                (q, k, v, do), packed = _inputs(b, h, n, d, dtype), None
-                flops = 4 * b * h * n * n * d / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
+                (q, k, v, do), packed = _inputs(b, h, n, d, dtype, dv), None
+                flops = 2 * b * h * n * n * (d + dv) / (2 if causal else 1) * (1.0 if kern == "FWD" else 2.5)
             timed = []
             for c in CANDIDATES[kern]:
-                if errors.get((kern, d, causal, tag, c, args.dtype), "unfit") is not None:
+                if errors.get((kern, (d, dv), causal, tag, c, args.dtype), "unfit") is not None:
                     continue
                 os.environ["FLASHATTN_TRITON_CONFIG_" + kern] = cfg_str(c)
                 try:
@@ -168,15 +171,15 @@ def main():
                     ms = triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
                     timed.append((ms, c))
                 except Exception as exc:  # noqa: BLE001
-                    log.append(dict(kernel=kern, d=d, causal=causal, n=n, config=c, error=str(exc)[:200]))
+                    log.append(dict(kernel=kern, d=d, dv=dv, causal=causal, n=n, config=c, error=str(exc)[:200]))
                 finally:
                     del os.environ["FLASHATTN_TRITON_CONFIG_" + kern]
             timed.sort()
             if not timed:
                 continue
-            key = table_key(kern, dtype, d, causal, seq_bucket(n), tag)
+            key = table_key(kern, dtype, head_dim_pad(d), causal, seq_bucket(n), tag, head_dim_pad(dv))
             table[key] = list(timed[0][1])
-            log.append(dict(kernel=kern, d=d, causal=causal, n=n, variant=tag,
+            log.append(dict(kernel=kern, d=d, dv=dv, causal=causal, n=n, variant=tag,
                             ranking=[(c, round(ms, 4), round(flops / ms * 1e-9)) for ms, c in timed]))
             print(f"{key:<40} best {timed[0][1]} {timed[0][0]:.3f} ms "
                   f"({flops / timed[0][0] * 1e-9:.0f} TFLOP/s); first candidate "

@@ -93,7 +93,7 @@ def table_tag(variants: Tuple[str, ...], window_left: int) -> str:
 
 
 def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
-                    bucket: int, tag: str = "") -> Tuple[str, str]:
+                    bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Tuple[str, str]:
     """(config, where it comes from) of one portable kernel on a GPU of ``arch``,
     in the order of kernels/launch.py (environment, autotune, table, model)."""
     import torch
@@ -106,14 +106,14 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     if launch.autotune_enabled():
         return "autotuned on first use", f"{launch.ENV_AUTOTUNE}=1 (cached on disk)"
     elem = torch.tensor([], dtype=dtype).element_size()
-    entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, tag)
-    key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, tag)
-    if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem):
+    entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
+    key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, tag, dv_pad)
+    if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem, dv_pad):
         exact = key in launch.load_table(arch)
         return _fmt_entry(entry), (f"tuned table {arch}.json, key {key}" if exact else
                                    f"tuned table {arch}.json, nearest entry to {key}")
     why = f"no entry in {arch}.json" if launch.load_table(arch) else f"no tuned table for {arch}"
-    return _fmt_entry(launcher.default_entry(d_pad, elem)), f"{why}: first candidate that fits the model"
+    return _fmt_entry(launcher.default_entry(d_pad, elem, dv_pad)), f"{why}: first candidate that fits the model"
 
 
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
@@ -208,17 +208,18 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     if bad:
         raise ValueError(f"variants {bad}: expected some of {', '.join(VARIANTS)}")
     tag = table_tag(tuple(variants), left)
-    d_pad = max(launch.head_dim_pad(d), launch.head_dim_pad(d_v))
+    d_pad, dv_pad = launch.head_dim_pad(d), launch.head_dim_pad(d_v)
     bucket = launch.seq_bucket(max(n_q, n_k))
     masked_right = right >= 0
     where = "this GPU" if on_gpu else "a GPU (simulated: no such GPU here)"
-    lines.append(f"{arch}, {where}; config key: {dtype_name}, padded head dim {d_pad}, "
+    dims = f"padded head dim {d_pad}" if d_pad == dv_pad else f"padded head dims {d_pad} (q, k) / {dv_pad} (v)"
+    lines.append(f"{arch}, {where}; config key: {dtype_name}, {dims}, "
                  f"{'right-bounded mask' if masked_right else 'no right mask'}, length bucket {bucket}"
                  + (f", variant {tag}" if tag else ""))
     chunks = len(_batch_chunks(batch, h_q))
     takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
                              variants)
-    fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag)
+    fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     if takes:
         lines.append(f"forward : Hopper tier, {how}")
         lines.append(f"          (if it declines at launch: portable FWD {fwd_cfg})")
@@ -226,9 +227,9 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
         lines.append(f"forward : portable kernel FWD {fwd_cfg}  [{fwd_src}]")
         lines.append(f"          Hopper tier not used: {how}")
     group = h_q // h_kv
-    split = group_split(group, batch * n_k, h_kv, launch.head_dim_pad(d) + launch.head_dim_pad(d_v))
-    dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag)
-    dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag)
+    split = group_split(group, batch * n_k, h_kv, d_pad + dv_pad)
+    dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
+    dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     lines.append(f"backward: portable kernels: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
     lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
     lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")

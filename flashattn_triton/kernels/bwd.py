@@ -508,9 +508,9 @@ def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split:
     )
 
 
-_launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV", resident=("BLOCK_N", 2, 2))  # K, V; dK, dV
-_launch_dq = Launcher(_bwd_dq, "BWD_DQ", resident=("BLOCK_M", 2, 1))  # Q, dO; dQ
-_launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED", resident=("BLOCK_N", 2, 2))  # dK/dV + dQ adds
+_launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV")
+_launch_dq = Launcher(_bwd_dq, "BWD_DQ")
+_launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED")  # dK/dV + dQ adds
 
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 
@@ -589,7 +589,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
-    key = (q.dtype, max(d_pad, dv_pad), right is not None, bucket, variant_tag(mods, left, varlen))
+    key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen), dv_pad)
     scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,

@@ -208,7 +208,7 @@ def _attn_fwd(
     tl.store(LSE + offs_m, lse2, mask=offs_m < n_q)
 
 
-_launch_fwd = Launcher(_attn_fwd, "FWD", resident=("BLOCK_M", 1, 1))
+_launch_fwd = Launcher(_attn_fwd, "FWD")
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
@@ -248,8 +248,8 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
 
     bucket = seq_bucket(max(n_q, n_k))
     _launch_fwd(
-        grid, (q.dtype, max(d_pad, dv_pad), right is not None, bucket,
-              variant_tag(mods, left, cu_seqlens is not None)),
+        grid, (q.dtype, d_pad, right is not None, bucket,
+              variant_tag(mods, left, cu_seqlens is not None), dv_pad),
         # pointers
         q, k, v, o, lse, cu_q, cu_k, *mods.pointers(q),
         # strides

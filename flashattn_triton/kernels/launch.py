@@ -7,9 +7,11 @@ How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match 
   3. FLASHATTN_TRITON_AUTOTUNE=1: Triton's autotuner over the candidate list,
      its results cached on disk across processes;
   4. the table ``configs/sm<major><minor>.json`` keyed by (kernel, dtype,
-     padded head dim, causal, variant, length bucket), written by
+     padded head dims, causal, variant, length bucket), written by
      benchmarks/tune.py on that GPU; a variant without entries of its own
-     (``variant_tag``) takes the plain entry;
+     (``variant_tag``) takes the plain entry, and a value head dim that pads
+     differently from the query's (MLA's 192 / 128: key "d256v128") without
+     entries takes those of the larger one ("d256");
   5. the preferred config of the head-dim class, else the first candidate that
      fits the model.
 A call never tunes unless asked (3).  Choices are cached per key, so the host
@@ -48,15 +50,16 @@ CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
             (32, 16, 4, 2)],  # last: head dim 512 in float32
     # BLOCK_M: query loop, BLOCK_N: owned keys
     "BWD_DKDV": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 128, 4, 2),
-                 (64, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2), (16, 32, 4, 2),
-                 (16, 32, 8, 2), (16, 16, 8, 1)],  # last two: head dim 512
+                 (64, 64, 4, 3), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 8, 2), (16, 64, 4, 2),
+                 (16, 32, 4, 2), (16, 32, 8, 2), (16, 16, 8, 1)],  # last two: head dim 512
     # dK/dV kernel that also adds dQ (kernels/bwd.py, fused form): the dQ tile
     # adds registers, so smaller tiles come first
     "BWD_FUSED": [(32, 128, 8, 2), (32, 64, 8, 2), (64, 128, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2),
                   (64, 128, 8, 3), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 8, 1)],
     # BLOCK_M: owned queries, BLOCK_N: key loop
-    "BWD_DQ": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2), (128, 32, 8, 2),
-               (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2), (16, 16, 4, 2)],  # last: d 512, fp32
+    "BWD_DQ": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2),
+               (128, 32, 8, 2), (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2),
+               (16, 16, 4, 2)],  # last: d 512, fp32
 }
 # Measured best of a head-dim class (max padded head dim -> config), used
 # when the table has no entry: tune_sweep_1.log on the H200.
@@ -94,21 +97,35 @@ def make_config(entry) -> triton.Config:
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
 
 
-def footprint(entry, resident, d_pad: int, elem_bytes: int):
+# What each kernel keeps on chip (see footprint): (resident block, resident
+# tiles, float32 accumulator tiles), each tile "d" (as wide as the query/key
+# head dim) or "v" (the value head dim).
+RESIDENT = {
+    "FWD": ("BLOCK_M", ("d",), ("v",)),  # Q; O
+    "BWD_DKDV": ("BLOCK_N", ("d", "v"), ("d", "v")),  # K, V; dK, dV
+    "BWD_DQ": ("BLOCK_M", ("d", "v"), ("d",)),  # Q, dO; dQ
+    "BWD_FUSED": ("BLOCK_N", ("d", "v"), ("d", "v")),  # as BWD_DKDV, plus a transient dQ tile
+}
+
+
+def footprint(entry, resident, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None):
     """(shared-memory bytes, accumulator registers per thread) of a kernel
-    that keeps n_resident tiles of the resident block (BLOCK_M or BLOCK_N)
-    on chip, streams two tiles of the other block per pipeline stage and holds
-    n_acc float32 accumulators of the resident block."""
-    name, n_resident, n_acc = resident
+    that keeps the resident tiles of the resident block (BLOCK_M or BLOCK_N)
+    on chip, streams one tile of each head dim (d and v) of the other block
+    per pipeline stage and holds the float32 accumulator tiles of the
+    resident block (resident as in RESIDENT; dv_pad None: d_pad)."""
+    name, tiles, accs = resident
     bm, bn, warps, stages = entry
     own, other = (bm, bn) if name == "BLOCK_M" else (bn, bm)
-    smem = elem_bytes * d_pad * (n_resident * own + 2 * max(stages, 1) * other)
-    regs = n_acc * own * d_pad // (32 * warps)
+    width = {"d": d_pad, "v": d_pad if dv_pad is None else dv_pad}
+    smem = elem_bytes * (own * sum(width[t] for t in tiles)
+                         + max(stages, 1) * other * (width["d"] + width["v"]))
+    regs = own * sum(width[t] for t in accs) // (32 * warps)
     return smem, regs
 
 
-def fits(entry, resident, d_pad: int, elem_bytes: int) -> bool:
-    smem, regs = footprint(entry, resident, d_pad, elem_bytes)
+def fits(entry, resident, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> bool:
+    smem, regs = footprint(entry, resident, d_pad, elem_bytes, dv_pad)
     return smem <= SMEM_BUDGET and regs <= MAX_ACC_REGS
 
 
@@ -214,9 +231,12 @@ def variant_tag(mods, window_left, varlen: bool = False) -> str:
 
 
 def table_key(kernel: str, dtype: torch.dtype, d_pad: int, causal: bool, bucket: int,
-              tag: str = "") -> str:
+              tag: str = "", dv_pad: Optional[int] = None) -> str:
+    """The table's key; the head-dim field is "d<d_pad>", or "d<d_pad>v<dv_pad>"
+    when the value head dim pads to another width."""
     mode = ("causal" if causal else "full") + (f"+{tag}" if tag else "")
-    return f"{kernel}|{_dtype_name(dtype)}|d{d_pad}|{mode}|n{bucket}"
+    dims = f"d{d_pad}" if dv_pad is None or dv_pad == d_pad else f"d{d_pad}v{dv_pad}"
+    return f"{kernel}|{_dtype_name(dtype)}|{dims}|{mode}|n{bucket}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -226,22 +246,28 @@ def _arch(device_index: int) -> str:
 
 
 def table_lookup(kernel: str, arch: str, dtype: torch.dtype, d_pad: int, causal: bool,
-                 bucket: int, tag: str = "") -> Optional[Tuple[int, int, int, int]]:
+                 bucket: int, tag: str = "", dv_pad: Optional[int] = None
+                 ) -> Optional[Tuple[int, int, int, int]]:
     """The table's config for this key; fp16 and bf16 stand in for each other,
-    the nearest tuned length bucket for an untuned one, and the plain entry
-    for a variant without entries."""
+    the nearest tuned length bucket for an untuned one, the plain entry for a
+    variant without entries, and, for head dims that pad differently (dv_pad
+    != d_pad) without entries, those of the larger padded head dim."""
     table = load_table(arch)
     if not table:
         return None
     dtypes = [dtype] + ([torch.bfloat16 if dtype == torch.float16 else torch.float16]
                         if dtype in (torch.float16, torch.bfloat16) else [])
-    for t in ([tag, ""] if tag else [""]):
-        for dt in dtypes:
-            prefix = table_key(kernel, dt, d_pad, causal, 0, t).rsplit("|", 1)[0] + "|n"
-            buckets = sorted(int(k[len(prefix):]) for k in table if k.startswith(prefix))
-            if buckets:
-                best = min(buckets, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), -b))
-                return table[prefix + str(best)]
+    dims = [(d_pad, d_pad)]
+    if dv_pad is not None and dv_pad != d_pad:
+        dims = [(d_pad, dv_pad), (max(d_pad, dv_pad),) * 2]
+    for dq, dv in dims:
+        for t in ([tag, ""] if tag else [""]):
+            for dt in dtypes:
+                prefix = table_key(kernel, dt, dq, causal, 0, t, dv).rsplit("|", 1)[0] + "|n"
+                buckets = sorted(int(k[len(prefix):]) for k in table if k.startswith(prefix))
+                if buckets:
+                    best = min(buckets, key=lambda b: (abs(b.bit_length() - bucket.bit_length()), -b))
+                    return table[prefix + str(best)]
     return None
 
 
@@ -261,11 +287,11 @@ def _config_kwargs(cfg: triton.Config) -> dict:
 class Launcher:
     """Launches one kernel with the config chosen as the module doc says."""
 
-    def __init__(self, kernel, name: str, resident):
-        """resident: (resident block name, resident tiles, accumulators), see footprint."""
+    def __init__(self, kernel, name: str, resident=None):
+        """resident: what the kernel keeps on chip (RESIDENT[name] if None), see footprint."""
         self.kernel = fastlaunch.install(kernel)
         self.name = name
-        self.resident = resident
+        self.resident = RESIDENT[name] if resident is None else resident
         self.candidates = CANDIDATES[name]
         self._tuned = None
 
@@ -281,30 +307,33 @@ class Launcher:
 
     def _prune(self, configs, nargs, **kwargs):
         elem = nargs["Q"].element_size()
-        d_pad = max(kwargs["HEAD_DIM_PAD"], kwargs["HEAD_DIM_V_PAD"])
         kept = [c for c in configs if fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                                            c.num_stages), self.resident, d_pad, elem)]
+                                            c.num_stages), self.resident, kwargs["HEAD_DIM_PAD"], elem,
+                                           kwargs["HEAD_DIM_V_PAD"])]
         return kept or configs[-1:]
 
-    def default_entry(self, d_pad: int, elem_bytes: int):
-        """The preferred config of the head-dim class if it fits, else the first that fits."""
-        preferred = [e for bound, e in sorted(PREFERRED.get(self.name, {}).items()) if d_pad <= bound][:1]
+    def default_entry(self, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None):
+        """The preferred config of the head-dim class (the larger padded head
+        dim) if it fits, else the first that fits."""
+        widest = d_pad if dv_pad is None else max(d_pad, dv_pad)
+        preferred = [e for bound, e in sorted(PREFERRED.get(self.name, {}).items()) if widest <= bound][:1]
         ordered = preferred + self.candidates
         for entry in ordered:
-            if fits(entry, self.resident, d_pad, elem_bytes):
+            if fits(entry, self.resident, d_pad, elem_bytes, dv_pad):
                 return entry
         return ordered[-1]
 
     @functools.lru_cache(maxsize=1024)
     def choose(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
-               bucket: int, tag: str = "") -> triton.Config:
-        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag)
-        if entry is None or not fits(entry, self.resident, d_pad, torch.tensor([], dtype=dtype).element_size()):
-            entry = self.default_entry(d_pad, torch.tensor([], dtype=dtype).element_size())
+               bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> triton.Config:
+        elem = torch.tensor([], dtype=dtype).element_size()
+        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
+        if entry is None or not fits(entry, self.resident, d_pad, elem, dv_pad):
+            entry = self.default_entry(d_pad, elem, dv_pad)
         return make_config(entry)
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
-               bucket: int, tag: str = "") -> Optional[triton.Config]:
+               bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[triton.Config]:
         """The config to launch with, or None to autotune."""
         cfg = config_from_env(self.name)
         if cfg is not None:
@@ -314,11 +343,12 @@ class Launcher:
         if autotune_enabled():
             return None
         return self.choose(device.index if device.index is not None else torch.cuda.current_device(),
-                           dtype, d_pad, causal, bucket, tag)
+                           dtype, d_pad, causal, bucket, tag, dv_pad)
 
     def __call__(self, grid, key, *args, **kwargs):
         """grid: callable of the chosen meta-parameters, as in Triton;
-        key: (dtype, padded head dim, causal, length bucket, variant tag) for the config choice."""
+        key: (dtype, padded head dim, causal, length bucket, variant tag,
+        padded value head dim) for the config choice."""
         device = fastlaunch.compile_only_device() or args[0].device  # meta tensors when compiling only
         cfg = self.config(device, *key)
         if cfg is None:
