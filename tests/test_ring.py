@@ -11,6 +11,9 @@
   test_attention.py: 2x (output) / 3x (gradients) the error of plain PyTorch in
   the input dtype.  The workers use the blockwise CPU path (TRITON_INTERPRET
   unset); one small world runs the Triton kernels in the interpreter.
+* The varlen ring (packed documents, each sharded on its own) in the same
+  worlds, against float64 attention on the gathered packed batch; its
+  schedule, sharding helpers and argument checks.
 
 The same comparison on 2 GPUs with NCCL:
 ``torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check``.
@@ -31,10 +34,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from flashattn_triton.distributed import (gather_sequence, position_ids, ring_flash_attn_func, ring_schedule, shard_sequence,
-                                          unshard_sequence, zigzag_position_ids, zigzag_shard, zigzag_unshard)
+from flashattn_triton.distributed import (gather_sequence, gather_varlen, local_cu_seqlens, position_ids,
+                                          ring_flash_attn_func, ring_flash_attn_varlen_func, ring_schedule,
+                                          ring_varlen_schedule, shard_sequence, shard_varlen, unshard_sequence,
+                                          unshard_varlen, varlen_position_ids, zigzag_position_ids, zigzag_shard,
+                                          zigzag_unshard)
 from flashattn_triton.reference import flash_attention_ref
-from _utils import assert_close
+from _utils import assert_close, random_cu_seqlens, varlen_attention_ref
 
 WORLD_TIMEOUT_S = 300  # per spawned world, start to finish (2 slow cores, shared)
 
@@ -109,6 +115,35 @@ def test_schedule_rejects_bad_lengths():
         ring_schedule(0, 2, 4, 4, True, "striped")
 
 
+_ROWS = {"all": lambda n: (0, n), "first": lambda n: (0, n // 2), "second": lambda n: (n // 2, n)}
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_varlen_schedule_attends_each_pair_once(world_size, causal, sharding, backward):
+    """Within one document (local length n_local per rank), the varlen blocks'
+    row sets cover each attended pair exactly once."""
+    n_local = 6
+    n = n_local * world_size
+    pos = [position_ids(n, r, world_size, sharding) for r in range(world_size)]
+    cover = torch.zeros(n, n, dtype=torch.int64)
+    for r in range(world_size):
+        steps = ring_varlen_schedule(r, world_size, causal, sharding, backward)
+        assert len(steps) == world_size + (backward and world_size > 1)
+        for s, blocks in enumerate(steps):
+            src = (r - s) % world_size
+            for b in blocks:
+                (q0, q1), (k0, k1) = _ROWS[b.q_rows](n_local), _ROWS[b.k_rows](n_local)
+                seen = torch.ones(q1 - q0, k1 - k0, dtype=torch.int64)
+                if b.causal:
+                    seen = torch.tril(seen, diagonal=(k1 - k0) - (q1 - q0))
+                cover[pos[r][q0:q1][:, None], pos[src][k0:k1][None, :]] += seen
+    want = torch.tril(torch.ones(n, n, dtype=torch.int64)) if causal else torch.ones(n, n, dtype=torch.int64)
+    assert torch.equal(cover, want)
+
+
 # ---------------------------------------------------------------------------
 # Sharding helpers
 # ---------------------------------------------------------------------------
@@ -147,6 +182,57 @@ def test_shard_errors():
         zigzag_unshard([torch.randn(1, 3), torch.randn(1, 3)])
     with pytest.raises(ValueError, match="share one shape"):
         zigzag_unshard([torch.randn(1, 4), torch.randn(1, 6)])
+
+
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("world_size,dim", [(1, 0), (2, 0), (3, 1), (4, 0)])
+def test_varlen_shard_unshard_round_trip(world_size, dim, sharding):
+    lengths = [4 * world_size, 0, 10 * world_size, 2 * world_size]
+    cu = random_cu_seqlens(lengths, "cpu")
+    shape = [3, 2]
+    shape.insert(dim, sum(lengths))
+    x = torch.randn(shape)
+    shards = [shard_varlen(x, cu, r, world_size, sharding, dim) for r in range(world_size)]
+    local = local_cu_seqlens(cu, world_size, sharding)
+    assert local.dtype == torch.int32 and local.tolist() == [c // world_size for c in cu.tolist()]
+    assert all(sh.is_contiguous() and sh.shape[dim] == local[-1] for sh in shards)
+    assert torch.equal(unshard_varlen(shards, cu, sharding, dim), x)
+    offs = cu.tolist()
+    for r in range(world_size):
+        pos = varlen_position_ids(cu, r, world_size, sharding)
+        # Each document's part is shard_sequence of that document, with its own positions.
+        for b, (a, e) in enumerate(zip(offs[:-1], offs[1:])):
+            l0, l1 = local[b].item(), local[b + 1].item()
+            assert torch.equal(shards[r].narrow(dim, l0, l1 - l0),
+                               shard_sequence(x.narrow(dim, a, e - a), r, world_size, dim, sharding))
+            assert torch.equal(pos[l0:l1], position_ids(e - a, r, world_size, sharding))
+
+
+def test_varlen_position_ids():
+    cu = torch.tensor([0, 8, 12], dtype=torch.int32)
+    assert varlen_position_ids(cu, 0, 2).tolist() == [0, 1, 6, 7, 0, 3]
+    assert varlen_position_ids(cu, 1, 2).tolist() == [2, 3, 4, 5, 1, 2]
+    assert varlen_position_ids(cu, 1, 2, "contiguous").tolist() == [4, 5, 6, 7, 2, 3]
+
+
+def test_varlen_shard_errors():
+    cu = torch.tensor([0, 8, 14], dtype=torch.int32)  # document 1 has 6 tokens
+    x = torch.randn(14, 2)
+    with pytest.raises(ValueError, match="document 1 of cu_seqlens has 6 tokens, not divisible into 4 zigzag"):
+        shard_varlen(x, cu, 0, 2)
+    with pytest.raises(ValueError, match="document 1 of cu_seqlens has 6 tokens, not divisible into 4 contiguous"):
+        local_cu_seqlens(cu, 4, "contiguous")
+    assert local_cu_seqlens(cu, 2, "contiguous").tolist() == [0, 4, 7]
+    with pytest.raises(ValueError, match=r"x has 12 rows along dim 0, but cu_seqlens\[-1\] = 14"):
+        shard_varlen(x[:12], cu, 0, 2, "contiguous")
+    with pytest.raises(TypeError, match="cu_seqlens must be int32"):
+        shard_varlen(x, cu.long(), 0, 2, "contiguous")
+    with pytest.raises(ValueError, match=r"cu_seqlens\[0\] must be 0"):
+        varlen_position_ids(cu + 2, 0, 2, "contiguous")
+    with pytest.raises(ValueError, match=r"rank must be an int in \[0, 2\), got 2"):
+        shard_varlen(x, cu, 2, 2, "contiguous")
+    with pytest.raises(ValueError, match="share one shape"):
+        unshard_varlen([torch.randn(7, 2), torch.randn(6, 2)], cu, "contiguous")
 
 
 # ---------------------------------------------------------------------------
@@ -196,6 +282,61 @@ def test_fake_implementation_shapes():
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
 
+def _packed(n=12, h_q=4, h_kv=2, d=16):
+    cu = torch.tensor([0, 4, n], dtype=torch.int32)
+    return torch.randn(n, h_q, d), torch.randn(n, h_kv, d), torch.randn(n, h_kv, d), cu
+
+
+@pytest.mark.parametrize("mutate,kwargs,err,match", [
+    (lambda q, k, v, cu: (q[:, None], k, v, cu), {}, ValueError, "must be 3-D"),
+    (lambda q, k, v, cu: (q[:10], k, v, cu), {}, ValueError, "same number of packed rows"),
+    (lambda q, k, v, cu: (q, k, v, cu.long()), {}, TypeError, "cu_seqlens must be int32"),
+    (lambda q, k, v, cu: (q, k, v, cu[None]), {}, ValueError, "cu_seqlens must be 1-D"),
+    (lambda q, k, v, cu: (q, k, v, cu[:1]), {}, ValueError, "holds no document"),
+    (lambda q, k, v, cu: (q, k, v, [0, 4, 12]), {}, TypeError, "cu_seqlens must be a torch.Tensor"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(max_seqlen=8.0), TypeError, "max_seqlen must be an int"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(max_seqlen=0), ValueError, "max_seqlen must be positive"),
+    (lambda q, k, v, cu: (q[:11], k[:11], v[:11], cu), dict(causal=True), ValueError,
+     r"local packed length must be even; got q.shape\[0\]=11"),
+    # A document of 5 local rows (global length 10 on 2 ranks, not a multiple of 2P = 4).
+    (lambda q, k, v, cu: (q[:10], k[:10], v[:10], torch.tensor([0, 5, 10], dtype=torch.int32)),
+     dict(causal=True, check_inputs=True), ValueError, "document 0 has 5 local rows, an odd number"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(check_inputs=True, max_seqlen=4), ValueError,
+     "local document of 8 rows exceeds max_seqlen=4"),
+    (lambda q, k, v, cu: (q, k, v, torch.tensor([0, 4, 10], dtype=torch.int32)), dict(check_inputs=True),
+     ValueError, r"cu_seqlens\[-1\]=10 must equal"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(sharding="ring"), ValueError, "sharding must be one of"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=5.0), NotImplementedError, "softcap=5.0"),
+])
+def test_varlen_bad_arguments(mutate, kwargs, err, match):
+    q, k, v, cu = mutate(*_packed())
+    kwargs = dict(kwargs)
+    max_seqlen = kwargs.pop("max_seqlen", 8)
+    with pytest.raises(err, match=match):
+        ring_flash_attn_varlen_func(q, k, v, cu, max_seqlen, **kwargs)
+
+
+def test_varlen_needs_initialized_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ring_flash_attn_varlen_func(*_packed(), 8, check_inputs=True)
+
+
+def test_varlen_fake_implementation_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k, _, cu = _packed(n=12, h_q=6, h_kv=2)
+        q, k = q.bfloat16(), k.bfloat16()
+        v = torch.empty(12, 2, 8, dtype=torch.bfloat16)
+        out, lse = torch.ops.flashattn_triton.ring_attn_varlen_fwd(q, k, v, cu, 8, "0", 0.25, True, "zigzag")
+        dq, dk, dv = torch.ops.flashattn_triton.ring_attn_varlen_bwd(out, q, k, v, out, lse, cu, 8, "0", 0.25,
+                                                                    True, "zigzag")
+    assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((12, 6, 8), q.dtype, (6, 12), torch.float32)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
 # ---------------------------------------------------------------------------
 # Exactness over gloo: the cases and the spawned worlds
 # ---------------------------------------------------------------------------
@@ -234,6 +375,32 @@ class Case(NamedTuple):
         return "-".join(parts)
 
 
+class VarlenCase(NamedTuple):
+    lengths: tuple  # global document lengths (multiples of 2P, or of P for contiguous)
+    h_q: int
+    h_kv: int
+    d: int
+    causal: bool
+    dtype: torch.dtype
+    sharding: str = "zigzag"
+    compiled: bool = False
+    d_v: Optional[int] = None
+    subgroups: bool = False  # (the whole world is one ring)
+
+    @property
+    def id(self) -> str:
+        heads = "mha" if self.h_q == self.h_kv else ("mqa" if self.h_kv == 1 else "gqa")
+        parts = ["varlen", "L" + "+".join(map(str, self.lengths)), f"{heads}{self.h_q}/{self.h_kv}", f"d{self.d}",
+                 "causal" if self.causal else "full", str(self.dtype).replace("torch.", "")]
+        if self.d_v is not None:
+            parts.insert(4, f"dv{self.d_v}")
+        if self.causal:
+            parts.append(self.sharding)
+        if self.compiled:
+            parts.append("compiled")
+        return "-".join(parts)
+
+
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 
 COMMON = [
@@ -247,17 +414,59 @@ COMMON = [
     Case(1, 48, 80, 4, 1, 32, False, BF16),  # cross-attention: query and key shards of different lengths
     Case(1, 64, 64, 4, 2, 32, True, BF16, d_v=16),  # v's head dim differs from q's and k's
 ]
+# Packed batches: documents of different lengths (multiples of 8 = 2P for P = 4).
+VARLEN = [
+    VarlenCase((24, 8, 40), 4, 2, 32, True, BF16),
+    VarlenCase((24, 8, 40), 4, 4, 16, True, F32, "contiguous"),
+    VarlenCase((16, 0, 48, 8), 4, 1, 32, False, F16),  # an empty document
+    VarlenCase((40, 16), 2, 2, 16, True, F32, d_v=8),
+]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
-    "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True)]),
+    "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True)] + VARLEN + [
+        VarlenCase((12, 20), 4, 2, 16, True, F32, compiled=True),
+        VarlenCase((12, 4, 20), 2, 1, 16, True, BF16, "contiguous"),  # odd local lengths
+    ]),
     "gloo4": (4, False, COMMON + [
         Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
         Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
         Case(1, 64, 64, 4, 2, 32, True, BF16, subgroups=True),
-    ]),
-    # The Triton kernels themselves (interpreted) on strided slices of the shards.
-    "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16)]),
+    ] + VARLEN + [VarlenCase((8, 24, 8), 2, 1, 16, True, F32)]),  # one token per zigzag chunk of two documents
+    # The Triton kernels themselves (interpreted) on strided slices of the shards,
+    # and the varlen kernels on the gathered halves.
+    "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16),
+                                  VarlenCase((16, 4, 28), 2, 1, 16, True, BF16)]),
 }
+
+
+def _dense_on_rank(case, full, group, r, size):
+    q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    fn = ring_flash_attn_func
+    if case.compiled:  # the ring is one opaque custom op: no graph break
+        fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
+    out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale, sharding=case.sharding)
+    out.backward(do)
+    res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
+    if not case.subgroups:
+        res["gathered_out"] = gather_sequence(out.detach(), None, 1, case.sharding)
+    return res
+
+
+def _varlen_on_rank(case, full, group, r, size):
+    cu = full[4]  # the global offsets
+    q, k, v, do = (shard_varlen(t, cu, r, size, case.sharding) for t in full[:4])
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size
+    if case.compiled:  # one opaque custom op: no graph break
+        fn = torch.compile(ring_flash_attn_varlen_func, backend="aot_eager", fullgraph=True)
+        out = fn(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding)
+    else:
+        out = ring_flash_attn_varlen_func(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding,
+                                          check_inputs=True)
+    out.backward(do)
+    return dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad,
+                gathered_out=gather_varlen(out.detach(), cu, group, case.sharding))
 
 
 def _worker(rank: int, world_size: int, workdir: str) -> None:
@@ -275,17 +484,7 @@ def _worker(rank: int, world_size: int, workdir: str) -> None:
             if case.subgroups:
                 group, size, r = rings[rank % 2], 2, rank // 2
             try:
-                q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
-                q, k, v = (t.requires_grad_() for t in (q, k, v))
-                fn = ring_flash_attn_func
-                if case.compiled:  # the ring is one opaque custom op: no graph break
-                    fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
-                out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale,
-                         sharding=case.sharding)
-                out.backward(do)
-                res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
-                if not case.subgroups:
-                    res["gathered_out"] = gather_sequence(out.detach(), None, 1, case.sharding)
+                res = (_varlen_on_rank if isinstance(case, VarlenCase) else _dense_on_rank)(case, full, group, r, size)
             except Exception:  # reported by the test of this case
                 res = dict(error=traceback.format_exc())
             results[name] = dict(res, group_rank=r, group_size=size)
@@ -298,6 +497,12 @@ def _run_world(world_size: int, interpret: bool, cases, workdir: Path):
     """Spawn the world, wait at most WORLD_TIMEOUT_S, return {case id: [per-rank results]}."""
     inputs = {}
     for case in cases:
+        if isinstance(case, VarlenCase):
+            total, d_v = sum(case.lengths), case.d_v or case.d
+            q, k, v, do = (torch.randn(total, h, dim).to(case.dtype) for h, dim in
+                           ((case.h_q, case.d), (case.h_kv, case.d), (case.h_kv, d_v), (case.h_q, d_v)))
+            inputs[case.id] = (case, (q, k, v, do, random_cu_seqlens(case.lengths, "cpu")))
+            continue
         q = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
         k = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
         v = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d_v or case.d).to(case.dtype)
@@ -350,15 +555,44 @@ def worlds():
     tmp.cleanup()
 
 
-def _params():
+def _params(varlen: bool):
     return [pytest.param(name, case.id, id=f"{name}-{case.id}")
-            for name, (_, _, cases) in WORLDS.items() for case in cases]
+            for name, (_, _, cases) in WORLDS.items() for case in cases
+            if isinstance(case, VarlenCase) == varlen]
 
 
-@pytest.mark.parametrize("world,case_id", _params())
-def test_ring_matches_single_device(worlds, world, case_id):
+def _skip_on_gpu():
     if os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") != "cpu":
         pytest.skip("CPU (gloo) test; on GPUs: torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check")
+
+
+@pytest.mark.parametrize("world,case_id", _params(varlen=True))
+def test_ring_varlen_matches_single_device(worlds, world, case_id):
+    """Each rank's rows equal those of single-device varlen attention on the gathered packed batch."""
+    _skip_on_gpu()
+    results, inputs = worlds(world)
+    case, (q, k, v, do, cu) = inputs[case_id]
+    ranks = results[case_id]
+    for r, res in enumerate(ranks):
+        assert "error" not in res, f"rank {r} raised:\n{res['error']}"
+
+    def reference(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype)
+        return [out.detach(), *torch.autograd.grad(out, leaves, do.to(dtype))]
+
+    ref, base = reference(torch.float64), reference(case.dtype)
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        got = unshard_varlen([res[name] for res in ranks], cu, case.sharding)
+        assert_close(name, got, ref[i], base[i], 2.0 if name == "out" else 3.0, case.dtype)
+    full_out = unshard_varlen([res["out"] for res in ranks], cu, case.sharding)
+    for r, res in enumerate(ranks):
+        assert torch.equal(res["gathered_out"], full_out), f"gather_varlen on rank {r} differs"
+
+
+@pytest.mark.parametrize("world,case_id", _params(varlen=False))
+def test_ring_matches_single_device(worlds, world, case_id):
+    _skip_on_gpu()
     results, inputs = worlds(world)
     case, (q, k, v, do) = inputs[case_id]
     ranks = results[case_id]

@@ -5,8 +5,9 @@ Run one process per GPU (NCCL) or per CPU worker (gloo):
     PYTHONPATH=. torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check
 
 Every rank draws the same full inputs, keeps its shard, runs
-``ring_flash_attn_func`` forward and backward, and the shards of out, dq, dk,
-dv are gathered.  Rank 0 compares them with float64 attention on the full
+``ring_flash_attn_func`` (or, for the packed cases, ``ring_flash_attn_varlen_func``
+with every document sharded on its own) forward and backward, and the shards
+of out, dq, dk, dv are gathered.  Rank 0 compares them with float64 attention on the full
 sequence (and, for the long case, with our single-GPU kernels in float32,
 since float64 attention of 128k tokens does not fit), at the library's pass
 mark: max error at most 2x (out) / 3x (gradients) that of the baseline, plain
@@ -30,7 +31,7 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from typing import List, NamedTuple  # noqa: E402
+from typing import List, NamedTuple, Union  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -54,8 +55,38 @@ class Case(NamedTuple):
                 f"{dt} {mask}")
 
 
+    def fits(self, world_size: int) -> bool:
+        return self.seqlen % (2 * world_size) == 0
+
+
+class VarlenCase(NamedTuple):
+    """A packed batch of documents (global lengths), each sharded on its own."""
+    lengths: tuple
+    h_q: int
+    h_kv: int
+    d: int
+    causal: bool
+    dtype: torch.dtype
+    sharding: str = "zigzag"
+    reference: str = "float64"  # or "ours-fp32"
+
+    @property
+    def seqlen(self) -> int:  # the longest document (what --quick looks at)
+        return max(self.lengths)
+
+    def fits(self, world_size: int) -> bool:
+        parts = 2 * world_size if self.sharding == "zigzag" else world_size
+        return all(n % parts == 0 for n in self.lengths)
+
+    def describe(self, world_size: int) -> str:
+        dt = str(self.dtype).replace("torch.", "")
+        mask = f"causal {self.sharding}" if self.causal else "full"
+        return (f"P={world_size} varlen L={'+'.join(map(str, self.lengths))} h={self.h_q}/{self.h_kv} "
+                f"d={self.d} {dt} {mask}")
+
+
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
-GPU_CASES = [
+GPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 8192, 16, 4, 128, True, BF16),
     Case(1, 8192, 16, 16, 128, True, F16),
     Case(1, 8192, 16, 4, 128, False, BF16),
@@ -64,11 +95,14 @@ GPU_CASES = [
     Case(2, 2048, 8, 2, 64, True, F32),
     Case(1, 2048, 8, 8, 256, True, F16),
     Case(1, 131072, 8, 2, 128, True, BF16, reference="ours-fp32"),
+    # Packed documents of 2k-16k tokens (float64 attention of a 16k document does not fit).
+    VarlenCase((4096, 16384, 2048, 6144), 16, 4, 128, True, BF16, reference="ours-fp32"),
 ]
-CPU_CASES = [
+CPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 256, 4, 2, 32, True, BF16),
     Case(2, 128, 4, 4, 16, True, F32, "contiguous"),
     Case(1, 192, 4, 1, 32, False, F16),
+    VarlenCase((64, 128, 32), 4, 2, 32, True, BF16),
 ]
 
 
@@ -84,6 +118,65 @@ def _reference(case, q, k, v, do, dtype):
         out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype)
     grads = torch.autograd.grad(out, leaves, do.to(dtype))
     return [out.detach(), *grads]
+
+
+def _varlen_reference(case, q, k, v, do, cu, dtype):
+    """Single-device out and grads on the full packed batch, computed in ``dtype``."""
+    from flashattn_triton import flash_attn_varlen_func
+    from flashattn_triton.testing import varlen_attention_ref
+
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    if case.reference == "ours-fp32":
+        out = flash_attn_varlen_func(*leaves, cu, cu, case.seqlen, case.seqlen, causal=case.causal)
+    else:
+        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype)
+    grads = torch.autograd.grad(out, leaves, do.to(dtype))
+    return [out.detach(), *grads]
+
+
+def run_varlen_case(case: VarlenCase, device: torch.device, seed: int) -> List[str]:
+    """The packed form of :func:`run_case`."""
+    from flashattn_triton.distributed import (gather_varlen, local_cu_seqlens, ring_flash_attn_varlen_func,
+                                              shard_varlen)
+    from flashattn_triton.testing import max_abs_err, random_cu_seqlens, tolerance
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    total, cu = sum(case.lengths), random_cu_seqlens(case.lengths, device)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(case.dtype)
+
+    q, k, v, do = (randn(total, h, case.d) for h in (case.h_q, case.h_kv, case.h_kv, case.h_q))
+    local = [shard_varlen(t, cu, rank, world_size, case.sharding) for t in (q, k, v, do)]
+    cu_local = local_cu_seqlens(cu, world_size, case.sharding)
+    ql, kl, vl = (t.requires_grad_() for t in local[:3])
+    t0 = time.perf_counter()
+    out = ring_flash_attn_varlen_func(ql, kl, vl, cu_local, case.seqlen // world_size, causal=case.causal,
+                                      sharding=case.sharding)
+    out.backward(local[3])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    got = [gather_varlen(t.detach(), cu, None, case.sharding) for t in (out, ql.grad, kl.grad, vl.grad)]
+    del out, ql, kl, vl, local
+    if rank != 0:
+        return []
+    ref = _varlen_reference(case, q, k, v, do, cu, torch.float32 if case.reference == "ours-fp32" else torch.float64)
+    # The baseline: our single-device kernels in the input dtype (and, against float64, plain PyTorch too).
+    single = _varlen_reference(case._replace(reference="ours-fp32"), q, k, v, do, cu, case.dtype)
+    base = single if case.reference == "ours-fp32" else _varlen_reference(case, q, k, v, do, cu, case.dtype)
+    ratios, parts = [], []
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        err = max_abs_err(got[i], ref[i])
+        tol = tolerance(max_abs_err(base[i], ref[i]), ref[i], case.dtype, 2.0 if name == "out" else 3.0)
+        ratios.append(err / tol if tol > 0 else float("inf"))
+        parts.append(f"{name} {err:.2e}/{tol:.2e} (1-dev {max_abs_err(single[i], ref[i]):.2e})")
+    ok = all(r <= 1.0 for r in ratios)
+    worst = max(ratios) if ok else next((r for r in ratios if not r <= 1.0))
+    against = "ours fp32 on 1 device" if case.reference == "ours-fp32" else "float64"
+    return [f"{'PASS' if ok else 'FAIL'} ring {case.describe(world_size)} vs {against}: "
+            f"worst err/tol {worst:.2f}; ring {seconds:.2f} s; " + "; ".join(parts)]
 
 
 def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
@@ -159,7 +252,7 @@ def main(argv=None) -> int:
         cases = [c for c in cases if c.seqlen <= 16384]
     if args.cases:
         cases = [cases[int(i)] for i in args.cases.split(",")]
-    cases = [c for c in cases if c.seqlen % (2 * world_size) == 0]
+    cases = [c for c in cases if c.fits(world_size)]
     if rank == 0:
         name = torch.cuda.get_device_name(device) if use_cuda else "CPU"
         print(f"ring attention check: {world_size} ranks, {dist.get_backend()} on {name}, torch "
@@ -167,7 +260,7 @@ def main(argv=None) -> int:
     n_fail = 0
     for i, case in enumerate(cases):
         try:
-            lines = run_case(case, device, seed=1234 + i)
+            lines = (run_varlen_case if isinstance(case, VarlenCase) else run_case)(case, device, seed=1234 + i)
         except Exception as e:  # a failure on one rank would hang the others: stop here
             print(f"FAIL ring {case.describe(world_size)} on rank {rank}: {type(e).__name__}: {e}", flush=True)
             raise

@@ -42,6 +42,21 @@ bottom-right aligned); the first part runs while the first K/V shard is in
 flight, the second after the last step, while the finished dK/dV return to
 their owners.  So the backward has ``P + 1`` steps and no exposed transfer
 but the per-step latencies.
+
+Packed batches (``ring_flash_attn_varlen_func``): every document is sharded
+on its own, so each rank's shard is a packed batch with the same local
+offsets ``cu_seqlens`` on every rank, and the steps are those above with each
+block applied per document.  A block is (query rows, key rows, causal), each
+row set "all" rows, or the "first" / "second" half of every document's local
+rows (zigzag: chunk ``r`` / chunk ``2P-1-r`` of the document); the dense
+schedule on a shard of two units gives them (``ring_varlen_schedule``).  Half
+row sets are gathered with index tensors built once per call on the device
+from ``cu_seqlens`` (no host sync), fed to the raw varlen op with halved
+offsets, and merged / accumulated back through the same indices.  The varlen
+op aligns causal masks bottom-right within each document, the mask the split
+diagonal needs.  The varlen backward splits the diagonal block only under
+zigzag + causal; otherwise it ends with a step without compute, in which the
+finished dK/dV return to their owners (that last hop is exposed).
 """
 
 from __future__ import annotations
@@ -54,10 +69,12 @@ import torch.distributed as dist
 from .. import ops
 from .._validate import check_flag, check_qkv, check_scale
 from ..kernels.combine import merge_attention_states
+from ..reference import LN2, LOG2E
 from .sharding import check_sharding
 
-__all__ = ["ring_flash_attn_func", "ring_schedule", "Block", "RingComm",
-           "ring_attention_forward", "ring_attention_backward"]
+__all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ring_schedule", "ring_varlen_schedule",
+           "Block", "VarlenBlock", "RingComm", "ring_attention_forward", "ring_attention_backward",
+           "ring_varlen_attention_forward", "ring_varlen_attention_backward"]
 
 # ---------------------------------------------------------------------------
 # Schedule: which block each rank computes at each step
@@ -423,4 +440,354 @@ def ring_flash_attn_func(
     if dist.get_rank(group) < 0:
         raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
     out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Packed batches (varlen)
+# ---------------------------------------------------------------------------
+
+class VarlenBlock(NamedTuple):
+    """In every document: the query rows ``q_rows`` of the local shard against
+    the key rows ``k_rows`` of the K/V shard in hand, each "all", "first" (the
+    first half of the document's local rows) or "second"; ``causal`` aligned
+    bottom-right within the document."""
+    q_rows: str
+    k_rows: str
+    causal: bool
+
+
+_UNITS = {(0, 2): "all", (0, 1): "first", (1, 2): "second"}
+
+
+def ring_varlen_schedule(rank: int, world_size: int, causal: bool, sharding: str = "zigzag",
+                         backward: bool = False) -> List[List[VarlenBlock]]:
+    """Blocks that ``rank`` computes at each step of the varlen ring.
+
+    The dense :func:`ring_schedule` on a shard of two units (the two halves of
+    every document).  The backward splits the diagonal block only under
+    zigzag + causal (``world_size + 1`` steps); otherwise, for ``world_size >
+    1``, it has a last step without blocks, in which the finished dK/dV return
+    to their owners."""
+    split = backward and causal and sharding == "zigzag"
+    steps = ring_schedule(rank, world_size, 2, 2, causal, sharding, backward=split)
+    blocks = [[VarlenBlock(_UNITS[(b.q0, b.q1)], _UNITS[(b.k0, b.k1)], b.causal) for b in step]
+              for step in steps]
+    if backward and not split and world_size > 1:
+        blocks.append([])
+    return blocks
+
+
+class _PackedRows:
+    """Row sets of the local packed layout: "all", and with ``halves`` the first
+    and second half of every document's local rows, as int64 index tensors
+    built on the device (no host sync), with their offsets and max length.
+
+    With ``h = cu_seqlens / 2``, half-row ``t`` of document ``b``
+    (``h[b] <= t < h[b+1]``) is local row ``t + h[b]`` in the first half and
+    ``t + h[b+1]`` in the second."""
+
+    def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int, total: int, halves: bool):
+        self.idx: Dict[str, Optional[torch.Tensor]] = {"all": None}
+        self.cu = {"all": cu_seqlens}
+        self.max = {"all": max_seqlen}
+        if halves:
+            cu_half = torch.div(cu_seqlens, 2, rounding_mode="floor")
+            h = cu_half.long()
+            t = torch.arange(total // 2, dtype=torch.int64, device=cu_seqlens.device)
+            # Clamped so that a malformed cu_seqlens gives wrong rows, not an out-of-bounds read.
+            doc = torch.searchsorted(h[1:], t, right=True).clamp_(max=max(cu_seqlens.shape[0] - 2, 0))
+            self.idx["first"] = t + h[doc]
+            self.idx["second"] = t + h[doc + 1]
+            self.cu["first"] = self.cu["second"] = cu_half.to(torch.int32).contiguous()
+            self.max["first"] = self.max["second"] = (max_seqlen + 1) // 2
+
+    def select(self, x: torch.Tensor, rows: str, dim: int = 0) -> torch.Tensor:
+        idx = self.idx[rows]
+        return x if idx is None else x.index_select(dim, idx)
+
+    def add(self, dst: torch.Tensor, rows: str, src: torch.Tensor) -> None:
+        """dst[rows] += src (the rows are distinct, so the sum is deterministic)."""
+        idx = self.idx[rows]
+        if idx is None:
+            dst += src
+        else:
+            dst.index_add_(0, idx, src.to(dst.dtype))
+
+
+def _needs_halves(steps: List[List[VarlenBlock]]) -> bool:
+    return any(b.q_rows != "all" or b.k_rows != "all" for step in steps for b in step)
+
+
+def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                                  max_seqlen: int, comm, softmax_scale: float, causal: bool,
+                                  sharding: str = "zigzag"):
+    """Varlen ring forward on local packed shards; returns (out in q's dtype,
+    lse float32 natural log (Hq, total_local)).
+
+    q: (total_local, Hq, d); k, v: (total_local, Hkv, d / dv); cu_seqlens: the
+    local offsets (int32 on q's device, the same on every rank, ending at
+    total_local); max_seqlen: the longest local document."""
+    world_size, rank = comm.world_size, comm.rank
+    steps = ring_varlen_schedule(rank, world_size, causal, sharding)
+    rows = _PackedRows(cu_seqlens, max_seqlen, q.shape[0], _needs_halves(steps))
+    q_sets = {"all": q}  # query row sets, gathered once
+    kv = [k, v]
+    out: Any = None  # both set at step 0 (all rows x all keys)
+    lse: Any = None
+    for s, blocks in enumerate(steps):
+        pending = comm.exchange(kv) if s + 1 < world_size else None
+        for b in blocks:
+            if b.q_rows not in q_sets:
+                q_sets[b.q_rows] = rows.select(q, b.q_rows)
+            o_b, lse2_b = ops.attention_fwd(
+                q_sets[b.q_rows], rows.select(kv[0], b.k_rows), rows.select(kv[1], b.k_rows),
+                rows.cu[b.q_rows], rows.cu[b.k_rows], rows.max[b.q_rows], rows.max[b.k_rows],
+                float(softmax_scale), -1, 0 if b.causal else -1, True)
+            lse_b = lse2_b * LN2
+            if out is None:
+                out, lse = o_b, lse_b
+                continue
+            idx = rows.idx[b.q_rows]
+            if idx is None:
+                out, lse = merge_attention_states(out, lse, o_b, lse_b)
+                continue
+            if out.dtype != torch.float32:
+                out = out.float()
+            o_m, lse_m = merge_attention_states(out.index_select(0, idx), lse.index_select(1, idx), o_b, lse_b)
+            out.index_copy_(0, idx, o_m)
+            lse.index_copy_(1, idx, lse_m)
+        if pending is not None:
+            kv = pending.wait()
+    return out.to(q.dtype).contiguous(), lse.contiguous()
+
+
+def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                   out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor,
+                                   max_seqlen: int, comm, softmax_scale: float, causal: bool,
+                                   sharding: str = "zigzag"):
+    """Varlen ring backward on local packed shards; returns (dq, dk, dv) in the
+    input dtypes.  ``out`` and ``lse`` (Hq, total_local) are the merged
+    forward results; accumulation as in :func:`ring_attention_backward`."""
+    world_size, rank = comm.world_size, comm.rank
+    steps = ring_varlen_schedule(rank, world_size, causal, sharding, backward=True)
+    rows = _PackedRows(cu_seqlens, max_seqlen, q.shape[0], _needs_halves(steps))
+    lse2 = (lse.float() * LOG2E).contiguous()
+    q_sets: Dict[str, Tuple[torch.Tensor, ...]] = {"all": (dout.contiguous(), q, out, lse2)}
+    own_sets: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {"all": (k, v)}
+    f32: Dict[str, Any] = dict(dtype=torch.float32, device=q.device)
+    dq = torch.zeros(q.shape, **f32)
+    dk_own = torch.zeros(k.shape, **f32)
+    dv_own = torch.zeros(v.shape, **f32)
+    kv = [k, v]
+    acc: Any = None  # [dk, dv] of the shard in hand: contributions of the ranks it has visited
+    last = len(steps) - 1
+    for s, blocks in enumerate(steps):
+        send = []
+        if s + 1 < world_size:
+            send += kv
+        if s >= 2:
+            send += acc
+        pending = comm.exchange(send) if send else None
+        own = s == 0 or s == last  # the K/V shard of this rank
+        contrib = []
+        for b in blocks:
+            if b.q_rows not in q_sets:
+                d_all, q_all, o_all, l_all = q_sets["all"]
+                q_sets[b.q_rows] = (rows.select(d_all, b.q_rows), rows.select(q_all, b.q_rows),
+                                    rows.select(o_all, b.q_rows), rows.select(l_all, b.q_rows, dim=1))
+            if own:
+                if b.k_rows not in own_sets:
+                    own_sets[b.k_rows] = (rows.select(k, b.k_rows), rows.select(v, b.k_rows))
+                k_b, v_b = own_sets[b.k_rows]
+            else:
+                k_b, v_b = rows.select(kv[0], b.k_rows), rows.select(kv[1], b.k_rows)
+            do_b, q_b, o_b, l_b = q_sets[b.q_rows]
+            dq_b, dk_b, dv_b = ops.attention_bwd(
+                do_b, q_b, k_b, v_b, o_b, l_b, None, rows.cu[b.q_rows], rows.cu[b.k_rows],
+                rows.max[b.q_rows], rows.max[b.k_rows], float(softmax_scale), -1, 0 if b.causal else -1,
+                True)[:3]
+            rows.add(dq, b.q_rows, dq_b)
+            if own:
+                rows.add(dk_own, b.k_rows, dk_b)
+                rows.add(dv_own, b.k_rows, dv_b)
+            else:
+                contrib.append((b, dk_b, dv_b))
+        received = pending.wait() if pending is not None else []
+        if s + 1 < world_size:
+            kv, received = received[:2], received[2:]
+        if 1 <= s < world_size:
+            acc = received if s >= 2 else [torch.zeros(k.shape, **f32), torch.zeros(v.shape, **f32)]
+            for b, dk_b, dv_b in contrib:
+                rows.add(acc[0], b.k_rows, dk_b)
+                rows.add(acc[1], b.k_rows, dv_b)
+        elif s == last and world_size > 1:
+            dk_own += received[0]
+            dv_own += received[1]
+    return dq.to(q.dtype), dk_own.to(k.dtype), dv_own.to(v.dtype)
+
+
+@torch.library.custom_op("flashattn_triton::ring_attn_varlen_fwd", mutates_args=())
+def _ring_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                          max_seqlen: int, group_name: str, softmax_scale: float, causal: bool,
+                          sharding: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    comm = RingComm(_resolve_group(group_name))
+    return ring_varlen_attention_forward(q, k, v, cu_seqlens, max_seqlen, comm, softmax_scale, causal, sharding)
+
+
+@_ring_attn_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding):
+    t, h, _ = q.shape
+    return q.new_empty((t, h, v.shape[2])), q.new_empty((h, t), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashattn_triton::ring_attn_varlen_bwd", mutates_args=())
+def _ring_attn_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                          group_name: str, softmax_scale: float, causal: bool,
+                          sharding: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    comm = RingComm(_resolve_group(group_name))
+    return ring_varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, comm, softmax_scale,
+                                          causal, sharding)
+
+
+@_ring_attn_varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
+    ctx.args = (max_seqlen, group_name, softmax_scale, causal, sharding)
+    ctx.mark_non_differentiable(lse)  # no LSE-gradient term, as in the dense ring
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_seqlens = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = _ring_attn_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_ring_attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
+
+
+def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str, check_inputs) -> None:
+    check_qkv(("q", "k", "v"), (q, k, v), "(total_local, nheads, headdim)", 3, 1)
+    check_flag(causal, "causal")
+    check_flag(check_inputs, "check_inputs")
+    check_sharding(sharding)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k share cu_seqlens, so they must have the same number of packed rows; got "
+                         f"q.shape[0]={q.shape[0]} and k.shape[0]={k.shape[0]}")
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D of length batch + 1, got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != q.device:
+        raise ValueError(f"cu_seqlens must be on {q.device} like q, got {cu_seqlens.device}")
+    if cu_seqlens.shape[0] == 1 and q.shape[0] > 0:
+        raise ValueError(f"cu_seqlens holds no document (shape (1,)) but q has {q.shape[0]} rows")
+    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt)):
+        raise TypeError(f"max_seqlen must be an int, got {type(max_seqlen).__name__}")
+    if max_seqlen < 1:
+        raise ValueError(f"max_seqlen must be positive, got {max_seqlen}")
+    halves = causal and sharding == "zigzag"
+    if halves and q.shape[0] % 2:
+        raise ValueError(f"under zigzag sharding every document's local part holds two equal chunks, so the "
+                         f"local packed length must be even; got q.shape[0]={q.shape[0]}")
+    if check_inputs:
+        offs = cu_seqlens.tolist()
+        lengths = [e - a for a, e in zip(offs[:-1], offs[1:])]
+        if offs[0] != 0:
+            raise ValueError(f"cu_seqlens[0] must be 0, got {offs[0]}")
+        if any(n < 0 for n in lengths):
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {offs}")
+        if offs[-1] != q.shape[0]:
+            raise ValueError(f"cu_seqlens[-1]={offs[-1]} must equal the number of packed rows, "
+                             f"q.shape[0]={q.shape[0]}")
+        if lengths and max(lengths) > max_seqlen:
+            raise ValueError(f"a local document of {max(lengths)} rows exceeds max_seqlen={max_seqlen}")
+        odd = [b for b, n in enumerate(lengths) if n % 2]
+        if halves and odd:
+            raise ValueError(f"document {odd[0]} has {lengths[odd[0]]} local rows, an odd number: under zigzag "
+                             "sharding every document's length must be a multiple of 2 * world_size")
+
+
+def ring_flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    group: Optional["dist.ProcessGroup"] = None,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    *,
+    sharding: str = "zigzag",
+    window_size: Tuple[int, int] = (-1, -1),
+    dropout_p: float = 0.0,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
+    check_inputs: bool = False,
+) -> torch.Tensor:
+    """Ring attention over a packed batch of documents, every document sharded
+    across the ranks of ``group`` (context parallelism); differentiable.
+
+    Every document is sharded on its own (``shard_varlen``): rank ``r`` holds
+    ``L_b / P`` tokens of document ``b``, packed in document order, so the
+    local offsets are the same on every rank.  The result on each rank is its
+    rows of ``flash_attn_varlen_func(Q, K, V, cu, cu, L_max, L_max,
+    causal=causal)`` on the full packed batch: each document attends only to
+    itself, causal over the positions within the document.
+
+    Arguments:
+        q: (total_local, nheads, headdim), this rank's packed queries.
+        k: (total_local, nheads_k, headdim); v: (total_local, nheads_k, headdim_v).
+            dtypes, devices, GQA and head dims as in ``ring_flash_attn_func``.
+        cu_seqlens: (batch_size + 1,) int32 on q's device: the LOCAL offsets
+            (``local_cu_seqlens(global_cu_seqlens, P)``), identical on every
+            rank, from 0 to total_local.
+        max_seqlen: int, at least the longest local document (the longest
+            document / P).
+        group, causal, softmax_scale: as in ``ring_flash_attn_func``.
+        sharding: how every document was split: "zigzag" (default; each
+            document's length a multiple of 2P) or "contiguous" (a multiple
+            of P); only matters when causal.
+        window_size, dropout_p, softcap, alibi_slopes: must keep their defaults
+            (NotImplementedError otherwise).
+        deterministic: accepted; the ring backward is deterministic.
+        check_inputs: also check the values of cu_seqlens (start at 0,
+            non-decreasing, end at total_local, lengths <= max_seqlen, every
+            local length even under zigzag + causal).  That reads them on the
+            host (a device sync); by default only shapes, dtypes and devices
+            are checked.
+
+    Returns:
+        out: (total_local, nheads, headdim_v) in the dtype of q, packed like q.
+    """
+    _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs)
+    if tuple(window_size) != (-1, -1):
+        _not_implemented("window_size", tuple(window_size))
+    if dropout_p != 0.0:
+        _not_implemented("dropout_p", dropout_p)
+    if softcap != 0.0:
+        _not_implemented("softcap", softcap)
+    if alibi_slopes is not None:
+        _not_implemented("alibi_slopes", "<tensor>")
+    scale = check_scale(softmax_scale, "softmax_scale", q.shape[2])
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("ring_flash_attn_varlen_func needs torch.distributed: call "
+                           "torch.distributed.init_process_group first")
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
+    out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding)
     return out
