@@ -146,7 +146,10 @@ def test_randomized_differential(device, monkeypatch, seed, path):
     check_against_reference(q, k, v, c["causal"], c["scale"], window_size=c["window"])
 
 
-@pytest.mark.xfail(strict=True, reason="float32 LSE spacing at |lse| ~ 4e4 is 2^-8: P off by up to "
+# Not strict: whether the drift crosses the tolerance on this input depends on
+# the platform's float32 rounding (the interpreter's kernels passed on one CPU
+# machine and failed on another with the same packages).
+@pytest.mark.xfail(strict=False, reason="float32 LSE spacing at |lse| ~ 4e4 is 2^-8: P off by up to "
                    "0.3%; needs the LSE's rounding residual kept for the backward (TODO)")
 @pytest.mark.parametrize("path", ["kernels", "blockwise"])
 def test_huge_scores_fp32_gradients(device, monkeypatch, path):
