@@ -10,7 +10,8 @@ import torch
 import flashattn_triton
 from flashattn_triton import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                               flash_attn_varlen_func, flash_attn_with_kvcache, scaled_dot_product_attention)
-from flashattn_triton.distributed import gather_sequence, ring_flash_attn_func, shard_sequence
+from flashattn_triton.distributed import (gather_sequence, local_cu_seqlens, ring_flash_attn_func,
+                                          ring_flash_attn_varlen_func, shard_sequence, shard_varlen)
 from flashattn_triton.integrations.transformers import register
 from flashattn_triton.nn import Attention, MultiheadAttention
 
@@ -42,6 +43,11 @@ def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     ql = shard_sequence(q, 0, 2, 1)
     out = ring_flash_attn_func(ql, shard_sequence(k, 0, 2, 1), shard_sequence(v, 0, 2, 1), causal=True)
     return gather_sequence(out, None, 1)
+
+
+def ring_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+    local = [shard_varlen(t, cu, 0, 2) for t in (q, k, v)]
+    return ring_flash_attn_varlen_func(*local, local_cu_seqlens(cu, 2), 1024, causal=True)
 
 
 def modules(x: torch.Tensor) -> torch.Tensor:
