@@ -46,8 +46,8 @@ def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def ring_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
-    local = [shard_varlen(t, cu, 0, 2) for t in (q, k, v)]
-    return ring_flash_attn_varlen_func(*local, local_cu_seqlens(cu, 2), 1024, causal=True)
+    ql, kl, vl = (shard_varlen(t, cu, 0, 2) for t in (q, k, v))
+    return ring_flash_attn_varlen_func(ql, kl, vl, local_cu_seqlens(cu, 2), 1024, causal=True)
 
 
 def modules(x: torch.Tensor) -> torch.Tensor:
