@@ -92,7 +92,7 @@ def ptxas_report(compiled, arch: int) -> str:
     return f"regs {regs.group(1) if regs else '?'}, spill {spill.group(1) if spill else '?'} B"
 
 
-SASS_CLASSES = ("SHFL", "BAR", "STS", "LDS", "IMAD", "LOP3", "ISETP", "PRMT", "STL", "LDL")
+SASS_CLASSES = ("HGMMA", "SHFL", "BAR", "STS", "LDS", "IMAD", "LOP3", "ISETP", "PRMT", "STL", "LDL")
 PTX_CLASSES = ("shfl", "bar", "st.shared", "ld.shared", "mul.hi", "mad")
 _SASS_LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
 
@@ -109,13 +109,16 @@ def sass_ops(compiled):
 
 
 def loop_bodies(ops):
-    """Instruction counts of the loops: from a backward branch's target to the branch."""
+    """Instruction counts of the loops: from a backward branch's target to the
+    branch, as 'N' or 'N[g]' with g the loop's HGMMA (Hopper wgmma) count."""
     sizes = []
     for addr, op, rest in ops:
         target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
         if target and int(target.group(1), 16) < addr:
             lo = int(target.group(1), 16)
-            sizes.append(sum(1 for a, _, _ in ops if lo <= a <= addr))
+            body = [o for a, o, _ in ops if lo <= a <= addr]
+            mma = sum(1 for o in body if o.startswith("HGMMA"))
+            sizes.append(f"{len(body)}[{mma}]" if mma else str(len(body)))
     return sizes
 
 
@@ -149,6 +152,9 @@ def main():
     ap.add_argument("--cases", default="full,causal,varlen",
                     help="which of full / causal / varlen (causal, packed) to compile")
     ap.add_argument("--sass", action="store_true", help="also count instructions (module doc)")
+    ap.add_argument("--split-qk", choices=("auto", "on", "off"), default="auto",
+                    help="forward: Q K^T in two column chunks (kernels/fwd.py split_qk) as the "
+                    "launch would choose it, always (where allowed) or never")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
@@ -182,9 +188,13 @@ def main():
                 meta.update({m: True for m in mods})
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
+                    allowed = getattr(fwd, "split_qk", lambda *_: False)(d, d_pad)
+                    meta["SPLIT_QK"] = allowed and (args.split_qk == "on" or
+                                                    (args.split_qk == "auto" and fwd.SPLIT_QK))
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
                 model = "fits" if fits((bm, bn, w, s), RESIDENT[name], d_pad, elem, dv_pad) else "unfit"
-                label = (f"{name:9s} d={d:3d}{f'/{dv}' if dv != d else ''} causal={causal!s:5} "
+                split = " split" if meta.get("SPLIT_QK") else ""
+                label = (f"{name:9s} d={d:3d}{f'/{dv}' if dv != d else ''}{split} causal={causal!s:5} "
                          f"varlen={varlen!s:5} ({bm},{bn},{w},{s}) model {model:5s}")
                 try:
                     ov = {n: t for n, t in overrides.items() if n in kernel.arg_names}

@@ -12,7 +12,7 @@ import torch
 
 from flashattn_triton import flash_attn_func, scaled_dot_product_attention
 from flashattn_triton.reference import flash_attention_ref as flash_ref
-from _utils import DTYPES, assert_close, assert_rel, leaf, make_qkv, rand
+from _utils import DTYPES, assert_close, assert_rel, call_spy, leaf, make_qkv, rand
 
 SEQ_PAIRS = [(1, 1), (1, 77), (113, 203), (200, 64), (64, 200), (96, 96)]
 HEADS = [(2, 2), (4, 2), (3, 1)]  # MHA, GQA, MQA
@@ -74,6 +74,50 @@ def test_head_dims(device, d):
     dtype = [torch.float16, torch.bfloat16, torch.float32][d % 3]
     q, k, v = make_qkv(1, 37, 45, 2, 1, d, dtype, device, requires_grad=False)
     check_against_reference(q, k, v, causal=d % 2 == 0)
+
+
+# Q K^T in two column chunks (kernels/fwd.py split_qk): d=96 -> 64 + 32,
+# d=160 -> 128 + 64 (32 padded), d=192 -> 128 + 64, d=40 -> 32 + 16 (8 padded).
+@pytest.mark.parametrize("split", [True, False], ids=["split", "nosplit"])
+@pytest.mark.parametrize("d,d_v,h_q,h_kv,causal,dtype,softcap", [
+    (96, 96, 4, 2, False, torch.bfloat16, 0.0),
+    (160, 160, 3, 1, True, torch.float16, 0.0),
+    (192, 128, 4, 2, True, torch.bfloat16, 0.0),
+    (192, 128, 2, 2, False, torch.float16, 5.0),
+    (96, 96, 4, 1, True, torch.float32, 8.0),
+    (40, 40, 4, 2, True, torch.float16, 0.0),
+])
+def test_split_qk_forward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal, dtype, softcap):
+    """Forward output and LSE with the split on and off against float64 (odd lengths, GQA).
+    q and k are views of NaN-padded rows: a padded column read unmasked shows."""
+    from flashattn_triton import ops
+    from flashattn_triton.kernels import fwd
+    monkeypatch.setattr(fwd, "SPLIT_QK", split)
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)  # a plan would replay the other split's launch
+    launched = call_spy(monkeypatch, fwd, "_launch_fwd", lambda *a, **kw: kw["SPLIT_QK"])
+    q, k, v = make_qkv(2, 37, 83, h_q, h_kv, d, dtype, device, requires_grad=False, d_v=d_v)
+    q, k = (torch.cat([t, torch.full_like(t[..., :64], float("nan"))], -1)[..., :d] for t in (q, k))
+    with torch.no_grad():
+        out, lse = flash_attn_func(q, k, v, causal=causal, softcap=softcap, return_lse=True)
+        ref_out, ref_lse = flash_ref(q, k, v, causal, softcap=softcap)
+        base_out, base_lse = flash_ref(q, k, v, causal, dtype=dtype, softcap=softcap)
+    assert launched and set(launched) == {split}
+    assert_close("out", out, ref_out, base_out, 2.0, dtype)
+    assert_close("lse", lse, ref_lse, base_lse, 2.0, torch.float32)
+
+
+def test_split_qk_choice():
+    """The split serves head dims with a quarter or more of the padded reduction unused."""
+    from flashattn_triton.kernels import fwd
+    from flashattn_triton.kernels.launch import head_dim_pad
+    split = {d for d in range(1, 513) if fwd.split_qk(d, head_dim_pad(d))}
+    for d in (40, 48, 80, 96, 160, 192, 320, 384):
+        assert d in split, d
+    for d in (16, 24, 32, 64, 100, 112, 128, 200, 256, 512):
+        assert d not in split, d
+    for d in split:  # chunks PAD/2 (whole) + PAD/4 (at least 16 wide) cover d
+        d_pad = head_dim_pad(d)
+        assert d_pad // 2 < d <= d_pad // 2 + d_pad // 4 and d_pad // 4 >= 16
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -31,16 +31,30 @@ from .tiles import aligned_start, kv_tile_range, load_tile, mma, seq_bounds, sto
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 
+# Q K^T in two power-of-two column chunks where split_qk allows it (False:
+# one chunk of HEAD_DIM_PAD columns).  Read by attention_forward, so not by
+# calls that replay recorded launches (ops.py's plans): set it before a
+# signature's first call, or with ops.PLANS_ENABLED = False.
+SPLIT_QK = True
+
+
+def split_qk(d: int, d_pad: int) -> bool:
+    """Whether Q K^T can reduce over d_pad/2 + d_pad/4 columns instead of
+    d_pad (d_pad = head_dim_pad(d)): d <= 3/4 d_pad, so at most a quarter of
+    the padded reduction is dropped (d=96: 64+32, d=160: 128+64, 192: 128+64),
+    and d_pad >= 64, so the second chunk is at least 16 wide (a dot's minimum K)."""
+    return d_pad >= 64 and 4 * d <= 3 * d_pad
+
 
 @triton.jit
-def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                 offs_m, offs_d, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
+def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                 offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
                  shift, window_left, window_right,
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                  seed, rng_base, rng_cols, dropout_thresh,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
@@ -49,15 +63,26 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride
     MASKED tiles may hold keys past n_k or keys outside the causal / window
     band; unmasked tiles are whole and visible to every row of the tile
     (up to a user mask, HAS_MASK).  K, V point at key row 0 of this
-    (batch entry, KV head)."""
+    (batch entry, KV head).  SPLIT_QK: q holds query columns offs_d (all
+    within HEAD_DIM), q_hi columns offs_d_hi (EVEN_D: all within HEAD_DIM);
+    otherwise q holds offs_d and q_hi, offs_d_hi are unused."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
+    if SPLIT_QK:
+        k_hi_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d_hi)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
         start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
-        k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
-        qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
+        if SPLIT_QK:
+            k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, True)
+            k_hi = load_tile(k_hi_ptrs, cols, n_k, offs_d_hi, HEAD_DIM, MASKED, EVEN_D)
+            qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
+            qk = mma(q_hi, tl.trans(k_hi), qk, DOT_PRECISION, INTERPRET)
+            k_hi_ptrs += BLOCK_N * stride_kn
+        else:
+            k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
+            qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
         s, _ = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
                           window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                           MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
@@ -107,7 +132,7 @@ def _attn_fwd(
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_SINKS: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
@@ -131,7 +156,6 @@ def _attn_fwd(
     off_h = off_h.to(tl.int64)
     off_hkv = off_hkv.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
     Q += off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
     K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
@@ -140,8 +164,24 @@ def _attn_fwd(
     LSE += off_z * stride_lz + off_h * stride_lh + q_start
     BIAS += off_z * stride_bz + off_h * stride_bh
 
-    q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                  offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
+    if SPLIT_QK:
+        # Q K^T reduces over columns [0, PAD/2) and [PAD/2, 3 PAD/4) (split_qk:
+        # HEAD_DIM <= 3 PAD/4 < PAD, so the first chunk is whole); even_qk
+        # then says whether the second chunk is.
+        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
+        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
+        even_qk = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
+        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
+                      offs_m, n_q, offs_d, HEAD_DIM, True, True)
+        q_hi = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d_hi),
+                         offs_m, n_q, offs_d_hi, HEAD_DIM, True, even_qk)
+    else:
+        offs_d = tl.arange(0, HEAD_DIM_PAD)
+        offs_d_hi = offs_d
+        even_qk = EVEN_D
+        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
+                      offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
+        q_hi = q
     if HAS_SOFTCAP:  # tanh takes natural-unit scores over the cap
         qk_scale = sm_scale / softcap
     else:
@@ -170,29 +210,29 @@ def _attn_fwd(
     # Masked head (left window edge), unmasked middle, masked tail (diagonal,
     # right window edge, ragged end of K).
     if MASK_LEFT:
-        acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                     offs_m, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
+        acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                                     offs_m, offs_d, offs_d_hi, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                                      shift, window_left, window_right,
                                      softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                      seed, rng_base, N_K, dropout_thresh,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
-    acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                 offs_m, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
+    acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                                 offs_m, offs_d, offs_d_hi, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                  seed, rng_base, N_K, dropout_thresh,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
-                                 EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                 even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                  HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
-    acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                                 offs_m, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
+    acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                                 offs_m, offs_d, offs_d_hi, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                  seed, rng_base, N_K, dropout_thresh,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                                 EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                 even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                  HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
 
     # Rows that saw no key (and no sink): l = 0 -> output 0 and LSE = -inf.
@@ -261,10 +301,11 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         # meta-parameters
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
         HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad,
+        SPLIT_QK=SPLIT_QK and split_qk(d, d_pad),
         IS_VARLEN=cu_seqlens is not None, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
         **mods.switches(q, with_sinks=True),
         REVERSE_M=right is not None, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
     )
 
 
-__all__ = ["attention_forward"]
+__all__ = ["attention_forward", "split_qk"]
