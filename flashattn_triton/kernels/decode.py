@@ -347,7 +347,7 @@ def _decode_fwd(
                 m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
                 l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
                 acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-                for sp in range(0, NUM_SPLITS):
+                for sp in tl.range(0, NUM_SPLITS, num_stages=3):
                     # .cg: read the other splits' partials from L2, never from a stale L1 line.
                     lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
                                     cache_modifier=".cg") * 1.4426950408889634
