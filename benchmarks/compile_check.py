@@ -108,17 +108,27 @@ def sass_ops(compiled):
     return [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(_SASS_LINE.match, text.splitlines()) if m]
 
 
+def hgmma_work(op: str, rest: str) -> int:
+    """An HGMMA's n * k / 256 (its m is 64): the MACs of a wgmma in units of
+    m64n16k16, so that a product cut in two narrower ones counts the same."""
+    shape = re.match(r"(?:\.\d+)?x(\d+)x(\d+)", op[len("HGMMA.64"):] + rest.split(" ")[0]) \
+        if op.startswith("HGMMA.64") else None
+    return int(shape.group(1)) * int(shape.group(2)) // 256 if shape else 0
+
+
 def loop_bodies(ops):
     """Instruction counts of the loops: from a backward branch's target to the
-    branch, as 'N' or 'N[g]' with g the loop's HGMMA (Hopper wgmma) count."""
+    branch, as 'N' or 'N[g:w]' with g the loop's HGMMA (Hopper wgmma) count
+    and w their work (hgmma_work: the padded MACs)."""
     sizes = []
     for addr, op, rest in ops:
         target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
         if target and int(target.group(1), 16) < addr:
             lo = int(target.group(1), 16)
-            body = [o for a, o, _ in ops if lo <= a <= addr]
-            mma = sum(1 for o in body if o.startswith("HGMMA"))
-            sizes.append(f"{len(body)}[{mma}]" if mma else str(len(body)))
+            body = [(o, r) for a, o, r in ops if lo <= a <= addr]
+            mma = sum(1 for o, _ in body if o.startswith("HGMMA"))
+            work = sum(hgmma_work(o, r) for o, r in body)
+            sizes.append(f"{len(body)}[{mma}:{work}]" if mma else str(len(body)))
     return sizes
 
 
@@ -153,8 +163,9 @@ def main():
                     help="which of full / causal / varlen (causal, packed) to compile")
     ap.add_argument("--sass", action="store_true", help="also count instructions (module doc)")
     ap.add_argument("--split-qk", choices=("auto", "on", "off"), default="auto",
-                    help="forward: Q K^T in two column chunks (kernels/fwd.py split_qk) as the "
-                    "launch would choose it, always (where allowed) or never")
+                    help="Q K^T (and in the backward dQ, dK) in two column chunks (kernels/fwd.py "
+                    "split_qk) as the launch would choose it (fwd.SPLIT_QK, bwd.use_split_qk), always "
+                    "(where allowed) or never")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
@@ -188,9 +199,13 @@ def main():
                 meta.update({m: True for m in mods})
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
-                    allowed = getattr(fwd, "split_qk", lambda *_: False)(d, d_pad)
-                    meta["SPLIT_QK"] = allowed and (args.split_qk == "on" or
-                                                    (args.split_qk == "auto" and fwd.SPLIT_QK))
+                allowed = getattr(fwd, "split_qk", lambda *_: False)(d, d_pad)
+                if name == "FWD":
+                    default = getattr(fwd, "SPLIT_QK", False)
+                else:
+                    default = getattr(bwd, "use_split_qk", lambda *_: False)(d, d_pad)
+                meta["SPLIT_QK"] = allowed and (args.split_qk == "on" or
+                                                (args.split_qk == "auto" and default))
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
                 model = "fits" if fits((bm, bn, w, s), RESIDENT[name], d_pad, elem, dv_pad) else "unfit"
                 split = " split" if meta.get("SPLIT_QK") else ""

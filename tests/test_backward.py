@@ -90,3 +90,78 @@ def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
         runs.append(torch.autograd.grad(out, leaves, do))
     for name, a, b in zip(("dq", "dk", "dv"), *runs):
         assert torch.equal(a, b), f"{name}: two runs differ at {(a != b).sum().item()} elements"
+
+
+# Q, K, dQ, dK in two column chunks (kernels/bwd.py SPLIT_QK, kernels/fwd.py
+# split_qk): d=96 -> 64 + 32, d=160 -> 128 + 64 (32 padded), d=192 -> 128 + 64,
+# d=40 -> 32 + 16 (8 padded).  GQA groups of 2 write float32 partials per chunk.
+@pytest.mark.parametrize("split", [True, False], ids=["split", "nosplit"])
+@pytest.mark.parametrize("d,d_v,h_q,h_kv,causal,dtype,kw,fused", [
+    (96, 96, 4, 2, False, torch.bfloat16, {}, False),
+    (160, 160, 3, 1, True, torch.float16, {}, True),
+    (192, 128, 4, 2, True, torch.bfloat16, {}, False),
+    (192, 128, 2, 2, False, torch.float16, {"softcap": 5.0}, True),
+    (96, 96, 4, 1, True, torch.float32, {"window_size": (20, 0)}, False),
+    (40, 40, 4, 2, True, torch.float16, {}, False),
+])
+def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal, dtype, kw, fused):
+    """dq, dk, dv (and the forward) with the split on and off against float64
+    (odd lengths, GQA / MQA, the separate and the fused dQ).  q, k, v are
+    views of NaN-padded rows: a padded column read unmasked shows."""
+    from flashattn_triton import ops
+    from flashattn_triton.kernels import bwd, fwd
+    from flashattn_triton.reference import flash_attention_ref as flash_ref
+    from _utils import assert_close, call_spy
+    monkeypatch.setattr(fwd, "SPLIT_QK", split)
+    monkeypatch.setattr(bwd, "SPLIT_QK", split)
+    monkeypatch.setattr(bwd, "SPLIT_QK_MIN_PAD", 0)  # d=40, 96 too (off there by default)
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)  # a plan would replay the other split's launch
+    monkeypatch.setenv(ENV_FUSED_DQ, "1" if fused else "0")
+    launched = []
+    for name in ("_launch_dkdv", "_launch_dq", "_launch_fused"):
+        launched += [call_spy(monkeypatch, bwd, name, lambda *a, name=name, **m: (name, m["SPLIT_QK"]))]
+    q, k, v = make_qkv(2, 37, 83, h_q, h_kv, d, dtype, device, requires_grad=False, d_v=d_v)
+    q, k, v = (torch.cat([t, torch.full_like(t[..., :64], float("nan"))], -1)[..., :t.shape[-1]]
+               for t in (q, k, v))
+    do = rand(q.shape[:-1] + (d_v,), dtype, device)
+    dlse = rand((2, h_q, 37), torch.float32, device)
+
+    def grads(fn, inputs):
+        out, lse = fn(*inputs)
+        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
+        return torch.autograd.grad(loss, inputs)
+
+    views = [t.requires_grad_(True) for t in (q, k, v)]
+    got = grads(lambda *a: flash_attn_func(*a, causal=causal, return_lse=True, **kw), views)
+    ref = grads(lambda *a: flash_ref(*a, causal, **kw), [t.detach().double().requires_grad_(True) for t in (q, k, v)])
+    base = grads(lambda *a: flash_ref(*a, causal, dtype=dtype, **kw),
+                 [t.detach().clone().requires_grad_(True) for t in (q, k, v)])
+    for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
+        assert_close(name, g, r, b, 3.0, dtype)
+    seen = [x for spy in launched for x in spy]
+    assert {n for n, _ in seen} == ({"_launch_fused"} if fused else {"_launch_dkdv", "_launch_dq"}), seen
+    assert {s for _, s in seen} == {split}, seen
+
+
+@pytest.mark.parametrize("d", [64, 96, 112, 160, 256])
+def test_split_qk_backward_choice(device, monkeypatch, d):
+    """By default the backward splits where fwd.split_qk allows and the padded
+    width is at least bwd.SPLIT_QK_MIN_PAD (160 -> 128 + 64 of 256; not 96,
+    whose padded width is 128, nor 64, 112, 256), whatever fwd.SPLIT_QK says."""
+    from flashattn_triton import ops
+    from flashattn_triton.kernels import bwd, fwd
+    from flashattn_triton.kernels.launch import head_dim_pad
+    from _utils import call_spy
+    monkeypatch.setattr(fwd, "SPLIT_QK", False)
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    monkeypatch.setenv(ENV_FUSED_DQ, "0")
+    launched = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["SPLIT_QK"])
+                for name in ("_launch_dkdv", "_launch_dq")]
+    q, k, v = make_qkv(1, 5, 7, 2, 1, d, torch.float16, device)
+    flash_attn_func(q, k, v, causal=True).sum().backward()
+    assert launched[0] == launched[1] == [d == 160]
+    assert bwd.SPLIT_QK and bwd.SPLIT_QK_MIN_PAD == 256
+    assert fwd.split_qk(d, head_dim_pad(d)) == (d in (96, 160))
+    for width in range(1, 513):
+        pad = head_dim_pad(width)
+        assert bwd.use_split_qk(width, pad) == (fwd.split_qk(width, pad) and pad >= 256), width

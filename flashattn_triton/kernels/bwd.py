@@ -35,6 +35,9 @@ exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
 buffer is scaled and cast into dq at the end.  The order of the float32
 adds varies from run to run, so dq is not bit-reproducible.
+Head dims with a quarter of the padded width unused (kernels/fwd.py split_qk,
+here from d_pad = 256 up, use_split_qk) hold Q, K, dQ and dK as two column
+chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
 """
 
 from __future__ import annotations
@@ -45,11 +48,26 @@ import torch
 import triton
 import triton.language as tl
 
+from .fwd import split_qk
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, kv_tile_range, load_tile, mma, q_tile_range, seq_bounds,
                     store_tile, tile_ptrs)
+
+# Q K^T, dK and dQ in the forward's two power-of-two column chunks where
+# fwd.split_qk allows it and the padded width is at least SPLIT_QK_MIN_PAD
+# (False: one chunk of HEAD_DIM_PAD columns).  Read at each
+# attention_backward call (the backward replays no recorded launches).
+# Below 256 (d = 40, 96) the split's sm_90 SASS had more wgmma and, in the
+# fused causal kernel, new spills (docs/performance.md).
+SPLIT_QK = True
+SPLIT_QK_MIN_PAD = 256
+
+
+def use_split_qk(d: int, d_pad: int) -> bool:
+    """Whether the dK/dV and dQ kernels take Q, K, dQ, dK as two column chunks."""
+    return SPLIT_QK and d_pad >= SPLIT_QK_MIN_PAD and split_qk(d, d_pad)
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -125,15 +143,30 @@ def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, s
 
 
 @triton.jit
-def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stride_dom, stride_dok,
-                 stride_dqm, stride_dqk,
-                 offs_n, offs_d, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
+def _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """DQ[rows, offs_d] += (dS^T K)[:, offs_d] (float32 atomic adds; k holds
+    the key tile's columns offs_d)."""
+    dq = mma(tl.trans(ds_t), k, None, DOT_PRECISION, INTERPRET)
+    dq_ptrs = tile_ptrs(DQ, start.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d)
+    if MASKED:
+        dq_mask = (rows[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    else:
+        dq_mask = offs_d[None, :] < HEAD_DIM
+    tl.atomic_add(dq_ptrs, dq, mask=dq_mask, sem="relaxed")
+
+
+@triton.jit
+def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk,
+                 stride_dom, stride_dok, stride_dqm, stride_dqk,
+                 offs_n, offs_d, offs_d_hi, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
                  shift, window_left, window_right,
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                  seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                  FUSED_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
@@ -143,16 +176,27 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stri
     Works on the transposed scores s^T (keys x queries) so that dV += P^T dO
     and dK += dS^T Q need no transposed accumulator.  Q, DO, LSE, DELTA point
     at query row 0 of this (batch entry, query head).  MASKED tiles check
-    rows against n_q and apply the visibility mask."""
+    rows against n_q and apply the visibility mask.  SPLIT_QK: k, dk hold
+    the head-dim columns offs_d (all within HEAD_DIM), k_hi, dk_hi the
+    columns offs_d_hi (EVEN_D: all within HEAD_DIM); otherwise k, dk hold
+    offs_d and k_hi, dk_hi, offs_d_hi are unused."""
     offs_m = tl.arange(0, BLOCK_M)
     q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
+    if SPLIT_QK:
+        q_hi_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d_hi)
     do_ptrs = tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv)
     for start in range(start_m, end_m, BLOCK_M):
         start = aligned_start(start, BLOCK_M)
         rows = start + offs_m
-        q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
+        if SPLIT_QK:
+            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, True)
+            q_hi = load_tile(q_hi_ptrs, rows, n_q, offs_d_hi, HEAD_DIM, MASKED, EVEN_D)
+        else:
+            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
         lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
         qk_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET)
+        if SPLIT_QK:  # the forward's two chunks, in its order (second into the first)
+            qk_t = mma(k_hi, tl.trans(q_hi), qk_t, DOT_PRECISION, INTERPRET)
         # masked before exp2: masked scores may exceed the LSE
         s_t, t_t = score_tile(qk_t, rows[None, :], offs_n[:, None], n_q, n_k, shift, window_left,
                               window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
@@ -173,20 +217,23 @@ def _dkdv_q_loop(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stri
         ds_t = p_t * (dp_t - delta[None, :])
         if HAS_SOFTCAP:
             ds_t = ds_t * (1.0 - t_t * t_t)
-        dk = mma(ds_t.to(q.dtype), q, dk, DOT_PRECISION, INTERPRET)
+        ds_t = ds_t.to(q.dtype)
+        dk = mma(ds_t, q, dk, DOT_PRECISION, INTERPRET)
+        if SPLIT_QK:
+            dk_hi = mma(ds_t, q_hi, dk_hi, DOT_PRECISION, INTERPRET)
         if FUSED_DQ:
             # This key tile's share of dQ; the shares of all key tiles meet in
             # DQ through float32 atomic adds, in an order that varies run to run.
-            dq = mma(tl.trans(ds_t.to(k.dtype)), k, None, DOT_PRECISION, INTERPRET)
-            dq_ptrs = tile_ptrs(DQ, start.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d)
-            if MASKED:
-                dq_mask = (rows[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
-            else:
-                dq_mask = offs_d[None, :] < HEAD_DIM
-            tl.atomic_add(dq_ptrs, dq, mask=dq_mask, sem="relaxed")
+            _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
+                          HEAD_DIM, BLOCK_M, MASKED, DOT_PRECISION, INTERPRET)
+            if SPLIT_QK:
+                _dq_share_add(DQ, ds_t, k_hi, start, rows, n_q, offs_d_hi, stride_dqm, stride_dqk,
+                              HEAD_DIM, BLOCK_M, MASKED, DOT_PRECISION, INTERPRET)
         q_ptrs += BLOCK_M * stride_qm
+        if SPLIT_QK:
+            q_hi_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
-    return dk, dv
+    return dk, dk_hi, dv
 
 
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
@@ -213,7 +260,7 @@ def _bwd_dkdv(
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr,
@@ -241,16 +288,35 @@ def _bwd_dkdv(
     off_z = off_z.to(tl.int64)
     off_hkv = off_hkv.to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
 
     K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
-    k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
-                  offs_n, n_k, offs_d, HEAD_DIM, True, EVEN_D)
+    if SPLIT_QK:
+        # K and dK as columns [0, PAD/2) and [PAD/2, 3 PAD/4), as the
+        # forward's Q K^T (fwd.split_qk: the first chunk is whole).
+        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
+        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
+        even_lo = True
+        even_hi = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
+        k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
+                      offs_n, n_k, offs_d, HEAD_DIM, True, True)
+        k_hi = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d_hi),
+                         offs_n, n_k, offs_d_hi, HEAD_DIM, True, even_hi)
+        dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD // 2], dtype=tl.float32)
+        dk_hi = tl.zeros([BLOCK_N, HEAD_DIM_PAD // 4], dtype=tl.float32)
+    else:
+        offs_d = tl.arange(0, HEAD_DIM_PAD)
+        offs_d_hi = offs_d
+        even_lo = EVEN_D
+        even_hi = EVEN_D
+        k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
+                      offs_n, n_k, offs_d, HEAD_DIM, True, EVEN_D)
+        k_hi = k
+        dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+        dk_hi = dk
     v = load_tile(tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv),
                   offs_n, n_k, offs_dv, HEAD_DIM_V, True, EVEN_DV)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_V_PAD], dtype=tl.float32)
     if HAS_SOFTCAP:
         qk_scale = sm_scale / softcap
@@ -272,52 +338,55 @@ def _bwd_dkdv(
                                                    IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
         # Masked head (diagonal / right window edge), unmasked middle, masked
         # tail (left window edge, ragged end of Q).
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
-                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-                              offs_n, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
-                              shift, window_left, window_right,
-                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
-                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-                              offs_n, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
-                              shift, window_left, window_right,
-                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
-        dk, dv = _dkdv_q_loop(dk, dv, k, v, Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
-                              stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk,
-                              offs_n, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
-                              shift, window_left, window_right,
-                              softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                              seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                              HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
-                              EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
+                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
+                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
+                                     lo, full_lo, n_q, n_k, qk_scale, shift, window_left, window_right,
+                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
+                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
+                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
+                                     full_lo, full_hi, n_q, n_k, qk_scale, shift, window_left, window_right,
+                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
+                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
+                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
+                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
+                                     full_hi, hi, n_q, n_k, qk_scale, shift, window_left, window_right,
+                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
+                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
 
     off_out = off_out.to(tl.int64)
     DK += off_z * stride_dkz + off_out * stride_dkh + k_start * stride_dkn
     DV += off_z * stride_dvz + off_out * stride_dvh + k_start * stride_dvn
     store_tile(tile_ptrs(DK, start_n.to(tl.int64), stride_dkn, stride_dkk, BLOCK_N, offs_d),
-               (dk * sm_scale).to(DK.dtype.element_ty), offs_n, n_k, offs_d, HEAD_DIM, EVEN_D)
+               (dk * sm_scale).to(DK.dtype.element_ty), offs_n, n_k, offs_d, HEAD_DIM, even_lo)
+    if SPLIT_QK:
+        store_tile(tile_ptrs(DK, start_n.to(tl.int64), stride_dkn, stride_dkk, BLOCK_N, offs_d_hi),
+                   (dk_hi * sm_scale).to(DK.dtype.element_ty), offs_n, n_k, offs_d_hi, HEAD_DIM, even_hi)
     store_tile(tile_ptrs(DV, start_n.to(tl.int64), stride_dvn, stride_dvk, BLOCK_N, offs_dv),
                dv.to(DV.dtype.element_ty), offs_n, n_k, offs_dv, HEAD_DIM_V, EVEN_DV)
 
 
 @triton.jit
-def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                offs_m, offs_d, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
+def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
+                offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
                 shift, window_left, window_right,
                 softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
                 seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
-                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                 HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 HAS_DBIAS: tl.constexpr,
@@ -325,16 +394,27 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
     """Accumulate dQ of the owned rows over K/V tiles [start_n, end_n); the
     tile split is the forward's (kv_tile_range).  With HAS_DBIAS, dS (the
     gradient of the additive bias) is stored to DBIAS (row stride stride_dbm,
-    columns contiguous)."""
+    columns contiguous).  SPLIT_QK: q, dq hold the head-dim columns offs_d
+    (all within HEAD_DIM), q_hi, dq_hi the columns offs_d_hi (EVEN_D: all
+    within HEAD_DIM); otherwise q, dq hold offs_d and q_hi, dq_hi, offs_d_hi
+    are unused."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
+    if SPLIT_QK:
+        k_hi_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d_hi)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
     for start in range(start_n, end_n, BLOCK_N):
         start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
-        k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
+        if SPLIT_QK:
+            k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, True)
+            k_hi = load_tile(k_hi_ptrs, cols, n_k, offs_d_hi, HEAD_DIM, MASKED, EVEN_D)
+        else:
+            k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
         v = load_tile(v_ptrs, cols, n_k, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
         qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
+        if SPLIT_QK:  # the forward's two chunks, in its order (second into the first)
+            qk = mma(q_hi, tl.trans(k_hi), qk, DOT_PRECISION, INTERPRET)
         # masked before exp2: masked scores may exceed the LSE
         s, t = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
                           window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
@@ -352,10 +432,14 @@ def _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, s
                      mask=(offs_m[:, None] < n_q) & (cols[None, :] < n_k))
         if HAS_SOFTCAP:
             ds = ds * (1.0 - t * t)
-        dq = mma(ds.to(k.dtype), k, dq, DOT_PRECISION, INTERPRET)
+        ds = ds.to(k.dtype)
+        dq = mma(ds, k, dq, DOT_PRECISION, INTERPRET)
         k_ptrs += BLOCK_N * stride_kn
+        if SPLIT_QK:
+            dq_hi = mma(ds, k_hi, dq_hi, DOT_PRECISION, INTERPRET)
+            k_hi_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
-    return dq
+    return dq, dq_hi
 
 
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
@@ -381,7 +465,7 @@ def _bwd_dq(
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HAS_DBIAS: tl.constexpr,
@@ -402,7 +486,6 @@ def _bwd_dq(
     off_h = off_h.to(tl.int64)
     off_hkv = off_hkv.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
 
     Q += off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
@@ -412,12 +495,32 @@ def _bwd_dq(
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
     DBIAS += off_z * stride_dbz + off_h * stride_dbh
     row_base = off_z * stride_lz + off_h * stride_lh + q_start
-    q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                  offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
+    if SPLIT_QK:
+        # Q and dQ as columns [0, PAD/2) and [PAD/2, 3 PAD/4), as the forward's
+        # Q K^T (fwd.split_qk: the first chunk is whole).
+        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
+        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
+        even_lo = True
+        even_hi = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
+        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
+                      offs_m, n_q, offs_d, HEAD_DIM, True, True)
+        q_hi = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d_hi),
+                         offs_m, n_q, offs_d_hi, HEAD_DIM, True, even_hi)
+        dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD // 2], dtype=tl.float32)
+        dq_hi = tl.zeros([BLOCK_M, HEAD_DIM_PAD // 4], dtype=tl.float32)
+    else:
+        offs_d = tl.arange(0, HEAD_DIM_PAD)
+        offs_d_hi = offs_d
+        even_lo = EVEN_D
+        even_hi = EVEN_D
+        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
+                      offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
+        q_hi = q
+        dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+        dq_hi = dq
     do = load_tile(tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv),
                    offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)
     lse2, delta = _load_row_stats(LSE + row_base, DELTA + row_base, offs_m, n_q, True)
-    dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     if HAS_SOFTCAP:
         qk_scale = sm_scale / softcap
     else:
@@ -431,33 +534,36 @@ def _bwd_dq(
     lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
                                              BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
     if MASK_LEFT:
-        dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                         offs_m, offs_d, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
-                         shift, window_left, window_right,
-                         softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                         seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                         HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                         EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                         HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
-    dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                     offs_m, offs_d, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
-                     shift, window_left, window_right,
-                     softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
-                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
-    dq = _dq_kv_loop(dq, q, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                     offs_m, offs_d, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
-                     shift, window_left, window_right,
-                     softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
-                     EVEN_D, EVEN_DV, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+        dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
+                                stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
+                                lo, full_lo, n_q, n_k, qk_scale, shift, window_left, window_right,
+                                softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                                seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                                HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                                even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+    dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
+                            stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
+                            full_lo, full_hi, n_q, n_k, qk_scale, shift, window_left, window_right,
+                            softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                            seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
+                            even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+    dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
+                            stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
+                            full_hi, hi, n_q, n_k, qk_scale, shift, window_left, window_right,
+                            softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
+                            seed, rng_base, N_K, dropout_thresh, dropout_scale,
+                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                            even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
 
     store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d),
-               (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, EVEN_D)
+               (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, even_lo)
+    if SPLIT_QK:
+        store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d_hi),
+                   (dq_hi * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d_hi, HEAD_DIM, even_hi)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -593,6 +699,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
+                SPLIT_QK=use_split_qk(d, d_pad),
                 IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
                 **mods.switches(q, with_sinks=False),
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
