@@ -159,7 +159,8 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
                 for name in ("_launch_dkdv", "_launch_dq")]
     q, k, v = make_qkv(1, 5, 7, 2, 1, d, torch.float16, device)
     flash_attn_func(q, k, v, causal=True).sum().backward()
-    assert launched[0] == launched[1] == [d == 160]
+    # On the GPU the backward prefetch (compile only) also goes through the launches.
+    assert launched[0] and launched[1] and set(launched[0]) == set(launched[1]) == {d == 160}
     assert bwd.SPLIT_QK and bwd.SPLIT_QK_MIN_PAD == 256
     assert fwd.split_qk(d, head_dim_pad(d)) == (d in (96, 160))
     for width in range(1, 513):
