@@ -374,6 +374,30 @@ def _not_implemented(name: str, value) -> None:
                               "only the default value is accepted")
 
 
+def _check_defaults(window_size, dropout_p, softcap, alibi_slopes) -> None:
+    """The options the ring does not take yet must keep their defaults."""
+    if tuple(window_size) != (-1, -1):
+        _not_implemented("window_size", tuple(window_size))
+    if dropout_p != 0.0:
+        _not_implemented("dropout_p", dropout_p)
+    if softcap != 0.0:
+        _not_implemented("softcap", softcap)
+    if alibi_slopes is not None:
+        _not_implemented("alibi_slopes", "<tensor>")
+
+
+def _ring_group(group, caller: str):
+    """``group``, or the default group; this process must belong to it."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"{caller} needs torch.distributed: call "
+                           "torch.distributed.init_process_group first")
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
+    return group
+
+
 def ring_flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -423,22 +447,9 @@ def ring_flash_attn_func(
             rank's rows of the output, sharded like q.
     """
     _check_inputs(q, k, v, causal, sharding)
-    if tuple(window_size) != (-1, -1):
-        _not_implemented("window_size", tuple(window_size))
-    if dropout_p != 0.0:
-        _not_implemented("dropout_p", dropout_p)
-    if softcap != 0.0:
-        _not_implemented("softcap", softcap)
-    if alibi_slopes is not None:
-        _not_implemented("alibi_slopes", "<tensor>")
+    _check_defaults(window_size, dropout_p, softcap, alibi_slopes)
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[3])
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("ring_flash_attn_func needs torch.distributed: call "
-                           "torch.distributed.init_process_group first")
-    if group is None:
-        group = dist.distributed_c10d._get_default_group()
-    if dist.get_rank(group) < 0:
-        raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
+    group = _ring_group(group, "ring_flash_attn_func")
     out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding)
     return out
 
@@ -773,21 +784,8 @@ def ring_flash_attn_varlen_func(
         out: (total_local, nheads, headdim_v) in the dtype of q, packed like q.
     """
     _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs)
-    if tuple(window_size) != (-1, -1):
-        _not_implemented("window_size", tuple(window_size))
-    if dropout_p != 0.0:
-        _not_implemented("dropout_p", dropout_p)
-    if softcap != 0.0:
-        _not_implemented("softcap", softcap)
-    if alibi_slopes is not None:
-        _not_implemented("alibi_slopes", "<tensor>")
+    _check_defaults(window_size, dropout_p, softcap, alibi_slopes)
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[2])
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("ring_flash_attn_varlen_func needs torch.distributed: call "
-                           "torch.distributed.init_process_group first")
-    if group is None:
-        group = dist.distributed_c10d._get_default_group()
-    if dist.get_rank(group) < 0:
-        raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of group")
+    group = _ring_group(group, "ring_flash_attn_varlen_func")
     out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding)
     return out
