@@ -52,8 +52,8 @@ from .fwd import split_qk
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import (aligned_start, kv_tile_range, load_tile, mma, q_tile_range, seq_bounds,
-                    store_tile, tile_ptrs)
+from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
+                    qk_columns, seq_bounds, store_tile, tile_ptrs)
 
 # Q K^T, dK and dQ in the forward's two power-of-two column chunks where
 # fwd.split_qk allows it and the padded width is at least SPLIT_QK_MIN_PAD
@@ -292,28 +292,21 @@ def _bwd_dkdv(
 
     K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    # K and dK as columns [0, PAD/2) and [PAD/2, 3 PAD/4) when split, as the
+    # forward's Q K^T (fwd.split_qk: the first chunk is whole).
     if SPLIT_QK:
-        # K and dK as columns [0, PAD/2) and [PAD/2, 3 PAD/4), as the
-        # forward's Q K^T (fwd.split_qk: the first chunk is whole).
-        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
-        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
         even_lo = True
         even_hi = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
-        k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
-                      offs_n, n_k, offs_d, HEAD_DIM, True, True)
-        k_hi = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d_hi),
-                         offs_n, n_k, offs_d_hi, HEAD_DIM, True, even_hi)
-        dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD // 2], dtype=tl.float32)
-        dk_hi = tl.zeros([BLOCK_N, HEAD_DIM_PAD // 4], dtype=tl.float32)
     else:
-        offs_d = tl.arange(0, HEAD_DIM_PAD)
-        offs_d_hi = offs_d
         even_lo = EVEN_D
         even_hi = EVEN_D
-        k = load_tile(tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d),
-                      offs_n, n_k, offs_d, HEAD_DIM, True, EVEN_D)
-        k_hi = k
-        dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    offs_d, offs_d_hi = qk_columns(HEAD_DIM_PAD, SPLIT_QK)
+    k, k_hi = load_qk_operand(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_n, n_k,
+                              offs_d, offs_d_hi, HEAD_DIM, even_hi, SPLIT_QK)
+    dk = tl.zeros([BLOCK_N, offs_d.shape[0]], dtype=tl.float32)
+    if SPLIT_QK:
+        dk_hi = tl.zeros([BLOCK_N, HEAD_DIM_PAD // 4], dtype=tl.float32)
+    else:
         dk_hi = dk
     v = load_tile(tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv),
                   offs_n, n_k, offs_dv, HEAD_DIM_V, True, EVEN_DV)
@@ -495,28 +488,21 @@ def _bwd_dq(
     V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
     DBIAS += off_z * stride_dbz + off_h * stride_dbh
     row_base = off_z * stride_lz + off_h * stride_lh + q_start
+    # Q and dQ as columns [0, PAD/2) and [PAD/2, 3 PAD/4) when split, as the
+    # forward's Q K^T (fwd.split_qk: the first chunk is whole).
     if SPLIT_QK:
-        # Q and dQ as columns [0, PAD/2) and [PAD/2, 3 PAD/4), as the forward's
-        # Q K^T (fwd.split_qk: the first chunk is whole).
-        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
-        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
         even_lo = True
         even_hi = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
-        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                      offs_m, n_q, offs_d, HEAD_DIM, True, True)
-        q_hi = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d_hi),
-                         offs_m, n_q, offs_d_hi, HEAD_DIM, True, even_hi)
-        dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD // 2], dtype=tl.float32)
-        dq_hi = tl.zeros([BLOCK_M, HEAD_DIM_PAD // 4], dtype=tl.float32)
     else:
-        offs_d = tl.arange(0, HEAD_DIM_PAD)
-        offs_d_hi = offs_d
         even_lo = EVEN_D
         even_hi = EVEN_D
-        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                      offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
-        q_hi = q
-        dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    offs_d, offs_d_hi = qk_columns(HEAD_DIM_PAD, SPLIT_QK)
+    q, q_hi = load_qk_operand(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_m, n_q,
+                              offs_d, offs_d_hi, HEAD_DIM, even_hi, SPLIT_QK)
+    dq = tl.zeros([BLOCK_M, offs_d.shape[0]], dtype=tl.float32)
+    if SPLIT_QK:
+        dq_hi = tl.zeros([BLOCK_M, HEAD_DIM_PAD // 4], dtype=tl.float32)
+    else:
         dq_hi = dq
     do = load_tile(tile_ptrs(DO, start_m.to(tl.int64), stride_dom, stride_dok, BLOCK_M, offs_dv),
                    offs_m, n_q, offs_dv, HEAD_DIM_V, True, EVEN_DV)

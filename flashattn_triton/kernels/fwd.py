@@ -27,7 +27,8 @@ import triton.language as tl
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import aligned_start, kv_tile_range, load_tile, mma, seq_bounds, store_tile, tile_ptrs
+from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mma, qk_columns, seq_bounds,
+                    store_tile, tile_ptrs)
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 
@@ -164,24 +165,16 @@ def _attn_fwd(
     LSE += off_z * stride_lz + off_h * stride_lh + q_start
     BIAS += off_z * stride_bz + off_h * stride_bh
 
+    # Q K^T reduces over columns [0, PAD/2) and [PAD/2, 3 PAD/4) when split
+    # (split_qk: HEAD_DIM <= 3 PAD/4 < PAD, so the first chunk is whole);
+    # even_qk then says whether the second chunk is.
     if SPLIT_QK:
-        # Q K^T reduces over columns [0, PAD/2) and [PAD/2, 3 PAD/4) (split_qk:
-        # HEAD_DIM <= 3 PAD/4 < PAD, so the first chunk is whole); even_qk
-        # then says whether the second chunk is.
-        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
-        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
         even_qk = HEAD_DIM == HEAD_DIM_PAD // 2 + HEAD_DIM_PAD // 4
-        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                      offs_m, n_q, offs_d, HEAD_DIM, True, True)
-        q_hi = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d_hi),
-                         offs_m, n_q, offs_d_hi, HEAD_DIM, True, even_qk)
     else:
-        offs_d = tl.arange(0, HEAD_DIM_PAD)
-        offs_d_hi = offs_d
         even_qk = EVEN_D
-        q = load_tile(tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d),
-                      offs_m, n_q, offs_d, HEAD_DIM, True, EVEN_D)
-        q_hi = q
+    offs_d, offs_d_hi = qk_columns(HEAD_DIM_PAD, SPLIT_QK)
+    q, q_hi = load_qk_operand(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_m, n_q,
+                              offs_d, offs_d_hi, HEAD_DIM, even_qk, SPLIT_QK)
     if HAS_SOFTCAP:  # tanh takes natural-unit scores over the cap
         qk_scale = sm_scale / softcap
     else:

@@ -142,6 +142,39 @@ def tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK: tl.constexpr, offs_d):
 
 
 @triton.jit
+def qk_columns(HEAD_DIM_PAD: tl.constexpr, SPLIT_QK: tl.constexpr):
+    """Column offsets of the Q K^T operands: with SPLIT_QK (fwd.split_qk) the
+    chunks [0, PAD/2) and [PAD/2, 3 PAD/4), the first always within HEAD_DIM;
+    otherwise all PAD columns, returned twice."""
+    if SPLIT_QK:
+        offs_d = tl.arange(0, HEAD_DIM_PAD // 2)
+        offs_d_hi = HEAD_DIM_PAD // 2 + tl.arange(0, HEAD_DIM_PAD // 4)
+    else:
+        offs_d = tl.arange(0, HEAD_DIM_PAD)
+        offs_d_hi = offs_d
+    return offs_d, offs_d_hi
+
+
+@triton.jit
+def load_qk_operand(BASE, row0, stride_row, stride_col, BLOCK: tl.constexpr, rows, n_rows,
+                    offs_d, offs_d_hi, HEAD_DIM: tl.constexpr, EVEN: tl.constexpr,
+                    SPLIT_QK: tl.constexpr):
+    """A Q or K tile of Q K^T as (lo, hi) over the columns of qk_columns:
+    with SPLIT_QK two tiles, the first whole and EVEN saying whether the
+    second is; otherwise one tile (EVEN: EVEN_D), returned twice."""
+    if SPLIT_QK:
+        lo = load_tile(tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK, offs_d),
+                       rows, n_rows, offs_d, HEAD_DIM, True, True)
+        hi = load_tile(tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK, offs_d_hi),
+                       rows, n_rows, offs_d_hi, HEAD_DIM, True, EVEN)
+    else:
+        lo = load_tile(tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK, offs_d),
+                       rows, n_rows, offs_d, HEAD_DIM, True, EVEN)
+        hi = lo
+    return lo, hi
+
+
+@triton.jit
 def mma(a, b, acc, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """acc + a @ b with float32 accumulation.
 
