@@ -219,20 +219,26 @@ def _qkv_ok(q, k, v, rank: int, head_axis: int) -> bool:
             and (v.stride(-1) == 1 or dv == 1))
 
 
+def check_offsets(name: str, cu, device: Optional[torch.device] = None) -> None:
+    """A packed batch's offsets tensor (cu_seqlens): int32, 1-D of length
+    batch + 1, and on ``device`` when one is given (no value is read)."""
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.shape[0] < 1:
+        raise ValueError(f"{name} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
+    if device is not None and cu.device != device:
+        raise ValueError(f"{name} must be on {device} like q, got {cu.device}")
+
+
 def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                      check_inputs: bool) -> None:
     """Packed-batch offsets.  What needs the values (monotone offsets, within
     the totals, lengths <= max_seqlen) is checked only with check_inputs=True,
     since reading them from the GPU would synchronise."""
     for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
-        if not isinstance(cu, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
-        if cu.dtype != torch.int32:
-            raise TypeError(f"{name} must be int32, got {cu.dtype}")
-        if cu.dim() != 1 or cu.shape[0] < 1:
-            raise ValueError(f"{name} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
-        if cu.device != q.device:
-            raise ValueError(f"{name} must be on {q.device} like q, got {cu.device}")
+        check_offsets(name, cu, q.device)
     if cu_q.shape[0] != cu_k.shape[0]:
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), "
                          f"got {cu_q.shape[0]} and {cu_k.shape[0]}")

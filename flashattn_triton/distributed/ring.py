@@ -67,7 +67,7 @@ import torch
 import torch.distributed as dist
 
 from .. import ops
-from .._validate import check_flag, check_qkv, check_scale
+from .._validate import check_flag, check_offsets, check_qkv, check_scale
 from ..kernels.combine import merge_attention_states
 from ..reference import LN2, LOG2E
 from .sharding import check_sharding
@@ -694,14 +694,7 @@ def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str,
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q and k share cu_seqlens, so they must have the same number of packed rows; got "
                          f"q.shape[0]={q.shape[0]} and k.shape[0]={k.shape[0]}")
-    if not isinstance(cu_seqlens, torch.Tensor):
-        raise TypeError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
-    if cu_seqlens.dtype != torch.int32:
-        raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
-    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
-        raise ValueError(f"cu_seqlens must be 1-D of length batch + 1, got shape {tuple(cu_seqlens.shape)}")
-    if cu_seqlens.device != q.device:
-        raise ValueError(f"cu_seqlens must be on {q.device} like q, got {cu_seqlens.device}")
+    check_offsets("cu_seqlens", cu_seqlens, q.device)
     if cu_seqlens.shape[0] == 1 and q.shape[0] > 0:
         raise ValueError(f"cu_seqlens holds no document (shape (1,)) but q has {q.shape[0]} rows")
     if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt)):

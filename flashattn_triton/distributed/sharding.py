@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._validate import check_offsets
+
 if TYPE_CHECKING:
     import torch.distributed as dist
 
@@ -166,12 +168,7 @@ def _doc_offsets(cu_seqlens: torch.Tensor, world_size: int, sharding: str) -> Li
     check_sharding(sharding)
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    if not isinstance(cu_seqlens, torch.Tensor):
-        raise TypeError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
-    if cu_seqlens.dtype != torch.int32:
-        raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
-    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
-        raise ValueError(f"cu_seqlens must be 1-D of length batch + 1, got shape {tuple(cu_seqlens.shape)}")
+    check_offsets("cu_seqlens", cu_seqlens)
     offs = cu_seqlens.tolist()
     if offs[0] != 0:
         raise ValueError(f"cu_seqlens[0] must be 0, got {offs[0]}")
