@@ -146,8 +146,8 @@ def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal
 @pytest.mark.parametrize("d", [64, 96, 112, 160, 256])
 def test_split_qk_backward_choice(device, monkeypatch, d):
     """By default the backward splits where fwd.split_qk allows and the padded
-    width is at least bwd.SPLIT_QK_MIN_PAD (160 -> 128 + 64 of 256; not 96,
-    whose padded width is 128, nor 64, 112, 256), whatever fwd.SPLIT_QK says."""
+    width is at least bwd.SPLIT_QK_MIN_PAD (96 -> 64 + 32 of 128, 160 -> 128 + 64
+    of 256; not 64, 112, 256), whatever fwd.SPLIT_QK says."""
     from flashattn_triton import ops
     from flashattn_triton.kernels import bwd, fwd
     from flashattn_triton.kernels.launch import head_dim_pad
@@ -160,9 +160,9 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
     q, k, v = make_qkv(1, 5, 7, 2, 1, d, torch.float16, device)
     flash_attn_func(q, k, v, causal=True).sum().backward()
     # On the GPU the backward prefetch (compile only) also goes through the launches.
-    assert launched[0] and launched[1] and set(launched[0]) == set(launched[1]) == {d == 160}
-    assert bwd.SPLIT_QK and bwd.SPLIT_QK_MIN_PAD == 256
+    assert launched[0] and launched[1] and set(launched[0]) == set(launched[1]) == {d in (96, 160)}
+    assert bwd.SPLIT_QK and bwd.SPLIT_QK_MIN_PAD == 128
     assert fwd.split_qk(d, head_dim_pad(d)) == (d in (96, 160))
     for width in range(1, 513):
         pad = head_dim_pad(width)
-        assert bwd.use_split_qk(width, pad) == (fwd.split_qk(width, pad) and pad >= 256), width
+        assert bwd.use_split_qk(width, pad) == (fwd.split_qk(width, pad) and pad >= 128), width

@@ -59,10 +59,11 @@ from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mm
 # fwd.split_qk allows it and the padded width is at least SPLIT_QK_MIN_PAD
 # (False: one chunk of HEAD_DIM_PAD columns).  Read at each
 # attention_backward call (the backward replays no recorded launches).
-# Below 256 (d = 40, 96) the split's sm_90 SASS had more wgmma and, in the
-# fused causal kernel, new spills (docs/performance.md).
+# H200 (session 10, gpu_split_qk.sh): the split backward was 1.10x faster at
+# d = 96 (d_pad 128), 1.12-1.27x at d = 160 and 192/128; d_pad 64 (d = 40)
+# is not measured and stays unsplit.
 SPLIT_QK = True
-SPLIT_QK_MIN_PAD = 256
+SPLIT_QK_MIN_PAD = 128
 
 
 def use_split_qk(d: int, d_pad: int) -> bool:
