@@ -48,6 +48,21 @@ def hopper_available(device_index: int) -> bool:
     return bool(AVAILABLE)
 
 
+ENV_HOPPER_BWD = "FLASHATTN_TRITON_HOPPER_BWD"  # "0": the portable backward even where Hopper runs
+
+
+def use_hopper_backward(q, window, deterministic: bool) -> bool:
+    """Whether to try the Hopper backward (kernels/hopper/bwd.py; it may still
+    decline a case): the Hopper tier is chosen (as for the forward), the call
+    is not deterministic (its dQ adds arrive in a varying order), the mask is
+    none or causal, and FLASHATTN_TRITON_HOPPER_BWD is not "0"."""
+    if deterministic or torch.are_deterministic_algorithms_enabled():
+        return False
+    if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
+        return False
+    return use_hopper_forward(q, None, None, window, 0)
+
+
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
     """Whether to try the Hopper forward (it may still decline a case)."""
     choice = backend()

@@ -38,7 +38,7 @@ import torch
 import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
-from ._dispatch import use_hopper_forward, use_triton
+from ._dispatch import use_hopper_backward, use_hopper_forward, use_triton
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
 from .kernels.score import NO_MODS, KernelMods
@@ -392,10 +392,11 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                                     attn_bias, dropout_p, rng_seed)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
+                hopper = not compile_only and use_hopper_backward(q, window, deterministic)
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
-                                       delta=deltah, fused_dq=fused_dq)
+                                       delta=deltah, fused_dq=fused_dq, hopper=hopper)
                     chunks = []
                 for b in chunks:
                     attention_backward(
@@ -403,7 +404,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                         softmax_scale, offset, window_bounds(*window),
                         None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
                         dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b],
-                        fused_dq=fused_dq)
+                        fused_dq=fused_dq, hopper=hopper)
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,

@@ -646,7 +646,7 @@ def _flat_strides(tensors, varlen: bool):
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, fused_dq=None):
+                       delta=None, split_group=True, fused_dq=None, hopper=False):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -662,7 +662,10 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     KV head (required when a packed batch is launched in several chunks, as
     the partial buffers cover every row).  fused_dq: dQ from the dK/dV
     kernel through float32 atomic adds (module doc; ignored with dbias);
-    None: use_fused_dq(deterministic=False, ...).
+    None: use_fused_dq(deterministic=False, ...).  hopper: try the Hopper
+    backward (kernels/hopper/bwd.py) after the preprocess, for a dense call
+    without variants and with no mask or a causal one; the caller decides
+    (_dispatch.use_hopper_backward), the kernel may still decline.
     """
     mods = mods or NO_MODS
     h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
@@ -711,6 +714,11 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
         HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
     )
+    if hopper and not varlen and dbias is None and mods is NO_MODS and left is None and right in (None, 0):
+        from .hopper import hopper_attention_backward
+        if hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale,
+                                     None if right is None else n_k - n_q + causal_offset):
+            return delta
     if fused_dq is None:
         fused_dq = use_fused_dq(False, dbias is not None)
     fused = fused_dq and dbias is None

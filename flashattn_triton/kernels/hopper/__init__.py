@@ -1,4 +1,4 @@
-"""Hopper (sm_90) tier: an FA3-style forward written in Gluon (see fwd.py).
+"""Hopper (sm_90) tier: FA3-style forward (fwd.py) and backward (bwd.py) in Gluon.
 
 Gluon is experimental and its API moves between Triton releases, so this
 package never fails to import: if Triton is not a tested version, or any
@@ -25,6 +25,7 @@ if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY
 else:
     try:
         from .fwd import hopper_attention_forward, hopper_forward_flash, unsupported_reason  # noqa: F401
+        from .bwd import hopper_attention_backward  # noqa: F401
         AVAILABLE = True
     except Exception as exc:  # noqa: BLE001 - any import problem means: not available
         REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
@@ -38,8 +39,14 @@ if not AVAILABLE:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
+    def hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift,
+                                  **overrides) -> bool:
+        """The Hopper tier is unavailable here (see REASON): always declines."""
+        return False
+
     def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
         return REASON
 
 
-__all__ = ["AVAILABLE", "REASON", "hopper_attention_forward", "hopper_forward_flash", "unsupported_reason"]
+__all__ = ["AVAILABLE", "REASON", "hopper_attention_backward", "hopper_attention_forward", "hopper_forward_flash",
+           "unsupported_reason"]

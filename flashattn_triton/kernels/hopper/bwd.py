@@ -1,0 +1,463 @@
+"""Hopper (sm_90) attention backward in Gluon: dK, dV and dQ in one kernel.
+
+One program owns ``BLOCK_N`` keys of one (batch, KV head) and streams the
+query tiles of every query head of its group (GQA), so dK and dV are summed
+in registers and written once.  Its partitions:
+
+* a 1-warp *producer* loads K and V once, then Q and dO tiles into a
+  ``NUM_STAGES``-deep shared-memory ring (TMA, mbarriers);
+* ``NUM_CONSUMERS`` consumer warpgroups, each owning ``BLOCK_N /
+  NUM_CONSUMERS`` (= 64) of the keys.  Per query tile a consumer computes,
+  with the keys as the wgmma M dimension (so P^T and dS^T come out of the
+  accumulators in the layout that the next products take as register
+  operands):
+
+      S^T  = K_c Q^T             P^T = exp2(S^T * scale * log2 e - lse2)
+      dP^T = V_c dO^T            dS^T = P^T * (dP^T - delta) * scale
+      dV_c += P^T dO             dK_c += dS^T Q
+
+  and writes dS^T to shared memory; once every consumer has written its
+  part, consumer c computes ``dQ[:, cols_c] = dS K[:, cols_c]`` for its share
+  of the head dim (all BLOCK_N keys) and adds it into a float32 dQ buffer
+  with a TMA bulk reduce-add (``cp.reduce.async.bulk.tensor``): five tile
+  products per score tile, one exponential.
+
+The softmax scale is folded into dS, so dK and dQ need no rescaling; the LSE
+is the forward's base-2 ``lse2`` (``p = exp2(s * scale * log2 e - lse2)``),
+and a row with no visible key (lse2 = -inf) is read as +inf, giving P = 0.
+Keys past N_K (zero-filled by TMA) and, when causal, keys after a row's
+diagonal are masked in every tile that can hold one; query rows past N_Q
+get lse2 = +inf and delta = 0, so their P and dS are 0.
+
+The dQ adds arrive in an order that varies run to run (float32 sums in
+another order): this is the non-deterministic form; a deterministic
+backward runs the portable kernels (kernels/bwd.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                               warpgroup_mma, warpgroup_mma_wait)
+
+from .. import fastlaunch
+
+LOG2E = 1.4426950408889634
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """``tensor_desc[coord] += src`` (shared -> global, float32 add in L2),
+    asynchronous like a TMA store: ``tma.store_wait`` before reusing src.
+    Triton 3.6's Gluon builder has the op but no Python wrapper for it."""
+    from triton._C.libtriton import ir
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                              src.handle)
+
+
+# Touch every name the kernel uses (see fwd.py).
+_REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout, gl.SliceLayout,
+             gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
+             gl.exp2, mbarrier.init, mbarrier.expect, mbarrier.wait, mbarrier.arrive,
+             tma.async_copy_global_to_shared, tma.store_wait, fence_async_shared)
+
+
+@gluon.jit
+def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
+                   kv_ready, q_ready, do_ready, qdo_empty,
+                   off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                   stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   NUM_STAGES: gl.constexpr):
+    """Producer partition (1 warp): K and V once, then per query tile Q and dO
+    (TMA) and the rows' lse2 and scaled delta (loaded here, stored to shared
+    memory before the tile's Q is requested, so that the consumers read them
+    from shared memory when they need them instead of holding two row
+    vectors in registers across the products)."""
+    stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
+    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                    k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                    v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+    it = 0
+    for g in range(GROUP):
+        off_hq = off_hkv * GROUP + g
+        lse_row = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh
+        delta_row = DELTA + off_b.to(gl.int64) * stride_dz + off_hq.to(gl.int64) * stride_dh
+        for mb in range(m_lo, n_mb):
+            s = it % NUM_STAGES
+            rows = mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=stat_layout)
+            in_q = rows < N_Q
+            lse2 = gl.load(lse_row + rows, mask=in_q, other=float("inf"))
+            lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)  # no visible key: P = 0
+            delta = gl.load(delta_row + rows, mask=in_q, other=0.0) * sm_scale
+            # A slot is free once every consumer released its previous use;
+            # the first pass waits on the parity before a fresh barrier's phase 0.
+            mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+            stat_bufs.index(2 * s).store(lse2)
+            stat_bufs.index(2 * s + 1).store(delta)
+            # The arrival below (expect) releases these stores to the consumers.
+            mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
+                                            q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+            mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, mb * BLOCK_M, 0], do_ready.index(s),
+                                            do_bufs.index(s)._reinterpret(do_desc.dtype, q_box, do_desc.layout))
+            it += 1
+
+
+@gluon.jit
+def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                   q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                   off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                   CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                   SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys."""
+    t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_M, 16])
+    kv_layout: gl.constexpr = dk.type.layout
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_COLS, 16])
+    dtype: gl.constexpr = q_bufs.dtype
+    s = it % NUM_STAGES
+    ph = (it // NUM_STAGES) & 1
+    start_m = mb * BLOCK_M
+    q_s = q_bufs.index(s)
+    do_s = do_bufs.index(s)
+    mbarrier.wait(q_ready.index(s), ph)
+    st_tok = warpgroup_mma(k_c, q_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
+                           use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(s), ph)
+    dpt_tok = warpgroup_mma(v_c, do_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
+                            use_acc=False, is_async=True)
+    col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
+    st = warpgroup_mma_wait(1, deps=(st_tok,))
+    lse2 = stat_bufs.index(2 * s).load(col_layout)
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+    if MASKED:
+        keep = gl.expand_dims(keys, 1) < N_K
+        if IS_CAUSAL:
+            cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
+            keep = keep & (gl.expand_dims(keys, 1) <= gl.expand_dims(cols, 0) + causal_shift)
+        pt = gl.where(keep, pt, 0.0)
+    dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
+    delta = stat_bufs.index(2 * s + 1).load(col_layout)
+    dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
+    dv_tok = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do_s, dv, is_async=True)
+    dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
+    # dS^T of this warpgroup's keys into the shared tile; dQ needs every key.
+    b = it % 2
+    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(dst)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b))
+    mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
+    dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
+                           gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+    dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
+    mbarrier.arrive(qdo_empty.index(s))
+    tma.store_wait(0)  # the previous tile's reduce has read the staging buffer
+    dq_stage.store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, CONSUMER * DQ_COLS],
+                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_COLS], dq_desc.layout))
+    return dk, dv
+
+
+@gluon.jit
+def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+                      kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
+                      off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                      N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr):
+    """Consumer warpgroup: keys [start_n + CONSUMER * SUB_N, + SUB_N)."""
+    SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
+    DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
+    dtype: gl.constexpr = q_bufs.dtype
+    t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_M, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
+    v_c = v_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
+    k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
+    dq_stage = dq_bufs.index(CONSUMER)
+    key0 = start_n + CONSUMER * SUB_N
+    keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, t_layout))
+
+    # Query tiles [m_lo, m_full) may hold a masked (key, row) pair for these
+    # keys: the ragged end of K, or when causal a row i < key + ... with
+    # i + causal_shift < key.  Row i sees all of keys [key0, key0 + SUB_N)
+    # when i >= key0 + SUB_N - 1 - causal_shift.
+    if key0 + SUB_N > N_K:
+        m_full = n_mb
+    elif IS_CAUSAL:
+        m_full = gl.minimum(gl.maximum(gl.cdiv(key0 + SUB_N - 1 - causal_shift, BLOCK_M), m_lo), n_mb)
+    else:
+        m_full = m_lo
+
+    dk = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
+    dv = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
+    mbarrier.wait(kv_ready, 0)
+    it = 0
+    for g in range(GROUP):
+        off_hq = off_hkv * GROUP + g
+        for mb in range(m_lo, m_full):
+            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
+            it += 1
+        for mb in range(m_full, n_mb):
+            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
+            it += 1
+
+    # dK already carries the scale (through dS); rows past N_K are dropped.
+    rows = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, kv_layout))
+    dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    keep = gl.expand_dims(rows < N_K, 1)
+    rows64 = gl.expand_dims(rows.to(gl.int64), 1)
+    dk_ptrs = DK + off_b.to(gl.int64) * stride_dkz + off_hkv.to(gl.int64) * stride_dkh \
+        + rows64 * stride_dkn + gl.expand_dims(dcols, 0)
+    dv_ptrs = DV + off_b.to(gl.int64) * stride_dvz + off_hkv.to(gl.int64) * stride_dvh \
+        + rows64 * stride_dvn + gl.expand_dims(dcols, 0)
+    gl.store(dk_ptrs, dk.to(dtype), mask=keep)
+    gl.store(dv_ptrs, dv.to(dtype), mask=keep)
+    tma.store_wait(0)
+
+
+@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "stride_dz", "stride_dh", "stride_dkz", "stride_dkh",
+                              "stride_dkn", "stride_dvz", "stride_dvh", "stride_dvn", "H_KV", "N_Q", "N_K",
+                              "GROUP", "causal_shift"])
+def _attn_bwd_hopper(
+    # descriptors (rank 4 over (B, H, N, d)) and pointers
+    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, DK, DV,
+    # strides
+    stride_lz, stride_lh, stride_dz, stride_dh,
+    stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+    # shapes
+    H_KV, N_Q, N_K, GROUP,
+    # scalars
+    qk_scale, sm_scale, causal_shift,
+    # meta-parameters
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):
+    pid_n = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // H_KV
+    off_hkv = pid_bh % H_KV
+    start_n = pid_n * BLOCK_N
+    n_mb = gl.cdiv(N_Q, BLOCK_M)
+    # First query tile with a row that sees key start_n (row i sees keys
+    # j <= i + causal_shift); n-block 0, the one with most tiles, runs first.
+    if IS_CAUSAL:
+        m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
+    else:
+        m_lo = 0
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [BLOCK_M, HEAD_DIM // NUM_CONSUMERS], gl.float32)
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
+    q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
+    ds_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM // NUM_CONSUMERS],
+                                        dq_smem_layout)
+    # Per ring slot: lse2 and scale * delta of the tile's rows.
+    stat_bufs = gl.allocate_shared_memory(gl.float32, [2 * NUM_STAGES, BLOCK_M],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    mbarrier.init(kv_ready, count=1)
+    for s in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(s), count=1)
+        mbarrier.init(do_ready.index(s), count=1)
+        mbarrier.init(qdo_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases each slot
+    for b in gl.static_range(2):
+        mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)  # every consumer's dS^T rows written
+
+    gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
+    # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
+    gl.warp_specialize([
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+                             kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
+                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+                             kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
+                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
+        (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
+                          stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
+                          off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                          stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+# Per head dim.  Shared memory (16-bit): K and V (2 * BLOCK_N * d), the
+# (Q, dO) ring (2 * NUM_STAGES * BLOCK_M * d), dS^T double-buffered
+# (2 * BLOCK_N * BLOCK_M), plus the float32 dQ staging (BLOCK_M * d * 4).
+# Registers per consumer thread: dK and dV (SUB_N * d / 64 each), S^T and
+# dP^T (SUB_N * BLOCK_M / 128 each), dQ (BLOCK_M * d / 256).
+CONFIGS = {
+    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+}
+SMEM_LIMIT = 227 * 1024
+_BROKEN = {}  # compile key -> error text, for configs that failed to build here
+
+
+def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, **_):
+    return (2 * (2 * BLOCK_N * head_dim + 2 * NUM_STAGES * BLOCK_M * head_dim + 2 * BLOCK_N * BLOCK_M)
+            + 4 * BLOCK_M * head_dim + 8 * (1 + 3 * NUM_STAGES + 2))
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1]))
+
+
+def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
+    """Why the Hopper backward cannot take this call ('' if it can)."""
+    if not q.is_cuda:
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "not an sm_90 GPU"
+    if q.dtype not in _GL_DTYPES or any(t.dtype != q.dtype for t in (k, v, do, dq, dk, dv)):
+        return f"dtype {q.dtype} (float16/bfloat16 only, all alike)"
+    if lse.dtype != torch.float32 or delta.dtype != torch.float32 or lse.stride(-1) != 1 or delta.stride(-1) != 1:
+        return "lse and delta must be float32 with last stride 1"
+    d = q.shape[-1]
+    if d not in CONFIGS or k.shape[-1] != d or v.shape[-1] != d:
+        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(CONFIGS)})"
+    if not sm_scale > 0:
+        return f"softmax scale {sm_scale} (the kernel folds it assuming > 0)"
+    batch, h_q, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    if min(batch, h_q, n_q, n_k) == 0:
+        return "empty tensor"
+    if h_q % h_kv or v.shape[:3] != k.shape[:3] or do.shape != q.shape or dq.shape != q.shape \
+            or dk.shape != k.shape or dv.shape != v.shape:
+        return "shapes"
+    if not all(_tma_ok(t) for t in (q, k, v, do)):
+        return "strides or base not 16-byte aligned for TMA"
+    if dk.stride(-1) != 1 or dv.stride(-1) != 1:
+        return "dk, dv need unit last stride"
+    if max(max(t.shape) for t in (q, k)) >= 2 ** 31 or batch * h_kv > 65535:
+        return "dimension too large"
+    return ""
+
+
+def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              lse: torch.Tensor, delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
+                              dv: torch.Tensor, sm_scale: float, causal_shift, **overrides) -> bool:
+    """dq, dk, dv of attention on (B, H, N, d)-indexed views; False if it cannot.
+
+    do, q, dq: (B, Hq, Nq, d); k, v, dk, dv: (B, Hkv, Nk, d), Hq a multiple of
+    Hkv; lse (base 2, the forward's lse2) and delta (rowsum(dO * O), natural
+    units, from the portable preprocess): float32 (B, Hq, Nq), last stride 1;
+    d in CONFIGS; float16 or bfloat16 alike; causal_shift: None for no mask,
+    else row i sees keys j <= i + causal_shift.  dq, dk, dv are written in
+    place (dq through a float32 buffer).  Returns False, having written
+    nothing, when the case is not supported.  ``overrides`` replace CONFIGS
+    entries (benchmarks, tests).
+    """
+    reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale)
+    if reason:
+        return False
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    causal = causal_shift is not None
+    meta = dict(CONFIGS[d])
+    meta.update(overrides)
+    if smem_bytes(d, **meta) > SMEM_LIMIT:
+        return False
+    key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    if key in _BROKEN:
+        return False
+    gdt = _GL_DTYPES[q.dtype]
+    q_block = [1, 1, meta["BLOCK_M"], d]
+    kv_block = [1, 1, meta["BLOCK_N"], d]
+    dq_block = [1, 1, meta["BLOCK_M"], d // meta["NUM_CONSUMERS"]]
+    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
+    dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
+    dq_acc = torch.zeros((batch, h_q, n_q, d), dtype=torch.float32, device=q.device)
+
+    def desc(t, block, layout):
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    args = (desc(q, q_block, q_layout), desc(k, kv_block, kv_layout), desc(v, kv_block, kv_layout),
+            desc(do, q_block, q_layout), desc(dq_acc, dq_block, dq_layout), lse, delta, dk, dv,
+            lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            h_kv, n_q, n_k, h_q // h_kv,
+            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift)
+    grid = (triton.cdiv(n_k, meta["BLOCK_N"]), batch * h_kv)
+    kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    switch = q.device.index != torch.cuda.current_device()
+    try:
+        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+            _run.launch(args, kwargs, grid)
+    except (triton.CompilationError, RuntimeError) as exc:
+        if "compil" not in type(exc).__name__.lower() and "PTXAS" not in str(exc) and "MLIR" not in str(exc):
+            raise
+        _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
+        return False
+    dq.copy_(dq_acc)
+    return True
+
+
+class _JitLaunch:
+    """``kernel[grid](*args, **kwargs)`` where the fast path is not installed."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def launch(self, args, kwargs, grid):
+        return self.kernel[grid](*args, **kwargs)
+
+
+_run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_attn_bwd_hopper)
+
+
+__all__ = ["hopper_attention_backward", "unsupported_reason", "CONFIGS"]
