@@ -49,7 +49,7 @@ def _reference_grads(q, k, v, do, scale, shift, dtype=None):
     return [t.grad for t in leaves]
 
 
-def _run(q, k, v, do, scale, shift):
+def _run(q, k, v, do, scale, shift, **overrides):
     """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper backward."""
     b, hq, nq, d = q.shape
     o = torch.empty_like(q)
@@ -57,13 +57,13 @@ def _run(q, k, v, do, scale, shift):
     assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift)
     delta = (do.float() * o.float()).sum(-1)
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, scale, shift)
-    assert took, f"declined (build errors: {hopper.bwd._BROKEN})"
+    took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, scale, shift, **overrides)
+    assert took, f"declined {overrides} (build errors: {hopper.bwd._BROKEN})"
     return dq, dk, dv
 
 
-def _check(q, k, v, do, scale, shift):
-    got = _run(q, k, v, do, scale, shift)
+def _check(q, k, v, do, scale, shift, **overrides):
+    got = _run(q, k, v, do, scale, shift, **overrides)
     ref = _reference_grads(q, k, v, do, scale, shift)
     low = _reference_grads(q, k, v, do, scale, shift, dtype=q.dtype)
     for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
@@ -98,6 +98,23 @@ def test_matches_reference(dtype, d, case):
         k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(PIPELINE=True), dict(NUM_STAGES=3), dict(BLOCK_M=128),
+                                     dict(NUM_STAGES=3, PIPELINE=True)],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [None, "br"])
+def test_variants(variant, d, causal):
+    """Every CONFIGS switch computes the same gradients (those whose shared
+    memory does not fit at this d are skipped)."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    if hbwd.smem_bytes(d, **dict(hbwd.CONFIGS[d], **variant)) > hbwd.SMEM_LIMIT:
+        pytest.skip("does not fit in shared memory")
+    q, do = (_flash_view(2, 8, 777, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1500, d, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, 0.09, None if causal is None else 1500 - 777, **variant)
 
 
 @needs_hopper

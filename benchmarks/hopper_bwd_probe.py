@@ -1,0 +1,131 @@
+"""Variants of the Hopper backward (kernels/hopper/bwd.py) side by side with
+SDPA's cuDNN backward, in one process on the H200.
+
+For each shape (bf16, B*N = 16k tokens, H = 2048/d; d 64 and 128, N 2k and
+8k, causal and not; one GQA row) it runs the Hopper forward for O and lse2,
+then times ``hopper_attention_backward`` (the dQ buffer's zeroing and
+conversion included, the preprocess not) for each variant of --variants
+(CONFIGS overrides, ``KEY=VALUE`` joined by '+', "default" for none), the
+library's whole backward (``torch.autograd.grad`` of ``flash_attn_func``,
+preprocess included) and SDPA's cuDNN backward.  Each variant's gradients are
+checked against the default variant's (max |diff| / max |ref| <= 2e-2, a
+broken variant shows as FAIL).  TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t
+(halved when causal).
+
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --out /tmp/out
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+
+def parse_variant(spec):
+    if spec == "default":
+        return {}
+    out = {}
+    for item in spec.split("+"):
+        key, _, val = item.partition("=")
+        out[key] = {"true": True, "false": False}.get(val.lower(), None)
+        if out[key] is None:
+            out[key] = int(val)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="/tmp/out")
+    ap.add_argument("--variants", default="default,PIPELINE=true,NUM_STAGES=3,NUM_STAGES=3+PIPELINE=true")
+    ap.add_argument("--variants64", default="BLOCK_M=128,BLOCK_M=128+PIPELINE=true",
+                    help="extra variants for d=64 only")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--rep", type=int, default=60)
+    args = ap.parse_args()
+
+    from triton.testing import do_bench
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import flashattn_triton as fat
+    from flashattn_triton.kernels import hopper
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+
+    os.makedirs(args.out, exist_ok=True)
+    shapes = []
+    for d in map(int, args.head_dims.split(",")):
+        for n in map(int, args.seqlens.split(",")):
+            for causal in (False, True):
+                shapes.append((16384 // n, 2048 // d, 2048 // d, n, d, causal))
+    shapes.append((2, 32, 8, 8192, 128, True))  # GQA
+    rows = []
+    for b, hq, hkv, n, d, causal in shapes:
+        torch.manual_seed(0)
+        q, do = (torch.randn(b, n, hq, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, n, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, do))
+        scale = d ** -0.5
+        shift = 0 if causal else None
+        o = torch.empty_like(q)
+        lse = torch.empty(b, hq, n, device="cuda")
+        assert hopper.hopper_attention_forward(qh, kh, vh, o.transpose(1, 2), lse, scale, shift)
+        delta = (do.float() * o.float()).sum(-1).transpose(1, 2).contiguous()
+        flops = 2.5 * 4 * b * hq * n * n * d / (2 if causal else 1)
+        row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, causal=causal, tflops={}, check={})
+        ref = None
+        specs = args.variants.split(",") + (args.variants64.split(",") if d == 64 and args.variants64 else [])
+        for spec in specs:
+            over = parse_variant(spec)
+            grads = [torch.empty_like(t) for t in (q, k, v)]
+            gh = [g.transpose(1, 2) for g in grads]
+
+            def run():
+                return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse, delta, *gh, scale, shift, **over)
+            try:
+                if not run():
+                    row["tflops"][spec] = None
+                    row["check"][spec] = "declined " + str(list(hbwd._BROKEN.values())[-1:])[:300]
+                    continue
+                torch.cuda.synchronize()
+                if ref is None:
+                    ref = [g.float() for g in grads]
+                    row["check"][spec] = "ref"
+                else:
+                    err = max(((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(grads, ref))
+                    row["check"][spec] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
+                row["tflops"][spec] = flops / do_bench(run, warmup=10, rep=args.rep) * 1e-9
+            except Exception as exc:  # noqa: BLE001
+                row["tflops"][spec] = None
+                row["check"][spec] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out = fat.flash_attn_func(qg, kg, vg, causal=causal)
+        row["tflops"]["api"] = flops / do_bench(
+            lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup=10, rep=args.rep) * 1e-9
+        qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+        so = None
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                so = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal,
+                                                                      enable_gqa=hq != hkv)
+            dso = do.transpose(1, 2)
+            row["tflops"]["cudnn"] = flops / do_bench(
+                lambda: torch.autograd.grad(so, (qs, ks, vs), dso, retain_graph=True), warmup=10,
+                rep=args.rep) * 1e-9
+        except Exception as exc:  # noqa: BLE001
+            row["tflops"]["cudnn"] = None
+            row["check"]["cudnn"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+        cud = row["tflops"].get("cudnn") or float("nan")
+        cells = "  ".join(f"{k} {v:.0f} ({v / cud:.2f})" if v else f"{k} -" for k, v in row["tflops"].items())
+        bad = {k: c for k, c in row["check"].items() if c not in ("ok", "ref")}
+        print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d} causal={causal!s:5}: {cells}" + (f"  {bad}" if bad else ""),
+              flush=True)
+        del q, k, v, do, o, out, so
+        torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:
+        json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
