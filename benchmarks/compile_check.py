@@ -10,6 +10,14 @@ without a GPU.
     python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]   (d:dv, e.g. 192:128, for a value head dim of its own)
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
         --kernels FWD,BWD_DKDV,BWD_DQ --configs "128,64,8,3"
+
+--hopper compiles the Gluon forward of kernels/hopper/fwd.py instead (Triton
+3.6): per head dim, mask (--cases full,causal) and variant (--hopper-variants:
+names of benchmarks/hopper_fwd_probe.py's VARIANTS, or KEY=VALUE overrides
+joined by '+', e.g. PERSISTENT=1+NUM_CONSUMERS=3+CONSUMER_REGS=160), shared
+memory, ptxas registers / spill bytes and the SASS local loads / stores:
+
+    python benchmarks/compile_check.py --hopper --d 64,128,256 --hopper-variants default,persistent
 """
 
 from __future__ import annotations
@@ -132,6 +140,24 @@ def loop_bodies(ops):
     return sizes
 
 
+def local_in_gemm_loops(ops) -> int:
+    """Local loads / stores (spills) inside the innermost loops that issue
+    HGMMA (loops with HGMMA that hold no other such loop): the per-tile cost of spilling, as opposed to
+    spills around the loops."""
+    loops = []
+    for addr, op, rest in ops:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target and int(target.group(1), 16) < addr:
+            lo = int(target.group(1), 16)
+            body = [op for a, op, _ in ops if lo <= a <= addr]
+            # A branch back from the out-of-line mbarrier retry blocks at the
+            # end of the code spans an EXIT: not a loop of the source.
+            if any(op.startswith("HGMMA") for op in body) and not any(op.startswith(("EXIT", "RET")) for op in body):
+                loops.append((lo, addr, sum(1 for op in body if op.startswith(("LDL", "STL")))))
+    return sum(n for lo, hi, n in loops
+               if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in loops))
+
+
 def instruction_report(compiled) -> str:
     """'sass N (loops a/b/..) CLASS n ..; ptx class n ..': SASS opcodes by
     prefix (IMAD counts IMAD.WIDE, IMAD.MOV, ...), PTX by prefix."""
@@ -145,6 +171,90 @@ def instruction_report(compiled) -> str:
     ptx_counts = " ".join(f"{c} {sum(1 for op in ptx if op.startswith(c))}" for c in PTX_CLASSES)
     loops = "/".join(str(n) for n in loop_bodies(ops))
     return f"sass {len(ops)} (loops {loops or '-'}) {sass}; ptx {ptx_counts}"
+
+
+def _hopper_overrides(spec: str) -> dict:
+    """A probe variant name, or KEY=VALUE overrides joined by '+'."""
+    if "=" not in spec:
+        from hopper_fwd_probe import VARIANTS  # benchmarks/ is this script's directory
+        return dict(VARIANTS[spec][0])
+    out = {}
+    for item in spec.split("+"):
+        key, _, val = item.partition("=")
+        out[key] = {"true": True, "false": False}.get(val.lower(), None)
+        if out[key] is None:
+            out[key] = int(val)
+    return out
+
+
+def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
+    """The Gluon forward for sm_<arch> as its launcher would build it
+    (CONFIGS / SCHEDULE plus overrides); returns (compiled, meta)."""
+    import torch
+    from triton.runtime.jit import mangle_type
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from flashattn_triton.kernels.hopper import fwd as hfwd
+
+    meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
+    meta["PERSISTENT"] = getattr(hfwd, "PERSISTENT_DEFAULT", {}).get(d, (False, False))[causal]
+    meta.update(overrides)
+    meta.pop("NUM_SMS", None)  # host-side only
+    if meta["NUM_CONSUMERS"] == 1:
+        meta["PINGPONG"] = False
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+    t = torch.empty(1, 1, 256, d, dtype=tdt)  # descriptors need a tensor; only dtype and blocks matter
+    blocks = {"q_desc": [1, 1, meta["BLOCK_M"], d], "k_desc": [1, 1, meta["BLOCK_N"], d],
+              "v_desc": [1, 1, meta["BLOCK_N"], d], "o_desc": [1, 1, meta["BLOCK_M"], d]}
+    kernel = hfwd._attn_fwd_hopper
+    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in blocks:
+            layout = gl.NVMMASharedLayout.get_default_for(blocks[name], gdt)
+            sig[name] = mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), blocks[name], layout))
+        elif name == "LSE":
+            sig[name] = "*fp32"
+        elif name == "qk_scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    src = GluonASTSource(kernel, sig, constexprs, {})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4}), meta
+
+
+def hopper_main(args) -> int:
+    failures = 0
+    cases = {"full": False, "causal": True}
+    for d in (int(x.partition(":")[0]) for x in args.d.split(",")):
+        for case in args.cases.split(","):
+            if case not in cases:
+                continue
+            for spec in args.hopper_variants.split(","):
+                label = f"HOPPER d={d:3d} {case:6s} {spec}"
+                try:
+                    overrides = _hopper_overrides(spec)
+                    from hopper_fwd_probe import VARIANTS
+                    if spec in VARIANTS and d not in VARIANTS[spec][1]:
+                        continue
+                    k, meta = compile_hopper(d, cases[case], overrides, args.arch, args.dtype)
+                    ops = sass_ops(k)
+                    local = collections.Counter(op.split(".")[0] for _, op, _ in ops if op.startswith(("LDL", "STL")))
+                    print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}, "
+                          f"LDL {local['LDL']} STL {local['STL']} ({local_in_gemm_loops(ops)} in GEMM loops), "
+                          f"sass {len(ops)}, consumers "
+                          f"{meta['NUM_CONSUMERS']}x{meta['CONSUMER_REGS']} regs", flush=True)
+                    if args.sass:
+                        print(f"    {instruction_report(k)}")
+                except Exception as exc:  # noqa: BLE001
+                    failures += 1
+                    print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    print("failures:", failures)
+    return failures
 
 
 def main():
@@ -166,7 +276,12 @@ def main():
                     help="Q K^T (and in the backward dQ, dK) in two column chunks (kernels/fwd.py "
                     "split_qk) as the launch would choose it (fwd.SPLIT_QK, bwd.use_split_qk), always "
                     "(where allowed) or never")
+    ap.add_argument("--hopper", action="store_true", help="the Gluon forward (module doc)")
+    ap.add_argument("--hopper-variants", default="default,persistent",
+                    help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides")
     args = ap.parse_args()
+    if args.hopper:
+        return hopper_main(args)
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
                "BWD_FUSED": bwd._bwd_dkdv}

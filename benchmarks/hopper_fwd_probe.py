@@ -47,7 +47,21 @@ VARIANTS = {
     "stages2": ({"NUM_STAGES": 2}, (64, 128)),
     "nc3": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False}, (64,)),
     "nc3_paired": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": True}, (64,)),
+    # Persistent grid (one program per SM looping over work tiles).
+    "persistent": ({"PERSISTENT": True}, (64, 128, 256)),
+    "nc3_persistent": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "PERSISTENT": True}, (64,)),
+    # Correctness only: 7 programs, so that every program runs several work
+    # tiles (its ring, turn and Q phases carried from tile to tile) and the
+    # snake's last round is partial.
+    "persistent_g7": ({"PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256)),
+    "persistent_g7_nopp": ({"PERSISTENT": True, "NUM_SMS": 7, "PINGPONG": False}, (128,)),
+    "persistent_g7_paired": ({"PERSISTENT": True, "NUM_SMS": 7, "PAIRED": True}, (128,)),
+    "persistent_g5_nc1": ({"PERSISTENT": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
+    "persistent_g5_nc3": ({"PERSISTENT": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,
+                           "PAIRED": False}, (64,)),
 }
+# Variants that only run the correctness stage (their timing says nothing).
+CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
 # (batch, h_q, h_kv, n_q, n_k, causal: None | "br" (bottom-right) | "tl" (top-left), layout)
 SHAPES_FULL = [
     (2, 4, 4, 1000, 1000, None, "flash"),
@@ -65,6 +79,19 @@ SHAPES_FULL = [
 SHAPES_BIG = [(2, 16, 16, 4096, 4096, "br", "flash"), (2, 16, 4, 4096, 4096, None, "flash")]
 SHAPES_VARIANT = [(2, 4, 4, 1000, 1000, None, "flash"), (2, 8, 2, 333, 1201, "br", "flash"),
                   (1, 4, 1, 700, 130, "br", "flash"), (2, 4, 2, 300, 900, "br", "padded")]
+# More for the persistent variants: top-left causal, packed views, one row,
+# and enough work tiles that each of the 132 programs runs several.
+SHAPES_PERSISTENT = [(2, 8, 2, 333, 1201, "tl", "bhnd"), (2, 6, 3, 515, 777, None, "qkv"),
+                     (3, 2, 2, 1, 517, "br", "flash"), (4, 8, 8, 1500, 1500, None, "flash"),
+                     (2, 16, 4, 2000, 2000, "br", "flash"), (2, 16, 4, 2000, 2000, "tl", "padded")]
+# Timing rows (d, N, causal, Hq / Hkv): "run1" as in docs/hopper.md run 1,
+# "grid": d 64 / 128 / 256 x N 2k / 8k x causal or not.
+ROWS = {
+    "run1": [(d, n, causal, 1) for d in (64, 128) for n in (2048, 8192) for causal in (False, True)]
+    + [(128, 8192, True, 4), (256, 8192, False, 1), (256, 8192, True, 1)],
+    "grid": [(d, n, causal, 1) for d in (64, 128, 256) for n in (2048, 8192) for causal in (False, True)],
+}
+BASELINES = ("api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash")
 
 
 def emit(kind, **rec):
@@ -143,7 +170,8 @@ def stage_correct(args):
         cases = [(dt, d, s) for dt in (torch.bfloat16, torch.float16) for d in dims for s in SHAPES_FULL]
         cases += [(torch.bfloat16, 128, s) for s in SHAPES_BIG if 128 in dims]
     else:
-        cases = [(torch.bfloat16, d, s) for d in dims for s in SHAPES_VARIANT]
+        shapes = SHAPES_VARIANT + (SHAPES_PERSISTENT if overrides.get("PERSISTENT") else [])
+        cases = [(torch.bfloat16, d, s) for d in dims for s in shapes]
     n_fail = 0
     for i, (dtype, d, shape) in enumerate(cases):
         rec = dict(variant=args.variant, dtype=str(dtype).split(".")[-1], d=d, shape=list(shape))
@@ -205,12 +233,15 @@ def stage_memcheck(args):
     from flashattn_triton.kernels.hopper import hopper_attention_forward
     dev = torch.device("cuda")
     done = []
-    cases = [(128, (2, 8, 2, 333, 1201, "br", "flash")), (128, (2, 4, 2, 300, 900, None, "padded")),
-             (64, (1, 4, 1, 700, 130, "br", "flash")), (256, (2, 2, 1, 77, 77, None, "qkv"))]
-    for i, (d, shape) in enumerate(cases):
+    persistent = {"PERSISTENT": True, "NUM_SMS": 5}  # several work tiles per program
+    cases = [(128, (2, 8, 2, 333, 1201, "br", "flash"), {}), (128, (2, 4, 2, 300, 900, None, "padded"), {}),
+             (64, (1, 4, 1, 700, 130, "br", "flash"), {}), (256, (2, 2, 1, 77, 77, None, "qkv"), {}),
+             (128, (2, 8, 2, 333, 1201, "br", "flash"), persistent),
+             (64, (2, 4, 2, 300, 900, None, "padded"), persistent)]
+    for i, (d, shape, overrides) in enumerate(cases):
         q, k, v, o, shift, _ = _make(shape, d, torch.bfloat16, dev, seed=i)
         lse = torch.empty(q.shape[:3], device=dev, dtype=torch.float32)
-        done.append(bool(hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)))
+        done.append(bool(hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides)))
         torch.cuda.synchronize()
     emit("memcheck", ran=done)
 
@@ -227,11 +258,10 @@ def stage_bench(args):
         flash_attn_func = None
         api_error = f"{type(exc).__name__}: {exc}"[:160]
     variants = [v for v in args.variants.split(",") if v]
+    baselines = [b for b in args.baselines.split(",") if b]
     dev = torch.device("cuda")
     dtype = torch.bfloat16
-    rows = [(d, n, causal, 1) for d in (64, 128) for n in (2048, 8192) for causal in (False, True)]
-    rows += [(128, 8192, True, 4), (256, 8192, False, 1), (256, 8192, True, 1)]
-    for d, n, causal, gqa in rows:
+    for d, n, causal, gqa in ROWS[args.rows]:
         h = 2048 // d
         b = max(1, 16384 // n)
         hkv = h // gqa
@@ -259,11 +289,16 @@ def stage_bench(args):
                 os.environ["FLASHATTN_TRITON_BACKEND"] = backend
                 return flash_attn_func(q, k, v, causal=causal)
             return run
-        fns["api:auto"] = api("auto")
-        fns["api:portable"] = api("portable")
+        if "api:auto" in baselines:
+            fns["api:auto"] = api("auto")
+        if "api:portable" in baselines:
+            fns["api:portable"] = api("portable")
         kr = kh.repeat_interleave(gqa, 1) if gqa > 1 else kh
         vr = vh.repeat_interleave(gqa, 1) if gqa > 1 else vh
         for name, be in (("sdpa:cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa:flash", SDPBackend.FLASH_ATTENTION)):
+            if name not in baselines:
+                continue
+
             def run(be=be):
                 with sdpa_kernel(be):
                     return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
@@ -312,8 +347,8 @@ def _collect(proc, timeout, label, log):
     return records, rc
 
 
-def _table(bench, variants):
-    cols = [f"hopper:{v}" for v in variants] + ["api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash"]
+def _table(bench, variants, baselines=BASELINES):
+    cols = [f"hopper:{v}" for v in variants] + list(baselines)
     head = "| d | N | causal | Hq/Hkv | " + " | ".join(cols) + " | best hopper / cuDNN |"
     lines = [head, "|" + "---|" * (len(cols) + 5)]
     for r in bench:
@@ -329,6 +364,36 @@ def _table(bench, variants):
     return "\n".join(lines)
 
 
+# Ratios that decide the defaults (kernels/hopper/fwd.py CONFIGS / SCHEDULE):
+# (label, numerator variant, denominator variant), each where both ran.
+DECISIONS = [("persistent / default", "persistent", "default"),
+             ("nc3 / default", "nc3", "default"),
+             ("nc3_persistent / nc3", "nc3_persistent", "nc3"),
+             ("nc3_persistent / default", "nc3_persistent", "default")]
+
+
+def _decision_table(bench):
+    """Per row: the ratios of DECISIONS and best / cuDNN, '-' where a
+    variant did not run (declined, failed, or not at this head dim)."""
+    def val(r, v):
+        x = r.get(f"hopper:{v}")
+        return x if isinstance(x, (int, float)) else None
+    used = [dd for dd in DECISIONS if any(val(r, dd[1]) and val(r, dd[2]) for r in bench)]
+    lines = ["| d | N | causal | " + " | ".join(lbl for lbl, _, _ in used) + " | best variant | best / cuDNN |",
+             "|" + "---|" * (len(used) + 5)]
+    for r in bench:
+        cells = []
+        for _, a, b in used:
+            x, y = val(r, a), val(r, b)
+            cells.append(f"{x / y:.3f}" if x and y else "-")
+        ours = {k[7:]: v for k, v in r.items() if k.startswith("hopper:") and isinstance(v, (int, float))}
+        best = max(ours, key=ours.get) if ours else "-"
+        cud = r.get("sdpa:cudnn")
+        ratio = f"{ours[best] / cud:.3f}" if ours and isinstance(cud, (int, float)) else "-"
+        lines.append(f"| {r['d']} | {r['n']} | {r['causal']} | " + " | ".join(cells) + f" | {best} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stage", choices=["env", "correct", "bench", "memcheck"])
@@ -336,6 +401,10 @@ def main():
     ap.add_argument("--variants", default="default")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--budget", type=float, default=225.0, help="seconds for the whole probe")
+    ap.add_argument("--only", default="", help="comma-separated VARIANTS to run (default: all)")
+    ap.add_argument("--rows", default="run1", choices=sorted(ROWS), help="timing rows (ROWS)")
+    ap.add_argument("--baselines", default=",".join(BASELINES), help="comparison columns of the timing")
+    ap.add_argument("--no-memcheck", action="store_true", help="skip compute-sanitizer")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "benchmarks" / "results" / "h200"))
     args = ap.parse_args()
     if args.stage:
@@ -363,10 +432,14 @@ def main():
 
     # One process per (variant, head dims), all at once: their compiles (if the
     # cache misses) and any deadlock stay independent.
-    jobs = [("default", "64"), ("default", "128"), ("default", "256")]
-    jobs += [(v, ",".join(map(str, dims))) for v, (_, dims) in VARIANTS.items() if v != "default"]
+    only = set(args.only.split(",")) - {""} or set(VARIANTS)
+    unknown = only - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"--only: unknown variants {sorted(unknown)} (known: {', '.join(VARIANTS)})")
+    jobs = [("default", "64"), ("default", "128"), ("default", "256")] if "default" in only else []
+    jobs += [(v, ",".join(map(str, dims))) for v, (_, dims) in VARIANTS.items() if v != "default" and v in only]
     memcheck = None
-    if shutil.which("compute-sanitizer"):
+    if shutil.which("compute-sanitizer") and not args.no_memcheck:
         memcheck = subprocess.Popen(
             ["compute-sanitizer", "--tool", "memcheck", "--target-processes", "all", sys.executable, __file__,
              "--stage", "memcheck"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -409,20 +482,24 @@ def main():
         print(f"memcheck: rc={rc} {summary[-1].strip() if summary else 'no summary'} "
               f"{[r for r in recs if r['kind'] == 'memcheck']}", flush=True)
     else:
-        print("memcheck: compute-sanitizer not found", flush=True)
+        print("memcheck: skipped" if args.no_memcheck else "memcheck: compute-sanitizer not found", flush=True)
     records.append({"kind": "status", **status})
     # Variants that hung are not benchmarked (they could hang again).
-    passed = [v for v in VARIANTS if status.get(v) in ("pass", "fail")]
+    passed = [v for v in VARIANTS if status.get(v) in ("pass", "fail") and v not in CORRECTNESS_ONLY]
 
     bench = []
     if left() > 20:
-        recs, rc = _collect(_run_stage(["--stage", "bench", "--variants", ",".join(passed)], 0, log),
+        recs, rc = _collect(_run_stage(["--stage", "bench", "--variants", ",".join(passed), "--rows", args.rows,
+                                        "--baselines", args.baselines], 0, log),
                             left() - 5, "bench", log)
         records += recs
         bench = [r for r in recs if r["kind"] == "bench"]
     print("\nbf16 forward TFLOP/s (B*N = 16k tokens, H = 2048/d; 'err' = failed or declined; "
           "correctness per variant above)\n", flush=True)
-    print(_table(bench, passed), flush=True)
+    baselines = [b for b in args.baselines.split(",") if b]
+    print(_table(bench, passed, baselines), flush=True)
+    print("\nratios that decide the defaults (TFLOP/s over TFLOP/s; '-' = not run there)\n", flush=True)
+    print(_decision_table(bench), flush=True)
     for r in bench:
         errs = {k: v for k, v in r.items() if isinstance(v, str) and k not in ("dtype",)}
         if errs:

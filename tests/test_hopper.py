@@ -51,6 +51,83 @@ def test_declines_cpu_tensors_and_writes_nothing():
     assert not o.any() and not lse.any()
 
 
+def test_schedule_emulation_matches_reference():
+    """The kernel's tile schedule (grid or persistent loop, masked / unmasked
+    loops, PAIRED) emulated in float64 (tests/hopper_model.py) writes every
+    row once with the reference's O and LSE; a reduced sweep (the full one:
+    python tests/hopper_model.py)."""
+    import hopper_model
+    failures = [(case, why) for case in hopper_model.forward_cases(full=False)
+                for why in [hopper_model.check_forward(*case)] if why]
+    assert not failures, failures[:3]
+
+
+def test_persistent_tiles_cover_the_grid_once():
+    """_work_count / _work_tile (as tests/hopper_model.py transcribes them):
+    every work tile goes to exactly one program, and with HEADS_FIRST the
+    tiles are dealt longest first."""
+    import hopper_model as hm
+    for n_work, n_programs in [(1, 1), (5, 3), (7, 7), (64, 132), (1000, 132), (263, 132), (264, 132), (265, 132)]:
+        g = min(n_programs, n_work)
+        # With one head, the m-block of a work tile is its number t.
+        got = sorted(hm.work_tile(i, p, g, n_work, 1, False)[0]
+                     for p in range(g) for i in range(hm.work_count(p, g, n_work)))
+        assert got == list(range(n_work)), (n_work, n_programs)
+    cfg = dict(BLOCK_M=64, BLOCK_N=128, NUM_CONSUMERS=2, HEADS_FIRST=True)
+    order, _, _ = hm.tile_order(2, 4, 2, 1000, 1300, 300, cfg)
+    lengths = [t[4] for t in order]
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_barrier_protocol_simulation(persistent):
+    """The mbarrier protocol of one CTA (tests/hopper_model.py) under random
+    schedules: no deadlock, every parity wait passes at the completion it
+    means, no buffer read while loaded or loaded while read, every O stored."""
+    import hopper_model as hm
+    runs = 0
+    for tiles, nc, ns, pingpong, pers, seed in hm.protocol_cases(full=False):
+        if pers == persistent:
+            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed)
+            runs += 1
+    assert runs >= 10
+
+
+_FAKE_LAUNCH = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+q = torch.randn(2, 4, 1000, 64).to(torch.bfloat16)
+k = torch.randn(2, 2, 1200, 64).to(torch.bfloat16)
+o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
+for overrides, causal in [({}, True), ({"PERSISTENT": True}, True), ({"PERSISTENT": True, "NUM_SMS": 7}, False)]:
+    with fake_cuda():
+        ok = hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides)
+    assert ok, hf._BROKEN
+    print(LAUNCHES[-1][1], LAUNCHES[-1][0].src.constants.get((hf._attn_fwd_hopper.arg_names.index("PERSISTENT"),)))
+"""
+
+
+def test_launch_plans_on_a_fake_driver():
+    """Triton 3.6 without a GPU: the launcher's plans compile for sm_90
+    through the real JIT path (tests/fake_cuda.py) and launch a grid of
+    (B * H, m-blocks) blocks, or min(SMs, work tiles) persistent programs."""
+    import subprocess
+    import sys
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    env = dict(os.environ, TRITON_INTERPRET="0")  # the interpreter's triton.jit functions do not compile
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH, tests], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 1000 rows / 128 per block = 8 m-blocks, 2 * 4 heads: 64 work tiles.
+    assert res.stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], res.stdout
+
+
 # --------------------------------------------------------------------------- GPU
 
 def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0):
@@ -142,6 +219,54 @@ def test_schedule_variants(variant, causal):
     assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, **variant), \
         f"declined {variant}: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
     _check(q, k, v, o, lse, 0.09, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("programs", [None, 7], ids=["sms", "7programs"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_persistent_matches_reference(programs, d, case):
+    """PERSISTENT: one program per SM (or 7, each then running several work
+    tiles, with a partial last round) on every case of test_matches_reference."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    overrides = dict(PERSISTENT=True) if programs is None else dict(PERSISTENT=True, NUM_SMS=programs)
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides), \
+        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, d ** -0.5)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, d ** -0.5, shift)
+    if layout == "padded":
+        tail = o.as_strided((b, hq, 40, d), o.stride(), o.storage_offset() + nq * o.stride(2))
+        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(), dict(PAIRED=True), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
+                                     dict(NUM_CONSUMERS=3, CONSUMER_REGS=160, NUM_STAGES=2),
+                                     dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=2)],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_persistent_schedule_variants(variant, causal):
+    """Every schedule switch with PERSISTENT on 5 programs (ring, turn and Q
+    phases carried over 3-7 work tiles each) computes the same attention."""
+    q, k, v, o, lse = _inputs(2, 8, 2, 777, 1500, 128, torch.bfloat16, "flash")
+    shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    overrides = dict(variant, PERSISTENT=True, NUM_SMS=5)
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, **overrides), \
+        f"declined {variant}: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, 0.09, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_long_sequence(causal):
+    """The real grid (one program per SM) with several tiles per program."""
+    q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 128, torch.bfloat16, "flash")
+    shift = 0 if causal else None
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift, PERSISTENT=True)
+    _check(q, k, v, o, lse, 128 ** -0.5, shift)
 
 
 @needs_hopper

@@ -33,6 +33,7 @@ that see no key give O = 0 and LSE = -inf, as in the portable kernel.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import triton
@@ -56,34 +57,131 @@ LOG2E = 1.4426950408889634
 
 
 @gluon.jit
-def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
-                   q_ready, k_ready, k_empty, v_ready, v_empty,
-                   off_b, off_hq, off_hkv, start_m, n_tiles,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                   NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Producer partition (1 warp): Q once per consumer, then the K/V ring."""
+def _work_count(pid, n_programs, n_work):
+    """Number of work tiles of program pid in the persistent loop (_work_tile)."""
+    full = n_work // n_programs
+    # The last, partial round deals tiles to programs [0, rem) when it runs
+    # forwards (even round), to [G - rem, G) when it runs backwards.
+    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
+    return full + (slot < n_work % n_programs).to(gl.int32)
+
+
+@gluon.jit
+def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr):
+    """(m-block, batch * head) of the i-th work tile of program pid.
+
+    Tiles t = 0 .. n_m * n_bh - 1 are dealt in rounds of n_programs, forwards
+    in even rounds and backwards in odd ones (a snake), so the program that
+    got the longest tile of one round gets the shortest of the next.  With
+    HEADS_FIRST, t runs over the heads fastest and over the m-blocks from the
+    bottom (longest causal block) up: longest first across all heads; else a
+    head's m-blocks are adjacent (they share K/V in L2)."""
+    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    if HEADS_FIRST:
+        pid_m = n_m - 1 - t // n_bh
+        pid_bh = t % n_bh
+    else:
+        pid_m = t % n_m
+        pid_bh = t // n_m
+    return pid_m, pid_bh
+
+
+@gluon.jit
+def _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                 ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(batch, query head, KV head, first row, number of key tiles) of a work tile."""
+    off_b = pid_bh // H_Q
+    off_hq = pid_bh % H_Q
+    off_hkv = off_hq // GROUP_SIZE  # GQA: query head h reads KV head h // G
+    start_m = pid_m * ROWS
+    # Key tiles this block visits: row i sees keys j <= i + causal_shift.
+    if IS_CAUSAL:
+        last_row = gl.minimum(start_m + ROWS, N_Q) - 1
+        end_n = gl.maximum(gl.minimum(N_K, last_row + causal_shift + 1), 0)
+    else:
+        end_n = N_K
+    # At least one tile, so that a block with no visible key still runs
+    # through the masked path and writes O = 0, LSE = -inf.
+    n_tiles = gl.maximum(gl.cdiv(end_n, BLOCK_N), 1)
+    return off_b, off_hq, off_hkv, start_m, n_tiles
+
+
+@gluon.jit
+def _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, q_phase,
+            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+            WAIT_EMPTY: gl.constexpr):
+    """The Q tile of each consumer; with WAIT_EMPTY, once that consumer has
+    stored the previous tile's O from the same buffer (q_empty)."""
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
-    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     for c in gl.static_range(NUM_CONSUMERS):
+        if WAIT_EMPTY:
+            mbarrier.wait(q_empty.index(c), q_phase ^ 1)
         mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [off_b, off_hq, start_m + c * BLOCK_M, 0], q_ready.index(c),
             q_smem.index(c)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
-    for j in range(n_tiles):
-        s = j % NUM_STAGES
-        # Slot s is free once every consumer released its previous use; the
-        # first pass waits on the parity before a fresh barrier's phase 0.
-        ph = ((j // NUM_STAGES) & 1) ^ 1
-        mbarrier.wait(k_empty.index(s), ph)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            k_desc, [off_b, off_hkv, j * BLOCK_N, 0], k_ready.index(s),
-            k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
-        mbarrier.wait(v_empty.index(s), ph)
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            v_desc, [off_b, off_hkv, j * BLOCK_N, 0], v_ready.index(s),
-            v_bufs.index(s)._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, g,
+             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """K and V tile j of the current work tile into ring slot g % NUM_STAGES
+    (g counts the program's K/V tiles over all its work tiles)."""
+    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    s = g % NUM_STAGES
+    # Slot s is free once every consumer released its previous use; the
+    # first pass waits on the parity before a fresh barrier's phase 0.
+    ph = ((g // NUM_STAGES) & 1) ^ 1
+    mbarrier.wait(k_empty.index(s), ph)
+    mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(
+        k_desc, [off_b, off_hkv, j * BLOCK_N, 0], k_ready.index(s),
+        k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+    mbarrier.wait(v_empty.index(s), ph)
+    mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(
+        v_desc, [off_b, off_hkv, j * BLOCK_N, 0], v_ready.index(s),
+        v_bufs.index(s)._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+
+
+@gluon.jit
+def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+                   q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                   off_b, off_hq, off_hkv, start_m, n_tiles,
+                   H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+    """Producer partition (1 warp): Q once per consumer, then the K/V ring;
+    when PERSISTENT, for each work tile of this program in turn."""
+    if PERSISTENT:
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        g = 0
+        for i in range(_work_count(pid, n_programs, n_m * n_bh)):
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST)
+            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+            # The first K/V tiles (as many as the ring holds) before Q: their
+            # slots are freed by the previous tile's GEMMs, while the Q
+            # buffers are free only once the consumers have stored that
+            # tile's O from them; so the ring is full when Q is waited for.
+            n_first = gl.minimum(t_n, NUM_STAGES)
+            for j in range(n_first):
+                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                         BLOCK_N, HEAD_DIM, NUM_STAGES)
+            _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
+                    BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
+            for j in range(n_first, t_n):
+                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                         BLOCK_N, HEAD_DIM, NUM_STAGES)
+            g += t_n
+    else:
+        _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
+                BLOCK_M, HEAD_DIM, NUM_CONSUMERS, False)
+        for j in range(n_tiles):
+            _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, j,
+                     BLOCK_N, HEAD_DIM, NUM_STAGES)
 
 
 @gluon.jit
@@ -114,22 +212,26 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
 
 
 @gluon.jit
-def _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    """Iteration j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V."""
+    """Iteration j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V.
+
+    g0: ring uses before this work tile (K/V slot and phase of tile j come
+    from g0 + j); t0: ping-pong turns before this work tile."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = p.type.layout
-    sk = j % NUM_STAGES
-    sv = (j - 1) % NUM_STAGES
-    mbarrier.wait(k_ready.index(sk), (j // NUM_STAGES) & 1)
-    mbarrier.wait(v_ready.index(sv), ((j - 1) // NUM_STAGES) & 1)
+    gk = g0 + j
+    sk = gk % NUM_STAGES
+    sv = (gk - 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(sk), (gk // NUM_STAGES) & 1)
+    mbarrier.wait(v_ready.index(sv), ((gk - 1) // NUM_STAGES) & 1)
     if PINGPONG:
-        mbarrier.wait(turn.index(CONSUMER), j & 1)
+        mbarrier.wait(turn.index(CONSUMER), (t0 + j) & 1)
     s_tok = warpgroup_mma(q, k_bufs.index(sk).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
@@ -150,7 +252,7 @@ def _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, tur
 
 
 @gluon.jit
-def _attn_fwd_loop(lo, hi, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -165,37 +267,41 @@ def _attn_fwd_loop(lo, hi, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty
     fresh P, and the overlap survives."""
     if not PAIRED:
         for j in range(lo, hi):
-            acc, p, m_i, l_i = _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+            acc, p, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                               MASKED, IS_CAUSAL, PINGPONG)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
-        acc, p_odd, m_i, l_i = _attn_fwd_step(j, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+        acc, p_odd, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                               MASKED, IS_CAUSAL, PINGPONG)
-        acc, p, m_i, l_i = _attn_fwd_step(j + 1, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+        acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                           MASKED, IS_CAUSAL, PINGPONG)
     if n % 2 == 1:
-        acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                                          acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+        acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
+                                          turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                           MASKED, IS_CAUSAL, PINGPONG)
     return acc, p, m_i, l_i
 
 
 @gluon.jit
-def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
-                      q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                      off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
-                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr):
-    """Consumer warpgroup: rows [start_m + CONSUMER * BLOCK_M, + BLOCK_M)."""
+def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
+                   q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                   off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, g0, t0, q_phase,
+                   N_Q, N_K, qk_scale, causal_shift,
+                   CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr):
+    """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
+    BLOCK_M, + BLOCK_M).  g0: K/V ring uses and t0: ping-pong turns of this
+    warpgroup before the tile (they continue from tile to tile); q_phase:
+    the parity of this tile's Q load."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -215,18 +321,19 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
     n_full = gl.minimum(n_full, n_tiles)
 
     q = q_smem.index(CONSUMER)
-    mbarrier.wait(q_ready.index(CONSUMER), 0)
+    mbarrier.wait(q_ready.index(CONSUMER), q_phase)
 
     # Tile 0, always masked (harmless when it is full): S_0 and its softmax.
-    mbarrier.wait(k_ready.index(0), 0)
+    s0 = g0 % NUM_STAGES
+    mbarrier.wait(k_ready.index(s0), (g0 // NUM_STAGES) & 1)
     if PINGPONG:
-        mbarrier.wait(turn.index(CONSUMER), 0)
-    s_tok = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)),
+        mbarrier.wait(turn.index(CONSUMER), t0 & 1)
+    s_tok = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
     s = warpgroup_mma_wait(0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0))
+    mbarrier.arrive(k_empty.index(s0))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, 0, N_K, qk_scale, causal_shift,
@@ -234,20 +341,20 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
     p = gl.convert_layout(p0.to(dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+    acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                                       acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
                                       CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                       False, IS_CAUSAL, PINGPONG, PAIRED)
-    acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_tiles, q, k_bufs, v_bufs, k_ready, k_empty,
+    acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_tiles, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
                                       v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                       causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
                                       True, IS_CAUSAL, PINGPONG, PAIRED)
 
     # Last tile's P V.
-    sv = (n_tiles - 1) % NUM_STAGES
-    mbarrier.wait(v_ready.index(sv), ((n_tiles - 1) // NUM_STAGES) & 1)
+    sv = (g0 + n_tiles - 1) % NUM_STAGES
+    mbarrier.wait(v_ready.index(sv), ((g0 + n_tiles - 1) // NUM_STAGES) & 1)
     if PINGPONG:
-        mbarrier.wait(turn.index(CONSUMER), n_tiles & 1)
+        mbarrier.wait(turn.index(CONSUMER), (t0 + n_tiles) & 1)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
@@ -272,43 +379,82 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
     tma.store_wait(0)
 
 
-@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift"])
+@gluon.jit
+def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
+                      q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
+                      off_b, off_hq, start_m, n_tiles,
+                      H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
+                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+    """Consumer warpgroup: the program's one block, or when PERSISTENT each
+    of its work tiles in the producer's order."""
+    if PERSISTENT:
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        g = 0
+        for i in range(_work_count(pid, n_programs, n_m * n_bh)):
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST)
+            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+            # A tile takes t_n ring uses and t_n + 1 turns (S_0, then t_n
+            # GEMM pairs with the last P V alone), so g + i turns came before.
+            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                           t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
+                           N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+            # O has left this consumer's Q buffer (store_wait): the producer
+            # may load the next tile's Q there.
+            mbarrier.arrive(q_empty.index(CONSUMER))
+            g += t_n
+    else:
+        _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                       off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, 0, 0, 0,
+                       N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+
+
+@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift"])
 def _attn_fwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     q_desc, k_desc, v_desc, o_desc, LSE,
     # strides
     stride_lz, stride_lh,
     # shapes
-    H_Q, N_Q, N_K, GROUP_SIZE,
+    BATCH, H_Q, N_Q, N_K, GROUP_SIZE,
     # scalars
     qk_scale, causal_shift,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):
-    if HEADS_FIRST:
-        # Heads vary fastest and the longest (bottom) query blocks go first:
-        # the causal schedule's long tiles do not end up in the last wave.
-        pid_bh = gl.program_id(0)
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
+    if PERSISTENT:
+        # A 1-D grid of at most one program per SM; each program loops over
+        # the work tiles that _work_tile deals it (in both partitions).
+        n_m = gl.cdiv(N_Q, ROWS)
+        n_bh = BATCH * H_Q
+        off_b = 0
+        off_hq = 0
+        off_hkv = 0
+        start_m = 0
+        n_tiles = 0
     else:
-        pid_m = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-    off_b = pid_bh // H_Q
-    off_hq = pid_bh % H_Q
-    off_hkv = off_hq // GROUP_SIZE  # GQA: query head h reads KV head h // G
-    start_m = pid_m * (BLOCK_M * NUM_CONSUMERS)
-
-    # Key tiles this program visits: row i sees keys j <= i + causal_shift.
-    if IS_CAUSAL:
-        last_row = gl.minimum(start_m + BLOCK_M * NUM_CONSUMERS, N_Q) - 1
-        end_n = gl.maximum(gl.minimum(N_K, last_row + causal_shift + 1), 0)
-    else:
-        end_n = N_K
-    # At least one tile, so that a block with no visible key still runs
-    # through the masked path and writes O = 0, LSE = -inf.
-    n_tiles = gl.maximum(gl.cdiv(end_n, BLOCK_N), 1)
+        if HEADS_FIRST:
+            # Heads vary fastest and the longest (bottom) query blocks go first:
+            # the causal schedule's long tiles do not end up in the last wave.
+            pid_bh = gl.program_id(0)
+            pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        else:
+            pid_m = gl.program_id(0)
+            pid_bh = gl.program_id(1)
+        off_b, off_hq, off_hkv, start_m, n_tiles = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K,
+                                                                causal_shift, ROWS, BLOCK_N, IS_CAUSAL)
+        n_m = 0
+        n_bh = 0
 
     dtype: gl.constexpr = q_desc.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
@@ -319,6 +465,7 @@ def _attn_fwd_hopper(
 
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
     turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
@@ -326,6 +473,7 @@ def _attn_fwd_hopper(
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
     for s in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(s), count=1)
@@ -340,46 +488,58 @@ def _attn_fwd_hopper(
     # to a name (or concatenated) does not keep its constexpr elements constexpr.
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
-                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              PERSISTENT, HEADS_FIRST)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
-                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              PERSISTENT, HEADS_FIRST)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty,
-                                 turn, off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, N_Q, N_K, qk_scale, causal_shift,
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready,
-                              v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
+                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              PERSISTENT, HEADS_FIRST)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -406,8 +566,23 @@ SCHEDULE = {
     False: dict(PINGPONG=True, HEADS_FIRST=False),
     True: dict(PINGPONG=True, HEADS_FIRST=True),
 }
+# PERSISTENT per head dim, (not causal, causal): one program per SM looping
+# over the work tiles (_work_tile).  Off until the H200 says it pays
+# (benchmarks/gpu_hopper_persistent.sh, docs/hopper.md).
+PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H200), cached."""
+    return _sm_count(torch.device(device).index if torch.device(device).index is not None
+                     else torch.cuda.current_device())
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS, **_):
@@ -467,17 +642,25 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
         return reason
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
-    meta = dict(CONFIGS[d], **SCHEDULE[causal])
+    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal])
     meta.update(overrides)
+    # Not a kernel parameter: the persistent grid's size (tests use a few
+    # programs to give each several work tiles).
+    n_programs = meta.pop("NUM_SMS", None)
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return "shared memory"
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = triton.cdiv(n_q, rows)
-    grid = (batch * h_q, n_m) if meta["HEADS_FIRST"] else (n_m, batch * h_q)
-    if grid[1] > 65535:
-        return "grid"
+    if meta["PERSISTENT"]:
+        if n_m * batch * h_q >= 2 ** 31:
+            return "grid"
+        grid = (min(n_programs or sm_count(q.device), n_m * batch * h_q),)
+    else:
+        grid = (batch * h_q, n_m) if meta["HEADS_FIRST"] else (n_m, batch * h_q)
+        if grid[1] > 65535:
+            return "grid"
     gdt = _GL_DTYPES[q.dtype]
     q_block = [1, 1, meta["BLOCK_M"], d]
     kv_block = [1, 1, meta["BLOCK_N"], d]
@@ -489,7 +672,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
     plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, o))
     plan.blocks = (q_block, kv_block, kv_block, q_block)
     plan.layouts = (q_layout, kv_layout, kv_layout, q_layout)
-    plan.tail = (lse.stride(0), lse.stride(1), h_q, n_q, n_k, h_q // h_kv)
+    plan.tail = (lse.stride(0), lse.stride(1), batch, h_q, n_q, n_k, h_q // h_kv)
     plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     return plan
@@ -616,4 +799,5 @@ _NO_SWITCH = contextlib.nullcontext()
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
-__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "CONFIGS", "SCHEDULE"]
+__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "CONFIGS", "SCHEDULE",
+           "PERSISTENT_DEFAULT"]

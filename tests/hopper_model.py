@@ -1,0 +1,612 @@
+"""CPU models of the Hopper (Gluon) forward, flashattn_triton/kernels/hopper/fwd.py,
+which cannot run in Triton's interpreter.
+
+* ``emulate_forward``: a NumPy transliteration of the kernel's schedule (the
+  grid or the persistent loop with its snake order, the work-tile
+  coordinates, each consumer warpgroup's first masked tile, unmasked and
+  masked loops, the PAIRED grouping, TMA's zero fill past N and clipping of
+  stores) computing in float64; compared with a dense reference, it checks
+  that every (batch, head, row) is written exactly once and sees exactly
+  the keys it must.
+* ``simulate_protocol``: the mbarrier protocol of one CTA (producer, 1-3
+  consumer warpgroups, the K/V ring, Q buffers reused to stage O, ping-pong
+  turns) as cooperative agents under a random scheduler, with TMA copies,
+  wgmma groups and TMA stores completing asynchronously at random times.
+  Every wait uses the kernel's parity formula and is also checked against
+  the barrier's true completion count (a parity wait cannot tell phase k
+  from k + 2); every buffer access checks what the buffer holds and that no
+  copy is writing it while an asynchronous read is in flight.  A state in
+  which nothing can move is a deadlock.
+* ``makespans``: the busiest SM's work under the persistent snake order, a
+  plain round-robin and the hardware's dispatch of the non-persistent grid.
+
+The helpers mirror the kernel's integer formulas (``work_count``,
+``work_tile``, ``tile_coords``); when the kernel changes they must change
+with it.  ``python tests/hopper_model.py`` runs the full sweeps;
+tests/test_hopper.py runs a reduced one on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import math
+import random
+import time
+
+import numpy as np
+
+LOG2E = 1.4426950408889634
+
+
+# --------------------------------------------------------------------------- schedule (kernel formulas)
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def work_count(pid, n_programs, n_work):
+    """_work_count: work tiles of program pid."""
+    full = n_work // n_programs
+    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
+    return full + int(slot < n_work % n_programs)
+
+
+def work_tile(i, pid, n_programs, n_m, n_bh, heads_first):
+    """_work_tile: (pid_m, pid_bh) of program pid's i-th work tile."""
+    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    if heads_first:
+        return n_m - 1 - t // n_bh, t % n_bh
+    return t % n_m, t // n_m
+
+
+def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n):
+    """_tile_coords: (b, hq, hkv, start_m, n_tiles); shift None = not causal."""
+    off_b, off_hq = pid_bh // h_q, pid_bh % h_q
+    start_m = pid_m * rows
+    if shift is not None:
+        last_row = min(start_m + rows, n_q) - 1
+        end_n = max(min(n_k, last_row + shift + 1), 0)
+    else:
+        end_n = n_k
+    return off_b, off_hq, off_hq // group, start_m, max(cdiv(end_n, block_n), 1)
+
+
+def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
+    """The work tiles t = 0, 1, ... as _work_tile numbers them (coordinates
+    as tile_coords), and the number of m-blocks and of (batch, head)s."""
+    rows = cfg["BLOCK_M"] * cfg["NUM_CONSUMERS"]
+    n_m, n_bh = cdiv(n_q, rows), batch * h_q
+    tiles = []
+    for t in range(n_m * n_bh):
+        pid_m, pid_bh = (n_m - 1 - t // n_bh, t % n_bh) if cfg["HEADS_FIRST"] else (t % n_m, t // n_m)
+        tiles.append(tile_coords(pid_m, pid_bh, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"]))
+    return tiles, n_m, n_bh
+
+
+def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
+    """Each program's work tiles [(b, hq, hkv, start_m, n_tiles)], in the
+    order the kernel runs them (non-persistent: one each, in launch order,
+    which is the persistent numbering t)."""
+    order, n_m, n_bh = tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg)
+    rows = cfg["BLOCK_M"] * cfg["NUM_CONSUMERS"]
+    coords = lambda pm, pb: tile_coords(pm, pb, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"])  # noqa: E731
+    if cfg.get("PERSISTENT"):
+        g = min(cfg.get("NUM_SMS", 132), n_m * n_bh)
+        return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"]))
+                 for i in range(work_count(p, g, n_m * n_bh))] for p in range(g)]
+    return [[t] for t in order]
+
+
+def loop_iterations(lo, hi, paired):
+    """_attn_fwd_loop's j sequence, two steps per trip when PAIRED."""
+    if not paired:
+        return list(range(lo, hi))
+    n = max(hi - lo, 0)
+    out = []
+    for j in range(lo, lo + n - 1, 2):
+        out += [j, j + 1]
+    if n % 2 == 1:
+        out.append(lo + n - 1)
+    return out
+
+
+# --------------------------------------------------------------------------- float64 emulation
+
+def reference(q, k, v, scale, shift):
+    """Dense float64 attention, (B, H, N, d) arrays; LSE in base 2."""
+    group = q.shape[1] // k.shape[1]
+    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
+    if shift is not None:
+        i = np.arange(q.shape[2])[:, None]
+        j = np.arange(k.shape[2])[None, :]
+        s = np.where(j <= i + shift, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m_safe)
+    l = p.sum(-1, keepdims=True)
+    o = np.einsum("bhij,bhjd->bhid", p, vv) / np.where(l == 0, 1.0, l)
+    lse = np.where(l[..., 0] == 0, -np.inf, (m_safe[..., 0] + np.log(np.where(l == 0, 1.0, l))[..., 0]) / math.log(2))
+    return o, lse
+
+
+def _softmax_update(s, m_i, l_i, rows, start_n, n_k, c, shift, masked):
+    if masked:
+        cols = np.arange(s.shape[1])[None, :]
+        keep = cols < n_k - start_n
+        if shift is not None:
+            keep = keep & (cols <= rows[:, None] + (shift - start_n))
+        s = np.where(keep, s, -np.inf)
+    m_new = np.maximum(m_i, s.max(1))
+    m_ref = np.where(m_new == -np.inf, 0.0, m_new) if masked else m_new
+    p = np.exp2(s * c - (m_ref * c)[:, None])
+    alpha = np.exp2(m_i * c - m_ref * c)
+    return p, alpha, m_new, l_i * alpha + p.sum(1)
+
+
+def emulate_forward(q, k, v, scale, shift, cfg):
+    """The kernel's schedule in float64: returns (O, LSE base 2, writes per row)."""
+    b, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    bm, bn, nc = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NUM_CONSUMERS"]
+    rows_cta = bm * nc
+    # TMA: reads past N are zero (Q rows, K and V rows), stores past N_Q are clipped.
+    n_qp, n_kp = cdiv(n_q, rows_cta) * rows_cta, cdiv(max(n_k, 1), bn) * bn + bn
+    qp = np.zeros((b, h_q, n_qp, d))
+    qp[:, :, :n_q] = q
+    kp = np.zeros((b, h_kv, n_kp, d))
+    vp = np.zeros((b, h_kv, n_kp, d))
+    kp[:, :, :n_k], vp[:, :, :n_k] = k, v
+    o = np.full(q.shape, np.nan)
+    lse = np.full(q.shape[:3], np.nan)
+    writes = np.zeros(q.shape[:3], dtype=np.int64)
+    c = scale * LOG2E
+    paired = cfg["PAIRED"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for tiles in program_tiles(b, h_q, h_kv, n_q, n_k, shift, cfg):
+            for ob, ohq, ohkv, start_m, n_tiles in tiles:
+                for cons in range(nc):
+                    row0 = start_m + cons * bm
+                    rows = row0 + np.arange(bm)
+                    if shift is not None:
+                        n_full = min(max(row0 + shift + 1, 0), n_k) // bn
+                    else:
+                        n_full = n_k // bn
+                    n_full = min(n_full, n_tiles)
+                    qt = qp[ob, ohq, row0:row0 + bm]
+                    kt = lambda j: kp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
+                    vt = lambda j: vp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
+                    m_i = np.full(bm, -np.inf)
+                    l_i = np.zeros(bm)
+                    p, _, m_i, l_i = _softmax_update(qt @ kt(0).T, m_i, l_i, rows, 0, n_k, c, shift, True)
+                    acc = np.zeros((bm, d))
+                    seen = [0]
+                    for lo, hi, masked in ((1, n_full, False), (max(n_full, 1), n_tiles, True)):
+                        for j in loop_iterations(lo, hi, paired):
+                            seen.append(j)
+                            p_new, alpha, m_i, l_i = _softmax_update(qt @ kt(j).T, m_i, l_i, rows, j * bn, n_k, c,
+                                                                     shift, masked)
+                            acc = (acc + p @ vt(j - 1)) * alpha[:, None]
+                            p = p_new
+                    assert seen == list(range(n_tiles)), (seen, n_tiles)
+                    acc = acc + p @ vt(n_tiles - 1)
+                    empty = l_i == 0.0
+                    l_safe = np.where(empty, 1.0, l_i)
+                    keep = rows < n_q
+                    r = rows[keep]
+                    o[ob, ohq, r] = (acc / l_safe[:, None])[keep]
+                    lse[ob, ohq, r] = np.where(empty, -np.inf, m_i * c + np.log2(l_safe))[keep]
+                    writes[ob, ohq, r] += 1
+    return o, lse, writes
+
+
+def check_forward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=8, seed=0):
+    """'' if the emulation matches the reference and writes each row once, else why not."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((batch, h_q, n_q, d))
+    k = rng.standard_normal((batch, h_kv, n_k, d))
+    v = rng.standard_normal((batch, h_kv, n_k, d))
+    scale = d ** -0.5
+    o, lse, writes = emulate_forward(q, k, v, scale, shift, cfg)
+    o_ref, lse_ref = reference(q, k, v, scale, shift)
+    if (writes != 1).any():
+        return f"rows written {writes.min()}..{writes.max()} times"
+    if not np.array_equal(np.isinf(lse), np.isinf(lse_ref)):
+        return "-inf LSE rows differ"
+    fin = np.isfinite(lse_ref)
+    if fin.any() and np.abs(lse[fin] - lse_ref[fin]).max() > 1e-9:
+        return f"LSE error {np.abs(lse[fin] - lse_ref[fin]).max():.2e}"
+    err = np.abs(o - o_ref).max()
+    if not err <= 1e-9:
+        return f"O error {err:.2e}"
+    return ""
+
+
+# --------------------------------------------------------------------------- mbarrier protocol simulation
+
+class ProtocolError(AssertionError):
+    pass
+
+
+class Barrier:
+    """An mbarrier: arrival count, transaction bytes, completed phases."""
+
+    def __init__(self, name, count):
+        self.name, self.count, self.pending, self.tx, self.done = name, count, count, 0, 0
+
+    def _check(self):
+        if self.pending < 0:
+            raise ProtocolError(f"{self.name}: more arrivals than its count in phase {self.done}")
+        if self.pending == 0 and self.tx == 0:
+            self.done += 1
+            self.pending = self.count
+
+    def arrive(self):
+        self.pending -= 1
+        self._check()
+
+    def expect(self, nbytes):  # mbarrier.arrive.expect_tx
+        self.tx += nbytes
+        self.arrive()
+
+    def complete_tx(self, nbytes):
+        self.tx -= nbytes
+        self._check()
+
+
+class Buffer:
+    def __init__(self, name):
+        self.name, self.content, self.writing, self.readers = name, ("fresh",), False, 0
+
+
+class CTA:
+    """Shared state of one CTA: barriers, buffers, asynchronous operations."""
+
+    def __init__(self, nc, ns):
+        self.nc, self.ns = nc, ns
+        self.q_ready = [Barrier(f"q_ready[{c}]", 1) for c in range(nc)]
+        self.q_empty = [Barrier(f"q_empty[{c}]", 1) for c in range(nc)]
+        self.turn = [Barrier(f"turn[{c}]", 1) for c in range(nc)]
+        self.k_ready = [Barrier(f"k_ready[{s}]", 1) for s in range(ns)]
+        self.v_ready = [Barrier(f"v_ready[{s}]", 1) for s in range(ns)]
+        self.k_empty = [Barrier(f"k_empty[{s}]", nc) for s in range(ns)]
+        self.v_empty = [Barrier(f"v_empty[{s}]", nc) for s in range(ns)]
+        self.q_buf = [Buffer(f"Q[{c}]") for c in range(nc)]
+        self.k_buf = [Buffer(f"K[{s}]") for s in range(ns)]
+        self.v_buf = [Buffer(f"V[{s}]") for s in range(ns)]
+        self.events = []          # asynchronous completions that may fire: (kind, ...)
+        self.wgmma = [[] for _ in range(nc)]   # per consumer: outstanding groups (buffers read, contents)
+        self.stores = [0] * nc    # per consumer: TMA stores in flight
+        self.outputs = []         # (tile, consumer) of each O store issued
+
+    # TMA load: the buffer is undefined until the copy completes the barrier's transaction.
+    def tma_load(self, buf, tag, bar):
+        if buf.readers:
+            raise ProtocolError(f"TMA load into {buf.name} while {buf.readers} asynchronous read(s) of it run")
+        if buf.writing:
+            raise ProtocolError(f"two TMA loads into {buf.name} at once")
+        buf.writing, buf.content = True, ("in flight", tag)
+        self.events.append(("load", buf, tag, bar))
+
+    def read(self, buf, tag):
+        if buf.writing or buf.content != tag:
+            raise ProtocolError(f"{buf.name} holds {buf.content}, expected {tag}")
+
+    def wgmma_issue(self, c, reads):
+        for buf, tag in reads:
+            self.read(buf, tag)
+            buf.readers += 1
+        self.wgmma[c].append(reads)
+        self.events.append(("wgmma", c))
+
+    def tma_store(self, c, buf, tag):
+        self.read(buf, tag)
+        buf.readers += 1
+        self.stores[c] += 1
+        self.events.append(("store", c, buf, tag))
+
+    def fire(self, ev):
+        self.events.remove(ev)
+        if ev[0] == "load":
+            _, buf, tag, bar = ev
+            buf.writing, buf.content = False, tag
+            bar.complete_tx(1)
+        elif ev[0] == "wgmma":  # groups retire in issue order
+            for buf, tag in self.wgmma[ev[1]].pop(0):
+                self.read(buf, tag)
+                buf.readers -= 1
+        else:
+            _, c, buf, tag = ev
+            self.read(buf, tag)
+            buf.readers -= 1
+            self.stores[c] -= 1
+
+
+def _wait(bar, parity, expected):
+    """A wait in the kernel's form; 'expected' is the completion count the
+    waiter means (counted independently of the parity formula)."""
+    return ("wait", bar, parity, expected)
+
+
+def producer(cta, tiles, persistent):
+    ns, nc = cta.ns, cta.nc
+    waits = {}
+
+    def wait(bar, parity):
+        n = waits.get(bar.name, 0)
+        waits[bar.name] = n + 1
+        return _wait(bar, parity, n)  # the n-th wait on an 'empty' barrier needs n releases
+
+    def load_kv(t, j, g):
+        s = g % ns
+        ph = ((g // ns) & 1) ^ 1
+        yield wait(cta.k_empty[s], ph)
+        cta.k_ready[s].expect(1)
+        cta.tma_load(cta.k_buf[s], ("K", t, j), cta.k_ready[s])
+        yield ("step",)
+        yield wait(cta.v_empty[s], ph)
+        cta.v_ready[s].expect(1)
+        cta.tma_load(cta.v_buf[s], ("V", t, j), cta.v_ready[s])
+        yield ("step",)
+
+    def load_q(t, q_phase, wait_empty):
+        for c in range(nc):
+            if wait_empty:
+                yield wait(cta.q_empty[c], q_phase ^ 1)
+            cta.q_ready[c].expect(1)
+            cta.tma_load(cta.q_buf[c], ("Q", t, c), cta.q_ready[c])
+            yield ("step",)
+
+    if persistent:
+        g = 0
+        for i, n_tiles in enumerate(tiles):
+            n_first = min(n_tiles, ns)   # the ring's worth of K/V before Q (the kernel's order)
+            for j in range(n_first):
+                yield from load_kv(i, j, g + j)
+            yield from load_q(i, i & 1, True)
+            for j in range(n_first, n_tiles):
+                yield from load_kv(i, j, g + j)
+            g += n_tiles
+    else:
+        assert len(tiles) == 1
+        yield from load_q(0, 0, False)
+        for j in range(tiles[0]):
+            yield from load_kv(0, j, j)
+
+
+def consumer(cta, c, tiles, persistent, pingpong):
+    ns, nc = cta.ns, cta.nc
+    waits = {}
+
+    def wait(bar, parity):
+        n = waits.get(bar.name, 0)
+        waits[bar.name] = n + 1
+        return _wait(bar, parity, n + 1)  # the n-th wait on a 'ready' barrier needs n + 1 completions
+
+    def tile(t, n_tiles, g0, t0, q_phase):
+        q = cta.q_buf[c]
+        yield wait(cta.q_ready[c], q_phase)
+        s0 = g0 % ns
+        yield wait(cta.k_ready[s0], (g0 // ns) & 1)
+        if pingpong:
+            yield wait(cta.turn[c], t0 & 1)
+        cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[s0], ("K", t, 0))])
+        if pingpong:
+            cta.turn[(c + 1) % nc].arrive()
+        yield ("wgmma_wait", 0)
+        cta.k_empty[s0].arrive()
+        yield ("step",)
+        for j in range(1, n_tiles):   # the unmasked / masked split and PAIRED do not change the order
+            gk = g0 + j
+            sk, sv = gk % ns, (gk - 1) % ns
+            yield wait(cta.k_ready[sk], (gk // ns) & 1)
+            yield wait(cta.v_ready[sv], ((gk - 1) // ns) & 1)
+            if pingpong:
+                yield wait(cta.turn[c], (t0 + j) & 1)
+            cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[sk], ("K", t, j))])
+            cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, j - 1))])
+            if pingpong:
+                cta.turn[(c + 1) % nc].arrive()
+            yield ("wgmma_wait", 1)
+            cta.k_empty[sk].arrive()
+            yield ("step",)           # the softmax runs here, under P V
+            yield ("wgmma_wait", 0)
+            cta.v_empty[sv].arrive()
+            yield ("step",)
+        sv = (g0 + n_tiles - 1) % ns
+        yield wait(cta.v_ready[sv], ((g0 + n_tiles - 1) // ns) & 1)
+        if pingpong:
+            yield wait(cta.turn[c], (t0 + n_tiles) & 1)
+        cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, n_tiles - 1))])
+        if pingpong:
+            cta.turn[(c + 1) % nc].arrive()
+        yield ("wgmma_wait", 0)
+        cta.v_empty[sv].arrive()
+        yield ("step",)
+        # Epilogue: O staged in Q's buffer (a generic write: nothing may be
+        # reading or loading it), TMA store, store_wait.
+        if q.readers or q.writing:
+            raise ProtocolError(f"O written into {q.name} while it is read or loaded")
+        q.content = ("O", t, c)
+        cta.tma_store(c, q, ("O", t, c))
+        cta.outputs.append((t, c))
+        yield ("store_wait",)
+
+    if persistent:
+        g = 0
+        for i, n_tiles in enumerate(tiles):
+            yield from tile(i, n_tiles, g, g + i, i & 1)
+            cta.q_empty[c].arrive()
+            g += n_tiles
+    else:
+        yield from tile(0, tiles[0], 0, 0, 0)
+
+
+def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6):
+    """Run one CTA's protocol over work tiles with the given key-tile counts.
+    Returns the number of scheduler steps; raises ProtocolError on a
+    deadlock, a wrong phase or a buffer hazard."""
+    rng = random.Random(seed)
+    cta = CTA(nc, ns)
+    if pingpong:
+        cta.turn[0].arrive()
+    agents = {"producer": producer(cta, tiles, persistent)}
+    for c in range(nc):
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong)
+    state = {name: ("step",) for name in agents}
+    # Per run, a random bias: some agents (or the asynchronous engines) run
+    # much more often than others, so that every one of them gets far ahead.
+    weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
+
+    def ready(name):
+        st = state[name]
+        if st[0] == "wait":
+            return (st[1].done & 1) != st[2]
+        if st[0] == "wgmma_wait":
+            return len(cta.wgmma[int(name[8:])]) <= st[1]
+        if st[0] == "store_wait":
+            return cta.stores[int(name[8:])] == 0
+        return True
+
+    steps = 0
+    while agents or cta.events:
+        steps += 1
+        if steps > max_steps:
+            raise ProtocolError("no progress bound reached")
+        runnable = [n for n in agents if ready(n)]
+        choices = [(n, weight[n]) for n in runnable] + [(ev, weight["async"]) for ev in cta.events]
+        if not choices:
+            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "", s[2:3]) for n, s in state.items()
+                       if n in agents}
+            raise ProtocolError(f"deadlock: {blocked}")
+        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
+        if isinstance(pick, tuple):
+            cta.fire(pick)
+            continue
+        st = state[pick]
+        if st[0] == "wait" and st[1].done != st[3]:
+            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
+                                f"meant {st[3]}")
+        try:
+            state[pick] = next(agents[pick])
+        except StopIteration:
+            del agents[pick]
+    want = sorted((t, c) for t in range(len(tiles)) for c in range(nc))
+    if sorted(cta.outputs) != want:
+        raise ProtocolError(f"O stores {sorted(cta.outputs)} != {want}")
+    return steps
+
+
+# --------------------------------------------------------------------------- load balance
+
+def makespans(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0):
+    """Busiest SM / ideal, in key-tile iterations plus tile_cost per work
+    tile: the persistent snake, a plain round-robin (tile t to program t % G)
+    and the hardware's dispatch of the non-persistent grid (each block to
+    the SM that frees first, in launch order)."""
+    cost = lambda tl: tl[4] + tile_cost  # noqa: E731
+    order, n_m, n_bh = tile_order(batch, h_q, h_q, n_q, n_k, shift, cfg)
+    persist = program_tiles(batch, h_q, h_q, n_q, n_k, shift, dict(cfg, PERSISTENT=True, NUM_SMS=n_sms))
+    snake = max(sum(cost(t) for t in p) for p in persist)
+    g = len(persist)
+    rr = max(sum(cost(t) for t in order[p::g]) for p in range(g))
+    # The hardware starts the grid's blocks in launch order, each on the SM
+    # that frees first (one block per SM: the kernel takes all registers).
+    free = [0.0] * n_sms
+    for tl in order:
+        heapq.heapreplace(free, free[0] + cost(tl))
+    grid = order
+    ideal = sum(cost(t) for t in grid) / n_sms
+    return dict(ideal=ideal, snake=snake / ideal, round_robin=rr / ideal, hw_grid=max(free) / ideal,
+                tiles=n_m * n_bh)
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def forward_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg) for the emulation sweep."""
+    lengths = [1, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 383, 700]
+    cfgs = []
+    for bn, nc, paired, persistent, heads_first, n_sms in itertools.product(
+            (64, 128), (1, 2, 3), (False, True), (False, True), (False, True), (3, 5, 132)):
+        if persistent or n_sms == 132:
+            cfgs.append(dict(BLOCK_M=64, BLOCK_N=bn, NUM_CONSUMERS=nc, PAIRED=paired, PERSISTENT=persistent,
+                             HEADS_FIRST=heads_first, NUM_SMS=n_sms))
+    rng = random.Random(1)
+    out = []
+    for n_q, n_k in itertools.product(lengths, lengths):
+        for shift in (None, n_k - n_q, 0, -5, n_k // 3):
+            for cfg in rng.sample(cfgs, 4 if full else 1):
+                batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
+                out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
+    return out if full else rng.sample(out, 80)
+
+
+def protocol_cases(full=True):
+    """(tiles, nc, ns, pingpong, persistent, seed) for the protocol sweep."""
+    rng = random.Random(2)
+    out = []
+    runs = 8 if full else 1
+    for nc, ns, pingpong, persistent in itertools.product((1, 2, 3), (1, 2, 3), (False, True), (False, True)):
+        if nc == 1 and pingpong:
+            continue  # the launcher turns ping-pong off with one consumer
+        for r in range(runs):
+            if persistent:
+                tiles = [rng.randint(1, 7) for _ in range(rng.randint(1, 6))]
+            else:
+                tiles = [rng.randint(1, 13)]
+            out.append((tiles, nc, ns, pingpong, persistent, rng.randrange(1 << 30)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="the reduced sweeps of tests/test_hopper.py")
+    ap.add_argument("--protocol-runs", type=int, default=1, help="repeat the protocol sweep with new seeds")
+    args = ap.parse_args()
+    t0 = time.time()
+    fails = 0
+    cases = forward_cases(not args.quick)
+    for case in cases:
+        why = check_forward(*case)
+        if why:
+            fails += 1
+            if fails <= 10:
+                print("FORWARD FAIL", case, why)
+    n_persist = sum(1 for c in cases if c[-1]["PERSISTENT"])
+    print(f"forward emulation: {len(cases)} cases ({n_persist} persistent), {fails} failures, "
+          f"{time.time() - t0:.0f}s", flush=True)
+    t1 = time.time()
+    pfails = 0
+    runs = 0
+    steps = 0
+    for rep in range(args.protocol_runs):
+        for tiles, nc, ns, pp, persistent, seed in protocol_cases(not args.quick):
+            runs += 1
+            try:
+                steps += simulate_protocol(tiles, nc, ns, pp, persistent, seed + rep * 7919)
+            except ProtocolError as exc:
+                pfails += 1
+                if pfails <= 10:
+                    print("PROTOCOL FAIL", tiles, nc, ns, pp, persistent, seed, exc)
+    print(f"protocol simulation: {runs} runs, {steps} scheduler steps, {pfails} failures, "
+          f"{time.time() - t1:.0f}s", flush=True)
+    print("\nload balance (busiest SM / ideal; 132 SMs; cost = key tiles + 1 per work tile):")
+    print("| d | N | causal | tiles | persistent snake | round-robin | non-persistent grid |")
+    print("|---|---|---|---|---|---|---|")
+    for d, n, causal in itertools.product((64, 128, 256), (2048, 8192), (False, True)):
+        cfg = dict(BLOCK_M=64, BLOCK_N=64 if d == 256 else 128, NUM_CONSUMERS=2, HEADS_FIRST=causal)
+        r = makespans(16384 // n, 2048 // d, n, n, 0 if causal else None, cfg)
+        print(f"| {d} | {n} | {causal} | {r['tiles']} | {r['snake']:.3f} | {r['round_robin']:.3f} | "
+              f"{r['hw_grid']:.3f} |")
+        if d == 64:
+            r = makespans(16384 // n, 2048 // d, n, n, 0 if causal else None, dict(cfg, NUM_CONSUMERS=3))
+            print(f"| {d} nc3 | {n} | {causal} | {r['tiles']} | {r['snake']:.3f} | {r['round_robin']:.3f} | "
+                  f"{r['hw_grid']:.3f} |")
+    return int(bool(fails or pfails))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
