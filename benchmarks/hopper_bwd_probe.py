@@ -37,8 +37,8 @@ def parse_variant(spec):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/out")
-    ap.add_argument("--variants", default="default,PIPELINE=true,NUM_STAGES=3,NUM_STAGES=3+PIPELINE=true")
-    ap.add_argument("--variants64", default="BLOCK_M=128,BLOCK_M=128+PIPELINE=true",
+    ap.add_argument("--variants", default="default,HEADS_FIRST=true")
+    ap.add_argument("--variants64", default="BLOCK_M=64",
                     help="extra variants for d=64 only")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192")

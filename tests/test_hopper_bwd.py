@@ -101,14 +101,14 @@ def test_matches_reference(dtype, d, case):
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant", [dict(PIPELINE=True), dict(NUM_STAGES=3), dict(BLOCK_M=128),
-                                     dict(NUM_STAGES=3, PIPELINE=True)],
+@pytest.mark.parametrize("variant", [dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=3),
+                                     dict(BLOCK_M=64), dict(BLOCK_M=128)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [None, "br"])
 def test_variants(variant, d, causal):
-    """Every CONFIGS switch computes the same gradients (those whose shared
-    memory does not fit at this d are skipped)."""
+    """Every CONFIGS / SCHEDULE switch computes the same gradients (those
+    whose shared memory does not fit at this d are skipped)."""
     from flashattn_triton.kernels.hopper import bwd as hbwd
     if hbwd.smem_bytes(d, **dict(hbwd.CONFIGS[d], **variant)) > hbwd.SMEM_LIMIT:
         pytest.skip("does not fit in shared memory")

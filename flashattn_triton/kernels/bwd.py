@@ -695,6 +695,21 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
     alibi, _, bias, seed = mods.pointers(lse)
 
+    hopper = hopper and not varlen and dbias is None and mods is NO_MODS and left is None and right in (None, 0)
+    if delta is None:
+        delta = torch.empty_like(lse)
+    _bwd_preprocess[(cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
+        o, do, dlse if dlse is not None else delta, delta, cu_q,
+        *_flat_strides((o, do), varlen), *lse_strides,
+        h_q, n_q,
+        HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
+        HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
+    )
+    if hopper:
+        from .hopper import hopper_attention_backward
+        if hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale,
+                                     None if right is None else n_k - n_q + causal_offset):
+            return delta
     group = h_q // h_kv
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \
         if split_group else 1
@@ -705,20 +720,6 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                              dtype=torch.float32, device=dv.device)
     else:
         dk_out, dv_out = dk, dv
-    if delta is None:
-        delta = torch.empty_like(lse)
-    _bwd_preprocess[(cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
-        o, do, dlse if dlse is not None else delta, delta, cu_q,
-        *_flat_strides((o, do), varlen), *lse_strides,
-        h_q, n_q,
-        HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
-        HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
-    )
-    if hopper and not varlen and dbias is None and mods is NO_MODS and left is None and right in (None, 0):
-        from .hopper import hopper_attention_backward
-        if hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale,
-                                     None if right is None else n_k - n_q + causal_offset):
-            return delta
     if fused_dq is None:
         fused_dq = use_fused_dq(False, dbias is not None)
     fused = fused_dq and dbias is None

@@ -177,81 +177,6 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
 
 
 @gluon.jit
-def _issue_qk(it, total, k_c, q_bufs, q_ready,
-              SUB_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Issue S^T = K_c Q^T of tile ``it`` once its Q has landed.  A tile past
-    the last (it == total) is not waited for: its product reads a slot that
-    no load will write again and is discarded."""
-    t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_M, 16])
-    s = it % NUM_STAGES
-    if it < total:
-        mbarrier.wait(q_ready.index(s), (it // NUM_STAGES) & 1)
-    return warpgroup_mma(k_c, q_bufs.index(s).permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
-                         use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _attn_bwd_step_pipelined(it, total, mb, st_tok, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
-                             stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                             off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
-                             SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
-                             MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """_attn_bwd_step with S^T of this tile issued by the previous step
-    (``st_tok``) and the next tile's S^T issued before this tile's dQ is
-    waited for: the dQ epilogue (shared-memory staging and the bulk reduce)
-    runs while the tensor cores compute the next S^T.  Returns the next
-    tile's S^T token."""
-    t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_M, 16])
-    kv_layout: gl.constexpr = dk.type.layout
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DQ_COLS, 16])
-    dtype: gl.constexpr = q_bufs.dtype
-    s = it % NUM_STAGES
-    start_m = mb * BLOCK_M
-    q_s = q_bufs.index(s)
-    do_s = do_bufs.index(s)
-    mbarrier.wait(do_ready.index(s), (it // NUM_STAGES) & 1)
-    dpt_tok = warpgroup_mma(v_c, do_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
-                            use_acc=False, is_async=True)
-    col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
-    st = warpgroup_mma_wait(1, deps=(st_tok,))
-    lse2 = stat_bufs.index(2 * s).load(col_layout)
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-    if MASKED:
-        keep = gl.expand_dims(keys, 1) < N_K
-        if IS_CAUSAL:
-            cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
-            keep = keep & (gl.expand_dims(keys, 1) <= gl.expand_dims(cols, 0) + causal_shift)
-        pt = gl.where(keep, pt, 0.0)
-    dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
-    delta = stat_bufs.index(2 * s + 1).load(col_layout)
-    dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
-    dv_tok = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do_s, dv, is_async=True)
-    dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
-    b = it % 2
-    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(dst)
-    fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
-    dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
-                           gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
-    dv, dk = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok))  # dQ may still run
-    mbarrier.arrive(qdo_empty.index(s))  # Q and dO of this tile are no longer read
-    st_next = _issue_qk(it + 1, total, k_c, q_bufs, q_ready, SUB_N, BLOCK_M, NUM_STAGES)
-    dq = warpgroup_mma_wait(1, deps=(dq_tok,))  # the next S^T may still run
-    tma.store_wait(0)
-    dq_stage.store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, CONSUMER * DQ_COLS],
-                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_COLS], dq_desc.layout))
-    return dk, dv, st_next
-
-
-@gluon.jit
 def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
                       kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
                       off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
@@ -259,7 +184,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs,
                       N_Q, N_K, qk_scale, sm_scale, causal_shift,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, PIPELINE: gl.constexpr):
+                      IS_CAUSAL: gl.constexpr):
     """Consumer warpgroup: keys [start_n + CONSUMER * SUB_N, + SUB_N)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
@@ -290,41 +215,20 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs,
     dv = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
     mbarrier.wait(kv_ready, 0)
     it = 0
-    if PIPELINE:
-        total = GROUP * (n_mb - m_lo)
-        st_tok = _issue_qk(0, total, k_c, q_bufs, q_ready, SUB_N, BLOCK_M, NUM_STAGES)
-        for g in range(GROUP):
-            off_hq = off_hkv * GROUP + g
-            for mb in range(m_lo, m_full):
-                dk, dv, st_tok = _attn_bwd_step_pipelined(
-                    it, total, mb, st_tok, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
-                it += 1
-            for mb in range(m_full, n_mb):
-                dk, dv, st_tok = _attn_bwd_step_pipelined(
-                    it, total, mb, st_tok, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
-                it += 1
-        warpgroup_mma_wait(0, deps=(st_tok,))  # the product issued past the last tile
-    else:
-        for g in range(GROUP):
-            off_hq = off_hkv * GROUP + g
-            for mb in range(m_lo, m_full):
-                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
-                it += 1
-            for mb in range(m_full, n_mb):
-                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
-                it += 1
+    for g in range(GROUP):
+        off_hq = off_hkv * GROUP + g
+        for mb in range(m_lo, m_full):
+            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
+            it += 1
+        for mb in range(m_full, n_mb):
+            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
+            it += 1
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
     rows = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, kv_layout))
@@ -356,10 +260,17 @@ def _attn_bwd_hopper(
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PIPELINE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
 ):
-    pid_n = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    if HEADS_FIRST:
+        # Heads vary fastest: with a causal mask every head's first key
+        # block (the one with most query tiles) starts in the first wave.
+        pid_bh = gl.program_id(0)
+        pid_n = gl.program_id(1)
+    else:
+        # A head's key blocks run together and share its Q and dO in L2.
+        pid_n = gl.program_id(0)
+        pid_bh = gl.program_id(1)
     off_b = pid_bh // H_KV
     off_hkv = pid_bh % H_KV
     start_n = pid_n * BLOCK_N
@@ -410,13 +321,13 @@ def _attn_bwd_hopper(
                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PIPELINE)),
+                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
                              kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PIPELINE)),
+                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
         (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                           stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
                           off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
@@ -437,9 +348,11 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # Registers per consumer thread: dK and dV (SUB_N * d / 64 each), S^T and
 # dP^T (SUB_N * BLOCK_M / 128 each), dQ (BLOCK_M * d / 256).
 CONFIGS = {
-    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PIPELINE=False),
-    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PIPELINE=False),
+    64: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
+    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
 }
+# Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
+SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -480,7 +393,7 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
         return "strides or base not 16-byte aligned for TMA"
     if dk.stride(-1) != 1 or dv.stride(-1) != 1:
         return "dk, dv need unit last stride"
-    if max(max(t.shape) for t in (q, k)) >= 2 ** 31 or batch * h_kv > 65535:
+    if max(max(t.shape) for t in (q, k)) >= 2 ** 31:
         return "dimension too large"
     return ""
 
@@ -505,7 +418,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
-    meta = dict(CONFIGS[d])
+    meta = dict(CONFIGS[d], **SCHEDULE[causal])
     meta.update(overrides)
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
@@ -530,7 +443,10 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             h_kv, n_q, n_k, h_q // h_kv,
             sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift)
-    grid = (triton.cdiv(n_k, meta["BLOCK_N"]), batch * h_kv)
+    n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
+    grid = (batch * h_kv, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, batch * h_kv)
+    if grid[1] > 65535:
+        return False
     kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
     switch = q.device.index != torch.cuda.current_device()
     try:
