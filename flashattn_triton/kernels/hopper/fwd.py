@@ -554,10 +554,12 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # * d (Q, reused for O) + 2 * NUM_STAGES * BLOCK_N * d (the K/V ring), 16-bit.
 # Registers per consumer thread: S (BLOCK_N / 2), O (d / 2), P (BLOCK_N / 4,
 # twice when PAIRED) in a 240-register budget with two consumer warpgroups.
-# Chosen from the H200 runs in docs/hopper.md: PAIRED pays at d = 64 only
-# (at d >= 128 its second P makes ptxas spill), a third stage pays at d = 128.
+# Chosen from the H200 runs in docs/hopper.md: a third stage pays at d = 128;
+# at d = 64 three 160-register consumers (192 rows per program) beat two
+# PAIRED ones by 1.04-1.16x (session 10, call 4), at d >= 128 PAIRED's second
+# P makes ptxas spill.
 CONFIGS = {
-    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=True),
+    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=3, CONSUMER_REGS=160, PAIRED=False),
     128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
     256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
 }
@@ -567,9 +569,10 @@ SCHEDULE = {
     True: dict(PINGPONG=True, HEADS_FIRST=True),
 }
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
-# over the work tiles (_work_tile).  Off until the H200 says it pays
-# (benchmarks/gpu_hopper_persistent.sh, docs/hopper.md).
-PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
+# over the work tiles (_work_tile).  On where the H200 measured >= 1.02x at
+# both N = 2k and 8k (benchmarks/gpu_hopper_persistent.sh, session 10 call 4):
+# d = 128 causal 1.03x / 1.13x; elsewhere mixed or below (docs/hopper.md).
+PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
