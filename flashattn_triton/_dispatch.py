@@ -51,25 +51,32 @@ def hopper_available(device_index: int) -> bool:
 ENV_HOPPER_BWD = "FLASHATTN_TRITON_HOPPER_BWD"  # "0": the portable backward even where Hopper runs
 
 
-def use_hopper_backward(q, window, deterministic: bool) -> bool:
+def use_hopper_backward(device: torch.device, window, deterministic: bool) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py; it may still
-    decline a case): the Hopper tier is chosen (as for the forward), the call
-    is not deterministic (its dQ adds arrive in a varying order), the mask is
-    none or causal, and FLASHATTN_TRITON_HOPPER_BWD is not "0"."""
+    decline a case) for tensors on ``device`` (the real device also for the
+    backward prefetch's meta tensors): the Hopper tier is chosen (as for the
+    forward), the call is not deterministic (its dQ adds arrive in a varying
+    order), the mask is none or causal, and FLASHATTN_TRITON_HOPPER_BWD is not "0"."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
         return False
-    return use_hopper_forward(q, None, None, window, 0)
+    return _hopper_tier(device) and window[0] < 0 and window[1] in (-1, 0)
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
     """Whether to try the Hopper forward (it may still decline a case)."""
+    return _hopper_tier(q.device) and window[0] < 0 and window[1] in (-1, 0)
+
+
+def _hopper_tier(device: torch.device) -> bool:
+    """The Hopper tier is chosen for this device (FLASHATTN_TRITON_BACKEND) and
+    available; raises if it is forced but unavailable."""
     choice = backend()
-    if choice == "portable" or not q.is_cuda:
+    if choice == "portable" or device.type != "cuda":
         return False
-    ok = hopper_available(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    ok = hopper_available(device.index if device.index is not None else torch.cuda.current_device())
     if choice == "hopper" and not ok:
         raise RuntimeError(f"{ENV_BACKEND}=hopper but the Hopper tier is not available on this "
                            "GPU / Triton version")
-    return ok and window[0] < 0 and window[1] in (-1, 0)
+    return ok

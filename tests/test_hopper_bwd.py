@@ -189,3 +189,31 @@ def test_declines_what_it_cannot_run():
     assert not run(torch.randn(1, 2, 64, 64, device=dev, dtype=torch.bfloat16), scale=-0.1), "negative scale"
     base = torch.randn(2 * 4 * 64 * 64 + 1, device=dev, dtype=torch.bfloat16)
     assert not run(base[1:].view(2, 4, 64, 64)), "a base not 16-byte aligned"
+
+
+@needs_hopper
+def test_prefetch_compiles_it(monkeypatch):
+    """The backward prefetch (_prefetch.py) takes the Hopper backward on its
+    meta tensors in compile-only mode, so the first backward finds the kernel
+    built; then the real backward runs it."""
+    from flashattn_triton import _prefetch, flash_attn_func
+    from flashattn_triton.kernels import fastlaunch
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "1")
+    calls = []
+    real = hopper.hopper_attention_backward
+
+    def spy(*a, **kw):
+        took = real(*a, **kw)
+        calls.append((fastlaunch.compile_only_device() is not None, took))
+        return took
+    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    q = torch.randn(1, 333, 4, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    k = torch.randn(1, 517, 2, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    v = torch.randn(1, 517, 2, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    out = flash_attn_func(q, k, v, causal=True)
+    _prefetch.wait_pending()
+    assert (True, True) in calls, f"the prefetch did not take the Hopper backward: {calls}"
+    calls.clear()
+    out.sum().backward()
+    assert calls == [(False, True)], calls

@@ -368,10 +368,13 @@ def _tma_ok(t: torch.Tensor) -> bool:
 
 
 def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
-    """Why the Hopper backward cannot take this call ('' if it can)."""
-    if not q.is_cuda:
+    """Why the Hopper backward cannot take this call ('' if it can).  Meta
+    tensors count as tensors of the device of an active compile-only context
+    (the backward prefetch compiles this kernel so)."""
+    device = fastlaunch.compile_only_device() if q.is_meta else q.device
+    if device is None or device.type != "cuda":
         return "not a CUDA tensor"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
+    if torch.cuda.get_device_capability(device) != (9, 0):
         return "not an sm_90 GPU"
     if q.dtype not in _GL_DTYPES or any(t.dtype != q.dtype for t in (k, v, do, dq, dk, dv)):
         return f"dtype {q.dtype} (float16/bfloat16 only, all alike)"
@@ -448,7 +451,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     if grid[1] > 65535:
         return False
     kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
-    switch = q.device.index != torch.cuda.current_device()
+    switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
         with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
             _run.launch(args, kwargs, grid)
