@@ -268,11 +268,14 @@ def flash_attn_func(
             (batch_size, nheads).  Adds -slope[b, h] * |i + seqlen_k - seqlen_q - j|
             to the score of query i and key j (after softcap).  The slopes
             are constants: no gradient flows to them (as in flash-attn).
-        deterministic: the default backward uses no atomics and is
-            bit-reproducible whatever this flag says; the opt-in fused form
-            (FLASHATTN_TRITON_FUSED_DQ=1, float32 atomic adds into dQ) is not,
-            and deterministic=True (or torch.use_deterministic_algorithms)
-            keeps that call's backward on the default form.
+        deterministic: as in flash-attn, False (the default) lets the
+            backward use atomics: on Hopper (sm_90) the Gluon backward adds
+            dQ in float32 in an order that varies run to run, and so does
+            the opt-in fused form of the portable backward
+            (FLASHATTN_TRITON_FUSED_DQ=1).  True (or
+            torch.use_deterministic_algorithms) runs the portable
+            three-kernel backward, which has no atomics: bit-identical
+            gradients run to run.
         return_attn_probs: if True, return ``(out, softmax_lse, S_dmask)`` like
             flash-attn.  S_dmask is None unless dropout_p > 0; then it is
             (batch_size, nheads, seqlen_q, seqlen_k) float32: the attention

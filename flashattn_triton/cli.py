@@ -21,8 +21,11 @@ ENVIRONMENT = [
                                   "Default: the committed per-GPU table"),
     ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
-    ("FLASHATTN_TRITON_FUSED_DQ", "1: backward adds dQ from the dK/dV kernel with float32 atomics (opt-in, "
-                                  "not bit-reproducible). Default 0: the deterministic three-kernel backward"),
+    ("FLASHATTN_TRITON_HOPPER_BWD", "0: the portable backward on Hopper too (default: the Gluon backward "
+                                    "where it applies; its dQ adds are not bit-reproducible, "
+                                    "deterministic=True always takes the portable kernels)"),
+    ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
+                                  "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
@@ -231,7 +234,17 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     split = group_split(group, batch * n_k, h_kv, d_pad + dv_pad)
     dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    lines.append(f"backward: portable kernels: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
+    head = "backward: portable kernels"
+    if takes and not variants and d == d_v:
+        from .kernels.hopper.bwd import CONFIGS as BWD_CONFIGS
+        if d in BWD_CONFIGS:
+            head = "          else (deterministic, or a decline) portable kernels"
+            c = BWD_CONFIGS[d]
+            lines.append(f"backward: Hopper tier, Gluon kernel (kernels/hopper/bwd.py): {c['BLOCK_N']} keys per "
+                         f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
+                         "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
+                         "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)")
+    lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
     lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
     lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")
     if group > 1:

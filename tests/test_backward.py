@@ -155,6 +155,7 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
     monkeypatch.setattr(fwd, "SPLIT_QK", False)
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
     monkeypatch.setenv(ENV_FUSED_DQ, "0")
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     launched = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["SPLIT_QK"])
                 for name in ("_launch_dkdv", "_launch_dq")]
     q, k, v = make_qkv(1, 5, 7, 2, 1, d, torch.float16, device)

@@ -100,10 +100,11 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import fwd as hf
 hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
 hf.sm_count = lambda device: 132
-q = torch.randn(2, 4, 1000, 64).to(torch.bfloat16)
-k = torch.randn(2, 2, 1200, 64).to(torch.bfloat16)
+q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
+k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
 o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
-for overrides, causal in [({}, True), ({"PERSISTENT": True}, True), ({"PERSISTENT": True, "NUM_SMS": 7}, False)]:
+for overrides, causal in [({"PERSISTENT": False}, True), ({"PERSISTENT": True}, True),
+                          ({"PERSISTENT": True, "NUM_SMS": 7}, False)]:
     with fake_cuda():
         ok = hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides)
     assert ok, hf._BROKEN
@@ -124,7 +125,7 @@ def test_launch_plans_on_a_fake_driver():
     res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH, tests], capture_output=True, text=True, env=env,
                          timeout=600, cwd=os.path.dirname(tests))
     assert res.returncode == 0, res.stderr[-3000:]
-    # 1000 rows / 128 per block = 8 m-blocks, 2 * 4 heads: 64 work tiles.
+    # d = 128: 1000 rows / 128 per block (2 consumers) = 8 m-blocks, 2 * 4 heads: 64 work tiles.
     assert res.stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], res.stdout
 
 

@@ -135,6 +135,7 @@ def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal):
     from flashattn_triton.kernels.hopper import bwd as hbwd
     from flashattn_triton.reference import flash_attention_ref
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")  # count the real backwards only
     calls = []
     real = hbwd.hopper_attention_backward
 

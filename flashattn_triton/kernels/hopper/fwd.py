@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma, warpgroup_mma_wait)
 
 from .. import fastlaunch
+from ._build import LAUNCH_ERRORS, is_build_failure
 
 # Touch every name the kernel uses, so that a Triton whose Gluon API moved
 # fails here (and the tier reports itself unavailable) rather than at launch.
@@ -778,10 +779,10 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
     try:
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
             _run.launch(args, plan.kwargs, plan.grid)
-    except (triton.CompilationError, RuntimeError) as exc:
+    except LAUNCH_ERRORS as exc:
         # A build failure (e.g. a Triton whose Gluon lowering differs) makes
         # this configuration unavailable; anything at run time propagates.
-        if "compil" not in type(exc).__name__.lower() and "PTXAS" not in str(exc) and "MLIR" not in str(exc):
+        if not is_build_failure(exc):
             raise
         _BROKEN[plan.key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
