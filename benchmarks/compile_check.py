@@ -18,6 +18,13 @@ joined by '+', e.g. PERSISTENT=1+NUM_CONSUMERS=3+CONSUMER_REGS=160), shared
 memory, ptxas registers / spill bytes and the SASS local loads / stores:
 
     python benchmarks/compile_check.py --hopper --d 64,128,256 --hopper-variants default,persistent
+
+--hopper-bwd compiles the Gluon backward of kernels/hopper/bwd.py (Triton
+3.6; head dims of CONFIGS_UNVERIFIED included), variants as KEY=VALUE
+overrides joined by '+':
+
+    python benchmarks/compile_check.py --hopper-bwd --d 64,128,256 --cases full,causal --sass \
+        --hopper-variants default,NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128
 """
 
 from __future__ import annotations
@@ -257,6 +264,85 @@ def hopper_main(args) -> int:
     return failures
 
 
+def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
+    """The Gluon backward (kernels/hopper/bwd.py) for sm_<arch> as its
+    launcher would build it (CONFIGS, or CONFIGS_UNVERIFIED for head dims
+    not yet in CONFIGS, SCHEDULE, plus overrides); returns (compiled, meta)."""
+    import torch
+    from triton.runtime.jit import mangle_type
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+
+    if hasattr(hbwd, "kernel_meta"):
+        meta = hbwd.kernel_meta(d, causal, overrides, unverified=True)
+        dq_cols = hbwd.dq_block_cols(d, **meta)
+    else:  # a checkout from before CONFIGS_UNVERIFIED (to compare builds)
+        meta = dict(hbwd.CONFIGS[d], **hbwd.SCHEDULE[causal], **overrides)
+        dq_cols = d // meta["NUM_CONSUMERS"]
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    gdt = hbwd._GL_DTYPES[tdt]
+    t = torch.empty(1, 1, 256, d, dtype=tdt)  # descriptors need a tensor; only dtype and blocks matter
+    t32 = torch.empty(1, 1, 256, d, dtype=torch.float32)
+    bm, bn = meta["BLOCK_M"], meta["BLOCK_N"]
+    blocks = {"q_desc": ([1, 1, bm, d], t, gdt), "do_desc": ([1, 1, bm, d], t, gdt),
+              "k_desc": ([1, 1, bn, d], t, gdt), "v_desc": ([1, 1, bn, d], t, gdt),
+              "dq_desc": ([1, 1, bm, dq_cols], t32, gl.float32)}
+    kernel = hbwd._attn_bwd_hopper
+    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in blocks:
+            block, tt, g = blocks[name]
+            layout = gl.NVMMASharedLayout.get_default_for(block, g)
+            sig[name] = mangle_type(TensorDescriptor(tt, list(tt.shape), list(tt.stride()), block, layout))
+        elif name in ("LSE", "DELTA"):
+            sig[name] = "*fp32"
+        elif name in ("DK", "DV"):
+            sig[name] = f"*{dtype}"
+        elif name in ("qk_scale", "sm_scale"):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    src = GluonASTSource(kernel, sig, constexprs, {})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4}), meta
+
+
+def hopper_bwd_main(args) -> int:
+    """--hopper-bwd: per head dim, mask and variant (KEY=VALUE+... overrides
+    or 'default'): shared memory (compiled, and the launcher's model against
+    its limit), ptxas registers / spills, SASS local loads / stores."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    failures = 0
+    cases = {"full": False, "causal": True}
+    for d in (int(x.partition(":")[0]) for x in args.d.split(",")):
+        for case in args.cases.split(","):
+            if case not in cases:
+                continue
+            for spec in (args.hopper_variants or "default").split(","):
+                label = f"HOPPER-BWD d={d:3d} {case:6s} {spec}"
+                try:
+                    overrides = {} if spec == "default" else _hopper_overrides(spec)
+                    k, meta = compile_hopper_bwd(d, cases[case], overrides, args.arch, args.dtype)
+                    ops = sass_ops(k)
+                    local = collections.Counter(op.split(".")[0] for _, op, _ in ops if op.startswith(("LDL", "STL")))
+                    model = hbwd.smem_bytes(d, **meta)
+                    tier = "CONFIGS" if d in hbwd.CONFIGS else "CONFIGS_UNVERIFIED"
+                    print(f"{label}: ok ({tier}), smem {k.metadata.shared} (model {model}, limit "
+                          f"{hbwd.SMEM_LIMIT}), {ptxas_report(k, args.arch)}, LDL {local['LDL']} STL "
+                          f"{local['STL']} ({local_in_gemm_loops(ops)} in GEMM loops), sass {len(ops)}", flush=True)
+                    if args.sass:
+                        print(f"    {instruction_report(k)}")
+                except Exception as exc:  # noqa: BLE001
+                    failures += 1
+                    print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    print("failures:", failures)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
@@ -277,10 +363,15 @@ def main():
                     "split_qk) as the launch would choose it (fwd.SPLIT_QK, bwd.use_split_qk), always "
                     "(where allowed) or never")
     ap.add_argument("--hopper", action="store_true", help="the Gluon forward (module doc)")
-    ap.add_argument("--hopper-variants", default="default,persistent",
-                    help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides")
+    ap.add_argument("--hopper-bwd", action="store_true", help="the Gluon backward (module doc)")
+    ap.add_argument("--hopper-variants", default=None,
+                    help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides "
+                    "(default: default,persistent); with --hopper-bwd: 'default' or overrides")
     args = ap.parse_args()
+    if args.hopper_bwd:
+        return hopper_bwd_main(args)
     if args.hopper:
+        args.hopper_variants = args.hopper_variants or "default,persistent"
         return hopper_main(args)
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,

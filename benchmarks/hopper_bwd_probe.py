@@ -1,18 +1,27 @@
 """Variants of the Hopper backward (kernels/hopper/bwd.py) side by side with
 SDPA's cuDNN backward, in one process on the H200.
 
-For each shape (bf16, B*N = 16k tokens, H = 2048/d; d 64 and 128, N 2k and
-8k, causal and not; one GQA row) it runs the Hopper forward for O and lse2,
-then times ``hopper_attention_backward`` (the dQ buffer's zeroing and
-conversion included, the preprocess not) for each variant of --variants
-(CONFIGS overrides, ``KEY=VALUE`` joined by '+', "default" for none), the
-library's whole backward (``torch.autograd.grad`` of ``flash_attn_func``,
-preprocess included) and SDPA's cuDNN backward.  Each variant's gradients are
-checked against the default variant's (max |diff| / max |ref| <= 2e-2, a
-broken variant shows as FAIL).  TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t
-(halved when causal).
+For each shape (bf16, B*N = 16k tokens, H = 2048/d; d of --head-dims, N of
+--seqlens, causal and not; one GQA row, --gqa) it runs the Hopper forward for
+O and lse2, then times ``hopper_attention_backward`` (the dQ buffer's zeroing
+and conversion included, the preprocess not) for each variant of --variants
+(CONFIGS overrides, ``KEY=VALUE`` joined by '+', "default" for none; plus
+--variants64 / --variants256 at those head dims), the library's whole
+backward (``torch.autograd.grad`` of ``flash_attn_func``, preprocess
+included), SDPA's cuDNN backward and SDPA's flash (FlashAttention-2)
+backward.  Each variant's gradients are checked against the default
+variant's (max |diff| / max |ref| <= 2e-2, a broken variant shows as FAIL).
+TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t (halved when causal); the ratios in
+parentheses are to cuDNN, and ``default/fa2`` is the default variant's ratio
+to SDPA flash.
+
+Head dims of the backward's CONFIGS_UNVERIFIED (d = 256 until a GPU run has
+verified it) are timed too: the probe passes UNVERIFIED=True and sets
+FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1, so the "api" column is what
+flash_attn_func does once they move into CONFIGS.
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --out /tmp/out
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims 256 --gqa 2,8,2,8192,256,1
 """
 import argparse
 import json
@@ -40,6 +49,10 @@ def main():
     ap.add_argument("--variants", default="default,HEADS_FIRST=true")
     ap.add_argument("--variants64", default="BLOCK_M=64",
                     help="extra variants for d=64 only")
+    ap.add_argument("--variants256", default="NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128",
+                    help="extra variants for d=256 only")
+    ap.add_argument("--gqa", default="2,32,8,8192,128,1",
+                    help="one GQA row B,Hq,Hkv,N,d,causal ('none' for none)")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--rep", type=int, default=60)
@@ -51,13 +64,16 @@ def main():
     from flashattn_triton.kernels import hopper
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
+    os.environ[hbwd.UNVERIFIED_ENV] = "1"
     os.makedirs(args.out, exist_ok=True)
     shapes = []
     for d in map(int, args.head_dims.split(",")):
         for n in map(int, args.seqlens.split(",")):
             for causal in (False, True):
                 shapes.append((16384 // n, 2048 // d, 2048 // d, n, d, causal))
-    shapes.append((2, 32, 8, 8192, 128, True))  # GQA
+    if args.gqa != "none":
+        b, hq, hkv, n, d, causal = map(int, args.gqa.split(","))
+        shapes.append((b, hq, hkv, n, d, bool(causal)))
     rows = []
     for b, hq, hkv, n, d, causal in shapes:
         torch.manual_seed(0)
@@ -73,14 +89,16 @@ def main():
         flops = 2.5 * 4 * b * hq * n * n * d / (2 if causal else 1)
         row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, causal=causal, tflops={}, check={})
         ref = None
-        specs = args.variants.split(",") + (args.variants64.split(",") if d == 64 and args.variants64 else [])
+        extra = {64: args.variants64, 256: args.variants256}.get(d, "")
+        specs = args.variants.split(",") + (extra.split(",") if extra else [])
         for spec in specs:
             over = parse_variant(spec)
             grads = [torch.empty_like(t) for t in (q, k, v)]
             gh = [g.transpose(1, 2) for g in grads]
 
             def run():
-                return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse, delta, *gh, scale, shift, **over)
+                return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse, delta, *gh, scale, shift,
+                                                      UNVERIFIED=True, **over)
             try:
                 if not run():
                     row["tflops"][spec] = None
@@ -101,26 +119,30 @@ def main():
         out = fat.flash_attn_func(qg, kg, vg, causal=causal)
         row["tflops"]["api"] = flops / do_bench(
             lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup=10, rep=args.rep) * 1e-9
-        qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
         so = None
-        try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                so = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal,
-                                                                      enable_gqa=hq != hkv)
-            dso = do.transpose(1, 2)
-            row["tflops"]["cudnn"] = flops / do_bench(
-                lambda: torch.autograd.grad(so, (qs, ks, vs), dso, retain_graph=True), warmup=10,
-                rep=args.rep) * 1e-9
-        except Exception as exc:  # noqa: BLE001
-            row["tflops"]["cudnn"] = None
-            row["check"]["cudnn"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+            try:
+                with sdpa_kernel(backend):
+                    so = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal,
+                                                                          enable_gqa=hq != hkv)
+                dso = do.transpose(1, 2)
+                row["tflops"][name] = flops / do_bench(
+                    lambda: torch.autograd.grad(so, (qs, ks, vs), dso, retain_graph=True), warmup=10,
+                    rep=args.rep) * 1e-9
+            except Exception as exc:  # noqa: BLE001
+                row["tflops"][name] = None
+                row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            so = None
         rows.append(row)
         cud = row["tflops"].get("cudnn") or float("nan")
         cells = "  ".join(f"{k} {v:.0f} ({v / cud:.2f})" if v else f"{k} -" for k, v in row["tflops"].items())
+        if row["tflops"].get("default") and row["tflops"].get("fa2"):
+            cells += f"  default/fa2 {row['tflops']['default'] / row['tflops']['fa2']:.2f}"
         bad = {k: c for k, c in row["check"].items() if c not in ("ok", "ref")}
         print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d} causal={causal!s:5}: {cells}" + (f"  {bad}" if bad else ""),
               flush=True)
-        del q, k, v, do, o, out, so
+        del q, k, v, do, o, out
         torch.cuda.empty_cache()
     with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:
         json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)

@@ -2,7 +2,9 @@
 program that compute-sanitizer runs): B=2, Hq=8, Hkv=2, Nq=333, Nk=1201, d=128
 (or --d), bf16, causal bottom-right and not.  Prints the worst error of dq, dk,
 dv as a fraction of the tolerance (flashattn_triton.testing, 3x the error of
-the same reference in bf16) and exits 1 if any is above 1 or the kernel declined."""
+the same reference in bf16) and exits 1 if any is above 1 or the kernel declined.
+Head dims of CONFIGS_UNVERIFIED (d = 256 until verified) are taken
+(UNVERIFIED=True); --variant passes CONFIGS overrides (KEY=VALUE joined by '+')."""
 import argparse
 import sys
 
@@ -17,7 +19,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--shape", default="2,8,2,333,1201")
+    ap.add_argument("--variant", default="")
     args = ap.parse_args()
+    over = {}
+    for item in filter(None, args.variant.split("+")):
+        key, _, val = item.partition("=")
+        over[key] = {"true": True, "false": False}.get(val.lower(), None)
+        over[key] = int(val) if over[key] is None else over[key]
     b, hq, hkv, nq, nk = map(int, args.shape.split(","))
     d, dt = args.d, torch.bfloat16
     bad = 0
@@ -31,7 +39,8 @@ def main():
         assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift)
         delta = (do.float() * o.float()).sum(-1)
         got = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-        took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, *got, scale, shift)
+        took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, *got, scale, shift, UNVERIFIED=True,
+                                                **over)
         torch.cuda.synchronize()
         if not took:
             print("declined:", getattr(hopper, "bwd", None) and hopper.bwd._BROKEN)
@@ -46,7 +55,9 @@ def main():
             err = max_abs_err(g, r)
             tol = tolerance(max_abs_err(lo, r), r, dt, 3.0)
             bad += not err <= tol
-            print(f"shift={shift} {name}: err {err:.3e} tol {tol:.3e} ({err / tol:.2f} of tol)", flush=True)
+            nan = int(torch.isnan(g).sum())
+            print(f"d={d} shift={shift} {name}: err {err:.3e} tol {tol:.3e} ({err / tol:.2f} of tol)"
+                  + (f" NaN {nan}" if nan else ""), flush=True)
     return 1 if bad else 0
 
 

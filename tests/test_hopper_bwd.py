@@ -1,10 +1,15 @@
 """The Hopper (Gluon, sm_90) backward: flashattn_triton/kernels/hopper/bwd.py.
 
-Everything here launches the kernel, so it needs FLASHATTN_TRITON_TEST_DEVICE=cuda
-on an sm_90 GPU with a Triton whose Gluon API the tier supports (else skipped);
-on CPU only the declining path runs.  Gradients are compared with float64
-autograd through the reference, with a tolerance of 3x the error of the same
-reference in the input dtype (flashattn_triton.testing).
+Almost everything here launches the kernel, so it needs
+FLASHATTN_TRITON_TEST_DEVICE=cuda on an sm_90 GPU with a Triton whose Gluon
+API the tier supports (else skipped); on CPU the declining path, the
+CONFIGS_UNVERIFIED opt-in and (Triton 3.6) a compile and launch of the d=256
+path on a fake driver run.  Gradients are compared with float64 autograd
+through the reference, with a tolerance of 3x the error of the same
+reference in the input dtype (flashattn_triton.testing).  Head dims of
+CONFIGS_UNVERIFIED (d = 256 until a GPU run has passed) are requested with
+UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1; their tests carry
+"d256" or "split" in their ids (``-k "d256 or split"``).
 """
 
 import os
@@ -29,6 +34,97 @@ def test_declines_cpu_tensors_and_writes_nothing():
     assert not any(g.any() for g in grads)
 
 
+def _bwd_module():
+    try:
+        from flashattn_triton.kernels.hopper import bwd as hbwd
+    except Exception as exc:  # noqa: BLE001 - a Triton whose Gluon API moved
+        pytest.skip(f"kernels/hopper/bwd.py does not import here: {exc}")
+    return hbwd
+
+
+def test_unverified_configs_are_opt_in(monkeypatch):
+    """Head dims of CONFIGS_UNVERIFIED are taken only on request, and every
+    entry of both tables fits the shared-memory model."""
+    hbwd = _bwd_module()
+    monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
+    assert hbwd.configs() is hbwd.CONFIGS
+    extra = set(hbwd.CONFIGS_UNVERIFIED) - set(hbwd.CONFIGS)
+    assert set(hbwd.configs(True)) == set(hbwd.CONFIGS) | extra
+    monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
+    assert set(hbwd.configs()) == set(hbwd.CONFIGS) | extra
+    for d in hbwd.configs(True):
+        for causal in (False, True):
+            meta = hbwd.kernel_meta(d, causal, unverified=True)
+            assert hbwd.smem_bytes(d, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
+            if meta["SPLIT_D"]:
+                cols = d // meta["NUM_CONSUMERS"]
+                assert meta["DQ_CHUNK"] <= cols and cols % meta["DQ_CHUNK"] == 0, meta
+
+
+def test_emulated_schedule():
+    """tests/hopper_bwd_model.py (reduced sweep): the kernel's tiling and
+    masking (per-consumer masked / unmasked query tiles, TMA zero fill, rows
+    past N_Q, SPLIT_D's score keys and dK / dV / dQ columns and dQ chunks,
+    and the keys-as-M path) in float64 NumPy equal dense gradients."""
+    import hopper_bwd_model as hbm
+    cases = hbm.backward_cases(full=False)
+    for case in cases:
+        err = hbm.check_backward(*case)
+        assert err <= 1e-9, (case, err)
+    assert len(cases) >= 100
+
+
+def test_protocol_simulation():
+    """tests/hopper_bwd_model.py (reduced sweep): one CTA's mbarrier protocol,
+    keys-as-M and SPLIT_D (one or two P^T / dS^T buffers, 1-4 dQ chunks),
+    1-3 ring stages, random scheduling of agents and asynchronous engines:
+    no deadlock, no wrong phase, no buffer hazard, every dQ chunk reduced once."""
+    import hopper_bwd_model as hbm
+    cases = hbm.protocol_cases(full=False)
+    for case in cases:
+        hbm.simulate(*case)
+    assert len(cases) >= 100
+
+
+_FAKE_LAUNCH = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+real_reason = hb.unsupported_reason
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+q = torch.randn(2, 4, 333, 256).to(torch.bfloat16)
+k = torch.randn(2, 2, 1121, 256).to(torch.bfloat16)
+lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+grads = [torch.zeros_like(t) for t in (q, k, k)]
+names = hb._attn_bwd_hopper.arg_names
+for causal in (False, True):
+    with fake_cuda():
+        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None,
+                                          UNVERIFIED=True)
+    assert ok, hb._BROKEN
+    consts = LAUNCHES[-1][0].src.constants
+    print(LAUNCHES[-1][1], consts.get((names.index("SPLIT_D"),)), consts.get((names.index("BLOCK_N"),)))
+"""
+
+
+def test_split_d_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: the d = 256 backward (SPLIT_D, opt-in)
+    compiles for sm_90 through the launcher's real JIT path
+    (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs."""
+    import subprocess
+    import sys
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    env = dict(os.environ, TRITON_INTERPRET="0")  # the interpreter's triton.jit functions do not compile
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH, tests], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads.
+    assert res.stdout.split("\n")[:2] == ["(18, 4, 1) True 64"] * 2, res.stdout
+
+
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
     """(B, H, N, d) view of (B, H, N + pad, d) storage whose rows past N hold fill."""
     t = torch.full((b, h, n + pad, d), fill, device="cuda", dtype=dtype)
@@ -50,14 +146,16 @@ def _reference_grads(q, k, v, do, scale, shift, dtype=None):
 
 
 def _run(q, k, v, do, scale, shift, **overrides):
-    """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper backward."""
+    """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper
+    backward (head dims of CONFIGS_UNVERIFIED included)."""
     b, hq, nq, d = q.shape
     o = torch.empty_like(q)
     lse = torch.full((b, hq, nq), float("nan"), device="cuda")
     assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift)
     delta = (do.float() * o.float()).sum(-1)
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, scale, shift, **overrides)
+    took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, scale, shift, UNVERIFIED=True,
+                                            **overrides)
     assert took, f"declined {overrides} (build errors: {hopper.bwd._BROKEN})"
     return dq, dk, dv
 
@@ -84,9 +182,16 @@ CASES = [
 ]
 
 
+HEAD_DIMS = [64, 128, 256]
+
+
+def _d_id(d):
+    return f"d{d}"
+
+
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_matches_reference(dtype, d, case):
     b, hq, hkv, nq, nk, causal, layout = case
@@ -104,37 +209,70 @@ def test_matches_reference(dtype, d, case):
 @pytest.mark.parametrize("variant", [dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=3),
                                      dict(BLOCK_M=64), dict(BLOCK_M=128)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 def test_variants(variant, d, causal):
     """Every CONFIGS / SCHEDULE switch computes the same gradients (those
     whose shared memory does not fit at this d are skipped)."""
     from flashattn_triton.kernels.hopper import bwd as hbwd
-    if hbwd.smem_bytes(d, **dict(hbwd.CONFIGS[d], **variant)) > hbwd.SMEM_LIMIT:
+    if hbwd.smem_bytes(d, **hbwd.kernel_meta(d, causal is not None, variant, unverified=True)) > hbwd.SMEM_LIMIT:
         pytest.skip("does not fit in shared memory")
     q, do = (_flash_view(2, 8, 777, d, torch.bfloat16) for _ in range(2))
     k, v = (_flash_view(2, 2, 1500, d, torch.bfloat16) for _ in range(2))
     _check(q, k, v, do, 0.09, None if causal is None else 1500 - 777, **variant)
 
 
-@needs_hopper
-@pytest.mark.parametrize("causal", [False, True])
-def test_long_sequence(causal):
-    q, do = (_flash_view(2, 16, 2048, 128, torch.bfloat16) for _ in range(2))
-    k, v = (_flash_view(2, 4, 2048, 128, torch.bfloat16) for _ in range(2))
-    _check(q, k, v, do, 128 ** -0.5, 0 if causal else None)
+SPLIT_VARIANTS = [
+    # d, overrides: the SPLIT_D path's buffer / staging choices at d = 256,
+    # and the same path at d = 128 and 64 (a second check of its indexing)
+    (256, dict(NUM_STAGES=1, DS_BUFS=2, DQ_CHUNK=128)),
+    (256, dict(NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64)),
+    (256, dict(NUM_STAGES=2, DS_BUFS=1, DQ_CHUNK=32, HEADS_FIRST=True)),
+    (128, dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=2, DQ_CHUNK=64)),
+    (128, dict(SPLIT_D=True, BLOCK_N=128, DS_BUFS=2, DQ_CHUNK=64)),
+    (128, dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=1, DQ_CHUNK=32)),
+    (64, dict(SPLIT_D=True, BLOCK_N=64, BLOCK_M=64, DS_BUFS=2, DQ_CHUNK=32)),
+]
 
 
 @needs_hopper
+@pytest.mark.parametrize("d,variant", SPLIT_VARIANTS,
+                         ids=lambda v: f"split-d{v}" if isinstance(v, int) else
+                         ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_split_d_variants(d, variant, causal):
+    """The SPLIT_D path (head dim split between the consumers, P^T and dS^T
+    through shared memory) with each buffer / staging choice, and at the
+    smaller head dims: ragged N (the last key block partly, and one
+    warpgroup's keys wholly, past N_K), GQA, Nq < Nk."""
+    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
+    shift = None if causal is None else (1121 - 333 if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [128, 256], ids=_d_id)
 @pytest.mark.parametrize("causal", [False, True])
-def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal):
+def test_long_sequence(causal, d):
+    q, do = (_flash_view(2, 16, 2048, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 4, 2048, d, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, d ** -0.5, 0 if causal else None)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [128, 256], ids=_d_id)
+@pytest.mark.parametrize("causal", [False, True])
+def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal, d):
     """flash_attn_func's backward takes the Hopper kernel by default on sm_90
-    (the forced tier here), matches float64, and deterministic=True takes the
+    (the forced tier here; head dims of CONFIGS_UNVERIFIED through the
+    environment switch), matches float64, and deterministic=True takes the
     portable kernels and is bit-identical run to run."""
     from flashattn_triton import flash_attn_func
     from flashattn_triton.kernels.hopper import bwd as hbwd
     from flashattn_triton.reference import flash_attention_ref
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
     monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")  # count the real backwards only
     calls = []
     real = hbwd.hopper_attention_backward
@@ -144,10 +282,10 @@ def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal):
         return calls[-1]
     monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
     monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
-    q = torch.randn(2, 1000, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    do = torch.randn(2, 1000, 8, 128, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(2, 1000, 8, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 1234, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 1234, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    do = torch.randn(2, 1000, 8, d, device="cuda", dtype=torch.bfloat16)
 
     def grads(deterministic):
         out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
@@ -175,7 +313,9 @@ def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal):
 
 
 @needs_hopper
-def test_declines_what_it_cannot_run():
+def test_declines_what_it_cannot_run(monkeypatch):
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
     dev = "cuda"
 
     def run(q, k=None, scale=0.125, **kw):
@@ -186,6 +326,8 @@ def test_declines_what_it_cannot_run():
         return took or any(bool(g.any()) for g in grads)
 
     assert not run(torch.randn(1, 2, 64, 96, device=dev, dtype=torch.bfloat16)), "d = 96 has no config"
+    for d in sorted(set(hbwd.CONFIGS_UNVERIFIED) - set(hbwd.CONFIGS)):
+        assert not run(torch.randn(1, 2, 64, d, device=dev, dtype=torch.bfloat16)), f"d = {d} is opt-in"
     assert not run(torch.randn(1, 2, 64, 64, device=dev)), "float32"
     assert not run(torch.randn(1, 2, 64, 64, device=dev, dtype=torch.bfloat16), scale=-0.1), "negative scale"
     base = torch.randn(2 * 4 * 64 * 64 + 1, device=dev, dtype=torch.bfloat16)

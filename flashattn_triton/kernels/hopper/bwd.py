@@ -22,6 +22,24 @@ in registers and written once.  Its partitions:
   with a TMA bulk reduce-add (``cp.reduce.async.bulk.tensor``): five tile
   products per score tile, one exponential.
 
+``SPLIT_D`` (d = 256, where a warpgroup cannot hold dK and dV of 64 keys x
+256 columns: 2 x 128 registers per thread) divides the work the other way,
+as FlashAttention-3 does at this head dim: a program owns BLOCK_N = 64 keys;
+consumer c computes the scores of keys [32c, 32c + 32) with the query rows as
+the wgmma M dimension,
+
+      S = Q K_c^T,  dP = dO V_c^T,  P, dS as above (row statistics per M row),
+
+and writes P^T and dS^T (transposed stores, ``stmatrix.trans``) into shared
+tiles; after the barrier it owns head-dim columns cols_c = [128c, 128c + 128)
+of every product, taking P^T / dS^T from shared memory as the A operand:
+
+      dV[:, cols_c] += P^T dO[:, cols_c]     dK[:, cols_c] += dS^T Q[:, cols_c]
+      dQ[:, cols_c]  = dS K[:, cols_c]       (DQ_CHUNK columns at a time)
+
+so per thread dK and dV take 64 registers each, S and dP 16 each.  The same
+five products, no score computed twice, no partial sums exchanged.
+
 The softmax scale is folded into dS, so dK and dQ need no rescaling; the LSE
 is the forward's base-2 ``lse2`` (``p = exp2(s * scale * log2 e - lse2)``),
 and a row with no visible key (lse2 = -inf) is read as +inf, giving P = 0.
@@ -37,6 +55,7 @@ backward runs the portable kernels (kernels/bwd.py).
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 import triton
@@ -119,6 +138,17 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
 
 
 @gluon.jit
+def _visible(keys, rows, N_K, causal_shift, IS_CAUSAL: gl.constexpr):
+    """Which (key, row) pairs of a score tile are kept: the key exists and,
+    when causal, row i sees key j <= i + causal_shift (keys, rows: broadcast
+    index tensors)."""
+    keep = keys < N_K
+    if IS_CAUSAL:
+        keep = keep & (keys <= rows + causal_shift)
+    return keep
+
+
+@gluon.jit
 def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
@@ -149,11 +179,9 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     lse2 = stat_bufs.index(2 * s).load(col_layout)
     pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if MASKED:
-        keep = gl.expand_dims(keys, 1) < N_K
-        if IS_CAUSAL:
-            cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
-            keep = keep & (gl.expand_dims(keys, 1) <= gl.expand_dims(cols, 0) + causal_shift)
-        pt = gl.where(keep, pt, 0.0)
+        cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
+        pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, IS_CAUSAL),
+                      pt, 0.0)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
     dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
@@ -178,33 +206,136 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
 
 
 @gluon.jit
-def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage, stat_bufs,
+                         q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                         off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                         CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                         SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
+                         DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """SPLIT_D: one query tile.  This warpgroup's scores are those of its
+    SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
+    dS^T go through shared memory, and its dK, dV and dQ are the head-dim
+    columns [CONSUMER * DQ_COLS, + DQ_COLS) of all keys / rows, dQ made and
+    reduced DQ_CHUNK columns at a time."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, SUB_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_CHUNK, 16])
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_bufs.dtype
+    s = it % NUM_STAGES
+    ph = (it // NUM_STAGES) & 1
+    start_m = mb * BLOCK_M
+    col0: gl.constexpr = CONSUMER * DQ_COLS
+    # z is 0 (N_Q >= 0) but neither constant nor loop-invariant to the
+    # compiler: the operand descriptors of every k-step (Q, dO and the
+    # resident K and V; 76 64-bit values at d = 256) are then made inside
+    # the loop instead of being hoisted out of it into live registers.
+    z = it & (N_Q >> 31)
+    q_s = q_bufs.index(s + z)
+    do_s = do_bufs.index(s + z)
+    kv_shape: gl.constexpr = [1, k_smem.shape[0], k_smem.shape[1]]
+    k_all = k_smem._reinterpret(dtype, kv_shape, k_smem.layout).index(z)
+    v_all = v_smem._reinterpret(dtype, kv_shape, v_smem.layout).index(z)
+    mbarrier.wait(q_ready.index(s), ph)
+    s_tok = warpgroup_mma(q_s, k_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                          gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(s), ph)
+    dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                           gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    sc = warpgroup_mma_wait(1, deps=(s_tok,))
+    lse2 = stat_bufs.index(2 * s).load(row_layout)
+    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
+    if MASKED:
+        rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, IS_CAUSAL),
+                     p, 0.0)
+    dp = warpgroup_mma_wait(0, deps=(dp_tok,))
+    delta = stat_bufs.index(2 * s + 1).load(row_layout)
+    ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
+    # P^T and dS^T of this warpgroup's keys into the shared tiles (every
+    # product below needs every key): dV and dK take them as the A operand
+    # with the keys as M, dQ takes dS^T transposed.
+    b = it % DS_BUFS
+    if DS_BUFS == 1:
+        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
+        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(dtype), [1, 0]))
+    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b))
+    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    ds_t = ds_bufs.index(b)
+    dv_tok = warpgroup_mma(pt_bufs.index(b), do_s.slice(col0, DQ_COLS, dim=1), dv, is_async=True)
+    dk_tok = warpgroup_mma(ds_t, q_s.slice(col0, DQ_COLS, dim=1), dk, is_async=True)
+    dq_tok = warpgroup_mma(ds_t.permute((1, 0)), k_all.slice(col0, DQ_CHUNK, dim=1),
+                           gl.zeros([BLOCK_M, DQ_CHUNK], gl.float32, dq_layout), use_acc=False, is_async=True)
+    # Q and dO are free once dV and dK are done: the next tile loads under dQ.
+    dv, dk = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok))
+    mbarrier.arrive(qdo_empty.index(s))
+    for j in gl.static_range(DQ_COLS // DQ_CHUNK):
+        dq = warpgroup_mma_wait(0, deps=(dq_tok,))
+        if j + 1 < DQ_COLS // DQ_CHUNK:
+            # The next chunk's product runs while this one is staged.
+            dq_tok = warpgroup_mma(ds_t.permute((1, 0)), k_all.slice(col0 + (j + 1) * DQ_CHUNK, DQ_CHUNK, dim=1),
+                                   gl.zeros([BLOCK_M, DQ_CHUNK], gl.float32, dq_layout), use_acc=False,
+                                   is_async=True)
+        elif DS_BUFS == 1:
+            mbarrier.arrive(ds_ready.index(1))
+        tma.store_wait(0)  # the previous reduce has read the staging buffer
+        dq_stage.store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col0 + j * DQ_CHUNK],
+                        dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_CHUNK], dq_desc.layout))
+    return dk, dv
+
+
+@gluon.jit
+def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                       kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
                       off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
                       stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                       N_Q, N_K, qk_scale, sm_scale, causal_shift,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr):
-    """Consumer warpgroup: keys [start_n + CONSUMER * SUB_N, + SUB_N)."""
+                      IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
+                      DQ_CHUNK: gl.constexpr):
+    """Consumer warpgroup: the scores of keys [start_n + CONSUMER * SUB_N,
+    + SUB_N); dK and dV of those keys, or with SPLIT_D of all BLOCK_N keys
+    in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     dtype: gl.constexpr = q_bufs.dtype
-    t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_M, 16])
-    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     v_c = v_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
     dq_stage = dq_bufs.index(CONSUMER)
     key0 = start_n + CONSUMER * SUB_N
-    keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, t_layout))
+    if SPLIT_D:
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, SUB_N, 16])
+        kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, DQ_COLS, 16])
+        keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, s_layout))
+        dk = gl.zeros([BLOCK_N, DQ_COLS], gl.float32, kv_layout)
+        dv = gl.zeros([BLOCK_N, DQ_COLS], gl.float32, kv_layout)
+        out_key0 = start_n
+        out_col0 = CONSUMER * DQ_COLS
+    else:
+        t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, BLOCK_M, 16])
+        kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, t_layout))
+        dk = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
+        dv = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
+        out_key0 = key0
+        out_col0 = 0
 
-    # Query tiles [m_lo, m_full) may hold a masked (key, row) pair for these
-    # keys: the ragged end of K, or when causal a row i < key + ... with
-    # i + causal_shift < key.  Row i sees all of keys [key0, key0 + SUB_N)
-    # when i >= key0 + SUB_N - 1 - causal_shift.
+    # Query tiles [m_lo, m_full) may hold a masked (key, row) pair for this
+    # warpgroup's score keys: the ragged end of K, or when causal a row i
+    # with i + causal_shift < key.  Row i sees all of keys [key0, key0 +
+    # SUB_N) when i >= key0 + SUB_N - 1 - causal_shift.
     if key0 + SUB_N > N_K:
         m_full = n_mb
     elif IS_CAUSAL:
@@ -212,28 +343,40 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs,
     else:
         m_full = m_lo
 
-    dk = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
-    dv = gl.zeros([SUB_N, HEAD_DIM], gl.float32, kv_layout)
     mbarrier.wait(kv_ready, 0)
     it = 0
     for g in range(GROUP):
         off_hq = off_hkv * GROUP + g
         for mb in range(m_lo, m_full):
-            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
+            if SPLIT_D:
+                dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                                              stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
+                                              keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                              causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
+                                              DQ_CHUNK, True, IS_CAUSAL)
+            else:
+                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
             it += 1
         for mb in range(m_full, n_mb):
-            dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                    CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
+            if SPLIT_D:
+                dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                                              stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
+                                              keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                              causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
+                                              DQ_CHUNK, False, IS_CAUSAL)
+            else:
+                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
             it += 1
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
-    rows = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, kv_layout))
-    dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    rows = out_key0 + gl.arange(0, dk.shape[0], layout=gl.SliceLayout(1, kv_layout))
+    dcols = out_col0 + gl.arange(0, dk.shape[1], layout=gl.SliceLayout(0, kv_layout))
     keep = gl.expand_dims(rows < N_K, 1)
     rows64 = gl.expand_dims(rows.to(gl.int64), 1)
     dk_ptrs = DK + off_b.to(gl.int64) * stride_dkz + off_hkv.to(gl.int64) * stride_dkh \
@@ -262,6 +405,7 @@ def _attn_bwd_hopper(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
+    SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
 ):
     if HEADS_FIRST:
         # Heads vary fastest: with a causal mask every head's first key
@@ -287,15 +431,23 @@ def _attn_bwd_hopper(
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
-    dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_M, HEAD_DIM // NUM_CONSUMERS], gl.float32)
+    if SPLIT_D:
+        DQ_STAGE: gl.constexpr = DQ_CHUNK  # dQ columns staged at a time per consumer
+        N_DS: gl.constexpr = DS_BUFS
+    else:
+        DQ_STAGE: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
+        N_DS: gl.constexpr = 2
+    dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, DQ_STAGE], gl.float32)
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
-    ds_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
-    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM // NUM_CONSUMERS],
-                                        dq_smem_layout)
+    ds_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
+    if SPLIT_D:
+        pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
+    else:
+        pt_bufs = ds_bufs  # not used: P^T stays in registers
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS, BLOCK_M, DQ_STAGE], dq_smem_layout)
     # Per ring slot: lse2 and scale * delta of the tile's rows.
     stat_bufs = gl.allocate_shared_memory(gl.float32, [2 * NUM_STAGES, BLOCK_M],
                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
@@ -305,6 +457,8 @@ def _attn_bwd_hopper(
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    # ds_ready[b]: every consumer's rows of P^T / dS^T buffer b are written;
+    # with one buffer, ds_ready[1]: every consumer is done reading it.
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     mbarrier.init(kv_ready, count=1)
     for s in gl.static_range(NUM_STAGES):
@@ -312,23 +466,32 @@ def _attn_bwd_hopper(
         mbarrier.init(do_ready.index(s), count=1)
         mbarrier.init(qdo_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases each slot
     for b in gl.static_range(2):
-        mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)  # every consumer's dS^T rows written
+        mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)
 
     gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
+    if SPLIT_D:
+        gl.static_assert(BLOCK_M % 64 == 0, "SPLIT_D: query rows are the wgmma M dim")
+        gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
+        gl.static_assert((HEAD_DIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides d / NUM_CONSUMERS")
+        gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
-        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                             stat_bufs,
                              kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
-        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
+                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             DS_BUFS, DQ_CHUNK)),
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                             stat_bufs,
                              kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL)),
+                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             DS_BUFS, DQ_CHUNK)),
         (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                           stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
                           off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
@@ -352,19 +515,66 @@ CONFIGS = {
     64: dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
     128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
 }
+# Head dims whose configuration compiles (AOT, sm_90) but has not run on a
+# GPU yet: taken only when a call passes UNVERIFIED=True or the environment
+# sets FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (tests, the probe).
+#
+# d = 256 takes the SPLIT_D path (_attn_bwd_step_split): 64 keys per program,
+# 64-row query tiles; per consumer thread dK and dV 64 registers each (64
+# keys x 128 columns), S and dP 16 each (64 rows x 32 keys), dQ DQ_CHUNK / 2.
+# Shared memory: K, V 64 KB; the (Q, dO) ring 64 KB per stage; P^T and dS^T
+# 16 KB per buffer (DS_BUFS); dQ staging 2 * 64 * DQ_CHUNK * 4.  Two stages
+# fit only with one P^T / dS^T buffer and dQ staged 32 columns at a time
+# (224 KB); one stage fits with double buffers and whole 128-column dQ
+# halves (224 KB).
+CONFIGS_UNVERIFIED = {
+    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
+              SPLIT_D=True, DS_BUFS=1, DQ_CHUNK=32),
+}
+UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
+# Meta-parameters of the SPLIT_D path (the others ignore them).
+SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
 
-def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, **_):
-    """K, V, the (Q, dO) ring, dS^T twice (16-bit), the float32 dQ staging,
-    the per-slot lse2 / delta rows and the barriers (the compiler may add a
-    few hundred bytes of alignment: a config that still does not fit fails
-    to build and is declined)."""
-    return (2 * (2 * BLOCK_N * head_dim + 2 * NUM_STAGES * BLOCK_M * head_dim + 2 * BLOCK_N * BLOCK_M)
-            + 4 * BLOCK_M * head_dim + 4 * 2 * NUM_STAGES * BLOCK_M + 8 * (1 + 3 * NUM_STAGES + 2))
+def configs(unverified: bool = False) -> dict:
+    """CONFIGS, with CONFIGS_UNVERIFIED's head dims added when unverified
+    (or the UNVERIFIED_ENV variable is 1)."""
+    if unverified or os.environ.get(UNVERIFIED_ENV) == "1":
+        return {**CONFIGS_UNVERIFIED, **CONFIGS}
+    return CONFIGS
+
+
+def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False) -> dict:
+    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL."""
+    meta = dict(SPLIT_DEFAULTS)
+    for part in (configs(unverified)[head_dim], SCHEDULE[causal], overrides or {}):
+        meta.update(part)
+    if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
+        meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
+    return meta
+
+
+def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
+    """Columns of one dQ reduce-add (the dQ descriptor's block)."""
+    return DQ_CHUNK if SPLIT_D else head_dim // NUM_CONSUMERS
+
+
+def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
+               DQ_CHUNK=0, **_):
+    """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
+    float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
+    compiler may add a few hundred bytes of alignment: a config that still
+    does not fit fails to build and is declined)."""
+    n_ds = DS_BUFS if SPLIT_D else 2
+    dq_cols = NUM_CONSUMERS * dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
+    return (2 * (2 * BLOCK_N * head_dim + 2 * NUM_STAGES * BLOCK_M * head_dim
+                 + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
+            + 4 * BLOCK_M * dq_cols + 4 * 2 * NUM_STAGES * BLOCK_M
+            + 8 * (1 + 3 * NUM_STAGES + 2))
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
@@ -372,10 +582,11 @@ def _tma_ok(t: torch.Tensor) -> bool:
             and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1]))
 
 
-def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
+def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified=False) -> str:
     """Why the Hopper backward cannot take this call ('' if it can).  Meta
     tensors count as tensors of the device of an active compile-only context
-    (the backward prefetch compiles this kernel so)."""
+    (the backward prefetch compiles this kernel so).  unverified: see
+    configs()."""
     device = fastlaunch.compile_only_device() if q.is_meta else q.device
     if device is None or device.type != "cuda":
         return "not a CUDA tensor"
@@ -386,8 +597,9 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
     if lse.dtype != torch.float32 or delta.dtype != torch.float32 or lse.stride(-1) != 1 or delta.stride(-1) != 1:
         return "lse and delta must be float32 with last stride 1"
     d = q.shape[-1]
-    if d not in CONFIGS or k.shape[-1] != d or v.shape[-1] != d:
-        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(CONFIGS)})"
+    table = configs(unverified)
+    if d not in table or k.shape[-1] != d or v.shape[-1] != d:
+        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(table)})"
     if not sm_scale > 0:
         return f"softmax scale {sm_scale} (the kernel folds it assuming > 0)"
     batch, h_q, n_q, _ = q.shape
@@ -408,7 +620,8 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale) -> str:
 
 def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               lse: torch.Tensor, delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
-                              dv: torch.Tensor, sm_scale: float, causal_shift, **overrides) -> bool:
+                              dv: torch.Tensor, sm_scale: float, causal_shift, UNVERIFIED=False,
+                              **overrides) -> bool:
     """dq, dk, dv of attention on (B, H, N, d)-indexed views; False if it cannot.
 
     do, q, dq: (B, Hq, Nq, d); k, v, dk, dv: (B, Hkv, Nk, d), Hq a multiple of
@@ -418,16 +631,16 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     else row i sees keys j <= i + causal_shift.  dq, dk, dv are written in
     place (dq through a float32 buffer).  Returns False, having written
     nothing, when the case is not supported.  ``overrides`` replace CONFIGS
-    entries (benchmarks, tests).
+    entries (benchmarks, tests); UNVERIFIED=True also takes the head dims of
+    CONFIGS_UNVERIFIED.
     """
-    reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale)
+    reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, UNVERIFIED)
     if reason:
         return False
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
-    meta = dict(CONFIGS[d], **SCHEDULE[causal])
-    meta.update(overrides)
+    meta = kernel_meta(d, causal, overrides, UNVERIFIED)
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
     key = (q.dtype, d, causal, tuple(sorted(meta.items())))
@@ -436,7 +649,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     gdt = _GL_DTYPES[q.dtype]
     q_block = [1, 1, meta["BLOCK_M"], d]
     kv_block = [1, 1, meta["BLOCK_N"], d]
-    dq_block = [1, 1, meta["BLOCK_M"], d // meta["NUM_CONSUMERS"]]
+    dq_block = [1, 1, meta["BLOCK_M"], dq_block_cols(d, **meta)]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
@@ -482,4 +695,5 @@ class _JitLaunch:
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_attn_bwd_hopper)
 
 
-__all__ = ["hopper_attention_backward", "unsupported_reason", "CONFIGS"]
+__all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
+           "CONFIGS_UNVERIFIED"]

@@ -1,0 +1,441 @@
+"""CPU models of the Hopper backward (flashattn_triton/kernels/hopper/bwd.py),
+in the style of tests/hopper_model.py (whose Barrier / Buffer / parity-wait
+checks it uses).
+
+emulate_backward: a float64 NumPy emulation of the kernel's schedule (the
+grid of key blocks, each consumer's masked and unmasked query-tile loops
+with its own m_full, TMA's zero fill past N, lse2 = +inf and delta = 0 for
+rows past N_Q, the score keys and the dK / dV / dQ columns of each consumer
+in either path, dQ chunks clipped at N_Q) against dense float64 gradients.
+
+simulate: one CTA's mbarrier protocol.
+
+Agents: the producer (K and V once, then per query tile the lse2 / delta rows
+of a ring slot, a generic store, and Q and dO by TMA) and the consumer
+warpgroups, each following its step function: the keys-as-M path
+(_attn_bwd_step) or SPLIT_D (_attn_bwd_step_split) with one or two P^T / dS^T
+buffers, the Q / dO slot released before or after dQ, dQ staged in one or
+more chunks.  Asynchronous engines (TMA loads, wgmma groups that retire in
+issue order, TMA reduce-adds) complete at random times, with per-run biases
+so that any agent may run far ahead.  Every parity wait is checked against
+the completion count it means, every buffer access against what the buffer
+holds (and against copies or reads in flight), and every dQ chunk of every
+tile and consumer must be reduced exactly once.
+
+    python tests/hopper_bwd_model.py     # the full sweep
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hopper_model import Barrier, Buffer, ProtocolError, _wait  # noqa: E402
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def reference_grads(q, k, v, do, scale, shift):
+    """Dense float64 dq, dk, dv; (B, H, N, d) arrays, GQA by head groups;
+    shift None: no mask, else row i sees keys j <= i + shift; a row that
+    sees no key has P = 0."""
+    group = q.shape[1] // k.shape[1]
+    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
+    n_q, n_k = q.shape[2], k.shape[2]
+    vis = np.ones((n_q, n_k), bool) if shift is None else \
+        np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + shift
+    s = np.where(vis, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    l_ = e.sum(-1, keepdims=True)
+    p = np.where(l_ > 0, e / np.where(l_ > 0, l_, 1.0), 0.0)
+    lse = np.where(l_[..., 0] > 0, m[..., 0] + np.log(np.where(l_[..., 0] > 0, l_[..., 0], 1.0)), -np.inf)
+    o = np.einsum("bhij,bhjd->bhid", p, vv)
+    dp = np.einsum("bhid,bhjd->bhij", do, vv)
+    delta = (do * o).sum(-1)
+    ds = p * (dp - delta[..., None])
+    dq = np.einsum("bhij,bhjd->bhid", ds, kk) * scale
+    dk = np.einsum("bhij,bhid->bhjd", ds, q) * scale
+    dv = np.einsum("bhij,bhid->bhjd", p, do)
+    b, h = q.shape[:2]
+    dk = dk.reshape(b, k.shape[1], group, n_k, -1).sum(2)
+    dv = dv.reshape(b, k.shape[1], group, n_k, -1).sum(2)
+    return dq, dk, dv, lse / math.log(2), delta
+
+
+def emulate_backward(q, k, v, do, scale, shift, cfg):
+    """The kernel's schedule in float64.  cfg: BLOCK_M, BLOCK_N, SPLIT_D,
+    DQ_CHUNK (NUM_CONSUMERS = 2).  lse2 and delta come from the dense
+    reference (as the forward and the preprocess give them)."""
+    bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
+    nc = 2
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    group = h_q // h_kv
+    sub_n, cols = bn // nc, d // nc
+    chunk = chunk or cols
+    _, _, _, lse2, delta = reference_grads(q, k, v, do, scale, shift)
+    qk_scale = scale / math.log(2)
+    causal = shift is not None
+    dq = np.zeros_like(q)
+    dk = np.full_like(k, np.nan)
+    dv = np.full_like(v, np.nan)
+    n_mb = cdiv(n_q, bm)
+
+    def rows_of(t, lo, n):  # a TMA box: zero past the tensor's N
+        out = np.zeros((n, t.shape[-1]))
+        hi = min(lo + n, t.shape[0])
+        if hi > lo:
+            out[:hi - lo] = t[lo:hi]
+        return out
+
+    for b in range(batch):
+        for hkv in range(h_kv):
+            for pid_n in range(cdiv(n_k, bn)):
+                start_n = pid_n * bn
+                m_lo = min(max(start_n - shift, 0) // bm, n_mb) if causal else 0
+                m_full = []
+                for c in range(nc):
+                    key0 = start_n + c * sub_n
+                    if key0 + sub_n > n_k:
+                        m_full.append(n_mb)
+                    elif causal:
+                        m_full.append(min(max(cdiv(key0 + sub_n - 1 - shift, bm), m_lo), n_mb))
+                    else:
+                        m_full.append(m_lo)
+                kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
+                dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
+                for g in range(group):
+                    hq = hkv * group + g
+                    for mb in range(m_lo, n_mb):
+                        start_m = mb * bm
+                        qt, dot = rows_of(q[b, hq], start_m, bm), rows_of(do[b, hq], start_m, bm)
+                        rows = start_m + np.arange(bm)
+                        l2 = np.full(bm, np.inf)
+                        dl = np.zeros(bm)
+                        ok = rows < n_q
+                        l2[ok] = lse2[b, hq, rows[ok]]
+                        l2 = np.where(l2 == -np.inf, np.inf, l2)
+                        dl[ok] = delta[b, hq, rows[ok]] * scale
+                        p = np.zeros((bm, bn))
+                        ds = np.zeros((bm, bn))
+                        for c in range(nc):  # the score keys of consumer c
+                            kc = slice(c * sub_n, (c + 1) * sub_n)
+                            keys = start_n + np.arange(bn)[kc]
+                            s_c = qt @ kt[kc].T
+                            p_c = np.exp2(s_c * qk_scale - l2[:, None])
+                            if mb < m_full[c]:  # the masked loop
+                                vis = keys[None, :] < n_k
+                                if causal:
+                                    vis = vis & (keys[None, :] <= rows[:, None] + shift)
+                                p_c = np.where(vis, p_c, 0.0)
+                            dp_c = dot @ vt[kc].T
+                            p[:, kc] = p_c
+                            ds[:, kc] = p_c * (dp_c * scale - dl[:, None])
+                        for c in range(nc):
+                            if split:  # consumer c: head-dim columns of every key
+                                cc = slice(c * cols, (c + 1) * cols)
+                                dv_acc[:, cc] += p.T @ dot[:, cc]
+                                dk_acc[:, cc] += ds.T @ qt[:, cc]
+                            else:      # consumer c: its keys, every column
+                                kc = slice(c * sub_n, (c + 1) * sub_n)
+                                dv_acc[kc] += p[:, kc].T @ dot
+                                dk_acc[kc] += ds[:, kc].T @ qt
+                            for j in range(cols // chunk):  # dQ reduce-adds, clipped at N_Q
+                                c0 = c * cols + j * chunk
+                                part = ds @ kt[:, c0:c0 + chunk]
+                                n_ok = max(0, min(bm, n_q - start_m))
+                                dq[b, hq, start_m:start_m + n_ok, c0:c0 + chunk] += part[:n_ok]
+                n_ok = max(0, min(bn, n_k - start_n))
+                dk[b, hkv, start_n:start_n + n_ok] = dk_acc[:n_ok]
+                dv[b, hkv, start_n:start_n + n_ok] = dv_acc[:n_ok]
+    return dq, dk, dv
+
+
+def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0):
+    """Max error of the emulated dq, dk, dv against the dense reference, relative
+    to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key)."""
+    rng = np.random.default_rng(seed)
+    q, do = rng.standard_normal((2, batch, h_q, n_q, d))
+    k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
+    scale = 0.5
+    got = emulate_backward(q, k, v, do, scale, shift, cfg)
+    ref = reference_grads(q, k, v, do, scale, shift)[:3]
+    return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1.0)) for g, r in zip(got, ref))
+
+
+def backward_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg): the d = 256 configuration's
+    tiling (scaled to small d), its variants and the keys-as-M path, ragged
+    lengths, GQA, causal shifts (bottom-right, top-left, negative, and 30 / 62,
+    where a consumer's last diagonal row is the first row of a query tile).
+    Masking the keys past N_K is not observable here (their zero-filled K
+    and V rows give 0 in dQ, and their dK / dV rows are dropped), nor is
+    lse2 = -inf read as +inf (such rows lie only in masked tiles)."""
+    cfgs = [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2),
+            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=0),
+            dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=True, DQ_CHUNK=4),
+            dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False)]
+    shapes = [(1, 2, 1, 333, 211), (2, 2, 2, 77, 130), (1, 1, 1, 1, 97), (1, 2, 1, 200, 64), (1, 1, 1, 130, 33)]
+    if full:
+        shapes += [(2, 4, 2, 150, 300), (1, 3, 1, 64, 64), (1, 1, 1, 257, 129)]
+    cases = []
+    for (b, hq, hkv, nq, nk), cfg in ((s, c) for s in shapes for c in cfgs):
+        for shift in (None, nk - nq, 0, -37, 30, 62):
+            cases.append((b, hq, hkv, nq, nk, shift, cfg))
+    return cases
+
+
+class BwdCTA:
+    def __init__(self, nc, ns, ds_bufs):
+        self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
+        self.kv_ready = Barrier("kv_ready", 1)
+        self.q_ready = [Barrier(f"q_ready[{s}]", 1) for s in range(ns)]
+        self.do_ready = [Barrier(f"do_ready[{s}]", 1) for s in range(ns)]
+        self.qdo_empty = [Barrier(f"qdo_empty[{s}]", nc) for s in range(ns)]
+        # ds_ready[b] per buffer; with one buffer, ds_ready[1] is its 'free' barrier.
+        self.ds_ready = [Barrier(f"ds_ready[{b}]", nc) for b in range(2)]
+        self.k, self.v = Buffer("K"), Buffer("V")
+        self.q = [Buffer(f"Q[{s}]") for s in range(ns)]
+        self.do = [Buffer(f"dO[{s}]") for s in range(ns)]
+        self.stat = [Buffer(f"stat[{s}]") for s in range(ns)]
+        # each consumer writes its own rows of the P^T / dS^T tiles
+        self.pt = [[Buffer(f"Pt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
+        self.ds = [[Buffer(f"dSt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
+        self.stage = [Buffer(f"dQstage[{c}]") for c in range(nc)]
+        self.events = []
+        self.wgmma = [[] for _ in range(nc)]
+        self.stores = [0] * nc
+        self.reduced = []
+
+    def tma_load(self, buf, tag, bar):
+        if buf.readers:
+            raise ProtocolError(f"TMA load into {buf.name} while {buf.readers} asynchronous read(s) of it run")
+        if buf.writing:
+            raise ProtocolError(f"two TMA loads into {buf.name} at once")
+        buf.writing, buf.content = True, ("in flight", tag)
+        self.events.append(("load", buf, tag, bar))
+
+    def read(self, buf, tag):
+        if buf.writing or buf.content != tag:
+            raise ProtocolError(f"{buf.name} holds {buf.content}, expected {tag}")
+
+    def write(self, buf, tag):
+        """A generic (register -> shared) store."""
+        if buf.readers or buf.writing:
+            raise ProtocolError(f"{buf.name} written while {buf.readers} asynchronous read(s) / a load of it run")
+        buf.content = tag
+
+    def wgmma_issue(self, c, reads):
+        for buf, tag in reads:
+            self.read(buf, tag)
+            buf.readers += 1
+        self.wgmma[c].append(reads)
+        self.events.append(("wgmma", c))
+
+    def reduce(self, c, buf, tag):
+        self.read(buf, tag)
+        buf.readers += 1
+        self.stores[c] += 1
+        self.events.append(("store", c, buf, tag))
+
+    def fire(self, ev):
+        self.events.remove(ev)
+        if ev[0] == "load":
+            _, buf, tag, bar = ev
+            buf.writing, buf.content = False, tag
+            bar.complete_tx(1)
+        elif ev[0] == "wgmma":
+            for buf, tag in self.wgmma[ev[1]].pop(0):
+                self.read(buf, tag)
+                buf.readers -= 1
+        else:
+            _, c, buf, tag = ev
+            self.read(buf, tag)
+            buf.readers -= 1
+            self.stores[c] -= 1
+            self.reduced.append(tag)
+
+
+def _waiter(offset):
+    waits = {}
+
+    def wait(bar, parity):
+        n = waits.get(bar.name, 0)
+        waits[bar.name] = n + 1
+        return _wait(bar, parity, n + offset)
+    return wait
+
+
+def producer(cta, n_tiles):
+    ns = cta.ns
+    wait = _waiter(0)  # the n-th wait on an 'empty' barrier needs n releases
+    cta.kv_ready.expect(2)
+    cta.tma_load(cta.k, ("K",), cta.kv_ready)
+    cta.tma_load(cta.v, ("V",), cta.kv_ready)
+    yield ("step",)
+    for it in range(n_tiles):
+        s = it % ns
+        yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
+        cta.write(cta.stat[s], ("stat", it))
+        cta.q_ready[s].expect(1)
+        cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
+        yield ("step",)
+        cta.do_ready[s].expect(1)
+        cta.tma_load(cta.do[s], ("dO", it), cta.do_ready[s])
+        yield ("step",)
+
+
+def consumer(cta, c, n_tiles, split, dq_chunks):
+    ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
+    wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
+    wait_free = _waiter(0)
+    yield wait_ready(cta.kv_ready, 0)
+    for it in range(n_tiles):
+        s, ph = it % ns, (it // ns) & 1
+        q, do, stat = cta.q[s], cta.do[s], cta.stat[s]
+        yield wait_ready(cta.q_ready[s], ph)
+        cta.wgmma_issue(c, [(q, ("Q", it)), (cta.k, ("K",))])          # S (or S^T)
+        yield wait_ready(cta.do_ready[s], ph)
+        cta.wgmma_issue(c, [(do, ("dO", it)), (cta.v, ("V",))])        # dP (or dP^T)
+        yield ("wgmma_wait", 1)
+        cta.read(stat, ("stat", it))                                  # lse2
+        yield ("step",)
+        yield ("wgmma_wait", 0)
+        cta.read(stat, ("stat", it))                                  # delta
+        if split:
+            b = it % nb
+            if nb == 1:
+                yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
+            cta.write(cta.pt[b][c], ("Pt", it, c))
+            cta.write(cta.ds[b][c], ("dSt", it, c))
+            cta.ds_ready[b].arrive()
+            yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
+            all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
+            all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
+            cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
+            cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
+            cta.wgmma_issue(c, all_ds + [(cta.k, ("K",))])            # dQ chunk 0
+            yield ("wgmma_wait", 1)
+            cta.qdo_empty[s].arrive()
+            for j in range(dq_chunks):
+                yield ("wgmma_wait", 0)
+                if j + 1 < dq_chunks:
+                    cta.wgmma_issue(c, all_ds + [(cta.k, ("K",))])
+                elif nb == 1:
+                    cta.ds_ready[1].arrive()
+                yield ("store_wait",)
+                cta.write(cta.stage[c], ("dQ", it, c, j))
+                cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
+                yield ("step",)
+        else:
+            b = it % 2
+            cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
+            cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
+            cta.write(cta.ds[b][c], ("dSt", it, c))
+            cta.ds_ready[b].arrive()
+            yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
+            cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, ("K",))])
+            yield ("wgmma_wait", 0)
+            cta.qdo_empty[s].arrive()
+            yield ("store_wait",)
+            cta.write(cta.stage[c], ("dQ", it, c, 0))
+            cta.reduce(c, cta.stage[c], ("dQ", it, c, 0))
+            yield ("step",)
+    yield ("store_wait",)
+
+
+def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6):
+    """One CTA over n_tiles query tiles; returns the scheduler steps, raises
+    ProtocolError on a deadlock, a wrong phase or a buffer hazard."""
+    rng = random.Random(seed)
+    cta = BwdCTA(nc, ns, ds_bufs if split else 2)
+    agents = {"producer": producer(cta, n_tiles)}
+    for c in range(nc):
+        agents[f"consumer{c}"] = consumer(cta, c, n_tiles, split, dq_chunks if split else 1)
+    state = {name: ("step",) for name in agents}
+    weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
+
+    def ready(name):
+        st = state[name]
+        if st[0] == "wait":
+            return (st[1].done & 1) != st[2]
+        if st[0] == "wgmma_wait":
+            return len(cta.wgmma[int(name[8:])]) <= st[1]
+        if st[0] == "store_wait":
+            return cta.stores[int(name[8:])] == 0
+        return True
+
+    steps = 0
+    while agents or cta.events:
+        steps += 1
+        if steps > max_steps:
+            raise ProtocolError("no progress bound reached")
+        runnable = [n for n in agents if ready(n)]
+        choices = [(n, weight[n]) for n in runnable] + [(ev, weight["async"]) for ev in cta.events]
+        if not choices:
+            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "") for n, s in state.items()
+                       if n in agents}
+            raise ProtocolError(f"deadlock: {blocked}")
+        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
+        if isinstance(pick, tuple):
+            cta.fire(pick)
+            continue
+        st = state[pick]
+        if st[0] == "wait" and st[1].done != st[3]:
+            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
+                                f"meant {st[3]}")
+        try:
+            state[pick] = next(agents[pick])
+        except StopIteration:
+            del agents[pick]
+    chunks = dq_chunks if split else 1
+    want = sorted(("dQ", it, c, j) for it in range(n_tiles) for c in range(nc) for j in range(chunks))
+    if sorted(cta.reduced) != want:
+        raise ProtocolError(f"dQ reduces {sorted(cta.reduced)[:8]}... != {want[:8]}...")
+    return steps
+
+
+def protocol_cases(full=True):
+    """(n_tiles, stages, split, ds_bufs, dq_chunks, seed): the keys-as-M path
+    and SPLIT_D with each buffer / chunk choice the kernel allows."""
+    cases = []
+    seeds = range(40 if full else 6)
+    for seed in seeds:
+        rng = random.Random(seed)
+        for ns in (1, 2, 3):
+            cases.append((rng.randint(1, 9), ns, False, 2, 1, seed))
+            for ds_bufs in (1, 2):
+                for chunks in (1, 2, 4):
+                    cases.append((rng.randint(1, 9), ns, True, ds_bufs, chunks, seed))
+    return cases
+
+
+def main():
+    worst = 0.0
+    cases = backward_cases()
+    for case in cases:
+        err = check_backward(*case)
+        worst = max(worst, err)
+        if not err <= 1e-9:
+            raise AssertionError(f"{case}: relative error {err:.3e}")
+    print(f"{len(cases)} emulated backward cases, worst relative error {worst:.1e}")
+    runs = 0
+    for case in protocol_cases():
+        simulate(*case)
+        runs += 1
+    print(f"{runs} protocol runs, no failure")
+
+
+if __name__ == "__main__":
+    main()
