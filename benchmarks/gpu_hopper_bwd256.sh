@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# d = 256 Hopper backward (kernels/hopper/bwd.py SPLIT_D path, still in
-# CONFIGS_UNVERIFIED) on one H200, under 150 s:
+# d = 256 Hopper backward (kernels/hopper/bwd.py SPLIT_D path; in CONFIGS
+# since session 10 call 7, CONFIGS_UNVERIFIED before) on one H200, under 150 s:
 #   1. benchmarks/hopper_bwd_smoke.py --d 256: one ragged GQA case (B=2, Hq=8,
 #      Hkv=2, Nq=333, Nk=1201, causal and not) vs float64, default config, then
 #      the one-stage variant; "x.xx of tol" must be <= 1 everywhere, rc=0;

@@ -15,7 +15,7 @@ TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t (halved when causal); the ratios in
 parentheses are to cuDNN, and ``default/fa2`` is the default variant's ratio
 to SDPA flash.
 
-Head dims of the backward's CONFIGS_UNVERIFIED (d = 256 until a GPU run has
+Head dims of the backward's CONFIGS_UNVERIFIED (configs not yet run on a GPU;
 verified it) are timed too: the probe passes UNVERIFIED=True and sets
 FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1, so the "api" column is what
 flash_attn_func does once they move into CONFIGS.

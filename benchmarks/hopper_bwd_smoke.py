@@ -3,7 +3,7 @@ program that compute-sanitizer runs): B=2, Hq=8, Hkv=2, Nq=333, Nk=1201, d=128
 (or --d), bf16, causal bottom-right and not.  Prints the worst error of dq, dk,
 dv as a fraction of the tolerance (flashattn_triton.testing, 3x the error of
 the same reference in bf16) and exits 1 if any is above 1 or the kernel declined.
-Head dims of CONFIGS_UNVERIFIED (d = 256 until verified) are taken
+Head dims of CONFIGS_UNVERIFIED (configs not yet run on a GPU) are taken
 (UNVERIFIED=True); --variant passes CONFIGS overrides (KEY=VALUE joined by '+')."""
 import argparse
 import sys
