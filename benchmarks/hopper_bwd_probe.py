@@ -22,6 +22,11 @@ flash_attn_func does once they move into CONFIGS.
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --out /tmp/out
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims 256 --gqa 2,8,2,8192,256,1
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --variants default,PERSISTENT=true \
+        --variants64 "" --variants256 "" --head-dims 64,128,256
+
+Each variant other than "default" also shows its ratio to the default
+variant (``spec/default``).
 """
 import argparse
 import json
@@ -139,6 +144,10 @@ def main():
         cells = "  ".join(f"{k} {v:.0f} ({v / cud:.2f})" if v else f"{k} -" for k, v in row["tflops"].items())
         if row["tflops"].get("default") and row["tflops"].get("fa2"):
             cells += f"  default/fa2 {row['tflops']['default'] / row['tflops']['fa2']:.2f}"
+        base = row["tflops"].get("default")
+        for spec in specs:
+            if spec != "default" and base and row["tflops"].get(spec):
+                cells += f"  {spec}/default {row['tflops'][spec] / base:.3f}"
         bad = {k: c for k, c in row["check"].items() if c not in ("ok", "ref")}
         print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d} causal={causal!s:5}: {cells}" + (f"  {bad}" if bad else ""),
               flush=True)

@@ -72,10 +72,43 @@ def reference_grads(q, k, v, do, scale, shift):
     return dq, dk, dv, lse / math.log(2), delta
 
 
+def work_count(pid, n_programs, n_work):
+    """_bwd_work_count of the kernel."""
+    full = n_work // n_programs
+    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
+    return full + int(slot < n_work % n_programs)
+
+
+def work_tile(i, pid, n_programs, n_kb, n_bh, heads_first):
+    """_bwd_work_tile of the kernel: (key block, batch * KV head)."""
+    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    return (t // n_bh, t % n_bh) if heads_first else (t % n_kb, t // n_kb)
+
+
+def work_order(n_kb, n_bh, cfg):
+    """Per program, its (key block, batch * KV head) work tiles in order: the
+    persistent grid of min(NUM_SMS, tiles) programs when cfg has NUM_SMS,
+    else one program per tile (the 2-D grid).  Every tile is dealt exactly
+    once (checked)."""
+    n_work = n_kb * n_bh
+    if not cfg.get("NUM_SMS"):
+        return [[(n, bh)] for bh in range(n_bh) for n in range(n_kb)]
+    g = min(cfg["NUM_SMS"], n_work)
+    order = [[work_tile(i, pid, g, n_kb, n_bh, cfg.get("HEADS_FIRST", False))
+              for i in range(work_count(pid, g, n_work))] for pid in range(g)]
+    dealt = sorted(t for prog in order for t in prog)
+    if dealt != sorted((n, bh) for n in range(n_kb) for bh in range(n_bh)):
+        raise AssertionError(f"work tiles dealt {dealt[:6]}... not each tile once")
+    return order
+
+
 def emulate_backward(q, k, v, do, scale, shift, cfg):
     """The kernel's schedule in float64.  cfg: BLOCK_M, BLOCK_N, SPLIT_D,
-    DQ_CHUNK (NUM_CONSUMERS = 2).  lse2 and delta come from the dense
-    reference (as the forward and the preprocess give them)."""
+    DQ_CHUNK (NUM_CONSUMERS = 2); persistent with NUM_SMS (and HEADS_FIRST):
+    the work tiles in each program's order, a tile's state (dK / dV
+    accumulators, masks) rebuilt from its own coordinates.  lse2 and delta
+    come from the dense reference (as the forward and the preprocess give
+    them)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     nc = 2
     batch, h_q, n_q, d = q.shape
@@ -98,66 +131,70 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
             out[:hi - lo] = t[lo:hi]
         return out
 
-    for b in range(batch):
-        for hkv in range(h_kv):
-            for pid_n in range(cdiv(n_k, bn)):
-                start_n = pid_n * bn
-                m_lo = min(max(start_n - shift, 0) // bm, n_mb) if causal else 0
-                m_full = []
-                for c in range(nc):
-                    key0 = start_n + c * sub_n
-                    if key0 + sub_n > n_k:
-                        m_full.append(n_mb)
-                    elif causal:
-                        m_full.append(min(max(cdiv(key0 + sub_n - 1 - shift, bm), m_lo), n_mb))
-                    else:
-                        m_full.append(m_lo)
-                kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
-                dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
-                for g in range(group):
-                    hq = hkv * group + g
-                    for mb in range(m_lo, n_mb):
-                        start_m = mb * bm
-                        qt, dot = rows_of(q[b, hq], start_m, bm), rows_of(do[b, hq], start_m, bm)
-                        rows = start_m + np.arange(bm)
-                        l2 = np.full(bm, np.inf)
-                        dl = np.zeros(bm)
-                        ok = rows < n_q
-                        l2[ok] = lse2[b, hq, rows[ok]]
-                        l2 = np.where(l2 == -np.inf, np.inf, l2)
-                        dl[ok] = delta[b, hq, rows[ok]] * scale
-                        p = np.zeros((bm, bn))
-                        ds = np.zeros((bm, bn))
-                        for c in range(nc):  # the score keys of consumer c
+    written = np.zeros(k.shape[:3], int)
+    for prog in work_order(cdiv(n_k, bn), batch * h_kv, cfg):
+        for pid_n, pid_bh in prog:
+            b, hkv = pid_bh // h_kv, pid_bh % h_kv
+            start_n = pid_n * bn
+            m_lo = min(max(start_n - shift, 0) // bm, n_mb) if causal else 0
+            m_full = []
+            for c in range(nc):
+                key0 = start_n + c * sub_n
+                if key0 + sub_n > n_k:
+                    m_full.append(n_mb)
+                elif causal:
+                    m_full.append(min(max(cdiv(key0 + sub_n - 1 - shift, bm), m_lo), n_mb))
+                else:
+                    m_full.append(m_lo)
+            kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
+            dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
+            for g in range(group):
+                hq = hkv * group + g
+                for mb in range(m_lo, n_mb):
+                    start_m = mb * bm
+                    qt, dot = rows_of(q[b, hq], start_m, bm), rows_of(do[b, hq], start_m, bm)
+                    rows = start_m + np.arange(bm)
+                    l2 = np.full(bm, np.inf)
+                    dl = np.zeros(bm)
+                    ok = rows < n_q
+                    l2[ok] = lse2[b, hq, rows[ok]]
+                    l2 = np.where(l2 == -np.inf, np.inf, l2)
+                    dl[ok] = delta[b, hq, rows[ok]] * scale
+                    p = np.zeros((bm, bn))
+                    ds = np.zeros((bm, bn))
+                    for c in range(nc):  # the score keys of consumer c
+                        kc = slice(c * sub_n, (c + 1) * sub_n)
+                        keys = start_n + np.arange(bn)[kc]
+                        s_c = qt @ kt[kc].T
+                        p_c = np.exp2(s_c * qk_scale - l2[:, None])
+                        if mb < m_full[c]:  # the masked loop
+                            vis = keys[None, :] < n_k
+                            if causal:
+                                vis = vis & (keys[None, :] <= rows[:, None] + shift)
+                            p_c = np.where(vis, p_c, 0.0)
+                        dp_c = dot @ vt[kc].T
+                        p[:, kc] = p_c
+                        ds[:, kc] = p_c * (dp_c * scale - dl[:, None])
+                    for c in range(nc):
+                        if split:  # consumer c: head-dim columns of every key
+                            cc = slice(c * cols, (c + 1) * cols)
+                            dv_acc[:, cc] += p.T @ dot[:, cc]
+                            dk_acc[:, cc] += ds.T @ qt[:, cc]
+                        else:      # consumer c: its keys, every column
                             kc = slice(c * sub_n, (c + 1) * sub_n)
-                            keys = start_n + np.arange(bn)[kc]
-                            s_c = qt @ kt[kc].T
-                            p_c = np.exp2(s_c * qk_scale - l2[:, None])
-                            if mb < m_full[c]:  # the masked loop
-                                vis = keys[None, :] < n_k
-                                if causal:
-                                    vis = vis & (keys[None, :] <= rows[:, None] + shift)
-                                p_c = np.where(vis, p_c, 0.0)
-                            dp_c = dot @ vt[kc].T
-                            p[:, kc] = p_c
-                            ds[:, kc] = p_c * (dp_c * scale - dl[:, None])
-                        for c in range(nc):
-                            if split:  # consumer c: head-dim columns of every key
-                                cc = slice(c * cols, (c + 1) * cols)
-                                dv_acc[:, cc] += p.T @ dot[:, cc]
-                                dk_acc[:, cc] += ds.T @ qt[:, cc]
-                            else:      # consumer c: its keys, every column
-                                kc = slice(c * sub_n, (c + 1) * sub_n)
-                                dv_acc[kc] += p[:, kc].T @ dot
-                                dk_acc[kc] += ds[:, kc].T @ qt
-                            for j in range(cols // chunk):  # dQ reduce-adds, clipped at N_Q
-                                c0 = c * cols + j * chunk
-                                part = ds @ kt[:, c0:c0 + chunk]
-                                n_ok = max(0, min(bm, n_q - start_m))
-                                dq[b, hq, start_m:start_m + n_ok, c0:c0 + chunk] += part[:n_ok]
-                n_ok = max(0, min(bn, n_k - start_n))
-                dk[b, hkv, start_n:start_n + n_ok] = dk_acc[:n_ok]
-                dv[b, hkv, start_n:start_n + n_ok] = dv_acc[:n_ok]
+                            dv_acc[kc] += p[:, kc].T @ dot
+                            dk_acc[kc] += ds[:, kc].T @ qt
+                        for j in range(cols // chunk):  # dQ reduce-adds, clipped at N_Q
+                            c0 = c * cols + j * chunk
+                            part = ds @ kt[:, c0:c0 + chunk]
+                            n_ok = max(0, min(bm, n_q - start_m))
+                            dq[b, hq, start_m:start_m + n_ok, c0:c0 + chunk] += part[:n_ok]
+            n_ok = max(0, min(bn, n_k - start_n))
+            written[b, hkv, start_n:start_n + n_ok] += 1
+            dk[b, hkv, start_n:start_n + n_ok] = dk_acc[:n_ok]
+            dv[b, hkv, start_n:start_n + n_ok] = dv_acc[:n_ok]
+    if not (written == 1).all():
+        raise AssertionError("a key's dK / dV written other than once")
     return dq, dk, dv
 
 
@@ -185,7 +222,10 @@ def backward_cases(full=True):
             dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=0),
             dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=True, DQ_CHUNK=4),
             dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
-            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False)]
+            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
+            # persistent: a few programs, several work tiles each
+            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
+            dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
     shapes = [(1, 2, 1, 333, 211), (2, 2, 2, 77, 130), (1, 1, 1, 1, 97), (1, 2, 1, 200, 64), (1, 1, 1, 130, 33)]
     if full:
         shapes += [(2, 4, 2, 150, 300), (1, 3, 1, 64, 64), (1, 1, 1, 257, 129)]
@@ -200,6 +240,7 @@ class BwdCTA:
     def __init__(self, nc, ns, ds_bufs):
         self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
         self.kv_ready = Barrier("kv_ready", 1)
+        self.kv_empty = Barrier("kv_empty", nc)  # persistent: both consumers are done with K / V
         self.q_ready = [Barrier(f"q_ready[{s}]", 1) for s in range(ns)]
         self.do_ready = [Barrier(f"do_ready[{s}]", 1) for s in range(ns)]
         self.qdo_empty = [Barrier(f"qdo_empty[{s}]", nc) for s in range(ns)]
@@ -277,14 +318,16 @@ def _waiter(offset):
     return wait
 
 
-def producer(cta, n_tiles):
+def producer(cta, tiles, persistent=False, broken=""):
+    """tiles: the query-tile count of each work tile (one work tile unless
+    persistent).  Persistent: per work tile the first ns query tiles, then
+    K / V once both consumers released the previous tile's (kv_empty), then
+    the rest; the ring counter runs on across work tiles."""
     ns = cta.ns
     wait = _waiter(0)  # the n-th wait on an 'empty' barrier needs n releases
-    cta.kv_ready.expect(2)
-    cta.tma_load(cta.k, ("K",), cta.kv_ready)
-    cta.tma_load(cta.v, ("V",), cta.kv_ready)
-    yield ("step",)
-    for it in range(n_tiles):
+    it = 0
+
+    def load_qdo(it):
         s = it % ns
         yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
         cta.write(cta.stat[s], ("stat", it))
@@ -295,74 +338,116 @@ def producer(cta, n_tiles):
         cta.tma_load(cta.do[s], ("dO", it), cta.do_ready[s])
         yield ("step",)
 
+    for i, total in enumerate(tiles):
+        n_first = min(total, ns) if persistent else 0
+        for j in range(n_first):
+            yield from load_qdo(it + j)
+        if persistent and broken != "no_kv_empty":
+            yield wait(cta.kv_empty, (i & 1) ^ 1)
+        cta.kv_ready.expect(2)
+        cta.tma_load(cta.k, ("K", i), cta.kv_ready)
+        cta.tma_load(cta.v, ("V", i), cta.kv_ready)
+        yield ("step",)
+        for j in range(n_first, total):
+            yield from load_qdo(it + j)
+        it += total
 
-def consumer(cta, c, n_tiles, split, dq_chunks):
+
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
-    yield wait_ready(cta.kv_ready, 0)
-    for it in range(n_tiles):
-        s, ph = it % ns, (it // ns) & 1
-        q, do, stat = cta.q[s], cta.do[s], cta.stat[s]
-        yield wait_ready(cta.q_ready[s], ph)
-        cta.wgmma_issue(c, [(q, ("Q", it)), (cta.k, ("K",))])          # S (or S^T)
-        yield wait_ready(cta.do_ready[s], ph)
-        cta.wgmma_issue(c, [(do, ("dO", it)), (cta.v, ("V",))])        # dP (or dP^T)
-        yield ("wgmma_wait", 1)
-        cta.read(stat, ("stat", it))                                  # lse2
-        yield ("step",)
-        yield ("wgmma_wait", 0)
-        cta.read(stat, ("stat", it))                                  # delta
-        if split:
-            b = it % nb
-            if nb == 1:
-                yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
-            cta.write(cta.pt[b][c], ("Pt", it, c))
-            cta.write(cta.ds[b][c], ("dSt", it, c))
-            cta.ds_ready[b].arrive()
-            yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
-            all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
-            all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
-            cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
-            cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
-            cta.wgmma_issue(c, all_ds + [(cta.k, ("K",))])            # dQ chunk 0
+    it = 0
+    for i, total in enumerate(tiles):
+        kk, vv = ("K", i), ("V", i)
+        yield wait_ready(cta.kv_ready, 0 if broken == "kv_phase_fixed" else i & 1)
+        if broken == "reset_phases":
+            it = 0
+        released = False
+        for t in range(total):
+            last = t == total - 1
+            s, ph = it % ns, (it // ns) & 1
+            q, do, stat = cta.q[s], cta.do[s], cta.stat[s]
+            yield wait_ready(cta.q_ready[s], ph)
+            cta.wgmma_issue(c, [(q, ("Q", it)), (cta.k, kk)])              # S (or S^T)
+            yield wait_ready(cta.do_ready[s], ph)
+            cta.wgmma_issue(c, [(do, ("dO", it)), (cta.v, vv)])            # dP (or dP^T)
             yield ("wgmma_wait", 1)
-            cta.qdo_empty[s].arrive()
-            for j in range(dq_chunks):
-                yield ("wgmma_wait", 0)
-                if j + 1 < dq_chunks:
-                    cta.wgmma_issue(c, all_ds + [(cta.k, ("K",))])
-                elif nb == 1:
-                    cta.ds_ready[1].arrive()
-                yield ("store_wait",)
-                cta.write(cta.stage[c], ("dQ", it, c, j))
-                cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
-                yield ("step",)
-        else:
-            b = it % 2
-            cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
-            cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
-            cta.write(cta.ds[b][c], ("dSt", it, c))
-            cta.ds_ready[b].arrive()
-            yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
-            cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, ("K",))])
-            yield ("wgmma_wait", 0)
-            cta.qdo_empty[s].arrive()
-            yield ("store_wait",)
-            cta.write(cta.stage[c], ("dQ", it, c, 0))
-            cta.reduce(c, cta.stage[c], ("dQ", it, c, 0))
+            cta.read(stat, ("stat", it))                                  # lse2
             yield ("step",)
+            yield ("wgmma_wait", 0)
+            cta.read(stat, ("stat", it))                                  # delta
+            if split:
+                b = it % nb
+                if nb == 1:
+                    yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
+                cta.write(cta.pt[b][c], ("Pt", it, c))
+                cta.write(cta.ds[b][c], ("dSt", it, c))
+                cta.ds_ready[b].arrive()
+                yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
+                all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
+                all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
+                cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
+                cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
+                cta.wgmma_issue(c, all_ds + [(cta.k, kk)])                 # dQ chunk 0
+                yield ("wgmma_wait", 1)
+                cta.qdo_empty[s].arrive()
+                for j in range(dq_chunks):
+                    if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
+                        cta.kv_empty.arrive()   # before the last dQ product has read K
+                        released = True
+                    yield ("wgmma_wait", 0)
+                    if j + 1 < dq_chunks:
+                        cta.wgmma_issue(c, all_ds + [(cta.k, kk)])
+                    elif nb == 1:
+                        cta.ds_ready[1].arrive()
+                    yield ("store_wait",)
+                    cta.write(cta.stage[c], ("dQ", it, c, j))
+                    cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
+                    yield ("step",)
+            else:
+                b = it % 2
+                cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
+                cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
+                cta.write(cta.ds[b][c], ("dSt", it, c))
+                cta.ds_ready[b].arrive()
+                yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
+                cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, kk)])
+                if persistent and last and broken == "early_kv_release":
+                    cta.kv_empty.arrive()       # before the last dQ product has read K
+                    released = True
+                yield ("wgmma_wait", 0)
+                cta.qdo_empty[s].arrive()
+                yield ("store_wait",)
+                cta.write(cta.stage[c], ("dQ", it, c, 0))
+                cta.reduce(c, cta.stage[c], ("dQ", it, c, 0))
+                yield ("step",)
+            it += 1
+        if persistent and not released:
+            cta.kv_empty.arrive()
+        yield ("step",)                                                   # the dK / dV stores
+        if not persistent:
+            yield ("store_wait",)
     yield ("store_wait",)
 
 
-def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6):
-    """One CTA over n_tiles query tiles; returns the scheduler steps, raises
-    ProtocolError on a deadlock, a wrong phase or a buffer hazard."""
+BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
+
+
+def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken=""):
+    """One CTA over n_tiles query tiles, or when work (a list of query-tile
+    counts, one per work tile; 0 allowed) is given the persistent loop over
+    those work tiles; returns the scheduler steps, raises ProtocolError on a
+    deadlock, a wrong phase or a buffer hazard.  broken: one of BROKEN, a
+    deliberately wrong persistent protocol."""
     rng = random.Random(seed)
+    persistent = work is not None
+    tiles = list(work) if persistent else [n_tiles]
+    n_tiles = sum(tiles)
     cta = BwdCTA(nc, ns, ds_bufs if split else 2)
-    agents = {"producer": producer(cta, n_tiles)}
+    agents = {"producer": producer(cta, tiles, persistent, broken)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, n_tiles, split, dq_chunks if split else 1)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken)
     state = {name: ("step",) for name in agents}
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
 
@@ -421,6 +506,33 @@ def protocol_cases(full=True):
     return cases
 
 
+def persistent_protocol_cases(full=True):
+    """(n_tiles, stages, split, ds_bufs, dq_chunks, seed, work): the
+    persistent loop, 2-6 work tiles per program of 0-6 query tiles each."""
+    cases = []
+    for seed in range(30 if full else 5):
+        rng = random.Random(1000 + seed)
+        for ns in (1, 2, 3):
+            for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 1), (True, 1, 2), (True, 2, 1), (True, 2, 4)):
+                work = [rng.randint(0, 6) for _ in range(rng.randint(2, 6))]
+                cases.append((0, ns, split, ds_bufs, chunks, seed, work))
+    return cases
+
+
+def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
+    """Seeds (of `seeds`) on which the simulation rejects the deliberately
+    broken persistent protocol (work: 3 work tiles of 1-3 query tiles)."""
+    caught = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        work = [rng.randint(1, 3) for _ in range(3)]
+        try:
+            simulate(0, rng.choice((1, 2)), split, ds_bufs, chunks, seed, work=work, broken=broken)
+        except ProtocolError:
+            caught += 1
+    return caught
+
+
 def main():
     worst = 0.0
     cases = backward_cases()
@@ -435,6 +547,15 @@ def main():
         simulate(*case)
         runs += 1
     print(f"{runs} protocol runs, no failure")
+    runs = 0
+    for *case, work in persistent_protocol_cases():
+        simulate(*case, work=work)
+        runs += 1
+    print(f"{runs} persistent protocol runs, no failure")
+    for broken in BROKEN:
+        for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
+            n = broken_caught(broken, split, ds_bufs, chunks)
+            print(f"broken '{broken}' split={split} ds_bufs={ds_bufs} chunks={chunks}: caught on {n}/60 seeds")
 
 
 if __name__ == "__main__":

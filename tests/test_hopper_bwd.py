@@ -86,6 +86,33 @@ def test_protocol_simulation():
     assert len(cases) >= 100
 
 
+def test_persistent_protocol_simulation():
+    """tests/hopper_bwd_model.py: the persistent loop's protocol (several work
+    tiles per program, some with no query tile; ring, dS and K / V phases
+    continuing across tiles; the next tile's first query tiles loaded before
+    its K / V) passes, and each deliberately broken form is caught: K / V
+    loaded without waiting for kv_empty, kv_empty arrived before the last
+    dQ product has read K, kv_ready waited with a fixed parity, the ring
+    counter restarted per tile."""
+    import hopper_bwd_model as hbm
+    cases = hbm.persistent_protocol_cases(full=False)
+    for *case, work in cases:
+        hbm.simulate(*case, work=work)
+    assert len(cases) >= 50
+    for broken in hbm.BROKEN:
+        for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
+            assert hbm.broken_caught(broken, split, ds_bufs, chunks, seeds=30) > 0, (broken, split, ds_bufs)
+
+
+def test_persistent_is_off_by_default():
+    hbwd = _bwd_module()
+    for d in hbwd.CONFIGS:
+        for causal in (False, True):
+            assert hbwd.kernel_meta(d, causal)["PERSISTENT"] is False
+            meta = hbwd.kernel_meta(d, causal, dict(PERSISTENT=True))
+            assert hbwd.smem_bytes(d, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
+
+
 _FAKE_LAUNCH = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -123,6 +150,50 @@ def test_split_d_launch_on_a_fake_driver():
     assert res.returncode == 0, res.stderr[-3000:]
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads.
     assert res.stdout.split("\n")[:2] == ["(18, 4, 1) True 64"] * 2, res.stdout
+
+
+_FAKE_PERSISTENT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+names = hb._attn_bwd_hopper.arg_names
+for d in (64, 128, 256):
+    q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+    grads = [torch.zeros_like(t) for t in (q, k, k)]
+    for causal, n_sms in ((False, 7), (True, 1000)):
+        with fake_cuda():
+            ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None,
+                                              PERSISTENT=True, NUM_SMS=n_sms)
+        assert ok, hb._BROKEN
+        launch = LAUNCHES[-1]
+        consts = launch[0].src.constants
+        print(d, causal, launch[1], consts.get((names.index("PERSISTENT"),)))
+"""
+
+
+def test_persistent_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: the persistent backward (PERSISTENT=True) at
+    d = 64, 128 and 256 (SPLIT_D) compiles for sm_90 through the launcher's
+    JIT path and launches min(NUM_SMS, key blocks * B * Hkv) programs on a
+    1-D grid."""
+    import subprocess
+    import sys
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", _FAKE_PERSISTENT, tests], capture_output=True, text=True, env=env,
+                         timeout=900, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 4 (batch, KV head) pairs.
+    want = []
+    for d, n_kb in ((64, 9), (128, 9), (256, 18)):
+        want += [f"{d} False (7, 1, 1) True", f"{d} True ({n_kb * 4}, 1, 1) True"]
+    assert res.stdout.split("\n")[:6] == want, res.stdout
 
 
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
@@ -249,6 +320,44 @@ def test_split_d_variants(d, variant, causal):
     k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
     shift = None if causal is None else (1121 - 333 if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+PERSISTENT_VARIANTS = [
+    dict(PERSISTENT=True),                                   # one program per SM
+    dict(PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True),      # several work tiles per program
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", PERSISTENT_VARIANTS, ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_persistent_matches_reference(variant, d, case):
+    """The persistent form (kernel switch PERSISTENT, off by default) on the
+    reference cases: the default path at d = 64 / 128, SPLIT_D at 256."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    if layout == "padded":
+        q, do = _padded(b, hq, nq, d, torch.bfloat16, 40), _padded(b, hq, nq, d, torch.bfloat16, 40)
+        k, v = _padded(b, hkv, nk, d, torch.bfloat16, 40), _padded(b, hkv, nk, d, torch.bfloat16, 40)
+    else:
+        q, do = _flash_view(b, hq, nq, d, torch.bfloat16), _flash_view(b, hq, nq, d, torch.bfloat16)
+        k, v = _flash_view(b, hkv, nk, d, torch.bfloat16), _flash_view(b, hkv, nk, d, torch.bfloat16)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(NUM_STAGES=3), dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=1, DQ_CHUNK=32)],
+                         ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_persistent_variants(variant, causal):
+    """Persistent with a 3-stage ring and the SPLIT_D path at d = 128 (one
+    P^T / dS^T buffer: its 'free' barrier's phase also continues across
+    work tiles), 5 programs."""
+    q, do = (_flash_view(2, 6, 333, 128, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, 128, torch.bfloat16) for _ in range(2))
+    shift = None if causal is None else (1121 - 333 if causal == "br" else 0)
+    _check(q, k, v, do, 128 ** -0.5, shift, PERSISTENT=True, NUM_SMS=5, **variant)
 
 
 @needs_hopper

@@ -47,6 +47,17 @@ Keys past N_K (zero-filled by TMA) and, when causal, keys after a row's
 diagonal are masked in every tile that can hold one; query rows past N_Q
 get lse2 = +inf and delta = 0, so their P and dS are 0.
 
+``PERSISTENT`` (off by default: PERSISTENT_DEFAULT) launches min(#SMs,
+work tiles) programs on a 1-D grid; each walks its work tiles (key block,
+batch * KV head; _bwd_work_tile: dealt in a snake, a head's key blocks
+adjacent, or with HEADS_FIRST key block 0 of every head first) in all three
+partitions.  The ring counter and every barrier phase run on across work
+tiles (no re-init); a kv_empty barrier, arrived by both consumers after the
+tile's last step (whose dQ product is the last reader of K), lets the
+producer load the next tile's K and V, after first queueing that tile's
+first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
+overlap the next tile's loads, and the prologue is paid once per program.
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -55,6 +66,7 @@ backward runs the portable kernels (kernels/bwd.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -88,6 +100,118 @@ _REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout,
              gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
              gl.exp2, mbarrier.init, mbarrier.expect, mbarrier.wait, mbarrier.arrive,
              tma.async_copy_global_to_shared, tma.store_wait, fence_async_shared)
+
+
+@gluon.jit
+def _bwd_work_count(pid, n_programs, n_work):
+    """Work tiles of program pid in the persistent loop (_bwd_work_tile)."""
+    full = n_work // n_programs
+    # The last, partial round deals tiles to programs [0, rem) when it runs
+    # forwards (even round), to [G - rem, G) when it runs backwards.
+    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
+    return full + (slot < n_work % n_programs).to(gl.int32)
+
+
+@gluon.jit
+def _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST: gl.constexpr):
+    """(key block, batch * KV head) of the i-th work tile of program pid.
+
+    Tiles t = 0 .. n_kb * n_bh - 1 are dealt in rounds of n_programs,
+    forwards in even rounds and backwards in odd ones (a snake: the program
+    that got the longest tile of a round gets the shortest of the next).
+    t runs over a head's key blocks fastest (they share its Q and dO in L2),
+    or with HEADS_FIRST over the heads fastest, key block 0 (with a causal
+    mask the one with most query tiles) of every head first."""
+    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    if HEADS_FIRST:
+        pid_n = t // n_bh
+        pid_bh = t % n_bh
+    else:
+        pid_n = t % n_kb
+        pid_bh = t // n_kb
+    return pid_n, pid_bh
+
+
+@gluon.jit
+def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(batch, KV head, first key, first query tile) of a work tile (as the
+    non-persistent program decode computes them)."""
+    off_b = pid_bh // H_KV
+    off_hkv = pid_bh % H_KV
+    start_n = pid_n * BLOCK_N
+    if IS_CAUSAL:
+        m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
+    else:
+        m_lo = 0
+    return off_b, off_hkv, start_n, m_lo
+
+
+@gluon.jit
+def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+              off_b, off_hq, mb, it, stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
+              BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Persistent producer: query tile mb of head off_hq into ring slot
+    it % NUM_STAGES (the same steps as _attn_bwd_load's loop body)."""
+    stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
+    s = it % NUM_STAGES
+    rows = mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=stat_layout)
+    in_q = rows < N_Q
+    lse_row = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh
+    delta_row = DELTA + off_b.to(gl.int64) * stride_dz + off_hq.to(gl.int64) * stride_dh
+    lse2 = gl.load(lse_row + rows, mask=in_q, other=float("inf"))
+    lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)
+    delta = gl.load(delta_row + rows, mask=in_q, other=0.0) * sm_scale
+    mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+    stat_bufs.index(2 * s).store(lse2)
+    stat_bufs.index(2 * s + 1).store(delta)
+    mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
+                                    q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+    mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, mb * BLOCK_M, 0], do_ready.index(s),
+                                    do_bufs.index(s)._reinterpret(do_desc.dtype, q_box, do_desc.layout))
+
+
+@gluon.jit
+def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
+                              stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
+                              n_mb, GROUP, H_KV, n_kb, n_bh,
+                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                              NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr):
+    """Producer partition of the persistent form: per work tile the first
+    NUM_STAGES query tiles (their slots are freed by the previous work
+    tile's steps), then K and V once the consumers released the previous
+    tile's (kv_empty: after their last dQ product), then the other query
+    tiles.  Ring slot and phase follow one counter over all tiles."""
+    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    pid = gl.program_id(0)
+    n_programs = gl.num_programs(0)
+    it = 0
+    for i in range(_bwd_work_count(pid, n_programs, n_kb * n_bh)):
+        pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
+        off_b, off_hkv, start_n, m_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
+                                                         BLOCK_M, BLOCK_N, IS_CAUSAL)
+        n_m = n_mb - m_lo
+        total = GROUP * n_m
+        n_first = gl.minimum(total, NUM_STAGES)
+        for j in range(n_first):
+            _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+                      off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
+        mbarrier.wait(kv_empty, (i & 1) ^ 1)
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                        k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                        v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+        for j in range(n_first, total):
+            _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+                      off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
+        it += total
 
 
 @gluon.jit
@@ -291,18 +415,20 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
 
 
 @gluon.jit
-def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
-                      kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
-                      off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
-                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                      N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
-                      DQ_CHUNK: gl.constexpr):
-    """Consumer warpgroup: the scores of keys [start_n + CONSUMER * SUB_N,
-    + SUB_N); dK and dV of those keys, or with SPLIT_D of all BLOCK_N keys
-    in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS)."""
+def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
+                    kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                    off_b, off_hkv, start_n, m_lo, n_mb, GROUP, it, kv_phase,
+                    stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                    N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                    IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
+                    DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr):
+    """One key block of a consumer warpgroup: the scores of keys [start_n +
+    CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
+    all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
+    it: ring steps before this block; returns it after it.  RELEASE_KV
+    (persistent): arrive on kv_empty once K and V are no longer read."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     dtype: gl.constexpr = q_bufs.dtype
@@ -343,8 +469,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
     else:
         m_full = m_lo
 
-    mbarrier.wait(kv_ready, 0)
-    it = 0
+    mbarrier.wait(kv_ready, kv_phase)
     for g in range(GROUP):
         off_hq = off_hkv * GROUP + g
         for mb in range(m_lo, m_full):
@@ -373,6 +498,10 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                         off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                         CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
             it += 1
+    if RELEASE_KV:
+        # Every step waited for its wgmma groups (the dQ product, the last
+        # reader of K, included): the next work tile's K and V may load.
+        mbarrier.arrive(kv_empty)
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
     rows = out_key0 + gl.arange(0, dk.shape[0], layout=gl.SliceLayout(1, kv_layout))
@@ -385,12 +514,52 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
         + rows64 * stride_dvn + gl.expand_dims(dcols, 0)
     gl.store(dk_ptrs, dk.to(dtype), mask=keep)
     gl.store(dv_ptrs, dv.to(dtype), mask=keep)
+    return it
+
+
+@gluon.jit
+def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
+                      kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                      off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, n_bh,
+                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                      N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                      CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
+                      DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+    """Consumer warpgroup: the program's key block, or when PERSISTENT each
+    of its work tiles in turn (_bwd_work_tile), ring and barrier phases
+    continuing across them; the dK / dV stores of one tile run while the
+    producer loads the next one's K and V."""
+    if PERSISTENT:
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        it = 0
+        for i in range(_bwd_work_count(pid, n_programs, n_kb * n_bh)):
+            pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
+            t_b, t_hkv, t_n, t_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
+                                                     BLOCK_M, BLOCK_N, IS_CAUSAL)
+            it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                 stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                 t_b, t_hkv, t_n, t_lo, n_mb, GROUP, it, i & 1,
+                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
+                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True)
+    else:
+        _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
+                        kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                        off_b, off_hkv, start_n, m_lo, n_mb, GROUP, gl.to_tensor(0), 0,
+                        stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                        N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                        CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False)
     tma.store_wait(0)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "stride_dz", "stride_dh", "stride_dkz", "stride_dkh",
                               "stride_dkn", "stride_dvz", "stride_dvh", "stride_dvn", "H_KV", "N_Q", "N_K",
-                              "GROUP", "causal_shift"])
+                              "GROUP", "causal_shift", "N_BH"])
 def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, DK, DV,
@@ -401,31 +570,44 @@ def _attn_bwd_hopper(
     H_KV, N_Q, N_K, GROUP,
     # scalars
     qk_scale, sm_scale, causal_shift,
+    # batch * KV heads (the persistent form's work tiles; unused otherwise)
+    N_BH,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
+    PERSISTENT: gl.constexpr = False,
 ):
-    if HEADS_FIRST:
-        # Heads vary fastest: with a causal mask every head's first key
-        # block (the one with most query tiles) starts in the first wave.
-        pid_bh = gl.program_id(0)
-        pid_n = gl.program_id(1)
-    else:
-        # A head's key blocks run together and share its Q and dO in L2.
-        pid_n = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-    off_b = pid_bh // H_KV
-    off_hkv = pid_bh % H_KV
-    start_n = pid_n * BLOCK_N
     n_mb = gl.cdiv(N_Q, BLOCK_M)
-    # First query tile with a row that sees key start_n (row i sees keys
-    # j <= i + causal_shift); n-block 0, the one with most tiles, runs first.
-    if IS_CAUSAL:
-        m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
-    else:
+    if PERSISTENT:
+        # A 1-D grid of at most one program per SM; each partition walks the
+        # same work tiles (_bwd_work_tile) and decodes them itself.
+        n_kb = gl.cdiv(N_K, BLOCK_N)
+        off_b = 0
+        off_hkv = 0
+        start_n = 0
         m_lo = 0
+    else:
+        n_kb = 0
+        if HEADS_FIRST:
+            # Heads vary fastest: with a causal mask every head's first key
+            # block (the one with most query tiles) starts in the first wave.
+            pid_bh = gl.program_id(0)
+            pid_n = gl.program_id(1)
+        else:
+            # A head's key blocks run together and share its Q and dO in L2.
+            pid_n = gl.program_id(0)
+            pid_bh = gl.program_id(1)
+        off_b = pid_bh // H_KV
+        off_hkv = pid_bh % H_KV
+        start_n = pid_n * BLOCK_N
+        # First query tile with a row that sees key start_n (row i sees keys
+        # j <= i + causal_shift); n-block 0, the one with most tiles, runs first.
+        if IS_CAUSAL:
+            m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
+        else:
+            m_lo = 0
 
     dtype: gl.constexpr = q_desc.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
@@ -454,6 +636,11 @@ def _attn_bwd_hopper(
 
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+    if PERSISTENT:
+        # Both consumers are done with K and V (their last dQ product).
+        kv_empty = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+    else:
+        kv_empty = kv_ready  # not used
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
@@ -461,6 +648,8 @@ def _attn_bwd_hopper(
     # with one buffer, ds_ready[1]: every consumer is done reading it.
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     mbarrier.init(kv_ready, count=1)
+    if PERSISTENT:
+        mbarrier.init(kv_empty, count=NUM_CONSUMERS)
     for s in gl.static_range(NUM_STAGES):
         mbarrier.init(q_ready.index(s), count=1)
         mbarrier.init(do_ready.index(s), count=1)
@@ -475,29 +664,54 @@ def _attn_bwd_hopper(
         gl.static_assert((HEAD_DIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides d / NUM_CONSUMERS")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
-    gl.warp_specialize([
-        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                             stat_bufs,
-                             kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
-                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
-                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK)),
-        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                             stat_bufs,
-                             kv_ready, q_ready, do_ready, qdo_empty, ds_ready,
-                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
-                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK)),
-        (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
-                          stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
-                          off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
-                          stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if PERSISTENT:
+        gl.warp_specialize([
+            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                 stat_bufs,
+                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                 stat_bufs,
+                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+            (_attn_bwd_load_persistent, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs,
+                                         do_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
+                                         n_mb, GROUP, H_KV, n_kb, N_BH,
+                                         stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                                         BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    else:
+        gl.warp_specialize([
+            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                 stat_bufs,
+                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                 stat_bufs,
+                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+            (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
+                              stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
+                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 # ---------------------------------------------------------------------------
@@ -536,6 +750,12 @@ UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
 SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
+# PERSISTENT per head dim, (not causal, causal): one program per SM looping
+# over the work tiles (_bwd_work_tile), K / V of the next tile loading under
+# the dK / dV stores of the last.  Off until the H200 measures it
+# (benchmarks/gpu_hopper_bwd_persistent.sh); the overrides NUM_SMS (grid
+# size, not a kernel parameter) and PERSISTENT=True select it.
+PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -550,7 +770,7 @@ def configs(unverified: bool = False) -> dict:
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL."""
-    meta = dict(SPLIT_DEFAULTS)
+    meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal])
     for part in (configs(unverified)[head_dim], SCHEDULE[causal], overrides or {}):
         meta.update(part)
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
@@ -564,7 +784,7 @@ def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
-               DQ_CHUNK=0, **_):
+               DQ_CHUNK=0, PERSISTENT=False, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
@@ -574,7 +794,18 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     return (2 * (2 * BLOCK_N * head_dim + 2 * NUM_STAGES * BLOCK_M * head_dim
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * BLOCK_M * dq_cols + 4 * 2 * NUM_STAGES * BLOCK_M
-            + 8 * (1 + 3 * NUM_STAGES + 2))
+            + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H200), cached."""
+    device = torch.device(device)
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
@@ -641,6 +872,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
     meta = kernel_meta(d, causal, overrides, UNVERIFIED)
+    n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
     key = (q.dtype, d, causal, tuple(sorted(meta.items())))
@@ -663,11 +895,17 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             h_kv, n_q, n_k, h_q // h_kv,
-            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift)
+            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv)
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
-    grid = (batch * h_kv, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, batch * h_kv)
-    if grid[1] > 65535:
-        return False
+    if meta["PERSISTENT"]:
+        if n_blocks * batch * h_kv >= 2 ** 31:
+            return False
+        # (a compile-only call, on meta tensors, launches nothing)
+        grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * batch * h_kv),)
+    else:
+        grid = (batch * h_kv, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, batch * h_kv)
+        if grid[1] > 65535:
+            return False
     kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -696,4 +934,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
-           "CONFIGS_UNVERIFIED"]
+           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT"]
