@@ -206,7 +206,10 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
 
     meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
     meta["PERSISTENT"] = getattr(hfwd, "PERSISTENT_DEFAULT", {}).get(d, (False, False))[causal]
+    meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
     meta.update(overrides)
+    if meta["DYNAMIC"]:
+        meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
@@ -226,6 +229,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
             sig[name] = mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), blocks[name], layout))
         elif name == "LSE":
             sig[name] = "*fp32"
+        elif name == "TILE_COUNTER":
+            sig[name] = "*i32"
         elif name == "qk_scale":
             sig[name] = "fp32"
         else:

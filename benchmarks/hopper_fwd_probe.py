@@ -59,6 +59,15 @@ VARIANTS = {
     "persistent_g5_nc1": ({"PERSISTENT": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
     "persistent_g5_nc3": ({"PERSISTENT": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,
                            "PAIRED": False}, (64,)),
+    # Dynamic tile scheduler: the persistent grid with tiles claimed from an
+    # atomic counter (longest first when causal), DYNAMIC_DEFAULT in fwd.py.
+    "dynamic": ({"DYNAMIC": True}, (64, 128, 256)),
+    "nc3_dynamic": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "DYNAMIC": True}, (64,)),
+    "dynamic_g7": ({"DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256)),
+    "dynamic_g5_nopp": ({"DYNAMIC": True, "NUM_SMS": 5, "PINGPONG": False}, (128,)),
+    "dynamic_g5_nc1": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
+    "dynamic_g5_nc3": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,
+                        "PAIRED": False}, (64,)),
 }
 # Variants that only run the correctness stage (their timing says nothing).
 CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
@@ -369,7 +378,10 @@ def _table(bench, variants, baselines=BASELINES):
 DECISIONS = [("persistent / default", "persistent", "default"),
              ("nc3 / default", "nc3", "default"),
              ("nc3_persistent / nc3", "nc3_persistent", "nc3"),
-             ("nc3_persistent / default", "nc3_persistent", "default")]
+             ("nc3_persistent / default", "nc3_persistent", "default"),
+             ("dynamic / default", "dynamic", "default"),
+             ("dynamic / persistent", "dynamic", "persistent"),
+             ("nc3_dynamic / nc3", "nc3_dynamic", "nc3")]
 
 
 def _decision_table(bench):

@@ -18,7 +18,16 @@ which cannot run in Triton's interpreter.
   copy is writing it while an asynchronous read is in flight.  A state in
   which nothing can move is a deadlock.
 * ``makespans``: the busiest SM's work under the persistent snake order, a
-  plain round-robin and the hardware's dispatch of the non-persistent grid.
+  plain round-robin, the hardware's dispatch of the non-persistent grid and
+  the DYNAMIC scheduler (greedy claims from the counter, longest first).
+* ``simulate_dynamic``: the DYNAMIC scheduler's protocol over several CTAs
+  sharing one tile counter: each producer claims the next tile with one
+  atomic and publishes it in a two-slot shared-memory ring guarded by
+  tile_ready mbarriers; the consumers read it there.  Checks every tile is
+  processed exactly once by every consumer, no deadlock, no slot read before
+  it is written or after it is overwritten; ``broken=`` variants (one slot,
+  consumers claiming on their own, no wait before the read, a counter not
+  reset) must fail.
 
 The helpers mirror the kernel's integer formulas (``work_count``,
 ``work_tile``, ``tile_coords``); when the kernel changes they must change
@@ -85,6 +94,35 @@ def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     return tiles, n_m, n_bh
 
 
+def dynamic_assignment(costs, n_programs, rng=None, lead=0):
+    """The DYNAMIC schedule: tile numbers t of each program, in its order.
+
+    Program p starts with tile p (no claim); the others go out in order t =
+    G, G + 1, ... to whichever program claims first.  A program claims its
+    next tile when its producer has issued the last load of the current
+    one, 'lead' key tiles (the ring depth) before the consumers finish it;
+    a tile's duration is its cost, times a random factor in [0.5, 1.5) when
+    rng is given (the kernel's completion times are not predictable)."""
+    n_work = len(costs)
+    g = min(n_programs, n_work)
+    out = [[p] for p in range(g)]
+    busy = [0.0] * g          # when each program's consumers finish their current tile
+    events = []               # (claim time, program)
+    for p in range(g):
+        dur = costs[p] * (rng.uniform(0.5, 1.5) if rng else 1.0)
+        busy[p] = dur
+        heapq.heappush(events, (max(busy[p] - lead, 0.0), p))
+    nxt = g
+    while nxt < n_work:
+        _, p = heapq.heappop(events)
+        out[p].append(nxt)
+        dur = costs[nxt] * (rng.uniform(0.5, 1.5) if rng else 1.0)
+        busy[p] += dur
+        heapq.heappush(events, (max(busy[p] - lead, 0.0), p))
+        nxt += 1
+    return out, max(busy)
+
+
 def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     """Each program's work tiles [(b, hq, hkv, start_m, n_tiles)], in the
     order the kernel runs them (non-persistent: one each, in launch order,
@@ -92,6 +130,13 @@ def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     order, n_m, n_bh = tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg)
     rows = cfg["BLOCK_M"] * cfg["NUM_CONSUMERS"]
     coords = lambda pm, pb: tile_coords(pm, pb, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"])  # noqa: E731
+    if cfg.get("DYNAMIC"):
+        # The tile numbering is tile_order's (_dynamic_tile = _work_tile's
+        # numbering); which program gets which tile depends on timing.
+        rng = random.Random(cfg.get("SEED", 0))
+        progs, _ = dynamic_assignment([tl[4] for tl in order], cfg.get("NUM_SMS", 132), rng,
+                                      lead=rng.choice((0, 2, 3)))
+        return [[order[t] for t in p] for p in progs]
     if cfg.get("PERSISTENT"):
         g = min(cfg.get("NUM_SMS", 132), n_m * n_bh)
         return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"]))
@@ -264,7 +309,7 @@ class Buffer:
 class CTA:
     """Shared state of one CTA: barriers, buffers, asynchronous operations."""
 
-    def __init__(self, nc, ns):
+    def __init__(self, nc, ns, slots=2):
         self.nc, self.ns = nc, ns
         self.q_ready = [Barrier(f"q_ready[{c}]", 1) for c in range(nc)]
         self.q_empty = [Barrier(f"q_empty[{c}]", 1) for c in range(nc)]
@@ -280,6 +325,10 @@ class CTA:
         self.wgmma = [[] for _ in range(nc)]   # per consumer: outstanding groups (buffers read, contents)
         self.stores = [0] * nc    # per consumer: TMA stores in flight
         self.outputs = []         # (tile, consumer) of each O store issued
+        # DYNAMIC: the next-tile ring (slots of one int32 each) and its barriers.
+        self.slots = slots
+        self.tile_ready = [Barrier(f"tile_ready[{s}]", 1) for s in range(self.slots)]
+        self.next_tile = [Buffer(f"next_tile[{s}]") for s in range(self.slots)]
 
     # TMA load: the buffer is undefined until the copy completes the barrier's transaction.
     def tma_load(self, buf, tag, bar):
@@ -359,7 +408,28 @@ def producer(cta, tiles, persistent):
             cta.tma_load(cta.q_buf[c], ("Q", t, c), cta.q_ready[c])
             yield ("step",)
 
-    if persistent:
+    if isinstance(tiles, Claims):
+        # DYNAMIC: tile pid first, then the claimed ones; tags carry the
+        # global tile number, so a consumer on another tile than its
+        # producer reads a buffer holding the wrong tile.
+        sched, g, i, t = tiles, 0, 0, cta.pid
+        while t < len(sched.work):
+            n_tiles = sched.work[t]
+            n_first = min(n_tiles, ns)
+            for j in range(n_first):
+                yield from load_kv(t, j, g + j)
+            yield from load_q(t, i & 1, True)
+            for j in range(n_first, n_tiles):
+                yield from load_kv(t, j, g + j)
+            g += n_tiles
+            t = sched.claim()            # one atomic on the global counter
+            yield ("step",)
+            slot = cta.next_tile[i % cta.slots]
+            slot.content = ("next", cta.pid, i, t)   # a generic shared-memory write
+            cta.tile_ready[i % cta.slots].arrive()
+            yield ("step",)
+            i += 1
+    elif persistent:
         g = 0
         for i, n_tiles in enumerate(tiles):
             n_first = min(n_tiles, ns)   # the ring's worth of K/V before Q (the kernel's order)
@@ -434,7 +504,26 @@ def consumer(cta, c, tiles, persistent, pingpong):
         cta.outputs.append((t, c))
         yield ("store_wait",)
 
-    if persistent:
+    if isinstance(tiles, Claims):
+        sched, g, i, t = tiles, 0, 0, cta.pid
+        while t < len(sched.work):
+            n_tiles = sched.work[t]
+            yield from tile(t, n_tiles, g, g + i, i & 1)
+            cta.q_empty[c].arrive()
+            g += n_tiles
+            if sched.broken == "consumer_claims":   # each warpgroup asks the counter itself
+                t = sched.claim()
+            else:
+                if sched.broken != "no_wait":
+                    yield wait(cta.tile_ready[i % cta.slots], (i // cta.slots) & 1)
+                got = cta.next_tile[i % cta.slots].content
+                if got[:3] != ("next", cta.pid, i):
+                    raise ProtocolError(f"consumer {c} of CTA {cta.pid}: next-tile slot {i % cta.slots} holds "
+                                        f"{got}, expected publication {i}")
+                t = got[3]
+            yield ("step",)
+            i += 1
+    elif persistent:
         g = 0
         for i, n_tiles in enumerate(tiles):
             yield from tile(i, n_tiles, g, g + i, i & 1)
@@ -499,6 +588,101 @@ def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 **
     return steps
 
 
+class Claims:
+    """DYNAMIC's global state: the tile counter (zero at launch unless
+    broken='no_reset') and each tile's key-tile count."""
+
+    def __init__(self, work, n_programs, broken=None):
+        self.work, self.g, self.broken = work, n_programs, broken
+        self.counter = 3 if broken == "no_reset" else 0   # left over from an earlier launch
+
+    def claim(self):  # atomic_add(counter, 1) + G
+        self.counter += 1
+        return self.g + self.counter - 1
+
+
+DYNAMIC_BROKEN = ("one_slot", "consumer_claims", "no_wait", "no_reset")
+
+
+def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6):
+    """The DYNAMIC protocol of min(n_programs, len(work)) CTAs sharing one
+    counter, under one random scheduler; work: key-tile count per tile t.
+    Returns the number of scheduler steps; raises ProtocolError on a
+    deadlock, a wrong phase, a buffer or next-tile slot hazard, or a tile
+    not processed exactly once by every consumer."""
+    assert broken in (None,) + DYNAMIC_BROKEN, broken
+    rng = random.Random(seed)
+    g = min(n_programs, len(work))
+    sched = Claims(work, g, broken)
+    ctas, agents = [], {}
+    for p in range(g):
+        cta = CTA(nc, ns, slots=1 if broken == "one_slot" else 2)
+        cta.pid = p
+        ctas.append(cta)
+        if pingpong:
+            cta.turn[0].arrive()
+        agents[(p, "producer")] = producer(cta, sched, True)
+        for c in range(nc):
+            agents[(p, c)] = consumer(cta, c, sched, True, pingpong)
+    state = {name: ("step",) for name in agents}
+    weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in agents}
+    w_async = rng.choice((0.05, 1.0, 20.0))
+
+    def ready(name):
+        st, cta = state[name], ctas[name[0]]
+        if st[0] == "wait":
+            return (st[1].done & 1) != st[2]
+        if st[0] == "wgmma_wait":
+            return len(cta.wgmma[name[1]]) <= st[1]
+        if st[0] == "store_wait":
+            return cta.stores[name[1]] == 0
+        return True
+
+    steps = 0
+    while agents or any(c.events for c in ctas):
+        steps += 1
+        if steps > max_steps:
+            raise ProtocolError("no progress bound reached")
+        choices = [(n, weight[n]) for n in agents if ready(n)]
+        choices += [((cta, ev), w_async) for cta in ctas for ev in cta.events]
+        if not choices:
+            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "") for n, s in state.items()
+                       if n in agents}
+            raise ProtocolError(f"deadlock: {blocked}")
+        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
+        if isinstance(pick[0], CTA):
+            pick[0].fire(pick[1])
+            continue
+        st = state[pick]
+        if st[0] == "wait" and st[1].done != st[3]:
+            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
+                                f"meant {st[3]}")
+        try:
+            state[pick] = next(agents[pick])
+        except StopIteration:
+            del agents[pick]
+    outputs = sorted(o for cta in ctas for o in cta.outputs)
+    want = sorted((t, c) for t in range(len(work)) for c in range(nc))
+    if outputs != want:
+        raise ProtocolError(f"O stores {outputs[:12]}... != every (tile, consumer) once ({len(outputs)} vs "
+                            f"{len(want)})")
+    return steps
+
+
+def dynamic_cases(full=True):
+    """(work, n_programs, nc, ns, pingpong, seed) for the DYNAMIC protocol sweep."""
+    rng = random.Random(3)
+    out = []
+    for nc, ns, pingpong in itertools.product((1, 2, 3), (1, 2, 3), (False, True)):
+        if nc == 1 and pingpong:
+            continue
+        for _ in range(6 if full else 1):
+            n_work = rng.randint(1, 14)
+            work = sorted((rng.randint(1, 6) for _ in range(n_work)), reverse=rng.random() < 0.7)
+            out.append((work, rng.randint(1, 4), nc, ns, pingpong, rng.randrange(1 << 30)))
+    return out
+
+
 # --------------------------------------------------------------------------- load balance
 
 def makespans(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0):
@@ -519,8 +703,15 @@ def makespans(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0):
         heapq.heapreplace(free, free[0] + cost(tl))
     grid = order
     ideal = sum(cost(t) for t in grid) / n_sms
+    # DYNAMIC: tiles in the same order (longest first when HEADS_FIRST),
+    # each claimed when its program's producer has issued its current
+    # tile's last load (NUM_STAGES key tiles before the end), and greedy
+    # (claim at completion) for reference.
+    costs = [cost(t) for t in order]
+    _, dyn = dynamic_assignment(costs, n_sms, lead=cfg.get("NUM_STAGES", 2))
+    _, greedy = dynamic_assignment(costs, n_sms, lead=0)
     return dict(ideal=ideal, snake=snake / ideal, round_robin=rr / ideal, hw_grid=max(free) / ideal,
-                tiles=n_m * n_bh)
+                dynamic=dyn / ideal, greedy=greedy / ideal, tiles=n_m * n_bh)
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -541,7 +732,25 @@ def forward_cases(full=True):
             for cfg in rng.sample(cfgs, 4 if full else 1):
                 batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
                 out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
-    return out if full else rng.sample(out, 80)
+    out = out if full else rng.sample(out, 80)
+    return out + dynamic_forward_cases(full)
+
+
+def dynamic_forward_cases(full=True):
+    """Emulation cases of the DYNAMIC schedule: random completion times
+    (SEED) decide which program claims which tile."""
+    lengths = [1, 63, 65, 128, 129, 255, 257, 383, 700]
+    rng = random.Random(4)
+    out = []
+    for n_q, n_k in itertools.product(lengths, lengths):
+        for shift in (None, n_k - n_q, 0, -5):
+            batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
+            cfg = dict(BLOCK_M=64, BLOCK_N=rng.choice((64, 128)), NUM_CONSUMERS=rng.choice((1, 2, 3)),
+                       PAIRED=rng.random() < 0.5, PERSISTENT=True, DYNAMIC=True,
+                       HEADS_FIRST=shift is not None, NUM_SMS=rng.choice((1, 3, 5, 132)),
+                       SEED=rng.randrange(1 << 30))
+            out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
+    return out if full else rng.sample(out, 40)
 
 
 def protocol_cases(full=True):
@@ -576,7 +785,8 @@ def main():
             if fails <= 10:
                 print("FORWARD FAIL", case, why)
     n_persist = sum(1 for c in cases if c[-1]["PERSISTENT"])
-    print(f"forward emulation: {len(cases)} cases ({n_persist} persistent), {fails} failures, "
+    n_dyn = sum(1 for c in cases if c[-1].get("DYNAMIC"))
+    print(f"forward emulation: {len(cases)} cases ({n_persist} persistent, {n_dyn} of them dynamic), {fails} failures, "
           f"{time.time() - t0:.0f}s", flush=True)
     t1 = time.time()
     pfails = 0
@@ -593,18 +803,44 @@ def main():
                     print("PROTOCOL FAIL", tiles, nc, ns, pp, persistent, seed, exc)
     print(f"protocol simulation: {runs} runs, {steps} scheduler steps, {pfails} failures, "
           f"{time.time() - t1:.0f}s", flush=True)
+    t2 = time.time()
+    runs = steps = 0
+    for rep in range(args.protocol_runs):
+        for work, g, nc, ns, pp, seed in dynamic_cases(not args.quick):
+            runs += 1
+            try:
+                steps += simulate_dynamic(work, g, nc, ns, pp, seed + rep * 7919)
+            except ProtocolError as exc:
+                pfails += 1
+                if pfails <= 10:
+                    print("DYNAMIC PROTOCOL FAIL", work, g, nc, ns, pp, seed, exc)
+    caught = {}
+    for broken in DYNAMIC_BROKEN:
+        caught[broken] = 0
+        for work, g, nc, ns, pp, seed in dynamic_cases(False):
+            try:
+                simulate_dynamic(work, max(g, 2), nc, ns, pp, seed, broken=broken)
+            except ProtocolError:
+                caught[broken] += 1
+    print(f"dynamic protocol simulation: {runs} runs, {steps} scheduler steps, {pfails} failures (all), "
+          f"{time.time() - t2:.0f}s; broken variants caught in runs of {len(dynamic_cases(False))}: {caught}",
+          flush=True)
+    if not all(caught.values()):
+        pfails += 1
     print("\nload balance (busiest SM / ideal; 132 SMs; cost = key tiles + 1 per work tile):")
-    print("| d | N | causal | tiles | persistent snake | round-robin | non-persistent grid |")
-    print("|---|---|---|---|---|---|---|")
+    print("| d | N | causal | tiles | persistent snake | round-robin | non-persistent grid | dynamic | "
+          "greedy (claim at completion) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for d, n, causal in itertools.product((64, 128, 256), (2048, 8192), (False, True)):
-        cfg = dict(BLOCK_M=64, BLOCK_N=64 if d == 256 else 128, NUM_CONSUMERS=2, HEADS_FIRST=causal)
+        cfg = dict(BLOCK_M=64, BLOCK_N=64 if d == 256 else 128, NUM_CONSUMERS=2, HEADS_FIRST=causal,
+                   NUM_STAGES=2 if d == 256 else 3)
         r = makespans(16384 // n, 2048 // d, n, n, 0 if causal else None, cfg)
         print(f"| {d} | {n} | {causal} | {r['tiles']} | {r['snake']:.3f} | {r['round_robin']:.3f} | "
-              f"{r['hw_grid']:.3f} |")
+              f"{r['hw_grid']:.3f} | {r['dynamic']:.3f} | {r['greedy']:.3f} |")
         if d == 64:
             r = makespans(16384 // n, 2048 // d, n, n, 0 if causal else None, dict(cfg, NUM_CONSUMERS=3))
             print(f"| {d} nc3 | {n} | {causal} | {r['tiles']} | {r['snake']:.3f} | {r['round_robin']:.3f} | "
-                  f"{r['hw_grid']:.3f} |")
+                  f"{r['hw_grid']:.3f} | {r['dynamic']:.3f} | {r['greedy']:.3f} |")
     return int(bool(fails or pfails))
 
 

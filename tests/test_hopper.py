@@ -93,6 +93,57 @@ def test_barrier_protocol_simulation(persistent):
     assert runs >= 10
 
 
+def test_dynamic_schedule_covers_every_tile_once():
+    """DYNAMIC (tests/hopper_model.py's dynamic_assignment): whatever the
+    completion times, program p starts with tile p and every tile goes to
+    exactly one program; each program's tiles come in claim order."""
+    import random
+    import hopper_model as hm
+    rng = random.Random(5)
+    for n_work, g in [(1, 1), (5, 3), (7, 7), (64, 132), (1000, 132), (265, 132), (40, 5)]:
+        costs = [rng.randint(1, 9) for _ in range(n_work)]
+        for lead in (0, 3):
+            progs, _ = hm.dynamic_assignment(costs, g, random.Random(rng.random()), lead)
+            assert [p[0] for p in progs] == list(range(min(g, n_work)))
+            assert sorted(t for p in progs for t in p) == list(range(n_work))
+            assert all(p == sorted(p) for p in progs)
+
+
+def test_dynamic_protocol_simulation():
+    """The DYNAMIC protocol over several CTAs sharing one counter, random
+    schedules and completion times: every tile processed once by every
+    consumer, no deadlock, parity waits at the completions they mean, the
+    next-tile slots read only once written and before overwritten; each
+    deliberately broken variant is caught."""
+    import hopper_model as hm
+    cases = hm.dynamic_cases(full=False)
+    for work, g, nc, ns, pingpong, seed in cases:
+        hm.simulate_dynamic(work, g, nc, ns, pingpong, seed)
+    for broken in hm.DYNAMIC_BROKEN:
+        caught = 0
+        for work, g, nc, ns, pingpong, seed in cases:
+            try:
+                hm.simulate_dynamic(work, max(g, 2), nc, ns, pingpong, seed, broken=broken)
+            except hm.ProtocolError:
+                caught += 1
+        assert caught, broken
+
+
+def test_dynamic_load_balance_model():
+    """Load-balance model at 132 SMs, causal, B*N = 16k: the dynamic
+    scheduler's busiest SM is within 0.5% of the hardware dispatch of the
+    grid, and at 2k below the static snake's (3.1% above ideal)."""
+    import hopper_model as hm
+    for d, nc in ((64, 3), (128, 2), (256, 2)):
+        cfg = dict(BLOCK_M=64, BLOCK_N=64 if d == 256 else 128, NUM_CONSUMERS=nc, HEADS_FIRST=True,
+                   NUM_STAGES=2 if d == 256 else 3)
+        for n in (2048, 8192):
+            r = hm.makespans(16384 // n, 2048 // d, n, n, 0, cfg)
+            assert r["dynamic"] <= r["hw_grid"] + 0.005, (d, n, r)
+            if n == 2048:
+                assert r["dynamic"] < r["snake"], (d, n, r)
+
+
 _FAKE_LAUNCH = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -127,6 +178,55 @@ def test_launch_plans_on_a_fake_driver():
     assert res.returncode == 0, res.stderr[-3000:]
     # d = 128: 1000 rows / 128 per block (2 consumers) = 8 m-blocks, 2 * 4 heads: 64 work tiles.
     assert res.stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], res.stdout
+
+
+_FAKE_LAUNCH_DYNAMIC = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+names = hf._attn_fwd_hopper.arg_names
+for d in (64, 128, 256):
+    q = torch.randn(2, 4, 1000, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1200, d).to(torch.bfloat16)
+    o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
+    for overrides, causal in [({"DYNAMIC": True}, True), ({"DYNAMIC": True, "NUM_SMS": 5}, False), ({}, True)]:
+        with fake_cuda():
+            ok = hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides)
+        assert ok, hf._BROKEN
+        launcher, grid, args = LAUNCHES[-1]
+        consts = launcher.src.constants
+        dyn = consts.get((names.index("DYNAMIC"),))
+        pers = consts.get((names.index("PERSISTENT"),))
+        counter = [a for a in args if isinstance(a, torch.Tensor) and a.dtype == torch.int32]
+        print(d, grid, dyn, pers, [c.tolist() for c in counter])
+"""
+
+
+def test_dynamic_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: DYNAMIC compiles for sm_90 at every head
+    dim through the real JIT path, launches the persistent grid, and gets a
+    zeroed int32 counter per call; the default plans stay as they were."""
+    import subprocess
+    import sys
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH_DYNAMIC, tests], capture_output=True, text=True,
+                         env=env, timeout=900, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.strip().split("\n")
+    # Work tiles: 1000 rows / (64 * consumers) m-blocks x 8 heads; d = 64 has 3 consumers.
+    tiles = {64: 6 * 8, 128: 8 * 8, 256: 8 * 8}
+    default_grid = {64: "(8, 6, 1)", 128: f"({tiles[128]}, 1, 1)", 256: "(8, 8, 1)"}
+    want = []
+    for d in (64, 128, 256):
+        want += [f"{d} ({tiles[d]}, 1, 1) True True [[0]]", f"{d} (5, 1, 1) True True [[0]]",
+                 f"{d} {default_grid[d]} False {d == 128} []"]
+    assert lines == want, res.stdout
 
 
 # --------------------------------------------------------------------------- GPU
@@ -223,16 +323,20 @@ def test_schedule_variants(variant, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("programs", [None, 7], ids=["sms", "7programs"])
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_persistent_matches_reference(programs, d, case):
+def test_persistent_matches_reference(programs, d, case, dynamic):
     """PERSISTENT: one program per SM (or 7, each then running several work
-    tiles, with a partial last round) on every case of test_matches_reference."""
+    tiles, with a partial last round) on every case of test_matches_reference;
+    with the static snake order or the DYNAMIC scheduler (atomic counter)."""
     b, hq, hkv, nq, nk, causal, layout = case
     q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    overrides = dict(PERSISTENT=True) if programs is None else dict(PERSISTENT=True, NUM_SMS=programs)
+    overrides = dict(PERSISTENT=True, DYNAMIC=dynamic)
+    if programs is not None:
+        overrides["NUM_SMS"] = programs
     from flashattn_triton.kernels.hopper import fwd as hopper_fwd
     assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides), \
         f"declined: {hopper.unsupported_reason(q, k, v, o, lse, d ** -0.5)!r}, build errors {hopper_fwd._BROKEN}"
@@ -248,13 +352,14 @@ def test_persistent_matches_reference(programs, d, case):
                                      dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=2)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
-def test_persistent_schedule_variants(variant, causal):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_persistent_schedule_variants(variant, causal, dynamic):
     """Every schedule switch with PERSISTENT on 5 programs (ring, turn and Q
     phases carried over 3-7 work tiles each) computes the same attention."""
     q, k, v, o, lse = _inputs(2, 8, 2, 777, 1500, 128, torch.bfloat16, "flash")
     shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
     from flashattn_triton.kernels.hopper import fwd as hopper_fwd
-    overrides = dict(variant, PERSISTENT=True, NUM_SMS=5)
+    overrides = dict(variant, PERSISTENT=True, NUM_SMS=5, DYNAMIC=dynamic)
     assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, **overrides), \
         f"declined {variant}: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
     _check(q, k, v, o, lse, 0.09, shift)
@@ -262,12 +367,45 @@ def test_persistent_schedule_variants(variant, causal):
 
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-def test_persistent_long_sequence(causal):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_persistent_long_sequence(causal, dynamic):
     """The real grid (one program per SM) with several tiles per program."""
     q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 128, torch.bfloat16, "flash")
     shift = 0 if causal else None
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift, PERSISTENT=True)
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift, PERSISTENT=True, DYNAMIC=dynamic)
     _check(q, k, v, o, lse, 128 ** -0.5, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_dynamic_repeated_calls_and_graph(causal):
+    """DYNAMIC's counter is reset for every call: repeated calls, calls on
+    two streams at once and CUDA graph replays all give the same output."""
+    q, k, v, o, lse = _inputs(2, 8, 2, 1500, 1500, 128, torch.bfloat16, "flash")
+    shift = 0 if causal else None
+    run = lambda o_, l_: hopper.hopper_attention_forward(q, k, v, o_, l_, 0.09, shift, DYNAMIC=True)  # noqa: E731
+    assert run(o, lse)
+    _check(q, k, v, o, lse, 0.09, shift)
+    ref = o.clone()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    outs = [(torch.empty_like(o), torch.empty_like(lse)) for _ in range(4)]
+    torch.cuda.synchronize()
+    for i, (o_, l_) in enumerate(outs):
+        with torch.cuda.stream(s1 if i % 2 else s2):
+            assert run(o_, l_)
+    torch.cuda.synchronize()
+    for o_, _ in outs:
+        assert torch.equal(o_, ref)
+    o_g, l_g = torch.empty_like(o), torch.empty_like(lse)
+    run(o_g, l_g)  # plan and compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(o_g, l_g)
+    for _ in range(3):
+        o_g.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o_g, ref)
 
 
 @needs_hopper

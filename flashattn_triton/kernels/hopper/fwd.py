@@ -88,6 +88,20 @@ def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr):
 
 
 @gluon.jit
+def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr):
+    """(m-block, batch * head) of work tile t of the DYNAMIC schedule: the
+    numbering of _work_tile (with HEADS_FIRST longest causal block first
+    over all heads), handed out in order t = 0, 1, ... as programs ask."""
+    if HEADS_FIRST:
+        pid_m = n_m - 1 - t // n_bh
+        pid_bh = t % n_bh
+    else:
+        pid_m = t % n_m
+        pid_bh = t // n_m
+    return pid_m, pid_bh
+
+
+@gluon.jit
 def _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                  ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """(batch, query head, KV head, first row, number of key tiles) of a work tile."""
@@ -147,15 +161,50 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
 
 @gluon.jit
 def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
-                   q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                   q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER,
                    off_b, off_hq, off_hkv, start_m, n_tiles,
                    H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, DYNAMIC: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
-    when PERSISTENT, for each work tile of this program in turn."""
-    if PERSISTENT:
+    when PERSISTENT, for each work tile of this program in turn (with
+    DYNAMIC, the tiles it claims from TILE_COUNTER, published to the
+    consumers through tile_idx / tile_ready)."""
+    if DYNAMIC:
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        n_work = n_m * n_bh
+        idx_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        t = pid  # the grid has at most n_work programs: the first tile needs no claim
+        i = 0
+        g = 0
+        while t < n_work:
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST)
+            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+            n_first = gl.minimum(t_n, NUM_STAGES)
+            for j in range(n_first):
+                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                         BLOCK_N, HEAD_DIM, NUM_STAGES)
+            _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
+                    BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
+            for j in range(n_first, t_n):
+                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                         BLOCK_N, HEAD_DIM, NUM_STAGES)
+            g += t_n
+            # Every load of tile i is issued: claim the next tile (programs
+            # [0, G) took tiles [0, G) without a claim) and publish it in
+            # slot i % 2.  That slot last held the tile of iteration i - 1,
+            # which every consumer read before starting it, hence before the
+            # q_empty arrival of it that _load_q waited for above.  A value
+            # >= n_work ends both loops.
+            t = n_programs + gl.atomic_add(TILE_COUNTER, 1, sem="relaxed")
+            tile_idx.index(i % 2).store(gl.full([1], t, gl.int32, idx_layout))
+            gl.thread_barrier()
+            mbarrier.arrive(tile_ready.index(i % 2))
+            i += 1
+    elif PERSISTENT:
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
         g = 0
@@ -382,16 +431,39 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
 
 @gluon.jit
 def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
-                      q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
+                      q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, tile_idx, tile_ready,
                       off_b, off_hq, start_m, n_tiles,
                       H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
-                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, DYNAMIC: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
-    of its work tiles in the producer's order."""
-    if PERSISTENT:
+    of its work tiles in the producer's order (with DYNAMIC, as the producer
+    publishes them: the consumers never touch the tile counter)."""
+    if DYNAMIC:
+        pid = gl.program_id(0)
+        n_work = n_m * n_bh
+        idx_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        t = pid
+        i = 0
+        g = 0
+        while t < n_work:
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST)
+            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+                           t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
+                           N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+            mbarrier.arrive(q_empty.index(CONSUMER))
+            g += t_n
+            # The next tile, as the producer claimed it (published once per
+            # iteration: parity (i // 2) & 1 of slot i % 2).
+            mbarrier.wait(tile_ready.index(i % 2), (i // 2) & 1)
+            t = gl.max(tile_idx.index(i % 2).load(idx_layout), 0)
+            i += 1
+    elif PERSISTENT:
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
         g = 0
@@ -426,11 +498,13 @@ def _attn_fwd_hopper(
     BATCH, H_Q, N_Q, N_K, GROUP_SIZE,
     # scalars
     qk_scale, causal_shift,
+    # int32 tile counter, zero at launch (DYNAMIC only; else any pointer, unused)
+    TILE_COUNTER,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PERSISTENT: gl.constexpr,
+    PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     if PERSISTENT:
@@ -484,63 +558,80 @@ def _attn_fwd_hopper(
         mbarrier.init(v_empty.index(s), count=NUM_CONSUMERS)
     if PINGPONG:
         mbarrier.arrive(turn.index(0))  # consumer 0 issues first
+    if DYNAMIC:
+        gl.static_assert(PERSISTENT, "DYNAMIC is a schedule of the persistent grid")
+        # The next-tile ring: the producer publishes each claimed tile index
+        # in slot i % 2 and arrives on tile_ready[i % 2] (count 1).
+        tile_idx = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        tile_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+        for s in gl.static_range(2):
+            mbarrier.init(tile_ready.index(s), count=1)
+    else:
+        tile_idx = q_ready  # not used
+        tile_ready = q_ready
 
     # Partition arguments are written out inline: in Triton 3.6 a tuple bound
     # to a name (or concatenated) does not keep its constexpr elements constexpr.
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
-                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST)),
+                              PERSISTENT, HEADS_FIRST, DYNAMIC)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
-                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST)),
+                              PERSISTENT, HEADS_FIRST, DYNAMIC)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
         gl.warp_specialize([
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
-                                 v_empty, turn, off_b, off_hq, start_m, n_tiles, H_Q, GROUP_SIZE, n_m, n_bh,
+                                 v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
+                                 GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST)),
+                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
-                              v_ready, v_empty, off_b, off_hq, off_hkv, start_m, n_tiles,
-                              H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST)),
+                              PERSISTENT, HEADS_FIRST, DYNAMIC)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -574,6 +665,15 @@ SCHEDULE = {
 # both N = 2k and 8k (benchmarks/gpu_hopper_persistent.sh, session 10 call 4):
 # d = 128 causal 1.03x / 1.13x; elsewhere mixed or below (docs/hopper.md).
 PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False)}
+# DYNAMIC per head dim, (not causal, causal): the persistent grid with tiles
+# handed out by an atomic counter instead of the static snake (greedy, in the
+# longest-first order when causal); DYNAMIC implies PERSISTENT.  Off until
+# measured (benchmarks/gpu_hopper_dynamic.sh, docs/hopper.md "Dynamic tile
+# scheduler").  Each launch zeroes a fresh int32 counter from the caching
+# allocator on the launching stream (one memset before the kernel): stream
+# ordered, so concurrent launches on other streams get their own counter,
+# and captured into CUDA graphs as a memset node that every replay repeats.
+DYNAMIC_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -628,7 +728,7 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic")
 
 
 def _signature(q, k, v, o, lse, causal):
@@ -646,8 +746,11 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
         return reason
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
-    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal])
+    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
+                DYNAMIC=DYNAMIC_DEFAULT[d][causal])
     meta.update(overrides)
+    if meta["DYNAMIC"]:
+        meta["PERSISTENT"] = True
     # Not a kernel parameter: the persistent grid's size (tests use a few
     # programs to give each several work tiles).
     n_programs = meta.pop("NUM_SMS", None)
@@ -679,6 +782,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
     plan.tail = (lse.stride(0), lse.stride(1), batch, h_q, n_q, n_k, h_q // h_kv)
     plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
+    plan.dynamic = bool(meta["DYNAMIC"])
     return plan
 
 
@@ -773,7 +877,10 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
     args = tuple(_descriptor(t, dims, block, layout, validated)
                  for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
     plan.validated = True
-    args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift)
+    # DYNAMIC's tile counter: zeroed per call on the current stream (see
+    # DYNAMIC_DEFAULT); other builds ignore the argument and get lse.
+    counter = torch.zeros(1, dtype=torch.int32, device=lse.device) if plan.dynamic else lse
+    args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -804,4 +911,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "CONFIGS", "SCHEDULE",
-           "PERSISTENT_DEFAULT"]
+           "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT"]
