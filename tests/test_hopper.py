@@ -396,11 +396,9 @@ def test_dynamic_repeated_calls_and_graph(causal):
     torch.cuda.synchronize()
     for o_, _ in outs:
         assert torch.equal(o_, ref)
+    from flashattn_triton.testing import capture_graph
     o_g, l_g = torch.empty_like(o), torch.empty_like(lse)
-    run(o_g, l_g)  # plan and compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run(o_g, l_g)
+    graph, _ = capture_graph(lambda: (run(o_g, l_g), o_g))
     for _ in range(3):
         o_g.zero_()
         graph.replay()
