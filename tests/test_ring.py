@@ -254,6 +254,10 @@ def _qkv(n=8, h_q=4, h_kv=2, d=16, dtype=torch.float32):
     (lambda q, k, v: (q, k, v), dict(sharding="ring"), ValueError, "sharding must be one of"),
     (lambda q, k, v: (q, k, v), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
     (lambda q, k, v: (q, k, v), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
+    (lambda q, k, v: (q, k, v), dict(alibi_slopes=torch.ones(4)), NotImplementedError, "alibi_slopes="),
+    (lambda q, k, v: (q, k, v), dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
+    (lambda q, k, v: (q, k, v), dict(softcap=float("inf")), ValueError, "softcap must be finite and >= 0"),
+    (lambda q, k, v: (q, k, v), dict(softcap="5"), TypeError, "softcap must be a Python float"),
     (lambda q, k, v: (q, k, v), dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite"),
     (lambda q, k, v: (q, k, v), dict(causal=1), TypeError, "causal must be a bool"),
 ])
@@ -278,6 +282,9 @@ def test_fake_implementation_shapes():
         v = torch.empty(1, 12, 2, 8, dtype=torch.bfloat16)  # head dim of v: 8, of q and k: 16
         out, lse = torch.ops.flashattn_triton.ring_attn_fwd(q, k, v, "0", 0.25, True, "zigzag")
         dq, dk, dv = torch.ops.flashattn_triton.ring_attn_bwd(out, q, k, v, out, lse, "0", 0.25, True, "zigzag")
+        out_c, _ = torch.ops.flashattn_triton.ring_attn_fwd(q, k, v, "0", 0.25, True, "zigzag", 5.0)
+        dq_c, _, _ = torch.ops.flashattn_triton.ring_attn_bwd(out, q, k, v, out, lse, "0", 0.25, True, "zigzag", 5.0)
+    assert (out_c.shape, dq_c.shape) == (out.shape, dq.shape)
     assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((1, 12, 6, 8), q.dtype, (1, 6, 12), torch.float32)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
@@ -307,7 +314,10 @@ def _packed(n=12, h_q=4, h_kv=2, d=16):
      ValueError, r"cu_seqlens\[-1\]=10 must equal"),
     (lambda q, k, v, cu: (q, k, v, cu), dict(sharding="ring"), ValueError, "sharding must be one of"),
     (lambda q, k, v, cu: (q, k, v, cu), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
-    (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=5.0), NotImplementedError, "softcap=5.0"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(alibi_slopes=torch.ones(4)), NotImplementedError, "alibi_slopes="),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=-0.5), ValueError, "softcap must be finite and >= 0"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=True), TypeError, "softcap must be a Python float"),
 ])
 def test_varlen_bad_arguments(mutate, kwargs, err, match):
     q, k, v, cu = mutate(*_packed())
@@ -333,6 +343,8 @@ def test_varlen_fake_implementation_shapes():
         out, lse = torch.ops.flashattn_triton.ring_attn_varlen_fwd(q, k, v, cu, 8, "0", 0.25, True, "zigzag")
         dq, dk, dv = torch.ops.flashattn_triton.ring_attn_varlen_bwd(out, q, k, v, out, lse, cu, 8, "0", 0.25,
                                                                     True, "zigzag")
+        out_c, _ = torch.ops.flashattn_triton.ring_attn_varlen_fwd(q, k, v, cu, 8, "0", 0.25, True, "zigzag", 30.0)
+    assert out_c.shape == out.shape
     assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((12, 6, 8), q.dtype, (6, 12), torch.float32)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
@@ -355,6 +367,8 @@ class Case(NamedTuple):
     subgroups: bool = False  # 4 ranks as two rings {0, 2} and {1, 3}
     compiled: bool = False  # through torch.compile(fullgraph=True, backend="aot_eager")
     d_v: Optional[int] = None  # head dim of v, default d
+    softcap: float = 0.0
+    amp: float = 1.0  # q is drawn as amp * randn, so that scores reach the softcap's saturation
 
     @property
     def id(self) -> str:
@@ -370,6 +384,8 @@ class Case(NamedTuple):
             parts.append(f"scale{self.scale}")
         if self.subgroups:
             parts.append("subgroups")
+        if self.softcap:
+            parts.append(f"softcap{self.softcap}-amp{self.amp}")
         if self.compiled:
             parts.append("compiled")
         return "-".join(parts)
@@ -386,6 +402,8 @@ class VarlenCase(NamedTuple):
     compiled: bool = False
     d_v: Optional[int] = None
     subgroups: bool = False  # (the whole world is one ring)
+    softcap: float = 0.0
+    amp: float = 1.0  # q is drawn as amp * randn
 
     @property
     def id(self) -> str:
@@ -396,6 +414,8 @@ class VarlenCase(NamedTuple):
             parts.insert(4, f"dv{self.d_v}")
         if self.causal:
             parts.append(self.sharding)
+        if self.softcap:
+            parts.append(f"softcap{self.softcap}-amp{self.amp}")
         if self.compiled:
             parts.append("compiled")
         return "-".join(parts)
@@ -421,9 +441,20 @@ VARLEN = [
     VarlenCase((16, 0, 48, 8), 4, 1, 32, False, F16),  # an empty document
     VarlenCase((40, 16), 2, 2, 16, True, F32, d_v=8),
 ]
+# Softcap: q scaled (amp) so that many scores lie beyond the cap, where tanh saturates.
+SOFTCAP = [
+    Case(1, 64, 64, 4, 2, 32, True, BF16, softcap=5.0, amp=6.0),
+    Case(1, 64, 64, 4, 4, 16, True, F32, "contiguous", softcap=30.0, amp=32.0),
+    Case(1, 48, 64, 4, 1, 32, False, F16, softcap=5.0, amp=6.0),
+    VarlenCase((24, 8, 40), 4, 2, 16, True, BF16, softcap=5.0, amp=6.0),
+    VarlenCase((16, 8, 24), 2, 2, 16, True, F32, "contiguous", softcap=30.0, amp=32.0),
+    VarlenCase((16, 0, 24), 4, 1, 16, False, F32, softcap=5.0, amp=6.0),
+]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
-    "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True)] + VARLEN + [
+    "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True),
+                                  Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True, softcap=5.0, amp=6.0)]
+              + VARLEN + SOFTCAP + [
         VarlenCase((12, 20), 4, 2, 16, True, F32, compiled=True),
         VarlenCase((12, 4, 20), 2, 1, 16, True, BF16, "contiguous"),  # odd local lengths
     ]),
@@ -431,11 +462,13 @@ WORLDS = {
         Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
         Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
         Case(1, 64, 64, 4, 2, 32, True, BF16, subgroups=True),
-    ] + VARLEN + [VarlenCase((8, 24, 8), 2, 1, 16, True, F32)]),  # one token per zigzag chunk of two documents
+    ] + VARLEN + SOFTCAP + [VarlenCase((8, 24, 8), 2, 1, 16, True, F32)]),  # one token per zigzag chunk of two documents
     # The Triton kernels themselves (interpreted) on strided slices of the shards,
     # and the varlen kernels on the gathered halves.
     "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16),
-                                  VarlenCase((16, 4, 28), 2, 1, 16, True, BF16)]),
+                                  VarlenCase((16, 4, 28), 2, 1, 16, True, BF16),
+                                  Case(1, 32, 32, 2, 1, 16, True, BF16, softcap=5.0, amp=6.0),
+                                  VarlenCase((16, 8), 2, 1, 16, True, F32, softcap=5.0, amp=6.0)]),
 }
 
 
@@ -445,7 +478,8 @@ def _dense_on_rank(case, full, group, r, size):
     fn = ring_flash_attn_func
     if case.compiled:  # the ring is one opaque custom op: no graph break
         fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
-    out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale, sharding=case.sharding)
+    kw = dict(softcap=case.softcap) if case.softcap else {}
+    out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale, sharding=case.sharding, **kw)
     out.backward(do)
     res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
     if not case.subgroups:
@@ -458,12 +492,13 @@ def _varlen_on_rank(case, full, group, r, size):
     q, k, v, do = (shard_varlen(t, cu, r, size, case.sharding) for t in full[:4])
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size
+    kw = dict(softcap=case.softcap) if case.softcap else {}
     if case.compiled:  # one opaque custom op: no graph break
         fn = torch.compile(ring_flash_attn_varlen_func, backend="aot_eager", fullgraph=True)
-        out = fn(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding)
+        out = fn(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding, **kw)
     else:
         out = ring_flash_attn_varlen_func(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding,
-                                          check_inputs=True)
+                                          check_inputs=True, **kw)
     out.backward(do)
     return dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad,
                 gathered_out=gather_varlen(out.detach(), cu, group, case.sharding))
@@ -501,9 +536,10 @@ def _run_world(world_size: int, interpret: bool, cases, workdir: Path):
             total, d_v = sum(case.lengths), case.d_v or case.d
             q, k, v, do = (torch.randn(total, h, dim).to(case.dtype) for h, dim in
                            ((case.h_q, case.d), (case.h_kv, case.d), (case.h_kv, d_v), (case.h_q, d_v)))
+            q = (q.float() * case.amp).to(case.dtype)
             inputs[case.id] = (case, (q, k, v, do, random_cu_seqlens(case.lengths, "cpu")))
             continue
-        q = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d).to(case.dtype)
+        q = (case.amp * torch.randn(case.batch, case.seqlen_q, case.h_q, case.d)).to(case.dtype)
         k = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d).to(case.dtype)
         v = torch.randn(case.batch, case.seqlen_k, case.h_kv, case.d_v or case.d).to(case.dtype)
         do = torch.randn(case.batch, case.seqlen_q, case.h_q, case.d_v or case.d).to(case.dtype)
@@ -566,6 +602,19 @@ def _skip_on_gpu():
         pytest.skip("CPU (gloo) test; on GPUs: torchrun --nproc_per_node=2 -m flashattn_triton.distributed.check")
 
 
+def _check_saturation(case, q, k, d, scale=None):
+    """Softcap cases must reach tanh's flat part: some |score| > 2 softcap
+    (tanh(2) = 0.96), so a ring that ignored the cap would fail.  q, k:
+    (tokens, heads, d) (all pairs, masked or not: a loose but honest check)."""
+    if not case.softcap:
+        return
+    scale = d ** -0.5 if scale is None else scale
+    g = q.shape[1] // k.shape[1]
+    s = scale * torch.einsum("ihd,jhd->hij", q.double(), k.double().repeat_interleave(g, dim=1))
+    frac = (s.abs() > 2 * case.softcap).double().mean().item()
+    assert frac > 0.01, f"only {frac:.4f} of the scores saturate the softcap {case.softcap}"
+
+
 @pytest.mark.parametrize("world,case_id", _params(varlen=True))
 def test_ring_varlen_matches_single_device(worlds, world, case_id):
     """Each rank's rows equal those of single-device varlen attention on the gathered packed batch."""
@@ -578,9 +627,10 @@ def test_ring_varlen_matches_single_device(worlds, world, case_id):
 
     def reference(dtype):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype)
+        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype, softcap=case.softcap)
         return [out.detach(), *torch.autograd.grad(out, leaves, do.to(dtype))]
 
+    _check_saturation(case, q, k, case.d)
     ref, base = reference(torch.float64), reference(case.dtype)
     for i, name in enumerate(("out", "dq", "dk", "dv")):
         got = unshard_varlen([res[name] for res in ranks], cu, case.sharding)
@@ -603,10 +653,11 @@ def test_ring_matches_single_device(worlds, world, case_id):
     # in-dtype PyTorch baseline that sets the tolerance.
     def reference(dtype):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, _ = flash_attention_ref(*leaves, case.causal, case.scale, dtype=dtype)
+        out, _ = flash_attention_ref(*leaves, case.causal, case.scale, dtype=dtype, softcap=case.softcap)
         grads = torch.autograd.grad(out, leaves, do.to(dtype))
         return [out.detach(), *grads]
 
+    _check_saturation(case, q.transpose(0, 1).flatten(1, 2), k.transpose(0, 1).flatten(1, 2), case.d, case.scale)
     ref, base = reference(torch.float64), reference(case.dtype)
     # One reassembly per ring: the whole world, or each of the two subgroups.
     rings = {}

@@ -47,12 +47,15 @@ class Case(NamedTuple):
     dtype: torch.dtype
     sharding: str = "zigzag"
     reference: str = "float64"  # or "ours-fp32": our single-device kernels in float32
+    softcap: float = 0.0
+    amp: float = 1.0  # q drawn as amp * randn, so that scores reach the softcap's saturation
 
     def describe(self, world_size: int) -> str:
         dt = str(self.dtype).replace("torch.", "")
         mask = f"causal {self.sharding}" if self.causal else "full"
+        cap = f" softcap={self.softcap} q*{self.amp}" if self.softcap else ""
         return (f"P={world_size} B={self.batch} N={self.seqlen} h={self.h_q}/{self.h_kv} d={self.d} "
-                f"{dt} {mask}")
+                f"{dt} {mask}{cap}")
 
 
     def fits(self, world_size: int) -> bool:
@@ -94,6 +97,7 @@ GPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(2, 4000, 8, 2, 96, True, BF16),
     Case(2, 2048, 8, 2, 64, True, F32),
     Case(1, 2048, 8, 8, 256, True, F16),
+    Case(1, 4096, 8, 2, 128, True, BF16, softcap=30.0, amp=32.0),  # Gemma-2-style cap, many scores beyond it
     Case(1, 131072, 8, 2, 128, True, BF16, reference="ours-fp32"),
     # Packed documents of 2k-16k tokens (float64 attention of a 16k document does not fit).
     VarlenCase((4096, 16384, 2048, 6144), 16, 4, 128, True, BF16, reference="ours-fp32"),
@@ -102,6 +106,7 @@ CPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 256, 4, 2, 32, True, BF16),
     Case(2, 128, 4, 4, 16, True, F32, "contiguous"),
     Case(1, 192, 4, 1, 32, False, F16),
+    Case(1, 128, 4, 2, 32, True, F32, softcap=5.0, amp=6.0),
     VarlenCase((64, 128, 32), 4, 2, 32, True, BF16),
 ]
 
@@ -113,9 +118,9 @@ def _reference(case, q, k, v, do, dtype):
 
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if case.reference == "ours-fp32":
-        out = flash_attn_func(*leaves, causal=case.causal)
+        out = flash_attn_func(*leaves, causal=case.causal, softcap=case.softcap)
     else:
-        out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype)
+        out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype, softcap=case.softcap)
     grads = torch.autograd.grad(out, leaves, do.to(dtype))
     return [out.detach(), *grads]
 
@@ -191,14 +196,15 @@ def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
     def randn(*shape):
         return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(case.dtype)
 
-    q = randn(case.batch, case.seqlen, case.h_q, case.d)
+    q = (case.amp * torch.randn(case.batch, case.seqlen, case.h_q, case.d, generator=gen, device=device,
+                                dtype=torch.float32)).to(case.dtype)
     k = randn(case.batch, case.seqlen, case.h_kv, case.d)
     v = randn(case.batch, case.seqlen, case.h_kv, case.d)
     do = randn(case.batch, case.seqlen, case.h_q, case.d)
     local = [shard_sequence(t, rank, world_size, 1, case.sharding) for t in (q, k, v, do)]
     ql, kl, vl = (t.requires_grad_() for t in local[:3])
     t0 = time.perf_counter()
-    out = ring_flash_attn_func(ql, kl, vl, causal=case.causal, sharding=case.sharding)
+    out = ring_flash_attn_func(ql, kl, vl, causal=case.causal, sharding=case.sharding, softcap=case.softcap)
     out.backward(local[3])
     if device.type == "cuda":
         torch.cuda.synchronize(device)

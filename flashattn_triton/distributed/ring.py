@@ -9,11 +9,18 @@ rank ``r`` holds the K/V shard of rank ``j = (r - s) mod P``.
 
 Forward: every block gives a partial output and its LSE; the partials are
 merged exactly in float32 by their LSE (``kernels.combine.merge_attention_states``).
-Backward: the same blocks are recomputed with the *final* LSE (``flash_bwd``
-takes the LSE of the whole row, so P = exp(s - lse) is already normalised);
-dQ accumulates locally in float32, and each K/V shard's dK/dV accumulator
-(float32) travels around the ring behind the K/V shard, collecting every
-rank's contribution, and ends at the shard's owner.
+Backward: the same blocks are recomputed with the *final* LSE (the raw
+backward op takes the LSE of the whole row, so P = exp(s - lse) is already
+normalised); dQ accumulates locally in float32, and each K/V shard's dK/dV
+accumulator (float32) travels around the ring behind the K/V shard, collecting
+every rank's contribution, and ends at the shard's owner.
+
+Softcap (s -> softcap * tanh(s / softcap)) acts on each score alone, so every
+block applies it to its own scores: the block LSEs are those of the capped
+scores, the merge stays exact, and each block's backward multiplies its dS by
+the cap's derivative.  Sliding windows, dropout and ALiBi depend on global
+positions (or a global random stream) that a block does not know, and are
+refused.
 
 Blocks of one step (local coordinates; ``c`` = chunk length, see sharding.py):
 
@@ -67,7 +74,7 @@ import torch
 import torch.distributed as dist
 
 from .. import ops
-from .._validate import check_flag, check_offsets, check_qkv, check_scale
+from .._validate import check_flag, check_offsets, check_qkv, check_scale, check_softcap
 from ..kernels.combine import merge_attention_states
 from ..reference import LN2, LOG2E
 from .sharding import check_sharding
@@ -82,7 +89,8 @@ __all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ring_schedule
 
 class Block(NamedTuple):
     """Queries ``[q0, q1)`` of the local shard against keys ``[k0, k1)`` of the
-    K/V shard in hand; ``causal`` is the bottom-right-aligned mask of ``flash_fwd``."""
+    K/V shard in hand; ``causal`` is the bottom-right-aligned mask of the raw op
+    (``ops.flash_fwd``)."""
     q0: int
     q1: int
     k0: int
@@ -206,12 +214,30 @@ def _lse_rows(lse: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return lse[:, :, a:b].contiguous()
 
 
+def _block_fwd(q, k, v, softmax_scale: float, causal: bool, softcap: float):
+    """One dense block, no autograd: (out, lse natural log (B, Hq, Nq)); the
+    raw op, as ``ops.flash_fwd`` but with the softcap."""
+    out, lse2 = ops.attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale), -1, 0 if causal else -1,
+                                  True, float(softcap))
+    return out, lse2 * LN2
+
+
+def _block_bwd(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, softcap: float):
+    """One dense block's (dq, dk, dv) given the whole row's LSE (natural log),
+    as ``ops.flash_bwd`` but with the softcap."""
+    lse2 = (lse.float() * LOG2E).contiguous()
+    return ops.attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale), -1,
+                             0 if causal else -1, True, float(softcap))[:3]
+
+
 def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm,
-                           softmax_scale: float, causal: bool, sharding: str = "zigzag"):
+                           softmax_scale: float, causal: bool, sharding: str = "zigzag",
+                           softcap: float = 0.0):
     """Ring forward on local shards; returns (out in q's dtype, lse float32 (B, Hq, Nq)).
 
     q: (B, Nq_local, Hq, d); k, v: (B, Nk_local, Hkv, d), the same shape on
-    every rank.  ``comm``: a :class:`RingComm` (or a stand-in with its interface)."""
+    every rank.  ``comm``: a :class:`RingComm` (or a stand-in with its interface).
+    ``softcap`` (0 = off) acts on each score alone, so every block applies it."""
     world_size, rank = comm.world_size, comm.rank
     n_q, n_k = q.shape[1], k.shape[1]
     steps = ring_schedule(rank, world_size, n_q, n_k, causal, sharding)
@@ -222,8 +248,8 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
         # Post the transfer of the next shard before computing on this one.
         pending = comm.exchange(kv) if s + 1 < world_size else None
         for b in blocks:
-            o_b, lse_b = ops.flash_fwd(_rows(q, b.q0, b.q1), _rows(kv[0], b.k0, b.k1),
-                                       _rows(kv[1], b.k0, b.k1), softmax_scale, b.causal)
+            o_b, lse_b = _block_fwd(_rows(q, b.q0, b.q1), _rows(kv[0], b.k0, b.k1),
+                                    _rows(kv[1], b.k0, b.k1), softmax_scale, b.causal, softcap)
             if out is None:  # step 0: the diagonal block covers every row
                 out, lse = o_b, lse_b
                 continue
@@ -242,7 +268,7 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
 
 def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             out: torch.Tensor, lse: torch.Tensor, comm, softmax_scale: float,
-                            causal: bool, sharding: str = "zigzag"):
+                            causal: bool, sharding: str = "zigzag", softcap: float = 0.0):
     """Ring backward on local shards; returns (dq, dk, dv) in the input dtypes.
 
     ``out`` and ``lse`` are the local rows of the *merged* forward results.
@@ -273,10 +299,10 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         k_s, v_s = (k, v) if own else kv
         contrib = []
         for b in blocks:
-            dq_b, dk_b, dv_b = ops.flash_bwd(
+            dq_b, dk_b, dv_b = _block_bwd(
                 _rows(dout, b.q0, b.q1), _rows(q, b.q0, b.q1), _rows(k_s, b.k0, b.k1),
                 _rows(v_s, b.k0, b.k1), _rows(out, b.q0, b.q1), _lse_rows(lse, b.q0, b.q1),
-                softmax_scale, b.causal)
+                softmax_scale, b.causal, softcap)
             dq[:, b.q0:b.q1] += dq_b
             if own:
                 dk_own[:, b.k0:b.k1] += dk_b
@@ -308,13 +334,14 @@ def _resolve_group(group_name: Any):  # torch's own annotation of the name varie
 
 @torch.library.custom_op("flashattn_triton::ring_attn_fwd", mutates_args=())
 def _ring_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name: str,
-                   softmax_scale: float, causal: bool, sharding: str) -> Tuple[torch.Tensor, torch.Tensor]:
+                   softmax_scale: float, causal: bool, sharding: str,
+                   softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
-    return ring_attention_forward(q, k, v, comm, softmax_scale, causal, sharding)
+    return ring_attention_forward(q, k, v, comm, softmax_scale, causal, sharding, softcap)
 
 
 @_ring_attn_fwd.register_fake
-def _(q, k, v, group_name, softmax_scale, causal, sharding):
+def _(q, k, v, group_name, softmax_scale, causal, sharding, softcap=0.0):
     b, n, h, _ = q.shape
     return q.new_empty((b, n, h, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
@@ -322,21 +349,22 @@ def _(q, k, v, group_name, softmax_scale, causal, sharding):
 @torch.library.custom_op("flashattn_triton::ring_attn_bwd", mutates_args=())
 def _ring_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, lse: torch.Tensor, group_name: str, softmax_scale: float,
-                   causal: bool, sharding: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   causal: bool, sharding: str,
+                   softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
-    return ring_attention_backward(dout, q, k, v, out, lse, comm, softmax_scale, causal, sharding)
+    return ring_attention_backward(dout, q, k, v, out, lse, comm, softmax_scale, causal, sharding, softcap)
 
 
 @_ring_attn_bwd.register_fake
-def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding):
+def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding, softcap=0.0):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, group_name, softmax_scale, causal, sharding = inputs
+    q, k, v, group_name, softmax_scale, causal, sharding, softcap = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.args = (group_name, softmax_scale, causal, sharding)
+    ctx.args = (group_name, softmax_scale, causal, sharding, softcap)
     # The ring backward has no LSE-gradient term: keep the LSE out of autograd
     # rather than drop a gradient silently.
     ctx.mark_non_differentiable(lse)
@@ -347,7 +375,7 @@ def _backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_bwd(dout, q, k, v, out, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 _ring_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -374,14 +402,13 @@ def _not_implemented(name: str, value) -> None:
                               "only the default value is accepted")
 
 
-def _check_defaults(window_size, dropout_p, softcap, alibi_slopes) -> None:
-    """The options the ring does not take yet must keep their defaults."""
+def _check_defaults(window_size, dropout_p, alibi_slopes) -> None:
+    """The options the ring does not take yet must keep their defaults (they
+    depend on global positions, which a block does not know)."""
     if tuple(window_size) != (-1, -1):
         _not_implemented("window_size", tuple(window_size))
     if dropout_p != 0.0:
         _not_implemented("dropout_p", dropout_p)
-    if softcap != 0.0:
-        _not_implemented("softcap", softcap)
     if alibi_slopes is not None:
         _not_implemented("alibi_slopes", "<tensor>")
 
@@ -418,7 +445,8 @@ def ring_flash_attn_func(
 
     Every rank of ``group`` must call it at the same time with shards of the
     same shapes.  The result on each rank is its rows of
-    ``flash_attn_func(Q, K, V, causal=causal)`` on the full sequence.
+    ``flash_attn_func(Q, K, V, causal=causal, softcap=softcap)`` on the full
+    sequence.
 
     Arguments:
         q: (batch_size, seqlen / P, nheads, headdim), this rank's queries.
@@ -432,7 +460,10 @@ def ring_flash_attn_func(
         causal: causal mask over the *global* positions: a query attends the
             keys at or before its own position.  Needs seqlen_k == seqlen.
         softmax_scale: default 1/sqrt(headdim).
-        window_size, dropout_p, softcap, alibi_slopes: must keep their defaults
+        softcap: float >= 0; > 0 maps each score s (after the scale) to
+            softcap * tanh(s / softcap) before the mask and softmax, as in
+            flash_attn_func; 0 (default) = off.
+        window_size, dropout_p, alibi_slopes: must keep their defaults
             (NotImplementedError otherwise).
         deterministic: accepted; the ring backward is deterministic.
         sharding: how the sequence was split (only matters when causal):
@@ -447,10 +478,11 @@ def ring_flash_attn_func(
             rank's rows of the output, sharded like q.
     """
     _check_inputs(q, k, v, causal, sharding)
-    _check_defaults(window_size, dropout_p, softcap, alibi_slopes)
+    _check_defaults(window_size, dropout_p, alibi_slopes)
+    softcap = check_softcap(softcap)
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[3])
     group = _ring_group(group, "ring_flash_attn_func")
-    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding)
+    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding, softcap)
     return out
 
 
@@ -532,7 +564,7 @@ def _needs_halves(steps: List[List[VarlenBlock]]) -> bool:
 
 def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                                   max_seqlen: int, comm, softmax_scale: float, causal: bool,
-                                  sharding: str = "zigzag"):
+                                  sharding: str = "zigzag", softcap: float = 0.0):
     """Varlen ring forward on local packed shards; returns (out in q's dtype,
     lse float32 natural log (Hq, total_local)).
 
@@ -554,7 +586,7 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
             o_b, lse2_b = ops.attention_fwd(
                 q_sets[b.q_rows], rows.select(kv[0], b.k_rows), rows.select(kv[1], b.k_rows),
                 rows.cu[b.q_rows], rows.cu[b.k_rows], rows.max[b.q_rows], rows.max[b.k_rows],
-                float(softmax_scale), -1, 0 if b.causal else -1, True)
+                float(softmax_scale), -1, 0 if b.causal else -1, True, float(softcap))
             lse_b = lse2_b * LN2
             if out is None:
                 out, lse = o_b, lse_b
@@ -576,7 +608,7 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                    out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor,
                                    max_seqlen: int, comm, softmax_scale: float, causal: bool,
-                                   sharding: str = "zigzag"):
+                                   sharding: str = "zigzag", softcap: float = 0.0):
     """Varlen ring backward on local packed shards; returns (dq, dk, dv) in the
     input dtypes.  ``out`` and ``lse`` (Hq, total_local) are the merged
     forward results; accumulation as in :func:`ring_attention_backward`."""
@@ -617,7 +649,7 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
             dq_b, dk_b, dv_b = ops.attention_bwd(
                 do_b, q_b, k_b, v_b, o_b, l_b, None, rows.cu[b.q_rows], rows.cu[b.k_rows],
                 rows.max[b.q_rows], rows.max[b.k_rows], float(softmax_scale), -1, 0 if b.causal else -1,
-                True)[:3]
+                True, float(softcap))[:3]
             rows.add(dq, b.q_rows, dq_b)
             if own:
                 rows.add(dk_own, b.k_rows, dk_b)
@@ -641,13 +673,14 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
 @torch.library.custom_op("flashattn_triton::ring_attn_varlen_fwd", mutates_args=())
 def _ring_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                           max_seqlen: int, group_name: str, softmax_scale: float, causal: bool,
-                          sharding: str) -> Tuple[torch.Tensor, torch.Tensor]:
+                          sharding: str, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
-    return ring_varlen_attention_forward(q, k, v, cu_seqlens, max_seqlen, comm, softmax_scale, causal, sharding)
+    return ring_varlen_attention_forward(q, k, v, cu_seqlens, max_seqlen, comm, softmax_scale, causal, sharding,
+                                         softcap)
 
 
 @_ring_attn_varlen_fwd.register_fake
-def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding):
+def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0):
     t, h, _ = q.shape
     return q.new_empty((t, h, v.shape[2])), q.new_empty((h, t), dtype=torch.float32)
 
@@ -655,23 +688,23 @@ def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, shardi
 @torch.library.custom_op("flashattn_triton::ring_attn_varlen_bwd", mutates_args=())
 def _ring_attn_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
-                          group_name: str, softmax_scale: float, causal: bool,
-                          sharding: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          group_name: str, softmax_scale: float, causal: bool, sharding: str,
+                          softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
     return ring_varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, comm, softmax_scale,
-                                          causal, sharding)
+                                          causal, sharding, softcap)
 
 
 @_ring_attn_varlen_bwd.register_fake
-def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding):
+def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _varlen_setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding = inputs
+    q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
-    ctx.args = (max_seqlen, group_name, softmax_scale, causal, sharding)
+    ctx.args = (max_seqlen, group_name, softmax_scale, causal, sharding, softcap)
     ctx.mark_non_differentiable(lse)  # no LSE-gradient term, as in the dense ring
 
 
@@ -680,7 +713,7 @@ def _varlen_backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 _ring_attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
@@ -748,7 +781,7 @@ def ring_flash_attn_varlen_func(
     ``L_b / P`` tokens of document ``b``, packed in document order, so the
     local offsets are the same on every rank.  The result on each rank is its
     rows of ``flash_attn_varlen_func(Q, K, V, cu, cu, L_max, L_max,
-    causal=causal)`` on the full packed batch: each document attends only to
+    causal=causal, softcap=softcap)`` on the full packed batch: each document attends only to
     itself, causal over the positions within the document.
 
     Arguments:
@@ -760,11 +793,11 @@ def ring_flash_attn_varlen_func(
             rank, from 0 to total_local.
         max_seqlen: int, at least the longest local document (the longest
             document / P).
-        group, causal, softmax_scale: as in ``ring_flash_attn_func``.
+        group, causal, softmax_scale, softcap: as in ``ring_flash_attn_func``.
         sharding: how every document was split: "zigzag" (default; each
             document's length a multiple of 2P) or "contiguous" (a multiple
             of P); only matters when causal.
-        window_size, dropout_p, softcap, alibi_slopes: must keep their defaults
+        window_size, dropout_p, alibi_slopes: must keep their defaults
             (NotImplementedError otherwise).
         deterministic: accepted; the ring backward is deterministic.
         check_inputs: also check the values of cu_seqlens (start at 0,
@@ -777,8 +810,10 @@ def ring_flash_attn_varlen_func(
         out: (total_local, nheads, headdim_v) in the dtype of q, packed like q.
     """
     _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs)
-    _check_defaults(window_size, dropout_p, softcap, alibi_slopes)
+    _check_defaults(window_size, dropout_p, alibi_slopes)
+    softcap = check_softcap(softcap)
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[2])
     group = _ring_group(group, "ring_flash_attn_varlen_func")
-    out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding)
+    out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding,
+                                   softcap)
     return out
