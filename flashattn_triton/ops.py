@@ -22,8 +22,8 @@ The backward returns (dq, dk, dv, dsinks, dbias): dsinks (Hq,) float32 when
 sinks are given, dbias shaped like attn_bias when want_dbias, else empty.
 
 Raw helpers for composite algorithms (ring attention, tests):
-    flash_fwd(q, k, v, softmax_scale, causal, window_size=(-1, -1)) -> (out, lse)
-    flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1)) -> (dq, dk, dv)
+    flash_fwd(q, k, v, softmax_scale, causal, window_size=(-1, -1), softcap=0.0) -> (out, lse)
+    flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1), softcap=0.0) -> (dq, dk, dv)
 with the natural-log LSE (B, Hq, Nq); flash_bwd's lse is the whole row's
 LSE (it may come from merging partial attentions), so P = exp(s - lse).
 """
@@ -729,22 +729,24 @@ def dropout_pattern(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: A
 
 
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-              window_size: Tuple[int, int] = (-1, -1)) -> Tuple[torch.Tensor, torch.Tensor]:
+              window_size: Tuple[int, int] = (-1, -1),
+              softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Raw forward, no autograd: (out, lse natural log (B, Hq, Nq))."""
     left, right = window_size
     out, lse2 = attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale),
-                              left, 0 if causal else right, True)
+                              left, 0 if causal else right, True, float(softcap))
     return out, lse2 * LN2
 
 
 def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, softmax_scale: float, causal: bool,
-              window_size: Tuple[int, int] = (-1, -1)) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              window_size: Tuple[int, int] = (-1, -1),
+              softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw backward, no autograd: (dq, dk, dv) given the row LSE (natural log)."""
     left, right = window_size
     lse2 = (lse.float() * LOG2E).contiguous()
     return attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
-                         left, 0 if causal else right, True)[:3]
+                         left, 0 if causal else right, True, float(softcap))[:3]
 
 
 __all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]

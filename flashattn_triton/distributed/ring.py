@@ -9,7 +9,7 @@ rank ``r`` holds the K/V shard of rank ``j = (r - s) mod P``.
 
 Forward: every block gives a partial output and its LSE; the partials are
 merged exactly in float32 by their LSE (``kernels.combine.merge_attention_states``).
-Backward: the same blocks are recomputed with the *final* LSE (the raw
+Backward: the same blocks are recomputed with the *final* LSE (``ops.flash_bwd``
 backward op takes the LSE of the whole row, so P = exp(s - lse) is already
 normalised); dQ accumulates locally in float32, and each K/V shard's dK/dV
 accumulator (float32) travels around the ring behind the K/V shard, collecting
@@ -214,22 +214,6 @@ def _lse_rows(lse: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return lse[:, :, a:b].contiguous()
 
 
-def _block_fwd(q, k, v, softmax_scale: float, causal: bool, softcap: float):
-    """One dense block, no autograd: (out, lse natural log (B, Hq, Nq)); the
-    raw op, as ``ops.flash_fwd`` but with the softcap."""
-    out, lse2 = ops.attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale), -1, 0 if causal else -1,
-                                  True, float(softcap))
-    return out, lse2 * LN2
-
-
-def _block_bwd(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, softcap: float):
-    """One dense block's (dq, dk, dv) given the whole row's LSE (natural log),
-    as ``ops.flash_bwd`` but with the softcap."""
-    lse2 = (lse.float() * LOG2E).contiguous()
-    return ops.attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale), -1,
-                             0 if causal else -1, True, float(softcap))[:3]
-
-
 def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm,
                            softmax_scale: float, causal: bool, sharding: str = "zigzag",
                            softcap: float = 0.0):
@@ -248,8 +232,8 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
         # Post the transfer of the next shard before computing on this one.
         pending = comm.exchange(kv) if s + 1 < world_size else None
         for b in blocks:
-            o_b, lse_b = _block_fwd(_rows(q, b.q0, b.q1), _rows(kv[0], b.k0, b.k1),
-                                    _rows(kv[1], b.k0, b.k1), softmax_scale, b.causal, softcap)
+            o_b, lse_b = ops.flash_fwd(_rows(q, b.q0, b.q1), _rows(kv[0], b.k0, b.k1),
+                                       _rows(kv[1], b.k0, b.k1), softmax_scale, b.causal, softcap=softcap)
             if out is None:  # step 0: the diagonal block covers every row
                 out, lse = o_b, lse_b
                 continue
@@ -299,10 +283,10 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         k_s, v_s = (k, v) if own else kv
         contrib = []
         for b in blocks:
-            dq_b, dk_b, dv_b = _block_bwd(
+            dq_b, dk_b, dv_b = ops.flash_bwd(
                 _rows(dout, b.q0, b.q1), _rows(q, b.q0, b.q1), _rows(k_s, b.k0, b.k1),
                 _rows(v_s, b.k0, b.k1), _rows(out, b.q0, b.q1), _lse_rows(lse, b.q0, b.q1),
-                softmax_scale, b.causal, softcap)
+                softmax_scale, b.causal, softcap=softcap)
             dq[:, b.q0:b.q1] += dq_b
             if own:
                 dk_own[:, b.k0:b.k1] += dk_b
