@@ -10,7 +10,7 @@ rank ``r`` holds the K/V shard of rank ``j = (r - s) mod P``.
 Forward: every block gives a partial output and its LSE; the partials are
 merged exactly in float32 by their LSE (``kernels.combine.merge_attention_states``).
 Backward: the same blocks are recomputed with the *final* LSE (``ops.flash_bwd``
-backward op takes the LSE of the whole row, so P = exp(s - lse) is already
+takes the LSE of the whole row, so P = exp(s - lse) is already
 normalised); dQ accumulates locally in float32, and each K/V shard's dK/dV
 accumulator (float32) travels around the ring behind the K/V shard, collecting
 every rank's contribution, and ends at the shard's owner.
