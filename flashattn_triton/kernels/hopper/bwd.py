@@ -148,11 +148,27 @@ def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
 
 
 @gluon.jit
+def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n,
+                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """K and V of the key block [start_n, + BLOCK_N) into their buffers, one
+    expect-tx arrival on kv_ready for both."""
+    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                    k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+                                    v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+
+
+@gluon.jit
 def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
               off_b, off_hq, mb, it, stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Persistent producer: query tile mb of head off_hq into ring slot
-    it % NUM_STAGES (the same steps as _attn_bwd_load's loop body)."""
+    """Query tile mb of head off_hq into ring slot it % NUM_STAGES: the rows'
+    lse2 and scaled delta (loaded here, stored to shared memory before the
+    tile's Q is requested, so that the consumers read them from shared
+    memory when they need them instead of holding two row vectors in
+    registers across the products), then Q and dO by TMA."""
     stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
     s = it % NUM_STAGES
@@ -161,11 +177,14 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     lse_row = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh
     delta_row = DELTA + off_b.to(gl.int64) * stride_dz + off_hq.to(gl.int64) * stride_dh
     lse2 = gl.load(lse_row + rows, mask=in_q, other=float("inf"))
-    lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)
+    lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)  # no visible key: P = 0
     delta = gl.load(delta_row + rows, mask=in_q, other=0.0) * sm_scale
+    # A slot is free once every consumer released its previous use; the
+    # first pass waits on the parity before a fresh barrier's phase 0.
     mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
     stat_bufs.index(2 * s).store(lse2)
     stat_bufs.index(2 * s + 1).store(delta)
+    # The arrival below (expect) releases these stores to the consumers.
     mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
                                     q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
@@ -186,7 +205,6 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
     tile's steps), then K and V once the consumers released the previous
     tile's (kv_empty: after their last dQ product), then the other query
     tiles.  Ring slot and phase follow one counter over all tiles."""
-    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     pid = gl.program_id(0)
     n_programs = gl.num_programs(0)
     it = 0
@@ -202,11 +220,7 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
         mbarrier.wait(kv_empty, (i & 1) ^ 1)
-        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                        k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
-        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                        v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+        _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
         for j in range(n_first, total):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
@@ -221,43 +235,16 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
                    stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_STAGES: gl.constexpr):
-    """Producer partition (1 warp): K and V once, then per query tile Q and dO
-    (TMA) and the rows' lse2 and scaled delta (loaded here, stored to shared
-    memory before the tile's Q is requested, so that the consumers read them
-    from shared memory when they need them instead of holding two row
-    vectors in registers across the products)."""
-    stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
-    kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
-    q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
-    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                    k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
-    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                    v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+    """Producer partition (1 warp): K and V once, then Q, dO and the rows'
+    statistics of every query tile of every query head of the group
+    (_load_qdo)."""
+    _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
     it = 0
     for g in range(GROUP):
-        off_hq = off_hkv * GROUP + g
-        lse_row = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh
-        delta_row = DELTA + off_b.to(gl.int64) * stride_dz + off_hq.to(gl.int64) * stride_dh
         for mb in range(m_lo, n_mb):
-            s = it % NUM_STAGES
-            rows = mb * BLOCK_M + gl.arange(0, BLOCK_M, layout=stat_layout)
-            in_q = rows < N_Q
-            lse2 = gl.load(lse_row + rows, mask=in_q, other=float("inf"))
-            lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)  # no visible key: P = 0
-            delta = gl.load(delta_row + rows, mask=in_q, other=0.0) * sm_scale
-            # A slot is free once every consumer released its previous use;
-            # the first pass waits on the parity before a fresh barrier's phase 0.
-            mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
-            stat_bufs.index(2 * s).store(lse2)
-            stat_bufs.index(2 * s + 1).store(delta)
-            # The arrival below (expect) releases these stores to the consumers.
-            mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
-                                            q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
-            mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, mb * BLOCK_M, 0], do_ready.index(s),
-                                            do_bufs.index(s)._reinterpret(do_desc.dtype, q_box, do_desc.layout))
+            _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+                      off_b, off_hkv * GROUP + g, mb, it,
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
             it += 1
 
 
@@ -415,6 +402,52 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
 
 
 @gluon.jit
+def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                       off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                       CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                       SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
+                       SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
+                       MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """One query tile through the path the configuration takes
+    (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step)."""
+    if SPLIT_D:
+        dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                                      stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
+                                      keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                      causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
+                                      DQ_CHUNK, MASKED, IS_CAUSAL)
+    else:
+        dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+                                q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
+                                off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL)
+    return dk, dv
+
+
+@gluon.jit
+def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
+                       kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
+                       off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, n_bh,
+                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                       NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
+                       HEADS_FIRST: gl.constexpr):
+    """The producer partition of either form."""
+    if PERSISTENT:
+        _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
+                                  stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
+                                  n_mb, GROUP, H_KV, n_kb, n_bh,
+                                  stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                                  BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST)
+    else:
+        _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
+                       kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
+                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)
+
+
+@gluon.jit
 def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                     kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                     off_b, off_hkv, start_n, m_lo, n_mb, GROUP, it, kv_phase,
@@ -473,30 +506,18 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     for g in range(GROUP):
         off_hq = off_hkv * GROUP + g
         for mb in range(m_lo, m_full):
-            if SPLIT_D:
-                dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
-                                              stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
-                                              keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
-                                              causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
-                                              DQ_CHUNK, True, IS_CAUSAL)
-            else:
-                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, True, IS_CAUSAL)
+            dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs,
+                                        dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys,
+                                        dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS,
+                                        DQ_CHUNK, True, IS_CAUSAL)
             it += 1
         for mb in range(m_full, n_mb):
-            if SPLIT_D:
-                dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
-                                              stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
-                                              keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
-                                              causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
-                                              DQ_CHUNK, False, IS_CAUSAL)
-            else:
-                dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
-                                        q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, False, IS_CAUSAL)
+            dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs,
+                                        dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys,
+                                        dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS,
+                                        DQ_CHUNK, False, IS_CAUSAL)
             it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -664,54 +685,29 @@ def _attn_bwd_hopper(
         gl.static_assert((HEAD_DIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides d / NUM_CONSUMERS")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
-    if PERSISTENT:
-        gl.warp_specialize([
-            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                                 stat_bufs,
-                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
-                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
-            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                                 stat_bufs,
-                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
-                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
-            (_attn_bwd_load_persistent, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs,
-                                         do_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
-                                         n_mb, GROUP, H_KV, n_kb, N_BH,
-                                         stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
-                                         BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST)),
-        ], [4, 1], [CONSUMER_REGS, 24])
-    else:
-        gl.warp_specialize([
-            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                                 stat_bufs,
-                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
-                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
-            (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                                 stat_bufs,
-                                 kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
-                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                                 DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
-            (_attn_bwd_load, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
-                              stat_bufs, kv_ready, q_ready, do_ready, qdo_empty,
-                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
-                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+    gl.warp_specialize([
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                             stat_bufs,
+                             kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                             stat_bufs,
+                             kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+        (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
+                              stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
+                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 # ---------------------------------------------------------------------------

@@ -160,6 +160,32 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
 
 
 @gluon.jit
+def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+                    q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                    pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """The loads of a persistent program's i-th work tile (m-block pid_m of
+    head pid_bh); g: K/V tiles the program loaded before it.  Returns g plus
+    this tile's.  The first K/V tiles (as many as the ring holds) go before
+    Q: their slots are freed by the previous tile's GEMMs, while the Q
+    buffers are free only once the consumers have stored that tile's O from
+    them; so the ring is full when Q is waited for."""
+    t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                              BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+    n_first = gl.minimum(t_n, NUM_STAGES)
+    for j in range(n_first):
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                 BLOCK_N, HEAD_DIM, NUM_STAGES)
+    _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
+            BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
+    for j in range(n_first, t_n):
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+                 BLOCK_N, HEAD_DIM, NUM_STAGES)
+    return g + t_n
+
+
+@gluon.jit
 def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                    q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER,
                    off_b, off_hq, off_hkv, start_m, n_tiles,
@@ -181,18 +207,10 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         g = 0
         while t < n_work:
             pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST)
-            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
-                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
-            n_first = gl.minimum(t_n, NUM_STAGES)
-            for j in range(n_first):
-                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
-                         BLOCK_N, HEAD_DIM, NUM_STAGES)
-            _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
-                    BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
-            for j in range(n_first, t_n):
-                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
-                         BLOCK_N, HEAD_DIM, NUM_STAGES)
-            g += t_n
+            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+                                q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL)
             # Every load of tile i is issued: claim the next tile (programs
             # [0, G) took tiles [0, G) without a claim) and publish it in
             # slot i % 2.  That slot last held the tile of iteration i - 1,
@@ -210,22 +228,10 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         g = 0
         for i in range(_work_count(pid, n_programs, n_m * n_bh)):
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST)
-            t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
-                                                      BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
-            # The first K/V tiles (as many as the ring holds) before Q: their
-            # slots are freed by the previous tile's GEMMs, while the Q
-            # buffers are free only once the consumers have stored that
-            # tile's O from them; so the ring is full when Q is waited for.
-            n_first = gl.minimum(t_n, NUM_STAGES)
-            for j in range(n_first):
-                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
-                         BLOCK_N, HEAD_DIM, NUM_STAGES)
-            _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
-                    BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
-            for j in range(n_first, t_n):
-                _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
-                         BLOCK_N, HEAD_DIM, NUM_STAGES)
-            g += t_n
+            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+                                q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL)
     else:
         _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
                 BLOCK_M, HEAD_DIM, NUM_CONSUMERS, False)
