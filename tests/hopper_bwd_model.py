@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hopper_model import Barrier, Buffer, ProtocolError, _wait  # noqa: E402
+from hopper_model import Barrier, Buffer, ProtocolError, _wait, run_agents  # noqa: E402
 
 
 def cdiv(a, b):
@@ -448,42 +448,9 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken)
-    state = {name: ("step",) for name in agents}
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
-
-    def ready(name):
-        st = state[name]
-        if st[0] == "wait":
-            return (st[1].done & 1) != st[2]
-        if st[0] == "wgmma_wait":
-            return len(cta.wgmma[int(name[8:])]) <= st[1]
-        if st[0] == "store_wait":
-            return cta.stores[int(name[8:])] == 0
-        return True
-
-    steps = 0
-    while agents or cta.events:
-        steps += 1
-        if steps > max_steps:
-            raise ProtocolError("no progress bound reached")
-        runnable = [n for n in agents if ready(n)]
-        choices = [(n, weight[n]) for n in runnable] + [(ev, weight["async"]) for ev in cta.events]
-        if not choices:
-            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "") for n, s in state.items()
-                       if n in agents}
-            raise ProtocolError(f"deadlock: {blocked}")
-        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
-        if isinstance(pick, tuple):
-            cta.fire(pick)
-            continue
-        st = state[pick]
-        if st[0] == "wait" and st[1].done != st[3]:
-            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
-                                f"meant {st[3]}")
-        try:
-            state[pick] = next(agents[pick])
-        except StopIteration:
-            del agents[pick]
+    steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
+                       weight, weight["async"], rng, max_steps)
     chunks = dq_chunks if split else 1
     want = sorted(("dQ", it, c, j) for it in range(n_tiles) for c in range(nc) for j in range(chunks))
     if sorted(cta.reduced) != want:

@@ -533,6 +533,56 @@ def consumer(cta, c, tiles, persistent, pingpong):
         yield from tile(0, tiles[0], 0, 0, 0)
 
 
+def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
+    """The random scheduler of the protocol simulations.  agents: generators
+    by name, each yielding what it does next (("wait", barrier, parity,
+    completion), ("wgmma_wait", n), ("store_wait",) or ("step",));
+    where(name) -> (cta, consumer index) for the waits; the CTAs'
+    asynchronous events (TMA arrivals, wgmma completions, stores) are
+    choices too.  Every step picks among what can proceed with the weights
+    weight[name] / w_async (per-run biases, so that any agent or engine may
+    get far ahead).  Returns the number of steps; raises ProtocolError on a
+    deadlock, a parity wait that passed at another completion than the one
+    it meant, or max_steps."""
+    state = {name: ("step",) for name in agents}
+
+    def ready(name):
+        st = state[name]
+        cta, c = where(name)
+        if st[0] == "wait":
+            return (st[1].done & 1) != st[2]
+        if st[0] == "wgmma_wait":
+            return len(cta.wgmma[c]) <= st[1]
+        if st[0] == "store_wait":
+            return cta.stores[c] == 0
+        return True
+
+    steps = 0
+    while agents or any(cta.events for cta in ctas):
+        steps += 1
+        if steps > max_steps:
+            raise ProtocolError("no progress bound reached")
+        choices = [(n, weight[n]) for n in agents if ready(n)]
+        choices += [((cta, ev), w_async) for cta in ctas for ev in cta.events]
+        if not choices:
+            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "", s[2:3]) for n, s in state.items()
+                       if n in agents}
+            raise ProtocolError(f"deadlock: {blocked}")
+        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
+        if pick not in agents:
+            pick[0].fire(pick[1])
+            continue
+        st = state[pick]
+        if st[0] == "wait" and st[1].done != st[3]:
+            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
+                                f"meant {st[3]}")
+        try:
+            state[pick] = next(agents[pick])
+        except StopIteration:
+            del agents[pick]
+    return steps
+
+
 def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6):
     """Run one CTA's protocol over work tiles with the given key-tile counts.
     Returns the number of scheduler steps; raises ProtocolError on a
@@ -544,44 +594,11 @@ def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong)
-    state = {name: ("step",) for name in agents}
     # Per run, a random bias: some agents (or the asynchronous engines) run
     # much more often than others, so that every one of them gets far ahead.
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
-
-    def ready(name):
-        st = state[name]
-        if st[0] == "wait":
-            return (st[1].done & 1) != st[2]
-        if st[0] == "wgmma_wait":
-            return len(cta.wgmma[int(name[8:])]) <= st[1]
-        if st[0] == "store_wait":
-            return cta.stores[int(name[8:])] == 0
-        return True
-
-    steps = 0
-    while agents or cta.events:
-        steps += 1
-        if steps > max_steps:
-            raise ProtocolError("no progress bound reached")
-        runnable = [n for n in agents if ready(n)]
-        choices = [(n, weight[n]) for n in runnable] + [(ev, weight["async"]) for ev in cta.events]
-        if not choices:
-            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "", s[2:3]) for n, s in state.items()
-                       if n in agents}
-            raise ProtocolError(f"deadlock: {blocked}")
-        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
-        if isinstance(pick, tuple):
-            cta.fire(pick)
-            continue
-        st = state[pick]
-        if st[0] == "wait" and st[1].done != st[3]:
-            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
-                                f"meant {st[3]}")
-        try:
-            state[pick] = next(agents[pick])
-        except StopIteration:
-            del agents[pick]
+    steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
+                       weight, weight["async"], rng, max_steps)
     want = sorted((t, c) for t in range(len(tiles)) for c in range(nc))
     if sorted(cta.outputs) != want:
         raise ProtocolError(f"O stores {sorted(cta.outputs)} != {want}")
@@ -624,43 +641,9 @@ def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_
         agents[(p, "producer")] = producer(cta, sched, True)
         for c in range(nc):
             agents[(p, c)] = consumer(cta, c, sched, True, pingpong)
-    state = {name: ("step",) for name in agents}
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in agents}
     w_async = rng.choice((0.05, 1.0, 20.0))
-
-    def ready(name):
-        st, cta = state[name], ctas[name[0]]
-        if st[0] == "wait":
-            return (st[1].done & 1) != st[2]
-        if st[0] == "wgmma_wait":
-            return len(cta.wgmma[name[1]]) <= st[1]
-        if st[0] == "store_wait":
-            return cta.stores[name[1]] == 0
-        return True
-
-    steps = 0
-    while agents or any(c.events for c in ctas):
-        steps += 1
-        if steps > max_steps:
-            raise ProtocolError("no progress bound reached")
-        choices = [(n, weight[n]) for n in agents if ready(n)]
-        choices += [((cta, ev), w_async) for cta in ctas for ev in cta.events]
-        if not choices:
-            blocked = {n: (s[0], getattr(s[1], "name", s[1]) if len(s) > 1 else "") for n, s in state.items()
-                       if n in agents}
-            raise ProtocolError(f"deadlock: {blocked}")
-        pick = rng.choices([x for x, _ in choices], weights=[w for _, w in choices])[0]
-        if isinstance(pick[0], CTA):
-            pick[0].fire(pick[1])
-            continue
-        st = state[pick]
-        if st[0] == "wait" and st[1].done != st[3]:
-            raise ProtocolError(f"{pick}: parity wait on {st[1].name} passed at completion {st[1].done}, "
-                                f"meant {st[3]}")
-        try:
-            state[pick] = next(agents[pick])
-        except StopIteration:
-            del agents[pick]
+    steps = run_agents(agents, ctas, lambda name: (ctas[name[0]], name[1]), weight, w_async, rng, max_steps)
     outputs = sorted(o for cta in ctas for o in cta.outputs)
     want = sorted((t, c) for t in range(len(work)) for c in range(nc))
     if outputs != want:
