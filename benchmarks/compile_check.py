@@ -194,14 +194,40 @@ def _hopper_overrides(spec: str) -> dict:
     return out
 
 
-def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
-    """The Gluon forward for sm_<arch> as its launcher would build it
-    (CONFIGS / SCHEDULE plus overrides); returns (compiled, meta)."""
-    import torch
+def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_dim: int, arch: int):
+    """triton.compile of a Gluon kernel for sm_<arch> without a GPU.  descs:
+    argument name -> (block, torch dtype) of a tensor descriptor (layout as
+    the launchers make it: NVMMASharedLayout.get_default_for); scalars:
+    argument name -> type string ("*fp32", "fp32", ...); other arguments i32."""
     from triton.runtime.jit import mangle_type
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    import torch
+
+    gl_dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in descs:
+            block, tdt = descs[name]
+            t = torch.empty(1, 1, 256, head_dim, dtype=tdt)  # only the dtype and the block matter
+            layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtypes[tdt])
+            sig[name] = mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout))
+        else:
+            sig[name] = scalars.get(name, "i32")
+    src = GluonASTSource(kernel, sig, constexprs, {})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4})
+
+
+_TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
+    """The Gluon forward for sm_<arch> as its launcher would build it
+    (CONFIGS / SCHEDULE plus overrides); returns (compiled, meta)."""
+    import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
     meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
@@ -213,60 +239,14 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     meta.pop("NUM_SMS", None)  # host-side only
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
-    t = torch.empty(1, 1, 256, d, dtype=tdt)  # descriptors need a tensor; only dtype and blocks matter
-    blocks = {"q_desc": [1, 1, meta["BLOCK_M"], d], "k_desc": [1, 1, meta["BLOCK_N"], d],
-              "v_desc": [1, 1, meta["BLOCK_N"], d], "o_desc": [1, 1, meta["BLOCK_M"], d]}
-    kernel = hfwd._attn_fwd_hopper
-    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
-    sig = {}
-    for name in kernel.arg_names:
-        if name in constexprs:
-            sig[name] = "constexpr"
-        elif name in blocks:
-            layout = gl.NVMMASharedLayout.get_default_for(blocks[name], gdt)
-            sig[name] = mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), blocks[name], layout))
-        elif name == "LSE":
-            sig[name] = "*fp32"
-        elif name == "TILE_COUNTER":
-            sig[name] = "*i32"
-        elif name == "qk_scale":
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i32"
-    src = GluonASTSource(kernel, sig, constexprs, {})
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4}), meta
-
-
-def hopper_main(args) -> int:
-    failures = 0
-    cases = {"full": False, "causal": True}
-    for d in (int(x.partition(":")[0]) for x in args.d.split(",")):
-        for case in args.cases.split(","):
-            if case not in cases:
-                continue
-            for spec in args.hopper_variants.split(","):
-                label = f"HOPPER d={d:3d} {case:6s} {spec}"
-                try:
-                    overrides = _hopper_overrides(spec)
-                    from hopper_fwd_probe import VARIANTS
-                    if spec in VARIANTS and d not in VARIANTS[spec][1]:
-                        continue
-                    k, meta = compile_hopper(d, cases[case], overrides, args.arch, args.dtype)
-                    ops = sass_ops(k)
-                    local = collections.Counter(op.split(".")[0] for _, op, _ in ops if op.startswith(("LDL", "STL")))
-                    print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}, "
-                          f"LDL {local['LDL']} STL {local['STL']} ({local_in_gemm_loops(ops)} in GEMM loops), "
-                          f"sass {len(ops)}, consumers "
-                          f"{meta['NUM_CONSUMERS']}x{meta['CONSUMER_REGS']} regs", flush=True)
-                    if args.sass:
-                        print(f"    {instruction_report(k)}")
-                except Exception as exc:  # noqa: BLE001
-                    failures += 1
-                    print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-    print("failures:", failures)
-    return failures
+    tdt = getattr(torch, _TORCH_DTYPES[dtype])
+    q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
+    descs = {"q_desc": (q_block, tdt), "k_desc": (kv_block, tdt), "v_desc": (kv_block, tdt),
+             "o_desc": (q_block, tdt)}
+    scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32"}
+    compiled = _compile_gluon(hfwd._attn_fwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
+                              d, arch)
+    return compiled, meta
 
 
 def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
@@ -274,10 +254,6 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     launcher would build it (CONFIGS, or CONFIGS_UNVERIFIED for head dims
     not yet in CONFIGS, SCHEDULE, plus overrides); returns (compiled, meta)."""
     import torch
-    from triton.runtime.jit import mangle_type
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
     if hasattr(hbwd, "kernel_meta"):
@@ -286,59 +262,41 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     else:  # a checkout from before CONFIGS_UNVERIFIED (to compare builds)
         meta = dict(hbwd.CONFIGS[d], **hbwd.SCHEDULE[causal], **overrides)
         dq_cols = d // meta["NUM_CONSUMERS"]
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    gdt = hbwd._GL_DTYPES[tdt]
-    t = torch.empty(1, 1, 256, d, dtype=tdt)  # descriptors need a tensor; only dtype and blocks matter
-    t32 = torch.empty(1, 1, 256, d, dtype=torch.float32)
-    bm, bn = meta["BLOCK_M"], meta["BLOCK_N"]
-    blocks = {"q_desc": ([1, 1, bm, d], t, gdt), "do_desc": ([1, 1, bm, d], t, gdt),
-              "k_desc": ([1, 1, bn, d], t, gdt), "v_desc": ([1, 1, bn, d], t, gdt),
-              "dq_desc": ([1, 1, bm, dq_cols], t32, gl.float32)}
-    kernel = hbwd._attn_bwd_hopper
-    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
-    sig = {}
-    for name in kernel.arg_names:
-        if name in constexprs:
-            sig[name] = "constexpr"
-        elif name in blocks:
-            block, tt, g = blocks[name]
-            layout = gl.NVMMASharedLayout.get_default_for(block, g)
-            sig[name] = mangle_type(TensorDescriptor(tt, list(tt.shape), list(tt.stride()), block, layout))
-        elif name in ("LSE", "DELTA"):
-            sig[name] = "*fp32"
-        elif name in ("DK", "DV"):
-            sig[name] = f"*{dtype}"
-        elif name in ("qk_scale", "sm_scale"):
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i32"
-    src = GluonASTSource(kernel, sig, constexprs, {})
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4}), meta
+    tdt = getattr(torch, _TORCH_DTYPES[dtype])
+    q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
+    descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
+             "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
+    scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{dtype}", "DV": f"*{dtype}",
+               "qk_scale": "fp32", "sm_scale": "fp32"}
+    compiled = _compile_gluon(hbwd._attn_bwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
+                              d, arch)
+    return compiled, meta
 
 
-def hopper_bwd_main(args) -> int:
-    """--hopper-bwd: per head dim, mask and variant (KEY=VALUE+... overrides
-    or 'default'): shared memory (compiled, and the launcher's model against
-    its limit), ptxas registers / spills, SASS local loads / stores."""
-    from flashattn_triton.kernels.hopper import bwd as hbwd
+def _gluon_sweep(args, title: str, specs, build, describe) -> int:
+    """Compile and report one Gluon kernel per head dim, mask and variant:
+    build(d, causal, spec) -> (compiled, meta), or None to skip the variant at
+    this d; describe(d, meta, compiled) -> the report's kernel-specific parts
+    (after "ok", and at the end of the line)."""
     failures = 0
     cases = {"full": False, "causal": True}
     for d in (int(x.partition(":")[0]) for x in args.d.split(",")):
         for case in args.cases.split(","):
             if case not in cases:
                 continue
-            for spec in (args.hopper_variants or "default").split(","):
-                label = f"HOPPER-BWD d={d:3d} {case:6s} {spec}"
+            for spec in specs:
+                label = f"{title} d={d:3d} {case:6s} {spec}"
                 try:
-                    overrides = {} if spec == "default" else _hopper_overrides(spec)
-                    k, meta = compile_hopper_bwd(d, cases[case], overrides, args.arch, args.dtype)
+                    built = build(d, cases[case], spec)
+                    if built is None:
+                        continue
+                    k, meta = built
                     ops = sass_ops(k)
                     local = collections.Counter(op.split(".")[0] for _, op, _ in ops if op.startswith(("LDL", "STL")))
-                    model = hbwd.smem_bytes(d, **meta)
-                    tier = "CONFIGS" if d in hbwd.CONFIGS else "CONFIGS_UNVERIFIED"
-                    print(f"{label}: ok ({tier}), smem {k.metadata.shared} (model {model}, limit "
-                          f"{hbwd.SMEM_LIMIT}), {ptxas_report(k, args.arch)}, LDL {local['LDL']} STL "
-                          f"{local['STL']} ({local_in_gemm_loops(ops)} in GEMM loops), sass {len(ops)}", flush=True)
+                    head, tail = describe(d, meta, k)
+                    print(f"{label}: ok{head}, {ptxas_report(k, args.arch)}, "
+                          f"LDL {local['LDL']} STL {local['STL']} ({local_in_gemm_loops(ops)} in GEMM loops), "
+                          f"sass {len(ops)}{tail}", flush=True)
                     if args.sass:
                         print(f"    {instruction_report(k)}")
                 except Exception as exc:  # noqa: BLE001
@@ -346,6 +304,39 @@ def hopper_bwd_main(args) -> int:
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
     print("failures:", failures)
     return failures
+
+
+def hopper_main(args) -> int:
+    """--hopper: the Gluon forward per head dim, mask and probe variant (or
+    KEY=VALUE+... overrides)."""
+    def build(d, causal, spec):
+        from hopper_fwd_probe import VARIANTS  # benchmarks/ is this script's directory
+        if spec in VARIANTS and d not in VARIANTS[spec][1]:
+            return None
+        return compile_hopper(d, causal, _hopper_overrides(spec), args.arch, args.dtype)
+
+    def describe(d, meta, k):
+        return f", smem {k.metadata.shared}", f", consumers {meta['NUM_CONSUMERS']}x{meta['CONSUMER_REGS']} regs"
+
+    return _gluon_sweep(args, "HOPPER", args.hopper_variants.split(","), build, describe)
+
+
+def hopper_bwd_main(args) -> int:
+    """--hopper-bwd: per head dim, mask and variant (KEY=VALUE+... overrides
+    or 'default'): shared memory (compiled, and the launcher's model against
+    its limit), ptxas registers / spills, SASS local loads / stores."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+
+    def build(d, causal, spec):
+        overrides = {} if spec == "default" else _hopper_overrides(spec)
+        return compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype)
+
+    def describe(d, meta, k):
+        tier = "CONFIGS" if d in hbwd.CONFIGS else "CONFIGS_UNVERIFIED"
+        return (f" ({tier}), smem {k.metadata.shared} (model {hbwd.smem_bytes(d, **meta)}, limit "
+                f"{hbwd.SMEM_LIMIT})"), ""
+
+    return _gluon_sweep(args, "HOPPER-BWD", (args.hopper_variants or "default").split(","), build, describe)
 
 
 def main():
