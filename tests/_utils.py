@@ -18,3 +18,20 @@ def call_spy(monkeypatch, owner, name, record=None) -> list:
 
     monkeypatch.setattr(owner, name, spy)
     return seen
+
+
+def fake_launch(script: str, timeout: int = 600) -> str:
+    """Run ``script`` (python -c) in a subprocess without Triton's
+    interpreter (its triton.jit functions do not compile), with this tests
+    folder as argv[1] and the repository as working directory, as the
+    fake-CUDA-driver launch tests do (tests/fake_cuda.py); returns its stdout
+    and fails the test with its stderr if it exits non-zero."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", script, tests], capture_output=True, text=True, env=env,
+                         timeout=timeout, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout

@@ -15,6 +15,8 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
+from _utils import fake_launch
+
 LN2 = math.log(2.0)
 
 
@@ -167,17 +169,11 @@ def test_launch_plans_on_a_fake_driver():
     """Triton 3.6 without a GPU: the launcher's plans compile for sm_90
     through the real JIT path (tests/fake_cuda.py) and launch a grid of
     (B * H, m-blocks) blocks, or min(SMs, work tiles) persistent programs."""
-    import subprocess
-    import sys
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    env = dict(os.environ, TRITON_INTERPRET="0")  # the interpreter's triton.jit functions do not compile
-    tests = os.path.dirname(os.path.abspath(__file__))
-    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH, tests], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=os.path.dirname(tests))
-    assert res.returncode == 0, res.stderr[-3000:]
+    stdout = fake_launch(_FAKE_LAUNCH, timeout=600)
     # d = 128: 1000 rows / 128 per block (2 consumers) = 8 m-blocks, 2 * 4 heads: 64 work tiles.
-    assert res.stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], res.stdout
+    assert stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], stdout
 
 
 _FAKE_LAUNCH_DYNAMIC = r"""
@@ -209,16 +205,10 @@ def test_dynamic_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: DYNAMIC compiles for sm_90 at every head
     dim through the real JIT path, launches the persistent grid, and gets a
     zeroed int32 counter per call; the default plans stay as they were."""
-    import subprocess
-    import sys
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    tests = os.path.dirname(os.path.abspath(__file__))
-    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH_DYNAMIC, tests], capture_output=True, text=True,
-                         env=env, timeout=900, cwd=os.path.dirname(tests))
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.strip().split("\n")
+    stdout = fake_launch(_FAKE_LAUNCH_DYNAMIC, timeout=900)
+    lines = stdout.strip().split("\n")
     # Work tiles: 1000 rows / (64 * consumers) m-blocks x 8 heads; d = 64 has 3 consumers.
     tiles = {64: 6 * 8, 128: 8 * 8, 256: 8 * 8}
     default_grid = {64: "(8, 6, 1)", 128: f"({tiles[128]}, 1, 1)", 256: "(8, 8, 1)"}
@@ -226,7 +216,7 @@ def test_dynamic_launch_on_a_fake_driver():
     for d in (64, 128, 256):
         want += [f"{d} ({tiles[d]}, 1, 1) True True [[0]]", f"{d} (5, 1, 1) True True [[0]]",
                  f"{d} {default_grid[d]} False {d == 128} []"]
-    assert lines == want, res.stdout
+    assert lines == want, stdout
 
 
 # --------------------------------------------------------------------------- GPU

@@ -21,6 +21,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close
 
+from _utils import fake_launch
 from test_hopper import _hopper_gpu
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -139,17 +140,11 @@ def test_split_d_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: the d = 256 backward (SPLIT_D, opt-in)
     compiles for sm_90 through the launcher's real JIT path
     (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs."""
-    import subprocess
-    import sys
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    env = dict(os.environ, TRITON_INTERPRET="0")  # the interpreter's triton.jit functions do not compile
-    tests = os.path.dirname(os.path.abspath(__file__))
-    res = subprocess.run([sys.executable, "-c", _FAKE_LAUNCH, tests], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=os.path.dirname(tests))
-    assert res.returncode == 0, res.stderr[-3000:]
+    stdout = fake_launch(_FAKE_LAUNCH, timeout=600)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads.
-    assert res.stdout.split("\n")[:2] == ["(18, 4, 1) True 64"] * 2, res.stdout
+    assert stdout.split("\n")[:2] == ["(18, 4, 1) True 64"] * 2, stdout
 
 
 _FAKE_PERSISTENT = r"""
@@ -180,20 +175,14 @@ def test_persistent_launch_on_a_fake_driver():
     d = 64, 128 and 256 (SPLIT_D) compiles for sm_90 through the launcher's
     JIT path and launches min(NUM_SMS, key blocks * B * Hkv) programs on a
     1-D grid."""
-    import subprocess
-    import sys
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    tests = os.path.dirname(os.path.abspath(__file__))
-    res = subprocess.run([sys.executable, "-c", _FAKE_PERSISTENT, tests], capture_output=True, text=True, env=env,
-                         timeout=900, cwd=os.path.dirname(tests))
-    assert res.returncode == 0, res.stderr[-3000:]
+    stdout = fake_launch(_FAKE_PERSISTENT, timeout=900)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 4 (batch, KV head) pairs.
     want = []
     for d, n_kb in ((64, 9), (128, 9), (256, 18)):
         want += [f"{d} False (7, 1, 1) True", f"{d} True ({n_kb * 4}, 1, 1) True"]
-    assert res.stdout.split("\n")[:6] == want, res.stdout
+    assert stdout.split("\n")[:6] == want, stdout
 
 
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
