@@ -21,3 +21,15 @@ if str(REPO_ROOT) not in sys.path:
 
 from flashattn_triton.bench import common as harness  # noqa: E402
 from flashattn_triton.bench.common import *  # noqa: E402,F401,F403
+
+
+def parse_overrides(spec: str) -> dict:
+    """KEY=VALUE meta-parameter overrides joined by '+' (values int, or true /
+    false), as the Gluon probes and compile_check take them; "" -> {}."""
+    out = {}
+    for item in filter(None, spec.split("+")):
+        key, _, val = item.partition("=")
+        out[key] = {"true": True, "false": False}.get(val.lower(), None)
+        if out[key] is None:
+            out[key] = int(val)
+    return out

@@ -185,13 +185,8 @@ def _hopper_overrides(spec: str) -> dict:
     if "=" not in spec:
         from hopper_fwd_probe import VARIANTS  # benchmarks/ is this script's directory
         return dict(VARIANTS[spec][0])
-    out = {}
-    for item in spec.split("+"):
-        key, _, val = item.partition("=")
-        out[key] = {"true": True, "false": False}.get(val.lower(), None)
-        if out[key] is None:
-            out[key] = int(val)
-    return out
+    from common import parse_overrides
+    return parse_overrides(spec)
 
 
 def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_dim: int, arch: int):

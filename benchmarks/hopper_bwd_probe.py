@@ -37,15 +37,9 @@ import torch
 
 
 def parse_variant(spec):
-    if spec == "default":
-        return {}
-    out = {}
-    for item in spec.split("+"):
-        key, _, val = item.partition("=")
-        out[key] = {"true": True, "false": False}.get(val.lower(), None)
-        if out[key] is None:
-            out[key] = int(val)
-    return out
+    """A --variants entry: "default" or KEY=VALUE overrides joined by '+'."""
+    from common import parse_overrides  # benchmarks/ is this script's directory
+    return {} if spec == "default" else parse_overrides(spec)
 
 
 def main():

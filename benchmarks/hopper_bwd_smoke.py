@@ -21,11 +21,8 @@ def main():
     ap.add_argument("--shape", default="2,8,2,333,1201")
     ap.add_argument("--variant", default="")
     args = ap.parse_args()
-    over = {}
-    for item in filter(None, args.variant.split("+")):
-        key, _, val = item.partition("=")
-        over[key] = {"true": True, "false": False}.get(val.lower(), None)
-        over[key] = int(val) if over[key] is None else over[key]
+    from common import parse_overrides  # benchmarks/ is this script's directory
+    over = parse_overrides(args.variant)
     b, hq, hkv, nq, nk = map(int, args.shape.split(","))
     d, dt = args.d, torch.bfloat16
     bad = 0
