@@ -78,20 +78,15 @@ def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr):
     bottom (longest causal block) up: longest first across all heads; else a
     head's m-blocks are adjacent (they share K/V in L2)."""
     t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
-    if HEADS_FIRST:
-        pid_m = n_m - 1 - t // n_bh
-        pid_bh = t % n_bh
-    else:
-        pid_m = t % n_m
-        pid_bh = t // n_m
-    return pid_m, pid_bh
+    return _dynamic_tile(t, n_m, n_bh, HEADS_FIRST)
 
 
 @gluon.jit
 def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr):
-    """(m-block, batch * head) of work tile t of the DYNAMIC schedule: the
-    numbering of _work_tile (with HEADS_FIRST longest causal block first
-    over all heads), handed out in order t = 0, 1, ... as programs ask."""
+    """(m-block, batch * head) of work tile number t (with HEADS_FIRST
+    longest causal block first over all heads): what _work_tile deals out in
+    its snake order, and the DYNAMIC schedule hands out in order t = 0, 1,
+    ... as programs ask."""
     if HEADS_FIRST:
         pid_m = n_m - 1 - t // n_bh
         pid_bh = t % n_bh
