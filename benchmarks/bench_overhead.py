@@ -17,7 +17,9 @@ pointing at an empty directory ("cold") or at the one the cold run filled
     process-wide cost of a first backward from ours.
 With --diagnose, each child also profiles its first backward (torch.profiler,
 CPU and CUDA) and the table of its top operators is written to
-first_bwd_profile_<run>.txt.
+first_bwd_profile_<run>.txt; with --cprofile, cProfile's cumulative table of
+the first forward and of the first backward (main thread) goes to
+first_call_<run>.cprof.txt.  --only picks runs (e.g. "ours, no prefetch").
 
 Host overhead: B=1, H=8, N=128, d=64; the median over 5 runs of the mean wall
 time of many back-to-back calls with no synchronisation in between (the GPU
@@ -63,14 +65,30 @@ def fwd():
         return fat.flash_attn_func(q, k, v, causal=True)
     return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
 torch.cuda.synchronize()
-t0 = time.perf_counter(); out = fwd(); torch.cuda.synchronize(); t_fwd = time.perf_counter() - t0
+if diagnose.endswith(".cprof.txt"):
+    # cProfile (main thread only) of the first forward and the first backward,
+    # to see where a first call's host time goes (compiles, cache loads, driver set-up)
+    import cProfile, io, pstats
+    report = io.StringIO()
+    pr = cProfile.Profile(); pr.enable()
+    t0 = time.perf_counter(); out = fwd(); torch.cuda.synchronize(); t_fwd = time.perf_counter() - t0
+    pr.disable(); pstats.Stats(pr, stream=report).sort_stats("cumulative").print_stats(45)
+    report.write("\n\n==== first backward ====\n")
+    pr = cProfile.Profile(); pr.enable()
+    t0 = time.perf_counter(); out.backward(do); torch.cuda.synchronize(); t_bwd = time.perf_counter() - t0
+    pr.disable(); pstats.Stats(pr, stream=report).sort_stats("cumulative").print_stats(45)
+    with open(diagnose, "w") as f:
+        f.write(report.getvalue())
+    diagnose = ""
+else:
+    t0 = time.perf_counter(); out = fwd(); torch.cuda.synchronize(); t_fwd = time.perf_counter() - t0
 if diagnose:
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter(); out.backward(do); torch.cuda.synchronize(); t_bwd = time.perf_counter() - t0
     with open(diagnose, "w") as f:
         f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
-else:
+elif "t_bwd" not in globals():
     t0 = time.perf_counter(); out.backward(do); torch.cuda.synchronize(); t_bwd = time.perf_counter() - t0
 import triton.testing
 def step():
@@ -159,7 +177,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--diagnose", action="store_true",
                     help="profile each child's first backward (torch.profiler) into first_bwd_profile_*.txt")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="cProfile each child's first forward and backward (main thread) into first_call_*.cprof.txt")
+    ap.add_argument("--only", default="", help="comma-separated first-call runs to do (default: all)")
     ap.add_argument("--skip-first-call", action="store_true", help="host overhead only")
+    ap.add_argument("--skip-host", action="store_true", help="first call only")
     args = ap.parse_args()
     import torch
     import triton
@@ -176,11 +198,16 @@ def main():
                             gpu=torch.cuda.get_device_name(), commit=commit))
     os.makedirs(args.out, exist_ok=True)
     if not args.skip_first_call:
+        only = [r for r in args.only.split(",") if r]
+        ours_cache = sdpa_cache = ""
         for name, (prov, extra, prewarm) in RUNS.items():
+            if only and name not in only:
+                continue
             cache = tempfile.mkdtemp(prefix="triton-cache-")
             for kind in ("cold", "warm"):
-                diag = (os.path.join(args.out, f"first_bwd_profile_{name.replace(', ', '_').replace(' ', '_')}_{kind}.txt")
-                        if args.diagnose else "")
+                stem = f"{name.replace(', ', '_').replace(' ', '_')}_{kind}"
+                diag = (os.path.join(args.out, f"first_call_{stem}.cprof.txt") if args.cprofile else
+                        os.path.join(args.out, f"first_bwd_profile_{stem}.txt") if args.diagnose else "")
                 results[f"{name} {kind}"] = first_call(prov, cache, extra, prewarm, diag)
                 print(f"{name} {kind}: {results[f'{name} {kind}']}", flush=True)
             if prov == "ours" and not extra:
@@ -189,9 +216,12 @@ def main():
                 sdpa_cache = cache
         for name, (prov, extra, prewarm) in PREWARMED.items():
             cache = ours_cache if prov == "ours" else sdpa_cache
+            if not cache:
+                continue
             results[f"{name} warm"] = first_call(prov, cache, extra, prewarm)
             print(f"{name} warm: {results[f'{name} warm']}", flush=True)
-    results["host_overhead_us"] = host_overhead()
+    if not args.skip_host:
+        results["host_overhead_us"] = host_overhead()
     with open(os.path.join(args.out, "bench_overhead.json"), "w") as f:
         json.dump(results, f, indent=1)
     lines = ["| run | import s | first fwd s | first bwd s | first total s | trivial bwd s | steady fwd+bwd ms |",
@@ -206,7 +236,7 @@ def main():
         lines.append(f"| {key} | {r['import_s']:.2f} | {r['first_fwd_s']:.2f} | {r['first_bwd_s']:.2f} | "
                      f"{r['first_fwd_s'] + r['first_bwd_s']:.2f} | {trivial} | {r['steady_fwd_bwd_ms']:.2f} |")
     lines += ["", "| call (B=1, H=8, N=128, d=64, fp16, causal) | host time per call, us |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in results["host_overhead_us"].items()]
+    lines += [f"| {k} | {v:.1f} |" for k, v in results.get("host_overhead_us", {}).items()]
     text = "\n".join(lines)
     with open(os.path.join(args.out, "bench_overhead.md"), "w") as f:
         f.write(f"Environment: {results['env']}\n\n{text}\n")
