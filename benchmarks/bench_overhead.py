@@ -179,7 +179,7 @@ def main():
                     help="profile each child's first backward (torch.profiler) into first_bwd_profile_*.txt")
     ap.add_argument("--cprofile", action="store_true",
                     help="cProfile each child's first forward and backward (main thread) into first_call_*.cprof.txt")
-    ap.add_argument("--only", default="", help="comma-separated first-call runs to do (default: all)")
+    ap.add_argument("--only", default="", help="first-call runs to do, separated by ';' (default: all)")
     ap.add_argument("--skip-first-call", action="store_true", help="host overhead only")
     ap.add_argument("--skip-host", action="store_true", help="first call only")
     args = ap.parse_args()
@@ -198,7 +198,7 @@ def main():
                             gpu=torch.cuda.get_device_name(), commit=commit))
     os.makedirs(args.out, exist_ok=True)
     if not args.skip_first_call:
-        only = [r for r in args.only.split(",") if r]
+        only = [r.strip() for r in args.only.split(";") if r.strip()]
         ours_cache = sdpa_cache = ""
         for name, (prov, extra, prewarm) in RUNS.items():
             if only and name not in only:

@@ -16,7 +16,7 @@ t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt"
 timeout -k 3 ${T_OVH:-75} python3 benchmarks/bench_overhead.py --out "$R/overhead" --cprofile --skip-host \
-  --only "ours,ours, no prefetch" > "$R/overhead.log" 2>&1
+  --only "ours;ours, no prefetch" > "$R/overhead.log" 2>&1
 echo "rc=$?" >> "$R/overhead.log"; el overhead; cut -c1-200 "$R/overhead.log" | tail -12
 OUT="$R/bwdp" bash benchmarks/gpu_hopper_bwd_persistent.sh > "$R/bwdp.log" 2>&1; el bwd-persistent
 cut -c1-330 "$R/bwdp.log" | tail -40
