@@ -513,7 +513,7 @@ def main():
     print("\nratios that decide the defaults (TFLOP/s over TFLOP/s; '-' = not run there)\n", flush=True)
     print(_decision_table(bench), flush=True)
     for r in bench:
-        errs = {k: v for k, v in r.items() if isinstance(v, str) and k not in ("dtype",)}
+        errs = {k: v for k, v in r.items() if isinstance(v, str) and k not in ("dtype", "kind")}
         if errs:
             print("bench errors:", r["d"], r["n"], r["causal"], errs, flush=True)
     with open(out_dir / "hopper_probe.jsonl", "w") as f:

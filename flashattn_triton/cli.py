@@ -143,11 +143,11 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         if backend() == "hopper":
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
-    from .kernels.hopper.fwd import CONFIGS, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, smem_bytes
+    from .kernels.hopper.fwd import CONFIGS, DYNAMIC_DEFAULT, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, smem_bytes
     if d not in CONFIGS or d_v != d:
         return False, f"head dims d={d}, dv={d_v} (equal, one of {sorted(CONFIGS)})"
     causal = window[1] == 0
-    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal])
+    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = -(-n_q // rows)
     if not meta["PERSISTENT"] and (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:
@@ -158,7 +158,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                   f"BLOCK_M={meta['BLOCK_M']} rows, BLOCK_N={meta['BLOCK_N']}, "
                   f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
-                  f"{'persistent grid (one program per SM)' if meta['PERSISTENT'] else 'grid'}")
+                  f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}")
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],

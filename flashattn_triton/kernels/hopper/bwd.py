@@ -748,8 +748,8 @@ SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
-# the dK / dV stores of the last.  Off until the H200 measures it
-# (benchmarks/gpu_hopper_bwd_persistent.sh); the overrides NUM_SMS (grid
+# the dK / dV stores of the last.  Off: correct on the H200 but no faster
+# (session 11 call 1: 0.70-1.02x the default, docs/hopper.md); the overrides NUM_SMS (grid
 # size, not a kernel parameter) and PERSISTENT=True select it.
 PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
 SMEM_LIMIT = 227 * 1024
