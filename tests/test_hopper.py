@@ -204,18 +204,24 @@ for d in (64, 128, 256):
 def test_dynamic_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: DYNAMIC compiles for sm_90 at every head
     dim through the real JIT path, launches the persistent grid, and gets a
-    zeroed int32 counter per call; the default plans stay as they were."""
+    zeroed int32 counter per call; the default causal plan follows
+    DYNAMIC_DEFAULT / PERSISTENT_DEFAULT (counter only when dynamic)."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    from flashattn_triton.kernels.hopper import fwd as hf
     stdout = fake_launch(_FAKE_LAUNCH_DYNAMIC, timeout=900)
     lines = stdout.strip().split("\n")
     # Work tiles: 1000 rows / (64 * consumers) m-blocks x 8 heads; d = 64 has 3 consumers.
     tiles = {64: 6 * 8, 128: 8 * 8, 256: 8 * 8}
-    default_grid = {64: "(8, 6, 1)", 128: f"({tiles[128]}, 1, 1)", 256: "(8, 8, 1)"}
+    # Causal (HEADS_FIRST) non-persistent grid: (heads, m-blocks).
+    plain_grid = {64: "(8, 6, 1)", 128: "(8, 8, 1)", 256: "(8, 8, 1)"}
     want = []
     for d in (64, 128, 256):
+        dyn = hf.DYNAMIC_DEFAULT[d][True]
+        pers = dyn or hf.PERSISTENT_DEFAULT[d][True]
+        grid = f"({tiles[d]}, 1, 1)" if pers else plain_grid[d]
         want += [f"{d} ({tiles[d]}, 1, 1) True True [[0]]", f"{d} (5, 1, 1) True True [[0]]",
-                 f"{d} {default_grid[d]} False {d == 128} []"]
+                 f"{d} {grid} {dyn} {pers} {'[[0]]' if dyn else '[]'}"]
     assert lines == want, stdout
 
 
