@@ -125,10 +125,13 @@ def _stand_ins(q, k, v, options, want_dbias: bool):
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device="meta")
     lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
-    dout = torch.empty_like(out)
+    # torch.empty, not empty_like: empty_like on meta tensors runs a Python
+    # reference (torch._refs) whose first use imports sympy and the symbolic
+    # shapes machinery, seconds of a first call (session 11 call 2).
+    dout = torch.empty(out.shape, dtype=out.dtype, device="meta")
     # The eager Function materializes the gradient of an unused lse as zeros,
     # so the backward always gets a dlse (float32, laid out like lse).
-    dlse = torch.empty_like(lse)
+    dlse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
     return (dout, _meta_like(q), _meta_like(k), _meta_like(v), out, lse, dlse, *opts, want_dbias)
 
 

@@ -372,7 +372,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             _kernels.load()
         attention_backward = _kernels.backward
         _install_direct_launches()
-        delta = torch.empty_like(lse)
+        delta = torch.empty_strided(lse.shape, lse.stride(), dtype=lse.dtype, device=lse.device)
         deltah = _lse_bhn(delta, varlen)
         with _device_guard(q):
             if varlen:

@@ -8,6 +8,9 @@ through the fast path; both must launch the same compiled kernel (the same
 specialization) with the same grid and arguments.
 """
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -276,6 +279,26 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     _prefetch.maybe_prefetch(impl, q2, q2, q2, options, False)
     _prefetch.wait_pending()
     assert len(runs) == 2, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"
+
+
+def test_prefetch_stand_ins_import_nothing_heavy():
+    """The stand-ins are made on the first call: they must not pull in sympy
+    (torch.empty_like on a meta tensor runs torch._refs, whose first use
+    imports the symbolic-shapes machinery: seconds on a first call)."""
+    code = (
+        "import sys, torch\n"
+        "from flashattn_triton import _prefetch\n"
+        "q = torch.randn(1, 16, 2, 32)\n"
+        "options = (None, None, 0, 0, 0.2, -1, 0, True, 0.0, None, None, None, 0.0, None, False)\n"
+        "before = set(sys.modules)\n"
+        "args = _prefetch._stand_ins(q, q, q, options, False)\n"
+        "assert all(a.device.type == 'meta' for a in args[:7])\n"
+        "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'sympy' or 'symbolic' in m)\n"
+        "print(new[:5])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", f"the stand-ins imported {res.stdout.strip()}"
 
 
 def test_prefetch_option_positions():

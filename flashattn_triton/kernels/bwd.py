@@ -697,7 +697,9 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
 
     hopper = hopper and not varlen and dbias is None and mods is NO_MODS and left is None and right in (None, 0)
     if delta is None:
-        delta = torch.empty_like(lse)
+        # lse's layout (delta shares its strides); not empty_like, which on the
+        # prefetch's meta tensors imports sympy (_prefetch._stand_ins).
+        delta = torch.empty_strided(lse.shape, lse.stride(), dtype=lse.dtype, device=lse.device)
     _bwd_preprocess[(cdiv(n_q, _PREPROCESS_BLOCK_M), batch * h_q)](
         o, do, dlse if dlse is not None else delta, delta, cu_q,
         *_flat_strides((o, do), varlen), *lse_strides,
