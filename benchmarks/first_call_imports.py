@@ -40,12 +40,24 @@ do = torch.randn_like(q)
 torch.cuda.synchronize()
 n0 = len(sys.modules)
 sys.meta_path.insert(0, Hook())
+disabled = {}
+def prof(frame, event, arg):
+    # torch._compile._disable_dynamo's wrapper imports torch._dynamo at its first call: name what it wraps
+    if event == "call" and frame.f_code.co_name == "inner" and frame.f_code.co_filename.endswith("_compile.py"):
+        fn = frame.f_locals.get("fn")
+        key = getattr(fn, "__qualname__", repr(fn))
+        if key not in disabled:
+            disabled[key] = (getattr(fn, "__module__", "?"), f"{frame.f_back.f_code.co_filename}:{frame.f_back.f_lineno}")
+sys.setprofile(prof)
 T0 = time.perf_counter()
 out = fat.flash_attn_func(q, k, v, causal=True); torch.cuda.synchronize()
 t_fwd = time.perf_counter() - T0
 n1 = len(sys.modules)
 t1 = time.perf_counter(); out.backward(do); torch.cuda.synchronize()
 t_bwd = time.perf_counter() - t1
+sys.setprofile(None)
+for key, (mod, caller) in disabled.items():
+    print(f"_disable_dynamo wrapper called: {mod}.{key} from {caller}")
 print(f"first fwd {t_fwd:.2f} s ({n1 - n0} modules imported), first bwd {t_bwd:.2f} s ({len(sys.modules) - n1} modules)")
 for root, (t, stack) in sorted(seen.items(), key=lambda kv: kv[1][0]):
     print(f"--- {root} first imported at +{t:.2f} s from:")

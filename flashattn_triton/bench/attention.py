@@ -45,7 +45,7 @@ GQA_HEADS = (32, 8)
 # then the cheap baselines, then flex, whose per-shape compiles take most of the
 # time; so a --max-seconds cut costs flex coverage of the last configs first.
 TIER = {C.OURS: 0, "sdpa_flash": 0, "sdpa_cudnn": 0, "sdpa_efficient": 1, "sdpa_math": 1,
-        "naive": 1, "flex": 2}
+        "naive": 1, "flex": 2, C.OURS_DET: 1}
 HEAD_DIM_PRIORITY = {128: 0, 64: 1, 256: 2}
 QUICK = dict(dtypes=["bf16"], head_dims=[128], seqlens=[2048, 8192], causal=[False, True],
              providers=[C.OURS, "sdpa_flash", "sdpa_cudnn", "flex"], modes=["fwd", "bwd"],
@@ -64,7 +64,7 @@ MAX_ERROR_LINES = 40
 STYLE = {C.OURS: ("tab:red", "o", 2.4), "sdpa_flash": ("tab:blue", "s", 1.3),
          "sdpa_cudnn": ("tab:green", "^", 1.3), "sdpa_efficient": ("tab:purple", "v", 1.1),
          "sdpa_math": ("tab:gray", "x", 1.0), "flex": ("tab:orange", "D", 1.3),
-         "naive": ("tab:brown", "+", 1.0)}
+         "naive": ("tab:brown", "+", 1.0), C.OURS_DET: ("tab:pink", "o", 1.3)}
 
 
 class Interrupted(BaseException):
@@ -488,7 +488,8 @@ def summary_markdown(rows: list[dict], s: dict) -> str:
             if not mine.get("tflops"):
                 cells.append(status_code(mine))
                 continue
-            best = max((idx[(k, p)]["tflops"] for p in peers if idx.get((k, p), {}).get("tflops")), default=None)
+            best = max((idx[(k, p)]["tflops"] for p in peers
+                        if p != C.OURS_DET and idx.get((k, p), {}).get("tflops")), default=None)
             cells.append(fmt_tflops(mine["tflops"]) + (f" ({mine['tflops'] / best:.2f}x)" if best else ""))
         table.append([name] + cells)
     if C.OURS in providers:

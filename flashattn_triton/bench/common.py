@@ -33,7 +33,10 @@ from pathlib import Path
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 OURS = "flashattn_triton"
-PROVIDERS = (OURS, "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex", "naive")
+# Ours with deterministic=True (the portable backward without atomics; the
+# forward is the same as OURS): to state what determinism costs.
+OURS_DET = "flashattn_triton_det"
+PROVIDERS = (OURS, "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex", "naive", OURS_DET)
 PEERS = PROVIDERS[1:]
 DEVICE = "cuda"  # set_device("cpu") for smoke runs of the plumbing
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -411,7 +414,7 @@ def torch_dtype(name: str):
 
 def provider_layout(provider: str) -> str:
     """Ours takes (B, N, H, d); SDPA, flex and naive take (B, H, N, d)."""
-    return "bnhd" if provider == OURS else "bhnd"
+    return "bnhd" if provider in (OURS, OURS_DET) else "bhnd"
 
 
 def make_qkv(cfg: AttnConfig, layout: str, requires_grad: bool = True):
@@ -512,6 +515,10 @@ def build_attention(provider: str, cfg: AttnConfig, flex_dynamic: bool = False):
         from flashattn_triton import flash_attn_func
 
         return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal)), null
+    if provider == OURS_DET:
+        from flashattn_triton import flash_attn_func
+
+        return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal, deterministic=True)), null
     if provider in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
