@@ -56,13 +56,13 @@ n1 = len(sys.modules)
 t1 = time.perf_counter(); out.backward(do); torch.cuda.synchronize()
 t_bwd = time.perf_counter() - t1
 sys.setprofile(None)
+for root, (t, stack) in sorted(seen.items(), key=lambda kv: kv[1][0]):
+    print(f"--- {root} first imported at +{t:.2f} s from:")
+    for line in stack[-8:]:
+        print("    " + line)
 for key, (mod, caller) in disabled.items():
     print(f"_disable_dynamo wrapper called: {mod}.{key} from {caller}")
 print(f"first fwd {t_fwd:.2f} s ({n1 - n0} modules imported), first bwd {t_bwd:.2f} s ({len(sys.modules) - n1} modules)")
-for root, (t, stack) in sorted(seen.items(), key=lambda kv: kv[1][0]):
-    print(f"--- {root} first imported at +{t:.2f} s from:")
-    for line in stack:
-        print("    " + line)
 """
 
 
@@ -75,7 +75,7 @@ def main():
     for kind in ("cold", "warm"):
         print(f"===== {kind} cache, prefetch={args.prefetch}", flush=True)
         res = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
-        print(res.stdout[-12000:], res.stderr[-3000:] if res.returncode else "", flush=True)
+        print(res.stdout[-20000:], res.stderr[-3000:] if res.returncode else "", flush=True)
 
 
 if __name__ == "__main__":

@@ -51,17 +51,38 @@ def hopper_available(device_index: int) -> bool:
 ENV_HOPPER_BWD = "FLASHATTN_TRITON_HOPPER_BWD"  # "0": the portable backward even where Hopper runs
 
 
-def use_hopper_backward(device: torch.device, window, deterministic: bool) -> bool:
+def use_hopper_backward(device: torch.device, window, deterministic: bool,
+                        seqlen: int = 1 << 30, head_dim: int = 128) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py; it may still
     decline a case) for tensors on ``device`` (the real device also for the
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
     forward), the call is not deterministic (its dQ adds arrive in a varying
-    order), the mask is none or causal, and FLASHATTN_TRITON_HOPPER_BWD is not "0"."""
+    order), the mask is none or causal, FLASHATTN_TRITON_HOPPER_BWD is not "0",
+    and (unless FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length
+    ``seqlen`` = max(Nq, Nk) is one where it beats the portable backward
+    (hopper_backward_pays)."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
         return False
-    return _hopper_tier(device) and window[0] < 0 and window[1] in (-1, 0)
+    if not (_hopper_tier(device) and window[0] < 0 and window[1] in (-1, 0)):
+        return False
+    return backend() == "hopper" or hopper_backward_pays(seqlen, head_dim, window[1] == 0)
+
+
+def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
+    """Whether the Hopper backward is the faster one at this length.  Short
+    sequences have few query tiles per key block to amortize each program's
+    set-up (barriers, K/V loads, the dK/dV store) and the float32 dQ buffer's
+    zeroing and conversion; there the portable kernels won on the H200
+    (session 11 call 3, bf16 and fp16, B*N = 16k tokens): causal N = 512 at
+    every head dim (1.4-2.3x), causal N = 1024 at d <= 128 (1.03-1.17x), and
+    not causal N = 512 at d <= 128 (1.1-1.4x)."""
+    if seqlen <= 512:
+        return head_dim > 128 and not causal
+    if seqlen <= 1024:
+        return not (causal and head_dim <= 128)
+    return True
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:

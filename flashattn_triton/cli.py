@@ -236,8 +236,12 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
     if takes and not variants and d == d_v:
+        from ._dispatch import backend, hopper_backward_pays
         from .kernels.hopper.bwd import CONFIGS as BWD_CONFIGS
-        if d in BWD_CONFIGS:
+        if d in BWD_CONFIGS and not (backend() == "hopper" or hopper_backward_pays(max(n_q, n_k), d, right == 0)):
+            lines.append(f"backward: Hopper tier not used: N = {max(n_q, n_k)} is short enough that the portable "
+                         "backward is faster (docs/hopper.md)")
+        elif d in BWD_CONFIGS:
             head = "          else (deterministic, or a decline) portable kernels"
             c = BWD_CONFIGS[d]
             lines.append(f"backward: Hopper tier, Gluon kernel (kernels/hopper/bwd.py): {c['BLOCK_N']} keys per "

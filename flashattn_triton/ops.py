@@ -393,7 +393,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 hopper = use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
-                                             window, deterministic)
+                                             window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1])
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,

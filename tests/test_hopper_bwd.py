@@ -62,6 +62,30 @@ def test_unverified_configs_are_opt_in(monkeypatch):
                 assert meta["DQ_CHUNK"] <= cols and cols % meta["DQ_CHUNK"] == 0, meta
 
 
+def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
+    """Auto tier: the Hopper backward only at lengths where the H200 measured
+    it faster (_dispatch.hopper_backward_pays); FLASHATTN_TRITON_BACKEND=hopper
+    takes it at every length; never when deterministic or windowed."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    dev, full, causal = torch.device("cuda", 0), (-1, -1), (-1, 0)
+    want = {  # (N, d, causal): Hopper backward?
+        (512, 64, False): False, (512, 128, False): False, (512, 256, False): True,
+        (512, 64, True): False, (512, 256, True): False,
+        (1024, 64, True): False, (1024, 128, True): False, (1024, 256, True): True,
+        (1024, 64, False): True, (1024, 128, False): True,
+        (2048, 64, True): True, (2048, 128, True): True, (16384, 256, False): True, (100, 256, False): True,
+    }
+    for backend, forced in (("auto", False), ("hopper", True)):
+        monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", backend)
+        for (n, d, c), expected in want.items():
+            got = _dispatch.use_hopper_backward(dev, causal if c else full, False, n, d)
+            assert got == (expected or forced), (backend, n, d, c, got)
+        assert not _dispatch.use_hopper_backward(dev, full, True, 8192, 128), "deterministic"
+        assert not _dispatch.use_hopper_backward(dev, (128, 0), False, 8192, 128), "sliding window"
+
+
 def test_emulated_schedule():
     """tests/hopper_bwd_model.py (reduced sweep): the kernel's tiling and
     masking (per-consumer masked / unmasked query tiles, TMA zero fill, rows
