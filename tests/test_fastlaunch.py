@@ -411,6 +411,55 @@ def test_recordings_that_cannot_replay(fast, kernel):
     assert rec.replay((x, y)) is None, "nothing launched: nothing to replay"
 
 
+def test_recording_watch_imports_nothing_heavy():
+    """The dispatch mode that watches a recording must not pull in
+    torch._dynamo (torch wraps a mode's __torch_dispatch__ in a dynamo
+    disable whose first call imports it: seconds on a first call)."""
+    code = (
+        "import sys, torch\n"
+        "from flashattn_triton.kernels import fastlaunch\n"
+        "if getattr(fastlaunch, '_OpWatch', None) is None:\n"
+        "    print('no dispatch mode'); sys.exit()\n"
+        "rec = fastlaunch.Recording()\n"
+        "with fastlaunch._OpWatch(rec):\n"
+        "    torch.ones(3).view(-1)\n"
+        "assert rec.broken\n"
+        "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() in ("[]", "no dispatch mode"), f"the recording's watch imported {res.stdout.strip()}"
+
+
+def test_replay_makes_fresh_zeroed_scratch(fast, mode):
+    """A buffer from zeroed_scratch() inside a recording (the Hopper forward's
+    tile counter) keeps the recording replayable; each replay passes a new
+    zero-filled buffer where the recorded launch had its own."""
+    x, y = torch.randn(256), torch.empty(256)
+    with fastlaunch.recording() as rec:
+        counter = fastlaunch.zeroed_scratch(1, torch.int32, x.device)
+        fast.launch(_args(x, counter), KW, (4,))
+    assert rec.scratch == [counter] and not rec.broken
+    rep = rec.replay((x, y))
+    assert rep is not None and rep.scratch == ((1, torch.int32),)
+    seen = []
+    for _ in range(2):
+        n = len(LAUNCHES)
+        assert rep((x, y))
+        assert len(LAUNCHES) == n + 1
+        arg = LAUNCHES[-1][2][1]
+        if isinstance(arg, torch.Tensor):
+            assert arg.dtype == torch.int32 and arg.shape == (1,) and int(arg) == 0
+            ptr = arg.data_ptr()
+        else:  # the direct path passes addresses
+            ptr = arg
+        assert ptr not in (x.data_ptr(), y.data_ptr(), counter.data_ptr())
+        seen.append(ptr)
+    with fastlaunch.recording() as rec:  # without zeroed_scratch, the same allocation breaks the recording
+        fast.launch(_args(x, torch.zeros(1, dtype=torch.int32)), KW, (4,))
+    assert rec.broken and rec.replay((x, y)) is None
+
+
 def test_direct_launch_expands_descriptors_like_triton(monkeypatch):
     """Triton 3.6: the direct path's expansion of tensor descriptors (cached
     per slot and address) is what Triton's wrapper passes to the C launcher,

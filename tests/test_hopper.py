@@ -225,6 +225,39 @@ def test_dynamic_launch_on_a_fake_driver():
     assert lines == want, stdout
 
 
+_FAKE_REPLAY_DYNAMIC = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels import fastlaunch
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+fastlaunch.ENABLED = True
+q = torch.randn(2, 4, 1000, 64).to(torch.bfloat16)
+k, v = (torch.randn(2, 2, 1200, 64).to(torch.bfloat16) for _ in range(2))
+o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
+with fake_cuda():
+    assert hf.hopper_attention_forward(q, k, v, o, lse, 0.125, 200, DYNAMIC=True)  # compile, Triton's path
+    with fastlaunch.recording() as rec:
+        assert hf.hopper_attention_forward(q, k, v, o, lse, 0.125, 200, DYNAMIC=True)
+    rep = rec.replay((q, k, v, o, lse))
+    print("replayable", rep is not None, "scratch", len(rec.scratch))
+    n = len(LAUNCHES)
+    print("replayed", rep((q, k, v, o, lse)), len(LAUNCHES) - n)
+"""
+
+
+def test_dynamic_forward_replays_on_a_fake_driver():
+    """Triton 3.6 without a GPU: a recorded dynamic-schedule forward (its tile
+    counter from fastlaunch.zeroed_scratch) stays replayable, so the op
+    layer's call plans keep the fast launch path for it."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_REPLAY_DYNAMIC, timeout=900).strip().split("\n")
+    assert lines[-2:] == ["replayable True scratch 1", "replayed True 1"], lines
+
+
 # --------------------------------------------------------------------------- GPU
 
 def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0):

@@ -43,7 +43,9 @@ per-signature forward plans, ops.py).  A recording is replayable only if
 every launch went through this module with a recorded kernel, no other
 Triton launch happened meanwhile (counted by a launch hook), no PyTorch
 operation but views ran (a dispatch mode watches), and each tensor argument
-is one of the roles (by address).  A replay declines (returns False, having
+is one of the roles (by address) or a buffer made by ``zeroed_scratch()``
+inside the recording (each replay allocates and zeroes its own, in the
+same order: the Hopper forward's tile counter).  A replay declines (returns False, having
 launched nothing) when the fast path is off, the current device, the
 16-byte alignment of a role, Triton's debug or instrumentation settings
 differ from the recording, a launch hook or a pre-run hook is set, or inside
@@ -463,6 +465,8 @@ class Recording:
         self.broken = False  # something happened that a replay would not repeat
         self.hooked = 0  # launches seen by the launch hook
         self.count = self._count  # one bound method, to add and remove it
+        self.scratch: List[torch.Tensor] = []  # zeroed_scratch() buffers, made again by each replay
+        self.quiet = False  # inside zeroed_scratch(): its own operations are expected
 
     def _count(self, *args, **kwargs) -> None:
         self.hooked += 1
@@ -478,10 +482,13 @@ class Recording:
         if len({launch[4] for launch in self.launches}) != 1:
             return None
         ptrs = [t.data_ptr() for t in roles]
-        steps = [_Step.build(run, entry, params, grid, ptrs) for run, entry, params, grid, _ in self.launches]
+        # The scratch buffers are roles after the caller's, allocated anew by each replay.
+        steps = [_Step.build(run, entry, params, grid, ptrs + [t.data_ptr() for t in self.scratch])
+                 for run, entry, params, grid, _ in self.launches]
         if any(step is None for step in steps):
             return None
-        return Replay(steps, self.launches[0][4], [not p & 15 for p in ptrs])
+        scratch = [(t.numel(), t.dtype) for t in self.scratch]
+        return Replay(steps, self.launches[0][4], [not p & 15 for p in ptrs], scratch)
 
 
 if _DispatchMode is not None:
@@ -492,8 +499,15 @@ if _DispatchMode is not None:
             super().__init__()
             self.rec = rec
 
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo,
+            # whose first call imports torch._dynamo (seconds of a first call;
+            # session 11). A recording never runs under torch.compile.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not getattr(func, "is_view", False):
+            if not getattr(func, "is_view", False) and not self.rec.quiet:
                 self.rec.broken = True
             return func(*args, **(kwargs or {}))
 
@@ -516,6 +530,23 @@ def recording():
     finally:
         _RECORD.reset(token)
         chain.remove(rec.count)
+
+
+def zeroed_scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A fresh zero-filled buffer for one launch (e.g. a tile counter), from
+    the caching allocator on the current stream.  Inside a recording it
+    becomes a role of its own: each replay allocates and zeroes a new one
+    (its launches then read it by address like the caller's roles)."""
+    rec = _RECORD.get()
+    if rec is None:
+        return torch.zeros(numel, dtype=dtype, device=device)
+    rec.quiet = True
+    try:
+        t = torch.zeros(numel, dtype=dtype, device=device)
+    finally:
+        rec.quiet = False
+    rec.scratch.append(t)
+    return t
 
 
 def not_replayable() -> None:
@@ -591,8 +622,9 @@ class Replay:
     (module doc).  The caller guarantees that the roles have the dtypes,
     shapes and strides of the recorded ones (a call plan's signature)."""
 
-    def __init__(self, steps: List[_Step], device, aligned: List[bool]):
+    def __init__(self, steps: List[_Step], device, aligned: List[bool], scratch: Sequence[tuple] = ()):
         self.steps = steps
+        self.scratch = tuple(scratch)  # (numel, dtype) of each zeroed_scratch() of the recording
         self.kernels = [step.run.kernel for step in steps]
         self.device = device
         self.aligned = aligned
@@ -623,6 +655,10 @@ class Replay:
         if device != self.device:
             return False
         stream = _driver.active.get_current_stream(device)
+        if self.scratch:  # fresh zeroed buffers, alive until the launches are queued (stream-ordered reuse)
+            extra = [torch.zeros(n, dtype=dt, device=roles[0].device) for n, dt in self.scratch]
+            roles = tuple(roles) + tuple(extra)
+            ptrs = ptrs + [t.data_ptr() for t in extra]
         for step in self.steps:
             step.launch(stream, roles, ptrs)
         return True
@@ -638,4 +674,4 @@ def build_launcher(compiled) -> None:
 
 
 __all__ = ["ENV_FAST_LAUNCH", "Recording", "Replay", "build_launcher", "compile_only", "compile_only_device",
-           "enabled", "fast_run", "install", "not_replayable", "recording"]
+           "enabled", "fast_run", "install", "not_replayable", "recording", "zeroed_scratch"]

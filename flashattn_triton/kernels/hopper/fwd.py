@@ -882,7 +882,7 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
     plan.validated = True
     # DYNAMIC's tile counter: zeroed per call on the current stream (see
     # DYNAMIC_DEFAULT); other builds ignore the argument and get lse.
-    counter = torch.zeros(1, dtype=torch.int32, device=lse.device) if plan.dynamic else lse
+    counter = fastlaunch.zeroed_scratch(1, torch.int32, lse.device) if plan.dynamic else lse
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
