@@ -22,15 +22,22 @@ The backward returns (dq, dk, dv, dsinks, dbias): dsinks (Hq,) float32 when
 sinks are given, dbias shaped like attn_bias when want_dbias, else empty.
 
 Raw helpers for composite algorithms (ring attention, tests):
-    flash_fwd(q, k, v, softmax_scale, causal, window_size=(-1, -1), softcap=0.0) -> (out, lse)
-    flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1), softcap=0.0) -> (dq, dk, dv)
+    flash_fwd(q, k, v, softmax_scale, causal, window_size=(-1, -1), softcap=0.0, *, shift=None,
+              alibi_slopes=None, dropout_p=0.0, rng_seed=None, philox_offset=0) -> (out, lse)
+    flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1), softcap=0.0,
+              *, the same keywords) -> (dq, dk, dv)
 with the natural-log LSE (B, Hq, Nq); flash_bwd's lse is the whole row's
 LSE (it may come from merging partial attentions), so P = exp(s - lse).
+shift places the mask's and ALiBi's diagonal explicitly (a block of a
+longer sequence); with shift or philox_offset they call the op layer's
+forward / backward functions directly (keyword-only arguments the custom
+ops and the call plans never pass), so ordinary calls are unchanged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, Dict, List, Optional, Tuple, cast
 
@@ -191,22 +198,29 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
                         alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-                        deterministic=False):
-    """(out, lse2) in fresh buffers.  deterministic concerns the backward only."""
+                        deterministic=False, *, shift=None, philox_offset=0):
+    """(out, lse2) in fresh buffers.  deterministic concerns the backward only.
+    shift, philox_offset: see _fwd_into (internal; the ops never pass them)."""
     varlen = cu_seqlens_q is not None
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
     lse = _new(_lse_shape(q, varlen), q, torch.float32)
     _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-              rng_seed)
+              rng_seed, shift=shift, philox_offset=philox_offset)
     return out, lse
 
 
 def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
               alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-              deterministic=False):
-    """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them)."""
+              deterministic=False, *, shift=None, philox_offset=0):
+    """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them).
+
+    Internal keyword arguments of composite algorithms (ring attention),
+    dense batches only: shift, the diagonal of the mask and of ALiBi given
+    explicitly (row i sees key j iff i + shift - left <= j <= i + shift +
+    right; ALiBi -slope * |i + shift - j|) instead of by bottom_right;
+    philox_offset, added to every dropout counter (kernels/score.py)."""
     varlen = cu_seqlens_q is not None
     if varlen and attn_bias is not None:
         raise ValueError("attn_bias is not supported with cu_seqlens (packed batches)")
@@ -226,7 +240,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             _kernels.load()
         with _device_guard(q):
             if not varlen:
-                offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
+                offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
+                          else shift - (k.shape[1] - q.shape[1]))
                 if not variants and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
                         q, k, v, out, lse, softmax_scale,
                         None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
@@ -244,6 +259,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             else:
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
                                     attn_bias, dropout_p, rng_seed)
+                if philox_offset and mods.dropout:
+                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]  # dropout counters per batch entry
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
@@ -259,11 +276,12 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                           rng_seed)
+                           rng_seed, shift, philox_offset)
 
 
 def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
-                   window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed):
+                   window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed,
+                   shift=None, philox_offset=0):
     """The blockwise PyTorch path (CPU without the interpreter), one call per sequence."""
     if cu_seqlens_q is not None:
         seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
@@ -280,9 +298,10 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
             lh[:, :, q0:q1].copy_(l_ref)
     else:
         n_q, n_k = qh.shape[2], kh.shape[2]
-        shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
+        if shift is None:
+            shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
         mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), sinks, attn_bias,
-                         dropout_p, rng_seed)
+                         dropout_p, rng_seed, rng_offset=philox_offset)
         o_ref, l_ref = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window,
                                                          mods=mods)
         oh.copy_(o_ref)
@@ -332,10 +351,10 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
                         softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0,
-                        rng_seed=None, deterministic=False, want_dbias=False):
+                        rng_seed=None, deterministic=False, want_dbias=False, *, shift=None, philox_offset=0):
     """The backward.  Positional arguments follow the forward op's (the
     options, deterministic last), then want_dbias (the backward prefetch,
-    _prefetch.py, calls it so).  deterministic: never the fused dQ form
+    _prefetch.py, calls it so); shift and philox_offset as in _fwd_into.  deterministic: never the fused dQ form
     (kernels/bwd.py use_fused_dq), whatever FLASHATTN_TRITON_FUSED_DQ says."""
     varlen = cu_seqlens_q is not None
     fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
@@ -387,9 +406,12 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                                        mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
                                        fused_dq=fused_dq)
             else:
-                offset = _causal_offset(q.shape[1], k.shape[1], bottom_right)
+                offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
+                          else shift - (k.shape[1] - q.shape[1]))
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,
                                     attn_bias, dropout_p, rng_seed)
+                if philox_offset and mods.dropout:
+                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 hopper = use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
@@ -411,7 +433,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
                                               cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                                               window, bottom_right, softcap, alibi_slopes, attn_bias,
-                                              dropout_p, rng_seed, want_dbias)
+                                              dropout_p, rng_seed, want_dbias, shift, philox_offset)
         if want_dbias:
             dbias_full = dbias_blk
     if sinks is not None:
@@ -428,7 +450,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
 
 def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
                    max_seqlen_k, softmax_scale, window, bottom_right, softcap, alibi_slopes, attn_bias,
-                   dropout_p, rng_seed, want_dbias):
+                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0):
     """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None)."""
     if cu_seqlens_q is not None:
         dkh.zero_()
@@ -455,9 +477,10 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
             deltah[:, :, q0:q1] = grads[3]
         return delta, None
     n_q, n_k = qh.shape[2], kh.shape[2]
-    shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
+    if shift is None:
+        shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
     mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), None, attn_bias,
-                     dropout_p, rng_seed)
+                     dropout_p, rng_seed, rng_offset=philox_offset)
     grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
                                               window, dlh, mods=mods, want_dbias=want_dbias)
     for dst, src in zip((dqh, dkh, dvh), grads):
@@ -730,23 +753,55 @@ def dropout_pattern(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: A
 
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
               window_size: Tuple[int, int] = (-1, -1),
-              softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Raw forward, no autograd: (out, lse natural log (B, Hq, Nq))."""
+              softcap: float = 0.0, *, shift: Optional[int] = None,
+              alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+              rng_seed: Optional[torch.Tensor] = None,
+              philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Raw forward, no autograd: (out, lse natural log (B, Hq, Nq)).
+
+    Keyword arguments for blocks of a longer sequence (ring attention):
+    shift: the mask's and ALiBi's diagonal given explicitly: row i sees key j
+    iff i + shift - left <= j <= i + shift + right (causal: right = 0), ALiBi
+    adds -slope * |i + shift - j|; None: bottom-right alignment
+    (shift = Nk - Nq).  A block of global rows q0 + i and keys k0 + j of a
+    sequence aligned with global shift S takes shift = q0 - k0 + S.
+    alibi_slopes (Hq,) / (B, Hq) float32; dropout_p with rng_seed ((1,) int64)
+    and philox_offset, added to every dropout counter (kernels/score.py), so
+    that blocks drawn with one seed and disjoint counter ranges get
+    independent masks.  These skip the op layer's validation: callers pass
+    checked values."""
     left, right = window_size
-    out, lse2 = attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale),
-                              left, 0 if causal else right, True, float(softcap))
+    right = 0 if causal else right
+    if shift is None and philox_offset == 0:
+        out, lse2 = attention_fwd(q, k, v, None, None, 0, 0, float(softmax_scale), left, right, True,
+                                  float(softcap), alibi_slopes, None, None, float(dropout_p), rng_seed)
+    else:
+        out, lse2 = _attention_fwd_impl(q, k, v, None, None, 0, 0, float(softmax_scale), left, right, True,
+                                        float(softcap), alibi_slopes, None, None, float(dropout_p), rng_seed,
+                                        shift=shift, philox_offset=int(philox_offset))
     return out, lse2 * LN2
 
 
 def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, softmax_scale: float, causal: bool,
               window_size: Tuple[int, int] = (-1, -1),
-              softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Raw backward, no autograd: (dq, dk, dv) given the row LSE (natural log)."""
+              softcap: float = 0.0, *, shift: Optional[int] = None,
+              alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+              rng_seed: Optional[torch.Tensor] = None,
+              philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Raw backward, no autograd: (dq, dk, dv) given the row LSE (natural
+    log); the keyword arguments as in flash_fwd (the same values regenerate
+    the forward's dropout mask)."""
     left, right = window_size
+    right = 0 if causal else right
     lse2 = (lse.float() * LOG2E).contiguous()
-    return attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
-                         left, 0 if causal else right, True, float(softcap))[:3]
+    if shift is None and philox_offset == 0:
+        return attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
+                             left, right, True, float(softcap), alibi_slopes, None, None,
+                             float(dropout_p), rng_seed)[:3]
+    return _attention_bwd_impl(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
+                               left, right, True, float(softcap), alibi_slopes, None, None, float(dropout_p),
+                               rng_seed, shift=shift, philox_offset=int(philox_offset))[:3]
 
 
 __all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]

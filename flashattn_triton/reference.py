@@ -331,7 +331,8 @@ class BlockMods:
     alibi: (B, Hq) slopes.  sinks: (Hq,).  bias: 4-D broadcastable to
     (B, Hq, Nq, Nk), bool (True = attend) or float.  dropout: p and the (1,)
     int64 seed; the keep mask follows dropout_keep with rng_rows / rng_cols
-    (0: Nq / Nk of the call) and the first row rng_row0."""
+    (0: Nq / Nk of the call), the first row rng_row0 and the counter offset
+    rng_offset."""
     softcap: float = 0.0
     alibi: Optional[torch.Tensor] = None
     sinks: Optional[torch.Tensor] = None
@@ -341,6 +342,7 @@ class BlockMods:
     rng_rows: int = 0
     rng_cols: int = 0
     rng_row0: int = 0
+    rng_offset: int = 0
 
 
 def _grouped(x: torch.Tensor, n_kv: int) -> torch.Tensor:
@@ -414,7 +416,7 @@ class _TileScores:
         """Dropout keep mask of the tile, grouped (B, Hkv, G, rows, cols)."""
         m = self.mods
         keep = dropout_keep(m.seed.to(self.device), m.dropout_p, self.b, self.hq, range(q0, q1), k0,
-                            k1, self.rng_rows, self.rng_cols, m.rng_row0)
+                            k1, self.rng_rows, self.rng_cols, m.rng_row0, m.rng_offset)
         return _grouped(keep, self.n_kv)
 
 

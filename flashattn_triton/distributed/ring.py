@@ -74,7 +74,9 @@ import torch
 import torch.distributed as dist
 
 from .. import ops
-from .._validate import check_flag, check_offsets, check_qkv, check_scale, check_softcap
+from .._params import draw_dropout_seed
+from .._validate import (check_alibi, check_dropout, check_flag, check_offsets, check_qkv, check_scale,
+                         check_softcap, check_window)
 from ..kernels.combine import merge_attention_states
 from ..reference import LN2, LOG2E
 from .sharding import check_sharding
@@ -90,15 +92,22 @@ __all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ring_schedule
 class Block(NamedTuple):
     """Queries ``[q0, q1)`` of the local shard against keys ``[k0, k1)`` of the
     K/V shard in hand; ``causal`` is the bottom-right-aligned mask of the raw op
-    (``ops.flash_fwd``)."""
+    (``ops.flash_fwd``).  Blocks of :func:`ring_positional_schedule` carry
+    ``shift`` instead (``causal`` False): local query ``i`` and key ``j`` are
+    global positions ``g_q + i`` and ``g_k + j`` with
+    ``shift = g_q - g_k + (N_k - N_q)``, the diagonal of the global window
+    and ALiBi; and ``pair``, the global (query chunk, key chunk) index that
+    selects the block's dropout counters."""
     q0: int
     q1: int
     k0: int
     k1: int
     causal: bool
+    shift: Optional[int] = None
+    pair: int = -1
 
     def pairs(self) -> int:
-        """Number of (query, key) pairs the block attends."""
+        """Number of (query, key) pairs the block attends (blocks without ``shift``)."""
         n_q, n_k = self.q1 - self.q0, self.k1 - self.k0
         if not self.causal:
             return n_q * n_k
@@ -155,6 +164,65 @@ def ring_schedule(rank: int, world_size: int, n_q: int, n_k: int, causal: bool,
         first, last = _split_diagonal(n_q, n_k, causal)
         steps = [[first]] + middle + [[last]]
     return [[b for b in step if b.q1 > b.q0 and b.k1 > b.k0] for step in steps]
+
+
+def _units(rank: int, world_size: int, n: int, sharding: str, chunked: bool) -> List[Tuple[int, int, int]]:
+    """(local start, local end, global chunk index) of the chunks of ``rank``'s
+    shard of local length ``n``.  Chunk ``g`` of length ``c`` holds global
+    positions ``[g c, (g + 1) c)``.  Without ``chunked`` the whole shard is one
+    unit (positions then play no part)."""
+    if not chunked or sharding == "contiguous":
+        return [(0, n, rank)]
+    c = n // 2
+    return [(0, c, rank), (c, n, 2 * world_size - 1 - rank)]
+
+
+def _band_visible(n_q: int, n_k: int, shift: int, window: Tuple[int, int]) -> bool:
+    """Whether some row i < n_q sees some key j < n_k, i.e. i + shift - left <= j <= i + shift + right
+    (-1 = unbounded).  Row i sees a key iff i >= -shift - right and i <= n_k - 1 - shift + left
+    (left + right >= 0, so each row's band holds an integer)."""
+    left, right = window
+    lo = 0 if right < 0 else max(0, -shift - right)
+    hi = n_q - 1 if left < 0 else min(n_q - 1, n_k - 1 - shift + left)
+    return n_q > 0 and n_k > 0 and lo <= hi
+
+
+def ring_positional_schedule(rank: int, world_size: int, n_q: int, n_k: int, window: Tuple[int, int],
+                             sharding: str = "zigzag", chunked: bool = True,
+                             backward: bool = False) -> List[List[Block]]:
+    """Blocks of global positions: the schedule of windows, ALiBi and dropout.
+
+    Every block is one chunk of this rank's queries against one chunk of the
+    K/V shard in hand (zigzag: two chunks per shard; contiguous, or without
+    ``chunked``: the whole shard), so that local positions map to global
+    ones by one offset, the block's ``shift`` (see :class:`Block`; global
+    alignment bottom-right, N_k - N_q = P (n_k - n_q)).  ``window`` = (left,
+    right), causal already folded in as right = 0.  A block whose chunks hold
+    no visible (query, key) pair is left out (the K/V shard still travels).
+    ``pair = A * U + B`` for query chunk A and key chunk B of the U chunks of
+    the sequence.  The backward (``world_size > 1``) runs the own shard's
+    blocks of the first query chunk at step 0 and those of the second at the
+    extra step P (none under contiguous sharding)."""
+    check_sharding(sharding)
+    chunked = chunked and sharding == "zigzag"
+    if chunked and (n_q % 2 or n_k % 2):
+        raise ValueError(f"zigzag shards hold two equal chunks, got local lengths {n_q} and {n_k}")
+    n_units = 2 * world_size if chunked else world_size
+    base = world_size * (n_k - n_q)
+    steps = []
+    for s in range(world_size):
+        src = (rank - s) % world_size
+        blocks = []
+        for a0, a1, qa in _units(rank, world_size, n_q, sharding, chunked):
+            for b0, b1, kb in _units(src, world_size, n_k, sharding, chunked):
+                shift = qa * (a1 - a0) - kb * (b1 - b0) + base
+                if _band_visible(a1 - a0, b1 - b0, shift, window):
+                    blocks.append(Block(a0, a1, b0, b1, False, shift, qa * n_units + kb))
+        steps.append(blocks)
+    if backward and world_size > 1:
+        diag = steps[0]
+        steps = [[b for b in diag if b.q0 == 0]] + steps[1:] + [[b for b in diag if b.q0 > 0]]
+    return steps
 
 
 # ---------------------------------------------------------------------------
@@ -214,29 +282,82 @@ def _lse_rows(lse: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return lse[:, :, a:b].contiguous()
 
 
+class _Variants(NamedTuple):
+    """Options of the positional schedule, as every block passes them to the raw ops."""
+    window: Tuple[int, int]  # causal folded in (right = 0)
+    alibi_slopes: Optional[torch.Tensor]
+    dropout_p: float
+    rng_seed: Optional[torch.Tensor]
+
+    def block_kwargs(self, b: Block, batch: int, heads: int) -> Dict[str, Any]:
+        # Block pair `pair` owns the dropout counters [pair * C, (pair + 1) * C),
+        # C = B * Hq * rows * keys, the counters a single call on the block uses.
+        return dict(shift=b.shift, alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p,
+                    rng_seed=self.rng_seed, philox_offset=b.pair * batch * heads * (b.q1 - b.q0) * (b.k1 - b.k0))
+
+
+def _variants(causal: bool, window, alibi_slopes, dropout_p: float, rng_seed) -> Optional[_Variants]:
+    """The options when the positional schedule is needed (a window, ALiBi or dropout), else None."""
+    left, right = window
+    if causal:
+        right = 0
+    plain = (left, right) == (-1, -1) or (causal and left == -1)  # what ring_schedule covers
+    if plain and alibi_slopes is None and not dropout_p > 0:
+        return None
+    if dropout_p > 0 and rng_seed is None:
+        raise ValueError("dropout_p > 0 needs rng_seed, the call's (1,) int64 Philox seed")
+    return _Variants((left, right), alibi_slopes, float(dropout_p), rng_seed)
+
+
+def _steps(rank: int, world_size: int, n_q: int, n_k: int, causal: bool, sharding: str,
+           var: Optional[_Variants], backward: bool) -> List[List[Block]]:
+    if var is None:
+        return ring_schedule(rank, world_size, n_q, n_k, causal, sharding, backward)
+    # Positions matter under a mask or ALiBi; dropout alone needs only distinct block pairs.
+    chunked = var.window != (-1, -1) or var.alibi_slopes is not None
+    return ring_positional_schedule(rank, world_size, n_q, n_k, var.window, sharding, chunked, backward)
+
+
+def _block_fwd(q, k, v, b: Block, softmax_scale, softcap, var: Optional[_Variants]):
+    qb, kb, vb = _rows(q, b.q0, b.q1), _rows(k, b.k0, b.k1), _rows(v, b.k0, b.k1)
+    if b.shift is None:
+        return ops.flash_fwd(qb, kb, vb, softmax_scale, b.causal, softcap=softcap)
+    assert var is not None
+    return ops.flash_fwd(qb, kb, vb, softmax_scale, False, var.window, softcap,
+                         **var.block_kwargs(b, q.shape[0], q.shape[2]))
+
+
 def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm,
                            softmax_scale: float, causal: bool, sharding: str = "zigzag",
-                           softcap: float = 0.0):
+                           softcap: float = 0.0, *, window: Tuple[int, int] = (-1, -1),
+                           alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                           rng_seed: Optional[torch.Tensor] = None):
     """Ring forward on local shards; returns (out in q's dtype, lse float32 (B, Hq, Nq)).
 
     q: (B, Nq_local, Hq, d); k, v: (B, Nk_local, Hkv, d), the same shape on
     every rank.  ``comm``: a :class:`RingComm` (or a stand-in with its interface).
-    ``softcap`` (0 = off) acts on each score alone, so every block applies it."""
+    ``softcap`` (0 = off) acts on each score alone, so every block applies it.
+    ``window`` (global positions), ``alibi_slopes`` and ``dropout_p`` with
+    ``rng_seed`` ((1,) int64) switch to :func:`ring_positional_schedule`."""
     world_size, rank = comm.world_size, comm.rank
     n_q, n_k = q.shape[1], k.shape[1]
-    steps = ring_schedule(rank, world_size, n_q, n_k, causal, sharding)
+    var = _variants(causal, window, alibi_slopes, dropout_p, rng_seed)
+    steps = _steps(rank, world_size, n_q, n_k, causal, sharding, var, False)
     kv = [k, v]
-    out: Any = None  # both set at step 0
+    out: Any = None  # set by the first block
     lse: Any = None
     for s, blocks in enumerate(steps):
         # Post the transfer of the next shard before computing on this one.
         pending = comm.exchange(kv) if s + 1 < world_size else None
         for b in blocks:
-            o_b, lse_b = ops.flash_fwd(_rows(q, b.q0, b.q1), _rows(kv[0], b.k0, b.k1),
-                                       _rows(kv[1], b.k0, b.k1), softmax_scale, b.causal, softcap=softcap)
-            if out is None:  # step 0: the diagonal block covers every row
-                out, lse = o_b, lse_b
-                continue
+            o_b, lse_b = _block_fwd(q, kv[0], kv[1], b, softmax_scale, softcap, var)
+            if out is None:
+                if b.q0 == 0 and b.q1 == n_q:  # the whole diagonal block covers every row
+                    out, lse = o_b, lse_b
+                    continue
+                out = torch.zeros(q.shape[:3] + (v.shape[3],), dtype=torch.float32, device=q.device)
+                lse = torch.full((q.shape[0], q.shape[2], n_q), float("-inf"), dtype=torch.float32,
+                                 device=q.device)
             o_m, lse_m = merge_attention_states(_rows(out, b.q0, b.q1), lse[:, :, b.q0:b.q1], o_b, lse_b)
             if b.q0 == 0 and b.q1 == n_q:
                 out, lse = o_m, lse_m
@@ -252,16 +373,21 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
 
 def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             out: torch.Tensor, lse: torch.Tensor, comm, softmax_scale: float,
-                            causal: bool, sharding: str = "zigzag", softcap: float = 0.0):
+                            causal: bool, sharding: str = "zigzag", softcap: float = 0.0, *,
+                            window: Tuple[int, int] = (-1, -1), alibi_slopes: Optional[torch.Tensor] = None,
+                            dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None):
     """Ring backward on local shards; returns (dq, dk, dv) in the input dtypes.
 
     ``out`` and ``lse`` are the local rows of the *merged* forward results.
     dQ and the owner's own dK/dV contribution accumulate in float32 on the
     rank; the other ranks' dK/dV contributions travel with the K/V shard in a
-    float32 accumulator and arrive at the owner after the last step."""
+    float32 accumulator and arrive at the owner after the last step.  The
+    variants as in :func:`ring_attention_forward`: the same blocks with the
+    same dropout counters regenerate the forward's masks."""
     world_size, rank = comm.world_size, comm.rank
     n_q, n_k = q.shape[1], k.shape[1]
-    steps = ring_schedule(rank, world_size, n_q, n_k, causal, sharding, backward=True)
+    var = _variants(causal, window, alibi_slopes, dropout_p, rng_seed)
+    steps = _steps(rank, world_size, n_q, n_k, causal, sharding, var, True)
     dout = dout.contiguous()
     f32: Dict[str, Any] = dict(dtype=torch.float32, device=q.device)
     dq = torch.zeros(q.shape, **f32)
@@ -283,10 +409,14 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         k_s, v_s = (k, v) if own else kv
         contrib = []
         for b in blocks:
-            dq_b, dk_b, dv_b = ops.flash_bwd(
-                _rows(dout, b.q0, b.q1), _rows(q, b.q0, b.q1), _rows(k_s, b.k0, b.k1),
-                _rows(v_s, b.k0, b.k1), _rows(out, b.q0, b.q1), _lse_rows(lse, b.q0, b.q1),
-                softmax_scale, b.causal, softcap=softcap)
+            args = (_rows(dout, b.q0, b.q1), _rows(q, b.q0, b.q1), _rows(k_s, b.k0, b.k1),
+                    _rows(v_s, b.k0, b.k1), _rows(out, b.q0, b.q1), _lse_rows(lse, b.q0, b.q1), softmax_scale)
+            if b.shift is None:
+                dq_b, dk_b, dv_b = ops.flash_bwd(*args, b.causal, softcap=softcap)
+            else:
+                assert var is not None
+                dq_b, dk_b, dv_b = ops.flash_bwd(*args, False, var.window, softcap,
+                                                 **var.block_kwargs(b, q.shape[0], q.shape[2]))
             dq[:, b.q0:b.q1] += dq_b
             if own:
                 dk_own[:, b.k0:b.k1] += dk_b
@@ -319,13 +449,18 @@ def _resolve_group(group_name: Any):  # torch's own annotation of the name varie
 @torch.library.custom_op("flashattn_triton::ring_attn_fwd", mutates_args=())
 def _ring_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name: str,
                    softmax_scale: float, causal: bool, sharding: str,
-                   softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                   softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
+                   alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                   rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
-    return ring_attention_forward(q, k, v, comm, softmax_scale, causal, sharding, softcap)
+    return ring_attention_forward(q, k, v, comm, softmax_scale, causal, sharding, softcap,
+                                  window=(window_left, window_right), alibi_slopes=alibi_slopes,
+                                  dropout_p=dropout_p, rng_seed=rng_seed)
 
 
 @_ring_attn_fwd.register_fake
-def _(q, k, v, group_name, softmax_scale, causal, sharding, softcap=0.0):
+def _(q, k, v, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1, window_right=-1,
+      alibi_slopes=None, dropout_p=0.0, rng_seed=None):
     b, n, h, _ = q.shape
     return q.new_empty((b, n, h, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
@@ -334,21 +469,28 @@ def _(q, k, v, group_name, softmax_scale, causal, sharding, softcap=0.0):
 def _ring_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, lse: torch.Tensor, group_name: str, softmax_scale: float,
                    causal: bool, sharding: str,
-                   softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
+                   alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                   rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
-    return ring_attention_backward(dout, q, k, v, out, lse, comm, softmax_scale, causal, sharding, softcap)
+    return ring_attention_backward(dout, q, k, v, out, lse, comm, softmax_scale, causal, sharding, softcap,
+                                   window=(window_left, window_right), alibi_slopes=alibi_slopes,
+                                   dropout_p=dropout_p, rng_seed=rng_seed)
 
 
 @_ring_attn_bwd.register_fake
-def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding, softcap=0.0):
+def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1,
+      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, group_name, softmax_scale, causal, sharding, softcap = inputs
+    q, k, v = inputs[:3]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.args = (group_name, softmax_scale, causal, sharding, softcap)
+    # group name, scale, causal, sharding, then the variants (alibi_slopes and
+    # rng_seed are inputs the backward reads, never differentiated)
+    ctx.args = tuple(inputs[3:])
     # The ring backward has no LSE-gradient term: keep the LSE out of autograd
     # rather than drop a gradient silently.
     ctx.mark_non_differentiable(lse)
@@ -359,7 +501,7 @@ def _backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_bwd(dout, q, k, v, out, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None
+    return (dq, dk, dv) + (None,) * len(ctx.args)
 
 
 _ring_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -462,11 +604,20 @@ def ring_flash_attn_func(
             rank's rows of the output, sharded like q.
     """
     _check_inputs(q, k, v, causal, sharding)
-    _check_defaults(window_size, dropout_p, alibi_slopes)
+    window = check_window(window_size, causal)
+    dropout_p = check_dropout(dropout_p)
     softcap = check_softcap(softcap)
+    alibi_slopes = check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
+    positional = not (window == (-1, -1) or (causal and window[0] == -1)) or alibi_slopes is not None
+    if positional and sharding == "zigzag" and (q.shape[1] % 2 or k.shape[1] % 2):
+        raise ValueError(f"a zigzag shard holds two equal chunks, so with window_size={window_size!r} or "
+                         f"alibi_slopes its length must be even; got q.shape[1]={q.shape[1]} and "
+                         f"k.shape[1]={k.shape[1]}")
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[3])
     group = _ring_group(group, "ring_flash_attn_func")
-    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding, softcap)
+    seed = draw_dropout_seed(q.device) if dropout_p > 0 else None
+    out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding, softcap, window[0], window[1],
+                            alibi_slopes, dropout_p, seed)
     return out
 
 
