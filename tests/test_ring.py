@@ -39,7 +39,9 @@ from flashattn_triton.distributed import (gather_sequence, gather_varlen, local_
                                           ring_varlen_schedule, shard_sequence, shard_varlen, unshard_sequence,
                                           unshard_varlen, varlen_position_ids, zigzag_position_ids, zigzag_shard,
                                           zigzag_unshard)
-from flashattn_triton.reference import flash_attention_ref
+from flashattn_triton._params import draw_dropout_seed
+from flashattn_triton.distributed.ring import ring_dropout_keep_mask, ring_positional_schedule
+from flashattn_triton.reference import dropout_scale, dropout_threshold, flash_attention_ref
 from _utils import assert_close, random_cu_seqlens, varlen_attention_ref
 
 WORLD_TIMEOUT_S = 300  # per spawned world, start to finish (2 slow cores, shared)
@@ -113,6 +115,87 @@ def test_schedule_rejects_bad_lengths():
         ring_schedule(0, 2, 4, 6, True, "contiguous")
     with pytest.raises(ValueError, match="sharding must be one of"):
         ring_schedule(0, 2, 4, 4, True, "striped")
+
+
+def _band(n_q, n_k, window, causal):
+    """Global visibility under flash-attn's bottom-right alignment (shift n_k - n_q)."""
+    left, right = window
+    if causal:
+        right = 0
+    i, j = torch.arange(n_q)[:, None] + (n_k - n_q), torch.arange(n_k)[None, :]
+    keep = torch.ones(n_q, n_k, dtype=torch.bool)
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    return keep
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("window,causal", [((-1, -1), True), ((2, 0), True), ((3, 5), False), ((9, -1), False),
+                                           ((-1, 4), False), ((0, 0), False)])
+@pytest.mark.parametrize("world_size,n_q,n_k", [(1, 6, 6), (2, 6, 6), (3, 4, 4), (4, 6, 6), (2, 4, 8)])
+def test_positional_schedule_covers_band_once(world_size, n_q, n_k, window, causal, sharding, backward):
+    """The blocks' shifts are the global diagonal: each visible global pair is
+    attended once, no invisible pair is, no block is empty under its mask,
+    and every block pair has its own dropout counters."""
+    if causal and n_q != n_k:
+        pytest.skip("causal needs equal lengths")
+    win = (window[0], 0) if causal else window
+    nq, nk = n_q * world_size, n_k * world_size
+    cover = torch.zeros(nq, nk, dtype=torch.int64)
+    pairs = {}
+    for r in range(world_size):
+        pos_q = position_ids(nq, r, world_size, sharding)
+        steps = ring_positional_schedule(r, world_size, n_q, n_k, win, sharding, True, backward)
+        assert len(steps) == world_size + (backward and world_size > 1)
+        for s, blocks in enumerate(steps):
+            pos_k = position_ids(nk, (r - s) % world_size, world_size, sharding)
+            for b in blocks:
+                i = torch.arange(b.q1 - b.q0)[:, None] + b.shift
+                j = torch.arange(b.k1 - b.k0)[None, :]
+                seen = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+                if win[1] >= 0:
+                    seen &= j <= i + win[1]
+                if win[0] >= 0:
+                    seen &= j >= i - win[0]
+                assert seen.any(), f"rank {r} step {s}: block {b} attends no pair"
+                gq, gk = pos_q[b.q0:b.q1], pos_k[b.k0:b.k1]
+                cover[gq[:, None], gk[None, :]] += seen.long()
+                assert pairs.setdefault(b.pair, (r, s, b.q0, b.k0)) == (r, s, b.q0, b.k0) or backward
+    want = _band(nq, nk, win, False).long()
+    bad = (cover != want).nonzero()
+    assert len(bad) == 0, f"pair {tuple(bad[0].tolist())} attended {cover[tuple(bad[0])].item()} times"
+
+
+def test_ring_dropout_mask_statistics():
+    """The ring's dropout masks (as rebuilt from the seeds, which the exactness
+    tests show the ring uses): keep rate 1 - p' with p' = t / 2^16, unbiased
+    after the 1 / (1 - p') scale, and no correlation between block pairs, nor
+    between two ranks' seeds."""
+    p, batch, heads, n, world_size = 0.3, 2, 4, 128, 4
+    seeds = [torch.tensor([11 + r], dtype=torch.int64) for r in range(world_size)]
+    keep = ring_dropout_keep_mask(seeds, p, batch, heads, n, n, causal=True).double()
+    rate = 1 - dropout_threshold(p) / 65536
+    sigma = (rate * (1 - rate) / keep.numel()) ** 0.5
+    assert abs(keep.mean().item() - rate) < 5 * sigma, (keep.mean().item(), rate)
+    scaled = (keep * dropout_scale(p)).mean().item()
+    assert abs(scaled - 1) < 5 * sigma * dropout_scale(p), scaled
+    c = n // (2 * world_size)  # zigzag chunk
+    blocks = [keep[:, :, a * c:(a + 1) * c, b * c:(b + 1) * c].flatten() for a in range(3) for b in range(3)]
+    limit = 5 / blocks[0].numel() ** 0.5
+    for x in range(len(blocks)):
+        for y in range(x):
+            corr = torch.corrcoef(torch.stack([blocks[x], blocks[y]]))[0, 1].item()
+            assert abs(corr) < limit, f"chunk pairs {x} and {y}: correlation {corr:.3f}"
+    same = ring_dropout_keep_mask(seeds, p, batch, heads, n, n, causal=True)
+    assert torch.equal(same.double(), keep)
+    other = ring_dropout_keep_mask([torch.tensor([99])] + seeds[1:], p, batch, heads, n, n, causal=True)
+    rows0 = position_ids(n, 0, world_size)  # rank 0's queries take rank 0's seed
+    assert not torch.equal(other[:, :, rows0], same[:, :, rows0])
+    rows1 = position_ids(n, 1, world_size)
+    assert torch.equal(other[:, :, rows1], same[:, :, rows1])
 
 
 _ROWS = {"all": lambda n: (0, n), "first": lambda n: (0, n // 2), "second": lambda n: (n // 2, n)}
@@ -252,9 +335,13 @@ def _qkv(n=8, h_q=4, h_kv=2, d=16, dtype=torch.float32):
     (lambda q, k, v: (q[:, :7], k[:, :7], v[:, :7]), dict(causal=True), ValueError, "must be even; got q.shape"),
     (lambda q, k, v: (q[:, :6], k, v), dict(causal=True, sharding="contiguous"), ValueError, "one length"),
     (lambda q, k, v: (q, k, v), dict(sharding="ring"), ValueError, "sharding must be one of"),
-    (lambda q, k, v: (q, k, v), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
-    (lambda q, k, v: (q, k, v), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
-    (lambda q, k, v: (q, k, v), dict(alibi_slopes=torch.ones(4)), NotImplementedError, "alibi_slopes="),
+    (lambda q, k, v: (q, k, v), dict(window_size=(4, -2)), ValueError, "window_size right must be >= -1"),
+    (lambda q, k, v: (q, k, v), dict(window_size=4), TypeError, "window_size must be a pair"),
+    (lambda q, k, v: (q, k, v), dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
+    (lambda q, k, v: (q, k, v), dict(alibi_slopes=torch.ones(3)), ValueError, r"alibi_slopes must have shape \(4,\)"),
+    (lambda q, k, v: (q, k, v), dict(alibi_slopes=torch.ones(4).double()), TypeError, "alibi_slopes must be float32"),
+    (lambda q, k, v: (q[:, :7], k[:, :7], v[:, :7]), dict(window_size=(2, 2)), ValueError,
+     r"length must be even; got q.shape\[1\]=7"),
     (lambda q, k, v: (q, k, v), dict(softcap=-1.0), ValueError, "softcap must be finite and >= 0"),
     (lambda q, k, v: (q, k, v), dict(softcap=float("inf")), ValueError, "softcap must be finite and >= 0"),
     (lambda q, k, v: (q, k, v), dict(softcap="5"), TypeError, "softcap must be a Python float"),
@@ -369,6 +456,13 @@ class Case(NamedTuple):
     d_v: Optional[int] = None  # head dim of v, default d
     softcap: float = 0.0
     amp: float = 1.0  # q is drawn as amp * randn, so that scores reach the softcap's saturation
+    window: tuple = (-1, -1)  # window_size over global positions
+    alibi: str = ""  # "h": slopes (H,), "bh": slopes (B, H) (see _slopes)
+    dropout_p: float = 0.0  # compared with the mask rebuilt from each rank's seed
+
+    @property
+    def positional(self) -> bool:
+        return self.causal or self.window != (-1, -1) or bool(self.alibi)
 
     @property
     def id(self) -> str:
@@ -378,8 +472,14 @@ class Case(NamedTuple):
                  "causal" if self.causal else "full", str(self.dtype).replace("torch.", "")]
         if self.d_v is not None:
             parts.insert(4, f"dv{self.d_v}")
-        if self.causal:
+        if self.positional:
             parts.append(self.sharding)
+        if self.window != (-1, -1):
+            parts.append("window{}_{}".format(*self.window))
+        if self.alibi:
+            parts.append("alibi-" + self.alibi)
+        if self.dropout_p:
+            parts.append(f"dropout{self.dropout_p}")
         if self.scale is not None:
             parts.append(f"scale{self.scale}")
         if self.subgroups:
@@ -450,6 +550,29 @@ SOFTCAP = [
     VarlenCase((16, 8, 24), 2, 2, 16, True, F32, "contiguous", softcap=30.0, amp=32.0),
     VarlenCase((16, 0, 24), 4, 1, 16, False, F32, softcap=5.0, amp=6.0),
 ]
+# Windows, ALiBi and dropout over global positions.  Shards of 32 (P = 2) or 16
+# (P = 4) tokens, zigzag chunks of 16 / 8: windows inside a chunk, across
+# chunks and across shards, with and without causal; ALiBi slopes (H,) and
+# (B, H); combined with GQA / MQA and softcap.
+POSITIONAL = [
+    Case(1, 64, 64, 4, 2, 16, True, F32, window=(5, 0)),
+    Case(1, 64, 64, 4, 2, 16, True, BF16, "contiguous", window=(40, 0)),
+    Case(2, 64, 64, 4, 4, 16, False, F32, window=(3, 9)),
+    Case(1, 64, 64, 4, 1, 16, False, F16, "contiguous", window=(20, 20)),
+    Case(1, 64, 64, 2, 2, 16, False, F32, window=(-1, 6)),
+    Case(2, 64, 64, 4, 2, 16, True, F32, alibi="h"),
+    Case(2, 64, 64, 4, 2, 16, False, BF16, alibi="bh"),
+    Case(1, 64, 64, 4, 2, 16, True, F32, "contiguous", alibi="bh"),
+    Case(2, 64, 64, 4, 1, 16, True, BF16, window=(12, 0), alibi="bh", softcap=5.0, amp=6.0),
+    Case(1, 64, 64, 4, 2, 16, False, F32, "contiguous", window=(7, 3), alibi="h", softcap=5.0, amp=6.0),
+]
+# Dropout: the reference uses the ring's own mask (ring_dropout_keep_mask).
+DROPOUT = [
+    Case(1, 32, 32, 2, 1, 16, True, F32, dropout_p=0.3),
+    Case(2, 32, 32, 2, 2, 16, False, F32, dropout_p=0.2),
+    Case(1, 32, 32, 4, 2, 16, True, F32, "contiguous", window=(6, 0), alibi="h", dropout_p=0.25),
+    Case(1, 32, 32, 4, 2, 16, False, BF16, window=(4, 4), softcap=5.0, amp=6.0, dropout_p=0.1),
+]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
     "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True),
@@ -457,8 +580,8 @@ WORLDS = {
               + VARLEN + SOFTCAP + [
         VarlenCase((12, 20), 4, 2, 16, True, F32, compiled=True),
         VarlenCase((12, 4, 20), 2, 1, 16, True, BF16, "contiguous"),  # odd local lengths
-    ]),
-    "gloo4": (4, False, COMMON + [
+    ] + POSITIONAL + DROPOUT),
+    "gloo4": (4, False, COMMON + POSITIONAL[:2] + POSITIONAL[5:6] + POSITIONAL[8:] + DROPOUT[::2] + [
         Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
         Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
         Case(1, 64, 64, 4, 2, 32, True, BF16, subgroups=True),
@@ -468,22 +591,50 @@ WORLDS = {
     "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16),
                                   VarlenCase((16, 4, 28), 2, 1, 16, True, BF16),
                                   Case(1, 32, 32, 2, 1, 16, True, BF16, softcap=5.0, amp=6.0),
-                                  VarlenCase((16, 8), 2, 1, 16, True, F32, softcap=5.0, amp=6.0)]),
+                                  VarlenCase((16, 8), 2, 1, 16, True, F32, softcap=5.0, amp=6.0),
+                                  Case(1, 32, 32, 2, 1, 16, True, F32, window=(6, 0), alibi="bh"),
+                                  Case(1, 32, 32, 2, 2, 16, False, F32, window=(5, 3), dropout_p=0.2)]),
 }
+
+
+def _slopes(case) -> Optional[torch.Tensor]:
+    """ALiBi slopes of a case: (H,) or (B, H) float32, the same on every rank."""
+    if not case.alibi:
+        return None
+    s = torch.linspace(0.05, 0.6, case.h_q)
+    return s if case.alibi == "h" else s[None] * torch.linspace(1.0, 0.5, case.batch)[:, None]
 
 
 def _dense_on_rank(case, full, group, r, size):
     q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
     fn = ring_flash_attn_func
     if case.compiled:  # the ring is one opaque custom op: no graph break
         fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
     kw = dict(softcap=case.softcap) if case.softcap else {}
-    out = fn(q, k, v, group=group, causal=case.causal, softmax_scale=case.scale, sharding=case.sharding, **kw)
-    out.backward(do)
-    res = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
+    if case.window != (-1, -1):
+        kw["window_size"] = case.window
+    if case.alibi:
+        kw["alibi_slopes"] = _slopes(case)
+    if case.dropout_p:
+        kw["dropout_p"] = case.dropout_p
+
+    def run(torch_seed):
+        torch.manual_seed(torch_seed)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*leaves, group=group, causal=case.causal, softmax_scale=case.scale, sharding=case.sharding, **kw)
+        out.backward(do)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    seed = 1000 + r  # a different generator state on every rank
+    res = dict(zip(("out", "dq", "dk", "dv"), run(seed)))
+    if case.dropout_p:
+        torch.manual_seed(seed)
+        res["seed"] = draw_dropout_seed(q.device)  # the ring's first draw
+        again, other = run(seed), run(seed + 100)
+        res["repeat_equal"] = all(torch.equal(a, res[n]) for a, n in zip(again, ("out", "dq", "dk", "dv")))
+        res["other_seed_differs"] = [not torch.equal(a, res[n]) for a, n in zip(other, ("out", "dq", "dk", "dv"))]
     if not case.subgroups:
-        res["gathered_out"] = gather_sequence(out.detach(), None, 1, case.sharding)
+        res["gathered_out"] = gather_sequence(res["out"], None, 1, case.sharding)
     return res
 
 
@@ -651,9 +802,22 @@ def test_ring_matches_single_device(worlds, world, case_id):
 
     # Single-device attention on the gathered sequence: float64 truth and the
     # in-dtype PyTorch baseline that sets the tolerance.
+    kw = {}
+    if case.dropout_p:
+        # The ring's mask over the whole sequence, rebuilt from each rank's seed.
+        for r, res in enumerate(ranks):
+            assert res["repeat_equal"], f"rank {r}: the same torch seed gave different outputs or gradients"
+            assert all(res["other_seed_differs"]), (f"rank {r}: another torch seed left (out, dq, dk, dv) "
+                                                    f"unchanged: {res['other_seed_differs']}")
+        mask = ring_dropout_keep_mask([res["seed"] for res in ranks], case.dropout_p, case.batch, case.h_q,
+                                      case.seqlen_q, case.seqlen_k, case.causal, case.window, bool(case.alibi),
+                                      case.sharding)
+        kw = dict(dropout_mask=mask, dropout_p=case.dropout_p)
+
     def reference(dtype):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, _ = flash_attention_ref(*leaves, case.causal, case.scale, dtype=dtype, softcap=case.softcap)
+        out, _ = flash_attention_ref(*leaves, case.causal, case.scale, dtype=dtype, softcap=case.softcap,
+                                     window_size=case.window, alibi_slopes=_slopes(case), **kw)
         grads = torch.autograd.grad(out, leaves, do.to(dtype))
         return [out.detach(), *grads]
 

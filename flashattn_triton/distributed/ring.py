@@ -82,6 +82,7 @@ from ..reference import LN2, LOG2E
 from .sharding import check_sharding
 
 __all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ring_schedule", "ring_varlen_schedule",
+           "ring_positional_schedule", "ring_dropout_keep_mask",
            "Block", "VarlenBlock", "RingComm", "ring_attention_forward", "ring_attention_backward",
            "ring_varlen_attention_forward", "ring_varlen_attention_backward"]
 
@@ -223,6 +224,46 @@ def ring_positional_schedule(rank: int, world_size: int, n_q: int, n_k: int, win
         diag = steps[0]
         steps = [[b for b in diag if b.q0 == 0]] + steps[1:] + [[b for b in diag if b.q0 > 0]]
     return steps
+
+
+def ring_dropout_keep_mask(seeds: Sequence[torch.Tensor], dropout_p: float, batch: int, heads: int,
+                           seqlen_q: int, seqlen_k: int, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), alibi: bool = False,
+                           sharding: str = "zigzag") -> torch.Tensor:
+    """The keep mask (batch, heads, seqlen_q, seqlen_k), global positions,
+    True = kept, of a ``ring_flash_attn_func`` call with dropout on
+    ``P = len(seqlens)`` ranks, given each rank's seed (``seeds[r]``: the (1,)
+    int64 tensor ``draw_dropout_seed`` gave rank r, i.e. the first draw from
+    its torch generator in the call).  Testing aid, O(N^2) memory.
+
+    The derivation: every block of :func:`ring_positional_schedule` (query
+    chunk A x key chunk B, pair = A U + B) is computed, forward and
+    backward, on the rank that holds chunk A, with that rank's seed and the
+    Philox counters of a single call on the block shifted by
+    ``pair * batch * heads * rows * keys``; so the counter ranges of the block
+    pairs are disjoint and their masks independent.  ``causal``,
+    ``window_size`` and ``alibi`` only pick the chunking, as the call did."""
+    from ..reference import dropout_keep
+    from .sharding import position_ids
+    world_size = len(seeds)
+    left, right = window_size
+    if causal:
+        right = 0
+    chunked = (left, right) != (-1, -1) or alibi
+    n_q, n_k = seqlen_q // world_size, seqlen_k // world_size
+    keep = torch.zeros(batch, heads, seqlen_q, seqlen_k, dtype=torch.bool)
+    steps_of = {r: ring_positional_schedule(r, world_size, n_q, n_k, (-1, -1), sharding, chunked)
+                for r in range(world_size)}  # no window: every block pair, visible or not
+    for r, steps in steps_of.items():
+        pos_q = position_ids(seqlen_q, r, world_size, sharding)
+        for s, blocks in enumerate(steps):
+            pos_k = position_ids(seqlen_k, (r - s) % world_size, world_size, sharding)
+            for b in blocks:
+                rows, cols = b.q1 - b.q0, b.k1 - b.k0
+                m = dropout_keep(seeds[r].cpu(), dropout_p, batch, heads, range(rows), 0, cols, rows, cols,
+                                 offset=b.pair * batch * heads * rows * cols)
+                keep[:, :, pos_q[b.q0:b.q1, None], pos_k[None, b.k0:b.k1]] = m.cpu()
+    return keep
 
 
 # ---------------------------------------------------------------------------
