@@ -49,13 +49,18 @@ class Case(NamedTuple):
     reference: str = "float64"  # or "ours-fp32": our single-device kernels in float32
     softcap: float = 0.0
     amp: float = 1.0  # q drawn as amp * randn, so that scores reach the softcap's saturation
+    window: tuple = (-1, -1)  # window_size over global positions
+    alibi: bool = False  # per-head ALiBi slopes (_slopes)
 
     def describe(self, world_size: int) -> str:
         dt = str(self.dtype).replace("torch.", "")
         mask = f"causal {self.sharding}" if self.causal else "full"
+        if self.window != (-1, -1):
+            mask += f" window={self.window}" + ("" if self.causal else f" {self.sharding}")
         cap = f" softcap={self.softcap} q*{self.amp}" if self.softcap else ""
+        alibi = " alibi" if self.alibi else ""
         return (f"P={world_size} B={self.batch} N={self.seqlen} h={self.h_q}/{self.h_kv} d={self.d} "
-                f"{dt} {mask}{cap}")
+                f"{dt} {mask}{cap}{alibi}")
 
 
     def fits(self, world_size: int) -> bool:
@@ -98,6 +103,12 @@ GPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(2, 2048, 8, 2, 64, True, F32),
     Case(1, 2048, 8, 8, 256, True, F16),
     Case(1, 4096, 8, 2, 128, True, BF16, softcap=30.0, amp=32.0),  # Gemma-2-style cap, many scores beyond it
+    # Windows and ALiBi over global positions (the ring's positional schedule).
+    Case(1, 8192, 16, 4, 128, True, BF16, window=(256, 0)),  # window inside a zigzag chunk
+    Case(1, 8192, 8, 8, 64, False, BF16, "contiguous", window=(3000, 3000)),  # spans shards
+    Case(1, 8192, 16, 4, 128, True, F16, alibi=True),
+    Case(2, 4000, 8, 2, 96, False, BF16, alibi=True),
+    Case(1, 4096, 8, 2, 128, True, BF16, "contiguous", softcap=30.0, amp=32.0, window=(700, 0), alibi=True),
     Case(1, 131072, 8, 2, 128, True, BF16, reference="ours-fp32"),
     # Packed documents of 2k-16k tokens (float64 attention of a 16k document does not fit).
     VarlenCase((4096, 16384, 2048, 6144), 16, 4, 128, True, BF16, reference="ours-fp32"),
@@ -107,8 +118,15 @@ CPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(2, 128, 4, 4, 16, True, F32, "contiguous"),
     Case(1, 192, 4, 1, 32, False, F16),
     Case(1, 128, 4, 2, 32, True, F32, softcap=5.0, amp=6.0),
+    Case(1, 128, 4, 2, 32, True, F32, window=(20, 0), alibi=True),
+    Case(1, 128, 4, 1, 16, False, BF16, "contiguous", window=(9, 40)),
     VarlenCase((64, 128, 32), 4, 2, 32, True, BF16),
 ]
+
+
+def _slopes(case, device):
+    """ALiBi slopes (H,) float32 of a case, or None."""
+    return torch.linspace(0.02, 0.5, case.h_q, device=device) if case.alibi else None
 
 
 def _reference(case, q, k, v, do, dtype):
@@ -117,10 +135,11 @@ def _reference(case, q, k, v, do, dtype):
     from flashattn_triton.reference import flash_attention_ref
 
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    kw = dict(softcap=case.softcap, window_size=case.window, alibi_slopes=_slopes(case, q.device))
     if case.reference == "ours-fp32":
-        out = flash_attn_func(*leaves, causal=case.causal, softcap=case.softcap)
+        out = flash_attn_func(*leaves, causal=case.causal, **kw)
     else:
-        out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype, softcap=case.softcap)
+        out, _ = flash_attention_ref(*leaves, case.causal, dtype=dtype, **kw)
     grads = torch.autograd.grad(out, leaves, do.to(dtype))
     return [out.detach(), *grads]
 
@@ -204,7 +223,8 @@ def run_case(case: Case, device: torch.device, seed: int) -> List[str]:
     local = [shard_sequence(t, rank, world_size, 1, case.sharding) for t in (q, k, v, do)]
     ql, kl, vl = (t.requires_grad_() for t in local[:3])
     t0 = time.perf_counter()
-    out = ring_flash_attn_func(ql, kl, vl, causal=case.causal, sharding=case.sharding, softcap=case.softcap)
+    out = ring_flash_attn_func(ql, kl, vl, causal=case.causal, sharding=case.sharding, softcap=case.softcap,
+                               window_size=case.window, alibi_slopes=_slopes(case, device))
     out.backward(local[3])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
