@@ -18,9 +18,27 @@ every rank's contribution, and ends at the shard's owner.
 Softcap (s -> softcap * tanh(s / softcap)) acts on each score alone, so every
 block applies it to its own scores: the block LSEs are those of the capped
 scores, the merge stays exact, and each block's backward multiplies its dS by
-the cap's derivative.  Sliding windows, dropout and ALiBi depend on global
-positions (or a global random stream) that a block does not know, and are
-refused.
+the cap's derivative.
+
+Sliding windows and ALiBi depend on global positions, dropout on a random
+stream that must not repeat across blocks; with any of them the ring runs
+:func:`ring_positional_schedule`: every block is one chunk of queries
+(global positions ``g_q + i``) against one chunk of keys (``g_k + j``), so
+the raw op gets the block's global diagonal as one number,
+``shift = g_q - g_k + (N_k - N_q)`` (``ops.flash_fwd(..., shift=)``; the
+kernels take it as their causal offset, ``shift - (n_k - n_q)``), and masks
+``i + shift - left <= j <= i + shift + right`` and adds
+``-slope * |i + shift - j|`` exactly as the single-device call on the full
+sequence does.  Block pairs that the window / causal mask hides entirely are
+not computed (the K/V shard still travels).  Dropout: each rank draws one
+Philox seed per call from its torch generator; block pair ``(A, B)``
+(query chunk A, key chunk B of the U chunks of the sequence, ``pair = A U + B``)
+uses that seed with the counters of a single call on the block shifted by
+``pair * batch * Hq * rows * keys``: disjoint counter ranges, so independent
+masks, and the backward, which runs the same blocks with the same counters,
+regenerates them exactly (``ring_dropout_keep_mask`` rebuilds the mask of
+the whole sequence).  The varlen ring does not take these three yet: its
+blocks would need a diagonal per document.
 
 Blocks of one step (local coordinates; ``c`` = chunk length, see sharding.py):
 
@@ -565,13 +583,13 @@ def _check_inputs(q, k, v, causal, sharding: str) -> None:
 
 
 def _not_implemented(name: str, value) -> None:
-    raise NotImplementedError(f"{name}={value!r} is not supported by ring attention yet; "
-                              "only the default value is accepted")
+    raise NotImplementedError(f"{name}={value!r} is not supported by the varlen ring attention yet "
+                              "(ring_flash_attn_func takes it); only the default value is accepted")
 
 
 def _check_defaults(window_size, dropout_p, alibi_slopes) -> None:
-    """The options the ring does not take yet must keep their defaults (they
-    depend on global positions, which a block does not know)."""
+    """The options the varlen ring does not take yet must keep their
+    defaults (its blocks would need a diagonal offset per document)."""
     if tuple(window_size) != (-1, -1):
         _not_implemented("window_size", tuple(window_size))
     if dropout_p != 0.0:
@@ -612,8 +630,9 @@ def ring_flash_attn_func(
 
     Every rank of ``group`` must call it at the same time with shards of the
     same shapes.  The result on each rank is its rows of
-    ``flash_attn_func(Q, K, V, causal=causal, softcap=softcap)`` on the full
-    sequence.
+    ``flash_attn_func(Q, K, V, dropout_p, causal=causal, window_size=window_size,
+    softcap=softcap, alibi_slopes=alibi_slopes)`` on the full sequence (with
+    dropout: the same distribution, not the same mask).
 
     Arguments:
         q: (batch_size, seqlen / P, nheads, headdim), this rank's queries.
@@ -630,10 +649,25 @@ def ring_flash_attn_func(
         softcap: float >= 0; > 0 maps each score s (after the scale) to
             softcap * tanh(s / softcap) before the mask and softmax, as in
             flash_attn_func; 0 (default) = off.
-        window_size, dropout_p, alibi_slopes: must keep their defaults
-            (NotImplementedError otherwise).
+        window_size: (left, right) over global positions, -1 = unbounded:
+            the query at global position i sees the keys at positions
+            i + (Nk - N) - left .. i + (Nk - N) + right (bottom-right
+            aligned as flash_attn_func; Nk == N for self-attention);
+            causal sets right = 0.  Any size (inside a chunk or across
+            shards); under zigzag the shard lengths must then be even.
+        dropout_p: float in [0, 1), as in flash_attn_func.  Each rank draws
+            one Philox seed per call from its torch generator (so
+            torch.manual_seed makes the call reproducible); every (query
+            chunk, key chunk) block pair reads a disjoint Philox counter
+            range of that seed (module doc), so the masks of block pairs are
+            independent, and the backward regenerates the forward's masks.
+            ``ring_dropout_keep_mask`` rebuilds the full-sequence mask.
+        alibi_slopes: None, or float32 (nheads,) / (batch_size, nheads) on
+            q's device, the same on every rank: adds -slope * |i' - j'| for
+            global positions (i' shifted by Nk - N as for the window).
         deterministic: accepted; the ring backward is deterministic.
-        sharding: how the sequence was split (only matters when causal):
+        sharding: how the sequence was split (matters when causal, or with
+            window_size or alibi_slopes):
             "zigzag" (default): the sequence is cut into 2P chunks and rank r
                 holds chunks r and 2P-1-r (use ``zigzag_shard``); every rank
                 does the same work.
@@ -973,8 +1007,10 @@ def ring_flash_attn_varlen_func(
         sharding: how every document was split: "zigzag" (default; each
             document's length a multiple of 2P) or "contiguous" (a multiple
             of P); only matters when causal.
-        window_size, dropout_p, alibi_slopes: must keep their defaults
-            (NotImplementedError otherwise).
+        window_size, dropout_p, alibi_slopes: not supported by the varlen
+            ring yet (NotImplementedError naming the argument): its blocks
+            would need a diagonal offset per document; the dense
+            ``ring_flash_attn_func`` takes them.
         deterministic: accepted; the ring backward is deterministic.
         check_inputs: also check the values of cu_seqlens (start at 0,
             non-decreasing, end at total_local, lengths <= max_seqlen, every
