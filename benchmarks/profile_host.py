@@ -267,6 +267,7 @@ def cpu_emulation(p: Patcher):
                     return (_dispatch.backend() != "portable" and window[0] < 0 and window[1] in (-1, 0))
 
                 p.set(hfwd, "unsupported_reason", reason)
+                p.set(hfwd, "sm_count", lambda device: 132)  # the persistent / dynamic grids' size
                 p.set(ops, "use_hopper_forward", use_hopper)
         except ImportError:
             pass
