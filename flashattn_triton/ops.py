@@ -26,10 +26,13 @@ Raw helpers for composite algorithms (ring attention, tests):
               alibi_slopes=None, dropout_p=0.0, rng_seed=None, philox_offset=0) -> (out, lse)
     flash_bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_size=(-1, -1), softcap=0.0,
               *, the same keywords) -> (dq, dk, dv)
-with the natural-log LSE (B, Hq, Nq); flash_bwd's lse is the whole row's
-LSE (it may come from merging partial attentions), so P = exp(s - lse).
-shift places the mask's and ALiBi's diagonal explicitly (a block of a
-longer sequence); with shift or philox_offset they call the op layer's
+    flash_varlen_fwd / flash_varlen_bwd: the same for packed batches (cu_seqlens
+              and max_seqlen after v), doc_shift=(mul, add) instead of shift
+with the natural-log LSE (B, Hq, Nq), packed (Hq, total_q); the backward's
+lse is the whole row's LSE (it may come from merging partial attentions), so
+P = exp(s - lse).  shift places the mask's and ALiBi's diagonal explicitly
+(a block of a longer sequence), doc_shift one per packed sequence
+(shift_b = n_k_b - n_q_b + mul * n_k_b + add); with either, or philox_offset, they call the op layer's
 forward / backward functions directly (keyword-only arguments the custom
 ops and the call plans never pass), so ordinary calls are unchanged.
 """
@@ -198,28 +201,30 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
                         alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-                        deterministic=False, *, shift=None, philox_offset=0):
+                        deterministic=False, *, shift=None, philox_offset=0, doc_shift=None):
     """(out, lse2) in fresh buffers.  deterministic concerns the backward only.
-    shift, philox_offset: see _fwd_into (internal; the ops never pass them)."""
+    shift, philox_offset, doc_shift: see _fwd_into (internal; the ops never pass them)."""
     varlen = cu_seqlens_q is not None
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
     lse = _new(_lse_shape(q, varlen), q, torch.float32)
     _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-              rng_seed, shift=shift, philox_offset=philox_offset)
+              rng_seed, shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
     return out, lse
 
 
 def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
               alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-              deterministic=False, *, shift=None, philox_offset=0):
+              deterministic=False, *, shift=None, philox_offset=0, doc_shift=None):
     """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them).
 
-    Internal keyword arguments of composite algorithms (ring attention),
-    dense batches only: shift, the diagonal of the mask and of ALiBi given
+    Internal keyword arguments of composite algorithms (ring attention):
+    shift (dense batches), the diagonal of the mask and of ALiBi given
     explicitly (row i sees key j iff i + shift - left <= j <= i + shift +
     right; ALiBi -slope * |i + shift - j|) instead of by bottom_right;
+    doc_shift = (mul, add) (packed batches), the diagonal of sequence b
+    shift_b = n_k_b - n_q_b + mul * n_k_b + add (None: (0, 0), bottom-right);
     philox_offset, added to every dropout counter (kernels/score.py)."""
     varlen = cu_seqlens_q is not None
     if varlen and attn_bias is not None:
@@ -253,9 +258,12 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), sinks, None,
                                     dropout_p, rng_seed)
+                if philox_offset and mods.dropout:
+                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                mul, add = doc_shift or (0, 0)
                 for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
-                    attention_forward(qh, kh, vh, oh, lh, softmax_scale, 0, window_bounds(*window),
-                                      cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0))
+                    attention_forward(qh, kh, vh, oh, lh, softmax_scale, add, window_bounds(*window),
+                                      cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0), shift_mul=mul)
             else:
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
                                     attn_bias, dropout_p, rng_seed)
@@ -276,24 +284,25 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                           rng_seed, shift, philox_offset)
+                           rng_seed, shift, philox_offset, doc_shift)
 
 
 def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                    window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed,
-                   shift=None, philox_offset=0):
+                   shift=None, philox_offset=0, doc_shift=None):
     """The blockwise PyTorch path (CPU without the interpreter), one call per sequence."""
     if cu_seqlens_q is not None:
         seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
         alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
+        mul, add = doc_shift or (0, 0)
         for i, ((q0, q1), (k0, k1)) in enumerate(seqs):
             if q1 == q0:
                 continue
             mods = BlockMods(softcap, None if alibi is None else alibi[i:i + 1], sinks, None,
-                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0)
+                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0, philox_offset)
             o_ref, l_ref = reference.blockwise_attention_fwd(
                 qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], softmax_scale,
-                (k1 - k0) - (q1 - q0), window, mods=mods)
+                (k1 - k0) - (q1 - q0) + mul * (k1 - k0) + add, window, mods=mods)
             oh[:, :, q0:q1].copy_(o_ref)
             lh[:, :, q0:q1].copy_(l_ref)
     else:
@@ -351,10 +360,11 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
                         softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0,
-                        rng_seed=None, deterministic=False, want_dbias=False, *, shift=None, philox_offset=0):
+                        rng_seed=None, deterministic=False, want_dbias=False, *, shift=None, philox_offset=0,
+                        doc_shift=None):
     """The backward.  Positional arguments follow the forward op's (the
     options, deterministic last), then want_dbias (the backward prefetch,
-    _prefetch.py, calls it so); shift and philox_offset as in _fwd_into.  deterministic: never the fused dQ form
+    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in _fwd_into.  deterministic: never the fused dQ form
     (kernels/bwd.py use_fused_dq), whatever FLASHATTN_TRITON_FUSED_DQ says."""
     varlen = cu_seqlens_q is not None
     fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
@@ -398,13 +408,16 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
                                     dropout_p, rng_seed)
+                if philox_offset and mods.dropout:
+                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                mul, add = doc_shift or (0, 0)
                 chunks = list(_varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]))
                 for b, cu in chunks:
                     # each chunk writes the delta of its own rows
-                    attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, 0,
+                    attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, add,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
                                        mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
-                                       fused_dq=fused_dq)
+                                       fused_dq=fused_dq, shift_mul=mul)
             else:
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
@@ -433,7 +446,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
                                               cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                                               window, bottom_right, softcap, alibi_slopes, attn_bias,
-                                              dropout_p, rng_seed, want_dbias, shift, philox_offset)
+                                              dropout_p, rng_seed, want_dbias, shift, philox_offset,
+                                              doc_shift)
         if want_dbias:
             dbias_full = dbias_blk
     if sinks is not None:
@@ -450,7 +464,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
 
 def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
                    max_seqlen_k, softmax_scale, window, bottom_right, softcap, alibi_slopes, attn_bias,
-                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0):
+                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0, doc_shift=None):
     """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None)."""
     if cu_seqlens_q is not None:
         dkh.zero_()
@@ -460,16 +474,17 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
         deltah = _lse_bhn(delta, True)
         seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
         alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
+        mul, add = doc_shift or (0, 0)
         for i, ((q0, q1), (k0, k1)) in enumerate(seqs):
             if q1 == q0 or k1 == k0:
                 if q1 > q0 and dlh is not None:  # rows with no key: O = 0
                     deltah[:, :, q0:q1] = -dlh[:, :, q0:q1] * LOG2E
                 continue
             mods = BlockMods(softcap, None if alibi is None else alibi[i:i + 1], None, None,
-                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0)
+                             dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0, philox_offset)
             grads = reference.blockwise_attention_bwd(
                 doh[:, :, q0:q1], qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], oh[:, :, q0:q1],
-                lh[:, :, q0:q1], softmax_scale, (k1 - k0) - (q1 - q0), window,
+                lh[:, :, q0:q1], softmax_scale, (k1 - k0) - (q1 - q0) + mul * (k1 - k0) + add, window,
                 None if dlh is None else dlh[:, :, q0:q1], mods=mods)
             dqh[:, :, q0:q1].copy_(grads[0])
             dkh[:, :, k0:k1].copy_(grads[1])
@@ -804,4 +819,51 @@ def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                                rng_seed, shift=shift, philox_offset=int(philox_offset))[:3]
 
 
-__all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd"]
+def flash_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+                     causal: bool, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, *,
+                     doc_shift: Optional[Tuple[int, int]] = None, alibi_slopes: Optional[torch.Tensor] = None,
+                     dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                     philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Raw packed forward, no autograd: (out, lse natural log (Hq, total_q)).
+
+    doc_shift = (mul, add): the diagonal of sequence b given relative to its
+    bottom-right alignment, shift_b = n_k_b - n_q_b + mul * n_k_b + add (row
+    i of the sequence sees key j iff i + shift_b - left <= j <= i + shift_b +
+    right, ALiBi -slope * |i + shift_b - j|); None = (0, 0).  A block of
+    chunks of equal length c_b of longer documents, query chunk A and key
+    chunk B, takes (A - B, 0).  alibi_slopes (Hq,) / (B, Hq); dropout as in
+    flash_fwd (the counters of a packed call: kernels/score.py).  Unchecked."""
+    left, right = window_size
+    right = 0 if causal else right
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), left, right,
+            True, float(softcap), alibi_slopes, None, None, float(dropout_p), rng_seed)
+    if doc_shift is None and philox_offset == 0:
+        out, lse2 = attention_fwd(*args)
+    else:
+        out, lse2 = _attention_fwd_impl(*args, doc_shift=doc_shift, philox_offset=int(philox_offset))
+    return out, lse2 * LN2
+
+
+def flash_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                     max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, *,
+                     doc_shift: Optional[Tuple[int, int]] = None, alibi_slopes: Optional[torch.Tensor] = None,
+                     dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                     philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Raw packed backward, no autograd: (dq, dk, dv) given the rows' LSE
+    (natural log, (Hq, total_q)); keywords as in flash_varlen_fwd."""
+    left, right = window_size
+    right = 0 if causal else right
+    lse2 = (lse.float() * LOG2E).contiguous()
+    args = (dout, q, k, v, out, lse2, None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            float(softmax_scale), left, right, True, float(softcap), alibi_slopes, None, None, float(dropout_p),
+            rng_seed)
+    if doc_shift is None and philox_offset == 0:
+        return attention_bwd(*args)[:3]
+    return _attention_bwd_impl(*args, doc_shift=doc_shift, philox_offset=int(philox_offset))[:3]
+
+
+__all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd",
+           "flash_varlen_fwd", "flash_varlen_bwd"]

@@ -201,14 +201,15 @@ def dropout_keep_mask(seed: torch.Tensor, p: float, batch: int, heads: int, n_q:
 
 
 def varlen_dropout_keep_mask(seed: torch.Tensor, p: float, heads: int, cu_seqlens_q,
-                             cu_seqlens_k, max_seqlen_k: int):
-    """Per sequence b of a packed call, the keep mask (heads, n_q_b, n_k_b)."""
+                             cu_seqlens_k, max_seqlen_k: int, offset: int = 0):
+    """Per sequence b of a packed call, the keep mask (heads, n_q_b, n_k_b);
+    offset: the call's philox_offset (ops.flash_varlen_fwd)."""
     cq, ck = torch.as_tensor(cu_seqlens_q).tolist(), torch.as_tensor(cu_seqlens_k).tolist()
     total_q = cq[-1]
     masks = []
     for b in range(len(cq) - 1):
         masks.append(dropout_keep(seed, p, 1, heads, range(cq[b + 1] - cq[b]), 0, ck[b + 1] - ck[b],
-                                  total_q, max_seqlen_k, row0=cq[b])[0])
+                                  total_q, max_seqlen_k, row0=cq[b], offset=offset)[0])
     return masks
 
 

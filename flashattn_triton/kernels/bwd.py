@@ -237,7 +237,7 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
     return dk, dk_hi, dv
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
                                "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dkdv(
     # pointers
@@ -256,7 +256,7 @@ def _bwd_dkdv(
     # shapes
     H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
     # scalars
-    sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
     softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
@@ -286,6 +286,8 @@ def _bwd_dkdv(
     if start_n >= n_k:
         return
     shift = n_k - n_q + causal_offset
+    if IS_VARLEN:  # per-document diagonal, as in the forward
+        shift += shift_mul * n_k
     off_z = off_z.to(tl.int64)
     off_hkv = off_hkv.to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -436,7 +438,7 @@ def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
     return dq, dq_hi
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
                                "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dq(
     # pointers
@@ -454,7 +456,7 @@ def _bwd_dq(
     # shapes
     H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
-    sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
     softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
@@ -476,6 +478,8 @@ def _bwd_dq(
     if start_m >= n_q:
         return
     shift = n_k - n_q + causal_offset
+    if IS_VARLEN:  # per-document diagonal, as in the forward
+        shift += shift_mul * n_k
     off_z = off_z.to(tl.int64)
     off_h = off_h.to(tl.int64)
     off_hkv = off_hkv.to(tl.int64)
@@ -646,13 +650,13 @@ def _flat_strides(tensors, varlen: bool):
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, fused_dq=None, hopper=False):
+                       delta=None, split_group=True, fused_dq=None, hopper=False, shift_mul=0):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
     (B, Hkv, Nk, d / dv); lse (base 2) and the optional dlse: float32
     (B, Hq, Nq) with the same strides and last stride 1.  Packed batches,
-    causal_offset, window and mods: as in kernels.fwd.attention_forward.
+    causal_offset, window, mods and shift_mul: as in kernels.fwd.attention_forward.
     dbias: None, or a float32 (B, Hq, Nq, Nk) buffer with contiguous columns
     that receives dS (the gradient of an additive bias, before any reduction).
     dq, dk, dv (and dbias) are written in place.  Returns delta (B, Hq, Nq)
@@ -686,7 +690,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
     bucket = seq_bucket(max(n_q, n_k))
     key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen), dv_pad)
-    scalars = (sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars())
+    scalars = (sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars())
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
                 SPLIT_QK=use_split_qk(d, d_pad),

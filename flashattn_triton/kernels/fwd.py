@@ -112,7 +112,7 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
 
 # Lengths, window, shift and the dropout counters stay runtime values: no
 # specialisation on 1 or on divisibility, so one binary serves every length.
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "window_left", "window_right",
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
                                "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _attn_fwd(
     # pointers
@@ -128,7 +128,7 @@ def _attn_fwd(
     # shapes
     H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
-    sm_scale, causal_offset, window_left, window_right, SEQ_BUCKET,
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
     softcap, dropout_scale, dropout_thresh, philox_offset,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
@@ -151,6 +151,8 @@ def _attn_fwd(
     if start_m >= n_q:  # packed batches: the grid covers the longest sequence
         return
     shift = n_k - n_q + causal_offset
+    if IS_VARLEN:  # a per-document diagonal (blocks of longer documents: ring attention)
+        shift += shift_mul * n_k
 
     # Batch/head/row offsets in int64; the in-tile part stays 32-bit.
     off_z = off_z.to(tl.int64)
@@ -245,7 +247,7 @@ _launch_fwd = Launcher(_attn_fwd, "FWD")
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
-                      max_seqlen=None, mods=None):
+                      max_seqlen=None, mods=None, shift_mul=0):
     """Launch the forward on (B, H, N, d)-indexed views (any strides, last one 1).
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv); o: (B, Hq, Nq, dv),
@@ -253,6 +255,8 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     Packed batches: q (1, Hq, total_q, d) etc. with cu_seqlens = (cu_q, cu_k)
     int32 (B+1,) and max_seqlen = (max_q, max_k); the batch size is len(cu_q) - 1.
     causal_offset: row i sees keys j <= i + (Nk - Nq + causal_offset) + right.
+    shift_mul: packed batches only, adds shift_mul * Nk_b to the diagonal of
+    sequence b (Nk_b its key count): shift_b = Nk_b - Nq_b + causal_offset + shift_mul * Nk_b.
     window: (left, right), each None for unbounded.
     mods: the score modifications (kernels.score.KernelMods), None for none.
     """
@@ -290,7 +294,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         # shapes
         h_q, n_q, n_k, h_q // h_kv, rng_rows,
         # scalars
-        sm_scale, causal_offset, left or 0, right or 0, bucket, *mods.scalars(),
+        sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars(),
         # meta-parameters
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
         HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad,

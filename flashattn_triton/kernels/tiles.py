@@ -12,7 +12,9 @@ Visibility of key j to query row i (all kernels):
     j < n_k,  and  j <= i + shift + window_right   (if MASK_RIGHT; causal is right = 0),
               and  j >= i + shift - window_left    (if MASK_LEFT),
 with shift = n_k - n_q + causal_offset (bottom-right alignment for
-causal_offset = 0; the SDPA entry passes n_q - n_k for top-left).
+causal_offset = 0; the SDPA entry passes n_q - n_k for top-left), plus
+shift_mul * n_k in packed batches (0 but for blocks of ring attention,
+whose diagonal is proportional to each document's chunk length).
 """
 
 from __future__ import annotations
