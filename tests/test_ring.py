@@ -40,8 +40,11 @@ from flashattn_triton.distributed import (gather_sequence, gather_varlen, local_
                                           unshard_varlen, varlen_position_ids, zigzag_position_ids, zigzag_shard,
                                           zigzag_unshard)
 from flashattn_triton._params import draw_dropout_seed
-from flashattn_triton.distributed.ring import ring_dropout_keep_mask, ring_positional_schedule
-from flashattn_triton.reference import dropout_scale, dropout_threshold, flash_attention_ref
+from flashattn_triton import ops
+from flashattn_triton.distributed.ring import (ring_dropout_keep_mask, ring_positional_schedule,
+                                               ring_varlen_dropout_keep_mask, ring_varlen_positional_schedule)
+from flashattn_triton.reference import (attention_ref, dropout_scale, dropout_threshold, flash_attention_ref,
+                                        varlen_dropout_keep_mask)
 from _utils import assert_close, random_cu_seqlens, varlen_attention_ref
 
 WORLD_TIMEOUT_S = 300  # per spawned world, start to finish (2 slow cores, shared)
@@ -227,6 +230,124 @@ def test_varlen_schedule_attends_each_pair_once(world_size, causal, sharding, ba
     assert torch.equal(cover, want)
 
 
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("window", [(-1, 0), (1, 0), (3, 0), (2, 5), (0, 0), (-1, 2), (-1, -1)])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_varlen_positional_schedule_covers_band_once(world_size, window, sharding, backward):
+    """For documents of every chunk length c (1..3 tokens per chunk), the
+    blocks with diagonal shift_mul * c attend each visible pair of the
+    document's global band once (the schedule cannot know c, so it keeps
+    every block that some c needs), and block pairs have their own counters."""
+    parts = 2 if sharding == "zigzag" else 1
+    for c in (1, 2, 3):
+        n_local = parts * c
+        n = n_local * world_size
+        pos = [position_ids(n, r, world_size, sharding) for r in range(world_size)]
+        cover = torch.zeros(n, n, dtype=torch.int64)
+        pairs = {}
+        for r in range(world_size):
+            steps = ring_varlen_positional_schedule(r, world_size, window, sharding, True, backward)
+            assert len(steps) == world_size + (backward and world_size > 1)
+            for s, blocks in enumerate(steps):
+                src = (r - s) % world_size
+                for b in blocks:
+                    (q0, q1), (k0, k1) = _ROWS[b.q_rows](n_local), _ROWS[b.k_rows](n_local)
+                    i = torch.arange(q1 - q0)[:, None] + b.shift_mul * c
+                    j = torch.arange(k1 - k0)[None, :]
+                    seen = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+                    if window[1] >= 0:
+                        seen &= j <= i + window[1]
+                    if window[0] >= 0:
+                        seen &= j >= i - window[0]
+                    cover[pos[r][q0:q1][:, None], pos[src][k0:k1][None, :]] += seen.long()
+                    assert pairs.setdefault(b.pair, (r, s, b.q_rows, b.k_rows)) == (r, s, b.q_rows, b.k_rows) \
+                        or backward
+        want = _band(n, n, window, False).long()
+        bad = (cover != want).nonzero()
+        assert len(bad) == 0, f"c={c}: pair {tuple(bad[0].tolist())} attended {cover[tuple(bad[0])].item()} times"
+
+
+def test_varlen_positional_schedule_skips_hidden_blocks():
+    """Causal: no block of future key chunks; a window of 1: only neighbouring chunks."""
+    for r in range(4):
+        for step in ring_varlen_positional_schedule(r, 4, (-1, 0), "zigzag"):
+            assert all(b.shift_mul >= 0 for b in step)
+        for step in ring_varlen_positional_schedule(r, 4, (1, 1), "zigzag"):
+            assert all(abs(b.shift_mul) <= 1 for b in step)
+
+
+# ---------------------------------------------------------------------------
+# The packed raw ops with a per-document diagonal and a dropout counter offset
+# ---------------------------------------------------------------------------
+
+_CU_Q = (0, 8, 13, 29)  # three sequences, query and key lengths that differ
+_CU_K = (0, 8, 20, 30)
+
+
+def _packed_block(dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(n, h, 16, generator=gen).to(dtype) for n, h in ((29, 4), (30, 2), (30, 2), (29, 4)))
+    return (q, k, v, do, torch.tensor(_CU_Q, dtype=torch.int32), torch.tensor(_CU_K, dtype=torch.int32),
+            torch.rand(3, 4, generator=gen))
+
+
+def _raw_varlen(q, k, v, do, cu_q, cu_k, **kw):
+    out, lse = ops.flash_varlen_fwd(q, k, v, cu_q, cu_k, 16, 12, 0.3, False, **kw)
+    return (out, lse) + ops.flash_varlen_bwd(do, q, k, v, out, lse, cu_q, cu_k, 16, 12, 0.3, False, **kw)
+
+
+@pytest.mark.parametrize("variants", ["plain", "all"])
+def test_varlen_doc_shift_default_is_bit_identical(variants):
+    """doc_shift=(0, 0) with philox_offset=0 (the op layer's own functions) gives
+    the default call's bits: out, lse, dq, dk, dv."""
+    q, k, v, do, cu_q, cu_k, slopes = _packed_block()
+    kw = {} if variants == "plain" else dict(window_size=(3, 2), softcap=5.0, alibi_slopes=slopes, dropout_p=0.2,
+                                             rng_seed=torch.tensor([7], dtype=torch.int64))
+    base = _raw_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    again = _raw_varlen(q, k, v, do, cu_q, cu_k, doc_shift=(0, 0), philox_offset=0, **kw)
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), base, again):
+        assert torch.equal(a, b), name
+
+
+def _doc_reference(q, k, v, do, cu_q, cu_k, mul, add, window, slopes=None, masks=None, p=0.0):
+    """float64 attention per sequence with shift_b = n_k - n_q + mul * n_k + add."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    outs, lses = [], []
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(cq) - 1):
+        qs, ks, vs = (t[None, r0:r1].transpose(1, 2) for t, (r0, r1) in
+                      ((leaves[0], cq[b:b + 2]), (leaves[1], ck[b:b + 2]), (leaves[2], ck[b:b + 2])))
+        n_q, n_k = qs.shape[2], ks.shape[2]
+        o, l = attention_ref(qs, ks, vs, 0.3, window=window, shift=n_k - n_q + mul * n_k + add,
+                             alibi_slopes=None if slopes is None else slopes[b:b + 1].double(),
+                             dropout_mask=None if masks is None else masks[b][None], dropout_p=p)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(l[0])
+    out = torch.cat(outs)
+    return (out.detach(), torch.cat(lses, 1).detach()) + torch.autograd.grad(out, leaves, do.double())
+
+
+@pytest.mark.parametrize("doc_shift,window,dropout", [((1, -3), (-1, 1), False), ((-1, 2), (2, -1), False),
+                                                      ((2, 0), (-1, 4), True)])
+def test_varlen_doc_shift_matches_reference(doc_shift, window, dropout):
+    """A per-sequence diagonal (window and ALiBi) and a dropout counter offset
+    against float64 attention with the diagonal and mask they describe."""
+    q, k, v, do, cu_q, cu_k, slopes = _packed_block()
+    kw: dict = dict(window_size=window, alibi_slopes=slopes, doc_shift=doc_shift)
+    masks, p = None, 0.0
+    if dropout:
+        p, seed, offset = 0.25, torch.tensor([5], dtype=torch.int64), 3 * 4 * 29 * 12
+        kw.update(dropout_p=p, rng_seed=seed, philox_offset=offset)
+        masks = varlen_dropout_keep_mask(seed, p, 4, cu_q, cu_k, 12, offset=offset)
+        plain = varlen_dropout_keep_mask(seed, p, 4, cu_q, cu_k, 12)
+        assert not all(torch.equal(a, b) for a, b in zip(masks, plain))
+    got = _raw_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    ref = _doc_reference(q, k, v, do, cu_q, cu_k, *doc_shift, window, slopes, masks, p)
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, ref):
+        assert (a.double() - b).abs().max() < 2e-5, name
+
+
 # ---------------------------------------------------------------------------
 # Sharding helpers
 # ---------------------------------------------------------------------------
@@ -400,9 +521,13 @@ def _packed(n=12, h_q=4, h_kv=2, d=16):
     (lambda q, k, v, cu: (q, k, v, torch.tensor([0, 4, 10], dtype=torch.int32)), dict(check_inputs=True),
      ValueError, r"cu_seqlens\[-1\]=10 must equal"),
     (lambda q, k, v, cu: (q, k, v, cu), dict(sharding="ring"), ValueError, "sharding must be one of"),
-    (lambda q, k, v, cu: (q, k, v, cu), dict(window_size=(4, 0)), NotImplementedError, r"window_size=\(4, 0\)"),
-    (lambda q, k, v, cu: (q, k, v, cu), dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
-    (lambda q, k, v, cu: (q, k, v, cu), dict(alibi_slopes=torch.ones(4)), NotImplementedError, "alibi_slopes="),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(window_size=(4, -3)), ValueError, "window_size right must be >= -1"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(alibi_slopes=torch.ones(3, 4)), ValueError,
+     r"alibi_slopes must have shape \(4,\) or \(2, 4\)"),
+    (lambda q, k, v, cu: (q, k, v, cu), dict(alibi_slopes=torch.ones(4).half()), TypeError, "alibi_slopes must be float32"),
+    (lambda q, k, v, cu: (q[:11], k[:11], v[:11], cu), dict(window_size=(2, 2)), ValueError,
+     r"local packed length must be even; got q.shape\[0\]=11"),
     (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=-0.5), ValueError, "softcap must be finite and >= 0"),
     (lambda q, k, v, cu: (q, k, v, cu), dict(softcap=True), TypeError, "softcap must be a Python float"),
 ])
@@ -504,6 +629,13 @@ class VarlenCase(NamedTuple):
     subgroups: bool = False  # (the whole world is one ring)
     softcap: float = 0.0
     amp: float = 1.0  # q is drawn as amp * randn
+    window: tuple = (-1, -1)  # window_size over each document's global positions
+    alibi: str = ""  # "h": slopes (H,), "bh": slopes (documents, H) (see _slopes)
+    dropout_p: float = 0.0  # compared with the masks rebuilt from each rank's seed
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
 
     @property
     def id(self) -> str:
@@ -512,8 +644,14 @@ class VarlenCase(NamedTuple):
                  "causal" if self.causal else "full", str(self.dtype).replace("torch.", "")]
         if self.d_v is not None:
             parts.insert(4, f"dv{self.d_v}")
-        if self.causal:
+        if self.causal or self.window != (-1, -1) or self.alibi:
             parts.append(self.sharding)
+        if self.window != (-1, -1):
+            parts.append("window{}_{}".format(*self.window))
+        if self.alibi:
+            parts.append("alibi-" + self.alibi)
+        if self.dropout_p:
+            parts.append(f"dropout{self.dropout_p}")
         if self.softcap:
             parts.append(f"softcap{self.softcap}-amp{self.amp}")
         if self.compiled:
@@ -573,6 +711,22 @@ DROPOUT = [
     Case(1, 32, 32, 4, 2, 16, True, F32, "contiguous", window=(6, 0), alibi="h", dropout_p=0.25),
     Case(1, 32, 32, 4, 2, 16, False, BF16, window=(4, 4), softcap=5.0, amp=6.0, dropout_p=0.1),
 ]
+# Packed documents with windows, ALiBi and dropout over each document's global
+# positions: zigzag chunks of 6, 2 and 10 tokens (P = 2) for L = 24, 8, 40, so
+# one window hides some documents of a block and not others.
+VARLEN_POSITIONAL = [
+    VarlenCase((24, 8, 40), 4, 2, 16, True, F32, window=(5, 0)),
+    VarlenCase((24, 8, 40), 4, 2, 16, False, BF16, window=(3, 9)),
+    VarlenCase((16, 0, 40), 4, 1, 16, False, F32, "contiguous", window=(12, 12)),  # spans shards
+    VarlenCase((24, 8, 40), 4, 2, 16, True, F32, alibi="h"),
+    VarlenCase((24, 8, 40), 4, 2, 16, False, BF16, "contiguous", alibi="bh"),
+    VarlenCase((16, 24), 4, 1, 16, True, BF16, window=(12, 0), alibi="bh", softcap=5.0, amp=6.0),
+]
+VARLEN_DROPOUT = [
+    VarlenCase((16, 8, 24), 2, 1, 16, True, F32, dropout_p=0.3),
+    VarlenCase((16, 24), 2, 2, 16, False, F32, dropout_p=0.2),  # no mask: whole shards as blocks
+    VarlenCase((16, 8), 4, 2, 16, True, F32, "contiguous", window=(6, 0), alibi="h", dropout_p=0.25),
+]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
     "gloo2": (2, False, COMMON + [Case(1, 32, 32, 4, 2, 16, True, F32, compiled=True),
@@ -580,12 +734,15 @@ WORLDS = {
               + VARLEN + SOFTCAP + [
         VarlenCase((12, 20), 4, 2, 16, True, F32, compiled=True),
         VarlenCase((12, 4, 20), 2, 1, 16, True, BF16, "contiguous"),  # odd local lengths
-    ] + POSITIONAL + DROPOUT),
+    ] + POSITIONAL + DROPOUT + VARLEN_POSITIONAL + VARLEN_DROPOUT),
     "gloo4": (4, False, COMMON + POSITIONAL[:2] + POSITIONAL[5:6] + POSITIONAL[8:] + DROPOUT[::2] + [
         Case(1, 8, 8, 2, 1, 16, True, F32),  # one token per zigzag chunk
         Case(1, 4, 4, 2, 2, 16, True, BF16, "contiguous"),  # one token per rank
         Case(1, 64, 64, 4, 2, 32, True, BF16, subgroups=True),
-    ] + VARLEN + SOFTCAP + [VarlenCase((8, 24, 8), 2, 1, 16, True, F32)]),  # one token per zigzag chunk of two documents
+    ] + VARLEN + SOFTCAP + [VarlenCase((8, 24, 8), 2, 1, 16, True, F32)]  # one token per zigzag chunk of two documents
+        + [VarlenCase((24, 8, 40), 4, 2, 16, True, F32, window=(5, 0)),
+           VarlenCase((16, 32), 4, 2, 16, False, BF16, window=(3, 9), alibi="bh"),
+           VarlenCase((16, 8, 24), 2, 1, 16, True, F32, "contiguous", alibi="h", dropout_p=0.2)]),  # one token per zigzag chunk of two documents
     # The Triton kernels themselves (interpreted) on strided slices of the shards,
     # and the varlen kernels on the gathered halves.
     "gloo2-interpret": (2, True, [Case(2, 64, 64, 2, 1, 16, True, BF16),
@@ -593,7 +750,9 @@ WORLDS = {
                                   Case(1, 32, 32, 2, 1, 16, True, BF16, softcap=5.0, amp=6.0),
                                   VarlenCase((16, 8), 2, 1, 16, True, F32, softcap=5.0, amp=6.0),
                                   Case(1, 32, 32, 2, 1, 16, True, F32, window=(6, 0), alibi="bh"),
-                                  Case(1, 32, 32, 2, 2, 16, False, F32, window=(5, 3), dropout_p=0.2)]),
+                                  Case(1, 32, 32, 2, 2, 16, False, F32, window=(5, 3), dropout_p=0.2),
+                                  VarlenCase((16, 8, 24), 2, 1, 16, True, F32, window=(6, 0), alibi="bh"),
+                                  VarlenCase((16, 24), 2, 2, 16, False, F32, window=(5, 3), dropout_p=0.2)]),
 }
 
 
@@ -641,18 +800,37 @@ def _dense_on_rank(case, full, group, r, size):
 def _varlen_on_rank(case, full, group, r, size):
     cu = full[4]  # the global offsets
     q, k, v, do = (shard_varlen(t, cu, r, size, case.sharding) for t in full[:4])
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
     cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size
     kw = dict(softcap=case.softcap) if case.softcap else {}
-    if case.compiled:  # one opaque custom op: no graph break
-        fn = torch.compile(ring_flash_attn_varlen_func, backend="aot_eager", fullgraph=True)
-        out = fn(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding, **kw)
-    else:
-        out = ring_flash_attn_varlen_func(q, k, v, cu_local, max_local, group, case.causal, sharding=case.sharding,
-                                          check_inputs=True, **kw)
-    out.backward(do)
-    return dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad,
-                gathered_out=gather_varlen(out.detach(), cu, group, case.sharding))
+    if case.window != (-1, -1):
+        kw["window_size"] = case.window
+    if case.alibi:
+        kw["alibi_slopes"] = _slopes(case)
+    if case.dropout_p:
+        kw["dropout_p"] = case.dropout_p
+
+    def run(torch_seed):
+        torch.manual_seed(torch_seed)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        if case.compiled:  # one opaque custom op: no graph break
+            fn = torch.compile(ring_flash_attn_varlen_func, backend="aot_eager", fullgraph=True)
+            out = fn(*leaves, cu_local, max_local, group, case.causal, sharding=case.sharding, **kw)
+        else:
+            out = ring_flash_attn_varlen_func(*leaves, cu_local, max_local, group, case.causal,
+                                              sharding=case.sharding, check_inputs=True, **kw)
+        out.backward(do)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    seed = 1000 + r  # a different generator state on every rank
+    res = dict(zip(("out", "dq", "dk", "dv"), run(seed)))
+    if case.dropout_p:
+        torch.manual_seed(seed)
+        res["seed"] = draw_dropout_seed(q.device)  # the ring's first draw
+        again, other = run(seed), run(seed + 100)
+        res["repeat_equal"] = all(torch.equal(a, res[n]) for a, n in zip(again, ("out", "dq", "dk", "dv")))
+        res["other_seed_differs"] = [not torch.equal(a, res[n]) for a, n in zip(other, ("out", "dq", "dk", "dv"))]
+    res["gathered_out"] = gather_varlen(res["out"], cu, group, case.sharding)
+    return res
 
 
 def _worker(rank: int, world_size: int, workdir: str) -> None:
@@ -776,9 +954,20 @@ def test_ring_varlen_matches_single_device(worlds, world, case_id):
     for r, res in enumerate(ranks):
         assert "error" not in res, f"rank {r} raised:\n{res['error']}"
 
+    kw = {}
+    if case.dropout_p:
+        for r, res in enumerate(ranks):
+            assert res["repeat_equal"], f"rank {r}: the same torch seed gave different outputs or gradients"
+            assert all(res["other_seed_differs"]), (f"rank {r}: another torch seed left (out, dq, dk, dv) "
+                                                    f"unchanged: {res['other_seed_differs']}")
+        masks = ring_varlen_dropout_keep_mask([res["seed"] for res in ranks], case.dropout_p, case.h_q, cu,
+                                              case.causal, case.window, bool(case.alibi), case.sharding)
+        kw = dict(dropout_masks=masks, dropout_p=case.dropout_p)
+
     def reference(dtype):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype, softcap=case.softcap)
+        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype, softcap=case.softcap,
+                                      window_size=case.window, alibi_slopes=_slopes(case), **kw)
         return [out.detach(), *torch.autograd.grad(out, leaves, do.to(dtype))]
 
     _check_saturation(case, q, k, case.d)

@@ -77,6 +77,8 @@ class VarlenCase(NamedTuple):
     dtype: torch.dtype
     sharding: str = "zigzag"
     reference: str = "float64"  # or "ours-fp32"
+    window: tuple = (-1, -1)  # window_size over each document's global positions
+    alibi: bool = False  # per-head ALiBi slopes (_slopes)
 
     @property
     def seqlen(self) -> int:  # the longest document (what --quick looks at)
@@ -89,8 +91,11 @@ class VarlenCase(NamedTuple):
     def describe(self, world_size: int) -> str:
         dt = str(self.dtype).replace("torch.", "")
         mask = f"causal {self.sharding}" if self.causal else "full"
+        if self.window != (-1, -1):
+            mask += f" window={self.window}" + ("" if self.causal else f" {self.sharding}")
+        alibi = " alibi" if self.alibi else ""
         return (f"P={world_size} varlen L={'+'.join(map(str, self.lengths))} h={self.h_q}/{self.h_kv} "
-                f"d={self.d} {dt} {mask}")
+                f"d={self.d} {dt} {mask}{alibi}")
 
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -112,6 +117,9 @@ GPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 131072, 8, 2, 128, True, BF16, reference="ours-fp32"),
     # Packed documents of 2k-16k tokens (float64 attention of a 16k document does not fit).
     VarlenCase((4096, 16384, 2048, 6144), 16, 4, 128, True, BF16, reference="ours-fp32"),
+    # Windows and ALiBi over each document's global positions (per-document diagonals).
+    VarlenCase((1024, 4096, 512, 2048), 16, 4, 128, True, BF16, window=(300, 0), alibi=True),
+    VarlenCase((2048, 1024, 3072), 8, 2, 64, False, BF16, "contiguous", window=(700, 700)),
 ]
 CPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 256, 4, 2, 32, True, BF16),
@@ -121,6 +129,7 @@ CPU_CASES: List[Union[Case, VarlenCase]] = [
     Case(1, 128, 4, 2, 32, True, F32, window=(20, 0), alibi=True),
     Case(1, 128, 4, 1, 16, False, BF16, "contiguous", window=(9, 40)),
     VarlenCase((64, 128, 32), 4, 2, 32, True, BF16),
+    VarlenCase((64, 128, 32), 4, 2, 32, True, F32, window=(20, 0), alibi=True),
 ]
 
 
@@ -150,10 +159,11 @@ def _varlen_reference(case, q, k, v, do, cu, dtype):
     from flashattn_triton.testing import varlen_attention_ref
 
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    kw = dict(window_size=case.window, alibi_slopes=_slopes(case, q.device))
     if case.reference == "ours-fp32":
-        out = flash_attn_varlen_func(*leaves, cu, cu, case.seqlen, case.seqlen, causal=case.causal)
+        out = flash_attn_varlen_func(*leaves, cu, cu, case.seqlen, case.seqlen, causal=case.causal, **kw)
     else:
-        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype)
+        out, _ = varlen_attention_ref(*leaves, cu, cu, case.causal, dtype=dtype, **kw)
     grads = torch.autograd.grad(out, leaves, do.to(dtype))
     return [out.detach(), *grads]
 
@@ -177,7 +187,8 @@ def run_varlen_case(case: VarlenCase, device: torch.device, seed: int) -> List[s
     ql, kl, vl = (t.requires_grad_() for t in local[:3])
     t0 = time.perf_counter()
     out = ring_flash_attn_varlen_func(ql, kl, vl, cu_local, case.seqlen // world_size, causal=case.causal,
-                                      sharding=case.sharding)
+                                      sharding=case.sharding, window_size=case.window,
+                                      alibi_slopes=_slopes(case, device))
     out.backward(local[3])
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -37,8 +37,15 @@ uses that seed with the counters of a single call on the block shifted by
 ``pair * batch * Hq * rows * keys``: disjoint counter ranges, so independent
 masks, and the backward, which runs the same blocks with the same counters,
 regenerates them exactly (``ring_dropout_keep_mask`` rebuilds the mask of
-the whole sequence).  The varlen ring does not take these three yet: its
-blocks would need a diagonal per document.
+the whole sequence).  The varlen ring does the same per document
+(:func:`ring_varlen_positional_schedule`): a block is one chunk of every
+document's queries against one chunk of its keys, and document d's chunks
+hold c_d tokens, so its diagonal is ``(A - B) c_d`` (query chunk A, key
+chunk B), which the packed raw op takes as one pair
+(``ops.flash_varlen_fwd(..., doc_shift=(A - B, 0))``; the kernels add
+``(A - B) * n_k`` to each sequence's bottom-right diagonal, n_k = c_d); its
+dropout counters are shifted by ``pair * Hq * T * m`` (T packed query rows
+of the block, m its longest key chunk).
 
 Blocks of one step (local coordinates; ``c`` = chunk length, see sharding.py):
 
@@ -100,7 +107,8 @@ from ..reference import LN2, LOG2E
 from .sharding import check_sharding
 
 __all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func", "ring_schedule", "ring_varlen_schedule",
-           "ring_positional_schedule", "ring_dropout_keep_mask",
+           "ring_positional_schedule", "ring_dropout_keep_mask", "ring_varlen_positional_schedule",
+           "ring_varlen_dropout_keep_mask",
            "Block", "VarlenBlock", "RingComm", "ring_attention_forward", "ring_attention_backward",
            "ring_varlen_attention_forward", "ring_varlen_attention_backward"]
 
@@ -582,22 +590,6 @@ def _check_inputs(q, k, v, causal, sharding: str) -> None:
                          f"q.shape[1]={q.shape[1]}")
 
 
-def _not_implemented(name: str, value) -> None:
-    raise NotImplementedError(f"{name}={value!r} is not supported by the varlen ring attention yet "
-                              "(ring_flash_attn_func takes it); only the default value is accepted")
-
-
-def _check_defaults(window_size, dropout_p, alibi_slopes) -> None:
-    """The options the varlen ring does not take yet must keep their
-    defaults (its blocks would need a diagonal offset per document)."""
-    if tuple(window_size) != (-1, -1):
-        _not_implemented("window_size", tuple(window_size))
-    if dropout_p != 0.0:
-        _not_implemented("dropout_p", dropout_p)
-    if alibi_slopes is not None:
-        _not_implemented("alibi_slopes", "<tensor>")
-
-
 def _ring_group(group, caller: str):
     """``group``, or the default group; this process must belong to it."""
     if not (dist.is_available() and dist.is_initialized()):
@@ -704,10 +696,17 @@ class VarlenBlock(NamedTuple):
     """In every document: the query rows ``q_rows`` of the local shard against
     the key rows ``k_rows`` of the K/V shard in hand, each "all", "first" (the
     first half of the document's local rows) or "second"; ``causal`` aligned
-    bottom-right within the document."""
+    bottom-right within the document.  Blocks of
+    :func:`ring_varlen_positional_schedule` carry ``shift_mul`` = A - B
+    instead (``causal`` False), for query chunk A and key chunk B: in a
+    document whose chunks hold c tokens, local query i and key j are global
+    positions A c + i and B c + j, so the block's diagonal is
+    ``shift_mul * c``; and ``pair``, the (A, B) index of its dropout counters."""
     q_rows: str
     k_rows: str
     causal: bool
+    shift_mul: Optional[int] = None
+    pair: int = -1
 
 
 _UNITS = {(0, 2): "all", (0, 1): "first", (1, 2): "second"}
@@ -731,6 +730,105 @@ def ring_varlen_schedule(rank: int, world_size: int, causal: bool, sharding: str
     return blocks
 
 
+def _varlen_units(rank: int, world_size: int, sharding: str, chunked: bool) -> List[Tuple[str, int]]:
+    """(row set, global chunk index) of the chunks of every document on ``rank``."""
+    if not chunked or sharding == "contiguous":
+        return [("all", rank)]
+    return [("first", rank), ("second", 2 * world_size - 1 - rank)]
+
+
+def ring_varlen_positional_schedule(rank: int, world_size: int, window: Tuple[int, int],
+                                   sharding: str = "zigzag", chunked: bool = True,
+                                   backward: bool = False) -> List[List[VarlenBlock]]:
+    """Blocks of global positions for packed documents: the varlen ring's
+    schedule of windows, ALiBi and dropout.
+
+    Every block is one chunk of every document's local queries against one
+    chunk of its keys in the K/V shard in hand (zigzag: the "first" and
+    "second" halves; contiguous, or without ``chunked``: "all" rows), with
+    ``shift_mul`` = A - B (see :class:`VarlenBlock`) and ``pair = A U + B``
+    (U chunks per document).  ``window`` = (left, right), causal folded in as
+    right = 0.  The chunk lengths are per document and not known on the
+    host, so a block is left out only when no chunk length hides nothing:
+    chunks one token long are the most visible (chunk pair d = A - B > 0 has
+    its nearest pair (d - 1) c + 1 positions apart), so a block is kept iff
+    chunks of one token see each other; within a kept block the kernels skip
+    the documents whose chunks see nothing.  The backward (``world_size > 1``)
+    splits step 0 by query chunk as :func:`ring_positional_schedule` does
+    under zigzag; otherwise it ends with a step without blocks, in which the
+    finished dK/dV return to their owners."""
+    check_sharding(sharding)
+    chunked = chunked and sharding == "zigzag"
+    n_units = 2 * world_size if chunked else world_size
+    steps = []
+    for s in range(world_size):
+        src = (rank - s) % world_size
+        blocks = []
+        for q_rows, qa in _varlen_units(rank, world_size, sharding, chunked):
+            for k_rows, kb in _varlen_units(src, world_size, sharding, chunked):
+                if _band_visible(1, 1, qa - kb, window):
+                    blocks.append(VarlenBlock(q_rows, k_rows, False, qa - kb, qa * n_units + kb))
+        steps.append(blocks)
+    if backward and world_size > 1:
+        if chunked:
+            diag = steps[0]
+            steps = ([[b for b in diag if b.q_rows == "first"]] + steps[1:]
+                     + [[b for b in diag if b.q_rows == "second"]])
+        else:
+            steps.append([])
+    return steps
+
+
+def ring_varlen_dropout_keep_mask(seeds: Sequence[torch.Tensor], dropout_p: float, heads: int,
+                                  cu_seqlens: torch.Tensor, causal: bool = False,
+                                  window_size: Tuple[int, int] = (-1, -1), alibi: bool = False,
+                                  sharding: str = "zigzag") -> List[torch.Tensor]:
+    """Per document b, the keep mask (heads, L_b, L_b) over the document's
+    global positions, True = kept, of a ``ring_flash_attn_varlen_func`` call
+    with dropout on ``P = len(seeds)`` ranks, given each rank's seed (the
+    first draw from its torch generator in the call) and the GLOBAL offsets
+    ``cu_seqlens``.  Testing aid, O(sum L_b^2) memory.
+
+    Block pair (A, B) runs on the rank that holds query chunk A, as one
+    packed call on the chunks' rows (T_A packed query rows, the longest key
+    chunk m_B) with the counters shifted by ``pair * heads * T_A * m_B``
+    (kernels/score.py's packed layout); ``causal``, ``window_size`` and
+    ``alibi`` only pick the chunking, as the call did."""
+    from ..reference import dropout_keep
+    from .sharding import local_cu_seqlens, position_ids
+    world_size = len(seeds)
+    left, right = window_size
+    if causal:
+        right = 0
+    chunked = ((left, right) != (-1, -1) or alibi) and sharding == "zigzag"
+    offs = torch.as_tensor(cu_seqlens).tolist()
+    lengths = [e - a for a, e in zip(offs[:-1], offs[1:])]
+    local = local_cu_seqlens(torch.as_tensor(cu_seqlens, dtype=torch.int32), world_size, sharding).tolist()
+    n_units = 2 * world_size if chunked else world_size
+    parts = 2 if chunked else 1
+    unit_cu = [x // parts for x in local]  # packed offsets of every document's chunk in a block
+    total = unit_cu[-1]
+    longest = max([e - a for a, e in zip(unit_cu[:-1], unit_cu[1:])], default=0)
+    masks = [torch.zeros(heads, n, n, dtype=torch.bool) for n in lengths]
+    for d, n in enumerate(lengths):
+        c = n // (world_size * parts)
+        if c == 0:
+            continue
+        pos = [position_ids(n, r, world_size, sharding) for r in range(world_size)]
+        span = {"all": slice(0, c), "first": slice(0, c), "second": slice(c, 2 * c)}
+        for r in range(world_size):
+            for s in range(world_size):
+                src = (r - s) % world_size
+                for q_rows, qa in _varlen_units(r, world_size, sharding, chunked):
+                    for k_rows, kb in _varlen_units(src, world_size, sharding, chunked):
+                        pair = qa * n_units + kb
+                        m = dropout_keep(seeds[r].cpu(), dropout_p, 1, heads, range(c), 0, c, total, longest,
+                                         row0=unit_cu[d], offset=pair * heads * total * longest)
+                        gq, gk = pos[r][span[q_rows]], pos[src][span[k_rows]]
+                        masks[d][:, gq[:, None], gk[None, :]] = m[0].cpu()
+    return masks
+
+
 class _PackedRows:
     """Row sets of the local packed layout: "all", and with ``halves`` the first
     and second half of every document's local rows, as int64 index tensors
@@ -744,6 +842,7 @@ class _PackedRows:
         self.idx: Dict[str, Optional[torch.Tensor]] = {"all": None}
         self.cu = {"all": cu_seqlens}
         self.max = {"all": max_seqlen}
+        self.total = {"all": total, "first": total // 2, "second": total // 2}  # packed rows of each set
         if halves:
             cu_half = torch.div(cu_seqlens, 2, rounding_mode="floor")
             h = cu_half.long()
@@ -772,35 +871,64 @@ def _needs_halves(steps: List[List[VarlenBlock]]) -> bool:
     return any(b.q_rows != "all" or b.k_rows != "all" for step in steps for b in step)
 
 
+def _varlen_steps(rank: int, world_size: int, causal: bool, sharding: str, var: Optional[_Variants],
+                  backward: bool) -> List[List[VarlenBlock]]:
+    if var is None:
+        return ring_varlen_schedule(rank, world_size, causal, sharding, backward)
+    chunked = var.window != (-1, -1) or var.alibi_slopes is not None
+    return ring_varlen_positional_schedule(rank, world_size, var.window, sharding, chunked, backward)
+
+
+def _varlen_block_kwargs(b: VarlenBlock, rows: "_PackedRows", heads: int, softcap: float,
+                         var: Optional[_Variants]) -> Dict[str, Any]:
+    """Keyword arguments of ops.flash_varlen_fwd / _bwd for block b (after its causal flag)."""
+    if b.shift_mul is None:
+        return dict(softcap=softcap)
+    assert var is not None
+    # Block pair `pair` owns the dropout counters [pair * C, (pair + 1) * C) with
+    # C = Hq * (packed query rows) * (longest key chunk), the span of one packed call.
+    return dict(window_size=var.window, softcap=softcap, doc_shift=(b.shift_mul, 0),
+                alibi_slopes=var.alibi_slopes, dropout_p=var.dropout_p, rng_seed=var.rng_seed,
+                philox_offset=b.pair * heads * rows.total[b.q_rows] * rows.max[b.k_rows])
+
+
 def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                                   max_seqlen: int, comm, softmax_scale: float, causal: bool,
-                                  sharding: str = "zigzag", softcap: float = 0.0):
+                                  sharding: str = "zigzag", softcap: float = 0.0, *,
+                                  window: Tuple[int, int] = (-1, -1), alibi_slopes: Optional[torch.Tensor] = None,
+                                  dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None):
     """Varlen ring forward on local packed shards; returns (out in q's dtype,
     lse float32 natural log (Hq, total_local)).
 
     q: (total_local, Hq, d); k, v: (total_local, Hkv, d / dv); cu_seqlens: the
     local offsets (int32 on q's device, the same on every rank, ending at
-    total_local); max_seqlen: the longest local document."""
+    total_local); max_seqlen: the longest local document.  ``window`` (each
+    document's global positions), ``alibi_slopes`` ((Hq,) / (documents, Hq))
+    and ``dropout_p`` with ``rng_seed`` switch to
+    :func:`ring_varlen_positional_schedule`."""
     world_size, rank = comm.world_size, comm.rank
-    steps = ring_varlen_schedule(rank, world_size, causal, sharding)
+    var = _variants(causal, window, alibi_slopes, dropout_p, rng_seed)
+    steps = _varlen_steps(rank, world_size, causal, sharding, var, False)
     rows = _PackedRows(cu_seqlens, max_seqlen, q.shape[0], _needs_halves(steps))
     q_sets = {"all": q}  # query row sets, gathered once
     kv = [k, v]
-    out: Any = None  # both set at step 0 (all rows x all keys)
+    out: Any = None  # set by the first block
     lse: Any = None
     for s, blocks in enumerate(steps):
         pending = comm.exchange(kv) if s + 1 < world_size else None
         for b in blocks:
             if b.q_rows not in q_sets:
                 q_sets[b.q_rows] = rows.select(q, b.q_rows)
-            o_b, lse2_b = ops.attention_fwd(
+            o_b, lse_b = ops.flash_varlen_fwd(
                 q_sets[b.q_rows], rows.select(kv[0], b.k_rows), rows.select(kv[1], b.k_rows),
                 rows.cu[b.q_rows], rows.cu[b.k_rows], rows.max[b.q_rows], rows.max[b.k_rows],
-                float(softmax_scale), -1, 0 if b.causal else -1, True, float(softcap))
-            lse_b = lse2_b * LN2
+                softmax_scale, b.causal, **_varlen_block_kwargs(b, rows, q.shape[1], softcap, var))
             if out is None:
-                out, lse = o_b, lse_b
-                continue
+                if b.q_rows == "all":
+                    out, lse = o_b, lse_b
+                    continue
+                out = torch.zeros(q.shape[:2] + (v.shape[2],), dtype=torch.float32, device=q.device)
+                lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
             idx = rows.idx[b.q_rows]
             if idx is None:
                 out, lse = merge_attention_states(out, lse, o_b, lse_b)
@@ -818,15 +946,19 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                    out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor,
                                    max_seqlen: int, comm, softmax_scale: float, causal: bool,
-                                   sharding: str = "zigzag", softcap: float = 0.0):
+                                   sharding: str = "zigzag", softcap: float = 0.0, *,
+                                   window: Tuple[int, int] = (-1, -1), alibi_slopes: Optional[torch.Tensor] = None,
+                                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None):
     """Varlen ring backward on local packed shards; returns (dq, dk, dv) in the
     input dtypes.  ``out`` and ``lse`` (Hq, total_local) are the merged
-    forward results; accumulation as in :func:`ring_attention_backward`."""
+    forward results; accumulation as in :func:`ring_attention_backward`; the
+    variants as in :func:`ring_varlen_attention_forward` (the same blocks with
+    the same dropout counters regenerate the forward's masks)."""
     world_size, rank = comm.world_size, comm.rank
-    steps = ring_varlen_schedule(rank, world_size, causal, sharding, backward=True)
+    var = _variants(causal, window, alibi_slopes, dropout_p, rng_seed)
+    steps = _varlen_steps(rank, world_size, causal, sharding, var, True)
     rows = _PackedRows(cu_seqlens, max_seqlen, q.shape[0], _needs_halves(steps))
-    lse2 = (lse.float() * LOG2E).contiguous()
-    q_sets: Dict[str, Tuple[torch.Tensor, ...]] = {"all": (dout.contiguous(), q, out, lse2)}
+    q_sets: Dict[str, Tuple[torch.Tensor, ...]] = {"all": (dout.contiguous(), q, out, lse.float())}
     own_sets: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {"all": (k, v)}
     f32: Dict[str, Any] = dict(dtype=torch.float32, device=q.device)
     dq = torch.zeros(q.shape, **f32)
@@ -856,10 +988,10 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
             else:
                 k_b, v_b = rows.select(kv[0], b.k_rows), rows.select(kv[1], b.k_rows)
             do_b, q_b, o_b, l_b = q_sets[b.q_rows]
-            dq_b, dk_b, dv_b = ops.attention_bwd(
-                do_b, q_b, k_b, v_b, o_b, l_b, None, rows.cu[b.q_rows], rows.cu[b.k_rows],
-                rows.max[b.q_rows], rows.max[b.k_rows], float(softmax_scale), -1, 0 if b.causal else -1,
-                True, float(softcap))[:3]
+            dq_b, dk_b, dv_b = ops.flash_varlen_bwd(
+                do_b, q_b, k_b, v_b, o_b, l_b, rows.cu[b.q_rows], rows.cu[b.k_rows],
+                rows.max[b.q_rows], rows.max[b.k_rows], softmax_scale, b.causal,
+                **_varlen_block_kwargs(b, rows, q.shape[1], softcap, var))
             rows.add(dq, b.q_rows, dq_b)
             if own:
                 rows.add(dk_own, b.k_rows, dk_b)
@@ -883,14 +1015,18 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
 @torch.library.custom_op("flashattn_triton::ring_attn_varlen_fwd", mutates_args=())
 def _ring_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                           max_seqlen: int, group_name: str, softmax_scale: float, causal: bool,
-                          sharding: str, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                          sharding: str, softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
+                          alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                          rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
     return ring_varlen_attention_forward(q, k, v, cu_seqlens, max_seqlen, comm, softmax_scale, causal, sharding,
-                                         softcap)
+                                         softcap, window=(window_left, window_right), alibi_slopes=alibi_slopes,
+                                         dropout_p=dropout_p, rng_seed=rng_seed)
 
 
 @_ring_attn_varlen_fwd.register_fake
-def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0):
+def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1,
+      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
     t, h, _ = q.shape
     return q.new_empty((t, h, v.shape[2])), q.new_empty((h, t), dtype=torch.float32)
 
@@ -899,22 +1035,28 @@ def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, shardi
 def _ring_attn_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           out: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
                           group_name: str, softmax_scale: float, causal: bool, sharding: str,
-                          softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
+                          alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                          rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
     return ring_varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, comm, softmax_scale,
-                                          causal, sharding, softcap)
+                                          causal, sharding, softcap, window=(window_left, window_right),
+                                          alibi_slopes=alibi_slopes, dropout_p=dropout_p, rng_seed=rng_seed)
 
 
 @_ring_attn_varlen_bwd.register_fake
-def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0):
+def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0,
+      window_left=-1, window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _varlen_setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap = inputs
+    q, k, v, cu_seqlens = inputs[:4]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
-    ctx.args = (max_seqlen, group_name, softmax_scale, causal, sharding, softcap)
+    # max_seqlen, group name, scale, causal, sharding, then the variants
+    # (alibi_slopes and rng_seed are read, never differentiated)
+    ctx.args = tuple(inputs[4:])
     ctx.mark_non_differentiable(lse)  # no LSE-gradient term, as in the dense ring
 
 
@@ -923,13 +1065,15 @@ def _varlen_backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return (dq, dk, dv, None) + (None,) * len(ctx.args)
 
 
 _ring_attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
-def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str, check_inputs) -> None:
+def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str, check_inputs,
+                         chunked: bool = False) -> None:
+    """chunked: a window or ALiBi, whose blocks are chunks of every document as under causal."""
     check_qkv(("q", "k", "v"), (q, k, v), "(total_local, nheads, headdim)", 3, 1)
     check_flag(causal, "causal")
     check_flag(check_inputs, "check_inputs")
@@ -944,7 +1088,7 @@ def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str,
         raise TypeError(f"max_seqlen must be an int, got {type(max_seqlen).__name__}")
     if max_seqlen < 1:
         raise ValueError(f"max_seqlen must be positive, got {max_seqlen}")
-    halves = causal and sharding == "zigzag"
+    halves = (causal or chunked) and sharding == "zigzag"
     if halves and q.shape[0] % 2:
         raise ValueError(f"under zigzag sharding every document's local part holds two equal chunks, so the "
                          f"local packed length must be even; got q.shape[0]={q.shape[0]}")
@@ -991,8 +1135,10 @@ def ring_flash_attn_varlen_func(
     ``L_b / P`` tokens of document ``b``, packed in document order, so the
     local offsets are the same on every rank.  The result on each rank is its
     rows of ``flash_attn_varlen_func(Q, K, V, cu, cu, L_max, L_max,
-    causal=causal, softcap=softcap)`` on the full packed batch: each document attends only to
-    itself, causal over the positions within the document.
+    causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+    dropout_p=dropout_p)`` on the full packed batch (with dropout: the same
+    distribution, not the same mask): each document attends only to itself,
+    the mask, window and ALiBi over the positions within the document.
 
     Arguments:
         q: (total_local, nheads, headdim), this rank's packed queries.
@@ -1006,26 +1152,39 @@ def ring_flash_attn_varlen_func(
         group, causal, softmax_scale, softcap: as in ``ring_flash_attn_func``.
         sharding: how every document was split: "zigzag" (default; each
             document's length a multiple of 2P) or "contiguous" (a multiple
-            of P); only matters when causal.
-        window_size, dropout_p, alibi_slopes: not supported by the varlen
-            ring yet (NotImplementedError naming the argument): its blocks
-            would need a diagonal offset per document; the dense
-            ``ring_flash_attn_func`` takes them.
+            of P); matters when causal, or with window_size or alibi_slopes.
+        window_size: (left, right) over each document's GLOBAL positions,
+            -1 = unbounded: the query at position i of a document sees its
+            keys at positions i - left .. i + right (causal sets right = 0),
+            as flash_attn_varlen_func on the full packed batch.  Any size
+            (inside a chunk or across shards).
+        alibi_slopes: None, or float32 (nheads,) / (batch_size, nheads) on
+            q's device (batch_size = number of documents), the same on every
+            rank: adds -slope * |i - j| for positions i, j of one document.
+        dropout_p: float in [0, 1), as in ``ring_flash_attn_func``: one
+            Philox seed per rank and call from its torch generator; every
+            (query chunk, key chunk) block pair reads a disjoint counter
+            range (module doc), the backward regenerates the masks
+            (``ring_varlen_dropout_keep_mask`` rebuilds them).
         deterministic: accepted; the ring backward is deterministic.
         check_inputs: also check the values of cu_seqlens (start at 0,
             non-decreasing, end at total_local, lengths <= max_seqlen, every
-            local length even under zigzag + causal).  That reads them on the
+            local length even under zigzag with causal, a window or ALiBi).  That reads them on the
             host (a device sync); by default only shapes, dtypes and devices
             are checked.
 
     Returns:
         out: (total_local, nheads, headdim_v) in the dtype of q, packed like q.
     """
-    _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs)
-    _check_defaults(window_size, dropout_p, alibi_slopes)
+    window = check_window(window_size, causal)
+    dropout_p = check_dropout(dropout_p)
     softcap = check_softcap(softcap)
+    positional = not (window == (-1, -1) or (causal and window[0] == -1)) or alibi_slopes is not None
+    _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs, positional)
+    alibi_slopes = check_alibi(alibi_slopes, q, cu_seqlens.shape[0] - 1, q.shape[1])
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[2])
     group = _ring_group(group, "ring_flash_attn_varlen_func")
+    seed = draw_dropout_seed(q.device) if dropout_p > 0 else None
     out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding,
-                                   softcap)
+                                   softcap, window[0], window[1], alibi_slopes, dropout_p, seed)
     return out
