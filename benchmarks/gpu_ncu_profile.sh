@@ -7,11 +7,7 @@
 # light, occupancy, launch stats, warp state and scheduler statistics,
 # compute and memory workload. Clocks left alone (--clock-control none).
 # Results: $OUT/r/<case>.ncu-rep and <case>.txt (the details page).
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"; "$NCU" --version | tail -1
 SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -12,13 +12,7 @@
 #      measured 115 vs 214 TFLOP/s), ours vs FA2, cuDNN, deterministic;
 #   4. the GPU suites: test_hopper_bwd.py (whole), the forced-hopper suite
 #      and the ring/plan/fastlaunch GPU tests.
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 timeout -k 3 ${T_IMP:-40} python3 benchmarks/first_call_imports.py --prefetch 0 > "$R/imports.log" 2>&1
 echo "rc=$?" >> "$R/imports.log"; el imports; grep -E "^=====|^first|^_disable|rc=" "$R/imports.log" | cut -c1-250
 timeout -k 5 ${T_OVH:-200} python3 benchmarks/bench_overhead.py --out "$R/overhead" > "$R/overhead.log" 2>&1

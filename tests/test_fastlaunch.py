@@ -281,6 +281,14 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     assert len(runs) == 2, "FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off"
 
 
+def _fresh_python(code: str) -> str:
+    """Run code in a fresh interpreter (nothing imported yet); its stripped stdout."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.strip()
+
+
 def test_prefetch_stand_ins_import_nothing_heavy():
     """The stand-ins are made on the first call: they must not pull in sympy
     (torch.empty_like on a meta tensor runs torch._refs, whose first use
@@ -295,10 +303,8 @@ def test_prefetch_stand_ins_import_nothing_heavy():
         "assert all(a.device.type == 'meta' for a in args[:7])\n"
         "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'sympy' or 'symbolic' in m)\n"
         "print(new[:5])\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.strip() == "[]", f"the stand-ins imported {res.stdout.strip()}"
+    out = _fresh_python(code)
+    assert out == "[]", f"the stand-ins imported {out}"
 
 
 def test_prefetch_option_positions():
@@ -425,10 +431,8 @@ def test_recording_watch_imports_nothing_heavy():
         "    torch.ones(3).view(-1)\n"
         "assert rec.broken\n"
         "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.strip() in ("[]", "no dispatch mode"), f"the recording's watch imported {res.stdout.strip()}"
+    out = _fresh_python(code)
+    assert out in ("[]", "no dispatch mode"), f"the recording's watch imported {out}"
 
 
 def test_replay_makes_fresh_zeroed_scratch(fast, mode):
