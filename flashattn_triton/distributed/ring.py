@@ -749,11 +749,11 @@ def ring_varlen_positional_schedule(rank: int, world_size: int, window: Tuple[in
     ``shift_mul`` = A - B (see :class:`VarlenBlock`) and ``pair = A U + B``
     (U chunks per document).  ``window`` = (left, right), causal folded in as
     right = 0.  The chunk lengths are per document and not known on the
-    host, so a block is left out only when no chunk length hides nothing:
-    chunks one token long are the most visible (chunk pair d = A - B > 0 has
-    its nearest pair (d - 1) c + 1 positions apart), so a block is kept iff
-    chunks of one token see each other; within a kept block the kernels skip
-    the documents whose chunks see nothing.  The backward (``world_size > 1``)
+    host, so a block is left out only when it hides every pair whatever the
+    chunk length: chunks one token long are the most visible (chunk pair
+    d = A - B > 0 has its nearest pair (d - 1) c + 1 positions apart), so a
+    block is kept iff chunks of one token see each other; within a kept
+    block the kernels skip the documents whose chunks see nothing.  The backward (``world_size > 1``)
     splits step 0 by query chunk as :func:`ring_positional_schedule` does
     under zigzag; otherwise it ends with a step without blocks, in which the
     finished dK/dV return to their owners."""
