@@ -10,8 +10,9 @@
 #   3. the backward at short lengths with the dispatch rule, bf16 and fp16,
 #      N 512 / 1024 / 2048 (incl. the bf16 d=256 causal N=1024 row that
 #      measured 115 vs 214 TFLOP/s), ours vs FA2, cuDNN, deterministic;
-#   4. the GPU suites: test_hopper_bwd.py (whole), the forced-hopper suite
-#      and the ring/plan/fastlaunch GPU tests.
+#   4. the GPU suites: test_hopper_bwd.py (whole), the plan / fast-launch /
+#      KV-cache GPU tests, and the forced-portable varlen and backward tests
+#      (the portable kernels' new shift_mul argument).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 timeout -k 3 ${T_IMP:-40} python3 benchmarks/first_call_imports.py --prefetch 0 > "$R/imports.log" 2>&1
 echo "rc=$?" >> "$R/imports.log"; el imports; grep -E "^=====|^first|^_disable|rc=" "$R/imports.log" | cut -c1-250
@@ -28,4 +29,8 @@ echo "rc=$?" >> "$R/tests_bwd.log"; el tests_bwd; tail -2 "$R/tests_bwd.log" | c
 FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_MISC:-60} python3 -m pytest -q -p no:cacheprovider -rfE \
   --tb=short -n 6 tests/test_plans.py tests/test_fastlaunch.py tests/test_kvcache.py > "$R/tests_misc.log" 2>&1
 echo "rc=$?" >> "$R/tests_misc.log"; el tests_misc; tail -2 "$R/tests_misc.log" | cut -c1-300
+# The portable kernels gained a runtime argument (shift_mul, packed batches) after the last GPU run.
+FLASHATTN_TRITON_BACKEND=portable FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_POR:-90} python3 -m pytest -q \
+  -p no:cacheprovider -rfE --tb=short -n 6 tests/test_varlen.py tests/test_backward.py > "$R/tests_portable.log" 2>&1
+echo "rc=$?" >> "$R/tests_portable.log"; el tests_portable; tail -2 "$R/tests_portable.log" | cut -c1-300
 tar -C "$OUT" -czf "$OUT/results.tgz" r
