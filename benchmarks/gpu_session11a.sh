@@ -8,13 +8,7 @@
 #   3. the dynamic forward tile scheduler (gpu_hopper_dynamic.sh: probe,
 #      -k dynamic tests).
 # Decision rules are in the two scripts' headers.
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt" 2>&1
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 timeout -k 3 ${T_OVH:-75} python3 benchmarks/bench_overhead.py --out "$R/overhead" --cprofile --skip-host \
   --only "ours;ours, no prefetch" > "$R/overhead.log" 2>&1
 echo "rc=$?" >> "$R/overhead.log"; el overhead; cut -c1-200 "$R/overhead.log" | tail -12

@@ -7,12 +7,7 @@
 #      test_attention, test_backward);
 #   3. the forced-portable GPU suite (test_attention, test_backward,
 #      test_variants).
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 for p in 1 0; do
   timeout -k 3 ${T_IMP:-45} python3 benchmarks/first_call_imports.py --prefetch $p > "$R/imports_prefetch$p.log" 2>&1
   echo "rc=$?" >> "$R/imports_prefetch$p.log"

@@ -7,12 +7,7 @@
 #      N 512..16k, causal and not, GQA, forward and backward, ours + SDPA
 #      flash (FA2) + cuDNN + ours deterministic + FlexAttention (its default
 #      subset), one run.
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 timeout -k 3 ${T_IMP:-40} python3 benchmarks/first_call_imports.py --prefetch 0 > "$R/imports.log" 2>&1
 echo "rc=$?" >> "$R/imports.log"; el imports; grep -E "^=====|^first|^_disable|rc=" "$R/imports.log" | cut -c1-250
 timeout -k 5 ${T_BENCH:-420} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype bf16,fp16 \

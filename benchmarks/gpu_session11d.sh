@@ -7,14 +7,8 @@
 #   3. bench_overhead.py: first call (fresh process, cold / warm Triton cache)
 #      and host time per call, ours next to SDPA;
 #   4. if time is left, FlexAttention at d = 64 and 256 (bf16, N 2k/8k).
-set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 left() { echo $(( ${END:-470} - ($(date +%s) - t0) )); }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt"
 timeout -k 3 ${T_IMP:-40} python3 benchmarks/first_call_imports.py --prefetch 0 > "$R/imports.log" 2>&1
 echo "rc=$?" >> "$R/imports.log"; el imports; grep -E "^=====|^first|^_disable|rc=" "$R/imports.log" | cut -c1-250
 timeout -k 5 ${T_SHORT:-75} python3 benchmarks/bench_attention.py --modes bwd --dtype bf16,fp16 --head-dims 64,128,256 \
