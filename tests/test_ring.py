@@ -565,6 +565,18 @@ def test_varlen_fake_implementation_shapes():
 # Exactness over gloo: the cases and the spawned worlds
 # ---------------------------------------------------------------------------
 
+
+def _variant_id_parts(case) -> list:
+    """The window / ALiBi / dropout parts of a case's test id."""
+    parts = []
+    if case.window != (-1, -1):
+        parts.append("window{}_{}".format(*case.window))
+    if case.alibi:
+        parts.append("alibi-" + case.alibi)
+    if case.dropout_p:
+        parts.append(f"dropout{case.dropout_p}")
+    return parts
+
 class Case(NamedTuple):
     batch: int
     seqlen_q: int  # whole sequence, all ranks together
@@ -599,12 +611,7 @@ class Case(NamedTuple):
             parts.insert(4, f"dv{self.d_v}")
         if self.positional:
             parts.append(self.sharding)
-        if self.window != (-1, -1):
-            parts.append("window{}_{}".format(*self.window))
-        if self.alibi:
-            parts.append("alibi-" + self.alibi)
-        if self.dropout_p:
-            parts.append(f"dropout{self.dropout_p}")
+        parts += _variant_id_parts(self)
         if self.scale is not None:
             parts.append(f"scale{self.scale}")
         if self.subgroups:
@@ -646,12 +653,7 @@ class VarlenCase(NamedTuple):
             parts.insert(4, f"dv{self.d_v}")
         if self.causal or self.window != (-1, -1) or self.alibi:
             parts.append(self.sharding)
-        if self.window != (-1, -1):
-            parts.append("window{}_{}".format(*self.window))
-        if self.alibi:
-            parts.append("alibi-" + self.alibi)
-        if self.dropout_p:
-            parts.append(f"dropout{self.dropout_p}")
+        parts += _variant_id_parts(self)
         if self.softcap:
             parts.append(f"softcap{self.softcap}-amp{self.amp}")
         if self.compiled:
@@ -765,11 +767,8 @@ def _slopes(case) -> Optional[torch.Tensor]:
     return s if case.alibi == "h" else s[None] * torch.linspace(1.0, 0.5, case.batch)[:, None]
 
 
-def _dense_on_rank(case, full, group, r, size):
-    q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
-    fn = ring_flash_attn_func
-    if case.compiled:  # the ring is one opaque custom op: no graph break
-        fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
+def _variant_kwargs(case) -> dict:
+    """The ring call's softcap / window_size / alibi_slopes / dropout_p of a case."""
     kw = dict(softcap=case.softcap) if case.softcap else {}
     if case.window != (-1, -1):
         kw["window_size"] = case.window
@@ -777,6 +776,30 @@ def _dense_on_rank(case, full, group, r, size):
         kw["alibi_slopes"] = _slopes(case)
     if case.dropout_p:
         kw["dropout_p"] = case.dropout_p
+    return kw
+
+
+def _results(case, run, r, device) -> dict:
+    """out, dq, dk, dv of run(torch seed) on rank r; with dropout also the
+    ring's seed (its first draw from the generator) and whether the same
+    torch seed repeats the results bit for bit and another one changes them."""
+    seed = 1000 + r  # a different generator state on every rank
+    res = dict(zip(("out", "dq", "dk", "dv"), run(seed)))
+    if case.dropout_p:
+        torch.manual_seed(seed)
+        res["seed"] = draw_dropout_seed(device)  # the ring's first draw
+        again, other = run(seed), run(seed + 100)
+        res["repeat_equal"] = all(torch.equal(a, res[n]) for a, n in zip(again, ("out", "dq", "dk", "dv")))
+        res["other_seed_differs"] = [not torch.equal(a, res[n]) for a, n in zip(other, ("out", "dq", "dk", "dv"))]
+    return res
+
+
+def _dense_on_rank(case, full, group, r, size):
+    q, k, v, do = (shard_sequence(t, r, size, 1, case.sharding) for t in full)
+    fn = ring_flash_attn_func
+    if case.compiled:  # the ring is one opaque custom op: no graph break
+        fn = torch.compile(ring_flash_attn_func, backend="aot_eager", fullgraph=True)
+    kw = _variant_kwargs(case)
 
     def run(torch_seed):
         torch.manual_seed(torch_seed)
@@ -785,14 +808,7 @@ def _dense_on_rank(case, full, group, r, size):
         out.backward(do)
         return [out.detach()] + [t.grad for t in leaves]
 
-    seed = 1000 + r  # a different generator state on every rank
-    res = dict(zip(("out", "dq", "dk", "dv"), run(seed)))
-    if case.dropout_p:
-        torch.manual_seed(seed)
-        res["seed"] = draw_dropout_seed(q.device)  # the ring's first draw
-        again, other = run(seed), run(seed + 100)
-        res["repeat_equal"] = all(torch.equal(a, res[n]) for a, n in zip(again, ("out", "dq", "dk", "dv")))
-        res["other_seed_differs"] = [not torch.equal(a, res[n]) for a, n in zip(other, ("out", "dq", "dk", "dv"))]
+    res = _results(case, run, r, q.device)
     if not case.subgroups:
         res["gathered_out"] = gather_sequence(res["out"], None, 1, case.sharding)
     return res
@@ -802,13 +818,7 @@ def _varlen_on_rank(case, full, group, r, size):
     cu = full[4]  # the global offsets
     q, k, v, do = (shard_varlen(t, cu, r, size, case.sharding) for t in full[:4])
     cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size
-    kw = dict(softcap=case.softcap) if case.softcap else {}
-    if case.window != (-1, -1):
-        kw["window_size"] = case.window
-    if case.alibi:
-        kw["alibi_slopes"] = _slopes(case)
-    if case.dropout_p:
-        kw["dropout_p"] = case.dropout_p
+    kw = _variant_kwargs(case)
 
     def run(torch_seed):
         torch.manual_seed(torch_seed)
@@ -822,14 +832,7 @@ def _varlen_on_rank(case, full, group, r, size):
         out.backward(do)
         return [out.detach()] + [t.grad for t in leaves]
 
-    seed = 1000 + r  # a different generator state on every rank
-    res = dict(zip(("out", "dq", "dk", "dv"), run(seed)))
-    if case.dropout_p:
-        torch.manual_seed(seed)
-        res["seed"] = draw_dropout_seed(q.device)  # the ring's first draw
-        again, other = run(seed), run(seed + 100)
-        res["repeat_equal"] = all(torch.equal(a, res[n]) for a, n in zip(again, ("out", "dq", "dk", "dv")))
-        res["other_seed_differs"] = [not torch.equal(a, res[n]) for a, n in zip(other, ("out", "dq", "dk", "dv"))]
+    res = _results(case, run, r, q.device)
     res["gathered_out"] = gather_varlen(res["out"], cu, group, case.sharding)
     return res
 
@@ -945,6 +948,18 @@ def _check_saturation(case, q, k, d, scale=None):
     assert frac > 0.01, f"only {frac:.4f} of the scores saturate the softcap {case.softcap}"
 
 
+def _check_ranks(case, ranks) -> None:
+    """No rank raised; with dropout, each rank's results repeat under the same
+    torch seed and change under another."""
+    for r, res in enumerate(ranks):
+        assert "error" not in res, f"rank {r} raised:\n{res['error']}"
+    if case.dropout_p:
+        for r, res in enumerate(ranks):
+            assert res["repeat_equal"], f"rank {r}: the same torch seed gave different outputs or gradients"
+            assert all(res["other_seed_differs"]), (f"rank {r}: another torch seed left (out, dq, dk, dv) "
+                                                    f"unchanged: {res['other_seed_differs']}")
+
+
 @pytest.mark.parametrize("world,case_id", _params(varlen=True))
 def test_ring_varlen_matches_single_device(worlds, world, case_id):
     """Each rank's rows equal those of single-device varlen attention on the gathered packed batch."""
@@ -952,15 +967,9 @@ def test_ring_varlen_matches_single_device(worlds, world, case_id):
     results, inputs = worlds(world)
     case, (q, k, v, do, cu) = inputs[case_id]
     ranks = results[case_id]
-    for r, res in enumerate(ranks):
-        assert "error" not in res, f"rank {r} raised:\n{res['error']}"
-
+    _check_ranks(case, ranks)
     kw = {}
     if case.dropout_p:
-        for r, res in enumerate(ranks):
-            assert res["repeat_equal"], f"rank {r}: the same torch seed gave different outputs or gradients"
-            assert all(res["other_seed_differs"]), (f"rank {r}: another torch seed left (out, dq, dk, dv) "
-                                                    f"unchanged: {res['other_seed_differs']}")
         masks = ring_varlen_dropout_keep_mask([res["seed"] for res in ranks], case.dropout_p, case.h_q, cu,
                                               case.causal, case.window, bool(case.alibi), case.sharding)
         kw = dict(dropout_masks=masks, dropout_p=case.dropout_p)
@@ -987,18 +996,12 @@ def test_ring_matches_single_device(worlds, world, case_id):
     results, inputs = worlds(world)
     case, (q, k, v, do) = inputs[case_id]
     ranks = results[case_id]
-    for r, res in enumerate(ranks):
-        assert "error" not in res, f"rank {r} raised:\n{res['error']}"
-
+    _check_ranks(case, ranks)
     # Single-device attention on the gathered sequence: float64 truth and the
     # in-dtype PyTorch baseline that sets the tolerance.
     kw = {}
     if case.dropout_p:
         # The ring's mask over the whole sequence, rebuilt from each rank's seed.
-        for r, res in enumerate(ranks):
-            assert res["repeat_equal"], f"rank {r}: the same torch seed gave different outputs or gradients"
-            assert all(res["other_seed_differs"]), (f"rank {r}: another torch seed left (out, dq, dk, dv) "
-                                                    f"unchanged: {res['other_seed_differs']}")
         mask = ring_dropout_keep_mask([res["seed"] for res in ranks], case.dropout_p, case.batch, case.h_q,
                                       case.seqlen_q, case.seqlen_k, case.causal, case.window, bool(case.alibi),
                                       case.sharding)
