@@ -550,6 +550,14 @@ def scaled_dot_product_attention(
             plan = _PLANS.get(plan_key)
             if plan is not None:
                 return plan.sdpa(query, key, value)
+    return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, plan_key=plan_key)
+
+
+def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, softcap=0.0, sinks=None,
+          plan_key=None) -> torch.Tensor:
+    """The SDPA entry's full path, and the same call with flash_attn_func's
+    softcap and sinks (internal: the Transformers integration's masked calls
+    of Gemma-2 / gpt-oss layers); plan_key: the public entry's plan key."""
     query, key, value = autocast_inputs(query, key, value)
     if (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
             and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
@@ -571,7 +579,7 @@ def scaled_dot_product_attention(
         attn_mask, query, tuple(query.shape[:-1]) + (key.shape[-2],), q4.shape[0], q4.shape[1])
     params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
                      dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
-                     bottom_right=False)
+                     bottom_right=False, softcap=softcap, sinks=sinks)
     if plan_key is not None and query.dim() == 4:
         plan = _new_plan(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
         if plan is not None:

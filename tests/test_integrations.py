@@ -53,6 +53,13 @@ def _config(kind, **over):
         cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=1, n_head=2, n_positions=64,
                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                       bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    elif kind == "gpt_oss":  # learnable sinks (s_aux); a sliding and a full layer; two experts, one per token
+        cfg = transformers.GptOssConfig(**{**_COMMON, "num_hidden_layers": 2, "head_dim": 16,
+                                           "intermediate_size": 32, "num_local_experts": 2,
+                                           "num_experts_per_tok": 1, "sliding_window": 4,
+                                           "layer_types": ["sliding_attention", "full_attention"],
+                                           "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})
+        cfg._experts_implementation = "eager"  # the float64 reference: the grouped-matmul path has no float64
     elif kind == "gemma2":
         cfg = transformers.Gemma2Config(**{**_COMMON, "head_dim": 16, "attn_logit_softcapping": 5.0,
                                            "final_logit_softcapping": None, "query_pre_attn_scalar": 16,
@@ -217,8 +224,6 @@ def test_unsupported_kwargs_raise():
     q = torch.randn(1, 2, 4, 8)
     with pytest.raises(NotImplementedError, match="position_bias"):
         hf.attention_forward(_Module(True), q, q, q, None, position_bias=torch.zeros(1, 2, 4, 4))
-    with pytest.raises(NotImplementedError, match="s_aux"):
-        hf.attention_forward(_Module(True), q, q, q, None, s_aux=torch.zeros(2))
     with pytest.raises(ValueError, match="attention_mask must be None, 2-D"):
         hf.attention_forward(_Module(True), q, q, q, torch.ones(1, 2, 4, dtype=torch.bool))
 
@@ -351,6 +356,73 @@ def test_gemma2_softcap_matches_eager():
     # SDPA ignores softcap, so Gemma2's baseline is the eager implementation.
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     _compare(_models("gemma2", "eager", torch.float32), ids, torch.float32, label="gemma2 softcap")
+
+
+def _sinks_reference(q, k, v, mask, sinks, scale, softcap=0.0):
+    """float64 eager attention with a sink logit per head (gpt-oss): softmax
+    over [scores, sink], the sink's column dropped; q (B, H, Nq, d), k, v
+    (B, Hkv, Nk, d), mask (B, 1, Nq, Nk) bool (True = attend) or None."""
+    q, k, v, sinks = (t.double() for t in (q, k, v, sinks))
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, 1) for t in (k, v))
+    s = q @ k.transpose(-1, -2) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    sink = sinks[None, :, None, None].expand(*s.shape[:-1], 1)
+    p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]
+    return p @ v
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "4d"])
+@pytest.mark.parametrize("softcap", [0.0, 20.0])
+def test_sinks_and_softcap_with_every_mask_form(mask_kind, softcap):
+    """gpt-oss's s_aux (and softcap) on each route: no mask (flash_attn_func),
+    a 2-D padding mask (varlen), a 4-D mask (the SDPA path); output and the
+    gradients of q, k, v and the sinks against float64 eager attention."""
+    b, h, h_kv, n, d = 2, 4, 2, 10, 16
+    scale = d ** -0.5
+    q, k, v = (torch.randn(b, hh, n, d) for hh in (h, h_kv, h_kv))
+    sinks = torch.randn(h)
+    do = torch.randn(b, n, h, d)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    if mask_kind == "none":
+        mask, ref_mask = None, causal[None, None].expand(b, 1, n, n)
+    elif mask_kind == "padding":  # row 0 left-padded by 3 (its padding queries give zeros)
+        mask = torch.ones(b, n, dtype=torch.bool)
+        mask[0, :3] = False
+        ref_mask = causal[None, None] & mask[:, None, None, :]
+    else:  # a block-diagonal causal mask (two packed sequences)
+        doc = torch.arange(n) >= 4
+        ref_mask = (causal & (doc[:, None] == doc[None, :]))[None, None].expand(b, 1, n, n)
+        mask = ref_mask
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+    out, _ = hf.attention_forward(_Module(True), *leaves[:3], mask, scaling=scale, softcap=softcap or None,
+                                  s_aux=leaves[3])
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v, sinks)]
+    ref = _sinks_reference(*ref_leaves[:3], ref_mask, ref_leaves[3], scale, softcap).transpose(1, 2)
+    keep = torch.ones(b, n, dtype=torch.bool) if mask_kind != "padding" else mask
+    assert_close("out", out[keep].double(), ref[keep], dtype=torch.float32)
+    grads = torch.autograd.grad(out[keep], leaves, do[keep])
+    ref_grads = torch.autograd.grad(ref[keep], ref_leaves, do[keep].double())
+    for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads, ref_grads):
+        assert_close(name, g.double(), r, factor=3.0, dtype=torch.float32)
+
+
+def test_gpt_oss_matches_eager():
+    """A gpt-oss model (learnable sinks, a sliding-window and a full layer):
+    logits and every parameter's gradient, the sinks' included."""
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("gpt_oss", "eager", torch.float32), ids, torch.float32, label="gpt-oss")
+
+
+def test_gpt_oss_padded_matches_eager(monkeypatch):
+    calls = _spy_varlen(monkeypatch)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("gpt_oss", "eager", torch.float32), ids, torch.float32, mask=_padding_mask("left"),
+             label="gpt-oss padded")
+    assert calls and calls[0][4]["sinks"] is not None, "the padded batch did not take the varlen route with sinks"
 
 
 def test_packed_sequences_match_sdpa():

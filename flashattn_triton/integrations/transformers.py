@@ -31,13 +31,14 @@ any other pattern (packed sequences by      the 4-D boolean mask of Transformers
 position_ids, or/and mask overlays,         given to ``scaled_dot_product_attention(attn_mask=)``
 chunked attention, a user 4-D mask)
 sliding window (``sliding_window`` kwarg)   ``window_size=(W - 1, 0)`` causal, ``(W, W)`` not
-softcap (``softcap`` kwarg)                 ``softcap``
+softcap (``softcap`` kwarg)                 ``softcap`` (also with a 4-D mask)
+attention sinks (``s_aux`` kwarg, gpt-oss)  ``sinks`` (every mask form)
 dropout (``dropout`` kwarg, training)       ``dropout_p``
 ==========================================  =====================================================
 
-A feature flashattn_triton does not have yet (a window, softcap, dropout,
-variable-length batches, arbitrary masks) raises ``NotImplementedError`` from
-the call that needs it; nothing is silently dropped.  ``output_attentions``
+A layer argument flashattn_triton does not take (``position_bias``, T5's
+relative-position bias) raises ``NotImplementedError``; nothing is silently
+dropped.  ``output_attentions``
 returns ``None`` weights (they are never materialised).
 
 The registered name must not contain "flash": Transformers 5.x sends any such
@@ -283,6 +284,9 @@ def attention_forward(
             KV cache see every cached key.
         sliding_window: Transformers' window size W (see :func:`_window`).
         softcap: logit soft-capping ``softcap * tanh(s / softcap)``.
+        s_aux (keyword, gpt-oss): None or (nheads,) learnable attention
+            sinks, one extra logit per head in each row's softmax
+            denominator (flash_attn_func's ``sinks``).
 
     Returns:
         (out, None): out (batch, seqlen_q, nheads, headdim), the layout
@@ -298,9 +302,8 @@ def attention_forward(
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError("position_bias (additive relative-position biases, e.g. T5) is not "
                                   "supported by the flashattn_triton attention implementation; use 'sdpa'")
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("s_aux (attention sinks) is not supported yet by the flashattn_triton "
-                                  "attention implementation")
+    # gpt-oss: one learnable logit per head in each row's softmax denominator.
+    sinks = kwargs.get("s_aux")
     if query.dim() != 4 or key.dim() != 4:
         raise ValueError(f"query and key must be 4-D (batch, nheads, seqlen, headdim), got shapes "
                          f"{tuple(query.shape)} and {tuple(key.shape)}")
@@ -316,25 +319,24 @@ def attention_forward(
 
     if attention_mask is None:
         out = fat.flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=scaling, causal=causal,
-                                  window_size=window, softcap=cap)
+                                  window_size=window, softcap=cap, sinks=sinks)
         return out, None
 
     if attention_mask.dim() == 2:
-        return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap), None
+        return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap, sinks), None
 
     if attention_mask.dim() == 4:
-        if cap != 0.0:
-            raise NotImplementedError("softcap together with a 4-D attention mask is not supported")
         # The 4-D mask already holds causality and any window.
-        out = fat.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout_p,
-                                               scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        from flashattn_triton.api import _sdpa
+        out = _sdpa(query, key, value, attention_mask, dropout_p, False, scaling, query.shape[1] != key.shape[1],
+                    softcap=cap, sinks=sinks)
         return out.transpose(1, 2), None
 
     raise ValueError(f"attention_mask must be None, 2-D (batch, seqlen_k) or 4-D, got shape "
                      f"{tuple(attention_mask.shape)}")
 
 
-def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap):
+def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None):
     """q (B, Nq, Hq, d), k, v (B, Nk, Hkv, d); mask (B, L) bool, L <= Nk (a
     static cache holds Nk slots of which the first L are filled)."""
     import flashattn_triton as fat
@@ -361,5 +363,5 @@ def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap):
     q_p, k_p, v_p = _gather(q, order_q), _gather(k, order_k), _gather(v, order_k)
     # max_seqlen as upper bounds from the shapes: exact maxima would need a sync.
     out = varlen(q_p, k_p, v_p, cu_q, cu_k, n_q, n_k, dropout_p=dropout_p, softmax_scale=scaling,
-                 causal=causal, window_size=window, softcap=cap)
+                 causal=causal, window_size=window, softcap=cap, sinks=sinks)
     return pad(out, order_q, keep_q, batch, n_q)
