@@ -21,6 +21,7 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
+from ._validate import check_sinks
 from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -255,7 +256,7 @@ def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: to
 
 def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                    cache_leftpad, block_table, alibi_slopes, scale, window_left, window_right,
-                   softcap, rotary_interleaved, rotary_q_per_token, out, lse):
+                   softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks=None):
     """Dense PyTorch version of the op (CPU without Triton's interpreter)."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
@@ -317,6 +318,8 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         keep = keep & (cols <= diag[..., None] + window_right)
     s = s.masked_fill(~keep[:, None], float("-inf"))
     row_lse = torch.logsumexp(s, dim=-1)
+    if sinks is not None:  # one more logit per head, without a value
+        row_lse = torch.logaddexp(row_lse, sinks.float()[None, :, None])
     safe = torch.where(torch.isneginf(row_lse), torch.zeros_like(row_lse), row_lse)
     p = torch.exp(s - safe[..., None])
     out.copy_(torch.einsum("bhqk,bkhd->bqhd", p, vv).to(out.dtype))
@@ -325,8 +328,10 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
 
 def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                   cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
-                  window_right, softcap, rotary_interleaved, num_splits):
+                  window_right, softcap, rotary_interleaved, num_splits, sinks):
     batch, n_q, h_q, d = q.shape
+    if sinks is not None:
+        sinks = sinks.float().contiguous()
     if _POISON:
         out = torch.full_like(q, float("nan"))
         lse = torch.full((batch, h_q, n_q), float("nan"), dtype=torch.float32, device=q.device)
@@ -346,7 +351,7 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     if not _use_triton(q):
         _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                        cache_leftpad, block_table, alibi_slopes, softmax_scale, window_left,
-                       window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse)
+                       window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks)
         return out, lse
     from .kernels.decode import append_kv, decode_attention
     with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
@@ -360,7 +365,7 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                          rotary_interleaved=rotary_interleaved, rotary_q_per_token=rotary_q_per_token,
                          alibi_slopes=alibi_slopes, n_new=0 if k is None else k.shape[1],
                          softmax_scale=softmax_scale, window_left=window_left,
-                         window_right=window_right, softcap=softcap, num_splits=num_splits)
+                         window_right=window_right, softcap=softcap, num_splits=num_splits, sinks=sinks)
     return out, lse
 
 
@@ -376,20 +381,21 @@ def kvcache_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                 alibi_slopes: Optional[torch.Tensor], softmax_scale: float, causal: bool,
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                num_splits: int, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Append k/v to the cache (in place), then attend.  Arguments are those of
     flash_attn_with_kvcache after validation: cache_seqlens is a tensor or
-    None, softmax_scale resolved, window_right = 0 when causal.
+    None, softmax_scale resolved, window_right = 0 when causal, sinks (Hq,)
+    in a float dtype or None.
     Returns (out (B, Nq, Hq, d) in q's dtype, lse (B, Hq, Nq) float32)."""
     return _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
-                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
+                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks)
 
 
 @kvcache_fwd.register_fake
 def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                       cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
-                      window_right, softcap, rotary_interleaved, num_splits):
+                      window_right, softcap, rotary_interleaved, num_splits, sinks=None):
     batch, n_q, h_q, _ = q.shape
     return torch.empty_like(q), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
 
@@ -408,8 +414,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
-                            num_splits: int = ..., return_softmax_lse: Literal[False] = ...
-                            ) -> torch.Tensor: ...
+                            num_splits: int = ..., return_softmax_lse: Literal[False] = ..., *,
+                            sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
@@ -420,8 +426,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
-                            num_splits: int = ..., *, return_softmax_lse: Literal[True]
-                            ) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                            num_splits: int = ..., *, return_softmax_lse: Literal[True],
+                            sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
@@ -432,7 +438,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             block_table: Optional[torch.Tensor] = ..., softmax_scale: Optional[float] = ...,
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
-                            num_splits: int = ..., return_softmax_lse: bool = ...
+                            num_splits: int = ..., return_softmax_lse: bool = ..., *,
+                            sinks: Optional[torch.Tensor] = ...
                             ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def flash_attn_with_kvcache(
     q: torch.Tensor,
@@ -454,6 +461,8 @@ def flash_attn_with_kvcache(
     alibi_slopes: Optional[torch.Tensor] = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    *,
+    sinks: Optional[torch.Tensor] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Attention of a few new query tokens against a KV cache, call-compatible
     with ``flash_attn.flash_attn_with_kvcache``; no backward.
@@ -479,7 +488,8 @@ def flash_attn_with_kvcache(
         1 1 1 1 1
 
     A query row that attends no key (cache_seqlens = 0 and nothing appended,
-    or causal with seqlen_q > kv_end) outputs zeros and its LSE is -inf.
+    or causal with seqlen_q > kv_end) outputs zeros and its LSE is -inf
+    (sinks[h] when sinks are given).
 
     GQA / MQA: nheads must be a multiple of nheads_k; query head h reads KV
     head h // (nheads // nheads_k).  The heads of a group are processed
@@ -526,21 +536,31 @@ def flash_attn_with_kvcache(
             exactly afterwards; 0 picks a count from batch size, KV heads and the
             number of SMs (never from tensor values).  Results agree for every count.
         return_softmax_lse: also return the LSE.
+        sinks: keyword-only.  None, or a float tensor of shape (nheads,) on q's
+            device: learnable attention sinks (gpt-oss), as in flash_attn_func.
+            Head h's softmax gets one extra logit sinks[h] in its denominator
+            that carries no value:
+            P_ij = exp(s_ij) / (exp(sinks[h]) + sum_j' exp(s_ij')).  Used in
+            float32, not scaled by softmax_scale, added once after the split-KV
+            merge.  The LSE includes it; a row that sees no key outputs zeros
+            and has LSE = sinks[h].  No gradient (this function has no backward).
 
     Returns:
         out: (batch_size, seqlen, nheads, headdim), the dtype of q.
         softmax_lse [if return_softmax_lse]: (batch_size, nheads, seqlen) float32,
-            natural-log log-sum-exp of each row of the (scaled, capped, biased) scores.
+            natural-log log-sum-exp of each row of the (scaled, capped, biased) scores
+            (and of the sink logit, if given).
     """
     scale, window_left, window_right, softcap, _ = _validate(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+    sinks = check_sinks(sinks, q, q.shape[2])
     if _is_int(cache_seqlens):
         cache_seqlens = torch.full((q.shape[0],), int(cast(int, cache_seqlens)), dtype=_INDEX_DTYPE,
                                    device=q.device)
     out, lse = torch.ops.flashattn_triton.kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
-        rotary_interleaved, int(num_splits))
+        rotary_interleaved, int(num_splits), sinks)
     return (out, lse) if return_softmax_lse else out

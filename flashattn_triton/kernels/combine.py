@@ -60,7 +60,7 @@ def cast_rtne(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
 @triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
 def _combine_fwd(
     # pointers
-    O_PART, LSE_PART, O, LSE,
+    O_PART, LSE_PART, O, LSE, SINKS,
     # strides
     stride_ps, stride_pz, stride_ph, stride_pm, stride_pk,
     stride_ls, stride_lz, stride_lh, stride_lm,
@@ -69,10 +69,13 @@ def _combine_fwd(
     # shapes
     H, N, NUM_PARTS,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr,
 ):
     """Rows r of one batch entry z are (head r // N, position r % N); a 1-D
-    grid of batch entries x row tiles (no grid-axis cap on the batch)."""
+    grid of batch entries x row tiles (no grid-axis cap on the batch).
+    HAS_SINKS: SINKS (H,) float32 adds logit SINKS[h] without a value to the
+    merged softmax of head h (an extra part with lse = sink and output 0)."""
     n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
     z = (pid // n_tiles).to(tl.int64)
@@ -86,8 +89,12 @@ def _combine_fwd(
               + offs_d[None, :] * stride_pk)
     l_ptrs = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:
+        m_i = tl.load(SINKS + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     for s in range(0, NUM_PARTS):
         lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32) * 1.4426950408889634
@@ -113,12 +120,15 @@ def _combine_fwd(
 
 
 def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
-                     out: torch.Tensor, lse: torch.Tensor) -> None:
+                     out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor = None) -> None:
     """Merge S partial attentions with the Triton kernel, writing in place.
 
     out_parts: (S, Z, H, M, d) view (any strides, e.g. float32 partials);
     lse_parts: (S, Z, H, M) float32, natural log, -inf for a part that saw no key;
-    out: (Z, H, M, d) view, any float dtype; lse: (Z, H, M) float32 view.
+    out: (Z, H, M, d) view, any float dtype; lse: (Z, H, M) float32 view;
+    sinks: None, or (H,) float32 with stride 1: head h's merged softmax gets
+    the extra logit sinks[h] in its denominator (out * sigmoid(lse - sink),
+    LSE logaddexp(lse, sink); rows no part saw: out 0, LSE = sink).
     CUDA tensors, or CPU tensors under Triton's interpreter."""
     n_parts, z, h, m, d = out_parts.shape
     if out.numel() == 0 and lse.numel() == 0:
@@ -128,10 +138,11 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     block_m = min(32 if INTERPRET else 4, triton.next_power_of_2(max(h * m, 1)))
     grid = (triton.cdiv(h * m, block_m) * z,)
     _combine_fwd[grid](
-        out_parts, lse_parts, out, lse,
+        out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,
         *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
         h, m, n_parts,
-        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), INTERPRET=INTERPRET, BLOCK_M=block_m,
+        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
+        BLOCK_M=block_m,
         num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2,
     )
 

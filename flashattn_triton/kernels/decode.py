@@ -154,7 +154,7 @@ def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stri
 @triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right"])
 def _decode_fwd(
     # pointers
-    Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI,
+    Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI, SINKS,
     # strides
     stride_qz, stride_qm, stride_qh, stride_qk,
     stride_kb, stride_kn, stride_kh, stride_kk,
@@ -173,7 +173,7 @@ def _decode_fwd(
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
     HAS_SEQLENS: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
     HAS_WINDOW_LEFT: tl.constexpr, HAS_WINDOW_RIGHT: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -187,7 +187,12 @@ def _decode_fwd(
     to OP (S, B, Nq, Hq, d) / LP (S, B, Hq, Nq), merged by the combine kernel
     afterwards; 2: the same, and the last split of each (batch, KV head, row
     tile) to finish, counted in COUNTERS (zeroed int32, one per such tile),
-    merges them itself (no second launch)."""
+    merges them itself (no second launch).
+
+    HAS_SINKS: SINKS (Hq,) float32 holds one logit per query head that joins
+    the softmax denominator without a value.  It enters the final result only
+    (SPLIT_MODE 0, or the merge of SPLIT_MODE 2; the combine kernel's for
+    SPLIT_MODE 1): the partials stay sink-free."""
     pid_zh = tl.program_id(0)
     split = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -269,8 +274,14 @@ def _decode_fwd(
     if PAGED:
         page = page_numbers(bt, stride_btn, start0, offs_n, end_col, kv_lo, kv_end, PAGE_SIZE, TILE_IN_PAGE)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS and SPLIT_MODE == 0:
+        # The sink is the first term of the running softmax, a key whose
+        # value is 0: (m, l) start at (sink * log2(e), 1) instead of (-inf, 0).
+        m_i = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     for start in range(start0, end_col, BLOCK_N):
         cols = start + offs_n
@@ -316,7 +327,8 @@ def _decode_fwd(
         acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)
         m_i = m_new
 
-    # Rows (or splits) that saw no key: output 0, LSE -inf.
+    # Rows (or splits) that saw no key: output 0, LSE -inf (with a sink, in
+    # SPLIT_MODE 0: l = 1, so output 0 and LSE = sink).
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -344,8 +356,12 @@ def _decode_fwd(
             tl.debug_barrier()
             count = tl.atomic_add(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 1, sem="acq_rel", scope="gpu")
             if count == NUM_SPLITS - 1:
-                m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
+                if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
+                    m_c = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+                    l_c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+                else:
+                    m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                    l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
                 acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
                 for sp in tl.range(0, NUM_SPLITS, num_stages=3):
                     # .cg: read the other splits' partials from L2, never from a stale L1 line.
@@ -534,9 +550,13 @@ def _dummy(t: torch.Tensor) -> torch.Tensor:
 def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batch_idx,
                      cache_leftpad, block_table, rotary_cos, rotary_sin, rotary_interleaved: bool,
                      rotary_q_per_token: bool, alibi_slopes, n_new: int, softmax_scale: float,
-                     window_left: int, window_right: int, softcap: float, num_splits: int) -> int:
+                     window_left: int, window_right: int, softcap: float, num_splits: int,
+                     sinks: Optional[torch.Tensor] = None) -> int:
     """Attention of q over the cache (new tokens already appended); writes
     ``out`` (B, Nq, Hq, d) and ``lse`` (B, Hq, Nq) float32 in place.
+
+    sinks: None or (Hq,) float32 with stride 1, one extra logit per query head
+    in the softmax denominator (a row that sees no key: out 0, LSE = sink).
 
     window_left / window_right: -1 for unbounded (causal is window_right = 0).
     num_splits: 0 chooses (see choose_num_splits).  Returns the split count used."""
@@ -548,7 +568,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     n_cap = block_table.shape[1] * page_size if paged else k_cache.shape[1]
     if n_cap == 0:  # a cache without room: every row sees no key
         out.zero_()
-        lse.fill_(float("-inf"))
+        if sinks is None:
+            lse.fill_(float("-inf"))
+        else:
+            lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
     n_rows = n_q * group
     cfg = decode_config(n_rows, d, q.dtype, q.device)
@@ -589,6 +612,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         block_table if paged else any_ptr,
         rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
         alibi_slopes if alibi_slopes is not None else any_ptr,
+        sinks if sinks is not None else any_ptr,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
         *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
         *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
@@ -599,7 +623,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
         HAS_LEFTPAD=cache_leftpad is not None,
         HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
-        HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None,
+        HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
@@ -607,7 +631,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     )
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
-        combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse)
+        combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks)
     return num_splits
 
 
