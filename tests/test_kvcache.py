@@ -62,11 +62,12 @@ def write_cache(cache, b, seq_rows, block_table, pos, values):
 
 def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=None, batch_idx=None,
               leftpad=None, block_table=None, scale=None, causal=False, window=(-1, -1), softcap=0.0,
-              alibi=None, interleaved=True, dtype=torch.float64):
+              alibi=None, interleaved=True, sinks=None, dtype=torch.float64):
     """Returns out, lse, and the caches after the append (copies, cache dtype).
 
     Computes in ``dtype``; rotations of the inputs are rounded to the input
-    dtype as flash-attn stores them (float32 math when ``dtype`` is 16-bit)."""
+    dtype as flash-attn stores them (float32 math when ``dtype`` is 16-bit).
+    sinks (Hq,): one more score column per head, sinks[h], whose value is 0."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     scale = scale if scale is not None else d ** -0.5
@@ -116,7 +117,10 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
         if window[1] >= 0:
             keep = keep & (j <= i + window[1])
         s = s.masked_fill(~keep, float("-inf"))
-        if kv_end == 0:
+        if sinks is not None:
+            s = torch.cat((s, sinks.to(dtype)[:, None, None].expand(h_q, n_q, 1)), dim=-1)
+            Vb = torch.cat((Vb, Vb.new_zeros(1, h_q, d)))
+        if s.shape[-1] == 0:
             lses.append(torch.full((h_q, n_q), float("-inf"), dtype=dtype, device=dev))
             outs.append(torch.zeros(n_q, h_q, d, dtype=dtype, device=dev))
             continue
@@ -152,7 +156,7 @@ def check(q, k_cache, v_cache, dtype, **kw):
     """Run ours and both references; compare out, LSE and the caches."""
     ref_kw = {key: kw[key] for key in ("k", "v", "cos", "sin", "seqlens", "batch_idx", "leftpad",
                                        "block_table", "scale", "causal", "window", "softcap", "alibi",
-                                       "interleaved") if key in kw}
+                                       "interleaved", "sinks") if key in kw}
     ref = reference(q, k_cache, v_cache, **ref_kw)
     base = reference(q, k_cache, v_cache, **ref_kw, dtype=dtype)
     kc, vc = k_cache.clone(), v_cache.clone()
@@ -163,7 +167,7 @@ def check(q, k_cache, v_cache, dtype, **kw):
         softmax_scale=kw.get("scale"), causal=kw.get("causal", False),
         window_size=kw.get("window", (-1, -1)), softcap=kw.get("softcap", 0.0),
         rotary_interleaved=kw.get("interleaved", True), alibi_slopes=kw.get("alibi"),
-        num_splits=kw.get("num_splits", 1), return_softmax_lse=True)
+        num_splits=kw.get("num_splits", 1), return_softmax_lse=True, sinks=kw.get("sinks"))
     assert out.dtype == q.dtype and out.shape == q.shape
     assert lse.dtype == torch.float32 and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
     assert_close("out", out, ref[0], base[0], 2.0, dtype)
@@ -444,6 +448,116 @@ def test_torch_fallback(monkeypatch):
 
 
 # ---------------------------------------------------------------------------
+# Attention sinks (gpt-oss)
+# ---------------------------------------------------------------------------
+
+def sees_no_key(lens, n_new, n_q, causal):
+    """(B, Nq) bool: query tokens that attend no key (without window or left padding)."""
+    kv_end = torch.tensor(lens)[:, None] + n_new
+    pos = torch.arange(n_q)[None, :] + kv_end - n_q  # key position of query token i
+    return (kv_end == 0) | (causal & (pos < 0))
+
+
+# (B, Nq, Hq, Hkv, d, capacity, cache_seqlens, n_new, causal, dtype, page, num_splits, combine)
+SINK_CASES = [
+    (3, 1, 4, 2, 32, 70, [0, 33, 70], 0, False, "bf16", None, 1, "fused"),      # GQA, ragged incl. 0 and full
+    (3, 1, 4, 2, 32, 70, [0, 33, 70], 0, False, "bf16", 16, 3, "fused"),        # paged, merged in the kernel
+    (2, 3, 4, 1, 32, 64, [0, 40], 3, True, "fp16", 32, 2, "separate"),          # MQA, append 3, causal, combine kernel
+    (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", None, 3, "fused"),               # first rows see no key, split
+    (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", 16, 2, "separate"),
+    (2, 2, 4, 4, 40, 77, [10, 75], 2, True, "fp32", 16, 1, "fused"),            # MHA, odd head dim, append to full
+]
+
+
+def _sink_id(c):
+    layout = "contiguous" if c[10] is None else f"page{c[10]}"
+    return f"B{c[0]}-q{c[1]}-h{c[2]}/{c[3]}-new{c[7]}-{'causal' if c[8] else 'full'}-{c[9]}-{layout}-s{c[11]}-{c[12]}"
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=[_sink_id(c) for c in SINK_CASES])
+def test_sinks_against_reference(case, device, monkeypatch):
+    """The sink joins each head's denominator once (after the split-KV merge,
+    in the kernel or in the combine kernel); rows that see no key give 0 and
+    LSE = sink."""
+    batch, n_q, h_q, h_kv, d, cap, lens, n_new, causal, dtype, page, splits, combine = case
+    monkeypatch.setenv(decode.ENV_COMBINE, combine)
+    dtype = DTYPES[dtype]
+    q = rnd(device, dtype, batch, n_q, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    sinks = torch.randn(h_q, device=device) * 2
+    sinks[0] = 8.0  # outweighs every key: the output shrinks towards 0
+    kw = dict(seqlens=ints(device, lens), causal=causal, block_table=table, num_splits=splits, sinks=sinks)
+    if n_new:
+        kw.update(k=rnd(device, dtype, batch, n_new, h_kv, d), v=rnd(device, dtype, batch, n_new, h_kv, d))
+    out, lse, _, _ = check(q, k_cache, v_cache, dtype, **kw)
+    empty = sees_no_key(lens, n_new, n_q, causal).to(device)
+    assert torch.equal(out[empty], torch.zeros_like(out[empty])), "a row that sees no key must give zeros"
+    got = lse.transpose(1, 2)[empty]  # (rows, Hq)
+    assert_close("lse of rows that see no key", got, sinks.expand_as(got), atol=1e-6)
+
+
+def test_sinks_with_variants(device):
+    """Softcap, sliding window, ALiBi, left padding and rotary with sinks; bf16
+    sinks (any float dtype, used in float32) that are not contiguous."""
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 2, 2, 4, 32, scale=3.0)
+    k_cache, v_cache, table = make_cache(device, 2, 96, 2, 32, dtype, 16)
+    angle = torch.rand(96, 8, device=device) * 2 * math.pi
+    sinks = (torch.randn(8, device=device) * 2).to(dtype)[::2]
+    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(device, [90, 30]),
+          leftpad=ints(device, [0, 4]), k=rnd(device, dtype, 2, 2, 2, 32), v=rnd(device, dtype, 2, 2, 2, 32),
+          cos=torch.cos(angle), sin=torch.sin(angle), softcap=5.0, window=(40, -1), causal=True,
+          alibi=torch.rand(2, 4, device=device) * 0.5, num_splits=2, sinks=sinks)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_sinks_equal_flash_attn_func(splits, device):
+    """A full cache gives what flash_attn_func gives with the same sinks on the
+    same keys (causal: both bottom-right aligned)."""
+    from flashattn_triton import flash_attn_func
+    dtype = torch.float16
+    q = rnd(device, dtype, 2, 3, 4, 64)
+    k_cache, v_cache, _ = make_cache(device, 2, 80, 2, 64, dtype)
+    sinks = torch.randn(4, device=device)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, causal=True, num_splits=splits, sinks=sinks,
+                                       return_softmax_lse=True)
+    ref_out, ref_lse = flash_attn_func(q, k_cache, v_cache, causal=True, sinks=sinks, return_lse=True)
+    assert_close("out vs flash_attn_func", out.float(), ref_out.float(), atol=2 ** -9)
+    assert_close("lse vs flash_attn_func", lse, ref_lse, atol=1e-5)
+    # And without sinks the two differ by exactly the sink's share.
+    plain, plain_lse = flash_attn_with_kvcache(q, k_cache, v_cache, causal=True, num_splits=splits,
+                                               return_softmax_lse=True)
+    assert_close("lse = logaddexp(lse without sinks, sink)", lse,
+                 torch.logaddexp(plain_lse, sinks[None, :, None]), atol=1e-5)
+    share = torch.sigmoid(plain_lse - sinks[None, :, None]).transpose(1, 2)[..., None]
+    assert_close("out = out without sinks * sigmoid(lse - sink)", out.float(), plain.float() * share,
+                 atol=2 ** -9)
+
+
+def test_sinks_torch_fallback_and_no_room(device, monkeypatch):
+    """The PyTorch path (CPU without the interpreter) has the same semantics;
+    a cache without room gives out 0 and LSE = sink on every path."""
+    sinks = torch.randn(4) * 2
+    for fallback in (True, False):
+        if fallback:
+            monkeypatch.setattr(kvc, "INTERPRET", False)
+            dev = torch.device("cpu")
+        else:
+            monkeypatch.setattr(kvc, "INTERPRET", decode.INTERPRET)
+            dev = device
+        dtype = torch.float32
+        q = rnd(dev, dtype, 2, 3, 4, 32)
+        k_cache, v_cache, table = make_cache(dev, 2, 64, 2, 32, dtype, 16)
+        check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(dev, [0, 50]),
+              k=rnd(dev, dtype, 2, 1, 2, 32), v=rnd(dev, dtype, 2, 1, 2, 32), causal=True,
+              alibi=torch.rand(4, device=dev) * 0.3, window=(20, -1), sinks=sinks.to(dev), num_splits=2)
+        empty = torch.empty(2, 0, 2, 32, device=dev)
+        out, lse = flash_attn_with_kvcache(q, empty, empty.clone(), sinks=sinks.to(dev), return_softmax_lse=True)
+        assert torch.equal(out, torch.zeros_like(out))
+        assert torch.equal(lse, sinks.to(dev)[None, :, None].expand_as(lse))
+
+
+# ---------------------------------------------------------------------------
 # Combine
 # ---------------------------------------------------------------------------
 
@@ -518,6 +632,11 @@ def test_custom_op_registered(device):
          ints(device, [5]),
          None, None, None, None, 0.25, True, -1, 0, 0.0, True, 0),
         test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.flashattn_triton.kvcache_fwd,
+        (r(1, 1, 2, 16), r(1, 32, 1, 16), r(1, 32, 1, 16), None, None, None, None, ints(device, [5]),
+         None, None, None, None, 0.25, True, -1, 0, 0.0, True, 2, r(2)),
+        test_utils=("test_schema", "test_faketensor"))
 
 
 def _args():
@@ -572,6 +691,11 @@ def _args():
     (dict(k_cache=torch.randn(2, 16, 32, 2).half().transpose(1, 3)), ValueError, r"k_cache and v_cache must have the same shape"),
     (dict(q=torch.randn(2, 1, 16, 4).half().transpose(-1, -2)),
      ValueError, r"q must have stride 1 in its last dimension"),
+    (dict(sinks=torch.ones(3)), ValueError, r"sinks must have shape \(nheads,\) = \(4,\), got \(3,\)"),
+    (dict(sinks=torch.ones(1, 4)), ValueError, r"sinks must have shape \(nheads,\) = \(4,\), got \(1, 4\)"),
+    (dict(sinks=torch.ones(4, dtype=torch.int32)), TypeError, r"sinks must be a floating-point tensor, got torch.int32"),
+    (dict(sinks=torch.ones(4, device="meta")), ValueError, r"sinks must be on cpu like q, got meta"),
+    (dict(sinks=[0.0] * 4), TypeError, r"sinks must be a torch.Tensor, got list"),
 ], ids=lambda x: None)
 def test_validation(kwargs, exc, match):
     q, kc, vc = _args()

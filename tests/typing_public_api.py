@@ -36,7 +36,11 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, causal=True)
-    return out if isinstance(out, torch.Tensor) else out[0]
+    sinks = torch.zeros(q.shape[2])
+    out2: torch.Tensor = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, sinks=sinks)
+    out3, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, return_softmax_lse=True,
+                                        sinks=sinks)
+    return (out if isinstance(out, torch.Tensor) else out[0]) + out2 + out3 + lse.sum()
 
 
 def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
