@@ -730,6 +730,24 @@ def test_gpu_realistic(device, batch, n_cache, page):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("combine", ["fused", "separate"])
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
+def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
+    """gpt-oss decode shapes (Hq=64, Hkv=8, d=64, bf16 sinks), a sliding
+    window on one call, ragged lengths incl. 0, automatic splits; against float64."""
+    monkeypatch.setenv(decode.ENV_COMBINE, combine)
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 4, 64, 8, 64, 8192
+    q = rnd(device, dtype, batch, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    sinks = (torch.randn(h_q, device=device) * 2).to(dtype)
+    lens = ints(device, [0, 100, 4000, cap - 1])
+    kw = dict(k=rnd(device, dtype, batch, 1, h_kv, d), v=rnd(device, dtype, batch, 1, h_kv, d),
+              seqlens=lens, block_table=table, causal=True, num_splits=0, sinks=sinks)
+    check(q, k_cache, v_cache, dtype, **kw)
+    check(q, k_cache, v_cache, dtype, window=(127, 0), **kw)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page):
     """Capture one decode step (append + attention, automatic splits), then
