@@ -111,7 +111,7 @@ def check_sinks(sinks, q: torch.Tensor, heads: int) -> Optional[torch.Tensor]:
         raise TypeError(f"sinks must be a floating-point tensor, got {sinks.dtype}")
     if tuple(sinks.shape) != (heads,):
         raise ValueError(f"sinks must have shape (nheads,) = ({heads},), got {tuple(sinks.shape)}")
-    return sinks.float()
+    return sinks.float().contiguous()  # the kernels read sinks[h] at SINKS + h
 
 
 def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], batch: int,

@@ -218,6 +218,20 @@ def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
                      sinks[None, :, None].double().expand(2, 2, masked), atol=1e-6)
 
 
+def test_sinks_strided(device, path):
+    """A strided sinks view (a column of a parameter) gives the output and
+    the sinks gradient of its contiguous copy."""
+    q, k, v = make_qkv(1, 24, 24, 3, 3, 16, torch.float32, device, requires_grad=False)
+    table = torch.randn(3, 2, device=device, requires_grad=True)
+    flat = table.detach()[:, 1].clone().requires_grad_()
+    out_s = fat.flash_attn_func(q, k, v, causal=True, sinks=table[:, 1])
+    out_c = fat.flash_attn_func(q, k, v, causal=True, sinks=flat)
+    assert torch.equal(out_s, out_c), f"strided sinks changed the output by {(out_s - out_c).abs().max()}"
+    (g_s,) = torch.autograd.grad(out_s.sum(), table)
+    (g_c,) = torch.autograd.grad(out_c.sum(), flat)
+    assert torch.equal(g_s[:, 1], g_c) and not g_s[:, 0].any()
+
+
 def test_sinks_gradient_formula(device):
     """d sink_h = -sum_i P_sink,i * delta_i (delta_i = rowsum(dO * O) - dlse_i):
     the op's dsinks equals that expression evaluated from float64 quantities."""
