@@ -69,6 +69,8 @@ def parse_args(argv=None):
     p.add_argument("--configs", help="';'-separated decode launch configs to sweep for ours, each as "
                                      f"{DECODE_ENV} takes it (default: the library's)")
     p.add_argument("--splits", default="0", help="comma list of num_splits for ours (0 = automatic)")
+    p.add_argument("--sinks", action="store_true", help="also time ours with attention sinks (gpt-oss), "
+                                                       "one random logit per query head")
     p.add_argument("--combine", default="fused", help="comma list from fused,separate: where ours merges "
                                                       "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
     p.add_argument("--l2-bytes", type=float, default=256e6,
@@ -172,11 +174,11 @@ def make_caches(batch, n, h_kv, d, dtype, layout, copies):
     return out
 
 
-def our_call(q, cache, lens, splits):
+def our_call(q, cache, lens, splits, sinks=None):
     from flashattn_triton._kvcache import flash_attn_with_kvcache
 
     return lambda: flash_attn_with_kvcache(q, cache["k"], cache["v"], cache_seqlens=lens,
-                                           block_table=cache["block_table"], num_splits=splits)
+                                           block_table=cache["block_table"], num_splits=splits, sinks=sinks)
 
 
 def peer_call(provider, q_bhnd, cache):
@@ -200,19 +202,26 @@ def peer_call(provider, q_bhnd, cache):
     raise ValueError(provider)
 
 
-def spot_check(q, cache, lens, n):
-    """max |ours - float32 SDPA| on one cache (every sequence full)."""
+def spot_check(q, cache, lens, n, sinks=None):
+    """max |ours - float32 reference| on one cache (every sequence full): SDPA,
+    or with sinks the softmax over [scores, sink] with the sink's column dropped."""
     import torch
 
-    out = our_call(q, cache, lens, 0)().float()
+    out = our_call(q, cache, lens, 0, sinks)().float()
     k, v, table = cache["k"], cache["v"], cache["block_table"]
     if table is not None:  # the logical (B, N, Hkv, d) view of a paged cache
         k = k[table.long()].flatten(1, 2)[:, :n]
         v = v[table.long()].flatten(1, 2)[:, :n]
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
-        enable_gqa=True).transpose(1, 2)
-    return (out - ref).abs().max().item()
+    qt, kt, vt = (t.transpose(1, 2).float() for t in (q, k, v))
+    if sinks is None:
+        ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+    else:
+        group = qt.shape[1] // kt.shape[1]
+        kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+        s = qt @ kt.transpose(-1, -2) * qt.shape[-1] ** -0.5
+        s = torch.cat([s, sinks.float()[None, :, None, None].expand(*s.shape[:-1], 1)], -1)
+        ref = torch.softmax(s, -1)[..., :-1] @ vt
+    return (out - ref.transpose(1, 2)).abs().max().item()
 
 
 def num_splits_used(batch, h_q, h_kv, d, n, dtype):
@@ -239,6 +248,8 @@ def run(args):
     configs = [c.strip() for c in args.configs.split(";")] if args.configs else [None]
     splits_list = ints(args.splits)
     combines = [x for x in args.combine.split(",") if x]
+    # --sinks: ours also with gpt-oss attention sinks (one logit per query head)
+    sinks_list = [None] + ([torch.randn(h_q, device=DEVICE)] if args.sinks else [])
     budget = C.Budget(args.max_seconds)
     env = C.collect_env()
     torch.manual_seed(0)
@@ -286,16 +297,18 @@ def run(args):
                 for combine in combines:
                     with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine):
                         for splits in splits_list:
-                            extra = dict(config=config, num_splits=splits if splits else splits_auto,
-                                         auto_splits=splits == 0, combine=combine)
-                            record(C.OURS, layout, [our_call(q, c, lens, splits) for q, c in zip(qs, caches)],
-                                   extra)
+                            for sinks in sinks_list:
+                                extra = dict(config=config, num_splits=splits if splits else splits_auto,
+                                             auto_splits=splits == 0, combine=combine, sinks=sinks is not None)
+                                record(C.OURS, layout,
+                                       [our_call(q, c, lens, splits, sinks) for q, c in zip(qs, caches)], extra)
             # Correctness spot check: our output against SDPA in float32 over the
             # logical cache of this layout (caches up to 2 GB: the float32 copy is twice that).
             if nbytes <= 2e9:
                 try:
-                    checks.append(dict(batch=batch, seqlen=n, layout=layout,
-                                       max_abs_err_vs_fp32=spot_check(qs[0], caches[0], lens, n)))
+                    for sinks in sinks_list:
+                        checks.append(dict(batch=batch, seqlen=n, layout=layout, sinks=sinks is not None,
+                                           max_abs_err_vs_fp32=spot_check(qs[0], caches[0], lens, n, sinks)))
                 except Exception as exc:  # noqa: BLE001
                     checks.append(dict(batch=batch, seqlen=n, layout=layout, error=C.short_error(exc)))
             if layout == "contiguous":
@@ -344,14 +357,14 @@ def write_md(payload, path):
     s = payload["settings"]
     def ours_key(r):
         return (r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto",
-                r.get("combine", "fused"))
+                r.get("combine", "fused"), r.get("sinks", False))
 
     ours_keys = sorted({ours_key(r) for r in rows if r["provider"] == C.OURS}, key=str)
     peers = [p for p in PEERS if any(r["provider"] == p for r in rows)]
 
     def ours_label(key):
-        layout, config, splits, combine = key
-        label = f"ours {layout}"
+        layout, config, splits, combine, sinks = key
+        label = f"ours {layout}" + (" +sinks" if sinks else "")
         if config:
             label += f" [{config}]"
         if splits != "auto":
@@ -377,7 +390,7 @@ def write_md(payload, path):
             cells.append("" if r is None else f"{r['gbps']:.0f} ({r['frac_copy']:.0%})")
         best_peer = max((table[(b, n, p)]["gbps"] for p in peers if (b, n, p) in table), default=None)
         best_ours = max((table[(b, n, ours_label(k))]["gbps"] for k in ours_keys
-                         if k[0] == "contiguous" and (b, n, ours_label(k)) in table), default=None)
+                         if k[0] == "contiguous" and not k[4] and (b, n, ours_label(k)) in table), default=None)
         ratio = f"{best_ours / best_peer:.2f}x" if best_ours and best_peer else ""
         splits = next((r.get("num_splits") for r in rows if r["batch"] == b and r["seqlen"] == n
                        and r["provider"] == C.OURS and r.get("auto_splits")), "")
@@ -396,7 +409,7 @@ def write_md(payload, path):
         if b not in (1, 8):
             continue
         ours = max((table[(b, n, ours_label(k))]["gbps"] for k in ours_keys
-                    if k[0] == "contiguous" and (b, n, ours_label(k)) in table), default=None)
+                    if k[0] == "contiguous" and not k[4] and (b, n, ours_label(k)) in table), default=None)
         for p in peers:
             r = table.get((b, n, p))
             if ours and r and r["gbps"] > ours:
