@@ -556,6 +556,9 @@ def flash_attn_with_kvcache(
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
     sinks = check_sinks(sinks, q, q.shape[2])
+    # The kernels read these per-sequence vectors at PTR + b (a strided view would be misread).
+    cache_seqlens, cache_batch_idx, cache_leftpad = (
+        t.contiguous() if isinstance(t, torch.Tensor) else t for t in (cache_seqlens, cache_batch_idx, cache_leftpad))
     if _is_int(cache_seqlens):
         cache_seqlens = torch.full((q.shape[0],), int(cast(int, cache_seqlens)), dtype=_INDEX_DTYPE,
                                    device=q.device)

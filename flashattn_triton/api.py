@@ -432,6 +432,8 @@ def flash_attn_varlen_func(
     check_flag(deterministic, "deterministic")
     check_flag(check_inputs, "check_inputs")
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q, k, check_inputs)
+    # The kernels read cu_seqlens[b] at CU + b (a strided view would be misread).
+    cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     window = check_window(window_size, causal)
     params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,

@@ -282,6 +282,25 @@ def test_splits_agree(combine, device, monkeypatch):
         assert_close(f"num_splits={splits} vs 1", out, outs[1], atol=2 ** -6 * outs[1].abs().max().item())
 
 
+def test_strided_index_vectors(device):
+    """cache_seqlens, cache_batch_idx and cache_leftpad given as strided views
+    give the results of their contiguous copies."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 1, 4, 16, generator=gen).to(device)
+    kc, vc = (torch.randn(4, 48, 2, 16, generator=gen).to(device) for _ in range(2))
+
+    def strided(values):
+        t = torch.tensor(values, dtype=torch.int32, device=device)
+        return torch.stack([t, t + 1], 1)[:, 0]  # stride 2
+
+    plain = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([40, 17], dtype=torch.int32, device=device),
+                                     cache_batch_idx=torch.tensor([3, 1], dtype=torch.int32, device=device),
+                                     cache_leftpad=torch.tensor([2, 5], dtype=torch.int32, device=device))
+    views = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=strided([40, 17]), cache_batch_idx=strided([3, 1]),
+                                    cache_leftpad=strided([2, 5]))
+    assert torch.equal(plain, views), f"strided index vectors changed the output by {(plain - views).abs().max()}"
+
+
 def test_choose_num_splits():
     """Host-only heuristic: small batches spread over the SMs, large ones do not split."""
     # B=1, 8 KV heads, 128k cache, 64-key tiles on 132 SMs: about one program per SM.

@@ -1181,6 +1181,7 @@ def ring_flash_attn_varlen_func(
     softcap = check_softcap(softcap)
     positional = not (window == (-1, -1) or (causal and window[0] == -1)) or alibi_slopes is not None
     _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding, check_inputs, positional)
+    cu_seqlens = cu_seqlens.contiguous()  # read as CU + b by the kernels
     alibi_slopes = check_alibi(alibi_slopes, q, cu_seqlens.shape[0] - 1, q.shape[1])
     scale = check_scale(softmax_scale, "softmax_scale", q.shape[2])
     group = _ring_group(group, "ring_flash_attn_varlen_func")
