@@ -557,8 +557,12 @@ def flash_attn_with_kvcache(
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
     sinks = check_sinks(sinks, q, q.shape[2])
     # The kernels read these per-sequence vectors at PTR + b (a strided view would be misread).
-    cache_seqlens, cache_batch_idx, cache_leftpad = (
-        t.contiguous() if isinstance(t, torch.Tensor) else t for t in (cache_seqlens, cache_batch_idx, cache_leftpad))
+    if isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = cache_seqlens.contiguous()
+    if cache_batch_idx is not None:
+        cache_batch_idx = cache_batch_idx.contiguous()
+    if cache_leftpad is not None:
+        cache_leftpad = cache_leftpad.contiguous()
     if _is_int(cache_seqlens):
         cache_seqlens = torch.full((q.shape[0],), int(cast(int, cache_seqlens)), dtype=_INDEX_DTYPE,
                                    device=q.device)
