@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hopper_model import Barrier, Buffer, ProtocolError, _wait, run_agents  # noqa: E402
+from hopper_model import AsyncState, Barrier, Buffer, ProtocolError, _wait, run_agents  # noqa: E402
 
 
 def cdiv(a, b):
@@ -236,8 +236,9 @@ def backward_cases(full=True):
     return cases
 
 
-class BwdCTA:
+class BwdCTA(AsyncState):
     def __init__(self, nc, ns, ds_bufs):
+        super().__init__(nc)
         self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
         self.kv_ready = Barrier("kv_ready", 1)
         self.kv_empty = Barrier("kv_empty", nc)  # persistent: both consumers are done with K / V
@@ -254,22 +255,7 @@ class BwdCTA:
         self.pt = [[Buffer(f"Pt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
         self.ds = [[Buffer(f"dSt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
         self.stage = [Buffer(f"dQstage[{c}]") for c in range(nc)]
-        self.events = []
-        self.wgmma = [[] for _ in range(nc)]
-        self.stores = [0] * nc
-        self.reduced = []
-
-    def tma_load(self, buf, tag, bar):
-        if buf.readers:
-            raise ProtocolError(f"TMA load into {buf.name} while {buf.readers} asynchronous read(s) of it run")
-        if buf.writing:
-            raise ProtocolError(f"two TMA loads into {buf.name} at once")
-        buf.writing, buf.content = True, ("in flight", tag)
-        self.events.append(("load", buf, tag, bar))
-
-    def read(self, buf, tag):
-        if buf.writing or buf.content != tag:
-            raise ProtocolError(f"{buf.name} holds {buf.content}, expected {tag}")
+        self.reduced = []  # tags of the completed dQ reduce-adds
 
     def write(self, buf, tag):
         """A generic (register -> shared) store."""
@@ -277,35 +263,10 @@ class BwdCTA:
             raise ProtocolError(f"{buf.name} written while {buf.readers} asynchronous read(s) / a load of it run")
         buf.content = tag
 
-    def wgmma_issue(self, c, reads):
-        for buf, tag in reads:
-            self.read(buf, tag)
-            buf.readers += 1
-        self.wgmma[c].append(reads)
-        self.events.append(("wgmma", c))
+    reduce = AsyncState.tma_store  # the dQ TMA reduce-add: a store as far as the protocol goes
 
-    def reduce(self, c, buf, tag):
-        self.read(buf, tag)
-        buf.readers += 1
-        self.stores[c] += 1
-        self.events.append(("store", c, buf, tag))
-
-    def fire(self, ev):
-        self.events.remove(ev)
-        if ev[0] == "load":
-            _, buf, tag, bar = ev
-            buf.writing, buf.content = False, tag
-            bar.complete_tx(1)
-        elif ev[0] == "wgmma":
-            for buf, tag in self.wgmma[ev[1]].pop(0):
-                self.read(buf, tag)
-                buf.readers -= 1
-        else:
-            _, c, buf, tag = ev
-            self.read(buf, tag)
-            buf.readers -= 1
-            self.stores[c] -= 1
-            self.reduced.append(tag)
+    def stored(self, tag):
+        self.reduced.append(tag)
 
 
 def _waiter(offset):

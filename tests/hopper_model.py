@@ -306,29 +306,16 @@ class Buffer:
         self.name, self.content, self.writing, self.readers = name, ("fresh",), False, 0
 
 
-class CTA:
-    """Shared state of one CTA: barriers, buffers, asynchronous operations."""
+class AsyncState:
+    """The asynchronous operations of one CTA that both kernels' simulations
+    share: TMA loads into buffers, wgmma groups reading buffers (retiring in
+    issue order), TMA stores (or reduce-adds) reading a buffer, and the
+    events that complete them."""
 
-    def __init__(self, nc, ns, slots=2):
-        self.nc, self.ns = nc, ns
-        self.q_ready = [Barrier(f"q_ready[{c}]", 1) for c in range(nc)]
-        self.q_empty = [Barrier(f"q_empty[{c}]", 1) for c in range(nc)]
-        self.turn = [Barrier(f"turn[{c}]", 1) for c in range(nc)]
-        self.k_ready = [Barrier(f"k_ready[{s}]", 1) for s in range(ns)]
-        self.v_ready = [Barrier(f"v_ready[{s}]", 1) for s in range(ns)]
-        self.k_empty = [Barrier(f"k_empty[{s}]", nc) for s in range(ns)]
-        self.v_empty = [Barrier(f"v_empty[{s}]", nc) for s in range(ns)]
-        self.q_buf = [Buffer(f"Q[{c}]") for c in range(nc)]
-        self.k_buf = [Buffer(f"K[{s}]") for s in range(ns)]
-        self.v_buf = [Buffer(f"V[{s}]") for s in range(ns)]
+    def __init__(self, nc):
         self.events = []          # asynchronous completions that may fire: (kind, ...)
         self.wgmma = [[] for _ in range(nc)]   # per consumer: outstanding groups (buffers read, contents)
         self.stores = [0] * nc    # per consumer: TMA stores in flight
-        self.outputs = []         # (tile, consumer) of each O store issued
-        # DYNAMIC: the next-tile ring (slots of one int32 each) and its barriers.
-        self.slots = slots
-        self.tile_ready = [Barrier(f"tile_ready[{s}]", 1) for s in range(self.slots)]
-        self.next_tile = [Buffer(f"next_tile[{s}]") for s in range(self.slots)]
 
     # TMA load: the buffer is undefined until the copy completes the barrier's transaction.
     def tma_load(self, buf, tag, bar):
@@ -356,6 +343,9 @@ class CTA:
         self.stores[c] += 1
         self.events.append(("store", c, buf, tag))
 
+    def stored(self, tag):
+        """A store of ``tag`` completed (subclasses record it)."""
+
     def fire(self, ev):
         self.events.remove(ev)
         if ev[0] == "load":
@@ -371,6 +361,30 @@ class CTA:
             self.read(buf, tag)
             buf.readers -= 1
             self.stores[c] -= 1
+            self.stored(tag)
+
+
+class CTA(AsyncState):
+    """Shared state of one forward CTA: barriers, buffers, asynchronous operations."""
+
+    def __init__(self, nc, ns, slots=2):
+        super().__init__(nc)
+        self.nc, self.ns = nc, ns
+        self.q_ready = [Barrier(f"q_ready[{c}]", 1) for c in range(nc)]
+        self.q_empty = [Barrier(f"q_empty[{c}]", 1) for c in range(nc)]
+        self.turn = [Barrier(f"turn[{c}]", 1) for c in range(nc)]
+        self.k_ready = [Barrier(f"k_ready[{s}]", 1) for s in range(ns)]
+        self.v_ready = [Barrier(f"v_ready[{s}]", 1) for s in range(ns)]
+        self.k_empty = [Barrier(f"k_empty[{s}]", nc) for s in range(ns)]
+        self.v_empty = [Barrier(f"v_empty[{s}]", nc) for s in range(ns)]
+        self.q_buf = [Buffer(f"Q[{c}]") for c in range(nc)]
+        self.k_buf = [Buffer(f"K[{s}]") for s in range(ns)]
+        self.v_buf = [Buffer(f"V[{s}]") for s in range(ns)]
+        self.outputs = []         # (tile, consumer) of each O store issued
+        # DYNAMIC: the next-tile ring (slots of one int32 each) and its barriers.
+        self.slots = slots
+        self.tile_ready = [Barrier(f"tile_ready[{s}]", 1) for s in range(self.slots)]
+        self.next_tile = [Buffer(f"next_tile[{s}]") for s in range(self.slots)]
 
 
 def _wait(bar, parity, expected):
