@@ -35,7 +35,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hopper_model import AsyncState, Barrier, Buffer, ProtocolError, _wait, run_agents  # noqa: E402
+from hopper_model import (AsyncState, Barrier, Buffer, ProtocolError, _wait, run_agents,  # noqa: E402
+                          snake_tile, work_count)
 
 
 def cdiv(a, b):
@@ -72,16 +73,9 @@ def reference_grads(q, k, v, do, scale, shift):
     return dq, dk, dv, lse / math.log(2), delta
 
 
-def work_count(pid, n_programs, n_work):
-    """_bwd_work_count of the kernel."""
-    full = n_work // n_programs
-    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
-    return full + int(slot < n_work % n_programs)
-
-
 def work_tile(i, pid, n_programs, n_kb, n_bh, heads_first):
     """_bwd_work_tile of the kernel: (key block, batch * KV head)."""
-    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    t = snake_tile(i, pid, n_programs)
     return (t // n_bh, t % n_bh) if heads_first else (t % n_kb, t // n_kb)
 
 

@@ -56,15 +56,20 @@ def cdiv(a, b):
 
 
 def work_count(pid, n_programs, n_work):
-    """_work_count: work tiles of program pid."""
+    """schedule.snake_count: work tiles of program pid."""
     full = n_work // n_programs
     slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
     return full + int(slot < n_work % n_programs)
 
 
+def snake_tile(i, pid, n_programs):
+    """schedule.snake_tile: the number of program pid's i-th work tile."""
+    return i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+
+
 def work_tile(i, pid, n_programs, n_m, n_bh, heads_first):
     """_work_tile: (pid_m, pid_bh) of program pid's i-th work tile."""
-    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    t = snake_tile(i, pid, n_programs)
     if heads_first:
         return n_m - 1 - t // n_bh, t % n_bh
     return t % n_m, t // n_m

@@ -65,7 +65,7 @@ def test_schedule_emulation_matches_reference():
 
 
 def test_persistent_tiles_cover_the_grid_once():
-    """_work_count / _work_tile (as tests/hopper_model.py transcribes them):
+    """schedule.snake_count / fwd._work_tile (as tests/hopper_model.py transcribes them):
     every work tile goes to exactly one program, and with HEADS_FIRST the
     tiles are dealt longest first."""
     import hopper_model as hm

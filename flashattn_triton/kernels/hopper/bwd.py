@@ -80,6 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
+from .schedule import snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
 
@@ -103,26 +104,13 @@ _REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout,
 
 
 @gluon.jit
-def _bwd_work_count(pid, n_programs, n_work):
-    """Work tiles of program pid in the persistent loop (_bwd_work_tile)."""
-    full = n_work // n_programs
-    # The last, partial round deals tiles to programs [0, rem) when it runs
-    # forwards (even round), to [G - rem, G) when it runs backwards.
-    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
-    return full + (slot < n_work % n_programs).to(gl.int32)
-
-
-@gluon.jit
 def _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST: gl.constexpr):
-    """(key block, batch * KV head) of the i-th work tile of program pid.
-
-    Tiles t = 0 .. n_kb * n_bh - 1 are dealt in rounds of n_programs,
-    forwards in even rounds and backwards in odd ones (a snake: the program
-    that got the longest tile of a round gets the shortest of the next).
-    t runs over a head's key blocks fastest (they share its Q and dO in L2),
-    or with HEADS_FIRST over the heads fastest, key block 0 (with a causal
-    mask the one with most query tiles) of every head first."""
-    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
+    """(key block, batch * KV head) of the i-th work tile of program pid,
+    dealt in a snake (schedule.py).  Tile numbers t run over a head's key
+    blocks fastest (they share its Q and dO in L2), or with HEADS_FIRST over
+    the heads fastest, key block 0 (with a causal mask the one with most
+    query tiles) of every head first."""
+    t = snake_tile(i, pid, n_programs)
     if HEADS_FIRST:
         pid_n = t // n_bh
         pid_bh = t % n_bh
@@ -208,7 +196,7 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
     pid = gl.program_id(0)
     n_programs = gl.num_programs(0)
     it = 0
-    for i in range(_bwd_work_count(pid, n_programs, n_kb * n_bh)):
+    for i in range(snake_count(pid, n_programs, n_kb * n_bh)):
         pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
         off_b, off_hkv, start_n, m_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
                                                          BLOCK_M, BLOCK_N, IS_CAUSAL)
@@ -556,7 +544,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
         it = 0
-        for i in range(_bwd_work_count(pid, n_programs, n_kb * n_bh)):
+        for i in range(snake_count(pid, n_programs, n_kb * n_bh)):
             pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
             t_b, t_hkv, t_n, t_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
                                                      BLOCK_M, BLOCK_N, IS_CAUSAL)

@@ -45,6 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
+from .schedule import snake_count, snake_tile
 
 # Touch every name the kernel uses, so that a Triton whose Gluon API moved
 # fails here (and the tier reports itself unavailable) rather than at launch.
@@ -58,27 +59,13 @@ LOG2E = 1.4426950408889634
 
 
 @gluon.jit
-def _work_count(pid, n_programs, n_work):
-    """Number of work tiles of program pid in the persistent loop (_work_tile)."""
-    full = n_work // n_programs
-    # The last, partial round deals tiles to programs [0, rem) when it runs
-    # forwards (even round), to [G - rem, G) when it runs backwards.
-    slot = pid + (full % 2) * (n_programs - 1 - 2 * pid)
-    return full + (slot < n_work % n_programs).to(gl.int32)
-
-
-@gluon.jit
 def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr):
-    """(m-block, batch * head) of the i-th work tile of program pid.
-
-    Tiles t = 0 .. n_m * n_bh - 1 are dealt in rounds of n_programs, forwards
-    in even rounds and backwards in odd ones (a snake), so the program that
-    got the longest tile of one round gets the shortest of the next.  With
-    HEADS_FIRST, t runs over the heads fastest and over the m-blocks from the
-    bottom (longest causal block) up: longest first across all heads; else a
-    head's m-blocks are adjacent (they share K/V in L2)."""
-    t = i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
-    return _dynamic_tile(t, n_m, n_bh, HEADS_FIRST)
+    """(m-block, batch * head) of the i-th work tile of program pid, dealt
+    in a snake (schedule.py).  With HEADS_FIRST, tile numbers run over the
+    heads fastest and over the m-blocks from the bottom (longest causal
+    block) up: longest first across all heads; else a head's m-blocks are
+    adjacent (they share K/V in L2)."""
+    return _dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, HEADS_FIRST)
 
 
 @gluon.jit
@@ -221,7 +208,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
         g = 0
-        for i in range(_work_count(pid, n_programs, n_m * n_bh)):
+        for i in range(snake_count(pid, n_programs, n_m * n_bh)):
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
@@ -468,7 +455,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
         g = 0
-        for i in range(_work_count(pid, n_programs, n_m * n_bh)):
+        for i in range(snake_count(pid, n_programs, n_m * n_bh)):
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
