@@ -222,9 +222,11 @@ def emulate_forward(q, k, v, scale, shift, cfg):
                     rows = row0 + np.arange(bm)
                     if shift is not None:
                         n_full = min(max(row0 + shift + 1, 0), n_k) // bn
+                        n_own = max(min(cdiv(min(max(row0 + bm + shift, 0), n_k), bn), n_tiles), 1)
                     else:
                         n_full = n_k // bn
-                    n_full = min(n_full, n_tiles)
+                        n_own = n_tiles
+                    n_full = min(n_full, n_own)
                     qt = qp[ob, ohq, row0:row0 + bm]
                     kt = lambda j: kp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
                     vt = lambda j: vp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
@@ -233,15 +235,16 @@ def emulate_forward(q, k, v, scale, shift, cfg):
                     p, _, m_i, l_i = _softmax_update(qt @ kt(0).T, m_i, l_i, rows, 0, n_k, c, shift, True)
                     acc = np.zeros((bm, d))
                     seen = [0]
-                    for lo, hi, masked in ((1, n_full, False), (max(n_full, 1), n_tiles, True)):
+                    for lo, hi, masked in ((1, n_full, False), (max(n_full, 1), n_own, True)):
                         for j in loop_iterations(lo, hi, paired):
                             seen.append(j)
                             p_new, alpha, m_i, l_i = _softmax_update(qt @ kt(j).T, m_i, l_i, rows, j * bn, n_k, c,
                                                                      shift, masked)
                             acc = (acc + p @ vt(j - 1)) * alpha[:, None]
                             p = p_new
-                    assert seen == list(range(n_tiles)), (seen, n_tiles)
-                    acc = acc + p @ vt(n_tiles - 1)
+                    assert seen == list(range(n_own)), (seen, n_own)
+                    acc = acc + p @ vt(n_own - 1)
+                    # Tiles [n_own, n_tiles) are released unread (_attn_fwd_skip).
                     empty = l_i == 0.0
                     l_safe = np.where(empty, 1.0, l_i)
                     keep = rows < n_q
@@ -465,7 +468,22 @@ def producer(cta, tiles, persistent):
             yield from load_kv(0, j, j)
 
 
-def consumer(cta, c, tiles, persistent, pingpong):
+# Deliberately broken forms of _attn_fwd_skip (the release of the K/V tiles
+# past a warpgroup's diagonal) that the protocol simulation must catch.
+SKIP_BROKEN = ("skip_no_ready_wait", "skip_no_turn")
+
+
+def own_tiles(seed):
+    """A stand-in for the causal n_own of (work tile t, consumer c) with n key
+    tiles: a deterministic pseudo-random count in [1, n] (the protocol must
+    hold whatever each warpgroup's share)."""
+    return lambda t, c, n: 1 + random.Random(hash((seed, t, c))).randrange(n)
+
+
+def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
+    """One consumer warpgroup; own(t, c, n_tiles) -> the key tiles it reads
+    (n_own; the rest it releases unread, as _attn_fwd_skip), all of them
+    when None."""
     ns, nc = cta.ns, cta.nc
     waits = {}
 
@@ -475,6 +493,7 @@ def consumer(cta, c, tiles, persistent, pingpong):
         return _wait(bar, parity, n + 1)  # the n-th wait on a 'ready' barrier needs n + 1 completions
 
     def tile(t, n_tiles, g0, t0, q_phase):
+        n_own = own(t, c, n_tiles) if own else n_tiles
         q = cta.q_buf[c]
         yield wait(cta.q_ready[c], q_phase)
         s0 = g0 % ns
@@ -487,7 +506,7 @@ def consumer(cta, c, tiles, persistent, pingpong):
         yield ("wgmma_wait", 0)
         cta.k_empty[s0].arrive()
         yield ("step",)
-        for j in range(1, n_tiles):   # the unmasked / masked split and PAIRED do not change the order
+        for j in range(1, n_own):   # the unmasked / masked split and PAIRED do not change the order
             gk = g0 + j
             sk, sv = gk % ns, (gk - 1) % ns
             yield wait(cta.k_ready[sk], (gk // ns) & 1)
@@ -504,16 +523,29 @@ def consumer(cta, c, tiles, persistent, pingpong):
             yield ("wgmma_wait", 0)
             cta.v_empty[sv].arrive()
             yield ("step",)
-        sv = (g0 + n_tiles - 1) % ns
-        yield wait(cta.v_ready[sv], ((g0 + n_tiles - 1) // ns) & 1)
+        sv = (g0 + n_own - 1) % ns
+        yield wait(cta.v_ready[sv], ((g0 + n_own - 1) // ns) & 1)
         if pingpong:
-            yield wait(cta.turn[c], (t0 + n_tiles) & 1)
-        cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, n_tiles - 1))])
+            yield wait(cta.turn[c], (t0 + n_own) & 1)
+        cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, n_own - 1))])
         if pingpong:
             cta.turn[(c + 1) % nc].arrive()
         yield ("wgmma_wait", 0)
         cta.v_empty[sv].arrive()
         yield ("step",)
+        for j in range(n_own, n_tiles):   # _attn_fwd_skip
+            gk = g0 + j
+            sk = gk % ns
+            if broken != "skip_no_ready_wait":
+                yield wait(cta.k_ready[sk], (gk // ns) & 1)
+            cta.k_empty[sk].arrive()
+            if broken != "skip_no_ready_wait":
+                yield wait(cta.v_ready[sk], (gk // ns) & 1)
+            cta.v_empty[sk].arrive()
+            if pingpong and broken != "skip_no_turn":
+                yield wait(cta.turn[c], (t0 + j + 1) & 1)
+                cta.turn[(c + 1) % nc].arrive()
+            yield ("step",)
         # Epilogue: O staged in Q's buffer (a generic write: nothing may be
         # reading or loading it), TMA store, store_wait.
         if q.readers or q.writing:
@@ -602,17 +634,20 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
     return steps
 
 
-def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6):
-    """Run one CTA's protocol over work tiles with the given key-tile counts.
-    Returns the number of scheduler steps; raises ProtocolError on a
-    deadlock, a wrong phase or a buffer hazard."""
+def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None):
+    """Run one CTA's protocol over work tiles with the given key-tile counts;
+    skip: each warpgroup reads only own_tiles(seed) of them (causal), with
+    broken one of SKIP_BROKEN.  Returns the number of scheduler steps;
+    raises ProtocolError on a deadlock, a wrong phase or a buffer hazard."""
+    assert broken in (None,) + SKIP_BROKEN, broken
+    own = own_tiles(seed) if skip else None
     rng = random.Random(seed)
     cta = CTA(nc, ns)
     if pingpong:
         cta.turn[0].arrive()
     agents = {"producer": producer(cta, tiles, persistent)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken)
     # Per run, a random bias: some agents (or the asynchronous engines) run
     # much more often than others, so that every one of them gets far ahead.
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
@@ -640,7 +675,7 @@ class Claims:
 DYNAMIC_BROKEN = ("one_slot", "consumer_claims", "no_wait", "no_reset")
 
 
-def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6):
+def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6, skip=False):
     """The DYNAMIC protocol of min(n_programs, len(work)) CTAs sharing one
     counter, under one random scheduler; work: key-tile count per tile t.
     Returns the number of scheduler steps; raises ProtocolError on a
@@ -659,7 +694,7 @@ def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_
             cta.turn[0].arrive()
         agents[(p, "producer")] = producer(cta, sched, True)
         for c in range(nc):
-            agents[(p, c)] = consumer(cta, c, sched, True, pingpong)
+            agents[(p, c)] = consumer(cta, c, sched, True, pingpong, own_tiles(seed) if skip else None)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in agents}
     w_async = rng.choice((0.05, 1.0, 20.0))
     steps = run_agents(agents, ctas, lambda name: (ctas[name[0]], name[1]), weight, w_async, rng, max_steps)
@@ -798,20 +833,31 @@ def main():
         for tiles, nc, ns, pp, persistent, seed in protocol_cases(not args.quick):
             runs += 1
             try:
-                steps += simulate_protocol(tiles, nc, ns, pp, persistent, seed + rep * 7919)
+                steps += simulate_protocol(tiles, nc, ns, pp, persistent, seed + rep * 7919, skip=seed % 2 == 1)
             except ProtocolError as exc:
                 pfails += 1
                 if pfails <= 10:
                     print("PROTOCOL FAIL", tiles, nc, ns, pp, persistent, seed, exc)
-    print(f"protocol simulation: {runs} runs, {steps} scheduler steps, {pfails} failures, "
-          f"{time.time() - t1:.0f}s", flush=True)
+    skip_caught = {}
+    for broken in SKIP_BROKEN:
+        skip_caught[broken] = 0
+        for tiles, nc, ns, pp, persistent, seed in protocol_cases(False):
+            try:
+                simulate_protocol(tiles, nc, ns, pp, persistent, seed, skip=True, broken=broken)
+            except ProtocolError:
+                skip_caught[broken] += 1
+    print(f"protocol simulation: {runs} runs (odd seeds: warpgroups skip their tiles past the diagonal), "
+          f"{steps} scheduler steps, {pfails} failures, {time.time() - t1:.0f}s; broken skips caught in runs of "
+          f"{len(protocol_cases(False))}: {skip_caught}", flush=True)
+    if not all(skip_caught.values()):
+        pfails += 1
     t2 = time.time()
     runs = steps = 0
     for rep in range(args.protocol_runs):
         for work, g, nc, ns, pp, seed in dynamic_cases(not args.quick):
             runs += 1
             try:
-                steps += simulate_dynamic(work, g, nc, ns, pp, seed + rep * 7919)
+                steps += simulate_dynamic(work, g, nc, ns, pp, seed + rep * 7919, skip=seed % 2 == 1)
             except ProtocolError as exc:
                 pfails += 1
                 if pfails <= 10:

@@ -16,6 +16,7 @@ from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
 from _utils import fake_launch
+from hopper_model import SKIP_BROKEN
 
 LN2 = math.log(2.0)
 
@@ -95,6 +96,27 @@ def test_barrier_protocol_simulation(persistent):
     assert runs >= 10
 
 
+@pytest.mark.parametrize("broken", [None, *SKIP_BROKEN])
+def test_barrier_protocol_causal_skip(broken):
+    """Causal: each consumer warpgroup reads only the key tiles up to its own
+    diagonal and releases the rest of the work tile's unread
+    (_attn_fwd_skip: wait for each load, release it, pass the turn on).
+    Under random schedules and random per-warpgroup shares the protocol
+    holds; each deliberately broken form of the release is caught."""
+    import hopper_model as hm
+    cases = hm.protocol_cases(full=False)
+    caught = 0
+    for tiles, nc, ns, pingpong, pers, seed in cases:
+        try:
+            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, skip=True, broken=broken)
+        except hm.ProtocolError:
+            if broken is None:
+                raise
+            caught += 1
+    if broken is not None:
+        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+
+
 def test_dynamic_schedule_covers_every_tile_once():
     """DYNAMIC (tests/hopper_model.py's dynamic_assignment): whatever the
     completion times, program p starts with tile p and every tile goes to
@@ -121,6 +143,7 @@ def test_dynamic_protocol_simulation():
     cases = hm.dynamic_cases(full=False)
     for work, g, nc, ns, pingpong, seed in cases:
         hm.simulate_dynamic(work, g, nc, ns, pingpong, seed)
+        hm.simulate_dynamic(work, g, nc, ns, pingpong, seed, skip=True)
     for broken in hm.DYNAMIC_BROKEN:
         caught = 0
         for work, g, nc, ns, pingpong, seed in cases:
