@@ -100,6 +100,7 @@ ROWS = {
     + [(128, 8192, True, 4), (256, 8192, False, 1), (256, 8192, True, 1)],
     "grid": [(d, n, causal, 1) for d in (64, 128, 256) for n in (2048, 8192) for causal in (False, True)],
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
+    "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
 }
 BASELINES = ("api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash")
 
@@ -256,13 +257,13 @@ def stage_memcheck(args):
     emit("memcheck", ran=done)
 
 
-def _load_prev(path):
+def _load_prev(path, index=0):
     """Another version of kernels/hopper/fwd.py (a file copied from another
     commit), loaded as a sibling module of the package's so that its relative
     imports resolve: its kernels are timed in the same process as the current
-    ones (column hopper:prev)."""
+    ones (columns hopper:prev, hopper:prev1, ...)."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("flashattn_triton.kernels.hopper._fwd_prev", path)
+    spec = importlib.util.spec_from_file_location(f"flashattn_triton.kernels.hopper._fwd_prev{index}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -281,7 +282,7 @@ def stage_bench(args):
         api_error = f"{type(exc).__name__}: {exc}"[:160]
     variants = [v for v in args.variants.split(",") if v]
     baselines = [b for b in args.baselines.split(",") if b]
-    prev = _load_prev(args.prev) if args.prev else None
+    prev = [_load_prev(path, i) for i, path in enumerate(args.prev.split(",")) if path]
     dev = torch.device("cuda")
     dtype = torch.bfloat16
     for d, n, causal, gqa in ROWS[args.rows]:
@@ -326,9 +327,9 @@ def stage_bench(args):
                 with sdpa_kernel(be):
                     return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
             fns[name] = run
-        if prev is not None:
-            fns["hopper:prev"] = (lambda: prev.hopper_attention_forward(qh, kh, vh, oh, lse, scale,
-                                                                        0 if causal else None))
+        for i, mod in enumerate(prev):
+            fns[f"hopper:prev{i or ''}"] = (lambda mod=mod: mod.hopper_attention_forward(
+                qh, kh, vh, oh, lse, scale, 0 if causal else None))
         rec = dict(d=d, n=n, b=b, h=h, hkv=hkv, causal=causal, dtype="bf16")
         for name, fn in fns.items():
             try:
@@ -434,8 +435,8 @@ def main():
     ap.add_argument("--rows", default="run1", choices=sorted(ROWS), help="timing rows (ROWS)")
     ap.add_argument("--baselines", default=",".join(BASELINES), help="comparison columns of the timing")
     ap.add_argument("--no-memcheck", action="store_true", help="skip compute-sanitizer")
-    ap.add_argument("--prev", default="", help="bench stage: also time this copy of kernels/hopper/fwd.py "
-                    "(from another commit) as column hopper:prev")
+    ap.add_argument("--prev", default="", help="bench stage: also time these copies of kernels/hopper/fwd.py "
+                    "(comma-separated, from other commits) as columns hopper:prev, hopper:prev1, ...")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "benchmarks" / "results" / "h200"))
     args = ap.parse_args()
     if args.stage:

@@ -222,7 +222,9 @@ def emulate_forward(q, k, v, scale, shift, cfg):
                     rows = row0 + np.arange(bm)
                     if shift is not None:
                         n_full = min(max(row0 + shift + 1, 0), n_k) // bn
-                        n_own = max(min(cdiv(min(max(row0 + bm + shift, 0), n_k), bn), n_tiles), 1)
+                        n_own = n_tiles
+                        if cfg.get("SKIP_TILES"):
+                            n_own = max(min(cdiv(min(max(row0 + bm + shift, 0), n_k), bn), n_tiles), 1)
                     else:
                         n_full = n_k // bn
                         n_own = n_tiles
@@ -757,11 +759,11 @@ def forward_cases(full=True):
     """(batch, h_q, h_kv, n_q, n_k, shift, cfg) for the emulation sweep."""
     lengths = [1, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 383, 700]
     cfgs = []
-    for bn, nc, paired, persistent, heads_first, n_sms in itertools.product(
-            (64, 128), (1, 2, 3), (False, True), (False, True), (False, True), (3, 5, 132)):
+    for bn, nc, paired, persistent, heads_first, n_sms, skip in itertools.product(
+            (64, 128), (1, 2, 3), (False, True), (False, True), (False, True), (3, 5, 132), (False, True)):
         if persistent or n_sms == 132:
             cfgs.append(dict(BLOCK_M=64, BLOCK_N=bn, NUM_CONSUMERS=nc, PAIRED=paired, PERSISTENT=persistent,
-                             HEADS_FIRST=heads_first, NUM_SMS=n_sms))
+                             HEADS_FIRST=heads_first, NUM_SMS=n_sms, SKIP_TILES=skip))
     rng = random.Random(1)
     out = []
     for n_q, n_k in itertools.product(lengths, lengths):
@@ -785,7 +787,7 @@ def dynamic_forward_cases(full=True):
             cfg = dict(BLOCK_M=64, BLOCK_N=rng.choice((64, 128)), NUM_CONSUMERS=rng.choice((1, 2, 3)),
                        PAIRED=rng.random() < 0.5, PERSISTENT=True, DYNAMIC=True,
                        HEADS_FIRST=shift is not None, NUM_SMS=rng.choice((1, 3, 5, 132)),
-                       SEED=rng.randrange(1 << 30))
+                       SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.5)
             out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
     return out if full else rng.sample(out, 40)
 

@@ -375,6 +375,27 @@ def test_schedule_variants(variant, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("skip", [False, True], ids=["all-tiles", "skip-tiles"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent5"])
+@pytest.mark.parametrize("causal", ["br", "tl"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_causal_skip_tiles(d, causal, persistent, skip):
+    """SKIP_TILES (causal): a consumer warpgroup that releases the key tiles
+    past its own diagonal unread, on or off at every head dim, computes the
+    same attention; Nq < Nk and Nq > Nk put the diagonal anywhere in a tile."""
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    for nq, nk in ((777, 1500), (1500, 700)):
+        q, k, v, o, lse = _inputs(2, 8, 2, nq, nk, d, torch.bfloat16, "flash")
+        shift = nk - nq if causal == "br" else 0
+        overrides = dict(SKIP_TILES=skip, PERSISTENT=persistent)
+        if persistent:
+            overrides["NUM_SMS"] = 5
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, **overrides), \
+            f"declined: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
+        _check(q, k, v, o, lse, 0.09, shift)
+
+
+@needs_hopper
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("programs", [None, 7], ids=["sms", "7programs"])
 @pytest.mark.parametrize("d", [64, 128, 256])

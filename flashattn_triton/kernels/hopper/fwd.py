@@ -231,14 +231,9 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
         # Column indices are made here, not passed in: a loop-invariant
         # vector would hold BLOCK_N / 4 registers through the unmasked loop.
         cols = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        keep = gl.expand_dims(cols, 0) < N_K - start_n
         if IS_CAUSAL:
-            # One bound per row folds both masks (keys past N_K and keys
-            # past the row's diagonal) into a single compare per element:
-            # fewer live predicates (the masked step spilled at d = 64).
-            bound = gl.minimum(rows + (causal_shift - start_n + 1), N_K - start_n)
-            keep = gl.expand_dims(cols, 0) < gl.expand_dims(bound, 1)
-        else:
-            keep = gl.expand_dims(cols, 0) < N_K - start_n
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + (causal_shift - start_n))
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1))
     if MASKED:
@@ -364,7 +359,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
                    N_Q, N_K, qk_scale, causal_shift,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr):
+                   IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
+                   SKIP_TILES: gl.constexpr):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M).  g0: K/V ring uses and t0: ping-pong turns of this
     warpgroup before the tile (they continue from tile to tile); q_phase:
@@ -381,13 +377,17 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
     # Tiles [0, n_full) are seen whole by every row of this warpgroup; the
     # rest (the diagonal, the ragged end of K) are masked.
-    # Tiles [n_own, n_tiles) lie wholly above this warpgroup's diagonal (the
-    # work tile's n_tiles is set by its last warpgroup): they are released
-    # unread (_attn_fwd_skip), at d = 64 about 5% of the tiles at N = 2k.
+    # SKIP_TILES: tiles [n_own, n_tiles) lie wholly above this warpgroup's
+    # diagonal (the work tile's n_tiles is set by its last warpgroup): they
+    # are released unread (_attn_fwd_skip), at d = 64 (192-row work tiles,
+    # 128-key tiles) about 5% of the tiles at N = 2k, 10% at 1k.
     if IS_CAUSAL:
         n_full = gl.minimum(gl.maximum(row0 + causal_shift + 1, 0), N_K) // BLOCK_N
-        n_own = gl.cdiv(gl.minimum(gl.maximum(row0 + BLOCK_M + causal_shift, 0), N_K), BLOCK_N)
-        n_own = gl.maximum(gl.minimum(n_own, n_tiles), 1)
+        if SKIP_TILES:
+            n_own = gl.cdiv(gl.minimum(gl.maximum(row0 + BLOCK_M + causal_shift, 0), N_K), BLOCK_N)
+            n_own = gl.maximum(gl.minimum(n_own, n_tiles), 1)
+        else:
+            n_own = n_tiles
     else:
         n_full = N_K // BLOCK_N
         n_own = n_tiles
@@ -433,7 +433,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
         mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
     acc, p = warpgroup_mma_wait(0, deps=(o_tok, p))
     mbarrier.arrive(v_empty.index(sv))
-    if IS_CAUSAL:
+    if IS_CAUSAL and SKIP_TILES:
         _attn_fwd_skip(n_own, n_tiles, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
                        CONSUMER, NUM_CONSUMERS, NUM_STAGES, PINGPONG)
 
@@ -462,7 +462,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
                       H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
+                      IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, DYNAMIC: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
@@ -481,7 +481,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n
             # The next tile, as the producer claimed it (published once per
@@ -502,7 +502,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
             # O has left this consumer's Q buffer (store_wait): the producer
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
@@ -511,7 +511,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
         _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
                        off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift"])
@@ -530,7 +530,7 @@ def _attn_fwd_hopper(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr,
+    PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     if PERSISTENT:
@@ -605,7 +605,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
@@ -619,13 +619,13 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
@@ -640,19 +640,19 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, PERSISTENT, HEADS_FIRST, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
@@ -675,11 +675,20 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # Chosen from the H200 runs in docs/hopper.md: a third stage pays at d = 128;
 # at d = 64 three 160-register consumers (192 rows per program) beat two
 # PAIRED ones by 1.04-1.16x (session 10, call 4), at d >= 128 PAIRED's second
-# P makes ptxas spill.
+# P makes ptxas spill.  SKIP_TILES (causal only: each warpgroup releases the
+# key tiles past its own diagonal unread): at d = 64, A/B in one process
+# (session 12, calls 3-4, three repeats), 1.06x at N = 1k, 1.02-1.05x at 2k,
+# 1.01-1.02x at 8k, 0.92-1.01x at 4k (the previous kernel itself varied by
+# 8% there); at d = 128 (no tile to skip with shift 0) and d = 256 (3% of the
+# tiles at 2k) the extra loop-carried scalars cost uniform registers (UMOVs
+# between the QK^T wgmmas): 0.88-0.97x at N = 4k-8k, so off there.
 CONFIGS = {
-    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=3, CONSUMER_REGS=160, PAIRED=False),
-    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
-    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False),
+    64: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=3, CONSUMER_REGS=160, PAIRED=False,
+             SKIP_TILES=True),
+    128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False,
+              SKIP_TILES=False),
+    256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False,
+              SKIP_TILES=False),
 }
 # Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
