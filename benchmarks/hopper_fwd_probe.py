@@ -64,6 +64,11 @@ VARIANTS = {
     "dynamic": ({"DYNAMIC": True}, (64, 128, 256)),
     "nc3_dynamic": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "DYNAMIC": True}, (64,)),
     "dynamic_g7": ({"DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256)),
+    # Causal tile order by groups of heads (HEAD_GROUP in fwd.py's SCHEDULE):
+    # the programs running at once share fewer heads' K/V in L2.
+    "hg4": ({"HEAD_GROUP": 4}, (64, 128)),
+    "hg8": ({"HEAD_GROUP": 8}, (64, 128)),
+    "hg16": ({"HEAD_GROUP": 16}, (64, 128)),
     "dynamic_g5_nopp": ({"DYNAMIC": True, "NUM_SMS": 5, "PINGPONG": False}, (128,)),
     "dynamic_g5_nc1": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
     "dynamic_g5_nc3": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,
@@ -101,6 +106,7 @@ ROWS = {
     "grid": [(d, n, causal, 1) for d in (64, 128, 256) for n in (2048, 8192) for causal in (False, True)],
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
+    "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
 }
 BASELINES = ("api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash")
 

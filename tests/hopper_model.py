@@ -67,12 +67,20 @@ def snake_tile(i, pid, n_programs):
     return i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
 
 
-def work_tile(i, pid, n_programs, n_m, n_bh, heads_first):
-    """_work_tile: (pid_m, pid_bh) of program pid's i-th work tile."""
-    t = snake_tile(i, pid, n_programs)
+def dynamic_tile(t, n_m, n_bh, heads_first, head_group=0):
+    """_dynamic_tile: (pid_m, pid_bh) of work tile number t."""
     if heads_first:
+        if head_group:
+            grp, r = divmod(t, head_group * n_m)
+            n_heads = min(n_bh - grp * head_group, head_group)
+            return n_m - 1 - r // n_heads, grp * head_group + r % n_heads
         return n_m - 1 - t // n_bh, t % n_bh
     return t % n_m, t // n_m
+
+
+def work_tile(i, pid, n_programs, n_m, n_bh, heads_first, head_group=0):
+    """_work_tile: (pid_m, pid_bh) of program pid's i-th work tile."""
+    return dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, heads_first, head_group)
 
 
 def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n):
@@ -94,7 +102,7 @@ def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     n_m, n_bh = cdiv(n_q, rows), batch * h_q
     tiles = []
     for t in range(n_m * n_bh):
-        pid_m, pid_bh = (n_m - 1 - t // n_bh, t % n_bh) if cfg["HEADS_FIRST"] else (t % n_m, t // n_m)
+        pid_m, pid_bh = dynamic_tile(t, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("HEAD_GROUP", 0))
         tiles.append(tile_coords(pid_m, pid_bh, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"]))
     return tiles, n_m, n_bh
 
@@ -144,7 +152,7 @@ def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
         return [[order[t] for t in p] for p in progs]
     if cfg.get("PERSISTENT"):
         g = min(cfg.get("NUM_SMS", 132), n_m * n_bh)
-        return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"]))
+        return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("HEAD_GROUP", 0)))
                  for i in range(work_count(p, g, n_m * n_bh))] for p in range(g)]
     return [[t] for t in order]
 
@@ -759,11 +767,12 @@ def forward_cases(full=True):
     """(batch, h_q, h_kv, n_q, n_k, shift, cfg) for the emulation sweep."""
     lengths = [1, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 383, 700]
     cfgs = []
-    for bn, nc, paired, persistent, heads_first, n_sms, skip in itertools.product(
-            (64, 128), (1, 2, 3), (False, True), (False, True), (False, True), (3, 5, 132), (False, True)):
-        if persistent or n_sms == 132:
+    for bn, nc, paired, persistent, heads_first, n_sms, skip, head_group in itertools.product(
+            (64, 128), (1, 2, 3), (False, True), (False, True), (False, True), (3, 5, 132), (False, True),
+            (0, 1, 3)):
+        if (persistent or n_sms == 132) and (persistent and heads_first or head_group == 0):
             cfgs.append(dict(BLOCK_M=64, BLOCK_N=bn, NUM_CONSUMERS=nc, PAIRED=paired, PERSISTENT=persistent,
-                             HEADS_FIRST=heads_first, NUM_SMS=n_sms, SKIP_TILES=skip))
+                             HEADS_FIRST=heads_first, NUM_SMS=n_sms, SKIP_TILES=skip, HEAD_GROUP=head_group))
     rng = random.Random(1)
     out = []
     for n_q, n_k in itertools.product(lengths, lengths):
@@ -787,7 +796,8 @@ def dynamic_forward_cases(full=True):
             cfg = dict(BLOCK_M=64, BLOCK_N=rng.choice((64, 128)), NUM_CONSUMERS=rng.choice((1, 2, 3)),
                        PAIRED=rng.random() < 0.5, PERSISTENT=True, DYNAMIC=True,
                        HEADS_FIRST=shift is not None, NUM_SMS=rng.choice((1, 3, 5, 132)),
-                       SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.5)
+                       SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.5,
+                       HEAD_GROUP=rng.choice((0, 1, 3, 4)))
             out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
     return out if full else rng.sample(out, 40)
 
