@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 12, call 6 (about 5 minutes on one H200): the causal tile order by
+# Session 12, call 6 (about 5 minutes on one H200; ran at 8330638, whose fwd.py
+# had HEAD_GROUP, since replaced by M_BAND): the causal tile order by
 # groups of heads (HEAD_GROUP, fwd.py SCHEDULE; call 2's Nsight profile of
 # d=128 causal N=2k: L2 hit rate 13.7%, DRAM 76% busy, K/V read ~7 times).
 #   1. GPU tests of HEAD_GROUP (persistent, 5 programs, static and dynamic,

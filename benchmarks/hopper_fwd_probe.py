@@ -64,11 +64,12 @@ VARIANTS = {
     "dynamic": ({"DYNAMIC": True}, (64, 128, 256)),
     "nc3_dynamic": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "DYNAMIC": True}, (64,)),
     "dynamic_g7": ({"DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256)),
-    # Causal tile order by groups of heads (HEAD_GROUP in fwd.py's SCHEDULE):
-    # the programs running at once share fewer heads' K/V in L2.
-    "hg4": ({"HEAD_GROUP": 4}, (64, 128)),
-    "hg8": ({"HEAD_GROUP": 8}, (64, 128)),
-    "hg16": ({"HEAD_GROUP": 16}, (64, 128)),
+    # Causal tile order by bands of M_BAND m-blocks per head (fwd.py's
+    # SCHEDULE): the programs running at once share each head's K/V in L2.
+    "band2": ({"M_BAND": 2}, (64, 128)),
+    "band4": ({"M_BAND": 4}, (64, 128)),
+    "band2_dynamic": ({"M_BAND": 2, "DYNAMIC": True}, (128,)),
+    "band4_dynamic": ({"M_BAND": 4, "DYNAMIC": True}, (128,)),
     "dynamic_g5_nopp": ({"DYNAMIC": True, "NUM_SMS": 5, "PINGPONG": False}, (128,)),
     "dynamic_g5_nc1": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
     "dynamic_g5_nc3": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,

@@ -80,16 +80,17 @@ def test_persistent_tiles_cover_the_grid_once():
     order, _, _ = hm.tile_order(2, 4, 2, 1000, 1300, 300, cfg)
     lengths = [t[4] for t in order]
     assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
-    # HEAD_GROUP: longest first within each group of heads, groups in turn
-    # (the last one partial), every (m-block, head) once.
-    for n_bh, n_m, group in [(8, 5, 3), (7, 4, 7), (16, 16, 8), (5, 9, 8), (3, 2, 1)]:
-        tiles = [hm.dynamic_tile(t, n_m, n_bh, True, group) for t in range(n_m * n_bh)]
+    # M_BAND: bands of neighbouring m-blocks from the bottom up (the last one
+    # partial), every head's band before the next band; every (m-block,
+    # head) once, and a tile never more than a band shorter than a later one.
+    for n_bh, n_m, band in [(8, 5, 3), (7, 4, 4), (16, 16, 2), (5, 9, 4), (3, 2, 8), (4, 6, 1)]:
+        tiles = [hm.dynamic_tile(t, n_m, n_bh, True, band) for t in range(n_m * n_bh)]
         assert sorted(tiles) == sorted((m, bh) for m in range(n_m) for bh in range(n_bh))
         for t, (m, bh) in enumerate(tiles):
-            g0 = (t // (group * n_m)) * group
-            assert g0 <= bh < g0 + group, (t, bh, group)
-            if t and tiles[t - 1][1] // group == bh // group:
-                assert m <= tiles[t - 1][0], "within a group, longest first"
+            assert all(m2 < m + max(band, 1) for m2, _ in tiles[t:]), (t, m, band)
+            if band > 1 and t:
+                same_band = (n_m - 1 - m) // band == (n_m - 1 - tiles[t - 1][0]) // band
+                assert same_band or m < tiles[t - 1][0], "bands from the bottom up"
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -433,7 +434,7 @@ def test_persistent_matches_reference(programs, d, case, dynamic):
 @pytest.mark.parametrize("variant", [dict(), dict(PAIRED=True), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
                                      dict(NUM_CONSUMERS=3, CONSUMER_REGS=160, NUM_STAGES=2),
                                      dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=2),
-                                     dict(HEADS_FIRST=True, HEAD_GROUP=3), dict(HEADS_FIRST=True, HEAD_GROUP=16)],
+                                     dict(HEADS_FIRST=True, M_BAND=3), dict(HEADS_FIRST=True, M_BAND=16)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])

@@ -59,35 +59,38 @@ LOG2E = 1.4426950408889634
 
 
 @gluon.jit
-def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr, HEAD_GROUP: gl.constexpr):
+def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr):
     """(m-block, batch * head) of the i-th work tile of program pid, dealt
     in a snake (schedule.py), numbered as _dynamic_tile."""
-    return _dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, HEADS_FIRST, HEAD_GROUP)
+    return _dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, HEADS_FIRST, M_BAND)
 
 
 @gluon.jit
-def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, HEAD_GROUP: gl.constexpr):
+def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr):
     """(m-block, batch * head) of work tile number t: what _work_tile deals
     out in its snake order, and the DYNAMIC schedule hands out in order
     t = 0, 1, ... as programs ask.
 
     Without HEADS_FIRST a head's m-blocks are adjacent (the programs running
-    at once share its K/V in L2).  With HEADS_FIRST the numbers run over the
-    heads fastest and over the m-blocks from the bottom (longest causal
-    block) up, longest first; over all heads when HEAD_GROUP is 0, else over
-    groups of HEAD_GROUP heads one group after the other.  Over all heads,
-    the 132 programs running at once read 132 different heads' K/V: the
-    H200 profile of d = 128 causal N = 2k showed 13.7% L2 hits and DRAM 76%
-    busy (K/V read about 7 times); a group bounds the K/V in flight to
-    HEAD_GROUP heads'."""
+    at once share its K/V in L2).  With HEADS_FIRST the m-blocks come from
+    the bottom (longest causal block) up, longest first, and the heads
+    fastest: M_BAND <= 1 takes one m-block of every head at a time, so the
+    132 programs in flight hold 132 different heads' K/V (the H200 profile
+    of d = 128 causal N = 2k: 13.7% L2 hits, DRAM 76% busy).  M_BAND > 1
+    takes bands of M_BAND neighbouring m-blocks per head (every head's band,
+    then the next band up): lengths within a band differ by at most
+    M_BAND - 1 m-blocks' worth of key tiles, and the programs in flight share each head's K/V
+    prefix M_BAND ways (tests/hopper_model.py's L2 model: hit rate 0.11 ->
+    0.5 / 0.7 with bands of 2 / 4 at d = 128 N = 2k, balance unchanged)."""
     if HEADS_FIRST:
-        if HEAD_GROUP > 0:
-            per_group = HEAD_GROUP * n_m
-            grp = t // per_group
-            r = t - grp * per_group
-            n_heads = gl.minimum(n_bh - grp * HEAD_GROUP, HEAD_GROUP)  # the last group may be partial
-            pid_m = n_m - 1 - r // n_heads
-            pid_bh = grp * HEAD_GROUP + r % n_heads
+        if M_BAND > 1:
+            per_band = M_BAND * n_bh
+            band = t // per_band
+            r = t - band * per_band
+            top = n_m - 1 - band * M_BAND  # the band's longest m-block
+            width = gl.minimum(top + 1, M_BAND)  # the last band may be partial
+            pid_bh = r // width
+            pid_m = top - r % width
         else:
             pid_m = n_m - 1 - t // n_bh
             pid_bh = t % n_bh
@@ -188,7 +191,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                    H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, HEAD_GROUP: gl.constexpr,
+                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                    DYNAMIC: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
@@ -203,7 +206,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         i = 0
         g = 0
         while t < n_work:
-            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, HEAD_GROUP)
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
@@ -224,7 +227,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         n_programs = gl.num_programs(0)
         g = 0
         for i in range(snake_count(pid, n_programs, n_m * n_bh)):
-            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, HEAD_GROUP)
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
@@ -478,7 +481,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
-                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, HEAD_GROUP: gl.constexpr,
+                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       DYNAMIC: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
@@ -491,7 +494,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
         i = 0
         g = 0
         while t < n_work:
-            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, HEAD_GROUP)
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
             _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
@@ -510,7 +513,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
         n_programs = gl.num_programs(0)
         g = 0
         for i in range(snake_count(pid, n_programs, n_m * n_bh)):
-            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, HEAD_GROUP)
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
             # A tile takes t_n ring uses and t_n + 1 turns (S_0, then t_n
@@ -546,7 +549,7 @@ def _attn_fwd_hopper(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, HEAD_GROUP: gl.constexpr,
+    PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     if PERSISTENT:
@@ -621,12 +624,12 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
@@ -635,18 +638,18 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -656,24 +659,24 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, HEAD_GROUP, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -708,8 +711,8 @@ CONFIGS = {
 }
 # Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
-    False: dict(PINGPONG=True, HEADS_FIRST=False, HEAD_GROUP=0),
-    True: dict(PINGPONG=True, HEADS_FIRST=True, HEAD_GROUP=0),
+    False: dict(PINGPONG=True, HEADS_FIRST=False, M_BAND=0),
+    True: dict(PINGPONG=True, HEADS_FIRST=True, M_BAND=0),
 }
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_work_tile).  On where the H200 measured >= 1.02x at
