@@ -282,6 +282,27 @@ def test_splits_agree(combine, device, monkeypatch):
         assert_close(f"num_splits={splits} vs 1", out, outs[1], atol=2 ** -6 * outs[1].abs().max().item())
 
 
+def test_split_counters_reset(device, monkeypatch):
+    """The fused merge's counters come from a buffer kept per stream: every
+    launch leaves them at 0 (no memset per call), so repeated calls with
+    different split counts and shapes keep matching the reference; a removed
+    reset would make the next call merge before all partials are written."""
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
+    monkeypatch.setenv(decode.ENV_COMBINE, "fused")
+    dtype = torch.bfloat16
+    for rep, (batch, n_cap, splits) in enumerate([(2, 120, 3), (3, 100, 5), (2, 120, 3), (1, 64, 4)]):
+        q = rnd(device, dtype, batch, 1, 4, 32)
+        k_cache, v_cache, _ = make_cache(device, batch, n_cap, 2, 32, dtype)
+        lens = ints(device, [n_cap - 7 * i for i in range(batch)])
+        ref = reference(q, k_cache, v_cache, seqlens=lens)
+        base = reference(q, k_cache, v_cache, seqlens=lens, dtype=dtype)
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, num_splits=splits)
+        assert_close(f"call {rep} (B={batch}, splits={splits})", out, ref[0], base[0], 2.0, dtype)
+        if kvc._use_triton(q):
+            buf = decode.split_counters(1, q.device)._base
+            assert buf is not None and int(buf.count_nonzero()) == 0, f"counters left set after call {rep}"
+
+
 def test_strided_index_vectors(device):
     """cache_seqlens, cache_batch_idx and cache_leftpad given as strided views
     give the results of their contiguous copies."""

@@ -10,7 +10,9 @@ reading K and V once, so the kernel is organised around that read.
 * Split-KV.  The key range of a sequence is cut into NUM_SPLITS contiguous
   runs of BLOCK_N tiles (grid axis 1); each split writes a float32 partial
   output and its LSE, and the last split of a tile to finish (an atomic
-  counter per tile) merges them exactly by their LSEs, inside the same launch.
+  counter per tile) merges them exactly by their LSEs, inside the same launch,
+  and sets its counter back to 0: the counters live in a buffer kept per
+  (device, stream), zeroed once when made, so a call launches no memset.
   (FLASHATTN_TRITON_DECODE_COMBINE=separate leaves the merge to the combine
   kernel of combine.py instead.)  With one split the kernel writes the final
   output directly.
@@ -356,6 +358,9 @@ def _decode_fwd(
             tl.debug_barrier()
             count = tl.atomic_add(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 1, sem="acq_rel", scope="gpu")
             if count == NUM_SPLITS - 1:
+                # Every split of this tile has counted: reset the counter for the
+                # next launch on the stream (kernel boundaries order it after).
+                tl.store(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 0)
                 if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
                     m_c = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
                     l_c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
@@ -542,6 +547,32 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     return next(i + 1 for i, c in enumerate(costs) if c <= 1.1 * best)
 
 
+_COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
+
+
+def split_counters(numel: int, device: torch.device) -> torch.Tensor:
+    """The fused merge's per-tile counters: numel zeros, from a buffer kept
+    per (device, stream) whose counters every launch leaves at 0 (the last
+    split of a tile resets its own).  Launches on one stream run in order, so
+    they can share it; another stream gets its own buffer.  A buffer is made
+    (and zeroed) only when none is large enough; while a CUDA graph is being
+    captured the counters are a fresh zeroed buffer of the graph's own (the
+    memset is captured with it), so no graph holds a buffer that eager calls
+    also use."""
+    key: object = device.type
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(numel, device=device, dtype=torch.int32)
+        key = torch.cuda.current_stream(device).cuda_stream  # unique across devices
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < numel:
+        if len(_COUNTERS) >= 64:  # streams come and go: forget old buffers (freed in stream order)
+            _COUNTERS.clear()
+        buf = torch.zeros(max(numel, 1024), device=device, dtype=torch.int32)
+        _COUNTERS[key] = buf
+    return buf[:numel]
+
+
 def _dummy(t: torch.Tensor) -> torch.Tensor:
     """A pointer argument for a disabled feature (never dereferenced)."""
     return t
@@ -590,8 +621,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         l_part = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
     else:
         o_part, l_part = out, lse  # unused
-    counters = (torch.zeros(batch * h_kv * m_blocks, device=q.device, dtype=torch.int32)
-                if split_mode == 2 else lse)
+    counters = split_counters(batch * h_kv * m_blocks, q.device) if split_mode == 2 else lse
 
     if softcap > 0.0:
         qk_scale, cap2 = softmax_scale / softcap, softcap * 1.4426950408889634
