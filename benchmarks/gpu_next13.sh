@@ -18,7 +18,7 @@ echo "rc=$?" >> "$R/tests_kv.log"; el tests_kv; tail -3 "$R/tests_kv.log" | cut 
 timeout -k 5 ${T_DEC:-60} python3 benchmarks/bench_decode.py --quick --batches 1,8 --layouts contiguous,paged16 \
   --peers sdpa_cudnn --max-seconds 50 --out "$R/decode" > "$R/decode.log" 2>&1
 echo "rc=$?" >> "$R/decode.log"; el decode; sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | head -12
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_VAR:-170} python3 -m pytest -q -p no:cacheprovider -rfE \
+FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_VAR:-130} python3 -m pytest -q -p no:cacheprovider -rfE \
   --tb=short -n 8 tests/test_variants.py tests/test_gpu.py > "$R/tests_var.log" 2>&1
 echo "rc=$?" >> "$R/tests_var.log"; el tests_var; tail -3 "$R/tests_var.log" | cut -c1-300
 tar -C "$OUT" -czf "$OUT/results.tgz" r
