@@ -3,6 +3,9 @@
 # failure would leave the CUDA generator in capture state for the rest of a
 # worker), then every other test compiled on the GPU, then the realistic-size
 # `gpu`-marked tests and the forced Hopper tier.  Logs go to $OUT/tests.log.
+# Any -n is safe for GPU memory: the tests marked `bigmem` (dense float64
+# references of many GiB) take turns on a file lock across the xdist workers
+# (tests/conftest.py); -n spreads the others.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 FLASHATTN_TRITON_TEST_DEVICE=cuda

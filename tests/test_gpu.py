@@ -8,7 +8,11 @@ from flashattn_triton.reference import flash_attention_ref as flash_ref
 from _utils import assert_close, leaf, make_qkv, rand
 from test_attention import check_against_reference
 
-pytestmark = pytest.mark.gpu
+# bigmem (conftest.py): each test here peaks at 2-70 GiB (test_realistic's
+# float64 score matrices take 4-8 GiB each, several alive at once; the
+# 1000 x 3001 ragged case about 2 GiB; the int64-offsets test's bf16 q, out,
+# do and dq 4.3 GiB each).
+pytestmark = [pytest.mark.gpu, pytest.mark.bigmem]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -750,6 +750,7 @@ def test_validation(kwargs, exc, match):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.bigmem  # B1-32k: the reference's float64 K and V, 1 GiB each; 2-3 GiB at the peak
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
 @pytest.mark.parametrize("batch,n_cache", [(1, 32768), (8, 8192)], ids=["B1-32k", "B8-8k"])
 def test_gpu_realistic(device, batch, n_cache, page):

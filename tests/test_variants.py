@@ -873,6 +873,7 @@ GPU_CASES = [
 
 
 @pytest.mark.gpu
+@pytest.mark.bigmem  # float64 reference: 3-4.5 GiB at its peak
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_gpu_variants(device, case, dtype):
@@ -930,6 +931,7 @@ def test_gpu_dropout_cuda_graph_fresh_mask(device):
 
 
 @pytest.mark.gpu
+@pytest.mark.bigmem  # the keep mask (its Philox words in int64) and the float64 reference: 2.2 GiB
 def test_gpu_dropout_keep_rate(device):
     b, h, n = 2, 8, 2048
     q, k, v = make_qkv(b, n, n, h, h, 64, torch.bfloat16, device, requires_grad=False)

@@ -1,0 +1,73 @@
+"""The test harness itself: the lock that runs ``bigmem`` tests one at a time
+across processes (conftest.py, _filelock.py)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _filelock import HAVE_LOCK
+
+HOLD_S = 0.3
+
+# A process that, once told "go" on stdin, holds the lock (or not) for HOLD_S
+# and prints the monotonic times (system-wide on Linux) it entered and left.
+_HOLDER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from _filelock import file_lock
+import contextlib
+lock = file_lock(sys.argv[2]) if sys.argv[3] == "lock" else contextlib.nullcontext()
+print("ready", flush=True)
+sys.stdin.readline()
+with lock:
+    enter = time.monotonic()
+    time.sleep(float(sys.argv[4]))
+    leave = time.monotonic()
+print(enter, leave, flush=True)
+"""
+
+
+def _hold_together(path, mode: str):
+    """Two holders started together; their (enter, leave) intervals, sorted."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, "-c", _HOLDER, tests, str(path), mode, str(HOLD_S)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:  # both started (imports done) before either asks for the lock
+        assert p.stdout.readline().strip() == "ready"
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    spans = []
+    for p in procs:
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 0
+        spans.append(tuple(map(float, out.split())))
+    return sorted(spans)
+
+
+@pytest.mark.skipif(not HAVE_LOCK, reason="no fcntl: the lock is a no-op on this system")
+def test_bigmem_lock_serializes_processes(tmp_path):
+    (enter_a, leave_a), (enter_b, leave_b) = _hold_together(tmp_path / "bigmem.lock", "lock")
+    assert leave_a <= enter_b, "two holders of the lock overlapped"
+    # The control: without the lock the same two processes do overlap, so the
+    # check above can fail.
+    (enter_a, leave_a), (enter_b, leave_b) = _hold_together(tmp_path / "unused.lock", "none")
+    assert enter_b < leave_a, "the holders never overlapped even without the lock"
+
+
+@pytest.mark.skipif(not HAVE_LOCK, reason="no fcntl: the lock is a no-op on this system")
+@pytest.mark.bigmem
+def test_bigmem_test_runs_under_the_lock(tmp_path_factory):
+    """The fixture holds the run's lock during a bigmem test: another flock
+    on the file (a separate open file, so a separate lock) would wait."""
+    import fcntl
+    from conftest import bigmem_lock_path
+
+    fd = os.open(bigmem_lock_path(tmp_path_factory), os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
