@@ -25,12 +25,30 @@ overrides joined by '+':
 
     python benchmarks/compile_check.py --hopper-bwd --d 64,128,256 --cases full,causal --sass \
         --hopper-variants default,NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128
+
+--kernels DECODE,COMBINE compiles the KV-cache decode kernel (kernels/decode.py)
+and the combine kernel (kernels/combine.py) from the launches that
+decode_attention itself makes (meta-device tensors; Triton's own binder
+specializes the arguments), so the builds are the GPU's default configs
+(decode_config): one query token, 8 KV heads, causal, cache_seqlens given;
+per head dim, cache layout (--decode-caches contiguous,paged16,paged256: a
+16-token page is looked up per key, a 256-token page per tile), split mode
+(--decode-splits one,fused,separate: one split writes the result, several
+merge in the decode kernel, or in COMBINE, its only launch) and sinks off /
+on; --decode-rows: query rows per KV head (default 4, Hq=32 over Hkv=8:
+BLOCK_M=16; 32 or 64 rows take BLOCK_M 32 or 64, and the warps follow);
+--mods HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW_LEFT, HAS_LEFTPAD, ROTARY turn on
+launch options:
+
+    python benchmarks/compile_check.py --kernels DECODE,COMBINE --d 64,128,256
+    python benchmarks/compile_check.py --kernels DECODE --d 64 --decode-rows 8 --mods HAS_WINDOW_LEFT --sass
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import itertools
 import os
 import re
@@ -334,6 +352,181 @@ def hopper_bwd_main(args) -> int:
     return _gluon_sweep(args, "HOPPER-BWD", (args.hopper_variants or "default").split(","), build, describe)
 
 
+# ---------------------------------------------------------------------------
+# KV-cache decoding (kernels/decode.py, kernels/combine.py): built from the
+# launcher's own calls
+# ---------------------------------------------------------------------------
+
+DECODE_KERNELS = ("DECODE", "COMBINE")
+DECODE_CACHES = ("contiguous", "paged16", "paged256")
+# Split mode -> (split count asked for, FLASHATTN_TRITON_DECODE_COMBINE):
+# one split writes the result (SPLIT_MODE 0); several merge in the decode
+# kernel (2) or in the combine kernel (1, the only launch of COMBINE).
+DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate")}
+# --mods for the decode launch: switch -> decode_attention keyword arguments
+# (tensors made on the meta device by _decode_mod_kwargs).
+DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY")
+
+
+class _LaunchRecorder:
+    """Stands in for a triton.jit kernel: ``kernel[grid](*args, **kwargs)``
+    appends (kernel, args, kwargs) to ``launches`` instead of running it."""
+
+    def __init__(self, kernel, launches: list):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
+
+
+@contextlib.contextmanager
+def recorded_launches(owners):
+    """Within the block, the kernels named by ``owners`` ((module, attribute)
+    pairs) record their launches in the yielded list instead of running."""
+    launches: list = []
+    saved = [(module, name, getattr(module, name)) for module, name in owners]
+    try:
+        for module, name, kernel in saved:
+            setattr(module, name, _LaunchRecorder(kernel, launches))
+        yield launches
+    finally:
+        for module, name, kernel in saved:
+            setattr(module, name, kernel)
+
+
+def compile_launch(kernel, args, kwargs, target):
+    """triton.compile of one recorded launch, specialized by Triton's own
+    binder as the JIT would at that launch (ints equal to 1 become constants,
+    ints and pointers divisible by 16 get the divisibility hint, a kernel's
+    do_not_specialize is respected; meta tensors count as 16-byte aligned,
+    as CUDA allocations are).  Uses the JIT's internals of Triton 3.6."""
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=target, options=options.__dict__)
+
+
+def _decode_mod_kwargs(mods, h_q: int, d: int, cap: int, batch: int) -> dict:
+    """decode_attention keyword arguments that turn on the --mods switches."""
+    import torch
+
+    meta = dict(device="meta")
+    kw: dict = {}
+    if "HAS_SOFTCAP" in mods:
+        kw["softcap"] = 30.0
+    if "HAS_ALIBI" in mods:
+        kw["alibi_slopes"] = torch.empty(h_q, dtype=torch.float32, **meta)
+    if "HAS_WINDOW_LEFT" in mods:
+        kw["window_left"] = 127  # gpt-oss's sliding window
+    if "HAS_LEFTPAD" in mods:
+        kw["cache_leftpad"] = torch.empty(batch, dtype=torch.int32, **meta)
+    if "ROTARY" in mods:  # full-width rotary tables of the cache's length
+        kw["rotary_cos"] = torch.empty(cap, d // 2, dtype=torch.bfloat16, **meta)
+        kw["rotary_sin"] = torch.empty(cap, d // 2, dtype=torch.bfloat16, **meta)
+    return kw
+
+
+def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtype: str, mods=()):
+    """The kernel launches (kernel, args, kwargs) of one decode step as
+    decode.decode_attention makes them on a GPU: meta-device tensors (so
+    decode_config picks the GPU config), one query token per sequence and
+    ``rows`` query heads per KV head (8 KV heads), a 4k-token cache
+    (contiguous or paged) with one token appended, cache_seqlens given,
+    causal."""
+    import torch
+    from flashattn_triton.kernels import combine as combine_mod, decode as decode_mod
+
+    tdt = getattr(torch, _TORCH_DTYPES.get(dtype, "float32"))
+    batch, h_kv, cap = 2, 8, 4096
+    h_q = rows * h_kv
+    meta = dict(device="meta")
+    q = torch.empty(batch, 1, h_q, d, dtype=tdt, **meta)
+    table = None
+    if cache == "contiguous":
+        k_cache = torch.empty(batch, cap, h_kv, d, dtype=tdt, **meta)
+    else:
+        page = int(cache[len("paged"):])
+        table = torch.empty(batch, cap // page, dtype=torch.int32, **meta)
+        k_cache = torch.empty(batch * (cap // page), page, h_kv, d, dtype=tdt, **meta)
+    kw = dict(cache_seqlens=torch.empty(batch, dtype=torch.int32, **meta), cache_batch_idx=None,
+              cache_leftpad=None, block_table=table, rotary_cos=None, rotary_sin=None,
+              rotary_interleaved=True, rotary_q_per_token=True, alibi_slopes=None, n_new=1,
+              softmax_scale=d ** -0.5, window_left=-1, window_right=0, softcap=0.0,
+              num_splits=DECODE_SPLITS[split][0],
+              sinks=torch.empty(h_q, dtype=torch.float32, **meta) if sinks else None)
+    kw.update(_decode_mod_kwargs(mods, h_q, d, cap, batch))
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, h_q, 1, dtype=torch.float32, **meta)
+    owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd")]
+    saved_env = os.environ.get(decode_mod.ENV_COMBINE)
+    os.environ[decode_mod.ENV_COMBINE] = DECODE_SPLITS[split][1]
+    try:
+        with recorded_launches(owners) as launches:
+            decode_mod.decode_attention(q, k_cache, torch.empty_like(k_cache), out, lse, **kw)
+    finally:
+        if saved_env is None:
+            del os.environ[decode_mod.ENV_COMBINE]
+        else:
+            os.environ[decode_mod.ENV_COMBINE] = saved_env
+    return launches
+
+
+def _launch_tag(kwargs: dict) -> str:
+    """'(BLOCK_M,BLOCK_N,warps,stages)' of a launch: '-' for a tile size the
+    kernel does not have, the backend's default for an option it leaves out."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    options = dict(num_warps=CUDAOptions.num_warps, num_stages=CUDAOptions.num_stages)
+    options.update({k: v for k, v in kwargs.items() if k in options})
+    tiles = [str(kwargs.get(k, "-")) for k in ("BLOCK_M", "BLOCK_N")]
+    return f"({','.join(tiles)},{options['num_warps']},{options['num_stages']})"
+
+
+def decode_sweep(args, names) -> int:
+    """--kernels DECODE,COMBINE: the decode kernel per head dim, cache
+    layout, split mode and sinks off / on, and the combine kernel of the
+    'separate' split mode, each as the launcher builds it (decode_launches);
+    a build shared by several cases (the combine kernel does not see the
+    cache layout) is compiled once.  Returns the failure count."""
+    target = GPUTarget("cuda", args.arch, 32)
+    kernel_names = {"_decode_fwd": "DECODE", "_combine_fwd": "COMBINE"}
+    mods = [m for m in args.mods.split(",") if m in DECODE_MODS]
+    seen, failures = set(), 0
+    dims = [int(x.partition(":")[0]) for x in args.d.split(",")]
+    cases = itertools.product(dims, args.decode_rows.split(","), args.decode_caches.split(","),
+                              args.decode_splits.split(","), (False, True))
+    for d, rows, cache, split, sinks in cases:
+        label = f"d={d:3d} rows={rows:>2s} {cache:10s} {split:8s} sinks={sinks!s:5}"
+        try:
+            launches = decode_launches(d, cache, sinks, split, int(rows), args.dtype, mods)
+        except Exception as exc:  # noqa: BLE001
+            failures += 1
+            print(f"DECODE    {label}: FAILED to launch: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            continue
+        for kernel, kargs, kwargs in launches:
+            name = kernel_names[kernel.__name__]
+            key = (name, d, rows, cache if name == "DECODE" else "", split if name == "DECODE" else "", sinks)
+            if name not in names or key in seen:
+                continue
+            seen.add(key)
+            where = label if name == "DECODE" else f"d={d:3d} rows={rows:>2s} sinks={sinks!s:5}"
+            line = f"{name:9s} {where} {_launch_tag(kwargs)}"
+            try:
+                k = compile_launch(kernel, kargs, kwargs, target)
+                print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
+                if args.sass:
+                    print(f"    {instruction_report(k)}")
+            except Exception as exc:  # noqa: BLE001
+                failures += 1
+                print(f"{line}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
@@ -345,7 +538,9 @@ def main():
                     "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window)")
     ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
                     "instead of the first candidate")
-    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ")
+    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ",
+                    help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED; the KV-cache decode "
+                    "kernels DECODE, COMBINE (module doc)")
     ap.add_argument("--cases", default="full,causal,varlen",
                     help="which of full / causal / varlen (causal, packed) to compile")
     ap.add_argument("--sass", action="store_true", help="also count instructions (module doc)")
@@ -353,6 +548,14 @@ def main():
                     help="Q K^T (and in the backward dQ, dK) in two column chunks (kernels/fwd.py "
                     "split_qk) as the launch would choose it (fwd.SPLIT_QK, bwd.use_split_qk), always "
                     "(where allowed) or never")
+    ap.add_argument("--decode-caches", default=",".join(DECODE_CACHES),
+                    help="DECODE: cache layouts among %(default)s")
+    ap.add_argument("--decode-splits", default=",".join(DECODE_SPLITS),
+                    help="DECODE: split modes among %(default)s (one split; several merged in the "
+                    "decode kernel; several merged by COMBINE)")
+    ap.add_argument("--decode-rows", default="4",
+                    help="DECODE / COMBINE: query rows per KV head (query heads per KV head x query "
+                    "tokens; decode_config's BLOCK_M and warps follow), comma-separated")
     ap.add_argument("--hopper", action="store_true", help="the Gluon forward (module doc)")
     ap.add_argument("--hopper-bwd", action="store_true", help="the Gluon backward (module doc)")
     ap.add_argument("--hopper-variants", default=None,
@@ -364,10 +567,20 @@ def main():
     if args.hopper:
         args.hopper_variants = args.hopper_variants or "default,persistent"
         return hopper_main(args)
+    names = args.kernels.split(",")
+    failures = decode_sweep(args, names) if set(names) & set(DECODE_KERNELS) else 0
+    failures += portable_sweep(args, names)
+    print("failures:", failures)
+    return failures
+
+
+def portable_sweep(args, names) -> int:
+    """The portable kernels among ``names`` per head dim, case and config;
+    returns the failure count."""
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
                "BWD_FUSED": bwd._bwd_dkdv}
-    kernels = {k: v for k, v in kernels.items() if k in args.kernels.split(",")}
+    kernels = {k: v for k, v in kernels.items() if k in names}
     mods = [m for m in args.mods.split(",") if m]
     overrides = {}
     if "HAS_MASK" in mods:  # the mask's element type: uint8 for a bool mask, else the input's
@@ -419,7 +632,6 @@ def main():
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
-    print("failures:", failures)
     return failures
 
 
