@@ -485,8 +485,10 @@ def decode_config(n_rows: int, head_dim: int, dtype: torch.dtype, device: torch.
     tiles.  BLOCK_N = 64 keys streamed through 3 pipeline stages (a 64 x 128
     bf16 K tile and its V tile are 32 KiB per stage); 32 at head dim 256, 16
     for float32 there.  8 warps once the accumulator reaches 4096 float32.
-    These choices compile for sm_90 without register spills (Triton 3.6,
-    ptxas -v); they are not tuned on the H200 yet (bench_decode.py --configs)."""
+    In bf16/fp16 these choices compile for sm_90 without register spills
+    (Triton 3.6: compile_check.py --kernels DECODE,COMBINE); float32 caches
+    spill in some builds (4-1076 B, docs/decode.md).  Not tuned on the H200
+    yet (bench_decode.py --configs)."""
     elem = torch.finfo(dtype).bits // 8
     max_rows = MAX_ROWS_PER_TILE if elem <= 2 else MAX_ROWS_PER_TILE // 2
     block_m = max(16, triton.next_power_of_2(min(max(n_rows, 1), max_rows)))
