@@ -19,6 +19,12 @@ memory, ptxas registers / spill bytes and the SASS local loads / stores:
 
     python benchmarks/compile_check.py --hopper --d 64,128,256 --hopper-variants default,persistent
 
+--window builds them with a left window bound (HAS_WINDOW, the sliding-window
+path: fwd.py's _key_start, the masked head loop and the head release):
+
+    python benchmarks/compile_check.py --hopper --window --d 64,128,256 --cases full,causal \
+        --hopper-variants default,dynamic,persistent --sass
+
 --hopper-bwd compiles the Gluon backward of kernels/hopper/bwd.py (Triton
 3.6; head dims of CONFIGS_UNVERIFIED included), variants as KEY=VALUE
 overrides joined by '+':
@@ -239,14 +245,19 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
     """The Gluon forward for sm_<arch> as its launcher would build it
-    (CONFIGS / SCHEDULE plus overrides); returns (compiled, meta)."""
+    (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW, plus
+    overrides); returns (compiled, meta)."""
     import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
     meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
     meta["PERSISTENT"] = getattr(hfwd, "PERSISTENT_DEFAULT", {}).get(d, (False, False))[causal]
     meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
+    if overrides.get("HAS_WINDOW"):
+        meta.update(getattr(hfwd, "WINDOW_CONFIGS", {}).get(d, {}))
     meta.update(overrides)
+    if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
+        meta.setdefault("HAS_WINDOW", False)
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
@@ -326,7 +337,10 @@ def hopper_main(args) -> int:
         from hopper_fwd_probe import VARIANTS  # benchmarks/ is this script's directory
         if spec in VARIANTS and d not in VARIANTS[spec][1]:
             return None
-        return compile_hopper(d, causal, _hopper_overrides(spec), args.arch, args.dtype)
+        overrides = _hopper_overrides(spec)
+        if args.window:
+            overrides["HAS_WINDOW"] = True
+        return compile_hopper(d, causal, overrides, args.arch, args.dtype)
 
     def describe(d, meta, k):
         return f", smem {k.metadata.shared}", f", consumers {meta['NUM_CONSUMERS']}x{meta['CONSUMER_REGS']} regs"
@@ -558,6 +572,8 @@ def main():
                     "tokens; decode_config's BLOCK_M and warps follow), comma-separated")
     ap.add_argument("--hopper", action="store_true", help="the Gluon forward (module doc)")
     ap.add_argument("--hopper-bwd", action="store_true", help="the Gluon backward (module doc)")
+    ap.add_argument("--window", action="store_true",
+                    help="with --hopper: the sliding-window builds (HAS_WINDOW: a left window bound)")
     ap.add_argument("--hopper-variants", default=None,
                     help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides "
                     "(default: default,persistent); with --hopper-bwd: 'default' or overrides")

@@ -9,6 +9,8 @@
 
 FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
 for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
+FLASHATTN_TRITON_HOPPER_WINDOW=1 lets sliding windows (left >= 0, causal or
+not) take the Hopper forward, whose window path is not GPU-validated yet.
 """
 
 from __future__ import annotations
@@ -85,9 +87,22 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     return True
 
 
+ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1": windows may take the Hopper forward (opt-in)
+
+
+def hopper_forward_window(window) -> bool:
+    """Whether the Hopper forward takes this window_size (left, right): no
+    mask or causal (right -1 or 0) with no left bound; with
+    FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound (left >= 0: its
+    window path, docs/hopper.md "Sliding windows", not GPU-validated yet)."""
+    if window[1] not in (-1, 0):
+        return False
+    return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"
+
+
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
     """Whether to try the Hopper forward (it may still decline a case)."""
-    return _hopper_tier(q.device) and window[0] < 0 and window[1] in (-1, 0)
+    return _hopper_tier(q.device) and hopper_forward_window(window)
 
 
 def _hopper_tier(device: torch.device) -> bool:

@@ -28,6 +28,9 @@ ENVIRONMENT = [
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
+    ("FLASHATTN_TRITON_HOPPER_WINDOW", "1: sliding windows (window_size (left >= 0, -1 or 0)) may take the Hopper "
+                                       "forward (opt-in: its window path is not GPU-validated yet); default: "
+                                       "the portable forward"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -124,7 +127,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                 variants: Tuple[str, ...]) -> Tuple[bool, str]:
     """(whether the Hopper forward takes the call, what it launches or why not)."""
     import torch
-    from ._dispatch import backend, hopper_available
+    from ._dispatch import ENV_HOPPER_WINDOW, backend, hopper_available, hopper_forward_window
     from .kernels import hopper
 
     if backend() == "portable":
@@ -133,7 +136,10 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, f"{arch} is not sm_90"
     if variants:
         return False, f"{', '.join(variants)}: variants run on the portable forward"
-    if not (window[0] < 0 and window[1] in (-1, 0)):
+    if not hopper_forward_window(window):
+        if window[1] in (-1, 0):
+            return False, (f"window_size {window}: sliding windows take the Hopper forward only with "
+                           f"{ENV_HOPPER_WINDOW}=1 (its window path is not GPU-validated yet)")
         return False, f"window_size {window}: the Hopper forward takes full or causal attention only"
     if dtype not in (torch.float16, torch.bfloat16):
         return False, f"dtype {dtype} (float16 / bfloat16 only)"
@@ -143,11 +149,14 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         if backend() == "hopper":
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
-    from .kernels.hopper.fwd import CONFIGS, DYNAMIC_DEFAULT, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, smem_bytes
+    from .kernels.hopper.fwd import (CONFIGS, DYNAMIC_DEFAULT, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, WINDOW_CONFIGS,
+                                     smem_bytes)
     if d not in CONFIGS or d_v != d:
         return False, f"head dims d={d}, dv={d_v} (equal, one of {sorted(CONFIGS)})"
     causal = window[1] == 0
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
+    if window[0] >= 0:
+        meta.update(WINDOW_CONFIGS.get(d, {}))
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = -(-n_q // rows)
     if not meta["PERSISTENT"] and (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:
@@ -158,7 +167,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                   f"BLOCK_M={meta['BLOCK_M']} rows, BLOCK_N={meta['BLOCK_N']}, "
                   f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
-                  f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}")
+                  f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}"
+                  + (", left window bound (HAS_WINDOW, not GPU-validated yet)" if window[0] >= 0 else ""))
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],

@@ -247,9 +247,10 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             if not varlen:
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
+                diagonal = k.shape[1] - q.shape[1] + offset
                 if not variants and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
-                        q, k, v, out, lse, softmax_scale,
-                        None if window_right < 0 else k.shape[1] - q.shape[1] + offset):
+                        q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
+                        None if window_left < 0 else (window_left, diagonal)):
                     return
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))

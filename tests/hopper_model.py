@@ -3,11 +3,14 @@ which cannot run in Triton's interpreter.
 
 * ``emulate_forward``: a NumPy transliteration of the kernel's schedule (the
   grid or the persistent loop with its snake order, the work-tile
-  coordinates, each consumer warpgroup's first masked tile, unmasked and
-  masked loops, the PAIRED grouping, TMA's zero fill past N and clipping of
-  stores) computing in float64; compared with a dense reference, it checks
-  that every (batch, head, row) is written exactly once and sees exactly
-  the keys it must.
+  coordinates and, with a sliding window, each work tile's first key tile,
+  each consumer warpgroup's first masked tile, unmasked and masked loops,
+  the PAIRED grouping, the tiles a warpgroup releases unread, TMA's zero
+  fill past N and clipping of stores) computing in float64; compared with a
+  dense reference, it checks that every (batch, head, row) is written
+  exactly once and sees exactly the keys it must, and that every consumer
+  takes each ring use the producer loads once (reading the tile loaded
+  there) and one ping-pong turn after another.
 * ``simulate_protocol``: the mbarrier protocol of one CTA (producer, 1-3
   consumer warpgroups, the K/V ring, Q buffers reused to stage O, ping-pong
   turns) as cooperative agents under a random scheduler, with TMA copies,
@@ -16,7 +19,10 @@ which cannot run in Triton's interpreter.
   the barrier's true completion count (a parity wait cannot tell phase k
   from k + 2); every buffer access checks what the buffer holds and that no
   copy is writing it while an asynchronous read is in flight.  A state in
-  which nothing can move is a deadlock.
+  which nothing can move is a deadlock.  Warpgroups may read only a random
+  share of each work tile's key tiles and release the rest unread, before
+  it (a window's head) and after it (past a causal diagonal), as
+  _attn_fwd_skip does; ``SKIP_BROKEN`` / ``HEAD_BROKEN`` forms must fail.
 * ``makespans``: the busiest SM's work under the persistent snake order, a
   plain round-robin, the hardware's dispatch of the non-persistent grid and
   the DYNAMIC scheduler (greedy claims from the counter, longest first).
@@ -85,8 +91,9 @@ def work_tile(i, pid, n_programs, n_m, n_bh, heads_first, m_band=0):
     return dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, heads_first, m_band)
 
 
-def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n):
-    """_tile_coords: (b, hq, hkv, start_m, n_tiles); shift None = not causal."""
+def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n, window_lo=None):
+    """_tile_coords and _key_start: (b, hq, hkv, start_m, n_tiles, lo_tile);
+    shift None = not causal, window_lo None = no window (lo_tile 0)."""
     off_b, off_hq = pid_bh // h_q, pid_bh % h_q
     start_m = pid_m * rows
     if shift is not None:
@@ -94,7 +101,19 @@ def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n):
         end_n = max(min(n_k, last_row + shift + 1), 0)
     else:
         end_n = n_k
-    return off_b, off_hq, off_hq // group, start_m, max(cdiv(end_n, block_n), 1)
+    n_tiles = max(cdiv(end_n, block_n), 1)
+    lo_tile = 0 if window_lo is None else min(max(start_m + window_lo, 0) // block_n, n_tiles - 1)
+    return off_b, off_hq, off_hq // group, start_m, n_tiles, lo_tile
+
+
+def lower_diagonal(cfg, n_q, n_k):
+    """fwd.lower_diagonal: the kernel's window_lo for cfg["WINDOW"] = (left,
+    shift) (row i sees keys j >= i + shift - left), None without a window."""
+    window = cfg.get("WINDOW")
+    if window is None:
+        return None
+    left, shift = window
+    return min(max(shift - left, -n_q), n_k)
 
 
 def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
@@ -102,10 +121,11 @@ def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     as tile_coords), and the number of m-blocks and of (batch, head)s."""
     rows = cfg["BLOCK_M"] * cfg["NUM_CONSUMERS"]
     n_m, n_bh = cdiv(n_q, rows), batch * h_q
+    lo = lower_diagonal(cfg, n_q, n_k)
     tiles = []
     for t in range(n_m * n_bh):
         pid_m, pid_bh = dynamic_tile(t, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("M_BAND", 0))
-        tiles.append(tile_coords(pid_m, pid_bh, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"]))
+        tiles.append(tile_coords(pid_m, pid_bh, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"], lo))
     return tiles, n_m, n_bh
 
 
@@ -139,17 +159,20 @@ def dynamic_assignment(costs, n_programs, rng=None, lead=0):
 
 
 def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
-    """Each program's work tiles [(b, hq, hkv, start_m, n_tiles)], in the
-    order the kernel runs them (non-persistent: one each, in launch order,
-    which is the persistent numbering t)."""
+    """Each program's work tiles [(b, hq, hkv, start_m, n_tiles, lo_tile)],
+    in the order the kernel runs them (non-persistent: one each, in launch
+    order, which is the persistent numbering t)."""
     order, n_m, n_bh = tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg)
     rows = cfg["BLOCK_M"] * cfg["NUM_CONSUMERS"]
-    coords = lambda pm, pb: tile_coords(pm, pb, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"])  # noqa: E731
+    lo = lower_diagonal(cfg, n_q, n_k)
+
+    def coords(pm, pb):
+        return tile_coords(pm, pb, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"], lo)
     if cfg.get("DYNAMIC"):
         # The tile numbering is tile_order's (_dynamic_tile = _work_tile's
         # numbering); which program gets which tile depends on timing.
         rng = random.Random(cfg.get("SEED", 0))
-        progs, _ = dynamic_assignment([tl[4] for tl in order], cfg.get("NUM_SMS", 132), rng,
+        progs, _ = dynamic_assignment([tl[4] - tl[5] for tl in order], cfg.get("NUM_SMS", 132), rng,
                                       lead=rng.choice((0, 2, 3)))
         return [[order[t] for t in p] for p in progs]
     if cfg.get("PERSISTENT"):
@@ -174,15 +197,19 @@ def loop_iterations(lo, hi, paired):
 
 # --------------------------------------------------------------------------- float64 emulation
 
-def reference(q, k, v, scale, shift):
-    """Dense float64 attention, (B, H, N, d) arrays; LSE in base 2."""
+def reference(q, k, v, scale, shift, window=None):
+    """Dense float64 attention, (B, H, N, d) arrays; LSE in base 2.  Row i
+    sees keys j <= i + shift (shift not None) and, with window = (left,
+    wshift), j >= i + wshift - left."""
     group = q.shape[1] // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
+    i = np.arange(q.shape[2])[:, None]
+    j = np.arange(k.shape[2])[None, :]
     if shift is not None:
-        i = np.arange(q.shape[2])[:, None]
-        j = np.arange(k.shape[2])[None, :]
         s = np.where(j <= i + shift, s, -np.inf)
+    if window is not None:
+        s = np.where(j >= i + window[1] - window[0], s, -np.inf)
     m = s.max(-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m_safe)
@@ -192,12 +219,14 @@ def reference(q, k, v, scale, shift):
     return o, lse
 
 
-def _softmax_update(s, m_i, l_i, rows, start_n, n_k, c, shift, masked):
+def _softmax_update(s, m_i, l_i, rows, start_n, n_k, c, shift, masked, window_lo=None):
     if masked:
         cols = np.arange(s.shape[1])[None, :]
         keep = cols < n_k - start_n
         if shift is not None:
             keep = keep & (cols <= rows[:, None] + (shift - start_n))
+        if window_lo is not None:
+            keep = keep & (cols >= rows[:, None] + (window_lo - start_n))
         s = np.where(keep, s, -np.inf)
     m_new = np.maximum(m_i, s.max(1))
     m_ref = np.where(m_new == -np.inf, 0.0, m_new) if masked else m_new
@@ -206,12 +235,48 @@ def _softmax_update(s, m_i, l_i, rows, start_n, n_k, c, shift, masked):
     return p, alpha, m_new, l_i * alpha + p.sum(1)
 
 
+class ScheduleError(AssertionError):
+    """The emulated schedule broke one of its own invariants."""
+
+
+def _consumer_runs(row0, n_tiles, lo_tile, n_q, n_k, shift, lo, cfg):
+    """_attn_fwd_tile's index formulas for the warpgroup of rows [row0,
+    row0 + BLOCK_M): (first, runs, n_own) with runs the (lo, hi, masked)
+    loops after the first tile, in the kernel's order (with a window, its
+    two passes: left edge masked, whole, right edge masked, whole (empty)).
+    The tiles [lo_tile, first) and [n_own, n_tiles) are released unread."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    skip = cfg.get("SKIP_TILES")
+    if shift is not None:
+        n_full = min(max(row0 + shift + 1, 0), n_k) // bn
+        n_own = n_tiles
+        if skip:
+            n_own = max(min(cdiv(min(max(row0 + bm + shift, 0), n_k), bn), n_tiles), lo_tile + 1)
+    else:
+        n_full = n_k // bn
+        n_own = n_tiles
+    n_full = min(n_full, n_own)
+    if lo is None:
+        return 0, [(1, n_full, False), (max(n_full, 1), n_own, True)], n_own
+    first = min(max(max(row0 + lo, 0) // bn, lo_tile), n_own - 1) if skip else lo_tile
+    full_lo = min(max(cdiv(max(row0 + bm - 1 + lo, 0), bn), first + 1), n_own)
+    n_full = max(n_full, full_lo)
+    runs = [(first + 1, full_lo, True), (full_lo, n_full, False), (n_full, n_own, True), (full_lo, full_lo, False)]
+    return first, runs, n_own
+
+
 def emulate_forward(q, k, v, scale, shift, cfg):
-    """The kernel's schedule in float64: returns (O, LSE base 2, writes per row)."""
+    """The kernel's schedule in float64: returns (O, LSE base 2, writes per row).
+
+    Also follows the producer's loads and each consumer's ring uses and
+    ping-pong turns: raises ScheduleError unless every consumer takes every
+    use of a work tile once, in order, reading (or releasing) the key tile
+    loaded there, and the turns t0, t0 + 1, ... of the tile once each."""
     b, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     bm, bn, nc = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NUM_CONSUMERS"]
     rows_cta = bm * nc
+    lo = lower_diagonal(cfg, n_q, n_k)
     # TMA: reads past N are zero (Q rows, K and V rows), stores past N_Q are clipped.
     n_qp, n_kp = cdiv(n_q, rows_cta) * rows_cta, cdiv(max(n_k, 1), bn) * bn + bn
     qp = np.zeros((b, h_q, n_qp, d))
@@ -226,37 +291,55 @@ def emulate_forward(q, k, v, scale, shift, cfg):
     paired = cfg["PAIRED"]
     with np.errstate(invalid="ignore", over="ignore"):
         for tiles in program_tiles(b, h_q, h_kv, n_q, n_k, shift, cfg):
-            for ob, ohq, ohkv, start_m, n_tiles in tiles:
+            # The producer's K/V loads, ring use by ring use (_load_work_tile).
+            loads = [(ob, ohkv, j) for ob, _, ohkv, _, n_tiles, lo_tile in tiles for j in range(lo_tile, n_tiles)]
+            g = 0
+            for i, (ob, ohq, ohkv, start_m, n_tiles, lo_tile) in enumerate(tiles):
                 for cons in range(nc):
                     row0 = start_m + cons * bm
                     rows = row0 + np.arange(bm)
-                    if shift is not None:
-                        n_full = min(max(row0 + shift + 1, 0), n_k) // bn
-                        n_own = n_tiles
-                        if cfg.get("SKIP_TILES"):
-                            n_own = max(min(cdiv(min(max(row0 + bm + shift, 0), n_k), bn), n_tiles), 1)
-                    else:
-                        n_full = n_k // bn
-                        n_own = n_tiles
-                    n_full = min(n_full, n_own)
+                    first, runs, n_own = _consumer_runs(row0, n_tiles, lo_tile, n_q, n_k, shift, lo, cfg)
+                    # Ring uses and turns counted from lo_tile (g0 + j: tile j's use, t0 + j its turn).
+                    g0, t0 = g - lo_tile, g + i - lo_tile
+                    uses, turns = [], []
+                    for j in range(lo_tile, first):  # released unread, turn passed first
+                        turns.append(t0 + j)
+                        uses.append((g0 + j, j))
                     qt = qp[ob, ohq, row0:row0 + bm]
                     kt = lambda j: kp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
                     vt = lambda j: vp[ob, ohkv, j * bn:(j + 1) * bn]  # noqa: E731
                     m_i = np.full(bm, -np.inf)
                     l_i = np.zeros(bm)
-                    p, _, m_i, l_i = _softmax_update(qt @ kt(0).T, m_i, l_i, rows, 0, n_k, c, shift, True)
+                    turns.append(t0 + first)
+                    uses.append((g0 + first, first))
+                    p, _, m_i, l_i = _softmax_update(qt @ kt(first).T, m_i, l_i, rows, first * bn, n_k, c, shift,
+                                                     True, lo)
                     acc = np.zeros((bm, d))
-                    seen = [0]
-                    for lo, hi, masked in ((1, n_full, False), (max(n_full, 1), n_own, True)):
-                        for j in loop_iterations(lo, hi, paired):
+                    seen = [first]
+                    for run_lo, run_hi, masked in runs:
+                        for j in loop_iterations(run_lo, run_hi, paired):
                             seen.append(j)
+                            turns.append(t0 + j)
+                            uses.append((g0 + j, j))
                             p_new, alpha, m_i, l_i = _softmax_update(qt @ kt(j).T, m_i, l_i, rows, j * bn, n_k, c,
-                                                                     shift, masked)
+                                                                     shift, masked, lo)
                             acc = (acc + p @ vt(j - 1)) * alpha[:, None]
                             p = p_new
-                    assert seen == list(range(n_own)), (seen, n_own)
+                    if seen != list(range(first, n_own)):
+                        raise ScheduleError(f"tiles visited {seen}, expected [{first}, {n_own})")
+                    turns.append(t0 + n_own)
                     acc = acc + p @ vt(n_own - 1)
                     # Tiles [n_own, n_tiles) are released unread (_attn_fwd_skip).
+                    for j in range(n_own, n_tiles):
+                        turns.append(t0 + j + 1)
+                        uses.append((g0 + j, j))
+                    if [u for u, _ in uses] != list(range(g, g + n_tiles - lo_tile)):
+                        raise ScheduleError(f"tile {i} consumer {cons}: ring uses {uses}, expected "
+                                            f"[{g}, {g + n_tiles - lo_tile})")
+                    if any(loads[u] != (ob, ohkv, j) for u, j in uses):
+                        raise ScheduleError(f"tile {i} consumer {cons}: a use holds another key tile")
+                    if turns != list(range(g + i, g + i + n_tiles - lo_tile + 1)):
+                        raise ScheduleError(f"tile {i} consumer {cons}: turns {turns} from {g + i}")
                     empty = l_i == 0.0
                     l_safe = np.where(empty, 1.0, l_i)
                     keep = rows < n_q
@@ -264,6 +347,7 @@ def emulate_forward(q, k, v, scale, shift, cfg):
                     o[ob, ohq, r] = (acc / l_safe[:, None])[keep]
                     lse[ob, ohq, r] = np.where(empty, -np.inf, m_i * c + np.log2(l_safe))[keep]
                     writes[ob, ohq, r] += 1
+                g += n_tiles - lo_tile
     return o, lse, writes
 
 
@@ -274,8 +358,11 @@ def check_forward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=8, seed=0):
     k = rng.standard_normal((batch, h_kv, n_k, d))
     v = rng.standard_normal((batch, h_kv, n_k, d))
     scale = d ** -0.5
-    o, lse, writes = emulate_forward(q, k, v, scale, shift, cfg)
-    o_ref, lse_ref = reference(q, k, v, scale, shift)
+    try:
+        o, lse, writes = emulate_forward(q, k, v, scale, shift, cfg)
+    except ScheduleError as exc:
+        return f"schedule: {exc}"
+    o_ref, lse_ref = reference(q, k, v, scale, shift, cfg.get("WINDOW"))
     if (writes != 1).any():
         return f"rows written {writes.min()}..{writes.max()} times"
     if not np.array_equal(np.isinf(lse), np.isinf(lse_ref)):
@@ -483,19 +570,31 @@ def producer(cta, tiles, persistent):
 # Deliberately broken forms of _attn_fwd_skip (the release of the K/V tiles
 # past a warpgroup's diagonal) that the protocol simulation must catch.
 SKIP_BROKEN = ("skip_no_ready_wait", "skip_no_turn")
+# ... and of its HEAD form (with a window, the tiles before a warpgroup's
+# first key): releasing before the load landed, passing no turn, or passing
+# the turn after the loads as the tail does (with one stage, a load then
+# waits for a release that waits for that turn).
+HEAD_BROKEN = ("head_no_ready_wait", "head_no_turn", "head_turn_late")
 
 
-def own_tiles(seed):
-    """A stand-in for the causal n_own of (work tile t, consumer c) with n key
-    tiles: a deterministic pseudo-random count in [1, n] (the protocol must
-    hold whatever each warpgroup's share)."""
-    return lambda t, c, n: 1 + random.Random(hash((seed, t, c))).randrange(n)
+def own_tiles(seed, tail=True, head=False):
+    """A stand-in for the key tiles [first, n_own) that warpgroup c reads of
+    work tile t's n (the rest it releases unread, as _attn_fwd_skip): with
+    tail, n_own is a deterministic pseudo-random count in [1, n] (causal,
+    the tiles past its diagonal), else n; with head, first is one in
+    [0, n_own) (a window, the tiles before its first key), else 0.  The
+    protocol must hold whatever each warpgroup's shares."""
+    def own(t, c, n):
+        rng = random.Random(hash((seed, t, c)))
+        n_own = 1 + rng.randrange(n) if tail else n
+        return (rng.randrange(n_own) if head else 0), n_own
+    return own
 
 
 def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
-    """One consumer warpgroup; own(t, c, n_tiles) -> the key tiles it reads
-    (n_own; the rest it releases unread, as _attn_fwd_skip), all of them
-    when None."""
+    """One consumer warpgroup; own(t, c, n_tiles) -> (first, n_own), the key
+    tiles [first, n_own) it reads (the rest it releases unread, as
+    _attn_fwd_skip), all of them when None."""
     ns, nc = cta.ns, cta.nc
     waits = {}
 
@@ -505,20 +604,37 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
         return _wait(bar, parity, n + 1)  # the n-th wait on a 'ready' barrier needs n + 1 completions
 
     def tile(t, n_tiles, g0, t0, q_phase):
-        n_own = own(t, c, n_tiles) if own else n_tiles
+        first, n_own = own(t, c, n_tiles) if own else (0, n_tiles)
         q = cta.q_buf[c]
         yield wait(cta.q_ready[c], q_phase)
-        s0 = g0 % ns
-        yield wait(cta.k_ready[s0], (g0 // ns) & 1)
+        for j in range(first):   # _attn_fwd_skip(HEAD): turn first, then the release of the landed tile
+            gk = g0 + j
+            sk = gk % ns
+            if pingpong and broken not in ("head_no_turn", "head_turn_late"):
+                yield wait(cta.turn[c], (t0 + j) & 1)
+                cta.turn[(c + 1) % nc].arrive()
+            if broken != "head_no_ready_wait":
+                yield wait(cta.k_ready[sk], (gk // ns) & 1)
+            cta.k_empty[sk].arrive()
+            if broken != "head_no_ready_wait":
+                yield wait(cta.v_ready[sk], (gk // ns) & 1)
+            cta.v_empty[sk].arrive()
+            if pingpong and broken == "head_turn_late":
+                yield wait(cta.turn[c], (t0 + j) & 1)
+                cta.turn[(c + 1) % nc].arrive()
+            yield ("step",)
+        g_first = g0 + first
+        s0 = g_first % ns
+        yield wait(cta.k_ready[s0], (g_first // ns) & 1)
         if pingpong:
-            yield wait(cta.turn[c], t0 & 1)
-        cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[s0], ("K", t, 0))])
+            yield wait(cta.turn[c], (t0 + first) & 1)
+        cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[s0], ("K", t, first))])
         if pingpong:
             cta.turn[(c + 1) % nc].arrive()
         yield ("wgmma_wait", 0)
         cta.k_empty[s0].arrive()
         yield ("step",)
-        for j in range(1, n_own):   # the unmasked / masked split and PAIRED do not change the order
+        for j in range(first + 1, n_own):   # the unmasked / masked runs and PAIRED do not change the order
             gk = g0 + j
             sk, sv = gk % ns, (gk - 1) % ns
             yield wait(cta.k_ready[sk], (gk // ns) & 1)
@@ -646,13 +762,15 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
     return steps
 
 
-def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None):
+def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None,
+                      head=False):
     """Run one CTA's protocol over work tiles with the given key-tile counts;
-    skip: each warpgroup reads only own_tiles(seed) of them (causal), with
-    broken one of SKIP_BROKEN.  Returns the number of scheduler steps;
+    skip: each warpgroup releases the tiles past its own_tiles(seed) share
+    unread (causal), head: also the ones before it (a window); broken one
+    of SKIP_BROKEN or HEAD_BROKEN.  Returns the number of scheduler steps;
     raises ProtocolError on a deadlock, a wrong phase or a buffer hazard."""
-    assert broken in (None,) + SKIP_BROKEN, broken
-    own = own_tiles(seed) if skip else None
+    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN, broken
+    own = own_tiles(seed, skip, head) if skip or head else None
     rng = random.Random(seed)
     cta = CTA(nc, ns)
     if pingpong:
@@ -687,12 +805,14 @@ class Claims:
 DYNAMIC_BROKEN = ("one_slot", "consumer_claims", "no_wait", "no_reset")
 
 
-def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6, skip=False):
+def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6, skip=False,
+                     head=False):
     """The DYNAMIC protocol of min(n_programs, len(work)) CTAs sharing one
     counter, under one random scheduler; work: key-tile count per tile t.
-    Returns the number of scheduler steps; raises ProtocolError on a
-    deadlock, a wrong phase, a buffer or next-tile slot hazard, or a tile
-    not processed exactly once by every consumer."""
+    skip / head: the warpgroups' shares as simulate_protocol's.  Returns
+    the number of scheduler steps; raises ProtocolError on a deadlock, a
+    wrong phase, a buffer or next-tile slot hazard, or a tile not processed
+    exactly once by every consumer."""
     assert broken in (None,) + DYNAMIC_BROKEN, broken
     rng = random.Random(seed)
     g = min(n_programs, len(work))
@@ -706,7 +826,8 @@ def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_
             cta.turn[0].arrive()
         agents[(p, "producer")] = producer(cta, sched, True)
         for c in range(nc):
-            agents[(p, c)] = consumer(cta, c, sched, True, pingpong, own_tiles(seed) if skip else None)
+            agents[(p, c)] = consumer(cta, c, sched, True, pingpong,
+                                      own_tiles(seed, skip, head) if skip or head else None)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in agents}
     w_async = rng.choice((0.05, 1.0, 20.0))
     steps = run_agents(agents, ctas, lambda name: (ctas[name[0]], name[1]), weight, w_async, rng, max_steps)
@@ -739,7 +860,7 @@ def makespans(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0):
     tile: the persistent snake, a plain round-robin (tile t to program t % G)
     and the hardware's dispatch of the non-persistent grid (each block to
     the SM that frees first, in launch order)."""
-    cost = lambda tl: tl[4] + tile_cost  # noqa: E731
+    cost = lambda tl: tl[4] - tl[5] + tile_cost  # noqa: E731
     order, n_m, n_bh = tile_order(batch, h_q, h_q, n_q, n_k, shift, cfg)
     persist = program_tiles(batch, h_q, h_q, n_q, n_k, shift, dict(cfg, PERSISTENT=True, NUM_SMS=n_sms))
     snake = max(sum(cost(t) for t in p) for p in persist)
@@ -772,7 +893,7 @@ def l2_hit_rate(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0, capa
     the hardware's replacement policy are left out; it ranks orders (at
     d = 128 causal N = 2k, HEADS_FIRST: 0.11, against 13.7% measured)."""
     order, n_m, n_bh = tile_order(batch, h_q, h_q, n_q, n_k, shift, cfg)
-    costs = [tl[4] + tile_cost for tl in order]
+    costs = [tl[4] - tl[5] + tile_cost for tl in order]
     if cfg.get("DYNAMIC"):
         progs, _ = dynamic_assignment(costs, n_sms, lead=cfg.get("NUM_STAGES", 2))
     else:
@@ -783,7 +904,7 @@ def l2_hit_rate(batch, h_q, n_q, n_k, shift, cfg, n_sms=132, tile_cost=1.0, capa
         start = 0.0
         for t in p:
             ob, ohq = order[t][0], order[t][1]
-            reads += [(start + 1 + j, ob, ohq, j) for j in range(order[t][4])]
+            reads += [(start + 1 + j, ob, ohq, j) for j in range(order[t][5], order[t][4])]
             start += costs[t]
     reads.sort()
     lru, hits = collections.OrderedDict(), 0
@@ -819,7 +940,7 @@ def forward_cases(full=True):
                 batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
                 out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
     out = out if full else rng.sample(out, 80)
-    return out + dynamic_forward_cases(full)
+    return out + dynamic_forward_cases(full) + window_forward_cases(full)
 
 
 def dynamic_forward_cases(full=True):
@@ -838,6 +959,31 @@ def dynamic_forward_cases(full=True):
                        M_BAND=rng.choice((0, 1, 2, 3, 4)))
             out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
     return out if full else rng.sample(out, 40)
+
+
+def window_forward_cases(full=True):
+    """Emulation cases with a sliding window (cfg WINDOW = (left, wshift):
+    row i sees keys j >= i + wshift - left): causal (wshift the causal
+    shift, flash-attn's window (left, 0)) or not (left bound only), windows
+    of 0, less than a tile, a tile's width and around it, wider than N;
+    every schedule (grid, persistent, dynamic), SKIP_TILES on and off."""
+    lengths = [1, 63, 65, 128, 129, 200, 255, 257, 383, 700]
+    rng = random.Random(6)
+    out = []
+    for n_q, n_k in itertools.product(lengths, lengths):
+        for causal in (True, False):
+            for _ in range(3):
+                shift = rng.choice((n_k - n_q, 0, -5, n_k // 3, 70))
+                left = rng.choice((0, 1, 5, 63, 64, 65, 100, 127, 128, 129, 191, 300, 5000))
+                batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
+                sched = rng.choice(("grid", "persistent", "dynamic"))
+                cfg = dict(BLOCK_M=64, BLOCK_N=rng.choice((64, 128)), NUM_CONSUMERS=rng.choice((1, 2, 3)),
+                           PAIRED=rng.random() < 0.5, PERSISTENT=sched != "grid", DYNAMIC=sched == "dynamic",
+                           HEADS_FIRST=rng.random() < 0.5, NUM_SMS=rng.choice((1, 3, 5, 132)),
+                           SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.6,
+                           M_BAND=rng.choice((0, 2, 3)), WINDOW=(left, shift))
+                out.append((batch, h_kv * group, h_kv, n_q, n_k, shift if causal else None, cfg))
+    return out if full else rng.sample(out, 60)
 
 
 def protocol_cases(full=True):
@@ -883,22 +1029,25 @@ def main():
         for tiles, nc, ns, pp, persistent, seed in protocol_cases(not args.quick):
             runs += 1
             try:
-                steps += simulate_protocol(tiles, nc, ns, pp, persistent, seed + rep * 7919, skip=seed % 2 == 1)
+                steps += simulate_protocol(tiles, nc, ns, pp, persistent, seed + rep * 7919, skip=seed % 2 == 1,
+                                           head=seed % 4 >= 2)
             except ProtocolError as exc:
                 pfails += 1
                 if pfails <= 10:
                     print("PROTOCOL FAIL", tiles, nc, ns, pp, persistent, seed, exc)
     skip_caught = {}
-    for broken in SKIP_BROKEN:
+    for broken in SKIP_BROKEN + HEAD_BROKEN:
         skip_caught[broken] = 0
         for tiles, nc, ns, pp, persistent, seed in protocol_cases(False):
             try:
-                simulate_protocol(tiles, nc, ns, pp, persistent, seed, skip=True, broken=broken)
+                simulate_protocol(tiles, nc, ns, pp, persistent, seed, skip=True, broken=broken,
+                                  head=broken in HEAD_BROKEN)
             except ProtocolError:
                 skip_caught[broken] += 1
-    print(f"protocol simulation: {runs} runs (odd seeds: warpgroups skip their tiles past the diagonal), "
-          f"{steps} scheduler steps, {pfails} failures, {time.time() - t1:.0f}s; broken skips caught in runs of "
-          f"{len(protocol_cases(False))}: {skip_caught}", flush=True)
+    print(f"protocol simulation: {runs} runs (odd seeds: warpgroups skip their tiles past the diagonal; seeds 2, 3 "
+          f"mod 4: also the ones before a window), {steps} scheduler steps, {pfails} failures, "
+          f"{time.time() - t1:.0f}s; broken skips caught in runs of {len(protocol_cases(False))}: {skip_caught}",
+          flush=True)
     if not all(skip_caught.values()):
         pfails += 1
     t2 = time.time()
@@ -907,7 +1056,8 @@ def main():
         for work, g, nc, ns, pp, seed in dynamic_cases(not args.quick):
             runs += 1
             try:
-                steps += simulate_dynamic(work, g, nc, ns, pp, seed + rep * 7919, skip=seed % 2 == 1)
+                steps += simulate_dynamic(work, g, nc, ns, pp, seed + rep * 7919, skip=seed % 2 == 1,
+                                          head=seed % 4 >= 2)
             except ProtocolError as exc:
                 pfails += 1
                 if pfails <= 10:

@@ -16,7 +16,7 @@ from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
 from _utils import fake_launch
-from hopper_model import SKIP_BROKEN
+from hopper_model import HEAD_BROKEN, SKIP_BROKEN
 
 LN2 = math.log(2.0)
 
@@ -56,12 +56,38 @@ def test_declines_cpu_tensors_and_writes_nothing():
 
 def test_schedule_emulation_matches_reference():
     """The kernel's tile schedule (grid or persistent loop, masked / unmasked
-    loops, PAIRED) emulated in float64 (tests/hopper_model.py) writes every
-    row once with the reference's O and LSE; a reduced sweep (the full one:
-    python tests/hopper_model.py)."""
+    loops, PAIRED, sliding windows) emulated in float64
+    (tests/hopper_model.py) writes every row once with the reference's O and
+    LSE, and every consumer takes the producer's ring uses and the turns in
+    order; a reduced sweep (the full one: python tests/hopper_model.py)."""
     import hopper_model
     failures = [(case, why) for case in hopper_model.forward_cases(full=False)
                 for why in [hopper_model.check_forward(*case)] if why]
+    assert not failures, failures[:3]
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_window_schedule_emulation(d):
+    """Sliding windows on the launcher's own configs (tests/hopper_model.py's
+    emulation; fwd.py CONFIGS, WINDOW_CONFIGS): key tiles before a work
+    tile's window neither loaded nor visited, the edge tiles masked, with
+    SKIP_TILES the tiles outside a warpgroup's band released; windows of 0,
+    under a tile, over N; causal both alignments and not causal; Nq < Nk
+    and Nq > Nk; GQA; grid, persistent and dynamic on a few programs."""
+    import hopper_model as hm
+    base = dict(BLOCK_M=64, BLOCK_N=64 if d == 256 else 128, NUM_CONSUMERS=2, PAIRED=False,
+                SKIP_TILES=d == 64, M_BAND=0)
+    failures = []
+    for sched in ("grid", "persistent", "dynamic"):
+        for n_q, n_k in ((300, 1000), (777, 300)):
+            for causal, left in (("br", 0), ("br", 100), ("tl", 5000), (None, 37), (None, 300)):
+                shift = n_k - n_q if causal == "br" else 0 if causal == "tl" else None
+                cfg = dict(base, PERSISTENT=sched != "grid", DYNAMIC=sched == "dynamic", NUM_SMS=5, SEED=n_q + left,
+                           HEADS_FIRST=causal is not None, WINDOW=(left, n_k - n_q if shift is None else shift))
+                case = (2, 4, 2, n_q, n_k, shift, cfg)
+                why = hm.check_forward(*case)
+                if why:
+                    failures.append((case, why))
     assert not failures, failures[:3]
 
 
@@ -128,6 +154,29 @@ def test_barrier_protocol_causal_skip(broken):
         assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
 
 
+@pytest.mark.parametrize("broken", [None, *HEAD_BROKEN])
+def test_barrier_protocol_window_head(broken):
+    """Sliding window: each consumer warpgroup also releases the key tiles
+    before its own first key unread (_attn_fwd_skip's HEAD form: pass the
+    turn, wait for each load, release it) before its first S, and those
+    past its diagonal after its last P V.  Under random schedules and
+    random per-warpgroup shares of both the protocol holds; releasing
+    before the load, taking no turn, and taking the turn after the loads
+    (a deadlock with one stage) are each caught."""
+    import hopper_model as hm
+    cases = hm.protocol_cases(full=False)
+    caught = 0
+    for tiles, nc, ns, pingpong, pers, seed in cases:
+        try:
+            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, skip=True, head=True, broken=broken)
+        except hm.ProtocolError:
+            if broken is None:
+                raise
+            caught += 1
+    if broken is not None:
+        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+
+
 def test_dynamic_schedule_covers_every_tile_once():
     """DYNAMIC (tests/hopper_model.py's dynamic_assignment): whatever the
     completion times, program p starts with tile p and every tile goes to
@@ -155,6 +204,7 @@ def test_dynamic_protocol_simulation():
     for work, g, nc, ns, pingpong, seed in cases:
         hm.simulate_dynamic(work, g, nc, ns, pingpong, seed)
         hm.simulate_dynamic(work, g, nc, ns, pingpong, seed, skip=True)
+        hm.simulate_dynamic(work, g, nc, ns, pingpong, seed, skip=True, head=True)
     for broken in hm.DYNAMIC_BROKEN:
         caught = 0
         for work, g, nc, ns, pingpong, seed in cases:
@@ -178,6 +228,42 @@ def test_dynamic_load_balance_model():
             assert r["dynamic"] <= r["hw_grid"] + 0.005, (d, n, r)
             if n == 2048:
                 assert r["dynamic"] < r["snake"], (d, n, r)
+
+
+@pytest.mark.parametrize("window", [(100, 0), (100, -1), (0, 0), (-1, 0), (-1, -1), (100, 5)], ids=str)
+def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
+    """_dispatch.use_hopper_forward: full and causal calls take the Hopper
+    forward; a left window bound (window_size (left >= 0, -1 or 0)) only
+    with FLASHATTN_TRITON_HOPPER_WINDOW=1, since its window path is not
+    GPU-validated yet; a right bound beyond causal never.  The op layer
+    passes the window as (left, diagonal) next to the causal shift, and the
+    portable forward runs what the Hopper tier does not take."""
+    from flashattn_triton import _dispatch, ops
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    calls = []
+    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", a[7])))
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a: calls.append(("hopper",) + a[6:]) or True)
+    q = torch.randn(1, 300, 2, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 500, 2, 64, dtype=torch.bfloat16)
+    left, right = window
+    plain = left < 0 and right in (-1, 0)
+    for opt_in in (None, "0", "1"):
+        if opt_in is None:
+            monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+        else:
+            monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
+        takes = right in (-1, 0) and (left < 0 or opt_in == "1")
+        assert _dispatch.use_hopper_forward(q, k, k, window, 0) == takes, (window, opt_in)
+        if opt_in == "1" or plain:
+            assert takes == (right in (-1, 0)), "the opt-in takes every left bound with right -1 or 0"
+        calls.clear()
+        out, lse = torch.empty_like(q), torch.empty(1, 2, 300)
+        ops._fwd_into(q, k, k, out, lse, None, None, 300, 500, 0.125, left, right, True)
+        if takes:  # bottom-right: the diagonal of row i is key i + 200
+            assert calls == [("hopper", 200 if right == 0 else None, None if left < 0 else (left, 200))], calls
+        else:
+            assert calls == [("portable", (None if left < 0 else left, None if right < 0 else right))], calls
 
 
 _FAKE_LAUNCH = r"""
@@ -292,6 +378,48 @@ def test_dynamic_forward_replays_on_a_fake_driver():
     assert lines[-2:] == ["replayable True scratch 1", "replayed True 1"], lines
 
 
+_FAKE_LAUNCH_WINDOW = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+names = hf._attn_fwd_hopper.arg_names
+for d, causal, window, overrides in [(64, True, (100, 200), {}), (128, True, (10 ** 9, 200), {}),
+                                     (256, False, (0, 200), {}),
+                                     (128, False, (7, 200), {"PERSISTENT": True, "NUM_SMS": 5}),
+                                     (128, True, (5, 2000), {}), (128, True, None, {})]:
+    q = torch.randn(2, 4, 1000, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1200, d).to(torch.bfloat16)
+    o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
+    with fake_cuda():
+        ok = hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, window, **overrides)
+    assert ok, hf._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    consts = launcher.src.constants
+    window_lo = args[launcher.kinds.index("constexpr") - 1]  # the last runtime argument
+    print(d, grid, consts.get((names.index("HAS_WINDOW"),)), consts.get((names.index("NUM_CONSUMERS"),)), window_lo)
+"""
+
+
+def test_window_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: windowed plans (HAS_WINDOW) compile for
+    sm_90 at every head dim through the real JIT path, on the grid and the
+    persistent schedules, with WINDOW_CONFIGS at d = 64 (two consumers:
+    1000 rows / 128 = 8 m-blocks); the kernel gets window_lo = shift - left
+    clamped to [-Nq, Nk]; a call without a window keeps its own plan."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_LAUNCH_WINDOW, timeout=900).strip().split("\n")
+    assert lines == ["64 (64, 1, 1) True 2 100",      # causal d = 64: dynamic persistent grid, 8 x 8 tiles
+                     "128 (64, 1, 1) True 2 -1000",   # left past every key: clamped to -Nq
+                     "256 (8, 8, 1) True 2 200",      # not causal d = 256: the (m-blocks, B * H) grid
+                     "128 (5, 1, 1) True 2 193",
+                     "128 (64, 1, 1) True 2 1200",    # a bound past the last key: clamped to Nk
+                     "128 (64, 1, 1) False 2 0"], lines
+
+
 # --------------------------------------------------------------------------- GPU
 
 def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0):
@@ -323,9 +451,12 @@ def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0):
     return q, k, v, o, lse
 
 
-def _check(q, k, v, o, lse, scale, shift):
-    o_ref, lse_ref = attention_ref(q.double(), k.double(), v.double(), scale, shift)
-    o_low, _ = attention_ref(q, k, v, scale, shift)
+def _check(q, k, v, o, lse, scale, shift, window=None):
+    """O and LSE (base 2) against the float64 reference; window = (left,
+    wshift): row i also sees only keys j >= i + wshift - left."""
+    band = {} if window is None else dict(window=(window[0], -1), shift=window[1])
+    o_ref, lse_ref = attention_ref(q.double(), k.double(), v.double(), scale, shift, **band)
+    o_low, _ = attention_ref(q, k, v, scale, shift, **band)
     assert_close("O", o, o_ref, baseline=o_low)
     # LSE in base 2, like the portable kernel; -inf where a row sees no key.
     lse2_ref = lse_ref / LN2
@@ -404,6 +535,147 @@ def test_causal_skip_tiles(d, causal, persistent, skip):
         assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, **overrides), \
             f"declined: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
         _check(q, k, v, o, lse, 0.09, shift)
+
+
+WINDOW_CASES = [
+    # b, hq, hkv, nq, nk, causal ("br", "tl", None: a left bound only), left, layout
+    (2, 4, 4, 1000, 1000, "br", 0, "flash"),      # each row sees its diagonal key only
+    (2, 4, 4, 1000, 1000, "br", 37, "flash"),     # narrower than a warpgroup's rows and a key tile
+    (2, 4, 4, 1000, 1000, "br", 300, "flash"),
+    (2, 8, 2, 333, 1201, "br", 200, "flash"),     # GQA, Nq < Nk
+    (2, 8, 2, 333, 1201, "tl", 100, "padded"),    # top-left, NaN past N
+    (1, 4, 1, 700, 130, "br", 50, "flash"),       # Nq > Nk: 570 rows see no key
+    (2, 4, 4, 1000, 1000, "br", 5000, "flash"),   # wider than N: plain causal
+    (3, 2, 2, 1, 517, "br", 100, "flash"),        # a single query row
+    (2, 6, 3, 515, 515, "br", 128, "qkv"),        # strided slices of packed qkv, a tile's width
+    (2, 4, 2, 300, 900, None, 250, "padded"),     # not causal: keys from i + 600 - 250 on, NaN past N
+    (2, 4, 4, 1000, 1000, None, 0, "flash"),      # not causal, left 0: keys j >= i
+    (1, 4, 1, 130, 700, None, 1000, "flash"),     # not causal, wider than N: every key
+]
+
+
+def _window_shifts(case):
+    """(causal shift or None, window (left, wshift)) of a WINDOW_CASES entry:
+    flash-attn's window around the bottom-right diagonal Nk - Nq (top-left: 0)."""
+    _, _, _, nq, nk, causal, left, _ = case
+    wshift = 0 if causal == "tl" else nk - nq
+    return (None if causal is None else wshift), (left, wshift)
+
+
+def _window_case_id(case):
+    return "-".join(map(str, case))
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=_window_case_id)
+def test_window_matches_reference(dtype, d, case):
+    """Sliding windows (HAS_WINDOW; not yet run on a GPU when written): the
+    default plans (WINDOW_CONFIGS at d = 64) against the float64 reference
+    with the band built by attention_ref; rows whose window holds no key
+    give O = 0 and LSE = -inf; nothing is written past N_Q."""
+    b, hq, hkv, nq, nk, causal, left, layout = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
+    shift, window = _window_shifts(case)
+    scale = d ** -0.5
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift, window), \
+        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, scale, shift, window)
+    if layout == "padded":
+        tail = o.as_strided((b, hq, 40, d), o.stride(), o.storage_offset() + nq * o.stride(2))
+        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+
+
+@needs_hopper
+@pytest.mark.parametrize("schedule", [dict(PERSISTENT=True, NUM_SMS=5), dict(DYNAMIC=True, NUM_SMS=7)],
+                         ids=["persistent5", "dynamic7"])
+@pytest.mark.parametrize("skip", [False, True], ids=["all-tiles", "skip-tiles"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_window_schedules(d, skip, schedule):
+    """Sliding windows on the persistent schedules (a few programs, so each
+    runs several work tiles: ring, turn and Q phases carried over tiles of
+    different key ranges), static and dynamic, with SKIP_TILES on and off
+    (on: each warpgroup releases the tiles before its own window and past
+    its diagonal unread)."""
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    for case in WINDOW_CASES:
+        if case[-1] != "flash" or case[3] == 1:
+            continue
+        b, hq, hkv, nq, nk, causal, left, layout = case
+        q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+        shift, window = _window_shifts(case)
+        overrides = dict(schedule, SKIP_TILES=skip)
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, window, **overrides), \
+            f"declined: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
+        _check(q, k, v, o, lse, 0.09, shift, window)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(PAIRED=True), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
+                                     dict(NUM_CONSUMERS=3, CONSUMER_REGS=160, NUM_STAGES=2),
+                                     dict(NUM_STAGES=2), dict(HEADS_FIRST=False), dict(M_BAND=3),
+                                     dict(PERSISTENT=True, NUM_SMS=5, NUM_STAGES=2, SKIP_TILES=True)],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("causal", [None, "br"])
+def test_window_schedule_variants(variant, causal):
+    """Every schedule switch computes the same windowed attention (d = 128,
+    GQA, Nq < Nk, a window of 300 keys)."""
+    q, k, v, o, lse = _inputs(2, 8, 2, 777, 1500, 128, torch.bfloat16, "flash")
+    shift = None if causal is None else 1500 - 777
+    window = (300, 1500 - 777)
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, window, **variant), \
+        f"declined {variant}: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, 0.09, shift, window)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_window_long_sequence(d):
+    """The real persistent grid at N = 8k with the windows of Mistral /
+    Gemma (4096, 1024) and gpt-oss (128), causal; a call without a window
+    in between still runs its own plan."""
+    q, k, v, o, lse = _inputs(1, 4, 1, 8192, 8192, d, torch.bfloat16, "flash")
+    for left in (4096, 1024, 128, None):
+        window = None if left is None else (left, 0)
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, 0, window)
+        _check(q, k, v, o, lse, d ** -0.5, 0, window)
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_api_opt_in(monkeypatch, causal):
+    """flash_attn_func with window_size=(left, -1 or 0): the portable forward
+    by default; with FLASHATTN_TRITON_HOPPER_WINDOW=1 the Hopper forward,
+    matching the reference (and its backward, the portable one, takes the
+    Hopper forward's LSE)."""
+    from flashattn_triton import flash_attn_func, ops
+    from flashattn_triton.reference import flash_attention_ref
+    calls = []
+    real = ops._kernels.hopper_forward
+    if real is None:
+        ops._kernels.load()
+        real = ops._kernels.hopper_forward
+    monkeypatch.setattr(ops._kernels, "hopper_forward",
+                        lambda *a: calls.append(a[7]) or real(*a))
+    q = torch.randn(2, 1000, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    window = (256, 0 if causal else -1)
+    o_ref, lse_ref = flash_attention_ref(q, k, v, causal, window_size=window)
+    o_low, _ = flash_attention_ref(q, k, v, causal, window_size=window, dtype=torch.bfloat16)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    flash_attn_func(q, k, v, causal=causal, window_size=window)
+    assert calls == [], "a window took the Hopper forward without the opt-in"
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "1")
+    out, lse = flash_attn_func(q, k, v, causal=causal, window_size=window, return_lse=True)
+    assert calls and calls[-1] == (256, 1234 - 1000), calls
+    assert_close("out", out, o_ref, baseline=o_low)
+    assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref[torch.isfinite(lse_ref)].abs().max().item()
+    out.float().square().sum().backward()  # the portable backward on the Hopper forward's LSE
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
 @needs_hopper

@@ -31,11 +31,11 @@ else:
         REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
 
 if not AVAILABLE:
-    def hopper_attention_forward(q, k, v, o, lse, sm_scale, causal_shift, **overrides) -> bool:
+    def hopper_attention_forward(q, k, v, o, lse, sm_scale, causal_shift, window=None, **overrides) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
-    def hopper_forward_flash(q, k, v, o, lse, sm_scale, causal_shift) -> bool:
+    def hopper_forward_flash(q, k, v, o, lse, sm_scale, causal_shift, window=None) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 

@@ -19,6 +19,17 @@ The FlashAttention-3 structure, written with Triton's Gluon dialect:
   mbarriers), so one warpgroup's softmax overlaps another's GEMMs (FA3's
   inter-warpgroup schedule).
 
+Masks: none, causal (row i sees keys j <= i + causal_shift) and, with
+``HAS_WINDOW``, a left window bound (row i sees keys j >= i + window_lo;
+flash-attn's window (left, 0 or -1) around the diagonal shift is window_lo =
+shift - left).  A work tile visits key tiles [lo_tile, n_tiles): the ones
+before its first row's window are neither loaded nor visited, and its ring
+uses and turns count from lo_tile (_key_start).  Inside it, tiles that
+straddle a bound (the left edge, the diagonal, the ragged end of K) are
+masked, the rest run unmasked; with ``SKIP_TILES`` each warpgroup releases
+unread the tiles wholly outside its own rows' band (_attn_fwd_skip).
+Builds without the window are those of before it (compile_check --sass).
+
 Descriptors are rank 4 over the (B, H, N, d)-indexed views, with the block
 ``[1, 1, rows, d]``: a tile can never read or write another head's or
 batch's rows (TMA zero-fills loads past N and clips stores), whatever N is.
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -121,6 +133,20 @@ def _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
 
 
 @gluon.jit
+def _key_start(start_m, n_tiles, window_lo, BLOCK_N: gl.constexpr, HAS_WINDOW: gl.constexpr):
+    """First key tile of the work tile whose rows start at start_m: 0, or
+    with HAS_WINDOW (row i sees keys j >= i + window_lo) the tile of its
+    first row's first key, whose bound is the smallest.  At most
+    n_tiles - 1, so that a work tile whose rows all see no key still runs
+    one (masked) tile.  Tiles before it are neither loaded nor visited:
+    the work tile's ring uses and turns count from it."""
+    if HAS_WINDOW:
+        return gl.minimum(gl.maximum(start_m + window_lo, 0) // BLOCK_N, n_tiles - 1)
+    else:
+        return 0
+
+
+@gluon.jit
 def _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, q_phase,
             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
             WAIT_EMPTY: gl.constexpr):
@@ -161,38 +187,41 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
 @gluon.jit
 def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                     q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-                    pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
+                    pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                    HAS_WINDOW: gl.constexpr):
     """The loads of a persistent program's i-th work tile (m-block pid_m of
     head pid_bh); g: K/V tiles the program loaded before it.  Returns g plus
     this tile's.  The first K/V tiles (as many as the ring holds) go before
     Q: their slots are freed by the previous tile's GEMMs, while the Q
     buffers are free only once the consumers have stored that tile's O from
-    them; so the ring is full when Q is waited for."""
+    them; so the ring is full when Q is waited for.  Key tiles [t_lo, t_n)
+    (_key_start: t_lo = 0 without a window) go to ring uses g, g + 1, ..."""
     t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                               BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
-    n_first = gl.minimum(t_n, NUM_STAGES)
+    t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
+    n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
     for j in range(n_first):
-        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, t_lo + j, g + j,
                  BLOCK_N, HEAD_DIM, NUM_STAGES)
     _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
             BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
-    for j in range(n_first, t_n):
-        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, j, g + j,
+    for j in range(n_first, t_n - t_lo):
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, t_lo + j, g + j,
                  BLOCK_N, HEAD_DIM, NUM_STAGES)
-    return g + t_n
+    return g + (t_n - t_lo)
 
 
 @gluon.jit
 def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                    q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER,
                    off_b, off_hq, off_hkv, start_m, n_tiles,
-                   H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                   H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                   DYNAMIC: gl.constexpr):
+                   DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
     DYNAMIC, the tiles it claims from TILE_COUNTER, published to the
@@ -209,8 +238,8 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
             pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL)
+                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
+                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
             # Every load of tile i is issued: claim the next tile (programs
             # [0, G) took tiles [0, G) without a claim) and publish it in
             # slot i % 2.  That slot last held the tile of iteration i - 1,
@@ -230,21 +259,24 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL)
+                                pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
+                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
     else:
         _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
                 BLOCK_M, HEAD_DIM, NUM_CONSUMERS, False)
-        for j in range(n_tiles):
-            _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, j,
+        lo = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
+        for j in range(lo, n_tiles):
+            _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, j - lo,
                      BLOCK_N, HEAD_DIM, NUM_STAGES)
 
 
 @gluon.jit
-def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
-                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, window_lo,
+                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Fold the score tile of keys [start_n, start_n + BLOCK_N) into the
-    running (max, sum); returns p (fp32) and alpha."""
+    running (max, sum); returns p (fp32) and alpha.  A masked tile keeps
+    key j of row i where j < N_K, j <= i + causal_shift (IS_CAUSAL) and
+    j >= i + window_lo (HAS_WINDOW)."""
     if MASKED:
         # Column indices are made here, not passed in: a loop-invariant
         # vector would hold BLOCK_N / 4 registers through the unmasked loop.
@@ -252,6 +284,8 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
         keep = gl.expand_dims(cols, 0) < N_K - start_n
         if IS_CAUSAL:
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + (causal_shift - start_n))
+        if HAS_WINDOW:
+            keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows, 1) + (window_lo - start_n))
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1))
     if MASKED:
@@ -269,11 +303,12 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift,
 
 @gluon.jit
 def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    """Iteration j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V.
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                   HAS_WINDOW: gl.constexpr):
+    """Iteration j (a tile after the first): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
     g0: ring uses before this work tile (K/V slot and phase of tile j come
     from g0 + j); t0: ping-pong turns before this work tile."""
@@ -296,7 +331,7 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_em
     s = warpgroup_mma_wait(1, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
-                                             causal_shift, MASKED, IS_CAUSAL)
+                                             causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW)
     # The next P is packed to 16 bits while P V still runs (fresh registers:
     # the current P is still being read by the tensor cores).
     p_next = gl.convert_layout(p_new.to(p.dtype), p_layout)
@@ -309,11 +344,11 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_em
 
 @gluon.jit
 def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                   acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   PAIRED: gl.constexpr):
+                   PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Iterations [lo, hi), two per trip when PAIRED.
 
     P is loop-carried; were it rewritten every trip, the register allocator
@@ -324,48 +359,58 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready,
     if not PAIRED:
         for j in range(lo, hi):
             acc, p, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                              MASKED, IS_CAUSAL, PINGPONG)
+                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
         acc, p_odd, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                              acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                              MASKED, IS_CAUSAL, PINGPONG)
+                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
         acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                                          acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                          acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                          MASKED, IS_CAUSAL, PINGPONG)
+                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
     if n % 2 == 1:
         acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
-                                          turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
+                                          turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                          MASKED, IS_CAUSAL, PINGPONG)
+                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
     return acc, p, m_i, l_i
 
 
 @gluon.jit
 def _attn_fwd_skip(lo, hi, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   PINGPONG: gl.constexpr):
+                   PINGPONG: gl.constexpr, HEAD: gl.constexpr):
     """Release K/V tiles [lo, hi) unread and pass their ping-pong turns on.
 
     Every warpgroup still takes each ring use (the empty barriers count one
-    arrival per consumer) and n_tiles + 1 turns per work tile (the turn
-    barriers' phases); it waits for each load first, so that its arrival
-    counts toward that use's release and not an earlier one.  Runs after the
-    last P V has completed and released its V slot: the loads waited for
-    here never need a slot this warpgroup still holds."""
+    arrival per consumer) and one turn per key tile plus one per work tile
+    (the turn barriers' phases); it waits for each load first, so that its
+    arrival counts toward that use's release and not an earlier one.
+
+    The tail (the tiles past this warpgroup's diagonal) runs after the last
+    P V has completed and released its V slot: the loads waited for here
+    never need a slot this warpgroup still holds; tile j's turn is
+    t0 + j + 1 (the last P V took t0 + n_own).  The HEAD (with a window, the
+    tiles before this warpgroup's first key) runs before its first S_j,
+    holding no slot; tile j's turn is t0 + j, passed before the wait for
+    the load: with one stage, loading V_j needs V_{j-1} released by every
+    warpgroup, which one that reads it does in its GEMM turn t0 + j."""
     for j in range(lo, hi):
         gk = g0 + j
         sk = gk % NUM_STAGES
+        if PINGPONG and HEAD:
+            mbarrier.wait(turn.index(CONSUMER), (t0 + j) & 1)
+            mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
         mbarrier.wait(k_ready.index(sk), (gk // NUM_STAGES) & 1)
         mbarrier.arrive(k_empty.index(sk))
         mbarrier.wait(v_ready.index(sk), (gk // NUM_STAGES) & 1)
         mbarrier.arrive(v_empty.index(sk))
-        if PINGPONG:
+        if PINGPONG and not HEAD:
             mbarrier.wait(turn.index(CONSUMER), (t0 + j + 1) & 1)
             mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
 
@@ -373,16 +418,17 @@ def _attn_fwd_skip(lo, hi, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
 @gluon.jit
 def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
                    q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                   off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, g0, t0, q_phase,
-                   N_Q, N_K, qk_scale, causal_shift,
+                   off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, g0, t0, q_phase,
+                   N_Q, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
-                   SKIP_TILES: gl.constexpr):
+                   SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
-    BLOCK_M, + BLOCK_M).  g0: K/V ring uses and t0: ping-pong turns of this
-    warpgroup before the tile (they continue from tile to tile); q_phase:
-    the parity of this tile's Q load."""
+    BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
+    K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
+    (they continue from tile to tile); q_phase: the parity of this tile's Q
+    load."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -393,8 +439,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
 
     row0 = start_m + CONSUMER * BLOCK_M
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
-    # Tiles [0, n_full) are seen whole by every row of this warpgroup; the
-    # rest (the diagonal, the ragged end of K) are masked.
+    # Tiles [0, n_full) are seen whole on the right by every row of this
+    # warpgroup; the rest (the diagonal, the ragged end of K) are masked.
     # SKIP_TILES: tiles [n_own, n_tiles) lie wholly above this warpgroup's
     # diagonal (the work tile's n_tiles is set by its last warpgroup): they
     # are released unread (_attn_fwd_skip), at d = 64 (192-row work tiles,
@@ -403,22 +449,47 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
         n_full = gl.minimum(gl.maximum(row0 + causal_shift + 1, 0), N_K) // BLOCK_N
         if SKIP_TILES:
             n_own = gl.cdiv(gl.minimum(gl.maximum(row0 + BLOCK_M + causal_shift, 0), N_K), BLOCK_N)
-            n_own = gl.maximum(gl.minimum(n_own, n_tiles), 1)
+            n_own = gl.maximum(gl.minimum(n_own, n_tiles), lo_tile + 1)
         else:
             n_own = n_tiles
     else:
         n_full = N_K // BLOCK_N
         n_own = n_tiles
     n_full = gl.minimum(n_full, n_own)
+    # With a window (row i sees keys j >= i + window_lo) the work tile's key
+    # tiles are [lo_tile, n_tiles) and its ring uses and turns count from
+    # lo_tile: g0 and t0 are moved back by lo_tile, so that key tile j is
+    # still use g0 + j and takes turn t0 + j below.  This warpgroup starts
+    # at tile first: its first row's first key (the smallest bound) with
+    # SKIP_TILES, the tiles [lo_tile, first) lying wholly before its window
+    # are released unread; without, lo_tile (those tiles are computed and
+    # masked away).  Tiles before full_lo hold keys left of its last row's
+    # bound (the largest) and are masked too: [first, full_lo) masked,
+    # [full_lo, n_full) whole, [n_full, n_own) masked.
+    if HAS_WINDOW:
+        g0 = g0 - lo_tile
+        t0 = t0 - lo_tile
+        if SKIP_TILES:
+            first = gl.minimum(gl.maximum(gl.maximum(row0 + window_lo, 0) // BLOCK_N, lo_tile), n_own - 1)
+        else:
+            first = lo_tile
+        full_lo = gl.cdiv(gl.maximum(row0 + BLOCK_M - 1 + window_lo, 0), BLOCK_N)
+        full_lo = gl.minimum(gl.maximum(full_lo, first + 1), n_own)
+    else:
+        first = 0
 
     q = q_smem.index(CONSUMER)
     mbarrier.wait(q_ready.index(CONSUMER), q_phase)
+    if HAS_WINDOW and SKIP_TILES:
+        _attn_fwd_skip(lo_tile, first, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
+                       CONSUMER, NUM_CONSUMERS, NUM_STAGES, PINGPONG, True)
 
-    # Tile 0, always masked (harmless when it is full): S_0 and its softmax.
-    s0 = g0 % NUM_STAGES
-    mbarrier.wait(k_ready.index(s0), (g0 // NUM_STAGES) & 1)
+    # The first tile, always masked (harmless when it is full): S and its softmax.
+    g_first = g0 + first
+    s0 = g_first % NUM_STAGES
+    mbarrier.wait(k_ready.index(s0), (g_first // NUM_STAGES) & 1)
     if PINGPONG:
-        mbarrier.wait(turn.index(CONSUMER), t0 & 1)
+        mbarrier.wait(turn.index(CONSUMER), (t0 + first) & 1)
     s_tok = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
     if PINGPONG:
@@ -427,19 +498,41 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
     mbarrier.arrive(k_empty.index(s0))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-    p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, 0, N_K, qk_scale, causal_shift,
-                                          True, IS_CAUSAL)
+    p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, first * BLOCK_N, N_K, qk_scale, causal_shift,
+                                          window_lo, True, IS_CAUSAL, HAS_WINDOW)
     p = gl.convert_layout(p0.to(dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
-                                      acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift,
-                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                      False, IS_CAUSAL, PINGPONG, PAIRED)
-    acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
-                                      v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
-                                      causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
-                                      True, IS_CAUSAL, PINGPONG, PAIRED)
+    if HAS_WINDOW:
+        # Two passes over one masked and one unmasked loop: the left edge's
+        # masked tiles [first + 1, full_lo) and the whole ones [full_lo,
+        # n_full), then the right edge's masked tiles [n_full, n_own) (and
+        # no whole one).  A third loop instance (a masked loop before the
+        # unmasked one, as the portable kernel has) made ptxas carry P in
+        # other registers than the wgmma's (32 PRMT more per unmasked step
+        # at d = 128) and spill (compile_check --window).
+        n_full = gl.maximum(n_full, full_lo)
+        for edge in range(2):
+            masked_lo = first + 1 if edge == 0 else n_full
+            masked_hi = full_lo if edge == 0 else n_own
+            whole_hi = n_full if edge == 0 else full_lo
+            acc, p, m_i, l_i = _attn_fwd_loop(masked_lo, masked_hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
+                                              v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
+                                              causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                                              BLOCK_M, BLOCK_N, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+            acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
+                                              v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
+                                              causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                                              BLOCK_M, BLOCK_N, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+    else:
+        acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
+                                          turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+        acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, k_ready,
+                                          k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
+                                          causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
+                                          BLOCK_N, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
 
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
@@ -453,7 +546,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
     mbarrier.arrive(v_empty.index(sv))
     if IS_CAUSAL and SKIP_TILES:
         _attn_fwd_skip(n_own, n_tiles, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
-                       CONSUMER, NUM_CONSUMERS, NUM_STAGES, PINGPONG)
+                       CONSUMER, NUM_CONSUMERS, NUM_STAGES, PINGPONG, False)
 
     # Rows that saw no key: l = 0 -> O = 0 and LSE = -inf.
     empty = l_i == 0.0
@@ -477,12 +570,12 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
 def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
                       q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, tile_idx, tile_ready,
                       off_b, off_hq, start_m, n_tiles,
-                      H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                      H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                      DYNAMIC: gl.constexpr):
+                      DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -497,12 +590,13 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
+            t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
             _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                           t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
-                           N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
+                           t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
+                           N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
             mbarrier.arrive(q_empty.index(CONSUMER))
-            g += t_n
+            g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
             # iteration: parity (i // 2) & 1 of slot i % 2).
             mbarrier.wait(tile_ready.index(i % 2), (i // 2) & 1)
@@ -516,24 +610,28 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
-            # A tile takes t_n ring uses and t_n + 1 turns (S_0, then t_n
-            # GEMM pairs with the last P V alone), so g + i turns came before.
+            t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
+            # A tile takes t_n - t_lo ring uses and one turn more (its first
+            # S, then a GEMM pair per further key tile, the last P V alone),
+            # so g + i turns came before.
             _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                           t_b, t_hq, stride_lz, stride_lh, t_m, t_n, g, g + i, i & 1,
-                           N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
+                           t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
+                           N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
             # O has left this consumer's Q buffer (store_wait): the producer
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
-            g += t_n
+            g += t_n - t_lo
     else:
+        lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
         _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
-                       off_b, off_hq, stride_lz, stride_lh, start_m, n_tiles, 0, 0, 0,
-                       N_Q, N_K, qk_scale, causal_shift, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES)
+                       off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
+                       N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
 
 
-@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift"])
+@gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
+                              "window_lo"])
 def _attn_fwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     q_desc, k_desc, v_desc, o_desc, LSE,
@@ -545,11 +643,14 @@ def _attn_fwd_hopper(
     qk_scale, causal_shift,
     # int32 tile counter, zero at launch (DYNAMIC only; else any pointer, unused)
     TILE_COUNTER,
+    # HAS_WINDOW only: row i sees only keys j >= i + window_lo (a left window bound)
+    window_lo,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
+    HAS_WINDOW: gl.constexpr,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     if PERSISTENT:
@@ -622,34 +723,34 @@ def _attn_fwd_hopper(
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -657,26 +758,26 @@ def _attn_fwd_hopper(
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
-                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift,
+                                 stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -709,6 +810,11 @@ CONFIGS = {
     256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False,
               SKIP_TILES=False),
 }
+# Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
+# measured on a GPU): at d = 64 three 160-register consumers spill 20 local
+# loads / stores per masked step with the window's third compare (against
+# 10 causal without it), two 240-register ones none (compile_check --window).
+WINDOW_CONFIGS = {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240)}
 # Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
     False: dict(PINGPONG=True, HEADS_FIRST=False, M_BAND=0),
@@ -787,15 +893,16 @@ class _Plan:
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic")
 
 
-def _signature(q, k, v, o, lse, causal):
+def _signature(q, k, v, o, lse, causal, windowed):
     """Everything the checks and the launch set-up depend on, but the
-    pointers (of which only the 16-byte alignment) and the scale."""
+    pointers (of which only the 16-byte alignment), the scale and the
+    shifts (causal, windowed: whether there is a diagonal, a left window)."""
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
-            lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal,
+            lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal, windowed,
             (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15)
 
 
-def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
+def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides):
     """A _Plan, or the reason (a string) why this case is declined."""
     reason = unsupported_reason(q, k, v, o, lse, sm_scale)
     if reason:
@@ -804,7 +911,10 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, overrides):
     h_kv, n_k = k.shape[1], k.shape[2]
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
                 DYNAMIC=DYNAMIC_DEFAULT[d][causal])
+    if windowed:
+        meta.update(WINDOW_CONFIGS.get(d, {}))
     meta.update(overrides)
+    meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     # Not a kernel parameter: the persistent grid's size (tests use a few
@@ -869,7 +979,8 @@ def _descriptor(t, dims, block, layout, validated):
 
 
 def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                             lse: torch.Tensor, sm_scale: float, causal_shift, **overrides) -> bool:
+                             lse: torch.Tensor, sm_scale: float, causal_shift,
+                             window: Optional[Tuple[int, int]] = None, **overrides) -> bool:
     """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
 
     q: (B, Hq, Nq, d); k, v: (B, Hkv, Nk, d), Hq a multiple of Hkv; o like q,
@@ -877,28 +988,36 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     in base 2 (lse2 = m2 + log2 l, as kernels/fwd.py); d in 64, 128, 256;
     float16 or bfloat16; any strides that TMA accepts (16-byte aligned, last 1).
     causal_shift: None for no mask, else row i sees keys j <= i + causal_shift.
+    window: None, or (left, shift) with left >= 0: row i sees only keys
+    j >= i + shift - left, flash-attn's left window bound around the
+    diagonal i + shift (for a causal call, shift is causal_shift; with
+    causal_shift None, a window bounded on the left only).  Not validated
+    on a GPU yet (docs/hopper.md, "Sliding windows").
     ``overrides`` replace entries of CONFIGS / SCHEDULE (benchmarks, tests).
     Returns False, having written nothing, when the case is not supported.
 
     The checks and the launch set-up are done once per signature (shapes,
-    strides, dtypes, device, causal, pointer alignment) and reused by later
-    calls, which build the four descriptors and launch (kernels/fastlaunch.py).
+    strides, dtypes, device, causal, windowed, pointer alignment) and reused
+    by later calls, which build the four descriptors and launch
+    (kernels/fastlaunch.py).
     """
     causal = causal_shift is not None
+    windowed = window is not None
     if not sm_scale > 0:
         return False
     if overrides:
-        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, overrides)
+        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides)
     else:
-        sig = _signature(q, k, v, o, lse, causal)
+        sig = _signature(q, k, v, o, lse, causal, windowed)
         plan = _PLANS.get(sig)
         if plan is None:
-            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, overrides))
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift)
+            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides))
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window)
 
 
 def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                         lse: torch.Tensor, sm_scale: float, causal_shift) -> bool:
+                         lse: torch.Tensor, sm_scale: float, causal_shift,
+                         window: Optional[Tuple[int, int]] = None) -> bool:
     """hopper_attention_forward for tensors in the flash layout: q, o (B, Nq,
     Hq, d), k, v (B, Nk, Hkv, d), lse (B, Hq, Nq).  The same checks (on the
     (B, H, N, d) views, at the first call of a signature) and the same launch;
@@ -907,13 +1026,14 @@ def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: t
     if not sm_scale > 0:
         return False
     causal = causal_shift is not None
-    sig = ("flash",) + _signature(q, k, v, o, lse, causal)
+    windowed = window is not None
+    sig = ("flash",) + _signature(q, k, v, o, lse, causal, windowed)
     plan = _PLANS.get(sig)
     if plan is None:
         views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
-        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, {}))
-        return _launch(plan, views, lse, sm_scale, causal_shift)
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift)
+        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, windowed, {}))
+        return _launch(plan, views, lse, sm_scale, causal_shift, window)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window)
 
 
 def _store(sig, plan):
@@ -923,12 +1043,27 @@ def _store(sig, plan):
     return plan
 
 
-def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
+def lower_diagonal(window, n_q: int, n_k: int) -> int:
+    """The kernel's window_lo for window = (left, shift): row i sees keys
+    j >= i + shift - left.  Clamped to [-n_q, n_k], which changes no row's
+    keys (below -n_q every row's bound is below key 0; from n_k on no row
+    sees a key) and keeps the kernel's int32 sums in range; 0 without a
+    window (unused)."""
+    if window is None:
+        return 0
+    left, shift = window
+    if left < 0:
+        raise ValueError(f"window (left, shift) = {window}: left must be >= 0 (None for no window)")
+    return min(max(shift - left, -n_q), n_k)
+
+
+def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None) -> bool:
     """Launch a plan on (q, k, v, o) (views or the flash-layout tensors: a
     descriptor's base gives only the pointer and dtype); False if the plan is
     a decline reason."""
     if plan.__class__ is str or plan.key in _BROKEN:
         return False
+    lo = 0 if window is None else lower_diagonal(window, plan.tail[4], plan.tail[5])
     validated = plan.validated
     args = tuple(_descriptor(t, dims, block, layout, validated)
                  for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
@@ -936,7 +1071,7 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift) -> bool:
     # DYNAMIC's tile counter: zeroed per call on the current stream (see
     # DYNAMIC_DEFAULT); other builds ignore the argument and get lse.
     counter = fastlaunch.zeroed_scratch(1, torch.int32, lse.device) if plan.dynamic else lse
-    args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter)
+    args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -966,5 +1101,5 @@ _NO_SWITCH = contextlib.nullcontext()
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
-__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "CONFIGS", "SCHEDULE",
-           "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT"]
+__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
+           "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT"]
