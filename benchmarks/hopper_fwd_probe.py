@@ -12,7 +12,13 @@
    past N would change them), and a misaligned view that must be declined;
 3. speed: TFLOP/s of the Hopper kernel (each variant that passed), the
    portable kernel and SDPA cuDNN / SDPA flash, bf16, B*N = 16k tokens,
-   H = 2048 / d, printed as a table.
+   H = 2048 / d, printed as a table.  ``--rows window`` times sliding
+   windows (window_size (left, 0), Mistral / Gemma / gpt-oss sizes) against
+   the portable kernel, the API with FLASHATTN_TRITON_HOPPER_WINDOW=1 and
+   FlexAttention with a block mask (--baselines api:portable,api:window,flex):
+
+    PYTHONPATH=. python3 benchmarks/hopper_fwd_probe.py --stage bench --rows window \
+        --variants default,skip_tiles --baselines api:portable,api:window,flex
 
 Results go to stdout and, as JSON lines, to DIR/hopper_probe.jsonl (DIR
 defaults to $OUT if set, else benchmarks/results/h200).  A Triton cache
@@ -74,6 +80,9 @@ VARIANTS = {
     "dynamic_g5_nc1": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
     "dynamic_g5_nc3": ({"DYNAMIC": True, "NUM_SMS": 5, "NUM_CONSUMERS": 3, "CONSUMER_REGS": 160,
                         "PAIRED": False}, (64,)),
+    # SKIP_TILES where CONFIGS has it off (with a window it also releases the
+    # key tiles before each warpgroup's own window unread).
+    "skip_tiles": ({"SKIP_TILES": True}, (128, 256)),
 }
 # Variants that only run the correctness stage (their timing says nothing).
 CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
@@ -99,8 +108,11 @@ SHAPES_VARIANT = [(2, 4, 4, 1000, 1000, None, "flash"), (2, 8, 2, 333, 1201, "br
 SHAPES_PERSISTENT = [(2, 8, 2, 333, 1201, "tl", "bhnd"), (2, 6, 3, 515, 777, None, "qkv"),
                      (3, 2, 2, 1, 517, "br", "flash"), (4, 8, 8, 1500, 1500, None, "flash"),
                      (2, 16, 4, 2000, 2000, "br", "flash"), (2, 16, 4, 2000, 2000, "tl", "padded")]
-# Timing rows (d, N, causal, Hq / Hkv): "run1" as in docs/hopper.md run 1,
-# "grid": d 64 / 128 / 256 x N 2k / 8k x causal or not.
+# Timing rows (d, N, causal, Hq / Hkv[, left]): "run1" as in docs/hopper.md
+# run 1, "grid": d 64 / 128 / 256 x N 2k / 8k x causal or not; "window":
+# sliding windows, window_size (left, 0) (causal) or (left, -1) (a left
+# bound only), the sizes of Mistral / Gemma 2 (4096), Gemma 3 (1024) and
+# gpt-oss (128, d = 64, GQA 8).
 ROWS = {
     "run1": [(d, n, causal, 1) for d in (64, 128) for n in (2048, 8192) for causal in (False, True)]
     + [(128, 8192, True, 4), (256, 8192, False, 1), (256, 8192, True, 1)],
@@ -108,8 +120,16 @@ ROWS = {
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
+    # (most wanted first: a timed-out stage keeps the rows it printed); a
+    # window as wide as N next to the same row without one: the window
+    # build's own cost.
+    "window": [(128, 8192, True, 1, 1024), (64, 8192, True, 8, 128), (128, 8192, True, 4, 4096),
+               (256, 8192, True, 1, 1024), (64, 8192, True, 1, 1024), (128, 8192, True, 1, 8191),
+               (128, 8192, True, 1), (128, 8192, False, 1, 1024)],
 }
 BASELINES = ("api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash")
+# Also known to --baselines: "api:window" (the API with FLASHATTN_TRITON_HOPPER_WINDOW=1,
+# window rows only) and "flex" (FlexAttention, compiled, with the row's block mask).
 
 
 def emit(kind, **rec):
@@ -264,6 +284,17 @@ def stage_memcheck(args):
     emit("memcheck", ran=done)
 
 
+def visible_pairs(n: int, causal: bool, left=None) -> int:
+    """(query, key) pairs that a row sees at Nq = Nk = n: causal (keys
+    j <= i), and with a window left also j >= i - left."""
+    if left is None:
+        return n * (n + 1) // 2 if causal else n * n
+    w = min(left, n - 1)
+    if causal:  # rows i see min(i, left) + 1 keys
+        return n * (w + 1) - w * (w + 1) // 2
+    return n * n - (n - w - 1) * (n - w) // 2  # row i sees n - max(i - left, 0) keys
+
+
 def _load_prev(path, index=0):
     """Another version of kernels/hopper/fwd.py (a file copied from another
     commit), loaded as a sibling module of the package's so that its relative
@@ -292,7 +323,11 @@ def stage_bench(args):
     prev = [_load_prev(path, i) for i, path in enumerate(args.prev.split(",")) if path]
     dev = torch.device("cuda")
     dtype = torch.bfloat16
-    for d, n, causal, gqa in ROWS[args.rows]:
+    for row in ROWS[args.rows]:
+        d, n, causal, gqa = row[:4]
+        left = row[4] if len(row) > 4 else None
+        window = None if left is None else (left, 0)  # (left, shift): Nq = Nk, the diagonal i
+        window_size = (-1 if left is None else left, 0 if causal else -1)
         h = 2048 // d
         b = max(1, 16384 // n)
         hkv = h // gqa
@@ -303,14 +338,14 @@ def stage_bench(args):
         oh = torch.empty_like(q).transpose(1, 2)
         lse = torch.empty(b, h, n, device=dev, dtype=torch.float32)
         scale = d ** -0.5
-        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        flops = 4.0 * b * h * visible_pairs(n, causal, left) * d
         fns = {}
         for var in variants:
             if d in VARIANTS[var][1]:
                 fns[f"hopper:{var}"] = (lambda ov=VARIANTS[var][0]: hopper_attention_forward(
-                    qh, kh, vh, oh, lse, scale, 0 if causal else None, **ov))
+                    qh, kh, vh, oh, lse, scale, 0 if causal else None, window, **ov))
 
-        def api(backend):
+        def api(backend, window_opt_in=False):
             if flash_attn_func is None:
                 def broken():
                     raise RuntimeError(api_error)
@@ -318,26 +353,34 @@ def stage_bench(args):
 
             def run():
                 os.environ["FLASHATTN_TRITON_BACKEND"] = backend
-                return flash_attn_func(q, k, v, causal=causal)
+                if window_opt_in:
+                    os.environ["FLASHATTN_TRITON_HOPPER_WINDOW"] = "1"
+                else:
+                    os.environ.pop("FLASHATTN_TRITON_HOPPER_WINDOW", None)
+                return flash_attn_func(q, k, v, causal=causal, window_size=window_size)
             return run
         if "api:auto" in baselines:
             fns["api:auto"] = api("auto")
         if "api:portable" in baselines:
             fns["api:portable"] = api("portable")
+        if "api:window" in baselines and left is not None:  # the dispatch's opt-in: the Hopper forward
+            fns["api:window"] = api("auto", window_opt_in=True)
+        if "flex" in baselines:
+            fns["flex"] = _flex_fn(qh, kh, vh, causal, left)
         kr = kh.repeat_interleave(gqa, 1) if gqa > 1 else kh
         vr = vh.repeat_interleave(gqa, 1) if gqa > 1 else vh
         for name, be in (("sdpa:cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa:flash", SDPBackend.FLASH_ATTENTION)):
-            if name not in baselines:
+            if name not in baselines or left is not None:  # SDPA has no sliding window but a dense mask
                 continue
 
             def run(be=be):
                 with sdpa_kernel(be):
                     return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
             fns[name] = run
-        for i, mod in enumerate(prev):
+        for i, mod in enumerate(prev if left is None else ()):  # (an older fwd.py may have no window)
             fns[f"hopper:prev{i or ''}"] = (lambda mod=mod: mod.hopper_attention_forward(
                 qh, kh, vh, oh, lse, scale, 0 if causal else None))
-        rec = dict(d=d, n=n, b=b, h=h, hkv=hkv, causal=causal, dtype="bf16")
+        rec = dict(d=d, n=n, b=b, h=h, hkv=hkv, causal=causal, window=left, dtype="bf16")
         for name, fn in fns.items():
             try:
                 if name.startswith("hopper:") and not fn():
@@ -347,7 +390,25 @@ def stage_bench(args):
             except Exception as exc:  # noqa: BLE001
                 rec[name] = f"{type(exc).__name__}: {exc}"[:160]
         os.environ.pop("FLASHATTN_TRITON_BACKEND", None)
+        os.environ.pop("FLASHATTN_TRITON_HOPPER_WINDOW", None)
         emit("bench", **rec)
+
+
+def _flex_fn(qh, kh, vh, causal, left):
+    """FlexAttention (torch.compile'd) on contiguous (B, H, N, d) copies with
+    the block mask of the row (causal, a window of left keys, or none)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    from flashattn_triton.bench.common import compiled_flex
+    flex = compiled_flex()
+    q, k, v = (t.contiguous() for t in (qh, kh, vh))
+    n = q.shape[2]
+
+    def mask_mod(b, h, qi, ki):
+        keep = ki <= qi if causal else ki >= 0
+        return keep if left is None else keep & (ki >= qi - left)
+    block_mask = None if not causal and left is None else create_block_mask(mask_mod, None, None, n, n,
+                                                                          device=q.device)
+    return lambda: flex(q, k, v, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -393,7 +454,8 @@ def _table(bench, variants, baselines=BASELINES):
         ours = [r[c] for c in cols[:len(variants)] if isinstance(r.get(c), (int, float))]
         cud = r.get("sdpa:cudnn")
         ratio = f"{max(ours) / cud:.2f}" if ours and isinstance(cud, (int, float)) else "-"
-        lines.append(f"| {r['d']} | {r['n']} | {r['causal']} | {r['h']}/{r['hkv']} | " + " | ".join(vals)
+        mask = f"{r['causal']} w{r['window']}" if r.get("window") is not None else r["causal"]
+        lines.append(f"| {r['d']} | {r['n']} | {mask} | {r['h']}/{r['hkv']} | " + " | ".join(vals)
                      + f" | {ratio} |")
     return "\n".join(lines)
 
