@@ -91,8 +91,8 @@ def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr)
     of d = 128 causal N = 2k: 13.7% L2 hits, DRAM 76% busy).  M_BAND > 1
     takes bands of M_BAND neighbouring m-blocks per head (every head's band,
     then the next band up): lengths within a band differ by at most
-    M_BAND - 1 m-blocks' worth of key tiles, and the programs in flight share each head's K/V
-    prefix M_BAND ways (tests/hopper_model.py's L2 model: hit rate 0.11 ->
+    M_BAND - 1 m-blocks' worth of key tiles, and the programs in flight
+    share each head's K/V prefix M_BAND ways (tests/hopper_model.py's L2 model: hit rate 0.11 ->
     0.5 / 0.7 with bands of 2 / 4 at d = 128 N = 2k, balance unchanged)."""
     if HEADS_FIRST:
         if M_BAND > 1:
