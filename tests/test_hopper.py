@@ -133,6 +133,23 @@ def test_barrier_protocol_simulation(persistent):
     assert runs >= 10
 
 
+def _protocol_sweep(broken, **options):
+    """simulate_protocol over the quick protocol cases with ``options``: every
+    run passes when broken is None, else at least one catches the broken form."""
+    import hopper_model as hm
+    cases = hm.protocol_cases(full=False)
+    caught = 0
+    for tiles, nc, ns, pingpong, pers, seed in cases:
+        try:
+            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, broken=broken, **options)
+        except hm.ProtocolError:
+            if broken is None:
+                raise
+            caught += 1
+    if broken is not None:
+        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+
+
 @pytest.mark.parametrize("broken", [None, *SKIP_BROKEN])
 def test_barrier_protocol_causal_skip(broken):
     """Causal: each consumer warpgroup reads only the key tiles up to its own
@@ -140,18 +157,7 @@ def test_barrier_protocol_causal_skip(broken):
     (_attn_fwd_skip: wait for each load, release it, pass the turn on).
     Under random schedules and random per-warpgroup shares the protocol
     holds; each deliberately broken form of the release is caught."""
-    import hopper_model as hm
-    cases = hm.protocol_cases(full=False)
-    caught = 0
-    for tiles, nc, ns, pingpong, pers, seed in cases:
-        try:
-            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, skip=True, broken=broken)
-        except hm.ProtocolError:
-            if broken is None:
-                raise
-            caught += 1
-    if broken is not None:
-        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+    _protocol_sweep(broken, skip=True)
 
 
 @pytest.mark.parametrize("broken", [None, *HEAD_BROKEN])
@@ -163,18 +169,7 @@ def test_barrier_protocol_window_head(broken):
     random per-warpgroup shares of both the protocol holds; releasing
     before the load, taking no turn, and taking the turn after the loads
     (a deadlock with one stage) are each caught."""
-    import hopper_model as hm
-    cases = hm.protocol_cases(full=False)
-    caught = 0
-    for tiles, nc, ns, pingpong, pers, seed in cases:
-        try:
-            hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, skip=True, head=True, broken=broken)
-        except hm.ProtocolError:
-            if broken is None:
-                raise
-            caught += 1
-    if broken is not None:
-        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+    _protocol_sweep(broken, skip=True, head=True)
 
 
 def test_dynamic_schedule_covers_every_tile_once():
