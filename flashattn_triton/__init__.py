@@ -20,6 +20,10 @@ from .api import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacke
 
 __version__ = "0.2.0"
 
+from ._prefetch import start_key_warmup as _start_key_warmup  # noqa: E402
+
+_start_key_warmup()
+
 __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",

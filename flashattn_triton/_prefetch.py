@@ -40,6 +40,7 @@ from .kernels import fastlaunch
 from .kernels.launch import autotune_enabled
 
 ENV_PREFETCH = "FLASHATTN_TRITON_PREFETCH_BWD"  # "0": off
+ENV_WARM_KEY = "FLASHATTN_TRITON_WARM_KEY"  # "0": off
 MAX_KEYS = 256  # distinct call signatures prefetched per process
 WAIT_S = 120.0  # longest the backward waits for a prefetch
 
@@ -64,6 +65,33 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _hash_triton() -> None:
+    try:
+        from triton.runtime.cache import triton_key
+        triton_key()
+    except Exception:  # noqa: BLE001 - another Triton layout: the first compile computes it as before
+        _log.debug("Triton key warm-up failed", exc_info=True)
+
+
+def start_key_warmup() -> bool:
+    """At import: compute Triton's compiler cache key in a background thread.
+
+    Triton's first kernel lookup in a process hashes its own compiler sources
+    and its multi-hundred-MB native library (``triton_key``, cached per
+    process): about 0.3 s of a warm-cache first call's 0.4 s host time (CPU
+    emulation, benchmarks/profile_host.py's driver stand-in).  Hashing
+    releases the GIL, so it runs while the user builds the model.  Only
+    with a GPU visible and outside the interpreter (nothing is compiled
+    otherwise); FLASHATTN_TRITON_WARM_KEY=0 turns it off.  Returns whether a
+    thread was started."""
+    if os.environ.get(ENV_WARM_KEY, "1") == "0" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    if not torch.cuda.is_available():
+        return False
+    threading.Thread(target=_hash_triton, name="flashattn-triton-key", daemon=True).start()
+    return True
 
 
 def enabled() -> bool:
@@ -216,4 +244,5 @@ def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                      name="flashattn-triton-prefetch").start()
 
 
-__all__ = ["ENV_PREFETCH", "enabled", "maybe_prefetch", "pending", "wait_pending"]
+__all__ = ["ENV_PREFETCH", "ENV_WARM_KEY", "enabled", "maybe_prefetch", "pending", "start_key_warmup",
+           "wait_pending"]

@@ -38,6 +38,9 @@ ENVIRONMENT = [
                                      "packing; read at import)"),
     ("FLASHATTN_TRITON_PREFETCH_BWD", "0: no backward prefetch (default: the first forward of a shape that "
                                       "needs gradients compiles the backward kernels in background threads)"),
+    ("FLASHATTN_TRITON_WARM_KEY", "0: no background computation of Triton's compiler cache key at import "
+                                  "(default: with a GPU visible, a thread hashes Triton's compiler while the "
+                                  "program goes on; read at import)"),
     ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),
     ("FLASHATTN_TRITON_DIFF_CASES", "tests only: cases of the randomized differential test (default 6)"),
     ("TRITON_INTERPRET", "1: run the kernels in Triton's interpreter (set by the tests; never by the library)"),

@@ -505,3 +505,28 @@ def test_direct_launch_expands_descriptors_like_triton(monkeypatch):
             direct.launch((1, 1, 1), 0, Compiled, direct.expand(params))
             assert calls[-1] == calls[-2]
             assert calls[-1][13][1][0] == a.data_ptr() and calls[-1][19][1][0] == b.data_ptr()  # fake encodings
+
+
+def test_triton_key_warmup(monkeypatch):
+    """At import, with a GPU visible and outside the interpreter, a background
+    thread computes Triton's compiler cache key (triton_key, cached per
+    process) so that the first call does not hash Triton's compiler itself;
+    off under the interpreter, without a GPU, and with FLASHATTN_TRITON_WARM_KEY=0."""
+    from triton.runtime.cache import triton_key
+
+    from flashattn_triton import _prefetch
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not _prefetch.start_key_warmup()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(_prefetch.torch.cuda, "is_available", lambda: False)
+    assert not _prefetch.start_key_warmup()
+    monkeypatch.setattr(_prefetch.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(_prefetch.ENV_WARM_KEY, "0")
+    assert not _prefetch.start_key_warmup()
+    monkeypatch.delenv(_prefetch.ENV_WARM_KEY)
+    triton_key.cache_clear()
+    assert _prefetch.start_key_warmup()
+    for t in threading.enumerate():
+        if t.name == "flashattn-triton-key":
+            t.join(timeout=60)
+    assert triton_key.cache_info().currsize == 1, "the thread did not compute Triton's key"
