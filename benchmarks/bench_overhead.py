@@ -103,6 +103,7 @@ print(json.dumps(res))
 RUNS = {
     "ours": ("ours", {}, False),
     "ours, no prefetch": ("ours", {"FLASHATTN_TRITON_PREFETCH_BWD": "0"}, False),
+    "ours, no key warm-up": ("ours", {"FLASHATTN_TRITON_WARM_KEY": "0"}, False),
     "ours-portable": ("ours", {"FLASHATTN_TRITON_BACKEND": "portable"}, False),
     "sdpa": ("sdpa", {}, False),
 }
