@@ -603,26 +603,38 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
         waits[bar.name] = n + 1
         return _wait(bar, parity, n + 1)  # the n-th wait on a 'ready' barrier needs n + 1 completions
 
+    def skip(lo, hi, g0, t0, head):
+        """_attn_fwd_skip: release key tiles [lo, hi) unread.  HEAD (before
+        the first S) passes tile j's turn t0 + j before waiting for its
+        loads; the tail (after the last P V) passes turn t0 + j + 1 after.
+        The broken forms SKIP_BROKEN / HEAD_BROKEN of either."""
+        kind = "head" if head else "skip"
+        no_ready_wait = broken == f"{kind}_no_ready_wait"
+        no_turn = broken == f"{kind}_no_turn"
+        turn_late = head and broken == "head_turn_late"
+        turn = t0 + (0 if head else 1)
+        for j in range(lo, hi):
+            gk = g0 + j
+            sk = gk % ns
+            if pingpong and head and not (no_turn or turn_late):
+                yield wait(cta.turn[c], (turn + j) & 1)
+                cta.turn[(c + 1) % nc].arrive()
+            if not no_ready_wait:
+                yield wait(cta.k_ready[sk], (gk // ns) & 1)
+            cta.k_empty[sk].arrive()
+            if not no_ready_wait:
+                yield wait(cta.v_ready[sk], (gk // ns) & 1)
+            cta.v_empty[sk].arrive()
+            if pingpong and not no_turn and (not head or turn_late):
+                yield wait(cta.turn[c], (turn + j) & 1)
+                cta.turn[(c + 1) % nc].arrive()
+            yield ("step",)
+
     def tile(t, n_tiles, g0, t0, q_phase):
         first, n_own = own(t, c, n_tiles) if own else (0, n_tiles)
         q = cta.q_buf[c]
         yield wait(cta.q_ready[c], q_phase)
-        for j in range(first):   # _attn_fwd_skip(HEAD): turn first, then the release of the landed tile
-            gk = g0 + j
-            sk = gk % ns
-            if pingpong and broken not in ("head_no_turn", "head_turn_late"):
-                yield wait(cta.turn[c], (t0 + j) & 1)
-                cta.turn[(c + 1) % nc].arrive()
-            if broken != "head_no_ready_wait":
-                yield wait(cta.k_ready[sk], (gk // ns) & 1)
-            cta.k_empty[sk].arrive()
-            if broken != "head_no_ready_wait":
-                yield wait(cta.v_ready[sk], (gk // ns) & 1)
-            cta.v_empty[sk].arrive()
-            if pingpong and broken == "head_turn_late":
-                yield wait(cta.turn[c], (t0 + j) & 1)
-                cta.turn[(c + 1) % nc].arrive()
-            yield ("step",)
+        yield from skip(0, first, g0, t0, head=True)
         g_first = g0 + first
         s0 = g_first % ns
         yield wait(cta.k_ready[s0], (g_first // ns) & 1)
@@ -661,19 +673,7 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
         yield ("wgmma_wait", 0)
         cta.v_empty[sv].arrive()
         yield ("step",)
-        for j in range(n_own, n_tiles):   # _attn_fwd_skip
-            gk = g0 + j
-            sk = gk % ns
-            if broken != "skip_no_ready_wait":
-                yield wait(cta.k_ready[sk], (gk // ns) & 1)
-            cta.k_empty[sk].arrive()
-            if broken != "skip_no_ready_wait":
-                yield wait(cta.v_ready[sk], (gk // ns) & 1)
-            cta.v_empty[sk].arrive()
-            if pingpong and broken != "skip_no_turn":
-                yield wait(cta.turn[c], (t0 + j + 1) & 1)
-                cta.turn[(c + 1) % nc].arrive()
-            yield ("step",)
+        yield from skip(n_own, n_tiles, g0, t0, head=False)
         # Epilogue: O staged in Q's buffer (a generic write: nothing may be
         # reading or loading it), TMA store, store_wait.
         if q.readers or q.writing:

@@ -92,8 +92,9 @@ def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr)
     takes bands of M_BAND neighbouring m-blocks per head (every head's band,
     then the next band up): lengths within a band differ by at most
     M_BAND - 1 m-blocks' worth of key tiles, and the programs in flight
-    share each head's K/V prefix M_BAND ways (tests/hopper_model.py's L2 model: hit rate 0.11 ->
-    0.5 / 0.7 with bands of 2 / 4 at d = 128 N = 2k, balance unchanged)."""
+    share each head's K/V prefix M_BAND ways (tests/hopper_model.py's L2
+    model: hit rate 0.11 -> 0.5 / 0.7 with bands of 2 / 4 at d = 128
+    N = 2k, balance unchanged)."""
     if HEADS_FIRST:
         if M_BAND > 1:
             per_band = M_BAND * n_bh
@@ -308,7 +309,8 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_em
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    HAS_WINDOW: gl.constexpr):
-    """Iteration j (a tile after the first): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j under P V.
+    """Iteration j (a tile after the first): issue S_j = Q K_j^T and
+    O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
     g0: ring uses before this work tile (K/V slot and phase of tile j come
     from g0 + j); t0: ping-pong turns before this work tile."""
