@@ -40,7 +40,6 @@ ops and the call plans never pass), so ordinary calls are unchanged.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any, Dict, List, Optional, Tuple, cast
 
@@ -160,11 +159,13 @@ def _alibi_bh(alibi_slopes: Optional[torch.Tensor], batch: int, heads: int):
     return alibi_slopes if alibi_slopes.dim() == 2 else alibi_slopes[None].expand(batch, heads)
 
 
-def _kernel_mods(softcap, alibi, sinks, attn_bias, dropout_p, rng_seed) -> KernelMods:
+def _kernel_mods(softcap, alibi, sinks, attn_bias, dropout_p, rng_seed, philox_offset=0) -> KernelMods:
+    """The launch's variants; philox_offset (ring attention's blocks) shifts
+    the dropout counters, and only matters with dropout."""
     if not has_variants(softcap, alibi, sinks, attn_bias, dropout_p):
         return NO_MODS
     return KernelMods(float(softcap), alibi, sinks, attn_bias, float(dropout_p),
-                      rng_seed if dropout_p > 0 else None)
+                      rng_seed if dropout_p > 0 else None, philox_offset if dropout_p > 0 else 0)
 
 
 def _sinks_lse2(sinks: torch.Tensor, lse: torch.Tensor, varlen: bool) -> torch.Tensor:
@@ -258,18 +259,14 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), sinks, None,
-                                    dropout_p, rng_seed)
-                if philox_offset and mods.dropout:
-                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                                    dropout_p, rng_seed, philox_offset)
                 mul, add = doc_shift or (0, 0)
                 for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, add, window_bounds(*window),
                                       cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0), shift_mul=mul)
             else:
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
-                                    attn_bias, dropout_p, rng_seed)
-                if philox_offset and mods.dropout:
-                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                                    attn_bias, dropout_p, rng_seed, philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]  # dropout counters per batch entry
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
@@ -408,9 +405,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             if varlen:
                 batch = cu_seqlens_q.shape[0] - 1
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, batch, q.shape[1]), None, None,
-                                    dropout_p, rng_seed)
-                if philox_offset and mods.dropout:
-                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                                    dropout_p, rng_seed, philox_offset)
                 mul, add = doc_shift or (0, 0)
                 chunks = list(_varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]))
                 for b, cu in chunks:
@@ -423,9 +418,7 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), None,
-                                    attn_bias, dropout_p, rng_seed)
-                if philox_offset and mods.dropout:
-                    mods = dataclasses.replace(mods, philox_offset=philox_offset)
+                                    attn_bias, dropout_p, rng_seed, philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 hopper = use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
