@@ -32,6 +32,12 @@ overrides joined by '+':
     python benchmarks/compile_check.py --hopper-bwd --d 64,128,256 --cases full,causal --sass \
         --hopper-variants default,NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128
 
+and with --window its sliding-window builds (HAS_WINDOW: bwd.py's _query_end,
+the window edge's masked query tiles; WINDOW_CONFIGS):
+
+    python benchmarks/compile_check.py --hopper-bwd --window --d 64,128,256 --cases full,causal \
+        --hopper-variants default,PERSISTENT=1 --sass
+
 --kernels DECODE,COMBINE compiles the KV-cache decode kernel (kernels/decode.py)
 and the combine kernel (kernels/combine.py) from the launches that
 decode_attention itself makes (meta-device tensors; Triton's own binder
@@ -280,7 +286,10 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     import torch
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
-    if hasattr(hbwd, "kernel_meta"):
+    if hasattr(hbwd, "WINDOW_CONFIGS"):
+        meta = hbwd.kernel_meta(d, causal, overrides, unverified=True, windowed=bool(overrides.get("HAS_WINDOW")))
+        dq_cols = hbwd.dq_block_cols(d, **meta)
+    elif hasattr(hbwd, "kernel_meta"):  # a checkout from before the window
         meta = hbwd.kernel_meta(d, causal, overrides, unverified=True)
         dq_cols = hbwd.dq_block_cols(d, **meta)
     else:  # a checkout from before CONFIGS_UNVERIFIED (to compare builds)
@@ -356,6 +365,8 @@ def hopper_bwd_main(args) -> int:
 
     def build(d, causal, spec):
         overrides = {} if spec == "default" else _hopper_overrides(spec)
+        if args.window:
+            overrides["HAS_WINDOW"] = True
         return compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype)
 
     def describe(d, meta, k):
@@ -573,7 +584,8 @@ def main():
     ap.add_argument("--hopper", action="store_true", help="the Gluon forward (module doc)")
     ap.add_argument("--hopper-bwd", action="store_true", help="the Gluon backward (module doc)")
     ap.add_argument("--window", action="store_true",
-                    help="with --hopper: the sliding-window builds (HAS_WINDOW: a left window bound)")
+                    help="with --hopper or --hopper-bwd: the sliding-window builds (HAS_WINDOW: a left "
+                    "window bound)")
     ap.add_argument("--hopper-variants", default=None,
                     help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides "
                     "(default: default,persistent); with --hopper-bwd: 'default' or overrides")

@@ -39,7 +39,7 @@ if not AVAILABLE:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
-    def hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift,
+    def hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window=None,
                                   **overrides) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False

@@ -80,6 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
+from .fwd import lower_diagonal
 from .schedule import snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -121,10 +122,26 @@ def _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST: gl.constexpr):
 
 
 @gluon.jit
-def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
-                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """(batch, KV head, first key, first query tile) of a work tile (as the
-    non-persistent program decode computes them)."""
+def _query_end(start_n, m_lo, n_mb, N_K, window_lo,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_WINDOW: gl.constexpr):
+    """End of the query tiles of key block [start_n, + BLOCK_N): n_mb, or
+    with HAS_WINDOW (row i sees keys j >= i + window_lo) the tile after the
+    last row that sees the block's last key (rows i <= j - window_lo see key
+    j), at least m_lo: a block that no row sees visits no query tile and
+    writes dK = dV = 0.  Tiles past it are neither loaded nor visited."""
+    if HAS_WINDOW:
+        last = gl.minimum(start_n + BLOCK_N, N_K)  # one past the block's last key
+        return gl.maximum(gl.minimum(gl.cdiv(gl.maximum(last - window_lo, 0), BLOCK_M), n_mb), m_lo)
+    else:
+        return n_mb
+
+
+@gluon.jit
+def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift, window_lo,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                     HAS_WINDOW: gl.constexpr):
+    """(batch, KV head, first key, first query tile, end of the query tiles)
+    of a work tile (as the non-persistent program decode computes them)."""
     off_b = pid_bh // H_KV
     off_hkv = pid_bh % H_KV
     start_n = pid_n * BLOCK_N
@@ -132,7 +149,8 @@ def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
         m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
     else:
         m_lo = 0
-    return off_b, off_hkv, start_n, m_lo
+    m_hi = _query_end(start_n, m_lo, n_mb, N_K, window_lo, BLOCK_M, BLOCK_N, HAS_WINDOW)
+    return off_b, off_hkv, start_n, m_lo, m_hi
 
 
 @gluon.jit
@@ -185,9 +203,11 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
 def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               n_mb, GROUP, H_KV, n_kb, n_bh,
-                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
+                              window_lo,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                              NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr):
+                              NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr,
+                              HAS_WINDOW: gl.constexpr):
     """Producer partition of the persistent form: per work tile the first
     NUM_STAGES query tiles (their slots are freed by the previous work
     tile's steps), then K and V once the consumers released the previous
@@ -198,9 +218,9 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
     it = 0
     for i in range(snake_count(pid, n_programs, n_kb * n_bh)):
         pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
-        off_b, off_hkv, start_n, m_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
-                                                         BLOCK_M, BLOCK_N, IS_CAUSAL)
-        n_m = n_mb - m_lo
+        off_b, off_hkv, start_n, m_lo, m_hi = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift,
+                                                               window_lo, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+        n_m = m_hi - m_lo
         total = GROUP * n_m
         n_first = gl.minimum(total, NUM_STAGES)
         for j in range(n_first):
@@ -219,17 +239,17 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
 @gluon.jit
 def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                    kv_ready, q_ready, do_ready, qdo_empty,
-                   off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                   off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                    stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_STAGES: gl.constexpr):
     """Producer partition (1 warp): K and V once, then Q, dO and the rows'
-    statistics of every query tile of every query head of the group
+    statistics of query tiles [m_lo, m_hi) of every query head of the group
     (_load_qdo)."""
     _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
     it = 0
     for g in range(GROUP):
-        for mb in range(m_lo, n_mb):
+        for mb in range(m_lo, m_hi):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + g, mb, it,
                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
@@ -237,23 +257,25 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
 
 
 @gluon.jit
-def _visible(keys, rows, N_K, causal_shift, IS_CAUSAL: gl.constexpr):
+def _visible(keys, rows, N_K, causal_shift, window_lo, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Which (key, row) pairs of a score tile are kept: the key exists and,
-    when causal, row i sees key j <= i + causal_shift (keys, rows: broadcast
-    index tensors)."""
+    when causal, row i sees key j <= i + causal_shift, with HAS_WINDOW only
+    keys j >= i + window_lo (keys, rows: broadcast index tensors)."""
     keep = keys < N_K
     if IS_CAUSAL:
         keep = keep & (keys <= rows + causal_shift)
+    if HAS_WINDOW:
+        keep = keep & (keys >= rows + window_lo)
     return keep
 
 
 @gluon.jit
 def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                   off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                   off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
-                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
@@ -279,8 +301,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
     if MASKED:
         cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
-        pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, IS_CAUSAL),
-                      pt, 0.0)
+        pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, window_lo,
+                               IS_CAUSAL, HAS_WINDOW), pt, 0.0)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
     dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
@@ -307,10 +329,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
 @gluon.jit
 def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage, stat_bufs,
                          q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                         off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                         off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                          SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
-                         DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                         DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                         HAS_WINDOW: gl.constexpr):
     """SPLIT_D: one query tile.  This warpgroup's scores are those of its
     SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
     dS^T go through shared memory, and its dK, dV and dQ are the head-dim
@@ -347,8 +370,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
     p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
     if MASKED:
         rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
-        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, IS_CAUSAL),
-                     p, 0.0)
+        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, window_lo,
+                              IS_CAUSAL, HAS_WINDOW), p, 0.0)
     dp = warpgroup_mma_wait(0, deps=(dp_tok,))
     delta = stat_bufs.index(2 * s + 1).load(row_layout)
     ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
@@ -392,45 +415,47 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
 @gluon.jit
 def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                       off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                       off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-                       MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                       MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step)."""
     if SPLIT_D:
         dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
-                                      causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS, DS_BUFS,
-                                      DQ_CHUNK, MASKED, IS_CAUSAL)
+                                      causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
+                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW)
     else:
         dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
-                                off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL)
+                                off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
+                                CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
+                                HAS_WINDOW)
     return dk, dv
 
 
 @gluon.jit
 def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                        kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
-                       off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, n_bh,
-                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
+                       off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, n_bh,
+                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift, window_lo,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
-                       HEADS_FIRST: gl.constexpr):
+                       HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """The producer partition of either form."""
     if PERSISTENT:
         _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                                   stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                                   n_mb, GROUP, H_KV, n_kb, n_bh,
-                                  stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
-                                  BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST)
+                                  stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
+                                  window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST,
+                                  HAS_WINDOW)
     else:
         _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
-                       kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, n_mb, GROUP,
+                       kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                        BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)
 
@@ -438,18 +463,20 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 @gluon.jit
 def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                     kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                    off_b, off_hkv, start_n, m_lo, n_mb, GROUP, it, kv_phase,
+                    off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, it, kv_phase,
                     stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                    N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                    N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                     CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
-                    DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr):
+                    DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
-    it: ring steps before this block; returns it after it.  RELEASE_KV
-    (persistent): arrive on kv_empty once K and V are no longer read."""
+    Query tiles [m_lo, m_hi) of every head of the group (m_hi = n_mb
+    without a window).  it: ring steps before this block; returns it after
+    it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
+    longer read."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     dtype: gl.constexpr = q_bufs.dtype
@@ -491,22 +518,56 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         m_full = m_lo
 
     mbarrier.wait(kv_ready, kv_phase)
-    for g in range(GROUP):
-        off_hq = off_hkv * GROUP + g
-        for mb in range(m_lo, m_full):
-            dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs,
-                                        dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys,
-                                        dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS,
-                                        DQ_CHUNK, True, IS_CAUSAL)
-            it += 1
-        for mb in range(m_full, n_mb):
-            dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs,
-                                        dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys,
-                                        dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
-                                        CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS,
-                                        DQ_CHUNK, False, IS_CAUSAL)
-            it += 1
+    if HAS_WINDOW:
+        # Row i sees all of keys [key0, key0 + SUB_N) on the window's side
+        # when i <= key0 - window_lo: the tiles from m_wide on hold a row
+        # past that (the window's edge) and are masked too.  Per head two
+        # passes over one masked and one unmasked loop, in the producer's
+        # order: the diagonal's masked tiles [m_lo, m_full) and the whole
+        # ones [m_full, m_wide), then the window edge's masked tiles
+        # [m_wide, m_hi) (and no whole one); as in the forward, one masked
+        # loop instance for both edges.
+        m_full = gl.minimum(m_full, m_hi)
+        m_wide = gl.minimum(gl.maximum(gl.maximum(key0 - window_lo + 1, 0) // BLOCK_M, m_full), m_hi)
+        for g in range(GROUP):
+            off_hq = off_hkv * GROUP + g
+            for edge in range(2):
+                masked_lo = m_lo if edge == 0 else m_wide
+                masked_hi = m_full if edge == 0 else m_hi
+                whole_hi = m_wide if edge == 0 else m_full
+                for mb in range(masked_lo, masked_hi):
+                    dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
+                                                ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                                causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
+                                                HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
+                                                HAS_WINDOW)
+                    it += 1
+                for mb in range(m_full, whole_hi):
+                    dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
+                                                ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                                causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
+                                                HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
+                                                HAS_WINDOW)
+                    it += 1
+    else:
+        for g in range(GROUP):
+            off_hq = off_hkv * GROUP + g
+            for mb in range(m_lo, m_full):
+                dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
+                                            ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
+                                            dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                            causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
+                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW)
+                it += 1
+            for mb in range(m_full, n_mb):
+                dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
+                                            ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
+                                            dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
+                                            causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
+                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW)
+                it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
         # reader of K, included): the next work tile's K and V may load.
@@ -529,13 +590,14 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
 @gluon.jit
 def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                       kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                      off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, n_bh,
+                      off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, n_bh,
                       stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                      N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
-                      DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr):
+                      DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
+                      HAS_WINDOW: gl.constexpr):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -546,29 +608,29 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
         it = 0
         for i in range(snake_count(pid, n_programs, n_kb * n_bh)):
             pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
-            t_b, t_hkv, t_n, t_lo = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, causal_shift,
-                                                     BLOCK_M, BLOCK_N, IS_CAUSAL)
+            t_b, t_hkv, t_n, t_lo, t_hi = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift, window_lo,
+                                                           BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
             it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                  stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 t_b, t_hkv, t_n, t_lo, n_mb, GROUP, it, i & 1,
+                                 t_b, t_hkv, t_n, t_lo, t_hi, n_mb, GROUP, it, i & 1,
                                  stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                 N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                  CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True)
+                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                        off_b, off_hkv, start_n, m_lo, n_mb, GROUP, gl.to_tensor(0), 0,
+                        off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, gl.to_tensor(0), 0,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                        N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                        N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW)
     tma.store_wait(0)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "stride_dz", "stride_dh", "stride_dkz", "stride_dkh",
                               "stride_dkn", "stride_dvz", "stride_dvh", "stride_dvn", "H_KV", "N_Q", "N_K",
-                              "GROUP", "causal_shift", "N_BH"])
+                              "GROUP", "causal_shift", "N_BH", "window_lo"])
 def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, DK, DV,
@@ -581,12 +643,14 @@ def _attn_bwd_hopper(
     qk_scale, sm_scale, causal_shift,
     # batch * KV heads (the persistent form's work tiles; unused otherwise)
     N_BH,
+    # HAS_WINDOW only: row i sees only keys j >= i + window_lo (a left window bound)
+    window_lo,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-    PERSISTENT: gl.constexpr = False,
+    PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False,
 ):
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
@@ -597,6 +661,7 @@ def _attn_bwd_hopper(
         off_hkv = 0
         start_n = 0
         m_lo = 0
+        m_hi = 0
     else:
         n_kb = 0
         if HEADS_FIRST:
@@ -617,6 +682,8 @@ def _attn_bwd_hopper(
             m_lo = gl.minimum(gl.maximum(start_n - causal_shift, 0) // BLOCK_M, n_mb)
         else:
             m_lo = 0
+        # Past the last row that sees the block with a window (n_mb without).
+        m_hi = _query_end(start_n, m_lo, n_mb, N_K, window_lo, BLOCK_M, BLOCK_N, HAS_WINDOW)
 
     dtype: gl.constexpr = q_desc.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
@@ -677,24 +744,25 @@ def _attn_bwd_hopper(
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                             off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                             off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
+                             off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                             N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST)),
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
-                              off_b, off_hkv, start_n, m_lo, n_mb, GROUP, H_KV, n_kb, N_BH,
-                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, causal_shift,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST)),
+                              off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
+                              stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
+                              window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
+                              HAS_WINDOW)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -732,6 +800,10 @@ CONFIGS_UNVERIFIED: dict = {}
 UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
 # Meta-parameters of the SPLIT_D path (the others ignore them).
 SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
+# Per head dim, entries replacing CONFIGS' for windowed calls (HAS_WINDOW, a
+# left window bound); none: the window builds take CONFIGS (compile_check
+# --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
+WINDOW_CONFIGS: dict = {}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
@@ -752,10 +824,14 @@ def configs(unverified: bool = False) -> dict:
     return CONFIGS
 
 
-def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False) -> dict:
-    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL."""
-    meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal])
-    for part in (configs(unverified)[head_dim], SCHEDULE[causal], overrides or {}):
+def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
+                windowed: bool = False) -> dict:
+    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL;
+    windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries."""
+    meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
+                HAS_WINDOW=windowed)
+    window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
+    for part in (configs(unverified)[head_dim], window_part, SCHEDULE[causal], overrides or {}):
         meta.update(part)
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
         meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
@@ -835,7 +911,7 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified
 
 def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               lse: torch.Tensor, delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
-                              dv: torch.Tensor, sm_scale: float, causal_shift, UNVERIFIED=False,
+                              dv: torch.Tensor, sm_scale: float, causal_shift, window=None, UNVERIFIED=False,
                               **overrides) -> bool:
     """dq, dk, dv of attention on (B, H, N, d)-indexed views; False if it cannot.
 
@@ -843,7 +919,11 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     Hkv; lse (base 2, the forward's lse2) and delta (rowsum(dO * O), natural
     units, from the portable preprocess): float32 (B, Hq, Nq), last stride 1;
     d in CONFIGS; float16 or bfloat16 alike; causal_shift: None for no mask,
-    else row i sees keys j <= i + causal_shift.  dq, dk, dv are written in
+    else row i sees keys j <= i + causal_shift.  window: None, or (left,
+    shift) with left >= 0: row i sees only keys j >= i + shift - left (as
+    hopper_attention_forward's: flash-attn's left bound around the diagonal
+    i + shift; the kernel gets fwd.lower_diagonal's clamped window_lo); not
+    validated on a GPU yet (docs/hopper.md).  dq, dk, dv are written in
     place (dq through a float32 buffer).  Returns False, having written
     nothing, when the case is not supported.  ``overrides`` replace CONFIGS
     entries (benchmarks, tests); UNVERIFIED=True also takes the head dims of
@@ -855,7 +935,11 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
-    meta = kernel_meta(d, causal, overrides, UNVERIFIED)
+    windowed = window is not None
+    window_lo = lower_diagonal(window, n_q, n_k)  # in [-n_q, n_k]; 0 without a window
+    if windowed and n_q + n_k >= 2 ** 31 - 1024:
+        return False  # the kernel's int32 row / key sums with window_lo
+    meta = kernel_meta(d, causal, overrides, UNVERIFIED, windowed)
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
@@ -879,7 +963,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             h_kv, n_q, n_k, h_q // h_kv,
-            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv)
+            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv, window_lo)
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     if meta["PERSISTENT"]:
         if n_blocks * batch * h_kv >= 2 ** 31:
@@ -918,4 +1002,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
-           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT"]
+           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS"]
