@@ -10,7 +10,8 @@
 FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
 for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
 FLASHATTN_TRITON_HOPPER_WINDOW=1 lets sliding windows (left >= 0, causal or
-not) take the Hopper forward, whose window path is not GPU-validated yet.
+not) take the Hopper forward and backward, whose window paths are not
+GPU-validated yet.
 """
 
 from __future__ import annotations
@@ -59,15 +60,17 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     decline a case) for tensors on ``device`` (the real device also for the
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
     forward), the call is not deterministic (its dQ adds arrive in a varying
-    order), the mask is none or causal, FLASHATTN_TRITON_HOPPER_BWD is not "0",
-    and (unless FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length
-    ``seqlen`` = max(Nq, Nk) is one where it beats the portable backward
+    order), the mask is none or causal (a left window bound on either only
+    with FLASHATTN_TRITON_HOPPER_WINDOW=1: hopper_forward_window, the
+    forward's switch), FLASHATTN_TRITON_HOPPER_BWD is not "0", and (unless
+    FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length ``seqlen`` =
+    max(Nq, Nk) is one where it beats the portable backward
     (hopper_backward_pays)."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
         return False
-    if not (_hopper_tier(device) and window[0] < 0 and window[1] in (-1, 0)):
+    if not (_hopper_tier(device) and hopper_forward_window(window)):
         return False
     return backend() == "hopper" or hopper_backward_pays(seqlen, head_dim, window[1] == 0)
 
@@ -87,14 +90,15 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     return True
 
 
-ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1": windows may take the Hopper forward (opt-in)
+ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1": windows may take the Hopper tier (opt-in)
 
 
 def hopper_forward_window(window) -> bool:
-    """Whether the Hopper forward takes this window_size (left, right): no
-    mask or causal (right -1 or 0) with no left bound; with
-    FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound (left >= 0: its
-    window path, docs/hopper.md "Sliding windows", not GPU-validated yet)."""
+    """Whether the Hopper forward (and backward: use_hopper_backward) takes
+    this window_size (left, right): no mask or causal (right -1 or 0) with
+    no left bound; with FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound
+    (left >= 0: their window paths, docs/hopper.md "Sliding windows", not
+    GPU-validated yet)."""
     if window[1] not in (-1, 0):
         return False
     return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"

@@ -29,8 +29,8 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "1: sliding windows (window_size (left >= 0, -1 or 0)) may take the Hopper "
-                                       "forward (opt-in: its window path is not GPU-validated yet); default: "
-                                       "the portable forward"),
+                                       "forward and backward (opt-in: their window paths are not GPU-validated "
+                                       "yet); default: the portable kernels"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -260,7 +260,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
             lines.append(f"backward: Hopper tier, Gluon kernel (kernels/hopper/bwd.py): {c['BLOCK_N']} keys per "
                          f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
                          "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
-                         "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)")
+                         "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)"
+                         + ("; its left window bound is not GPU-validated yet" if window[0] >= 0 else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
     lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
     lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")

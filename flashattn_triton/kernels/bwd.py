@@ -668,7 +668,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     kernel through float32 atomic adds (module doc; ignored with dbias);
     None: use_fused_dq(deterministic=False, ...).  hopper: try the Hopper
     backward (kernels/hopper/bwd.py) after the preprocess, for a dense call
-    without variants and with no mask or a causal one; the caller decides
+    without variants and with no mask or a causal one, either with or
+    without a left window bound; the caller decides
     (_dispatch.use_hopper_backward), the kernel may still decline.
     """
     mods = mods or NO_MODS
@@ -699,7 +700,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
     alibi, _, bias, seed = mods.pointers(lse)
 
-    hopper = hopper and not varlen and dbias is None and mods is NO_MODS and left is None and right in (None, 0)
+    hopper = hopper and not varlen and dbias is None and mods is NO_MODS and right in (None, 0)
     if delta is None:
         # lse's layout (delta shares its strides); not empty_like, which on the
         # prefetch's meta tensors imports sympy (_prefetch._stand_ins).
@@ -713,8 +714,10 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     )
     if hopper:
         from .hopper import hopper_attention_backward
+        diagonal = n_k - n_q + causal_offset  # row i's window is [i + diagonal - left, i + diagonal (+ right)]
         if hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale,
-                                     None if right is None else n_k - n_q + causal_offset):
+                                     None if right is None else diagonal,
+                                     None if left is None else (left, diagonal)):
             return delta
     group = h_q // h_kv
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \
