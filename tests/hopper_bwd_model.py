@@ -7,6 +7,12 @@ grid of key blocks, each consumer's masked and unmasked query-tile loops
 with its own m_full, TMA's zero fill past N, lse2 = +inf and delta = 0 for
 rows past N_Q, the score keys and the dK / dV / dQ columns of each consumer
 in either path, dQ chunks clipped at N_Q) against dense float64 gradients.
+With a sliding window (window_lo: row i sees keys j >= i + window_lo) it
+follows HAS_WINDOW: a key block's query tiles end at _query_end's m_hi,
+each consumer's window edge [m_wide, m_hi) is masked, and its two passes
+over one masked and one unmasked loop must visit the tiles in the
+producer's order (check_window, window_cases; WINDOW_BROKEN: wrong forms
+that the check must catch).
 
 simulate: one CTA's mbarrier protocol.
 
@@ -43,16 +49,28 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def reference_grads(q, k, v, do, scale, shift):
+def visible(n_q, n_k, shift, window_lo=None):
+    """(n_q, n_k) bool: row i sees key j (j <= i + shift when shift is not
+    None, j >= i + window_lo when window_lo is not None)."""
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    vis = np.ones((n_q, n_k), bool)
+    if shift is not None:
+        vis &= j <= i + shift
+    if window_lo is not None:
+        vis &= j >= i + window_lo
+    return vis
+
+
+def reference_grads(q, k, v, do, scale, shift, window_lo=None):
     """Dense float64 dq, dk, dv; (B, H, N, d) arrays, GQA by head groups;
-    shift None: no mask, else row i sees keys j <= i + shift; a row that
-    sees no key has P = 0."""
+    shift None: no mask, else row i sees keys j <= i + shift; window_lo
+    (None: none): row i sees only keys j >= i + window_lo; a row that sees
+    no key has P = 0."""
     group = q.shape[1] // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
+    s = q @ kk.swapaxes(-1, -2) * scale  # (matmul: einsum without optimize is ~10x slower here)
     n_q, n_k = q.shape[2], k.shape[2]
-    vis = np.ones((n_q, n_k), bool) if shift is None else \
-        np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + shift
+    vis = visible(n_q, n_k, shift, window_lo)
     s = np.where(vis, s, -np.inf)
     m = s.max(-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -60,13 +78,13 @@ def reference_grads(q, k, v, do, scale, shift):
     l_ = e.sum(-1, keepdims=True)
     p = np.where(l_ > 0, e / np.where(l_ > 0, l_, 1.0), 0.0)
     lse = np.where(l_[..., 0] > 0, m[..., 0] + np.log(np.where(l_[..., 0] > 0, l_[..., 0], 1.0)), -np.inf)
-    o = np.einsum("bhij,bhjd->bhid", p, vv)
-    dp = np.einsum("bhid,bhjd->bhij", do, vv)
+    o = p @ vv
+    dp = do @ vv.swapaxes(-1, -2)
     delta = (do * o).sum(-1)
     ds = p * (dp - delta[..., None])
-    dq = np.einsum("bhij,bhjd->bhid", ds, kk) * scale
-    dk = np.einsum("bhij,bhid->bhjd", ds, q) * scale
-    dv = np.einsum("bhij,bhid->bhjd", p, do)
+    dq = ds @ kk * scale
+    dk = ds.swapaxes(-1, -2) @ q * scale
+    dv = p.swapaxes(-1, -2) @ do
     b, h = q.shape[:2]
     dk = dk.reshape(b, k.shape[1], group, n_k, -1).sum(2)
     dv = dv.reshape(b, k.shape[1], group, n_k, -1).sum(2)
@@ -96,13 +114,48 @@ def work_order(n_kb, n_bh, cfg):
     return order
 
 
-def emulate_backward(q, k, v, do, scale, shift, cfg):
+def query_end(start_n, m_lo, n_mb, n_k, window_lo, bm, bn, broken=""):
+    """bwd.py's _query_end: the end of key block start_n's query tiles, the
+    tile after the last row that sees its last key (rows i <= j - window_lo
+    see key j), at least m_lo; n_mb without a window."""
+    if window_lo is None:
+        return n_mb
+    last = min(start_n + bn, n_k)            # one past the block's last key
+    if broken == "hi_first_key":              # the block's first key instead of its last
+        last = start_n + 1
+    elif broken == "hi_off_by_one":           # the tile of the row before
+        last -= 1
+    return max(min(cdiv(max(last - window_lo, 0), bm), n_mb), m_lo)
+
+
+def consumer_order(m_lo, m_full, m_wide, m_hi, broken=""):
+    """[(query tile, masked)] of one head in a consumer's loop order: without a
+    window (m_wide = m_hi = n_mb) the masked loop then the unmasked one; with
+    one, bwd.py's two passes over one masked and one unmasked loop (the
+    diagonal's masked tiles and the whole ones, then the window edge's masked
+    ones)."""
+    out = []
+    passes = [(m_lo, m_full, m_full, m_wide), (m_wide, m_hi, m_full, m_full)]
+    if broken == "pass_order":                # the edge's masked tiles before the whole ones
+        passes = [(m_lo, m_full, m_full, m_full), (m_wide, m_hi, m_full, m_wide)]
+    for masked_lo, masked_hi, whole_lo, whole_hi in passes:
+        out += [(mb, True) for mb in range(masked_lo, masked_hi)]
+        out += [(mb, False) for mb in range(whole_lo, whole_hi)]
+    return out
+
+
+def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", stats=None, ref=None):
     """The kernel's schedule in float64.  cfg: BLOCK_M, BLOCK_N, SPLIT_D,
     DQ_CHUNK (NUM_CONSUMERS = 2); persistent with NUM_SMS (and HEADS_FIRST):
     the work tiles in each program's order, a tile's state (dK / dV
     accumulators, masks) rebuilt from its own coordinates.  lse2 and delta
     come from the dense reference (as the forward and the preprocess give
-    them)."""
+    them).  window_lo: HAS_WINDOW (row i sees keys j >= i + window_lo; the
+    launcher's clamped value); broken: one of WINDOW_BROKEN.  Each
+    consumer's loop order must be the producer's (the ring), else
+    AssertionError.  stats (a dict): adds the query tiles visited and those
+    of them that hold a visible pair of the key block.  ref: reference_grads'
+    result, if already computed."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     nc = 2
     batch, h_q, n_q, d = q.shape
@@ -110,7 +163,8 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
     group = h_q // h_kv
     sub_n, cols = bn // nc, d // nc
     chunk = chunk or cols
-    _, _, _, lse2, delta = reference_grads(q, k, v, do, scale, shift)
+    _, _, _, lse2, delta = ref or reference_grads(q, k, v, do, scale, shift, window_lo)
+    vis_all = visible(n_q, n_k, shift, window_lo)
     qk_scale = scale / math.log(2)
     causal = shift is not None
     dq = np.zeros_like(q)
@@ -131,7 +185,8 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
             b, hkv = pid_bh // h_kv, pid_bh % h_kv
             start_n = pid_n * bn
             m_lo = min(max(start_n - shift, 0) // bm, n_mb) if causal else 0
-            m_full = []
+            m_hi = query_end(start_n, m_lo, n_mb, n_k, window_lo, bm, bn, broken)
+            m_full, m_wide = [], []
             for c in range(nc):
                 key0 = start_n + c * sub_n
                 if key0 + sub_n > n_k:
@@ -140,11 +195,34 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
                     m_full.append(min(max(cdiv(key0 + sub_n - 1 - shift, bm), m_lo), n_mb))
                 else:
                     m_full.append(m_lo)
+                if window_lo is None:
+                    m_wide.append(n_mb)
+                else:
+                    m_full[c] = min(m_full[c], m_hi)
+                    edge_key = key0 + sub_n - 1 if broken == "wide_last_key" else key0
+                    m_wide.append(min(max(max(edge_key - window_lo + 1, 0) // bm, m_full[c]), m_hi))
+                    assert m_lo <= m_full[c] <= m_wide[c] <= m_hi, (m_lo, m_full[c], m_wide[c], m_hi)
+            # The ring: both consumers take the producer's query tiles in its order.
+            masked_at = []
+            for c in range(nc):
+                order = consumer_order(m_lo, m_full[c], m_wide[c], m_hi,
+                                       broken if window_lo is not None else "")
+                if [mb for mb, _ in order] != list(range(m_lo, m_hi)):
+                    raise AssertionError(f"consumer {c} visits {order} but the producer loads "
+                                         f"tiles {m_lo}..{m_hi - 1}")
+                masked_at.append(dict(order))
+            if stats is not None:
+                keys_seen = vis_all[:, start_n:start_n + bn]
+                for mb in range(m_lo, m_hi):
+                    stats["visited"] = stats.get("visited", 0) + group
+                    stats["useful"] = stats.get("useful", 0) + group * bool(keys_seen[mb * bm:(mb + 1) * bm].any())
+                stats["needed"] = stats.get("needed", 0) + group * sum(
+                    bool(keys_seen[mb * bm:(mb + 1) * bm].any()) for mb in range(n_mb))
             kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
             dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
             for g in range(group):
                 hq = hkv * group + g
-                for mb in range(m_lo, n_mb):
+                for mb in range(m_lo, m_hi):
                     start_m = mb * bm
                     qt, dot = rows_of(q[b, hq], start_m, bm), rows_of(do[b, hq], start_m, bm)
                     rows = start_m + np.arange(bm)
@@ -161,10 +239,12 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
                         keys = start_n + np.arange(bn)[kc]
                         s_c = qt @ kt[kc].T
                         p_c = np.exp2(s_c * qk_scale - l2[:, None])
-                        if mb < m_full[c]:  # the masked loop
+                        if masked_at[c][mb]:  # the masked loop
                             vis = keys[None, :] < n_k
                             if causal:
                                 vis = vis & (keys[None, :] <= rows[:, None] + shift)
+                            if window_lo is not None and broken != "no_window_mask":
+                                vis = vis & (keys[None, :] >= rows[:, None] + window_lo)
                             p_c = np.where(vis, p_c, 0.0)
                         dp_c = dot @ vt[kc].T
                         p[:, kc] = p_c
@@ -192,16 +272,73 @@ def emulate_backward(q, k, v, do, scale, shift, cfg):
     return dq, dk, dv
 
 
-def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0):
+def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None):
     """Max error of the emulated dq, dk, dv against the dense reference, relative
     to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key)."""
     rng = np.random.default_rng(seed)
     q, do = rng.standard_normal((2, batch, h_q, n_q, d))
     k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
     scale = 0.5
-    got = emulate_backward(q, k, v, do, scale, shift, cfg)
-    ref = reference_grads(q, k, v, do, scale, shift)[:3]
+    full_ref = reference_grads(q, k, v, do, scale, shift, window_lo)
+    got = emulate_backward(q, k, v, do, scale, shift, cfg, window_lo, broken, stats, full_ref)
+    ref = full_ref[:3]
+    if window_lo is not None:
+        # Keys that no row sees get dK = dV = 0 exactly, rows that see no key dQ = 0.
+        vis = visible(n_q, n_k, shift, window_lo)
+        dq, dk, dv = got
+        if dk[..., ~vis.any(0), :].any() or dv[..., ~vis.any(0), :].any() or dq[..., ~vis.any(1), :].any():
+            return float("inf")
     return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1.0)) for g, r in zip(got, ref))
+
+
+def lower_diagonal(left, shift, n_q, n_k):
+    """fwd.py's lower_diagonal: window_lo = shift - left clamped to [-n_q, n_k]."""
+    return min(max(shift - left, -n_q), n_k)
+
+
+# Wrong forms of the window path; check_window must reject each on some cases.
+WINDOW_BROKEN = ("hi_first_key", "hi_off_by_one", "wide_last_key", "no_window_mask", "pass_order")
+
+
+def window_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg, window_lo): windows of 0,
+    narrower than a query tile, about a tile or a key block, and wider than
+    N (clamped), causal bottom-right and top-left and a left bound only;
+    Nq < Nk and Nq > Nk, ragged lengths, GQA; the keys-as-M path at both
+    query-tile heights, SPLIT_D, persistent."""
+    cfgs = [dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2)]
+    if full:
+        cfgs += [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
+                 dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
+    shapes = [(1, 2, 1, 333, 211), (1, 1, 1, 300, 300), (1, 2, 2, 130, 517)]
+    if full:
+        shapes += [(2, 4, 2, 150, 300), (1, 1, 1, 257, 129), (1, 1, 1, 1, 97), (1, 2, 1, 700, 700)]
+    # 1 and 129: the row that sees a key block's last key (127 - window_lo
+    # at shift 0) is the first row of a query tile of 64 or 128 rows; 5000:
+    # wider than N (window_lo clamped to -Nq).
+    lefts = (0, 1, 5, 63, 129, 130, 5000) if full else (0, 37, 129, 5000)
+    cases = []
+    for (b, hq, hkv, nq, nk), cfg in ((s, c) for s in shapes for c in cfgs):
+        for causal in ("br", "tl", None):
+            wshift = 0 if causal == "tl" else nk - nq
+            shift = None if causal is None else wshift
+            for left in lefts:
+                cases.append((b, hq, hkv, nq, nk, shift, cfg, lower_diagonal(left, wshift, nq, nk)))
+    return cases
+
+
+def check_window(case, broken="", stats=None):
+    """check_backward of a window_cases entry (inf where the emulation raised:
+    a consumer's loops out of the producer's order)."""
+    *args, window_lo = case
+    try:
+        return check_backward(*args, window_lo=window_lo, broken=broken, stats=stats)
+    except AssertionError:
+        if not broken:
+            raise
+        return float("inf")
 
 
 def backward_cases(full=True):
@@ -464,6 +601,18 @@ def main():
         if not err <= 1e-9:
             raise AssertionError(f"{case}: relative error {err:.3e}")
     print(f"{len(cases)} emulated backward cases, worst relative error {worst:.1e}")
+    worst, stats = 0.0, {}
+    cases = window_cases()
+    for case in cases:
+        err = check_window(case, stats=stats)
+        worst = max(worst, err)
+        if not err <= 1e-9:
+            raise AssertionError(f"{case}: relative error {err:.3e}")
+    print(f"{len(cases)} emulated window cases, worst relative error {worst:.1e}; query tiles visited "
+          f"{stats['visited']}, of them holding a visible pair {stats['useful']} (all such: {stats['needed']})")
+    for broken in WINDOW_BROKEN:
+        caught = sum(not check_window(case, broken) <= 1e-9 for case in cases)
+        print(f"window broken '{broken}': caught in {caught}/{len(cases)} cases")
     runs = 0
     for case in protocol_cases():
         simulate(*case)

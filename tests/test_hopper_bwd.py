@@ -9,9 +9,11 @@ through the reference, with a tolerance of 3x the error of the same
 reference in the input dtype (flashattn_triton.testing).  Head dims of
 CONFIGS_UNVERIFIED (configs not yet run on a GPU; empty now) are requested with
 UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1; their tests carry
-"d256" or "split" in their ids (``-k "d256 or split"``).
+"d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows
+(HAS_WINDOW, not yet run on a GPU when written): ``-k window``.
 """
 
+import math
 import os
 
 import pytest
@@ -69,6 +71,7 @@ def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     dev, full, causal = torch.device("cuda", 0), (-1, -1), (-1, 0)
     want = {  # (N, d, causal): Hopper backward?
         (512, 64, False): False, (512, 128, False): False, (512, 256, False): True,
@@ -84,6 +87,124 @@ def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
             assert got == (expected or forced), (backend, n, d, c, got)
         assert not _dispatch.use_hopper_backward(dev, full, True, 8192, 128), "deterministic"
         assert not _dispatch.use_hopper_backward(dev, (128, 0), False, 8192, 128), "sliding window"
+
+
+@pytest.mark.parametrize("window", [(100, 0), (100, -1), (0, 0), (-1, 0), (-1, -1), (100, 5), (-1, 7)], ids=str)
+def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
+    """_dispatch.use_hopper_backward: a left window bound (window_size (left
+    >= 0, -1 or 0)) takes the Hopper backward only with
+    FLASHATTN_TRITON_HOPPER_WINDOW=1 (the forward's switch), since its window
+    path is not GPU-validated yet; a right bound beyond causal never; the
+    deterministic and short-sequence rules hold for windows too."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    dev = torch.device("cuda", 0)
+    left, right = window
+    for opt_in in (None, "0", "1"):
+        if opt_in is None:
+            monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+        else:
+            monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
+        takes = right in (-1, 0) and (left < 0 or opt_in == "1")
+        assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (window, opt_in)
+        assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == \
+            _dispatch.hopper_forward_window(window), "the forward's and the backward's switches differ"
+        assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
+        if right == 0:  # causal N = 1024 at d <= 128: the portable backward, window or not
+            assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 128)
+
+
+def test_window_reaches_the_hopper_backward(monkeypatch):
+    """flash_attn_func with window_size=(left, 0 or -1) on the (forced)
+    Hopper tier: without FLASHATTN_TRITON_HOPPER_WINDOW=1 the backward never
+    asks the Hopper kernel; with it, kernels/bwd.py passes the causal shift
+    and the window as (left, diagonal), bottom-right (Nk - Nq) and with
+    Nq > Nk.  (CPU: the stand-in declines, so the portable backward runs and
+    the gradients are checked against the reference.)"""
+    from flashattn_triton import _dispatch, flash_attn_func
+    from flashattn_triton.kernels import hopper as hopper_pkg
+    from flashattn_triton.reference import flash_attention_ref
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # every length
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    calls = []
+
+    def spy(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window=None, **kw):
+        calls.append((causal_shift, window))
+        return False  # decline: the portable kernels run
+    monkeypatch.setattr(hopper_pkg, "hopper_attention_backward", spy)
+    monkeypatch.setattr(hopper_pkg, "hopper_attention_forward", lambda *a, **kw: False)
+    monkeypatch.setattr(hopper_pkg, "hopper_forward_flash", lambda *a, **kw: False)
+    from flashattn_triton import ops
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: False, raising=False)
+    torch.manual_seed(0)
+    for nq, nk, causal, left in ((40, 70, True, 9), (70, 40, True, 0), (40, 70, False, 20)):
+        window = (left, 0 if causal else -1)
+        q = torch.randn(1, nq, 4, 16, requires_grad=True)
+        k = torch.randn(1, nk, 2, 16, requires_grad=True)
+        v = torch.randn(1, nk, 2, 16, requires_grad=True)
+        for opt_in in ("0", "1") if nq == 40 and causal else ("1",):
+            monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
+            calls.clear()
+            out = flash_attn_func(q, k, v, causal=causal, window_size=window)
+            grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+            if opt_in == "1":
+                assert calls == [(nk - nq if causal else None, (left, nk - nq))], calls
+            else:
+                assert calls == [], calls
+        leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        o_ref = flash_attention_ref(*leaves, causal, window_size=window)[0]
+        ref = torch.autograd.grad(o_ref.square().sum(), leaves)
+        for g, r in zip(grads, ref):
+            assert torch.allclose(g.double(), r, atol=1e-4, rtol=1e-4)
+
+
+def test_emulated_window_schedule():
+    """tests/hopper_bwd_model.py (reduced sweep): the window path (HAS_WINDOW)
+    in float64 equals dense gradients: a key block's query tiles end at
+    _query_end's m_hi, each consumer masks its window edge [m_wide, m_hi)
+    next to the diagonal's tiles, and its two passes over one masked and one
+    unmasked loop take the tiles in the producer's order; windows of 0 to
+    past N, causal both alignments and a left bound only, Nq != Nk both
+    ways, GQA, both query-tile heights and SPLIT_D.  Keys no row sees get
+    dK = dV = 0 exactly (rows that see no key dQ = 0), and the range is
+    tight: every visited query tile holds a visible pair of its key block,
+    and every tile that holds one is visited."""
+    import hopper_bwd_model as hbm
+    cases = hbm.window_cases(full=False)
+    stats = {}
+    for case in cases:
+        err = hbm.check_window(case, stats=stats)
+        assert err <= 1e-9, (case, err)
+    assert len(cases) >= 100
+    assert stats["visited"] == stats["useful"] == stats["needed"], stats
+
+
+@pytest.mark.parametrize("broken", ["hi_first_key", "hi_off_by_one", "wide_last_key", "no_window_mask",
+                                    "pass_order"])
+def test_emulated_window_broken_forms_are_caught(broken):
+    """The window check rejects each wrong form on some case of the reduced
+    sweep: the query range from the block's first key, or one row short; the
+    unmasked range of a consumer from its last key; no window compare in the
+    masked step; the window edge's masked tiles taken before the whole ones
+    (out of the producer's order)."""
+    import hopper_bwd_model as hbm
+    assert broken in hbm.WINDOW_BROKEN
+    assert any(not hbm.check_window(case, broken) <= 1e-9 for case in hbm.window_cases(full=False)), broken
+
+
+def test_protocol_with_no_query_tile():
+    """A key block that no row sees (a window) runs no query tile: the CTA's
+    protocol still completes (K / V loaded and waited for, dK = dV stored),
+    in each path and ring depth."""
+    import hopper_bwd_model as hbm
+    for seed in range(4):
+        for ns in (1, 2, 3):
+            for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
+                hbm.simulate(0, ns, split, ds_bufs, chunks, seed)
 
 
 def test_emulated_schedule():
@@ -207,6 +328,47 @@ def test_persistent_launch_on_a_fake_driver():
     for d, n_kb in ((64, 9), (128, 9), (256, 18)):
         want += [f"{d} False (7, 1, 1) True", f"{d} True ({n_kb * 4}, 1, 1) True"]
     assert stdout.split("\n")[:6] == want, stdout
+
+
+_FAKE_WINDOW = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+names = hb._attn_bwd_hopper.arg_names
+for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (10 ** 9, 788), {}),
+                                     (256, True, (0, 5000), {"PERSISTENT": True, "NUM_SMS": 5}),
+                                     (128, True, None, {})]:
+    q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+    grads = [torch.zeros_like(t) for t in (q, k, k)]
+    with fake_cuda():
+        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None, window,
+                                          **overrides)
+    assert ok, hb._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    consts = launcher.src.constants
+    window_lo = args[launcher.kinds.index("constexpr") - 1]  # the last runtime argument
+    print(d, grid, consts.get((names.index("HAS_WINDOW"),)), window_lo)
+"""
+
+
+def test_window_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: windowed backward plans (HAS_WINDOW) compile
+    for sm_90 through the launcher's real JIT path, on the grid and the
+    persistent schedule and the SPLIT_D path (d = 256); the kernel gets
+    window_lo = shift - left clamped to [-Nq, Nk]; a call without a window
+    keeps HAS_WINDOW off."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_WINDOW, timeout=900).strip().split("\n")
+    # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 4 (batch, KV head) pairs.
+    assert lines == ["64 (9, 4, 1) True 688",
+                     "128 (9, 4, 1) True -333",    # left past every key: clamped to -Nq
+                     "256 (5, 1, 1) True 1121",    # a bound past the last key: clamped to Nk
+                     "128 (9, 4, 1) False 0"], lines
 
 
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
@@ -482,3 +644,207 @@ def test_prefetch_compiles_it(monkeypatch):
     calls.clear()
     out.sum().backward()
     assert calls == [(False, True)], calls
+
+
+# --------------------------------------------------------------------------- sliding windows (GPU)
+
+WINDOW_CASES = [
+    # b, hq, hkv, nq, nk, causal ("br", "tl", None: a left bound only), left, layout
+    (2, 4, 4, 1000, 1000, "br", 0, "flash"),      # each row sees its diagonal key only
+    (2, 4, 4, 1000, 1000, "br", 37, "flash"),     # narrower than a query tile
+    (2, 4, 4, 1000, 1000, "br", 129, "flash"),    # the row that sees a block's last key starts a query tile
+    (2, 4, 4, 1000, 1000, "br", 300, "flash"),
+    (2, 8, 2, 333, 1201, "br", 200, "flash"),     # GQA, Nq < Nk: keys before 668 seen by no row
+    (2, 8, 2, 333, 1201, "tl", 100, "padded"),    # top-left, NaN past N: keys past 432 seen by no row
+    (1, 4, 1, 700, 130, "br", 50, "flash"),       # MQA, Nq > Nk: 570 rows see no key
+    (2, 4, 4, 1000, 1000, "br", 5000, "flash"),   # wider than N: plain causal
+    (3, 2, 2, 1, 517, "br", 100, "flash"),        # a single query row: 4 of 5 key blocks seen by nothing
+    (2, 4, 2, 300, 900, None, 250, "padded"),     # a left bound only: keys from i + 600 - 250 on, NaN past N
+    (2, 4, 4, 1000, 1000, None, 0, "flash"),      # not causal, left 0: keys j >= i
+    (1, 4, 1, 130, 700, None, 1000, "flash"),     # not causal, wider than N: every key
+]
+
+
+def _window_shifts(case):
+    """(causal shift or None, window (left, wshift)) of a WINDOW_CASES entry:
+    flash-attn's window around the bottom-right diagonal Nk - Nq (top-left: 0)."""
+    _, _, _, nq, nk, causal, left, _ = case
+    wshift = 0 if causal == "tl" else nk - nq
+    return (None if causal is None else wshift), (left, wshift)
+
+
+def _window_ref(q, k, v, do, scale, shift, window, dtype=None):
+    """(dq, dk, dv) by autograd through attention_ref with the band (left, -1)
+    around window[1], in float64 (dtype None) or in dtype."""
+    leaves = [t.detach().to(dtype or torch.float64).requires_grad_() for t in (q, k, v)]
+    o, _ = attention_ref(*leaves, scale, shift, window=(window[0], -1), shift=window[1])
+    o.backward(do.to(o.dtype))
+    return [t.grad for t in leaves]
+
+
+def _window_outputs(q, k, v, pad):
+    """dq, dk, dv: NaN in every row the kernel must write (a row it skips shows
+    as NaN), and, with pad > 0, views whose pad rows past N hold 7.0 (a write
+    past N would change them)."""
+    outs = []
+    for t in (q, k, v):
+        b, h, n, d = t.shape
+        full = torch.full((b, h, n + pad, d), 7.0, device="cuda", dtype=t.dtype)
+        full[:, :, :n] = float("nan")
+        outs.append(full[:, :, :n])
+    return outs
+
+
+def _window_run(q, k, v, do, scale, shift, window, pad=0, **overrides):
+    """The Hopper backward with a window, on lse2 and O of the float64
+    reference (the forward's values; the Hopper forward's own window path is
+    tested in test_hopper.py), delta = rowsum(dO * O)."""
+    qd, kd, vd = (t.double() for t in (q, k, v))
+    o, lse = attention_ref(qd, kd, vd, scale, shift, window=(window[0], -1), shift=window[1])
+    o = o.to(q.dtype)
+    lse2 = (lse / math.log(2)).float().contiguous()
+    delta = (do.float() * o.float()).sum(-1).contiguous()
+    dq, dk, dv = _window_outputs(q, k, v, pad)
+    took = hopper.hopper_attention_backward(do, q, k, v, lse2, delta, dq, dk, dv, scale, shift, window,
+                                            UNVERIFIED=True, **overrides)
+    assert took, f"declined {overrides} (build errors: {hopper.bwd._BROKEN})"
+    return dq, dk, dv
+
+
+def _window_check(q, k, v, do, scale, shift, window, pad=0, **overrides):
+    got = _window_run(q, k, v, do, scale, shift, window, pad, **overrides)
+    ref = _window_ref(q, k, v, do, scale, shift, window)
+    low = _window_ref(q, k, v, do, scale, shift, window, dtype=q.dtype)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+        assert_close(name, g, r, baseline=lo, factor=3.0, dtype=q.dtype)
+    # Keys that no row sees: dK = dV = 0 exactly; rows that see no key: dQ = 0.
+    nq, nk = q.shape[2], k.shape[2]
+    i = torch.arange(nq, device="cuda")[:, None]
+    j = torch.arange(nk, device="cuda")[None, :]
+    vis = j >= i + window[1] - window[0]
+    if shift is not None:
+        vis &= j <= i + shift
+    dq, dk, dv = got
+    unseen_keys, keyless_rows = ~vis.any(0), ~vis.any(1)
+    assert (dk[:, :, unseen_keys] == 0).all() and (dv[:, :, unseen_keys] == 0).all(), "dK / dV of unseen keys"
+    assert (dq[:, :, keyless_rows] == 0).all(), "dQ of rows that see no key"
+    if pad:
+        for name, t in zip(("dq", "dk", "dv"), got):
+            b, h, n, d = t.shape
+            tail = t.as_strided((b, h, pad, d), t.stride(), t.storage_offset() + n * t.stride(2))
+            assert (tail == 7.0).all(), f"the kernel wrote {name} rows past N"
+    return got
+
+
+def _window_inputs(b, hq, hkv, nq, nk, d, dtype, layout):
+    if layout == "padded":
+        q, do = _padded(b, hq, nq, d, dtype, 40), _padded(b, hq, nq, d, dtype, 40)
+        k, v = _padded(b, hkv, nk, d, dtype, 40), _padded(b, hkv, nk, d, dtype, 40)
+    else:
+        q, do = _flash_view(b, hq, nq, d, dtype), _flash_view(b, hq, nq, d, dtype)
+        k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
+    return q, k, v, do
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "window-" + "-".join(map(str, c)))
+def test_window_matches_reference(dtype, d, case):
+    """Sliding windows (HAS_WINDOW; not yet run on a GPU when written): dq,
+    dk, dv against float64 autograd with the band built by attention_ref, on
+    NaN-poisoned outputs (padded layout: with sentinels past N); keys that
+    no row sees get dK = dV = 0, rows that see no key dQ = 0."""
+    b, hq, hkv, nq, nk, causal, left, layout = case
+    q, k, v, do = _window_inputs(b, hq, hkv, nq, nk, d, dtype, layout)
+    shift, window = _window_shifts(case)
+    _window_check(q, k, v, do, d ** -0.5, shift, window, pad=40 if layout == "padded" else 0)
+
+
+WINDOW_VARIANTS = [
+    (64, dict(BLOCK_M=64)),
+    (128, dict(NUM_STAGES=3)),
+    (128, dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=1, DQ_CHUNK=32)),   # SPLIT_D's masks at d = 128
+    (64, dict(PERSISTENT=True, NUM_SMS=5)),                          # several work tiles per program
+    (128, dict(PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True)),
+    (256, dict(PERSISTENT=True, NUM_SMS=5)),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,variant", WINDOW_VARIANTS,
+                         ids=lambda v: f"window-d{v}" if isinstance(v, int) else
+                         ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_window_variants(d, variant, causal):
+    """Every schedule / buffer switch with a window (GQA, Nq < Nk, 300 keys
+    wide; persistent: query-tile counts that differ from work tile to work
+    tile, some 0, with ring and barrier phases carried over)."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    meta = hbwd.kernel_meta(d, causal is not None, variant, unverified=True, windowed=True)
+    if hbwd.smem_bytes(d, **meta) > hbwd.SMEM_LIMIT:
+        pytest.skip("does not fit in shared memory")
+    q, do = (_flash_view(2, 6, 777, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1500, d, torch.bfloat16) for _ in range(2))
+    wshift = 0 if causal == "tl" else 1500 - 777
+    _window_check(q, k, v, do, 0.09, None if causal is None else wshift, (300, wshift), **variant)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+def test_window_long_sequence(d):
+    """N = 4k, causal, with the windows of Gemma 3 (1024) and gpt-oss (128)
+    and one key short of N; a call without a window in between keeps its
+    own build."""
+    q, do = (_flash_view(1, 4, 4096, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(1, 1, 4096, d, torch.bfloat16) for _ in range(2))
+    for left in (1024, 128, None, 4095):
+        if left is None:
+            _check(q, k, v, do, d ** -0.5, 0)
+        else:
+            _window_check(q, k, v, do, d ** -0.5, 0, (left, 0))
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_api_opt_in(monkeypatch, causal):
+    """flash_attn_func with window_size=(left, 0 or -1), auto tier, N past
+    the short-sequence rule: the portable backward without
+    FLASHATTN_TRITON_HOPPER_WINDOW=1, the Hopper backward with it (window
+    (left, Nk - Nq)), gradients against float64 either way."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    from flashattn_triton.reference import flash_attention_ref
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")  # count the real backwards only
+    calls = []
+    real = hbwd.hopper_attention_backward
+
+    def spy(*a, **kw):
+        took = real(*a, **kw)
+        calls.append((a[10], a[11] if len(a) > 11 else kw.get("window"), took))
+        return took
+    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
+    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    q = torch.randn(2, 1500, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 1700, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 1700, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    do = torch.randn(2, 1500, 8, 128, device="cuda", dtype=torch.bfloat16)
+    window = (256, 0 if causal else -1)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = torch.autograd.grad(flash_attention_ref(*leaves, causal, window_size=window)[0], leaves, do.double())
+    low_leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    low = torch.autograd.grad(flash_attention_ref(*low_leaves, causal, window_size=window, dtype=torch.bfloat16)[0],
+                              low_leaves, do)
+    for opt_in in ("0", "1"):
+        monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
+        calls.clear()
+        out = flash_attn_func(q, k, v, causal=causal, window_size=window)
+        got = torch.autograd.grad(out, (q, k, v), do)
+        if opt_in == "1":
+            assert calls == [(200 if causal else None, (256, 200), True)], calls
+        else:
+            assert calls == [], "a window took the Hopper backward without the opt-in"
+        for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+            assert_close(f"{name} (opt-in {opt_in})", g, r, baseline=lo, factor=3.0, dtype=torch.bfloat16)
