@@ -19,6 +19,12 @@ memory, ptxas registers / spill bytes and the SASS local loads / stores:
 
     python benchmarks/compile_check.py --hopper --d 64,128,256 --hopper-variants default,persistent
 
+--d 192:128 builds the split Q K^T (d = 192, dv = 128: Q and K in 128 + 64
+columns, HEAD_DIM_V):
+
+    python benchmarks/compile_check.py --hopper --d 192:128 --cases full,causal \
+        --hopper-variants default,bn64,persistent,dynamic --sass
+
 --window builds them with a left window bound (HAS_WINDOW, the sliding-window
 path: fwd.py's _key_start, the masked head loop and the head release):
 
@@ -249,10 +255,11 @@ def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_di
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
+def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon forward for sm_<arch> as its launcher would build it
     (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW, plus
-    overrides); returns (compiled, meta)."""
+    overrides); dv: the value head dim (default d; d = 192 with dv = 128:
+    split Q K^T, HEAD_DIM_V); returns (compiled, meta)."""
     import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
@@ -270,12 +277,23 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
-    q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
+    dv = d if dv is None else dv
+    q_block, kv_block = [1, 1, meta["BLOCK_M"], dv], [1, 1, meta["BLOCK_N"], dv]
     descs = {"q_desc": (q_block, tdt), "k_desc": (kv_block, tdt), "v_desc": (kv_block, tdt),
              "o_desc": (q_block, tdt)}
+    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
+    names = hfwd._attn_fwd_hopper.arg_names
+    if "HEAD_DIM_V" in names:  # (a checkout from before the split Q K^T has none)
+        constexprs["HEAD_DIM_V"] = dv
+        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
+            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
+            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
+        else:  # None at the launch: constexprs, no parameters
+            constexprs.update(q1_desc=None, k1_desc=None)
+    elif dv != d:
+        raise ValueError(f"d={d}, dv={dv}: this kernel has no HEAD_DIM_V")
     scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32"}
-    compiled = _compile_gluon(hfwd._attn_fwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
-                              d, arch)
+    compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch)
     return compiled, meta
 
 
@@ -313,14 +331,16 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
     (after "ok", and at the end of the line)."""
     failures = 0
     cases = {"full": False, "causal": True}
-    for d in (int(x.partition(":")[0]) for x in args.d.split(",")):
+    for d, dv in ((int(x.partition(":")[0]), int(x.partition(":")[2] or x.partition(":")[0]))
+                  for x in args.d.split(",")):
         for case in args.cases.split(","):
             if case not in cases:
                 continue
             for spec in specs:
-                label = f"{title} d={d:3d} {case:6s} {spec}"
+                label = f"{title} d={d:3d}{'' if dv == d else f'/{dv}'} {case:6s} {spec}"
                 try:
-                    built = build(d, cases[case], spec)
+                    # build(d, causal, spec[, dv=]): dv only where it differs (d:dv in --d)
+                    built = build(d, cases[case], spec) if dv == d else build(d, cases[case], spec, dv=dv)
                     if built is None:
                         continue
                     k, meta = built
@@ -342,14 +362,14 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
 def hopper_main(args) -> int:
     """--hopper: the Gluon forward per head dim, mask and probe variant (or
     KEY=VALUE+... overrides)."""
-    def build(d, causal, spec):
+    def build(d, causal, spec, dv=None):
         from hopper_fwd_probe import VARIANTS  # benchmarks/ is this script's directory
         if spec in VARIANTS and d not in VARIANTS[spec][1]:
             return None
         overrides = _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
-        return compile_hopper(d, causal, overrides, args.arch, args.dtype)
+        return compile_hopper(d, causal, overrides, args.arch, args.dtype, dv)
 
     def describe(d, meta, k):
         return f", smem {k.metadata.shared}", f", consumers {meta['NUM_CONSUMERS']}x{meta['CONSUMER_REGS']} regs"

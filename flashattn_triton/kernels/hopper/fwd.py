@@ -148,36 +148,56 @@ def _key_start(start_m, n_tiles, window_lo, BLOCK_N: gl.constexpr, HAS_WINDOW: g
 
 
 @gluon.jit
-def _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, q_phase,
-            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+def _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, start_m, q_phase,
+            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
             WAIT_EMPTY: gl.constexpr):
     """The Q tile of each consumer; with WAIT_EMPTY, once that consumer has
-    stored the previous tile's O from the same buffer (q_empty)."""
+    stored the previous tile's O from the same buffer (q_empty).  With
+    QK1 > 0 (split Q K^T) Q's columns [HEAD_DIM, HEAD_DIM + QK1) go to
+    q1_smem on the same barrier."""
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
+    q1_box: gl.constexpr = [1, 1, BLOCK_M, QK1]
     for c in gl.static_range(NUM_CONSUMERS):
         if WAIT_EMPTY:
             mbarrier.wait(q_empty.index(c), q_phase ^ 1)
-        mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+        if QK1 > 0:
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes + q1_desc.block_type.nbytes)
+        else:
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [off_b, off_hq, start_m + c * BLOCK_M, 0], q_ready.index(c),
             q_smem.index(c)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+        if QK1 > 0:
+            tma.async_copy_global_to_shared(
+                q1_desc, [off_b, off_hq, start_m + c * BLOCK_M, HEAD_DIM], q_ready.index(c),
+                q1_smem.index(c)._reinterpret(q1_desc.dtype, q1_box, q1_desc.layout))
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, g,
-             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
+def _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv,
+             j, g, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, NUM_STAGES: gl.constexpr):
     """K and V tile j of the current work tile into ring slot g % NUM_STAGES
-    (g counts the program's K/V tiles over all its work tiles)."""
+    (g counts the program's K/V tiles over all its work tiles).  With
+    QK1 > 0, K's columns [HEAD_DIM, HEAD_DIM + QK1) go to k1_bufs on K's
+    barrier."""
     kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     s = g % NUM_STAGES
     # Slot s is free once every consumer released its previous use; the
     # first pass waits on the parity before a fresh barrier's phase 0.
     ph = ((g // NUM_STAGES) & 1) ^ 1
     mbarrier.wait(k_empty.index(s), ph)
-    mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+    if QK1 > 0:
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes + k1_desc.block_type.nbytes)
+    else:
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
         k_desc, [off_b, off_hkv, j * BLOCK_N, 0], k_ready.index(s),
         k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+    if QK1 > 0:
+        k1_box: gl.constexpr = [1, 1, BLOCK_N, QK1]
+        tma.async_copy_global_to_shared(
+            k1_desc, [off_b, off_hkv, j * BLOCK_N, HEAD_DIM], k_ready.index(s),
+            k1_bufs.index(s)._reinterpret(k1_desc.dtype, k1_box, k1_desc.layout))
     mbarrier.wait(v_empty.index(s), ph)
     mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
@@ -186,10 +206,10 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
 
 
 @gluon.jit
-def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                     q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                     pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                     NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                     HAS_WINDOW: gl.constexpr):
     """The loads of a persistent program's i-th work tile (m-block pid_m of
@@ -204,22 +224,22 @@ def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
     t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
     n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
     for j in range(n_first):
-        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, t_lo + j, g + j,
-                 BLOCK_N, HEAD_DIM, NUM_STAGES)
-    _load_q(q_desc, q_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
-            BLOCK_M, HEAD_DIM, NUM_CONSUMERS, True)
+        _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
+                 t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
+    _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
+            BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, True)
     for j in range(n_first, t_n - t_lo):
-        _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv, t_lo + j, g + j,
-                 BLOCK_N, HEAD_DIM, NUM_STAGES)
+        _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
+                 t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
     return g + (t_n - t_lo)
 
 
 @gluon.jit
-def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                    q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER,
                    off_b, off_hq, off_hkv, start_m, n_tiles,
                    H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                    DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
@@ -237,10 +257,10 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         g = 0
         while t < n_work:
             pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
-            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
             # Every load of tile i is issued: claim the next tile (programs
             # [0, G) took tiles [0, G) without a claim) and publish it in
             # slot i % 2.  That slot last held the tile of iteration i - 1,
@@ -258,17 +278,17 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
         g = 0
         for i in range(snake_count(pid, n_programs, n_m * n_bh)):
             pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
-            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs,
+            g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
     else:
-        _load_q(q_desc, q_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
-                BLOCK_M, HEAD_DIM, NUM_CONSUMERS, False)
+        _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
+                BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, False)
         lo = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
         for j in range(lo, n_tiles):
-            _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv, j, j - lo,
-                     BLOCK_N, HEAD_DIM, NUM_STAGES)
+            _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, off_b,
+                     off_hkv, j, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
 
 
 @gluon.jit
@@ -303,17 +323,19 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
 
 
 @gluon.jit
-def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    HAS_WINDOW: gl.constexpr):
     """Iteration j (a tile after the first): issue S_j = Q K_j^T and
     O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
     g0: ring uses before this work tile (K/V slot and phase of tile j come
-    from g0 + j); t0: ping-pong turns before this work tile."""
+    from g0 + j); t0: ping-pong turns before this work tile.  QK1 > 0: Q K^T
+    is split in two column chunks, (q, k_bufs) of HEAD_DIM_V columns and
+    (q1, k1_bufs) of QK1 (d = 192 = 128 + 64), two wgmmas into one S."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = acc.type.layout
@@ -327,9 +349,13 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_em
         mbarrier.wait(turn.index(CONSUMER), (t0 + j) & 1)
     s_tok = warpgroup_mma(q, k_bufs.index(sk).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    if QK1 > 0:  # split Q K^T: the second column chunk accumulates into S (its own wgmma group)
+        s_tok = warpgroup_mma(q1, k1_bufs.index(sk).permute((1, 0)), s_tok, is_async=True)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
+    # Groups retire in issue order: with at most one (P V) left, S is complete
+    # (both of its groups when split).
     s = warpgroup_mma_wait(1, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
@@ -345,10 +371,10 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_em
 
 
 @gluon.jit
-def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Iterations [lo, hi), two per trip when PAIRED.
@@ -360,25 +386,29 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready,
     fresh P, and the overlap survives."""
     if not PAIRED:
         for j in range(lo, hi):
-            acc, p, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+            acc, p, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
+                                              v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
-                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
-        acc, p_odd, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+        acc, p_odd, m_i, l_i = _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
+                                              v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
-                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                              CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
-        acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn,
+        acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
+                                          v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
-                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
     if n % 2 == 1:
-        acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
+        acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
+                                          v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
-                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
     return acc, p, m_i, l_i
 
@@ -418,19 +448,21 @@ def _attn_fwd_skip(lo, hi, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
 
 
 @gluon.jit
-def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
+def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    q_ready, k_ready, k_empty, v_ready, v_empty, turn,
                    off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, g0, t0, q_phase,
                    N_Q, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
     (they continue from tile to tile); q_phase: the parity of this tile's Q
-    load."""
+    load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
+    Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
+    and k1_bufs are None)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -481,6 +513,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
         first = 0
 
     q = q_smem.index(CONSUMER)
+    if QK1 > 0:
+        q1 = q1_smem.index(CONSUMER)
+    else:
+        q1 = q1_smem
     mbarrier.wait(q_ready.index(CONSUMER), q_phase)
     if HAS_WINDOW and SKIP_TILES:
         _attn_fwd_skip(lo_tile, first, g0, t0, k_ready, k_empty, v_ready, v_empty, turn,
@@ -494,6 +530,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
         mbarrier.wait(turn.index(CONSUMER), (t0 + first) & 1)
     s_tok = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    if QK1 > 0:
+        s_tok = warpgroup_mma(q1, k1_bufs.index(s0).permute((1, 0)), s_tok, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index((CONSUMER + 1) % NUM_CONSUMERS))
     s = warpgroup_mma_wait(0, deps=(s_tok,))
@@ -518,23 +556,26 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
             masked_lo = first + 1 if edge == 0 else n_full
             masked_hi = full_lo if edge == 0 else n_own
             whole_hi = n_full if edge == 0 else full_lo
-            acc, p, m_i, l_i = _attn_fwd_loop(masked_lo, masked_hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
+            acc, p, m_i, l_i = _attn_fwd_loop(masked_lo, masked_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
+                                              k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                                              BLOCK_M, BLOCK_N, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
-            acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty,
+                                              BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+            acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
+                                              k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                                              BLOCK_M, BLOCK_N, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                              BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
     else:
-        acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty,
+        acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
+                                          v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
-                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N,
+                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
-        acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, k_ready,
+        acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                           k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                           causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
-                                          BLOCK_N, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                          BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
 
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
@@ -569,12 +610,12 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs,
 
 
 @gluon.jit
-def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
+def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, tile_idx, tile_ready,
                       off_b, off_hq, start_m, n_tiles,
                       H_Q, GROUP_SIZE, n_m, n_bh, stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
@@ -593,10 +634,11 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
             t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
-            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready, k_empty, v_ready,
+                           v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
@@ -616,27 +658,31 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs,
             # A tile takes t_n - t_lo ring uses and one turn more (its first
             # S, then a GEMM pair per further key tile, the last P V alone),
             # so g + i turns came before.
-            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+            _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready, k_empty, v_ready,
+                           v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
             # O has left this consumer's Q buffer (store_wait): the producer
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
     else:
         lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
-        _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, k_ready, k_empty, v_ready, v_empty, turn,
+        _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready, k_empty, v_ready,
+                       v_empty, turn,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
                               "window_lo"])
 def _attn_fwd_hopper(
-    # descriptors (rank 4 over (B, H, N, d)) and pointers
-    q_desc, k_desc, v_desc, o_desc, LSE,
+    # descriptors (rank 4 over (B, H, N, d)) and pointers; q1_desc, k1_desc:
+    # the second column chunk of Q and K when HEAD_DIM != HEAD_DIM_V (split
+    # Q K^T), else None
+    q_desc, k_desc, v_desc, o_desc, q1_desc, k1_desc, LSE,
     # strides
     stride_lz, stride_lh,
     # shapes
@@ -652,9 +698,14 @@ def _attn_fwd_hopper(
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
-    HAS_WINDOW: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
+    # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
+    # HEAD_DIM_V (the width of V and O, whose buffer Q's first chunk is) and
+    # QK1 = HEAD_DIM - HEAD_DIM_V, each a power of two; S = Q0 K0^T + Q1 K1^T.
+    # With HEAD_DIM == HEAD_DIM_V, QK1 = 0: the kernel of before.
+    QK1: gl.constexpr = HEAD_DIM - HEAD_DIM_V
     if PERSISTENT:
         # A 1-D grid of at most one program per SM; each program loops over
         # the work tiles that _work_tile deals it (in both partitions).
@@ -680,11 +731,20 @@ def _attn_fwd_hopper(
         n_bh = 0
 
     dtype: gl.constexpr = q_desc.dtype
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM], q_layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], kv_layout)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM_V], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM_V], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, HEAD_DIM_V], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM_V], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM_V], kv_layout)
+    if QK1 > 0:
+        gl.static_assert(QK1 <= HEAD_DIM_V, "split Q K^T: the second chunk is the narrower one")
+        q1_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, QK1], dtype)
+        k1_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK1], dtype)
+        q1_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, BLOCK_M, QK1], q1_layout)
+        k1_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, QK1], k1_layout)
+    else:  # (constexpr: no value for the partitions to capture)
+        q1_smem: gl.constexpr = None
+        k1_bufs: gl.constexpr = None
 
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], bar_layout)
@@ -722,63 +782,72 @@ def _attn_fwd_hopper(
     # to a name (or concatenated) does not keep its constexpr elements constexpr.
     if NUM_CONSUMERS == 1:
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
+                              q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
                               PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
+                              q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
                               PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
         gl.warp_specialize([
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty, v_ready,
+            (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
+                                 k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
-                                 2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, PINGPONG,
+                                 2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
-            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, k_empty,
+            (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
+                              q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
-                              BLOCK_M, BLOCK_N, HEAD_DIM, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
+                              BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
                               PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
@@ -811,7 +880,19 @@ CONFIGS = {
               SKIP_TILES=False),
     256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False,
               SKIP_TILES=False),
+    # DeepSeek MLA (d = 192, dv = 128, HEAD_DIM_V): Q K^T split in 128 + 64
+    # columns (two wgmmas into one S), V / O 128 wide.  Shared memory: Q 2 x
+    # 64 x 192, K 2 stages x 128 x 192, V 2 x 128 x 128 (16-bit): 208 KiB, so
+    # two stages of 128 keys (three fit with 64: the "bn64" probe variant).
+    # Registers as at d = 128 with 128-key tiles (S 64, O 64, P 32). Not
+    # GPU-validated yet (docs/hopper.md "Split Q K^T").
+    192: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240, PAIRED=False,
+              SKIP_TILES=False),
 }
+# The value head dim that a Q / K head dim of CONFIGS takes where it is not
+# d itself: split Q K^T (HEAD_DIM_V < HEAD_DIM; Q and K as HEAD_DIM_V +
+# (HEAD_DIM - HEAD_DIM_V) columns, both powers of two).
+HEAD_DIM_V = {192: 128}
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
 # loads / stores per masked step with the window's third compare (against
@@ -826,7 +907,7 @@ SCHEDULE = {
 # over the work tiles (_work_tile).  On where the H200 measured >= 1.02x at
 # both N = 2k and 8k (benchmarks/gpu_hopper_persistent.sh, session 10 call 4):
 # d = 128 causal 1.03x / 1.13x; elsewhere mixed or below (docs/hopper.md).
-PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False)}
+PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False), 192: (False, False)}
 # DYNAMIC per head dim, (not causal, causal): the persistent grid with tiles
 # handed out by an atomic counter instead of the static snake (greedy, in the
 # longest-first order when causal); DYNAMIC implies PERSISTENT.  On where
@@ -837,7 +918,7 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False
 # allocator on the launching stream (one memset before the kernel): stream
 # ordered, so concurrent launches on other streams get their own counter,
 # and captured into CUDA graphs as a memset node that every replay repeats.
-DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False)}
+DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False), 192: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -853,8 +934,18 @@ def sm_count(device) -> int:
                      else torch.cuda.current_device())
 
 
-def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS, **_):
-    return 2 * head_dim * (NUM_CONSUMERS * BLOCK_M + 2 * NUM_STAGES * BLOCK_N) + 64 * (NUM_CONSUMERS + NUM_STAGES)
+def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS, head_dim_v=None, **_):
+    """Shared memory of a build (16-bit Q, K, V; Q's first chunk also stages
+    O): head_dim the Q / K width, head_dim_v V's (default: head_dim)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    return (2 * (head_dim * NUM_CONSUMERS * BLOCK_M + (head_dim + dv) * NUM_STAGES * BLOCK_N)
+            + 64 * (NUM_CONSUMERS + NUM_STAGES))
+
+
+def value_head_dim(d: int) -> Optional[int]:
+    """The value head dim the Hopper forward takes with Q / K head dim d
+    (d itself, or HEAD_DIM_V's for split Q K^T); None if d has no config."""
+    return HEAD_DIM_V.get(d, d) if d in CONFIGS else None
 
 
 def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
@@ -868,15 +959,18 @@ def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
     if lse.dtype != torch.float32 or lse.stride(-1) != 1:
         return "lse must be float32 with last stride 1"
     d = q.shape[-1]
-    if d not in CONFIGS or k.shape[-1] != d or v.shape[-1] != d or o.shape[-1] != d:
-        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(CONFIGS)})"
+    dv = value_head_dim(d)
+    if dv is None or k.shape[-1] != d or v.shape[-1] != dv or o.shape[-1] != dv:
+        return (f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (d = dv in "
+                f"{sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, or d/dv "
+                f"{', '.join(f'{a}/{b}' for a, b in sorted(HEAD_DIM_V.items()))})")
     if not sm_scale > 0:
         return f"softmax scale {sm_scale} (the kernel folds it assuming > 0)"
     batch, h_q, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     if n_q == 0 or n_k == 0 or batch == 0 or h_q == 0:
         return "empty tensor"
-    if h_q % h_kv != 0 or v.shape[:3] != k.shape[:3] or o.shape != q.shape:
+    if h_q % h_kv != 0 or v.shape[:3] != k.shape[:3] or o.shape[:3] != q.shape[:3]:
         return "shapes"
     for t in (q, k, v, o):
         # TMA: 16-byte aligned base and strides, unit last stride.
@@ -892,7 +986,7 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
 
 
 def _signature(q, k, v, o, lse, causal, windowed):
@@ -911,6 +1005,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides):
         return reason
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
+    dv = v.shape[-1]
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
                 DYNAMIC=DYNAMIC_DEFAULT[d][causal])
     if windowed:
@@ -924,7 +1019,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides):
     n_programs = meta.pop("NUM_SMS", None)
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
-    if smem_bytes(d, **meta) > SMEM_LIMIT:
+    if smem_bytes(d, head_dim_v=dv, **meta) > SMEM_LIMIT:
         return "shared memory"
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = triton.cdiv(n_q, rows)
@@ -937,18 +1032,29 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides):
         if grid[1] > 65535:
             return "grid"
     gdt = _GL_DTYPES[q.dtype]
-    q_block = [1, 1, meta["BLOCK_M"], d]
-    kv_block = [1, 1, meta["BLOCK_N"], d]
+    # Blocks of dv columns: Q's and K's first chunk, V, O (with dv = d the
+    # whole rows); split Q K^T adds Q's and K's columns [dv, d) as blocks of
+    # their own (descriptors q1_desc, k1_desc over the same tensors).
+    q_block = [1, 1, meta["BLOCK_M"], dv]
+    kv_block = [1, 1, meta["BLOCK_N"], dv]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     plan = _Plan()
-    plan.key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    plan.key = (q.dtype, d, dv, causal, tuple(sorted(meta.items())))
     plan.grid = grid
-    plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, o))
+    plan.split = dv != d
+    tensors = (q, k, v, o) + ((q, k) if plan.split else ())
+    plan.dims = tuple((list(t.shape), list(t.stride())) for t in tensors)
     plan.blocks = (q_block, kv_block, kv_block, q_block)
     plan.layouts = (q_layout, kv_layout, kv_layout, q_layout)
+    if plan.split:
+        q1_block = [1, 1, meta["BLOCK_M"], d - dv]
+        k1_block = [1, 1, meta["BLOCK_N"], d - dv]
+        plan.blocks += (q1_block, k1_block)
+        plan.layouts += (gl.NVMMASharedLayout.get_default_for(q1_block, gdt),
+                         gl.NVMMASharedLayout.get_default_for(k1_block, gdt))
     plan.tail = (lse.stride(0), lse.stride(1), batch, h_q, n_q, n_k, h_q // h_kv)
-    plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=dv, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.dynamic = bool(meta["DYNAMIC"])
     return plan
@@ -985,9 +1091,11 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              window: Optional[Tuple[int, int]] = None, **overrides) -> bool:
     """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
 
-    q: (B, Hq, Nq, d); k, v: (B, Hkv, Nk, d), Hq a multiple of Hkv; o like q,
-    written in place; lse: (B, Hq, Nq) float32, last stride 1, written in place
-    in base 2 (lse2 = m2 + log2 l, as kernels/fwd.py); d in 64, 128, 256;
+    q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d), v: (B, Hkv, Nk, dv), Hq a multiple
+    of Hkv; o (B, Hq, Nq, dv), written in place; lse: (B, Hq, Nq) float32, last
+    stride 1, written in place in base 2 (lse2 = m2 + log2 l, as
+    kernels/fwd.py); d = dv in 64, 128, 256, or d = 192 with dv = 128 (split
+    Q K^T, HEAD_DIM_V; not GPU-validated yet);
     float16 or bfloat16; any strides that TMA accepts (16-byte aligned, last 1).
     causal_shift: None for no mask, else row i sees keys j <= i + causal_shift.
     window: None, or (left, shift) with left >= 0: row i sees only keys
@@ -1067,8 +1175,12 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None) -> bool:
         return False
     lo = 0 if window is None else lower_diagonal(window, plan.tail[4], plan.tail[5])
     validated = plan.validated
+    if plan.split:  # q1_desc, k1_desc: Q's and K's second column chunk
+        tensors = tuple(tensors) + (tensors[0], tensors[1])
     args = tuple(_descriptor(t, dims, block, layout, validated)
                  for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
+    if not plan.split:
+        args += (None, None)  # q1_desc, k1_desc: constexpr None, no kernel parameters
     plan.validated = True
     # DYNAMIC's tile counter: zeroed per call on the current stream (see
     # DYNAMIC_DEFAULT); other builds ignore the argument and get lse.
@@ -1104,4 +1216,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
-           "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT"]
+           "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim"]
