@@ -104,9 +104,26 @@ def hopper_forward_window(window) -> bool:
     return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"
 
 
+ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "1": d != dv (d = 192, dv = 128) may take it
+# The switch when the variable is unset: "0" until the GPU run of
+# benchmarks/gpu_next_mla.sh meets the rule in its header, then "1".
+HOPPER_SPLIT_QK_DEFAULT = "0"
+
+
+def hopper_forward_dims(q, v) -> bool:
+    """Whether the Hopper forward is tried for these head dims: d = dv, or
+    d != dv (kernels/hopper/fwd.py's split Q K^T, d = 192 with dv = 128; the
+    kernel declines other pairs) with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 (or
+    HOPPER_SPLIT_QK_DEFAULT "1"), as its split is not GPU-validated yet."""
+    if q.shape[-1] == v.shape[-1]:
+        return True
+    value = env_value(ENV_HOPPER_SPLIT_QK)
+    return (HOPPER_SPLIT_QK_DEFAULT if value is None else value) == "1"
+
+
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
     """Whether to try the Hopper forward (it may still decline a case)."""
-    return _hopper_tier(q.device) and hopper_forward_window(window)
+    return _hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)
 
 
 def _hopper_tier(device: torch.device) -> bool:

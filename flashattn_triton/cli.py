@@ -31,6 +31,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "1: sliding windows (window_size (left >= 0, -1 or 0)) may take the Hopper "
                                        "forward and backward (opt-in: their window paths are not GPU-validated "
                                        "yet); default: the portable kernels"),
+    ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "1: head dims d != dv held as split Q K^T (d = 192, dv = 128) may take the "
+                                         "Hopper forward (opt-in: not GPU-validated yet); default: the portable "
+                                         "forward"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -130,7 +133,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                 variants: Tuple[str, ...]) -> Tuple[bool, str]:
     """(whether the Hopper forward takes the call, what it launches or why not)."""
     import torch
-    from ._dispatch import ENV_HOPPER_WINDOW, backend, hopper_available, hopper_forward_window
+    from ._dispatch import (ENV_HOPPER_SPLIT_QK, ENV_HOPPER_WINDOW, backend, hopper_available, hopper_forward_dims,
+                            hopper_forward_window)
     from .kernels import hopper
 
     if backend() == "portable":
@@ -152,10 +156,15 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         if backend() == "hopper":
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
-    from .kernels.hopper.fwd import (CONFIGS, DYNAMIC_DEFAULT, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, WINDOW_CONFIGS,
-                                     smem_bytes)
-    if d not in CONFIGS or d_v != d:
-        return False, f"head dims d={d}, dv={d_v} (equal, one of {sorted(CONFIGS)})"
+    from .kernels.hopper.fwd import (CONFIGS, DYNAMIC_DEFAULT, HEAD_DIM_V, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT,
+                                     WINDOW_CONFIGS, smem_bytes, value_head_dim)
+    if value_head_dim(d) != d_v:
+        pairs = ", ".join(f"{a}/{b}" for a, b in sorted(HEAD_DIM_V.items()))
+        return False, (f"head dims d={d}, dv={d_v} (d = dv in {sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, "
+                       f"or d/dv {pairs})")
+    if d_v != d and not hopper_forward_dims(torch.empty(0, d), torch.empty(0, d_v)):
+        return False, (f"head dims d={d}, dv={d_v}: split Q K^T takes the Hopper forward only with "
+                       f"{ENV_HOPPER_SPLIT_QK}=1 (not GPU-validated yet)")
     causal = window[1] == 0
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
     if window[0] >= 0:
@@ -164,14 +173,15 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
     n_m = -(-n_q // rows)
     if not meta["PERSISTENT"] and (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:
         return False, "grid too large for the Hopper schedule"
-    if smem_bytes(d, **meta) > SMEM_LIMIT:
+    if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return False, "shared memory"
     return True, (f"Gluon kernel (kernels/hopper/fwd.py): {meta['NUM_CONSUMERS']} consumer warpgroups x "
                   f"BLOCK_M={meta['BLOCK_M']} rows, BLOCK_N={meta['BLOCK_N']}, "
                   f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
                   f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}"
-                  + (", left window bound (HAS_WINDOW, not GPU-validated yet)" if window[0] >= 0 else ""))
+                  + (", left window bound (HAS_WINDOW, not GPU-validated yet)" if window[0] >= 0 else "")
+                  + (f", Q K^T split in {d_v} + {d - d_v} columns (not GPU-validated yet)" if d_v != d else ""))
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],
