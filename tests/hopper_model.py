@@ -23,6 +23,12 @@ which cannot run in Triton's interpreter.
   share of each work tile's key tiles and release the rest unread, before
   it (a window's head) and after it (past a causal diagonal), as
   _attn_fwd_skip does; ``SKIP_BROKEN`` / ``HEAD_BROKEN`` forms must fail.
+* Split Q K^T (d != dv, kernels/hopper/fwd.py HEAD_DIM_V): ``split_scores``
+  forms S from two column chunks as the kernel's two wgmmas do, the
+  emulation takes V / O of another width (``split_forward_cases``,
+  ``check_split``; ``SPLIT_BROKEN`` forms must fail), and the protocol
+  simulation (``split=True``) loads Q and K as two copies on one barrier
+  and issues S as two wgmma groups (``SPLIT_PROTOCOL_BROKEN`` must fail).
 * ``makespans``: the busiest SM's work under the persistent snake order, a
   plain round-robin, the hardware's dispatch of the non-persistent grid and
   the DYNAMIC scheduler (greedy claims from the counter, longest first).
@@ -265,8 +271,39 @@ def _consumer_runs(row0, n_tiles, lo_tile, n_q, n_k, shift, lo, cfg):
     return first, runs, n_own
 
 
+# Deliberately broken forms of the split Q K^T (cfg SPLIT_QK = d0: Q and K
+# held as columns [0, d0) and [d0, d), S the sum of the two products) that
+# the float64 check must catch: the second chunk dropped, its wgmma not
+# accumulating (use_acc=False: S = Q1 K1^T only), its TMA column offset
+# wrong (the second chunk loaded from column d - d0 instead of d0).
+SPLIT_BROKEN = ("split_no_second", "split_no_acc", "split_offset")
+
+
+def split_scores(qt, kt, cfg):
+    """S = Q K^T as the kernel forms it: one product, or with SPLIT_QK = d0
+    two wgmmas over column chunks [0, d0) and [d0, d), the second
+    accumulating into the first (cfg SPLIT_BROKEN: a broken form)."""
+    d0 = cfg.get("SPLIT_QK")
+    if not d0:
+        return qt @ kt.T
+    broken = cfg.get("SPLIT_BROKEN")
+    d = qt.shape[1]
+    lo = d - d0 if broken == "split_offset" else d0  # TMA column of the second chunk
+    width = d - d0
+    s = qt[:, :d0] @ kt[:, :d0].T                       # wgmma 1: use_acc=False
+    q1 = qt[:, lo:lo + width]
+    k1 = kt[:, lo:lo + width]
+    if broken == "split_no_second":
+        return s
+    if broken == "split_no_acc":
+        return q1 @ k1.T
+    return s + q1 @ k1.T                                # wgmma 2: accumulates into S
+
+
 def emulate_forward(q, k, v, scale, shift, cfg):
     """The kernel's schedule in float64: returns (O, LSE base 2, writes per row).
+    v (and O) may have another head dim than q and k (dv != d: cfg SPLIT_QK
+    gives Q K^T's column split, split_scores).
 
     Also follows the producer's loads and each consumer's ring uses and
     ping-pong turns: raises ScheduleError unless every consumer takes every
@@ -274,6 +311,7 @@ def emulate_forward(q, k, v, scale, shift, cfg):
     loaded there, and the turns t0, t0 + 1, ... of the tile once each."""
     b, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
+    dv = v.shape[-1]
     bm, bn, nc = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NUM_CONSUMERS"]
     rows_cta = bm * nc
     lo = lower_diagonal(cfg, n_q, n_k)
@@ -282,9 +320,9 @@ def emulate_forward(q, k, v, scale, shift, cfg):
     qp = np.zeros((b, h_q, n_qp, d))
     qp[:, :, :n_q] = q
     kp = np.zeros((b, h_kv, n_kp, d))
-    vp = np.zeros((b, h_kv, n_kp, d))
+    vp = np.zeros((b, h_kv, n_kp, dv))
     kp[:, :, :n_k], vp[:, :, :n_k] = k, v
-    o = np.full(q.shape, np.nan)
+    o = np.full(q.shape[:3] + (dv,), np.nan)
     lse = np.full(q.shape[:3], np.nan)
     writes = np.zeros(q.shape[:3], dtype=np.int64)
     c = scale * LOG2E
@@ -312,17 +350,17 @@ def emulate_forward(q, k, v, scale, shift, cfg):
                     l_i = np.zeros(bm)
                     turns.append(t0 + first)
                     uses.append((g0 + first, first))
-                    p, _, m_i, l_i = _softmax_update(qt @ kt(first).T, m_i, l_i, rows, first * bn, n_k, c, shift,
-                                                     True, lo)
-                    acc = np.zeros((bm, d))
+                    p, _, m_i, l_i = _softmax_update(split_scores(qt, kt(first), cfg), m_i, l_i, rows, first * bn,
+                                                     n_k, c, shift, True, lo)
+                    acc = np.zeros((bm, dv))
                     seen = [first]
                     for run_lo, run_hi, masked in runs:
                         for j in loop_iterations(run_lo, run_hi, paired):
                             seen.append(j)
                             turns.append(t0 + j)
                             uses.append((g0 + j, j))
-                            p_new, alpha, m_i, l_i = _softmax_update(qt @ kt(j).T, m_i, l_i, rows, j * bn, n_k, c,
-                                                                     shift, masked, lo)
+                            p_new, alpha, m_i, l_i = _softmax_update(split_scores(qt, kt(j), cfg), m_i, l_i, rows,
+                                                                     j * bn, n_k, c, shift, masked, lo)
                             acc = (acc + p @ vt(j - 1)) * alpha[:, None]
                             p = p_new
                     if seen != list(range(first, n_own)):
@@ -351,12 +389,13 @@ def emulate_forward(q, k, v, scale, shift, cfg):
     return o, lse, writes
 
 
-def check_forward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=8, seed=0):
-    """'' if the emulation matches the reference and writes each row once, else why not."""
+def check_forward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=8, seed=0, dv=None):
+    """'' if the emulation matches the reference and writes each row once, else
+    why not; dv: V's head dim (default d; cfg SPLIT_QK for Q K^T's split)."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((batch, h_q, n_q, d))
     k = rng.standard_normal((batch, h_kv, n_k, d))
-    v = rng.standard_normal((batch, h_kv, n_k, d))
+    v = rng.standard_normal((batch, h_kv, n_k, d if dv is None else dv))
     scale = d ** -0.5
     try:
         o, lse, writes = emulate_forward(q, k, v, scale, shift, cfg)
@@ -474,9 +513,14 @@ class AsyncState:
 class CTA(AsyncState):
     """Shared state of one forward CTA: barriers, buffers, asynchronous operations."""
 
-    def __init__(self, nc, ns, slots=2):
+    def __init__(self, nc, ns, slots=2, split=False):
         super().__init__(nc)
         self.nc, self.ns = nc, ns
+        # Split Q K^T: Q's and K's second column chunk, loaded on Q's / K's
+        # barrier (two TMA copies, one expect of both) and read by S's second wgmma.
+        self.split = split
+        self.q1_buf = [Buffer(f"Q1[{c}]") for c in range(nc)]
+        self.k1_buf = [Buffer(f"K1[{s}]") for s in range(ns)]
         self.q_ready = [Barrier(f"q_ready[{c}]", 1) for c in range(nc)]
         self.q_empty = [Barrier(f"q_empty[{c}]", 1) for c in range(nc)]
         self.turn = [Barrier(f"turn[{c}]", 1) for c in range(nc)]
@@ -500,9 +544,12 @@ def _wait(bar, parity, expected):
     return ("wait", bar, parity, expected)
 
 
-def producer(cta, tiles, persistent):
+def producer(cta, tiles, persistent, broken=None):
+    """broken: 'split_expect_one' expects only one chunk's bytes per Q / K load."""
     ns, nc = cta.ns, cta.nc
     waits = {}
+    chunks = 2 if cta.split else 1
+    expect = 1 if broken == "split_expect_one" else chunks
 
     def wait(bar, parity):
         n = waits.get(bar.name, 0)
@@ -513,8 +560,10 @@ def producer(cta, tiles, persistent):
         s = g % ns
         ph = ((g // ns) & 1) ^ 1
         yield wait(cta.k_empty[s], ph)
-        cta.k_ready[s].expect(1)
+        cta.k_ready[s].expect(expect)
         cta.tma_load(cta.k_buf[s], ("K", t, j), cta.k_ready[s])
+        if cta.split:
+            cta.tma_load(cta.k1_buf[s], ("K1", t, j), cta.k_ready[s])
         yield ("step",)
         yield wait(cta.v_empty[s], ph)
         cta.v_ready[s].expect(1)
@@ -525,8 +574,10 @@ def producer(cta, tiles, persistent):
         for c in range(nc):
             if wait_empty:
                 yield wait(cta.q_empty[c], q_phase ^ 1)
-            cta.q_ready[c].expect(1)
+            cta.q_ready[c].expect(expect)
             cta.tma_load(cta.q_buf[c], ("Q", t, c), cta.q_ready[c])
+            if cta.split:
+                cta.tma_load(cta.q1_buf[c], ("Q1", t, c), cta.q_ready[c])
             yield ("step",)
 
     if isinstance(tiles, Claims):
@@ -630,9 +681,20 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
                 cta.turn[(c + 1) % nc].arrive()
             yield ("step",)
 
+    def issue_s(t, j, s, q, q1):
+        """S_j: one wgmma group, or with the split two (Q K^T's column chunks)."""
+        cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[s], ("K", t, j))])
+        if cta.split:
+            cta.wgmma_issue(c, [(q1, ("Q1", t, c)), (cta.k1_buf[s], ("K1", t, j))])
+
+    # wgmma_wait(1) after S (one or two groups) and P V: S complete.  The
+    # broken 'split_wait_2' leaves S's second group running.
+    s_wait = 2 if broken == "split_wait_2" else 1
+
     def tile(t, n_tiles, g0, t0, q_phase):
         first, n_own = own(t, c, n_tiles) if own else (0, n_tiles)
         q = cta.q_buf[c]
+        q1 = cta.q1_buf[c]
         yield wait(cta.q_ready[c], q_phase)
         yield from skip(0, first, g0, t0, head=True)
         g_first = g0 + first
@@ -640,7 +702,7 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
         yield wait(cta.k_ready[s0], (g_first // ns) & 1)
         if pingpong:
             yield wait(cta.turn[c], (t0 + first) & 1)
-        cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[s0], ("K", t, first))])
+        issue_s(t, first, s0, q, q1)
         if pingpong:
             cta.turn[(c + 1) % nc].arrive()
         yield ("wgmma_wait", 0)
@@ -653,11 +715,13 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
             yield wait(cta.v_ready[sv], ((gk - 1) // ns) & 1)
             if pingpong:
                 yield wait(cta.turn[c], (t0 + j) & 1)
-            cta.wgmma_issue(c, [(q, ("Q", t, c)), (cta.k_buf[sk], ("K", t, j))])
+            issue_s(t, j, sk, q, q1)
             cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, j - 1))])
             if pingpong:
                 cta.turn[(c + 1) % nc].arrive()
-            yield ("wgmma_wait", 1)
+            yield ("wgmma_wait", s_wait)
+            if len(cta.wgmma[c]) > 1:  # only P V may still run: the softmax reads S
+                raise ProtocolError(f"consumer {c}: S read with {len(cta.wgmma[c])} wgmma groups outstanding")
             cta.k_empty[sk].arrive()
             yield ("step",)           # the softmax runs here, under P V
             yield ("wgmma_wait", 0)
@@ -762,20 +826,28 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
     return steps
 
 
+# Deliberately broken forms of the split Q K^T's protocol: the producer
+# expecting one chunk's bytes for two copies, the consumer waiting for all
+# but two wgmma groups (S's second chunk may still read K1 when K is released).
+SPLIT_PROTOCOL_BROKEN = ("split_expect_one", "split_wait_2")
+
+
 def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None,
-                      head=False):
+                      head=False, split=False):
     """Run one CTA's protocol over work tiles with the given key-tile counts;
     skip: each warpgroup releases the tiles past its own_tiles(seed) share
-    unread (causal), head: also the ones before it (a window); broken one
-    of SKIP_BROKEN or HEAD_BROKEN.  Returns the number of scheduler steps;
-    raises ProtocolError on a deadlock, a wrong phase or a buffer hazard."""
-    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN, broken
+    unread (causal), head: also the ones before it (a window); split: Q and
+    K loaded and read as two column chunks each (split Q K^T); broken one of
+    SKIP_BROKEN, HEAD_BROKEN or SPLIT_PROTOCOL_BROKEN.  Returns the number of
+    scheduler steps; raises ProtocolError on a deadlock, a wrong phase or a
+    buffer hazard."""
+    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN + SPLIT_PROTOCOL_BROKEN, broken
     own = own_tiles(seed, skip, head) if skip or head else None
     rng = random.Random(seed)
-    cta = CTA(nc, ns)
+    cta = CTA(nc, ns, split=split)
     if pingpong:
         cta.turn[0].arrive()
-    agents = {"producer": producer(cta, tiles, persistent)}
+    agents = {"producer": producer(cta, tiles, persistent, broken)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken)
     # Per run, a random bias: some agents (or the asynchronous engines) run
@@ -986,6 +1058,43 @@ def window_forward_cases(full=True):
     return out if full else rng.sample(out, 60)
 
 
+def split_forward_cases(full=True):
+    """Emulation cases of the split Q K^T (d = 12 = 8 + 4 columns standing
+    for 192 = 128 + 64, dv = 8 for 128): ragged lengths, causal both
+    alignments and a negative shift, not causal, windows, GQA, every
+    schedule; (case, d, dv)."""
+    lengths = [1, 63, 65, 129, 200, 257, 383]
+    rng = random.Random(8)
+    out = []
+    for n_q, n_k in itertools.product(lengths, lengths):
+        for shift in (None, n_k - n_q, 0, -5):
+            batch, h_kv, group = rng.choice(((1, 1, 1), (2, 2, 2), (3, 1, 4)))
+            sched = rng.choice(("grid", "persistent", "dynamic"))
+            cfg = dict(BLOCK_M=64, BLOCK_N=rng.choice((64, 128)), NUM_CONSUMERS=rng.choice((1, 2, 3)),
+                       PAIRED=rng.random() < 0.3, PERSISTENT=sched != "grid", DYNAMIC=sched == "dynamic",
+                       HEADS_FIRST=shift is not None, NUM_SMS=rng.choice((1, 3, 5, 132)),
+                       SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.5, M_BAND=0, SPLIT_QK=8)
+            if rng.random() < 0.25:
+                cfg["WINDOW"] = (rng.choice((0, 37, 100, 300)), n_k - n_q if shift is None else shift)
+            out.append(((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg), 12, 8))
+    return out if full else rng.sample(out, 30)
+
+
+def check_split(full=True):
+    """The split sweep and its broken forms: (failures of the kernel's form,
+    {broken form: cases that caught it})."""
+    fails = []
+    caught = {}
+    for case, d, dv in split_forward_cases(full):
+        why = check_forward(*case, d=d, dv=dv)
+        if why:
+            fails.append((case, why))
+    for broken in SPLIT_BROKEN:
+        caught[broken] = sum(1 for case, d, dv in split_forward_cases(False)
+                             if check_forward(*case[:-1], dict(case[-1], SPLIT_BROKEN=broken), d=d, dv=dv))
+    return fails, caught
+
+
 def protocol_cases(full=True):
     """(tiles, nc, ns, pingpong, persistent, seed) for the protocol sweep."""
     rng = random.Random(2)
@@ -1050,6 +1159,32 @@ def main():
           flush=True)
     if not all(skip_caught.values()):
         pfails += 1
+    # Split Q K^T (d = 192 / dv = 128 as 12 / 8): the emulation in float64 and
+    # the protocol with two chunks per Q / K load, and their broken forms.
+    t3 = time.time()
+    split_fails, split_caught = check_split(not args.quick)
+    for case, why in split_fails[:10]:
+        print("SPLIT FAIL", case, why)
+    split_runs = 0
+    for tiles, nc, ns, pp, persistent, seed in protocol_cases(not args.quick):
+        split_runs += 1
+        try:
+            simulate_protocol(tiles, nc, ns, pp, persistent, seed, skip=seed % 2 == 1, head=seed % 4 >= 2, split=True)
+        except ProtocolError as exc:
+            split_fails.append(exc)
+            print("SPLIT PROTOCOL FAIL", tiles, nc, ns, pp, persistent, seed, exc)
+    for broken in SPLIT_PROTOCOL_BROKEN:
+        split_caught[broken] = 0
+        for tiles, nc, ns, pp, persistent, seed in protocol_cases(False):
+            try:
+                simulate_protocol(tiles, nc, ns, pp, persistent, seed, broken=broken, split=True)
+            except ProtocolError:
+                split_caught[broken] += 1
+    print(f"split Q K^T: {len(split_forward_cases(not args.quick))} emulation cases and {split_runs} protocol runs, "
+          f"{len(split_fails)} failures, {time.time() - t3:.0f}s; broken forms caught (of "
+          f"{len(split_forward_cases(False))} emulation / {len(protocol_cases(False))} protocol runs): {split_caught}",
+          flush=True)
+    pfails += len(split_fails) + (not all(split_caught.values()))
     t2 = time.time()
     runs = steps = 0
     for rep in range(args.protocol_runs):

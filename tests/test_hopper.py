@@ -393,7 +393,7 @@ for d, causal, window, overrides in [(64, True, (100, 200), {}), (128, True, (10
     assert ok, hf._BROKEN
     launcher, grid, args = LAUNCHES[-1]
     consts = launcher.src.constants
-    window_lo = args[launcher.kinds.index("constexpr") - 1]  # the last runtime argument
+    window_lo = args[max(i for i, kind in enumerate(launcher.kinds) if kind != "constexpr")]  # the last runtime one
     print(d, grid, consts.get((names.index("HAS_WINDOW"),)), consts.get((names.index("NUM_CONSUMERS"),)), window_lo)
 """
 
@@ -417,10 +417,18 @@ def test_window_launch_on_a_fake_driver():
 
 # --------------------------------------------------------------------------- GPU
 
-def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0):
+def _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad=0, dv=None):
     """(B, H, N, d)-indexed views in one of the layouts callers pass; with pad,
-    the rows past N of each head hold NaN (inputs) / 7 (output)."""
+    the rows past N of each head hold NaN (inputs) / 7 (output); dv: the head
+    dim of v and o (default d; "qkv" then takes v's first dv columns)."""
     dev = "cuda"
+    if dv is not None and dv != d:
+        q, k, _, _, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad)
+        _, _, v, o, _ = _inputs(b, hq, hkv, nq, nk, dv, dtype, layout, pad)
+        if layout == "qkv":  # v, o as strided slices of wider rows, as the packed layout gives them
+            q, k, v2, o2, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, pad)
+            v, o = v2[..., :dv], o2[..., :dv]
+        return q, k, v, o, lse
 
     def rnd(*s):
         return torch.randn(*s, device=dev, dtype=torch.float32).to(dtype)
@@ -806,3 +814,238 @@ def test_api_with_hopper_backend(monkeypatch, causal):
     o_low, _ = flash_attention_ref(q, k, v, causal, dtype=torch.bfloat16)
     assert_close("out", out, o_ref, baseline=o_low)
     assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref.abs().max().item()
+
+
+# --------------------------------------------------------------------------- split Q K^T (d = 192, dv = 128)
+
+def test_split_schedule_emulation():
+    """Split Q K^T (tests/hopper_model.py, d = 12 = 8 + 4 and dv = 8 standing
+    for 192 = 128 + 64 and 128): S as two column-chunk products summed, on
+    every schedule, causal or not, windows, GQA, ragged lengths, in float64
+    against the dense reference; the broken forms (second chunk dropped, not
+    accumulated, loaded from the wrong column) are caught."""
+    import hopper_model as hm
+    fails, caught = hm.check_split(full=False)
+    assert not fails, fails[:3]
+    assert all(caught.values()), caught
+
+
+@pytest.mark.parametrize("broken", [None, "split_expect_one", "split_wait_2"])
+def test_split_protocol_simulation(broken):
+    """The mbarrier protocol with Q and K loaded as two TMA copies on one
+    barrier each and S as two wgmma groups: no hazard or deadlock; expecting
+    one copy's bytes, or waiting for all but two groups, is caught."""
+    import hopper_model as hm
+    caught = 0
+    for tiles, nc, ns, pingpong, persistent, seed in hm.protocol_cases(full=False):
+        try:
+            hm.simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, skip=seed % 2 == 1,
+                                 head=seed % 4 >= 2, split=True, broken=broken)
+        except hm.ProtocolError:
+            if broken is None:
+                raise
+            caught += 1
+    assert broken is None or caught, broken
+
+
+def test_split_config_fits():
+    """CONFIGS[192] (and the probe's bn64 variant) fit the shared memory the
+    launcher allows, with V / O of HEAD_DIM_V[192] = 128 columns."""
+    from flashattn_triton.kernels.hopper import fwd as hf
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    assert hf.value_head_dim(192) == 128 and hf.value_head_dim(128) == 128 and hf.value_head_dim(96) is None
+    for over in ({}, dict(BLOCK_N=64, NUM_STAGES=3)):
+        assert hf.smem_bytes(192, head_dim_v=128, **dict(hf.CONFIGS[192], **over)) <= hf.SMEM_LIMIT
+    assert hf.smem_bytes(192, head_dim_v=128, **dict(hf.CONFIGS[192], NUM_STAGES=3)) > hf.SMEM_LIMIT
+    for d in (64, 128, 256):  # dv = d: the formula of before
+        c = hf.CONFIGS[d]
+        rows, keys = c["NUM_CONSUMERS"] * c["BLOCK_M"], c["NUM_STAGES"] * c["BLOCK_N"]
+        assert hf.smem_bytes(d, **c) == 2 * d * (rows + 2 * keys) + 64 * (c["NUM_CONSUMERS"] + c["NUM_STAGES"])
+
+
+@pytest.mark.parametrize("opt_in", [None, "0", "1"])
+def test_split_dispatch_opt_in(monkeypatch, opt_in):
+    """_dispatch.use_hopper_forward: d != dv (d = 192, dv = 128) tries the
+    Hopper forward only with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 (the split
+    is not GPU-validated yet); the op layer passes out of dv columns; d = dv
+    calls are not affected."""
+    from flashattn_triton import _dispatch, ops
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    calls = []
+    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", a[3].shape[-1])))
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a: calls.append(("hopper", a[3].shape[-1])) or True)
+    if opt_in is None:
+        monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
+    else:
+        monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", opt_in)
+    q = torch.randn(1, 300, 4, 192, dtype=torch.bfloat16)
+    k = torch.randn(1, 500, 2, 192, dtype=torch.bfloat16)
+    v = torch.randn(1, 500, 2, 128, dtype=torch.bfloat16)
+    takes = opt_in == "1"
+    assert _dispatch.use_hopper_forward(q, k, v, (-1, 0), 0) == takes
+    assert _dispatch.use_hopper_forward(q[..., :128], k[..., :128], v, (-1, 0), 0), "d = dv always"
+    out, lse = torch.empty(1, 300, 4, 128, dtype=torch.bfloat16), torch.empty(1, 4, 300)
+    ops._fwd_into(q, k, v, out, lse, None, None, 300, 500, 0.125, -1, 0, True)
+    assert calls == [("hopper" if takes else "portable", 128)], calls
+
+
+_FAKE_LAUNCH_SPLIT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+names = hf._attn_fwd_hopper.arg_names
+q = torch.randn(2, 4, 1000, 192).to(torch.bfloat16)
+k = torch.randn(2, 2, 1200, 192).to(torch.bfloat16)
+v = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
+o, lse = torch.empty(2, 4, 1000, 128).to(torch.bfloat16), torch.empty(2, 4, 1000)
+for causal, window, overrides in [(True, None, {}), (False, None, {"DYNAMIC": True, "NUM_SMS": 5}),
+                                  (True, (100, 200), {"BLOCK_N": 64, "NUM_STAGES": 3})]:
+    with fake_cuda():
+        ok = hf.hopper_attention_forward(q, k, v, o, lse, 0.125, 200 if causal else None, window, **overrides)
+    assert ok, hf._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    consts, sig = launcher.src.constants, launcher.src.signature
+    blocks = [sig[n][sig[n].index("["):sig[n].index("]") + 1] for n in ("q_desc", "k_desc", "v_desc", "o_desc",
+                                                                      "q1_desc", "k1_desc")]
+    print(grid, consts.get((names.index("HEAD_DIM"),)), consts.get((names.index("HEAD_DIM_V"),)), " ".join(blocks))
+q2 = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
+with fake_cuda():
+    assert hf.hopper_attention_forward(q2, v, v, o, lse, 0.125, None)
+launcher, grid, args = LAUNCHES[-1]
+sig = launcher.src.signature
+print(sig["q1_desc"], sig["k1_desc"], launcher.src.constants.get((names.index("HEAD_DIM_V"),)))
+"""
+
+
+def test_split_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: d = 192 / dv = 128 plans compile for sm_90
+    through the real JIT path (grid, persistent / dynamic, a window, the
+    bn64 tiles) with six descriptors: Q, K as 128-column blocks, V, O, and
+    Q's and K's columns [128, 192) as 64-column blocks; d = dv plans pass
+    None for the last two (constexprs: the kernel of before)."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_LAUNCH_SPLIT, timeout=900).strip().split("\n")
+    blocks = lambda bn: (f"[1, 1, 64, 128] [1, 1, {bn}, 128] [1, 1, {bn}, 128] [1, 1, 64, 128] "  # noqa: E731
+                         f"[1, 1, 64, 64] [1, 1, {bn}, 64]")
+    assert lines == [f"(8, 8, 1) 192 128 {blocks(128)}",     # causal: (B * H, m-blocks), heads first
+                     f"(5, 1, 1) 192 128 {blocks(128)}",     # dynamic on 5 programs
+                     f"(8, 8, 1) 192 128 {blocks(64)}",
+                     "constexpr constexpr 128"], lines
+
+
+SPLIT_DIMS = [(192, 128)]
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dims", SPLIT_DIMS, ids=lambda x: f"d{x[0]}v{x[1]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_split_matches_reference(dtype, dims, case):
+    """d = 192, dv = 128 (split Q K^T) on every case of test_matches_reference:
+    ragged N with batch > 1, GQA, causal bottom-right and top-left, Nq > Nk
+    (rows with no key), one query row, packed-qkv views, NaN past N in the
+    inputs and 7s past N in the output, NaN-filled outputs."""
+    d, dv = dims
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, dv=dv)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    scale = d ** -0.5
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift), \
+        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, scale, shift)
+    if layout == "padded":
+        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
+        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(), dict(BLOCK_N=64, NUM_STAGES=3), dict(PERSISTENT=True, NUM_SMS=5),
+                                     dict(DYNAMIC=True, NUM_SMS=7), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
+                                     dict(HEADS_FIRST=True), dict(SKIP_TILES=True, PERSISTENT=True)],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_split_schedule_variants(variant, causal):
+    """d = 192 / dv = 128 on every schedule switch (the candidate 64-key
+    tiles, persistent and dynamic grids on a few programs, no ping-pong,
+    one consumer, SKIP_TILES), Nq < Nk and Nq > Nk."""
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    for nq, nk in ((777, 1500), (1500, 700)):
+        q, k, v, o, lse = _inputs(2, 8, 2, nq, nk, 192, torch.bfloat16, "flash", dv=128)
+        shift = None if causal is None else (nk - nq if causal == "br" else 0)
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.07, shift, **variant), \
+            f"declined {variant}: {hopper.unsupported_reason(q, k, v, o, lse, 0.07)!r}, builds {hopper_fwd._BROKEN}"
+        _check(q, k, v, o, lse, 0.07, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("case", [c for c in WINDOW_CASES if c[-1] != "qkv"], ids=_window_case_id)
+def test_split_window(case):
+    """d = 192 / dv = 128 with a left window bound (HAS_WINDOW)."""
+    b, hq, hkv, nq, nk, causal, left, layout = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, 192, torch.bfloat16, layout, dv=128)
+    shift, window = _window_shifts(case)
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.07, shift, window)
+    _check(q, k, v, o, lse, 0.07, shift, window)
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_long_sequence(causal):
+    """The benchmark's shape: B = 2, N = 4096, Hq = 16 over Hkv = 4."""
+    q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 192, torch.bfloat16, "flash", dv=128)
+    shift = 0 if causal else None
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 192 ** -0.5, shift)
+    _check(q, k, v, o, lse, 192 ** -0.5, shift)
+
+
+@needs_hopper
+def test_split_declines_other_pairs():
+    """Head dim pairs without a split config decline and write nothing."""
+    dev = "cuda"
+    for d, dv in ((192, 192), (192, 64), (96, 64), (128, 64)):
+        q = torch.randn(1, 2, 64, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, 2, 64, dv, device=dev, dtype=torch.bfloat16)
+        o = torch.zeros(1, 2, 64, dv, device=dev, dtype=torch.bfloat16)
+        lse = torch.zeros(1, 2, 64, device=dev)
+        assert not hopper.hopper_attention_forward(q, q, v, o, lse, 0.1, None), (d, dv)
+        assert not o.any() and not lse.any()
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_api_opt_in(monkeypatch, causal):
+    """flash_attn_func with d = 192, dv = 128: the portable forward by
+    default; with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 the Hopper forward,
+    matching the reference; the backward (portable for these head dims)
+    takes its LSE."""
+    from flashattn_triton import flash_attn_func, ops
+    from flashattn_triton.reference import flash_attention_ref
+    calls = []
+    real = ops._kernels.hopper_forward
+    if real is None:
+        ops._kernels.load()
+        real = ops._kernels.hopper_forward
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a: calls.append(a[0].shape) or real(*a))
+    q = torch.randn(2, 1000, 8, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 1234, 2, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    o_ref, lse_ref = flash_attention_ref(q, k, v, causal)
+    o_low, _ = flash_attention_ref(q, k, v, causal, dtype=torch.bfloat16)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
+    flash_attn_func(q, k, v, causal=causal)
+    assert calls == [], "d != dv took the Hopper forward without the opt-in"
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "1")
+    out, lse = flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    assert calls, "the opt-in did not take the Hopper forward"
+    assert out.shape == (2, 1000, 8, 128)
+    assert_close("out", out, o_ref, baseline=o_low)
+    assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref.abs().max().item()
+    out.float().square().sum().backward()  # the portable backward on the Hopper forward's LSE
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
