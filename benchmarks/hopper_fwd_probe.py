@@ -44,9 +44,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 # Kernel variants: overrides of CONFIGS / SCHEDULE in kernels/hopper/fwd.py,
-# and the head dims each is tried at.
+# and the head dims each is tried at (192: with dv = 128, split Q K^T).
 VARIANTS = {
-    "default": ({}, (64, 128, 256)),
+    "default": ({}, (64, 128, 256, 192)),
     "paired": ({"PAIRED": True}, (64, 128, 256)),
     "unpaired": ({"PAIRED": False}, (64, 128, 256)),
     "no_pingpong": ({"PINGPONG": False}, (64, 128, 256)),
@@ -54,12 +54,12 @@ VARIANTS = {
     "nc3": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False}, (64,)),
     "nc3_paired": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": True}, (64,)),
     # Persistent grid (one program per SM looping over work tiles).
-    "persistent": ({"PERSISTENT": True}, (64, 128, 256)),
+    "persistent": ({"PERSISTENT": True}, (64, 128, 256, 192)),
     "nc3_persistent": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "PERSISTENT": True}, (64,)),
     # Correctness only: 7 programs, so that every program runs several work
     # tiles (its ring, turn and Q phases carried from tile to tile) and the
     # snake's last round is partial.
-    "persistent_g7": ({"PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256)),
+    "persistent_g7": ({"PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
     "persistent_g7_nopp": ({"PERSISTENT": True, "NUM_SMS": 7, "PINGPONG": False}, (128,)),
     "persistent_g7_paired": ({"PERSISTENT": True, "NUM_SMS": 7, "PAIRED": True}, (128,)),
     "persistent_g5_nc1": ({"PERSISTENT": True, "NUM_SMS": 5, "NUM_CONSUMERS": 1}, (128,)),
@@ -67,9 +67,9 @@ VARIANTS = {
                            "PAIRED": False}, (64,)),
     # Dynamic tile scheduler: the persistent grid with tiles claimed from an
     # atomic counter (longest first when causal), DYNAMIC_DEFAULT in fwd.py.
-    "dynamic": ({"DYNAMIC": True}, (64, 128, 256)),
+    "dynamic": ({"DYNAMIC": True}, (64, 128, 256, 192)),
     "nc3_dynamic": ({"NUM_CONSUMERS": 3, "CONSUMER_REGS": 160, "PAIRED": False, "DYNAMIC": True}, (64,)),
-    "dynamic_g7": ({"DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256)),
+    "dynamic_g7": ({"DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
     # Causal tile order by bands of M_BAND m-blocks per head (fwd.py's
     # SCHEDULE): the programs running at once share each head's K/V in L2.
     "band2": ({"M_BAND": 2}, (64, 128)),
@@ -83,6 +83,9 @@ VARIANTS = {
     # SKIP_TILES where CONFIGS has it off (with a window it also releases the
     # key tiles before each warpgroup's own window unread).
     "skip_tiles": ({"SKIP_TILES": True}, (128, 256)),
+    # Split Q K^T (d = 192, dv = 128; CONFIGS[192]: 128-key tiles, 2 stages):
+    # the other tile config that fits shared memory, 64-key tiles in 3 stages.
+    "bn64": ({"BLOCK_N": 64, "NUM_STAGES": 3}, (192,)),
 }
 # Variants that only run the correctness stage (their timing says nothing).
 CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
@@ -123,13 +126,18 @@ ROWS = {
     # (most wanted first: a timed-out stage keeps the rows it printed); a
     # window as wide as N next to the same row without one: the window
     # build's own cost.
+    # DeepSeek MLA head dims, d = 192 with dv = 128 (split Q K^T; H = 2048 / dv = 16)
+    "mla": [(192, n, causal, 1) for n in (2048, 4096, 8192) for causal in (False, True)],
     "window": [(128, 8192, True, 1, 1024), (64, 8192, True, 8, 128), (128, 8192, True, 4, 4096),
                (256, 8192, True, 1, 1024), (64, 8192, True, 1, 1024), (128, 8192, True, 1, 8191),
                (128, 8192, True, 1), (128, 8192, False, 1, 1024)],
 }
 BASELINES = ("api:auto", "api:portable", "sdpa:cudnn", "sdpa:flash")
 # Also known to --baselines: "api:window" (the API with FLASHATTN_TRITON_HOPPER_WINDOW=1,
-# window rows only) and "flex" (FlexAttention, compiled, with the row's block mask).
+# window rows only), "flex" (FlexAttention, compiled, with the row's block mask),
+# "api:split" (the API with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1), "sdpa:auto"
+# (SDPA choosing its own backend; the row records the CUDA kernels it ran
+# as "sdpa:auto:kernels") and "sdpa:efficient".
 
 
 def emit(kind, **rec):
@@ -149,9 +157,20 @@ def stage_env(args):
          cache=os.environ.get("TRITON_CACHE_DIR", ""))
 
 
-def _make(shape, d, dtype, device, seed):
-    """(B, H, N, d)-indexed views q, k, v, o plus extra info for the checks."""
+def _value_dim(d):
+    """The value head dim the Hopper forward takes with head dim d (d, or 128 at 192)."""
+    from flashattn_triton.kernels.hopper import fwd as hfwd
+    return getattr(hfwd, "HEAD_DIM_V", {}).get(d, d)
+
+
+def _make(shape, d, dtype, device, seed, dv=None):
+    """(B, H, N, d)-indexed views q, k, v, o plus extra info for the checks;
+    dv: v's and o's head dim (default d)."""
     import torch
+    if dv is not None and dv != d:
+        q, k, _, _, shift, pad = _make(shape, d, dtype, device, seed)
+        _, _, v, o, _, _ = _make(shape, dv, dtype, device, seed + 1)
+        return q, k, v, o, shift, pad
     b, hq, hkv, nq, nk, causal, layout = shape
     g = torch.Generator(device=device).manual_seed(seed)
 
@@ -214,7 +233,8 @@ def stage_correct(args):
     for i, (dtype, d, shape) in enumerate(cases):
         rec = dict(variant=args.variant, dtype=str(dtype).split(".")[-1], d=d, shape=list(shape))
         try:
-            q, k, v, o, shift, pad = _make(shape, d, dtype, dev, seed=i)
+            dv = _value_dim(d)
+            q, k, v, o, shift, pad = _make(shape, d, dtype, dev, seed=i, dv=dv)
             lse = torch.full(q.shape[:3], float("nan"), device=dev, dtype=torch.float32)
             scale = 1.0 / math.sqrt(d)
             t0 = time.time()
@@ -242,7 +262,7 @@ def stage_correct(args):
                 if not (o[empty] == 0).all():
                     problems.append("rows with no visible key are not zero")
             if pad:
-                sentinel = o.as_strided((o.shape[0], o.shape[1], pad, d),
+                sentinel = o.as_strided((o.shape[0], o.shape[1], pad, dv),
                                         o.stride(), o.storage_offset() + o.shape[2] * o.stride(2))
                 if not (sentinel == 7.0).all():
                     problems.append("wrote rows past N_Q")
@@ -328,24 +348,25 @@ def stage_bench(args):
         left = row[4] if len(row) > 4 else None
         window = None if left is None else (left, 0)  # (left, shift): Nq = Nk, the diagonal i
         window_size = (-1 if left is None else left, 0 if causal else -1)
-        h = 2048 // d
+        dv = _value_dim(d)
+        h = 2048 // dv
         b = max(1, 16384 // n)
         hkv = h // gqa
         q = torch.randn(b, n, h, d, device=dev, dtype=dtype)
         k = torch.randn(b, n, hkv, d, device=dev, dtype=dtype)
-        v = torch.randn(b, n, hkv, d, device=dev, dtype=dtype)
+        v = torch.randn(b, n, hkv, dv, device=dev, dtype=dtype)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-        oh = torch.empty_like(q).transpose(1, 2)
+        oh = torch.empty(b, n, h, dv, device=dev, dtype=dtype).transpose(1, 2)
         lse = torch.empty(b, h, n, device=dev, dtype=torch.float32)
         scale = d ** -0.5
-        flops = 4.0 * b * h * visible_pairs(n, causal, left) * d
+        flops = 2.0 * b * h * visible_pairs(n, causal, left) * (d + dv)
         fns = {}
         for var in variants:
             if d in VARIANTS[var][1]:
                 fns[f"hopper:{var}"] = (lambda ov=VARIANTS[var][0]: hopper_attention_forward(
                     qh, kh, vh, oh, lse, scale, 0 if causal else None, window, **ov))
 
-        def api(backend, window_opt_in=False):
+        def api(backend, window_opt_in=False, split_opt_in=False):
             if flash_attn_func is None:
                 def broken():
                     raise RuntimeError(api_error)
@@ -353,10 +374,12 @@ def stage_bench(args):
 
             def run():
                 os.environ["FLASHATTN_TRITON_BACKEND"] = backend
-                if window_opt_in:
-                    os.environ["FLASHATTN_TRITON_HOPPER_WINDOW"] = "1"
-                else:
-                    os.environ.pop("FLASHATTN_TRITON_HOPPER_WINDOW", None)
+                for name, on in (("FLASHATTN_TRITON_HOPPER_WINDOW", window_opt_in),
+                                 ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", split_opt_in)):
+                    if on:
+                        os.environ[name] = "1"
+                    else:
+                        os.environ.pop(name, None)
                 return flash_attn_func(q, k, v, causal=causal, window_size=window_size)
             return run
         if "api:auto" in baselines:
@@ -365,15 +388,20 @@ def stage_bench(args):
             fns["api:portable"] = api("portable")
         if "api:window" in baselines and left is not None:  # the dispatch's opt-in: the Hopper forward
             fns["api:window"] = api("auto", window_opt_in=True)
+        if "api:split" in baselines and dv != d:  # the dispatch's opt-in: the Hopper forward
+            fns["api:split"] = api("auto", split_opt_in=True)
         if "flex" in baselines:
             fns["flex"] = _flex_fn(qh, kh, vh, causal, left)
         kr = kh.repeat_interleave(gqa, 1) if gqa > 1 else kh
         vr = vh.repeat_interleave(gqa, 1) if gqa > 1 else vh
-        for name, be in (("sdpa:cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa:flash", SDPBackend.FLASH_ATTENTION)):
+        for name, be in (("sdpa:cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa:flash", SDPBackend.FLASH_ATTENTION),
+                         ("sdpa:efficient", SDPBackend.EFFICIENT_ATTENTION), ("sdpa:auto", None)):
             if name not in baselines or left is not None:  # SDPA has no sliding window but a dense mask
                 continue
 
             def run(be=be):
+                if be is None:  # SDPA's own choice
+                    return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
                 with sdpa_kernel(be):
                     return F.scaled_dot_product_attention(qh, kr, vr, is_causal=causal)
             fns[name] = run
@@ -381,6 +409,10 @@ def stage_bench(args):
             fns[f"hopper:prev{i or ''}"] = (lambda mod=mod: mod.hopper_attention_forward(
                 qh, kh, vh, oh, lse, scale, 0 if causal else None))
         rec = dict(d=d, n=n, b=b, h=h, hkv=hkv, causal=causal, window=left, dtype="bf16")
+        if dv != d:
+            rec["dv"] = dv
+        if "sdpa:auto" in fns:
+            rec["sdpa:auto:kernels"] = _cuda_kernels(fns["sdpa:auto"])
         for name, fn in fns.items():
             try:
                 if name.startswith("hopper:") and not fn():
@@ -392,6 +424,21 @@ def stage_bench(args):
         os.environ.pop("FLASHATTN_TRITON_BACKEND", None)
         os.environ.pop("FLASHATTN_TRITON_HOPPER_WINDOW", None)
         emit("bench", **rec)
+
+
+def _cuda_kernels(fn):
+    """The names of the CUDA kernels one call of fn runs (torch.profiler):
+    which backend SDPA picked."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+        import torch
+        torch.cuda.synchronize()
+        return sorted({e.key for e in prof.key_averages() if e.device_type.name == "CUDA"})[:6]
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"[:160]
 
 
 def _flex_fn(qh, kh, vh, causal, left):
