@@ -36,7 +36,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-150} python3 -m pytest -q -p no:cacheprovider -rfE \
   --tb=short -n 8 tests/test_hopper.py -k split > "$R/tests_split.log" 2>&1
 echo "rc=$?" >> "$R/tests_split.log"; el tests_split; tail -4 "$R/tests_split.log" | cut -c1-300
-timeout -k 5 ${T_BENCH:-75} python3 benchmarks/hopper_fwd_probe.py --stage bench --rows mla \
+timeout -k 5 ${T_BENCH:-90} python3 benchmarks/hopper_fwd_probe.py --stage bench --rows mla \
   --variants default,bn64,persistent,dynamic \
   --baselines api:portable,api:split,sdpa:auto,sdpa:cudnn,sdpa:flash,sdpa:efficient > "$R/bench_mla.log" 2>&1
 echo "rc=$?" >> "$R/bench_mla.log"; el bench_mla
