@@ -27,6 +27,23 @@ flash_attn_func does once they move into CONFIGS.
 
 Each variant other than "default" also shows its ratio to the default
 variant (``spec/default``).
+
+``--rows window`` times sliding windows instead (window_size (left, 0),
+causal, left of --windows; d of --head-dims, N of --seqlens, bf16, B*N =
+16k tokens, H = 2048/d), the backward of one forward (the portable one's
+O and LSE) in one process: ``api:window`` (flash_attn_func's backward with
+FLASHATTN_TRITON_HOPPER_WINDOW=1: the Hopper backward, preprocess and dQ
+conversion included), ``api:portable`` (the same without the opt-in: the
+portable backward), ``hopper:kernel`` (hopper_attention_backward alone, as
+the variants above) and ``flex`` (FlexAttention, compiled, with the
+sliding-window block mask; its backward).  TFLOP/s count the visible pairs
+(hopper_fwd_probe.visible_pairs), 2.5 * 4 * B * H * pairs * d; ``win/port``
+is api:window / api:portable, ``win/flex`` api:window / flex.  The Hopper
+gradients are checked against the portable ones (max |diff| / max |ref| <=
+2e-2, else FAIL):
+
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --rows window --head-dims 64,128 \
+        --seqlens 2048,8192 --windows 256,1024
 """
 import argparse
 import json
@@ -55,7 +72,13 @@ def main():
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--rep", type=int, default=60)
+    ap.add_argument("--rows", choices=("grid", "window"), default="grid",
+                    help="grid: the variants above; window: sliding windows (module doc)")
+    ap.add_argument("--windows", default="256,1024", help="--rows window: left window sizes")
+    ap.add_argument("--tokens", type=int, default=16384, help="--rows window: B * N")
     args = ap.parse_args()
+    if args.rows == "window":
+        return window_rows(args)
 
     from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -148,6 +171,119 @@ def main():
         del q, k, v, do, o, out
         torch.cuda.empty_cache()
     with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:
+        json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    return 0
+
+
+DEVICE = "cuda"  # (a CPU dry run of window_rows sets "cpu")
+
+
+def _flex_window_bwd(q, k, v, do, left):
+    """FlexAttention (torch.compile'd) on contiguous (B, H, N, d) copies with a
+    causal sliding-window block mask (keys i - left .. i): a function timing
+    its backward.  The window size is a captured tensor, so the windows of a
+    shape share one compiled graph."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    from flashattn_triton.bench.common import compiled_flex
+    flex = compiled_flex()
+    qf, kf, vf = (t.detach().contiguous().requires_grad_() for t in (q, k, v))
+    left_t = torch.tensor(left, device=q.device, dtype=torch.int32)
+    n = qf.shape[2]
+
+    def mask_mod(b, h, qi, ki):
+        return (ki <= qi) & (ki >= qi - left_t)
+    block_mask = create_block_mask(mask_mod, None, None, n, n, device=q.device)
+    out = flex(qf, kf, vf, block_mask=block_mask)
+    dof = do.contiguous()
+    return lambda: torch.autograd.grad(out, (qf, kf, vf), dof, retain_graph=True)
+
+
+def window_rows(args):
+    """--rows window (module doc): api:window (the Hopper backward through the
+    opt-in) against api:portable, hopper:kernel and flex, causal windows."""
+    from triton.testing import do_bench
+    import flashattn_triton as fat
+    from flashattn_triton.kernels import hopper as hopper_pkg
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    from hopper_fwd_probe import visible_pairs  # benchmarks/ is this script's directory
+
+    took = []
+    real = hopper_pkg.hopper_attention_backward
+
+    def counted(*a, **kw):  # what kernels/bwd.py calls: did the API take the Hopper backward?
+        took.append(real(*a, **kw))
+        return took[-1]
+    hopper_pkg.hopper_attention_backward = counted
+
+    env = "FLASHATTN_TRITON_HOPPER_WINDOW"
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for d in map(int, args.head_dims.split(",")):
+        for n in map(int, args.seqlens.split(",")):
+            for left in map(int, args.windows.split(",")):
+                b, h = max(1, args.tokens // n), 2048 // d
+                torch.manual_seed(0)
+                q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(4))
+                window = (left, 0)
+                flops = 2.5 * 4 * b * h * visible_pairs(n, True, left) * d
+                row = dict(b=b, h=h, n=n, d=d, causal=True, window=left, tflops={}, check={})
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                os.environ.pop(env, None)
+                out, lse = fat.flash_attn_func(qg, kg, vg, causal=True, window_size=window, return_lse=True)
+
+                def api(opt_in):
+                    def run():
+                        if opt_in:
+                            os.environ[env] = "1"
+                        else:
+                            os.environ.pop(env, None)
+                        return torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                    return run
+                qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, do))
+                lse2 = (lse * 1.4426950408889634).contiguous()
+                delta = (do.float() * out.detach().float()).sum(-1).transpose(1, 2).contiguous()
+                gh = [torch.empty_like(t).transpose(1, 2) for t in (q, k, v)]
+
+                def kernel():
+                    return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse2, delta, *gh, d ** -0.5, 0, window)
+                fns = {"api:window": api(True), "api:portable": api(False), "hopper:kernel": kernel}
+                try:
+                    fns["flex"] = _flex_window_bwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                   do.transpose(1, 2), left)
+                except Exception as exc:  # noqa: BLE001
+                    row["check"]["flex"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                grads = {}
+                for name, fn in fns.items():
+                    try:
+                        took.clear()
+                        res = fn()
+                        if name.startswith("api:") and took != ([True] if name == "api:window" else []):
+                            raise RuntimeError(f"Hopper backward calls {took}")
+                        if name == "hopper:kernel" and not res:
+                            raise RuntimeError(f"declined {str(list(hbwd._BROKEN.values())[-1:])[:200]}")
+                        if name.startswith("api:"):
+                            grads[name] = [g.float() for g in res]
+                        row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
+                    except Exception as exc:  # noqa: BLE001
+                        row["tflops"][name] = None
+                        row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                os.environ.pop(env, None)
+                if len(grads) == 2:
+                    err = max(((g - r).abs().max() / r.abs().max()).item()
+                              for g, r in zip(grads["api:window"], grads["api:portable"]))
+                    row["check"]["api:window"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
+                rows.append(row)
+                t = row["tflops"]
+                cells = "  ".join(f"{k} {x:.0f}" if x else f"{k} -" for k, x in t.items())
+                for label, num, den in (("win/port", "api:window", "api:portable"), ("win/flex", "api:window", "flex")):
+                    if t.get(num) and t.get(den):
+                        cells += f"  {label} {t[num] / t[den]:.2f}"
+                bad = {k: c for k, c in row["check"].items() if c != "ok"}
+                print(f"B={b} H={h} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
+                      flush=True)
+                del q, k, v, do, out, lse, qg, kg, vg, fns, grads
+                torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "hopper_bwd_window.json"), "w") as f:
         json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     return 0
 
