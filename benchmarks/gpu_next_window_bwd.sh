@@ -17,10 +17,9 @@
 #      FlexAttention's backward with the sliding-window block mask, one process.
 # Rule, fixed before the run: if every window test passes and api:window
 # (the Hopper backward) is >= 1.1x api:portable on every row, the backward's
-# opt-in may go (_dispatch.use_hopper_backward taking left windows without
-# FLASHATTN_TRITON_HOPPER_WINDOW=1, the forward's own rule permitting: the
-# switch is shared, gpu_next_window.sh); on any failed test, or a row below
-# 1.1x, the opt-in stays.
+# opt-in goes (_dispatch.HOPPER_BWD_WINDOW_DEFAULT = "1": left windows take
+# the Hopper backward without FLASHATTN_TRITON_HOPPER_WINDOW=1, "0" still
+# turns it off); on any failed test, or a row below 1.1x, the opt-in stays.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-150} python3 -m pytest -q -p no:cacheprovider -rfE \
   --tb=short -n 8 tests/test_hopper_bwd.py -k window > "$R/tests_window_bwd.log" 2>&1

@@ -61,8 +61,8 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
     forward), the call is not deterministic (its dQ adds arrive in a varying
     order), the mask is none or causal (a left window bound on either only
-    with FLASHATTN_TRITON_HOPPER_WINDOW=1: hopper_forward_window, the
-    forward's switch), FLASHATTN_TRITON_HOPPER_BWD is not "0", and (unless
+    with FLASHATTN_TRITON_HOPPER_WINDOW=1: hopper_backward_window),
+    FLASHATTN_TRITON_HOPPER_BWD is not "0", and (unless
     FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length ``seqlen`` =
     max(Nq, Nk) is one where it beats the portable backward
     (hopper_backward_pays)."""
@@ -70,7 +70,7 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
         return False
-    if not (_hopper_tier(device) and hopper_forward_window(window)):
+    if not (_hopper_tier(device) and hopper_backward_window(window)):
         return False
     return backend() == "hopper" or hopper_backward_pays(seqlen, head_dim, window[1] == 0)
 
@@ -94,14 +94,35 @@ ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1": windows may take th
 
 
 def hopper_forward_window(window) -> bool:
-    """Whether the Hopper forward (and backward: use_hopper_backward) takes
-    this window_size (left, right): no mask or causal (right -1 or 0) with
-    no left bound; with FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound
-    (left >= 0: their window paths, docs/hopper.md "Sliding windows", not
-    GPU-validated yet)."""
+    """Whether the Hopper forward takes this window_size (left, right): no
+    mask or causal (right -1 or 0) with no left bound; with
+    FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound (left >= 0: its
+    window path, docs/hopper.md "Sliding windows", not GPU-validated yet)."""
     if window[1] not in (-1, 0):
         return False
     return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"
+
+
+# The Hopper backward's window path (kernels/hopper/bwd.py HAS_WINDOW) when
+# FLASHATTN_TRITON_HOPPER_WINDOW is unset: "0" (not taken) until the GPU run
+# of benchmarks/gpu_next_window_bwd.sh meets the rule in its header, then
+# "1"; kept apart from the forward's, which may drop its opt-in first.
+HOPPER_BWD_WINDOW_DEFAULT = "0"
+
+
+def hopper_backward_window(window) -> bool:
+    """Whether the Hopper backward takes this window_size (left, right): no
+    mask or causal (right -1 or 0) with no left bound; a left bound (left
+    >= 0: its window path, docs/hopper.md "Sliding windows" of the backward,
+    not GPU-validated yet) only with FLASHATTN_TRITON_HOPPER_WINDOW=1 (the
+    forward's switch; "0" keeps both off), or HOPPER_BWD_WINDOW_DEFAULT "1"
+    when it is unset, whatever the forward's default."""
+    if window[1] not in (-1, 0):
+        return False
+    if window[0] < 0:
+        return True
+    value = env_value(ENV_HOPPER_WINDOW)
+    return (HOPPER_BWD_WINDOW_DEFAULT if value is None else value) == "1"
 
 
 ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "1": d != dv (d = 192, dv = 128) may take it

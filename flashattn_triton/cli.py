@@ -259,9 +259,12 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
     if takes and not variants and d == d_v:
-        from ._dispatch import backend, hopper_backward_pays
+        from ._dispatch import ENV_HOPPER_WINDOW, backend, hopper_backward_pays, hopper_backward_window
         from .kernels.hopper.bwd import CONFIGS as BWD_CONFIGS
-        if d in BWD_CONFIGS and not (backend() == "hopper" or hopper_backward_pays(max(n_q, n_k), d, right == 0)):
+        if d in BWD_CONFIGS and not hopper_backward_window(window):
+            lines.append(f"backward: Hopper tier not used: window_size {window}: sliding windows take the Hopper "
+                         f"backward only with {ENV_HOPPER_WINDOW}=1 (its window path is not GPU-validated yet)")
+        elif d in BWD_CONFIGS and not (backend() == "hopper" or hopper_backward_pays(max(n_q, n_k), d, right == 0)):
             lines.append(f"backward: Hopper tier not used: N = {max(n_q, n_k)} is short enough that the portable "
                          "backward is faster (docs/hopper.md)")
         elif d in BWD_CONFIGS:

@@ -94,8 +94,10 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
     """_dispatch.use_hopper_backward: a left window bound (window_size (left
     >= 0, -1 or 0)) takes the Hopper backward only with
     FLASHATTN_TRITON_HOPPER_WINDOW=1 (the forward's switch), since its window
-    path is not GPU-validated yet; a right bound beyond causal never; the
-    deterministic and short-sequence rules hold for windows too."""
+    path is not GPU-validated yet (whatever the forward's default: the
+    forward's opt-in going does not take the backward with it); a right
+    bound beyond causal never; the deterministic and short-sequence rules
+    hold for windows too."""
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
@@ -109,11 +111,34 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
             monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
         takes = right in (-1, 0) and (left < 0 or opt_in == "1")
         assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (window, opt_in)
-        assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == \
-            _dispatch.hopper_forward_window(window), "the forward's and the backward's switches differ"
+        assert _dispatch.hopper_backward_window(window) == takes
         assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
         if right == 0:  # causal N = 1024 at d <= 128: the portable backward, window or not
             assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 128)
+    # The forward taking windows by default (its opt-in gone) leaves the backward's.
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    monkeypatch.setattr(_dispatch, "hopper_forward_window", lambda window: window[1] in (-1, 0))
+    assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == (right in (-1, 0) and left < 0)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_DEFAULT", "1")  # the backward's own opt-in gone
+    assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == (right in (-1, 0))
+
+
+def test_info_says_which_backward_a_window_takes(capsys, monkeypatch):
+    """`flashattn_triton info` with a sliding window where the Hopper forward
+    takes it (stood in): the backward line names the opt-in when it is off,
+    and says the Hopper backward (its window not GPU-validated) when on."""
+    from flashattn_triton import cli
+    monkeypatch.setattr(cli, "hopper_plan", lambda *a, **kw: (True, "stub"))
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    argv = ["info", "--shape", "1,4096,8,128", "--window", "1024,0", "--arch", "sm90"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "backward: Hopper tier not used: window_size (1024, 0)" in out and "HOPPER_WINDOW=1" in out, out
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "1")
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "backward: Hopper tier, Gluon kernel" in out and "left window bound is not GPU-validated" in out, out
 
 
 def test_window_reaches_the_hopper_backward(monkeypatch):
