@@ -9,9 +9,12 @@
 
 FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
 for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
-FLASHATTN_TRITON_HOPPER_WINDOW=1 lets sliding windows (left >= 0, causal or
-not) take the Hopper forward and backward, whose window paths are not
-GPU-validated yet.
+Sliding windows (left >= 0, causal or not) take the Hopper forward by
+default (its window path passed on the H200, session 13); the Hopper
+backward's window path only with FLASHATTN_TRITON_HOPPER_WINDOW=1 ("0": the
+portable kernels for windows in both directions).  Head dims d = 192 with
+dv = 128 take the Hopper forward (split Q K^T) unless
+FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 """
 
 from __future__ import annotations
@@ -90,17 +93,24 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     return True
 
 
-ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1": windows may take the Hopper tier (opt-in)
+ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1" / "0": windows take the Hopper tier or not
+# The forward's window path when FLASHATTN_TRITON_HOPPER_WINDOW is unset: "1"
+# since session 13 (benchmarks/gpu_next_window.sh: 118 GPU tests passed, 1.40-1.98x
+# the portable forward on every causal row, the rule in its header met).
+HOPPER_FWD_WINDOW_DEFAULT = "1"
 
 
 def hopper_forward_window(window) -> bool:
     """Whether the Hopper forward takes this window_size (left, right): no
-    mask or causal (right -1 or 0) with no left bound; with
-    FLASHATTN_TRITON_HOPPER_WINDOW=1 also a left bound (left >= 0: its
-    window path, docs/hopper.md "Sliding windows", not GPU-validated yet)."""
+    mask or causal (right -1 or 0), with or without a left bound (left >= 0:
+    its window path, docs/hopper.md "Sliding windows"), unless
+    FLASHATTN_TRITON_HOPPER_WINDOW=0 (or HOPPER_FWD_WINDOW_DEFAULT "0")."""
     if window[1] not in (-1, 0):
         return False
-    return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"
+    if window[0] < 0:
+        return True
+    value = env_value(ENV_HOPPER_WINDOW)
+    return (HOPPER_FWD_WINDOW_DEFAULT if value is None else value) == "1"
 
 
 # The Hopper backward's window path (kernels/hopper/bwd.py HAS_WINDOW) when
@@ -125,17 +135,18 @@ def hopper_backward_window(window) -> bool:
     return (HOPPER_BWD_WINDOW_DEFAULT if value is None else value) == "1"
 
 
-ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "1": d != dv (d = 192, dv = 128) may take it
-# The switch when the variable is unset: "0" until the GPU run of
-# benchmarks/gpu_next_mla.sh meets the rule in its header, then "1".
-HOPPER_SPLIT_QK_DEFAULT = "0"
+ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "0": d != dv (d = 192, dv = 128) stays portable
+# The switch when the variable is unset: "1" since session 13
+# (benchmarks/gpu_next_mla.sh: 67 GPU tests passed, 1.22-1.51x the portable
+# forward on every row, the rule in its header met).
+HOPPER_SPLIT_QK_DEFAULT = "1"
 
 
 def hopper_forward_dims(q, v) -> bool:
     """Whether the Hopper forward is tried for these head dims: d = dv, or
     d != dv (kernels/hopper/fwd.py's split Q K^T, d = 192 with dv = 128; the
-    kernel declines other pairs) with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 (or
-    HOPPER_SPLIT_QK_DEFAULT "1"), as its split is not GPU-validated yet."""
+    kernel declines other pairs) unless FLASHATTN_TRITON_HOPPER_SPLIT_QK=0
+    (or HOPPER_SPLIT_QK_DEFAULT "0")."""
     if q.shape[-1] == v.shape[-1]:
         return True
     value = env_value(ENV_HOPPER_SPLIT_QK)

@@ -28,12 +28,12 @@ ENVIRONMENT = [
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
-    ("FLASHATTN_TRITON_HOPPER_WINDOW", "1: sliding windows (window_size (left >= 0, -1 or 0)) may take the Hopper "
-                                       "forward and backward (opt-in: their window paths are not GPU-validated "
-                                       "yet); default: the portable kernels"),
-    ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "1: head dims d != dv held as split Q K^T (d = 192, dv = 128) may take the "
-                                         "Hopper forward (opt-in: not GPU-validated yet); default: the portable "
-                                         "forward"),
+    ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
+                                       "Hopper forward, the portable backward (its Hopper window path is not "
+                                       "GPU-validated yet); 1: the Hopper forward and backward; 0: the portable "
+                                       "kernels"),
+    ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
+                                         "the Hopper forward's split Q K^T takes them"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -145,8 +145,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, f"{', '.join(variants)}: variants run on the portable forward"
     if not hopper_forward_window(window):
         if window[1] in (-1, 0):
-            return False, (f"window_size {window}: sliding windows take the Hopper forward only with "
-                           f"{ENV_HOPPER_WINDOW}=1 (its window path is not GPU-validated yet)")
+            return False, f"window_size {window}: {ENV_HOPPER_WINDOW}=0 keeps sliding windows portable"
         return False, f"window_size {window}: the Hopper forward takes full or causal attention only"
     if dtype not in (torch.float16, torch.bfloat16):
         return False, f"dtype {dtype} (float16 / bfloat16 only)"
@@ -163,8 +162,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, (f"head dims d={d}, dv={d_v} (d = dv in {sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, "
                        f"or d/dv {pairs})")
     if d_v != d and not hopper_forward_dims(torch.empty(0, d), torch.empty(0, d_v)):
-        return False, (f"head dims d={d}, dv={d_v}: split Q K^T takes the Hopper forward only with "
-                       f"{ENV_HOPPER_SPLIT_QK}=1 (not GPU-validated yet)")
+        return False, f"head dims d={d}, dv={d_v}: {ENV_HOPPER_SPLIT_QK}=0 keeps them portable"
     causal = window[1] == 0
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
     if window[0] >= 0:
@@ -180,8 +178,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                   f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
                   f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}"
-                  + (", left window bound (HAS_WINDOW, not GPU-validated yet)" if window[0] >= 0 else "")
-                  + (f", Q K^T split in {d_v} + {d - d_v} columns (not GPU-validated yet)" if d_v != d else ""))
+                  + (", left window bound (HAS_WINDOW)" if window[0] >= 0 else "")
+                  + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else ""))
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],

@@ -154,7 +154,8 @@ def assert_close(name, got, ref, baseline=None, factor=2.0, dtype=None, atol=Non
         where = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), got.shape))
         raise AssertionError(
             f"{name}: max |err| {err:.3e} at index {where} (got {got.flatten()[i].item():.6g}, "
-            f"ref {ref.flatten()[i].item():.6g}) exceeds tolerance {atol:.3e} ({err / atol:.2f}x)")
+            f"ref {ref.flatten()[i].item():.6g}) exceeds tolerance {atol:.3e} "
+            f"({err / atol if atol > 0 else float('inf'):.2f}x)")
 
 
 def assert_rel(name, got, ref, rtol):

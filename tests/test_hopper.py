@@ -226,11 +226,11 @@ def test_dynamic_load_balance_model():
 
 
 @pytest.mark.parametrize("window", [(100, 0), (100, -1), (0, 0), (-1, 0), (-1, -1), (100, 5)], ids=str)
-def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
+def test_dispatch_takes_windows_unless_opted_out(monkeypatch, window):
     """_dispatch.use_hopper_forward: full and causal calls take the Hopper
-    forward; a left window bound (window_size (left >= 0, -1 or 0)) only
-    with FLASHATTN_TRITON_HOPPER_WINDOW=1, since its window path is not
-    GPU-validated yet; a right bound beyond causal never.  The op layer
+    forward; a left window bound (window_size (left >= 0, -1 or 0)) too
+    (by default, or with FLASHATTN_TRITON_HOPPER_WINDOW=1) unless that
+    variable is "0"; a right bound beyond causal never.  The op layer
     passes the window as (left, diagonal) next to the causal shift, and the
     portable forward runs what the Hopper tier does not take."""
     from flashattn_triton import _dispatch, ops
@@ -248,7 +248,7 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
             monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
         else:
             monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
-        takes = right in (-1, 0) and (left < 0 or opt_in == "1")
+        takes = right in (-1, 0) and (left < 0 or opt_in != "0")
         assert _dispatch.use_hopper_forward(q, k, k, window, 0) == takes, (window, opt_in)
         if opt_in == "1" or plain:
             assert takes == (right in (-1, 0)), "the opt-in takes every left bound with right -1 or 0"
@@ -649,11 +649,11 @@ def test_window_long_sequence(d):
 
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-def test_window_api_opt_in(monkeypatch, causal):
-    """flash_attn_func with window_size=(left, -1 or 0): the portable forward
-    by default; with FLASHATTN_TRITON_HOPPER_WINDOW=1 the Hopper forward,
-    matching the reference (and its backward, the portable one, takes the
-    Hopper forward's LSE)."""
+def test_window_api_default(monkeypatch, causal):
+    """flash_attn_func with window_size=(left, -1 or 0): the Hopper forward
+    by default, matching the reference (and its backward, the portable one
+    by default, takes the Hopper forward's LSE); with
+    FLASHATTN_TRITON_HOPPER_WINDOW=0 the portable forward."""
     from flashattn_triton import flash_attn_func, ops
     from flashattn_triton.reference import flash_attention_ref
     calls = []
@@ -669,10 +669,10 @@ def test_window_api_opt_in(monkeypatch, causal):
     window = (256, 0 if causal else -1)
     o_ref, lse_ref = flash_attention_ref(q, k, v, causal, window_size=window)
     o_low, _ = flash_attention_ref(q, k, v, causal, window_size=window, dtype=torch.bfloat16)
-    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "0")
     flash_attn_func(q, k, v, causal=causal, window_size=window)
-    assert calls == [], "a window took the Hopper forward without the opt-in"
-    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "1")
+    assert calls == [], "a window took the Hopper forward with FLASHATTN_TRITON_HOPPER_WINDOW=0"
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     out, lse = flash_attn_func(q, k, v, causal=causal, window_size=window, return_lse=True)
     assert calls and calls[-1] == (256, 1234 - 1000), calls
     assert_close("out", out, o_ref, baseline=o_low)
@@ -865,11 +865,11 @@ def test_split_config_fits():
 
 
 @pytest.mark.parametrize("opt_in", [None, "0", "1"])
-def test_split_dispatch_opt_in(monkeypatch, opt_in):
+def test_split_dispatch_opt_out(monkeypatch, opt_in):
     """_dispatch.use_hopper_forward: d != dv (d = 192, dv = 128) tries the
-    Hopper forward only with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 (the split
-    is not GPU-validated yet); the op layer passes out of dv columns; d = dv
-    calls are not affected."""
+    Hopper forward (by default, or with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1)
+    unless that variable is "0"; the op layer passes out of dv columns;
+    d = dv calls are not affected."""
     from flashattn_triton import _dispatch, ops
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
     monkeypatch.setattr(ops, "use_triton", lambda t: True)
@@ -883,7 +883,7 @@ def test_split_dispatch_opt_in(monkeypatch, opt_in):
     q = torch.randn(1, 300, 4, 192, dtype=torch.bfloat16)
     k = torch.randn(1, 500, 2, 192, dtype=torch.bfloat16)
     v = torch.randn(1, 500, 2, 128, dtype=torch.bfloat16)
-    takes = opt_in == "1"
+    takes = opt_in != "0"
     assert _dispatch.use_hopper_forward(q, k, v, (-1, 0), 0) == takes
     assert _dispatch.use_hopper_forward(q[..., :128], k[..., :128], v, (-1, 0), 0), "d = dv always"
     out, lse = torch.empty(1, 300, 4, 128, dtype=torch.bfloat16), torch.empty(1, 4, 300)
@@ -1020,11 +1020,11 @@ def test_split_declines_other_pairs():
 
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-def test_split_api_opt_in(monkeypatch, causal):
-    """flash_attn_func with d = 192, dv = 128: the portable forward by
-    default; with FLASHATTN_TRITON_HOPPER_SPLIT_QK=1 the Hopper forward,
-    matching the reference; the backward (portable for these head dims)
-    takes its LSE."""
+def test_split_api_default(monkeypatch, causal):
+    """flash_attn_func with d = 192, dv = 128: the Hopper forward by
+    default, matching the reference; the backward (portable for these head
+    dims) takes its LSE; with FLASHATTN_TRITON_HOPPER_SPLIT_QK=0 the
+    portable forward."""
     from flashattn_triton import flash_attn_func, ops
     from flashattn_triton.reference import flash_attention_ref
     calls = []
@@ -1038,12 +1038,12 @@ def test_split_api_opt_in(monkeypatch, causal):
     v = torch.randn(2, 1234, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     o_ref, lse_ref = flash_attention_ref(q, k, v, causal)
     o_low, _ = flash_attention_ref(q, k, v, causal, dtype=torch.bfloat16)
-    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0")
     flash_attn_func(q, k, v, causal=causal)
-    assert calls == [], "d != dv took the Hopper forward without the opt-in"
-    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "1")
+    assert calls == [], "d != dv took the Hopper forward with FLASHATTN_TRITON_HOPPER_SPLIT_QK=0"
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
     out, lse = flash_attn_func(q, k, v, causal=causal, return_lse=True)
-    assert calls, "the opt-in did not take the Hopper forward"
+    assert calls, "d = 192 / dv = 128 did not take the Hopper forward by default"
     assert out.shape == (2, 1000, 8, 128)
     assert_close("out", out, o_ref, baseline=o_low)
     assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref.abs().max().item()
