@@ -76,6 +76,8 @@ def main():
                     help="grid: the variants above; window: sliding windows (module doc)")
     ap.add_argument("--windows", default="256,1024", help="--rows window: left window sizes")
     ap.add_argument("--tokens", type=int, default=16384, help="--rows window: B * N")
+    ap.add_argument("--profile", action="store_true",
+                    help="--rows window: also list each timed function's CUDA kernels (torch.profiler, 3 calls)")
     args = ap.parse_args()
     if args.rows == "window":
         return window_rows(args)
@@ -198,6 +200,27 @@ def _flex_window_bwd(q, k, v, do, left):
     return lambda: torch.autograd.grad(out, (qf, kf, vf), dof, retain_graph=True)
 
 
+def _profile(fns, label, calls=3):
+    """Each function's CUDA kernels over `calls` calls: name, count, total
+    microseconds (torch.profiler), to see where an API call's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    for name, fn in fns.items():
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            print(f"PROFILE {label} {name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            continue
+        events = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+        events.sort(key=lambda e: -e.device_time_total)
+        total = sum(e.device_time_total for e in events) / calls
+        print(f"PROFILE {label} {name}: {total:.0f} us of kernels per call", flush=True)
+        for e in events[:6]:
+            print(f"    {e.device_time_total / calls:9.1f} us  x{e.count // calls}  {e.key[:110]}", flush=True)
+
+
 def window_rows(args):
     """--rows window (module doc): api:window (the Hopper backward through the
     opt-in) against api:portable, hopper:kernel and flex, causal windows."""
@@ -281,6 +304,8 @@ def window_rows(args):
                 bad = {k: c for k, c in row["check"].items() if c != "ok"}
                 print(f"B={b} H={h} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
                       flush=True)
+                if getattr(args, "profile", False):
+                    _profile(fns, f"B={b} H={h} N={n} d={d} window={left}")
                 del q, k, v, do, out, lse, qg, kg, vg, fns, grads
                 torch.cuda.empty_cache()
     with open(os.path.join(args.out, "hopper_bwd_window.json"), "w") as f:
