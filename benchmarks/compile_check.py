@@ -264,6 +264,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     meta.update(overrides)
     if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
         meta.setdefault("HAS_WINDOW", False)
+    if "HAS_DROPOUT" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before dropout)
+        meta.setdefault("HAS_DROPOUT", False)
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
@@ -273,7 +275,7 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
     descs = {"q_desc": (q_block, tdt), "k_desc": (kv_block, tdt), "v_desc": (kv_block, tdt),
              "o_desc": (q_block, tdt)}
-    scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32"}
+    scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
                               d, arch)
     return compiled, meta
@@ -286,7 +288,11 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     import torch
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
-    if hasattr(hbwd, "WINDOW_CONFIGS"):
+    if hasattr(hbwd, "DROPOUT_CONFIGS"):
+        meta = hbwd.kernel_meta(d, causal, overrides, unverified=True, windowed=bool(overrides.get("HAS_WINDOW")),
+                                dropout=bool(overrides.get("HAS_DROPOUT")))
+        dq_cols = hbwd.dq_block_cols(d, **meta)
+    elif hasattr(hbwd, "WINDOW_CONFIGS"):
         meta = hbwd.kernel_meta(d, causal, overrides, unverified=True, windowed=bool(overrides.get("HAS_WINDOW")))
         dq_cols = hbwd.dq_block_cols(d, **meta)
     elif hasattr(hbwd, "kernel_meta"):  # a checkout from before the window
@@ -300,7 +306,7 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{dtype}", "DV": f"*{dtype}",
-               "qk_scale": "fp32", "sm_scale": "fp32"}
+               "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
                               d, arch)
     return compiled, meta
@@ -349,6 +355,8 @@ def hopper_main(args) -> int:
         overrides = _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
+        if args.dropout:
+            overrides["HAS_DROPOUT"] = True
         return compile_hopper(d, causal, overrides, args.arch, args.dtype)
 
     def describe(d, meta, k):
@@ -367,6 +375,8 @@ def hopper_bwd_main(args) -> int:
         overrides = {} if spec == "default" else _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
+        if args.dropout:
+            overrides["HAS_DROPOUT"] = True
         return compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype)
 
     def describe(d, meta, k):
@@ -586,6 +596,9 @@ def main():
     ap.add_argument("--window", action="store_true",
                     help="with --hopper or --hopper-bwd: the sliding-window builds (HAS_WINDOW: a left "
                     "window bound)")
+    ap.add_argument("--dropout", action="store_true",
+                    help="with --hopper or --hopper-bwd: the dropout builds (HAS_DROPOUT; the bwd's "
+                    "DROPOUT_CONFIGS)")
     ap.add_argument("--hopper-variants", default=None,
                     help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides "
                     "(default: default,persistent); with --hopper-bwd: 'default' or overrides")
