@@ -11,7 +11,8 @@ FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
 for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
 FLASHATTN_TRITON_HOPPER_WINDOW=1 lets sliding windows (left >= 0, causal or
 not) take the Hopper forward and backward, whose window paths are not
-GPU-validated yet.
+GPU-validated yet; FLASHATTN_TRITON_HOPPER_DROPOUT=1 does the same for
+dropout (alone, with no mask or a causal one).
 """
 
 from __future__ import annotations
@@ -102,6 +103,21 @@ def hopper_forward_window(window) -> bool:
     if window[1] not in (-1, 0):
         return False
     return window[0] < 0 or env_value(ENV_HOPPER_WINDOW) == "1"
+
+
+ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1": dropout may take the Hopper tier (opt-in)
+
+
+def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window) -> bool:
+    """Whether a call with variants may try the Hopper forward and backward
+    (use_hopper_forward / use_hopper_backward still decide the rest): only
+    dropout alone (no softcap, ALiBi, sinks or mask), with no mask or a
+    causal one (no window bound), and only with
+    FLASHATTN_TRITON_HOPPER_DROPOUT=1 (their dropout paths,
+    docs/hopper.md "Dropout", are not GPU-validated yet).  Calls without
+    variants do not ask."""
+    return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
+            and window[0] < 0 and window[1] in (-1, 0) and env_value(ENV_HOPPER_DROPOUT) == "1")
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
