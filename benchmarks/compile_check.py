@@ -25,6 +25,12 @@ path: fwd.py's _key_start, the masked head loop and the head release):
     python benchmarks/compile_check.py --hopper --window --d 64,128,256 --cases full,causal \
         --hopper-variants default,dynamic,persistent --sass
 
+--dropout (with --hopper or --hopper-bwd) builds the dropout paths
+(HAS_DROPOUT, kernels/hopper/dropout.py's Philox draws; DROPOUT_CONFIGS):
+
+    python benchmarks/compile_check.py --hopper --dropout --d 64,128,256 --cases full,causal --sass
+    python benchmarks/compile_check.py --hopper-bwd --dropout --d 64,128,256 --cases full,causal --sass
+
 --hopper-bwd compiles the Gluon backward of kernels/hopper/bwd.py (Triton
 3.6; head dims of CONFIGS_UNVERIFIED included), variants as KEY=VALUE
 overrides joined by '+':
@@ -251,8 +257,9 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
     """The Gluon forward for sm_<arch> as its launcher would build it
-    (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW, plus
-    overrides); returns (compiled, meta)."""
+    (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW,
+    DROPOUT_CONFIGS when they set HAS_DROPOUT, plus overrides); returns
+    (compiled, meta)."""
     import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
@@ -261,6 +268,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
     if overrides.get("HAS_WINDOW"):
         meta.update(getattr(hfwd, "WINDOW_CONFIGS", {}).get(d, {}))
+    if overrides.get("HAS_DROPOUT"):
+        meta.update(getattr(hfwd, "DROPOUT_CONFIGS", {}).get(d, {}))
     meta.update(overrides)
     if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
         meta.setdefault("HAS_WINDOW", False)
