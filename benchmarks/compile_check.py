@@ -31,6 +31,12 @@ path: fwd.py's _key_start, the masked head loop and the head release):
     python benchmarks/compile_check.py --hopper --window --d 64,128,256 --cases full,causal \
         --hopper-variants default,dynamic,persistent --sass
 
+--dropout (with --hopper or --hopper-bwd) builds the dropout paths
+(HAS_DROPOUT, kernels/hopper/dropout.py's Philox draws; DROPOUT_CONFIGS):
+
+    python benchmarks/compile_check.py --hopper --dropout --d 64,128,256 --cases full,causal --sass
+    python benchmarks/compile_check.py --hopper-bwd --dropout --d 64,128,256 --cases full,causal --sass
+
 --hopper-bwd compiles the Gluon backward of kernels/hopper/bwd.py (Triton
 3.6; head dims of CONFIGS_UNVERIFIED included), variants as KEY=VALUE
 overrides joined by '+':
@@ -257,9 +263,10 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon forward for sm_<arch> as its launcher would build it
-    (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW, plus
-    overrides); dv: the value head dim (default d; d = 192 with dv = 128:
-    split Q K^T, HEAD_DIM_V); returns (compiled, meta)."""
+    (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW,
+    DROPOUT_CONFIGS when they set HAS_DROPOUT, plus overrides); dv: the
+    value head dim (default d; d = 192 with dv = 128: split Q K^T,
+    HEAD_DIM_V); returns (compiled, meta)."""
     import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
@@ -268,9 +275,13 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
     if overrides.get("HAS_WINDOW"):
         meta.update(getattr(hfwd, "WINDOW_CONFIGS", {}).get(d, {}))
+    if overrides.get("HAS_DROPOUT"):
+        meta.update(getattr(hfwd, "DROPOUT_CONFIGS", {}).get(d, {}))
     meta.update(overrides)
     if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
         meta.setdefault("HAS_WINDOW", False)
+    if "HAS_DROPOUT" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before dropout)
+        meta.setdefault("HAS_DROPOUT", False)
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
@@ -292,7 +303,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
             constexprs.update(q1_desc=None, k1_desc=None)
     elif dv != d:
         raise ValueError(f"d={d}, dv={dv}: this kernel has no HEAD_DIM_V")
-    scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32"}
+    scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32", "SEED": "*i64",
+               "dropout_scale": "fp32"}
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch)
     return compiled, meta
 
@@ -304,7 +316,11 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     import torch
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
-    if hasattr(hbwd, "WINDOW_CONFIGS"):
+    if hasattr(hbwd, "DROPOUT_CONFIGS"):
+        meta = hbwd.kernel_meta(d, causal, overrides, unverified=True, windowed=bool(overrides.get("HAS_WINDOW")),
+                                dropout=bool(overrides.get("HAS_DROPOUT")))
+        dq_cols = hbwd.dq_block_cols(d, **meta)
+    elif hasattr(hbwd, "WINDOW_CONFIGS"):
         meta = hbwd.kernel_meta(d, causal, overrides, unverified=True, windowed=bool(overrides.get("HAS_WINDOW")))
         dq_cols = hbwd.dq_block_cols(d, **meta)
     elif hasattr(hbwd, "kernel_meta"):  # a checkout from before the window
@@ -318,7 +334,7 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{dtype}", "DV": f"*{dtype}",
-               "qk_scale": "fp32", "sm_scale": "fp32"}
+               "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
                               d, arch)
     return compiled, meta
@@ -369,6 +385,8 @@ def hopper_main(args) -> int:
         overrides = _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
+        if args.dropout:
+            overrides["HAS_DROPOUT"] = True
         return compile_hopper(d, causal, overrides, args.arch, args.dtype, dv)
 
     def describe(d, meta, k):
@@ -387,6 +405,8 @@ def hopper_bwd_main(args) -> int:
         overrides = {} if spec == "default" else _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
+        if args.dropout:
+            overrides["HAS_DROPOUT"] = True
         return compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype)
 
     def describe(d, meta, k):
@@ -606,6 +626,9 @@ def main():
     ap.add_argument("--window", action="store_true",
                     help="with --hopper or --hopper-bwd: the sliding-window builds (HAS_WINDOW: a left "
                     "window bound)")
+    ap.add_argument("--dropout", action="store_true",
+                    help="with --hopper or --hopper-bwd: the dropout builds (HAS_DROPOUT; the bwd's "
+                    "DROPOUT_CONFIGS)")
     ap.add_argument("--hopper-variants", default=None,
                     help="with --hopper: probe variant names or KEY=VALUE+KEY=VALUE overrides "
                     "(default: default,persistent); with --hopper-bwd: 'default' or overrides")

@@ -15,6 +15,9 @@ backward's window path only with FLASHATTN_TRITON_HOPPER_WINDOW=1 ("0": the
 portable kernels for windows in both directions).  Head dims d = 192 with
 dv = 128 take the Hopper forward (split Q K^T) unless
 FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
+FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
+causal one) take the Hopper forward and backward, whose dropout paths are
+not GPU-validated yet.
 """
 
 from __future__ import annotations
@@ -151,6 +154,21 @@ def hopper_forward_dims(q, v) -> bool:
         return True
     value = env_value(ENV_HOPPER_SPLIT_QK)
     return (HOPPER_SPLIT_QK_DEFAULT if value is None else value) == "1"
+
+
+ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1": dropout may take the Hopper tier (opt-in)
+
+
+def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window) -> bool:
+    """Whether a call with variants may try the Hopper forward and backward
+    (use_hopper_forward / use_hopper_backward still decide the rest): only
+    dropout alone (no softcap, ALiBi, sinks or mask), with no mask or a
+    causal one (no window bound), and only with
+    FLASHATTN_TRITON_HOPPER_DROPOUT=1 (their dropout paths,
+    docs/hopper.md "Dropout", are not GPU-validated yet).  Calls without
+    variants do not ask."""
+    return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
+            and window[0] < 0 and window[1] in (-1, 0) and env_value(ENV_HOPPER_DROPOUT) == "1")
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:

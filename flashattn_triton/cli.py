@@ -34,6 +34,10 @@ ENVIRONMENT = [
                                        "kernels"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
                                          "the Hopper forward's split Q K^T takes them"),
+    ("FLASHATTN_TRITON_HOPPER_DROPOUT", "1: dropout alone (no other variant, no mask or causal) may take the Hopper "
+                                        "forward and backward (opt-in: their dropout paths are not GPU-validated "
+                                        "yet; same keep mask as the portable kernels); default: the portable "
+                                        "kernels"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "

@@ -47,7 +47,7 @@ import torch
 import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
-from ._dispatch import use_hopper_backward, use_hopper_forward, use_triton
+from ._dispatch import hopper_takes_variants, use_hopper_backward, use_hopper_forward, use_triton
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
 from .kernels.score import NO_MODS, KernelMods
@@ -249,9 +249,13 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
                 diagonal = k.shape[1] - q.shape[1] + offset
-                if not variants and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
-                        q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
-                        None if window_left < 0 else (window_left, diagonal)):
+                # Variants: dropout alone may take it (opt-in), as a last argument.
+                if ((not variants or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p,
+                                                           window))
+                        and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
+                            q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
+                            None if window_left < 0 else (window_left, diagonal),
+                            *(((rng_seed, dropout_p, philox_offset),) if variants else ()))):
                     return
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
@@ -421,8 +425,10 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                                     attn_bias, dropout_p, rng_seed, philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
-                hopper = use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
-                                             window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1])
+                hopper = ((not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p)
+                           or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window))
+                          and use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
+                                                  window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1]))
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,

@@ -393,7 +393,9 @@ for d, causal, window, overrides in [(64, True, (100, 200), {}), (128, True, (10
     assert ok, hf._BROKEN
     launcher, grid, args = LAUNCHES[-1]
     consts = launcher.src.constants
-    window_lo = args[max(i for i, kind in enumerate(launcher.kinds) if kind != "constexpr")]  # the last runtime one
+    # one launch argument per parameter after the descriptors (each expanded
+    # into several): count back from the end
+    window_lo = args[len(args) - (len(names) - names.index("window_lo"))]
     print(d, grid, consts.get((names.index("HAS_WINDOW"),)), consts.get((names.index("NUM_CONSUMERS"),)), window_lo)
 """
 

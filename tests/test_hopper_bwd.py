@@ -375,7 +375,9 @@ for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (1
     assert ok, hb._BROKEN
     launcher, grid, args = LAUNCHES[-1]
     consts = launcher.src.constants
-    window_lo = args[launcher.kinds.index("constexpr") - 1]  # the last runtime argument
+    # one launch argument per parameter after the descriptors (each expanded
+    # into several): count back from the end
+    window_lo = args[len(args) - (len(names) - names.index("window_lo"))]
     print(d, grid, consts.get((names.index("HAS_WINDOW"),)), window_lo)
 """
 

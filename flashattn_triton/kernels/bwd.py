@@ -648,6 +648,12 @@ def _flat_strides(tensors, varlen: bool):
     return tuple(s for t in tensors for s in t.stride())
 
 
+def _dropout_only(mods) -> bool:
+    """The variants are dropout alone (what the Hopper backward takes besides none)."""
+    return (mods.dropout and not mods.softcap and mods.alibi is None and mods.sinks is None
+            and mods.bias is None)
+
+
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
                        delta=None, split_group=True, fused_dq=None, hopper=False, shift_mul=0):
@@ -668,8 +674,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     kernel through float32 atomic adds (module doc; ignored with dbias);
     None: use_fused_dq(deterministic=False, ...).  hopper: try the Hopper
     backward (kernels/hopper/bwd.py) after the preprocess, for a dense call
-    without variants and with no mask or a causal one, either with or
-    without a left window bound; the caller decides
+    without variants (or with dropout alone) and with no mask or a causal
+    one, either with or without a left window bound; the caller decides
     (_dispatch.use_hopper_backward), the kernel may still decline.
     """
     mods = mods or NO_MODS
@@ -700,7 +706,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
     alibi, _, bias, seed = mods.pointers(lse)
 
-    hopper = hopper and not varlen and dbias is None and mods is NO_MODS and right in (None, 0)
+    hopper = (hopper and not varlen and dbias is None and (mods is NO_MODS or _dropout_only(mods))
+              and right in (None, 0))
     if delta is None:
         # lse's layout (delta shares its strides); not empty_like, which on the
         # prefetch's meta tensors imports sympy (_prefetch._stand_ins).
@@ -717,7 +724,9 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         diagonal = n_k - n_q + causal_offset  # row i's window is [i + diagonal - left, i + diagonal (+ right)]
         if hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale,
                                      None if right is None else diagonal,
-                                     None if left is None else (left, diagonal)):
+                                     None if left is None else (left, diagonal),
+                                     dropout=(mods.seed, mods.dropout_p, mods.philox_offset) if mods.dropout
+                                     else None):
             return delta
     group = h_q // h_kv
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \

@@ -31,16 +31,17 @@ else:
         REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
 
 if not AVAILABLE:
-    def hopper_attention_forward(q, k, v, o, lse, sm_scale, causal_shift, window=None, **overrides) -> bool:
+    def hopper_attention_forward(q, k, v, o, lse, sm_scale, causal_shift, window=None, dropout=None,
+                                 **overrides) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
-    def hopper_forward_flash(q, k, v, o, lse, sm_scale, causal_shift, window=None) -> bool:
+    def hopper_forward_flash(q, k, v, o, lse, sm_scale, causal_shift, window=None, dropout=None) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
     def hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window=None,
-                                  **overrides) -> bool:
+                                  dropout=None, **overrides) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 

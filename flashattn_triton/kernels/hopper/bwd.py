@@ -80,7 +80,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
-from .fwd import lower_diagonal
+from .dropout import negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first
+from .fwd import dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -270,13 +271,30 @@ def _visible(keys, rows, N_K, causal_shift, window_lo, IS_CAUSAL: gl.constexpr, 
 
 
 @gluon.jit
+def _dropout_block(drop, off_b, GROUP, key0):
+    """A key block's dropout state from the kernel's arguments (SEED,
+    philox_offset, threshold, scale, H_KV, RNG_ROWS, RNG_COLS): the Philox
+    key, the counter of (row 0, key 0) of query head 0 of batch entry off_b
+    (kernels/score.py), a head's counter stride, the row stride, the
+    threshold t << 16 (select_kept), the scale and this warpgroup's first
+    score key."""
+    seed_ptr, philox_offset, thresh, scale, h_kv, rng_rows, rng_cols = drop
+    k0, k1 = philox_keys(gl.load(seed_ptr))
+    rows_cols = rng_rows.to(gl.int64) * rng_cols
+    base_b = philox_offset + (off_b * h_kv * GROUP).to(gl.int64) * rows_cols
+    return k0, k1, base_b, rows_cols, rng_cols, thresh.to(gl.uint32) << 16, scale, key0
+
+
+@gluon.jit
 def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
-                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
-    """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys."""
+                   MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                   drop, HAS_DROPOUT: gl.constexpr):
+    """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
+    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only)."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = dk.type.layout
@@ -303,9 +321,25 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
         cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
         pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, window_lo,
                                IS_CAUSAL, HAS_WINDOW), pt, 0.0)
+    if HAS_DROPOUT:
+        # The keep mask of this tile (keys x queries), drawn while dP^T runs.
+        k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
+        halves = tile_halves_keys_first(k0, k1, base_b + off_hq.to(gl.int64) * rows_cols, start_m, key0, rng_cols,
+                                        SUB_N, BLOCK_M, 4)
+        # P^T with the dropped scores negated: no register set more than
+        # P^T itself through the wait for dP^T (the mask's 32-64 registers
+        # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
+        pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=True), t_hi)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
-    dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
+    if HAS_DROPOUT:
+        # dV = (P Z r)^T dO and dP = Z r (dO V^T) (kernels/bwd.py); delta is
+        # still rowsum(dO * O) (the forward's O is the dropped one).
+        dst = (gl.abs(pt) * (gl.where(pt >= 0.0, dpt * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 0)))
+        dst = dst.to(dtype)
+        pt = gl.maximum(pt, 0.0) * scale
+    else:
+        dst = (pt * (dpt * sm_scale - gl.expand_dims(delta, 0))).to(dtype)
     dv_tok = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do_s, dv, is_async=True)
     dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
     # dS^T of this warpgroup's keys into the shared tile; dQ needs every key.
@@ -333,7 +367,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                          SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
                          DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                         HAS_WINDOW: gl.constexpr):
+                         HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """SPLIT_D: one query tile.  This warpgroup's scores are those of its
     SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
     dS^T go through shared memory, and its dK, dV and dQ are the head-dim
@@ -372,9 +406,20 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
         rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
         p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, window_lo,
                               IS_CAUSAL, HAS_WINDOW), p, 0.0)
+    if HAS_DROPOUT:
+        # This warpgroup's scores are queries x keys here: the forward's draw.
+        k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
+        halves = tile_halves_rows_first(k0, k1, base_b + off_hq.to(gl.int64) * rows_cols, start_m, key0, rng_cols,
+                                        BLOCK_M, SUB_N, 4)
+        p = negate_dropped(p, gl.convert_layout(halves, s_layout, assert_trivial=True), t_hi)
     dp = warpgroup_mma_wait(0, deps=(dp_tok,))
     delta = stat_bufs.index(2 * s + 1).load(row_layout)
-    ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
+    if HAS_DROPOUT:
+        # (as _attn_bwd_step: p carries the keep mask in its sign)
+        ds = (gl.abs(p) * (gl.where(p >= 0.0, dp * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 1))).to(dtype)
+        p = gl.maximum(p, 0.0) * scale
+    else:
+        ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
     # P^T and dS^T of this warpgroup's keys into the shared tiles (every
     # product below needs every key): dV and dK take them as the A operand
     # with the keys as M, dQ takes dS^T transposed.
@@ -419,7 +464,8 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-                       MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                       MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                       drop, HAS_DROPOUT: gl.constexpr):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step)."""
     if SPLIT_D:
@@ -427,13 +473,13 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                       causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
-                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW)
+                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, HAS_DROPOUT)
     else:
         dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW)
+                                HAS_WINDOW, drop, HAS_DROPOUT)
     return dk, dv
 
 
@@ -469,14 +515,15 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
-                    DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                    DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                    drop, HAS_DROPOUT: gl.constexpr):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
     Query tiles [m_lo, m_hi) of every head of the group (m_hi = n_mb
     without a window).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
-    longer read."""
+    longer read.  drop: the kernel's dropout arguments (HAS_DROPOUT only)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     dtype: gl.constexpr = q_bufs.dtype
@@ -485,6 +532,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
     dq_stage = dq_bufs.index(CONSUMER)
     key0 = start_n + CONSUMER * SUB_N
+    if HAS_DROPOUT:
+        drop = _dropout_block(drop, off_b, GROUP, key0)
     if SPLIT_D:
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, SUB_N, 16])
@@ -541,7 +590,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW)
+                                                HAS_WINDOW, drop, HAS_DROPOUT)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -549,7 +598,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW)
+                                                HAS_WINDOW, drop, HAS_DROPOUT)
                     it += 1
     else:
         for g in range(GROUP):
@@ -559,14 +608,16 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
-                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW)
+                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
+                                            drop, HAS_DROPOUT)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
                                             ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
-                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW)
+                                            DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
+                                            drop, HAS_DROPOUT)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -597,7 +648,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                      HAS_WINDOW: gl.constexpr):
+                      HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -616,7 +667,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                  stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                  N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                  CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW)
+                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -624,13 +675,14 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT)
     tma.store_wait(0)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "stride_dz", "stride_dh", "stride_dkz", "stride_dkh",
                               "stride_dkn", "stride_dvz", "stride_dvh", "stride_dvn", "H_KV", "N_Q", "N_K",
-                              "GROUP", "causal_shift", "N_BH", "window_lo"])
+                              "GROUP", "causal_shift", "N_BH", "window_lo", "philox_offset", "dropout_thresh",
+                              "RNG_ROWS", "RNG_COLS"])
 def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, DK, DV,
@@ -645,12 +697,16 @@ def _attn_bwd_hopper(
     N_BH,
     # HAS_WINDOW only: row i sees only keys j >= i + window_lo (a left window bound)
     window_lo,
+    # HAS_DROPOUT only: the Philox seed ((1,) int64), the counter offset, the
+    # 16-bit threshold, the scale of kept probabilities and the counters'
+    # row / column strides (kernels/score.py; else any pointer, unused)
+    SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-    PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False,
+    PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
 ):
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
@@ -748,7 +804,9 @@ def _attn_bwd_hopper(
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW)),
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
+                             (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
+                             HAS_DROPOUT)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -756,7 +814,9 @@ def _attn_bwd_hopper(
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
-                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW)),
+                             DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
+                             (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
+                             HAS_DROPOUT)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -804,6 +864,20 @@ SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 # left window bound); none: the window builds take CONFIGS (compile_check
 # --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
 WINDOW_CONFIGS: dict = {}
+# Per head dim, entries replacing CONFIGS' for calls with dropout
+# (HAS_DROPOUT; not GPU-validated yet).  d = 64 and 128: the SPLIT_D path
+# (64 keys and 64 query rows per step, scores queries x keys, so one Philox
+# call per 8 scores, and dK / dV split by head-dim columns: at d = 128 32 +
+# 32 accumulator registers instead of 64 + 64), since the default path's
+# accumulators leave no room for the Philox calls (ptxas: 3,248 / 1,864 B
+# of spill at d = 64 / 128, 864 / 440 local loads / stores in the GEMM
+# loops; SPLIT_D: none; compile_check --hopper-bwd --dropout).
+DROPOUT_CONFIGS: dict = {
+    64: dict(SPLIT_D=True, BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32),
+    128: dict(SPLIT_D=True, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=64),
+}
+# Head dims whose dropout build is declined (the portable kernels run).
+DROPOUT_DECLINE: dict = {}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
@@ -825,13 +899,15 @@ def configs(unverified: bool = False) -> dict:
 
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
-                windowed: bool = False) -> dict:
+                windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL;
-    windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries."""
+    windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
+    with DROPOUT_CONFIGS' entries."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
-                HAS_WINDOW=windowed)
+                HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
-    for part in (configs(unverified)[head_dim], window_part, SCHEDULE[causal], overrides or {}):
+    dropout_part = DROPOUT_CONFIGS.get(head_dim, {}) if dropout else {}
+    for part in (configs(unverified)[head_dim], window_part, dropout_part, SCHEDULE[causal], overrides or {}):
         meta.update(part)
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
         meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
@@ -912,7 +988,7 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified
 def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               lse: torch.Tensor, delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
                               dv: torch.Tensor, sm_scale: float, causal_shift, window=None, UNVERIFIED=False,
-                              **overrides) -> bool:
+                              dropout=None, **overrides) -> bool:
     """dq, dk, dv of attention on (B, H, N, d)-indexed views; False if it cannot.
 
     do, q, dq: (B, Hq, Nq, d); k, v, dk, dv: (B, Hkv, Nk, d), Hq a multiple of
@@ -923,7 +999,10 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     shift) with left >= 0: row i sees only keys j >= i + shift - left (as
     hopper_attention_forward's: flash-attn's left bound around the diagonal
     i + shift; the kernel gets fwd.lower_diagonal's clamped window_lo); not
-    validated on a GPU yet (docs/hopper.md).  dq, dk, dv are written in
+    validated on a GPU yet (docs/hopper.md).  dropout: None, or (seed, p,
+    philox_offset) as hopper_attention_forward's (kernels/score.py's keep
+    mask; delta stays rowsum(dO * O)); not validated on a GPU yet
+    (docs/hopper.md, "Dropout").  dq, dk, dv are written in
     place (dq through a float32 buffer).  Returns False, having written
     nothing, when the case is not supported.  ``overrides`` replace CONFIGS
     entries (benchmarks, tests); UNVERIFIED=True also takes the head dims of
@@ -933,13 +1012,15 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     if reason:
         return False
     batch, h_q, n_q, d = q.shape
+    if dropout is not None and d in DROPOUT_DECLINE:
+        return False
     h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
     windowed = window is not None
     window_lo = lower_diagonal(window, n_q, n_k)  # in [-n_q, n_k]; 0 without a window
     if windowed and n_q + n_k >= 2 ** 31 - 1024:
         return False  # the kernel's int32 row / key sums with window_lo
-    meta = kernel_meta(d, causal, overrides, UNVERIFIED, windowed)
+    meta = kernel_meta(d, causal, overrides, UNVERIFIED, windowed, dropout is not None)
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
@@ -963,7 +1044,8 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             h_kv, n_q, n_k, h_q // h_kv,
-            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv, window_lo)
+            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv, window_lo,
+            *dropout_args(dropout, n_q, n_k, lse))
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     if meta["PERSISTENT"]:
         if n_blocks * batch * h_kv >= 2 ** 31:
@@ -1002,4 +1084,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
-           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS"]
+           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE"]

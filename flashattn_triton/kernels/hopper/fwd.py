@@ -55,8 +55,10 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                                warpgroup_mma, warpgroup_mma_wait)
 
+from ... import reference
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
+from .dropout import philox_keys, select_kept, tile_halves_rows_first
 from .schedule import snake_count, snake_tile
 
 # Touch every name the kernel uses, so that a Triton whose Gluon API moved
@@ -323,19 +325,51 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
 
 
 @gluon.jit
+def _dropout_tile(drop, off_b, off_hq, row0):
+    """A work tile's dropout state from the kernel's arguments (SEED,
+    philox_offset, threshold, scale, H_Q, RNG_ROWS, RNG_COLS): the Philox key,
+    the counter of (row0, key 0) of this (batch, query head)
+    (kernels/score.py), the row stride, the threshold t << 16 (select_kept)
+    and the scale."""
+    seed_ptr, philox_offset, thresh, scale, h_q, rng_rows, rng_cols = drop
+    k0, k1 = philox_keys(gl.load(seed_ptr))
+    base = philox_offset + ((off_b * h_q + off_hq).to(gl.int64) * rng_rows + row0) * rng_cols
+    return k0, k1, base, rng_cols, thresh.to(gl.uint32) << 16, scale
+
+
+@gluon.jit
+def _dropout_drop(p, drop, col0, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """p (a BLOCK_M x BLOCK_N tile of probabilities in the S accumulator's
+    layout, keys from col0) with the scores that dropout drops set to 0;
+    kept ones are not scaled here (the epilogue scales O).  The row sum l
+    and the LSE take p before this, as kernels/fwd.py."""
+    k0, k1, base, rng_cols, t_hi, scale = drop
+    halves = tile_halves_rows_first(k0, k1, base, 0, col0, rng_cols, BLOCK_M, BLOCK_N, 4)
+    return select_kept(p, gl.convert_layout(halves, p.type.layout, assert_trivial=True), t_hi)
+
+
+@gluon.jit
+def _dropout_scale(drop):
+    """The scale of kept probabilities of a work tile's dropout state."""
+    k0, k1, base, rng_cols, t_hi, scale = drop
+    return scale
+
+
+@gluon.jit
 def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   HAS_WINDOW: gl.constexpr):
+                   HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """Iteration j (a tile after the first): issue S_j = Q K_j^T and
     O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
     g0: ring uses before this work tile (K/V slot and phase of tile j come
     from g0 + j); t0: ping-pong turns before this work tile.  QK1 > 0: Q K^T
     is split in two column chunks, (q, k_bufs) of HEAD_DIM_V columns and
-    (q1, k1_bufs) of QK1 (d = 192 = 128 + 64), two wgmmas into one S."""
+    (q1, k1_bufs) of QK1 (d = 192 = 128 + 64), two wgmmas into one S.  drop:
+    the work tile's dropout state (_dropout_tile; HAS_DROPOUT only)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = acc.type.layout
@@ -360,6 +394,8 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
                                              causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW)
+    if HAS_DROPOUT:
+        p_new = _dropout_drop(p_new, drop, j * BLOCK_N, BLOCK_M, BLOCK_N)
     # The next P is packed to 16 bits while P V still runs (fresh registers:
     # the current P is still being read by the tensor cores).
     p_next = gl.convert_layout(p_new.to(p.dtype), p_layout)
@@ -376,7 +412,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                   PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """Iterations [lo, hi), two per trip when PAIRED.
 
     P is loop-carried; were it rewritten every trip, the register allocator
@@ -390,7 +426,8 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
-                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
+                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
+                                              HAS_DROPOUT)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
@@ -398,18 +435,21 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               v_empty, turn,
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
-                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
+                                              MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
+                                              HAS_DROPOUT)
         acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
                                           v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
-                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
+                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
+                                          HAS_DROPOUT)
     if n % 2 == 1:
         acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
-                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW)
+                                          MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
+                                          HAS_DROPOUT)
     return acc, p, m_i, l_i
 
 
@@ -455,14 +495,15 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
-                   SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                   SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
     (they continue from tile to tile); q_phase: the parity of this tile's Q
     load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
     Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
-    and k1_bufs are None)."""
+    and k1_bufs are None).  drop: the kernel's dropout arguments (HAS_DROPOUT
+    only)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -473,6 +514,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
 
     row0 = start_m + CONSUMER * BLOCK_M
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    if HAS_DROPOUT:
+        drop = _dropout_tile(drop, off_b, off_hq, row0)
     # Tiles [0, n_full) are seen whole on the right by every row of this
     # warpgroup; the rest (the diagonal, the ragged end of K) are masked.
     # SKIP_TILES: tiles [n_own, n_tiles) lie wholly above this warpgroup's
@@ -540,6 +583,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, first * BLOCK_N, N_K, qk_scale, causal_shift,
                                           window_lo, True, IS_CAUSAL, HAS_WINDOW)
+    if HAS_DROPOUT:
+        p0 = _dropout_drop(p0, drop, first * BLOCK_N, BLOCK_M, BLOCK_N)
     p = gl.convert_layout(p0.to(dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
@@ -560,22 +605,26 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                               k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                                              BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                              BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
+                                              HAS_DROPOUT)
             acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                               k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                                              BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                              BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
+                                              HAS_DROPOUT)
     else:
         acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
-                                          False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                          False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
+                                          HAS_DROPOUT)
         acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                           k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                           causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
-                                          BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW)
+                                          BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
+                                          HAS_DROPOUT)
 
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
@@ -595,7 +644,12 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     empty = l_i == 0.0
     l_safe = gl.where(empty, 1.0, l_i)
     lse2 = gl.where(empty, float("-inf"), m_i * qk_scale + gl.log2(l_safe))
-    inv_l = gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout))
+    if HAS_DROPOUT:
+        # Kept probabilities are scaled by the inverse keep rate here, once
+        # per row (as kernels/fwd.py): P V summed the unscaled kept ones.
+        inv_l = gl.convert_layout(_dropout_scale(drop) / l_safe, gl.SliceLayout(1, o_layout))
+    else:
+        inv_l = gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout))
     out = acc * gl.expand_dims(inv_l, 1)
     lse_ptrs = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh + rows
     gl.store(lse_ptrs, lse2, mask=rows < N_Q)
@@ -618,7 +672,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                      DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                      DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -638,7 +692,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
+                           HAS_DROPOUT)
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
@@ -662,7 +717,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            v_empty, turn,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
+                           HAS_DROPOUT)
             # O has left this consumer's Q buffer (store_wait): the producer
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
@@ -673,11 +729,12 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        v_empty, turn,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
+                       HAS_DROPOUT)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
-                              "window_lo"])
+                              "window_lo", "philox_offset", "dropout_thresh", "RNG_ROWS", "RNG_COLS"])
 def _attn_fwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers; q1_desc, k1_desc:
     # the second column chunk of Q and K when HEAD_DIM != HEAD_DIM_V (split
@@ -693,12 +750,16 @@ def _attn_fwd_hopper(
     TILE_COUNTER,
     # HAS_WINDOW only: row i sees only keys j >= i + window_lo (a left window bound)
     window_lo,
+    # HAS_DROPOUT only: the Philox seed ((1,) int64), the counter offset, the
+    # 16-bit threshold, the scale of kept probabilities and the counters'
+    # row / column strides (kernels/score.py; else any pointer, unused)
+    SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
-    HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr,
+    HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -788,7 +849,9 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -804,14 +867,18 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -828,21 +895,27 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
+                                 HAS_DROPOUT)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -898,6 +971,17 @@ HEAD_DIM_V = {192: 128}
 # loads / stores per masked step with the window's third compare (against
 # 10 causal without it), two 240-register ones none (compile_check --window).
 WINDOW_CONFIGS = {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240)}
+# Entries of CONFIGS replaced for calls with dropout (HAS_DROPOUT; not yet
+# measured on a GPU), and head dims whose dropout build is declined (the
+# portable kernels run): see docs/hopper.md "Dropout".
+# d = 64: two 240-register consumers, as for windows: three 160-register
+# ones spill 440 / 1,012 B (109 / 305 local loads / stores in the GEMM
+# loops, full / causal) with the Philox calls, two none / 24 B (none in the
+# loops; compile_check --hopper --dropout).
+DROPOUT_CONFIGS: dict = {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240)}
+# d = 192 (dv = 128, split Q K^T): the two switches were written apart and
+# their combination is neither compiled nor tested: declined.
+DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not built"}
 # Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
     False: dict(PINGPONG=True, HEADS_FIRST=False, M_BAND=0),
@@ -989,29 +1073,35 @@ class _Plan:
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
 
 
-def _signature(q, k, v, o, lse, causal, windowed):
+def _signature(q, k, v, o, lse, causal, windowed, dropout=False):
     """Everything the checks and the launch set-up depend on, but the
     pointers (of which only the 16-byte alignment), the scale and the
-    shifts (causal, windowed: whether there is a diagonal, a left window)."""
+    shifts (causal, windowed: whether there is a diagonal, a left window;
+    dropout: whether there is dropout)."""
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
             lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal, windowed,
-            (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15)
+            (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15, dropout)
 
 
-def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides):
+def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False):
     """A _Plan, or the reason (a string) why this case is declined."""
     reason = unsupported_reason(q, k, v, o, lse, sm_scale)
     if reason:
         return reason
     batch, h_q, n_q, d = q.shape
+    if dropout and d in DROPOUT_DECLINE:
+        return DROPOUT_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
     dv = v.shape[-1]
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
                 DYNAMIC=DYNAMIC_DEFAULT[d][causal])
     if windowed:
         meta.update(WINDOW_CONFIGS.get(d, {}))
+    if dropout:
+        meta.update(DROPOUT_CONFIGS.get(d, {}))
     meta.update(overrides)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
+    meta["HAS_DROPOUT"] = dropout  # and the dropout argument this one
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     # Not a kernel parameter: the persistent grid's size (tests use a few
@@ -1088,7 +1178,7 @@ def _descriptor(t, dims, block, layout, validated):
 
 def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                              lse: torch.Tensor, sm_scale: float, causal_shift,
-                             window: Optional[Tuple[int, int]] = None, **overrides) -> bool:
+                             window: Optional[Tuple[int, int]] = None, dropout=None, **overrides) -> bool:
     """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d), v: (B, Hkv, Nk, dv), Hq a multiple
@@ -1103,6 +1193,12 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     diagonal i + shift (for a causal call, shift is causal_shift; with
     causal_shift None, a window bounded on the left only).  Not validated
     on a GPU yet (docs/hopper.md, "Sliding windows").
+    dropout: None, or (seed, p, philox_offset): seed a (1,) int64 tensor on
+    the device, 0 < p < 1: kernels/score.py's keep mask bit for bit (the
+    counters of a dense call, rng_rows = Nq, rng_cols = Nk, plus
+    philox_offset); P V takes the kept probabilities, O is scaled by
+    2^16 / (2^16 - t), l and the LSE are those without dropout.  Not
+    validated on a GPU yet (docs/hopper.md, "Dropout").
     ``overrides`` replace entries of CONFIGS / SCHEDULE (benchmarks, tests).
     Returns False, having written nothing, when the case is not supported.
 
@@ -1113,21 +1209,22 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     """
     causal = causal_shift is not None
     windowed = window is not None
+    dropped = dropout is not None
     if not sm_scale > 0:
         return False
     if overrides:
-        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides)
+        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped)
     else:
-        sig = _signature(q, k, v, o, lse, causal, windowed)
+        sig = _signature(q, k, v, o, lse, causal, windowed, dropped)
         plan = _PLANS.get(sig)
         if plan is None:
-            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides))
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window)
+            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped))
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout)
 
 
 def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                          lse: torch.Tensor, sm_scale: float, causal_shift,
-                         window: Optional[Tuple[int, int]] = None) -> bool:
+                         window: Optional[Tuple[int, int]] = None, dropout=None) -> bool:
     """hopper_attention_forward for tensors in the flash layout: q, o (B, Nq,
     Hq, d), k, v (B, Nk, Hkv, d), lse (B, Hq, Nq).  The same checks (on the
     (B, H, N, d) views, at the first call of a signature) and the same launch;
@@ -1137,13 +1234,14 @@ def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: t
         return False
     causal = causal_shift is not None
     windowed = window is not None
-    sig = ("flash",) + _signature(q, k, v, o, lse, causal, windowed)
+    dropped = dropout is not None
+    sig = ("flash",) + _signature(q, k, v, o, lse, causal, windowed, dropped)
     plan = _PLANS.get(sig)
     if plan is None:
         views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
-        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, windowed, {}))
-        return _launch(plan, views, lse, sm_scale, causal_shift, window)
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window)
+        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, windowed, {}, dropped))
+        return _launch(plan, views, lse, sm_scale, causal_shift, window, dropout)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout)
 
 
 def _store(sig, plan):
@@ -1167,7 +1265,18 @@ def lower_diagonal(window, n_q: int, n_k: int) -> int:
     return min(max(shift - left, -n_q), n_k)
 
 
-def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None) -> bool:
+def dropout_args(dropout, n_q: int, n_k: int, unused: torch.Tensor) -> tuple:
+    """The kernels' (SEED, philox_offset, dropout_thresh, dropout_scale,
+    RNG_ROWS, RNG_COLS) for dropout = (seed, p, philox_offset) of a dense
+    call (kernels/score.py's counters: rng_rows = Nq, rng_cols = Nk), or
+    placeholders (unused stands in for the seed) without dropout."""
+    if dropout is None:
+        return (unused, 0, 0, 1.0, 0, 0)
+    seed, p, offset = dropout
+    return (seed, int(offset), reference.dropout_threshold(p), reference.dropout_scale(p), n_q, n_k)
+
+
+def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=None) -> bool:
     """Launch a plan on (q, k, v, o) (views or the flash-layout tensors: a
     descriptor's base gives only the pointer and dtype); False if the plan is
     a decline reason."""
@@ -1186,6 +1295,7 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None) -> bool:
     # DYNAMIC_DEFAULT); other builds ignore the argument and get lse.
     counter = fastlaunch.zeroed_scratch(1, torch.int32, lse.device) if plan.dynamic else lse
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
+    args += dropout_args(dropout, plan.tail[4], plan.tail[5], lse)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -1216,4 +1326,5 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
-           "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim"]
+           "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
+           "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args"]
