@@ -52,16 +52,16 @@ def _philox_kernel(SEED, OFFS, OUT, N: tl.constexpr):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 123456789, 2 ** 32 + 7, 2 ** 62 + 2 ** 40 + 5])
-def test_philox_helper_matches_randint4x(seed):
+def test_philox_helper_matches_randint4x(seed, device):
     """hd.philox4x32 (with hd.philox_keys and hd.philox_counter_words, the
     operations the Gluon kernels compile) gives tl.randint4x's four words,
     and reference.philox_randint4x's, for int64 counters below and above
     2^32 and seeds with a high word."""
     n = 64
     offs = torch.cat([torch.arange(32, dtype=torch.int64) * 1_000_003,
-                      (torch.arange(32, dtype=torch.int64) << 33) + 2 ** 32 - 16 + torch.arange(32)])
-    seed_t = torch.tensor([seed], dtype=torch.int64)
-    out = torch.zeros(8 * n, dtype=torch.int64)
+                      (torch.arange(32, dtype=torch.int64) << 33) + 2 ** 32 - 16 + torch.arange(32)]).to(device)
+    seed_t = torch.tensor([seed], dtype=torch.int64, device=device)
+    out = torch.zeros(8 * n, dtype=torch.int64, device=device)
     _philox_kernel[(1,)](seed_t, offs, out, N=n)
     ours, triton_words = out.view(8, n)[:4], out.view(8, n)[4:]
     assert torch.equal(ours, triton_words)
@@ -89,7 +89,7 @@ def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
 
 @pytest.mark.parametrize("keys_first", [False, True], ids=["rows-first", "keys-first"])
 @pytest.mark.parametrize("tile", [(64, 128), (64, 64), (64, 32)], ids=lambda t: f"{t[0]}x{t[1]}")
-def test_tile_keep_matches_the_rule(keys_first, tile):
+def test_tile_keep_matches_the_rule(keys_first, tile, device):
     """The tile assembly the Gluon kernels call (hd.tile_words_rows_first /
     hd.halves_rows_first: forward and SPLIT_D backward; hd.
     tile_halves_keys_first_from: the backward's keys x queries tiles), with
@@ -99,12 +99,12 @@ def test_tile_keep_matches_the_rule(keys_first, tile):
     bm, bn = tile  # rows x keys (stored transposed when keys first)
     batch, heads, n_q, n_k, offset = 2, 3, 300, 1000, 12345
     b, h, row0, col0 = 1, 2, 208, 480
-    seed = torch.tensor([2 ** 40 + 99], dtype=torch.int64)
+    seed = torch.tensor([2 ** 40 + 99], dtype=torch.int64, device=device)
     for p in (0.3, 0.999):
         thresh = reference.dropout_threshold(p)
         rng_base = offset + (b * heads + h) * n_q * n_k
         shape = (bn, bm) if keys_first else (bm, bn)
-        out = torch.zeros(shape, dtype=torch.int8)
+        out = torch.zeros(shape, dtype=torch.int8, device=device)
         _tile_keep_kernel[(1,)](seed, out, rng_base, row0, col0, n_k, thresh,
                                 BLOCK_M=bm, BLOCK_N=bn, KEYS_FIRST=keys_first)
         want = reference.dropout_keep(seed, p, batch, heads, range(row0, row0 + bm), col0, col0 + bn, n_q, n_k,
@@ -178,7 +178,7 @@ def test_dispatch_rule():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal):
+def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal, device):
     """The backward: attention_backward is asked to try the Hopper kernel
     (hopper=True) for a dropout call only with the opt-in, and
     kernels/bwd.py hands it (seed, p, philox_offset); a softcap with dropout
@@ -193,10 +193,10 @@ def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal)
         ops._kernels.load()
     seen = []
     monkeypatch.setattr(ops._kernels, "backward", lambda *a, **kw: seen.append(kw["hopper"]) or kw["delta"])
-    q = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16)
-    k = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16)
-    o, lse = torch.randn_like(q), torch.zeros(1, 2, 64)
-    seed = torch.tensor([5], dtype=torch.int64)
+    q = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16, device=device)
+    k = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16, device=device)
+    o, lse = torch.randn_like(q), torch.zeros(1, 2, 64, device=device)
+    seed = torch.tensor([5], dtype=torch.int64, device=device)
     for opt_in, softcap, want in ((None, 0.0, False), ("1", 0.0, True), ("1", 5.0, False)):
         if opt_in is None:
             monkeypatch.delenv(OPT_IN, raising=False)
