@@ -35,3 +35,13 @@ def fake_launch(script: str, timeout: int = 600) -> str:
                          timeout=timeout, cwd=os.path.dirname(tests))
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
+
+
+def window_shifts(case):
+    """(causal shift or None, window (left, wshift)) of a WINDOW_CASES entry
+    (tests/test_hopper.py, tests/test_hopper_bwd.py: batch, Hq, Hkv, Nq, Nk,
+    "br" / "tl" / None, left, layout):
+    flash-attn's window around the bottom-right diagonal Nk - Nq (top-left: 0)."""
+    _, _, _, nq, nk, causal, left, _ = case
+    wshift = 0 if causal == "tl" else nk - nq
+    return (None if causal is None else wshift), (left, wshift)

@@ -15,7 +15,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
-from _utils import fake_launch
+from _utils import fake_launch, window_shifts
 from hopper_model import HEAD_BROKEN, SKIP_BROKEN
 
 LN2 = math.log(2.0)
@@ -559,14 +559,6 @@ WINDOW_CASES = [
 ]
 
 
-def _window_shifts(case):
-    """(causal shift or None, window (left, wshift)) of a WINDOW_CASES entry:
-    flash-attn's window around the bottom-right diagonal Nk - Nq (top-left: 0)."""
-    _, _, _, nq, nk, causal, left, _ = case
-    wshift = 0 if causal == "tl" else nk - nq
-    return (None if causal is None else wshift), (left, wshift)
-
-
 def _window_case_id(case):
     return "-".join(map(str, case))
 
@@ -582,7 +574,7 @@ def test_window_matches_reference(dtype, d, case):
     give O = 0 and LSE = -inf; nothing is written past N_Q."""
     b, hq, hkv, nq, nk, causal, left, layout = case
     q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
-    shift, window = _window_shifts(case)
+    shift, window = window_shifts(case)
     scale = d ** -0.5
     from flashattn_triton.kernels.hopper import fwd as hopper_fwd
     assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift, window), \
@@ -610,7 +602,7 @@ def test_window_schedules(d, skip, schedule):
             continue
         b, hq, hkv, nq, nk, causal, left, layout = case
         q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
-        shift, window = _window_shifts(case)
+        shift, window = window_shifts(case)
         overrides = dict(schedule, SKIP_TILES=skip)
         assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, window, **overrides), \
             f"declined: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
@@ -992,7 +984,7 @@ def test_split_window(case):
     """d = 192 / dv = 128 with a left window bound (HAS_WINDOW)."""
     b, hq, hkv, nq, nk, causal, left, layout = case
     q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, 192, torch.bfloat16, layout, dv=128)
-    shift, window = _window_shifts(case)
+    shift, window = window_shifts(case)
     assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.07, shift, window)
     _check(q, k, v, o, lse, 0.07, shift, window)
 

@@ -23,7 +23,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err, tolerance
 
-from _utils import fake_launch
+from _utils import fake_launch, window_shifts
 from test_hopper import _hopper_gpu
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -694,14 +694,6 @@ WINDOW_CASES = [
 ]
 
 
-def _window_shifts(case):
-    """(causal shift or None, window (left, wshift)) of a WINDOW_CASES entry:
-    flash-attn's window around the bottom-right diagonal Nk - Nq (top-left: 0)."""
-    _, _, _, nq, nk, causal, left, _ = case
-    wshift = 0 if causal == "tl" else nk - nq
-    return (None if causal is None else wshift), (left, wshift)
-
-
 def _window_ref(q, k, v, do, scale, shift, window, dtype=None):
     """(dq, dk, dv) by autograd through attention_ref with the band (left, -1)
     around window[1], in float64 (dtype None) or in dtype."""
@@ -793,7 +785,7 @@ def test_window_matches_reference(dtype, d, case):
     no row sees get dK = dV = 0, rows that see no key dQ = 0."""
     b, hq, hkv, nq, nk, causal, left, layout = case
     q, k, v, do = _window_inputs(b, hq, hkv, nq, nk, d, dtype, layout)
-    shift, window = _window_shifts(case)
+    shift, window = window_shifts(case)
     _window_check(q, k, v, do, d ** -0.5, shift, window, pad=40 if layout == "padded" else 0)
 
 
