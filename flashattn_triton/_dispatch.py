@@ -16,8 +16,8 @@ portable kernels for windows in both directions).  Head dims d = 192 with
 dv = 128 take the Hopper forward (split Q K^T) unless
 FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
-causal one) take the Hopper forward and backward, whose dropout paths are
-not GPU-validated yet.
+causal one) take the Hopper forward and backward (GPU-validated; opt-in
+because the backward stays below SDPA's at GQA shapes).
 """
 
 from __future__ import annotations
@@ -117,17 +117,18 @@ def hopper_forward_window(window) -> bool:
 
 
 # The Hopper backward's window path (kernels/hopper/bwd.py HAS_WINDOW) when
-# FLASHATTN_TRITON_HOPPER_WINDOW is unset: "0" (not taken) until the GPU run
-# of benchmarks/gpu_next_window_bwd.sh meets the rule in its header, then
-# "1"; kept apart from the forward's, which may drop its opt-in first.
+# FLASHATTN_TRITON_HOPPER_WINDOW is unset: "0" (not taken). Its GPU tests
+# passed (session 13) but benchmarks/gpu_next_window_bwd.sh's timing rule did
+# not (0.53-1.05x the portable backward through the API: host-bound at small
+# windows, docs/hopper.md); kept apart from the forward's default, "1".
 HOPPER_BWD_WINDOW_DEFAULT = "0"
 
 
 def hopper_backward_window(window) -> bool:
     """Whether the Hopper backward takes this window_size (left, right): no
     mask or causal (right -1 or 0) with no left bound; a left bound (left
-    >= 0: its window path, docs/hopper.md "Sliding windows" of the backward,
-    not GPU-validated yet) only with FLASHATTN_TRITON_HOPPER_WINDOW=1 (the
+    >= 0: its window path, docs/hopper.md "Sliding windows" of the backward)
+    only with FLASHATTN_TRITON_HOPPER_WINDOW=1 (the
     forward's switch; "0" keeps both off), or HOPPER_BWD_WINDOW_DEFAULT "1"
     when it is unset, whatever the forward's default."""
     if window[1] not in (-1, 0):
@@ -165,7 +166,7 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
     dropout alone (no softcap, ALiBi, sinks or mask), with no mask or a
     causal one (no window bound), and only with
     FLASHATTN_TRITON_HOPPER_DROPOUT=1 (their dropout paths,
-    docs/hopper.md "Dropout", are not GPU-validated yet).  Calls without
+    docs/hopper.md "Dropout": GPU-validated, backward below SDPA).  Calls without
     variants do not ask."""
     return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
             and window[0] < 0 and window[1] in (-1, 0) and env_value(ENV_HOPPER_DROPOUT) == "1")

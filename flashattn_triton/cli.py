@@ -35,9 +35,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
                                          "the Hopper forward's split Q K^T takes them"),
     ("FLASHATTN_TRITON_HOPPER_DROPOUT", "1: dropout alone (no other variant, no mask or causal) may take the Hopper "
-                                        "forward and backward (opt-in: their dropout paths are not GPU-validated "
-                                        "yet; same keep mask as the portable kernels); default: the portable "
-                                        "kernels"),
+                                        "forward and backward (opt-in: GPU-validated, but the backward is 0.71x "
+                                        "SDPA at GQA shapes; same keep mask as the portable kernels); default: "
+                                        "the portable kernels"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -265,7 +265,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
         from .kernels.hopper.bwd import CONFIGS as BWD_CONFIGS
         if d in BWD_CONFIGS and not hopper_backward_window(window):
             lines.append(f"backward: Hopper tier not used: window_size {window}: sliding windows take the Hopper "
-                         f"backward only with {ENV_HOPPER_WINDOW}=1 (its window path is not GPU-validated yet)")
+                         f"backward only with {ENV_HOPPER_WINDOW}=1 (opt-in: slower than the portable one at small "
+                         "windows, docs/hopper.md)")
         elif d in BWD_CONFIGS and not (backend() == "hopper" or hopper_backward_pays(max(n_q, n_k), d, right == 0)):
             lines.append(f"backward: Hopper tier not used: N = {max(n_q, n_k)} is short enough that the portable "
                          "backward is faster (docs/hopper.md)")
@@ -276,7 +277,7 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                          f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
                          "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
                          "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)"
-                         + ("; its left window bound is not GPU-validated yet" if window[0] >= 0 else ""))
+                         + ("; with its left window bound (opt-in)" if window[0] >= 0 else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
     lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
     lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")

@@ -1185,7 +1185,7 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     of Hkv; o (B, Hq, Nq, dv), written in place; lse: (B, Hq, Nq) float32, last
     stride 1, written in place in base 2 (lse2 = m2 + log2 l, as
     kernels/fwd.py); d = dv in 64, 128, 256, or d = 192 with dv = 128 (split
-    Q K^T, HEAD_DIM_V; not GPU-validated yet);
+    Q K^T, HEAD_DIM_V);
     float16 or bfloat16; any strides that TMA accepts (16-byte aligned, last 1).
     causal_shift: None for no mask, else row i sees keys j <= i + causal_shift.
     window: None, or (left, shift) with left >= 0: row i sees only keys
