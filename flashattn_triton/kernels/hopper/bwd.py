@@ -1136,10 +1136,11 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             raise
         _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
-    if split > 1 and not q.is_meta:
+    if split > 1 and not q.is_meta:  # (a compile-only call has nothing to sum)
         from ..bwd import _sum_group_partials
-        _sum_group_partials(dk, dk_out, h_kv, split)
-        _sum_group_partials(dv, dv_out, h_kv, split)
+        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+            _sum_group_partials(dk, dk_out, h_kv, split)
+            _sum_group_partials(dv, dv_out, h_kv, split)
     dq.copy_(dq_acc)
     return True
 
