@@ -44,6 +44,12 @@ overrides joined by '+':
     python benchmarks/compile_check.py --hopper-bwd --d 64,128,256 --cases full,causal --sass \
         --hopper-variants default,NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128
 
+GROUP_SPLIT=S (S > 1: a GQA group's query heads over S programs, float32
+partial dK / dV) builds the split form:
+
+    python benchmarks/compile_check.py --hopper-bwd --d 64,128,256 --cases full,causal --sass \
+        --hopper-variants GROUP_SPLIT=2,GROUP_SPLIT=2+PERSISTENT=1
+
 and with --window its sliding-window builds (HAS_WINDOW: bwd.py's _query_end,
 the window edge's masked query tiles; WINDOW_CONFIGS):
 
@@ -329,11 +335,15 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     else:  # a checkout from before CONFIGS_UNVERIFIED (to compare builds)
         meta = dict(hbwd.CONFIGS[d], **hbwd.SCHEDULE[causal], **overrides)
         dq_cols = d // meta["NUM_CONSUMERS"]
+    if "GROUP_SPLIT" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before the group split has none)
+        meta.setdefault("GROUP_SPLIT", 1)  # a constexpr, as the launcher passes it
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
     q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
-    scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{dtype}", "DV": f"*{dtype}",
+    # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
+    out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
+    scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
                "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
                               d, arch)

@@ -2,14 +2,15 @@
 SDPA's cuDNN backward, in one process on the H200.
 
 For each shape (bf16, B*N = 16k tokens, H = 2048/d; d of --head-dims, N of
---seqlens, causal and not; one GQA row, --gqa) it runs the Hopper forward for
+--seqlens, causal and not, none with --head-dims none; the GQA rows of
+--gqa, ';'-separated) it runs the Hopper forward for
 O and lse2, then times ``hopper_attention_backward`` (the dQ buffer's zeroing
 and conversion included, the preprocess not) for each variant of --variants
 (CONFIGS overrides, ``KEY=VALUE`` joined by '+', "default" for none; plus
 --variants64 / --variants256 at those head dims), the library's whole
 backward (``torch.autograd.grad`` of ``flash_attn_func``, preprocess
 included), SDPA's cuDNN backward and SDPA's flash (FlashAttention-2)
-backward.  Each variant's gradients are checked against the default
+backward (--baselines picks among api, cudnn, fa2).  Each variant's gradients are checked against the default
 variant's (max |diff| / max |ref| <= 2e-2, a broken variant shows as FAIL).
 TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t (halved when causal); the ratios in
 parentheses are to cuDNN, and ``default/fa2`` is the default variant's ratio
@@ -26,7 +27,13 @@ flash_attn_func does once they move into CONFIGS.
         --variants64 "" --variants256 "" --head-dims 64,128,256
 
 Each variant other than "default" also shows its ratio to the default
-variant (``spec/default``).
+variant (``spec/default``).  GQA groups across programs (GROUP_SPLIT=S;
+0: the launcher's group_split rule; an S that does not divide a row's group
+runs as its largest divisor below, MHA as 1):
+
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims none \
+        --variants default,GROUP_SPLIT=2,GROUP_SPLIT=4,GROUP_SPLIT=0 --variants64 "" --variants256 "" \
+        --gqa "2,16,4,4096,128,1;2,16,4,4096,128,0" --baselines cudnn
 
 ``--rows window`` times sliding windows instead (window_size (left, 0),
 causal, left of --windows; d of --head-dims, N of --seqlens, bf16, B*N =
@@ -68,8 +75,10 @@ def main():
     ap.add_argument("--variants256", default="NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128",
                     help="extra variants for d=256 only")
     ap.add_argument("--gqa", default="2,32,8,8192,128,1",
-                    help="one GQA row B,Hq,Hkv,N,d,causal ('none' for none)")
-    ap.add_argument("--head-dims", default="64,128")
+                    help="GQA rows B,Hq,Hkv,N,d,causal separated by ';' ('none' for none)")
+    ap.add_argument("--head-dims", default="64,128", help="the grid's head dims ('none': no grid rows)")
+    ap.add_argument("--baselines", default="api,cudnn,fa2",
+                    help="which of api (flash_attn_func's backward), cudnn, fa2 (SDPA) to time")
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--rows", choices=("grid", "window"), default="grid",
@@ -91,13 +100,15 @@ def main():
     os.environ[hbwd.UNVERIFIED_ENV] = "1"
     os.makedirs(args.out, exist_ok=True)
     shapes = []
-    for d in map(int, args.head_dims.split(",")):
+    for d in (map(int, args.head_dims.split(",")) if args.head_dims != "none" else ()):
         for n in map(int, args.seqlens.split(",")):
             for causal in (False, True):
                 shapes.append((16384 // n, 2048 // d, 2048 // d, n, d, causal))
     if args.gqa != "none":
-        b, hq, hkv, n, d, causal = map(int, args.gqa.split(","))
-        shapes.append((b, hq, hkv, n, d, bool(causal)))
+        for gqa in filter(None, args.gqa.split(";")):
+            b, hq, hkv, n, d, causal = map(int, gqa.split(","))
+            shapes.append((b, hq, hkv, n, d, bool(causal)))
+    baselines = set(filter(None, args.baselines.split(",")))
     rows = []
     for b, hq, hkv, n, d, causal in shapes:
         torch.manual_seed(0)
@@ -112,6 +123,10 @@ def main():
         delta = (do.float() * o.float()).sum(-1).transpose(1, 2).contiguous()
         flops = 2.5 * 4 * b * hq * n * n * d / (2 if causal else 1)
         row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, causal=causal, tflops={}, check={})
+        if hq != hkv and hasattr(hbwd, "group_split"):  # the S that GROUP_SPLIT=0 (the rule) takes
+            n_blocks = -(-n // hbwd.kernel_meta(d, causal, unverified=True)["BLOCK_N"])
+            row["rule_split"] = hbwd.group_split(hq // hkv, n_blocks * b * hkv, hbwd.sm_count(q.device),
+                                                 b * hkv * n * d * 8)
         ref = None
         extra = {64: args.variants64, 256: args.variants256}.get(d, "")
         specs = args.variants.split(",") + (extra.split(",") if extra else [])
@@ -139,12 +154,17 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][spec] = None
                 row["check"][spec] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-        out = fat.flash_attn_func(qg, kg, vg, causal=causal)
-        row["tflops"]["api"] = flops / do_bench(
-            lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup=10, rep=args.rep) * 1e-9
+        out = None
+        if "api" in baselines:
+            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+            out = fat.flash_attn_func(qg, kg, vg, causal=causal)
+            row["tflops"]["api"] = flops / do_bench(
+                lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup=10,
+                rep=args.rep) * 1e-9
         so = None
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            if name not in baselines:
+                continue
             qs, ks, vs = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
             try:
                 with sdpa_kernel(backend):
@@ -168,6 +188,8 @@ def main():
             if spec != "default" and base and row["tflops"].get(spec):
                 cells += f"  {spec}/default {row['tflops'][spec] / base:.3f}"
         bad = {k: c for k, c in row["check"].items() if c not in ("ok", "ref")}
+        if "rule_split" in row:
+            cells += f"  rule S={row['rule_split']}"
         print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d} causal={causal!s:5}: {cells}" + (f"  {bad}" if bad else ""),
               flush=True)
         del q, k, v, do, o, out

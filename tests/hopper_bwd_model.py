@@ -14,6 +14,13 @@ over one masked and one unmasked loop must visit the tiles in the
 producer's order (check_window, window_cases; WINDOW_BROKEN: wrong forms
 that the check must catch).
 
+With GROUP_SPLIT = S (cfg) a KV head's group of G query heads is cut into
+S slices: program (key block, batch, slice h of H_KV * S) reads K / V of KV
+head h // S, walks query heads [h * G / S, + G / S) and writes float32
+partials of slice h, which the group sum adds (in slice order) into dK /
+dV; every partial row is written once (check_split, split_cases;
+SPLIT_BROKEN: wrong forms that the check must catch).
+
 simulate: one CTA's mbarrier protocol.
 
 Agents: the producer (K and V once, then per query tile the lse2 / delta rows
@@ -155,12 +162,17 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     consumer's loop order must be the producer's (the ring), else
     AssertionError.  stats (a dict): adds the query tiles visited and those
     of them that hold a visible pair of the key block.  ref: reference_grads'
-    result, if already computed."""
+    result, if already computed.  cfg GROUP_SPLIT = S: the group split
+    (module doc; broken: one of SPLIT_BROKEN)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     nc = 2
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
+    n_split = cfg.get("GROUP_SPLIT", 1)
+    assert group % n_split == 0, (group, n_split)
+    heads = group // n_split   # query heads per program
+    h_part = h_kv * n_split     # the kernel's "KV heads": slices of groups
     sub_n, cols = bn // nc, d // nc
     chunk = chunk or cols
     _, _, _, lse2, delta = ref or reference_grads(q, k, v, do, scale, shift, window_lo)
@@ -168,8 +180,8 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     qk_scale = scale / math.log(2)
     causal = shift is not None
     dq = np.zeros_like(q)
-    dk = np.full_like(k, np.nan)
-    dv = np.full_like(v, np.nan)
+    dk = np.full((batch, h_part, n_k, d), np.nan)  # partials of the slices (dK itself when S = 1)
+    dv = np.full((batch, h_part, n_k, d), np.nan)
     n_mb = cdiv(n_q, bm)
 
     def rows_of(t, lo, n):  # a TMA box: zero past the tensor's N
@@ -179,10 +191,17 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
             out[:hi - lo] = t[lo:hi]
         return out
 
-    written = np.zeros(k.shape[:3], int)
-    for prog in work_order(cdiv(n_k, bn), batch * h_kv, cfg):
+    written = np.zeros(dk.shape[:3], int)
+    for prog in work_order(cdiv(n_k, bn), batch * h_part, cfg):
         for pid_n, pid_bh in prog:
-            b, hkv = pid_bh // h_kv, pid_bh % h_kv
+            b, hp = pid_bh // h_part, pid_bh % h_part
+            hkv = hp % h_kv if broken == "split_kv_head" else hp // n_split  # (K / V of) its KV head
+            if broken == "split_head_base":     # every slice from the group's first query head
+                hq_of = [hkv * group + g for g in range(heads)]
+            elif broken == "split_missing_head":  # a slice without its last query head
+                hq_of = [hp * heads + g for g in range(max(heads - 1, 0) if n_split > 1 else heads)]
+            else:
+                hq_of = [hp * heads + g for g in range(heads)]
             start_n = pid_n * bn
             m_lo = min(max(start_n - shift, 0) // bm, n_mb) if causal else 0
             m_hi = query_end(start_n, m_lo, n_mb, n_k, window_lo, bm, bn, broken)
@@ -214,14 +233,13 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
             if stats is not None:
                 keys_seen = vis_all[:, start_n:start_n + bn]
                 for mb in range(m_lo, m_hi):
-                    stats["visited"] = stats.get("visited", 0) + group
-                    stats["useful"] = stats.get("useful", 0) + group * bool(keys_seen[mb * bm:(mb + 1) * bm].any())
-                stats["needed"] = stats.get("needed", 0) + group * sum(
+                    stats["visited"] = stats.get("visited", 0) + heads
+                    stats["useful"] = stats.get("useful", 0) + heads * bool(keys_seen[mb * bm:(mb + 1) * bm].any())
+                stats["needed"] = stats.get("needed", 0) + heads * sum(
                     bool(keys_seen[mb * bm:(mb + 1) * bm].any()) for mb in range(n_mb))
             kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
             dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
-            for g in range(group):
-                hq = hkv * group + g
+            for hq in hq_of:
                 for mb in range(m_lo, m_hi):
                     start_m = mb * bm
                     qt, dot = rows_of(q[b, hq], start_m, bm), rows_of(do[b, hq], start_m, bm)
@@ -264,12 +282,25 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                             n_ok = max(0, min(bm, n_q - start_m))
                             dq[b, hq, start_m:start_m + n_ok, c0:c0 + chunk] += part[:n_ok]
             n_ok = max(0, min(bn, n_k - start_n))
-            written[b, hkv, start_n:start_n + n_ok] += 1
-            dk[b, hkv, start_n:start_n + n_ok] = dk_acc[:n_ok]
-            dv[b, hkv, start_n:start_n + n_ok] = dv_acc[:n_ok]
+            written[b, hp, start_n:start_n + n_ok] += 1
+            dk[b, hp, start_n:start_n + n_ok] = dk_acc[:n_ok]
+            dv[b, hp, start_n:start_n + n_ok] = dv_acc[:n_ok]
     if not (written == 1).all():
         raise AssertionError("a key's dK / dV written other than once")
+    if n_split > 1:
+        dk, dv = group_sum(dk, h_kv, n_split, broken), group_sum(dv, h_kv, n_split, broken)
     return dq, dk, dv
+
+
+def group_sum(part, h_kv, n_split, broken=""):
+    """kernels/bwd.py's _bwd_group_sum: out[b, h] = the sum over s, in order,
+    of part[b, h * n_split + s]."""
+    out = np.zeros((part.shape[0], h_kv) + part.shape[2:])
+    for h in range(h_kv):
+        for s in range(n_split):
+            # broken "split_sum_layout": slices taken as (split, KV head)-major
+            out[:, h] += part[:, s * h_kv + h if broken == "split_sum_layout" else h * n_split + s]
+    return out
 
 
 def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None):
@@ -289,6 +320,47 @@ def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_
         if dk[..., ~vis.any(0), :].any() or dv[..., ~vis.any(0), :].any() or dq[..., ~vis.any(1), :].any():
             return float("inf")
     return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1.0)) for g, r in zip(got, ref))
+
+
+# Wrong forms of the group split; check_split must reject each on some cases.
+SPLIT_BROKEN = ("split_kv_head", "split_head_base", "split_missing_head", "split_sum_layout")
+
+
+def split_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg, window_lo) with GROUP_SPLIT
+    = S > 1: GQA groups of 2, 4, 8 and MQA, every S dividing the group,
+    ragged lengths, Nq != Nk, causal both alignments and not, a window; the
+    keys-as-M path at both query-tile heights, SPLIT_D, persistent."""
+    cfgs = [dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2)]
+    if full:
+        cfgs += [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
+                 dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
+    shapes = [(2, 8, 2, 150, 300), (1, 4, 1, 333, 211), (1, 8, 1, 77, 130)]
+    if full:
+        shapes += [(2, 6, 3, 200, 64), (1, 8, 4, 1, 97), (1, 16, 2, 130, 257)]
+    cases = []
+    for (b, hq, hkv, nq, nk), cfg in ((s, c) for s in shapes for c in cfgs):
+        group = hq // hkv
+        for n_split in (s for s in range(2, group + 1) if group % s == 0):
+            for shift in (None, nk - nq, 0) if full else (None, nk - nq):
+                cases.append((b, hq, hkv, nq, nk, shift, dict(cfg, GROUP_SPLIT=n_split), None))
+            if full:
+                cases.append((b, hq, hkv, nq, nk, nk - nq, dict(cfg, GROUP_SPLIT=n_split), nk - nq - 50))
+    return cases
+
+
+def check_split(case, broken=""):
+    """check_backward of a split_cases entry (inf where the emulation raised:
+    a partial row written other than once)."""
+    *args, window_lo = case
+    try:
+        return check_backward(*args, window_lo=window_lo, broken=broken)
+    except AssertionError:
+        if not broken:
+            raise
+        return float("inf")
 
 
 def lower_diagonal(left, shift, n_q, n_k):
@@ -613,6 +685,16 @@ def main():
     for broken in WINDOW_BROKEN:
         caught = sum(not check_window(case, broken) <= 1e-9 for case in cases)
         print(f"window broken '{broken}': caught in {caught}/{len(cases)} cases")
+    worst, cases = 0.0, split_cases()
+    for case in cases:
+        err = check_split(case)
+        worst = max(worst, err)
+        if not err <= 1e-9:
+            raise AssertionError(f"{case}: relative error {err:.3e}")
+    print(f"{len(cases)} emulated group-split cases, worst relative error {worst:.1e}")
+    for broken in SPLIT_BROKEN:
+        caught = sum(not check_split(case, broken) <= 1e-9 for case in cases)
+        print(f"split broken '{broken}': caught in {caught}/{len(cases)} cases")
     runs = 0
     for case in protocol_cases():
         simulate(*case)

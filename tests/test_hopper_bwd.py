@@ -877,3 +877,190 @@ def test_window_api_opt_in(monkeypatch, causal):
             assert calls == [], "a window took the Hopper backward without the opt-in"
         for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
             assert_close(f"{name} (opt-in {opt_in})", g, r, baseline=lo, factor=3.0, dtype=torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# GROUP_SPLIT: a GQA group's query heads over several programs (float32
+# partial dK / dV per slice, summed per group; not yet run on a GPU when
+# written): ``-k group_split``
+# ---------------------------------------------------------------------------
+
+def test_emulated_group_split_schedule():
+    """tests/hopper_bwd_model.py (reduced sweep): with GROUP_SPLIT = S the
+    programs of a group's S slices (K / V of head h // S, query heads [h * G
+    / S, + G / S)) write float32 partials, each row once, and their sum per
+    group equals the dense float64 dK / dV (dQ too): groups of 4 and 8, MQA,
+    every S dividing the group, ragged lengths, causal or not, both
+    query-tile heights and SPLIT_D."""
+    import hopper_bwd_model as hbm
+    cases = hbm.split_cases(full=False)
+    for case in cases:
+        err = hbm.check_split(case)
+        assert err <= 1e-9, (case, err)
+    assert len(cases) >= 40
+
+
+@pytest.mark.parametrize("broken", ["split_kv_head", "split_head_base", "split_missing_head", "split_sum_layout"])
+def test_emulated_group_split_broken_forms_are_caught(broken):
+    """The split check rejects each wrong form on some case of the reduced
+    sweep: K / V of the wrong KV head (slice h % H_KV), every slice from the
+    group's first query head, a slice missing a query head, the partials
+    summed in the wrong layout."""
+    import hopper_bwd_model as hbm
+    assert broken in hbm.SPLIT_BROKEN
+    assert any(not hbm.check_split(case, broken) <= 1e-9 for case in hbm.split_cases(full=False)), broken
+
+
+def test_group_split_rule_and_default():
+    """group_split: the smallest divisor of the group that gives 2 programs
+    per SM, the whole group when none does, 1 for MHA or when the partials
+    do not fit; split_divisor: an explicit S as the largest divisor of the
+    group not above it; off by default (no override: S = 1)."""
+    hbwd = _bwd_module()
+    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT is False
+    mb = 1 << 20
+    # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
+    assert hbwd.group_split(4, 256, 132, mb) == 2
+    assert hbwd.group_split(4, 264, 132, mb) == 1
+    assert hbwd.group_split(8, 100, 132, mb) == 4   # 400 >= 264
+    assert hbwd.group_split(8, 16, 132, mb) == 8    # none reaches 264: the whole group
+    assert hbwd.group_split(6, 50, 132, mb) == 6
+    assert hbwd.group_split(1, 8, 132, mb) == 1
+    assert hbwd.group_split(8, 16, 132, 1 << 29) == 2  # 4 slices of 512 MB do not fit 1 GB
+    assert hbwd.group_split(8, 16, 132, 1 << 31) == 1
+    assert [hbwd.split_divisor(s, 6) for s in (1, 2, 4, 5, 6, 12)] == [1, 2, 3, 3, 6, 6]
+    assert hbwd.split_divisor(4, 1) == 1
+
+
+_FAKE_GROUP_SPLIT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+names = hb._attn_bwd_hopper.arg_names
+for d, overrides in [(128, {"GROUP_SPLIT": 2}), (128, {"GROUP_SPLIT": 4}), (256, {"GROUP_SPLIT": 4}),
+                     (64, {"GROUP_SPLIT": 2, "PERSISTENT": True, "NUM_SMS": 5}), (128, {})]:
+    q = torch.randn(2, 8, 333, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    lse, delta = torch.zeros(2, 8, 333), torch.zeros(2, 8, 333)
+    grads = [torch.zeros_like(t) for t in (q, k, k)]
+    n = len(LAUNCHES)
+    with fake_cuda():
+        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788, **overrides)
+    assert ok, hb._BROKEN
+    main = [l for l in list(LAUNCHES)[n:] if "N_BH" in getattr(l[0].src.fn, "arg_names", ())][-1]
+    launcher, grid, args = main
+    consts = launcher.src.constants
+    tail = args[len(args) - (len(names) - names.index("H_KV")):]
+    # H_KV, N_Q, N_K, GROUP
+    print(d, grid, consts.get((names.index("GROUP_SPLIT"),)), tail[0], tail[3], len(LAUNCHES) - n)
+"""
+
+
+def test_group_split_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: GROUP_SPLIT = 2 / 4 compiles for sm_90
+    through the launcher's JIT path (d = 64, 128, 256; the persistent form
+    too) and launches S times the programs along (batch, KV head), as
+    H_KV * S "KV heads" of G / S query heads, then the two group sums; no
+    override keeps S = 1 (one launch)."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_GROUP_SPLIT, timeout=900).strip().split("\n")
+    # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 2 batches x 2 KV heads, groups of 4.
+    assert lines == ["128 (9, 8, 1) 2 4 2 3",
+                     "128 (9, 16, 1) 4 8 1 3",
+                     "256 (18, 16, 1) 4 8 1 3",
+                     "64 (5, 1, 1) 2 4 2 3",
+                     "128 (9, 4, 1) 1 2 4 1"], lines
+
+
+GROUP_SPLIT_CASES = [
+    # b, hq, hkv, nq, nk, causal ("br" bottom-right, "tl" top-left), layout
+    (2, 8, 2, 1000, 1000, None, "flash"),      # groups of 4, ragged N
+    (2, 8, 2, 333, 1201, "br", "flash"),       # Nq < Nk
+    (1, 16, 2, 515, 515, "br", "padded"),      # groups of 8, NaN past N in every input
+    (2, 8, 1, 700, 130, "br", "flash"),        # MQA, Nq > Nk: 570 rows see no key
+    (1, 4, 1, 777, 777, "tl", "padded"),       # MQA, 4 heads
+    (2, 6, 3, 1, 517, "br", "flash"),          # groups of 2 (S = 4 runs as 2), a single query row
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
+@pytest.mark.parametrize("case", GROUP_SPLIT_CASES, ids=lambda c: "group_split-" + "-".join(map(str, c)))
+def test_group_split_matches_reference(monkeypatch, split, dtype, d, case):
+    """GROUP_SPLIT = 2 / 4 (module doc of kernels/hopper/bwd.py): dq, dk, dv
+    against float64 autograd on NaN-poisoned outputs (_run), and the group
+    sums ran with the expected slice count."""
+    from flashattn_triton.kernels import bwd as portable
+    b, hq, hkv, nq, nk, causal, layout = case
+    sums = []
+    real = portable._sum_group_partials
+
+    def spy(out, part, h_kv, n_split):
+        sums.append((part.shape[1], h_kv, n_split, part.dtype))
+        return real(out, part, h_kv, n_split)
+    monkeypatch.setattr(portable, "_sum_group_partials", spy)
+    if layout == "padded":
+        q, do = _padded(b, hq, nq, d, dtype, 40), _padded(b, hq, nq, d, dtype, 40)
+        k, v = _padded(b, hkv, nk, d, dtype, 40), _padded(b, hkv, nk, d, dtype, 40)
+    else:
+        q, do = _flash_view(b, hq, nq, d, dtype), _flash_view(b, hq, nq, d, dtype)
+        k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, GROUP_SPLIT=split)
+    s = hopper.bwd.split_divisor(split, hq // hkv)
+    assert sums == [(hkv * s, hkv, s, torch.float32)] * 2, sums
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=5), dict(PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True),
+                                     dict(GROUP_SPLIT=0), dict(NUM_STAGES=3)],
+                         ids=lambda v: "group_split-" + ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
+@pytest.mark.parametrize("causal", [None, "br"])
+def test_group_split_variants(variant, d, causal):
+    """GROUP_SPLIT with the persistent form (several work tiles per program,
+    slices of one group in different programs), the rule (GROUP_SPLIT=0)
+    and a deeper ring."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    over = dict(dict(GROUP_SPLIT=4), **variant)
+    if hbwd.smem_bytes(d, **hbwd.kernel_meta(d, causal is not None, over, unverified=True)) > hbwd.SMEM_LIMIT:
+        pytest.skip("does not fit in shared memory")
+    q, do = (_flash_view(2, 8, 777, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1500, d, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, 0.09, None if causal is None else 1500 - 777, **over)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("causal", [False, True])
+def test_group_split_window_and_dropout_agree(d, causal):
+    """A window and dropout (the same Philox keep mask: the counters follow
+    the true query head) with GROUP_SPLIT = 4 give the gradients of the
+    unsplit kernel up to float32 summation order."""
+    torch.manual_seed(0)
+    b, hq, hkv, nq, nk = 2, 8, 2, 600, 900
+    q, do = (_flash_view(b, hq, nq, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(b, hkv, nk, d, torch.bfloat16) for _ in range(2))
+    shift = nk - nq if causal else None
+    o = torch.empty_like(q)
+    lse = torch.empty((b, hq, nq), device="cuda")
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)
+    delta = (do.float() * o.float()).sum(-1).contiguous()
+    seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
+    for kw in (dict(window=(200, nk - nq)), dict(dropout=(seed, 0.2, 7))):
+        outs = []
+        for over in ({}, dict(GROUP_SPLIT=4)):
+            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, shift,
+                                                    UNVERIFIED=True, **kw, **over)
+            assert took, (kw, over, hopper.bwd._BROKEN)
+            outs.append(grads)
+        for name, g, r in zip(("dq", "dk", "dv"), *outs):
+            assert not g.isnan().any(), name
+            err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+            assert err <= 2e-2, (kw.keys(), name, err)

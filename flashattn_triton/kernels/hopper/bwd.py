@@ -58,6 +58,17 @@ producer load the next tile's K and V, after first queueing that tile's
 first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
 overlap the next tile's loads, and the prologue is paid once per program.
 
+``GROUP_SPLIT`` = S > 1 (GQA; off by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
+each KV head's group of G query heads into S slices of G / S heads, one
+program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
+(slice h reads K and V of head h // S) with groups of G / S query heads
+(slice h's are h * G / S + g, the query heads of its KV head), and writes
+float32 partial dK / dV of shape (B, H_KV * S, N_K, d); the portable
+backward's group-sum kernel (kernels/bwd.py _sum_group_partials) adds each
+group's S slices into dk, dv.  S = 1 is the kernel without the split
+(GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
+and the persistent form take it.
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -156,10 +167,13 @@ def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift, window_lo,
 
 @gluon.jit
 def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n,
-                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
+                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, GROUP_SPLIT: gl.constexpr = 1):
     """K and V of the key block [start_n, + BLOCK_N) into their buffers, one
-    expect-tx arrival on kv_ready for both."""
+    expect-tx arrival on kv_ready for both.  With GROUP_SPLIT > 1, off_hkv
+    is a slice of a KV head's group (KV head off_hkv // GROUP_SPLIT)."""
     kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    if GROUP_SPLIT > 1:
+        off_hkv = off_hkv // GROUP_SPLIT
     mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
                                     k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
@@ -208,7 +222,7 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
                               window_lo,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                               NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                              HAS_WINDOW: gl.constexpr):
+                              HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr):
     """Producer partition of the persistent form: per work tile the first
     NUM_STAGES query tiles (their slots are freed by the previous work
     tile's steps), then K and V once the consumers released the previous
@@ -229,7 +243,8 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
         mbarrier.wait(kv_empty, (i & 1) ^ 1)
-        _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+        _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
+                       GROUP_SPLIT)
         for j in range(n_first, total):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
@@ -243,11 +258,12 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
                    off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                    stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                   NUM_STAGES: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, GROUP_SPLIT: gl.constexpr):
     """Producer partition (1 warp): K and V once, then Q, dO and the rows'
     statistics of query tiles [m_lo, m_hi) of every query head of the group
-    (_load_qdo)."""
-    _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+    (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice)."""
+    _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
+                   GROUP_SPLIT)
     it = 0
     for g in range(GROUP):
         for mb in range(m_lo, m_hi):
@@ -490,7 +506,7 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift, window_lo,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
-                       HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                       HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr):
     """The producer partition of either form."""
     if PERSISTENT:
         _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
@@ -498,12 +514,12 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                                   n_mb, GROUP, H_KV, n_kb, n_bh,
                                   stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                                   window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST,
-                                  HAS_WINDOW)
+                                  HAS_WINDOW, GROUP_SPLIT)
     else:
         _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                        kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT)
 
 
 @gluon.jit
@@ -521,12 +537,12 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
     Query tiles [m_lo, m_hi) of every head of the group (m_hi = n_mb
-    without a window).  it: ring steps before this block; returns it after
+    without a window; with GROUP_SPLIT > 1 off_hkv and GROUP are the
+    program's slice of a group, DK / DV its float32 partials).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
     longer read.  drop: the kernel's dropout arguments (HAS_DROPOUT only)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
-    dtype: gl.constexpr = q_bufs.dtype
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     v_c = v_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
@@ -633,8 +649,9 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         + rows64 * stride_dkn + gl.expand_dims(dcols, 0)
     dv_ptrs = DV + off_b.to(gl.int64) * stride_dvz + off_hkv.to(gl.int64) * stride_dvh \
         + rows64 * stride_dvn + gl.expand_dims(dcols, 0)
-    gl.store(dk_ptrs, dk.to(dtype), mask=keep)
-    gl.store(dv_ptrs, dv.to(dtype), mask=keep)
+    # (float32 partials of a group slice with GROUP_SPLIT > 1, else q's dtype)
+    gl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=keep)
+    gl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=keep)
     return it
 
 
@@ -707,6 +724,7 @@ def _attn_bwd_hopper(
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
+    GROUP_SPLIT: gl.constexpr = 1,
 ):
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
@@ -822,7 +840,7 @@ def _attn_bwd_hopper(
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                               stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                               window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
-                              HAS_WINDOW)),
+                              HAS_WINDOW, GROUP_SPLIT)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -886,6 +904,13 @@ SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # (session 11 call 1: 0.70-1.02x the default, docs/hopper.md); the overrides NUM_SMS (grid
 # size, not a kernel parameter) and PERSISTENT=True select it.
 PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
+# GROUP_SPLIT (module doc): a GQA group's query heads over S programs, float32
+# partial dK / dV per slice, summed per group after the kernel.  Off by
+# default (not yet timed on a GPU: benchmarks/gpu_next_gqa_split.sh): then S
+# = 1 unless the overrides set GROUP_SPLIT = S (the largest divisor of the
+# group not above S; 0: the rule of group_split).  True: group_split's S.
+HOPPER_BWD_GROUP_SPLIT_DEFAULT = False
+GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -942,6 +967,26 @@ def sm_count(device) -> int:
     """Streaming multiprocessors of a CUDA device (132 on an H200), cached."""
     device = torch.device(device)
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def group_split(group: int, n_programs: int, sms: int, part_bytes: int) -> int:
+    """Slices S of each KV head's query-head group: the smallest divisor of
+    group with n_programs * S >= GROUP_SPLIT_WAVES * sms (n_programs: key
+    blocks x batch x KV heads, the grid without a split), group if none
+    reaches it; at most the largest divisor whose float32 partials (S x
+    part_bytes) fit the portable backward's GROUP_SPLIT_BYTES."""
+    from ..bwd import GROUP_SPLIT_BYTES
+    fits = [s for s in range(1, group + 1) if group % s == 0 and (s == 1 or s * part_bytes <= GROUP_SPLIT_BYTES)]
+    for s in fits:
+        if n_programs * s >= GROUP_SPLIT_WAVES * sms:
+            return s
+    return fits[-1]
+
+
+def split_divisor(request: int, group: int) -> int:
+    """An explicit GROUP_SPLIT = S: the largest divisor of group not above S
+    (1 for MHA, so one override serves GQA and MHA rows alike)."""
+    return max(s for s in range(1, min(int(request), group) + 1) if group % s == 0)
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
@@ -1005,8 +1050,10 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     (docs/hopper.md, "Dropout").  dq, dk, dv are written in
     place (dq through a float32 buffer).  Returns False, having written
     nothing, when the case is not supported.  ``overrides`` replace CONFIGS
-    entries (benchmarks, tests); UNVERIFIED=True also takes the head dims of
-    CONFIGS_UNVERIFIED.
+    entries (benchmarks, tests); GROUP_SPLIT=S among them splits each GQA
+    group over S programs (module doc; 0: group_split's rule, the default
+    when HOPPER_BWD_GROUP_SPLIT_DEFAULT).  UNVERIFIED=True also takes the
+    head dims of CONFIGS_UNVERIFIED.
     """
     reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, UNVERIFIED)
     if reason:
@@ -1022,6 +1069,20 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         return False  # the kernel's int32 row / key sums with window_lo
     meta = kernel_meta(d, causal, overrides, UNVERIFIED, windowed, dropout is not None)
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
+    n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
+    group = h_q // h_kv
+    # GROUP_SPLIT: no override follows HOPPER_BWD_GROUP_SPLIT_DEFAULT, 0 is
+    # group_split's rule, S >= 1 split_divisor's.
+    request = meta.pop("GROUP_SPLIT", None)
+    if request is None:
+        request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT else 1
+    if request == 0 and group > 1:
+        # (a compile-only call, on meta tensors: the device it compiles for)
+        sms = sm_count(fastlaunch.compile_only_device() if q.is_meta else q.device)
+        split = group_split(group, n_blocks * batch * h_kv, sms, batch * h_kv * n_k * d * 8)
+    else:
+        split = split_divisor(request, group)
+    meta["GROUP_SPLIT"] = split
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return False
     key = (q.dtype, d, causal, tuple(sorted(meta.items())))
@@ -1035,25 +1096,34 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
     dq_acc = torch.zeros((batch, h_q, n_q, d), dtype=torch.float32, device=q.device)
+    if split > 1:
+        # Slice h of (B, H_KV * split) holds the partials of query heads
+        # [h * group / split, + group / split): every row below N_K is written.
+        dk_out, dv_out = (torch.empty((batch, h_kv * split, n_k, d), dtype=torch.float32, device=q.device)
+                          for _ in range(2))
+    else:
+        dk_out, dv_out = dk, dv
 
     def desc(t, block, layout):
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
     args = (desc(q, q_block, q_layout), desc(k, kv_block, kv_layout), desc(v, kv_block, kv_layout),
-            desc(do, q_block, q_layout), desc(dq_acc, dq_block, dq_layout), lse, delta, dk, dv,
+            desc(do, q_block, q_layout), desc(dq_acc, dq_block, dq_layout), lse, delta, dk_out, dv_out,
             lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            h_kv, n_q, n_k, h_q // h_kv,
-            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv, window_lo,
-            *dropout_args(dropout, n_q, n_k, lse))
-    n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
+            dk_out.stride(0), dk_out.stride(1), dk_out.stride(2), dv_out.stride(0), dv_out.stride(1),
+            dv_out.stride(2),
+            # a split runs as H_KV * split KV heads of group / split query heads
+            h_kv * split, n_q, n_k, group // split,
+            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv * split,
+            window_lo, *dropout_args(dropout, n_q, n_k, lse))
+    n_bh = batch * h_kv * split
     if meta["PERSISTENT"]:
-        if n_blocks * batch * h_kv >= 2 ** 31:
+        if n_blocks * n_bh >= 2 ** 31:
             return False
         # (a compile-only call, on meta tensors, launches nothing)
-        grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * batch * h_kv),)
+        grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * n_bh),)
     else:
-        grid = (batch * h_kv, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, batch * h_kv)
+        grid = (n_bh, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, n_bh)
         if grid[1] > 65535:
             return False
     kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
@@ -1066,6 +1136,11 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             raise
         _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
+    if split > 1 and not q.is_meta:  # (a compile-only call has nothing to sum)
+        from ..bwd import _sum_group_partials
+        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
+            _sum_group_partials(dk, dk_out, h_kv, split)
+            _sum_group_partials(dv, dv_out, h_kv, split)
     dq.copy_(dq_acc)
     return True
 
@@ -1084,4 +1159,5 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
-           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE"]
+           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE",
+           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "group_split", "split_divisor"]
