@@ -7,6 +7,9 @@
     python benchmarks/profile_host.py --device cpu --no-launch --compare-plans
                                   # the Python host path alone (launches do nothing),
                                   # with and without the call plans
+    python benchmarks/profile_host.py --device cpu --backward --backends hopper,portable
+                                  # forward + backward calls (torch.autograd.grad),
+                                  # Hopper backward (stand-in on CPU) vs the portable one
 
 The call is the overhead benchmark's tiny shape (B=1, H=8, N=128, d=64,
 fp16, causal), whose GPU work is a few microseconds, so the wall time of
@@ -129,6 +132,16 @@ TREE = [
 ]
 
 
+# The backward of a fwd + bwd call (--backward), after the forward's sections:
+TREE_BWD = [
+    (1, "ops backward (autograd Function)"), (2, "ops._attention_bwd_impl"),
+    (3, "bwd.attention_backward (host code)"), (4, "launch: bwd_preprocess"),
+    (4, "hopper backward (host + launch)"), (5, "hopper bwd: unsupported_reason"),
+    (5, "hopper bwd: kernel_meta"), (5, "launch: hopper_bwd"), (6, "launch: direct (C entry)"),
+    (4, "launch: bwd_dkdv"), (4, "launch: bwd_dq"),
+]
+
+
 def instrument(p: Patcher, kernels, planned: bool = False):
     """Wrap the sections with timers (what exists in this version of the code).
     planned: leave the op layer's dispatch functions as they are, which a
@@ -165,6 +178,9 @@ def instrument(p: Patcher, kernels, planned: bool = False):
     wrap("dispatch: use_hopper_forward", ops, "use_hopper_forward")
     wrap("ops._kernel_mods", ops, "_kernel_mods")
     wrap("ops._setup_context", ops, "_setup_context")
+    if hasattr(ops, "_EagerAttention"):
+        p.wrap("ops backward (autograd Function)", ops._EagerAttention, "backward", static=True)
+    wrap("ops._attention_bwd_impl", ops, "_attention_bwd_impl")
     wrap("fwd.attention_forward (host code)", fwd, "attention_forward")
     wrap("Launcher.__call__", launch.Launcher, "__call__")
     wrap("Launcher.config", launch.Launcher, "config")
@@ -175,6 +191,7 @@ def instrument(p: Patcher, kernels, planned: bool = False):
             holder.load()
         wrap("fwd.attention_forward (host code)", holder, "forward")
         wrap("hopper forward (host + launch)", holder, "hopper_forward")
+        wrap("bwd.attention_backward (host code)", holder, "backward")
     try:
         from flashattn_triton.kernels import hopper
         if hopper.AVAILABLE:
@@ -184,6 +201,10 @@ def instrument(p: Patcher, kernels, planned: bool = False):
             wrap("hopper: signature", hfwd, "_signature")
             wrap("hopper: unsupported_reason", hfwd, "unsupported_reason")
             wrap("hopper: TensorDescriptor", hfwd, "_descriptor" if hasattr(hfwd, "_descriptor") else "TensorDescriptor")
+            from flashattn_triton.kernels.hopper import bwd as hbwd
+            wrap("hopper backward (host + launch)", hopper, "hopper_attention_backward")
+            wrap("hopper bwd: unsupported_reason", hbwd, "unsupported_reason")
+            wrap("hopper bwd: kernel_meta", hbwd, "kernel_meta")
     except ImportError:
         pass
     try:
@@ -269,6 +290,26 @@ def cpu_emulation(p: Patcher):
                 p.set(hfwd, "unsupported_reason", reason)
                 p.set(hfwd, "sm_count", lambda device: 132)  # the persistent / dynamic grids' size
                 p.set(ops, "use_hopper_forward", use_hopper)
+
+                # The Hopper backward (--backward): its checks see q on a CUDA
+                # device of capability 9.0, the dispatch takes it on the Hopper tier.
+                from flashattn_triton.kernels.hopper import bwd as hbwd
+                real_bwd_reason = hbwd.unsupported_reason
+
+                class OnCudaDevice(OnCuda):
+                    is_meta = False
+                    device = torch.device("cuda", 0)
+
+                def bwd_reason(do, q, *rest, **kw):
+                    return real_bwd_reason(do, OnCudaDevice(q), *rest, **kw)
+
+                def use_hopper_bwd(device, window, deterministic, seqlen=1 << 30, head_dim=128):
+                    return (_dispatch.backend() != "portable" and not deterministic
+                            and window[0] < 0 and window[1] in (-1, 0))
+
+                p.set(hbwd, "unsupported_reason", bwd_reason)
+                p.set(hbwd, "sm_count", lambda device: 132)
+                p.set(ops, "use_hopper_backward", use_hopper_bwd)
         except ImportError:
             pass
         yield
@@ -303,7 +344,7 @@ def _per_call_us(fn, n, repeats=None, sync=None):
     return _STAT(times)
 
 
-def calls(device):
+def calls(device, backward: bool = False):
     import torch
     import torch.nn.functional as F
     import flashattn_triton as fat
@@ -311,6 +352,18 @@ def calls(device):
     q, k, v = (torch.randn(s["B"], s["N"], s["H"], s["D"], device=device, dtype=torch.float16)
                for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    if backward:  # forward + backward (the gradients returned, not accumulated)
+        g = torch.randn_like(q)
+        out = {
+            "flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
+            "flash_attn_func fwd + bwd": lambda: torch.autograd.grad(
+                fat.flash_attn_func(qg, kg, vg, causal=True), (qg, kg, vg), g),
+        }
+        if device == "cuda":
+            out["torch SDPA fwd + bwd"] = lambda: torch.autograd.grad(F.scaled_dot_product_attention(
+                qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True),
+                (qg, kg, vg), g.transpose(1, 2))
+        return out
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     out = {
         "flash_attn_func": lambda: fat.flash_attn_func(q, k, v, causal=True),
@@ -324,15 +377,17 @@ def calls(device):
     return out
 
 
-def profile(device: str, n_calls: int, backends, compare_plans: bool = False):
+def profile(device: str, n_calls: int, backends, compare_plans: bool = False, backward: bool = False):
     import torch
     from flashattn_triton.kernels import bwd, fwd
-    kernels = {"fwd": fwd._attn_fwd, "bwd_preprocess": bwd._bwd_preprocess}
+    kernels = {"fwd": fwd._attn_fwd, "bwd_preprocess": bwd._bwd_preprocess, "bwd_dkdv": bwd._bwd_dkdv,
+               "bwd_dq": bwd._bwd_dq}
     try:
         from flashattn_triton.kernels import hopper
         if hopper.AVAILABLE:
-            from flashattn_triton.kernels.hopper import fwd as hfwd
+            from flashattn_triton.kernels.hopper import bwd as hbwd, fwd as hfwd
             kernels["hopper"] = hfwd._attn_fwd_hopper
+            kernels["hopper_bwd"] = hbwd._attn_bwd_hopper
     except ImportError:
         pass
     from flashattn_triton import ops
@@ -345,7 +400,7 @@ def profile(device: str, n_calls: int, backends, compare_plans: bool = False):
         os.environ["FLASHATTN_TRITON_BACKEND"] = backend
         if hasattr(ops, "PLANS_ENABLED"):
             ops.PLANS_ENABLED = plans
-        for name, fn in calls(device).items():
+        for name, fn in calls(device, backward).items():
             if name.startswith("torch") and (backend != backends[0] or not plans):
                 continue
             label = name if name.startswith("torch") else f"{name} [{backend}{'' if plans else ', plans off'}]"
@@ -665,7 +720,7 @@ def render(results, launch_res, env) -> str:
                      + (f", {r['instrumented_us']:.1f} instrumented" if "instrumented_us" in r else ""))
         if r["sections"]:
             lines += ["", "| section | us/call | calls/call |", "|---|---|---|"]
-            tree = TREE_PLANNED if "api: planned call" in r["sections"] else TREE
+            tree = (TREE_PLANNED if "api: planned call" in r["sections"] else TREE) + TREE_BWD
             for depth, name in _placed(tree[1:], r["sections"]):
                 lines.append(f"| {'&nbsp;&nbsp;' * (depth - 1)}{name} | {r['sections'][name]:.1f} | "
                              f"{r['section_calls'][name]:.0f} |")
@@ -693,6 +748,15 @@ def main():
     ap.add_argument("--compare-plans", action="store_true",
                     help="also profile every entry with the call plans off (ops.PLANS_ENABLED = False: "
                          "validation, dispatch and the launch fast path on every call)")
+    ap.add_argument("--backward", action="store_true",
+                    help="profile forward + backward calls (torch.autograd.grad of flash_attn_func with "
+                         "grad-requiring inputs) and the forward alone with grad; with --backends "
+                         "hopper,portable the Hopper backward (on CPU: its host code on the fake driver) "
+                         "against the portable one")
+    ap.add_argument("--seqlen", type=int, default=SHAPE["N"],
+                    help=f"sequence length N of the calls (default {SHAPE['N']}; on CPU a smaller one keeps the "
+                         "tensor operations that stand in for GPU work, e.g. the backward's float32 dQ "
+                         "buffer, from hiding the host time)")
     ap.add_argument("--check", action="store_true",
                     help="only check that the call plans and the launch fast path launch what the full "
                          "path and Triton's launch do "
@@ -710,6 +774,10 @@ def main():
     if args.device == "cpu":
         global _perf_ns
         _perf_ns = time.thread_time_ns
+        # CPU tensor operations stand in for the GPU's allocations and small
+        # kernels: one thread, as OpenMP's start-up per operation on a shared
+        # 2-core machine measured 12 ms for a 256 KB torch.zeros (0.2 ms on one).
+        torch.set_num_threads(1)
     p = Patcher()
     if args.check:
         with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
@@ -719,6 +787,7 @@ def main():
                 p.restore()
         sys.exit(1 if failures else 0)
     global _STAT, _REPEATS
+    SHAPE["N"] = args.seqlen
     _STAT = min if args.stat == "min" else statistics.median
     _REPEATS = args.repeats
     if args.no_launch:
@@ -727,7 +796,7 @@ def main():
         fake_cuda.RECORD = False
     with (cpu_emulation(p) if args.device == "cpu" else contextlib.nullcontext()):
         try:
-            results = profile(args.device, args.calls, backends, args.compare_plans)
+            results = profile(args.device, args.calls, backends, args.compare_plans, args.backward)
             launch_res = launch_only(args.device, args.calls)
         finally:
             p.restore()

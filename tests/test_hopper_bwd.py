@@ -401,6 +401,47 @@ def test_window_launch_on_a_fake_driver():
                      "128 (9, 4, 1) False 0"], lines
 
 
+_FAKE_REPEAT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels import fastlaunch
+from flashattn_triton.kernels.hopper import bwd as hb
+checks, metas, jit = [], [], []
+hb.unsupported_reason = lambda *a: checks.append(1) or ""   # CPU tensors stand for CUDA ones
+real_meta = hb.kernel_meta
+hb.kernel_meta = lambda *a, **kw: metas.append(1) or real_meta(*a, **kw)
+run = fastlaunch.fast_run(hb._attn_bwd_hopper)
+real_jit = run.jit_run
+run.jit_run = lambda *a, **kw: jit.append(1) or real_jit(*a, **kw)
+k = torch.randn(2, 2, 1121, 128).to(torch.bfloat16)
+lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+seen = []
+with fake_cuda():
+    for i in range(4):
+        q = torch.randn(2, 4, 333, 128).to(torch.bfloat16)  # new addresses every call
+        grads = [torch.zeros_like(t) for t in (q, k, k)]
+        assert hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788, (100, 788)), \
+            hb._BROKEN
+        launcher, grid, args = LAUNCHES[-1]
+        seen.append((id(launcher), grid, q.data_ptr() in args[0][1]))
+print(len(checks), len(metas), len(jit), run.n_entries, len(hb._PLANS))
+print(len({s[:2] for s in seen}), all(s[2] for s in seen))
+"""
+
+
+def test_repeated_backward_reuses_its_plan_on_a_fake_driver():
+    """Triton 3.6 without a GPU: repeated Hopper backward calls of one
+    signature (other tensors each call) check the case,
+    choose the meta-parameters and take Triton's launch path once; later
+    calls launch the same compiled kernel on the same grid through the
+    launch fast path, with descriptors of the new tensors' addresses."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_REPEAT, timeout=900).strip().split("\n")
+    assert lines == ["1 1 1 1 1", "1 True"], lines
+
+
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
     """(B, H, N, d) view of (B, H, N + pad, d) storage whose rows past N hold fill."""
     t = torch.full((b, h, n + pad, d), fill, device="cuda", dtype=dtype)
@@ -1064,3 +1105,46 @@ def test_group_split_window_and_dropout_agree(d, causal):
             assert not g.isnan().any(), name
             err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
             assert err <= 2e-2, (kw.keys(), name, err)
+
+
+@needs_hopper
+@pytest.mark.parametrize("n_k", [128, 1234])
+def test_repeated_backward_matches_the_first(monkeypatch, n_k):
+    """A repeated flash_attn_func backward (the Hopper backward's per-signature
+    plan, descriptors of new tensors) gives the first call's gradients: bit
+    for bit with one key block (each dQ element gets one add, no ordering
+    left to the atomics), else dK and dV bit for bit and dQ within the
+    float32 add order's rounding."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # every length
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
+    calls = []
+    real = hbwd.hopper_attention_backward
+
+    def spy(*a, **kw):
+        calls.append(real(*a, **kw))
+        return calls[-1]
+    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
+    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    hbwd._PLANS.clear()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    base = [torch.randn(2, n, h, 128, device="cuda", generator=gen).to(torch.bfloat16)
+            for n, h in ((300, 4), (n_k, 2), (n_k, 2), (300, 4))]
+
+    def grads():
+        q, k, v = (t.clone().requires_grad_() for t in base[:3])  # new tensors (addresses) each call
+        out = flash_attn_func(q, k, v, causal=True)
+        return torch.autograd.grad(out, (q, k, v), base[3].clone())
+
+    first = grads()
+    assert len(hbwd._PLANS) == 1
+    for _ in range(3):
+        again = grads()
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            if name == "dq" and n_k > 128:
+                torch.testing.assert_close(b.float(), a.float(), rtol=2 ** -7, atol=1e-3)
+            else:
+                assert torch.equal(a, b), f"{name}: a repeated backward differs from the first"
+    assert calls == [True] * 4, calls
+    assert len(hbwd._PLANS) == 1, "a repeated call must reuse its signature's plan"

@@ -694,18 +694,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         lse_strides = (lse.stride(0), lse.stride(1))
         rng_rows = n_q
     left, right = window
-    d_pad, dv_pad = head_dim_pad(d), head_dim_pad(d_v)
-    bucket = seq_bucket(max(n_q, n_k))
-    key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen), dv_pad)
-    scalars = (sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars())
-    meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
-                HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
-                SPLIT_QK=use_split_qk(d, d_pad),
-                IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
-                **mods.switches(q, with_sinks=False),
-                DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
-    alibi, _, bias, seed = mods.pointers(lse)
-
+    dv_pad = head_dim_pad(d_v)
     hopper = (hopper and not varlen and dbias is None and (mods is NO_MODS or _dropout_only(mods))
               and right in (None, 0))
     if delta is None:
@@ -728,6 +717,18 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                                      dropout=(mods.seed, mods.dropout_p, mods.philox_offset) if mods.dropout
                                      else None):
             return delta
+    # The portable kernels' set-up (after the Hopper backward, which needs none of it).
+    d_pad = head_dim_pad(d)
+    bucket = seq_bucket(max(n_q, n_k))
+    key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen), dv_pad)
+    scalars = (sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars())
+    meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
+                HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
+                SPLIT_QK=use_split_qk(d, d_pad),
+                IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
+                **mods.switches(q, with_sinks=False),
+                DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
+    alibi, _, bias, seed = mods.pointers(lse)
     group = h_q // h_kv
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \
         if split_group else 1

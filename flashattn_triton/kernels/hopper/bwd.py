@@ -92,7 +92,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first
-from .fwd import dropout_args, lower_diagonal
+from .fwd import _descriptor, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -1054,20 +1054,69 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     group over S programs (module doc; 0: group_split's rule, the default
     when HOPPER_BWD_GROUP_SPLIT_DEFAULT).  UNVERIFIED=True also takes the
     head dims of CONFIGS_UNVERIFIED.
+
+    The checks and the launch set-up (kernel_meta, the decline decision, the
+    descriptors' blocks and layouts, the grid) are made once per signature
+    (_bwd_signature: shapes, strides, dtypes, device, alignment, causal,
+    windowed, dropout, unverified) and reused by later calls, which build the
+    five descriptors from the plan and launch through the launch fast path
+    (kernels/fastlaunch.py: the same layout objects give the same launch
+    key).  Calls with overrides, and the prefetch's meta tensors, make a
+    plan of their own each time.
     """
-    reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, UNVERIFIED)
-    if reason:
+    if not sm_scale > 0:
         return False
-    batch, h_q, n_q, d = q.shape
-    if dropout is not None and d in DROPOUT_DECLINE:
-        return False
-    h_kv, n_k = k.shape[1], k.shape[2]
     causal = causal_shift is not None
     windowed = window is not None
-    window_lo = lower_diagonal(window, n_q, n_k)  # in [-n_q, n_k]; 0 without a window
+    dropped = dropout is not None
+    unverified = bool(UNVERIFIED) or os.environ.get(UNVERIFIED_ENV) == "1"
+    if overrides or q.is_meta:
+        plan = _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified,
+                          overrides)
+    else:
+        sig = _bwd_signature(do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, dropped, unverified)
+        plan = _PLANS.get(sig)
+        if plan is None:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            plan = _PLANS[sig] = _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed,
+                                            dropped, unverified, overrides)
+    return _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window, dropout)
+
+
+class _Plan:
+    """What the calls of one signature launch (hopper_attention_backward)."""
+
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_numel", "tail", "kwargs",
+                 "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape")
+
+
+_PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
+MAX_PLANS = 1024
+
+
+def _bwd_signature(do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, dropped, unverified) -> tuple:
+    """Everything the checks and the launch set-up read (not the data, the
+    scale, the shifts or the dropout's values)."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), do.shape, do.stride(),
+            lse.shape, lse.stride(), delta.shape, delta.stride(), dq.shape, dk.shape, dk.stride(),
+            dv.shape, dv.stride(), q.dtype, k.dtype, v.dtype, do.dtype, dq.dtype, dk.dtype, dv.dtype,
+            lse.dtype, delta.dtype, q.device, causal, windowed, dropped, unverified,
+            (q.data_ptr() | k.data_ptr() | v.data_ptr() | do.data_ptr()) & 15)
+
+
+def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified, overrides):
+    """A _Plan, or the reason (a string) why this case is declined."""
+    reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified)
+    if reason:
+        return reason
+    batch, h_q, n_q, d = q.shape
+    if dropped and d in DROPOUT_DECLINE:
+        return "dropout declined at this head dim"
+    h_kv, n_k = k.shape[1], k.shape[2]
     if windowed and n_q + n_k >= 2 ** 31 - 1024:
-        return False  # the kernel's int32 row / key sums with window_lo
-    meta = kernel_meta(d, causal, overrides, UNVERIFIED, windowed, dropout is not None)
+        return "window: int32 range"  # the kernel's int32 row / key sums with window_lo
+    meta = kernel_meta(d, causal, overrides, unverified, windowed, dropped)
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     group = h_q // h_kv
@@ -1084,10 +1133,18 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         split = split_divisor(request, group)
     meta["GROUP_SPLIT"] = split
     if smem_bytes(d, **meta) > SMEM_LIMIT:
-        return False
-    key = (q.dtype, d, causal, tuple(sorted(meta.items())))
-    if key in _BROKEN:
-        return False
+        return "shared memory"
+    n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
+    n_bh = batch * h_kv * split
+    if meta["PERSISTENT"]:
+        if n_blocks * n_bh >= 2 ** 31:
+            return "grid"
+        # (a compile-only call, on meta tensors, launches nothing)
+        grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * n_bh),)
+    else:
+        grid = (n_bh, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, n_bh)
+        if grid[1] > 65535:
+            return "grid"
     gdt = _GL_DTYPES[q.dtype]
     q_block = [1, 1, meta["BLOCK_M"], d]
     kv_block = [1, 1, meta["BLOCK_N"], d]
@@ -1095,54 +1152,71 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
-    dq_acc = torch.zeros((batch, h_q, n_q, d), dtype=torch.float32, device=q.device)
+    plan = _Plan()
+    plan.key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    plan.grid = grid
+    plan.acc_shape = (batch, h_q, n_q, d)
+    plan.acc_numel = batch * h_q * n_q * d
+    acc_strides = [h_q * n_q * d, n_q * d, d, 1]  # the float32 dQ buffer: contiguous
+    plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, do)) + (
+        (list(plan.acc_shape), acc_strides),)
+    plan.blocks = (q_block, kv_block, kv_block, q_block, dq_block)
+    plan.layouts = (q_layout, kv_layout, kv_layout, q_layout, dq_layout)
     if split > 1:
-        # Slice h of (B, H_KV * split) holds the partials of query heads
-        # [h * group / split, + group / split): every row below N_K is written.
-        dk_out, dv_out = (torch.empty((batch, h_kv * split, n_k, d), dtype=torch.float32, device=q.device)
-                          for _ in range(2))
+        # Slice h of (B, H_KV * split) holds the float32 partials of query
+        # heads [h * group / split, + group / split), contiguous; every row
+        # below N_K is written (_launch allocates them per call).
+        out_strides = (h_kv * split * n_k * d, n_k * d, d) * 2
+    else:
+        out_strides = (dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2))
+    # a split runs as H_KV * split KV heads of group / split query heads
+    plan.tail = (lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1)) + out_strides + (
+        h_kv * split, n_q, n_k, group // split)
+    plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
+    plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
+    plan.split, plan.h_kv, plan.out_shape = split, h_kv, (batch, h_kv * split, n_k, d)
+    return plan
+
+
+def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window, dropout) -> bool:
+    """Launch a plan (False if it is a decline reason or its build failed);
+    dq gets the float32 buffer's sums."""
+    if plan.__class__ is str or plan.key in _BROKEN:
+        return False
+    window_lo = lower_diagonal(window, plan.n_q, plan.n_k)  # in [-n_q, n_k]; 0 without a window
+    validated = plan.validated
+    # zeroed per call on the current stream (a role of its own in a recording)
+    dq_acc = fastlaunch.zeroed_scratch(plan.acc_numel, torch.float32, q.device)
+    args = tuple(_descriptor(t, dims, block, layout, validated)
+                 for t, dims, block, layout in zip((q, k, v, do, dq_acc), plan.dims, plan.blocks, plan.layouts))
+    if plan.split > 1:
+        dk_out, dv_out = (torch.empty(plan.out_shape, dtype=torch.float32, device=q.device) for _ in range(2))
     else:
         dk_out, dv_out = dk, dv
-
-    def desc(t, block, layout):
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-    args = (desc(q, q_block, q_layout), desc(k, kv_block, kv_layout), desc(v, kv_block, kv_layout),
-            desc(do, q_block, q_layout), desc(dq_acc, dq_block, dq_layout), lse, delta, dk_out, dv_out,
-            lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1),
-            dk_out.stride(0), dk_out.stride(1), dk_out.stride(2), dv_out.stride(0), dv_out.stride(1),
-            dv_out.stride(2),
-            # a split runs as H_KV * split KV heads of group / split query heads
-            h_kv * split, n_q, n_k, group // split,
-            sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, batch * h_kv * split,
-            window_lo, *dropout_args(dropout, n_q, n_k, lse))
-    n_bh = batch * h_kv * split
-    if meta["PERSISTENT"]:
-        if n_blocks * n_bh >= 2 ** 31:
-            return False
-        # (a compile-only call, on meta tensors, launches nothing)
-        grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * n_bh),)
-    else:
-        grid = (n_bh, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, n_bh)
-        if grid[1] > 65535:
-            return False
-    kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    args += (lse, delta, dk_out, dv_out) + plan.tail + (
+        sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
+        *dropout_args(dropout, plan.n_q, plan.n_k, lse))
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
-        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-            _run.launch(args, kwargs, grid)
+        with torch.cuda.device(q.device) if switch else _NO_SWITCH:
+            _run.launch(args, plan.kwargs, plan.grid)
     except LAUNCH_ERRORS as exc:
         if not is_build_failure(exc):
             raise
-        _BROKEN[key] = f"{type(exc).__name__}: {exc}"[:2000]
+        _BROKEN[plan.key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
-    if split > 1 and not q.is_meta:  # (a compile-only call has nothing to sum)
+    plan.validated = True
+    if plan.split > 1 and not q.is_meta:  # (a compile-only call has nothing to sum)
         from ..bwd import _sum_group_partials
-        with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
-            _sum_group_partials(dk, dk_out, h_kv, split)
-            _sum_group_partials(dv, dv_out, h_kv, split)
-    dq.copy_(dq_acc)
+        with torch.cuda.device(q.device) if switch else _NO_SWITCH:
+            _sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
+            _sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
+    dq.copy_(dq_acc.view(plan.acc_shape))
     return True
+
+
+_NO_SWITCH = contextlib.nullcontext()
 
 
 class _JitLaunch:
