@@ -108,12 +108,7 @@ def hopper_forward_window(window) -> bool:
     mask or causal (right -1 or 0), with or without a left bound (left >= 0:
     its window path, docs/hopper.md "Sliding windows"), unless
     FLASHATTN_TRITON_HOPPER_WINDOW=0 (or HOPPER_FWD_WINDOW_DEFAULT "0")."""
-    if window[1] not in (-1, 0):
-        return False
-    if window[0] < 0:
-        return True
-    value = env_value(ENV_HOPPER_WINDOW)
-    return (HOPPER_FWD_WINDOW_DEFAULT if value is None else value) == "1"
+    return _takes_window(window, HOPPER_FWD_WINDOW_DEFAULT)
 
 
 # The Hopper backward's window path (kernels/hopper/bwd.py HAS_WINDOW) when
@@ -131,12 +126,21 @@ def hopper_backward_window(window) -> bool:
     only with FLASHATTN_TRITON_HOPPER_WINDOW=1 (the
     forward's switch; "0" keeps both off), or HOPPER_BWD_WINDOW_DEFAULT "1"
     when it is unset, whatever the forward's default."""
+    return _takes_window(window, HOPPER_BWD_WINDOW_DEFAULT)
+
+
+def _switch(name: str, default: str) -> bool:
+    """An on/off variable: its value, or ``default`` when unset, is "1"."""
+    value = env_value(name)
+    return (default if value is None else value) == "1"
+
+
+def _takes_window(window, default: str) -> bool:
+    """No mask or causal (right -1 or 0) always; a left bound (left >= 0) as
+    FLASHATTN_TRITON_HOPPER_WINDOW says, ``default`` when it is unset."""
     if window[1] not in (-1, 0):
         return False
-    if window[0] < 0:
-        return True
-    value = env_value(ENV_HOPPER_WINDOW)
-    return (HOPPER_BWD_WINDOW_DEFAULT if value is None else value) == "1"
+    return window[0] < 0 or _switch(ENV_HOPPER_WINDOW, default)
 
 
 ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "0": d != dv (d = 192, dv = 128) stays portable
@@ -153,8 +157,7 @@ def hopper_forward_dims(q, v) -> bool:
     (or HOPPER_SPLIT_QK_DEFAULT "0")."""
     if q.shape[-1] == v.shape[-1]:
         return True
-    value = env_value(ENV_HOPPER_SPLIT_QK)
-    return (HOPPER_SPLIT_QK_DEFAULT if value is None else value) == "1"
+    return _switch(ENV_HOPPER_SPLIT_QK, HOPPER_SPLIT_QK_DEFAULT)
 
 
 ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1": dropout may take the Hopper tier (opt-in)

@@ -512,12 +512,7 @@ def _d_id(d):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_matches_reference(dtype, d, case):
     b, hq, hkv, nq, nk, causal, layout = case
-    if layout == "padded":
-        q, do = _padded(b, hq, nq, d, dtype, 40), _padded(b, hq, nq, d, dtype, 40)
-        k, v = _padded(b, hkv, nk, d, dtype, 40), _padded(b, hkv, nk, d, dtype, 40)
-    else:
-        q, do = _flash_view(b, hq, nq, d, dtype), _flash_view(b, hq, nq, d, dtype)
-        k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift)
 
@@ -806,7 +801,8 @@ def _window_check(q, k, v, do, scale, shift, window, pad=0, **overrides):
     return got
 
 
-def _window_inputs(b, hq, hkv, nq, nk, d, dtype, layout):
+def _inputs(b, hq, hkv, nq, nk, d, dtype, layout):
+    """q, k, v, dO of a case: NaN rows past N ("padded") or flash_attn_func's layout (_flash_view)."""
     if layout == "padded":
         q, do = _padded(b, hq, nq, d, dtype, 40), _padded(b, hq, nq, d, dtype, 40)
         k, v = _padded(b, hkv, nk, d, dtype, 40), _padded(b, hkv, nk, d, dtype, 40)
@@ -826,7 +822,7 @@ def test_window_matches_reference(dtype, d, case):
     NaN-poisoned outputs (padded layout: with sentinels past N); keys that
     no row sees get dK = dV = 0, rows that see no key dQ = 0."""
     b, hq, hkv, nq, nk, causal, left, layout = case
-    q, k, v, do = _window_inputs(b, hq, hkv, nq, nk, d, dtype, layout)
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
     shift, window = window_shifts(case)
     _window_check(q, k, v, do, d ** -0.5, shift, window, pad=40 if layout == "padded" else 0)
 
