@@ -294,6 +294,7 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import bwd as hb
 real_reason = hb.unsupported_reason
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 q = torch.randn(2, 4, 333, 256).to(torch.bfloat16)
 k = torch.randn(2, 2, 1121, 256).to(torch.bfloat16)
 lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
@@ -326,6 +327,7 @@ sys.path.insert(0, sys.argv[1])
 from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import bwd as hb
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 names = hb._attn_bwd_hopper.arg_names
 for d in (64, 128, 256):
     q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
@@ -364,6 +366,7 @@ sys.path.insert(0, sys.argv[1])
 from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import bwd as hb
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 names = hb._attn_bwd_hopper.arg_names
 for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (10 ** 9, 788), {}),
                                      (256, True, (0, 5000), {"PERSISTENT": True, "NUM_SMS": 5}),
@@ -409,6 +412,7 @@ from flashattn_triton.kernels import fastlaunch
 from flashattn_triton.kernels.hopper import bwd as hb
 checks, metas, jit = [], [], []
 hb.unsupported_reason = lambda *a: checks.append(1) or ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 real_meta = hb.kernel_meta
 hb.kernel_meta = lambda *a, **kw: metas.append(1) or real_meta(*a, **kw)
 run = fastlaunch.fast_run(hb._attn_bwd_hopper)
@@ -952,9 +956,9 @@ def test_group_split_rule_and_default():
     """group_split: the smallest divisor of the group that gives 2 programs
     per SM, the whole group when none does, 1 for MHA or when the partials
     do not fit; split_divisor: an explicit S as the largest divisor of the
-    group not above it; off by default (no override: S = 1)."""
+    group not above it; by default the rule for causal calls, S = 1 otherwise."""
     hbwd = _bwd_module()
-    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT is False
+    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: True}
     mb = 1 << 20
     # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
     assert hbwd.group_split(4, 256, 132, mb) == 2
@@ -976,15 +980,17 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import bwd as hb
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
 names = hb._attn_bwd_hopper.arg_names
-for d, overrides in [(128, {"GROUP_SPLIT": 2}), (128, {"GROUP_SPLIT": 4}), (256, {"GROUP_SPLIT": 4}),
-                     (64, {"GROUP_SPLIT": 2, "PERSISTENT": True, "NUM_SMS": 5}), (128, {})]:
+for d, overrides, shift in [(128, {"GROUP_SPLIT": 2}, 788), (128, {"GROUP_SPLIT": 4}, 788),
+                            (256, {"GROUP_SPLIT": 4}, 788),
+                            (64, {"GROUP_SPLIT": 2, "PERSISTENT": True, "NUM_SMS": 5}, 788),
+                            (128, {}, 788), (128, {}, None)]:
     q = torch.randn(2, 8, 333, d).to(torch.bfloat16)
     k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
     lse, delta = torch.zeros(2, 8, 333), torch.zeros(2, 8, 333)
     grads = [torch.zeros_like(t) for t in (q, k, k)]
     n = len(LAUNCHES)
     with fake_cuda():
-        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788, **overrides)
+        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, shift, **overrides)
     assert ok, hb._BROKEN
     main = [l for l in list(LAUNCHES)[n:] if "N_BH" in getattr(l[0].src.fn, "arg_names", ())][-1]
     launcher, grid, args = main
@@ -999,8 +1005,9 @@ def test_group_split_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: GROUP_SPLIT = 2 / 4 compiles for sm_90
     through the launcher's JIT path (d = 64, 128, 256; the persistent form
     too) and launches S times the programs along (batch, KV head), as
-    H_KV * S "KV heads" of G / S query heads, then the two group sums; no
-    override keeps S = 1 (one launch)."""
+    H_KV * S "KV heads" of G / S query heads, then the two group sums.  No
+    override: causal takes group_split's S (36 programs for 132 SMs: the
+    whole group of 4), not causal S = 1 (one launch)."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     lines = fake_launch(_FAKE_GROUP_SPLIT, timeout=900).strip().split("\n")
@@ -1009,6 +1016,7 @@ def test_group_split_launch_on_a_fake_driver():
                      "128 (9, 16, 1) 4 8 1 3",
                      "256 (18, 16, 1) 4 8 1 3",
                      "64 (5, 1, 1) 2 4 2 3",
+                     "128 (9, 16, 1) 4 8 1 3",
                      "128 (9, 4, 1) 1 2 4 1"], lines
 
 
@@ -1091,7 +1099,7 @@ def test_group_split_window_and_dropout_agree(d, causal):
     seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
     for kw in (dict(window=(200, nk - nq)), dict(dropout=(seed, 0.2, 7))):
         outs = []
-        for over in ({}, dict(GROUP_SPLIT=4)):
+        for over in (dict(GROUP_SPLIT=1), dict(GROUP_SPLIT=4)):
             grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
             took = hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, shift,
                                                     UNVERIFIED=True, **kw, **over)

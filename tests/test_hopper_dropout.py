@@ -227,6 +227,7 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import fwd as hf, bwd as hb
 hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
 hb.unsupported_reason = lambda *a: ""
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 hf.sm_count = lambda device: 132
 seed = torch.tensor([7], dtype=torch.int64)
 fnames, bnames = hf._attn_fwd_hopper.arg_names, hb._attn_bwd_hopper.arg_names

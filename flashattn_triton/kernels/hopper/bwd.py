@@ -58,7 +58,7 @@ producer load the next tile's K and V, after first queueing that tile's
 first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
 overlap the next tile's loads, and the prologue is paid once per program.
 
-``GROUP_SPLIT`` = S > 1 (GQA; off by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
+``GROUP_SPLIT`` = S > 1 (GQA; by default causal calls only, HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
 each KV head's group of G query heads into S slices of G / S heads, one
 program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
 (slice h reads K and V of head h // S) with groups of G / S query heads
@@ -905,11 +905,15 @@ SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # size, not a kernel parameter) and PERSISTENT=True select it.
 PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
 # GROUP_SPLIT (module doc): a GQA group's query heads over S programs, float32
-# partial dK / dV per slice, summed per group after the kernel.  Off by
-# default (not yet timed on a GPU: benchmarks/gpu_next_gqa_split.sh): then S
-# = 1 unless the overrides set GROUP_SPLIT = S (the largest divisor of the
-# group not above S; 0: the rule of group_split).  True: group_split's S.
-HOPPER_BWD_GROUP_SPLIT_DEFAULT = False
+# partial dK / dV per slice, summed per group after the kernel.  Per causal:
+# True takes group_split's S, False S = 1 unless the overrides set GROUP_SPLIT
+# = S (the largest divisor of the group not above S; 0: the rule).  On for
+# causal only: session 14 (benchmarks/results/h200/session14) measured the
+# rule's S at 1.15-1.23x the unsplit backward on causal GQA rows (the causal
+# triangle leaves the few unsplit programs unevenly loaded) and 0.94-0.98x on
+# non-causal ones (the float32 partials and their sum cost more than the
+# extra programs give).
+HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
@@ -960,13 +964,16 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
 
 @functools.lru_cache(maxsize=None)
 def _sm_count(index):
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return triton.runtime.driver.active.utils.get_device_properties(index)["multiprocessor_count"]
 
 
 def sm_count(device) -> int:
-    """Streaming multiprocessors of a CUDA device (132 on an H200), cached."""
+    """Streaming multiprocessors of a CUDA device (132 on an H200), cached.
+    Read through Triton's driver (the device the launch goes to; the
+    host-side tests' stand-in driver answers it too)."""
     device = torch.device(device)
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    index = device.index if device.index is not None else triton.runtime.driver.active.get_current_device()
+    return _sm_count(index)
 
 
 def group_split(group: int, n_programs: int, sms: int, part_bytes: int) -> int:
@@ -1043,16 +1050,14 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     else row i sees keys j <= i + causal_shift.  window: None, or (left,
     shift) with left >= 0: row i sees only keys j >= i + shift - left (as
     hopper_attention_forward's: flash-attn's left bound around the diagonal
-    i + shift; the kernel gets fwd.lower_diagonal's clamped window_lo); not
-    validated on a GPU yet (docs/hopper.md).  dropout: None, or (seed, p,
+    i + shift; the kernel gets fwd.lower_diagonal's clamped window_lo).  dropout: None, or (seed, p,
     philox_offset) as hopper_attention_forward's (kernels/score.py's keep
-    mask; delta stays rowsum(dO * O)); not validated on a GPU yet
-    (docs/hopper.md, "Dropout").  dq, dk, dv are written in
+    mask; delta stays rowsum(dO * O); docs/hopper.md, "Dropout").  dq, dk, dv are written in
     place (dq through a float32 buffer).  Returns False, having written
     nothing, when the case is not supported.  ``overrides`` replace CONFIGS
     entries (benchmarks, tests); GROUP_SPLIT=S among them splits each GQA
     group over S programs (module doc; 0: group_split's rule, the default
-    when HOPPER_BWD_GROUP_SPLIT_DEFAULT).  UNVERIFIED=True also takes the
+    where HOPPER_BWD_GROUP_SPLIT_DEFAULT[causal]).  UNVERIFIED=True also takes the
     head dims of CONFIGS_UNVERIFIED.
 
     The checks and the launch set-up (kernel_meta, the decline decision, the
@@ -1124,7 +1129,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # group_split's rule, S >= 1 split_divisor's.
     request = meta.pop("GROUP_SPLIT", None)
     if request is None:
-        request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT else 1
+        request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT[bool(causal)] else 1
     if request == 0 and group > 1:
         # (a compile-only call, on meta tensors: the device it compiles for)
         sms = sm_count(fastlaunch.compile_only_device() if q.is_meta else q.device)
