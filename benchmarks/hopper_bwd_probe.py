@@ -29,10 +29,13 @@ flash_attn_func does once they move into CONFIGS.
 Each variant other than "default" also shows its ratio to the default
 variant (``spec/default``).  GQA groups across programs (GROUP_SPLIT=S;
 0: the launcher's group_split rule; an S that does not divide a row's group
-runs as its largest divisor below, MHA as 1):
+runs as its largest divisor below, MHA as 1).  Overrides make a launch plan
+per call (host time that shows on short kernels); "split-default" times the
+rule through the per-signature plans, as "default" is timed, by turning
+HOPPER_BWD_GROUP_SPLIT_DEFAULT on for that variant:
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims none \
-        --variants default,GROUP_SPLIT=2,GROUP_SPLIT=4,GROUP_SPLIT=0 --variants64 "" --variants256 "" \
+        --variants default,split-default,GROUP_SPLIT=2,GROUP_SPLIT=0 --variants64 "" --variants256 "" \
         --gqa "2,16,4,4096,128,1;2,16,4,4096,128,0" --baselines cudnn
 
 ``--rows window`` times sliding windows instead (window_size (left, 0),
@@ -61,9 +64,18 @@ import torch
 
 
 def parse_variant(spec):
-    """A --variants entry: "default" or KEY=VALUE overrides joined by '+'."""
+    """A --variants entry: "default", "split-default" or KEY=VALUE overrides
+    joined by '+'."""
     from common import parse_overrides  # benchmarks/ is this script's directory
-    return {} if spec == "default" else parse_overrides(spec)
+    return {} if spec in ("default", "split-default") else parse_overrides(spec)
+
+
+def set_split_default(hbwd, setting):
+    """HOPPER_BWD_GROUP_SPLIT_DEFAULT set to setting ({causal: on}), the plans
+    made under another setting dropped (a plan's key does not hold it)."""
+    if hasattr(hbwd, "HOPPER_BWD_GROUP_SPLIT_DEFAULT"):
+        hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT = dict(setting)
+        hbwd._PLANS.clear()
 
 
 def main():
@@ -130,8 +142,10 @@ def main():
         ref = None
         extra = {64: args.variants64, 256: args.variants256}.get(d, "")
         specs = args.variants.split(",") + (extra.split(",") if extra else [])
+        split_default = dict(getattr(hbwd, "HOPPER_BWD_GROUP_SPLIT_DEFAULT", {}))
         for spec in specs:
             over = parse_variant(spec)
+            set_split_default(hbwd, {False: True, True: True} if spec == "split-default" else split_default)
             grads = [torch.empty_like(t) for t in (q, k, v)]
             gh = [g.transpose(1, 2) for g in grads]
 
@@ -154,6 +168,7 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][spec] = None
                 row["check"][spec] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        set_split_default(hbwd, split_default)
         out = None
         if "api" in baselines:
             qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))

@@ -956,9 +956,9 @@ def test_group_split_rule_and_default():
     """group_split: the smallest divisor of the group that gives 2 programs
     per SM, the whole group when none does, 1 for MHA or when the partials
     do not fit; split_divisor: an explicit S as the largest divisor of the
-    group not above it; by default the rule for causal calls, S = 1 otherwise."""
+    group not above it; off by default (no override: S = 1)."""
     hbwd = _bwd_module()
-    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: True}
+    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: False}
     mb = 1 << 20
     # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
     assert hbwd.group_split(4, 256, 132, mb) == 2
@@ -973,6 +973,32 @@ def test_group_split_rule_and_default():
     assert hbwd.split_divisor(4, 1) == 1
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("default", [False, True])
+def test_resolve_group_split(monkeypatch, causal, default):
+    """A call's S from its override and the per-causal default: MHA is 1 for
+    every request (session 14's GPU run: the rule's path raised on causal
+    MHA once the default took it), the rule asks for the SM count only when
+    it runs, an explicit S is split_divisor's."""
+    hbwd = _bwd_module()
+    monkeypatch.setitem(hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT, causal, default)
+    asked = []
+
+    def sms():
+        asked.append(1)
+        return 132
+    mb = 1 << 20
+    for request in (None, 0, 1, 2, 4):
+        assert hbwd.resolve_group_split(request, causal, 1, 36, mb, sms) == 1, request
+    assert not asked
+    assert hbwd.resolve_group_split(None, causal, 4, 36, mb, sms) == (4 if default else 1)
+    assert len(asked) == int(default)
+    assert hbwd.resolve_group_split(0, causal, 4, 36, mb, sms) == 4    # 36 x 4 < 264: the whole group
+    assert hbwd.resolve_group_split(0, causal, 4, 256, mb, sms) == 2
+    assert hbwd.resolve_group_split(3, causal, 4, 36, mb, sms) == 2
+    assert hbwd.resolve_group_split(1, causal, 8, 36, mb, sms) == 1
+
+
 _FAKE_GROUP_SPLIT = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -983,10 +1009,12 @@ names = hb._attn_bwd_hopper.arg_names
 for d, overrides, shift in [(128, {"GROUP_SPLIT": 2}, 788), (128, {"GROUP_SPLIT": 4}, 788),
                             (256, {"GROUP_SPLIT": 4}, 788),
                             (64, {"GROUP_SPLIT": 2, "PERSISTENT": True, "NUM_SMS": 5}, 788),
-                            (128, {}, 788), (128, {}, None)]:
-    q = torch.randn(2, 8, 333, d).to(torch.bfloat16)
+                            (128, {"GROUP_SPLIT": 0}, 788), (128, {}, 788), (128, {}, None),
+                            (128, {"GROUP_SPLIT": 0, "MHA": True}, 788)]:
+    mha = overrides.pop("MHA", False)
+    q = torch.randn(2, 2 if mha else 8, 333, d).to(torch.bfloat16)
     k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
-    lse, delta = torch.zeros(2, 8, 333), torch.zeros(2, 8, 333)
+    lse, delta = torch.zeros(2, q.shape[1], 333), torch.zeros(2, q.shape[1], 333)
     grads = [torch.zeros_like(t) for t in (q, k, k)]
     n = len(LAUNCHES)
     with fake_cuda():
@@ -1005,9 +1033,10 @@ def test_group_split_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: GROUP_SPLIT = 2 / 4 compiles for sm_90
     through the launcher's JIT path (d = 64, 128, 256; the persistent form
     too) and launches S times the programs along (batch, KV head), as
-    H_KV * S "KV heads" of G / S query heads, then the two group sums.  No
-    override: causal takes group_split's S (36 programs for 132 SMs: the
-    whole group of 4), not causal S = 1 (one launch)."""
+    H_KV * S "KV heads" of G / S query heads, then the two group sums;
+    GROUP_SPLIT=0 takes group_split's S (36 programs for 132 SMs: the whole
+    group of 4); no override keeps S = 1 (one launch), causal or not, and
+    causal MHA with GROUP_SPLIT=0 runs unsplit."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     lines = fake_launch(_FAKE_GROUP_SPLIT, timeout=900).strip().split("\n")
@@ -1017,7 +1046,9 @@ def test_group_split_launch_on_a_fake_driver():
                      "256 (18, 16, 1) 4 8 1 3",
                      "64 (5, 1, 1) 2 4 2 3",
                      "128 (9, 16, 1) 4 8 1 3",
-                     "128 (9, 4, 1) 1 2 4 1"], lines
+                     "128 (9, 4, 1) 1 2 4 1",
+                     "128 (9, 4, 1) 1 2 4 1",
+                     "128 (9, 4, 1) 1 2 1 1"], lines
 
 
 GROUP_SPLIT_CASES = [

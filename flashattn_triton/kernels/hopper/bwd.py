@@ -58,7 +58,7 @@ producer load the next tile's K and V, after first queueing that tile's
 first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
 overlap the next tile's loads, and the prologue is paid once per program.
 
-``GROUP_SPLIT`` = S > 1 (GQA; by default causal calls only, HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
+``GROUP_SPLIT`` = S > 1 (GQA; off by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
 each KV head's group of G query heads into S slices of G / S heads, one
 program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
 (slice h reads K and V of head h // S) with groups of G / S query heads
@@ -907,13 +907,15 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # GROUP_SPLIT (module doc): a GQA group's query heads over S programs, float32
 # partial dK / dV per slice, summed per group after the kernel.  Per causal:
 # True takes group_split's S, False S = 1 unless the overrides set GROUP_SPLIT
-# = S (the largest divisor of the group not above S; 0: the rule).  On for
-# causal only: session 14 (benchmarks/results/h200/session14) measured the
-# rule's S at 1.15-1.23x the unsplit backward on causal GQA rows (the causal
-# triangle leaves the few unsplit programs unevenly loaded) and 0.94-0.98x on
-# non-causal ones (the float32 partials and their sum cost more than the
-# extra programs give).
-HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
+# = S (the largest divisor of the group not above S; 0: the rule).  Off both
+# ways: session 14 measured the rule's S at 1.16-2.38x the unsplit kernel on
+# causal GQA rows whose kernels run for a millisecond or more, and 0.94-0.98x
+# on non-causal ones, but its pre-set rule for the causal default failed on
+# two short rows, measured through the overrides' per-call plan (host-bound
+# there), and the GPU tests found causal MHA declined by the rule's path (a
+# fault since fixed: resolve_group_split); docs/hopper.md, "GQA groups
+# across programs".
+HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
@@ -988,6 +990,20 @@ def group_split(group: int, n_programs: int, sms: int, part_bytes: int) -> int:
         if n_programs * s >= GROUP_SPLIT_WAVES * sms:
             return s
     return fits[-1]
+
+
+def resolve_group_split(request, causal: bool, group: int, n_programs: int, part_bytes: int, sms) -> int:
+    """The S of a call: request is the GROUP_SPLIT override (None: the
+    default of HOPPER_BWD_GROUP_SPLIT_DEFAULT[causal]; 0: group_split's rule;
+    S >= 1: split_divisor's), always 1 for MHA (group 1).  sms() gives the
+    device's SM count, asked only by the rule."""
+    if request is None:
+        request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT[bool(causal)] else 1
+    if group == 1:
+        return 1
+    if request == 0:
+        return group_split(group, n_programs, sms(), part_bytes)
+    return split_divisor(request, group)
 
 
 def split_divisor(request: int, group: int) -> int:
@@ -1125,17 +1141,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     group = h_q // h_kv
-    # GROUP_SPLIT: no override follows HOPPER_BWD_GROUP_SPLIT_DEFAULT, 0 is
-    # group_split's rule, S >= 1 split_divisor's.
-    request = meta.pop("GROUP_SPLIT", None)
-    if request is None:
-        request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT[bool(causal)] else 1
-    if request == 0 and group > 1:
-        # (a compile-only call, on meta tensors: the device it compiles for)
-        sms = sm_count(fastlaunch.compile_only_device() if q.is_meta else q.device)
-        split = group_split(group, n_blocks * batch * h_kv, sms, batch * h_kv * n_k * d * 8)
-    else:
-        split = split_divisor(request, group)
+    # (a compile-only call, on meta tensors: the device it compiles for)
+    device = fastlaunch.compile_only_device() if q.is_meta else q.device
+    split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
+                                batch * h_kv * n_k * d * 8, lambda: sm_count(device))
     meta["GROUP_SPLIT"] = split
     if smem_bytes(d, **meta) > SMEM_LIMIT:
         return "shared memory"
@@ -1239,4 +1248,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
            "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE",
-           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "group_split", "split_divisor"]
+           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "group_split", "resolve_group_split", "split_divisor"]
