@@ -114,6 +114,10 @@ def main():
                     help="grid: the variants above; window: sliding windows (module doc)")
     ap.add_argument("--windows", default="256,1024", help="--rows window: left window sizes")
     ap.add_argument("--tokens", type=int, default=16384, help="--rows window: B * N")
+    ap.add_argument("--window-variants", default="",
+                    help="--rows window: extra kernel rows, ';'-separated: KEY=VALUE+... overrides (a launch "
+                         "plan per call) or mod:NAME=VALUE (a module switch, through the cached plans), e.g. "
+                         "\"mod:WINDOW_CONFIGS={128: {'NUM_STAGES': 3}}\"")
     ap.add_argument("--profile", action="store_true",
                     help="--rows window: also list each timed function's CUDA kernels (torch.profiler, 3 calls)")
     args = ap.parse_args()
@@ -339,9 +343,12 @@ def window_rows(args):
                 delta = (do.float() * out.detach().float()).sum(-1).transpose(1, 2).contiguous()
                 gh = [torch.empty_like(t).transpose(1, 2) for t in (q, k, v)]
 
-                def kernel():
-                    return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse2, delta, *gh, d ** -0.5, 0, window)
-                fns = {"api:window": api(True), "api:portable": api(False), "hopper:kernel": kernel}
+                def kernel(**over):
+                    return lambda: hbwd.hopper_attention_backward(doh, qh, kh, vh, lse2, delta, *gh, d ** -0.5, 0,
+                                                                  window, **over)
+                fns = {"api:window": api(True), "api:portable": api(False), "hopper:kernel": kernel()}
+                for spec in filter(None, getattr(args, "window_variants", "").split(";")):
+                    fns["hopper:" + spec] = kernel(**parse_variant(spec))
                 try:
                     fns["flex"] = _flex_window_bwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                    do.transpose(1, 2), left)
@@ -349,19 +356,28 @@ def window_rows(args):
                     row["check"]["flex"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 grads = {}
                 for name, fn in fns.items():
+                    undo = module_setting(hbwd, name[len("hopper:"):]) if name.startswith("hopper:mod:") else None
                     try:
                         took.clear()
                         res = fn()
                         if name.startswith("api:") and took != ([True] if name == "api:window" else []):
                             raise RuntimeError(f"Hopper backward calls {took}")
-                        if name == "hopper:kernel" and not res:
+                        if name.startswith("hopper:") and not res:
                             raise RuntimeError(f"declined {str(list(hbwd._BROKEN.values())[-1:])[:200]}")
                         if name.startswith("api:"):
                             grads[name] = [g.float() for g in res]
+                        elif name != "hopper:kernel" and "api:portable" in grads:  # a --window-variants entry
+                            torch.cuda.synchronize()
+                            err = max(((g.transpose(1, 2).float() - r).abs().max() / r.abs().max()).item()
+                                      for g, r in zip(gh, grads["api:portable"]))
+                            row["check"][name] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
                         row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
                     except Exception as exc:  # noqa: BLE001
                         row["tflops"][name] = None
                         row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    finally:
+                        if undo is not None:
+                            undo()
                 os.environ.pop(env, None)
                 if len(grads) == 2:
                     err = max(((g - r).abs().max() / r.abs().max()).item()
@@ -377,7 +393,8 @@ def window_rows(args):
                 print(f"B={b} H={h} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
                       flush=True)
                 if getattr(args, "profile", False):
-                    _profile(fns, f"B={b} H={h} N={n} d={d} window={left}")
+                    _profile({k: f for k, f in fns.items() if not k.startswith("hopper:mod:")},
+                             f"B={b} H={h} N={n} d={d} window={left}")
                 del q, k, v, do, out, lse, qg, kg, vg, fns, grads
                 torch.cuda.empty_cache()
     with open(os.path.join(args.out, "hopper_bwd_window.json"), "w") as f:
