@@ -8,6 +8,11 @@
 # compiled for sm_90 on CPU (compile_check --hopper-bwd --window): a third (Q, dO)
 # stage at d = 128 (231 KB of shared memory); the persistent form (the next key
 # block's K / V load under this one's dK / dV stores); BLOCK_M = 64 at d = 64.
+# compile_check --hopper-bwd --window --cases causal (Triton 3.6, 168 registers each):
+#   d=64  default smem 199104 spill 92 B | BLOCK_M=64 116160, 0 B | PERSISTENT 199136, 124 B
+#   d=128 default smem 198080 spill 76 B | NUM_STAGES=3 231408, 88 B | PERSISTENT 198112, 216 B
+# (the kernel asserts NUM_CONSUMERS = 2, so BLOCK_N stays 2 x 64; BLOCK_M=128 at
+# d=128 needs 330 KB; NUM_STAGES=3 at d=64 needs 232944 B > 232448).
 # Timing (hopper_bwd_probe.py --rows window --window-variants, bf16, B*N = 16k,
 # H = 2048/d, causal windows 128 / 256 / 512 / 1024, N 2k / 8k), each variant through
 # the cached plans (a mod:WINDOW_CONFIGS switch), gradients checked against the
