@@ -366,10 +366,10 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
     constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
     if "q1_desc" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before the split Q K^T has none)
+        constexprs["HEAD_DIM_V"] = dv
         if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
             descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
             descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
-            constexprs["HEAD_DIM_V"] = dv
         else:  # None at the launch: constexprs, no parameters
             constexprs.update(q1_desc=None, k1_desc=None)
     elif dv != d:

@@ -21,6 +21,14 @@ partials of slice h, which the group sum adds (in slice order) into dK /
 dV; every partial row is written once (check_split, split_cases;
 SPLIT_BROKEN: wrong forms that the check must catch).
 
+With v narrower than q and k (d_v = v.shape[-1] < d; the kernel's split
+Q K^T, d = 192 with dv = 128, on the SPLIT_D path only) Q and K are read as
+two column chunks, [0, d_v) and [d_v, d): S = Q0 K0^T + Q1 K1^T; consumer c
+owns V's (and Q's / K's first chunk's) columns [c d_v / 2, + d_v / 2) and
+the second chunk's [d_v + c (d - d_v) / 2, + (d - d_v) / 2) of dV, dK and dQ,
+dQ in DQ_CHUNK pieces from either chunk of K (check_qk1, qk1_cases;
+QK1_BROKEN: wrong forms that the check must catch).
+
 simulate: one CTA's mbarrier protocol.
 
 Agents: the producer (K and V once, then per query tile the lse2 / delta rows
@@ -163,10 +171,15 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     AssertionError.  stats (a dict): adds the query tiles visited and those
     of them that hold a visible pair of the key block.  ref: reference_grads'
     result, if already computed.  cfg GROUP_SPLIT = S: the group split
-    (module doc; broken: one of SPLIT_BROKEN)."""
+    (module doc; broken: one of SPLIT_BROKEN).  v narrower than q (d_v <
+    d): the split Q K^T (module doc; SPLIT_D only; broken: one of
+    QK1_BROKEN)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     nc = 2
     batch, h_q, n_q, d = q.shape
+    d_v = v.shape[-1]
+    qk1 = d - d_v  # the second column chunk of Q and K (0: none)
+    assert qk1 >= 0 and (not qk1 or split), "split Q K^T: SPLIT_D only"
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
     n_split = cfg.get("GROUP_SPLIT", 1)
@@ -181,7 +194,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     causal = shift is not None
     dq = np.zeros_like(q)
     dk = np.full((batch, h_part, n_k, d), np.nan)  # partials of the slices (dK itself when S = 1)
-    dv = np.full((batch, h_part, n_k, d), np.nan)
+    dv = np.full((batch, h_part, n_k, d_v), np.nan)
     n_mb = cdiv(n_q, bm)
 
     def rows_of(t, lo, n):  # a TMA box: zero past the tensor's N
@@ -238,7 +251,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                 stats["needed"] = stats.get("needed", 0) + heads * sum(
                     bool(keys_seen[mb * bm:(mb + 1) * bm].any()) for mb in range(n_mb))
             kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
-            dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
+            dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d_v))
             for hq in hq_of:
                 for mb in range(m_lo, m_hi):
                     start_m = mb * bm
@@ -255,7 +268,12 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                     for c in range(nc):  # the score keys of consumer c
                         kc = slice(c * sub_n, (c + 1) * sub_n)
                         keys = start_n + np.arange(bn)[kc]
-                        s_c = qt @ kt[kc].T
+                        if qk1:  # two wgmmas into one S: columns [0, d_v) and [d_v, d)
+                            s_c = qt[:, :d_v] @ kt[kc, :d_v].T
+                            if broken != "qk1_no_second":
+                                s_c = s_c + qt[:, d_v:] @ kt[kc, d_v:].T
+                        else:
+                            s_c = qt @ kt[kc].T
                         p_c = np.exp2(s_c * qk_scale - l2[:, None])
                         if masked_at[c][mb]:  # the masked loop
                             vis = keys[None, :] < n_k
@@ -268,6 +286,10 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                         p[:, kc] = p_c
                         ds[:, kc] = p_c * (dp_c * scale - dl[:, None])
                     for c in range(nc):
+                        if qk1:
+                            _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm, n_q,
+                                          d_v, qk1, chunk, broken)
+                            continue
                         if split:  # consumer c: head-dim columns of every key
                             cc = slice(c * cols, (c + 1) * cols)
                             dv_acc[:, cc] += p.T @ dot[:, cc]
@@ -292,6 +314,29 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     return dq, dk, dv
 
 
+def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1, chunk,
+                  broken=""):
+    """Consumer c's products of one query tile with a split Q K^T
+    (_attn_bwd_step_qk1): its vc = d_v / nc columns of dV and of dK's first
+    chunk, its k1c = qk1 / nc columns of dK's second chunk (at d_v + c k1c),
+    and the same columns of dQ in chunk-wide pieces (first-chunk pieces,
+    then second-chunk ones), each clipped at N_Q."""
+    vc, k1c = d_v // nc, qk1 // nc
+    cc = slice(c * vc, (c + 1) * vc)
+    dv_cols = slice(c * k1c, c * k1c + vc) if broken == "qk1_dv_cols" else cc  # (a stride of the second chunk)
+    dv_acc[:, dv_cols] += p.T @ dot[:, cc]
+    dk_acc[:, cc] += ds.T @ qt[:, cc]
+    c1 = d_v + c * k1c  # the second chunk's columns of this consumer
+    dest1 = c * k1c if broken == "qk1_dk1_offset" else c1  # (without the chunk's base d_v)
+    dk_acc[:, dest1:dest1 + k1c] += ds.T @ qt[:, c1:c1 + k1c]
+    pieces = [c * vc + j * chunk for j in range(vc // chunk)] + [c1 + j * chunk for j in range(k1c // chunk)]
+    n_ok = max(0, min(bm, n_q - start_m))
+    for col in pieces:
+        src = col - d_v if broken == "qk1_dq_source" and col >= d_v else col  # (K's first chunk read)
+        part = ds @ kt[:, src:src + chunk]
+        dq_head[start_m:start_m + n_ok, col:col + chunk] += part[:n_ok]
+
+
 def group_sum(part, h_kv, n_split, broken=""):
     """kernels/bwd.py's _bwd_group_sum: out[b, h] = the sum over s, in order,
     of part[b, h * n_split + s]."""
@@ -303,12 +348,21 @@ def group_sum(part, h_kv, n_split, broken=""):
     return out
 
 
-def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None):
+def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None,
+                   d_v=None):
     """Max error of the emulated dq, dk, dv against the dense reference, relative
-    to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key)."""
+    to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key).
+    d_v: v's and do's width (default d; less: the split Q K^T)."""
     rng = np.random.default_rng(seed)
-    q, do = rng.standard_normal((2, batch, h_q, n_q, d))
-    k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
+    if d_v is None or d_v == d:  # (the draws of before)
+        d_v = d
+        q, do = rng.standard_normal((2, batch, h_q, n_q, d))
+        k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
+    else:
+        q = rng.standard_normal((batch, h_q, n_q, d))
+        do = rng.standard_normal((batch, h_q, n_q, d_v))
+        k = rng.standard_normal((batch, h_kv, n_k, d))
+        v = rng.standard_normal((batch, h_kv, n_k, d_v))
     scale = 0.5
     full_ref = reference_grads(q, k, v, do, scale, shift, window_lo)
     got = emulate_backward(q, k, v, do, scale, shift, cfg, window_lo, broken, stats, full_ref)
@@ -357,6 +411,44 @@ def check_split(case, broken=""):
     *args, window_lo = case
     try:
         return check_backward(*args, window_lo=window_lo, broken=broken)
+    except AssertionError:
+        if not broken:
+            raise
+        return float("inf")
+
+
+# Wrong forms of the split Q K^T; check_qk1 must reject each on some cases.
+QK1_BROKEN = ("qk1_no_second", "qk1_dk1_offset", "qk1_dq_source", "qk1_dv_cols")
+
+
+def qk1_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg, d, d_v): the split Q K^T at
+    d = 24, d_v = 16 (192 / 128 scaled by 1/8: per consumer 8 columns of the
+    first chunk, 4 of the second, DQ_CHUNK = 4: two pieces and one, as 64,
+    32 and 32 at full size), 64 keys per program, 64-row query tiles;
+    ragged lengths, Nq != Nk, GQA and MQA, causal bottom-right, top-left,
+    negative and not; persistent and GROUP_SPLIT forms."""
+    base = dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=4)
+    cfgs = [base, dict(base, GROUP_SPLIT=2)]
+    if full:
+        cfgs += [dict(base, NUM_SMS=3), dict(base, DQ_CHUNK=2), dict(base, NUM_SMS=2, GROUP_SPLIT=2)]
+    shapes = [(1, 2, 1, 333, 211), (2, 2, 2, 77, 130), (1, 4, 2, 150, 300)]
+    if full:
+        shapes += [(1, 1, 1, 1, 97), (1, 8, 1, 130, 33), (1, 2, 1, 257, 129)]
+    cases = []
+    for (b, hq, hkv, nq, nk), cfg in ((s, c) for s in shapes for c in cfgs):
+        if cfg.get("GROUP_SPLIT", 1) > 1 and (hq // hkv) % cfg["GROUP_SPLIT"]:
+            continue
+        for shift in (None, nk - nq, 0, -37) if full else (None, nk - nq, 0):
+            cases.append((b, hq, hkv, nq, nk, shift, cfg, 24, 16))
+    return cases
+
+
+def check_qk1(case, broken=""):
+    """check_backward of a qk1_cases entry (inf where the emulation raised)."""
+    *args, d, d_v = case
+    try:
+        return check_backward(*args, d=d, d_v=d_v, broken=broken)
     except AssertionError:
         if not broken:
             raise
@@ -695,6 +787,16 @@ def main():
     for broken in SPLIT_BROKEN:
         caught = sum(not check_split(case, broken) <= 1e-9 for case in cases)
         print(f"split broken '{broken}': caught in {caught}/{len(cases)} cases")
+    worst, cases = 0.0, qk1_cases()
+    for case in cases:
+        err = check_qk1(case)
+        worst = max(worst, err)
+        if not err <= 1e-9:
+            raise AssertionError(f"{case}: relative error {err:.3e}")
+    print(f"{len(cases)} emulated split Q K^T cases (d = 24, d_v = 16), worst relative error {worst:.1e}")
+    for broken in QK1_BROKEN:
+        caught = sum(not check_qk1(case, broken) <= 1e-9 for case in cases)
+        print(f"split Q K^T broken '{broken}': caught in {caught}/{len(cases)} cases")
     runs = 0
     for case in protocol_cases():
         simulate(*case)

@@ -957,20 +957,20 @@ def _attn_bwd_hopper(
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
     # meta-parameters
-    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
-    GROUP_SPLIT: gl.constexpr = 1, HEAD_DIM_V: gl.constexpr = 0,
+    GROUP_SPLIT: gl.constexpr = 1,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
     # column chunk, held in q_bufs / k_smem), QK1 = HEAD_DIM - VDIM their
-    # second chunk's (q1_bufs / k1_smem), each a power of two.  HEAD_DIM_V =
-    # 0: VDIM = HEAD_DIM, QK1 = 0, the kernel of before.
-    VDIM: gl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
-    QK1: gl.constexpr = HEAD_DIM - VDIM
+    # second chunk's (q1_bufs / k1_smem), each a power of two.  With
+    # HEAD_DIM_V = HEAD_DIM, QK1 = 0: the kernel of before.
+    VDIM: gl.constexpr = HEAD_DIM_V
+    QK1: gl.constexpr = HEAD_DIM - HEAD_DIM_V
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
         # A 1-D grid of at most one program per SM; each partition walks the
@@ -1208,7 +1208,7 @@ def configs(unverified: bool = False) -> dict:
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
                 windowed: bool = False, dropout: bool = False) -> dict:
-    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL;
+    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
     with DROPOUT_CONFIGS' entries."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
@@ -1481,9 +1481,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # a split runs as H_KV * split KV heads of group / split query heads
     plan.tail = (lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1)) + out_strides + (
         h_kv * split, n_q, n_k, group // split)
-    plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
-    if plan.qk1:
-        plan.kwargs["HEAD_DIM_V"] = d_v  # (absent with d = dv: the kernel's default, 0)
+    plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=d_v, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
     plan.split, plan.h_kv = split, h_kv
