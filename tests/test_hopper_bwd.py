@@ -1431,3 +1431,26 @@ def test_split_qk_dispatch(monkeypatch, split_qk):
     assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 192, 128) == (split_qk != "0")
     assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 128, 128)
     assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 128)
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_split_qk_info(capsys, monkeypatch, opt_in):
+    """flashattn-triton info --arch sm90 at d = 192 / dv = 128 says the
+    backward stays portable while its build is unverified, and which Hopper
+    kernel the opt-in takes."""
+    from flashattn_triton import cli
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    hbwd = _bwd_module()
+    if opt_in:
+        monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
+    else:
+        monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
+    assert cli.main(["info", "--shape", "2,4096,16,192", "--head-dim-v", "128", "--causal", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    if 192 in hbwd.CONFIGS:  # (validated since)
+        assert "backward: Hopper tier, Gluon kernel" in out
+    elif opt_in:
+        assert "backward: Hopper tier, Gluon kernel" in out and "split in 128 + 64" in out, out
+    else:
+        assert "not GPU-validated yet" in out and "backward: portable kernels" in out, out
