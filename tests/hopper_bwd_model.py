@@ -543,6 +543,8 @@ class BwdCTA(AsyncState):
         # ds_ready[b] per buffer; with one buffer, ds_ready[1] is its 'free' barrier.
         self.ds_ready = [Barrier(f"ds_ready[{b}]", nc) for b in range(2)]
         self.k, self.v = Buffer("K"), Buffer("V")
+        self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
+        self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
         self.q = [Buffer(f"Q[{s}]") for s in range(ns)]
         self.do = [Buffer(f"dO[{s}]") for s in range(ns)]
         self.stat = [Buffer(f"stat[{s}]") for s in range(ns)]
@@ -574,11 +576,13 @@ def _waiter(offset):
     return wait
 
 
-def producer(cta, tiles, persistent=False, broken=""):
+def producer(cta, tiles, persistent=False, broken="", qk1=False):
     """tiles: the query-tile count of each work tile (one work tile unless
     persistent).  Persistent: per work tile the first ns query tiles, then
     K / V once both consumers released the previous tile's (kv_empty), then
-    the rest; the ring counter runs on across work tiles."""
+    the rest; the ring counter runs on across work tiles.  qk1 (split Q
+    K^T): Q and K each as two TMA copies on their one barrier, the expected
+    transaction counting both (broken "qk1_expect_short": one copy's)."""
     ns = cta.ns
     wait = _waiter(0)  # the n-th wait on an 'empty' barrier needs n releases
     it = 0
@@ -587,7 +591,12 @@ def producer(cta, tiles, persistent=False, broken=""):
         s = it % ns
         yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
         cta.write(cta.stat[s], ("stat", it))
-        cta.q_ready[s].expect(1)
+        if qk1:
+            cta.q_ready[s].expect(1 if broken == "qk1_expect_short" else 2)
+            cta.tma_load(cta.q1[s], ("Q1", it), cta.q_ready[s])
+            yield ("step",)
+        else:
+            cta.q_ready[s].expect(1)
         cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
         yield ("step",)
         cta.do_ready[s].expect(1)
@@ -600,7 +609,12 @@ def producer(cta, tiles, persistent=False, broken=""):
             yield from load_qdo(it + j)
         if persistent and broken != "no_kv_empty":
             yield wait(cta.kv_empty, (i & 1) ^ 1)
-        cta.kv_ready.expect(2)
+        if qk1:
+            cta.kv_ready.expect(2 if broken == "qk1_expect_short" else 3)
+            cta.tma_load(cta.k1, ("K1", i), cta.kv_ready)
+            yield ("step",)
+        else:
+            cta.kv_ready.expect(2)
         cta.tma_load(cta.k, ("K", i), cta.kv_ready)
         cta.tma_load(cta.v, ("V", i), cta.kv_ready)
         yield ("step",)
@@ -609,13 +623,18 @@ def producer(cta, tiles, persistent=False, broken=""):
         it += total
 
 
-def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False):
+    """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
+    groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
+    K1 (the last piece K1's); the Q / dO slot is released once every group
+    but the first dQ piece is done (broken "qk1_dk1_late": dK1 issued after
+    that piece, so it may still read Q1 when the slot is released)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
     it = 0
     for i, total in enumerate(tiles):
-        kk, vv = ("K", i), ("V", i)
+        kk, vv, kk1 = ("K", i), ("V", i), ("K1", i)
         yield wait_ready(cta.kv_ready, 0 if broken == "kv_phase_fixed" else i & 1)
         if broken == "reset_phases":
             it = 0
@@ -626,6 +645,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
             q, do, stat = cta.q[s], cta.do[s], cta.stat[s]
             yield wait_ready(cta.q_ready[s], ph)
             cta.wgmma_issue(c, [(q, ("Q", it)), (cta.k, kk)])              # S (or S^T)
+            if qk1:
+                cta.wgmma_issue(c, [(cta.q1[s], ("Q1", it)), (cta.k1, kk1)])  # S += Q1 K1^T
             yield wait_ready(cta.do_ready[s], ph)
             cta.wgmma_issue(c, [(do, ("dO", it)), (cta.v, vv)])            # dP (or dP^T)
             yield ("wgmma_wait", 1)
@@ -645,7 +666,15 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
                 all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
                 cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
                 cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
-                cta.wgmma_issue(c, all_ds + [(cta.k, kk)])                 # dQ chunk 0
+                dk1 = all_ds + [(cta.q1[s], ("Q1", it))]                   # dK's second chunk
+                if qk1 and broken != "qk1_dk1_late":
+                    cta.wgmma_issue(c, dk1)
+
+                def piece(j):  # dQ piece j reads K, or with qk1 the last piece K1
+                    return all_ds + [(cta.k1, kk1) if qk1 and j == dq_chunks - 1 else (cta.k, kk)]
+                cta.wgmma_issue(c, piece(0))                               # dQ chunk 0
+                if qk1 and broken == "qk1_dk1_late":
+                    cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
                 for j in range(dq_chunks):
@@ -654,7 +683,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
                         released = True
                     yield ("wgmma_wait", 0)
                     if j + 1 < dq_chunks:
-                        cta.wgmma_issue(c, all_ds + [(cta.k, kk)])
+                        cta.wgmma_issue(c, piece(j + 1))
                     elif nb == 1:
                         cta.ds_ready[1].arrive()
                     yield ("store_wait",)
@@ -688,22 +717,26 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
 
 
 BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
+QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 
 
-def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken=""):
+def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
+             qk1=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
     deadlock, a wrong phase or a buffer hazard.  broken: one of BROKEN, a
-    deliberately wrong persistent protocol."""
+    deliberately wrong persistent protocol (or of QK1_PROTOCOL_BROKEN with
+    qk1: the split Q K^T's two copies / groups; SPLIT_D only)."""
+    assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
     tiles = list(work) if persistent else [n_tiles]
     n_tiles = sum(tiles)
     cta = BwdCTA(nc, ns, ds_bufs if split else 2)
-    agents = {"producer": producer(cta, tiles, persistent, broken)}
+    agents = {"producer": producer(cta, tiles, persistent, broken, qk1)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
                        weight, weight["async"], rng, max_steps)
@@ -740,6 +773,35 @@ def persistent_protocol_cases(full=True):
                 work = [rng.randint(0, 6) for _ in range(rng.randint(2, 6))]
                 cases.append((0, ns, split, ds_bufs, chunks, seed, work))
     return cases
+
+
+def qk1_protocol_cases(full=True):
+    """(n_tiles, stages, split, ds_bufs, dq_chunks, seed, work) of the split
+    Q K^T: one or two P^T / dS^T buffers, 2-3 dQ pieces (three as at
+    d = 192), 1-3 stages, the 2-D grid (work None) and persistent."""
+    cases = []
+    for seed in range(20 if full else 4):
+        rng = random.Random(2000 + seed)
+        for ns in (1, 2, 3):
+            for ds_bufs in (1, 2):
+                chunks = rng.choice((2, 3))
+                cases.append((rng.randint(1, 9), ns, True, ds_bufs, chunks, seed, None))
+                work = [rng.randint(0, 5) for _ in range(rng.randint(2, 5))]
+                cases.append((0, ns, True, ds_bufs, chunks, seed, work))
+    return cases
+
+
+def qk1_broken_caught(broken, seeds=40):
+    """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form."""
+    caught = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        work = [rng.randint(1, 3) for _ in range(3)]
+        try:
+            simulate(0, rng.choice((1, 2)), True, rng.choice((1, 2)), 3, seed, work=work, broken=broken, qk1=True)
+        except ProtocolError:
+            caught += 1
+    return caught
 
 
 def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
@@ -807,6 +869,13 @@ def main():
         simulate(*case, work=work)
         runs += 1
     print(f"{runs} persistent protocol runs, no failure")
+    runs = 0
+    for *case, work in qk1_protocol_cases():
+        simulate(*case, work=work, qk1=True)
+        runs += 1
+    print(f"{runs} split Q K^T protocol runs, no failure")
+    for broken in QK1_PROTOCOL_BROKEN:
+        print(f"split Q K^T protocol broken '{broken}': caught on {qk1_broken_caught(broken)}/40 seeds")
     for broken in BROKEN:
         for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
             n = broken_caught(broken, split, ds_bufs, chunks)

@@ -1454,3 +1454,16 @@ def test_split_qk_info(capsys, monkeypatch, opt_in):
         assert "backward: Hopper tier, Gluon kernel" in out and "split in 128 + 64" in out, out
     else:
         assert "not GPU-validated yet" in out and "backward: portable kernels" in out, out
+
+
+def test_split_qk_protocol_simulation():
+    """The mbarrier protocol of the split Q K^T (Q and K as two TMA copies
+    on one barrier each, S and dK as two wgmma groups, dQ pieces from K then
+    K1), 2-D grid and persistent: no hazard or deadlock; expecting one
+    copy's bytes, or issuing dK's second chunk after the first dQ piece (so
+    the Q / dO slot is released under it), is caught."""
+    import hopper_bwd_model as hbm
+    for *case, work in hbm.qk1_protocol_cases(full=False):
+        hbm.simulate(*case, work=work, qk1=True)
+    for broken in hbm.QK1_PROTOCOL_BROKEN:
+        assert hbm.qk1_broken_caught(broken, seeds=20) > 0, broken
