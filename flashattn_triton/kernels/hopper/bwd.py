@@ -40,6 +40,16 @@ of every product, taking P^T / dS^T from shared memory as the A operand:
 so per thread dK and dV take 64 registers each, S and dP 16 each.  The same
 five products, no score computed twice, no partial sums exchanged.
 
+d = 192 with dv = 128 (DeepSeek MLA; ``HEAD_DIM_V``, as the forward's split
+Q K^T) runs the SPLIT_D scheme with Q and K in two column chunks of 128
+and 64 (register tensors have power-of-two shapes), each with its own TMA
+descriptor and buffer (``q1_desc`` / ``k1_desc``; None, no parameters, for
+d = dv): consumer c computes S = Q0 K0_c^T + Q1 K1_c^T (two wgmmas into one
+accumulator) and dP = dO V_c^T, and then owns columns [64c, + 64) of dV and
+of dK's first chunk, [128 + 32c, + 32) of dK's second, and the same dQ
+columns in 32-column pieces (_attn_bwd_step_qk1).  No window or dropout
+there (declined).
+
 The softmax scale is folded into dS, so dK and dQ need no rescaling; the LSE
 is the forward's base-2 ``lse2`` (``p = exp2(s * scale * log2 e - lse2)``),
 and a row with no visible key (lse2 = -inf) is read as +inf, giving P = 0.
@@ -1343,7 +1353,9 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     do, q, dq: (B, Hq, Nq, d); k, v, dk, dv: (B, Hkv, Nk, d), Hq a multiple of
     Hkv; lse (base 2, the forward's lse2) and delta (rowsum(dO * O), natural
     units, from the portable preprocess): float32 (B, Hq, Nq), last stride 1;
-    d in CONFIGS; float16 or bfloat16 alike; causal_shift: None for no mask,
+    d in CONFIGS (or CONFIGS_UNVERIFIED with UNVERIFIED); v, dv and do of
+    HEAD_DIM_V[d] columns where d has one (d = 192: 128; no window or
+    dropout there); float16 or bfloat16 alike; causal_shift: None for no mask,
     else row i sees keys j <= i + causal_shift.  window: None, or (left,
     shift) with left >= 0: row i sees only keys j >= i + shift - left (as
     hopper_attention_forward's: flash-attn's left bound around the diagonal
