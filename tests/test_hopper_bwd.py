@@ -7,7 +7,7 @@ CONFIGS_UNVERIFIED opt-in and (Triton 3.6) a compile and launch of the d=256
 path on a fake driver run.  Gradients are compared with float64 autograd
 through the reference, with a tolerance of 3x the error of the same
 reference in the input dtype (flashattn_triton.testing).  Head dims of
-CONFIGS_UNVERIFIED (configs not yet run on a GPU; empty now) are requested with
+CONFIGS_UNVERIFIED (configs not yet run on a GPU; d = 192 now) are requested with
 UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1; their tests carry
 "d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows
 (HAS_WINDOW, not yet run on a GPU when written): ``-k window``.  d = 192
