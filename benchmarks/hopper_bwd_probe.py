@@ -32,7 +32,8 @@ variant (``spec/default``).  GQA groups across programs (GROUP_SPLIT=S;
 runs as its largest divisor below, MHA as 1).  Overrides make a launch plan
 per call (host time that shows on short kernels); "split-default" times the
 rule through the per-signature plans, as "default" is timed, by turning
-HOPPER_BWD_GROUP_SPLIT_DEFAULT on for that variant:
+HOPPER_BWD_GROUP_SPLIT_DEFAULT on for that variant ("mod:NAME=VALUE" sets any
+of the module's switches so, e.g. mod:DQ_ACC_LIKE_DQ=False):
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims none \
         --variants default,split-default,GROUP_SPLIT=2,GROUP_SPLIT=0 --variants64 "" --variants256 "" \
@@ -67,7 +68,23 @@ def parse_variant(spec):
     """A --variants entry: "default", "split-default" or KEY=VALUE overrides
     joined by '+'."""
     from common import parse_overrides  # benchmarks/ is this script's directory
-    return {} if spec in ("default", "split-default") else parse_overrides(spec)
+    return {} if spec in ("default", "split-default") or spec.startswith("mod:") else parse_overrides(spec)
+
+
+def module_setting(hbwd, spec):
+    """A "mod:NAME=VALUE" variant: kernels/hopper/bwd.py's NAME set to VALUE
+    (a Python literal) for that variant, through the cached plans as a
+    user's call runs (e.g. mod:DQ_ACC_LIKE_DQ=False); returns the undo."""
+    import ast
+    name, value = spec[4:].split("=", 1)
+    old = getattr(hbwd, name)
+    setattr(hbwd, name, ast.literal_eval(value))
+    hbwd._PLANS.clear()
+
+    def undo():
+        setattr(hbwd, name, old)
+        hbwd._PLANS.clear()
+    return undo
 
 
 def set_split_default(hbwd, setting):
@@ -146,6 +163,7 @@ def main():
         for spec in specs:
             over = parse_variant(spec)
             set_split_default(hbwd, {False: True, True: True} if spec == "split-default" else split_default)
+            undo = module_setting(hbwd, spec) if spec.startswith("mod:") else None
             grads = [torch.empty_like(t) for t in (q, k, v)]
             gh = [g.transpose(1, 2) for g in grads]
 
@@ -168,6 +186,9 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][spec] = None
                 row["check"][spec] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            finally:
+                if undo is not None:
+                    undo()
         set_split_default(hbwd, split_default)
         out = None
         if "api" in baselines:
