@@ -1467,3 +1467,29 @@ def test_split_qk_protocol_simulation():
         hbm.simulate(*case, work=work, qk1=True)
     for broken in hbm.QK1_PROTOCOL_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=20) > 0, broken
+
+
+@pytest.mark.parametrize("layout", ["flash", "bhnd", "padded", "bnhd_expanded"])
+def test_dq_acc_strides_follow_dq(layout):
+    """The float32 dQ buffer (dq_acc_strides) is dense, (B, H, N, d) indexed,
+    in dq's memory order: for the flash layout (dq a (B, H, N, d) view of
+    (B, N, H, d) memory) the buffer's strides equal dq's, so the final copy
+    is dense; it holds every element once at any layout."""
+    hbwd = _bwd_module()
+    b, n, h, d = 2, 37, 3, 64
+    if layout == "flash":
+        dq = torch.empty(b, n, h, d).transpose(1, 2)
+    elif layout == "bhnd":
+        dq = torch.empty(b, h, n, d)
+    elif layout == "padded":  # rows of a wider buffer: not dense, the buffer is
+        dq = torch.empty(b, n, h, d + 64)[..., :d].transpose(1, 2)
+    else:  # one batch: B's stride ties nothing
+        dq = torch.empty(1, n, h, d).transpose(1, 2)
+    strides = hbwd.dq_acc_strides(dq)
+    acc = torch.arange(dq.numel(), dtype=torch.float32).as_strided(dq.shape, strides)
+    assert sorted(acc.flatten().tolist()) == list(range(dq.numel()))  # dense, each element once
+    assert strides[3] == 1
+    order = sorted(range(3), key=lambda i: -dq.stride(i))
+    assert sorted(range(3), key=lambda i: -strides[i]) == order
+    if layout in ("flash", "bhnd", "bnhd_expanded"):
+        assert tuple(strides) == dq.stride()

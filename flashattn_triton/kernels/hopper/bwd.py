@@ -1204,6 +1204,10 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # across programs".
 HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
+# The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
+# N, d): its final conversion into dq becomes a dense copy.  Not yet timed
+# on a GPU (benchmarks/gpu_next_dq_layout.sh); False: the contiguous buffer.
+DQ_ACC_LIKE_DQ = True
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1401,8 +1405,8 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
 class _Plan:
     """What the calls of one signature launch (hopper_attention_backward)."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_numel", "tail", "kwargs",
-                 "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
+                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -1470,7 +1474,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.grid = grid
     plan.acc_shape = (batch, h_q, n_q, d)
     plan.acc_numel = batch * h_q * n_q * d
-    acc_strides = [h_q * n_q * d, n_q * d, d, 1]  # the float32 dQ buffer: contiguous
+    acc_strides = dq_acc_strides(dq) if DQ_ACC_LIKE_DQ else [h_q * n_q * d, n_q * d, d, 1]
+    plan.acc_strides = tuple(acc_strides)
     plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, do)) + (
         (list(plan.acc_shape), acc_strides),)
     plan.blocks = (q_block, kv_block, kv_block, q_block, dq_block)
@@ -1537,8 +1542,25 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
             _sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
             _sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
-    dq.copy_(dq_acc.view(plan.acc_shape))
+    dq.copy_(dq_acc.as_strided(plan.acc_shape, plan.acc_strides))
     return True
+
+
+def dq_acc_strides(dq: torch.Tensor) -> list:
+    """Strides of the dense float32 dQ buffer, (B, H, N, d) indexed, laid out
+    in dq's memory order: its dims sorted by dq's strides (larger outer,
+    ties in index order), d innermost.  With dq a view of the flash layout
+    (B, N, H, d) the buffer is (B, N, H, d) in memory too, so the final
+    dq.copy_ walks both tensors in one order: a vectorized dense copy, where
+    a (B, H, N, d) buffer made it a strided elementwise one (about 2x the
+    time on the H200, session 14 call 3's profile)."""
+    order = sorted(range(3), key=lambda i: -dq.stride(i))  # outer to inner, d last
+    strides = [0, 0, 0, 1]
+    step = dq.shape[3]
+    for i in reversed(order):
+        strides[i] = step
+        step *= dq.shape[i]
+    return strides
 
 
 _NO_SWITCH = contextlib.nullcontext()
