@@ -376,6 +376,19 @@ def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_
     return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1.0)) for g, r in zip(got, ref))
 
 
+def variant_cfgs(full=True):
+    """The tilings the variant sweeps (split, window) run: the keys-as-M path
+    at both query-tile heights and SPLIT_D; with full, the persistent order
+    of both paths too (NUM_SMS programs, HEADS_FIRST on one)."""
+    cfgs = [dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
+            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2)]
+    if full:
+        cfgs += [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
+                 dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
+    return cfgs
+
+
 # Wrong forms of the group split; check_split must reject each on some cases.
 SPLIT_BROKEN = ("split_kv_head", "split_head_base", "split_missing_head", "split_sum_layout")
 
@@ -385,12 +398,7 @@ def split_cases(full=True):
     = S > 1: GQA groups of 2, 4, 8 and MQA, every S dividing the group,
     ragged lengths, Nq != Nk, causal both alignments and not, a window; the
     keys-as-M path at both query-tile heights, SPLIT_D, persistent."""
-    cfgs = [dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
-            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
-            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2)]
-    if full:
-        cfgs += [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
-                 dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
+    cfgs = variant_cfgs(full)
     shapes = [(2, 8, 2, 150, 300), (1, 4, 1, 333, 211), (1, 8, 1, 77, 130)]
     if full:
         shapes += [(2, 6, 3, 200, 64), (1, 8, 4, 1, 97), (1, 16, 2, 130, 257)]
@@ -470,12 +478,7 @@ def window_cases(full=True):
     N (clamped), causal bottom-right and top-left and a left bound only;
     Nq < Nk and Nq > Nk, ragged lengths, GQA; the keys-as-M path at both
     query-tile heights, SPLIT_D, persistent."""
-    cfgs = [dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False),
-            dict(BLOCK_M=128, BLOCK_N=128, SPLIT_D=False),
-            dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2)]
-    if full:
-        cfgs += [dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=2, NUM_SMS=3),
-                 dict(BLOCK_M=64, BLOCK_N=128, SPLIT_D=False, NUM_SMS=2, HEADS_FIRST=True)]
+    cfgs = variant_cfgs(full)
     shapes = [(1, 2, 1, 333, 211), (1, 1, 1, 300, 300), (1, 2, 2, 130, 517)]
     if full:
         shapes += [(2, 4, 2, 150, 300), (1, 1, 1, 257, 129), (1, 1, 1, 1, 97), (1, 2, 1, 700, 700)]

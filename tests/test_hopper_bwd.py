@@ -469,6 +469,21 @@ def _reference_grads(q, k, v, do, scale, shift, dtype=None):
     return [t.grad for t in leaves]
 
 
+def _spy_hopper_backward(monkeypatch):
+    """Record what each hopper_attention_backward call returned (True: the
+    Hopper backward ran), at both names the library calls it by."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    calls = []
+    real = hbwd.hopper_attention_backward
+
+    def spy(*a, **kw):
+        calls.append(real(*a, **kw))
+        return calls[-1]
+    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
+    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    return calls
+
+
 def _run(q, k, v, do, scale, shift, **overrides):
     """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper
     backward (head dims of CONFIGS_UNVERIFIED included)."""
@@ -631,14 +646,7 @@ def test_api_uses_it_and_deterministic_does_not(monkeypatch, causal, d):
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
     monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
     monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")  # count the real backwards only
-    calls = []
-    real = hbwd.hopper_attention_backward
-
-    def spy(*a, **kw):
-        calls.append(real(*a, **kw))
-        return calls[-1]
-    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
-    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    calls = _spy_hopper_backward(monkeypatch)
     q = torch.randn(2, 1000, 8, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn(2, 1234, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(2, 1234, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -1083,12 +1091,7 @@ def test_group_split_matches_reference(monkeypatch, split, dtype, d, case):
         sums.append((part.shape[1], h_kv, n_split, part.dtype))
         return real(out, part, h_kv, n_split)
     monkeypatch.setattr(portable, "_sum_group_partials", spy)
-    if layout == "padded":
-        q, do = _padded(b, hq, nq, d, dtype, 40), _padded(b, hq, nq, d, dtype, 40)
-        k, v = _padded(b, hkv, nk, d, dtype, 40), _padded(b, hkv, nk, d, dtype, 40)
-    else:
-        q, do = _flash_view(b, hq, nq, d, dtype), _flash_view(b, hq, nq, d, dtype)
-        k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, GROUP_SPLIT=split)
     s = hopper.bwd.split_divisor(split, hq // hkv)
@@ -1157,14 +1160,7 @@ def test_repeated_backward_matches_the_first(monkeypatch, n_k):
     from flashattn_triton.kernels.hopper import bwd as hbwd
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # every length
     monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
-    calls = []
-    real = hbwd.hopper_attention_backward
-
-    def spy(*a, **kw):
-        calls.append(real(*a, **kw))
-        return calls[-1]
-    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
-    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    calls = _spy_hopper_backward(monkeypatch)
     hbwd._PLANS.clear()
     gen = torch.Generator(device="cuda").manual_seed(0)
     base = [torch.randn(2, n, h, 128, device="cuda", generator=gen).to(torch.bfloat16)
