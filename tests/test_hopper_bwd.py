@@ -46,6 +46,14 @@ def _bwd_module():
     return hbwd
 
 
+def _fake_lines(script, timeout=900):
+    """The lines a fake-driver script prints (fake_launch: Triton 3.6
+    without a GPU); skips where the Hopper tier is unavailable."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    return fake_launch(script, timeout=timeout).strip().split("\n")
+
+
 def test_unverified_configs_are_opt_in(monkeypatch):
     """Head dims of CONFIGS_UNVERIFIED are taken only on request, and every
     entry of both tables fits the shared-memory model."""
@@ -397,9 +405,7 @@ def test_window_launch_on_a_fake_driver():
     persistent schedule and the SPLIT_D path (d = 256); the kernel gets
     window_lo = shift - left clamped to [-Nq, Nk]; a call without a window
     keeps HAS_WINDOW off."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_WINDOW, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_WINDOW)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 4 (batch, KV head) pairs.
     assert lines == ["64 (9, 4, 1) True 688",
                      "128 (9, 4, 1) True -333",    # left past every key: clamped to -Nq
@@ -443,9 +449,7 @@ def test_repeated_backward_reuses_its_plan_on_a_fake_driver():
     choose the meta-parameters and take Triton's launch path once; later
     calls launch the same compiled kernel on the same grid through the
     launch fast path, with descriptors of the new tensors' addresses."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_REPEAT, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_REPEAT)
     assert lines == ["1 1 1 1 1", "1 True"], lines
 
 
@@ -1048,9 +1052,7 @@ def test_group_split_launch_on_a_fake_driver():
     GROUP_SPLIT=0 takes group_split's S (36 programs for 132 SMs: the whole
     group of 4); no override keeps S = 1 (one launch), causal or not, and
     causal MHA with GROUP_SPLIT=0 runs unsplit."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_GROUP_SPLIT, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_GROUP_SPLIT)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 2 batches x 2 KV heads, groups of 4.
     assert lines == ["128 (9, 8, 1) 2 4 2 3",
                      "128 (9, 16, 1) 4 8 1 3",
@@ -1313,9 +1315,7 @@ def test_split_qk_launch_on_a_fake_driver():
     with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
     128 columns; and without UNVERIFIED the table has no d = 192."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_LAUNCH_192, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
                      "True (18, 4, 1) 128 True param",
@@ -1378,14 +1378,7 @@ def test_split_qk_api_opt_in(monkeypatch, causal):
     from flashattn_triton.kernels.hopper import bwd as hbwd
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
     monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
-    calls = []
-    real = hbwd.hopper_attention_backward
-
-    def spy(*a, **kw):
-        calls.append(real(*a, **kw))
-        return calls[-1]
-    monkeypatch.setattr(hbwd, "hopper_attention_backward", spy)
-    monkeypatch.setattr(hopper, "hopper_attention_backward", spy)
+    calls = _spy_hopper_backward(monkeypatch)
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(2, 1000, 8, 192, device="cuda", generator=gen).to(torch.bfloat16)
     k = torch.randn(2, 1000, 2, 192, device="cuda", generator=gen).to(torch.bfloat16)
