@@ -163,14 +163,19 @@ PTX_CLASSES = ("shfl", "bar", "st.shared", "ld.shared", "mul.hi", "mad")
 _SASS_LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
 
 
-def sass_ops(compiled):
-    """[(address, opcode, operands)] of the kernel's SASS (cuobjdump on the cubin)."""
+def _sass_listing(compiled) -> str:
+    """The kernel's SASS listing (cuobjdump -sass on the cubin)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
-        text = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+
+
+def sass_ops(compiled):
+    """[(address, opcode, operands)] of the kernel's SASS (cuobjdump on the cubin)."""
+    text = _sass_listing(compiled)
     return [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(_SASS_LINE.match, text.splitlines()) if m]
 
 
@@ -179,12 +184,7 @@ def sass_hash(compiled) -> str:
     (cuobjdump -sass, instructions only: addresses and encodings kept, the
     file header dropped): equal hashes mean the same machine code, to check
     that a change leaves other builds alone."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        text = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+    text = _sass_listing(compiled)
     body = "\n".join(line.strip() for line in text.splitlines() if line.strip().startswith("/*"))
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
@@ -285,6 +285,23 @@ def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_di
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
+def _split_qk_args(has_split: bool, constexprs: dict, descs: dict, meta: dict, d: int, dv: int, tdt, what: str):
+    """The split Q K^T's arguments, in place: HEAD_DIM_V = dv and, with dv
+    != d, descriptors of Q's and K's columns [dv, d) (q1_desc, k1_desc), else
+    None constexprs for them; has_split: the kernel takes them (a checkout
+    from before the split Q K^T does not: there dv != d is an error, what
+    naming the kernel)."""
+    if has_split:
+        constexprs["HEAD_DIM_V"] = dv
+        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
+            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
+            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
+        else:  # None at the launch: constexprs, no parameters
+            constexprs.update(q1_desc=None, k1_desc=None)
+    elif dv != d:
+        raise ValueError(f"d={d}, dv={dv}: {what} has no HEAD_DIM_V")
+
+
 def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon forward for sm_<arch> as its launcher would build it
     (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW,
@@ -317,16 +334,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     descs = {"q_desc": (q_block, tdt), "k_desc": (kv_block, tdt), "v_desc": (kv_block, tdt),
              "o_desc": (q_block, tdt)}
     constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
-    names = hfwd._attn_fwd_hopper.arg_names
-    if "HEAD_DIM_V" in names:  # (a checkout from before the split Q K^T has none)
-        constexprs["HEAD_DIM_V"] = dv
-        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
-            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
-            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
-        else:  # None at the launch: constexprs, no parameters
-            constexprs.update(q1_desc=None, k1_desc=None)
-    elif dv != d:
-        raise ValueError(f"d={d}, dv={dv}: this kernel has no HEAD_DIM_V")
+    _split_qk_args("HEAD_DIM_V" in hfwd._attn_fwd_hopper.arg_names, constexprs, descs, meta, d, dv, tdt,
+                   "this kernel")
     scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32", "SEED": "*i64",
                "dropout_scale": "fp32"}
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch)
@@ -365,15 +374,8 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
     constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
-    if "q1_desc" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before the split Q K^T has none)
-        constexprs["HEAD_DIM_V"] = dv
-        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
-            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
-            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
-        else:  # None at the launch: constexprs, no parameters
-            constexprs.update(q1_desc=None, k1_desc=None)
-    elif dv != d:
-        raise ValueError(f"d={d}, dv={dv}: this backward has no HEAD_DIM_V")
+    _split_qk_args("q1_desc" in hbwd._attn_bwd_hopper.arg_names, constexprs, descs, meta, d, dv, tdt,
+                   "this backward")
     # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
