@@ -336,6 +336,55 @@ def _dropout_block(drop, off_b, GROUP, key0):
 
 
 @gluon.jit
+def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
+    """This warpgroup's dQ piece (BLOCK_M rows, COLS columns from col) into
+    the staging buffer and reduced (added) into dQ by TMA."""
+    tma.store_wait(0)  # the previous reduce has read the staging buffer
+    dq_stage.store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
+                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, COLS], dq_desc.layout))
+
+
+@gluon.jit
+def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M: gl.constexpr,
+           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+    """P = exp2(S * qk_scale - lse2) of a score tile once its wgmma group is
+    done (the one after it, dP, may still run), masked when MASKED: the
+    query rows [start_m, + BLOCK_M) along dim Q_DIM (0: queries x keys,
+    SPLIT_D; 1: keys x queries, S^T), this warpgroup's keys along the other."""
+    sc = warpgroup_mma_wait(1, deps=(s_tok,))
+    q_layout: gl.constexpr = gl.SliceLayout(1 - Q_DIM, sc.type.layout)
+    lse2 = stat_bufs.index(2 * s).load(q_layout)
+    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1 - Q_DIM))
+    if MASKED:
+        rows = start_m + gl.arange(0, BLOCK_M, layout=q_layout)
+        p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
+                              window_lo, IS_CAUSAL, HAS_WINDOW), p, 0.0)
+    return p
+
+
+@gluon.jit
+def _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER: gl.constexpr, SUB_N: gl.constexpr,
+                 DS_BUFS: gl.constexpr):
+    """SPLIT_D: P^T and dS^T of this warpgroup's SUB_N keys (p, ds: queries
+    x keys) into the shared tiles of buffer b = it % DS_BUFS (every product
+    after it needs every key: dV and dK take them as the A operand with the
+    keys as M, dQ takes dS^T transposed), then the wait on ds_ready[b] for
+    the other warpgroup's; returns b."""
+    b = it % DS_BUFS
+    if DS_BUFS == 1:
+        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
+        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(pt_bufs.dtype), [1, 0]))
+    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b))
+    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    return b
+
+
+@gluon.jit
 def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
@@ -364,13 +413,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     dpt_tok = warpgroup_mma(v_c, do_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
                             use_acc=False, is_async=True)
     col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
-    st = warpgroup_mma_wait(1, deps=(st_tok,))
-    lse2 = stat_bufs.index(2 * s).load(col_layout)
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-    if MASKED:
-        cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
-        pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, window_lo,
-                               IS_CAUSAL, HAS_WINDOW), pt, 0.0)
+    pt = _probs(st_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 1, MASKED,
+                IS_CAUSAL, HAS_WINDOW)
     if HAS_DROPOUT:
         # The keep mask of this tile (keys x queries), drawn while dP^T runs.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -402,11 +446,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                            gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
     mbarrier.arrive(qdo_empty.index(s))
-    tma.store_wait(0)  # the previous tile's reduce has read the staging buffer
-    dq_stage.store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, CONSUMER * DQ_COLS],
-                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_COLS], dq_desc.layout))
+    _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
     return dk, dv
 
 
@@ -449,13 +489,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
     mbarrier.wait(do_ready.index(s), ph)
     dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
-    sc = warpgroup_mma_wait(1, deps=(s_tok,))
-    lse2 = stat_bufs.index(2 * s).load(row_layout)
-    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
-    if MASKED:
-        rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
-        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, window_lo,
-                              IS_CAUSAL, HAS_WINDOW), p, 0.0)
+    p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 0, MASKED,
+               IS_CAUSAL, HAS_WINDOW)
     if HAS_DROPOUT:
         # This warpgroup's scores are queries x keys here: the forward's draw.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -470,18 +505,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
         p = gl.maximum(p, 0.0) * scale
     else:
         ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
-    # P^T and dS^T of this warpgroup's keys into the shared tiles (every
-    # product below needs every key): dV and dK take them as the A operand
-    # with the keys as M, dQ takes dS^T transposed.
-    b = it % DS_BUFS
-    if DS_BUFS == 1:
-        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
-    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(dtype), [1, 0]))
-    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    # P^T and dS^T of this warpgroup's keys through the shared tiles.
+    b = _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER, SUB_N, DS_BUFS)
     ds_t = ds_bufs.index(b)
     dv_tok = warpgroup_mma(pt_bufs.index(b), do_s.slice(col0, DQ_COLS, dim=1), dv, is_async=True)
     dk_tok = warpgroup_mma(ds_t, q_s.slice(col0, DQ_COLS, dim=1), dk, is_async=True)
@@ -764,25 +789,12 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
     dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
     # Groups retire in issue order: with only dP left, both of S's are done.
-    sc = warpgroup_mma_wait(1, deps=(s_tok,))
-    lse2 = stat_bufs.index(2 * s).load(row_layout)
-    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
-    if MASKED:
-        rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
-        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, 0,
-                              IS_CAUSAL, False), p, 0.0)
+    p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, 0, BLOCK_M, 0, MASKED, IS_CAUSAL,
+               False)
     dp = warpgroup_mma_wait(0, deps=(dp_tok,))
     delta = stat_bufs.index(2 * s + 1).load(row_layout)
     ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
-    b = it % DS_BUFS
-    if DS_BUFS == 1:
-        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
-    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(dtype), [1, 0]))
-    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    b = _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER, SUB_N, DS_BUFS)
     ds_t = ds_bufs.index(b)
     dv_tok = warpgroup_mma(pt_bufs.index(b), do_s.slice(CONSUMER * VC, VC, dim=1), dv, is_async=True)
     dk_tok = warpgroup_mma(ds_t, q_s.slice(CONSUMER * VC, VC, dim=1), dk, is_async=True)
@@ -801,11 +813,7 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
         # the piece's dQ columns: in the first chunk, or past HEAD_DIM in the second
         dq_col = CONSUMER * VC + j * DQ_CHUNK if j < VC // DQ_CHUNK else \
             HEAD_DIM + CONSUMER * K1C + (j - VC // DQ_CHUNK) * DQ_CHUNK
-        tma.store_wait(0)  # the previous reduce has read the staging buffer
-        dq_stage.store(dq)
-        fence_async_shared()
-        _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, dq_col],
-                        dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_CHUNK], dq_desc.layout))
+        _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK)
     return dk, dk1, dv
 
 
@@ -848,20 +856,15 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
     mbarrier.wait(kv_ready, kv_phase)
     for g in range(GROUP):
         off_hq = off_hkv * GROUP + g
-        for mb in range(m_lo, m_full):
-            dk, dk1, dv = _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs,
-                                             ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
-                                             dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
-                                             causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, QK1,
-                                             DS_BUFS, DQ_CHUNK, True, IS_CAUSAL)
-            it += 1
-        for mb in range(m_full, n_mb):
-            dk, dk1, dv = _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs,
-                                             ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
-                                             dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
-                                             causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, QK1,
-                                             DS_BUFS, DQ_CHUNK, False, IS_CAUSAL)
-            it += 1
+        # the masked tiles [m_lo, m_full), then the whole ones [m_full, n_mb)
+        for whole in gl.static_range(2):
+            for mb in range(m_full if whole else m_lo, n_mb if whole else m_full):
+                dk, dk1, dv = _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs,
+                                                 ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                 dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale,
+                                                 sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
+                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL)
+                it += 1
     if RELEASE_KV:
         mbarrier.arrive(kv_empty)
 
