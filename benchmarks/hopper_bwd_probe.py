@@ -96,6 +96,11 @@ def module_setting(hbwd, spec):
     return undo
 
 
+def max_rel_err(got, ref):
+    """max over tensors of max |got - ref| / max |ref| (float32)."""
+    return max(((g.float() - r.float()).abs().max() / r.float().abs().max()).item() for g, r in zip(got, ref))
+
+
 def set_split_default(hbwd, setting):
     """HOPPER_BWD_GROUP_SPLIT_DEFAULT set to setting ({causal: on}), the plans
     made under another setting dropped (a plan's key does not hold it)."""
@@ -197,7 +202,7 @@ def main():
                     ref = [g.float() for g in grads]
                     row["check"][spec] = "ref"
                 else:
-                    err = max(((g.float() - r).abs().max() / r.abs().max()).item() for g, r in zip(grads, ref))
+                    err = max_rel_err(grads, ref)
                     row["check"][spec] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
                 row["tflops"][spec] = flops / do_bench(run, warmup=10, rep=args.rep) * 1e-9
             except Exception as exc:  # noqa: BLE001
@@ -404,8 +409,7 @@ def window_rows(args):
                             grads[name] = [g.float() for g in res]
                         elif name != "hopper:kernel" and "api:portable" in grads:  # a --window-variants entry
                             torch.cuda.synchronize()
-                            err = max(((g.transpose(1, 2).float() - r).abs().max() / r.abs().max()).item()
-                                      for g, r in zip(gh, grads["api:portable"]))
+                            err = max_rel_err([g.transpose(1, 2) for g in gh], grads["api:portable"])
                             row["check"][name] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
                         row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
                     except Exception as exc:  # noqa: BLE001
@@ -416,8 +420,7 @@ def window_rows(args):
                             undo()
                 os.environ.pop(env, None)
                 if len(grads) == 2:
-                    err = max(((g - r).abs().max() / r.abs().max()).item()
-                              for g, r in zip(grads["api:window"], grads["api:portable"]))
+                    err = max_rel_err(grads["api:window"], grads["api:portable"])
                     row["check"]["api:window"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
                 rows.append(row)
                 t = row["tflops"]

@@ -493,15 +493,23 @@ CASES = [
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_matches_reference(dtype, d, case):
+    _forward_matches_reference(dtype, d, d, case)
+
+
+def _forward_matches_reference(dtype, d, dv, case):
+    """The Hopper forward of one CASES entry (head dims d, dv) against
+    float64 (_check), and 7s kept in the output rows past N_Q of a padded
+    layout."""
     b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, dv=dv)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     scale = d ** -0.5
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
     assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift), \
-        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)}"
+        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
     _check(q, k, v, o, lse, scale, shift)
     if layout == "padded":
-        tail = o.as_strided((b, hq, 40, d), o.stride(), o.storage_offset() + nq * o.stride(2))
+        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
         assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
 
 
@@ -761,12 +769,15 @@ def test_dynamic_repeated_calls_and_graph(causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("d,dv", [(128, 128), (192, 128)], ids=["d128", "d192v128"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_long_sequence(causal):
-    q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 128, torch.bfloat16, "flash")
+def test_long_sequence(causal, d, dv):
+    """The benchmark's shape: B = 2, N = 4096, Hq = 16 over Hkv = 4 (d = 192
+    with dv = 128: the split Q K^T)."""
+    q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, d, torch.bfloat16, "flash", dv=dv)
     shift = 0 if causal else None
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift)
-    _check(q, k, v, o, lse, 128 ** -0.5, shift)
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)
+    _check(q, k, v, o, lse, d ** -0.5, shift)
 
 
 @needs_hopper
@@ -946,17 +957,7 @@ def test_split_matches_reference(dtype, dims, case):
     (rows with no key), one query row, packed-qkv views, NaN past N in the
     inputs and 7s past N in the output, NaN-filled outputs."""
     d, dv = dims
-    b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, dv=dv)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    scale = d ** -0.5
-    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift), \
-        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
-    _check(q, k, v, o, lse, scale, shift)
-    if layout == "padded":
-        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
-        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+    _forward_matches_reference(dtype, d, dv, case)
 
 
 @needs_hopper
@@ -987,16 +988,6 @@ def test_split_window(case):
     shift, window = window_shifts(case)
     assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.07, shift, window)
     _check(q, k, v, o, lse, 0.07, shift, window)
-
-
-@needs_hopper
-@pytest.mark.parametrize("causal", [False, True])
-def test_split_long_sequence(causal):
-    """The benchmark's shape: B = 2, N = 4096, Hq = 16 over Hkv = 4."""
-    q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 192, torch.bfloat16, "flash", dv=128)
-    shift = 0 if causal else None
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, 192 ** -0.5, shift)
-    _check(q, k, v, o, lse, 192 ** -0.5, shift)
 
 
 @needs_hopper

@@ -473,6 +473,11 @@ def _reference_grads(q, k, v, do, scale, shift, dtype=None):
     return [t.grad for t in leaves]
 
 
+def _variant_ids(kind):
+    """pytest ids of (head dim, overrides) parameters: "<kind>-d<d>", then K=V pairs."""
+    return lambda v: f"{kind}-d{v}" if isinstance(v, int) else ",".join(f"{k}={x}" for k, x in v.items())
+
+
 def _spy_hopper_backward(monkeypatch):
     """Record what each hopper_attention_backward call returned (True: the
     Hopper backward ran), at both names the library calls it by."""
@@ -575,8 +580,7 @@ SPLIT_VARIANTS = [
 
 @needs_hopper
 @pytest.mark.parametrize("d,variant", SPLIT_VARIANTS,
-                         ids=lambda v: f"split-d{v}" if isinstance(v, int) else
-                         ",".join(f"{k}={x}" for k, x in v.items()))
+                         ids=_variant_ids("split"))
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 def test_split_d_variants(d, variant, causal):
     """The SPLIT_D path (head dim split between the consumers, P^T and dS^T
@@ -858,8 +862,7 @@ WINDOW_VARIANTS = [
 
 @needs_hopper
 @pytest.mark.parametrize("d,variant", WINDOW_VARIANTS,
-                         ids=lambda v: f"window-d{v}" if isinstance(v, int) else
-                         ",".join(f"{k}={x}" for k, x in v.items()))
+                         ids=_variant_ids("window"))
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 def test_window_variants(d, variant, causal):
     """Every schedule / buffer switch with a window (GQA, Nq < Nk, 300 keys
