@@ -235,8 +235,7 @@ def main():
                 row["tflops"][name] = None
                 row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
         if len(api_grads) == 2:
-            err = max(((g - r).abs().max() / r.abs().max()).item()
-                      for g, r in zip(api_grads["api"], api_grads["portable"]))
+            err = max_rel_err(api_grads["api"], api_grads["portable"])
             row["check"]["api"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e} (against portable)"
         api_grads = None
         so = None
