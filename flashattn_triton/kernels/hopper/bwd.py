@@ -1208,9 +1208,12 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
-# N, d): its final conversion into dq becomes a dense copy.  Not yet timed
-# on a GPU (benchmarks/gpu_next_dq_layout.sh); False: the contiguous buffer.
-DQ_ACC_LIKE_DQ = True
+# N, d): its final conversion into dq becomes a dense copy.  Off: on the
+# H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
+# it was 1.007-1.042x the contiguous buffer on 7 of 8 rows (mean 1.021x)
+# but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
+# floor; True takes it (its GPU tests passed).
+DQ_ACC_LIKE_DQ = False
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
