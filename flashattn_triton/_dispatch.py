@@ -13,11 +13,8 @@ Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
 backward's window path only with FLASHATTN_TRITON_HOPPER_WINDOW=1 ("0": the
 portable kernels for windows in both directions).  Head dims d = 192 with
-dv = 128 take the Hopper forward (split Q K^T) unless
-FLASHATTN_TRITON_HOPPER_SPLIT_QK=0; their Hopper backward is built but not
-yet GPU-validated (kernels/hopper/bwd.py CONFIGS_UNVERIFIED): taken only
-with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (and not with
-FLASHATTN_TRITON_HOPPER_SPLIT_QK=0), else the portable backward.
+dv = 128 take the Hopper forward and backward (split Q K^T; the backward
+GPU-validated in session 15) unless FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
 causal one) take the Hopper forward and backward (GPU-validated; opt-in
 because the backward stays below SDPA's at GQA shapes).
@@ -78,9 +75,9 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     (hopper_backward_pays).  d != dv (``head_dim_v``; d = 192 with dv = 128,
     the split Q K^T) only while the forward's switch
     FLASHATTN_TRITON_HOPPER_SPLIT_QK allows it (hopper_forward_dims); the
-    kernel itself takes d = 192 only where its config is verified (in
-    kernels/hopper/bwd.py's CONFIGS; until then only with
-    FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1) and declines it otherwise."""
+    kernel itself takes only head dims whose config is verified (in
+    kernels/hopper/bwd.py's CONFIGS, d = 192 since session 15; those of
+    CONFIGS_UNVERIFIED only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1)."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":

@@ -7,11 +7,11 @@ CONFIGS_UNVERIFIED opt-in and (Triton 3.6) a compile and launch of the d=256
 path on a fake driver run.  Gradients are compared with float64 autograd
 through the reference, with a tolerance of 3x the error of the same
 reference in the input dtype (flashattn_triton.testing).  Head dims of
-CONFIGS_UNVERIFIED (configs not yet run on a GPU; d = 192 now) are requested with
-UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1; their tests carry
-"d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows
-(HAS_WINDOW, not yet run on a GPU when written): ``-k window``.  d = 192
-with dv = 128 (split Q K^T, CONFIGS_UNVERIFIED when written): ``-k 192``.
+CONFIGS_UNVERIFIED (configs not yet run on a GPU; none now) are requested with
+UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1.  d = 256 tests carry
+"d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows:
+``-k window``.  d = 192 with dv = 128 (split Q K^T, CONFIGS_UNVERIFIED when
+written, CONFIGS since session 15): ``-k 192``.
 """
 
 import math
@@ -974,9 +974,10 @@ def test_group_split_rule_and_default():
     """group_split: the smallest divisor of the group that gives 2 programs
     per SM, the whole group when none does, 1 for MHA or when the partials
     do not fit; split_divisor: an explicit S as the largest divisor of the
-    group not above it; off by default (no override: S = 1)."""
+    group not above it; the rule by default for causal calls, S = 1 for
+    the others (no override)."""
     hbwd = _bwd_module()
-    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: False}
+    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: True}
     mb = 1 << 20
     # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
     assert hbwd.group_split(4, 256, 132, mb) == 2
@@ -1053,7 +1054,8 @@ def test_group_split_launch_on_a_fake_driver():
     too) and launches S times the programs along (batch, KV head), as
     H_KV * S "KV heads" of G / S query heads, then the two group sums;
     GROUP_SPLIT=0 takes group_split's S (36 programs for 132 SMs: the whole
-    group of 4); no override keeps S = 1 (one launch), causal or not, and
+    group of 4); no override takes the rule when causal (the default,
+    HOPPER_BWD_GROUP_SPLIT_DEFAULT) and keeps S = 1 (one launch) when not;
     causal MHA with GROUP_SPLIT=0 runs unsplit."""
     lines = _fake_lines(_FAKE_GROUP_SPLIT)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 2 batches x 2 KV heads, groups of 4.
@@ -1062,7 +1064,7 @@ def test_group_split_launch_on_a_fake_driver():
                      "256 (18, 16, 1) 4 8 1 3",
                      "64 (5, 1, 1) 2 4 2 3",
                      "128 (9, 16, 1) 4 8 1 3",
-                     "128 (9, 4, 1) 1 2 4 1",
+                     "128 (9, 16, 1) 4 8 1 3",
                      "128 (9, 4, 1) 1 2 4 1",
                      "128 (9, 4, 1) 1 2 1 1"], lines
 
@@ -1214,17 +1216,17 @@ def test_emulated_split_qk_broken_forms_are_caught(broken):
     assert any(not hbm.check_qk1(case, broken) <= 1e-9 for case in hbm.qk1_cases(full=False)), broken
 
 
-def test_split_qk_config_is_unverified_and_fits():
-    """d = 192 (dv = 128) is in CONFIGS_UNVERIFIED only (the default path
-    does not take it until a GPU run moves it), on the SPLIT_D path, its
+def test_split_qk_config_fits():
+    """d = 192 (dv = 128) is in CONFIGS (GPU-validated in session 15; it
+    was in CONFIGS_UNVERIFIED until then), on the SPLIT_D path, its
     dQ pieces dividing both chunks' per-consumer columns, within the shared
     memory the launcher allows; the model counts V and dO at 128 columns
     and is the formula of before at d = dv."""
     hbwd = _bwd_module()
-    assert 192 in hbwd.CONFIGS_UNVERIFIED and 192 not in hbwd.CONFIGS
+    assert 192 in hbwd.CONFIGS and 192 not in hbwd.CONFIGS_UNVERIFIED
     assert hbwd.HEAD_DIM_V[192] == 128 and 192 in hbwd.DROPOUT_DECLINE and 192 in hbwd.WINDOW_DECLINE
     for causal in (False, True):
-        meta = hbwd.kernel_meta(192, causal, unverified=True)
+        meta = hbwd.kernel_meta(192, causal)
         assert meta["SPLIT_D"] and meta["BLOCK_N"] == 64, meta
         vc, k1c = 128 // meta["NUM_CONSUMERS"], 64 // meta["NUM_CONSUMERS"]
         assert vc % meta["DQ_CHUNK"] == 0 and k1c % meta["DQ_CHUNK"] == 0, meta
@@ -1241,8 +1243,8 @@ def test_split_qk_config_is_unverified_and_fits():
 
 def test_split_qk_plan_declines_window_and_dropout(monkeypatch):
     """_make_plan at d = 192 / dv = 128 (CPU tensors standing for CUDA ones):
-    a window or dropout is declined, the default (verified-only) table
-    declines the head dims, and with UNVERIFIED the plan holds dv-wide
+    a window or dropout is declined, the default table takes the head
+    dims (V of another width is declined), and the plan holds dv-wide
     blocks for Q, K, V, dO, the second chunks' 64-wide Q and K blocks,
     HEAD_DIM_V = 128, and GROUP_SPLIT partials of each tensor's width."""
     hbwd = _bwd_module()
@@ -1258,11 +1260,10 @@ def test_split_qk_plan_declines_window_and_dropout(monkeypatch):
     monkeypatch.setattr(hbwd.fastlaunch, "compile_only_device", lambda: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     meta_args = tuple(t.to("meta") for t in args[:-1]) + (0.07,)
-    reason = hbwd.unsupported_reason(*meta_args)
-    assert "head dims" in reason and "192" not in reason.split("(")[1], reason
-    assert hbwd.unsupported_reason(*meta_args, unverified=True) == ""
+    assert hbwd.unsupported_reason(*meta_args) == ""
     wrong_v = torch.randn(2, 2, 500, 64).to(torch.bfloat16).to("meta")
-    assert "head dims" in hbwd.unsupported_reason(*meta_args[:3], wrong_v, *meta_args[4:], unverified=True)
+    reason = hbwd.unsupported_reason(*meta_args[:3], wrong_v, *meta_args[4:])
+    assert "head dims" in reason and "192/128" in reason, reason
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
     plan_of = lambda windowed, dropped, over=None: hbwd._make_plan(*args, False, windowed, dropped, True,  # noqa: E731
                                                                   over or {})
@@ -1290,6 +1291,7 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels.hopper import bwd as hb
 from flashattn_triton.kernels import bwd as portable
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 unless overridden (GROUP_SPLIT=2 below)
 portable._sum_group_partials = lambda out, part, h_kv, n_split: print("sum", tuple(part.shape), n_split)
 names = hb._attn_bwd_hopper.arg_names
 q = torch.randn(2, 4, 333, 192).to(torch.bfloat16)
@@ -1301,23 +1303,23 @@ grads = [torch.zeros_like(t) for t in (q, k, v)]
 for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2))):
     with fake_cuda():
         ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
-                                          UNVERIFIED=True, **over)
+                                          **over)
     assert ok, hb._BROKEN
     launch = LAUNCHES[-1]
     consts = launch[0].src.constants
     print(causal, launch[1], consts.get((names.index("HEAD_DIM_V"),)), consts.get((names.index("SPLIT_D"),)),
           consts.get((names.index("q1_desc"),), "param"))
-print(192 in hb.configs())  # without UNVERIFIED: unsupported_reason declines it (its table has no 192)
+print(192 in hb.CONFIGS)  # the default table (GPU-validated)
 """
 
 
 def test_split_qk_launch_on_a_fake_driver():
-    """Triton 3.6 without a GPU: the d = 192 / dv = 128 backward (opt-in)
+    """Triton 3.6 without a GPU: the d = 192 / dv = 128 backward
     compiles for sm_90 through the launcher's real JIT path
     (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs
     with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
-    128 columns; and without UNVERIFIED the table has no d = 192."""
+    128 columns; d = 192 in the default table."""
     lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
@@ -1326,7 +1328,7 @@ def test_split_qk_launch_on_a_fake_driver():
                      "sum (2, 4, 1121, 192) 2",
                      "sum (2, 4, 1121, 128) 2",
                      "False (18, 8, 1) 128 True param",
-                     "False"], lines
+                     "True"], lines
 
 
 def _inputs_192(b, hq, hkv, nq, nk, dtype, layout):
@@ -1344,8 +1346,7 @@ def _inputs_192(b, hq, hkv, nq, nk, dtype, layout):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "d192-dv128-" + "-".join(map(str, c)))
 def test_split_qk_matches_reference(dtype, case):
-    """d = 192 with dv = 128 (split Q K^T, CONFIGS_UNVERIFIED, UNVERIFIED=True
-    through _run): dq (192 columns), dk (192) and dv (128) against float64
+    """d = 192 with dv = 128 (split Q K^T): dq (192 columns), dk (192) and dv (128) against float64
     autograd on NaN-poisoned outputs, causal bottom-right / top-left and
     not, GQA and MQA, ragged N, NaN past N in the padded layout."""
     b, hq, hkv, nq, nk, causal, layout = case
@@ -1372,11 +1373,11 @@ def test_split_qk_variants(variant, causal):
 
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-def test_split_qk_api_opt_in(monkeypatch, causal):
+def test_split_qk_api(monkeypatch, causal):
     """flash_attn_func's backward at d = 192 / dv = 128 takes the Hopper
-    backward only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (while the
-    config is unverified) and then matches the portable backward's
-    gradients; FLASHATTN_TRITON_HOPPER_SPLIT_QK=0 keeps it portable."""
+    backward by default (its config GPU-validated) and matches the portable
+    backward's gradients; FLASHATTN_TRITON_HOPPER_SPLIT_QK=0 keeps it
+    portable."""
     from flashattn_triton import flash_attn_func
     from flashattn_triton.kernels.hopper import bwd as hbwd
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
@@ -1393,25 +1394,22 @@ def test_split_qk_api_opt_in(monkeypatch, causal):
         return torch.autograd.grad(flash_attn_func(*leaves, causal=causal), leaves, g)
 
     monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
-    portable = grads()
-    assert calls in ([], [False]), calls  # verified configs only: declined (or not asked)
-    monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
-    calls.clear()
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
     got = grads()
     assert calls == [True], calls
-    for name, a, b in zip(("dq", "dk", "dv"), got, portable):
-        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2, msg=name)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0")
     calls.clear()
-    grads()
+    portable = grads()
     assert calls == [], calls
+    for name, a, b in zip(("dq", "dk", "dv"), got, portable):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2, msg=name)
 
 
 @pytest.mark.parametrize("split_qk", [None, "0", "1"])
 def test_split_qk_dispatch(monkeypatch, split_qk):
     """_dispatch.use_hopper_backward: d != dv (192 / 128) is tried unless
-    FLASHATTN_TRITON_HOPPER_SPLIT_QK=0 (the kernel then declines it while its
-    config is unverified); d = dv is not affected by the switch."""
+    FLASHATTN_TRITON_HOPPER_SPLIT_QK=0; d = dv is not affected by the
+    switch."""
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
     monkeypatch.delenv(_dispatch.ENV_HOPPER_BWD, raising=False)
@@ -1427,9 +1425,9 @@ def test_split_qk_dispatch(monkeypatch, split_qk):
 
 @pytest.mark.parametrize("opt_in", [False, True])
 def test_split_qk_info(capsys, monkeypatch, opt_in):
-    """flashattn-triton info --arch sm90 at d = 192 / dv = 128 says the
-    backward stays portable while its build is unverified, and which Hopper
-    kernel the opt-in takes."""
+    """flashattn-triton info --arch sm90 at d = 192 / dv = 128 names the
+    Hopper backward (its config verified; the unverified switch changes
+    nothing), with the split Q K^T."""
     from flashattn_triton import cli
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
@@ -1440,12 +1438,8 @@ def test_split_qk_info(capsys, monkeypatch, opt_in):
         monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
     assert cli.main(["info", "--shape", "2,4096,16,192", "--head-dim-v", "128", "--causal", "--arch", "sm90"]) == 0
     out = capsys.readouterr().out
-    if 192 in hbwd.CONFIGS:  # (validated since)
-        assert "backward: Hopper tier, Gluon kernel" in out
-    elif opt_in:
-        assert "backward: Hopper tier, Gluon kernel" in out and "split in 128 + 64" in out, out
-    else:
-        assert "not GPU-validated yet" in out and "backward: portable kernels" in out, out
+    assert "backward: Hopper tier, Gluon kernel" in out and "split in 128 + 64" in out, out
+    assert "not GPU-validated" not in out, out
 
 
 def test_split_qk_protocol_simulation():

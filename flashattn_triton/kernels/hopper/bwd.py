@@ -68,7 +68,7 @@ producer load the next tile's K and V, after first queueing that tile's
 first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
 overlap the next tile's loads, and the prologue is paid once per program.
 
-``GROUP_SPLIT`` = S > 1 (GQA; off by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
+``GROUP_SPLIT`` = S > 1 (GQA; causal calls by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
 each KV head's group of G query heads into S slices of G / S heads, one
 program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
 (slice h reads K and V of head h // S) with groups of G / S query heads
@@ -1139,26 +1139,27 @@ CONFIGS = {
     128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
     256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=1, NUM_CONSUMERS=2, CONSUMER_REGS=240,
               SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=128),
-}
-# Head dims whose configuration compiles (AOT, sm_90) but has not run on a
-# GPU yet: taken only when a call passes UNVERIFIED=True or the environment
-# sets FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (tests, the probe).  (d = 256
-# passed on the H200 and moved to CONFIGS.)
-#
-# d = 192 with dv = 128 (DeepSeek MLA, HEAD_DIM_V; split Q K^T as in the
-# forward): the SPLIT_D path with Q and K in 128 + 64 columns
-# (_attn_bwd_step_qk1).  64 keys per program, 64-row query tiles; per
-# consumer thread dK 32 + 16 registers (64 keys x 64 + 32 columns), dV 32
-# (64 x 64), S and dP 16 each (64 rows x 32 keys), dQ 16 per 32-column
-# piece (DQ_CHUNK = 32: two pieces of K's first chunk and one of its
-# second per consumer).  Shared memory (16-bit): K 24 KB + V 16 KB, the
-# (Q, dO) ring 40 KB per stage, P^T and dS^T 8 KB each per buffer, dQ
-# staging 2 x 64 x 32 x 4: 168 KB with two stages (three: 208 KB).  No
-# window and no dropout at d = 192 (declined: _make_plan).
-CONFIGS_UNVERIFIED: dict = {
+    # d = 192 with dv = 128 (DeepSeek MLA, HEAD_DIM_V; split Q K^T as in the
+    # forward): the SPLIT_D path with Q and K in 128 + 64 columns
+    # (_attn_bwd_step_qk1).  64 keys per program, 64-row query tiles; per
+    # consumer thread dK 32 + 16 registers (64 keys x 64 + 32 columns), dV 32
+    # (64 x 64), S and dP 16 each (64 rows x 32 keys), dQ 16 per 32-column
+    # piece (DQ_CHUNK = 32: two pieces of K's first chunk and one of its
+    # second per consumer).  Shared memory (16-bit): K 24 KB + V 16 KB, the
+    # (Q, dO) ring 40 KB per stage, P^T and dS^T 8 KB each per buffer, dQ
+    # staging 2 x 64 x 32 x 4: 168 KB with two stages (three: 208 KB).  No
+    # window and no dropout at d = 192 (declined: _make_plan).  In CONFIGS
+    # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
+    # backward through the API, benchmarks/gpu_next_bwd192.sh).
     192: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
               SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32),
 }
+# Head dims whose configuration compiles (AOT, sm_90) but has not run on a
+# GPU yet: taken only when a call passes UNVERIFIED=True or the environment
+# sets FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (tests, the probe).  None
+# now: d = 256 (session 10) and d = 192 / dv = 128 (session 15) passed on
+# the H200 and moved to CONFIGS.
+CONFIGS_UNVERIFIED: dict = {}
 # The value head dim of a Q / K head dim where it is not d itself (split
 # Q K^T: Q and K as HEAD_DIM_V + (d - HEAD_DIM_V) columns), as the forward's.
 HEAD_DIM_V = {192: 128}
@@ -1197,15 +1198,14 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # GROUP_SPLIT (module doc): a GQA group's query heads over S programs, float32
 # partial dK / dV per slice, summed per group after the kernel.  Per causal:
 # True takes group_split's S, False S = 1 unless the overrides set GROUP_SPLIT
-# = S (the largest divisor of the group not above S; 0: the rule).  Off both
-# ways: session 14 measured the rule's S at 1.16-2.38x the unsplit kernel on
-# causal GQA rows whose kernels run for a millisecond or more, and 0.94-0.98x
-# on non-causal ones, but its pre-set rule for the causal default failed on
-# two short rows, measured through the overrides' per-call plan (host-bound
-# there), and the GPU tests found causal MHA declined by the rule's path (a
-# fault since fixed: resolve_group_split); docs/hopper.md, "GQA groups
-# across programs".
-HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}
+# = S (the largest divisor of the group not above S; 0: the rule).  On for
+# causal since session 15: through the cached plans, as a user's call runs
+# (benchmarks/gpu_next_gqa_split.sh, two repeats, its rule met), the rule's S
+# gave 1.13-2.38x the unsplit kernel on the 9 causal GQA rows where S > 1
+# and 0.99-1.02x where S = 1 (causal MHA: unchanged); session 14 measured
+# 0.89-1.00x on non-causal rows, so non-causal stays off; docs/hopper.md,
+# "GQA groups across programs".
+HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
 # N, d): its final conversion into dq becomes a dense copy.  Off: on the
