@@ -5,7 +5,8 @@ instruction counts (from the cubin's SASS and the PTX), the instructions of
 each loop body (the per-tile cost), and the classes that show layout
 conversions (shuffles, barriers, shared-memory stores / loads) or Philox
 rounds (mul.hi: 2 per round, 20 per dropout call), to compare code changes
-without a GPU.
+without a GPU, and a sha256 of the SASS listing (sass_hash; equal hashes:
+the same machine code, e.g. a change that must leave other builds alone).
 
     python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]   (d:dv, e.g. 192:128, for a value head dim of its own)
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
@@ -79,6 +80,8 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import hashlib
+import inspect
 import itertools
 import os
 import re
@@ -160,15 +163,30 @@ PTX_CLASSES = ("shfl", "bar", "st.shared", "ld.shared", "mul.hi", "mad")
 _SASS_LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
 
 
-def sass_ops(compiled):
-    """[(address, opcode, operands)] of the kernel's SASS (cuobjdump on the cubin)."""
+def _sass_listing(compiled) -> str:
+    """The kernel's SASS listing (cuobjdump -sass on the cubin)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
-        text = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+
+
+def sass_ops(compiled):
+    """[(address, opcode, operands)] of the kernel's SASS (cuobjdump on the cubin)."""
+    text = _sass_listing(compiled)
     return [(int(m.group(1), 16), m.group(2), m.group(3)) for m in map(_SASS_LINE.match, text.splitlines()) if m]
+
+
+def sass_hash(compiled) -> str:
+    """The first 16 hex digits of the sha256 of the kernel's SASS listing
+    (cuobjdump -sass, instructions only: addresses and encodings kept, the
+    file header dropped): equal hashes mean the same machine code, to check
+    that a change leaves other builds alone."""
+    text = _sass_listing(compiled)
+    body = "\n".join(line.strip() for line in text.splitlines() if line.strip().startswith("/*"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def hgmma_work(op: str, rest: str) -> int:
@@ -267,6 +285,23 @@ def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_di
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
+def _split_qk_args(has_split: bool, constexprs: dict, descs: dict, meta: dict, d: int, dv: int, tdt, what: str):
+    """The split Q K^T's arguments, in place: HEAD_DIM_V = dv and, with dv
+    != d, descriptors of Q's and K's columns [dv, d) (q1_desc, k1_desc), else
+    None constexprs for them; has_split: the kernel takes them (a checkout
+    from before the split Q K^T does not: there dv != d is an error, what
+    naming the kernel)."""
+    if has_split:
+        constexprs["HEAD_DIM_V"] = dv
+        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
+            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
+            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
+        else:  # None at the launch: constexprs, no parameters
+            constexprs.update(q1_desc=None, k1_desc=None)
+    elif dv != d:
+        raise ValueError(f"d={d}, dv={dv}: {what} has no HEAD_DIM_V")
+
+
 def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon forward for sm_<arch> as its launcher would build it
     (CONFIGS / SCHEDULE, WINDOW_CONFIGS when overrides set HAS_WINDOW,
@@ -299,26 +334,20 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     descs = {"q_desc": (q_block, tdt), "k_desc": (kv_block, tdt), "v_desc": (kv_block, tdt),
              "o_desc": (q_block, tdt)}
     constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
-    names = hfwd._attn_fwd_hopper.arg_names
-    if "HEAD_DIM_V" in names:  # (a checkout from before the split Q K^T has none)
-        constexprs["HEAD_DIM_V"] = dv
-        if dv != d:  # Q's and K's columns [dv, d): descriptors of their own
-            descs["q1_desc"] = ([1, 1, meta["BLOCK_M"], d - dv], tdt)
-            descs["k1_desc"] = ([1, 1, meta["BLOCK_N"], d - dv], tdt)
-        else:  # None at the launch: constexprs, no parameters
-            constexprs.update(q1_desc=None, k1_desc=None)
-    elif dv != d:
-        raise ValueError(f"d={d}, dv={dv}: this kernel has no HEAD_DIM_V")
+    _split_qk_args("HEAD_DIM_V" in hfwd._attn_fwd_hopper.arg_names, constexprs, descs, meta, d, dv, tdt,
+                   "this kernel")
     scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32", "SEED": "*i64",
                "dropout_scale": "fp32"}
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch)
     return compiled, meta
 
 
-def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16"):
+def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon backward (kernels/hopper/bwd.py) for sm_<arch> as its
     launcher would build it (CONFIGS, or CONFIGS_UNVERIFIED for head dims
-    not yet in CONFIGS, SCHEDULE, plus overrides); returns (compiled, meta)."""
+    not yet in CONFIGS, SCHEDULE, plus overrides); dv: the value head dim
+    (default d; d = 192 with dv = 128: split Q K^T, HEAD_DIM_V); returns
+    (compiled, meta)."""
     import torch
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
@@ -338,15 +367,20 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     if "GROUP_SPLIT" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before the group split has none)
         meta.setdefault("GROUP_SPLIT", 1)  # a constexpr, as the launcher passes it
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
-    q_block, kv_block = [1, 1, meta["BLOCK_M"], d], [1, 1, meta["BLOCK_N"], d]
+    dv = d if dv is None else dv
+    if dv != d:  # the dQ pieces are DQ_CHUNK wide (dq_block_cols of dv)
+        dq_cols = hbwd.dq_block_cols(dv, **meta)
+    q_block, kv_block = [1, 1, meta["BLOCK_M"], dv], [1, 1, meta["BLOCK_N"], dv]
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
              "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
+    constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
+    _split_qk_args("q1_desc" in hbwd._attn_bwd_hopper.arg_names, constexprs, descs, meta, d, dv, tdt,
+                   "this backward")
     # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
                "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
-    compiled = _compile_gluon(hbwd._attn_bwd_hopper, dict(meta, HEAD_DIM=d, IS_CAUSAL=causal), descs, scalars,
-                              d, arch)
+    compiled = _compile_gluon(hbwd._attn_bwd_hopper, constexprs, descs, scalars, d, arch)
     return compiled, meta
 
 
@@ -378,6 +412,7 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
                           f"sass {len(ops)}{tail}", flush=True)
                     if args.sass:
                         print(f"    {instruction_report(k)}")
+                        print(f"    sass sha256 {sass_hash(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -411,17 +446,20 @@ def hopper_bwd_main(args) -> int:
     its limit), ptxas registers / spills, SASS local loads / stores."""
     from flashattn_triton.kernels.hopper import bwd as hbwd
 
-    def build(d, causal, spec):
+    def build(d, causal, spec, dv=None):
         overrides = {} if spec == "default" else _hopper_overrides(spec)
         if args.window:
             overrides["HAS_WINDOW"] = True
         if args.dropout:
             overrides["HAS_DROPOUT"] = True
-        return compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype)
+        k, meta = compile_hopper_bwd(d, causal, overrides, args.arch, args.dtype, dv)
+        return k, dict(meta, head_dim_v=dv or d)
 
     def describe(d, meta, k):
         tier = "CONFIGS" if d in hbwd.CONFIGS else "CONFIGS_UNVERIFIED"
-        return (f" ({tier}), smem {k.metadata.shared} (model {hbwd.smem_bytes(d, **meta)}, limit "
+        model = hbwd.smem_bytes(d, **meta) if "head_dim_v" in inspect.signature(hbwd.smem_bytes).parameters \
+            else hbwd.smem_bytes(d, **{k: v for k, v in meta.items() if k != "head_dim_v"})
+        return (f" ({tier}), smem {k.metadata.shared} (model {model}, limit "
                 f"{hbwd.SMEM_LIMIT})"), ""
 
     return _gluon_sweep(args, "HOPPER-BWD", (args.hopper_variants or "default").split(","), build, describe)
@@ -710,6 +748,7 @@ def portable_sweep(args, names) -> int:
                     print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
                     if args.sass:
                         print(f"    {instruction_report(k)}")
+                        print(f"    sass sha256 {sass_hash(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
                     print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")

@@ -9,10 +9,17 @@ and conversion included, the preprocess not) for each variant of --variants
 (CONFIGS overrides, ``KEY=VALUE`` joined by '+', "default" for none; plus
 --variants64 / --variants256 at those head dims), the library's whole
 backward (``torch.autograd.grad`` of ``flash_attn_func``, preprocess
-included), SDPA's cuDNN backward and SDPA's flash (FlashAttention-2)
-backward (--baselines picks among api, cudnn, fa2).  Each variant's gradients are checked against the default
+included), the library's backward with the Hopper backward turned off
+(``portable``: FLASHATTN_TRITON_HOPPER_BWD=0 around the backward call, the
+portable kernels; ``api/portable`` and ``default/portable`` compare), SDPA's
+cuDNN backward and SDPA's flash (FlashAttention-2) backward (--baselines
+picks among api, portable, cudnn, fa2).  Each variant's gradients are checked against the default
 variant's (max |diff| / max |ref| <= 2e-2, a broken variant shows as FAIL).
-TFLOP/s = 2.5 * 4 * B * H * N^2 * d / t (halved when causal); the ratios in
+A head dim with a value head dim of its own in the backward's HEAD_DIM_V
+(d = 192: dv = 128, the split Q K^T; as a grid head dim or in a --gqa row)
+gets V and dO of dv columns.
+TFLOP/s = 2 * B * H * N^2 * (3 d + 2 dv) / t (= 2.5 * 4 * B * H * N^2 * d
+with dv = d; halved when causal); the ratios in
 parentheses are to cuDNN, and ``default/fa2`` is the default variant's ratio
 to SDPA flash.
 
@@ -23,6 +30,8 @@ flash_attn_func does once they move into CONFIGS.
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --out /tmp/out
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims 256 --gqa 2,8,2,8192,256,1
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims none --variants default --variants64 "" \
+        --variants256 "" --baselines api,portable,cudnn --gqa "4,16,16,4096,192,0;4,16,16,4096,192,1"
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --variants default,PERSISTENT=true \
         --variants64 "" --variants256 "" --head-dims 64,128,256
 
@@ -112,7 +121,8 @@ def main():
                     help="GQA rows B,Hq,Hkv,N,d,causal separated by ';' ('none' for none)")
     ap.add_argument("--head-dims", default="64,128", help="the grid's head dims ('none': no grid rows)")
     ap.add_argument("--baselines", default="api,cudnn,fa2",
-                    help="which of api (flash_attn_func's backward), cudnn, fa2 (SDPA) to time")
+                    help="which of api (flash_attn_func's backward), portable (the same with "
+                    "FLASHATTN_TRITON_HOPPER_BWD=0), cudnn, fa2 (SDPA) to time")
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--rows", choices=("grid", "window"), default="grid",
@@ -150,21 +160,24 @@ def main():
     rows = []
     for b, hq, hkv, n, d, causal in shapes:
         torch.manual_seed(0)
-        q, do = (torch.randn(b, n, hq, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, n, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        dv = getattr(hbwd, "HEAD_DIM_V", {}).get(d, d)  # V's and dO's width (d = 192: 128)
+        q = torch.randn(b, n, hq, d, device="cuda", dtype=torch.bfloat16)
+        do = torch.randn(b, n, hq, dv, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, n, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, n, hkv, dv, device="cuda", dtype=torch.bfloat16)
         qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, do))
         scale = d ** -0.5
         shift = 0 if causal else None
-        o = torch.empty_like(q)
+        o = torch.empty_like(do)
         lse = torch.empty(b, hq, n, device="cuda")
         assert hopper.hopper_attention_forward(qh, kh, vh, o.transpose(1, 2), lse, scale, shift)
         delta = (do.float() * o.float()).sum(-1).transpose(1, 2).contiguous()
-        flops = 2.5 * 4 * b * hq * n * n * d / (2 if causal else 1)
-        row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, causal=causal, tflops={}, check={})
+        flops = 2 * b * hq * n * n * (3 * d + 2 * dv) / (2 if causal else 1)
+        row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, dv=dv, causal=causal, tflops={}, check={})
         if hq != hkv and hasattr(hbwd, "group_split"):  # the S that GROUP_SPLIT=0 (the rule) takes
             n_blocks = -(-n // hbwd.kernel_meta(d, causal, unverified=True)["BLOCK_N"])
             row["rule_split"] = hbwd.group_split(hq // hkv, n_blocks * b * hkv, hbwd.sm_count(q.device),
-                                                 b * hkv * n * d * 8)
+                                                 b * hkv * n * (d + dv) * 4)
         ref = None
         extra = {64: args.variants64, 256: args.variants256}.get(d, "")
         specs = args.variants.split(",") + (extra.split(",") if extra else [])
@@ -200,12 +213,31 @@ def main():
                     undo()
         set_split_default(hbwd, split_default)
         out = None
-        if "api" in baselines:
+        api_grads = {}
+        for name in ("api", "portable"):
+            if name not in baselines:
+                continue
             qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
             out = fat.flash_attn_func(qg, kg, vg, causal=causal)
-            row["tflops"]["api"] = flops / do_bench(
-                lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup=10,
-                rep=args.rep) * 1e-9
+
+            def api_bwd(off=name == "portable"):
+                # portable: the Hopper backward switched off for this call only
+                if off:
+                    os.environ["FLASHATTN_TRITON_HOPPER_BWD"] = "0"
+                try:
+                    return torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                finally:
+                    os.environ.pop("FLASHATTN_TRITON_HOPPER_BWD", None)
+            try:
+                api_grads[name] = [g.float() for g in api_bwd()]
+                row["tflops"][name] = flops / do_bench(api_bwd, warmup=10, rep=args.rep) * 1e-9
+            except Exception as exc:  # noqa: BLE001
+                row["tflops"][name] = None
+                row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if len(api_grads) == 2:
+            err = max_rel_err(api_grads["api"], api_grads["portable"])
+            row["check"]["api"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e} (against portable)"
+        api_grads = None
         so = None
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
             if name not in baselines:
@@ -228,6 +260,9 @@ def main():
         cells = "  ".join(f"{k} {v:.0f} ({v / cud:.2f})" if v else f"{k} -" for k, v in row["tflops"].items())
         if row["tflops"].get("default") and row["tflops"].get("fa2"):
             cells += f"  default/fa2 {row['tflops']['default'] / row['tflops']['fa2']:.2f}"
+        for num in ("api", "default"):
+            if row["tflops"].get(num) and row["tflops"].get("portable"):
+                cells += f"  {num}/portable {row['tflops'][num] / row['tflops']['portable']:.2f}"
         base = row["tflops"].get("default")
         for spec in specs:
             if spec != "default" and base and row["tflops"].get(spec):
@@ -235,8 +270,8 @@ def main():
         bad = {k: c for k, c in row["check"].items() if c not in ("ok", "ref")}
         if "rule_split" in row:
             cells += f"  rule S={row['rule_split']}"
-        print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d} causal={causal!s:5}: {cells}" + (f"  {bad}" if bad else ""),
-              flush=True)
+        print(f"B={b} Hq={hq} Hkv={hkv} N={n} d={d}{'' if dv == d else f'/{dv}'} causal={causal!s:5}: {cells}"
+              + (f"  {bad}" if bad else ""), flush=True)
         del q, k, v, do, o, out
         torch.cuda.empty_cache()
     with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:

@@ -13,8 +13,8 @@ Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
 backward's window path only with FLASHATTN_TRITON_HOPPER_WINDOW=1 ("0": the
 portable kernels for windows in both directions).  Head dims d = 192 with
-dv = 128 take the Hopper forward (split Q K^T) unless
-FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
+dv = 128 take the Hopper forward and backward (split Q K^T; the backward
+GPU-validated in session 15) unless FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
 causal one) take the Hopper forward and backward (GPU-validated; opt-in
 because the backward stays below SDPA's at GQA shapes).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Optional
 
 import torch
 
@@ -61,7 +62,7 @@ ENV_HOPPER_BWD = "FLASHATTN_TRITON_HOPPER_BWD"  # "0": the portable backward eve
 
 
 def use_hopper_backward(device: torch.device, window, deterministic: bool,
-                        seqlen: int = 1 << 30, head_dim: int = 128) -> bool:
+                        seqlen: int = 1 << 30, head_dim: int = 128, head_dim_v: Optional[int] = None) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py; it may still
     decline a case) for tensors on ``device`` (the real device also for the
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
@@ -71,10 +72,18 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     FLASHATTN_TRITON_HOPPER_BWD is not "0", and (unless
     FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length ``seqlen`` =
     max(Nq, Nk) is one where it beats the portable backward
-    (hopper_backward_pays)."""
+    (hopper_backward_pays).  d != dv (``head_dim_v``; d = 192 with dv = 128,
+    the split Q K^T) only while the forward's switch
+    FLASHATTN_TRITON_HOPPER_SPLIT_QK allows it (hopper_forward_dims); the
+    kernel itself takes only head dims whose config is verified (in
+    kernels/hopper/bwd.py's CONFIGS, d = 192 since session 15; those of
+    CONFIGS_UNVERIFIED only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1)."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
+        return False
+    if head_dim_v is not None and head_dim_v != head_dim and not _switch(ENV_HOPPER_SPLIT_QK,
+                                                                          HOPPER_SPLIT_QK_DEFAULT):
         return False
     if not (_hopper_tier(device) and hopper_backward_window(window)):
         return False

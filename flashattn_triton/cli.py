@@ -260,9 +260,17 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
-    if takes and not variants and d == d_v:
+    if takes and not variants and d != d_v:
+        from .kernels.hopper import bwd as hbwd
+        if hbwd.HEAD_DIM_V.get(d) == d_v and d not in hbwd.configs():
+            lines.append(f"backward: Hopper tier not used: its d={d}/dv={d_v} build is not GPU-validated yet "
+                         f"(CONFIGS_UNVERIFIED; {hbwd.UNVERIFIED_ENV}=1 opts in)")
+        elif hbwd.HEAD_DIM_V.get(d) == d_v and window[0] >= 0:
+            lines.append(f"backward: Hopper tier not used: {hbwd.WINDOW_DECLINE[d]}")
+    if takes and not variants and (d == d_v or (d != d_v and window[0] < 0)):
         from ._dispatch import ENV_HOPPER_WINDOW, backend, hopper_backward_pays, hopper_backward_window
-        from .kernels.hopper.bwd import CONFIGS as BWD_CONFIGS
+        from .kernels.hopper import bwd as hbwd
+        BWD_CONFIGS = hbwd.configs() if hbwd.HEAD_DIM_V.get(d, d) == d_v else {}
         if d in BWD_CONFIGS and not hopper_backward_window(window):
             lines.append(f"backward: Hopper tier not used: window_size {window}: sliding windows take the Hopper "
                          f"backward only with {ENV_HOPPER_WINDOW}=1 (opt-in: slower than the portable one at small "
@@ -277,7 +285,9 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                          f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
                          "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
                          "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)"
-                         + ("; with its left window bound (opt-in)" if window[0] >= 0 else ""))
+                         + ("; with its left window bound (opt-in)" if window[0] >= 0 else "")
+                         + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
+                         + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")
     lines.append(f"          BWD_DKDV {dkdv_cfg}  [{dkdv_src}]")
     lines.append(f"          BWD_DQ   {dq_cfg}  [{dq_src}]")

@@ -428,7 +428,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 hopper = ((not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p)
                            or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window))
                           and use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
-                                                  window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1]))
+                                                  window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1],
+                                                  v.shape[-1]))
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,

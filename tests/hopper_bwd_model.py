@@ -21,6 +21,14 @@ partials of slice h, which the group sum adds (in slice order) into dK /
 dV; every partial row is written once (check_split, split_cases;
 SPLIT_BROKEN: wrong forms that the check must catch).
 
+With v narrower than q and k (d_v = v.shape[-1] < d; the kernel's split
+Q K^T, d = 192 with dv = 128, on the SPLIT_D path only) Q and K are read as
+two column chunks, [0, d_v) and [d_v, d): S = Q0 K0^T + Q1 K1^T; consumer c
+owns V's (and Q's / K's first chunk's) columns [c d_v / 2, + d_v / 2) and
+the second chunk's [d_v + c (d - d_v) / 2, + (d - d_v) / 2) of dV, dK and dQ,
+dQ in DQ_CHUNK pieces from either chunk of K (check_qk1, qk1_cases;
+QK1_BROKEN: wrong forms that the check must catch).
+
 simulate: one CTA's mbarrier protocol.
 
 Agents: the producer (K and V once, then per query tile the lse2 / delta rows
@@ -163,10 +171,15 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     AssertionError.  stats (a dict): adds the query tiles visited and those
     of them that hold a visible pair of the key block.  ref: reference_grads'
     result, if already computed.  cfg GROUP_SPLIT = S: the group split
-    (module doc; broken: one of SPLIT_BROKEN)."""
+    (module doc; broken: one of SPLIT_BROKEN).  v narrower than q (d_v <
+    d): the split Q K^T (module doc; SPLIT_D only; broken: one of
+    QK1_BROKEN)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     nc = 2
     batch, h_q, n_q, d = q.shape
+    d_v = v.shape[-1]
+    qk1 = d - d_v  # the second column chunk of Q and K (0: none)
+    assert qk1 >= 0 and (not qk1 or split), "split Q K^T: SPLIT_D only"
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
     n_split = cfg.get("GROUP_SPLIT", 1)
@@ -181,7 +194,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     causal = shift is not None
     dq = np.zeros_like(q)
     dk = np.full((batch, h_part, n_k, d), np.nan)  # partials of the slices (dK itself when S = 1)
-    dv = np.full((batch, h_part, n_k, d), np.nan)
+    dv = np.full((batch, h_part, n_k, d_v), np.nan)
     n_mb = cdiv(n_q, bm)
 
     def rows_of(t, lo, n):  # a TMA box: zero past the tensor's N
@@ -238,7 +251,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                 stats["needed"] = stats.get("needed", 0) + heads * sum(
                     bool(keys_seen[mb * bm:(mb + 1) * bm].any()) for mb in range(n_mb))
             kt, vt = rows_of(k[b, hkv], start_n, bn), rows_of(v[b, hkv], start_n, bn)
-            dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d))
+            dk_acc, dv_acc = np.zeros((bn, d)), np.zeros((bn, d_v))
             for hq in hq_of:
                 for mb in range(m_lo, m_hi):
                     start_m = mb * bm
@@ -255,7 +268,12 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                     for c in range(nc):  # the score keys of consumer c
                         kc = slice(c * sub_n, (c + 1) * sub_n)
                         keys = start_n + np.arange(bn)[kc]
-                        s_c = qt @ kt[kc].T
+                        if qk1:  # two wgmmas into one S: columns [0, d_v) and [d_v, d)
+                            s_c = qt[:, :d_v] @ kt[kc, :d_v].T
+                            if broken != "qk1_no_second":
+                                s_c = s_c + qt[:, d_v:] @ kt[kc, d_v:].T
+                        else:
+                            s_c = qt @ kt[kc].T
                         p_c = np.exp2(s_c * qk_scale - l2[:, None])
                         if masked_at[c][mb]:  # the masked loop
                             vis = keys[None, :] < n_k
@@ -268,6 +286,10 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                         p[:, kc] = p_c
                         ds[:, kc] = p_c * (dp_c * scale - dl[:, None])
                     for c in range(nc):
+                        if qk1:
+                            _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm, n_q,
+                                          d_v, qk1, chunk, broken)
+                            continue
                         if split:  # consumer c: head-dim columns of every key
                             cc = slice(c * cols, (c + 1) * cols)
                             dv_acc[:, cc] += p.T @ dot[:, cc]
@@ -292,6 +314,29 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     return dq, dk, dv
 
 
+def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1, chunk,
+                  broken=""):
+    """Consumer c's products of one query tile with a split Q K^T
+    (_attn_bwd_step_qk1): its vc = d_v / nc columns of dV and of dK's first
+    chunk, its k1c = qk1 / nc columns of dK's second chunk (at d_v + c k1c),
+    and the same columns of dQ in chunk-wide pieces (first-chunk pieces,
+    then second-chunk ones), each clipped at N_Q."""
+    vc, k1c = d_v // nc, qk1 // nc
+    cc = slice(c * vc, (c + 1) * vc)
+    dv_cols = slice(c * k1c, c * k1c + vc) if broken == "qk1_dv_cols" else cc  # (a stride of the second chunk)
+    dv_acc[:, dv_cols] += p.T @ dot[:, cc]
+    dk_acc[:, cc] += ds.T @ qt[:, cc]
+    c1 = d_v + c * k1c  # the second chunk's columns of this consumer
+    dest1 = c * k1c if broken == "qk1_dk1_offset" else c1  # (without the chunk's base d_v)
+    dk_acc[:, dest1:dest1 + k1c] += ds.T @ qt[:, c1:c1 + k1c]
+    pieces = [c * vc + j * chunk for j in range(vc // chunk)] + [c1 + j * chunk for j in range(k1c // chunk)]
+    n_ok = max(0, min(bm, n_q - start_m))
+    for col in pieces:
+        src = col - d_v if broken == "qk1_dq_source" and col >= d_v else col  # (K's first chunk read)
+        part = ds @ kt[:, src:src + chunk]
+        dq_head[start_m:start_m + n_ok, col:col + chunk] += part[:n_ok]
+
+
 def group_sum(part, h_kv, n_split, broken=""):
     """kernels/bwd.py's _bwd_group_sum: out[b, h] = the sum over s, in order,
     of part[b, h * n_split + s]."""
@@ -303,12 +348,21 @@ def group_sum(part, h_kv, n_split, broken=""):
     return out
 
 
-def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None):
+def check_backward(batch, h_q, h_kv, n_q, n_k, shift, cfg, d=16, seed=0, window_lo=None, broken="", stats=None,
+                   d_v=None):
     """Max error of the emulated dq, dk, dv against the dense reference, relative
-    to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key)."""
+    to max(1, max |ref|) (a gradient can be 0 up to rounding, e.g. with one key).
+    d_v: v's and do's width (default d; less: the split Q K^T)."""
     rng = np.random.default_rng(seed)
-    q, do = rng.standard_normal((2, batch, h_q, n_q, d))
-    k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
+    if d_v is None or d_v == d:  # (the draws of before)
+        d_v = d
+        q, do = rng.standard_normal((2, batch, h_q, n_q, d))
+        k, v = rng.standard_normal((2, batch, h_kv, n_k, d))
+    else:
+        q = rng.standard_normal((batch, h_q, n_q, d))
+        do = rng.standard_normal((batch, h_q, n_q, d_v))
+        k = rng.standard_normal((batch, h_kv, n_k, d))
+        v = rng.standard_normal((batch, h_kv, n_k, d_v))
     scale = 0.5
     full_ref = reference_grads(q, k, v, do, scale, shift, window_lo)
     got = emulate_backward(q, k, v, do, scale, shift, cfg, window_lo, broken, stats, full_ref)
@@ -365,6 +419,44 @@ def check_split(case, broken=""):
     *args, window_lo = case
     try:
         return check_backward(*args, window_lo=window_lo, broken=broken)
+    except AssertionError:
+        if not broken:
+            raise
+        return float("inf")
+
+
+# Wrong forms of the split Q K^T; check_qk1 must reject each on some cases.
+QK1_BROKEN = ("qk1_no_second", "qk1_dk1_offset", "qk1_dq_source", "qk1_dv_cols")
+
+
+def qk1_cases(full=True):
+    """(batch, h_q, h_kv, n_q, n_k, shift, cfg, d, d_v): the split Q K^T at
+    d = 24, d_v = 16 (192 / 128 scaled by 1/8: per consumer 8 columns of the
+    first chunk, 4 of the second, DQ_CHUNK = 4: two pieces and one, as 64,
+    32 and 32 at full size), 64 keys per program, 64-row query tiles;
+    ragged lengths, Nq != Nk, GQA and MQA, causal bottom-right, top-left,
+    negative and not; persistent and GROUP_SPLIT forms."""
+    base = dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=4)
+    cfgs = [base, dict(base, GROUP_SPLIT=2)]
+    if full:
+        cfgs += [dict(base, NUM_SMS=3), dict(base, DQ_CHUNK=2), dict(base, NUM_SMS=2, GROUP_SPLIT=2)]
+    shapes = [(1, 2, 1, 333, 211), (2, 2, 2, 77, 130), (1, 4, 2, 150, 300)]
+    if full:
+        shapes += [(1, 1, 1, 1, 97), (1, 8, 1, 130, 33), (1, 2, 1, 257, 129)]
+    cases = []
+    for (b, hq, hkv, nq, nk), cfg in ((s, c) for s in shapes for c in cfgs):
+        if cfg.get("GROUP_SPLIT", 1) > 1 and (hq // hkv) % cfg["GROUP_SPLIT"]:
+            continue
+        for shift in (None, nk - nq, 0, -37) if full else (None, nk - nq, 0):
+            cases.append((b, hq, hkv, nq, nk, shift, cfg, 24, 16))
+    return cases
+
+
+def check_qk1(case, broken=""):
+    """check_backward of a qk1_cases entry (inf where the emulation raised)."""
+    *args, d, d_v = case
+    try:
+        return check_backward(*args, d=d, d_v=d_v, broken=broken)
     except AssertionError:
         if not broken:
             raise
@@ -454,6 +546,8 @@ class BwdCTA(AsyncState):
         # ds_ready[b] per buffer; with one buffer, ds_ready[1] is its 'free' barrier.
         self.ds_ready = [Barrier(f"ds_ready[{b}]", nc) for b in range(2)]
         self.k, self.v = Buffer("K"), Buffer("V")
+        self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
+        self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
         self.q = [Buffer(f"Q[{s}]") for s in range(ns)]
         self.do = [Buffer(f"dO[{s}]") for s in range(ns)]
         self.stat = [Buffer(f"stat[{s}]") for s in range(ns)]
@@ -485,11 +579,13 @@ def _waiter(offset):
     return wait
 
 
-def producer(cta, tiles, persistent=False, broken=""):
+def producer(cta, tiles, persistent=False, broken="", qk1=False):
     """tiles: the query-tile count of each work tile (one work tile unless
     persistent).  Persistent: per work tile the first ns query tiles, then
     K / V once both consumers released the previous tile's (kv_empty), then
-    the rest; the ring counter runs on across work tiles."""
+    the rest; the ring counter runs on across work tiles.  qk1 (split Q
+    K^T): Q and K each as two TMA copies on their one barrier, the expected
+    transaction counting both (broken "qk1_expect_short": one copy's)."""
     ns = cta.ns
     wait = _waiter(0)  # the n-th wait on an 'empty' barrier needs n releases
     it = 0
@@ -498,7 +594,12 @@ def producer(cta, tiles, persistent=False, broken=""):
         s = it % ns
         yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
         cta.write(cta.stat[s], ("stat", it))
-        cta.q_ready[s].expect(1)
+        if qk1:
+            cta.q_ready[s].expect(1 if broken == "qk1_expect_short" else 2)
+            cta.tma_load(cta.q1[s], ("Q1", it), cta.q_ready[s])
+            yield ("step",)
+        else:
+            cta.q_ready[s].expect(1)
         cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
         yield ("step",)
         cta.do_ready[s].expect(1)
@@ -511,7 +612,12 @@ def producer(cta, tiles, persistent=False, broken=""):
             yield from load_qdo(it + j)
         if persistent and broken != "no_kv_empty":
             yield wait(cta.kv_empty, (i & 1) ^ 1)
-        cta.kv_ready.expect(2)
+        if qk1:
+            cta.kv_ready.expect(2 if broken == "qk1_expect_short" else 3)
+            cta.tma_load(cta.k1, ("K1", i), cta.kv_ready)
+            yield ("step",)
+        else:
+            cta.kv_ready.expect(2)
         cta.tma_load(cta.k, ("K", i), cta.kv_ready)
         cta.tma_load(cta.v, ("V", i), cta.kv_ready)
         yield ("step",)
@@ -520,13 +626,18 @@ def producer(cta, tiles, persistent=False, broken=""):
         it += total
 
 
-def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False):
+    """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
+    groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
+    K1 (the last piece K1's); the Q / dO slot is released once every group
+    but the first dQ piece is done (broken "qk1_dk1_late": dK1 issued after
+    that piece, so it may still read Q1 when the slot is released)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
     it = 0
     for i, total in enumerate(tiles):
-        kk, vv = ("K", i), ("V", i)
+        kk, vv, kk1 = ("K", i), ("V", i), ("K1", i)
         yield wait_ready(cta.kv_ready, 0 if broken == "kv_phase_fixed" else i & 1)
         if broken == "reset_phases":
             it = 0
@@ -537,6 +648,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
             q, do, stat = cta.q[s], cta.do[s], cta.stat[s]
             yield wait_ready(cta.q_ready[s], ph)
             cta.wgmma_issue(c, [(q, ("Q", it)), (cta.k, kk)])              # S (or S^T)
+            if qk1:
+                cta.wgmma_issue(c, [(cta.q1[s], ("Q1", it)), (cta.k1, kk1)])  # S += Q1 K1^T
             yield wait_ready(cta.do_ready[s], ph)
             cta.wgmma_issue(c, [(do, ("dO", it)), (cta.v, vv)])            # dP (or dP^T)
             yield ("wgmma_wait", 1)
@@ -556,7 +669,15 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
                 all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
                 cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
                 cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
-                cta.wgmma_issue(c, all_ds + [(cta.k, kk)])                 # dQ chunk 0
+                dk1 = all_ds + [(cta.q1[s], ("Q1", it))]                   # dK's second chunk
+                if qk1 and broken != "qk1_dk1_late":
+                    cta.wgmma_issue(c, dk1)
+
+                def piece(j):  # dQ piece j reads K, or with qk1 the last piece K1
+                    return all_ds + [(cta.k1, kk1) if qk1 and j == dq_chunks - 1 else (cta.k, kk)]
+                cta.wgmma_issue(c, piece(0))                               # dQ chunk 0
+                if qk1 and broken == "qk1_dk1_late":
+                    cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
                 for j in range(dq_chunks):
@@ -565,7 +686,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
                         released = True
                     yield ("wgmma_wait", 0)
                     if j + 1 < dq_chunks:
-                        cta.wgmma_issue(c, all_ds + [(cta.k, kk)])
+                        cta.wgmma_issue(c, piece(j + 1))
                     elif nb == 1:
                         cta.ds_ready[1].arrive()
                     yield ("store_wait",)
@@ -599,22 +720,26 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken=""):
 
 
 BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
+QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 
 
-def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken=""):
+def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
+             qk1=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
     deadlock, a wrong phase or a buffer hazard.  broken: one of BROKEN, a
-    deliberately wrong persistent protocol."""
+    deliberately wrong persistent protocol (or of QK1_PROTOCOL_BROKEN with
+    qk1: the split Q K^T's two copies / groups; SPLIT_D only)."""
+    assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
     tiles = list(work) if persistent else [n_tiles]
     n_tiles = sum(tiles)
     cta = BwdCTA(nc, ns, ds_bufs if split else 2)
-    agents = {"producer": producer(cta, tiles, persistent, broken)}
+    agents = {"producer": producer(cta, tiles, persistent, broken, qk1)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
                        weight, weight["async"], rng, max_steps)
@@ -651,6 +776,35 @@ def persistent_protocol_cases(full=True):
                 work = [rng.randint(0, 6) for _ in range(rng.randint(2, 6))]
                 cases.append((0, ns, split, ds_bufs, chunks, seed, work))
     return cases
+
+
+def qk1_protocol_cases(full=True):
+    """(n_tiles, stages, split, ds_bufs, dq_chunks, seed, work) of the split
+    Q K^T: one or two P^T / dS^T buffers, 2-3 dQ pieces (three as at
+    d = 192), 1-3 stages, the 2-D grid (work None) and persistent."""
+    cases = []
+    for seed in range(20 if full else 4):
+        rng = random.Random(2000 + seed)
+        for ns in (1, 2, 3):
+            for ds_bufs in (1, 2):
+                chunks = rng.choice((2, 3))
+                cases.append((rng.randint(1, 9), ns, True, ds_bufs, chunks, seed, None))
+                work = [rng.randint(0, 5) for _ in range(rng.randint(2, 5))]
+                cases.append((0, ns, True, ds_bufs, chunks, seed, work))
+    return cases
+
+
+def qk1_broken_caught(broken, seeds=40):
+    """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form."""
+    caught = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        work = [rng.randint(1, 3) for _ in range(3)]
+        try:
+            simulate(0, rng.choice((1, 2)), True, rng.choice((1, 2)), 3, seed, work=work, broken=broken, qk1=True)
+        except ProtocolError:
+            caught += 1
+    return caught
 
 
 def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
@@ -698,6 +852,16 @@ def main():
     for broken in SPLIT_BROKEN:
         caught = sum(not check_split(case, broken) <= 1e-9 for case in cases)
         print(f"split broken '{broken}': caught in {caught}/{len(cases)} cases")
+    worst, cases = 0.0, qk1_cases()
+    for case in cases:
+        err = check_qk1(case)
+        worst = max(worst, err)
+        if not err <= 1e-9:
+            raise AssertionError(f"{case}: relative error {err:.3e}")
+    print(f"{len(cases)} emulated split Q K^T cases (d = 24, d_v = 16), worst relative error {worst:.1e}")
+    for broken in QK1_BROKEN:
+        caught = sum(not check_qk1(case, broken) <= 1e-9 for case in cases)
+        print(f"split Q K^T broken '{broken}': caught in {caught}/{len(cases)} cases")
     runs = 0
     for case in protocol_cases():
         simulate(*case)
@@ -708,6 +872,13 @@ def main():
         simulate(*case, work=work)
         runs += 1
     print(f"{runs} persistent protocol runs, no failure")
+    runs = 0
+    for *case, work in qk1_protocol_cases():
+        simulate(*case, work=work, qk1=True)
+        runs += 1
+    print(f"{runs} split Q K^T protocol runs, no failure")
+    for broken in QK1_PROTOCOL_BROKEN:
+        print(f"split Q K^T protocol broken '{broken}': caught on {qk1_broken_caught(broken)}/40 seeds")
     for broken in BROKEN:
         for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
             n = broken_caught(broken, split, ds_bufs, chunks)

@@ -7,10 +7,11 @@ CONFIGS_UNVERIFIED opt-in and (Triton 3.6) a compile and launch of the d=256
 path on a fake driver run.  Gradients are compared with float64 autograd
 through the reference, with a tolerance of 3x the error of the same
 reference in the input dtype (flashattn_triton.testing).  Head dims of
-CONFIGS_UNVERIFIED (configs not yet run on a GPU; empty now) are requested with
-UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1; their tests carry
-"d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows
-(HAS_WINDOW, not yet run on a GPU when written): ``-k window``.
+CONFIGS_UNVERIFIED (configs not yet run on a GPU; none now) are requested with
+UNVERIFIED=True / FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1.  d = 256 tests carry
+"d256" or "split" in their ids (``-k "d256 or split"``).  Sliding windows:
+``-k window``.  d = 192 with dv = 128 (split Q K^T, CONFIGS_UNVERIFIED when
+written, CONFIGS since session 15): ``-k 192``.
 """
 
 import math
@@ -45,6 +46,14 @@ def _bwd_module():
     return hbwd
 
 
+def _fake_lines(script, timeout=900):
+    """The lines a fake-driver script prints (fake_launch: Triton 3.6
+    without a GPU); skips where the Hopper tier is unavailable."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    return fake_launch(script, timeout=timeout).strip().split("\n")
+
+
 def test_unverified_configs_are_opt_in(monkeypatch):
     """Head dims of CONFIGS_UNVERIFIED are taken only on request, and every
     entry of both tables fits the shared-memory model."""
@@ -59,8 +68,10 @@ def test_unverified_configs_are_opt_in(monkeypatch):
         for causal in (False, True):
             meta = hbwd.kernel_meta(d, causal, unverified=True)
             assert hbwd.smem_bytes(d, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
+            d_v = hbwd.HEAD_DIM_V.get(d, d)
+            assert hbwd.smem_bytes(d, head_dim_v=d_v, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
             if meta["SPLIT_D"]:
-                cols = d // meta["NUM_CONSUMERS"]
+                cols = d_v // meta["NUM_CONSUMERS"]
                 assert meta["DQ_CHUNK"] <= cols and cols % meta["DQ_CHUNK"] == 0, meta
 
 
@@ -394,9 +405,7 @@ def test_window_launch_on_a_fake_driver():
     persistent schedule and the SPLIT_D path (d = 256); the kernel gets
     window_lo = shift - left clamped to [-Nq, Nk]; a call without a window
     keeps HAS_WINDOW off."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_WINDOW, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_WINDOW)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 4 (batch, KV head) pairs.
     assert lines == ["64 (9, 4, 1) True 688",
                      "128 (9, 4, 1) True -333",    # left past every key: clamped to -Nq
@@ -440,9 +449,7 @@ def test_repeated_backward_reuses_its_plan_on_a_fake_driver():
     choose the meta-parameters and take Triton's launch path once; later
     calls launch the same compiled kernel on the same grid through the
     launch fast path, with descriptors of the new tensors' addresses."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_REPEAT, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_REPEAT)
     assert lines == ["1 1 1 1 1", "1 True"], lines
 
 
@@ -490,7 +497,7 @@ def _run(q, k, v, do, scale, shift, **overrides):
     """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper
     backward (head dims of CONFIGS_UNVERIFIED included)."""
     b, hq, nq, d = q.shape
-    o = torch.empty_like(q)
+    o = torch.empty_like(q) if v.shape[-1] == d else torch.empty_like(do)  # (dv columns: split Q K^T)
     lse = torch.full((b, hq, nq), float("nan"), device="cuda")
     assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift)
     delta = (do.float() * o.float()).sum(-1)
@@ -967,9 +974,10 @@ def test_group_split_rule_and_default():
     """group_split: the smallest divisor of the group that gives 2 programs
     per SM, the whole group when none does, 1 for MHA or when the partials
     do not fit; split_divisor: an explicit S as the largest divisor of the
-    group not above it; off by default (no override: S = 1)."""
+    group not above it; the rule by default for causal calls, S = 1 for
+    the others (no override)."""
     hbwd = _bwd_module()
-    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: False}
+    assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: True}
     mb = 1 << 20
     # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
     assert hbwd.group_split(4, 256, 132, mb) == 2
@@ -1046,18 +1054,17 @@ def test_group_split_launch_on_a_fake_driver():
     too) and launches S times the programs along (batch, KV head), as
     H_KV * S "KV heads" of G / S query heads, then the two group sums;
     GROUP_SPLIT=0 takes group_split's S (36 programs for 132 SMs: the whole
-    group of 4); no override keeps S = 1 (one launch), causal or not, and
+    group of 4); no override takes the rule when causal (the default,
+    HOPPER_BWD_GROUP_SPLIT_DEFAULT) and keeps S = 1 (one launch) when not;
     causal MHA with GROUP_SPLIT=0 runs unsplit."""
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    lines = fake_launch(_FAKE_GROUP_SPLIT, timeout=900).strip().split("\n")
+    lines = _fake_lines(_FAKE_GROUP_SPLIT)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 2 batches x 2 KV heads, groups of 4.
     assert lines == ["128 (9, 8, 1) 2 4 2 3",
                      "128 (9, 16, 1) 4 8 1 3",
                      "256 (18, 16, 1) 4 8 1 3",
                      "64 (5, 1, 1) 2 4 2 3",
                      "128 (9, 16, 1) 4 8 1 3",
-                     "128 (9, 4, 1) 1 2 4 1",
+                     "128 (9, 16, 1) 4 8 1 3",
                      "128 (9, 4, 1) 1 2 4 1",
                      "128 (9, 4, 1) 1 2 1 1"], lines
 
@@ -1182,3 +1189,293 @@ def test_repeated_backward_matches_the_first(monkeypatch, n_k):
                 assert torch.equal(a, b), f"{name}: a repeated backward differs from the first"
     assert calls == [True] * 4, calls
     assert len(hbwd._PLANS) == 1, "a repeated call must reuse its signature's plan"
+
+
+# --------------------------------------------------------------------------- split Q K^T (d = 192, dv = 128)
+
+def test_emulated_split_qk_schedule():
+    """The split Q K^T (tests/hopper_bwd_model.py, d = 24 = 16 + 8 and
+    d_v = 16 standing for 192 = 128 + 64 and 128): S as two column-chunk
+    products, each consumer's columns of dV, of dK's two chunks and of dQ's
+    pieces, causal or not, GQA, ragged lengths, GROUP_SPLIT and persistent,
+    in float64 against the dense reference."""
+    import hopper_bwd_model as hbm
+    for case in hbm.qk1_cases(full=False):
+        err = hbm.check_qk1(case)
+        assert err <= 1e-9, (case, err)
+
+
+@pytest.mark.parametrize("broken", ["qk1_no_second", "qk1_dk1_offset", "qk1_dq_source", "qk1_dv_cols"])
+def test_emulated_split_qk_broken_forms_are_caught(broken):
+    """Wrong forms of the split Q K^T (the second chunk left out of S, dK's
+    second chunk written without its base column, dQ's second-chunk pieces
+    read from K's first chunk, dV at the second chunk's column stride) fail
+    the check."""
+    import hopper_bwd_model as hbm
+    assert broken in hbm.QK1_BROKEN
+    assert any(not hbm.check_qk1(case, broken) <= 1e-9 for case in hbm.qk1_cases(full=False)), broken
+
+
+def test_split_qk_config_fits():
+    """d = 192 (dv = 128) is in CONFIGS (GPU-validated in session 15; it
+    was in CONFIGS_UNVERIFIED until then), on the SPLIT_D path, its
+    dQ pieces dividing both chunks' per-consumer columns, within the shared
+    memory the launcher allows; the model counts V and dO at 128 columns
+    and is the formula of before at d = dv."""
+    hbwd = _bwd_module()
+    assert 192 in hbwd.CONFIGS and 192 not in hbwd.CONFIGS_UNVERIFIED
+    assert hbwd.HEAD_DIM_V[192] == 128 and 192 in hbwd.DROPOUT_DECLINE and 192 in hbwd.WINDOW_DECLINE
+    for causal in (False, True):
+        meta = hbwd.kernel_meta(192, causal)
+        assert meta["SPLIT_D"] and meta["BLOCK_N"] == 64, meta
+        vc, k1c = 128 // meta["NUM_CONSUMERS"], 64 // meta["NUM_CONSUMERS"]
+        assert vc % meta["DQ_CHUNK"] == 0 and k1c % meta["DQ_CHUNK"] == 0, meta
+        assert hbwd.smem_bytes(192, head_dim_v=128, **meta) <= hbwd.SMEM_LIMIT
+        # K 24 KB + V 16 KB, (Q, dO) 40 KB per stage, P^T / dS^T 8 KB each per buffer, dQ staging
+        m = meta
+        assert hbwd.smem_bytes(192, head_dim_v=128, **m) == (
+            2 * (64 * 320 + m["NUM_STAGES"] * 64 * 320 + 2 * m["DS_BUFS"] * 64 * 64) + 4 * 64 * 2 * m["DQ_CHUNK"]
+            + 8 * m["NUM_STAGES"] * 64 + 8 * (1 + 3 * m["NUM_STAGES"] + 2))
+    for d in (64, 128, 256):
+        meta = hbwd.kernel_meta(d, False)
+        assert hbwd.smem_bytes(d, head_dim_v=d, **meta) == hbwd.smem_bytes(d, **meta)
+
+
+def test_split_qk_plan_declines_window_and_dropout(monkeypatch):
+    """_make_plan at d = 192 / dv = 128 (CPU tensors standing for CUDA ones):
+    a window or dropout is declined, the default table takes the head
+    dims (V of another width is declined), and the plan holds dv-wide
+    blocks for Q, K, V, dO, the second chunks' 64-wide Q and K blocks,
+    HEAD_DIM_V = 128, and GROUP_SPLIT partials of each tensor's width."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    q = torch.randn(2, 8, 300, 192).to(torch.bfloat16)
+    k = torch.randn(2, 2, 500, 192).to(torch.bfloat16)
+    v = torch.randn(2, 2, 500, 128).to(torch.bfloat16)
+    do = torch.randn(2, 8, 300, 128).to(torch.bfloat16)
+    lse = torch.zeros(2, 8, 300)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    args = (do, q, k, v, lse, lse, *grads, 0.07)
+    # (unsupported_reason on CPU tensors: "not a CUDA tensor"; the rest of its checks)
+    monkeypatch.setattr(hbwd.fastlaunch, "compile_only_device", lambda: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    meta_args = tuple(t.to("meta") for t in args[:-1]) + (0.07,)
+    assert hbwd.unsupported_reason(*meta_args) == ""
+    wrong_v = torch.randn(2, 2, 500, 64).to(torch.bfloat16).to("meta")
+    reason = hbwd.unsupported_reason(*meta_args[:3], wrong_v, *meta_args[4:])
+    assert "head dims" in reason and "192/128" in reason, reason
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+    plan_of = lambda windowed, dropped, over=None: hbwd._make_plan(*args, False, windowed, dropped, True,  # noqa: E731
+                                                                  over or {})
+    assert plan_of(True, False) == hbwd.WINDOW_DECLINE[192]
+    assert "dropout" in plan_of(False, True)
+    plan = plan_of(False, False)
+    assert plan.qk1 and plan.kwargs["HEAD_DIM_V"] == 128 and plan.kwargs["HEAD_DIM"] == 192
+    assert [b[-1] for b in plan.blocks] == [128, 128, 128, 128, 32, 64, 64], plan.blocks
+    assert [b[-2] for b in plan.blocks[5:]] == [64, 64]
+    assert plan.acc_shape == (2, 8, 300, 192)
+    split = plan_of(False, False, dict(GROUP_SPLIT=2))
+    assert split.split == 2 and split.out_shape == ((2, 4, 500, 192), (2, 4, 500, 128)), split.out_shape
+    assert split.tail[4:10] == (4 * 500 * 192, 500 * 192, 192, 4 * 500 * 128, 500 * 128, 128), split.tail
+    for d in (64, 128, 256):  # d = dv: no second chunk
+        qd = torch.randn(1, 2, 100, d).to(torch.bfloat16)
+        p = hbwd._make_plan(qd, qd, qd, qd, lse[:1, :2, :100], lse[:1, :2, :100], qd, qd, qd, 0.1, False, False,
+                            False, False, {})
+        assert not p.qk1 and p.kwargs["HEAD_DIM_V"] == d and len(p.blocks) == 5, d
+
+
+_FAKE_LAUNCH_192 = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+from flashattn_triton.kernels import bwd as portable
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 unless overridden (GROUP_SPLIT=2 below)
+portable._sum_group_partials = lambda out, part, h_kv, n_split: print("sum", tuple(part.shape), n_split)
+names = hb._attn_bwd_hopper.arg_names
+q = torch.randn(2, 4, 333, 192).to(torch.bfloat16)
+k = torch.randn(2, 2, 1121, 192).to(torch.bfloat16)
+v = torch.randn(2, 2, 1121, 128).to(torch.bfloat16)
+do = torch.randn(2, 4, 333, 128).to(torch.bfloat16)
+lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+grads = [torch.zeros_like(t) for t in (q, k, v)]
+for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2))):
+    with fake_cuda():
+        ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
+                                          **over)
+    assert ok, hb._BROKEN
+    launch = LAUNCHES[-1]
+    consts = launch[0].src.constants
+    print(causal, launch[1], consts.get((names.index("HEAD_DIM_V"),)), consts.get((names.index("SPLIT_D"),)),
+          consts.get((names.index("q1_desc"),), "param"))
+print(192 in hb.CONFIGS)  # the default table (GPU-validated)
+"""
+
+
+def test_split_qk_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: the d = 192 / dv = 128 backward
+    compiles for sm_90 through the launcher's real JIT path
+    (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs
+    with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
+    the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
+    128 columns; d = 192 in the default table."""
+    lines = _fake_lines(_FAKE_LAUNCH_192)
+    # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
+    assert lines == ["False (18, 4, 1) 128 True param",
+                     "True (18, 4, 1) 128 True param",
+                     "True (7, 1, 1) 128 True param",
+                     "sum (2, 4, 1121, 192) 2",
+                     "sum (2, 4, 1121, 128) 2",
+                     "False (18, 8, 1) 128 True param",
+                     "True"], lines
+
+
+def _inputs_192(b, hq, hkv, nq, nk, dtype, layout):
+    """q, k (192 columns), v, dO (128) of a case, as _inputs."""
+    if layout == "padded":
+        q, do = _padded(b, hq, nq, 192, dtype, 40), _padded(b, hq, nq, 128, dtype, 40)
+        k, v = _padded(b, hkv, nk, 192, dtype, 40), _padded(b, hkv, nk, 128, dtype, 40)
+    else:
+        q, do = _flash_view(b, hq, nq, 192, dtype), _flash_view(b, hq, nq, 128, dtype)
+        k, v = _flash_view(b, hkv, nk, 192, dtype), _flash_view(b, hkv, nk, 128, dtype)
+    return q, k, v, do
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "d192-dv128-" + "-".join(map(str, c)))
+def test_split_qk_matches_reference(dtype, case):
+    """d = 192 with dv = 128 (split Q K^T): dq (192 columns), dk (192) and dv (128) against float64
+    autograd on NaN-poisoned outputs, causal bottom-right / top-left and
+    not, GQA and MQA, ragged N, NaN past N in the padded layout."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs_192(b, hq, hkv, nq, nk, dtype, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, 192 ** -0.5, shift)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
+                                     dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
+                                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5)],
+                         ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("causal", [None, "br", "tl"])
+def test_split_qk_variants(variant, causal):
+    """The d = 192 / dv = 128 build's variants: persistent, a deeper ring,
+    one P^T / dS^T buffer, heads-first, and the group split (float32
+    partials of 192 and 128 columns)."""
+    q, do = _flash_view(2, 8, 777, 192, torch.bfloat16), _flash_view(2, 8, 777, 128, torch.bfloat16)
+    k, v = _flash_view(2, 2, 1500, 192, torch.bfloat16), _flash_view(2, 2, 1500, 128, torch.bfloat16)
+    shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
+    _check(q, k, v, do, 0.09, shift, **variant)
+
+
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_qk_api(monkeypatch, causal):
+    """flash_attn_func's backward at d = 192 / dv = 128 takes the Hopper
+    backward by default (its config GPU-validated) and matches the portable
+    backward's gradients; FLASHATTN_TRITON_HOPPER_SPLIT_QK=0 keeps it
+    portable."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
+    calls = _spy_hopper_backward(monkeypatch)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 1000, 8, 192, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(2, 1000, 2, 192, device="cuda", generator=gen).to(torch.bfloat16)
+    v = torch.randn(2, 1000, 2, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    g = torch.randn(2, 1000, 8, 128, device="cuda", generator=gen).to(torch.bfloat16)
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(flash_attn_func(*leaves, causal=causal), leaves, g)
+
+    monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", raising=False)
+    got = grads()
+    assert calls == [True], calls
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0")
+    calls.clear()
+    portable = grads()
+    assert calls == [], calls
+    for name, a, b in zip(("dq", "dk", "dv"), got, portable):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2, msg=name)
+
+
+@pytest.mark.parametrize("split_qk", [None, "0", "1"])
+def test_split_qk_dispatch(monkeypatch, split_qk):
+    """_dispatch.use_hopper_backward: d != dv (192 / 128) is tried unless
+    FLASHATTN_TRITON_HOPPER_SPLIT_QK=0; d = dv is not affected by the
+    switch."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.delenv(_dispatch.ENV_HOPPER_BWD, raising=False)
+    if split_qk is None:
+        monkeypatch.delenv(_dispatch.ENV_HOPPER_SPLIT_QK, raising=False)
+    else:
+        monkeypatch.setenv(_dispatch.ENV_HOPPER_SPLIT_QK, split_qk)
+    dev = torch.device("cuda", 0)
+    assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 192, 128) == (split_qk != "0")
+    assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 128, 128)
+    assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 4096, 128)
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_split_qk_info(capsys, monkeypatch, opt_in):
+    """flashattn-triton info --arch sm90 at d = 192 / dv = 128 names the
+    Hopper backward (its config verified; the unverified switch changes
+    nothing), with the split Q K^T."""
+    from flashattn_triton import cli
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    hbwd = _bwd_module()
+    if opt_in:
+        monkeypatch.setenv(hbwd.UNVERIFIED_ENV, "1")
+    else:
+        monkeypatch.delenv(hbwd.UNVERIFIED_ENV, raising=False)
+    assert cli.main(["info", "--shape", "2,4096,16,192", "--head-dim-v", "128", "--causal", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "backward: Hopper tier, Gluon kernel" in out and "split in 128 + 64" in out, out
+    assert "not GPU-validated" not in out, out
+
+
+def test_split_qk_protocol_simulation():
+    """The mbarrier protocol of the split Q K^T (Q and K as two TMA copies
+    on one barrier each, S and dK as two wgmma groups, dQ pieces from K then
+    K1), 2-D grid and persistent: no hazard or deadlock; expecting one
+    copy's bytes, or issuing dK's second chunk after the first dQ piece (so
+    the Q / dO slot is released under it), is caught."""
+    import hopper_bwd_model as hbm
+    for *case, work in hbm.qk1_protocol_cases(full=False):
+        hbm.simulate(*case, work=work, qk1=True)
+    for broken in hbm.QK1_PROTOCOL_BROKEN:
+        assert hbm.qk1_broken_caught(broken, seeds=20) > 0, broken
+
+
+@pytest.mark.parametrize("layout", ["flash", "bhnd", "padded", "bnhd_expanded"])
+def test_dq_acc_strides_follow_dq(layout):
+    """The float32 dQ buffer (dq_acc_strides) is dense, (B, H, N, d) indexed,
+    in dq's memory order: for the flash layout (dq a (B, H, N, d) view of
+    (B, N, H, d) memory) the buffer's strides equal dq's, so the final copy
+    is dense; it holds every element once at any layout."""
+    hbwd = _bwd_module()
+    b, n, h, d = 2, 37, 3, 64
+    if layout == "flash":
+        dq = torch.empty(b, n, h, d).transpose(1, 2)
+    elif layout == "bhnd":
+        dq = torch.empty(b, h, n, d)
+    elif layout == "padded":  # rows of a wider buffer: not dense, the buffer is
+        dq = torch.empty(b, n, h, d + 64)[..., :d].transpose(1, 2)
+    else:  # one batch: B's stride ties nothing
+        dq = torch.empty(1, n, h, d).transpose(1, 2)
+    strides = hbwd.dq_acc_strides(dq)
+    acc = torch.arange(dq.numel(), dtype=torch.float32).as_strided(dq.shape, strides)
+    assert sorted(acc.flatten().tolist()) == list(range(dq.numel()))  # dense, each element once
+    assert strides[3] == 1
+    order = sorted(range(3), key=lambda i: -dq.stride(i))
+    assert sorted(range(3), key=lambda i: -strides[i]) == order
+    if layout in ("flash", "bhnd", "bnhd_expanded"):
+        assert tuple(strides) == dq.stride()

@@ -40,6 +40,16 @@ of every product, taking P^T / dS^T from shared memory as the A operand:
 so per thread dK and dV take 64 registers each, S and dP 16 each.  The same
 five products, no score computed twice, no partial sums exchanged.
 
+d = 192 with dv = 128 (DeepSeek MLA; ``HEAD_DIM_V``, as the forward's split
+Q K^T) runs the SPLIT_D scheme with Q and K in two column chunks of 128
+and 64 (register tensors have power-of-two shapes), each with its own TMA
+descriptor and buffer (``q1_desc`` / ``k1_desc``; None, no parameters, for
+d = dv): consumer c computes S = Q0 K0_c^T + Q1 K1_c^T (two wgmmas into one
+accumulator) and dP = dO V_c^T, and then owns columns [64c, + 64) of dV and
+of dK's first chunk, [128 + 32c, + 32) of dK's second, and the same dQ
+columns in 32-column pieces (_attn_bwd_step_qk1).  No window or dropout
+there (declined).
+
 The softmax scale is folded into dS, so dK and dQ need no rescaling; the LSE
 is the forward's base-2 ``lse2`` (``p = exp2(s * scale * log2 e - lse2)``),
 and a row with no visible key (lse2 = -inf) is read as +inf, giving P = 0.
@@ -58,7 +68,7 @@ producer load the next tile's K and V, after first queueing that tile's
 first NUM_STAGES query tiles; so the consumers' dK / dV stores of one tile
 overlap the next tile's loads, and the prologue is paid once per program.
 
-``GROUP_SPLIT`` = S > 1 (GQA; off by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
+``GROUP_SPLIT`` = S > 1 (GQA; causal calls by default: HOPPER_BWD_GROUP_SPLIT_DEFAULT) cuts
 each KV head's group of G query heads into S slices of G / S heads, one
 program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
 (slice h reads K and V of head h // S) with groups of G / S query heads
@@ -167,14 +177,24 @@ def _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift, window_lo,
 
 @gluon.jit
 def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n,
-                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, GROUP_SPLIT: gl.constexpr = 1):
+                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, GROUP_SPLIT: gl.constexpr = 1,
+                   k1_desc=None, k1_smem=None, QK1: gl.constexpr = 0):
     """K and V of the key block [start_n, + BLOCK_N) into their buffers, one
     expect-tx arrival on kv_ready for both.  With GROUP_SPLIT > 1, off_hkv
-    is a slice of a KV head's group (KV head off_hkv // GROUP_SPLIT)."""
+    is a slice of a KV head's group (KV head off_hkv // GROUP_SPLIT).
+    HEAD_DIM: V's width and K's first column chunk; QK1 > 0 (split Q K^T):
+    K's columns [HEAD_DIM, HEAD_DIM + QK1) go to k1_smem on the same
+    arrival."""
     kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     if GROUP_SPLIT > 1:
         off_hkv = off_hkv // GROUP_SPLIT
-    mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    if QK1 > 0:
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + k1_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        k1_box: gl.constexpr = [1, 1, BLOCK_N, QK1]
+        tma.async_copy_global_to_shared(k1_desc, [off_b, off_hkv, start_n, HEAD_DIM], kv_ready,
+                                        k1_smem._reinterpret(k1_desc.dtype, k1_box, k1_desc.layout))
+    else:
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
                                     k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
     tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
@@ -184,12 +204,15 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, sta
 @gluon.jit
 def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
               off_b, off_hq, mb, it, stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-              BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
+              BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+              q1_desc=None, q1_bufs=None, QK1: gl.constexpr = 0):
     """Query tile mb of head off_hq into ring slot it % NUM_STAGES: the rows'
     lse2 and scaled delta (loaded here, stored to shared memory before the
     tile's Q is requested, so that the consumers read them from shared
     memory when they need them instead of holding two row vectors in
-    registers across the products), then Q and dO by TMA."""
+    registers across the products), then Q and dO by TMA.  HEAD_DIM: dO's
+    width and Q's first column chunk; QK1 > 0 (split Q K^T): Q's columns
+    [HEAD_DIM, HEAD_DIM + QK1) go to q1_bufs on q_ready."""
     stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
     s = it % NUM_STAGES
@@ -206,7 +229,13 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     stat_bufs.index(2 * s).store(lse2)
     stat_bufs.index(2 * s + 1).store(delta)
     # The arrival below (expect) releases these stores to the consumers.
-    mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
+    if QK1 > 0:
+        mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes + q1_desc.block_type.nbytes)
+        q1_box: gl.constexpr = [1, 1, BLOCK_M, QK1]
+        tma.async_copy_global_to_shared(q1_desc, [off_b, off_hq, mb * BLOCK_M, HEAD_DIM], q_ready.index(s),
+                                        q1_bufs.index(s)._reinterpret(q1_desc.dtype, q1_box, q1_desc.layout))
+    else:
+        mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
                                     q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
     mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
@@ -222,7 +251,8 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
                               window_lo,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                               NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                              HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr):
+                              HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr,
+                              q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr):
     """Producer partition of the persistent form: per work tile the first
     NUM_STAGES query tiles (their slots are freed by the previous work
     tile's steps), then K and V once the consumers released the previous
@@ -241,14 +271,16 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
         for j in range(n_first):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
-                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
+                      q1_desc, q1_bufs, QK1)
         mbarrier.wait(kv_empty, (i & 1) ^ 1)
         _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
-                       GROUP_SPLIT)
+                       GROUP_SPLIT, k1_desc, k1_smem, QK1)
         for j in range(n_first, total):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + j // n_m, m_lo + j % n_m, it + j,
-                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
+                      q1_desc, q1_bufs, QK1)
         it += total
 
 
@@ -258,18 +290,20 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
                    off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                    stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, GROUP_SPLIT: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, GROUP_SPLIT: gl.constexpr,
+                   q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr):
     """Producer partition (1 warp): K and V once, then Q, dO and the rows'
     statistics of query tiles [m_lo, m_hi) of every query head of the group
     (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice)."""
     _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
-                   GROUP_SPLIT)
+                   GROUP_SPLIT, k1_desc, k1_smem, QK1)
     it = 0
     for g in range(GROUP):
         for mb in range(m_lo, m_hi):
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + g, mb, it,
-                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES)
+                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
+                      q1_desc, q1_bufs, QK1)
             it += 1
 
 
@@ -302,6 +336,55 @@ def _dropout_block(drop, off_b, GROUP, key0):
 
 
 @gluon.jit
+def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
+    """This warpgroup's dQ piece (BLOCK_M rows, COLS columns from col) into
+    the staging buffer and reduced (added) into dQ by TMA."""
+    tma.store_wait(0)  # the previous reduce has read the staging buffer
+    dq_stage.store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
+                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, COLS], dq_desc.layout))
+
+
+@gluon.jit
+def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M: gl.constexpr,
+           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+    """P = exp2(S * qk_scale - lse2) of a score tile once its wgmma group is
+    done (the one after it, dP, may still run), masked when MASKED: the
+    query rows [start_m, + BLOCK_M) along dim Q_DIM (0: queries x keys,
+    SPLIT_D; 1: keys x queries, S^T), this warpgroup's keys along the other."""
+    sc = warpgroup_mma_wait(1, deps=(s_tok,))
+    q_layout: gl.constexpr = gl.SliceLayout(1 - Q_DIM, sc.type.layout)
+    lse2 = stat_bufs.index(2 * s).load(q_layout)
+    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1 - Q_DIM))
+    if MASKED:
+        rows = start_m + gl.arange(0, BLOCK_M, layout=q_layout)
+        p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
+                              window_lo, IS_CAUSAL, HAS_WINDOW), p, 0.0)
+    return p
+
+
+@gluon.jit
+def _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER: gl.constexpr, SUB_N: gl.constexpr,
+                 DS_BUFS: gl.constexpr):
+    """SPLIT_D: P^T and dS^T of this warpgroup's SUB_N keys (p, ds: queries
+    x keys) into the shared tiles of buffer b = it % DS_BUFS (every product
+    after it needs every key: dV and dK take them as the A operand with the
+    keys as M, dQ takes dS^T transposed), then the wait on ds_ready[b] for
+    the other warpgroup's; returns b."""
+    b = it % DS_BUFS
+    if DS_BUFS == 1:
+        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
+        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(pt_bufs.dtype), [1, 0]))
+    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b))
+    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    return b
+
+
+@gluon.jit
 def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
@@ -330,13 +413,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     dpt_tok = warpgroup_mma(v_c, do_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
                             use_acc=False, is_async=True)
     col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
-    st = warpgroup_mma_wait(1, deps=(st_tok,))
-    lse2 = stat_bufs.index(2 * s).load(col_layout)
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-    if MASKED:
-        cols = start_m + gl.arange(0, BLOCK_M, layout=col_layout)
-        pt = gl.where(_visible(gl.expand_dims(keys, 1), gl.expand_dims(cols, 0), N_K, causal_shift, window_lo,
-                               IS_CAUSAL, HAS_WINDOW), pt, 0.0)
+    pt = _probs(st_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 1, MASKED,
+                IS_CAUSAL, HAS_WINDOW)
     if HAS_DROPOUT:
         # The keep mask of this tile (keys x queries), drawn while dP^T runs.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -368,11 +446,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                            gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
     mbarrier.arrive(qdo_empty.index(s))
-    tma.store_wait(0)  # the previous tile's reduce has read the staging buffer
-    dq_stage.store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, CONSUMER * DQ_COLS],
-                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_COLS], dq_desc.layout))
+    _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
     return dk, dv
 
 
@@ -415,13 +489,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
     mbarrier.wait(do_ready.index(s), ph)
     dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
-    sc = warpgroup_mma_wait(1, deps=(s_tok,))
-    lse2 = stat_bufs.index(2 * s).load(row_layout)
-    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
-    if MASKED:
-        rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
-        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, window_lo,
-                              IS_CAUSAL, HAS_WINDOW), p, 0.0)
+    p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 0, MASKED,
+               IS_CAUSAL, HAS_WINDOW)
     if HAS_DROPOUT:
         # This warpgroup's scores are queries x keys here: the forward's draw.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -436,18 +505,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
         p = gl.maximum(p, 0.0) * scale
     else:
         ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
-    # P^T and dS^T of this warpgroup's keys into the shared tiles (every
-    # product below needs every key): dV and dK take them as the A operand
-    # with the keys as M, dQ takes dS^T transposed.
-    b = it % DS_BUFS
-    if DS_BUFS == 1:
-        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
-    pt_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(p.to(dtype), [1, 0]))
-    ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(gl.permute(ds, [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    # P^T and dS^T of this warpgroup's keys through the shared tiles.
+    b = _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER, SUB_N, DS_BUFS)
     ds_t = ds_bufs.index(b)
     dv_tok = warpgroup_mma(pt_bufs.index(b), do_s.slice(col0, DQ_COLS, dim=1), dv, is_async=True)
     dk_tok = warpgroup_mma(ds_t, q_s.slice(col0, DQ_COLS, dim=1), dk, is_async=True)
@@ -506,20 +565,22 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift, window_lo,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
-                       HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr):
-    """The producer partition of either form."""
+                       HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr,
+                       q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr):
+    """The producer partition of either form (HEAD_DIM: V's width; QK1 > 0:
+    split Q K^T, Q's and K's columns [HEAD_DIM, + QK1) in q1_bufs, k1_smem)."""
     if PERSISTENT:
         _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                                   stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                                   n_mb, GROUP, H_KV, n_kb, n_bh,
                                   stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                                   window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, HEADS_FIRST,
-                                  HAS_WINDOW, GROUP_SPLIT)
+                                  HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1)
     else:
         _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                        kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1)
 
 
 @gluon.jit
@@ -656,6 +717,175 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
 
 
 @gluon.jit
+def _issue_dq_piece(ds_t, k_all, k1_all, j: gl.constexpr, BLOCK_M: gl.constexpr, VC: gl.constexpr,
+                    K1C: gl.constexpr, DQ_CHUNK: gl.constexpr, CONSUMER: gl.constexpr, dq_layout: gl.constexpr):
+    """Split Q K^T: the j-th dQ piece of this warpgroup, dS K[:, cols] over
+    DQ_CHUNK of its columns: pieces [0, VC / DQ_CHUNK) from K's first chunk
+    (columns CONSUMER * VC + ...), the others from its second (k1_all,
+    columns CONSUMER * K1C + ... of the chunk)."""
+    N0: gl.constexpr = VC // DQ_CHUNK
+    if j < N0:
+        src = k_all.slice(CONSUMER * VC + j * DQ_CHUNK, DQ_CHUNK, dim=1)
+    else:
+        src = k1_all.slice(CONSUMER * K1C + (j - N0) * DQ_CHUNK, DQ_CHUNK, dim=1)
+    return warpgroup_mma(ds_t.permute((1, 0)), src, gl.zeros([BLOCK_M, DQ_CHUNK], gl.float32, dq_layout),
+                         use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
+                       off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                       CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                       SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, DS_BUFS: gl.constexpr,
+                       DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """SPLIT_D with a split Q K^T (d = HEAD_DIM + QK1 for Q and K, HEAD_DIM
+    for V, O and dO; d = 192 = 128 + 64): one query tile, as
+    _attn_bwd_step_split but every product that has Q or K in it comes in
+    two column chunks.  The scores of this warpgroup's SUB_N keys
+
+        S = Q0 K0_c^T + Q1 K1_c^T     (two wgmmas into one accumulator)
+        dP = dO V_c^T
+
+    and, from the shared P^T / dS^T of all keys, its columns of the
+    products: VC = HEAD_DIM / 2 of V's (and of Q's and K's first chunk),
+    K1C = QK1 / 2 of the second chunk,
+
+        dV[:, c VC + (0..VC)]       += P^T dO[:, c VC + ...]
+        dK[:, c VC + (0..VC)]       += dS^T Q0[:, c VC + ...]
+        dK[:, HEAD_DIM + c K1C + ...] += dS^T Q1[:, c K1C + ...]
+        dQ: the same columns of dS K0 and dS K1, DQ_CHUNK at a time.
+
+    Both warpgroups hold the same shapes (VC + VC + K1C accumulator columns
+    of BLOCK_N keys each).  No dropout and no window here (declined)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, SUB_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_CHUNK, 16])
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    VC: gl.constexpr = HEAD_DIM // 2
+    K1C: gl.constexpr = QK1 // 2
+    N_PIECES: gl.constexpr = VC // DQ_CHUNK + K1C // DQ_CHUNK
+    dtype: gl.constexpr = q_bufs.dtype
+    s = it % NUM_STAGES
+    ph = (it // NUM_STAGES) & 1
+    start_m = mb * BLOCK_M
+    # z = 0, opaque to the compiler (see _attn_bwd_step_split): the operand
+    # descriptors are made per step instead of being hoisted into registers.
+    z = it & (N_Q >> 31)
+    q_s = q_bufs.index(s + z)
+    q1_s = q1_bufs.index(s + z)
+    do_s = do_bufs.index(s + z)
+    k_all = k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z)
+    k1_all = k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z)
+    v_all = v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z)
+    mbarrier.wait(q_ready.index(s), ph)
+    s_tok = warpgroup_mma(q_s, k_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                          gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    # the second column chunk accumulates into S (a wgmma group of its own)
+    s_tok = warpgroup_mma(q1_s, k1_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)), s_tok,
+                          is_async=True)
+    mbarrier.wait(do_ready.index(s), ph)
+    dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                           gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    # Groups retire in issue order: with only dP left, both of S's are done.
+    p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, 0, BLOCK_M, 0, MASKED, IS_CAUSAL,
+               False)
+    dp = warpgroup_mma_wait(0, deps=(dp_tok,))
+    delta = stat_bufs.index(2 * s + 1).load(row_layout)
+    ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
+    b = _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER, SUB_N, DS_BUFS)
+    ds_t = ds_bufs.index(b)
+    dv_tok = warpgroup_mma(pt_bufs.index(b), do_s.slice(CONSUMER * VC, VC, dim=1), dv, is_async=True)
+    dk_tok = warpgroup_mma(ds_t, q_s.slice(CONSUMER * VC, VC, dim=1), dk, is_async=True)
+    dk1_tok = warpgroup_mma(ds_t, q1_s.slice(CONSUMER * K1C, K1C, dim=1), dk1, is_async=True)
+    dq_tok = _issue_dq_piece(ds_t, k_all, k1_all, 0, BLOCK_M, VC, K1C, DQ_CHUNK, CONSUMER, dq_layout)
+    # Q and dO are free once dV and dK are done: the next tile loads under dQ.
+    dv, dk, dk1 = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok, dk1_tok))
+    mbarrier.arrive(qdo_empty.index(s))
+    for j in gl.static_range(N_PIECES):
+        dq = warpgroup_mma_wait(0, deps=(dq_tok,))
+        if j + 1 < N_PIECES:
+            # The next piece's product runs while this one is staged.
+            dq_tok = _issue_dq_piece(ds_t, k_all, k1_all, j + 1, BLOCK_M, VC, K1C, DQ_CHUNK, CONSUMER, dq_layout)
+        elif DS_BUFS == 1:
+            mbarrier.arrive(ds_ready.index(1))
+        # the piece's dQ columns: in the first chunk, or past HEAD_DIM in the second
+        dq_col = CONSUMER * VC + j * DQ_CHUNK if j < VC // DQ_CHUNK else \
+            HEAD_DIM + CONSUMER * K1C + (j - VC // DQ_CHUNK) * DQ_CHUNK
+        _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK)
+    return dk, dk1, dv
+
+
+@gluon.jit
+def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
+                        dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                        off_b, off_hkv, start_n, m_lo, n_mb, GROUP, it, kv_phase,
+                        stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                        N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                        CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
+                        IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
+                        RELEASE_KV: gl.constexpr):
+    """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
+    dropout): the query tiles [m_lo, n_mb) of every head of the group
+    through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
+    chunks) and dV of all BLOCK_N keys."""
+    SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
+    VC: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
+    K1C: gl.constexpr = QK1 // NUM_CONSUMERS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, SUB_N, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, VC, 16])
+    k1_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, K1C, 16])
+    dq_stage = dq_bufs.index(CONSUMER)
+    key0 = start_n + CONSUMER * SUB_N
+    keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, s_layout))
+    dk = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
+    dk1 = gl.zeros([BLOCK_N, K1C], gl.float32, k1_layout)
+    dv = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
+    # Masked query tiles [m_lo, m_full): as _attn_bwd_block.
+    if key0 + SUB_N > N_K:
+        m_full = n_mb
+    elif IS_CAUSAL:
+        m_full = gl.minimum(gl.maximum(gl.cdiv(key0 + SUB_N - 1 - causal_shift, BLOCK_M), m_lo), n_mb)
+    else:
+        m_full = m_lo
+    mbarrier.wait(kv_ready, kv_phase)
+    for g in range(GROUP):
+        off_hq = off_hkv * GROUP + g
+        # the masked tiles [m_lo, m_full), then the whole ones [m_full, n_mb)
+        for whole in gl.static_range(2):
+            for mb in range(m_full if whole else m_lo, n_mb if whole else m_full):
+                dk, dk1, dv = _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs,
+                                                 ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                 dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale,
+                                                 sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
+                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL)
+                it += 1
+    if RELEASE_KV:
+        mbarrier.arrive(kv_empty)
+
+    # dK in two column ranges (c VC of the first chunk, HEAD_DIM + c K1C of
+    # the second), dV in one; rows past N_K are dropped.
+    rows = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
+    rows1 = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, k1_layout))
+    cols = CONSUMER * VC + gl.arange(0, VC, layout=gl.SliceLayout(0, kv_layout))
+    cols1 = HEAD_DIM + CONSUMER * K1C + gl.arange(0, K1C, layout=gl.SliceLayout(0, k1_layout))
+    dk_head = DK + off_b.to(gl.int64) * stride_dkz + off_hkv.to(gl.int64) * stride_dkh
+    dv_head = DV + off_b.to(gl.int64) * stride_dvz + off_hkv.to(gl.int64) * stride_dvh
+    gl.store(dk_head + gl.expand_dims(rows.to(gl.int64), 1) * stride_dkn + gl.expand_dims(cols, 0),
+             dk.to(DK.dtype.element_ty), mask=gl.expand_dims(rows < N_K, 1))
+    gl.store(dk_head + gl.expand_dims(rows1.to(gl.int64), 1) * stride_dkn + gl.expand_dims(cols1, 0),
+             dk1.to(DK.dtype.element_ty), mask=gl.expand_dims(rows1 < N_K, 1))
+    gl.store(dv_head + gl.expand_dims(rows.to(gl.int64), 1) * stride_dvn + gl.expand_dims(cols, 0),
+             dv.to(DV.dtype.element_ty), mask=gl.expand_dims(rows < N_K, 1))
+    return it
+
+
+@gluon.jit
 def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                       kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                       off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, n_bh,
@@ -665,11 +895,13 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                      HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                      HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                      k1_smem, q1_bufs, QK1: gl.constexpr):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
-    producer loads the next one's K and V."""
+    producer loads the next one's K and V.  QK1 > 0 (split Q K^T; HEAD_DIM
+    is then V's width): _attn_bwd_block_qk1."""
     if PERSISTENT:
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
@@ -678,13 +910,30 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
             pid_n, pid_bh = _bwd_work_tile(i, pid, n_programs, n_kb, n_bh, HEADS_FIRST)
             t_b, t_hkv, t_n, t_lo, t_hi = _bwd_tile_coords(pid_n, pid_bh, H_KV, n_mb, N_K, causal_shift, window_lo,
                                                            BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
-            it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
-                                 stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
-                                 t_b, t_hkv, t_n, t_lo, t_hi, n_mb, GROUP, it, i & 1,
-                                 stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
-                                 N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
-                                 CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                 SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT)
+            if QK1 > 0:
+                it = _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs,
+                                         pt_bufs, ds_bufs, dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready,
+                                         qdo_empty, ds_ready, t_b, t_hkv, t_n, t_lo, n_mb, GROUP, it, i & 1,
+                                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                         N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
+                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True)
+            else:
+                it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+                                     stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                                     t_b, t_hkv, t_n, t_lo, t_hi, n_mb, GROUP, it, i & 1,
+                                     stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                                     N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
+                                     CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT)
+    elif QK1 > 0:
+        _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
+                            dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
+                            off_b, off_hkv, start_n, m_lo, n_mb, GROUP, gl.to_tensor(0), 0,
+                            stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
+                            N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                            CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
+                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -702,7 +951,9 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                               "RNG_ROWS", "RNG_COLS"])
 def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
-    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, DK, DV,
+    # q1_desc, k1_desc: Q's and K's columns [HEAD_DIM_V, HEAD_DIM) when they
+    # differ (split Q K^T, d = 192 with dv = 128), else None (no parameters)
+    q_desc, k_desc, v_desc, do_desc, dq_desc, q1_desc, k1_desc, LSE, DELTA, DK, DV,
     # strides
     stride_lz, stride_lh, stride_dz, stride_dh,
     stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
@@ -719,13 +970,20 @@ def _attn_bwd_hopper(
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
     # meta-parameters
-    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1,
 ):
+    # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
+    # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
+    # column chunk, held in q_bufs / k_smem), QK1 = HEAD_DIM - VDIM their
+    # second chunk's (q1_bufs / k1_smem), each a power of two.  With
+    # HEAD_DIM_V = HEAD_DIM, QK1 = 0: the kernel of before.
+    VDIM: gl.constexpr = HEAD_DIM_V
+    QK1: gl.constexpr = HEAD_DIM - HEAD_DIM_V
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
         # A 1-D grid of at most one program per SM; each partition walks the
@@ -760,20 +1018,32 @@ def _attn_bwd_hopper(
         m_hi = _query_end(start_n, m_lo, n_mb, N_K, window_lo, BLOCK_M, BLOCK_N, HAS_WINDOW)
 
     dtype: gl.constexpr = q_desc.dtype
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, VDIM], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, VDIM], dtype)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
     if SPLIT_D:
         DQ_STAGE: gl.constexpr = DQ_CHUNK  # dQ columns staged at a time per consumer
         N_DS: gl.constexpr = DS_BUFS
     else:
-        DQ_STAGE: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
+        DQ_STAGE: gl.constexpr = VDIM // NUM_CONSUMERS
         N_DS: gl.constexpr = 2
     dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, DQ_STAGE], gl.float32)
-    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
-    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
-    q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
-    do_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_layout)
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, VDIM], kv_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, VDIM], kv_layout)
+    q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, VDIM], q_layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, VDIM], q_layout)
+    if QK1 > 0:
+        gl.static_assert(SPLIT_D, "split Q K^T: the SPLIT_D path only")
+        gl.static_assert(not HAS_WINDOW and not HAS_DROPOUT, "split Q K^T: no window, no dropout")
+        gl.static_assert(QK1 <= VDIM, "split Q K^T: the second chunk is the narrower one")
+        gl.static_assert((QK1 // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides QK1 / NUM_CONSUMERS")
+        k1_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, QK1],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK1], dtype))
+        q1_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, QK1],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_M, QK1], dtype))
+    else:
+        k1_smem = k_smem  # not used
+        q1_bufs = q_bufs
     ds_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
     if SPLIT_D:
         pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
@@ -811,7 +1081,7 @@ def _attn_bwd_hopper(
     if SPLIT_D:
         gl.static_assert(BLOCK_M % 64 == 0, "SPLIT_D: query rows are the wgmma M dim")
         gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
-        gl.static_assert((HEAD_DIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides d / NUM_CONSUMERS")
+        gl.static_assert((VDIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides dv / NUM_CONSUMERS")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
@@ -821,26 +1091,26 @@ def _attn_bwd_hopper(
                              off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
-                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                              stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                              N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
-                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, SPLIT_D,
+                             1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                               stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
-                              window_lo, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
-                              HAS_WINDOW, GROUP_SPLIT)),
+                              window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
+                              HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -869,12 +1139,30 @@ CONFIGS = {
     128: dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240),
     256: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=1, NUM_CONSUMERS=2, CONSUMER_REGS=240,
               SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=128),
+    # d = 192 with dv = 128 (DeepSeek MLA, HEAD_DIM_V; split Q K^T as in the
+    # forward): the SPLIT_D path with Q and K in 128 + 64 columns
+    # (_attn_bwd_step_qk1).  64 keys per program, 64-row query tiles; per
+    # consumer thread dK 32 + 16 registers (64 keys x 64 + 32 columns), dV 32
+    # (64 x 64), S and dP 16 each (64 rows x 32 keys), dQ 16 per 32-column
+    # piece (DQ_CHUNK = 32: two pieces of K's first chunk and one of its
+    # second per consumer).  Shared memory (16-bit): K 24 KB + V 16 KB, the
+    # (Q, dO) ring 40 KB per stage, P^T and dS^T 8 KB each per buffer, dQ
+    # staging 2 x 64 x 32 x 4: 168 KB with two stages (three: 208 KB).  No
+    # window and no dropout at d = 192 (declined: _make_plan).  In CONFIGS
+    # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
+    # backward through the API, benchmarks/gpu_next_bwd192.sh).
+    192: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
+              SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32),
 }
 # Head dims whose configuration compiles (AOT, sm_90) but has not run on a
 # GPU yet: taken only when a call passes UNVERIFIED=True or the environment
-# sets FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (tests, the probe).  Empty:
-# d = 256 passed on the H200 and moved to CONFIGS.
+# sets FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1 (tests, the probe).  None
+# now: d = 256 (session 10) and d = 192 / dv = 128 (session 15) passed on
+# the H200 and moved to CONFIGS.
 CONFIGS_UNVERIFIED: dict = {}
+# The value head dim of a Q / K head dim where it is not d itself (split
+# Q K^T: Q and K as HEAD_DIM_V + (d - HEAD_DIM_V) columns), as the forward's.
+HEAD_DIM_V = {192: 128}
 UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
 # Meta-parameters of the SPLIT_D path (the others ignore them).
 SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
@@ -894,8 +1182,11 @@ DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=True, BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32),
     128: dict(SPLIT_D=True, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=64),
 }
-# Head dims whose dropout build is declined (the portable kernels run).
-DROPOUT_DECLINE: dict = {}
+# Head dims whose dropout build is declined (the portable kernels run):
+# the split Q K^T step (_attn_bwd_step_qk1) has no dropout, as the
+# forward's has none; windows are declined there too (_make_plan).
+DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not built"}
+WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not built"}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
@@ -903,20 +1194,26 @@ SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
 # (session 11 call 1: 0.70-1.02x the default, docs/hopper.md); the overrides NUM_SMS (grid
 # size, not a kernel parameter) and PERSISTENT=True select it.
-PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False)}
+PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
 # GROUP_SPLIT (module doc): a GQA group's query heads over S programs, float32
 # partial dK / dV per slice, summed per group after the kernel.  Per causal:
 # True takes group_split's S, False S = 1 unless the overrides set GROUP_SPLIT
-# = S (the largest divisor of the group not above S; 0: the rule).  Off both
-# ways: session 14 measured the rule's S at 1.16-2.38x the unsplit kernel on
-# causal GQA rows whose kernels run for a millisecond or more, and 0.94-0.98x
-# on non-causal ones, but its pre-set rule for the causal default failed on
-# two short rows, measured through the overrides' per-call plan (host-bound
-# there), and the GPU tests found causal MHA declined by the rule's path (a
-# fault since fixed: resolve_group_split); docs/hopper.md, "GQA groups
-# across programs".
-HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}
+# = S (the largest divisor of the group not above S; 0: the rule).  On for
+# causal since session 15: through the cached plans, as a user's call runs
+# (benchmarks/gpu_next_gqa_split.sh, two repeats, its rule met), the rule's S
+# gave 1.13-2.38x the unsplit kernel on the 9 causal GQA rows where S > 1
+# and 0.99-1.02x where S = 1 (causal MHA: unchanged); session 14 measured
+# 0.89-1.00x on non-causal rows, so non-causal stays off; docs/hopper.md,
+# "GQA groups across programs".
+HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
+# The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
+# N, d): its final conversion into dq becomes a dense copy.  Off: on the
+# H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
+# it was 1.007-1.042x the contiguous buffer on 7 of 8 rows (mean 1.021x)
+# but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
+# floor; True takes it (its GPU tests passed).
+DQ_ACC_LIKE_DQ = False
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -931,7 +1228,7 @@ def configs(unverified: bool = False) -> dict:
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
                 windowed: bool = False, dropout: bool = False) -> dict:
-    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM and IS_CAUSAL;
+    """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
     with DROPOUT_CONFIGS' entries."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
@@ -951,14 +1248,16 @@ def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
-               DQ_CHUNK=0, PERSISTENT=False, **_):
+               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
-    does not fit fails to build and is declined)."""
+    does not fit fails to build and is declined).  head_dim: Q's and K's
+    width, head_dim_v V's and dO's (default head_dim)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
     n_ds = DS_BUFS if SPLIT_D else 2
-    dq_cols = NUM_CONSUMERS * dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
-    return (2 * (2 * BLOCK_N * head_dim + 2 * NUM_STAGES * BLOCK_M * head_dim
+    dq_cols = NUM_CONSUMERS * dq_block_cols(dv, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
+    return (2 * (BLOCK_N * (head_dim + dv) + NUM_STAGES * BLOCK_M * (head_dim + dv)
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * BLOCK_M * dq_cols + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
@@ -1033,16 +1332,18 @@ def unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified
         return "lse and delta must be float32 with last stride 1"
     d = q.shape[-1]
     table = configs(unverified)
-    if d not in table or k.shape[-1] != d or v.shape[-1] != d:
-        return f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (equal, one of {sorted(table)})"
+    if d not in table or k.shape[-1] != d or v.shape[-1] != HEAD_DIM_V.get(d, d):
+        pairs = ", ".join(f"{a}/{b}" for a, b in sorted(HEAD_DIM_V.items()) if a in table)
+        return (f"head dims q {d}, k {k.shape[-1]}, v {v.shape[-1]} (d = dv in "
+                f"{sorted(x for x in table if x not in HEAD_DIM_V)}{', or d/dv ' + pairs if pairs else ''})")
     if not sm_scale > 0:
         return f"softmax scale {sm_scale} (the kernel folds it assuming > 0)"
     batch, h_q, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     if min(batch, h_q, n_q, n_k) == 0:
         return "empty tensor"
-    if h_q % h_kv or v.shape[:3] != k.shape[:3] or do.shape != q.shape or dq.shape != q.shape \
-            or dk.shape != k.shape or dv.shape != v.shape:
+    if h_q % h_kv or v.shape[:3] != k.shape[:3] or do.shape != q.shape[:3] + v.shape[3:] \
+            or dq.shape != q.shape or dk.shape != k.shape or dv.shape != v.shape:
         return "shapes"
     if not all(_tma_ok(t) for t in (q, k, v, do)):
         return "strides or base not 16-byte aligned for TMA"
@@ -1062,7 +1363,9 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     do, q, dq: (B, Hq, Nq, d); k, v, dk, dv: (B, Hkv, Nk, d), Hq a multiple of
     Hkv; lse (base 2, the forward's lse2) and delta (rowsum(dO * O), natural
     units, from the portable preprocess): float32 (B, Hq, Nq), last stride 1;
-    d in CONFIGS; float16 or bfloat16 alike; causal_shift: None for no mask,
+    d in CONFIGS (or CONFIGS_UNVERIFIED with UNVERIFIED); v, dv and do of
+    HEAD_DIM_V[d] columns where d has one (d = 192: 128; no window or
+    dropout there); float16 or bfloat16 alike; causal_shift: None for no mask,
     else row i sees keys j <= i + causal_shift.  window: None, or (left,
     shift) with left >= 0: row i sees only keys j >= i + shift - left (as
     hopper_attention_forward's: flash-attn's left bound around the diagonal
@@ -1108,8 +1411,8 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
 class _Plan:
     """What the calls of one signature launch (hopper_attention_backward)."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_numel", "tail", "kwargs",
-                 "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
+                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -1132,8 +1435,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if reason:
         return reason
     batch, h_q, n_q, d = q.shape
+    d_v = v.shape[-1]  # d itself, or HEAD_DIM_V[d] (split Q K^T)
     if dropped and d in DROPOUT_DECLINE:
         return "dropout declined at this head dim"
+    if windowed and d in WINDOW_DECLINE:
+        return WINDOW_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
     if windowed and n_q + n_k >= 2 ** 31 - 1024:
         return "window: int32 range"  # the kernel's int32 row / key sums with window_lo
@@ -1144,9 +1450,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # (a compile-only call, on meta tensors: the device it compiles for)
     device = fastlaunch.compile_only_device() if q.is_meta else q.device
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
-                                batch * h_kv * n_k * d * 8, lambda: sm_count(device))
+                                batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device))
     meta["GROUP_SPLIT"] = split
-    if smem_bytes(d, **meta) > SMEM_LIMIT:
+    if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     n_bh = batch * h_kv * split
@@ -1160,36 +1466,49 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         if grid[1] > 65535:
             return "grid"
     gdt = _GL_DTYPES[q.dtype]
-    q_block = [1, 1, meta["BLOCK_M"], d]
-    kv_block = [1, 1, meta["BLOCK_N"], d]
-    dq_block = [1, 1, meta["BLOCK_M"], dq_block_cols(d, **meta)]
+    # Blocks of d_v columns: Q's and K's first chunk, V, dO (with d_v = d the
+    # whole rows); split Q K^T adds Q's and K's columns [d_v, d) as blocks of
+    # their own (descriptors q1_desc, k1_desc over the same tensors).
+    q_block = [1, 1, meta["BLOCK_M"], d_v]
+    kv_block = [1, 1, meta["BLOCK_N"], d_v]
+    dq_block = [1, 1, meta["BLOCK_M"], dq_block_cols(d_v, **meta)]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
     plan = _Plan()
-    plan.key = (q.dtype, d, causal, tuple(sorted(meta.items())))
+    plan.key = (q.dtype, d, d_v, causal, tuple(sorted(meta.items())))
     plan.grid = grid
     plan.acc_shape = (batch, h_q, n_q, d)
     plan.acc_numel = batch * h_q * n_q * d
-    acc_strides = [h_q * n_q * d, n_q * d, d, 1]  # the float32 dQ buffer: contiguous
+    acc_strides = dq_acc_strides(dq) if DQ_ACC_LIKE_DQ else [h_q * n_q * d, n_q * d, d, 1]
+    plan.acc_strides = tuple(acc_strides)
     plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, do)) + (
         (list(plan.acc_shape), acc_strides),)
     plan.blocks = (q_block, kv_block, kv_block, q_block, dq_block)
     plan.layouts = (q_layout, kv_layout, kv_layout, q_layout, dq_layout)
+    plan.qk1 = d != d_v
+    if plan.qk1:
+        q1_block = [1, 1, meta["BLOCK_M"], d - d_v]
+        k1_block = [1, 1, meta["BLOCK_N"], d - d_v]
+        plan.dims += plan.dims[:2]
+        plan.blocks += (q1_block, k1_block)
+        plan.layouts += (gl.NVMMASharedLayout.get_default_for(q1_block, gdt),
+                         gl.NVMMASharedLayout.get_default_for(k1_block, gdt))
     if split > 1:
         # Slice h of (B, H_KV * split) holds the float32 partials of query
         # heads [h * group / split, + group / split), contiguous; every row
         # below N_K is written (_launch allocates them per call).
-        out_strides = (h_kv * split * n_k * d, n_k * d, d) * 2
+        out_strides = (h_kv * split * n_k * d, n_k * d, d, h_kv * split * n_k * d_v, n_k * d_v, d_v)
     else:
         out_strides = (dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2))
     # a split runs as H_KV * split KV heads of group / split query heads
     plan.tail = (lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1)) + out_strides + (
         h_kv * split, n_q, n_k, group // split)
-    plan.kwargs = dict(HEAD_DIM=d, IS_CAUSAL=causal, num_warps=4, **meta)
+    plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=d_v, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
-    plan.split, plan.h_kv, plan.out_shape = split, h_kv, (batch, h_kv * split, n_k, d)
+    plan.split, plan.h_kv = split, h_kv
+    plan.out_shape = ((batch, h_kv * split, n_k, d), (batch, h_kv * split, n_k, d_v))  # dK's, dV's partials
     return plan
 
 
@@ -1202,10 +1521,13 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     validated = plan.validated
     # zeroed per call on the current stream (a role of its own in a recording)
     dq_acc = fastlaunch.zeroed_scratch(plan.acc_numel, torch.float32, q.device)
+    tensors = (q, k, v, do, dq_acc, q, k) if plan.qk1 else (q, k, v, do, dq_acc)
     args = tuple(_descriptor(t, dims, block, layout, validated)
-                 for t, dims, block, layout in zip((q, k, v, do, dq_acc), plan.dims, plan.blocks, plan.layouts))
+                 for t, dims, block, layout in zip(tensors, plan.dims, plan.blocks, plan.layouts))
+    if not plan.qk1:
+        args += (None, None)  # q1_desc, k1_desc: constexpr None, no kernel parameters
     if plan.split > 1:
-        dk_out, dv_out = (torch.empty(plan.out_shape, dtype=torch.float32, device=q.device) for _ in range(2))
+        dk_out, dv_out = (torch.empty(shape, dtype=torch.float32, device=q.device) for shape in plan.out_shape)
     else:
         dk_out, dv_out = dk, dv
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
@@ -1226,8 +1548,25 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
             _sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
             _sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
-    dq.copy_(dq_acc.view(plan.acc_shape))
+    dq.copy_(dq_acc.as_strided(plan.acc_shape, plan.acc_strides))
     return True
+
+
+def dq_acc_strides(dq: torch.Tensor) -> list:
+    """Strides of the dense float32 dQ buffer, (B, H, N, d) indexed, laid out
+    in dq's memory order: its dims sorted by dq's strides (larger outer,
+    ties in index order), d innermost.  With dq a view of the flash layout
+    (B, N, H, d) the buffer is (B, N, H, d) in memory too, so the final
+    dq.copy_ walks both tensors in one order: a vectorized dense copy, where
+    a (B, H, N, d) buffer made it a strided elementwise one (about 2x the
+    time on the H200, session 14 call 3's profile)."""
+    order = sorted(range(3), key=lambda i: -dq.stride(i))  # outer to inner, d last
+    strides = [0, 0, 0, 1]
+    step = dq.shape[3]
+    for i in reversed(order):
+        strides[i] = step
+        step *= dq.shape[i]
+    return strides
 
 
 _NO_SWITCH = contextlib.nullcontext()
