@@ -172,12 +172,15 @@ def test_window_reaches_the_hopper_backward(monkeypatch, device):
     def spy(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window=None, **kw):
         calls.append((causal_shift, window))
         return False  # decline: the portable kernels run
+    from flashattn_triton import ops
+    # Loaded before the patches: load() binds kernels.hopper's functions, and
+    # binding the stand-in would outlive this test in the worker (the Hopper
+    # forward declining every later call: session 15's GPU runs).
+    if ops._kernels.forward is None:
+        ops._kernels.load()
     monkeypatch.setattr(hopper_pkg, "hopper_attention_backward", spy)
     monkeypatch.setattr(hopper_pkg, "hopper_attention_forward", lambda *a, **kw: False)
     monkeypatch.setattr(hopper_pkg, "hopper_forward_flash", lambda *a, **kw: False)
-    from flashattn_triton import ops
-    if ops._kernels.forward is None:  # loaded now, so that the patch below is undone to the loaded kernel
-        ops._kernels.load()
     monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: False, raising=False)
     torch.manual_seed(0)
     for nq, nk, causal, left in ((40, 70, True, 9), (70, 40, True, 0), (40, 70, False, 20)):
