@@ -4,14 +4,19 @@
 #   deep: 5 pipeline stages of 64-key tiles at one program per SM (3 K+V tiles in flight);
 #   wide: 128-key tiles, 3 stages (one 64 KiB K+V tile in flight, half the loop trips);
 #   fill: the least-cost split count (16 splits at B=1 from 4k keys: 128 programs, not 120);
-#   pdl:  programmatic dependent launch (griddepcontrol), every batch size.
+#   pdl:  programmatic dependent launch (griddepcontrol), every batch size;
+#   reserve: a call captured in a CUDA graph takes its merge counters from a reserve zeroed
+#         by an eager call, not from a torch.zeros captured with it (today every captured
+#         call adds that zero-fill node: the benchmark's graphs run two kernels per call).
 # Steps (results under $R, tarred into $OUT/results.tgz; the rule's verdict also in $OUT/verdict.txt):
-#   1. GPU tests: test_kvcache.py -k "variant or cuda_graph" (-n 4): every variant at B=1
+#   1. GPU tests: test_kvcache.py -k "variant or cuda_graph or reserve or split_counters"
+#      (-n 4): every variant at B=1
 #      (Hq=32, Hkv=8, d=128, 16k cache; contiguous, 16- and 256-token pages; append, rotary;
 #      against float64), the small CPU cases compiled, CUDA-graph replay (default, pdl,
-#      deep+fill+pdl) equal to eager;
+#      reserve, deep+fill+pdl+reserve) equal to eager;
 #   2. timing, two repeats: bench_decode.py --batches 1,8, N = 1k, 4k, 8k, 16k, 64k, contiguous,
-#      ours default / deep / wide / fill / pdl / deep+fill+pdl / wide+fill+pdl, with SDPA
+#      ours default / deep / wide / fill / pdl / reserve / pdl+reserve / deep+fill+pdl+reserve
+#      / wide+fill+pdl+reserve, with SDPA
 #      flash and cuDNN (Hq=32, Hkv=8, d=128, bf16, one query token, CUDA graphs);
 #   3. a B=1 launch-config sweep (exploratory, not in the rule): 128-key tiles with 8 warps,
 #      64-key tiles x 5 stages with 8 warps, 128-key tiles x 4 stages.
@@ -22,26 +27,26 @@
 # ratio >= 0.97 on every B=8 row (deep / wide / fill leave B=8's plan unchanged: noise).
 # The qualifying V with the highest geometric mean ratio over B=1, N >= 4k (both repeats)
 # becomes the default at small batch (decode_plan's one-program-per-SM launches; pdl on every
-# launch where it qualified at B=8 as well); if none qualifies the defaults stay and the rows
+# launch where it qualified at B=8 as well; reserve likewise for every captured call); if none qualifies the defaults stay and the rows
 # are written up.  Printed too: the issue's bars for default and winner: >= 85% of 4.2 TB/s
 # (3570 GB/s) at N >= 8k, and >= every peer at B=1 and B=8.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-VARIANTS="default,deep,wide,fill,pdl,deep+fill+pdl,wide+fill+pdl"
+VARIANTS="default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
 FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-75} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 4 tests/test_kvcache.py -k "variant or cuda_graph" > "$R/tests_decode.log" 2>&1
+  --tb=short -n 4 tests/test_kvcache.py -k "variant or cuda_graph or reserve or split_counters" > "$R/tests_decode.log" 2>&1
 echo "rc=$?" >> "$R/tests_decode.log"; el tests_decode; tail -4 "$R/tests_decode.log" | cut -c1-300
 fi
 for i in 1 2; do  # the second repeat finds the kernels compiled (Triton's disk cache)
-  timeout -k 5 $([ $i = 1 ] && echo ${T_BENCH:-95} || echo ${T_BENCH2:-75}) python3 benchmarks/bench_decode.py \
+  timeout -k 5 $([ $i = 1 ] && echo ${T_BENCH:-100} || echo ${T_BENCH2:-75}) python3 benchmarks/bench_decode.py \
     --batches 1,8 --seqlens 1024,4096,8192,16384,65536 --layouts contiguous --peers sdpa_flash,sdpa_cudnn \
-    --variants "$VARIANTS" --max-seconds $([ $i = 1 ] && echo 80 || echo 60) --out "$R/rep$i" > "$R/rep$i.log" 2>&1
+    --variants "$VARIANTS" --max-seconds $([ $i = 1 ] && echo 85 || echo 62) --out "$R/rep$i" > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"; tail -1 "$R/rep$i.log"
 done
-timeout -k 5 ${T_SWEEP:-35} python3 benchmarks/bench_decode.py --batches 1 --seqlens 4096,16384,65536 \
+timeout -k 5 ${T_SWEEP:-30} python3 benchmarks/bench_decode.py --batches 1 --seqlens 16384,65536 \
   --layouts contiguous --peers sdpa_cudnn \
   --configs "BLOCK_N=128,num_stages=3,num_warps=8;BLOCK_N=64,num_stages=5,num_warps=8;BLOCK_N=128,num_stages=4" \
-  --max-seconds 25 --out "$R/sweep" > "$R/sweep.log" 2>&1
+  --max-seconds 22 --out "$R/sweep" > "$R/sweep.log" 2>&1
 echo "rc=$?" >> "$R/sweep.log"; el sweep; sed -n '/short:begin/,/short:end/p' "$R/sweep/bench_decode.md" | cut -c1-400 | head -12
 python3 - "$R/tests_decode.log" "$R/rep1/bench_decode.json" "$R/rep2/bench_decode.json" <<'PY' 2>&1 | tee "$R/verdict.txt"
 import json, math, re, sys
@@ -63,7 +68,7 @@ def tests_ok_for(variant):
         if not (named & set(decode_variants)) or named & set(parts):
             return False
     return True
-decode_variants = ("deep", "wide", "fill", "pdl")
+decode_variants = ("deep", "wide", "fill", "pdl", "reserve")
 reps = []
 for path in paths:
     try:

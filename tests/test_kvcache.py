@@ -770,6 +770,7 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 4, 3)
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "").use_pdl
+    assert plan(1, 65536, "reserve") == plan(1, 65536, "")  # counters only
     for variant in ("deep", "wide", "fill"):  # batch 8: two programs per SM, unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "")
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
@@ -782,7 +783,25 @@ def test_decode_plan_variants(monkeypatch):
 # (variants, page size, num_splits, sinks): every variant at least once, paged
 # through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
 VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),
-                 ("deep,fill,pdl", 16, 0, True), ("pdl", None, 3, False)]
+                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False)]
+
+
+def test_reserve_counters(monkeypatch):
+    """Variant "reserve": captured calls get disjoint zeroed slices of a
+    buffer an eager call made; none before that buffer exists, or once it is
+    used up (split_counters then falls back to a fresh buffer)."""
+    monkeypatch.setattr(decode, "_RESERVE", {})
+    monkeypatch.setattr(decode, "RESERVE_COUNTERS", 10)
+    cpu = torch.device("cpu")
+    assert decode.reserve_counters(4, cpu, capturing=True) is None  # no eager call yet
+    assert decode.reserve_counters(4, cpu, capturing=False) is None  # makes the buffer
+    a = decode.reserve_counters(4, cpu, capturing=True)
+    b = decode.reserve_counters(6, cpu, capturing=True)
+    assert a is not None and b is not None and a.numel() == 4 and b.numel() == 6
+    assert a.data_ptr() + 4 * a.element_size() == b.data_ptr() and int(a.count_nonzero() + b.count_nonzero()) == 0
+    assert decode.reserve_counters(1, cpu, capturing=True) is None  # used up
+    decode.reserve_counters(4, cpu, capturing=False)  # an eager call neither resets nor remakes it
+    assert decode.reserve_counters(1, cpu, capturing=True) is None
 
 
 @pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: f"{c[0]}-{c[1] or 'contiguous'}-s{c[2]}"
@@ -868,13 +887,15 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["", "pdl", "deep,fill,pdl"], ids=["default", "pdl", "deep,fill,pdl"])
+@pytest.mark.parametrize("variant", ["", "pdl", "reserve", "deep,fill,pdl,reserve"],
+                         ids=["default", "pdl", "reserve", "deep,fill,pdl,reserve"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then
     replay it with new inputs written into the captured buffers.  Batch 4 is
     a small batch on the H200 (32 programs), so the variants apply; with
-    "pdl" the attention waits for the append through griddepcontrol."""
+    "pdl" the attention waits for the append through griddepcontrol; with
+    "reserve" the counters come from the reserve an eager warm-up made."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
     dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 4, 32, 8, 128, 4096
     k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
