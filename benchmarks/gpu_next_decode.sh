@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Batch-1 decoding candidates (kernels/decode.py VARIANTS, FLASHATTN_TRITON_DECODE_VARIANT,
-# all off by default), on one H200, about 4 minutes (at most 5 under the timeouts).  docs/decode.md, "Next on the H200".
+# all off by default), on one H200: about 4 minutes, at most 5 under the timeouts.
+# docs/decode.md, "Next on the H200: batch 1".
 #   deep: 5 pipeline stages of 64-key tiles at one program per SM (3 K+V tiles in flight);
 #   wide: 128-key tiles, 3 stages (one 64 KiB K+V tile in flight, half the loop trips);
 #   fill: the least-cost split count (16 splits at B=1 from 4k keys: 128 programs, not 120);
@@ -9,27 +10,27 @@
 #         by an eager call, not from a torch.zeros captured with it (today every captured
 #         call adds that zero-fill node: the benchmark's graphs run two kernels per call).
 # Steps (results under $R, tarred into $OUT/results.tgz; the rule's verdict also in $OUT/verdict.txt):
-#   1. GPU tests: test_kvcache.py -k "variant or cuda_graph or reserve or split_counters"
-#      (-n 4): every variant at B=1
-#      (Hq=32, Hkv=8, d=128, 16k cache; contiguous, 16- and 256-token pages; append, rotary;
-#      against float64), the small CPU cases compiled, CUDA-graph replay (default, pdl,
-#      reserve, deep+fill+pdl+reserve) equal to eager;
+#   1. GPU tests, test_kvcache.py -k "variant or cuda_graph or reserve or split_counters"
+#      (-n 4): every variant at B=1 (Hq=32, Hkv=8, d=128, 16k cache; contiguous, 16- and
+#      256-token pages; append, rotary; against float64), the small CPU cases compiled,
+#      CUDA-graph replay (default, pdl, reserve, deep+fill+pdl+reserve) equal to eager;
 #   2. timing, two repeats: bench_decode.py --batches 1,8, N = 1k, 4k, 8k, 16k, 64k, contiguous,
 #      ours default / deep / wide / fill / pdl / reserve / pdl+reserve / deep+fill+pdl+reserve
-#      / wide+fill+pdl+reserve, with SDPA
-#      flash and cuDNN (Hq=32, Hkv=8, d=128, bf16, one query token, CUDA graphs);
-#   3. a B=1 launch-config sweep (exploratory, not in the rule): 128-key tiles with 8 warps,
-#      64-key tiles x 5 stages with 8 warps, 128-key tiles x 4 stages.
+#      / wide+fill+pdl+reserve, with SDPA flash and cuDNN (Hq=32, Hkv=8, d=128, bf16, one
+#      query token, CUDA graphs);
+#   3. a B=1 launch-config sweep at 16k and 64k (exploratory, not in the rule): 128-key tiles
+#      with 8 warps, 64-key tiles x 5 stages with 8 warps, 128-key tiles x 4 stages.
 # Rule, fixed before the run.  For each variant V, ratio = V's GB/s / default's GB/s on the
 # same row of the same repeat.  V qualifies if no step-1 test failed that names one of V's
 # parts in its id or names no variant at all (and the test run finished), and in both repeats
 # ratio >= 1.05 on every B=1 row with N >= 4k, ratio >= 0.98 on every B=1 row, and
 # ratio >= 0.97 on every B=8 row (deep / wide / fill leave B=8's plan unchanged: noise).
 # The qualifying V with the highest geometric mean ratio over B=1, N >= 4k (both repeats)
-# becomes the default at small batch (decode_plan's one-program-per-SM launches; pdl on every
-# launch where it qualified at B=8 as well; reserve likewise for every captured call); if none qualifies the defaults stay and the rows
-# are written up.  Printed too: the issue's bars for default and winner: >= 85% of 4.2 TB/s
-# (3570 GB/s) at N >= 8k, and >= every peer at B=1 and B=8.
+# becomes the default at small batch (decode_plan's one-program-per-SM launches; pdl and
+# reserve, which pass the B=8 clause too, for every launch / every captured call); if none
+# qualifies the defaults stay and the rows are written up.  Printed too: the issue's bars for
+# the default and the winner, >= 85% of 4.2 TB/s (3570 GB/s) at N >= 8k and >= every peer at
+# B=1 and B=8.  SKIP_TESTS=1 times only (then no variant qualifies: no test log).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 VARIANTS="default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
