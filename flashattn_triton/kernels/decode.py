@@ -47,7 +47,12 @@ import torch
 import triton
 import triton.language as tl
 
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+try:  # programmatic dependent launch (variant "pdl"); absent from some Triton releases
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAVE_GDC = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gdc_launch_dependents = gdc_wait = None
+    HAVE_GDC = False
 
 from .combine import cast_rtne, combine_partials
 from .launch import INTERPRET, dot_precision, head_dim_pad
@@ -603,7 +608,7 @@ def _capability(device_index: int) -> int:
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: compiled code on sm_90 or later (the
     meta device stands for the GPU in compile_check.py); never interpreted."""
-    if INTERPRET or device.type == "cpu":
+    if INTERPRET or device.type == "cpu" or not HAVE_GDC:
         return False
     if device.type == "meta":
         return True
