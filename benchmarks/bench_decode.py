@@ -25,6 +25,12 @@ Writes bench_decode.json and bench_decode.md to --out.  Runs only on CUDA;
     PYTHONPATH=. python benchmarks/bench_decode.py --out /tmp/out
     PYTHONPATH=. python benchmarks/bench_decode.py --quick --out /tmp/out
     PYTHONPATH=. python benchmarks/bench_decode.py --configs "BLOCK_N=64,num_warps=4,num_stages=3;BLOCK_N=128,num_warps=4,num_stages=2"
+    PYTHONPATH=. python benchmarks/bench_decode.py --batches 1,8 --layouts contiguous --variants default,deep,fill+pdl
+
+--variants times ours once per candidate variant of kernels/decode.py
+(FLASHATTN_TRITON_DECODE_VARIANT; '+' joins several, 'default' is none): a
+column "ours contiguous {deep}" per variant, its split count as the variant
+picks it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
 FLEX_SEQLENS = (8192, 65536)
 DECODE_ENV = "FLASHATTN_TRITON_CONFIG_DECODE"
 COMBINE_ENV = "FLASHATTN_TRITON_DECODE_COMBINE"
+VARIANT_ENV = "FLASHATTN_TRITON_DECODE_VARIANT"
 DEVICE = "cuda"  # "cpu" only for --smoke-cpu
 
 
@@ -73,6 +80,9 @@ def parse_args(argv=None):
                                                        "one random logit per query head")
     p.add_argument("--combine", default="fused", help="comma list from fused,separate: where ours merges "
                                                       "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
+    p.add_argument("--variants", default="default",
+                   help="comma list of candidate decode variants for ours (kernels/decode.py VARIANTS, "
+                        f"'+' joins several, 'default' none; {VARIANT_ENV})")
     p.add_argument("--l2-bytes", type=float, default=256e6,
                    help="cycle through cache copies until a graph reads at least this many bytes")
     p.add_argument("--copy-gb", type=float, default=4.0, help="buffer size of the copy ceiling")
@@ -225,13 +235,13 @@ def spot_check(q, cache, lens, n, sinks=None):
 
 
 def num_splits_used(batch, h_q, h_kv, d, n, dtype):
+    """(automatic split count, launch config) of ours as decode_attention
+    plans it (with the variants of the environment)."""
     from flashattn_triton.kernels import decode
     import torch
 
-    cfg = decode.decode_config(h_q // h_kv, d, dtype, torch.device(DEVICE))
-    progs = batch * h_kv * math.ceil((h_q // h_kv) / cfg.BLOCK_M)
-    s = decode.choose_num_splits(progs, n, cfg.BLOCK_N, decode.sm_count(torch.device(DEVICE)))
-    return min(s, math.ceil(n / cfg.BLOCK_N)), cfg
+    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE))
+    return plan.num_splits, plan.config
 
 
 # --------------------------------------------------------------------------- run
@@ -248,6 +258,7 @@ def run(args):
     configs = [c.strip() for c in args.configs.split(";")] if args.configs else [None]
     splits_list = ints(args.splits)
     combines = [x for x in args.combine.split(",") if x]
+    variants = [x for x in args.variants.split(",") if x] or ["default"]
     # --sinks: ours also with gpt-oss attention sinks (one logit per query head)
     sinks_list = [None] + ([torch.randn(h_q, device=DEVICE)] if args.sinks else [])
     budget = C.Budget(args.max_seconds)
@@ -268,7 +279,6 @@ def run(args):
         copies = max(1, min(64, math.ceil(args.l2_bytes / nbytes)))
         lens = torch.full((batch,), n, dtype=torch.int32, device=DEVICE)
         qs = [torch.randn(batch, 1, h_q, d, device=DEVICE, dtype=dtype) for _ in range(copies)]
-        splits_auto, cfg = num_splits_used(batch, h_q, h_kv, d, n, dtype)
 
         def record(provider, layout, fns, extra=None):
             row = dict(batch=batch, seqlen=n, provider=provider, layout=layout, copies=copies,
@@ -293,15 +303,23 @@ def run(args):
                 rows.append(dict(batch=batch, seqlen=n, provider=C.OURS, layout=layout, error=C.short_error(exc)))
                 C.free_cuda_memory()
                 continue
-            for config in configs:
-                for combine in combines:
-                    with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine):
-                        for splits in splits_list:
-                            for sinks in sinks_list:
-                                extra = dict(config=config, num_splits=splits if splits else splits_auto,
-                                             auto_splits=splits == 0, combine=combine, sinks=sinks is not None)
-                                record(C.OURS, layout,
-                                       [our_call(q, c, lens, splits, sinks) for q, c in zip(qs, caches)], extra)
+            for variant in variants:
+                for config in configs:
+                    for combine in combines:
+                        with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine), \
+                                env_var(VARIANT_ENV, variant.replace("+", ",")):
+                            splits_auto, cfg_used = num_splits_used(batch, h_q, h_kv, d, n, dtype)
+                            if variant == "default" and config is None:
+                                cfg = cfg_used
+                            for splits in splits_list:
+                                for sinks in sinks_list:
+                                    extra = dict(config=config, num_splits=splits if splits else splits_auto,
+                                                 auto_splits=splits == 0, combine=combine,
+                                                 sinks=sinks is not None, variant=variant,
+                                                 launch=dict(cfg_used._asdict()))
+                                    record(C.OURS, layout,
+                                           [our_call(q, c, lens, splits, sinks) for q, c in zip(qs, caches)],
+                                           extra)
             # Correctness spot check: our output against SDPA in float32 over the
             # logical cache of this layout (caches up to 2 GB: the float32 copy is twice that).
             if nbytes <= 2e9:
@@ -324,7 +342,7 @@ def run(args):
 
     payload = dict(env=env, settings=dict(heads_q=h_q, heads_kv=h_kv, head_dim=d, dtype=args.dtype,
                                           reps=args.reps, l2_bytes=args.l2_bytes, configs=configs,
-                                          splits=splits_list, combine=combines,
+                                          splits=splits_list, combine=combines, variants=variants,
                                           decode_config=dict(cfg._asdict()) if cfg else None),
                    copy=dict(gbps=copy_gbps, ms=copy_ms, gb=args.copy_gb), rows=rows, checks=checks,
                    wall_s=budget.elapsed())
@@ -357,14 +375,14 @@ def write_md(payload, path):
     s = payload["settings"]
     def ours_key(r):
         return (r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto",
-                r.get("combine", "fused"), r.get("sinks", False))
+                r.get("combine", "fused"), r.get("sinks", False), r.get("variant", "default"))
 
     ours_keys = sorted({ours_key(r) for r in rows if r["provider"] == C.OURS}, key=str)
     peers = [p for p in PEERS if any(r["provider"] == p for r in rows)]
 
     def ours_label(key):
-        layout, config, splits, combine, sinks = key
-        label = f"ours {layout}" + (" +sinks" if sinks else "")
+        layout, config, splits, combine, sinks, variant = key
+        label = f"ours {layout}" + (" +sinks" if sinks else "") + (f" {{{variant}}}" if variant != "default" else "")
         if config:
             label += f" [{config}]"
         if splits != "auto":
@@ -393,7 +411,8 @@ def write_md(payload, path):
                          if k[0] == "contiguous" and not k[4] and (b, n, ours_label(k)) in table), default=None)
         ratio = f"{best_ours / best_peer:.2f}x" if best_ours and best_peer else ""
         splits = next((r.get("num_splits") for r in rows if r["batch"] == b and r["seqlen"] == n
-                       and r["provider"] == C.OURS and r.get("auto_splits")), "")
+                       and r["provider"] == C.OURS and r.get("auto_splits")
+                       and r.get("variant", "default") == "default"), "")
         body.append([b, C.n_label(n), splits] + cells + [ratio])
     headers = ["B", "N", "splits"] + cols + ["ours contiguous / best peer"]
 

@@ -73,6 +73,14 @@ launch options:
 
     python benchmarks/compile_check.py --kernels DECODE,COMBINE --d 64,128,256
     python benchmarks/compile_check.py --kernels DECODE --d 64 --decode-rows 8 --mods HAS_WINDOW_LEFT --sass
+
+--decode-variants builds the candidate small-batch variants of decode.VARIANTS
+(FLASHATTN_TRITON_DECODE_VARIANT; '+' joins several, 'default' is none) as
+they launch at batch 1 on the H200's 132 SMs, where they apply (every
+--decode-variants build, 'default' included, is made at batch 1, 132 SMs):
+
+    python benchmarks/compile_check.py --kernels DECODE --d 128 --decode-caches contiguous,paged16 \
+        --decode-splits fused --decode-variants default,deep,wide,fill,pdl --sass
 """
 
 from __future__ import annotations
@@ -544,18 +552,20 @@ def _decode_mod_kwargs(mods, h_q: int, d: int, cap: int, batch: int) -> dict:
     return kw
 
 
-def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtype: str, mods=()):
+def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtype: str, mods=(),
+                    variant: str = ""):
     """The kernel launches (kernel, args, kwargs) of one decode step as
     decode.decode_attention makes them on a GPU: meta-device tensors (so
     decode_config picks the GPU config), one query token per sequence and
     ``rows`` query heads per KV head (8 KV heads), a 4k-token cache
     (contiguous or paged) with one token appended, cache_seqlens given,
-    causal."""
+    causal.  ``variant`` (a decode.ENV_VARIANT value, '+' for ','): batch 1
+    on 132 SMs (the H200) with those variants on."""
     import torch
     from flashattn_triton.kernels import combine as combine_mod, decode as decode_mod
 
     tdt = getattr(torch, _TORCH_DTYPES.get(dtype, "float32"))
-    batch, h_kv, cap = 2, 8, 4096
+    batch, h_kv, cap = (1 if variant else 2), 8, 4096
     h_q = rows * h_kv
     meta = dict(device="meta")
     q = torch.empty(batch, 1, h_q, d, dtype=tdt, **meta)
@@ -576,16 +586,24 @@ def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtyp
     out = torch.empty_like(q)
     lse = torch.empty(batch, h_q, 1, dtype=torch.float32, **meta)
     owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd")]
-    saved_env = os.environ.get(decode_mod.ENV_COMBINE)
-    os.environ[decode_mod.ENV_COMBINE] = DECODE_SPLITS[split][1]
+    env = {decode_mod.ENV_COMBINE: DECODE_SPLITS[split][1]}
+    if variant:
+        env[decode_mod.ENV_VARIANT] = variant.replace("+", ",")
+    saved_env = {name: os.environ.get(name) for name in env}
+    saved_sm = decode_mod.sm_count
+    os.environ.update(env)
+    if variant:
+        decode_mod.sm_count = lambda device: 132
     try:
         with recorded_launches(owners) as launches:
             decode_mod.decode_attention(q, k_cache, torch.empty_like(k_cache), out, lse, **kw)
     finally:
-        if saved_env is None:
-            del os.environ[decode_mod.ENV_COMBINE]
-        else:
-            os.environ[decode_mod.ENV_COMBINE] = saved_env
+        decode_mod.sm_count = saved_sm
+        for name, value in saved_env.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     return launches
 
 
@@ -611,24 +629,28 @@ def decode_sweep(args, names) -> int:
     mods = [m for m in args.mods.split(",") if m in DECODE_MODS]
     seen, failures = set(), 0
     dims = [int(x.partition(":")[0]) for x in args.d.split(",")]
-    cases = itertools.product(dims, args.decode_rows.split(","), args.decode_caches.split(","),
+    variants = args.decode_variants.split(",") if args.decode_variants else [""]
+    cases = itertools.product(variants, dims, args.decode_rows.split(","), args.decode_caches.split(","),
                               args.decode_splits.split(","), (False, True))
-    for d, rows, cache, split, sinks in cases:
+    for variant, d, rows, cache, split, sinks in cases:
         label = f"d={d:3d} rows={rows:>2s} {cache:10s} {split:8s} sinks={sinks!s:5}"
+        if variant:
+            label = f"{variant:14s} {label}"
         try:
-            launches = decode_launches(d, cache, sinks, split, int(rows), args.dtype, mods)
+            launches = decode_launches(d, cache, sinks, split, int(rows), args.dtype, mods, variant)
         except Exception as exc:  # noqa: BLE001
             failures += 1
             print(f"DECODE    {label}: FAILED to launch: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             continue
         for kernel, kargs, kwargs in launches:
             name = kernel_names[kernel.__name__]
-            key = (name, d, rows, cache if name == "DECODE" else "", split if name == "DECODE" else "", sinks)
+            key = (name, variant, d, rows, cache if name == "DECODE" else "", split if name == "DECODE" else "",
+                   sinks)
             if name not in names or key in seen:
                 continue
             seen.add(key)
-            where = label if name == "DECODE" else f"d={d:3d} rows={rows:>2s} sinks={sinks!s:5}"
-            line = f"{name:9s} {where} {_launch_tag(kwargs)}"
+            where = label if name == "DECODE" else f"{variant}{' ' if variant else ''}d={d:3d} rows={rows:>2s} sinks={sinks!s:5}"
+            line = f"{name:9s} {where} {_launch_tag(kwargs)}" + (" pdl" if kwargs.get("launch_pdl") else "")
             try:
                 k = compile_launch(kernel, kargs, kwargs, target)
                 print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
@@ -666,6 +688,9 @@ def main():
     ap.add_argument("--decode-splits", default=",".join(DECODE_SPLITS),
                     help="DECODE: split modes among %(default)s (one split; several merged in the "
                     "decode kernel; several merged by COMBINE)")
+    ap.add_argument("--decode-variants", default="",
+                    help="DECODE / COMBINE: candidate variants (decode.VARIANTS, '+' joins several, "
+                    "'default' none), each built at batch 1 on 132 SMs, comma-separated")
     ap.add_argument("--decode-rows", default="4",
                     help="DECODE / COMBINE: query rows per KV head (query heads per KV head x query "
                     "tokens; decode_config's BLOCK_M and warps follow), comma-separated")

@@ -746,6 +746,87 @@ def test_validation(kwargs, exc, match):
 
 
 # ---------------------------------------------------------------------------
+# Candidate small-batch variants (decode.ENV_VARIANT, off by default)
+# ---------------------------------------------------------------------------
+
+def test_decode_plan_variants(monkeypatch):
+    """Host-side plans on 132 SMs (the H200): no variant leaves main's plan;
+    deep / wide / fill change batch 1 only (one program per SM), not batch 8."""
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    monkeypatch.setattr(decode, "INTERPRET", False)
+    meta, bf16 = torch.device("meta"), torch.bfloat16
+
+    def plan(batch, n_cap, variant):
+        monkeypatch.setenv(decode.ENV_VARIANT, variant)
+        return decode.decode_plan(batch, 4, 8, 128, n_cap, bf16, meta)
+
+    for batch, n_cap in [(1, 1024), (1, 4096), (1, 65536), (8, 8192), (64, 4096)]:
+        cfg = decode.decode_config(4, 128, bf16, meta)
+        splits = min(decode.choose_num_splits(batch * 8, n_cap, cfg.BLOCK_N, 132), n_cap // cfg.BLOCK_N)
+        assert plan(batch, n_cap, "") == decode.DecodePlan(cfg, splits, 1, False)
+        assert plan(batch, n_cap, "default") == plan(batch, n_cap, "")
+    assert plan(1, 65536, "").num_splits == 15 and plan(1, 65536, "").config.num_stages == 3
+    assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 4, 5)
+    assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 4, 3)
+    assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
+    assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "").use_pdl
+    assert plan(1, 65536, "reserve") == plan(1, 65536, "")  # counters only
+    for variant in ("deep", "wide", "fill"):  # batch 8: two programs per SM, unchanged
+        assert plan(8, 8192, variant) == plan(8, 8192, "")
+    monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
+    assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
+    monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        decode.decode_variants()
+
+
+# (variants, page size, num_splits, sinks): every variant at least once, paged
+# through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
+VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),
+                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False)]
+
+
+def test_reserve_counters(monkeypatch):
+    """Variant "reserve": captured calls get disjoint zeroed slices of a
+    buffer an eager call made; none before that buffer exists, or once it is
+    used up (split_counters then falls back to a fresh buffer)."""
+    monkeypatch.setattr(decode, "_RESERVE", {})
+    monkeypatch.setattr(decode, "RESERVE_COUNTERS", 10)
+    cpu = torch.device("cpu")
+    assert decode.reserve_counters(4, cpu, capturing=True) is None  # no eager call yet
+    assert decode.reserve_counters(4, cpu, capturing=False) is None  # makes the buffer
+    a = decode.reserve_counters(4, cpu, capturing=True)
+    b = decode.reserve_counters(6, cpu, capturing=True)
+    assert a is not None and b is not None and a.numel() == 4 and b.numel() == 6
+    assert a.data_ptr() + 4 * a.element_size() == b.data_ptr() and int(a.count_nonzero() + b.count_nonzero()) == 0
+    assert decode.reserve_counters(1, cpu, capturing=True) is None  # used up
+    decode.reserve_counters(4, cpu, capturing=False)  # an eager call neither resets nor remakes it
+    assert decode.reserve_counters(1, cpu, capturing=True) is None
+
+
+@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: f"{c[0]}-{c[1] or 'contiguous'}-s{c[2]}"
+                         + ("-sinks" if c[3] else ""))
+def test_variants_against_reference(case, device, monkeypatch):
+    """Batch 1 (the variants' gate: one program per SM; the CPU's assumed SM
+    count is raised so that it holds under the interpreter too), GQA, one
+    appended token, causal; against float64.  Under the interpreter this
+    checks the tile sizes and split counts the variants pick; pipelining and
+    PDL are compiled-only (the GPU run of this test)."""
+    variant, page, splits, with_sinks = case
+    monkeypatch.setenv(decode.ENV_VARIANT, variant)
+    monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
+    q = rnd(device, dtype, 1, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
+    plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device)
+    if "wide" in variant:
+        assert plan.config.BLOCK_N == 2 * decode.decode_config(h_q // h_kv, d, dtype, q.device).BLOCK_N
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
+          seqlens=ints(device, [cap - 23]), block_table=table, causal=True, num_splits=splits,
+          sinks=rnd(device, torch.float32, h_q) if with_sinks else None)
+
+
+# ---------------------------------------------------------------------------
 # GPU: realistic sizes and CUDA graphs
 # ---------------------------------------------------------------------------
 
@@ -789,10 +870,33 @@ def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl"])
+def test_gpu_variants_b1(device, variant, page, monkeypatch):
+    """The candidate variants compiled, at batch 1 (where they apply): Hq=32,
+    Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,
+    automatic split count; against float64."""
+    monkeypatch.setenv(decode.ENV_VARIANT, variant)
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 16384
+    q = rnd(device, dtype, 1, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
+    angle = torch.rand(cap, d // 2) * 2 * math.pi
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
+          cos=torch.cos(angle).to(device, dtype), sin=torch.sin(angle).to(device, dtype),
+          seqlens=ints(device, [cap - 77]), block_table=table, causal=True, num_splits=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["", "pdl", "reserve", "deep,fill,pdl,reserve"],
+                         ids=["default", "pdl", "reserve", "deep,fill,pdl,reserve"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
-def test_gpu_cuda_graph(device, page):
+def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then
-    replay it with new inputs written into the captured buffers."""
+    replay it with new inputs written into the captured buffers.  Batch 4 is
+    a small batch on the H200 (32 programs), so the variants apply; with
+    "pdl" the attention waits for the append through griddepcontrol; with
+    "reserve" the counters come from the reserve an eager warm-up made."""
+    monkeypatch.setenv(decode.ENV_VARIANT, variant)
     dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 4, 32, 8, 128, 4096
     k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
     q = torch.randn(batch, 1, h_q, d, device=device, dtype=dtype)

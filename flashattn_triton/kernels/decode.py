@@ -47,6 +47,13 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # programmatic dependent launch (variant "pdl"); absent from some Triton releases
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAVE_GDC = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gdc_launch_dependents = gdc_wait = None
+    HAVE_GDC = False
+
 from .combine import cast_rtne, combine_partials
 from .launch import INTERPRET, dot_precision, head_dim_pad
 from .tiles import mma
@@ -57,6 +64,27 @@ ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 # "fused" (default): the last split to finish merges the partials inside the
 # decode kernel; "separate": a second kernel (combine.py) does.
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
+# Candidate variants for small-batch decoding, all off by default (docs/decode.md,
+# "Next on the H200"): a comma list of VARIANTS, e.g.
+# FLASHATTN_TRITON_DECODE_VARIANT="deep,pdl".  "deep", "wide" and "fill" act only
+# on launches of one program per SM (4 x programs < SMs, the split rule's small
+# batch); "pdl" on every launch on sm_90 and later.
+#   deep: 5 pipeline stages of 64-key tiles (three K+V tiles in flight, 96 KiB,
+#         instead of one);
+#   wide: 128-key tiles over 3 stages (one 64 KiB K+V tile in flight);
+#   fill: the split count of least modelled cost, not the smallest within 10%
+#         of it (16 splits instead of 15 at batch 1 from 4k keys on 132 SMs:
+#         128 programs instead of 120);
+#   pdl:  programmatic dependent launch: the grid may be scheduled while the
+#         previous kernel on the stream finishes; it reads and writes global
+#         memory only after griddepcontrol.wait.
+#   reserve: a decode call captured in a CUDA graph takes its merge counters
+#         from a reserve zeroed by an earlier eager call, instead of a fresh
+#         torch.zeros captured with it (one kernel node less per call).
+ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve")
+# "reserve": int32 counters set aside per device for captured calls (4 MiB).
+RESERVE_COUNTERS = 1 << 20
 # Streaming multiprocessors assumed by the split heuristic for CPU tensors
 # (interpreter): the heuristic must not depend on the machine running the tests.
 CPU_SM_COUNT = 8
@@ -178,6 +206,7 @@ def _decode_fwd(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    USE_PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -194,12 +223,22 @@ def _decode_fwd(
     HAS_SINKS: SINKS (Hq,) float32 holds one logit per query head that joins
     the softmax denominator without a value.  It enters the final result only
     (SPLIT_MODE 0, or the merge of SPLIT_MODE 2; the combine kernel's for
-    SPLIT_MODE 1): the partials stay sink-free."""
+    SPLIT_MODE 1): the partials stay sink-free.
+
+    USE_PDL (launched with launch_pdl=True): the next kernel on the stream may
+    be scheduled at once (it waits in its own griddepcontrol.wait for this
+    grid to finish), and this one touches global memory only after its wait
+    for the previous kernel (whose writes, e.g. the append or the last
+    launch's counter resets, are then visible)."""
+    if USE_PDL:
+        gdc_launch_dependents()
     pid_zh = tl.program_id(0)
     split = tl.program_id(1)
     pid_m = tl.program_id(2)
     z = (pid_zh // H_KV).to(tl.int64)
     hk = pid_zh % H_KV
+    if USE_PDL:
+        gdc_wait()
 
     # Sequence bounds: keys [kv_lo, kv_end); query token i sits at key i + shift.
     if HAS_SEQLENS:
@@ -522,7 +561,7 @@ def sm_count(device: torch.device) -> int:
 
 
 def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
-                      max_splits: int = MAX_AUTO_SPLITS) -> int:
+                      max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1) -> int:
     """Split count for ``programs`` (batch x KV heads x row tiles) programs
     over at most ``n_keys`` keys (the cache capacity: lengths on the device
     are never read).
@@ -538,7 +577,8 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     8 KV heads: 16 splits read a 4k-16k cache 1.14-1.33x faster than 29-32,
     session8/call2/bench_decode_b1_sweep.md).  Batch 1 with 8 KV heads on 132
     SMs gets 8 splits at 1k keys, 13 at 4k, 15 from 8k up; 512 programs get 1.  The
-    smallest count within 10% of the best wins."""
+    smallest count within ``tolerance`` (10%) of the best wins (variant "fill":
+    1.0, the best itself; 16 splits from 4k up at batch 1)."""
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
     slots = (1 if 4 * programs < n_sm else 2) * max(1, n_sm)
     costs = []
@@ -546,10 +586,103 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
         waves = triton.cdiv(programs * splits, slots)
         costs.append(waves * (triton.cdiv(n_tiles, splits) + 2) + splits / 8)
     best = min(costs)
-    return next(i + 1 for i, c in enumerate(costs) if c <= 1.1 * best)
+    return next(i + 1 for i, c in enumerate(costs) if c <= tolerance * best)
+
+
+def decode_variants() -> frozenset:
+    """The candidate variants switched on by ENV_VARIANT (none by default)."""
+    text = os.environ.get(ENV_VARIANT, "")
+    names = frozenset(x.strip() for x in text.split(",") if x.strip() and x.strip() != "default")
+    unknown = names - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}")
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> int:
+    major, _ = torch.cuda.get_device_capability(device_index)
+    return major
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: compiled code on sm_90 or later (the
+    meta device stands for the GPU in compile_check.py); never interpreted."""
+    if INTERPRET or device.type == "cpu" or not HAVE_GDC:
+        return False
+    if device.type == "meta":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index) >= 9
+
+
+class DecodePlan(NamedTuple):
+    config: DecodeConfig
+    num_splits: int
+    row_tiles: int
+    use_pdl: bool
+
+
+def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
+                device: torch.device, num_splits: int = 0) -> DecodePlan:
+    """Launch config, split count (num_splits, or chosen when 0) and PDL of one
+    decode launch, from host-side numbers only, with the ENV_VARIANT switches
+    applied.  ENV_CONFIG overrides a variant's tile and pipeline choices."""
+    variants = decode_variants()
+    cfg = decode_config(n_rows, head_dim, dtype, device)
+    n_sm = sm_count(device)
+    row_tiles = triton.cdiv(n_rows, cfg.BLOCK_M)
+    programs = batch * h_kv * row_tiles
+    # The split rule's small batch: one program per SM, each streaming a long run.
+    small = 4 * programs < n_sm
+    elem = torch.finfo(dtype).bits // 8
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide"}:
+        if "wide" in variants:
+            # Twice the keys per tile: each buffered K+V tile is 64 KiB at d = 128.
+            tile = dict(BLOCK_N=2 * cfg.BLOCK_N, num_stages=cfg.num_stages)
+        else:
+            # Two more buffers of 64-key tiles (Triton keeps num_stages - 1 in
+            # shared memory, 70 -> 134 KiB at d = 128): three tiles in flight.
+            tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=5)
+        if device.type == "cpu":  # the interpreter has no pipeline: only the tile size matters
+            tile["num_stages"] = cfg.num_stages
+        tile.update(_config_from_env() or {})
+        cfg = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
+    n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
+    if num_splits == 0:
+        tolerance = 1.0 if small and "fill" in variants else 1.1
+        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance)
+    # More splits than key tiles would only add empty ones (and grid axis 1
+    # holds at most 65535).
+    num_splits = min(num_splits, n_tiles, 65535)
+    return DecodePlan(cfg, num_splits, row_tiles, "pdl" in variants and pdl_supported(device))
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
+
+
+_RESERVE: dict = {}  # device -> [zeroed int32 buffer, first counter not handed out]
+
+
+def reserve_counters(numel: int, device: torch.device, capturing: bool) -> Optional[torch.Tensor]:
+    """Variant "reserve": counters for a call captured in a CUDA graph
+    (``capturing``), a slice of a per-device buffer made and zeroed by an
+    eager call (None when there is none, or it has no room left).  Every
+    captured call gets its own slice, never handed out again, so graphs and
+    eager calls never share a counter, and each replay leaves its slice at 0
+    (the last split resets it).  torch.cuda.graph synchronizes the device
+    before it captures, so the zeroing has finished before any replay."""
+    key = str(device)
+    entry = _RESERVE.get(key)
+    if not capturing:
+        if entry is None:
+            _RESERVE[key] = [torch.zeros(RESERVE_COUNTERS, device=device, dtype=torch.int32), 0]
+        return None
+    if entry is None or entry[1] + numel > entry[0].numel():
+        return None
+    start = entry[1]
+    entry[1] += numel
+    return entry[0][start:start + numel]
 
 
 def split_counters(numel: int, device: torch.device) -> torch.Tensor:
@@ -563,7 +696,12 @@ def split_counters(numel: int, device: torch.device) -> torch.Tensor:
     also use."""
     key: object = device.type
     if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
+        capturing = torch.cuda.is_current_stream_capturing()
+        if "reserve" in decode_variants():
+            reserved = reserve_counters(numel, device, capturing)
+            if reserved is not None:
+                return reserved
+        if capturing:
             return torch.zeros(numel, device=device, dtype=torch.int32)
         key = torch.cuda.current_stream(device).cuda_stream  # unique across devices
     buf = _COUNTERS.get(key)
@@ -606,15 +744,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    n_rows = n_q * group
-    cfg = decode_config(n_rows, d, q.dtype, q.device)
-    m_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
-    n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
-    if num_splits == 0:
-        num_splits = choose_num_splits(batch * h_kv * m_blocks, n_cap, cfg.BLOCK_N, sm_count(q.device))
-    # More splits than key tiles would only add empty ones (and grid axis 1
-    # holds at most 65535).
-    num_splits = min(num_splits, n_tiles, 65535)
+    cfg, num_splits, m_blocks, use_pdl = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device,
+                                                     num_splits)
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
@@ -658,8 +789,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
-        DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
+        DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if use_pdl else {}),
     )
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
@@ -696,5 +828,5 @@ def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_t
     )
 
 
-__all__ = ["decode_attention", "append_kv", "choose_num_splits", "decode_config", "sm_count",
-           "DecodeConfig"]
+__all__ = ["decode_attention", "append_kv", "choose_num_splits", "decode_config", "decode_plan",
+           "decode_variants", "sm_count", "DecodeConfig", "DecodePlan"]
