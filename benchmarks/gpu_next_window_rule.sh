@@ -14,9 +14,11 @@
 #   columns: api:window (flash_attn_func's backward with FLASHATTN_TRITON_HOPPER_WINDOW=1),
 #   api:portable (the same with =0), hopper:kernel (the kernel alone); api:window's
 #   gradients checked against api:portable's (max |diff| / max |ref| <= 2e-2);
-#   rep1 and rep2 without FlexAttention (the rule's two repeats), then a third pass with
-#   FlexAttention's backward (a column for the write-up; the pass may be cut by its
-#   limit: the probe writes its JSON after every row).
+#   first an untimed warm-up (one window per shape, --rep 1; d = 64 and d = 128 in two
+#   processes at once) that compiles the kernels,
+#   then rep1 and rep2 without FlexAttention (the rule's two repeats), then a pass with
+#   FlexAttention's backward (a column for the write-up and a third sample; the pass may be
+#   cut by its limit: the probe writes its JSON after every row).
 # Rule, fixed before the run: HOPPER_BWD_WINDOW_MIN_LEFT becomes the smallest L in
 # {511, 1023, 2047} such that, in both repeats, every row with left >= L is timed in both
 # API arms and has api:window / api:portable >= 1.03; and only if both repeats hold all
@@ -30,11 +32,23 @@ git log -1 --format='commit %h %s' >> "$R/env.txt" 2>/dev/null
 S="4,32,32,4096,64;1,32,32,16384,64;4,16,16,4096,128;1,16,16,16384,128"   # MHA
 S="$S;4,32,8,4096,64;1,32,8,16384,64;4,16,4,4096,128;1,16,4,16384,128"    # GQA
 S="$S;2,16,4,4096,128,1024"                                               # bench_variants' window row
-for pass in rep1:--no-flex:${T_REP1:-70} rep2:--no-flex:${T_REP2:-50} flex::${T_FLEX:-95}; do
-  name=${pass%%:*}; rest=${pass#*:}; flag=${rest%%:*}; limit=${rest#*:}
+S=${WINDOW_SHAPES:-$S}  # (a dry run's tiny shapes; the rule expects the 33 rows above)
+# Warm-up: two processes at once (the shapes of d = 64, those of d = 128), one window each.
+pids=()
+for part in 64 128; do
+  mkdir -p "$R/warm$part"
+  P=$(echo "$S" | tr ';' '\n' | awk -F, -v d=$part '$5 == d' | paste -sd';')
+  timeout -k 5 ${T_WARM:-70} python3 benchmarks/hopper_bwd_probe.py --rows window --window-shapes "${P:-$S}" \
+    --no-flex --rep 1 --windows 512 --out "$R/warm$part" > "$R/warm$part/log.txt" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done; el warm
+W=512,1024,2048,4096
+for pass in "rep1:--no-flex:${T_REP:-40}" "rep2:--no-flex:${T_REP:-40}" "flex::${T_FLEX:-75}"; do
+  name=${pass%%:*}; rest=${pass#*:}; flags=${rest%:*}; limit=${rest##*:}
   mkdir -p "$R/$name"
-  timeout -k 5 "$limit" python3 benchmarks/hopper_bwd_probe.py --rows window --windows 512,1024,2048,4096 \
-    --window-shapes "$S" $flag --rep 30 --out "$R/$name" > "$R/$name/log.txt" 2>&1
+  timeout -k 5 "$limit" python3 benchmarks/hopper_bwd_probe.py --rows window --window-shapes "$S" $flags \
+    --rep 30 --windows $W --out "$R/$name" > "$R/$name/log.txt" 2>&1
   echo "rc=$?" >> "$R/$name/log.txt"; el "$name"; cut -c1-220 "$R/$name/log.txt" | tail -3
 done
 python3 - "$R" <<'PY'
