@@ -193,6 +193,37 @@ def test_dispatch_rule(monkeypatch, default):
 
 
 @pytest.mark.parametrize("default", ["0", "1"])
+def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
+    """`flashattn-triton info --variant dropout --arch sm90`: with the switch
+    off (unset and the default "0", or "0") the forward line names
+    FLASHATTN_TRITON_HOPPER_DROPOUT; with it on, the Hopper forward and
+    backward with their dropout builds where the tier is available here
+    (Triton 3.6), else the unavailability; dropout with another variant
+    stays portable either way."""
+    from flashattn_triton import _dispatch, cli
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    argv = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--variant", "dropout",
+            "--arch", "sm90"]
+    for opt_in in (None, "0", "1"):
+        if opt_in is None:
+            monkeypatch.delenv(OPT_IN, raising=False)
+        else:
+            monkeypatch.setenv(OPT_IN, opt_in)
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        if (opt_in or default) != "1":
+            assert "Hopper tier not used: dropout: the portable forward (FLASHATTN_TRITON_HOPPER_DROPOUT=1" in out, out
+        elif hopper.AVAILABLE:
+            assert "forward : Hopper tier" in out and "dropout (HAS_DROPOUT)" in out, out
+            assert "backward: Hopper tier, Gluon kernel" in out and "; dropout (HAS_DROPOUT)" in out, out
+        else:
+            assert "Hopper tier not used: not available here" in out, out
+        assert cli.main(argv + ["--variant", "softcap"]) == 0
+        assert "variants run on the portable forward" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("default", ["0", "1"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal, default, device):
     """The backward: attention_backward is asked to try the Hopper kernel
