@@ -73,7 +73,8 @@ except (OSError, IndexError):
     tail = []
 # pytest's exit status 0 (every test passed, none errored) and its summary line
 tests_ok = len(tail) == 2 and tail[1] == "rc=0" and " passed" in tail[0] and "failed" not in tail[0]
-keys = sorted({k for rep in reps for opt in rep.values() for k in opt}, key=lambda k: (k[4], k[2] != k[3], k[1], not k[5]))
+keys = sorted({k for rep in reps for opt in rep.values() for k in opt},
+              key=lambda k: (k[4], k[2] != k[3], k[1], not k[5]))
 ok = tests_ok and all(len(rep[opt]) == EXPECTED for rep in reps for opt in (0, 1))
 print("row (B N Hq/Hkv d causal): portable/hopper fwd, bwd per repeat | hopper vs SDPA fwd, bwd | portable vs SDPA")
 vs_sdpa = {"fwd": [], "bwd": []}  # the Hopper path's speedup over SDPA's dropout, every row and repeat

@@ -13,9 +13,10 @@ Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
 backward's window path with FLASHATTN_TRITON_HOPPER_WINDOW=1, or, with the
 variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (None
-so far: never; "0": the portable kernels for windows in both directions).  Head dims d = 192 with
-dv = 128 take the Hopper forward and backward (split Q K^T; the backward
-GPU-validated in session 15) unless FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
+so far: never); "0": the portable kernels for windows in both directions.
+Head dims d = 192 with dv = 128 take the Hopper forward and backward (split
+Q K^T; the backward GPU-validated in session 15) unless
+FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
 causal one) take the Hopper forward and backward (GPU-validated; off by
 default, HOPPER_DROPOUT_DEFAULT, until benchmarks/gpu_next_dropout_default.sh's
@@ -129,9 +130,9 @@ def hopper_forward_window(window) -> bool:
 # not (0.53-1.05x the portable backward through the API: host-bound at small
 # windows, docs/hopper.md); kept apart from the forward's default, "1".
 HOPPER_BWD_WINDOW_DEFAULT = "0"
-# The size rule, also for an unset FLASHATTN_TRITON_HOPPER_WINDOW only: a left
-# bound of at least this many keys takes the Hopper backward's window path
-# whatever HOPPER_BWD_WINDOW_DEFAULT says (None: no rule).  Session 15 call 2
+# The size rule, read only while FLASHATTN_TRITON_HOPPER_WINDOW is unset: a
+# left bound of at least this many keys takes the Hopper backward's window
+# path whatever HOPPER_BWD_WINDOW_DEFAULT says (None: no rule).  Session 15 call 2
 # (bf16, B*N = 16k, causal) had the Hopper window backward at 0.75-0.92x the
 # portable one for windows of 128 / 256 keys, 0.96-1.12x at 512 and
 # 1.03-1.11x at 1024; benchmarks/gpu_next_window_rule.sh sets the value by
