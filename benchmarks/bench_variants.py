@@ -14,6 +14,14 @@ head-dim rows d=192/dv=128 and d=512 (N=2048); window sweep B=1, N=16384.
     PYTHONPATH=. python benchmarks/bench_variants.py --out benchmarks/results/h200
     PYTHONPATH=. python benchmarks/bench_variants.py --only "plain,dropout" --out /tmp/drop   # some rows only
     python benchmarks/bench_variants.py --smoke --out /tmp/x     # CPU plumbing check (tiny, no timing value)
+
+--head-dim, --heads HQ,HKV and --not-causal change the variant table's shape
+(--not-causal: the plain and dropout rows only; the other rows' peers are
+causal); --shapes "B,N,Hq,Hkv,d,causal;..." runs the selected rows at each
+shape in turn, in one process:
+
+    PYTHONPATH=. python benchmarks/bench_variants.py --only dropout \
+        --shapes "8,2048,32,32,64,1;2,8192,16,4,128,0" --out /tmp/drop
 """
 
 from __future__ import annotations
@@ -109,8 +117,9 @@ def variant_rows(args, ms, device):
     import flashattn_triton as fat
 
     dtype = torch.bfloat16
-    b, n, hq, hkv, d = args.batch, args.seqlen, 16, 4, 128
-    if args.smoke:
+    hq, hkv = map(int, args.heads.split(","))
+    b, n, d, causal = args.batch, args.seqlen, args.head_dim, not args.not_causal
+    if args.smoke and not args.shapes:
         b, n, hq, hkv, d = 1, 64, 4, 2, 32
     case = Case(b, n, hq, hkv, d, d, dtype, device)
     flex, block_mask, _ = flex_fn(compiled=device == "cuda")
@@ -120,10 +129,10 @@ def variant_rows(args, ms, device):
     sinks = torch.randn(hq, device=device, dtype=torch.float32)
     rows = []
 
-    def ours_flash(**kw):
+    def ours_flash(causal=True, **kw):
         def make():
             (q, k, v), do = case.flash()
-            return (lambda: fat.flash_attn_func(q, k, v, causal=True, **kw)), (q, k, v), do
+            return (lambda: fat.flash_attn_func(q, k, v, causal=causal, **kw)), (q, k, v), do
         return make
 
     def flex_make(score_mod=None, mask_mod=causal_mm):
@@ -173,8 +182,9 @@ def variant_rows(args, ms, device):
     def window_mm(bi, h, qi, ki):
         return (qi >= ki) & (qi - ki <= window)
 
-    bool_mask = torch.rand(b, 1, n, n, device=device) > 0.1
-    bias = torch.randn(1, hq, n, n, device=device, dtype=dtype)
+    # (made only for their rows: at N = 8k the bias alone is gigabytes)
+    bool_mask = torch.rand(b, 1, n, n, device=device) > 0.1 if selected(args, "bool mask") else None
+    bias = torch.randn(1, hq, n, n, device=device, dtype=dtype) if selected(args, "float bias") else None
 
     def with_bias(fn_name):
         def make():
@@ -185,15 +195,16 @@ def variant_rows(args, ms, device):
         return make
 
     variants = [
-        ("plain causal", dict(causal=True), ours_flash(), "sdpa (default backend)", sdpa_make(is_causal=True)),
+        ("plain causal" if causal else "plain, no mask", dict(causal=causal), ours_flash(causal),
+         "sdpa (default backend)", sdpa_make(is_causal=causal)),
         (f"window ({window}, 0)", dict(causal=True, window=window), ours_flash(window_size=(window, 0)),
          "flex block_mask", flex_make(mask_mod=window_mm)),
         (f"softcap {softcap:g}", dict(causal=True), ours_flash(softcap=softcap), "flex score_mod",
          flex_make(score_mod=softcap_mod)),
         ("alibi", dict(causal=True), ours_flash(alibi_slopes=slopes), "flex score_mod",
          flex_make(score_mod=alibi_mod)),
-        ("dropout 0.1", dict(causal=True), ours_flash(dropout_p=0.1), "sdpa dropout",
-         sdpa_make(is_causal=True, dropout_p=0.1)),
+        ("dropout 0.1", dict(causal=causal), ours_flash(causal, dropout_p=0.1), "sdpa dropout",
+         sdpa_make(is_causal=causal, dropout_p=0.1)),
         ("sinks", dict(causal=True), ours_flash(sinks=sinks.clone().requires_grad_()), "eager PyTorch",
          eager_sinks()),
         ("bool mask (B,1,N,N)", dict(causal=False), ours_sdpa(attn_mask=bool_mask), "sdpa attn_mask",
@@ -305,6 +316,11 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--head-dim", type=int, default=128, help="head dim of the variant table")
+    ap.add_argument("--heads", default="16,4", help="HQ,HKV of the variant table")
+    ap.add_argument("--not-causal", action="store_true", help="the plain and dropout rows without a causal mask")
+    ap.add_argument("--shapes", default="", help="';'-separated B,N,Hq,Hkv,d,causal: the selected variant rows at "
+                    "each shape in turn (replacing --batch, --seqlen, --heads, --head-dim, --not-causal)")
     ap.add_argument("--window", type=int, default=1024, help="window of the variant table's window row")
     ap.add_argument("--sweep-seqlen", type=int, default=16384)
     ap.add_argument("--warmup", type=int, default=10)
@@ -319,7 +335,12 @@ def main():
     if not args.smoke:
         C.require_cuda("bench_variants.py")
     ms = timer(device, args.warmup, args.rep)
-    rows = variant_rows(args, ms, device)
+    rows = []
+    for shape in filter(None, args.shapes.split(";")) if args.shapes else [None]:
+        if shape:
+            b, n, hq, hkv, d, causal = map(int, shape.split(","))
+            args.batch, args.seqlen, args.heads, args.head_dim, args.not_causal = b, n, f"{hq},{hkv}", d, not causal
+        rows += variant_rows(args, ms, device)
     if not rows:
         raise SystemExit(f"--only {args.only!r} selects no variant row")
     sweep = [] if args.skip_sweep else window_rows(args, ms, device)
@@ -330,7 +351,12 @@ def main():
     def f(x, digits=3):
         return C.fmt_num(x, digits)
 
-    table = [[r["variant"], r.get("peer_provider", ""), f(r.get("ours_fwd_ms")), f(r.get("peer_fwd_ms")),
+    def name(r):
+        if not args.shapes:
+            return r["variant"]
+        return (f"{r['variant']} (B={r['batch']} N={r['seqlen']} Hq={r['heads_q']} Hkv={r['heads_kv']} "
+                f"d={r['head_dim']}{' causal' if r['causal'] else ''})")
+    table = [[name(r), r.get("peer_provider", ""), f(r.get("ours_fwd_ms")), f(r.get("peer_fwd_ms")),
               f(r.get("speedup_fwd"), 2), f(r.get("ours_bwd_ms")), f(r.get("peer_bwd_ms")),
               f(r.get("speedup_bwd"), 2), r.get("ours_error", "") or r.get("peer_error", "")] for r in rows]
     short = (f"bf16, causal unless a mask is given, B={rows[0]['batch']}, N={rows[0]['seqlen']} "

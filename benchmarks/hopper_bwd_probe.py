@@ -64,6 +64,17 @@ gradients are checked against the portable ones (max |diff| / max |ref| <=
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --rows window --head-dims 64,128 \
         --seqlens 2048,8192 --windows 256,1024
+
+``--window-shapes "B,Hq,Hkv,N,d[,left/left...]"`` (';'-separated) times
+those shapes (GQA where Hkv < Hq) instead of the head-dims x seqlens grid,
+each at --windows or at the '/'-separated left bounds of its sixth field;
+``--no-flex`` leaves FlexAttention out (a repeat that needs only the two
+API arms).  The api:portable arm sets FLASHATTN_TRITON_HOPPER_WINDOW=0, so
+it stays the portable backward whatever _dispatch's size rule
+(HOPPER_BWD_WINDOW_MIN_LEFT) would take:
+
+    PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --rows window --windows 512,1024 \
+        --window-shapes "4,16,4,4096,128;2,16,4,4096,128,1024" --no-flex
 """
 import argparse
 import json
@@ -133,6 +144,10 @@ def main():
                     help="--rows window: extra kernel rows, ';'-separated: KEY=VALUE+... overrides (a launch "
                          "plan per call) or mod:NAME=VALUE (a module switch, through the cached plans), e.g. "
                          "\"mod:WINDOW_CONFIGS={128: {'NUM_STAGES': 3}}\"")
+    ap.add_argument("--window-shapes", default="",
+                    help="--rows window: ';'-separated B,Hq,Hkv,N,d[,left/left...] rows instead of the "
+                         "head-dims x seqlens grid (GQA where Hkv < Hq; lefts: --windows unless given)")
+    ap.add_argument("--no-flex", action="store_true", help="--rows window: no FlexAttention column")
     ap.add_argument("--profile", action="store_true",
                     help="--rows window: also list each timed function's CUDA kernels (torch.profiler, 3 calls)")
     args = ap.parse_args()
@@ -297,7 +312,8 @@ def _flex_window_bwd(q, k, v, do, left):
     def mask_mod(b, h, qi, ki):
         return (ki <= qi) & (ki >= qi - left_t)
     block_mask = create_block_mask(mask_mod, None, None, n, n, device=q.device)
-    out = flex(qf, kf, vf, block_mask=block_mask)
+    gqa = qf.shape[1] != kf.shape[1]  # (enable_gqa only where needed: MHA keeps its graph)
+    out = flex(qf, kf, vf, block_mask=block_mask, **({"enable_gqa": True} if gqa else {}))
     dof = do.contiguous()
     return lambda: torch.autograd.grad(out, (qf, kf, vf), dof, retain_graph=True)
 
@@ -337,6 +353,24 @@ def _profile(fns, label, calls=3):
             print(f"    {e.device_time_total / calls:9.1f} us  x{e.count // calls}  {e.key[:110]}", flush=True)
 
 
+def window_shapes(args):
+    """--rows window's shapes: (B, Hq, Hkv, N, d, lefts), from --window-shapes
+    or the head-dims x seqlens grid (MHA, H = 2048/d, B = --tokens / N)."""
+    lefts = [int(x) for x in args.windows.split(",")]
+    spec = getattr(args, "window_shapes", "")
+    if spec:
+        out = []
+        for item in filter(None, spec.split(";")):
+            fields = item.split(",")
+            b, hq, hkv, n, d = map(int, fields[:5])
+            if hq % hkv:
+                raise SystemExit(f"--window-shapes {item!r}: Hkv must divide Hq")
+            out.append((b, hq, hkv, n, d, [int(x) for x in fields[5].split("/")] if len(fields) > 5 else lefts))
+        return out
+    return [(max(1, args.tokens // n), 2048 // d, 2048 // d, n, d, lefts)
+            for d in map(int, args.head_dims.split(",")) for n in map(int, args.seqlens.split(","))]
+
+
 def window_rows(args):
     """--rows window (module doc): api:window (the Hopper backward through the
     opt-in) against api:portable, hopper:kernel and flex, causal windows."""
@@ -357,86 +391,85 @@ def window_rows(args):
     env = "FLASHATTN_TRITON_HOPPER_WINDOW"
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    for d in map(int, args.head_dims.split(",")):
-        for n in map(int, args.seqlens.split(",")):
-            for left in map(int, args.windows.split(",")):
-                b, h = max(1, args.tokens // n), 2048 // d
-                torch.manual_seed(0)
-                q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(4))
-                window = (left, 0)
-                flops = 2.5 * 4 * b * h * visible_pairs(n, True, left) * d
-                row = dict(b=b, h=h, n=n, d=d, causal=True, window=left, tflops={}, check={})
-                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                os.environ.pop(env, None)
-                out, lse = fat.flash_attn_func(qg, kg, vg, causal=True, window_size=window, return_lse=True)
+    for b, h, hkv, n, d, lefts in window_shapes(args):
+        for left in lefts:
+            torch.manual_seed(0)
+            q, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+            k, v = (torch.randn(b, n, hkv, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+            window = (left, 0)
+            flops = 2.5 * 4 * b * h * visible_pairs(n, True, left) * d
+            row = dict(b=b, h=h, hq=h, hkv=hkv, n=n, d=d, causal=True, window=left, tflops={}, check={})
+            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+            os.environ.pop(env, None)
+            out, lse = fat.flash_attn_func(qg, kg, vg, causal=True, window_size=window, return_lse=True)
 
-                def api(opt_in):
-                    def run():
-                        if opt_in:
-                            os.environ[env] = "1"
-                        else:
-                            os.environ.pop(env, None)
-                        return torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
-                    return run
-                qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, do))
-                lse2 = (lse * 1.4426950408889634).contiguous()
-                delta = (do.float() * out.detach().float()).sum(-1).transpose(1, 2).contiguous()
-                gh = [torch.empty_like(t).transpose(1, 2) for t in (q, k, v)]
+            def api(opt_in):
+                def run():  # "0", not unset: _dispatch's size rule must not take the portable arm
+                    os.environ[env] = "1" if opt_in else "0"
+                    return torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+                return run
+            qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, do))
+            lse2 = (lse * 1.4426950408889634).contiguous()
+            delta = (do.float() * out.detach().float()).sum(-1).transpose(1, 2).contiguous()
+            gh = [torch.empty_like(t).transpose(1, 2) for t in (q, k, v)]
 
-                def kernel(**over):
-                    return lambda: hbwd.hopper_attention_backward(doh, qh, kh, vh, lse2, delta, *gh, d ** -0.5, 0,
-                                                                  window, **over)
-                fns = {"api:window": api(True), "api:portable": api(False), "hopper:kernel": kernel()}
-                for spec in filter(None, getattr(args, "window_variants", "").split(";")):
-                    fns["hopper:" + spec] = kernel(**parse_variant(spec))
-                try:
+            def kernel(**over):
+                return lambda: hbwd.hopper_attention_backward(doh, qh, kh, vh, lse2, delta, *gh, d ** -0.5, 0,
+                                                              window, **over)
+            fns = {"api:window": api(True), "api:portable": api(False), "hopper:kernel": kernel()}
+            for spec in filter(None, getattr(args, "window_variants", "").split(";")):
+                fns["hopper:" + spec] = kernel(**parse_variant(spec))
+            try:
+                if not getattr(args, "no_flex", False):
                     fns["flex"] = _flex_window_bwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                    do.transpose(1, 2), left)
+            except Exception as exc:  # noqa: BLE001
+                row["check"]["flex"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            grads = {}
+            for name, fn in fns.items():
+                undo = module_setting(hbwd, name[len("hopper:"):]) if name.startswith("hopper:mod:") else None
+                try:
+                    took.clear()
+                    res = fn()
+                    if name.startswith("api:") and took != ([True] if name == "api:window" else []):
+                        raise RuntimeError(f"Hopper backward calls {took}")
+                    if name.startswith("hopper:") and not res:
+                        raise RuntimeError(f"declined {str(list(hbwd._BROKEN.values())[-1:])[:200]}")
+                    if name.startswith("api:"):
+                        grads[name] = [g.float() for g in res]
+                    elif name != "hopper:kernel" and "api:portable" in grads:  # a --window-variants entry
+                        torch.cuda.synchronize()
+                        err = max_rel_err([g.transpose(1, 2) for g in gh], grads["api:portable"])
+                        row["check"][name] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
+                    row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
                 except Exception as exc:  # noqa: BLE001
-                    row["check"]["flex"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                grads = {}
-                for name, fn in fns.items():
-                    undo = module_setting(hbwd, name[len("hopper:"):]) if name.startswith("hopper:mod:") else None
-                    try:
-                        took.clear()
-                        res = fn()
-                        if name.startswith("api:") and took != ([True] if name == "api:window" else []):
-                            raise RuntimeError(f"Hopper backward calls {took}")
-                        if name.startswith("hopper:") and not res:
-                            raise RuntimeError(f"declined {str(list(hbwd._BROKEN.values())[-1:])[:200]}")
-                        if name.startswith("api:"):
-                            grads[name] = [g.float() for g in res]
-                        elif name != "hopper:kernel" and "api:portable" in grads:  # a --window-variants entry
-                            torch.cuda.synchronize()
-                            err = max_rel_err([g.transpose(1, 2) for g in gh], grads["api:portable"])
-                            row["check"][name] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
-                        row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
-                    except Exception as exc:  # noqa: BLE001
-                        row["tflops"][name] = None
-                        row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                    finally:
-                        if undo is not None:
-                            undo()
-                os.environ.pop(env, None)
-                if len(grads) == 2:
-                    err = max_rel_err(grads["api:window"], grads["api:portable"])
-                    row["check"]["api:window"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
-                rows.append(row)
-                t = row["tflops"]
-                cells = "  ".join(f"{k} {x:.0f}" if x else f"{k} -" for k, x in t.items())
-                for label, num, den in (("win/port", "api:window", "api:portable"), ("win/flex", "api:window", "flex")):
-                    if t.get(num) and t.get(den):
-                        cells += f"  {label} {t[num] / t[den]:.2f}"
-                bad = {k: c for k, c in row["check"].items() if c != "ok"}
-                print(f"B={b} H={h} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
-                      flush=True)
-                if getattr(args, "profile", False):
-                    _profile({k: f for k, f in fns.items() if not k.startswith("hopper:mod:")},
-                             f"B={b} H={h} N={n} d={d} window={left}")
-                del q, k, v, do, out, lse, qg, kg, vg, fns, grads
-                torch.cuda.empty_cache()
-    with open(os.path.join(args.out, "hopper_bwd_window.json"), "w") as f:
-        json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+                    row["tflops"][name] = None
+                    row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                finally:
+                    if undo is not None:
+                        undo()
+            os.environ.pop(env, None)
+            if len(grads) == 2:
+                err = max_rel_err(grads["api:window"], grads["api:portable"])
+                row["check"]["api:window"] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
+            rows.append(row)
+            t = row["tflops"]
+            cells = "  ".join(f"{k} {x:.0f}" if x else f"{k} -" for k, x in t.items())
+            for label, num, den in (("win/port", "api:window", "api:portable"), ("win/flex", "api:window", "flex")):
+                if t.get(num) and t.get(den):
+                    cells += f"  {label} {t[num] / t[den]:.2f}"
+            bad = {k: c for k, c in row["check"].items() if c != "ok"}
+            heads = f"H={h}" if hkv == h else f"Hq={h} Hkv={hkv}"
+            print(f"B={b} {heads} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
+                  flush=True)
+            if getattr(args, "profile", False):
+                _profile({k: f for k, f in fns.items() if not k.startswith("hopper:mod:")},
+                         f"B={b} {heads} N={n} d={d} window={left}")
+            del q, k, v, do, out, lse, qg, kg, vg, fns, grads
+            torch.cuda.empty_cache()
+            # after every row: a run cut by its time limit keeps the rows it timed
+            with open(os.path.join(args.out, "hopper_bwd_window.json"), "w") as f:
+                json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     return 0
 
 

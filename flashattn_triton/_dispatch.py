@@ -11,13 +11,16 @@ FLASHATTN_TRITON_BACKEND=portable|hopper|auto (default auto) forces a tier,
 for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
 Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
-backward's window path only with FLASHATTN_TRITON_HOPPER_WINDOW=1 ("0": the
-portable kernels for windows in both directions).  Head dims d = 192 with
-dv = 128 take the Hopper forward and backward (split Q K^T; the backward
-GPU-validated in session 15) unless FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
+backward's window path with FLASHATTN_TRITON_HOPPER_WINDOW=1, or, with the
+variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (None
+so far: never); "0": the portable kernels for windows in both directions.
+Head dims d = 192 with dv = 128 take the Hopper forward and backward (split
+Q K^T; the backward GPU-validated in session 15) unless
+FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
-causal one) take the Hopper forward and backward (GPU-validated; opt-in
-because the backward stays below SDPA's at GQA shapes).
+causal one) take the Hopper forward and backward (GPU-validated; off by
+default, HOPPER_DROPOUT_DEFAULT, until benchmarks/gpu_next_dropout_default.sh's
+rule says otherwise; "0" keeps it portable either way).
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     decline a case) for tensors on ``device`` (the real device also for the
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
     forward), the call is not deterministic (its dQ adds arrive in a varying
-    order), the mask is none or causal (a left window bound on either only
-    with FLASHATTN_TRITON_HOPPER_WINDOW=1: hopper_backward_window),
+    order), the mask is none or causal (a left window bound on either as
+    hopper_backward_window says: FLASHATTN_TRITON_HOPPER_WINDOW=1, or the
+    size rule HOPPER_BWD_WINDOW_MIN_LEFT with the variable unset),
     FLASHATTN_TRITON_HOPPER_BWD is not "0", and (unless
     FLASHATTN_TRITON_BACKEND=hopper forces the tier) the length ``seqlen`` =
     max(Nq, Nk) is one where it beats the portable backward
@@ -126,16 +130,45 @@ def hopper_forward_window(window) -> bool:
 # not (0.53-1.05x the portable backward through the API: host-bound at small
 # windows, docs/hopper.md); kept apart from the forward's default, "1".
 HOPPER_BWD_WINDOW_DEFAULT = "0"
+# The size rule, read only while FLASHATTN_TRITON_HOPPER_WINDOW is unset: a
+# left bound of at least this many keys takes the Hopper backward's window
+# path whatever HOPPER_BWD_WINDOW_DEFAULT says (None: no rule).  Session 15 call 2
+# (bf16, B*N = 16k, causal) had the Hopper window backward at 0.75-0.92x the
+# portable one for windows of 128 / 256 keys, 0.96-1.12x at 512 and
+# 1.03-1.11x at 1024; benchmarks/gpu_next_window_rule.sh sets the value by
+# the rule in its header.
+HOPPER_BWD_WINDOW_MIN_LEFT: Optional[int] = None
 
 
 def hopper_backward_window(window) -> bool:
     """Whether the Hopper backward takes this window_size (left, right): no
     mask or causal (right -1 or 0) with no left bound; a left bound (left
     >= 0: its window path, docs/hopper.md "Sliding windows" of the backward)
-    only with FLASHATTN_TRITON_HOPPER_WINDOW=1 (the
-    forward's switch; "0" keeps both off), or HOPPER_BWD_WINDOW_DEFAULT "1"
-    when it is unset, whatever the forward's default."""
-    return _takes_window(window, HOPPER_BWD_WINDOW_DEFAULT)
+    as FLASHATTN_TRITON_HOPPER_WINDOW says ("1" takes it, any other value
+    not: the forward's switch too), and with the variable unset when left >=
+    HOPPER_BWD_WINDOW_MIN_LEFT (the size rule, when not None) or
+    HOPPER_BWD_WINDOW_DEFAULT is "1", whatever the forward's default."""
+    return backward_window_source(window) is not None
+
+
+def backward_window_source(window) -> Optional[str]:
+    """What takes this window_size to the Hopper backward (None: nothing,
+    the portable backward): "no window" (left < 0), "env"
+    (FLASHATTN_TRITON_HOPPER_WINDOW=1), "rule" (left >=
+    HOPPER_BWD_WINDOW_MIN_LEFT, the variable unset) or "default"
+    (HOPPER_BWD_WINDOW_DEFAULT "1", the variable unset).  For `flashattn-triton
+    info`, which says why."""
+    left, right = window
+    if right not in (-1, 0):
+        return None
+    if left < 0:
+        return "no window"
+    value = env_value(ENV_HOPPER_WINDOW)
+    if value is not None:
+        return "env" if value == "1" else None
+    if HOPPER_BWD_WINDOW_MIN_LEFT is not None and left >= HOPPER_BWD_WINDOW_MIN_LEFT:
+        return "rule"
+    return "default" if HOPPER_BWD_WINDOW_DEFAULT == "1" else None
 
 
 def _switch(name: str, default: str) -> bool:
@@ -169,19 +202,26 @@ def hopper_forward_dims(q, v) -> bool:
     return _switch(ENV_HOPPER_SPLIT_QK, HOPPER_SPLIT_QK_DEFAULT)
 
 
-ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1": dropout may take the Hopper tier (opt-in)
+ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1" / "0": dropout takes the Hopper tier or not
+# The dropout switch when FLASHATTN_TRITON_HOPPER_DROPOUT is unset: "0" (the
+# portable kernels).  GPU-validated (tests/test_hopper_dropout.py, sessions
+# 13 and 15) and 1.19x / 1.21x the portable forward / backward on
+# bench_variants' dropout row (session 13 call 4), but below SDPA's backward
+# there; benchmarks/gpu_next_dropout_default.sh's rule, in its header,
+# decides whether it turns "1".
+HOPPER_DROPOUT_DEFAULT = "0"
 
 
 def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window) -> bool:
     """Whether a call with variants may try the Hopper forward and backward
     (use_hopper_forward / use_hopper_backward still decide the rest): only
     dropout alone (no softcap, ALiBi, sinks or mask), with no mask or a
-    causal one (no window bound), and only with
-    FLASHATTN_TRITON_HOPPER_DROPOUT=1 (their dropout paths,
-    docs/hopper.md "Dropout": GPU-validated, backward below SDPA).  Calls without
+    causal one (no window bound), and only as FLASHATTN_TRITON_HOPPER_DROPOUT
+    says ("1": yes, any other value: no), HOPPER_DROPOUT_DEFAULT when it is
+    unset (their dropout paths, docs/hopper.md "Dropout").  Calls without
     variants do not ask."""
     return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
-            and window[0] < 0 and window[1] in (-1, 0) and env_value(ENV_HOPPER_DROPOUT) == "1")
+            and window[0] < 0 and window[1] in (-1, 0) and _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT))
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:

@@ -29,15 +29,16 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
-                                       "Hopper forward, the portable backward (its Hopper window path is not "
-                                       "GPU-validated yet); 1: the Hopper forward and backward; 0: the portable "
-                                       "kernels"),
+                                       "Hopper forward; the Hopper backward only for left bounds of at least "
+                                       "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (None: never; slower than the "
+                                       "portable one at small windows), else the portable one; 1: the Hopper "
+                                       "forward and backward; 0: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
                                          "the Hopper forward's split Q K^T takes them"),
     ("FLASHATTN_TRITON_HOPPER_DROPOUT", "1: dropout alone (no other variant, no mask or causal) may take the Hopper "
-                                        "forward and backward (opt-in: GPU-validated, but the backward is 0.71x "
-                                        "SDPA at GQA shapes; same keep mask as the portable kernels); default: "
-                                        "the portable kernels"),
+                                        "forward and backward (GPU-validated; same keep mask as the portable "
+                                        "kernels); 0: the portable kernels; default: _dispatch."
+                                        "HOPPER_DROPOUT_DEFAULT (\"0\", the portable kernels, so far)"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -132,20 +133,31 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     return _fmt_entry(launcher.default_entry(d_pad, elem, dv_pad)), f"{why}: first candidate that fits the model"
 
 
+def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int]) -> bool:
+    """No variant, or those that may take the Hopper tier (dropout alone, as
+    _dispatch.hopper_takes_variants decides)."""
+    from ._dispatch import hopper_takes_variants
+    return not variants or (tuple(variants) == ("dropout",)
+                            and hopper_takes_variants(0.0, None, None, None, 0.1, window))
+
+
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
                 n_q: int, d: int, d_v: int, window: Tuple[int, int],
                 variants: Tuple[str, ...]) -> Tuple[bool, str]:
     """(whether the Hopper forward takes the call, what it launches or why not)."""
     import torch
-    from ._dispatch import (ENV_HOPPER_SPLIT_QK, ENV_HOPPER_WINDOW, backend, hopper_available, hopper_forward_dims,
-                            hopper_forward_window)
+    from ._dispatch import (ENV_HOPPER_DROPOUT, ENV_HOPPER_SPLIT_QK, ENV_HOPPER_WINDOW, backend, hopper_available,
+                            hopper_forward_dims, hopper_forward_window)
     from .kernels import hopper
 
     if backend() == "portable":
         return False, "FLASHATTN_TRITON_BACKEND=portable"
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
-    if variants:
+    if variants and not _hopper_variants(variants, window):
+        if tuple(variants) == ("dropout",) and window[0] < 0 and window[1] in (-1, 0):
+            return False, (f"dropout: the portable forward ({ENV_HOPPER_DROPOUT}=1 takes dropout alone to the "
+                           "Hopper tier; unset: _dispatch.HOPPER_DROPOUT_DEFAULT)")
         return False, f"{', '.join(variants)}: variants run on the portable forward"
     if not hopper_forward_window(window):
         if window[1] in (-1, 0):
@@ -159,18 +171,24 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         if backend() == "hopper":
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
-    from .kernels.hopper.fwd import (CONFIGS, DYNAMIC_DEFAULT, HEAD_DIM_V, PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT,
-                                     WINDOW_CONFIGS, smem_bytes, value_head_dim)
+    from .kernels.hopper.fwd import (CONFIGS, DROPOUT_CONFIGS, DROPOUT_DECLINE, DYNAMIC_DEFAULT, HEAD_DIM_V,
+                                     PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, WINDOW_CONFIGS, smem_bytes,
+                                     value_head_dim)
     if value_head_dim(d) != d_v:
         pairs = ", ".join(f"{a}/{b}" for a, b in sorted(HEAD_DIM_V.items()))
         return False, (f"head dims d={d}, dv={d_v} (d = dv in {sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, "
                        f"or d/dv {pairs})")
     if d_v != d and not hopper_forward_dims(torch.empty(0, d), torch.empty(0, d_v)):
         return False, f"head dims d={d}, dv={d_v}: {ENV_HOPPER_SPLIT_QK}=0 keeps them portable"
+    dropout = "dropout" in variants
+    if dropout and d in DROPOUT_DECLINE:
+        return False, DROPOUT_DECLINE[d]
     causal = window[1] == 0
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
     if window[0] >= 0:
         meta.update(WINDOW_CONFIGS.get(d, {}))
+    if dropout:
+        meta.update(DROPOUT_CONFIGS.get(d, {}))
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = -(-n_q // rows)
     if not meta["PERSISTENT"] and (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:
@@ -183,6 +201,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
                   f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}"
                   + (", left window bound (HAS_WINDOW)" if window[0] >= 0 else "")
+                  + (", dropout (HAS_DROPOUT)" if dropout else "")
                   + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else ""))
 
 
@@ -260,32 +279,48 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
-    if takes and not variants and d != d_v:
+    plain = _hopper_variants(tuple(variants), window)  # what the Hopper backward may take, as the forward
+    if takes and plain and d != d_v:
         from .kernels.hopper import bwd as hbwd
         if hbwd.HEAD_DIM_V.get(d) == d_v and d not in hbwd.configs():
             lines.append(f"backward: Hopper tier not used: its d={d}/dv={d_v} build is not GPU-validated yet "
                          f"(CONFIGS_UNVERIFIED; {hbwd.UNVERIFIED_ENV}=1 opts in)")
         elif hbwd.HEAD_DIM_V.get(d) == d_v and window[0] >= 0:
             lines.append(f"backward: Hopper tier not used: {hbwd.WINDOW_DECLINE[d]}")
-    if takes and not variants and (d == d_v or (d != d_v and window[0] < 0)):
-        from ._dispatch import ENV_HOPPER_WINDOW, backend, hopper_backward_pays, hopper_backward_window
+    if takes and plain and (d == d_v or (d != d_v and window[0] < 0)):
+        from . import _dispatch
+        from ._dispatch import ENV_HOPPER_WINDOW, backend, backward_window_source, hopper_backward_pays
         from .kernels.hopper import bwd as hbwd
         BWD_CONFIGS = hbwd.configs() if hbwd.HEAD_DIM_V.get(d, d) == d_v else {}
-        if d in BWD_CONFIGS and not hopper_backward_window(window):
-            lines.append(f"backward: Hopper tier not used: window_size {window}: sliding windows take the Hopper "
-                         f"backward only with {ENV_HOPPER_WINDOW}=1 (opt-in: slower than the portable one at small "
-                         "windows, docs/hopper.md)")
+        source = backward_window_source(window)
+        min_left = _dispatch.HOPPER_BWD_WINDOW_MIN_LEFT
+        if d in BWD_CONFIGS and source is None:
+            if os.environ.get(ENV_HOPPER_WINDOW) is not None:
+                why = f"{ENV_HOPPER_WINDOW}={os.environ[ENV_HOPPER_WINDOW]} keeps sliding windows portable"
+            elif min_left is not None:
+                why = (f"left bound {window[0]} < {min_left} (_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT: smaller "
+                       f"windows are faster on the portable backward, docs/hopper.md); {ENV_HOPPER_WINDOW}=1 "
+                       "takes it")
+            else:
+                why = (f"sliding windows take the Hopper backward only with {ENV_HOPPER_WINDOW}=1 (opt-in: "
+                       "slower than the portable one at small windows, docs/hopper.md)")
+            lines.append(f"backward: Hopper tier not used: window_size {window}: {why}")
         elif d in BWD_CONFIGS and not (backend() == "hopper" or hopper_backward_pays(max(n_q, n_k), d, right == 0)):
             lines.append(f"backward: Hopper tier not used: N = {max(n_q, n_k)} is short enough that the portable "
                          "backward is faster (docs/hopper.md)")
         elif d in BWD_CONFIGS:
             head = "          else (deterministic, or a decline) portable kernels"
-            c = BWD_CONFIGS[d]
+            c = (hbwd.kernel_meta(d, right == 0, unverified=d not in hbwd.CONFIGS, dropout=True)
+                 if "dropout" in variants else BWD_CONFIGS[d])
             lines.append(f"backward: Hopper tier, Gluon kernel (kernels/hopper/bwd.py): {c['BLOCK_N']} keys per "
                          f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
                          "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
                          "FLASHATTN_TRITON_HOPPER_BWD=0: the portable kernels below)"
-                         + ("; with its left window bound (opt-in)" if window[0] >= 0 else "")
+                         + ({"env": "; with its left window bound (opt-in)",
+                             "rule": f"; with its left window bound (left >= {min_left}: "
+                                     "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT)",
+                             "default": "; with its left window bound"}.get(source, ""))
+                         + ("; dropout (HAS_DROPOUT)" if "dropout" in variants else "")
                          + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
                          + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")

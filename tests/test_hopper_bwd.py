@@ -112,6 +112,7 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
     hold for windows too."""
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_MIN_LEFT", None)  # no size rule (its own test)
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
     monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     dev = torch.device("cuda", 0)
@@ -135,12 +136,60 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
     assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == (right in (-1, 0))
 
 
+@pytest.mark.parametrize("min_left", [None, 0, 511, 1023, 2047])
+def test_dispatch_window_size_rule(monkeypatch, min_left):
+    """_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (the size rule): with
+    FLASHATTN_TRITON_HOPPER_WINDOW unset, a left bound of at least that many
+    keys takes the Hopper backward (no mask or causal; None: never); "1" and
+    "0" still force it on and off at every size; a right bound beyond causal
+    never; the deterministic and short-sequence rules still apply; the
+    forward's window switch does not move with it."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_MIN_LEFT", min_left)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_DEFAULT", "0")
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    dev = torch.device("cuda", 0)
+    lefts = (0, 1, 128, 510, 511, 512, 1022, 1023, 1024, 2046, 2047, 4096, 1 << 20)
+    for opt_in in (None, "0", "1"):
+        if opt_in is None:
+            monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+        else:
+            monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", opt_in)
+        for left in lefts:
+            for right in (0, -1, 3):
+                window = (left, right)
+                by_size = min_left is not None and left >= min_left
+                takes = right in (-1, 0) and (opt_in == "1" or (opt_in is None and by_size))
+                assert _dispatch.hopper_backward_window(window) == takes, (opt_in, window, min_left)
+                assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (opt_in, window)
+                assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
+                if right == 0:  # causal N = 1024 at d <= 128: the portable backward, window or not
+                    assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 128)
+                source = _dispatch.backward_window_source(window)
+                assert source == (None if not takes else "env" if opt_in == "1" else "rule"), (opt_in, window)
+                # the forward: its own default ("1"), whatever the rule
+                assert _dispatch.hopper_forward_window(window) == (right in (-1, 0) and opt_in != "0")
+        # no left bound: taken whatever the switch and the rule say
+        assert _dispatch.backward_window_source((-1, 0)) == "no window"
+        assert _dispatch.use_hopper_backward(dev, (-1, 0), False, 8192, 128)
+    # The backward's own default "1" (with the variable unset) takes every size.
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_DEFAULT", "1")
+    assert _dispatch.hopper_backward_window((0, 0)) and _dispatch.hopper_backward_window((100, -1))
+    assert _dispatch.backward_window_source((5, 0)) == ("rule" if min_left is not None and min_left <= 5
+                                                        else "default")
+
+
 def test_info_says_which_backward_a_window_takes(capsys, monkeypatch):
     """`flashattn_triton info` with a sliding window where the Hopper forward
     takes it (stood in): the backward line names the opt-in when it is off,
     and says the Hopper backward (its window an opt-in) when on."""
-    from flashattn_triton import cli
+    from flashattn_triton import _dispatch, cli
     monkeypatch.setattr(cli, "hopper_plan", lambda *a, **kw: (True, "stub"))
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_MIN_LEFT", None)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_DEFAULT", "0")
     monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     argv = ["info", "--shape", "1,4096,8,128", "--window", "1024,0", "--arch", "sm90"]
@@ -151,6 +200,19 @@ def test_info_says_which_backward_a_window_takes(capsys, monkeypatch):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "backward: Hopper tier, Gluon kernel" in out and "with its left window bound (opt-in)" in out, out
+    # The size rule (variable unset): 1024 >= 1023 takes it, 512 does not and says why.
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
+    monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_MIN_LEFT", 1023)
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "backward: Hopper tier, Gluon kernel" in out and "(left >= 1023: " in out, out
+    assert cli.main(["info", "--shape", "1,4096,8,128", "--window", "512,0", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "backward: Hopper tier not used: window_size (512, 0): left bound 512 < 1023" in out, out
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "0")  # forces it off at any size
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "FLASHATTN_TRITON_HOPPER_WINDOW=0 keeps sliding windows portable" in out, out
 
 
 def test_window_reaches_the_hopper_backward(monkeypatch, device):

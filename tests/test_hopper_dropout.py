@@ -134,17 +134,21 @@ def _dropout_call(monkeypatch, opt_in, window=(-1, 0), softcap=0.0, n_q=300, n_k
     return calls, seed
 
 
+@pytest.mark.parametrize("default", ["0", "1"])
 @pytest.mark.parametrize("window", [(-1, 0), (-1, -1), (100, 0)], ids=["causal", "full", "window"])
-def test_dispatch_takes_dropout_only_when_opted_in(monkeypatch, window):
+def test_dispatch_takes_dropout_only_when_opted_in(monkeypatch, window, default):
     """The forward: dropout alone, with no mask or a causal one, takes the
-    Hopper tier only with FLASHATTN_TRITON_HOPPER_DROPOUT=1, which gets
-    (seed, p, philox_offset) after the window argument; with a window (even
-    with FLASHATTN_TRITON_HOPPER_WINDOW=1) or another variant the portable
-    kernels run."""
+    Hopper tier with FLASHATTN_TRITON_HOPPER_DROPOUT=1 (or, unset, when
+    _dispatch.HOPPER_DROPOUT_DEFAULT is "1"; "0" forces the portable
+    kernels), which gets (seed, p, philox_offset) after the window
+    argument; with a window (even with FLASHATTN_TRITON_HOPPER_WINDOW=1) or
+    another variant the portable kernels run."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "1")
     for opt_in in (None, "0", "1"):
         calls, seed = _dropout_call(monkeypatch, opt_in, window)
-        if opt_in == "1" and window[0] < 0:
+        if (opt_in or default) == "1" and window[0] < 0:
             assert len(calls) == 1 and calls[0][0] == "hopper", calls
             shift, win, dropout = calls[0][1:]
             assert shift == (200 if window[1] == 0 else None) and win is None
@@ -155,11 +159,22 @@ def test_dispatch_takes_dropout_only_when_opted_in(monkeypatch, window):
     assert calls == [("portable", 0.25)], "dropout with another variant stays portable"
 
 
-def test_dispatch_rule():
+@pytest.mark.parametrize("default", ["0", "1"])
+def test_dispatch_rule(monkeypatch, default):
+    """hopper_takes_variants: FLASHATTN_TRITON_HOPPER_DROPOUT "1" / "0"
+    force dropout alone onto / off the Hopper tier; unset, the module's
+    HOPPER_DROPOUT_DEFAULT decides; other variants, windows and right bounds
+    never."""
     from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
     env = os.environ.pop(OPT_IN, None)
     try:
-        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0)), "not opted in"
+        assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0)) == (default == "1"), "unset"
+        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (10, 0)), "window (unset)"
+        assert not _dispatch.hopper_takes_variants(1.0, None, None, None, 0.1, (-1, 0)), "softcap (unset)"
+        os.environ[OPT_IN] = "0"
+        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0)), "forced off"
+        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, -1)), "forced off"
         os.environ[OPT_IN] = "1"
         assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0))
         assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, -1))
@@ -177,8 +192,40 @@ def test_dispatch_rule():
             os.environ[OPT_IN] = env
 
 
+@pytest.mark.parametrize("default", ["0", "1"])
+def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
+    """`flashattn-triton info --variant dropout --arch sm90`: with the switch
+    off (unset and the default "0", or "0") the forward line names
+    FLASHATTN_TRITON_HOPPER_DROPOUT; with it on, the Hopper forward and
+    backward with their dropout builds where the tier is available here
+    (Triton 3.6), else the unavailability; dropout with another variant
+    stays portable either way."""
+    from flashattn_triton import _dispatch, cli
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    argv = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--variant", "dropout",
+            "--arch", "sm90"]
+    for opt_in in (None, "0", "1"):
+        if opt_in is None:
+            monkeypatch.delenv(OPT_IN, raising=False)
+        else:
+            monkeypatch.setenv(OPT_IN, opt_in)
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        if (opt_in or default) != "1":
+            assert "Hopper tier not used: dropout: the portable forward (FLASHATTN_TRITON_HOPPER_DROPOUT=1" in out, out
+        elif hopper.AVAILABLE:
+            assert "forward : Hopper tier" in out and "dropout (HAS_DROPOUT)" in out, out
+            assert "backward: Hopper tier, Gluon kernel" in out and "; dropout (HAS_DROPOUT)" in out, out
+        else:
+            assert "Hopper tier not used: not available here" in out, out
+        assert cli.main(argv + ["--variant", "softcap"]) == 0
+        assert "variants run on the portable forward" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("default", ["0", "1"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal, device):
+def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal, default, device):
     """The backward: attention_backward is asked to try the Hopper kernel
     (hopper=True) for a dropout call only with the opt-in, and
     kernels/bwd.py hands it (seed, p, philox_offset); a softcap with dropout
@@ -186,6 +233,7 @@ def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal,
     from flashattn_triton import _dispatch, ops
     from flashattn_triton.kernels import bwd as kbwd
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
     monkeypatch.setattr(ops, "use_triton", lambda t: True)
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # every length
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
@@ -197,7 +245,8 @@ def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal,
     k = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16, device=device)
     o, lse = torch.randn_like(q), torch.zeros(1, 2, 64, device=device)
     seed = torch.tensor([5], dtype=torch.int64, device=device)
-    for opt_in, softcap, want in ((None, 0.0, False), ("1", 0.0, True), ("1", 5.0, False)):
+    for opt_in, softcap, want in ((None, 0.0, default == "1"), ("0", 0.0, False), ("1", 0.0, True),
+                                  ("1", 5.0, False), (None, 5.0, False)):
         if opt_in is None:
             monkeypatch.delenv(OPT_IN, raising=False)
         else:
