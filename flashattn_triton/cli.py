@@ -319,7 +319,7 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                          + ({"env": "; with its left window bound (opt-in)",
                              "rule": f"; with its left window bound (left >= {min_left}: "
                                      "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT)",
-                             "default": "; with its left window bound"}.get(source, ""))
+                             "default": "; with its left window bound"}.get(source or "", ""))
                          + ("; dropout (HAS_DROPOUT)" if "dropout" in variants else "")
                          + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
                          + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
