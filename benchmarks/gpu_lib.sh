@@ -9,3 +9,22 @@ OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt" 2>&1
+# gpu_tests NAME SECONDS PYTEST_ARGS...: pytest on the GPU (-rfE, short tracebacks),
+# the log in $R/NAME.log ending with the exit status, its last lines printed.
+gpu_tests() {
+  local name=$1 limit=$2; shift 2
+  FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 "$limit" python3 -m pytest -q -p no:cacheprovider -rfE \
+    --tb=short "$@" > "$R/$name.log" 2>&1
+  echo "rc=$?" >> "$R/$name.log"; el "$name"; tail -4 "$R/$name.log" | cut -c1-300
+}
+# probe_reps SECONDS PROBE_ARGS...: hopper_bwd_probe.py twice (two repeats), into
+# $R/rep1 and $R/rep2 (hopper_bwd_probe.json, log.txt); read them with
+# benchmarks/rules.py's load_reps.
+probe_reps() {
+  local limit=$1 i; shift
+  for i in 1 2; do
+    mkdir -p "$R/rep$i"
+    timeout -k 5 "$limit" python3 benchmarks/hopper_bwd_probe.py "$@" --out "$R/rep$i" > "$R/rep$i/log.txt" 2>&1
+    echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
+  done
+}

@@ -20,9 +20,7 @@
 # otherwise it stays unverified and the rows are written up (docs/hopper.md).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-160} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 8 tests/test_hopper_bwd.py -k "(192 or split_qk) and not fake_driver" > "$R/tests_bwd192.log" 2>&1
-echo "rc=$?" >> "$R/tests_bwd192.log"; el tests_bwd192; tail -4 "$R/tests_bwd192.log" | cut -c1-300
+gpu_tests tests_bwd192 ${T_TESTS:-160} -n 8 tests/test_hopper_bwd.py -k "(192 or split_qk) and not fake_driver"
 fi
 G="8,16,16,2048,192,0;8,16,16,2048,192,1;4,16,16,4096,192,0;4,16,16,4096,192,1;2,16,16,8192,192,0;2,16,16,8192,192,1"
 timeout -k 5 ${T_BENCH:-130} python3 benchmarks/hopper_bwd_probe.py --head-dims none --gqa "$G" \

@@ -17,29 +17,19 @@
 # repeats and >= 1.01 on average; otherwise DQ_ACC_LIKE_DQ = False.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-220} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 12 tests/test_hopper_bwd.py tests/test_hopper_dropout.py > "$R/tests_dq_layout.log" 2>&1
-echo "rc=$?" >> "$R/tests_dq_layout.log"; el tests_dq_layout; tail -4 "$R/tests_dq_layout.log" | cut -c1-300
+gpu_tests tests_dq_layout ${T_TESTS:-220} -n 12 tests/test_hopper_bwd.py tests/test_hopper_dropout.py
 fi
 mkdir -p "$R/profile"
 timeout -k 5 ${T_PROF:-60} python3 benchmarks/hopper_bwd_probe.py --rows window --head-dims 128 --seqlens 2048 \
   --windows 1024 --profile --out "$R/profile" > "$R/profile/log.txt" 2>&1
 echo "rc=$?" >> "$R/profile/log.txt"; el profile; grep -A5 "^PROFILE" "$R/profile/log.txt" | cut -c1-160 | head -24
-for i in 1 2; do
-  mkdir -p "$R/rep$i"
-  timeout -k 5 ${T_BENCH:-80} python3 benchmarks/hopper_bwd_probe.py --head-dims 64,128 --seqlens 2048,8192 \
-    --gqa none --variants "default,mod:DQ_ACC_LIKE_DQ=False" --variants64 "" --variants256 "" \
-    --baselines cudnn --rep 40 --out "$R/rep$i" > "$R/rep$i/log.txt" 2>&1
-  echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
-done
+probe_reps ${T_BENCH:-80} --head-dims 64,128 --seqlens 2048,8192 --gqa none \
+  --variants "default,mod:DQ_ACC_LIKE_DQ=False" --variants64 "" --variants256 "" --baselines cudnn --rep 40
 python3 - "$R/rep1/hopper_bwd_probe.json" "$R/rep2/hopper_bwd_probe.json" <<'PY'
-import json, sys
-reps = []
-for path in sys.argv[1:]:
-    try:
-        reps.append(json.load(open(path))["rows"])
-    except (OSError, ValueError) as exc:
-        sys.exit(f"no timing in {path}: {exc}")
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import load_reps
+reps = load_reps(sys.argv[1:])
 ok, ratios_all = True, []
 for rows in zip(*reps):
     r0 = rows[0]

@@ -18,28 +18,18 @@
 # otherwise it stays off and the rows are written up.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-140} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 8 tests/test_hopper_bwd.py -k "(group_split or resolve) and not fake_driver" > "$R/tests_gqa_split.log" 2>&1
-echo "rc=$?" >> "$R/tests_gqa_split.log"; el tests_gqa_split; tail -4 "$R/tests_gqa_split.log" | cut -c1-300
+gpu_tests tests_gqa_split ${T_TESTS:-140} -n 8 tests/test_hopper_bwd.py -k "(group_split or resolve) and not fake_driver"
 fi
 G="2,16,4,4096,64,1;2,16,4,4096,128,1;8,32,8,2048,64,1;8,32,8,2048,128,1;2,32,8,8192,64,1;2,32,8,8192,128,1"
 G="$G;4,16,2,2048,128,1;2,32,4,4096,64,1;1,16,4,8192,128,1;2,16,2,2048,128,1;1,32,4,2048,256,1;2,8,1,4096,128,1"
 G="$G;4,16,16,4096,128,1;2,16,16,2048,64,1"
-for i in 1 2; do
-  mkdir -p "$R/rep$i"
-  timeout -k 5 ${T_BENCH:-100} python3 benchmarks/hopper_bwd_probe.py --head-dims none --seqlens 4096 --gqa "$G" \
-    --variants default,split-default --variants64 "" --variants256 "" --baselines cudnn --rep 40 \
-    --out "$R/rep$i" > "$R/rep$i/log.txt" 2>&1
-  echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
-done
+probe_reps ${T_BENCH:-100} --head-dims none --seqlens 4096 --gqa "$G" \
+  --variants default,split-default --variants64 "" --variants256 "" --baselines cudnn --rep 40
 python3 - "$R/rep1/hopper_bwd_probe.json" "$R/rep2/hopper_bwd_probe.json" <<'PY'
-import json, sys
-reps = []
-for path in sys.argv[1:]:
-    try:
-        reps.append(json.load(open(path))["rows"])
-    except (OSError, ValueError) as exc:
-        sys.exit(f"no timing in {path}: {exc}")
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import load_reps
+reps = load_reps(sys.argv[1:])
 ok, n_rows = True, len(reps[0])
 for rows in zip(*reps):
     r0 = rows[0]
