@@ -8,7 +8,8 @@
 #      masks (B,1,N,N), (1,H,N,N), (B,H,N,N), (1,1,1,Nk), rows with no key and
 #      rows whose first 300 keys are masked, GQA / MQA, ragged N, Nq != Nk, a
 #      row-padded mask, causal + mask, window + mask, an all-False mask,
-#      d = 64/128/256, bf16 and fp16, the persistent and dynamic schedules;
+#      d = 64/128/256 (and 192 / dv = 128), bf16 and fp16, the persistent and
+#      dynamic schedules;
 #      the SDPA entry with and without FLASHATTN_TRITON_HOPPER_MASK=1
 #      (forward tier, output and gradients through the portable backward);
 #   2. bench_variants.py --only "bool mask" (bf16, B=2, N=4096, Hq=16, Hkv=4,

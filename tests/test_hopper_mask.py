@@ -8,8 +8,8 @@ on a fake driver.  On an H200 (FLASHATTN_TRITON_TEST_DEVICE=cuda): the
 kernel against float64 with the mask applied by reference.attention_ref, on
 NaN-poisoned outputs: mask shapes (B, 1, N, N), (1, H, N, N), (B, H, N, N),
 (1, 1, 1, Nk), rows with no key, rows whose first tiles are all masked, GQA,
-ragged N, row-padded masks, causal and windowed calls with a mask, and the
-SDPA entry with the opt-in (forward on the Hopper tier, backward portable).
+ragged N, row-padded masks, causal and windowed calls with a mask, d = 192
+with dv = 128, and the SDPA entry with the opt-in (forward on the Hopper tier, backward portable).
 """
 
 import pytest
@@ -132,6 +132,8 @@ def test_mask_checks_and_arguments():
     assert "key stride" in hf.mask_unsupported_reason(wide[..., ::2], q, k)
     assert hf.mask_unsupported_reason(wide[..., :130], q, k) == "", "row-padded: any row stride"
     assert "torch.Tensor" in hf.mask_unsupported_reason([[True]], q, k)
+    with pytest.raises(TypeError, match="mask must be"):
+        hf.hopper_attention_forward(q, k, k, q, torch.zeros(2, 4, 100), 0.125, None, mask=[[True]])
     args = hf.mask_args(ok, None)
     assert args[0].dtype == torch.uint8 and args[0].data_ptr() == ok.data_ptr()
     assert args[1:] == (4 * 100 * 130, 100 * 130, 130)
@@ -263,6 +265,17 @@ def test_mask_matches_reference(dtype, d, case):
     if layout == "padded":
         tail = o.as_strided((b, hq, pad, d), o.stride(), o.storage_offset() + nq * o.stride(2))
         assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+
+
+@needs_hopper
+@pytest.mark.parametrize("case", [MASK_CASES[0], MASK_CASES[1], MASK_CASES[4]], ids=lambda c: "-".join(map(str, c)))
+def test_mask_split_qk(case):
+    """d = 192 with dv = 128 (the split Q K^T) with a mask."""
+    b, hq, hkv, nq, nk, kind, shift, layout, pad = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, 192, torch.bfloat16, layout, pad, dv=128)
+    mask = _mask(_mask_shape(kind, b, hq, nq, nk), seed=nq)
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 192 ** -0.5, shift, mask=mask)
+    _check_masked(q, k, v, o, lse, 192 ** -0.5, shift, mask)
 
 
 @needs_hopper

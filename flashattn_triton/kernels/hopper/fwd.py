@@ -635,7 +635,12 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
 
     # The first tile, always masked (harmless when it is full): S and its softmax.
     if HAS_MASK:
-        mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, True)
+        # Bounds on the keys only where the tile holds keys past N_K (the
+        # predicated loads are single bytes, zero-filled).
+        if (first + 1) * BLOCK_N <= N_K:
+            mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, False)
+        else:
+            mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, True)
     else:
         mbits = None
     g_first = g0 + first
@@ -1168,6 +1173,8 @@ def _signature(q, k, v, o, lse, causal, windowed, dropout=False, mask=None):
            lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal, windowed,
            (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15, dropout)
     if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a boolean torch.Tensor or None, got {type(mask).__name__}")
         sig += (mask.shape, mask.stride(), mask.dtype, mask.device)
     return sig
 
