@@ -635,12 +635,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
 
     # The first tile, always masked (harmless when it is full): S and its softmax.
     if HAS_MASK:
-        # Bounds on the keys only where the tile holds keys past N_K (the
-        # predicated loads are single bytes, zero-filled).
-        if (first + 1) * BLOCK_N <= N_K:
-            mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, False)
-        else:
-            mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, True)
+        mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, True)
     else:
         mbits = None
     g_first = g0 + first
