@@ -29,6 +29,9 @@ straddle a bound (the left edge, the diagonal, the ragged end of K) are
 masked, the rest run unmasked; with ``SKIP_TILES`` each warpgroup releases
 unread the tiles wholly outside its own rows' band (_attn_fwd_skip).
 Builds without the window are those of before it (compile_check --sass).
+With ``HAS_MASK`` a caller's boolean mask also drops scores in every tile:
+each consumer loads its mask bytes in the S accumulator's layout at the top
+of a step (_mask_tile, _mask_load, _mask_select; docs/hopper.md "Masks").
 
 Descriptors are rank 4 over the (B, H, N, d)-indexed views, with the block
 ``[1, 1, rows, d]``: a tile can never read or write another head's or
