@@ -38,6 +38,13 @@ path: fwd.py's _key_start, the masked head loop and the head release):
     python benchmarks/compile_check.py --hopper --dropout --d 64,128,256 --cases full,causal --sass
     python benchmarks/compile_check.py --hopper-bwd --dropout --d 64,128,256 --cases full,causal --sass
 
+--mask (with --hopper) builds the boolean-mask path (HAS_MASK: the mask
+bytes loaded in the S accumulator's layout; MASK_CONFIGS), the mask's
+pointer and row / head / batch strides taken as 16-divisible, as the JIT
+specializes a contiguous mask of Nk % 16 == 0:
+
+    python benchmarks/compile_check.py --hopper --mask --d 64,128,256 --cases full,causal --sass
+
 --hopper-bwd compiles the Gluon backward of kernels/hopper/bwd.py (Triton
 3.6; head dims of CONFIGS_UNVERIFIED included), variants as KEY=VALUE
 overrides joined by '+':
@@ -263,11 +270,14 @@ def _hopper_overrides(spec: str) -> dict:
     return parse_overrides(spec)
 
 
-def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_dim: int, arch: int):
+def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_dim: int, arch: int,
+                   divisible=()):
     """triton.compile of a Gluon kernel for sm_<arch> without a GPU.  descs:
     argument name -> (block, torch dtype) of a tensor descriptor (layout as
     the launchers make it: NVMMASharedLayout.get_default_for); scalars:
-    argument name -> type string ("*fp32", "fp32", ...); other arguments i32."""
+    argument name -> type string ("*fp32", "fp32", ...); other arguments i32;
+    divisible: names of arguments taken as 16-divisible (the JIT's
+    specialization of such pointers and integers; none by default)."""
     from triton.runtime.jit import mangle_type
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon import language as gl
@@ -286,7 +296,8 @@ def _compile_gluon(kernel, constexprs: dict, descs: dict, scalars: dict, head_di
             sig[name] = mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout))
         else:
             sig[name] = scalars.get(name, "i32")
-    src = GluonASTSource(kernel, sig, constexprs, {})
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names) if name in divisible}
+    src = GluonASTSource(kernel, sig, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4})
 
 
@@ -326,11 +337,16 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta.update(getattr(hfwd, "WINDOW_CONFIGS", {}).get(d, {}))
     if overrides.get("HAS_DROPOUT"):
         meta.update(getattr(hfwd, "DROPOUT_CONFIGS", {}).get(d, {}))
+    masked = bool(overrides.get("HAS_MASK"))
+    if masked:
+        meta.update(hfwd.MASK_CONFIGS.get(d, {}))
     meta.update(overrides)
     if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
         meta.setdefault("HAS_WINDOW", False)
     if "HAS_DROPOUT" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before dropout)
         meta.setdefault("HAS_DROPOUT", False)
+    if "HAS_MASK" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before the mask)
+        meta.setdefault("HAS_MASK", False)
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
@@ -346,7 +362,13 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
                    "this kernel")
     scalars = {"LSE": "*fp32", "TILE_COUNTER": "*i32", "qk_scale": "fp32", "SEED": "*i64",
                "dropout_scale": "fp32"}
-    compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch)
+    if "MASK" in hfwd._attn_fwd_hopper.arg_names:  # without a mask the launcher passes LSE there (unused)
+        scalars["MASK"] = "*fp32"
+    divisible = ()
+    if masked:
+        scalars["MASK"] = "*u8"
+        divisible = ("MASK", "stride_mz", "stride_mh", "stride_mm")
+    compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch, divisible)
     return compiled, meta
 
 
@@ -440,6 +462,8 @@ def hopper_main(args) -> int:
             overrides["HAS_WINDOW"] = True
         if args.dropout:
             overrides["HAS_DROPOUT"] = True
+        if args.mask:
+            overrides["HAS_MASK"] = True
         return compile_hopper(d, causal, overrides, args.arch, args.dtype, dv)
 
     def describe(d, meta, k):
@@ -699,6 +723,8 @@ def main():
     ap.add_argument("--window", action="store_true",
                     help="with --hopper or --hopper-bwd: the sliding-window builds (HAS_WINDOW: a left "
                     "window bound)")
+    ap.add_argument("--mask", action="store_true",
+                    help="with --hopper: the boolean-mask builds (HAS_MASK)")
     ap.add_argument("--dropout", action="store_true",
                     help="with --hopper or --hopper-bwd: the dropout builds (HAS_DROPOUT; the bwd's "
                     "DROPOUT_CONFIGS)")

@@ -21,6 +21,9 @@ FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
 causal one) take the Hopper forward and backward (GPU-validated; off by
 default, HOPPER_DROPOUT_DEFAULT, until benchmarks/gpu_next_dropout_default.sh's
 rule says otherwise; "0" keeps it portable either way).
+FLASHATTN_TRITON_HOPPER_MASK=1 lets a boolean attn_mask (alone: no other
+variant) take the Hopper forward (not yet GPU-validated; the backward stays
+portable).
 """
 
 from __future__ import annotations
@@ -222,6 +225,24 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
     variants do not ask."""
     return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
             and window[0] < 0 and window[1] in (-1, 0) and _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT))
+
+
+ENV_HOPPER_MASK = "FLASHATTN_TRITON_HOPPER_MASK"  # "1" / "0": a boolean attn_mask may take the Hopper forward
+# The switch when the variable is unset: "0" until the H200 validates the
+# mask path (benchmarks/gpu_next_mask.sh, the rule in its header).
+HOPPER_MASK_DEFAULT = "0"
+
+
+def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p) -> bool:
+    """Whether a call with variants may try the Hopper forward for its mask
+    (use_hopper_forward still decides the rest, the kernel may still decline
+    a mask's layout): a boolean attn_bias alone (no softcap, ALiBi, sinks or
+    dropout), any window the forward takes, when
+    FLASHATTN_TRITON_HOPPER_MASK is "1" (HOPPER_MASK_DEFAULT when unset).
+    The forward only: the backward of a masked call stays portable
+    (hopper_takes_variants says no to masks)."""
+    return (attn_bias is not None and attn_bias.dtype == torch.bool and not softcap and alibi_slopes is None
+            and sinks is None and not dropout_p > 0 and _switch(ENV_HOPPER_MASK, HOPPER_MASK_DEFAULT))
 
 
 def use_hopper_forward(q, k, v, window, causal_offset) -> bool:

@@ -47,7 +47,8 @@ import torch
 import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
-from ._dispatch import hopper_takes_variants, use_hopper_backward, use_hopper_forward, use_triton
+from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, use_hopper_backward, use_hopper_forward,
+                        use_triton)
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
 from .kernels.score import NO_MODS, KernelMods
@@ -249,13 +250,17 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
                 diagonal = k.shape[1] - q.shape[1] + offset
-                # Variants: dropout alone may take it (opt-in), as a last argument.
-                if ((not variants or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                                                           window))
+                # Variants: dropout alone may take it (opt-in), as a last
+                # argument; a boolean mask alone (opt-in), as mask=.
+                masked = variants and hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias,
+                                                                dropout_p)
+                if ((not variants or masked or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias,
+                                                                     dropout_p, window))
                         and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
                             q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
                             None if window_left < 0 else (window_left, diagonal),
-                            *(((rng_seed, dropout_p, philox_offset),) if variants else ()))):
+                            *(((rng_seed, dropout_p, philox_offset),) if variants and not masked else ()),
+                            **({"mask": attn_bias} if masked else {}))):
                     return
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))

@@ -29,6 +29,9 @@ straddle a bound (the left edge, the diagonal, the ragged end of K) are
 masked, the rest run unmasked; with ``SKIP_TILES`` each warpgroup releases
 unread the tiles wholly outside its own rows' band (_attn_fwd_skip).
 Builds without the window are those of before it (compile_check --sass).
+With ``HAS_MASK`` a caller's boolean mask also drops scores in every tile:
+each consumer loads its mask bytes in the S accumulator's layout at the top
+of a step (_mask_tile, _mask_load, _mask_select; docs/hopper.md "Masks").
 
 Descriptors are rank 4 over the (B, H, N, d)-indexed views, with the block
 ``[1, 1, rows, d]``: a tile can never read or write another head's or
@@ -295,11 +298,16 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
 
 @gluon.jit
 def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, window_lo,
-                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                    mbits=None, HAS_MASK: gl.constexpr = False):
     """Fold the score tile of keys [start_n, start_n + BLOCK_N) into the
     running (max, sum); returns p (fp32) and alpha.  A masked tile keeps
     key j of row i where j < N_K, j <= i + causal_shift (IS_CAUSAL) and
-    j >= i + window_lo (HAS_WINDOW)."""
+    j >= i + window_lo (HAS_WINDOW); with HAS_MASK every tile also drops
+    the scores whose byte of the user's boolean mask (mbits, _mask_load) is
+    0."""
+    if HAS_MASK:
+        s = _mask_select(s, mbits)
     if MASKED:
         # Column indices are made here, not passed in: a loop-invariant
         # vector would hold BLOCK_N / 4 registers through the unmasked loop.
@@ -311,9 +319,10 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
             keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows, 1) + (window_lo - start_n))
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1))
-    if MASKED:
+    if MASKED or HAS_MASK:
         # A row that has seen no key yet keeps m = -inf: subtract 0 instead,
-        # so exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
+        # so exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.  (With a
+        # user mask any tile may leave a row without a key.)
         m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_ref = m_new
@@ -356,12 +365,62 @@ def _dropout_scale(drop):
 
 
 @gluon.jit
+def _mask_tile(mask, off_b, off_hq, rows, N_Q):
+    """A warpgroup's mask rows from the kernel's arguments (MASK, stride_mz,
+    stride_mh, stride_mm; strides 0 on broadcast dims, the key stride 1):
+    the address of key 0 of each of its rows, in the layout of the S
+    accumulator's rows (two per thread).  Rows past N_Q read row N_Q - 1
+    instead (their results are never stored), so that no load needs a row
+    bound.  GQA: the query head indexes the mask, as in kernels/fwd.py."""
+    MASK, stride_mz, stride_mh, stride_mm = mask
+    base = MASK + off_b.to(gl.int64) * stride_mz + off_hq.to(gl.int64) * stride_mh
+    return base + gl.minimum(rows, N_Q - 1).to(gl.int64) * stride_mm
+
+
+@gluon.jit
+def _mask_select(s, mbits):
+    """s where its mask byte (mbits, uint8 in s's layout) is nonzero, else
+    -inf.  Four scores per asm block, their bytes packed in one register
+    (element k in byte k): one bit test into a predicate and one select per
+    score.  A plain where() on the bytes costs twice that (LLVM widens each
+    byte: and, shift, compare, select)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p<4>; .reg .b32 b<4>;"
+        " and.b32 b0, $8, 255; setp.ne.b32 p0, b0, 0; selp.f32 $0, $4, 0fFF800000, p0;"
+        " and.b32 b1, $8, 65280; setp.ne.b32 p1, b1, 0; selp.f32 $1, $5, 0fFF800000, p1;"
+        " and.b32 b2, $8, 16711680; setp.ne.b32 p2, b2, 0; selp.f32 $2, $6, 0fFF800000, p2;"
+        " and.b32 b3, $8, -16777216; setp.ne.b32 p3, b3, 0; selp.f32 $3, $7, 0fFF800000, p3; }",
+        "=r,=r,=r,=r,r,r,r,r,r", [s, mbits], dtype=gl.float32, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _mask_load(mtile, start_n, N_K, s_layout: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr):
+    """The mask bytes of keys [start_n, start_n + BLOCK_N) of the warpgroup's
+    rows (mtile: _mask_tile's row addresses), loaded straight into the S
+    accumulator's layout (uint8; on masked tiles 0 for keys past N_K, which
+    the kernel masks anyway).  A thread holds rows {r, r + 8} and key pairs
+    {2e, 2e + 1} every 8 keys: 2-byte loads (a quad of lanes reads 8
+    consecutive bytes of a row) at constant offsets from two row addresses,
+    so no per-element address is kept.  Issued at the top of a step, before
+    its barrier waits and Q K^T, so that their latency hides under those
+    (the bytes hold BLOCK_N / 4 registers meanwhile).  Unmasked tiles hold
+    whole key tiles: no bound at all, no zero-filling."""
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    ptrs = gl.expand_dims(mtile, 1) + gl.expand_dims(start_n + cols, 0)
+    if MASKED:
+        return gl.load(ptrs, mask=gl.expand_dims(cols < N_K - start_n, 0), other=0)
+    else:
+        return gl.load(ptrs)
+
+
+@gluon.jit
 def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready, v_empty, turn,
                    acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                   HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                   mtile=None, HAS_MASK: gl.constexpr = False):
     """Iteration j (a tile after the first): issue S_j = Q K_j^T and
     O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
@@ -369,11 +428,16 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
     from g0 + j); t0: ping-pong turns before this work tile.  QK1 > 0: Q K^T
     is split in two column chunks, (q, k_bufs) of HEAD_DIM_V columns and
     (q1, k1_bufs) of QK1 (d = 192 = 128 + 64), two wgmmas into one S.  drop:
-    the work tile's dropout state (_dropout_tile; HAS_DROPOUT only)."""
+    the work tile's dropout state (_dropout_tile; HAS_DROPOUT only); mtile:
+    the warpgroup's mask rows (_mask_tile; HAS_MASK only)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = p.type.layout
+    if HAS_MASK:  # first, so that the loads' latency hides under the waits and Q K^T
+        mbits = _mask_load(mtile, j * BLOCK_N, N_K, s_layout, BLOCK_N, MASKED)
+    else:
+        mbits = None
     gk = g0 + j
     sk = gk % NUM_STAGES
     sv = (gk - 1) % NUM_STAGES
@@ -393,7 +457,8 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
     s = warpgroup_mma_wait(1, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
-                                             causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW)
+                                             causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW,
+                                             mbits, HAS_MASK)
     if HAS_DROPOUT:
         p_new = _dropout_drop(p_new, drop, j * BLOCK_N, BLOCK_M, BLOCK_N)
     # The next P is packed to 16 bits while P V still runs (fresh registers:
@@ -412,7 +477,8 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                   PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                   mtile=None, HAS_MASK: gl.constexpr = False):
     """Iterations [lo, hi), two per trip when PAIRED.
 
     P is loop-carried; were it rewritten every trip, the register allocator
@@ -427,7 +493,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT)
+                                              HAS_DROPOUT, mtile, HAS_MASK)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
@@ -436,20 +502,20 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT)
+                                              HAS_DROPOUT, mtile, HAS_MASK)
         acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
                                           v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT)
+                                          HAS_DROPOUT, mtile, HAS_MASK)
     if n % 2 == 1:
         acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT)
+                                          HAS_DROPOUT, mtile, HAS_MASK)
     return acc, p, m_i, l_i
 
 
@@ -495,7 +561,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
-                   SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                   SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                   mask=None, HAS_MASK: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -503,7 +570,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
     Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
     and k1_bufs are None).  drop: the kernel's dropout arguments (HAS_DROPOUT
-    only)."""
+    only); mask: its boolean mask's (HAS_MASK only)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -516,6 +583,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
     if HAS_DROPOUT:
         drop = _dropout_tile(drop, off_b, off_hq, row0)
+    if HAS_MASK:
+        mtile = _mask_tile(mask, off_b, off_hq, rows, N_Q)
+    else:
+        mtile = None
     # Tiles [0, n_full) are seen whole on the right by every row of this
     # warpgroup; the rest (the diagonal, the ragged end of K) are masked.
     # SKIP_TILES: tiles [n_own, n_tiles) lie wholly above this warpgroup's
@@ -566,6 +637,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        CONSUMER, NUM_CONSUMERS, NUM_STAGES, PINGPONG, True)
 
     # The first tile, always masked (harmless when it is full): S and its softmax.
+    if HAS_MASK:
+        mbits = _mask_load(mtile, first * BLOCK_N, N_K, s_layout, BLOCK_N, True)
+    else:
+        mbits = None
     g_first = g0 + first
     s0 = g_first % NUM_STAGES
     mbarrier.wait(k_ready.index(s0), (g_first // NUM_STAGES) & 1)
@@ -582,7 +657,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, first * BLOCK_N, N_K, qk_scale, causal_shift,
-                                          window_lo, True, IS_CAUSAL, HAS_WINDOW)
+                                          window_lo, True, IS_CAUSAL, HAS_WINDOW, mbits, HAS_MASK)
     if HAS_DROPOUT:
         p0 = _dropout_drop(p0, drop, first * BLOCK_N, BLOCK_M, BLOCK_N)
     p = gl.convert_layout(p0.to(dtype), p_layout)
@@ -606,25 +681,25 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT)
+                                              HAS_DROPOUT, mtile, HAS_MASK)
             acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                               k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT)
+                                              HAS_DROPOUT, mtile, HAS_MASK)
     else:
         acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT)
+                                          HAS_DROPOUT, mtile, HAS_MASK)
         acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                           k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                           causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
                                           BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT)
+                                          HAS_DROPOUT, mtile, HAS_MASK)
 
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
@@ -672,7 +747,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                      DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                      DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                      mask, HAS_MASK: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -693,7 +769,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT)
+                           HAS_DROPOUT, mask, HAS_MASK)
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
@@ -718,7 +794,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT)
+                           HAS_DROPOUT, mask, HAS_MASK)
             # O has left this consumer's Q buffer (store_wait): the producer
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
@@ -730,7 +806,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                        BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                       HAS_DROPOUT)
+                       HAS_DROPOUT, mask, HAS_MASK)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
@@ -754,12 +830,17 @@ def _attn_fwd_hopper(
     # 16-bit threshold, the scale of kept probabilities and the counters'
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
+    # HAS_MASK only: the boolean mask as bytes (nonzero = attend) of score
+    # (b, h, i, j) at MASK + b * stride_mz + h * stride_mh + i * stride_mm + j,
+    # strides 0 on broadcast dims (else any pointer, unused)
+    MASK, stride_mz, stride_mh, stride_mm,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
+    HAS_MASK: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -851,7 +932,7 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -869,7 +950,7 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -878,7 +959,7 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -897,7 +978,7 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -906,7 +987,7 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -915,7 +996,7 @@ def _attn_fwd_hopper(
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -982,6 +1063,13 @@ DROPOUT_CONFIGS: dict = {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240)}
 # d = 192 (dv = 128, split Q K^T): the two switches were written apart and
 # their combination is neither compiled nor tested: declined.
 DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not built"}
+# Entries of CONFIGS replaced for calls with a boolean mask (HAS_MASK; not
+# yet measured on a GPU): see docs/hopper.md "Masks".  d = 64: two
+# 240-register consumers, as for windows and dropout (compile_check
+# --hopper --mask).
+MASK_CONFIGS: dict = {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240)}
+# Head dims whose mask build is declined (the portable kernel runs).
+MASK_DECLINE: dict = {}
 # Schedule switches, per causal flag (longest blocks first when causal).
 SCHEDULE = {
     False: dict(PINGPONG=True, HEADS_FIRST=False, M_BAND=0),
@@ -1073,17 +1161,44 @@ class _Plan:
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
 
 
-def _signature(q, k, v, o, lse, causal, windowed, dropout=False):
+def _signature(q, k, v, o, lse, causal, windowed, dropout=False, mask=None):
     """Everything the checks and the launch set-up depend on, but the
     pointers (of which only the 16-byte alignment), the scale and the
     shifts (causal, windowed: whether there is a diagonal, a left window;
-    dropout: whether there is dropout)."""
-    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
-            lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal, windowed,
-            (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15, dropout)
+    dropout: whether there is dropout; mask: the boolean mask, by shape,
+    strides and dtype)."""
+    sig = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
+           lse.shape, lse.stride(), q.dtype, k.dtype, v.dtype, o.dtype, lse.dtype, q.device, causal, windowed,
+           (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr()) & 15, dropout)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a boolean torch.Tensor or None, got {type(mask).__name__}")
+        sig += (mask.shape, mask.stride(), mask.dtype, mask.device)
+    return sig
 
 
-def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False):
+def mask_unsupported_reason(mask, q, k) -> str:
+    """Why the Hopper forward cannot take this boolean mask ('' if it can),
+    for (B, H, N, d)-indexed q, k: a bool tensor on q's device, 4-D and
+    broadcastable as (B or 1, Hq or 1, Nq or 1, Nk) (the op layer's attn_bias,
+    _validate.check_attn_mask), the key dim whole with stride 1 (the loads
+    take key offsets as constants from a row's address)."""
+    if not isinstance(mask, torch.Tensor):
+        return f"mask must be a torch.Tensor, got {type(mask).__name__}"
+    if mask.dtype != torch.bool:
+        return f"mask dtype {mask.dtype} (boolean masks only)"
+    if mask.device != q.device:
+        return f"mask on {mask.device}, query on {q.device}"
+    target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if mask.dim() != 4 or any(m not in (1, t) for m, t in zip(mask.shape[:3], target[:3])) \
+            or mask.shape[3] != target[3]:
+        return f"mask shape {tuple(mask.shape)} (4-D, (B or 1, Hq or 1, Nq or 1, Nk) for {target})"
+    if mask.stride(3) != 1:
+        return f"mask key stride {mask.stride(3)} (1 only)"
+    return ""
+
+
+def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False, mask=None):
     """A _Plan, or the reason (a string) why this case is declined."""
     reason = unsupported_reason(q, k, v, o, lse, sm_scale)
     if reason:
@@ -1091,6 +1206,15 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     batch, h_q, n_q, d = q.shape
     if dropout and d in DROPOUT_DECLINE:
         return DROPOUT_DECLINE[d]
+    masked = mask is not None
+    if masked:
+        reason = mask_unsupported_reason(mask, q, k)
+        if reason:
+            return reason
+        if dropout:
+            return "a mask with dropout is not built"
+        if d in MASK_DECLINE:
+            return MASK_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
     dv = v.shape[-1]
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
@@ -1099,9 +1223,13 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         meta.update(WINDOW_CONFIGS.get(d, {}))
     if dropout:
         meta.update(DROPOUT_CONFIGS.get(d, {}))
+    if masked:
+        meta.update(MASK_CONFIGS.get(d, {}))
     meta.update(overrides)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
     meta["HAS_DROPOUT"] = dropout  # and the dropout argument this one
+    if masked:  # (absent otherwise: the keys and kwargs of before the mask)
+        meta["HAS_MASK"] = True
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     # Not a kernel parameter: the persistent grid's size (tests use a few
@@ -1178,7 +1306,8 @@ def _descriptor(t, dims, block, layout, validated):
 
 def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                              lse: torch.Tensor, sm_scale: float, causal_shift,
-                             window: Optional[Tuple[int, int]] = None, dropout=None, **overrides) -> bool:
+                             window: Optional[Tuple[int, int]] = None, dropout=None, mask=None,
+                             **overrides) -> bool:
     """Run the Hopper forward on (B, H, N, d)-indexed views; False if it cannot.
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d), v: (B, Hkv, Nk, dv), Hq a multiple
@@ -1199,6 +1328,11 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     philox_offset); P V takes the kept probabilities, O is scaled by
     2^16 / (2^16 - t), l and the LSE are those without dropout.  Not
     validated on a GPU yet (docs/hopper.md, "Dropout").
+    mask: None, or a boolean tensor (True = attend) broadcastable as
+    (B or 1, Hq or 1, Nq or 1, Nk), key stride 1 (mask_unsupported_reason);
+    a score it masks is -inf, and rows left without a key give O = 0 and
+    LSE = -inf, as kernels/fwd.py's HAS_MASK / MASK_BOOL.  Not validated on
+    a GPU yet (docs/hopper.md, "Masks").
     ``overrides`` replace entries of CONFIGS / SCHEDULE (benchmarks, tests).
     Returns False, having written nothing, when the case is not supported.
 
@@ -1213,20 +1347,21 @@ def hopper_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if not sm_scale > 0:
         return False
     if overrides:
-        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped)
+        plan = _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped, mask)
     else:
-        sig = _signature(q, k, v, o, lse, causal, windowed, dropped)
+        sig = _signature(q, k, v, o, lse, causal, windowed, dropped, mask)
         plan = _PLANS.get(sig)
         if plan is None:
-            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped))
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout)
+            plan = _store(sig, _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropped, mask))
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout, mask)
 
 
 def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                          lse: torch.Tensor, sm_scale: float, causal_shift,
-                         window: Optional[Tuple[int, int]] = None, dropout=None) -> bool:
+                         window: Optional[Tuple[int, int]] = None, dropout=None, mask=None) -> bool:
     """hopper_attention_forward for tensors in the flash layout: q, o (B, Nq,
-    Hq, d), k, v (B, Nk, Hkv, d), lse (B, Hq, Nq).  The same checks (on the
+    Hq, d), k, v (B, Nk, Hkv, d), lse (B, Hq, Nq); mask (if any) indexed
+    (b, h, i, j) as there.  The same checks (on the
     (B, H, N, d) views, at the first call of a signature) and the same launch;
     later calls build the descriptors from the plan without making the views
     (a descriptor's base only gives the data pointer and dtype)."""
@@ -1235,13 +1370,13 @@ def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: t
     causal = causal_shift is not None
     windowed = window is not None
     dropped = dropout is not None
-    sig = ("flash",) + _signature(q, k, v, o, lse, causal, windowed, dropped)
+    sig = ("flash",) + _signature(q, k, v, o, lse, causal, windowed, dropped, mask)
     plan = _PLANS.get(sig)
     if plan is None:
         views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
-        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, windowed, {}, dropped))
-        return _launch(plan, views, lse, sm_scale, causal_shift, window, dropout)
-    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout)
+        plan = _store(sig, _make_plan(*views, lse, sm_scale, causal, windowed, {}, dropped, mask))
+        return _launch(plan, views, lse, sm_scale, causal_shift, window, dropout, mask)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout, mask)
 
 
 def _store(sig, plan):
@@ -1276,7 +1411,16 @@ def dropout_args(dropout, n_q: int, n_k: int, unused: torch.Tensor) -> tuple:
     return (seed, int(offset), reference.dropout_threshold(p), reference.dropout_scale(p), n_q, n_k)
 
 
-def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=None) -> bool:
+def mask_args(mask, unused: torch.Tensor) -> tuple:
+    """The kernel's (MASK, stride_mz, stride_mh, stride_mm) for a boolean
+    mask (its bytes; strides 0 on broadcast dims), or placeholders (unused
+    stands in for the pointer) without one."""
+    if mask is None:
+        return (unused, 0, 0, 0)
+    return (mask.view(torch.uint8),) + tuple(0 if n == 1 else st for n, st in zip(mask.shape[:3], mask.stride()[:3]))
+
+
+def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=None, mask=None) -> bool:
     """Launch a plan on (q, k, v, o) (views or the flash-layout tensors: a
     descriptor's base gives only the pointer and dtype); False if the plan is
     a decline reason."""
@@ -1296,6 +1440,7 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=Non
     counter = fastlaunch.zeroed_scratch(1, torch.int32, lse.device) if plan.dynamic else lse
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
     args += dropout_args(dropout, plan.tail[4], plan.tail[5], lse)
+    args += mask_args(mask, lse)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -1327,4 +1472,5 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
            "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
-           "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args"]
+           "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
+           "mask_unsupported_reason"]
