@@ -35,24 +35,12 @@ for opt in 0 1; do
   echo "rc=$?" >> "$R/bench_optin$opt.log"; el "bench_optin$opt"
 done
 python3 - "$R" <<'PY'
-import json, sys
-rows = {}
-for opt in (0, 1):
-    try:
-        rows[opt] = json.load(open(f"{sys.argv[1]}/bench_optin{opt}/bench_variants.json"))["variants"][0]
-    except Exception as exc:  # noqa: BLE001
-        print(f"opt-in {opt}: no result ({type(exc).__name__}: {exc})")
-for opt, r in rows.items():
-    tier = "hopper (opt-in)" if opt else "portable"
-    print(f"{tier}: fwd {r.get('ours_fwd_ms')} ms vs SDPA {r.get('peer_fwd_ms')} ms ({r.get('speedup_fwd')}x), "
-          f"bwd {r.get('ours_bwd_ms')} ms vs SDPA {r.get('peer_bwd_ms')} ms ({r.get('speedup_bwd')}x)"
-          + (f" errors {r.get('ours_error')} {r.get('peer_error')}" if r.get('ours_error') or r.get('peer_error')
-             else ""))
-if 0 in rows and 1 in rows:
-    for m in ("fwd", "bwd"):
-        a, b = rows[0].get(f"ours_{m}_ms"), rows[1].get(f"ours_{m}_ms")
-        if a and b:
-            print(f"{m}: hopper / portable speedup {a / b:.2f}x")
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import tier_rows, tier_speedup
+rows = tier_rows(lambda opt: f"{sys.argv[1]}/bench_optin{opt}")
+for m in ("fwd", "bwd"):
+    tier_speedup(rows, m)
 r = rows.get(1, {})
 fast = all((r.get(f"speedup_{m}") or 0) >= 1.0 for m in ("fwd", "bwd"))
 print("rule (with the tests' rc above): opt-in row >= 1.0x SDPA fwd and bwd:", fast)

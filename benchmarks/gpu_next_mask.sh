@@ -38,24 +38,12 @@ for opt in 0 1; do
   echo "rc=$?" >> "$R/bench_mask$opt.log"; el "bench_mask$opt"
 done
 python3 - "$R" <<'PY'
-import json, re, sys
+import re, sys
+sys.path.insert(0, "benchmarks")
+from rules import tier_rows, tier_speedup
 R = sys.argv[1]
-rows = {}
-for opt in (0, 1):
-    try:
-        rows[opt] = json.load(open(f"{R}/bench_mask{opt}/bench_variants.json"))["variants"][0]
-    except Exception as exc:  # noqa: BLE001
-        print(f"FLASHATTN_TRITON_HOPPER_MASK={opt}: no result ({type(exc).__name__}: {exc})")
-for opt, r in rows.items():
-    tier = "hopper (opt-in)" if opt else "portable"
-    print(f"{tier}: fwd {r.get('ours_fwd_ms')} ms vs SDPA {r.get('peer_fwd_ms')} ms ({r.get('speedup_fwd')}x), "
-          f"bwd {r.get('ours_bwd_ms')} ms vs SDPA {r.get('peer_bwd_ms')} ms ({r.get('speedup_bwd')}x)"
-          + (f" errors {r.get('ours_error')} {r.get('peer_error')}" if r.get('ours_error') or r.get('peer_error')
-             else ""))
-vs_portable = None
-if 0 in rows and 1 in rows and rows[0].get("ours_fwd_ms") and rows[1].get("ours_fwd_ms"):
-    vs_portable = rows[0]["ours_fwd_ms"] / rows[1]["ours_fwd_ms"]
-    print(f"fwd: hopper / portable speedup {vs_portable:.2f}x")
+rows = tier_rows(lambda opt: f"{R}/bench_mask{opt}")
+vs_portable = tier_speedup(rows, "fwd")
 log = open(f"{R}/tests_mask.log").read()
 rc = re.findall(r"^rc=(\d+)", log, re.M)
 tests_ok = bool(rc) and rc[-1] == "0"

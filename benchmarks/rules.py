@@ -16,3 +16,32 @@ def load_reps(paths, key="rows"):
             sys.exit(f"no timing in {path}: {exc}")
         reps.append(data if key is None else data[key])
     return reps
+
+
+def tier_rows(folder_of):
+    """{0: row, 1: row}: the first bench_variants.json row of each setting of an
+    opt-in switch (folder_of(0) off, folder_of(1) on), printed with its times
+    against the peer; a setting whose run left no result is printed and left out."""
+    rows = {}
+    for opt in (0, 1):
+        try:
+            rows[opt] = json.load(open(f"{folder_of(opt)}/bench_variants.json"))["variants"][0]
+        except Exception as exc:  # noqa: BLE001 - any missing or partial result
+            print(f"switch {opt}: no result ({type(exc).__name__}: {exc})")
+    for opt, r in rows.items():
+        errors = r.get("ours_error") or r.get("peer_error")
+        print(f"{'hopper (opt-in)' if opt else 'portable'}: "
+              f"fwd {r.get('ours_fwd_ms')} ms vs {r.get('peer_provider')} {r.get('peer_fwd_ms')} ms ({r.get('speedup_fwd')}x), "
+              f"bwd {r.get('ours_bwd_ms')} ms vs {r.get('peer_bwd_ms')} ms ({r.get('speedup_bwd')}x)"
+              + (f" errors {r.get('ours_error')} {r.get('peer_error')}" if errors else ""))
+    return rows
+
+
+def tier_speedup(rows, mode):
+    """The switch's speedup over the portable kernels in ``mode`` ("fwd" or
+    "bwd"), printed; None without both results."""
+    a, b = (rows.get(opt, {}).get(f"ours_{mode}_ms") for opt in (0, 1))
+    if not (a and b):
+        return None
+    print(f"{mode}: hopper / portable speedup {a / b:.2f}x")
+    return a / b

@@ -45,3 +45,29 @@ def window_shifts(case):
     _, _, _, nq, nk, causal, left, _ = case
     wshift = 0 if causal == "tl" else nk - nq
     return (None if causal is None else wshift), (left, wshift)
+
+
+def forward_tier_calls(monkeypatch, env, opt_in, *, portable, window=(-1, -1), softcap=0.0, attn_bias=None,
+                       dropout_p=0.0, seed=None, philox_offset=0, n_q=300, n_k=500):
+    """ops._fwd_into of a dense call (B = 1, H = 2, d = 64, CPU tensors) with
+    both forward tiers stubbed and the Hopper tier made available; the
+    switch ``env`` set to ``opt_in`` (None: unset).  Returns the calls, each
+    ("portable", portable(mods)) or ("hopper", the arguments after the scale,
+    the keywords)."""
+    import torch
+    from flashattn_triton import _dispatch, ops
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    calls: list = []
+    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", portable(kw["mods"]))))
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: calls.append(("hopper", a[6:], kw)) or True)
+    if opt_in is None:
+        monkeypatch.delenv(env, raising=False)
+    else:
+        monkeypatch.setenv(env, opt_in)
+    q = torch.randn(1, n_q, 2, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, n_k, 2, 64, dtype=torch.bfloat16)
+    out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
+    ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, window[0], window[1], True,
+                  softcap, None, None, attn_bias, dropout_p, seed, philox_offset=philox_offset)
+    return calls

@@ -25,7 +25,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.kernels.hopper import dropout as hd
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch
+from _utils import fake_launch, forward_tier_calls
 from test_hopper import _hopper_gpu
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -114,24 +114,13 @@ def test_tile_keep_matches_the_rule(keys_first, tile, device):
 
 
 def _dropout_call(monkeypatch, opt_in, window=(-1, 0), softcap=0.0, n_q=300, n_k=500):
-    """_fwd_into of a dense dropout call with both tiers stubbed: which one ran."""
-    from flashattn_triton import _dispatch, ops
-    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
-    monkeypatch.setattr(ops, "use_triton", lambda t: True)
-    calls = []
-    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", kw["mods"].dropout_p)))
-    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a: calls.append(("hopper",) + a[6:]) or True)
-    if opt_in is None:
-        monkeypatch.delenv(OPT_IN, raising=False)
-    else:
-        monkeypatch.setenv(OPT_IN, opt_in)
-    q = torch.randn(1, n_q, 2, 64, dtype=torch.bfloat16)
-    k = torch.randn(1, n_k, 2, 64, dtype=torch.bfloat16)
-    out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
+    """_fwd_into of a dense dropout call with both tiers stubbed: which one
+    ran, as ("portable", p) or ("hopper", the positional arguments after
+    the scale...), and the call's seed."""
     seed = torch.tensor([5], dtype=torch.int64)
-    ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, window[0], window[1], True,
-                  softcap, None, None, None, 0.25, seed, philox_offset=77)
-    return calls, seed
+    calls = forward_tier_calls(monkeypatch, OPT_IN, opt_in, portable=lambda mods: mods.dropout_p, window=window,
+                               softcap=softcap, dropout_p=0.25, seed=seed, philox_offset=77, n_q=n_q, n_k=n_k)
+    return [("hopper",) + c[1] if c[0] == "hopper" else c for c in calls], seed
 
 
 @pytest.mark.parametrize("default", ["0", "1"])

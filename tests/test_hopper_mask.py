@@ -19,7 +19,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch
+from _utils import fake_launch, forward_tier_calls
 from test_hopper import LN2, _hopper_gpu, _inputs, max_abs_err
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -29,25 +29,11 @@ OPT_IN = "FLASHATTN_TRITON_HOPPER_MASK"
 # --------------------------------------------------------------------------- everywhere
 
 def _mask_call(monkeypatch, opt_in, attn_bias, window=(-1, -1), softcap=0.0, dropout_p=0.0, n_q=300, n_k=500):
-    """_fwd_into of a dense masked call with both tiers stubbed: which one ran."""
-    from flashattn_triton import _dispatch, ops
-    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
-    monkeypatch.setattr(ops, "use_triton", lambda t: True)
-    calls = []
-    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", kw["mods"].bias)))
-    monkeypatch.setattr(ops._kernels, "hopper_forward",
-                        lambda *a, **kw: calls.append(("hopper", a[6:], kw)) or True)
-    if opt_in is None:
-        monkeypatch.delenv(OPT_IN, raising=False)
-    else:
-        monkeypatch.setenv(OPT_IN, opt_in)
-    q = torch.randn(1, n_q, 2, 64, dtype=torch.bfloat16)
-    k = torch.randn(1, n_k, 2, 64, dtype=torch.bfloat16)
-    out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
+    """_fwd_into of a dense masked call with both tiers stubbed: which one
+    ran (the portable kernel's entry carries the mask it got)."""
     seed = torch.tensor([5], dtype=torch.int64) if dropout_p else None
-    ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, window[0], window[1], True,
-                  softcap, None, None, attn_bias, dropout_p, seed)
-    return calls
+    return forward_tier_calls(monkeypatch, OPT_IN, opt_in, portable=lambda mods: mods.bias, window=window,
+                              softcap=softcap, attn_bias=attn_bias, dropout_p=dropout_p, seed=seed, n_q=n_q, n_k=n_k)
 
 
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (100, 0)], ids=["full", "causal", "window"])
