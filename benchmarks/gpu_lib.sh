@@ -28,3 +28,18 @@ probe_reps() {
     echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
   done
 }
+# run_each NAME:SCRIPT...: each benchmarks/SCRIPT.sh with OUT=/tmp/NAME (its last lines
+# printed), then its /tmp/NAME/results.tgz (and verdict.txt, if any) copied to
+# $OUT/NAME.tgz (NAME_verdict.txt): one file per script, as the device returns at most 8.
+run_each() {
+  local s n
+  for s in "$@"; do
+    n=${s%%:*}; s=${s#*:}
+    echo "== $s"
+    rm -rf "/tmp/$n"
+    OUT="/tmp/$n" bash "benchmarks/$s.sh" 2>&1 | tail -${TAIL:-60} | cut -c1-400
+    cp "/tmp/$n/results.tgz" "$OUT/$n.tgz" 2>/dev/null || echo "no results.tgz from $s"
+    cp "/tmp/$n/verdict.txt" "$OUT/${n}_verdict.txt" 2>/dev/null
+    el "$n"
+  done
+}

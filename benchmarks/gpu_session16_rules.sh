@@ -12,12 +12,5 @@
 #     OUT=$OUT bash benchmarks/gpu_session16_rules.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 git log -1 --format='commit %h %s' >> "$R/env.txt" 2>/dev/null
-for s in window_rule:gpu_next_window_rule dropout_default:gpu_next_dropout_default; do
-  n=${s%%:*}; s=${s#*:}
-  echo "== $s"
-  rm -rf "/tmp/$n"
-  OUT="/tmp/$n" bash "benchmarks/$s.sh" 2>&1 | tail -${TAIL:-70} | cut -c1-400
-  cp "/tmp/$n/results.tgz" "$OUT/$n.tgz" 2>/dev/null || echo "no results.tgz from $s"
-  el "$n"
-done
+TAIL=${TAIL:-70} run_each window_rule:gpu_next_window_rule dropout_default:gpu_next_dropout_default
 tar -C "$OUT" -czf "$OUT/session.tgz" r

@@ -6,12 +6,4 @@
 # Each script's results come back as $OUT/<name>.tgz (the device returns at most 8 files).
 #     OUT=$OUT bash benchmarks/gpu_session16b.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-for s in mask:gpu_next_mask decode:gpu_next_decode; do
-  n=${s%%:*}; s=${s#*:}
-  echo "== $s"
-  rm -rf "/tmp/$n"
-  OUT="/tmp/$n" bash "benchmarks/$s.sh" 2>&1 | tail -${TAIL:-40} | cut -c1-400
-  cp "/tmp/$n/results.tgz" "$OUT/$n.tgz" 2>/dev/null || echo "no results.tgz from $s"
-  cp "/tmp/$n/verdict.txt" "$OUT/${n}_verdict.txt" 2>/dev/null
-  el "$n"
-done
+TAIL=${TAIL:-40} run_each mask:gpu_next_mask decode:gpu_next_decode
