@@ -17,9 +17,7 @@
 # unsupported_reason / kernel_meta / JIT run per call).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only (the tests ran in the suite)
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-50} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short tests/test_hopper_bwd.py -k repeated > "$R/tests_bwd_host.log" 2>&1
-echo "rc=$?" >> "$R/tests_bwd_host.log"; el tests_bwd_host; tail -4 "$R/tests_bwd_host.log" | cut -c1-300
+gpu_tests tests_bwd_host ${T_TESTS:-50} tests/test_hopper_bwd.py -k repeated
 fi
 timeout -k 5 ${T_BENCH:-60} python3 benchmarks/hopper_bwd_probe.py --rows window --head-dims 128 \
   --seqlens 2048 --windows 256,1024 --profile --out "$R" > "$R/bench_bwd_host.log" 2>&1

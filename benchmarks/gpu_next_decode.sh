@@ -34,9 +34,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 VARIANTS="default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-75} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 4 tests/test_kvcache.py -k "variant or cuda_graph or reserve or split_counters" > "$R/tests_decode.log" 2>&1
-echo "rc=$?" >> "$R/tests_decode.log"; el tests_decode; tail -4 "$R/tests_decode.log" | cut -c1-300
+gpu_tests tests_decode ${T_TESTS:-75} -n 4 tests/test_kvcache.py -k "variant or cuda_graph or reserve or split_counters"
 fi
 for i in 1 2; do  # the second repeat finds the kernels compiled (Triton's disk cache)
   timeout -k 5 $([ $i = 1 ] && echo ${T_BENCH:-100} || echo ${T_BENCH2:-75}) python3 benchmarks/bench_decode.py \

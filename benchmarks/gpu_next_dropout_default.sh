@@ -35,9 +35,7 @@ for opt in 0 1; do  # compile while the tests run (timings not used)
     --only dropout --shapes "$S" --warmup 1 --rep 1 ${SMOKE:-} --out "$R/warm$opt" > "$R/warm$opt/log.txt" 2>&1 &
   pids+=($!)
 done
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-95} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 8 tests/test_hopper_dropout.py > "$R/tests_dropout.log" 2>&1
-echo "rc=$?" >> "$R/tests_dropout.log"; el tests_dropout; tail -3 "$R/tests_dropout.log" | cut -c1-300
+gpu_tests tests_dropout ${T_TESTS:-95} -n 8 tests/test_hopper_dropout.py
 for p in "${pids[@]}"; do wait "$p"; done; el warm
 for rep in 1 2; do
   for opt in 0 1; do

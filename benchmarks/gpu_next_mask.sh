@@ -28,10 +28,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_next_mask.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 git log -1 --format='commit %h %s' >> "$R/env.txt" 2>/dev/null
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-130} \
-  python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 8 tests/test_hopper_mask.py \
-  > "$R/tests_mask.log" 2>&1
-echo "rc=$?" >> "$R/tests_mask.log"; el tests_mask; tail -6 "$R/tests_mask.log" | cut -c1-300
+gpu_tests tests_mask ${T_TESTS:-130} -n 8 tests/test_hopper_mask.py
 for opt in 0 1; do
   FLASHATTN_TRITON_HOPPER_MASK=$opt timeout -k 5 ${T_BENCH:-50} python3 benchmarks/bench_variants.py \
     --only "bool mask" --out "$R/bench_mask$opt" > "$R/bench_mask$opt.log" 2>&1

@@ -22,19 +22,16 @@
 # turns it off); on any failed test, or a row below 1.1x, the opt-in stays.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only (the tests ran in the suite)
-FLASHATTN_TRITON_TEST_DEVICE=cuda timeout -k 5 ${T_TESTS:-150} python3 -m pytest -q -p no:cacheprovider -rfE \
-  --tb=short -n 8 tests/test_hopper_bwd.py -k window > "$R/tests_window_bwd.log" 2>&1
-echo "rc=$?" >> "$R/tests_window_bwd.log"; el tests_window_bwd; tail -4 "$R/tests_window_bwd.log" | cut -c1-300
+gpu_tests tests_window_bwd ${T_TESTS:-150} -n 8 tests/test_hopper_bwd.py -k window
 fi
 timeout -k 5 ${T_BENCH:-100} python3 benchmarks/hopper_bwd_probe.py --rows window --head-dims 64,128 \
   --seqlens 2048,8192 --windows 256,1024 --out "$R" > "$R/bench_window_bwd.log" 2>&1
 echo "rc=$?" >> "$R/bench_window_bwd.log"; el bench_window_bwd; cut -c1-300 "$R/bench_window_bwd.log" | tail -10
 python3 - "$R/hopper_bwd_window.json" <<'PY'
-import json, sys
-try:
-    rows = json.load(open(sys.argv[1]))["rows"]
-except (OSError, ValueError) as exc:
-    sys.exit(f"no timing: {exc}")
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import load_reps
+rows = load_reps(sys.argv[1:2])[0]
 ratios = []
 for r in rows:
     t = r["tflops"]

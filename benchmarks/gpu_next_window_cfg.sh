@@ -29,11 +29,10 @@ timeout -k 5 ${T_BENCH:-200} python3 benchmarks/hopper_bwd_probe.py --rows windo
   --seqlens 2048,8192 --windows 128,256,512,1024 --window-variants "$V" --rep 30 --out "$R" > "$R/bench_window_cfg.log" 2>&1
 echo "rc=$?" >> "$R/bench_window_cfg.log"; el bench_window_cfg; cut -c1-400 "$R/bench_window_cfg.log" | tail -18
 python3 - "$R/hopper_bwd_window.json" <<'PY'
-import json, sys
-try:
-    rows = json.load(open(sys.argv[1]))["rows"]
-except (OSError, ValueError) as exc:
-    sys.exit(f"no timing: {exc}")
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import load_reps
+rows = load_reps(sys.argv[1:2])[0]
 for d in sorted({r["d"] for r in rows}):
     mine = [r for r in rows if r["d"] == d]
     names = sorted({k for r in mine for k in r["tflops"] if k.startswith("hopper:mod:")})
