@@ -591,7 +591,13 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
 
 def decode_variants() -> frozenset:
     """The candidate variants switched on by ENV_VARIANT (none by default)."""
-    text = os.environ.get(ENV_VARIANT, "")
+    return _parse_variants(os.environ.get(ENV_VARIANT, ""))
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_variants(text: str) -> frozenset:
+    """ENV_VARIANT's value as a set of VARIANTS (parsed once per value: the
+    plan and the counters read it on every decode call)."""
     names = frozenset(x.strip() for x in text.split(",") if x.strip() and x.strip() != "default")
     unknown = names - set(VARIANTS)
     if unknown:
