@@ -32,7 +32,7 @@
 # the default and the winner, >= 85% of 4.2 TB/s (3570 GB/s) at N >= 8k and >= every peer at
 # B=1 and B=8.  SKIP_TESTS=1 times only (then no variant qualifies: no test log).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-VARIANTS="default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"
+VARIANTS=${VARIANTS:-"default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"}
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
 gpu_tests tests_decode ${T_TESTS:-75} -n 4 tests/test_kvcache.py -k "variant or cuda_graph or reserve or split_counters"
 fi

@@ -140,7 +140,11 @@ HOPPER_BWD_WINDOW_DEFAULT = "0"
 # portable one for windows of 128 / 256 keys, 0.96-1.12x at 512 and
 # 1.03-1.11x at 1024; benchmarks/gpu_next_window_rule.sh sets the value by
 # the rule in its header.
-HOPPER_BWD_WINDOW_MIN_LEFT: Optional[int] = None
+# Session 16 (benchmarks/gpu_next_window_rule.sh, two repeats, 33 rows):
+# from left = 2047 every row was >= 1.12x the portable backward in both
+# repeats (1.12-1.36x); at 1023 one row fell to 0.73x in one repeat, at 511
+# several were below 1.0x.
+HOPPER_BWD_WINDOW_MIN_LEFT: Optional[int] = 2047
 
 
 def hopper_backward_window(window) -> bool:
@@ -228,9 +232,11 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
 
 
 ENV_HOPPER_MASK = "FLASHATTN_TRITON_HOPPER_MASK"  # "1" / "0": a boolean attn_mask may take the Hopper forward
-# The switch when the variable is unset: "0" until the H200 validates the
-# mask path (benchmarks/gpu_next_mask.sh, the rule in its header).
-HOPPER_MASK_DEFAULT = "0"
+# The switch when the variable is unset: "1" since session 16 (H200,
+# benchmarks/gpu_next_mask.sh: 71 GPU tests passed; B=2 N=4k Hq=16 d=128 causal
+# + key-padding mask, forward 0.613 ms, 1.37x SDPA's masked attention and
+# 1.44x the portable forward; its rule asked >= 1.0x and >= 1.1x).
+HOPPER_MASK_DEFAULT = "1"
 
 
 def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p) -> bool:

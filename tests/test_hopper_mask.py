@@ -1,7 +1,8 @@
 """Boolean masks in the Hopper (Gluon, sm_90) forward: the HAS_MASK path of
-kernels/hopper/fwd.py (opt-in: FLASHATTN_TRITON_HOPPER_MASK=1).
+kernels/hopper/fwd.py (on by default since session 16; FLASHATTN_TRITON_HOPPER_MASK=0
+opts out).
 
-On CPU: the dispatch (the opt-in decides the forward's tier; a masked call's
+On CPU: the dispatch (the switch decides the forward's tier; a masked call's
 backward never asks for the Hopper kernel), the mask checks and launch
 arguments; with Triton 3.6, the mask plans compile through the real JIT path
 on a fake driver.  On an H200 (FLASHATTN_TRITON_TEST_DEVICE=cuda): the
@@ -37,15 +38,15 @@ def _mask_call(monkeypatch, opt_in, attn_bias, window=(-1, -1), softcap=0.0, dro
 
 
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (100, 0)], ids=["full", "causal", "window"])
-def test_dispatch_takes_a_bool_mask_only_when_opted_in(monkeypatch, window):
-    """A boolean mask alone takes the Hopper forward only with
-    FLASHATTN_TRITON_HOPPER_MASK=1, which gets it as mask= (and no dropout
-    argument); unset or "0", a float mask, or a mask with another variant:
-    the portable kernel, with the mask."""
+def test_dispatch_takes_a_bool_mask_unless_opted_out(monkeypatch, window):
+    """A boolean mask alone takes the Hopper forward with
+    FLASHATTN_TRITON_HOPPER_MASK unset (HOPPER_MASK_DEFAULT) or "1", which
+    gets it as mask= (and no dropout argument); "0", a float mask, or a mask
+    with another variant: the portable kernel, with the mask."""
     mask = torch.rand(1, 1, 300, 500) > 0.5
     for opt_in in (None, "0", "1"):
         calls = _mask_call(monkeypatch, opt_in, mask, window)
-        if opt_in == "1":
+        if opt_in != "0":
             assert len(calls) == 1 and calls[0][0] == "hopper", calls
             args, kw = calls[0][1], calls[0][2]
             assert kw.keys() == {"mask"} and kw["mask"] is mask and len(args) == 2, calls
@@ -65,8 +66,10 @@ def test_dispatch_rule():
     mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(OPT_IN, raising=False)
-        assert _dispatch.HOPPER_MASK_DEFAULT == "0"
-        assert not _dispatch.hopper_forward_takes_mask(0.0, None, None, mask, 0.0), "not opted in"
+        assert _dispatch.HOPPER_MASK_DEFAULT == "1"
+        assert _dispatch.hopper_forward_takes_mask(0.0, None, None, mask, 0.0), "on by default"
+        mp.setenv(OPT_IN, "0")
+        assert not _dispatch.hopper_forward_takes_mask(0.0, None, None, mask, 0.0), "opted out"
         mp.setenv(OPT_IN, "1")
         assert _dispatch.hopper_forward_takes_mask(0.0, None, None, mask, 0.0)
         assert not _dispatch.hopper_forward_takes_mask(0.0, None, None, None, 0.0), "no mask: not asked"
@@ -301,11 +304,11 @@ def test_all_false_mask():
 
 
 @needs_hopper
-@pytest.mark.parametrize("opt_in", ["1", None])
+@pytest.mark.parametrize("opt_in", ["1", None, "0"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_sdpa_entry_with_a_mask(monkeypatch, opt_in, dtype):
-    """scaled_dot_product_attention with a boolean attn_mask: with the
-    opt-in the Hopper forward runs it (and only then), the output matches
+    """scaled_dot_product_attention with a boolean attn_mask: the Hopper
+    forward runs it unless opted out ("0"), the output matches
     float64, and the gradients (the portable backward, from the Hopper
     forward's LSE) match too."""
     from flashattn_triton import ops
@@ -331,7 +334,7 @@ def test_sdpa_entry_with_a_mask(monkeypatch, opt_in, dtype):
     v = torch.randn(b, hkv, n, d, device="cuda", dtype=dtype, requires_grad=True)
     mask = _mask((b, 1, n, n), seed=5)
     out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    assert calls == ([True] if opt_in == "1" else []), calls
+    assert calls == ([] if opt_in == "0" else [True]), calls
     do = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), do)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]

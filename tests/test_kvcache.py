@@ -771,7 +771,7 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "").use_pdl
     assert plan(1, 65536, "reserve") == plan(1, 65536, "")  # counters only
-    for variant in ("deep", "wide", "fill"):  # batch 8: two programs per SM, unchanged
+    for variant in ("deep", "wide", "fill", "pdl"):  # batch 8: two programs per SM, unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "")
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)

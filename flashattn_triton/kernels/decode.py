@@ -68,7 +68,7 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 # "Next on the H200"): a comma list of VARIANTS, e.g.
 # FLASHATTN_TRITON_DECODE_VARIANT="deep,pdl".  "deep", "wide" and "fill" act only
 # on launches of one program per SM (4 x programs < SMs, the split rule's small
-# batch); "pdl" on every launch on sm_90 and later.
+# batch); "pdl" too, and only on sm_90 and later.
 #   deep: 5 pipeline stages of 64-key tiles (three K+V tiles in flight, 96 KiB,
 #         instead of one);
 #   wide: 128-key tiles over 3 stages (one 64 KiB K+V tile in flight);
@@ -661,7 +661,8 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     # More splits than key tiles would only add empty ones (and grid axis 1
     # holds at most 65535).
     num_splits = min(num_splits, n_tiles, 65535)
-    return DecodePlan(cfg, num_splits, row_tiles, "pdl" in variants and pdl_supported(device))
+    # PDL only at small batch: session 16 measured it at 0.93-0.99x at B = 8.
+    return DecodePlan(cfg, num_splits, row_tiles, small and "pdl" in variants and pdl_supported(device))
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
