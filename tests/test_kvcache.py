@@ -746,12 +746,13 @@ def test_validation(kwargs, exc, match):
 
 
 # ---------------------------------------------------------------------------
-# Candidate small-batch variants (decode.ENV_VARIANT, off by default)
+# Small-batch variants (decode.ENV_VARIANT; decode.DEFAULT_VARIANTS when unset)
 # ---------------------------------------------------------------------------
 
 def test_decode_plan_variants(monkeypatch):
-    """Host-side plans on 132 SMs (the H200): no variant leaves main's plan;
-    deep / wide / fill change batch 1 only (one program per SM), not batch 8."""
+    """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
+    deep / wide / fill / pdl change batch 1 only (one program per SM), not
+    batch 8; unset or "default" is deep,fill,pdl,reserve."""
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(decode, "INTERPRET", False)
     meta, bf16 = torch.device("meta"), torch.bfloat16
@@ -763,16 +764,18 @@ def test_decode_plan_variants(monkeypatch):
     for batch, n_cap in [(1, 1024), (1, 4096), (1, 65536), (8, 8192), (64, 4096)]:
         cfg = decode.decode_config(4, 128, bf16, meta)
         splits = min(decode.choose_num_splits(batch * 8, n_cap, cfg.BLOCK_N, 132), n_cap // cfg.BLOCK_N)
-        assert plan(batch, n_cap, "") == decode.DecodePlan(cfg, splits, 1, False)
-        assert plan(batch, n_cap, "default") == plan(batch, n_cap, "")
-    assert plan(1, 65536, "").num_splits == 15 and plan(1, 65536, "").config.num_stages == 3
+        assert plan(batch, n_cap, "none") == decode.DecodePlan(cfg, splits, 1, False)
+        assert plan(batch, n_cap, "default") == plan(batch, n_cap, "") == plan(batch, n_cap, "deep,fill,pdl,reserve")
+    assert plan(8, 8192, "") == plan(8, 8192, "none")
+    assert plan(1, 65536, "none").num_splits == 15 and plan(1, 65536, "none").config.num_stages == 3
+    assert plan(1, 65536, "").num_splits == 16 and plan(1, 65536, "").config.num_stages == 5 and plan(1, 65536, "").use_pdl
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 4, 5)
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 4, 3)
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
-    assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "").use_pdl
-    assert plan(1, 65536, "reserve") == plan(1, 65536, "")  # counters only
+    assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "none").use_pdl
+    assert plan(1, 65536, "reserve") == plan(1, 65536, "none")  # counters only
     for variant in ("deep", "wide", "fill", "pdl"):  # batch 8: two programs per SM, unchanged
-        assert plan(8, 8192, variant) == plan(8, 8192, "")
+        assert plan(8, 8192, variant) == plan(8, 8192, "none")
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -887,8 +890,8 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["", "pdl", "reserve", "deep,fill,pdl,reserve"],
-                         ids=["default", "pdl", "reserve", "deep,fill,pdl,reserve"])
+@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", ""],
+                         ids=["none", "pdl", "reserve", "default"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then

@@ -64,9 +64,9 @@ ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 # "fused" (default): the last split to finish merges the partials inside the
 # decode kernel; "separate": a second kernel (combine.py) does.
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
-# Candidate variants for small-batch decoding, all off by default (docs/decode.md,
-# "Next on the H200"): a comma list of VARIANTS, e.g.
-# FLASHATTN_TRITON_DECODE_VARIANT="deep,pdl".  "deep", "wide" and "fill" act only
+# Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
+# DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
+# list of VARIANTS ("deep,pdl"), "default" or "none".  "deep", "wide" and "fill" act only
 # on launches of one program per SM (4 x programs < SMs, the split rule's small
 # batch); "pdl" too, and only on sm_90 and later.
 #   deep: 5 pipeline stages of 64-key tiles (three K+V tiles in flight, 96 KiB,
@@ -589,16 +589,29 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     return next(i + 1 for i, c in enumerate(costs) if c <= tolerance * best)
 
 
+# The variants on when ENV_VARIANT is unset or "default" ("none": none of them).
+# Session 16 on the H200 (benchmarks/gpu_next_decode.sh, its rule, two repeats;
+# Hq=32, Hkv=8, d=128, bf16, CUDA graphs): deep+fill+pdl+reserve read K+V at
+# 1.08-1.22x the plain launch's rate at batch 1 (N = 1k..64k) and 1.00-1.08x
+# at batch 8, where only "reserve" acts.
+DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve"})
+
+
 def decode_variants() -> frozenset:
-    """The candidate variants switched on by ENV_VARIANT (none by default)."""
-    return _parse_variants(os.environ.get(ENV_VARIANT, ""))
+    """The small-batch variants in force: ENV_VARIANT's list, DEFAULT_VARIANTS
+    when it is unset or "default", none when it is "none"."""
+    return _parse_variants(os.environ.get(ENV_VARIANT, "default"))
 
 
 @functools.lru_cache(maxsize=16)
 def _parse_variants(text: str) -> frozenset:
     """ENV_VARIANT's value as a set of VARIANTS (parsed once per value: the
     plan and the counters read it on every decode call)."""
-    names = frozenset(x.strip() for x in text.split(",") if x.strip() and x.strip() != "default")
+    names = frozenset(x.strip() for x in text.split(",") if x.strip())
+    if names <= {"default"}:
+        return DEFAULT_VARIANTS
+    if names == {"none"}:
+        return frozenset()
     unknown = names - set(VARIANTS)
     if unknown:
         raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}")
