@@ -27,15 +27,17 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
-    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of batch-1 decoding candidates (deep, wide, fill, pdl, "
-                                        "reserve; docs/decode.md); default: none"),
-    ("FLASHATTN_TRITON_HOPPER_MASK", "1: a boolean attn_mask alone may take the Hopper forward (not yet "
-                                     "GPU-validated; the backward stays portable); default: the portable kernels"),
+    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
+                                        "reserve; docs/decode.md); default: deep,fill,pdl,reserve; none: the "
+                                        "plain plan"),
+    ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
+                                     "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
+                                     "stays portable)"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
-                                       "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (None: never; slower than the "
-                                       "portable one at small windows), else the portable one; 1: the Hopper "
+                                       "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (2047; not reliably faster than the "
+                                       "portable one at smaller windows), else the portable one; 1: the Hopper "
                                        "forward and backward; 0: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
                                          "the Hopper forward's split Q K^T takes them"),
