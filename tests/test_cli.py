@@ -201,6 +201,33 @@ def test_bench_smoke_writes_table_and_plot(tmp_path):
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
+def test_bench_rounds_take_turns_and_keep_the_median():
+    """--rounds R: the providers of one config take turns R times (ours, peer,
+    ours, peer, ...), and each (config, mode, provider) keeps the median of
+    its rounds that ran; a row that never ran keeps its status."""
+    from flashattn_triton.bench import attention as A
+    cfg = common.AttnConfig(dtype="bf16", head_dim=64, causal=False, batch=1, heads_q=2, heads_kv=2,
+                            seqlen_q=64, seqlen_k=64)
+    other = common.AttnConfig(dtype="bf16", head_dim=64, causal=True, batch=1, heads_q=2, heads_kv=2,
+                              seqlen_q=64, seqlen_k=64)
+    plan = [A.Task(cfg, "flashattn_triton", ["fwd"]), A.Task(cfg, "sdpa_cudnn", ["fwd"]),
+            A.Task(cfg, "sdpa_math", ["fwd"]), A.Task(other, "flashattn_triton", ["fwd"])]
+    assert [[t.provider for t in g] for g in A.config_groups(plan)] == [
+        ["flashattn_triton", "sdpa_cudnn"], ["sdpa_math"], ["flashattn_triton"]]  # a new tier: a new group
+    rows = [A.make_row(cfg, "flashattn_triton", "fwd", "ok", ms) for ms in (3.0, 1.0, 2.0)]
+    rows += [A.make_row(cfg, "sdpa_math", "fwd", "ok", ms) for ms in (4.0, 6.0)]
+    rows += [A.make_row(other, "flashattn_triton", "fwd", "oom", error="out of memory")] * 2
+    merged = {(r["provider"], r["causal"]): r for r in A.merge_rounds(rows)}
+    assert len(merged) == 3
+    ours = merged[("flashattn_triton", False)]
+    assert ours["ms"] == 2.0 and ours["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert ours["tflops"] == common.tflops(ours["flops"], 2.0)
+    assert merged[("sdpa_math", False)]["ms"] == 5.0
+    assert merged[("flashattn_triton", True)]["status"] == "oom"
+    with pytest.raises(SystemExit, match="rounds"):
+        A.resolve_settings(A.parse_args(["--rounds", "0"]))
+
+
 @pytest.mark.gpu
 def test_bench_on_the_gpu(capsys, tmp_path):
     assert cli.main(["bench", "--seqlens", "1024", "--head-dims", "64", "--peers", "sdpa_flash",

@@ -116,6 +116,10 @@ def add_arguments(p: argparse.ArgumentParser, default_preset: str = "full",
                         f"(default {FULL['max_seconds']:.0f}, --quick {QUICK['max_seconds']:.0f})")
     p.add_argument("--warmup", type=int, help="do_bench warmup in ms (default 25)")
     p.add_argument("--rep", type=int, help="do_bench rep in ms (default 100)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every config R times, its providers taking turns (ours, peers, ours, "
+                        "peers, ...), each time over rep / R ms, and keep the median: slow drifts of the "
+                        "clock or temperature then touch every provider alike (default %(default)s)")
     p.add_argument("--math-max-gb", type=float, default=8.0,
                    help="skip sdpa_math/naive when the fp32 B*H*N*N scores exceed this (default %(default)s GB)")
     p.add_argument("--flex-all", action="store_true",
@@ -160,6 +164,8 @@ def resolve_settings(args) -> dict:
         "max_seconds": args.max_seconds,
         "tokens": args.tokens, "model_dim": args.model_dim, "warmup": args.warmup, "rep": args.rep,
     }
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     s.update({k: v for k, v in overrides.items() if v is not None})
     if args.no_gqa:
         s["gqa"] = False
@@ -170,7 +176,9 @@ def resolve_settings(args) -> dict:
     s.update(math_max_gb=args.math_max_gb, math_max_bytes=args.math_max_gb * 1e9,
              flex_dynamic=args.flex_dynamic, flex_all=args.flex_all or quick, quick=quick,
              preset=args.preset, device="cpu" if args.preset == "smoke" else "cuda",
-             ours_autotune=not args.no_autotune)
+             ours_autotune=not args.no_autotune, rounds=args.rounds)
+    if args.rounds > 1:
+        s["rep"] = max(1, s["rep"] // args.rounds)
     return s
 
 
@@ -231,7 +239,8 @@ def print_dry_run(plan: list[Task], s: dict) -> None:
     n_skip = sum(len(t.modes) for t in plan if t.skip)
     print(f"{len(by_cfg)} configs x providers [{', '.join(s['providers'])}] x modes "
           f"[{', '.join(s['modes'])}] -> {n_meas} measurements ({n_skip} pre-skipped)")
-    print(f"budget --max-seconds {s['max_seconds']:.0f}; do_bench warmup={s['warmup']} ms rep={s['rep']} ms; "
+    rounds = f" x {s['rounds']} rounds (median)" if s.get("rounds", 1) > 1 else ""
+    print(f"budget --max-seconds {s['max_seconds']:.0f}; do_bench warmup={s['warmup']} ms rep={s['rep']} ms{rounds}; "
           f"flex compile: {'dynamic' if s['flex_dynamic'] else 'static, once per shape'}")
     for cfg, tasks in by_cfg.items():
         run = [t.provider for t in tasks if not t.skip]
@@ -388,6 +397,40 @@ class Runner:
 
     def budget_reason(self) -> str:
         return f"{BUDGET_SKIP} (--max-seconds {self.budget.max_seconds:.0f})"
+
+
+def config_groups(plan: list[Task]) -> list[list[Task]]:
+    """The plan cut into runs of consecutive tasks of one (tier, config): the
+    providers that take turns when --rounds > 1."""
+    groups: list[list[Task]] = []
+    for task in plan:
+        if groups and groups[-1][0].cfg == task.cfg and TIER[groups[-1][0].provider] == TIER[task.provider]:
+            groups[-1].append(task)
+        else:
+            groups.append([task])
+    return groups
+
+
+def merge_rounds(rows: list[dict]) -> list[dict]:
+    """One row per (config, mode, provider) from the rows of every round: the
+    median time of the rounds that ran (their times kept in "ms_rounds"), or,
+    when none ran, the first round's row (its status and error)."""
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((C.row_key(r), r["provider"]), []).append(r)
+    merged = []
+    for group in by_key.values():
+        ok = [r for r in group if r["status"] == "ok"]
+        if not ok:
+            merged.append(group[0])
+            continue
+        times = sorted(r["ms"] for r in ok)
+        mid = len(times) // 2
+        ms = times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
+        row = dict(ok[0], ms=ms, tflops=C.tflops(ok[0]["flops"], ms), ms_rounds=[r["ms"] for r in ok])
+        row["wall_s"] = round(sum(r.get("wall_s", 0.0) for r in group), 2)
+        merged.append(row)
+    return merged
 
 
 # --------------------------------------------------------------------------- results
@@ -666,7 +709,8 @@ def run(args, s: dict, prog: str = "bench_attention.py") -> int:
     env = C.collect_env()
     print(C.env_line(env), flush=True)
     plan = build_plan(s)
-    total = sum(len(t.modes) for t in plan)
+    rounds = s.get("rounds", 1)
+    total = sum(len(t.modes) for t in plan) * rounds
     progress = C.Progress(total, "bench_attention", enabled=not args.no_progress)
     budget = C.Budget(s["max_seconds"])
     runner = Runner(s, progress, budget)
@@ -677,10 +721,11 @@ def run(args, s: dict, prog: str = "bench_attention.py") -> int:
     previous_handler = signal.signal(signal.SIGTERM, on_term)
 
     last_flush = time.monotonic()
-    done = 0
     try:
-        for done, task in enumerate(plan, start=1):
-            runner.run_task(task)
+        for group in config_groups(plan):
+            for _ in range(rounds):
+                for task in group:
+                    runner.run_task(task)
             if time.monotonic() - last_flush > 20:
                 run_info["wall_s"] = round(budget.elapsed(), 1)
                 write_outputs(args.out, env, s, runner.rows, run_info, False, final=False)
@@ -690,7 +735,7 @@ def run(args, s: dict, prog: str = "bench_attention.py") -> int:
         print(f"\ninterrupted ({exc!r}): writing partial results", flush=True)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         recorded = {(C.row_key(r), r["provider"]) for r in runner.rows}
-        for task in plan[max(done - 1, 0):]:
+        for task in plan:
             for mode in task.modes:
                 row = make_row(task.cfg, task.provider, mode, "skipped", error="skipped: run interrupted")
                 if (C.row_key(row), task.provider) not in recorded:
@@ -698,6 +743,9 @@ def run(args, s: dict, prog: str = "bench_attention.py") -> int:
     finally:
         progress.close()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the final write finish (timeout -k still kills)
+    if rounds > 1:
+        runner.rows = merge_rounds(runner.rows)
+        run_info["rounds"] = rounds
     run_info["wall_s"] = round(budget.elapsed(), 1)
     compare = None
     if args.compare:
