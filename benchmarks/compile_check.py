@@ -347,6 +347,9 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta.setdefault("HAS_DROPOUT", False)
     if "HAS_MASK" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before the mask)
         meta.setdefault("HAS_MASK", False)
+    early_q = bool(meta.get("EARLY_Q", getattr(hfwd, "EARLY_Q_DEFAULT", {}).get(d, (False, False))[causal]))
+    if "EARLY_Q" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before the early Q release)
+        meta["EARLY_Q"] = early_q
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
@@ -368,6 +371,12 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     if masked:
         scalars["MASK"] = "*u8"
         divisible = ("MASK", "stride_mz", "stride_mh", "stride_mm")
+    if "O" in hfwd._attn_fwd_hopper.arg_names:
+        # EARLY_Q: O (16-bit) with 16-divisible strides, as a contiguous O of
+        # d = 64-256 has; without it the launcher passes LSE there (unused).
+        scalars["O"] = ("*bf16" if dtype == "bf16" else "*fp16") if early_q else "*fp32"
+        if early_q:
+            divisible += ("O", "stride_oz", "stride_oh", "stride_om")
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch, divisible)
     return compiled, meta
 

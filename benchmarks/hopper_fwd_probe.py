@@ -86,6 +86,15 @@ VARIANTS = {
     # Split Q K^T (d = 192, dv = 128; CONFIGS[192]: 128-key tiles, 2 stages):
     # the other tile config that fits shared memory, 64-key tiles in 3 stages.
     "bn64": ({"BLOCK_N": 64, "NUM_STAGES": 3}, (192,)),
+    # Early Q release (EARLY_Q_DEFAULT in fwd.py): the consumers free their Q
+    # buffer after a work tile's last S and store O from registers, so the
+    # next tile's Q loads under the last P V and the epilogue.  With each
+    # head dim's default schedule, and on the persistent / dynamic grids.
+    "early_q": ({"EARLY_Q": True}, (64, 128, 256, 192)),
+    "early_q_persistent": ({"EARLY_Q": True, "PERSISTENT": True}, (64, 128, 256, 192)),
+    "early_q_dynamic": ({"EARLY_Q": True, "DYNAMIC": True}, (64, 128, 256, 192)),
+    "early_q_persistent_g7": ({"EARLY_Q": True, "PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
+    "early_q_dynamic_g7": ({"EARLY_Q": True, "DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
 }
 # Variants that only run the correctness stage (their timing says nothing).
 CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
@@ -123,6 +132,8 @@ ROWS = {
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
+    # The rows where the forward trails cuDNN most (short N), and 8k.
+    "short": [(d, n, causal, 1) for d in (128, 64, 256) for causal in (True, False) for n in (2048, 4096, 8192)],
     # (most wanted first: a timed-out stage keeps the rows it printed); a
     # window as wide as N next to the same row without one: the window
     # build's own cost.

@@ -150,6 +150,23 @@ def _protocol_sweep(broken, **options):
         assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
 
 
+@pytest.mark.parametrize("broken", [None, "early_q_at_first_s"])
+def test_barrier_protocol_early_q(broken):
+    """EARLY_Q: each consumer releases its Q buffer once the work tile's last
+    S has retired and stores O from registers; the producer loads one K/V
+    tile fewer before each Q.  Under random schedules (persistent and single
+    tiles, causal shares) the protocol holds and every O is stored once, on
+    the DYNAMIC grid too; releasing the buffer as the first S is issued is
+    caught (the next Q lands while this tile's products still read it)."""
+    import hopper_model as hm
+    _protocol_sweep(broken, early_q=True)
+    if broken is None:
+        _protocol_sweep(None, early_q=True, skip=True)
+        for work, g, nc, ns, pingpong, seed in hm.dynamic_cases(full=False):
+            hm.simulate_dynamic(work, g, nc, ns, pingpong, seed, early_q=True)
+            hm.simulate_dynamic(work, g, nc, ns, pingpong, seed, skip=True, early_q=True)
+
+
 @pytest.mark.parametrize("broken", [None, *SKIP_BROKEN])
 def test_barrier_protocol_causal_skip(broken):
     """Causal: each consumer warpgroup reads only the key tiles up to its own
@@ -272,11 +289,16 @@ q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
 k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
 o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
 for overrides, causal in [({"PERSISTENT": False}, True), ({"PERSISTENT": True}, True),
-                          ({"PERSISTENT": True, "NUM_SMS": 7}, False)]:
+                          ({"PERSISTENT": True, "NUM_SMS": 7}, False),
+                          ({"PERSISTENT": True, "NUM_SMS": 7, "EARLY_Q": True}, True)]:
     with fake_cuda():
         ok = hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides)
     assert ok, hf._BROKEN
     print(LAUNCHES[-1][1], LAUNCHES[-1][0].src.constants.get((hf._attn_fwd_hopper.arg_names.index("PERSISTENT"),)))
+names = hf._attn_fwd_hopper.arg_names
+assert LAUNCHES[-1][0].src.constants.get((names.index("EARLY_Q"),)) is True
+assert LAUNCHES[-2][0].src.constants.get((names.index("EARLY_Q"),)) in (None, False)
+print("early_q args")
 """
 
 
@@ -288,7 +310,10 @@ def test_launch_plans_on_a_fake_driver():
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     stdout = fake_launch(_FAKE_LAUNCH, timeout=600)
     # d = 128: 1000 rows / 128 per block (2 consumers) = 8 m-blocks, 2 * 4 heads: 64 work tiles.
-    assert stdout.split("\n")[:3] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True"], stdout
+    assert stdout.split("\n")[:4] == ["(8, 8, 1) False", "(64, 1, 1) True", "(7, 1, 1) True",
+                                      "(7, 1, 1) True"], stdout
+    # EARLY_Q's launch passes O and its (B, H, N) strides after the mask's arguments.
+    assert "early_q args" in stdout, stdout
 
 
 _FAKE_LAUNCH_DYNAMIC = r"""
@@ -704,6 +729,36 @@ def test_persistent_matches_reference(programs, d, case, dynamic):
     _check(q, k, v, o, lse, d ** -0.5, shift)
     if layout == "padded":
         tail = o.as_strided((b, hq, 40, d), o.stride(), o.storage_offset() + nq * o.stride(2))
+        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+
+
+@needs_hopper
+@pytest.mark.parametrize("schedule", ["grid", "persistent", "dynamic"])
+@pytest.mark.parametrize("programs", [None, 5], ids=["sms", "5programs"])
+@pytest.mark.parametrize("d", [64, 128, 256, 192])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_early_q_matches_reference(programs, d, case, schedule):
+    """EARLY_Q (the Q buffer released after a work tile's last S, O stored
+    from registers with rows past N_Q masked) on every case of
+    test_matches_reference, on the grid and on 5 or one-per-SM persistent /
+    DYNAMIC programs (each then running several work tiles, the next Q
+    loading under the current tile's epilogue), d = 192 with dv = 128 too;
+    the padded layouts check that no row past N_Q is written."""
+    if schedule == "grid" and programs is not None:
+        pytest.skip("the grid has one program per work tile")
+    b, hq, hkv, nq, nk, causal, layout = case
+    dv = 128 if d == 192 else d
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout, dv=dv)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    overrides = dict(EARLY_Q=True, PERSISTENT=schedule != "grid", DYNAMIC=schedule == "dynamic")
+    if programs is not None:
+        overrides["NUM_SMS"] = programs
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides), \
+        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, d ** -0.5)!r}, build errors {hopper_fwd._BROKEN}"
+    _check(q, k, v, o, lse, d ** -0.5, shift)
+    if layout == "padded":
+        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
         assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
 
 

@@ -216,18 +216,23 @@ def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_
                     pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                     NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                    HAS_WINDOW: gl.constexpr):
+                    HAS_WINDOW: gl.constexpr, EARLY_Q: gl.constexpr = False):
     """The loads of a persistent program's i-th work tile (m-block pid_m of
     head pid_bh); g: K/V tiles the program loaded before it.  Returns g plus
     this tile's.  The first K/V tiles (as many as the ring holds) go before
     Q: their slots are freed by the previous tile's GEMMs, while the Q
     buffers are free only once the consumers have stored that tile's O from
     them; so the ring is full when Q is waited for.  Key tiles [t_lo, t_n)
-    (_key_start: t_lo = 0 without a window) go to ring uses g, g + 1, ..."""
+    (_key_start: t_lo = 0 without a window) go to ring uses g, g + 1, ...
+    With EARLY_Q the consumers release Q after their last S, before the last
+    P V frees the ring's last slot, so one K/V tile fewer goes before Q."""
     t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                               BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
     t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
-    n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
+    if EARLY_Q:
+        n_first = gl.minimum(t_n - t_lo, NUM_STAGES - 1)
+    else:
+        n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
     for j in range(n_first):
         _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
                  t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
@@ -247,7 +252,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                   DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                   DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, EARLY_Q: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
     DYNAMIC, the tiles it claims from TILE_COUNTER, published to the
@@ -265,7 +270,8 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW,
+                                EARLY_Q)
             # Every load of tile i is issued: claim the next tile (programs
             # [0, G) took tiles [0, G) without a claim) and publish it in
             # slot i % 2.  That slot last held the tile of iteration i - 1,
@@ -286,7 +292,8 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW,
+                                EARLY_Q)
     else:
         _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
                 BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, False)
@@ -562,7 +569,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mask=None, HAS_MASK: gl.constexpr = False):
+                   mask=None, HAS_MASK: gl.constexpr = False, q_empty=None, out=None, EARLY_Q: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -570,7 +577,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
     Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
     and k1_bufs are None).  drop: the kernel's dropout arguments (HAS_DROPOUT
-    only); mask: its boolean mask's (HAS_MASK only)."""
+    only); mask: its boolean mask's (HAS_MASK only).  EARLY_Q: Q's buffer is
+    released (q_empty) as soon as the last S has retired, and O is stored
+    from registers through out = (O, stride_oz, stride_oh, stride_om)
+    instead of being staged in that buffer."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -701,6 +711,12 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                           BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
                                           HAS_DROPOUT, mtile, HAS_MASK)
 
+    if EARLY_Q:
+        # Every S group has retired (each step waited for it): nothing reads
+        # Q any more, so the producer may load the next work tile's Q while
+        # this one's last P V, softmax normalisation and store run.
+        mbarrier.arrive(q_empty.index(CONSUMER))
+
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
     mbarrier.wait(v_ready.index(sv), ((g0 + n_own - 1) // NUM_STAGES) & 1)
@@ -725,17 +741,27 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
         inv_l = gl.convert_layout(_dropout_scale(drop) / l_safe, gl.SliceLayout(1, o_layout))
     else:
         inv_l = gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout))
-    out = acc * gl.expand_dims(inv_l, 1)
+    o_tile = acc * gl.expand_dims(inv_l, 1)
     lse_ptrs = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh + rows
     gl.store(lse_ptrs, lse2, mask=rows < N_Q)
 
-    # Q's buffer is free now (the last wgmma reading it has completed): stage
-    # O there and store it with TMA, which clips rows past N_Q.
-    q.store(out.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [off_b, off_hq, row0, 0],
-                                    q._reinterpret(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout))
-    tma.store_wait(0)
+    if EARLY_Q:
+        # Q's buffer may already hold the next tile's Q: O goes from the
+        # accumulator's registers to global memory (rows past N_Q masked).
+        O, stride_oz, stride_oh, stride_om = out
+        o_rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
+        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        o_ptrs = (O + off_b.to(gl.int64) * stride_oz + off_hq.to(gl.int64) * stride_oh
+                  + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1) + gl.expand_dims(o_cols, 0))
+        gl.store(o_ptrs, o_tile.to(dtype), mask=gl.expand_dims(o_rows < N_Q, 1))
+    else:
+        # Q's buffer is free now (the last wgmma reading it has completed): stage
+        # O there and store it with TMA, which clips rows past N_Q.
+        q.store(o_tile.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [off_b, off_hq, row0, 0],
+                                        q._reinterpret(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout))
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -748,7 +774,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                      mask, HAS_MASK: gl.constexpr):
+                      mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -769,8 +795,9 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK)
-            mbarrier.arrive(q_empty.index(CONSUMER))
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
+            if not EARLY_Q:
+                mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
             # iteration: parity (i // 2) & 1 of slot i % 2).
@@ -794,10 +821,11 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK)
-            # O has left this consumer's Q buffer (store_wait): the producer
-            # may load the next tile's Q there.
-            mbarrier.arrive(q_empty.index(CONSUMER))
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
+            if not EARLY_Q:
+                # O has left this consumer's Q buffer (store_wait): the producer
+                # may load the next tile's Q there.
+                mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
     else:
         lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
@@ -806,7 +834,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                        BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                       HAS_DROPOUT, mask, HAS_MASK)
+                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
@@ -834,13 +862,16 @@ def _attn_fwd_hopper(
     # (b, h, i, j) at MASK + b * stride_mz + h * stride_mh + i * stride_mm + j,
     # strides 0 on broadcast dims (else any pointer, unused)
     MASK, stride_mz, stride_mh, stride_mm,
+    # EARLY_Q only: O (B, H, N, dv) as a pointer and its strides (the last is 1;
+    # else any pointer, unused): O is stored from registers, not through o_desc
+    O, stride_oz, stride_oh, stride_om,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
-    HAS_MASK: gl.constexpr = False,
+    HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -932,13 +963,14 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
@@ -950,7 +982,8 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -959,13 +992,14 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -978,7 +1012,8 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -987,7 +1022,8 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -996,13 +1032,14 @@ def _attn_fwd_hopper(
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -1091,6 +1128,13 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False
 # ordered, so concurrent launches on other streams get their own counter,
 # and captured into CUDA graphs as a memset node that every replay repeats.
 DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False), 192: (False, False)}
+# EARLY_Q per head dim, (not causal, causal): a persistent program's consumers
+# release their Q buffer after the work tile's last S and store O from
+# registers, so the next tile's Q loads under this one's last P V and
+# epilogue instead of after its O store (docs/hopper.md "Early Q release").
+# Built and checked on CPU (the protocol model, compile_check); off until
+# benchmarks/gpu_next_early_q.sh's rule says otherwise.
+EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1158,7 +1202,8 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split",
+                 "early_q")
 
 
 def _signature(q, k, v, o, lse, causal, windowed, dropout=False, mask=None):
@@ -1218,7 +1263,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     h_kv, n_k = k.shape[1], k.shape[2]
     dv = v.shape[-1]
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
-                DYNAMIC=DYNAMIC_DEFAULT[d][causal])
+                DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
     if windowed:
         meta.update(WINDOW_CONFIGS.get(d, {}))
     if dropout:
@@ -1232,6 +1277,8 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         meta["HAS_MASK"] = True
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
+    if not meta["EARLY_Q"]:  # (absent when off: the keys and kwargs of before)
+        del meta["EARLY_Q"]
     # Not a kernel parameter: the persistent grid's size (tests use a few
     # programs to give each several work tiles).
     n_programs = meta.pop("NUM_SMS", None)
@@ -1275,6 +1322,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=dv, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.dynamic = bool(meta["DYNAMIC"])
+    plan.early_q = bool(meta.get("EARLY_Q"))
     return plan
 
 
@@ -1441,6 +1489,9 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=Non
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
     args += dropout_args(dropout, plan.tail[4], plan.tail[5], lse)
     args += mask_args(mask, lse)
+    # EARLY_Q's O pointer and (B, H, N) strides (o's view; the flash-layout
+    # tensor has the same data pointer), else placeholders.
+    args += (tensors[3],) + tuple(plan.dims[3][1][:3]) if plan.early_q else (lse, 0, 0, 0)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -1473,4 +1524,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
            "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
-           "mask_unsupported_reason"]
+           "mask_unsupported_reason", "EARLY_Q_DEFAULT"]
