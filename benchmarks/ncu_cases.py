@@ -1,54 +1,119 @@
-"""Cases for Nsight Compute (benchmarks/gpu_ncu_profile.sh): one attention
-call repeated a few times so that ncu can pick one launch of the kernel it
-is told to profile (GPU only).
+"""One benchmark row's attention call per provider, for Nsight Compute
+(benchmarks/gpu_ncu_short_rows.sh; GPU only).
 
-    python benchmarks/ncu_cases.py --case bwd --d 128 --n 2048 [--causal] [--dtype bf16] [--provider cudnn]
+    python benchmarks/ncu_cases.py --case bwd --d 128 --n 2048 [--causal] [--dtype bf16] \\
+        [--providers ours,cudnn] [--windows-json PATH]
 
---provider cudnn runs PyTorch SDPA's cuDNN backend on the same inputs (the
-peer the Hopper kernels are measured against).
+The row is bench_attention.py's: B = 16k / N sequences, H = 2048 / d heads, the inputs
+made by the benchmark's harness in each provider's layout (ours (B, N, H, d), SDPA
+(B, H, N, d)) with requires_grad, and the op the benchmark times: fwd, one forward;
+bwd, one ``out.backward(dout, retain_graph=True)`` of a forward run beforehand, the
+inputs' .grad reset to None first (do_bench's grad_to_none). --providers: ours, cudnn
+(PyTorch SDPA's cuDNN backend), flash (SDPA's FlashAttention-2 backend).
 
-B * N = 16k tokens and H = 2048 / d, as bench_attention.py's rows.
+Every provider is warmed up first (--warmup ops: compiles, cuDNN's plans, the
+backward's background compile). Then each provider's op runs once, in turn, between
+cudaProfilerStart and cudaProfilerStop (``ncu --profile-from-start off`` profiles only
+there), right after a marker kernel ``_ncu_window`` on grid (window, 1, 1):
+ncu_summary.py splits the report at the markers, so every kernel of a call is counted
+with its provider, whichever thread launched it (autograd runs the backward on a thread
+of its own). --windows-json records the row and which window is which provider.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+PROVIDERS = {"ours": C.OURS, "cudnn": "sdpa_cudnn", "flash": "sdpa_flash"}
 
 
-def main():
+@triton.jit
+def _ncu_window(X):
+    pass  # launched on grid (window, 1, 1) before each profiled call: its label in the report
+
+
+def row_config(args) -> C.AttnConfig:
+    b, h = max(1, 16384 // args.n), max(1, 2048 // args.d)
+    return C.AttnConfig(dtype=args.dtype, head_dim=args.d, causal=args.causal, batch=b, heads_q=h,
+                        heads_kv=h, seqlen_q=args.n, seqlen_k=args.n)
+
+
+def make_op(provider: str, cfg: C.AttnConfig, mode: str):
+    """The benchmark's measured op for one provider, as a function of no arguments."""
+    name = PROVIDERS[provider]
+    attn, context = C.build_attention(name, cfg)
+    q, k, v = C.make_qkv(cfg, C.provider_layout(name), requires_grad=True)
+    if mode == "fwd":
+        def op():
+            with context():
+                attn(q, k, v)
+        return op
+    with context():
+        out = attn(q, k, v)
+    dout = torch.randn_like(out)
+
+    def op():
+        for t in (q, k, v):
+            t.grad = None
+        out.backward(dout, retain_graph=True)
+    return op
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=("fwd", "bwd"), required=True)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    ap.add_argument("--reps", type=int, default=4)
-    ap.add_argument("--provider", choices=("ours", "cudnn"), default="ours")
+    ap.add_argument("--providers", default="ours,cudnn", help="comma-separated, among " + ", ".join(PROVIDERS))
+    ap.add_argument("--warmup", type=int, default=2, help="ops per provider before the profiled ones")
+    ap.add_argument("--windows-json", help="write the row and the window of each provider here")
     args = ap.parse_args()
-    from flashattn_triton import flash_attn_func
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    b, h = max(1, 16384 // args.n), max(1, 2048 // args.d)
-    q, k, v = (torch.randn(b, args.n, h, args.d, device="cuda", dtype=dtype, requires_grad=args.case == "bwd")
-               for _ in range(3))
-    do = torch.randn(b, args.n, h, args.d, device="cuda", dtype=dtype)
-    def attention(q, k, v):
-        if args.provider == "ours":
-            return flash_attn_func(q, k, v, causal=args.causal)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=args.causal)
-        return out.transpose(1, 2)
-
-    for _ in range(args.reps):
-        out = attention(q, k, v)
-        if args.case == "bwd":
-            out.backward(do)
+    providers = [p for p in args.providers.split(",") if p]
+    unknown = [p for p in providers if p not in PROVIDERS]
+    if unknown:
+        ap.error(f"--providers: unknown {', '.join(unknown)} (choose among {', '.join(PROVIDERS)})")
+    C.require_cuda("ncu_cases.py")
+    cfg = row_config(args)
+    ops, errors = {}, {}
+    for p in providers:
+        try:
+            op = make_op(p, cfg, args.case)
+            for _ in range(args.warmup):
+                op()
+            torch.cuda.synchronize()
+            ops[p] = op
+        except Exception as exc:  # noqa: BLE001 - recorded; the other providers still run
+            errors[p] = C.short_error(exc)
+            print(f"{p}: not profiled: {errors[p]}", flush=True)
+    from flashattn_triton import _prefetch
+    _prefetch.wait_pending()
+    mark = torch.empty(1, device="cuda")
+    _ncu_window[(1,)](mark, num_warps=1)  # compiled outside the windows
     torch.cuda.synchronize()
-    print(f"done: {args.provider} {args.case} d={args.d} N={args.n} causal={args.causal} {args.dtype} B={b} H={h}")
+    windows = []
+    for window, (p, op) in enumerate(ops.items(), 1):
+        torch.cuda.profiler.start()
+        _ncu_window[(window,)](mark, num_warps=1)
+        op()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        windows.append({"window": window, "provider": p})
+    if args.windows_json:
+        row = dict(cfg.as_dict(), mode=args.case)
+        Path(args.windows_json).write_text(json.dumps({"row": row, "windows": windows, "errors": errors}, indent=1))
+    print(f"done: {args.case} {cfg.label()} windows {windows}" + (f" errors {errors}" if errors else ""))
+    return 0 if ops else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
