@@ -545,6 +545,8 @@ class BwdCTA(AsyncState):
         self.qdo_empty = [Barrier(f"qdo_empty[{s}]", nc) for s in range(ns)]
         # ds_ready[b] per buffer; with one buffer, ds_ready[1] is its 'free' barrier.
         self.ds_ready = [Barrier(f"ds_ready[{b}]", nc) for b in range(2)]
+        # NAMED_BAR: one hardware barrier of the consumers, completed once per tile
+        self.consumers_bar = Barrier("consumers_bar", nc)
         self.k, self.v = Buffer("K"), Buffer("V")
         self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
         self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
@@ -626,12 +628,16 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False):
         it += total
 
 
-def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False):
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
     but the first dQ piece is done (broken "qk1_dk1_late": dK1 issued after
-    that piece, so it may still read Q1 when the slot is released)."""
+    that piece, so it may still read Q1 when the slot is released).
+    named_bar (keys-as-M path only; NAMED_BAR): the dS^T exchange through
+    one barrier of the consumers completed every tile (bar.sync: arrive and
+    wait for that completion) instead of ds_ready[b] (broken
+    "named_one_buffer": with one dS^T buffer instead of two)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -694,12 +700,16 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
                     yield ("step",)
             else:
-                b = it % 2
+                b = 0 if broken == "named_one_buffer" else it % 2
                 cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
                 cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
                 cta.write(cta.ds[b][c], ("dSt", it, c))
-                cta.ds_ready[b].arrive()
-                yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
+                if named_bar:
+                    cta.consumers_bar.arrive()
+                    yield wait_ready(cta.consumers_bar, it & 1)
+                else:
+                    cta.ds_ready[b].arrive()
+                    yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
                 cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, kk)])
                 if persistent and last and broken == "early_kv_release":
                     cta.kv_empty.arrive()       # before the last dQ product has read K
@@ -720,17 +730,20 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
 
 
 BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
+NAMED_BAR_BROKEN = ("named_one_buffer",)
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False):
+             qk1=False, named_bar=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
     deadlock, a wrong phase or a buffer hazard.  broken: one of BROKEN, a
     deliberately wrong persistent protocol (or of QK1_PROTOCOL_BROKEN with
-    qk1: the split Q K^T's two copies / groups; SPLIT_D only)."""
+    qk1: the split Q K^T's two copies / groups; SPLIT_D only; or of
+    NAMED_BAR_BROKEN with named_bar).  named_bar: the keys-as-M path's dS^T
+    exchange through the consumers' hardware barrier (consumer)."""
     assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
@@ -739,7 +752,8 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     cta = BwdCTA(nc, ns, ds_bufs if split else 2)
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
+                                          named_bar)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
                        weight, weight["async"], rng, max_steps)
@@ -807,7 +821,7 @@ def qk1_broken_caught(broken, seeds=40):
     return caught
 
 
-def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
+def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60, named_bar=False):
     """Seeds (of `seeds`) on which the simulation rejects the deliberately
     broken persistent protocol (work: 3 work tiles of 1-3 query tiles)."""
     caught = 0
@@ -815,7 +829,8 @@ def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
         rng = random.Random(seed)
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
-            simulate(0, rng.choice((1, 2)), split, ds_bufs, chunks, seed, work=work, broken=broken)
+            simulate(0, rng.choice((1, 2)), split, ds_bufs, chunks, seed, work=work, broken=broken,
+                     named_bar=named_bar)
         except ProtocolError:
             caught += 1
     return caught

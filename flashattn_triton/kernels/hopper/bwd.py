@@ -79,6 +79,12 @@ group's S slices into dk, dv.  S = 1 is the kernel without the split
 (GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
 and the persistent form take it.
 
+``NAMED_BAR`` (off by default: HOPPER_BWD_NAMED_BAR_DEFAULT; not SPLIT_D)
+replaces the ds_ready mbarrier of the dS^T exchange by one hardware barrier
+of both consumer warpgroups' 256 threads (_consumers_sync): per query tile a
+warpgroup then skips one mbarrier arrival (and the bar.sync Gluon puts
+before it) and one polled wait.
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -364,6 +370,26 @@ def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, wind
     return p
 
 
+# NAMED_BAR: a hardware (named) barrier of the two consumer warpgroups'
+# 256 threads.  Triton 3.6's warp specialization takes barrier 0 for the
+# default partition (consumer 0), 1 for the partition switch and 2 + i for
+# worker partition i (consumer 1: 2, the producer: 3); 8 is free.
+CONSUMERS_BAR_ID = 8
+_CONSUMERS_SYNC_ASM = gl.constexpr(f"bar.sync {CONSUMERS_BAR_ID}, 256;\n\tmov.u32 $0, 0;")
+
+
+@gluon.jit
+def _consumers_sync():
+    """Every thread of both consumer warpgroups waits at barrier
+    CONSUMERS_BAR_ID (bar.sync orders the shared-memory writes made before
+    it for every participant; the caller's fence_async_shared makes them
+    visible to the wgmma reads after it).  Gluon's mbarrier.arrive has one
+    thread arrive after a bar.sync of its warpgroup, and the wait then polls
+    the mbarrier; this is one instruction, without polling.  Both warpgroups
+    must reach it equally often (they step through the same query tiles)."""
+    gl.inline_asm_elementwise(_CONSUMERS_SYNC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
 @gluon.jit
 def _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER: gl.constexpr, SUB_N: gl.constexpr,
                  DS_BUFS: gl.constexpr):
@@ -391,9 +417,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   drop, HAS_DROPOUT: gl.constexpr):
+                   drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = False):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
-    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only)."""
+    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only).
+    NAMED_BAR: the dS^T exchange through a hardware barrier of both consumer
+    warpgroups (_consumers_sync) instead of the ds_ready mbarrier."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = dk.type.layout
@@ -440,8 +468,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     b = it % 2
     ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(dst)
     fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
+    if NAMED_BAR:
+        _consumers_sync()
+    else:
+        mbarrier.arrive(ds_ready.index(b))
+        mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
     dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
                            gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
@@ -540,9 +571,10 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                       drop, HAS_DROPOUT: gl.constexpr):
+                       drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = False):
     """One query tile through the path the configuration takes
-    (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step)."""
+    (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
+    only there)."""
     if SPLIT_D:
         dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
@@ -554,7 +586,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     return dk, dv
 
 
@@ -593,7 +625,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    drop, HAS_DROPOUT: gl.constexpr):
+                    drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -667,7 +699,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -675,7 +707,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
                     it += 1
     else:
         for g in range(GROUP):
@@ -686,7 +718,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT)
+                                            drop, HAS_DROPOUT, NAMED_BAR)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -694,7 +726,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT)
+                                            drop, HAS_DROPOUT, NAMED_BAR)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -896,7 +928,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                      k1_smem, q1_bufs, QK1: gl.constexpr):
+                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -925,7 +957,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT)
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -941,7 +973,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     tma.store_wait(0)
 
 
@@ -975,7 +1007,7 @@ def _attn_bwd_hopper(
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
-    GROUP_SPLIT: gl.constexpr = 1,
+    GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1094,7 +1126,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1104,7 +1136,7 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1214,6 +1246,16 @@ GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
 # floor; True takes it (its GPU tests passed).
 DQ_ACC_LIKE_DQ = False
+# NAMED_BAR (a constexpr; the default path, d = 64 / 128, window included):
+# the two consumer warpgroups exchange dS^T through one hardware barrier of
+# their 256 threads (_consumers_sync) instead of the ds_ready mbarrier (per
+# warpgroup a bar.sync, one thread's arrive, a bar.sync and a polled wait);
+# the SPLIT_D paths keep the mbarriers.  Off until the H200 shows it faster
+# (docs/hopper.md, "Named-barrier dS exchange"; benchmarks/gpu_next_bwd_sync.sh);
+# FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR=1 at import, or the override
+# NAMED_BAR=True, takes it.
+NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
+HOPPER_BWD_NAMED_BAR_DEFAULT = os.environ.get(NAMED_BAR_ENV, "0") == "1"
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1230,7 +1272,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
                 windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
-    with DROPOUT_CONFIGS' entries."""
+    with DROPOUT_CONFIGS' entries; NAMED_BAR from HOPPER_BWD_NAMED_BAR_DEFAULT
+    unless overridden, always False with SPLIT_D."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -1239,6 +1282,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         meta.update(part)
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
         meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
+    # (the SPLIT_D paths have no named-barrier form: one build for either setting)
+    meta["NAMED_BAR"] = bool(meta.get("NAMED_BAR", HOPPER_BWD_NAMED_BAR_DEFAULT)) and not meta["SPLIT_D"]
     return meta
 
 
@@ -1587,4 +1632,5 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
            "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE",
-           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "group_split", "resolve_group_split", "split_divisor"]
+           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "HOPPER_BWD_NAMED_BAR_DEFAULT", "group_split", "resolve_group_split",
+           "split_divisor"]
