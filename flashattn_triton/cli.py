@@ -32,8 +32,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_MASK", "1: a boolean attn_mask alone may take the Hopper forward (not yet "
                                      "GPU-validated; the backward stays portable); default: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "1: the Hopper backward's consumer warpgroups exchange dS through one "
-                                              "hardware barrier (d = 64 / 128; not yet GPU-validated; read at "
-                                              "import); default: its mbarriers"),
+                                              "hardware barrier, 2: also hand dQ to the producer warp through named "
+                                              "barriers (d = 64 / 128; not yet GPU-validated; read at import); "
+                                              "default: its mbarriers"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
