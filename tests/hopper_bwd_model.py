@@ -605,6 +605,8 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
         cta.dq_full.arrive()
         yield wait_full(cta.dq_full, t & 1)
         for c in range(nc):
+            if cta.stage[c].content != ("dQ", t, c, 0):
+                raise ProtocolError(f"reduce-add of step {t} reads {cta.stage[c].content} from {cta.stage[c].name}")
             cta.reduce(nc, cta.stage[c], ("dQ", t, c, 0))
         yield ("step",)
 
