@@ -7,6 +7,9 @@ conversions (shuffles, barriers, shared-memory stores / loads) or Philox
 rounds (mul.hi: 2 per round, 20 per dropout call), to compare code changes
 without a GPU, and a sha256 of the SASS listing (sass_hash; equal hashes:
 the same machine code, e.g. a change that must leave other builds alone).
+For the Gluon kernels it also counts the synchronisation instructions
+(sync_report: BAR.SYNC, BAR.ARV, mbarrier arrivals and polls), in the whole
+kernel and per query-tile loop.
 
     python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]   (d:dv, e.g. 192:128, for a value head dim of its own)
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
@@ -228,10 +231,9 @@ def loop_bodies(ops):
     return sizes
 
 
-def local_in_gemm_loops(ops) -> int:
-    """Local loads / stores (spills) inside the innermost loops that issue
-    HGMMA (loops with HGMMA that hold no other such loop): the per-tile cost of spilling, as opposed to
-    spills around the loops."""
+def gemm_loops(ops):
+    """[(first, last address)] of the innermost loops that issue HGMMA (loops
+    with HGMMA that hold no other such loop): the per-tile bodies."""
     loops = []
     for addr, op, rest in ops:
         target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
@@ -241,9 +243,35 @@ def local_in_gemm_loops(ops) -> int:
             # A branch back from the out-of-line mbarrier retry blocks at the
             # end of the code spans an EXIT: not a loop of the source.
             if any(op.startswith("HGMMA") for op in body) and not any(op.startswith(("EXIT", "RET")) for op in body):
-                loops.append((lo, addr, sum(1 for op in body if op.startswith(("LDL", "STL")))))
-    return sum(n for lo, hi, n in loops
-               if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in loops))
+                loops.append((lo, addr))
+    return [(lo, hi) for lo, hi in loops if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops)]
+
+
+def local_in_gemm_loops(ops) -> int:
+    """Local loads / stores (spills) inside the innermost loops that issue
+    HGMMA (gemm_loops): the per-tile cost of spilling, as opposed to spills
+    around the loops."""
+    return sum(1 for lo, hi in gemm_loops(ops) for a, op, _ in ops if lo <= a <= hi and op.startswith(("LDL", "STL")))
+
+
+# Synchronisation opcodes: hardware barriers (bar.sync / barrier.sync, bar.arrive)
+# and mbarrier arrivals / polls (SYNCS.ARRIVE*: mbarrier.arrive[.expect_tx];
+# SYNCS.PHASECHK: the try_wait of a polling loop).
+SYNC_CLASSES = (("BAR.SYNC", "BAR.SYNC"), ("BAR.ARV", "BAR.ARV"), ("ARRIVE", "SYNCS.ARRIVE"),
+                ("TRYWAIT", "SYNCS.PHASECHK"))
+
+
+def sync_report(ops) -> str:
+    """'sync BAR.SYNC n BAR.ARV n ARRIVE n TRYWAIT n; per GEMM loop a/b/c/d ...':
+    the synchronisation instructions of the kernel, then of each innermost
+    GEMM loop (gemm_loops: one query tile of one partition) as BAR.SYNC /
+    BAR.ARV / ARRIVE / TRYWAIT counts (static counts: a polled wait is one
+    TRYWAIT)."""
+    def counts(sel):
+        return [sum(1 for a, op, _ in ops if sel(a) and op.startswith(prefix)) for _, prefix in SYNC_CLASSES]
+    total = " ".join(f"{name} {n}" for (name, _), n in zip(SYNC_CLASSES, counts(lambda a: True)))
+    loops = " ".join("/".join(map(str, counts(lambda a, lo=lo, hi=hi: lo <= a <= hi))) for lo, hi in gemm_loops(ops))
+    return f"sync {total}; per GEMM loop (BAR.SYNC/BAR.ARV/ARRIVE/TRYWAIT) {loops or '-'}"
 
 
 def instruction_report(compiled) -> str:
@@ -451,6 +479,7 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
                           f"sass {len(ops)}{tail}", flush=True)
                     if args.sass:
                         print(f"    {instruction_report(k)}")
+                        print(f"    {sync_report(ops)}")
                         print(f"    sass sha256 {sass_hash(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1

@@ -536,7 +536,7 @@ def backward_cases(full=True):
 
 class BwdCTA(AsyncState):
     def __init__(self, nc, ns, ds_bufs):
-        super().__init__(nc)
+        super().__init__(nc + 1)  # (index nc: the producer's TMA reduce-adds, NAMED_BAR = 2)
         self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
         self.kv_ready = Barrier("kv_ready", 1)
         self.kv_empty = Barrier("kv_empty", nc)  # persistent: both consumers are done with K / V
@@ -545,6 +545,11 @@ class BwdCTA(AsyncState):
         self.qdo_empty = [Barrier(f"qdo_empty[{s}]", nc) for s in range(ns)]
         # ds_ready[b] per buffer; with one buffer, ds_ready[1] is its 'free' barrier.
         self.ds_ready = [Barrier(f"ds_ready[{b}]", nc) for b in range(2)]
+        # NAMED_BAR: one hardware barrier of the consumers, completed once per tile;
+        # with NAMED_BAR = 2 the dQ hand-off to the producer (nc + 1 parties each)
+        self.consumers_bar = Barrier("consumers_bar", nc)
+        self.dq_full = Barrier("dq_full", nc + 1)
+        self.dq_empty = Barrier("dq_empty", nc + 1)
         self.k, self.v = Buffer("K"), Buffer("V")
         self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
         self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
@@ -579,16 +584,62 @@ def _waiter(offset):
     return wait
 
 
-def producer(cta, tiles, persistent=False, broken="", qk1=False):
+def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
     """tiles: the query-tile count of each work tile (one work tile unless
     persistent).  Persistent: per work tile the first ns query tiles, then
     K / V once both consumers released the previous tile's (kv_empty), then
     the rest; the ring counter runs on across work tiles.  qk1 (split Q
     K^T): Q and K each as two TMA copies on their one barrier, the expected
-    transaction counting both (broken "qk1_expect_short": one copy's)."""
-    ns = cta.ns
+    transaction counting both (broken "qk1_expect_short": one copy's).
+    named_bar 2 (2-D grid only): the slot of step it is free once the
+    producer has retired step it - ns (both consumers' dq_full arrival,
+    which it waits for, then both dQ halves' reduce-adds); after the load it
+    waits for their reads and arrives on dq_empty (not after the last step);
+    the steps left are retired at the end."""
+    ns, nc = cta.ns, cta.nc
     wait = _waiter(0)  # the n-th wait on an 'empty' barrier needs n releases
+    wait_full = _waiter(1)
     it = 0
+
+    def retire(t):
+        cta.dq_full.arrive()
+        yield wait_full(cta.dq_full, t & 1)
+        for c in range(nc):
+            if cta.stage[c].content != ("dQ", t, c, 0):
+                raise ProtocolError(f"reduce-add of step {t} reads {cta.stage[c].content} from {cta.stage[c].name}")
+            cta.reduce(nc, cta.stage[c], ("dQ", t, c, 0))
+        yield ("step",)
+
+    def release(t, total):
+        yield ("store_wait",)
+        if t + 1 < total:
+            cta.dq_empty.arrive()
+
+    if named_bar == 2:
+        assert not persistent and not qk1
+        total = tiles[0]
+        if total > 0:
+            cta.dq_empty.arrive()  # the staging buffers start free
+        cta.kv_ready.expect(2)
+        cta.tma_load(cta.k, ("K", 0), cta.kv_ready)
+        cta.tma_load(cta.v, ("V", 0), cta.kv_ready)
+        yield ("step",)
+        for it in range(total):
+            if it >= ns:
+                yield from retire(it - ns)
+            s = it % ns
+            cta.write(cta.stat[s], ("stat", it))
+            cta.q_ready[s].expect(1)
+            cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
+            cta.do_ready[s].expect(1)
+            cta.tma_load(cta.do[s], ("dO", it), cta.do_ready[s])
+            yield ("step",)
+            if it >= ns:
+                yield from release(it - ns, total)
+        for t in range(max(total - ns, 0), total):
+            yield from retire(t)
+            yield from release(t, total)
+        return
 
     def load_qdo(it):
         s = it % ns
@@ -626,12 +677,20 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False):
         it += total
 
 
-def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False):
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
     but the first dQ piece is done (broken "qk1_dk1_late": dK1 issued after
-    that piece, so it may still read Q1 when the slot is released)."""
+    that piece, so it may still read Q1 when the slot is released).
+    named_bar (keys-as-M path only; NAMED_BAR 1 or 2): the dS^T exchange
+    through one barrier of the consumers completed every tile (bar.sync:
+    arrive and wait for that completion) instead of ds_ready[b] (broken
+    "named_one_buffer": with one dS^T buffer instead of two); 2: dQ staged
+    after a sync on dq_empty, then an arrival (no wait) on dq_full, the
+    producer issuing the reduce-adds (broken "dq_full_early": the arrival
+    before the wait for the tile's products; "no_dq_empty": no sync before
+    staging)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -694,16 +753,33 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
                     yield ("step",)
             else:
-                b = it % 2
+                b = 0 if broken == "named_one_buffer" else it % 2
                 cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
                 cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
                 cta.write(cta.ds[b][c], ("dSt", it, c))
-                cta.ds_ready[b].arrive()
-                yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
+                if named_bar:
+                    cta.consumers_bar.arrive()
+                    yield wait_ready(cta.consumers_bar, it & 1)
+                else:
+                    cta.ds_ready[b].arrive()
+                    yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
                 cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, kk)])
                 if persistent and last and broken == "early_kv_release":
                     cta.kv_empty.arrive()       # before the last dQ product has read K
                     released = True
+                if named_bar == 2:
+                    if broken == "dq_full_early":
+                        cta.dq_full.arrive()
+                    yield ("wgmma_wait", 0)
+                    if broken != "no_dq_empty":
+                        cta.dq_empty.arrive()
+                        yield wait_ready(cta.dq_empty, it & 1)
+                    cta.write(cta.stage[c], ("dQ", it, c, 0))
+                    if broken != "dq_full_early":
+                        cta.dq_full.arrive()
+                    yield ("step",)
+                    it += 1
+                    continue
                 yield ("wgmma_wait", 0)
                 cta.qdo_empty[s].arrive()
                 yield ("store_wait",)
@@ -720,28 +796,36 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
 
 
 BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
+NAMED_BAR_BROKEN = ("named_one_buffer",)
+NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False):
+             qk1=False, named_bar=0):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
     deadlock, a wrong phase or a buffer hazard.  broken: one of BROKEN, a
     deliberately wrong persistent protocol (or of QK1_PROTOCOL_BROKEN with
-    qk1: the split Q K^T's two copies / groups; SPLIT_D only)."""
+    qk1: the split Q K^T's two copies / groups; SPLIT_D only; or of
+    NAMED_BAR_BROKEN / NAMED_BAR2_BROKEN with named_bar).  named_bar 1: the
+    keys-as-M path's dS^T exchange through the consumers' hardware barrier;
+    2: also dQ through the producer (consumer, producer)."""
     assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
     tiles = list(work) if persistent else [n_tiles]
     n_tiles = sum(tiles)
+    assert not named_bar or not split, "NAMED_BAR: the keys-as-M path"
+    assert named_bar < 2 or not persistent, "NAMED_BAR = 2: the 2-D grid"
     cta = BwdCTA(nc, ns, ds_bufs if split else 2)
-    agents = {"producer": producer(cta, tiles, persistent, broken, qk1)}
+    agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
+                                          named_bar)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
-    steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else None),
+    steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
     chunks = dq_chunks if split else 1
     want = sorted(("dQ", it, c, j) for it in range(n_tiles) for c in range(nc) for j in range(chunks))
@@ -807,15 +891,21 @@ def qk1_broken_caught(broken, seeds=40):
     return caught
 
 
-def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60):
+def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60, named_bar=0):
     """Seeds (of `seeds`) on which the simulation rejects the deliberately
-    broken persistent protocol (work: 3 work tiles of 1-3 query tiles)."""
+    broken persistent protocol (work: 3 work tiles of 1-3 query tiles; with
+    named_bar = 2, which has no persistent form, one CTA of 1-6 query tiles)."""
     caught = 0
     for seed in range(seeds):
         rng = random.Random(seed)
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
-            simulate(0, rng.choice((1, 2)), split, ds_bufs, chunks, seed, work=work, broken=broken)
+            if named_bar == 2:
+                simulate(rng.randint(1, 6), rng.choice((1, 2)), split, ds_bufs, chunks, seed, broken=broken,
+                         named_bar=2)
+            else:
+                simulate(0, rng.choice((1, 2)), split, ds_bufs, chunks, seed, work=work, broken=broken,
+                         named_bar=named_bar)
         except ProtocolError:
             caught += 1
     return caught

@@ -354,6 +354,51 @@ def test_persistent_protocol_simulation():
             assert hbm.broken_caught(broken, split, ds_bufs, chunks, seeds=30) > 0, (broken, split, ds_bufs)
 
 
+def test_named_bar_protocol_simulation():
+    """NAMED_BAR (tests/hopper_bwd_model.py): the keys-as-M path with the dS^T
+    exchange through one barrier of both consumers, completed every tile,
+    and the two dS^T buffers (1), and with dQ handed to the producer through
+    named barriers, the producer retiring each step and so learning that
+    its Q / dO slot is free (2): no deadlock or buffer hazard on the 2-D grid
+    and (1) the persistent loop, 1-3 ring stages, random scheduling.  Caught:
+    one dS^T buffer with 1 (a consumer writes dS^T while the other's dQ
+    product reads it), and with 2 a dq_full arrival before the tile's
+    products are done or dQ staged without the dq_empty sync."""
+    import hopper_bwd_model as hbm
+    cases = [c for c in hbm.protocol_cases(full=False) if not c[2]]
+    for case in cases:
+        for level in (1, 2):
+            hbm.simulate(*case, named_bar=level)
+    work_cases = [c for c in hbm.persistent_protocol_cases(full=False) if not c[2]]
+    for *case, work in work_cases:
+        hbm.simulate(*case, work=work, named_bar=1)
+    assert len(cases) >= 15 and len(work_cases) >= 10
+    for broken in hbm.NAMED_BAR_BROKEN:
+        assert hbm.broken_caught(broken, False, seeds=30, named_bar=1) > 0, broken
+    for broken in hbm.NAMED_BAR2_BROKEN:
+        assert hbm.broken_caught(broken, False, seeds=80, named_bar=2) > 0, broken
+
+
+def test_named_bar_is_off_by_default():
+    """NAMED_BAR: 0 unless asked (HOPPER_BWD_NAMED_BAR_DEFAULT, the override),
+    0 on the SPLIT_D paths (d = 256, 192, the dropout configs), at most 1
+    with PERSISTENT; other values are refused."""
+    hbwd = _bwd_module()
+    env = os.environ.get(hbwd.NAMED_BAR_ENV, "0")
+    assert hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT == (int(env) if env in ("1", "2") else 0)
+    for d in hbwd.CONFIGS:
+        for causal in (False, True):
+            split = hbwd.kernel_meta(d, causal)["SPLIT_D"]
+            for level in (0, 1, 2, False, True):
+                assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=level))["NAMED_BAR"] == (0 if split else level)
+                assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=level, PERSISTENT=True))["NAMED_BAR"] == \
+                    (0 if split else min(level, 1))
+            assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=2), dropout=True)["NAMED_BAR"] == \
+                (0 if hbwd.kernel_meta(d, causal, dropout=True)["SPLIT_D"] else 2)
+    with pytest.raises(ValueError, match="NAMED_BAR"):
+        hbwd.kernel_meta(128, False, dict(NAMED_BAR=3))
+
+
 def test_persistent_is_off_by_default():
     hbwd = _bwd_module()
     for d in hbwd.CONFIGS:
@@ -476,6 +521,60 @@ def test_window_launch_on_a_fake_driver():
                      "128 (9, 4, 1) True -333",    # left past every key: clamped to -Nq
                      "256 (5, 1, 1) True 1121",    # a bound past the last key: clamped to Nk
                      "128 (9, 4, 1) False 0"], lines
+
+
+_FAKE_NAMED_BAR = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
+names = hb._attn_bwd_hopper.arg_names
+# (d, causal, window, overrides, module default): the override, the module
+# switch through the cached plans, a window and the persistent grid, d = 256
+# (SPLIT_D: no named-barrier form), and the default
+for d, causal, window, overrides, default in [(64, True, None, {"NAMED_BAR": 1}, 0),
+                                              (128, False, None, {}, 1),
+                                              (128, True, (100, 788), {"NAMED_BAR": 1, "PERSISTENT": True,
+                                                                       "NUM_SMS": 5}, 0),
+                                              (64, False, None, {"NAMED_BAR": 2}, 0),
+                                              (128, True, (100, 788), {}, 2),
+                                              (128, True, None, {"NAMED_BAR": 2, "PERSISTENT": True,
+                                                                 "NUM_SMS": 5}, 0),
+                                              (256, True, None, {"NAMED_BAR": 2}, 0),
+                                              (128, False, None, {}, 0)]:
+    hb.HOPPER_BWD_NAMED_BAR_DEFAULT = default
+    hb._PLANS.clear()
+    q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+    grads = [torch.zeros_like(t) for t in (q, k, k)]
+    with fake_cuda():
+        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None, window,
+                                          **overrides)
+    assert ok, hb._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    consts = launcher.src.constants
+    print(d, grid, consts.get((names.index("NAMED_BAR"),)), consts.get((names.index("HAS_WINDOW"),)))
+"""
+
+
+def test_named_bar_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: NAMED_BAR builds (the override, or the
+    module switch through the cached plans) compile for sm_90 through the
+    launcher's JIT path at d = 64 and 128, levels 1 and 2, on the grid and
+    with a window; the persistent schedule takes 1 (also when 2 is asked);
+    d = 256 (SPLIT_D) and the default build keep 0."""
+    lines = _fake_lines(_FAKE_NAMED_BAR)
+    assert lines == ["64 (9, 4, 1) 1 False",
+                     "128 (9, 4, 1) 1 False",
+                     "128 (5, 1, 1) 1 True",
+                     "64 (9, 4, 1) 2 False",
+                     "128 (9, 4, 1) 2 True",
+                     "128 (5, 1, 1) 1 False",
+                     "256 (18, 4, 1) 0 False",
+                     "128 (9, 4, 1) 0 False"], lines
 
 
 _FAKE_REPEAT = r"""
@@ -603,14 +702,54 @@ def _d_id(d):
 
 
 @needs_hopper
+@pytest.mark.parametrize("named_bar", [0, 1, 2], ids=["mbar", "named_bar1", "named_bar2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_matches_reference(dtype, d, case):
+def test_matches_reference(dtype, d, case, named_bar):
+    """The default build, and NAMED_BAR 1 (the dS^T exchange through the
+    consumers' hardware barrier) and 2 (also dQ through the producer warp);
+    d = 64 / 128: SPLIT_D has no such form."""
+    if named_bar and hopper.bwd.kernel_meta(d, case[5] is not None, unverified=True)["SPLIT_D"]:
+        pytest.skip("SPLIT_D: no named-barrier form")
     b, hq, hkv, nq, nk, causal, layout = case
     q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    _check(q, k, v, do, d ** -0.5, shift)
+    _check(q, k, v, do, d ** -0.5, shift, **(dict(NAMED_BAR=named_bar) if named_bar else {}))
+
+
+NAMED_BAR_VARIANTS = [
+    # d, causal, overrides (with the NAMED_BAR level), window left (None: none)
+    (64, "br", dict(NAMED_BAR=1, PERSISTENT=True, NUM_SMS=7), None),
+    (128, None, dict(NAMED_BAR=1, PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True), None),
+    (128, "br", dict(NAMED_BAR=1, GROUP_SPLIT=3), None),  # (the group of 3 in three slices)
+    (128, "tl", dict(NAMED_BAR=1, NUM_STAGES=3), None),  # (3 stages do not fit shared memory at d = 64)
+    (64, "br", dict(NAMED_BAR=1), 200),
+    (128, "tl", dict(NAMED_BAR=1, PERSISTENT=True, NUM_SMS=5), 100),
+    (128, "br", dict(NAMED_BAR=2, GROUP_SPLIT=3), None),
+    (128, "tl", dict(NAMED_BAR=2, NUM_STAGES=3), None),
+    (128, None, dict(NAMED_BAR=2, HEADS_FIRST=True), None),
+    (64, "br", dict(NAMED_BAR=2), 200),
+    (128, "tl", dict(NAMED_BAR=2), 100),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,causal,variant,left", NAMED_BAR_VARIANTS,
+                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else str(x))
+def test_named_bar_variants(d, causal, variant, left):
+    """NAMED_BAR 1 and 2 with the persistent loop (1 only: several work tiles
+    per program, the barrier completing once per query tile across them), a
+    GQA group split, a 3-stage ring, heads-first order and sliding windows
+    (key blocks with no query tile: no dQ hand-off at all): ragged N, GQA,
+    Nq < Nk, against float64 autograd on NaN-poisoned outputs."""
+    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
+    shift = None if causal is None else (1121 - 333 if causal == "br" else 0)
+    if left is None:
+        _check(q, k, v, do, d ** -0.5, shift, **variant)
+    else:
+        _window_check(q, k, v, do, d ** -0.5, shift, (left, shift), **variant)
 
 
 @needs_hopper

@@ -79,6 +79,16 @@ group's S slices into dk, dv.  S = 1 is the kernel without the split
 (GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
 and the persistent form take it.
 
+``NAMED_BAR`` (0 by default: HOPPER_BWD_NAMED_BAR_DEFAULT; not SPLIT_D)
+= 1 replaces the ds_ready mbarrier of the dS^T exchange by one hardware
+barrier of both consumer warpgroups' 256 threads (_named_bar): per query
+tile a warpgroup then skips one mbarrier arrival (and the bar.sync Gluon
+puts before it) and one polled wait.  = 2 (not persistent) also hands dQ
+to the producer warp: a consumer waits for the staging buffer to be free,
+stores dQ and signals it with named barriers of 288 threads; the producer
+issues both halves' reduce-adds (_retire_dq), which also tells it that the
+tile's Q / dO slot is free (qdo_empty unused).
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -205,14 +215,15 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, sta
 def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
               off_b, off_hq, mb, it, stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              q1_desc=None, q1_bufs=None, QK1: gl.constexpr = 0):
+              q1_desc=None, q1_bufs=None, QK1: gl.constexpr = 0, WAIT_EMPTY: gl.constexpr = True):
     """Query tile mb of head off_hq into ring slot it % NUM_STAGES: the rows'
     lse2 and scaled delta (loaded here, stored to shared memory before the
     tile's Q is requested, so that the consumers read them from shared
     memory when they need them instead of holding two row vectors in
     registers across the products), then Q and dO by TMA.  HEAD_DIM: dO's
     width and Q's first column chunk; QK1 > 0 (split Q K^T): Q's columns
-    [HEAD_DIM, HEAD_DIM + QK1) go to q1_bufs on q_ready."""
+    [HEAD_DIM, HEAD_DIM + QK1) go to q1_bufs on q_ready.  WAIT_EMPTY False:
+    the caller knows the slot is free (NAMED_BAR = 2: _retire_dq)."""
     stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
     s = it % NUM_STAGES
@@ -225,7 +236,8 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     delta = gl.load(delta_row + rows, mask=in_q, other=0.0) * sm_scale
     # A slot is free once every consumer released its previous use; the
     # first pass waits on the parity before a fresh barrier's phase 0.
-    mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+    if WAIT_EMPTY:
+        mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
     stat_bufs.index(2 * s).store(lse2)
     stat_bufs.index(2 * s + 1).store(delta)
     # The arrival below (expect) releases these stores to the consumers.
@@ -285,26 +297,74 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
 
 
 @gluon.jit
+def _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M: gl.constexpr,
+               DQ_COLS: gl.constexpr):
+    """NAMED_BAR = 2, producer: wait until both consumers have staged dQ of
+    their ring step t (query tile m_lo + t % n_m of group head t // n_m) and
+    add both halves into the float32 dQ buffer (TMA reduce-add).  Their
+    arrival also means that every product of step t is done: its Q / dO
+    slot is free."""
+    _named_bar(_DQ_FULL_SYNC)
+    off_hq = off_hkv * GROUP + t // n_m
+    start_m = (m_lo + t % n_m) * BLOCK_M
+    box: gl.constexpr = [1, 1, BLOCK_M, DQ_COLS]
+    for c in gl.static_range(2):
+        _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, c * DQ_COLS],
+                        dq_bufs.index(c)._reinterpret(gl.float32, box, dq_desc.layout))
+
+
+@gluon.jit
+def _release_dq_stage(t, total):
+    """NAMED_BAR = 2, producer, after _retire_dq(t): once the reduce-adds
+    have read the staging buffers, let the consumers stage step t + 1 (the
+    last step has no successor: no arrival)."""
+    tma.store_wait(0)
+    if t + 1 < total:
+        _named_bar(_DQ_EMPTY_ARRIVE)
+
+
+@gluon.jit
 def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                    kv_ready, q_ready, do_ready, qdo_empty,
                    off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                    stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_STAGES: gl.constexpr, GROUP_SPLIT: gl.constexpr,
-                   q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr):
+                   q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr,
+                   dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0):
     """Producer partition (1 warp): K and V once, then Q, dO and the rows'
     statistics of query tiles [m_lo, m_hi) of every query head of the group
-    (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice)."""
+    (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice).
+    NAMED_BAR = 2: before loading ring step it >= NUM_STAGES it retires step
+    it - NUM_STAGES (_retire_dq: its slot is then free), after the load it
+    releases the dQ staging buffers; the last steps are retired at the end."""
     _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
                    GROUP_SPLIT, k1_desc, k1_smem, QK1)
+    n_m = m_hi - m_lo
+    total = GROUP * n_m
+    DQ_COLS: gl.constexpr = HEAD_DIM // 2
+    if NAMED_BAR == 2:
+        if total > 0:
+            _named_bar(_DQ_EMPTY_ARRIVE)  # the staging buffers start free
     it = 0
     for g in range(GROUP):
         for mb in range(m_lo, m_hi):
+            if NAMED_BAR == 2:
+                if it >= NUM_STAGES:
+                    _retire_dq(it - NUM_STAGES, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M,
+                               DQ_COLS)
             _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                       off_b, off_hkv * GROUP + g, mb, it,
                       stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
-                      q1_desc, q1_bufs, QK1)
+                      q1_desc, q1_bufs, QK1, NAMED_BAR != 2)
+            if NAMED_BAR == 2:
+                if it >= NUM_STAGES:
+                    _release_dq_stage(it - NUM_STAGES, total)
             it += 1
+    if NAMED_BAR == 2:
+        for t in range(gl.maximum(total - NUM_STAGES, 0), total):
+            _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M, DQ_COLS)
+            _release_dq_stage(t, total)
 
 
 @gluon.jit
@@ -364,6 +424,36 @@ def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, wind
     return p
 
 
+# NAMED_BAR: hardware (named) barriers.  Triton 3.6's warp specialization
+# takes barrier 0 for the default partition (consumer 0), 1 for the
+# partition switch and 2 + i for worker partition i (consumer 1: 2, the
+# producer: 3); 8-10 are free.  CONSUMERS_BAR_ID: the two consumer
+# warpgroups' 256 threads (the dS^T exchange); with NAMED_BAR = 2 also
+# DQ_FULL_BAR_ID / DQ_EMPTY_BAR_ID: those and the producer warp's 32 (dQ
+# staged by both consumers / the staging buffers read by the producer's
+# reduce-adds).
+CONSUMERS_BAR_ID, DQ_FULL_BAR_ID, DQ_EMPTY_BAR_ID = 8, 9, 10
+_CONSUMERS_SYNC = gl.constexpr(f"bar.sync {CONSUMERS_BAR_ID}, 256;\n\tmov.u32 $0, 0;")
+_DQ_FULL_ARRIVE = gl.constexpr(f"bar.arrive {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
+_DQ_FULL_SYNC = gl.constexpr(f"bar.sync {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
+_DQ_EMPTY_ARRIVE = gl.constexpr(f"bar.arrive {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
+_DQ_EMPTY_SYNC = gl.constexpr(f"bar.sync {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
+
+
+@gluon.jit
+def _named_bar(ASM: gl.constexpr):
+    """One bar.sync / bar.arrive (ASM) by every thread of the partition.  A
+    barrier completes when its thread count has arrived; bar.sync waits for
+    that, bar.arrive does not; either orders the caller's memory accesses
+    before it for every thread that waits on that completion (the caller's
+    fence_async_shared extends that to the async proxy: wgmma, TMA).  The
+    parties must reach it equally often, and an arrival for the next
+    completion must not come before this one's (the protocols below
+    alternate so).  Gluon's mbarrier.arrive is one thread's arrival after a
+    bar.sync of its warpgroup, and its wait polls; this is one instruction."""
+    gl.inline_asm_elementwise(ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
 @gluon.jit
 def _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER: gl.constexpr, SUB_N: gl.constexpr,
                  DS_BUFS: gl.constexpr):
@@ -391,9 +481,13 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   drop, HAS_DROPOUT: gl.constexpr):
+                   drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
-    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only)."""
+    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only).
+    NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
+    consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
+    to the producer warp through named barriers (_retire_dq), which also
+    frees the Q / dO slot (no qdo_empty arrival, no TMA in the consumers)."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = dk.type.layout
@@ -440,13 +534,25 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     b = it % 2
     ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(dst)
     fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
+    if NAMED_BAR >= 1:
+        _named_bar(_CONSUMERS_SYNC)  # every consumer's rows of buffer b written
+    else:
+        mbarrier.arrive(ds_ready.index(b))
+        mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
     dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
                            gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
-    mbarrier.arrive(qdo_empty.index(s))
-    _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
+    if NAMED_BAR == 2:
+        # The producer warp adds dQ into the buffer (_retire_dq): wait until
+        # it has read the last one, stage this one, and signal (no wait)
+        # that it is staged and that Q and dO of slot s are no longer read.
+        _named_bar(_DQ_EMPTY_SYNC)
+        dq_stage.store(dq)
+        fence_async_shared()
+        _named_bar(_DQ_FULL_ARRIVE)
+    else:
+        mbarrier.arrive(qdo_empty.index(s))
+        _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
     return dk, dv
 
 
@@ -540,9 +646,10 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                       drop, HAS_DROPOUT: gl.constexpr):
+                       drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One query tile through the path the configuration takes
-    (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step)."""
+    (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
+    only there)."""
     if SPLIT_D:
         dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
@@ -554,7 +661,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     return dk, dv
 
 
@@ -566,9 +673,11 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
                        HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr,
-                       q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr):
+                       q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr,
+                       dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0):
     """The producer partition of either form (HEAD_DIM: V's width; QK1 > 0:
-    split Q K^T, Q's and K's columns [HEAD_DIM, + QK1) in q1_bufs, k1_smem)."""
+    split Q K^T, Q's and K's columns [HEAD_DIM, + QK1) in q1_bufs, k1_smem;
+    NAMED_BAR = 2, not persistent: the dQ reduce-adds too)."""
     if PERSISTENT:
         _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                                   stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
@@ -580,7 +689,8 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
         _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs, stat_bufs,
                        kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
-                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1)
+                       BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1,
+                       dq_desc, dq_bufs, NAMED_BAR)
 
 
 @gluon.jit
@@ -593,7 +703,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    drop, HAS_DROPOUT: gl.constexpr):
+                    drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -667,7 +777,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -675,7 +785,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT)
+                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
                     it += 1
     else:
         for g in range(GROUP):
@@ -686,7 +796,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT)
+                                            drop, HAS_DROPOUT, NAMED_BAR)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -694,7 +804,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT)
+                                            drop, HAS_DROPOUT, NAMED_BAR)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -896,7 +1006,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                      k1_smem, q1_bufs, QK1: gl.constexpr):
+                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -925,7 +1035,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT)
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -941,7 +1051,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     tma.store_wait(0)
 
 
@@ -975,7 +1085,7 @@ def _attn_bwd_hopper(
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
-    GROUP_SPLIT: gl.constexpr = 1,
+    GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1078,6 +1188,8 @@ def _attn_bwd_hopper(
         mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)
 
     gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
+    gl.static_assert(NAMED_BAR == 0 or not SPLIT_D, "NAMED_BAR: the keys-as-M path only")
+    gl.static_assert(NAMED_BAR < 2 or not PERSISTENT, "NAMED_BAR = 2: not persistent")
     if SPLIT_D:
         gl.static_assert(BLOCK_M % 64 == 0, "SPLIT_D: query rows are the wgmma M dim")
         gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
@@ -1094,7 +1206,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1104,13 +1216,14 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                               stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                               window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
-                              HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1)),
+                              HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1, dq_desc, dq_bufs,
+                              NAMED_BAR)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -1214,6 +1327,19 @@ GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
 # floor; True takes it (its GPU tests passed).
 DQ_ACC_LIKE_DQ = False
+# NAMED_BAR (a constexpr 0, 1 or 2; the keys-as-M path, d = 64 / 128, window
+# included): 1, the two consumer warpgroups exchange dS^T through one
+# hardware barrier of their 256 threads instead of the ds_ready mbarrier
+# (per warpgroup a bar.sync, one thread's arrive, a bar.sync and a polled
+# wait); 2, also dQ through the producer warp (named barriers; the producer
+# issues the reduce-adds and learns from them that the Q / dO slot is free:
+# no qdo_empty arrival, TMA wait or TMA issue in the consumers; not with
+# PERSISTENT, which takes 1).  The SPLIT_D paths keep the mbarriers (0).
+# Off until the H200 shows it faster (docs/hopper.md, "Named
+# barriers"; benchmarks/gpu_next_bwd_sync.sh); the override NAMED_BAR=1 / 2,
+# or FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR=1 / 2 read at import, takes it.
+NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
+HOPPER_BWD_NAMED_BAR_DEFAULT = {"1": 1, "2": 2}.get(os.environ.get(NAMED_BAR_ENV, "0").strip(), 0)
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1230,7 +1356,9 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
                 windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
-    with DROPOUT_CONFIGS' entries."""
+    with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1) from
+    HOPPER_BWD_NAMED_BAR_DEFAULT unless overridden, 0 with SPLIT_D, at most 1
+    with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -1239,6 +1367,11 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         meta.update(part)
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
         meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
+    level = meta.get("NAMED_BAR", HOPPER_BWD_NAMED_BAR_DEFAULT)
+    if level not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
+        raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
+    # (the SPLIT_D paths have no named-barrier form: one build for any setting)
+    meta["NAMED_BAR"] = 0 if meta["SPLIT_D"] else min(int(level), 1 if meta["PERSISTENT"] else 2)
     return meta
 
 
@@ -1587,4 +1720,5 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
            "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE",
-           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "group_split", "resolve_group_split", "split_divisor"]
+           "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "HOPPER_BWD_NAMED_BAR_DEFAULT", "group_split", "resolve_group_split",
+           "split_divisor"]
