@@ -88,6 +88,8 @@ they launch at batch 1 on the H200's 132 SMs, where they apply (every
 
     python benchmarks/compile_check.py --kernels DECODE --d 128 --decode-caches contiguous,paged16 \
         --decode-splits fused --decode-variants default,deep,wide,fill,pdl --sass
+
+(--sass also prints each build's SASS hash, sass_hash.)
 """
 
 from __future__ import annotations
@@ -679,7 +681,7 @@ def decode_sweep(args, names) -> int:
                 k = compile_launch(kernel, kargs, kwargs, target)
                 print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
                 if args.sass:
-                    print(f"    {instruction_report(k)}")
+                    print(f"    {instruction_report(k)}; sass sha256 {sass_hash(k)}")
             except Exception as exc:  # noqa: BLE001
                 failures += 1
                 print(f"{line}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)

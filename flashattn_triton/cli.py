@@ -27,8 +27,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
-    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of batch-1 decoding candidates (deep, wide, fill, pdl, "
-                                        "reserve; docs/decode.md); default: none"),
+    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
+                                        "reserve, merge, prefetch, pair; docs/decode.md); default: "
+                                        "deep,fill,pdl,reserve; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_MASK", "1: a boolean attn_mask alone may take the Hopper forward (not yet "
                                      "GPU-validated; the backward stays portable); default: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),

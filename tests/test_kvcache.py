@@ -774,7 +774,14 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "none").use_pdl
     assert plan(1, 65536, "reserve") == plan(1, 65536, "none")  # counters only
-    for variant in ("deep", "wide", "fill", "pdl"):  # batch 8: two programs per SM, unchanged
+    assert plan(1, 65536, "none").merge_stages == 3 and plan(1, 65536, "merge").merge_stages == 8
+    # The merge's buffered partials stay within 64 KiB: (16, 256) tiles 4 deep, (64, 128) ones 2 (as before).
+    assert decode.decode_plan(1, 4, 8, 256, 65536, bf16, meta).merge_stages == 5
+    assert decode.decode_plan(1, 64, 1, 128, 65536, bf16, meta).merge_stages == 3
+    assert plan(1, 65536, "pdl,prefetch").prefetch_rows == 128 and plan(1, 65536, "prefetch").prefetch_rows == 0
+    assert plan(1, 65536, "deep,pair").config == decode.DecodeConfig(16, 64, 4, 4)  # pair wins over deep
+    assert [plan(1, n, "fill,pair").num_splits for n in (1024, 4096, 8192, 65536)] == [8, 22, 32, 32]
+    for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair"):  # batch 8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
@@ -786,7 +793,9 @@ def test_decode_plan_variants(monkeypatch):
 # (variants, page size, num_splits, sinks): every variant at least once, paged
 # through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
 VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),
-                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False)]
+                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False),
+                 ("deep,fill,pdl,reserve,merge", None, 0, True), ("merge,pair", 16, 0, False),
+                 ("pdl,prefetch", None, 0, False)]
 
 
 def test_reserve_counters(monkeypatch):
@@ -874,7 +883,9 @@ def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
-@pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl"])
+@pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl",
+                                     "deep,fill,pdl,reserve,merge", "deep,fill,pdl,reserve,prefetch",
+                                     "deep,fill,pdl,reserve,pair,merge"])
 def test_gpu_variants_b1(device, variant, page, monkeypatch):
     """The candidate variants compiled, at batch 1 (where they apply): Hq=32,
     Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,
@@ -890,8 +901,8 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", ""],
-                         ids=["none", "pdl", "reserve", "default"])
+@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", "", "deep,fill,pdl,reserve,merge,prefetch,pair"],
+                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,merge,prefetch,pair"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then

@@ -77,12 +77,23 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         128 programs instead of 120);
 #   pdl:  programmatic dependent launch: the grid may be scheduled while the
 #         previous kernel on the stream finishes; it reads and writes global
-#         memory only after griddepcontrol.wait.
+#         memory only after griddepcontrol.wait ("prefetch"'s L2 hints aside).
 #   reserve: a decode call captured in a CUDA graph takes its merge counters
 #         from a reserve zeroed by an earlier eager call, instead of a fresh
 #         torch.zeros captured with it (one kernel node less per call).
+# Candidates after session 16 (off by default; docs/decode.md, "Batch 1 on the H200"):
+#   merge: the fused merge keeps up to 7 partials in flight instead of 2 (small
+#         batch; as many as fit in 64 KiB: 7 at d = 128 with 4 query heads per KV head);
+#   prefetch: with pdl, before its wait each program asks L2 for the first
+#         PREFETCH_TILES tiles its split would read in a full contiguous cache;
+#   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
+#         fit in an SM's shared memory) and the split rule counts two per SM.
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve")
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair")
+MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
+MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
+MERGE_BUFFER_BYTES = 64 << 10
+PREFETCH_TILES = 2
 # "reserve": int32 counters set aside per device for captured calls (4 MiB).
 RESERVE_COUNTERS = 1 << 20
 # Streaming multiprocessors assumed by the split heuristic for CPU tensors
@@ -177,6 +188,23 @@ def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stri
     return off
 
 
+@triton.jit
+def prefetch_rows(base, first, n_rows, stride_n, stride_d, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                  ROWS: tl.constexpr, INTERPRET: tl.constexpr):
+    """Request rows [first, first + ROWS) (clamped to n_rows - 1) of a
+    (row, HEAD_DIM) slice at ``base`` into L2, one prefetch per 128-byte line
+    (prefetch.global.L2: no register receives data, nothing waits).  A no-op
+    under the interpreter."""
+    if not INTERPRET:
+        LINE: tl.constexpr = 128 * 8 // base.dtype.element_ty.primitive_bitwidth  # elements per line
+        LINES: tl.constexpr = HEAD_DIM_PAD // LINE if HEAD_DIM_PAD > LINE else 1
+        rows = tl.minimum(first + tl.arange(0, ROWS), n_rows - 1).to(tl.int64)
+        cols = tl.minimum(tl.arange(0, LINES) * LINE, HEAD_DIM - 1)
+        ptrs = base + rows[:, None] * stride_n + cols[None, :] * stride_d
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
 # ---------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------
@@ -206,7 +234,7 @@ def _decode_fwd(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, PREFETCH_ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -227,9 +255,15 @@ def _decode_fwd(
 
     USE_PDL (launched with launch_pdl=True): the next kernel on the stream may
     be scheduled at once (it waits in its own griddepcontrol.wait for this
-    grid to finish), and this one touches global memory only after its wait
-    for the previous kernel (whose writes, e.g. the append or the last
-    launch's counter resets, are then visible)."""
+    grid to finish), and this one touches global memory (PREFETCH_ROWS's L2
+    hints aside) only after its wait for the previous kernel (whose writes,
+    e.g. the append or the last launch's counter resets, are then visible).
+
+    MERGE_STAGES: partials in flight in the fused merge, plus one.
+    PREFETCH_ROWS > 0 (with USE_PDL, a contiguous cache without batch index):
+    before the wait, the first PREFETCH_ROWS keys this split would read if
+    its sequence filled the cache are requested into L2 (a hint: the loads
+    after the wait still read whatever the previous kernel wrote)."""
     if USE_PDL:
         gdc_launch_dependents()
     pid_zh = tl.program_id(0)
@@ -237,6 +271,13 @@ def _decode_fwd(
     pid_m = tl.program_id(2)
     z = (pid_zh // H_KV).to(tl.int64)
     hk = pid_zh % H_KV
+    if PREFETCH_ROWS > 0:
+        cap_tiles = (N_CAP + BLOCK_N - 1) // BLOCK_N
+        first = split * ((cap_tiles + NUM_SPLITS - 1) // NUM_SPLITS) * BLOCK_N
+        prefetch_rows(K + z * stride_kb + hk.to(tl.int64) * stride_kh, first, N_CAP, stride_kn, stride_kk,
+                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
+        prefetch_rows(V + z * stride_vb + hk.to(tl.int64) * stride_vh, first, N_CAP, stride_vn, stride_vk,
+                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
     if USE_PDL:
         gdc_wait()
 
@@ -407,7 +448,7 @@ def _decode_fwd(
                     m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
                     l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
                 acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-                for sp in tl.range(0, NUM_SPLITS, num_stages=3):
+                for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
                     # .cg: read the other splits' partials from L2, never from a stale L1 line.
                     lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
                                     cache_modifier=".cg") * 1.4426950408889634
@@ -561,7 +602,7 @@ def sm_count(device: torch.device) -> int:
 
 
 def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
-                      max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1) -> int:
+                      max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1, per_sm: int = 0) -> int:
     """Split count for ``programs`` (batch x KV heads x row tiles) programs
     over at most ``n_keys`` keys (the cache capacity: lengths on the device
     are never read).
@@ -578,9 +619,10 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     session8/call2/bench_decode_b1_sweep.md).  Batch 1 with 8 KV heads on 132
     SMs gets 8 splits at 1k keys, 13 at 4k, 15 from 8k up; 512 programs get 1.  The
     smallest count within ``tolerance`` (10%) of the best wins (variant "fill":
-    1.0, the best itself; 16 splits from 4k up at batch 1)."""
+    1.0, the best itself; 16 splits from 4k up at batch 1).  ``per_sm`` > 0
+    sets the programs per SM of a wave instead (variant "pair": 2)."""
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
-    slots = (1 if 4 * programs < n_sm else 2) * max(1, n_sm)
+    slots = (per_sm or (1 if 4 * programs < n_sm else 2)) * max(1, n_sm)
     costs = []
     for splits in range(1, max(1, min(max_splits, n_tiles)) + 1):
         waves = triton.cdiv(programs * splits, slots)
@@ -640,6 +682,8 @@ class DecodePlan(NamedTuple):
     num_splits: int
     row_tiles: int
     use_pdl: bool
+    merge_stages: int = MERGE_STAGES
+    prefetch_rows: int = 0  # keys per split prefetched before the PDL wait (contiguous caches)
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
@@ -655,8 +699,12 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     # The split rule's small batch: one program per SM, each streaming a long run.
     small = 4 * programs < n_sm
     elem = torch.finfo(dtype).bits // 8
-    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide"}:
-        if "wide" in variants:
+    pair = small and "pair" in variants
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide", "pair"}:
+        if pair:
+            # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
+            tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=4)
+        elif "wide" in variants:
             # Twice the keys per tile: each buffered K+V tile is 64 KiB at d = 128.
             tile = dict(BLOCK_N=2 * cfg.BLOCK_N, num_stages=cfg.num_stages)
         else:
@@ -670,12 +718,20 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants else 1.1
-        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance)
+        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
+                                       per_sm=2 if pair else 0)
     # More splits than key tiles would only add empty ones (and grid axis 1
     # holds at most 65535).
     num_splits = min(num_splits, n_tiles, 65535)
     # PDL only at small batch: session 16 measured it at 0.93-0.99x at B = 8.
-    return DecodePlan(cfg, num_splits, row_tiles, small and "pdl" in variants and pdl_supported(device))
+    use_pdl = small and "pdl" in variants and pdl_supported(device)
+    merge_stages = MERGE_STAGES
+    if small and "merge" in variants:
+        # Each stage past the first buffers one float32 (BLOCK_M, d) partial in shared memory.
+        fit = 1 + MERGE_BUFFER_BYTES // (cfg.BLOCK_M * head_dim_pad(head_dim) * 4)
+        merge_stages = max(MERGE_STAGES, min(MERGE_STAGES_DEEP, fit))
+    prefetch_rows = PREFETCH_TILES * cfg.BLOCK_N if use_pdl and "prefetch" in variants else 0
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows)
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
@@ -764,8 +820,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    cfg, num_splits, m_blocks, use_pdl = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device,
-                                                     num_splits)
+    cfg, num_splits, m_blocks, use_pdl, merge_stages, prefetch_rows = decode_plan(
+        batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
+    if paged or cache_batch_idx is not None:  # the prefetch guesses rows of a contiguous cache only
+        prefetch_rows = 0
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
@@ -810,6 +868,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
+        MERGE_STAGES=merge_stages, PREFETCH_ROWS=prefetch_rows,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
