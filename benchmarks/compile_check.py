@@ -509,7 +509,8 @@ DECODE_CACHES = ("contiguous", "paged16", "paged256")
 # Split mode -> (split count asked for, FLASHATTN_TRITON_DECODE_COMBINE):
 # one split writes the result (SPLIT_MODE 0); several merge in the decode
 # kernel (2) or in the combine kernel (1, the only launch of COMBINE).
-DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate")}
+# "auto": the plan's own split count (with --decode-variants: batch 1 on 132 SMs, a 4k cache).
+DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate"), "auto": (0, "fused")}
 # --mods for the decode launch: switch -> decode_attention keyword arguments
 # (tensors made on the meta device by _decode_mod_kwargs).
 DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY")
@@ -711,9 +712,9 @@ def main():
                     "(where allowed) or never")
     ap.add_argument("--decode-caches", default=",".join(DECODE_CACHES),
                     help="DECODE: cache layouts among %(default)s")
-    ap.add_argument("--decode-splits", default=",".join(DECODE_SPLITS),
-                    help="DECODE: split modes among %(default)s (one split; several merged in the "
-                    "decode kernel; several merged by COMBINE)")
+    ap.add_argument("--decode-splits", default="one,fused,separate",
+                    help="DECODE: split modes among %(default)s (one split; 4 merged in the "
+                    "decode kernel; 4 merged by COMBINE), or auto (the plan's count, fused)")
     ap.add_argument("--decode-variants", default="",
                     help="DECODE / COMBINE: candidate variants (decode.VARIANTS, '+' joins several, "
                     "'default' none), each built at batch 1 on 132 SMs, comma-separated")

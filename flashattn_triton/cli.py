@@ -28,7 +28,7 @@ ENVIRONMENT = [
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
-                                        "reserve, merge, prefetch, pair; docs/decode.md); default: "
+                                        "reserve, merge, prefetch, pair, gather; docs/decode.md); default: "
                                         "deep,fill,pdl,reserve; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_MASK", "1: a boolean attn_mask alone may take the Hopper forward (not yet "
                                      "GPU-validated; the backward stays portable); default: the portable kernels"),

@@ -86,13 +86,17 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         batch; as many as fit in 64 KiB: 7 at d = 128 with 4 query heads per KV head);
 #   prefetch: with pdl, before its wait each program asks L2 for the first
 #         PREFETCH_TILES tiles its split would read in a full contiguous cache;
+#   gather: the fused merge loads the partials of up to 16 splits at once, for
+#         the tile's real rows only (small batch; when at least 4 splits fit in
+#         MERGE_GATHER_FLOATS registers' worth);
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair")
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather")
 MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
 MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
 MERGE_BUFFER_BYTES = 64 << 10
+MERGE_GATHER_FLOATS = 8192  # one (splits, rows, d) float32 tile of "gather": 64 per thread at 4 warps
 PREFETCH_TILES = 2
 # "reserve": int32 counters set aside per device for captured calls (4 MiB).
 RESERVE_COUNTERS = 1 << 20
@@ -205,6 +209,33 @@ def prefetch_rows(base, first, n_rows, stride_n, stride_d, HEAD_DIM: tl.constexp
                                   dtype=tl.int32, is_pure=False, pack=1)
 
 
+@triton.jit
+def merge_gather(m, l, acc, op_rows, lp_rows, row_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS,
+                 HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+    """Fold the float32 partials of NUM_SPLITS splits into (m, l, acc), CHUNK
+    splits per load: a (CHUNK, rows) tile of LSEs and a (CHUNK, rows, d) tile
+    of outputs (op_rows / lp_rows: split 0's row pointers), all in flight at
+    once instead of a few per loop step."""
+    offs_s = tl.arange(0, CHUNK)
+    d_ok = offs_d < HEAD_DIM
+    for c in range(0, NUM_SPLITS, CHUNK):
+        sp = (c + offs_s).to(tl.int64)
+        ok = (sp < NUM_SPLITS)[:, None] & row_ok[None, :]
+        # .cg: read the other splits' partials from L2, never from a stale L1 line.
+        lse = tl.load(lp_rows[None, :] + sp[:, None] * stride_qls, mask=ok, other=float("-inf"),
+                      cache_modifier=".cg") * 1.4426950408889634
+        out = tl.load(op_rows[None, :, None] + sp[:, None, None] * stride_ps + offs_d[None, None, :] * stride_pk,
+                      mask=ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_ref)
+        w = tl.math.exp2(lse - m_ref[None, :])
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * out, 0)
+        l = l * alpha + tl.sum(w, 0)
+        m = m_new
+    return m, l, acc
+
+
 # ---------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------
@@ -234,7 +265,8 @@ def _decode_fwd(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, PREFETCH_ROWS: tl.constexpr,
+    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -259,7 +291,9 @@ def _decode_fwd(
     hints aside) only after its wait for the previous kernel (whose writes,
     e.g. the append or the last launch's counter resets, are then visible).
 
-    MERGE_STAGES: partials in flight in the fused merge, plus one.
+    MERGE_STAGES: partials in flight in the fused merge's loop, plus one.
+    MERGE_CHUNK > 0: the fused merge folds MERGE_CHUNK splits per load over
+    the tile's first MERGE_ROWS rows (all its real ones) instead.
     PREFETCH_ROWS > 0 (with USE_PDL, a contiguous cache without batch index):
     before the wait, the first PREFETCH_ROWS keys this split would read if
     its sequence filled the cache are requested into L2 (a hint: the loads
@@ -441,25 +475,40 @@ def _decode_fwd(
                 # Every split of this tile has counted: reset the counter for the
                 # next launch on the stream (kernel boundaries order it after).
                 tl.store(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 0)
+                if MERGE_CHUNK > 0:
+                    # "gather": the tile's real rows only (e.g. 4 of 16).
+                    rows = row0 + tl.arange(0, MERGE_ROWS)
+                    row_ok = rows < n_rows
+                    head = hk * GROUP_SIZE + rows % GROUP_SIZE
+                    tok64 = (rows // GROUP_SIZE).to(tl.int64)
+                    head64 = head.to(tl.int64)
+                    o_mask = row_ok[:, None] & d_ok
+                MERGE_M: tl.constexpr = MERGE_ROWS if MERGE_CHUNK > 0 else BLOCK_M
                 if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
                     m_c = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-                    l_c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+                    l_c = tl.full([MERGE_M], 1.0, dtype=tl.float32)
                 else:
-                    m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                    l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
-                acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-                for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
-                    # .cg: read the other splits' partials from L2, never from a stale L1 line.
-                    lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
-                                    cache_modifier=".cg") * 1.4426950408889634
-                    out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
-                    m_new = tl.maximum(m_c, lse_s)
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = tl.math.exp2(m_c - m_ref)
-                    w = tl.math.exp2(lse_s - m_ref)
-                    acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
-                    l_c = l_c * alpha + w
-                    m_c = m_new
+                    m_c = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
+                    l_c = tl.zeros([MERGE_M], dtype=tl.float32)
+                acc_c = tl.zeros([MERGE_M, HEAD_DIM_PAD], dtype=tl.float32)
+                if MERGE_CHUNK > 0:
+                    m_c, l_c, acc_c = merge_gather(
+                        m_c, l_c, acc_c, OP + z * stride_pz + tok64 * stride_pm + head64 * stride_ph,
+                        LP + z * stride_qlz + head64 * stride_qlh + tok64 * stride_qlm,
+                        row_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS, HEAD_DIM, MERGE_CHUNK)
+                else:
+                    for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
+                        # .cg: read the other splits' partials from L2, never from a stale L1 line.
+                        lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
+                                        cache_modifier=".cg") * 1.4426950408889634
+                        out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
+                        m_new = tl.maximum(m_c, lse_s)
+                        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                        alpha = tl.math.exp2(m_c - m_ref)
+                        w = tl.math.exp2(lse_s - m_ref)
+                        acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
+                        l_c = l_c * alpha + w
+                        m_c = m_new
                 empty = l_c == 0.0
                 l_safe = tl.where(empty, 1.0, l_c)
                 o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
@@ -684,6 +733,8 @@ class DecodePlan(NamedTuple):
     use_pdl: bool
     merge_stages: int = MERGE_STAGES
     prefetch_rows: int = 0  # keys per split prefetched before the PDL wait (contiguous caches)
+    merge_rows: int = 0  # "gather": the rows and splits per load of the fused merge (0: its loop)
+    merge_chunk: int = 0
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
@@ -731,7 +782,13 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
         fit = 1 + MERGE_BUFFER_BYTES // (cfg.BLOCK_M * head_dim_pad(head_dim) * 4)
         merge_stages = max(MERGE_STAGES, min(MERGE_STAGES_DEEP, fit))
     prefetch_rows = PREFETCH_TILES * cfg.BLOCK_N if use_pdl and "prefetch" in variants else 0
-    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows)
+    merge_rows = merge_chunk = 0
+    if small and "gather" in variants and num_splits > 1:
+        rows = min(cfg.BLOCK_M, triton.next_power_of_2(n_rows))
+        chunk = min(triton.next_power_of_2(num_splits), MERGE_GATHER_FLOATS // (rows * head_dim_pad(head_dim)))
+        if chunk >= 4:
+            merge_rows, merge_chunk = rows, chunk
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows, merge_rows, merge_chunk)
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
@@ -820,10 +877,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    cfg, num_splits, m_blocks, use_pdl, merge_stages, prefetch_rows = decode_plan(
-        batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
-    if paged or cache_batch_idx is not None:  # the prefetch guesses rows of a contiguous cache only
-        prefetch_rows = 0
+    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
+    cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
+    # The prefetch guesses rows of a contiguous cache only.
+    prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
@@ -868,7 +925,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
-        MERGE_STAGES=merge_stages, PREFETCH_ROWS=prefetch_rows,
+        MERGE_STAGES=plan.merge_stages, MERGE_ROWS=plan.merge_rows, MERGE_CHUNK=plan.merge_chunk,
+        PREFETCH_ROWS=prefetch_rows,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
