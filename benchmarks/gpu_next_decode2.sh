@@ -31,7 +31,7 @@
 # SKIP_TESTS=1 times only (then nothing qualifies).
 D=deep+fill+pdl+reserve
 export VARIANTS=${VARIANTS:-"default,$D+merge,$D+gather,$D+prefetch,$D+merge+prefetch,$D+gather+prefetch,$D+pair+merge,$D+pair+gather"}
-export T_TESTS=${T_TESTS:-110}  # 10 variants x 3 layouts and 6 graph cases to compile
+export T_TESTS=${T_TESTS:-110}  # 11 variants x 3 layouts and 6 graph cases to compile
 export GAIN=1.03 GAIN_FROM=4096 GAIN_TO=16384 FLOOR_B1=0.98 FLOOR_B8=0.98
 export SWEEP_CONFIGS="BLOCK_N=64,num_stages=5;BLOCK_N=128,num_stages=3,num_warps=8"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/gpu_next_decode.sh"

@@ -889,7 +889,8 @@ def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
 @pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl",
                                      "deep,fill,pdl,reserve,merge", "deep,fill,pdl,reserve,prefetch",
-                                     "deep,fill,pdl,reserve,pair,merge", "deep,fill,pdl,reserve,gather"])
+                                     "deep,fill,pdl,reserve,pair,merge", "deep,fill,pdl,reserve,gather",
+                                     "deep,fill,pdl,reserve,pair,gather"])
 def test_gpu_variants_b1(device, variant, page, monkeypatch):
     """The candidate variants compiled, at batch 1 (where they apply): Hq=32,
     Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,

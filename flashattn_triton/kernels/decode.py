@@ -475,17 +475,18 @@ def _decode_fwd(
                 # Every split of this tile has counted: reset the counter for the
                 # next launch on the stream (kernel boundaries order it after).
                 tl.store(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 0)
-                if MERGE_CHUNK > 0:
-                    # "gather": the tile's real rows only (e.g. 4 of 16).
-                    rows = row0 + tl.arange(0, MERGE_ROWS)
-                    row_ok = rows < n_rows
-                    head = hk * GROUP_SIZE + rows % GROUP_SIZE
-                    tok64 = (rows // GROUP_SIZE).to(tl.int64)
-                    head64 = head.to(tl.int64)
-                    o_mask = row_ok[:, None] & d_ok
+                if MERGE_CHUNK > 0:  # "gather": the tile's real rows only (e.g. 4 of 16)
+                    m_rows = row0 + tl.arange(0, MERGE_ROWS)
+                    m_ok = m_rows < n_rows
+                    m_head = hk * GROUP_SIZE + m_rows % GROUP_SIZE
+                    m_tok64 = (m_rows // GROUP_SIZE).to(tl.int64)
+                    m_head64 = m_head.to(tl.int64)
+                    m_mask = m_ok[:, None] & d_ok
+                else:
+                    m_ok, m_head, m_tok64, m_head64, m_mask = row_ok, head, tok64, head64, o_mask
                 MERGE_M: tl.constexpr = MERGE_ROWS if MERGE_CHUNK > 0 else BLOCK_M
                 if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
-                    m_c = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+                    m_c = tl.load(SINKS + m_head, mask=m_ok, other=0.0).to(tl.float32) * 1.4426950408889634
                     l_c = tl.full([MERGE_M], 1.0, dtype=tl.float32)
                 else:
                     m_c = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
@@ -493,9 +494,9 @@ def _decode_fwd(
                 acc_c = tl.zeros([MERGE_M, HEAD_DIM_PAD], dtype=tl.float32)
                 if MERGE_CHUNK > 0:
                     m_c, l_c, acc_c = merge_gather(
-                        m_c, l_c, acc_c, OP + z * stride_pz + tok64 * stride_pm + head64 * stride_ph,
-                        LP + z * stride_qlz + head64 * stride_qlh + tok64 * stride_qlm,
-                        row_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS, HEAD_DIM, MERGE_CHUNK)
+                        m_c, l_c, acc_c, OP + z * stride_pz + m_tok64 * stride_pm + m_head64 * stride_ph,
+                        LP + z * stride_qlz + m_head64 * stride_qlh + m_tok64 * stride_qlm,
+                        m_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS, HEAD_DIM, MERGE_CHUNK)
                 else:
                     for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
                         # .cg: read the other splits' partials from L2, never from a stale L1 line.
@@ -509,14 +510,14 @@ def _decode_fwd(
                         acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
                         l_c = l_c * alpha + w
                         m_c = m_new
-                empty = l_c == 0.0
-                l_safe = tl.where(empty, 1.0, l_c)
-                o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
+                empty_c = l_c == 0.0
+                l_safe_c = tl.where(empty_c, 1.0, l_c)
+                o_ptrs = (O + z * stride_oz + m_tok64[:, None] * stride_om + m_head64[:, None] * stride_oh
                           + offs_d[None, :] * stride_ok)
-                tl.store(o_ptrs, cast_rtne(acc_c / l_safe[:, None], O.dtype.element_ty, INTERPRET), mask=o_mask)
-                tl.store(LSE + z * stride_lz + head64 * stride_lh + tok64 * stride_lm,
-                         tl.where(empty, float("-inf"), (m_c + tl.math.log2(l_safe)) * 0.6931471805599453),
-                         mask=row_ok)
+                tl.store(o_ptrs, cast_rtne(acc_c / l_safe_c[:, None], O.dtype.element_ty, INTERPRET), mask=m_mask)
+                tl.store(LSE + z * stride_lz + m_head64 * stride_lh + m_tok64 * stride_lm,
+                         tl.where(empty_c, float("-inf"), (m_c + tl.math.log2(l_safe_c)) * 0.6931471805599453),
+                         mask=m_ok)
 
 
 @triton.jit(do_not_specialize=["N_NEW", "N_CAP", "N_RO"])
