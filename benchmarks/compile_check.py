@@ -91,6 +91,8 @@ they launch at batch 1 on the H200's 132 SMs, where they apply (every
 
     python benchmarks/compile_check.py --kernels DECODE --d 128 --decode-caches contiguous,paged16 \
         --decode-splits fused --decode-variants default,deep,wide,fill,pdl --sass
+
+(--sass also prints each build's SASS hash, sass_hash.)
 """
 
 from __future__ import annotations
@@ -545,7 +547,8 @@ DECODE_CACHES = ("contiguous", "paged16", "paged256")
 # Split mode -> (split count asked for, FLASHATTN_TRITON_DECODE_COMBINE):
 # one split writes the result (SPLIT_MODE 0); several merge in the decode
 # kernel (2) or in the combine kernel (1, the only launch of COMBINE).
-DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate")}
+# "auto": the plan's own split count (with --decode-variants: batch 1 on 132 SMs, a 4k cache).
+DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate"), "auto": (0, "fused")}
 # --mods for the decode launch: switch -> decode_attention keyword arguments
 # (tensors made on the meta device by _decode_mod_kwargs).
 DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY")
@@ -717,7 +720,7 @@ def decode_sweep(args, names) -> int:
                 k = compile_launch(kernel, kargs, kwargs, target)
                 print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
                 if args.sass:
-                    print(f"    {instruction_report(k)}")
+                    print(f"    {instruction_report(k)}; sass sha256 {sass_hash(k)}")
             except Exception as exc:  # noqa: BLE001
                 failures += 1
                 print(f"{line}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -747,9 +750,9 @@ def main():
                     "(where allowed) or never")
     ap.add_argument("--decode-caches", default=",".join(DECODE_CACHES),
                     help="DECODE: cache layouts among %(default)s")
-    ap.add_argument("--decode-splits", default=",".join(DECODE_SPLITS),
-                    help="DECODE: split modes among %(default)s (one split; several merged in the "
-                    "decode kernel; several merged by COMBINE)")
+    ap.add_argument("--decode-splits", default="one,fused,separate",
+                    help="DECODE: split modes among %(default)s (one split; 4 merged in the "
+                    "decode kernel; 4 merged by COMBINE), or auto (the plan's count, fused)")
     ap.add_argument("--decode-variants", default="",
                     help="DECODE / COMBINE: candidate variants (decode.VARIANTS, '+' joins several, "
                     "'default' none), each built at batch 1 on 132 SMs, comma-separated")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Batch-1 decoding candidates (kernels/decode.py VARIANTS, FLASHATTN_TRITON_DECODE_VARIANT,
 # all off by default), on one H200: about 4 minutes, at most 5 under the timeouts.
-# docs/decode.md, "Next on the H200: batch 1".
+# docs/decode.md, "Batch 1 on the H200".
 #   deep: 5 pipeline stages of 64-key tiles at one program per SM (3 K+V tiles in flight);
 #   wide: 128-key tiles, 3 stages (one 64 KiB K+V tile in flight, half the loop trips);
 #   fill: the least-cost split count (16 splits at B=1 from 4k keys: 128 programs, not 120);
@@ -31,6 +31,10 @@
 # qualifies the defaults stay and the rows are written up.  Printed too: the issue's bars for
 # the default and the winner, >= 85% of 4.2 TB/s (3570 GB/s) at N >= 8k and >= every peer at
 # B=1 and B=8.  SKIP_TESTS=1 times only (then no variant qualifies: no test log).
+# Reused by gpu_next_decode2.sh, which sets its own rule in its header through GAIN (1.05),
+# GAIN_FROM / GAIN_TO (the B=1 rows held to GAIN: 4096 and up), FLOOR_B1 (0.98), FLOOR_B8
+# (0.97), SWEEP=0 (no step 3) or SWEEP_CONFIGS (step 3's configs); unset, they are this
+# header's values.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 VARIANTS=${VARIANTS:-"default,deep,wide,fill,pdl,reserve,pdl+reserve,deep+fill+pdl+reserve,wide+fill+pdl+reserve"}
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: timing only
@@ -42,14 +46,22 @@ for i in 1 2; do  # the second repeat finds the kernels compiled (Triton's disk 
     --variants "$VARIANTS" --max-seconds $([ $i = 1 ] && echo 85 || echo 62) --out "$R/rep$i" > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"; tail -1 "$R/rep$i.log"
 done
+if [ "${SWEEP:-1}" != 0 ]; then
 timeout -k 5 ${T_SWEEP:-30} python3 benchmarks/bench_decode.py --batches 1 --seqlens 16384,65536 \
   --layouts contiguous --peers sdpa_cudnn \
-  --configs "BLOCK_N=128,num_stages=3,num_warps=8;BLOCK_N=64,num_stages=5,num_warps=8;BLOCK_N=128,num_stages=4" \
+  --configs "${SWEEP_CONFIGS:-BLOCK_N=128,num_stages=3,num_warps=8;BLOCK_N=64,num_stages=5,num_warps=8;BLOCK_N=128,num_stages=4}" \
   --max-seconds 22 --out "$R/sweep" > "$R/sweep.log" 2>&1
 echo "rc=$?" >> "$R/sweep.log"; el sweep; sed -n '/short:begin/,/short:end/p' "$R/sweep/bench_decode.md" | cut -c1-400 | head -12
+fi
 python3 - "$R/tests_decode.log" "$R/rep1/bench_decode.json" "$R/rep2/bench_decode.json" <<'PY' 2>&1 | tee "$R/verdict.txt"
-import json, math, re, sys
+import json, math, os, re, sys
+from flashattn_triton.kernels.decode import VARIANTS as decode_variants
 log, paths = sys.argv[1], sys.argv[2:]
+GAIN, FLOOR_B1, FLOOR_B8 = (float(os.environ.get(k, v)) for k, v in
+                            (("GAIN", 1.05), ("FLOOR_B1", 0.98), ("FLOOR_B8", 0.97)))
+GAIN_FROM, GAIN_TO = int(os.environ.get("GAIN_FROM", 4096)), int(os.environ.get("GAIN_TO", 1 << 30))
+print(f"rule: B=1 rows with {GAIN_FROM} <= N" + (f" <= {GAIN_TO}" if GAIN_TO < 1 << 30 else "")
+      + f" >= {GAIN}x the default, every B=1 row >= {FLOOR_B1}x, every B=8 row >= {FLOOR_B8}x")
 # A failed test disqualifies the variants named in its id ("[deep,fill-page16]"), or every
 # variant when it names none; a run that did not finish (rc other than 0 or 1) disqualifies all.
 try:
@@ -67,7 +79,6 @@ def tests_ok_for(variant):
         if not (named & set(decode_variants)) or named & set(parts):
             return False
     return True
-decode_variants = ("deep", "wide", "fill", "pdl", "reserve")
 reps = []
 for path in paths:
     try:
@@ -103,11 +114,11 @@ for v in variants:
             ok = False
             continue
         if b == 1:
-            ok &= all(x >= 0.98 for x in rs) and (n < 4096 or all(x >= 1.05 for x in rs))
+            ok &= all(x >= FLOOR_B1 for x in rs) and (not GAIN_FROM <= n <= GAIN_TO or all(x >= GAIN for x in rs))
             if n >= 4096:
                 gm += rs
         elif b == 8:
-            ok &= all(x >= 0.97 for x in rs)
+            ok &= all(x >= FLOOR_B8 for x in rs)
         results.setdefault(v, {})[(b, n)] = rs
     results.setdefault(v, {})["ok"] = ok and tests_ok_for(v)
     results[v]["gm"] = math.exp(sum(map(math.log, gm)) / len(gm)) if gm else 0.0

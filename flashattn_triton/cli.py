@@ -28,8 +28,8 @@ ENVIRONMENT = [
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
-                                        "reserve; docs/decode.md); default: deep,fill,pdl,reserve; none: the "
-                                        "plain plan"),
+                                        "reserve, merge, prefetch, pair, gather; docs/decode.md); default: "
+                                        "deep,fill,pdl,reserve; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
                                      "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
                                      "stays portable)"),

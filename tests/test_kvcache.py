@@ -774,7 +774,15 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "none").use_pdl
     assert plan(1, 65536, "reserve") == plan(1, 65536, "none")  # counters only
-    for variant in ("deep", "wide", "fill", "pdl"):  # batch 8: two programs per SM, unchanged
+    assert plan(1, 65536, "none").merge_stages == 3 and plan(1, 65536, "merge").merge_stages == 8
+    # The merge's buffered partials stay within 64 KiB: (16, 256) tiles 4 deep, (64, 128) ones 2 (as before).
+    assert decode.decode_plan(1, 4, 8, 256, 65536, bf16, meta).merge_stages == 5
+    assert decode.decode_plan(1, 64, 1, 128, 65536, bf16, meta).merge_stages == 3
+    assert plan(1, 65536, "pdl,prefetch").prefetch_rows == 128 and plan(1, 65536, "prefetch").prefetch_rows == 0
+    assert plan(1, 65536, "deep,pair").config == decode.DecodeConfig(16, 64, 4, 4)  # pair wins over deep
+    assert [plan(1, n, "fill,pair").num_splits for n in (1024, 4096, 8192, 65536)] == [8, 22, 32, 32]
+    assert plan(1, 65536, "fill,gather")[-2:] == (4, 16) and plan(1, 65536, "fill")[-2:] == (0, 0)
+    for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
@@ -786,7 +794,9 @@ def test_decode_plan_variants(monkeypatch):
 # (variants, page size, num_splits, sinks): every variant at least once, paged
 # through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
 VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),
-                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False)]
+                 ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False),
+                 ("deep,fill,pdl,reserve,merge", None, 0, True), ("merge,pair", 16, 0, False),
+                 ("pdl,prefetch", None, 0, False), ("deep,fill,gather", None, 0, True), ("gather", 16, 3, False)]
 
 
 def test_reserve_counters(monkeypatch):
@@ -818,10 +828,13 @@ def test_variants_against_reference(case, device, monkeypatch):
     variant, page, splits, with_sinks = case
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
     monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
+    # "gather": 4 splits per load, so that 10 splits take three loads, the last one part empty.
+    monkeypatch.setattr(decode, "MERGE_GATHER_FLOATS", 4 * 4 * 64)
     dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
     q = rnd(device, dtype, 1, 1, h_q, d)
     k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
-    plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device)
+    plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, splits)
+    assert (plan.merge_rows, plan.merge_chunk) == ((4, 4) if "gather" in variant else (0, 0))
     if "wide" in variant:
         assert plan.config.BLOCK_N == 2 * decode.decode_config(h_q // h_kv, d, dtype, q.device).BLOCK_N
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
@@ -874,7 +887,10 @@ def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
-@pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl"])
+@pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl",
+                                     "deep,fill,pdl,reserve,merge", "deep,fill,pdl,reserve,prefetch",
+                                     "deep,fill,pdl,reserve,pair,merge", "deep,fill,pdl,reserve,gather",
+                                     "deep,fill,pdl,reserve,pair,gather"])
 def test_gpu_variants_b1(device, variant, page, monkeypatch):
     """The candidate variants compiled, at batch 1 (where they apply): Hq=32,
     Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,
@@ -890,8 +906,10 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", ""],
-                         ids=["none", "pdl", "reserve", "default"])
+@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", "", "deep,fill,pdl,reserve,merge,prefetch,pair",
+                                     "deep,fill,pdl,reserve,gather,prefetch"],
+                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,merge,prefetch,pair",
+                              "deep,fill,pdl,reserve,gather,prefetch"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then

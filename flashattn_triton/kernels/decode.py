@@ -77,12 +77,27 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         128 programs instead of 120);
 #   pdl:  programmatic dependent launch: the grid may be scheduled while the
 #         previous kernel on the stream finishes; it reads and writes global
-#         memory only after griddepcontrol.wait.
+#         memory only after griddepcontrol.wait ("prefetch"'s L2 hints aside).
 #   reserve: a decode call captured in a CUDA graph takes its merge counters
 #         from a reserve zeroed by an earlier eager call, instead of a fresh
 #         torch.zeros captured with it (one kernel node less per call).
+# Candidates after session 16 (off by default; docs/decode.md, "Batch 1 on the H200"):
+#   merge: the fused merge keeps up to 7 partials in flight instead of 2 (small
+#         batch; as many as fit in 64 KiB: 7 at d = 128 with 4 query heads per KV head);
+#   prefetch: with pdl, before its wait each program asks L2 for the first
+#         PREFETCH_TILES tiles its split would read in a full contiguous cache;
+#   gather: the fused merge loads the partials of up to 16 splits at once, for
+#         the tile's real rows only (small batch; when at least 4 splits fit in
+#         MERGE_GATHER_FLOATS registers' worth);
+#   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
+#         fit in an SM's shared memory) and the split rule counts two per SM.
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve")
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather")
+MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
+MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
+MERGE_BUFFER_BYTES = 64 << 10
+MERGE_GATHER_FLOATS = 8192  # one (splits, rows, d) float32 tile of "gather": 64 per thread at 4 warps
+PREFETCH_TILES = 2
 # "reserve": int32 counters set aside per device for captured calls (4 MiB).
 RESERVE_COUNTERS = 1 << 20
 # Streaming multiprocessors assumed by the split heuristic for CPU tensors
@@ -177,6 +192,50 @@ def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stri
     return off
 
 
+@triton.jit
+def prefetch_rows(base, first, n_rows, stride_n, stride_d, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                  ROWS: tl.constexpr, INTERPRET: tl.constexpr):
+    """Request rows [first, first + ROWS) (clamped to n_rows - 1) of a
+    (row, HEAD_DIM) slice at ``base`` into L2, one prefetch per 128-byte line
+    (prefetch.global.L2: no register receives data, nothing waits).  A no-op
+    under the interpreter."""
+    if not INTERPRET:
+        LINE: tl.constexpr = 128 * 8 // base.dtype.element_ty.primitive_bitwidth  # elements per line
+        LINES: tl.constexpr = HEAD_DIM_PAD // LINE if HEAD_DIM_PAD > LINE else 1
+        rows = tl.minimum(first + tl.arange(0, ROWS), n_rows - 1).to(tl.int64)
+        cols = tl.minimum(tl.arange(0, LINES) * LINE, HEAD_DIM - 1)
+        ptrs = base + rows[:, None] * stride_n + cols[None, :] * stride_d
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def merge_gather(m, l, acc, op_rows, lp_rows, row_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS,
+                 HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+    """Fold the float32 partials of NUM_SPLITS splits into (m, l, acc), CHUNK
+    splits per load: a (CHUNK, rows) tile of LSEs and a (CHUNK, rows, d) tile
+    of outputs (op_rows / lp_rows: split 0's row pointers), all in flight at
+    once instead of a few per loop step."""
+    offs_s = tl.arange(0, CHUNK)
+    d_ok = offs_d < HEAD_DIM
+    for c in range(0, NUM_SPLITS, CHUNK):
+        sp = (c + offs_s).to(tl.int64)
+        ok = (sp < NUM_SPLITS)[:, None] & row_ok[None, :]
+        # .cg: read the other splits' partials from L2, never from a stale L1 line.
+        lse = tl.load(lp_rows[None, :] + sp[:, None] * stride_qls, mask=ok, other=float("-inf"),
+                      cache_modifier=".cg") * 1.4426950408889634
+        out = tl.load(op_rows[None, :, None] + sp[:, None, None] * stride_ps + offs_d[None, None, :] * stride_pk,
+                      mask=ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_ref)
+        w = tl.math.exp2(lse - m_ref[None, :])
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * out, 0)
+        l = l * alpha + tl.sum(w, 0)
+        m = m_new
+    return m, l, acc
+
+
 # ---------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------
@@ -206,7 +265,8 @@ def _decode_fwd(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -227,9 +287,17 @@ def _decode_fwd(
 
     USE_PDL (launched with launch_pdl=True): the next kernel on the stream may
     be scheduled at once (it waits in its own griddepcontrol.wait for this
-    grid to finish), and this one touches global memory only after its wait
-    for the previous kernel (whose writes, e.g. the append or the last
-    launch's counter resets, are then visible)."""
+    grid to finish), and this one touches global memory (PREFETCH_ROWS's L2
+    hints aside) only after its wait for the previous kernel (whose writes,
+    e.g. the append or the last launch's counter resets, are then visible).
+
+    MERGE_STAGES: partials in flight in the fused merge's loop, plus one.
+    MERGE_CHUNK > 0: the fused merge folds MERGE_CHUNK splits per load over
+    the tile's first MERGE_ROWS rows (all its real ones) instead.
+    PREFETCH_ROWS > 0 (with USE_PDL, a contiguous cache without batch index):
+    before the wait, the first PREFETCH_ROWS keys this split would read if
+    its sequence filled the cache are requested into L2 (a hint: the loads
+    after the wait still read whatever the previous kernel wrote)."""
     if USE_PDL:
         gdc_launch_dependents()
     pid_zh = tl.program_id(0)
@@ -237,6 +305,13 @@ def _decode_fwd(
     pid_m = tl.program_id(2)
     z = (pid_zh // H_KV).to(tl.int64)
     hk = pid_zh % H_KV
+    if PREFETCH_ROWS > 0:
+        cap_tiles = (N_CAP + BLOCK_N - 1) // BLOCK_N
+        first = split * ((cap_tiles + NUM_SPLITS - 1) // NUM_SPLITS) * BLOCK_N
+        prefetch_rows(K + z * stride_kb + hk.to(tl.int64) * stride_kh, first, N_CAP, stride_kn, stride_kk,
+                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
+        prefetch_rows(V + z * stride_vb + hk.to(tl.int64) * stride_vh, first, N_CAP, stride_vn, stride_vk,
+                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
     if USE_PDL:
         gdc_wait()
 
@@ -400,33 +475,49 @@ def _decode_fwd(
                 # Every split of this tile has counted: reset the counter for the
                 # next launch on the stream (kernel boundaries order it after).
                 tl.store(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 0)
-                if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
-                    m_c = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-                    l_c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+                if MERGE_CHUNK > 0:  # "gather": the tile's real rows only (e.g. 4 of 16)
+                    m_rows = row0 + tl.arange(0, MERGE_ROWS)
+                    m_ok = m_rows < n_rows
+                    m_head = hk * GROUP_SIZE + m_rows % GROUP_SIZE
+                    m_tok64 = (m_rows // GROUP_SIZE).to(tl.int64)
+                    m_head64 = m_head.to(tl.int64)
+                    m_mask = m_ok[:, None] & d_ok
                 else:
-                    m_c = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                    l_c = tl.zeros([BLOCK_M], dtype=tl.float32)
-                acc_c = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-                for sp in tl.range(0, NUM_SPLITS, num_stages=3):
-                    # .cg: read the other splits' partials from L2, never from a stale L1 line.
-                    lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
-                                    cache_modifier=".cg") * 1.4426950408889634
-                    out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
-                    m_new = tl.maximum(m_c, lse_s)
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = tl.math.exp2(m_c - m_ref)
-                    w = tl.math.exp2(lse_s - m_ref)
-                    acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
-                    l_c = l_c * alpha + w
-                    m_c = m_new
-                empty = l_c == 0.0
-                l_safe = tl.where(empty, 1.0, l_c)
-                o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
+                    m_ok, m_head, m_tok64, m_head64, m_mask = row_ok, head, tok64, head64, o_mask
+                MERGE_M: tl.constexpr = MERGE_ROWS if MERGE_CHUNK > 0 else BLOCK_M
+                if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
+                    m_c = tl.load(SINKS + m_head, mask=m_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+                    l_c = tl.full([MERGE_M], 1.0, dtype=tl.float32)
+                else:
+                    m_c = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
+                    l_c = tl.zeros([MERGE_M], dtype=tl.float32)
+                acc_c = tl.zeros([MERGE_M, HEAD_DIM_PAD], dtype=tl.float32)
+                if MERGE_CHUNK > 0:
+                    m_c, l_c, acc_c = merge_gather(
+                        m_c, l_c, acc_c, OP + z * stride_pz + m_tok64 * stride_pm + m_head64 * stride_ph,
+                        LP + z * stride_qlz + m_head64 * stride_qlh + m_tok64 * stride_qlm,
+                        m_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS, HEAD_DIM, MERGE_CHUNK)
+                else:
+                    for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
+                        # .cg: read the other splits' partials from L2, never from a stale L1 line.
+                        lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
+                                        cache_modifier=".cg") * 1.4426950408889634
+                        out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
+                        m_new = tl.maximum(m_c, lse_s)
+                        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                        alpha = tl.math.exp2(m_c - m_ref)
+                        w = tl.math.exp2(lse_s - m_ref)
+                        acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
+                        l_c = l_c * alpha + w
+                        m_c = m_new
+                empty_c = l_c == 0.0
+                l_safe_c = tl.where(empty_c, 1.0, l_c)
+                o_ptrs = (O + z * stride_oz + m_tok64[:, None] * stride_om + m_head64[:, None] * stride_oh
                           + offs_d[None, :] * stride_ok)
-                tl.store(o_ptrs, cast_rtne(acc_c / l_safe[:, None], O.dtype.element_ty, INTERPRET), mask=o_mask)
-                tl.store(LSE + z * stride_lz + head64 * stride_lh + tok64 * stride_lm,
-                         tl.where(empty, float("-inf"), (m_c + tl.math.log2(l_safe)) * 0.6931471805599453),
-                         mask=row_ok)
+                tl.store(o_ptrs, cast_rtne(acc_c / l_safe_c[:, None], O.dtype.element_ty, INTERPRET), mask=m_mask)
+                tl.store(LSE + z * stride_lz + m_head64 * stride_lh + m_tok64 * stride_lm,
+                         tl.where(empty_c, float("-inf"), (m_c + tl.math.log2(l_safe_c)) * 0.6931471805599453),
+                         mask=m_ok)
 
 
 @triton.jit(do_not_specialize=["N_NEW", "N_CAP", "N_RO"])
@@ -561,7 +652,7 @@ def sm_count(device: torch.device) -> int:
 
 
 def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
-                      max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1) -> int:
+                      max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1, per_sm: int = 0) -> int:
     """Split count for ``programs`` (batch x KV heads x row tiles) programs
     over at most ``n_keys`` keys (the cache capacity: lengths on the device
     are never read).
@@ -578,9 +669,10 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     session8/call2/bench_decode_b1_sweep.md).  Batch 1 with 8 KV heads on 132
     SMs gets 8 splits at 1k keys, 13 at 4k, 15 from 8k up; 512 programs get 1.  The
     smallest count within ``tolerance`` (10%) of the best wins (variant "fill":
-    1.0, the best itself; 16 splits from 4k up at batch 1)."""
+    1.0, the best itself; 16 splits from 4k up at batch 1).  ``per_sm`` > 0
+    sets the programs per SM of a wave instead (variant "pair": 2)."""
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
-    slots = (1 if 4 * programs < n_sm else 2) * max(1, n_sm)
+    slots = (per_sm or (1 if 4 * programs < n_sm else 2)) * max(1, n_sm)
     costs = []
     for splits in range(1, max(1, min(max_splits, n_tiles)) + 1):
         waves = triton.cdiv(programs * splits, slots)
@@ -640,6 +732,10 @@ class DecodePlan(NamedTuple):
     num_splits: int
     row_tiles: int
     use_pdl: bool
+    merge_stages: int = MERGE_STAGES
+    prefetch_rows: int = 0  # keys per split prefetched before the PDL wait (contiguous caches)
+    merge_rows: int = 0  # "gather": the rows and splits per load of the fused merge (0: its loop)
+    merge_chunk: int = 0
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
@@ -655,8 +751,12 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     # The split rule's small batch: one program per SM, each streaming a long run.
     small = 4 * programs < n_sm
     elem = torch.finfo(dtype).bits // 8
-    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide"}:
-        if "wide" in variants:
+    pair = small and "pair" in variants
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide", "pair"}:
+        if pair:
+            # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
+            tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=4)
+        elif "wide" in variants:
             # Twice the keys per tile: each buffered K+V tile is 64 KiB at d = 128.
             tile = dict(BLOCK_N=2 * cfg.BLOCK_N, num_stages=cfg.num_stages)
         else:
@@ -670,12 +770,26 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants else 1.1
-        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance)
+        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
+                                       per_sm=2 if pair else 0)
     # More splits than key tiles would only add empty ones (and grid axis 1
     # holds at most 65535).
     num_splits = min(num_splits, n_tiles, 65535)
     # PDL only at small batch: session 16 measured it at 0.93-0.99x at B = 8.
-    return DecodePlan(cfg, num_splits, row_tiles, small and "pdl" in variants and pdl_supported(device))
+    use_pdl = small and "pdl" in variants and pdl_supported(device)
+    merge_stages = MERGE_STAGES
+    if small and "merge" in variants:
+        # Each stage past the first buffers one float32 (BLOCK_M, d) partial in shared memory.
+        fit = 1 + MERGE_BUFFER_BYTES // (cfg.BLOCK_M * head_dim_pad(head_dim) * 4)
+        merge_stages = max(MERGE_STAGES, min(MERGE_STAGES_DEEP, fit))
+    prefetch_rows = PREFETCH_TILES * cfg.BLOCK_N if use_pdl and "prefetch" in variants else 0
+    merge_rows = merge_chunk = 0
+    if small and "gather" in variants and num_splits > 1:
+        rows = min(cfg.BLOCK_M, triton.next_power_of_2(n_rows))
+        chunk = min(triton.next_power_of_2(num_splits), MERGE_GATHER_FLOATS // (rows * head_dim_pad(head_dim)))
+        if chunk >= 4:
+            merge_rows, merge_chunk = rows, chunk
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows, merge_rows, merge_chunk)
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
@@ -764,8 +878,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    cfg, num_splits, m_blocks, use_pdl = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device,
-                                                     num_splits)
+    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
+    cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
+    # The prefetch guesses rows of a contiguous cache only.
+    prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
@@ -810,6 +926,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
+        MERGE_STAGES=plan.merge_stages, MERGE_ROWS=plan.merge_rows, MERGE_CHUNK=plan.merge_chunk,
+        PREFETCH_ROWS=prefetch_rows,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
