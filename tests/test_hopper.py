@@ -717,18 +717,24 @@ def test_persistent_matches_reference(programs, d, case, dynamic):
     """PERSISTENT: one program per SM (or 7, each then running several work
     tiles, with a partial last round) on every case of test_matches_reference;
     with the static snake order or the DYNAMIC scheduler (atomic counter)."""
-    b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
     overrides = dict(PERSISTENT=True, DYNAMIC=dynamic)
     if programs is not None:
         overrides["NUM_SMS"] = programs
+    _check_case(case, d, d, overrides)
+
+
+def _check_case(case, d, dv, overrides):
+    """One CASES entry through hopper_attention_forward with overrides,
+    against float64; with the padded layout, the rows past N_Q untouched."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout, dv=dv)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
     from flashattn_triton.kernels.hopper import fwd as hopper_fwd
     assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides), \
         f"declined: {hopper.unsupported_reason(q, k, v, o, lse, d ** -0.5)!r}, build errors {hopper_fwd._BROKEN}"
     _check(q, k, v, o, lse, d ** -0.5, shift)
     if layout == "padded":
-        tail = o.as_strided((b, hq, 40, d), o.stride(), o.storage_offset() + nq * o.stride(2))
+        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
         assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
 
 
@@ -746,20 +752,10 @@ def test_early_q_matches_reference(programs, d, case, schedule):
     the padded layouts check that no row past N_Q is written."""
     if schedule == "grid" and programs is not None:
         pytest.skip("the grid has one program per work tile")
-    b, hq, hkv, nq, nk, causal, layout = case
-    dv = 128 if d == 192 else d
-    q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout, dv=dv)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
     overrides = dict(EARLY_Q=True, PERSISTENT=schedule != "grid", DYNAMIC=schedule == "dynamic")
     if programs is not None:
         overrides["NUM_SMS"] = programs
-    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift, **overrides), \
-        f"declined: {hopper.unsupported_reason(q, k, v, o, lse, d ** -0.5)!r}, build errors {hopper_fwd._BROKEN}"
-    _check(q, k, v, o, lse, d ** -0.5, shift)
-    if layout == "padded":
-        tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
-        assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+    _check_case(case, d, 128 if d == 192 else d, overrides)
 
 
 @needs_hopper

@@ -481,7 +481,10 @@ def test_persistent_launch_on_a_fake_driver():
     assert stdout.split("\n")[:6] == want, stdout
 
 
-_FAKE_WINDOW = r"""
+# The fake-driver scripts' common start, and one backward call of a case
+# (d, causal, window, overrides) inside their loops, leaving launcher, grid,
+# args and consts of its launch.
+_FAKE_BWD_HEAD = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
 from fake_cuda import fake_cuda, LAUNCHES
@@ -489,9 +492,8 @@ from flashattn_triton.kernels.hopper import bwd as hb
 hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
 hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
 names = hb._attn_bwd_hopper.arg_names
-for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (10 ** 9, 788), {}),
-                                     (256, True, (0, 5000), {"PERSISTENT": True, "NUM_SMS": 5}),
-                                     (128, True, None, {})]:
+"""
+_FAKE_BWD_CALL = r"""
     q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
     k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
     lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
@@ -502,6 +504,12 @@ for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (1
     assert ok, hb._BROKEN
     launcher, grid, args = LAUNCHES[-1]
     consts = launcher.src.constants
+"""
+
+_FAKE_WINDOW = _FAKE_BWD_HEAD + r"""
+for d, causal, window, overrides in [(64, True, (100, 788), {}), (128, False, (10 ** 9, 788), {}),
+                                     (256, True, (0, 5000), {"PERSISTENT": True, "NUM_SMS": 5}),
+                                     (128, True, None, {})]:""" + _FAKE_BWD_CALL + r"""
     # one launch argument per parameter after the descriptors (each expanded
     # into several): count back from the end
     window_lo = args[len(args) - (len(names) - names.index("window_lo"))]
@@ -523,14 +531,7 @@ def test_window_launch_on_a_fake_driver():
                      "128 (9, 4, 1) False 0"], lines
 
 
-_FAKE_NAMED_BAR = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
-from flashattn_triton.kernels.hopper import bwd as hb
-hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
-hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1 (the split: test_group_split_launch_on_a_fake_driver)
-names = hb._attn_bwd_hopper.arg_names
+_FAKE_NAMED_BAR = _FAKE_BWD_HEAD + r"""
 # (d, causal, window, overrides, module default): the override, the module
 # switch through the cached plans, a window and the persistent grid, d = 256
 # (SPLIT_D: no named-barrier form), and the default
@@ -545,17 +546,7 @@ for d, causal, window, overrides, default in [(64, True, None, {"NAMED_BAR": 1},
                                               (256, True, None, {"NAMED_BAR": 2}, 0),
                                               (128, False, None, {}, 0)]:
     hb.HOPPER_BWD_NAMED_BAR_DEFAULT = default
-    hb._PLANS.clear()
-    q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
-    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
-    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
-    grads = [torch.zeros_like(t) for t in (q, k, k)]
-    with fake_cuda():
-        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None, window,
-                                          **overrides)
-    assert ok, hb._BROKEN
-    launcher, grid, args = LAUNCHES[-1]
-    consts = launcher.src.constants
+    hb._PLANS.clear()""" + _FAKE_BWD_CALL + r"""
     print(d, grid, consts.get((names.index("NAMED_BAR"),)), consts.get((names.index("HAS_WINDOW"),)))
 """
 

@@ -57,6 +57,33 @@ def cast_rtne(x, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     return x.to(DTYPE)
 
 
+@triton.jit
+def merge_init(SINKS, head, row_ok, HAS_SINKS: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """The running (m, l, acc) of a merge before any part, m in base 2: (-inf,
+    0, 0), or with a sink (a key whose value is 0) folded in first:
+    (sink * log2(e), 1, 0)."""
+    if HAS_SINKS:
+        m = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        l = tl.full([ROWS], 1.0, dtype=tl.float32)
+    else:
+        m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+        l = tl.zeros([ROWS], dtype=tl.float32)
+    return m, l, tl.zeros([ROWS, HEAD_DIM_PAD], dtype=tl.float32)
+
+
+@triton.jit
+def merge_part(m, l, acc, lse_s, out_s):
+    """Fold one part (its LSE in base 2 and its normalised output) into the
+    running (m, l, acc): acc and l are rescaled to the new maximum."""
+    m_new = tl.maximum(m, lse_s)
+    # Parts that saw no key have lse = -inf: keep their weight exactly 0.
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m - m_ref)
+    w = tl.math.exp2(lse_s - m_ref)
+    acc = acc * alpha[:, None] + w[:, None] * out_s
+    return m_new, l * alpha + w, acc
+
+
 @triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
 def _combine_fwd(
     # pointers
@@ -89,24 +116,11 @@ def _combine_fwd(
               + offs_d[None, :] * stride_pk)
     l_ptrs = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
 
-    if HAS_SINKS:
-        m_i = tl.load(SINKS + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    else:
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    m_i, l_i, acc = merge_init(SINKS, h, row_ok, HAS_SINKS, BLOCK_M, HEAD_DIM_PAD)
     for s in range(0, NUM_PARTS):
         lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32) * 1.4426950408889634
         out_s = tl.load(p_ptrs, mask=mask, other=0.0).to(tl.float32)
-        m_new = tl.maximum(m_i, lse_s)
-        # Parts that saw no key have lse = -inf: keep their weight exactly 0.
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_ref)
-        w = tl.math.exp2(lse_s - m_ref)
-        acc = acc * alpha[:, None] + w[:, None] * out_s
-        l_i = l_i * alpha + w
-        m_i = m_new
+        m_i, l_i, acc = merge_part(m_i, l_i, acc, lse_s, out_s)
         p_ptrs += stride_ps
         l_ptrs += stride_ls
 

@@ -54,7 +54,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     gdc_launch_dependents = gdc_wait = None
     HAVE_GDC = False
 
-from .combine import cast_rtne, combine_partials
+from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import INTERPRET, dot_precision, head_dim_pad
 from .tiles import mma
 
@@ -390,15 +390,9 @@ def _decode_fwd(
     if PAGED:
         page = page_numbers(bt, stride_btn, start0, offs_n, end_col, kv_lo, kv_end, PAGE_SIZE, TILE_IN_PAGE)
 
-    if HAS_SINKS and SPLIT_MODE == 0:
-        # The sink is the first term of the running softmax, a key whose
-        # value is 0: (m, l) start at (sink * log2(e), 1) instead of (-inf, 0).
-        m_i = tl.load(SINKS + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    else:
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    # The sink is the first term of the running softmax (one split: here;
+    # several: in the merge).
+    m_i, l_i, acc = merge_init(SINKS, head, row_ok, HAS_SINKS and SPLIT_MODE == 0, BLOCK_M, HEAD_DIM_PAD)
     for start in range(start0, end_col, BLOCK_N):
         cols = start + offs_n
         col_ok = (cols >= kv_lo) & (cols < kv_end)
@@ -485,13 +479,8 @@ def _decode_fwd(
                 else:
                     m_ok, m_head, m_tok64, m_head64, m_mask = row_ok, head, tok64, head64, o_mask
                 MERGE_M: tl.constexpr = MERGE_ROWS if MERGE_CHUNK > 0 else BLOCK_M
-                if HAS_SINKS:  # the sink as one more part: lse = sink, output 0
-                    m_c = tl.load(SINKS + m_head, mask=m_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-                    l_c = tl.full([MERGE_M], 1.0, dtype=tl.float32)
-                else:
-                    m_c = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
-                    l_c = tl.zeros([MERGE_M], dtype=tl.float32)
-                acc_c = tl.zeros([MERGE_M, HEAD_DIM_PAD], dtype=tl.float32)
+                # The sink as one more part: lse = sink, output 0.
+                m_c, l_c, acc_c = merge_init(SINKS, m_head, m_ok, HAS_SINKS, MERGE_M, HEAD_DIM_PAD)
                 if MERGE_CHUNK > 0:
                     m_c, l_c, acc_c = merge_gather(
                         m_c, l_c, acc_c, OP + z * stride_pz + m_tok64 * stride_pm + m_head64 * stride_ph,
@@ -503,13 +492,7 @@ def _decode_fwd(
                         lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
                                         cache_modifier=".cg") * 1.4426950408889634
                         out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
-                        m_new = tl.maximum(m_c, lse_s)
-                        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                        alpha = tl.math.exp2(m_c - m_ref)
-                        w = tl.math.exp2(lse_s - m_ref)
-                        acc_c = acc_c * alpha[:, None] + w[:, None] * out_s
-                        l_c = l_c * alpha + w
-                        m_c = m_new
+                        m_c, l_c, acc_c = merge_part(m_c, l_c, acc_c, lse_s, out_s)
                 empty_c = l_c == 0.0
                 l_safe_c = tl.where(empty_c, 1.0, l_c)
                 o_ptrs = (O + z * stride_oz + m_tok64[:, None] * stride_om + m_head64[:, None] * stride_oh
