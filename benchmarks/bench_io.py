@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import glob
 import math
 import shutil
@@ -37,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
+from ncu_summary import details_rows  # noqa: E402
 
 METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
 WORKER_DONE = "BENCH_IO_WORKER_DONE"
@@ -172,15 +172,8 @@ def to_number(text: str) -> float | None:
 
 def parse_ncu_csv(text: str) -> list[dict]:
     """ncu --csv (details page, one row per kernel and metric) -> one dict per kernel, in order."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    header_at = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
-    if header_at is None:
-        return []
-    reader = csv.DictReader(lines[header_at:])
     kernels: dict[str, dict] = {}
-    for row in reader:
-        if not row.get("ID") or row.get("ID") == "ID":
-            continue
+    for row in details_rows(text):
         k = kernels.setdefault(row["ID"], {"name": row.get("Kernel Name", "?"), "read": 0.0,
                                            "write": 0.0, "time_s": 0.0})
         metric, unit = row.get("Metric Name", ""), (row.get("Metric Unit") or "").strip().lower()

@@ -185,17 +185,22 @@ def parse_details_text(text: str) -> list[Kernel]:
     return kernels
 
 
-def parse_details_csv(text: str) -> list[Kernel]:
-    """``ncu --page details --csv`` (one row per kernel and metric) -> Kernels in ID order."""
+def details_rows(text: str) -> list[dict]:
+    """The rows of an ``ncu --page details --csv`` export (one per kernel and
+    metric, from its "ID" header on; the header repeated inside is skipped),
+    whatever ncu printed around it; [] without one."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
     if start is None:
         return []
+    return [row for row in csv.DictReader(lines[start:]) if row.get("ID") and row.get("ID") != "ID"]
+
+
+def parse_details_csv(text: str) -> list[Kernel]:
+    """``ncu --page details --csv`` (one row per kernel and metric) -> Kernels in ID order."""
     by_id: dict[str, Kernel] = {}
-    for row in csv.DictReader(lines[start:]):
-        kid = row.get("ID") or ""
-        if not kid or kid == "ID":
-            continue
+    for row in details_rows(text):
+        kid = row["ID"]
         k = by_id.get(kid)
         if k is None:
             k = by_id[kid] = Kernel(row.get("Kernel Name", "?"), dims(row.get("Grid Size", "")),
