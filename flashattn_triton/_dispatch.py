@@ -217,18 +217,29 @@ ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1" / "0": dropout tak
 # there; benchmarks/gpu_next_dropout_default.sh's rule, in its header,
 # decides whether it turns "1".
 HOPPER_DROPOUT_DEFAULT = "0"
+# The backward's switch when the variable is unset: "1" since session 16
+# (benchmarks/results/h200/session16/call2/dropout_default/): the Hopper
+# dropout backward was 1.12-2.83x the portable one on all 16 rows of
+# gpu_next_dropout_default.sh in both repeats (d 64/128/256, N 2k/8k, causal
+# and not, GQA), and its GPU tests passed, among them a portable forward
+# followed by the Hopper backward (the keep mask is the same bit for bit);
+# the forward's half of that rule failed (0.81-0.98x at N = 2k causal), so
+# the forward keeps HOPPER_DROPOUT_DEFAULT.
+HOPPER_DROPOUT_BWD_DEFAULT = "1"
 
 
-def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window) -> bool:
-    """Whether a call with variants may try the Hopper forward and backward
-    (use_hopper_forward / use_hopper_backward still decide the rest): only
-    dropout alone (no softcap, ALiBi, sinks or mask), with no mask or a
-    causal one (no window bound), and only as FLASHATTN_TRITON_HOPPER_DROPOUT
-    says ("1": yes, any other value: no), HOPPER_DROPOUT_DEFAULT when it is
-    unset (their dropout paths, docs/hopper.md "Dropout").  Calls without
-    variants do not ask."""
+def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False) -> bool:
+    """Whether a call with variants may try the Hopper forward (backward:
+    the Hopper backward; use_hopper_forward / use_hopper_backward still
+    decide the rest): only dropout alone (no softcap, ALiBi, sinks or mask),
+    with no mask or a causal one (no window bound), and only as
+    FLASHATTN_TRITON_HOPPER_DROPOUT says ("1": yes, any other value: no),
+    HOPPER_DROPOUT_DEFAULT (HOPPER_DROPOUT_BWD_DEFAULT for the backward) when
+    it is unset (their dropout paths, docs/hopper.md "Dropout").  Calls
+    without variants do not ask."""
+    default = HOPPER_DROPOUT_BWD_DEFAULT if backward else HOPPER_DROPOUT_DEFAULT
     return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
-            and window[0] < 0 and window[1] in (-1, 0) and _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT))
+            and window[0] < 0 and window[1] in (-1, 0) and _switch(ENV_HOPPER_DROPOUT, default))
 
 
 ENV_HOPPER_MASK = "FLASHATTN_TRITON_HOPPER_MASK"  # "1" / "0": a boolean attn_mask may take the Hopper forward

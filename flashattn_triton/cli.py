@@ -47,8 +47,9 @@ ENVIRONMENT = [
                                          "the Hopper forward's split Q K^T takes them"),
     ("FLASHATTN_TRITON_HOPPER_DROPOUT", "1: dropout alone (no other variant, no mask or causal) may take the Hopper "
                                         "forward and backward (GPU-validated; same keep mask as the portable "
-                                        "kernels); 0: the portable kernels; default: _dispatch."
-                                        "HOPPER_DROPOUT_DEFAULT (\"0\", the portable kernels, so far)"),
+                                        "kernels); 0: the portable kernels; default: the Hopper backward, the "
+                                        "portable forward (_dispatch.HOPPER_DROPOUT_BWD_DEFAULT \"1\", "
+                                        "HOPPER_DROPOUT_DEFAULT \"0\")"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -143,12 +144,13 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     return _fmt_entry(launcher.default_entry(d_pad, elem, dv_pad)), f"{why}: first candidate that fits the model"
 
 
-def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int]) -> bool:
-    """No variant, or those that may take the Hopper tier (dropout alone, as
-    _dispatch.hopper_takes_variants decides)."""
+def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False) -> bool:
+    """No variant, or those that may take the Hopper forward (backward: the
+    Hopper backward): dropout alone, as _dispatch.hopper_takes_variants
+    decides."""
     from ._dispatch import hopper_takes_variants
     return not variants or (tuple(variants) == ("dropout",)
-                            and hopper_takes_variants(0.0, None, None, None, 0.1, window))
+                            and hopper_takes_variants(0.0, None, None, None, 0.1, window, backward=backward))
 
 
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
@@ -289,7 +291,10 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
-    plain = _hopper_variants(tuple(variants), window)  # what the Hopper backward may take, as the forward
+    plain = _hopper_variants(tuple(variants), window, backward=True)  # what the Hopper backward may take
+    if plain and variants and not takes:
+        # The backward has a switch of its own (dropout): the tier as a plain call would find it.
+        takes = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window, ())[0]
     if takes and plain and d != d_v:
         from .kernels.hopper import bwd as hbwd
         if hbwd.HEAD_DIM_V.get(d) == d_v and d not in hbwd.configs():

@@ -431,7 +431,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 hopper = ((not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p)
-                           or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window))
+                           or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window,
+                                                    backward=True))
                           and use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
                                                   window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1],
                                                   v.shape[-1]))

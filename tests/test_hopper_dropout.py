@@ -148,24 +148,32 @@ def test_dispatch_takes_dropout_only_when_opted_in(monkeypatch, window, default)
     assert calls == [("portable", 0.25)], "dropout with another variant stays portable"
 
 
+@pytest.mark.parametrize("bwd_default", ["0", "1"])
 @pytest.mark.parametrize("default", ["0", "1"])
-def test_dispatch_rule(monkeypatch, default):
+def test_dispatch_rule(monkeypatch, default, bwd_default):
     """hopper_takes_variants: FLASHATTN_TRITON_HOPPER_DROPOUT "1" / "0"
-    force dropout alone onto / off the Hopper tier; unset, the module's
-    HOPPER_DROPOUT_DEFAULT decides; other variants, windows and right bounds
-    never."""
+    force dropout alone onto / off the Hopper forward and backward; unset,
+    the module's HOPPER_DROPOUT_DEFAULT decides for the forward and
+    HOPPER_DROPOUT_BWD_DEFAULT for the backward; other variants, windows and
+    right bounds never."""
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_BWD_DEFAULT", bwd_default)
     env = os.environ.pop(OPT_IN, None)
     try:
         assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0)) == (default == "1"), "unset"
+        assert (_dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0), backward=True)
+                == (bwd_default == "1")), "unset, backward"
+        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (10, 0), backward=True), "window"
         assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (10, 0)), "window (unset)"
         assert not _dispatch.hopper_takes_variants(1.0, None, None, None, 0.1, (-1, 0)), "softcap (unset)"
         os.environ[OPT_IN] = "0"
         assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0)), "forced off"
+        assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0), backward=True), "forced off"
         assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, -1)), "forced off"
         os.environ[OPT_IN] = "1"
         assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0))
+        assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, 0), backward=True)
         assert _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (-1, -1))
         assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.0, (-1, 0)), "no dropout: not asked"
         assert not _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, (10, 0)), "window"
@@ -185,12 +193,15 @@ def test_dispatch_rule(monkeypatch, default):
 def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
     """`flashattn-triton info --variant dropout --arch sm90`: with the switch
     off (unset and the default "0", or "0") the forward line names
-    FLASHATTN_TRITON_HOPPER_DROPOUT; with it on, the Hopper forward and
-    backward with their dropout builds where the tier is available here
-    (Triton 3.6), else the unavailability; dropout with another variant
-    stays portable either way."""
+    FLASHATTN_TRITON_HOPPER_DROPOUT; with it on, the Hopper forward with its
+    dropout build where the tier is available here (Triton 3.6), else the
+    unavailability; the Hopper backward with its dropout build whenever the
+    backward's switch is on (unset: HOPPER_DROPOUT_BWD_DEFAULT "1"), also
+    after the portable forward; dropout with another variant stays portable
+    either way."""
     from flashattn_triton import _dispatch, cli
     monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_BWD_DEFAULT", "1")
     monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     argv = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--variant", "dropout",
             "--arch", "sm90"]
@@ -201,8 +212,10 @@ def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
             monkeypatch.setenv(OPT_IN, opt_in)
         assert cli.main(argv) == 0
         out = capsys.readouterr().out
+        bwd_line = "backward: Hopper tier, Gluon kernel" in out and "; dropout (HAS_DROPOUT)" in out
         if (opt_in or default) != "1":
             assert "Hopper tier not used: dropout: the portable forward (FLASHATTN_TRITON_HOPPER_DROPOUT=1" in out, out
+            assert bwd_line == (opt_in != "0" and hopper.AVAILABLE), out
         elif hopper.AVAILABLE:
             assert "forward : Hopper tier" in out and "dropout (HAS_DROPOUT)" in out, out
             assert "backward: Hopper tier, Gluon kernel" in out and "; dropout (HAS_DROPOUT)" in out, out
@@ -216,13 +229,15 @@ def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal, default, device):
     """The backward: attention_backward is asked to try the Hopper kernel
-    (hopper=True) for a dropout call only with the opt-in, and
-    kernels/bwd.py hands it (seed, p, philox_offset); a softcap with dropout
-    never."""
+    (hopper=True) for a dropout call with FLASHATTN_TRITON_HOPPER_DROPOUT=1,
+    or unset when HOPPER_DROPOUT_BWD_DEFAULT is "1" (whatever the forward's
+    HOPPER_DROPOUT_DEFAULT), and kernels/bwd.py hands it (seed, p,
+    philox_offset); "0" or a softcap with dropout never."""
     from flashattn_triton import _dispatch, ops
     from flashattn_triton.kernels import bwd as kbwd
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
-    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_BWD_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", "0")
     monkeypatch.setattr(ops, "use_triton", lambda t: True)
     monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # every length
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_BWD", raising=False)
