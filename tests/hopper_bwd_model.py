@@ -911,47 +911,33 @@ def broken_caught(broken, split, ds_bufs=2, chunks=1, seeds=60, named_bar=0):
     return caught
 
 
-def main():
+def _emulation_sweep(cases, check, what, broken_forms=(), broken_what="", note=lambda: ""):
+    """check(case) over cases: an error above 1e-9 raises; prints the worst
+    one (``what`` names the cases, note() adds to the line), then for each
+    broken form in how many cases check(case, broken) caught it."""
     worst = 0.0
-    cases = backward_cases()
     for case in cases:
-        err = check_backward(*case)
+        err = check(case)
         worst = max(worst, err)
         if not err <= 1e-9:
             raise AssertionError(f"{case}: relative error {err:.3e}")
-    print(f"{len(cases)} emulated backward cases, worst relative error {worst:.1e}")
-    worst, stats = 0.0, {}
-    cases = window_cases()
-    for case in cases:
-        err = check_window(case, stats=stats)
-        worst = max(worst, err)
-        if not err <= 1e-9:
-            raise AssertionError(f"{case}: relative error {err:.3e}")
-    print(f"{len(cases)} emulated window cases, worst relative error {worst:.1e}; query tiles visited "
-          f"{stats['visited']}, of them holding a visible pair {stats['useful']} (all such: {stats['needed']})")
-    for broken in WINDOW_BROKEN:
-        caught = sum(not check_window(case, broken) <= 1e-9 for case in cases)
-        print(f"window broken '{broken}': caught in {caught}/{len(cases)} cases")
-    worst, cases = 0.0, split_cases()
-    for case in cases:
-        err = check_split(case)
-        worst = max(worst, err)
-        if not err <= 1e-9:
-            raise AssertionError(f"{case}: relative error {err:.3e}")
-    print(f"{len(cases)} emulated group-split cases, worst relative error {worst:.1e}")
-    for broken in SPLIT_BROKEN:
-        caught = sum(not check_split(case, broken) <= 1e-9 for case in cases)
-        print(f"split broken '{broken}': caught in {caught}/{len(cases)} cases")
-    worst, cases = 0.0, qk1_cases()
-    for case in cases:
-        err = check_qk1(case)
-        worst = max(worst, err)
-        if not err <= 1e-9:
-            raise AssertionError(f"{case}: relative error {err:.3e}")
-    print(f"{len(cases)} emulated split Q K^T cases (d = 24, d_v = 16), worst relative error {worst:.1e}")
-    for broken in QK1_BROKEN:
-        caught = sum(not check_qk1(case, broken) <= 1e-9 for case in cases)
-        print(f"split Q K^T broken '{broken}': caught in {caught}/{len(cases)} cases")
+    print(f"{len(cases)} emulated {what}, worst relative error {worst:.1e}{note()}")
+    for broken in broken_forms:
+        caught = sum(not check(case, broken) <= 1e-9 for case in cases)
+        print(f"{broken_what} broken '{broken}': caught in {caught}/{len(cases)} cases")
+
+
+def main():
+    _emulation_sweep(backward_cases(), lambda case: check_backward(*case), "backward cases")
+    stats = {}
+
+    def check_window_counted(case, broken=None):  # the clean runs also count the query tiles visited
+        return check_window(case, broken) if broken else check_window(case, stats=stats)
+    _emulation_sweep(window_cases(), check_window_counted, "window cases", WINDOW_BROKEN, "window",
+                     note=lambda: (f"; query tiles visited {stats['visited']}, of them holding a visible pair "
+                                   f"{stats['useful']} (all such: {stats['needed']})"))
+    _emulation_sweep(split_cases(), check_split, "group-split cases", SPLIT_BROKEN, "split")
+    _emulation_sweep(qk1_cases(), check_qk1, "split Q K^T cases (d = 24, d_v = 16)", QK1_BROKEN, "split Q K^T")
     runs = 0
     for case in protocol_cases():
         simulate(*case)
