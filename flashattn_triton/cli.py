@@ -292,17 +292,18 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
     plain = _hopper_variants(tuple(variants), window, backward=True)  # what the Hopper backward may take
-    if plain and variants and not takes:
-        # The backward has a switch of its own (dropout): the tier as a plain call would find it.
-        takes = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window, ())[0]
-    if takes and plain and d != d_v:
+    # The backward has a switch of its own (dropout): then the tier as a plain call would find it.
+    bwd_tier = takes or (plain and bool(variants)
+                         and hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
+                                         ())[0])
+    if bwd_tier and plain and d != d_v:
         from .kernels.hopper import bwd as hbwd
         if hbwd.HEAD_DIM_V.get(d) == d_v and d not in hbwd.configs():
             lines.append(f"backward: Hopper tier not used: its d={d}/dv={d_v} build is not GPU-validated yet "
                          f"(CONFIGS_UNVERIFIED; {hbwd.UNVERIFIED_ENV}=1 opts in)")
         elif hbwd.HEAD_DIM_V.get(d) == d_v and window[0] >= 0:
             lines.append(f"backward: Hopper tier not used: {hbwd.WINDOW_DECLINE[d]}")
-    if takes and plain and (d == d_v or (d != d_v and window[0] < 0)):
+    if bwd_tier and plain and (d == d_v or (d != d_v and window[0] < 0)):
         from . import _dispatch
         from ._dispatch import ENV_HOPPER_WINDOW, backend, backward_window_source, hopper_backward_pays
         from .kernels.hopper import bwd as hbwd
