@@ -379,13 +379,30 @@ def test_named_bar_protocol_simulation():
         assert hbm.broken_caught(broken, False, seeds=80, named_bar=2) > 0, broken
 
 
-def test_named_bar_is_off_by_default():
-    """NAMED_BAR: 0 unless asked (HOPPER_BWD_NAMED_BAR_DEFAULT, the override),
-    0 on the SPLIT_D paths (d = 256, 192, the dropout configs), at most 1
-    with PERSISTENT; other values are refused."""
+def test_named_bar_default_by_shape():
+    """NAMED_BAR: the override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set (the
+    environment variable), else NAMED_BAR_BY_SHAPE (causal d = 64: 1, causal
+    d = 128: 2, others 0; 0 with a window or dropout); 0 on the SPLIT_D paths
+    (d = 256, 192, the dropout configs), at most 1 with PERSISTENT; other
+    values are refused."""
     hbwd = _bwd_module()
-    env = os.environ.get(hbwd.NAMED_BAR_ENV, "0")
-    assert hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT == (int(env) if env in ("1", "2") else 0)
+    env = os.environ.get(hbwd.NAMED_BAR_ENV, "").strip()
+    assert hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT == (int(env) if env in ("0", "1", "2") else None)
+    saved = hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT
+    try:
+        hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT = None
+        for d, causal, want in [(64, False, 0), (64, True, 1), (128, False, 0), (128, True, 2),
+                                (256, True, 0), (192, True, 0)]:
+            if d in hbwd.configs(unverified=True):
+                got = hbwd.kernel_meta(d, causal, unverified=True)["NAMED_BAR"]
+                assert got == want, f"d={d} causal={causal}: NAMED_BAR {got}, expected {want}"
+            assert hbwd.kernel_meta(128, True, windowed=True)["NAMED_BAR"] == 0
+        for level in (0, 1, 2):
+            hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT = level
+            assert hbwd.kernel_meta(64, True)["NAMED_BAR"] == level
+            assert hbwd.kernel_meta(128, False, windowed=True)["NAMED_BAR"] == level
+    finally:
+        hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT = saved
     for d in hbwd.CONFIGS:
         for causal in (False, True):
             split = hbwd.kernel_meta(d, causal)["SPLIT_D"]
@@ -544,7 +561,8 @@ for d, causal, window, overrides, default in [(64, True, None, {"NAMED_BAR": 1},
                                               (128, True, None, {"NAMED_BAR": 2, "PERSISTENT": True,
                                                                  "NUM_SMS": 5}, 0),
                                               (256, True, None, {"NAMED_BAR": 2}, 0),
-                                              (128, False, None, {}, 0)]:
+                                              (128, False, None, {}, None),
+                                              (128, True, None, {}, None)]:
     hb.HOPPER_BWD_NAMED_BAR_DEFAULT = default
     hb._PLANS.clear()""" + _FAKE_BWD_CALL + r"""
     print(d, grid, consts.get((names.index("NAMED_BAR"),)), consts.get((names.index("HAS_WINDOW"),)))
@@ -556,7 +574,8 @@ def test_named_bar_launch_on_a_fake_driver():
     module switch through the cached plans) compile for sm_90 through the
     launcher's JIT path at d = 64 and 128, levels 1 and 2, on the grid and
     with a window; the persistent schedule takes 1 (also when 2 is asked);
-    d = 256 (SPLIT_D) and the default build keep 0."""
+    d = 256 (SPLIT_D) keeps 0, and the table default (NAMED_BAR_BY_SHAPE)
+    gives 0 at d = 128 non-causal and 2 at d = 128 causal."""
     lines = _fake_lines(_FAKE_NAMED_BAR)
     assert lines == ["64 (9, 4, 1) 1 False",
                      "128 (9, 4, 1) 1 False",
@@ -565,7 +584,8 @@ def test_named_bar_launch_on_a_fake_driver():
                      "128 (9, 4, 1) 2 True",
                      "128 (5, 1, 1) 1 False",
                      "256 (18, 4, 1) 0 False",
-                     "128 (9, 4, 1) 0 False"], lines
+                     "128 (9, 4, 1) 0 False",
+                     "128 (9, 4, 1) 2 False"], lines
 
 
 _FAKE_REPEAT = r"""

@@ -79,7 +79,7 @@ group's S slices into dk, dv.  S = 1 is the kernel without the split
 (GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
 and the persistent form take it.
 
-``NAMED_BAR`` (0 by default: HOPPER_BWD_NAMED_BAR_DEFAULT; not SPLIT_D)
+``NAMED_BAR`` (by default NAMED_BAR_BY_SHAPE: causal d = 64 1, d = 128 2; not SPLIT_D)
 = 1 replaces the ds_ready mbarrier of the dS^T exchange by one hardware
 barrier of both consumer warpgroups' 256 threads (_named_bar): per query
 tile a warpgroup then skips one mbarrier arrival (and the bar.sync Gluon
@@ -99,6 +99,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from typing import Optional
 
 import torch
 import triton
@@ -1335,11 +1336,20 @@ DQ_ACC_LIKE_DQ = False
 # issues the reduce-adds and learns from them that the Q / dO slot is free:
 # no qdo_empty arrival, TMA wait or TMA issue in the consumers; not with
 # PERSISTENT, which takes 1).  The SPLIT_D paths keep the mbarriers (0).
-# Off until the H200 shows it faster (docs/hopper.md, "Named
-# barriers"; benchmarks/gpu_next_bwd_sync.sh); the override NAMED_BAR=1 / 2,
-# or FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR=1 / 2 read at import, takes it.
+# The default level per head dim, (not causal, causal), for calls with no
+# window and no dropout (NAMED_BAR_BY_SHAPE; other head dims and the window /
+# dropout builds: 0).  On the H200 (session 17, gpu_next_bwd_sync.sh, two
+# repeats, MHA, N 2k-8k; docs/hopper.md "Named barriers") the causal rows
+# gained at both levels (level 1: d = 64 1.02-1.08x, d = 128 1.01-1.06x;
+# level 2: d = 64 1.00-1.05x, d = 128 1.04-1.12x) and the non-causal ones
+# did not (d = 64 0.97-1.01x at level 1, 0.92-0.97x at level 2; d = 128
+# 0.98-1.02x).  HOPPER_BWD_NAMED_BAR_DEFAULT (None: the table; 0 / 1 / 2 for
+# every call, e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import)
+# and the override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
-HOPPER_BWD_NAMED_BAR_DEFAULT = {"1": 1, "2": 2}.get(os.environ.get(NAMED_BAR_ENV, "0").strip(), 0)
+NAMED_BAR_BY_SHAPE = {64: (0, 1), 128: (0, 2)}
+HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
+    os.environ.get(NAMED_BAR_ENV, "").strip())
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1356,9 +1366,9 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
                 windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
-    with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1) from
-    HOPPER_BWD_NAMED_BAR_DEFAULT unless overridden, 0 with SPLIT_D, at most 1
-    with PERSISTENT."""
+    with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1): the
+    override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
+    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -1368,6 +1378,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     if meta["SPLIT_D"] and not meta["DQ_CHUNK"]:
         meta["DQ_CHUNK"] = head_dim // meta["NUM_CONSUMERS"]
     level = meta.get("NAMED_BAR", HOPPER_BWD_NAMED_BAR_DEFAULT)
+    if level is None:
+        level = 0 if windowed or dropout else NAMED_BAR_BY_SHAPE.get(head_dim, (0, 0))[causal]
     if level not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
         raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
     # (the SPLIT_D paths have no named-barrier form: one build for any setting)
