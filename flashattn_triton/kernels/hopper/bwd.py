@@ -1347,7 +1347,7 @@ DQ_ACC_LIKE_DQ = False
 # every call, e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import)
 # and the override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
-NAMED_BAR_BY_SHAPE = {64: (0, 1), 128: (0, 2)}
+NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
 SMEM_LIMIT = 227 * 1024
