@@ -33,10 +33,10 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
                                      "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
                                      "stays portable)"),
-    ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "1: the Hopper backward's consumer warpgroups exchange dS through one "
-                                              "hardware barrier, 2: also hand dQ to the producer warp through named "
-                                              "barriers (d = 64 / 128; not yet GPU-validated; read at import); "
-                                              "default: its mbarriers"),
+    ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "0, 1 or 2 for every call (read at import): 1, the Hopper backward's "
+                                              "consumer warpgroups exchange dS through one hardware barrier; 2, also "
+                                              "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
+                                              "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "

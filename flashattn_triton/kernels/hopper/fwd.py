@@ -1132,8 +1132,8 @@ DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False), 1
 # release their Q buffer after the work tile's last S and store O from
 # registers, so the next tile's Q loads under this one's last P V and
 # epilogue instead of after its O store (docs/hopper.md "Early Q release").
-# Built and checked on CPU (the protocol model, compile_check); off until
-# benchmarks/gpu_next_early_q.sh's rule says otherwise.
+# Off: GPU-tested but slower on the H200 (session 17 call 1,
+# benchmarks/gpu_next_early_q.sh: 0.83-1.00x causal, 0.89-1.03x not causal).
 EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
