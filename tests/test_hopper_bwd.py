@@ -381,8 +381,8 @@ def test_named_bar_protocol_simulation():
 
 def test_named_bar_default_by_shape():
     """NAMED_BAR: the override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set (the
-    environment variable), else NAMED_BAR_BY_SHAPE (causal d = 64: 1, causal
-    d = 128: 2, others 0; 0 with a window or dropout); 0 on the SPLIT_D paths
+    environment variable), else NAMED_BAR_BY_SHAPE (causal d = 128: 2,
+    others 0; 0 with a window or dropout); 0 on the SPLIT_D paths
     (d = 256, 192, the dropout configs), at most 1 with PERSISTENT; other
     values are refused."""
     hbwd = _bwd_module()
@@ -391,7 +391,7 @@ def test_named_bar_default_by_shape():
     saved = hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT
     try:
         hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT = None
-        for d, causal, want in [(64, False, 0), (64, True, 1), (128, False, 0), (128, True, 2),
+        for d, causal, want in [(64, False, 0), (64, True, 0), (128, False, 0), (128, True, 2),
                                 (256, True, 0), (192, True, 0)]:
             if d in hbwd.configs(unverified=True):
                 got = hbwd.kernel_meta(d, causal, unverified=True)["NAMED_BAR"]

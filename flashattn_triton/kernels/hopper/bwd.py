@@ -79,7 +79,7 @@ group's S slices into dk, dv.  S = 1 is the kernel without the split
 (GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
 and the persistent form take it.
 
-``NAMED_BAR`` (by default NAMED_BAR_BY_SHAPE: causal d = 64 1, d = 128 2; not SPLIT_D)
+``NAMED_BAR`` (by default NAMED_BAR_BY_SHAPE: 2 at d = 128 causal, else 0; not SPLIT_D)
 = 1 replaces the ds_ready mbarrier of the dS^T exchange by one hardware
 barrier of both consumer warpgroups' 256 threads (_named_bar): per query
 tile a warpgroup then skips one mbarrier arrival (and the bar.sync Gluon
@@ -1338,14 +1338,15 @@ DQ_ACC_LIKE_DQ = False
 # PERSISTENT, which takes 1).  The SPLIT_D paths keep the mbarriers (0).
 # The default level per head dim, (not causal, causal), for calls with no
 # window and no dropout (NAMED_BAR_BY_SHAPE; other head dims and the window /
-# dropout builds: 0).  On the H200 (session 17, gpu_next_bwd_sync.sh, two
-# repeats, MHA, N 2k-8k; docs/hopper.md "Named barriers") the causal rows
-# gained at both levels (level 1: d = 64 1.02-1.08x, d = 128 1.01-1.06x;
-# level 2: d = 64 1.00-1.05x, d = 128 1.04-1.12x) and the non-causal ones
-# did not (d = 64 0.97-1.01x at level 1, 0.92-0.97x at level 2; d = 128
-# 0.98-1.02x).  HOPPER_BWD_NAMED_BAR_DEFAULT (None: the table; 0 / 1 / 2 for
-# every call, e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import)
-# and the override NAMED_BAR take precedence, in that order reversed.
+# dropout builds: 0).  On the H200 (session 17 call 2, gpu_next_bwd_sync.sh,
+# two repeats, MHA, N 2k-8k; docs/hopper.md "Named barriers") the causal rows
+# gained at both levels and the non-causal ones did not (d = 64 0.92-0.99x);
+# the by-shape default then had a run of its own (call 6,
+# gpu_next_bwd_sync2.sh, with a GQA row): d = 128 causal level 2 1.02-1.07x,
+# kept; d = 64 causal level 1 1.00-1.04x, below its rule's 1.02 mean, so 0.
+# HOPPER_BWD_NAMED_BAR_DEFAULT (None: the table; 0 / 1 / 2 for every call,
+# e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import) and the
+# override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
