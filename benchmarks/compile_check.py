@@ -383,6 +383,9 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
     meta.pop("NUM_SMS", None)  # host-side only
+    meta.pop("SECTION_MB", None)  # host-side only (the launcher turns it into HEAD_SECTION by N)
+    if "HEAD_SECTION" in hfwd._attn_fwd_hopper.arg_names:  # always passed, as the launcher does
+        meta.setdefault("HEAD_SECTION", 0)
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     tdt = getattr(torch, _TORCH_DTYPES[dtype])

@@ -95,6 +95,10 @@ VARIANTS = {
     "early_q_dynamic": ({"EARLY_Q": True, "DYNAMIC": True}, (64, 128, 256, 192)),
     "early_q_persistent_g7": ({"EARLY_Q": True, "PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
     "early_q_dynamic_g7": ({"EARLY_Q": True, "DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
+    # Causal tiles by head sections whose K / V fill SECTION_MB MiB of L2
+    # (SECTION_MB_DEFAULT in fwd.py; the dynamic scheduler only).
+    "sec16": ({"SECTION_MB": 16, "DYNAMIC": True}, (64, 128)),
+    "sec32": ({"SECTION_MB": 32, "DYNAMIC": True}, (64, 128)),
 }
 # Variants that only run the correctness stage (their timing says nothing).
 CORRECTNESS_ONLY = {v for v in VARIANTS if "_g" in v}
@@ -132,6 +136,9 @@ ROWS = {
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
+    # Those and a GQA row per head dim (Hq / Hkv 4): the head-section order's rows.
+    "sections": [(d, n, True, 1) for d in (128, 64) for n in (2048, 1024, 4096, 8192)]
+    + [(128, 4096, True, 4), (64, 4096, True, 4)],
     # The rows where the forward trails cuDNN most (short N), and 8k.
     "short": [(d, n, causal, 1) for d in (128, 64, 256) for causal in (True, False) for n in (2048, 4096, 8192)],
     # (most wanted first: a timed-out stage keeps the rows it printed); a

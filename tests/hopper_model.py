@@ -80,9 +80,14 @@ def snake_tile(i, pid, n_programs):
     return i * n_programs + pid + (i % 2) * (n_programs - 1 - 2 * pid)
 
 
-def dynamic_tile(t, n_m, n_bh, heads_first, m_band=0):
+def dynamic_tile(t, n_m, n_bh, heads_first, m_band=0, head_section=0):
     """_dynamic_tile: (pid_m, pid_bh) of work tile number t."""
     if heads_first:
+        if head_section > 0:
+            section, r = divmod(t, head_section * n_m)
+            base = section * head_section
+            width = min(n_bh - base, head_section)
+            return n_m - 1 - r // width, base + r % width
         if m_band > 1:
             band, r = divmod(t, m_band * n_bh)
             top = n_m - 1 - band * m_band
@@ -92,9 +97,9 @@ def dynamic_tile(t, n_m, n_bh, heads_first, m_band=0):
     return t % n_m, t // n_m
 
 
-def work_tile(i, pid, n_programs, n_m, n_bh, heads_first, m_band=0):
+def work_tile(i, pid, n_programs, n_m, n_bh, heads_first, m_band=0, head_section=0):
     """_work_tile: (pid_m, pid_bh) of program pid's i-th work tile."""
-    return dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, heads_first, m_band)
+    return dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, heads_first, m_band, head_section)
 
 
 def tile_coords(pid_m, pid_bh, h_q, group, n_q, n_k, shift, rows, block_n, window_lo=None):
@@ -130,7 +135,8 @@ def tile_order(batch, h_q, h_kv, n_q, n_k, shift, cfg):
     lo = lower_diagonal(cfg, n_q, n_k)
     tiles = []
     for t in range(n_m * n_bh):
-        pid_m, pid_bh = dynamic_tile(t, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("M_BAND", 0))
+        pid_m, pid_bh = dynamic_tile(t, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("M_BAND", 0),
+                                     cfg.get("HEAD_SECTION", 0))
         tiles.append(tile_coords(pid_m, pid_bh, h_q, h_q // h_kv, n_q, n_k, shift, rows, cfg["BLOCK_N"], lo))
     return tiles, n_m, n_bh
 
@@ -183,7 +189,8 @@ def program_tiles(batch, h_q, h_kv, n_q, n_k, shift, cfg):
         return [[order[t] for t in p] for p in progs]
     if cfg.get("PERSISTENT"):
         g = min(cfg.get("NUM_SMS", 132), n_m * n_bh)
-        return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("M_BAND", 0)))
+        return [[coords(*work_tile(i, p, g, n_m, n_bh, cfg["HEADS_FIRST"], cfg.get("M_BAND", 0),
+                                   cfg.get("HEAD_SECTION", 0)))
                  for i in range(work_count(p, g, n_m * n_bh))] for p in range(g)]
     return [[t] for t in order]
 
@@ -1047,7 +1054,7 @@ def dynamic_forward_cases(full=True):
                        PAIRED=rng.random() < 0.5, PERSISTENT=True, DYNAMIC=True,
                        HEADS_FIRST=shift is not None, NUM_SMS=rng.choice((1, 3, 5, 132)),
                        SEED=rng.randrange(1 << 30), SKIP_TILES=rng.random() < 0.5,
-                       M_BAND=rng.choice((0, 1, 2, 3, 4)))
+                       M_BAND=rng.choice((0, 1, 2, 3, 4)), HEAD_SECTION=rng.choice((0, 0, 1, 2, 3)))
             out.append((batch, h_kv * group, h_kv, n_q, n_k, shift, cfg))
     return out if full else rng.sample(out, 40)
 
@@ -1255,7 +1262,27 @@ def main():
             r = makespans(*shape, cfg)
             print(f"| {d} | {n} | {band} | {r['snake']:.3f} | {l2_hit_rate(*shape, cfg):.2f} | "
                   f"{r['dynamic']:.3f} | {l2_hit_rate(*shape, dict(cfg, DYNAMIC=True)):.2f} |", flush=True)
+    print("\ncausal tile order by head sections (HEAD_SECTION from SECTION_MB, fwd.section_heads): balance "
+          "and K/V L2 hit rate as above:")
+    print("| d | N | SECTION_MB | heads per section | snake balance | snake L2 | dynamic balance | dynamic L2 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for d, n in itertools.product((64, 128), (1024, 2048, 4096, 8192)):
+        for mb in (0, 16, 32):
+            heads = section_heads(mb, n, d) if mb else 0
+            cfg = dict(BLOCK_M=64, BLOCK_N=128, NUM_CONSUMERS=3 if d == 64 else 2, HEADS_FIRST=True,
+                       NUM_STAGES=3, HEAD_SECTION=heads if heads < 16384 // n * (2048 // d) else 0)
+            shape = (16384 // n, 2048 // d, n, n, 0)
+            r = makespans(*shape, cfg)
+            print(f"| {d} | {n} | {mb} | {cfg['HEAD_SECTION'] or 'all'} | {r['snake']:.3f} | "
+                  f"{l2_hit_rate(*shape, cfg):.2f} | {r['dynamic']:.3f} | "
+                  f"{l2_hit_rate(*shape, dict(cfg, DYNAMIC=True)):.2f} |", flush=True)
     return int(bool(fails or pfails))
+
+
+def section_heads(mb, n_k, d, dv=None, elem=2, group=1):
+    """fwd.section_heads (kept apart: this model imports nothing of the package)."""
+    heads = max(1, (mb << 20) // (n_k * (d + (d if dv is None else dv)) * elem)) * group
+    return 1 << (heads.bit_length() - 1)
 
 
 if __name__ == "__main__":

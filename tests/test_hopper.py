@@ -91,6 +91,19 @@ def test_window_schedule_emulation(d):
     assert not failures, failures[:3]
 
 
+def test_section_heads_match_the_model():
+    """fwd.section_heads (the launcher's HEAD_SECTION for SECTION_MB) is the
+    model's: query heads whose K and V fill the budget, a power of two."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    import hopper_model as hm
+    from flashattn_triton.kernels.hopper import fwd as hf
+    for mb, n_k, d, dv, elem, group in [(16, 2048, 128, 128, 2, 1), (16, 4096, 64, 64, 2, 4), (32, 1000, 192, 128, 2, 3),
+                                        (1, 1 << 20, 256, 256, 2, 1), (24, 3000, 128, 128, 2, 8)]:
+        got = hf.section_heads(mb, n_k, d, dv, elem, group)
+        assert got == hm.section_heads(mb, n_k, d, dv, elem, group) and got & (got - 1) == 0, (mb, n_k, d, got)
+
+
 def test_persistent_tiles_cover_the_grid_once():
     """schedule.snake_count / fwd._work_tile (as tests/hopper_model.py transcribes them):
     every work tile goes to exactly one program, and with HEADS_FIRST the
@@ -117,6 +130,17 @@ def test_persistent_tiles_cover_the_grid_once():
             if band > 1 and t:
                 same_band = (n_m - 1 - m) // band == (n_m - 1 - tiles[t - 1][0]) // band
                 assert same_band or m < tiles[t - 1][0], "bands from the bottom up"
+    # HEAD_SECTION: sections of (batch, head)s one after the other (the last
+    # one partial), longest m-block first within each; every tile once.
+    for n_bh, n_m, section in [(8, 5, 3), (7, 4, 4), (16, 16, 16), (5, 9, 2), (3, 2, 8), (4, 6, 1)]:
+        tiles = [hm.dynamic_tile(t, n_m, n_bh, True, 0, section) for t in range(n_m * n_bh)]
+        assert sorted(tiles) == sorted((m, bh) for m in range(n_m) for bh in range(n_bh))
+        for t, (m, bh) in enumerate(tiles):
+            later = tiles[t + 1:]
+            assert all(b2 // section >= bh // section for _, b2 in later), "sections in order"
+            assert all(m2 <= m for m2, b2 in later if b2 // section == bh // section), "longest first"
+    assert [hm.section_heads(mb, n, 128) for mb, n in [(16, 2048), (16, 4096), (32, 8192), (1, 65536)]] == \
+        [16, 8, 8, 1]
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -363,6 +387,40 @@ def test_dynamic_launch_on_a_fake_driver():
         want += [f"{d} ({tiles[d]}, 1, 1) True True [[0]]", f"{d} (5, 1, 1) True True [[0]]",
                  f"{d} {grid} {dyn} {pers} {'[[0]]' if dyn else '[]'}"]
     assert lines == want, stdout
+
+
+_FAKE_LAUNCH_SECTIONS = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import fwd as hf
+hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hf.sm_count = lambda device: 132
+names = hf._attn_fwd_hopper.arg_names
+q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
+k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
+o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
+for overrides, causal in [({"DYNAMIC": True, "SECTION_MB": 1}, True), ({"DYNAMIC": True, "SECTION_MB": 1}, False),
+                          ({"PERSISTENT": True, "SECTION_MB": 1}, True), ({"DYNAMIC": True, "SECTION_MB": 64}, True),
+                          ({}, True)]:
+    with fake_cuda():
+        assert hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides), hf._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    print(grid, launcher.src.constants.get((names.index("HEAD_SECTION"),)))
+"""
+
+
+def test_sections_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: SECTION_MB turns into HEAD_SECTION only with
+    DYNAMIC and causal (1 MiB holds one KV head's K and V of 1200 x 128, two
+    query heads: sections of 2 of the 8 (batch, head)s); not causal, the
+    static snake and a budget holding every head give 0, as does the
+    default (SECTION_MB_DEFAULT empty)."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    lines = fake_launch(_FAKE_LAUNCH_SECTIONS, timeout=900).strip().split("\n")
+    assert lines[:4] == ["(64, 1, 1) 2", "(64, 1, 1) 0", "(64, 1, 1) 0", "(64, 1, 1) 0"], lines
+    assert lines[4].endswith(" 0"), lines
 
 
 _FAKE_REPLAY_DYNAMIC = r"""
@@ -762,7 +820,9 @@ def test_early_q_matches_reference(programs, d, case, schedule):
 @pytest.mark.parametrize("variant", [dict(), dict(PAIRED=True), dict(PINGPONG=False), dict(NUM_CONSUMERS=1),
                                      dict(NUM_CONSUMERS=3, CONSUMER_REGS=160, NUM_STAGES=2),
                                      dict(HEADS_FIRST=True), dict(HEADS_FIRST=False), dict(NUM_STAGES=2),
-                                     dict(HEADS_FIRST=True, M_BAND=3), dict(HEADS_FIRST=True, M_BAND=16)],
+                                     dict(HEADS_FIRST=True, M_BAND=3), dict(HEADS_FIRST=True, M_BAND=16),
+                                     dict(HEADS_FIRST=True, HEAD_SECTION=3), dict(HEADS_FIRST=True, HEAD_SECTION=16),
+                                     dict(HEADS_FIRST=True, SECTION_MB=1)],
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
@@ -780,12 +840,15 @@ def test_persistent_schedule_variants(variant, causal, dynamic):
 
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dynamic", [False, True, "sections"], ids=["static", "dynamic", "sections"])
 def test_persistent_long_sequence(causal, dynamic):
-    """The real grid (one program per SM) with several tiles per program."""
+    """The real grid (one program per SM) with several tiles per program
+    (sections: the DYNAMIC order by head sections of 4 MiB, 8 of 32 heads)."""
     q, k, v, o, lse = _inputs(2, 16, 4, 4096, 4096, 128, torch.bfloat16, "flash")
     shift = 0 if causal else None
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift, PERSISTENT=True, DYNAMIC=dynamic)
+    extra = dict(SECTION_MB=4) if dynamic == "sections" else {}
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, 128 ** -0.5, shift, PERSISTENT=True,
+                                           DYNAMIC=bool(dynamic), **extra)
     _check(q, k, v, o, lse, 128 ** -0.5, shift)
 
 

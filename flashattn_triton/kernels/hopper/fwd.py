@@ -76,14 +76,15 @@ LOG2E = 1.4426950408889634
 
 
 @gluon.jit
-def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr):
+def _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
+               HEAD_SECTION: gl.constexpr):
     """(m-block, batch * head) of the i-th work tile of program pid, dealt
     in a snake (schedule.py), numbered as _dynamic_tile."""
-    return _dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, HEADS_FIRST, M_BAND)
+    return _dynamic_tile(snake_tile(i, pid, n_programs), n_m, n_bh, HEADS_FIRST, M_BAND, HEAD_SECTION)
 
 
 @gluon.jit
-def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr):
+def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr, HEAD_SECTION: gl.constexpr):
     """(m-block, batch * head) of work tile number t: what _work_tile deals
     out in its snake order, and the DYNAMIC schedule hands out in order
     t = 0, 1, ... as programs ask.
@@ -99,9 +100,21 @@ def _dynamic_tile(t, n_m, n_bh, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr)
     M_BAND - 1 m-blocks' worth of key tiles, and the programs in flight
     share each head's K/V prefix M_BAND ways (tests/hopper_model.py's L2
     model: hit rate 0.11 -> 0.5 / 0.7 with bands of 2 / 4 at d = 128
-    N = 2k, balance unchanged)."""
+    N = 2k, balance unchanged).  HEAD_SECTION > 0 (M_BAND unused) orders
+    the (batch, head)s in sections of HEAD_SECTION, one section after the
+    other, and within a section as HEADS_FIRST alone (longest m-block first,
+    heads fastest): the programs in flight share the K/V of one or two
+    sections, which the host sizes to fit in L2 (section_heads)."""
     if HEADS_FIRST:
-        if M_BAND > 1:
+        if HEAD_SECTION > 0:
+            per_section = HEAD_SECTION * n_m
+            section = t // per_section
+            base = section * HEAD_SECTION
+            width = gl.minimum(n_bh - base, HEAD_SECTION)  # the last section may be partial
+            r = t - section * per_section
+            pid_m = n_m - 1 - r // width
+            pid_bh = base + r % width
+        elif M_BAND > 1:
             per_band = M_BAND * n_bh
             band = t // per_band
             r = t - band * per_band
@@ -251,7 +264,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
                    H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
+                   PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr, HEAD_SECTION: gl.constexpr,
                    DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, EARLY_Q: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
@@ -266,7 +279,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
         i = 0
         g = 0
         while t < n_work:
-            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND, HEAD_SECTION)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
@@ -288,7 +301,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
         n_programs = gl.num_programs(0)
         g = 0
         for i in range(snake_count(pid, n_programs, n_m * n_bh)):
-            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND, HEAD_SECTION)
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
@@ -772,7 +785,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr, SKIP_TILES: gl.constexpr,
-                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
+                      PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr, HEAD_SECTION: gl.constexpr,
                       DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
                       mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
@@ -786,7 +799,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
         i = 0
         g = 0
         while t < n_work:
-            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND)
+            pid_m, pid_bh = _dynamic_tile(t, n_m, n_bh, HEADS_FIRST, M_BAND, HEAD_SECTION)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
             t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
@@ -809,7 +822,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
         n_programs = gl.num_programs(0)
         g = 0
         for i in range(snake_count(pid, n_programs, n_m * n_bh)):
-            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND)
+            pid_m, pid_bh = _work_tile(i, pid, n_programs, n_m, n_bh, HEADS_FIRST, M_BAND, HEAD_SECTION)
             t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                                       BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
             t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
@@ -871,7 +884,7 @@ def _attn_fwd_hopper(
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
-    HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
+    HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -961,7 +974,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -970,7 +983,7 @@ def _attn_fwd_hopper(
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
@@ -980,7 +993,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -990,7 +1003,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -999,7 +1012,7 @@ def _attn_fwd_hopper(
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -1010,7 +1023,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -1020,7 +1033,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -1030,7 +1043,7 @@ def _attn_fwd_hopper(
                                  GROUP_SIZE, n_m, n_bh,
                                  stride_lz, stride_lh, N_Q, N_K, qk_scale, causal_shift, window_lo,
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
-                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW,
+                                 PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
                                  (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
@@ -1039,7 +1052,7 @@ def _attn_fwd_hopper(
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -1135,8 +1148,28 @@ DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False), 1
 # Off: GPU-tested but slower on the H200 (session 17 call 1,
 # benchmarks/gpu_next_early_q.sh: 0.83-1.00x causal, 0.89-1.03x not causal).
 EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
+# SECTION_MB per head dim, (not causal, causal): with the DYNAMIC scheduler
+# and HEADS_FIRST, the causal tiles go in sections of (batch, head)s whose
+# K and V fill about this many MiB of L2 (HEAD_SECTION; 0: one section of
+# all heads, the order of before).  The Nsight profile of session 17 showed
+# the causal forward moving 3.7-6.2x cuDNN's DRAM bytes with 10-39% L2 hits
+# (docs/performance.md, "Session 17 profile"); tests/hopper_model.py's L2
+# model gives 0.01-0.10 -> 0.84-0.88 at N = 2k with 16 MiB sections and the
+# dynamic scheduler's balance unchanged, while the static snake loses its
+# balance over sections (1.25-1.67x the ideal at d = 128), hence DYNAMIC
+# only.  Off until the H200 shows it faster (benchmarks/gpu_next_sections.sh);
+# the override SECTION_MB=n (with DYNAMIC) takes it.
+SECTION_MB_DEFAULT: dict = {}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
+
+
+def section_heads(mb: int, n_k: int, d: int, dv: int, elem: int, group: int) -> int:
+    """(batch, head)s per HEAD_SECTION section: the query heads whose K and V
+    (n_k rows of d + dv columns of elem bytes per KV head, shared by group
+    query heads) fill mb MiB, rounded down to a power of two (few builds)."""
+    heads = max(1, (mb << 20) // (n_k * (d + dv) * elem)) * group
+    return 1 << (heads.bit_length() - 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1277,6 +1310,15 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         meta["HAS_MASK"] = True
     if meta["DYNAMIC"]:
         meta["PERSISTENT"] = True
+    # SECTION_MB (host-only): the L2 budget of a causal persistent order by
+    # head sections.  HEAD_SECTION is always passed: an explicit 0 builds the
+    # SASS of before, which a build leaving it to the kernel's default did
+    # not in compile_check's direct compile (Triton 3.6).
+    section_mb = meta.pop("SECTION_MB", SECTION_MB_DEFAULT.get(d, (0, 0))[causal])
+    meta.setdefault("HEAD_SECTION", 0)
+    if section_mb and meta["DYNAMIC"] and meta["HEADS_FIRST"] and not windowed:
+        heads = section_heads(section_mb, n_k, d, dv, q.element_size(), h_q // h_kv)
+        meta["HEAD_SECTION"] = heads if heads < batch * h_q else 0
     if not meta["EARLY_Q"]:  # (absent when off: the keys and kwargs of before)
         del meta["EARLY_Q"]
     # Not a kernel parameter: the persistent grid's size (tests use a few
@@ -1524,4 +1566,4 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
            "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
-           "mask_unsupported_reason", "EARLY_Q_DEFAULT"]
+           "mask_unsupported_reason", "EARLY_Q_DEFAULT", "SECTION_MB_DEFAULT", "section_heads"]
