@@ -42,7 +42,9 @@ runs as its largest divisor below, MHA as 1).  Overrides make a launch plan
 per call (host time that shows on short kernels); "split-default" times the
 rule through the per-signature plans, as "default" is timed, by turning
 HOPPER_BWD_GROUP_SPLIT_DEFAULT on for that variant ("mod:NAME=VALUE" sets any
-of the module's switches so, e.g. mod:DQ_ACC_LIKE_DQ=False):
+of the module's switches so, e.g. mod:DQ_ACC_LIKE_DQ=False; "pmod:NAME=VALUE"
+one of kernels/bwd.py's, the portable backward's module, whose helpers the
+Hopper backward calls, e.g. pmod:DQ_CONVERT_KERNEL=True):
 
     PYTHONPATH=. python benchmarks/hopper_bwd_probe.py --head-dims none \
         --variants default,split-default,GROUP_SPLIT=2,GROUP_SPLIT=0 --variants64 "" --variants256 "" \
@@ -88,21 +90,29 @@ def parse_variant(spec):
     """A --variants entry: "default", "split-default" or KEY=VALUE overrides
     joined by '+'."""
     from common import parse_overrides  # benchmarks/ is this script's directory
-    return {} if spec in ("default", "split-default") or spec.startswith("mod:") else parse_overrides(spec)
+    return {} if spec in ("default", "split-default") or is_module_setting(spec) else parse_overrides(spec)
+
+
+def is_module_setting(spec):
+    return spec.startswith(("mod:", "pmod:"))
 
 
 def module_setting(hbwd, spec):
     """A "mod:NAME=VALUE" variant: kernels/hopper/bwd.py's NAME set to VALUE
     (a Python literal) for that variant, through the cached plans as a
-    user's call runs (e.g. mod:DQ_ACC_LIKE_DQ=False); returns the undo."""
+    user's call runs (e.g. mod:DQ_ACC_LIKE_DQ=False); "pmod:NAME=VALUE":
+    kernels/bwd.py's NAME (e.g. pmod:DQ_CONVERT_KERNEL=True); returns the undo."""
     import ast
-    name, value = spec[4:].split("=", 1)
-    old = getattr(hbwd, name)
-    setattr(hbwd, name, ast.literal_eval(value))
+    from flashattn_triton.kernels import bwd as pbwd
+    prefix, setting = spec.split(":", 1)
+    module = pbwd if prefix == "pmod" else hbwd
+    name, value = setting.split("=", 1)
+    old = getattr(module, name)
+    setattr(module, name, ast.literal_eval(value))
     hbwd._PLANS.clear()
 
     def undo():
-        setattr(hbwd, name, old)
+        setattr(module, name, old)
         hbwd._PLANS.clear()
     return undo
 
@@ -123,7 +133,11 @@ def set_split_default(hbwd, setting):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/out")
-    ap.add_argument("--variants", default="default,HEADS_FIRST=true")
+    ap.add_argument("--variants", default="default,HEADS_FIRST=true",
+                    help="comma-separated: default, split-default, KEY=VALUE+... CONFIGS overrides (a launch "
+                         "plan per call), mod:NAME=VALUE (a kernels/hopper/bwd.py switch) or pmod:NAME=VALUE "
+                         "(a kernels/bwd.py switch, e.g. pmod:DQ_CONVERT_KERNEL=True), both through the cached "
+                         "plans")
     ap.add_argument("--variants64", default="BLOCK_M=64",
                     help="extra variants for d=64 only")
     ap.add_argument("--variants256", default="NUM_STAGES=1+DS_BUFS=2+DQ_CHUNK=128",
@@ -142,7 +156,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384, help="--rows window: B * N")
     ap.add_argument("--window-variants", default="",
                     help="--rows window: extra kernel rows, ';'-separated: KEY=VALUE+... overrides (a launch "
-                         "plan per call) or mod:NAME=VALUE (a module switch, through the cached plans), e.g. "
+                         "plan per call) or mod:NAME=VALUE / pmod:NAME=VALUE (a kernels/hopper/bwd.py / "
+                         "kernels/bwd.py switch, through the cached plans), e.g. "
                          "\"mod:WINDOW_CONFIGS={128: {'NUM_STAGES': 3}}\"")
     ap.add_argument("--window-shapes", default="",
                     help="--rows window: ';'-separated B,Hq,Hkv,N,d[,left/left...] rows instead of the "
@@ -159,7 +174,11 @@ def main():
     import flashattn_triton as fat
     from flashattn_triton.kernels import hopper
     from flashattn_triton.kernels.hopper import bwd as hbwd
+    from flashattn_triton.ops import _install_direct_launches
 
+    # kernels/bwd.py's own launches (the dQ conversion, the group sums) take
+    # the launch fast path, as in a user's backward
+    _install_direct_launches()
     os.environ[hbwd.UNVERIFIED_ENV] = "1"
     os.makedirs(args.out, exist_ok=True)
     shapes = []
@@ -200,7 +219,7 @@ def main():
         for spec in specs:
             over = parse_variant(spec)
             set_split_default(hbwd, {False: True, True: True} if spec == "split-default" else split_default)
-            undo = module_setting(hbwd, spec) if spec.startswith("mod:") else None
+            undo = module_setting(hbwd, spec) if is_module_setting(spec) else None
             grads = [torch.empty_like(t) for t in (q, k, v)]
             gh = [g.transpose(1, 2) for g in grads]
 
@@ -427,7 +446,8 @@ def window_rows(args):
                 row["check"]["flex"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             grads = {}
             for name, fn in fns.items():
-                undo = module_setting(hbwd, name[len("hopper:"):]) if name.startswith("hopper:mod:") else None
+                spec = name[len("hopper:"):] if name.startswith("hopper:") else ""
+                undo = module_setting(hbwd, spec) if is_module_setting(spec) else None
                 try:
                     took.clear()
                     res = fn()
@@ -463,7 +483,8 @@ def window_rows(args):
             print(f"B={b} {heads} N={n} d={d} causal window={left}: {cells}" + (f"  {bad}" if bad else ""),
                   flush=True)
             if getattr(args, "profile", False):
-                _profile({k: f for k, f in fns.items() if not k.startswith("hopper:mod:")},
+                _profile({k: f for k, f in fns.items()
+                          if not (k.startswith("hopper:") and is_module_setting(k[len("hopper:"):]))},
                          f"B={b} {heads} N={n} d={d} window={left}")
             del q, k, v, do, out, lse, qg, kg, vg, fns, grads
             torch.cuda.empty_cache()

@@ -37,6 +37,9 @@ ENVIRONMENT = [
                                               "consumer warpgroups exchange dS through one hardware barrier; 2, also "
                                               "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
                                               "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
+    ("FLASHATTN_TRITON_DQ_CONVERT", "1: the backward's float32 dQ buffer is scaled and cast into dq by one "
+                                    "Triton kernel (the same bits; not yet GPU-measured; read at import); "
+                                    "default: torch's copy"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "

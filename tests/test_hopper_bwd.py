@@ -628,6 +628,62 @@ def test_repeated_backward_reuses_its_plan_on_a_fake_driver():
     assert lines == ["1 1 1 1 1", "1 True"], lines
 
 
+_FAKE_DQ_CONVERT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton import ops
+from flashattn_triton.kernels import bwd as portable, fastlaunch
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1
+ops._install_direct_launches()
+real = portable._dq_convert_launches
+portable._dq_convert_launches = lambda dq: dq.device.type == "cpu" or real(dq)
+run = fastlaunch.fast_run(portable._dq_convert)
+jit = []
+real_jit = run.jit_run
+run.jit_run = lambda *a, **kw: jit.append(1) or real_jit(*a, **kw)
+for d, causal in ((64, False), (128, True)):
+    q = torch.randn(2, 333, 4, d).to(torch.bfloat16).transpose(1, 2)  # flash_attn_func's layout
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
+    for on in (False, True, True):
+        portable.DQ_CONVERT_KERNEL = on
+        grads = [torch.zeros_like(t) for t in (q, k, k)]
+        n = len(LAUNCHES)
+        with fake_cuda():
+            assert hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None), \
+                hb._BROKEN
+        print(d, on, " ".join(f"{launch[0].src.fn.__name__}{launch[1]}" for launch in list(LAUNCHES)[n:]))
+print(len(jit), run.n_entries)
+meta = [t.to("meta") for t in (q, k, lse)]
+grads = [torch.empty_like(t) for t in (meta[0], meta[1], meta[1])]
+compiled = []
+with fake_cuda(), fastlaunch.compile_only(torch.device("cuda", 0), compiled):
+    assert hb.hopper_attention_backward(meta[0], meta[0], meta[1], meta[1], meta[2], meta[2], *grads, 0.0625, 788)
+print(" ".join(sorted(c.name for c in compiled)))
+"""
+
+
+def test_dq_convert_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: with kernels/bwd.py's DQ_CONVERT_KERNEL on,
+    the Hopper backward converts its float32 dQ buffer with _dq_convert
+    (compiled for sm_90; (cdiv(333, 64), B * H) programs over the flash
+    layout's rows), through the launch fast path once the signature has been
+    launched (one JIT-path launch per head dim); off, it launches only the
+    backward; in compile-only mode (the prefetch) both kernels compile."""
+    lines = _fake_lines(_FAKE_DQ_CONVERT)
+    assert lines == ["64 False _attn_bwd_hopper(9, 4, 1)",
+                     "64 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "64 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "128 False _attn_bwd_hopper(9, 4, 1)",
+                     "128 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "128 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "2 2",
+                     "_attn_bwd_hopper _dq_convert"], lines
+
+
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
     """(B, H, N, d) view of (B, H, N + pad, d) storage whose rows past N hold fill."""
     t = torch.full((b, h, n + pad, d), fill, device="cuda", dtype=dtype)
@@ -1048,6 +1104,36 @@ def _inputs(b, hq, hkv, nq, nk, d, dtype, layout):
         q, do = _flash_view(b, hq, nq, d, dtype), _flash_view(b, hq, nq, d, dtype)
         k, v = _flash_view(b, hkv, nk, d, dtype), _flash_view(b, hkv, nk, d, dtype)
     return q, k, v, do
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3]], ids=lambda c: "-".join(map(str, c)))
+def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case):
+    """kernels/bwd.py's DQ_CONVERT_KERNEL on: dq is, bit for bit, torch's
+    copy of the same float32 buffer (captured; its sums vary run to run) and
+    came from _dq_convert; dk and dv are the switch-off run's bits."""
+    from flashattn_triton.kernels import bwd as portable, fastlaunch
+    from test_dq_convert import count_launches
+    hbwd = _bwd_module()
+    kernel = count_launches(monkeypatch)
+    buffers = []
+    real = fastlaunch.zeroed_scratch
+    monkeypatch.setattr(fastlaunch, "zeroed_scratch", lambda *a: buffers.append(real(*a)) or buffers[-1])
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    got = {}
+    for on in (False, True):
+        monkeypatch.setattr(portable, "DQ_CONVERT_KERNEL", on)
+        got[on] = _run(q, k, v, do, d ** -0.5, shift)
+        assert len(kernel.grids) == on, kernel.grids
+    strides = hbwd.dq_acc_strides(q) if hbwd.DQ_ACC_LIKE_DQ else torch.empty(q.shape, device="meta").stride()
+    want = torch.full_like(q, float("nan")).copy_(buffers[-1].as_strided(q.shape, strides))
+    bits = lambda t: t.view(torch.int16)  # noqa: E731
+    assert torch.equal(bits(got[True][0]), bits(want))
+    for name, on, off in zip(("dk", "dv"), got[True][1:], got[False][1:]):
+        assert torch.equal(bits(on), bits(off)), name
 
 
 @needs_hopper

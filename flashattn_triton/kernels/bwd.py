@@ -33,8 +33,9 @@ Deterministic form, three launches and no atomics:
 Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
-buffer is scaled and cast into dq at the end.  The order of the float32
-adds varies from run to run, so dq is not bit-reproducible.
+buffer is scaled and cast into dq at the end (torch's multiply and copy, or
+with DQ_CONVERT_KERNEL _dq_convert's one pass, convert_dq).  The order of the
+float32 adds varies from run to run, so dq is not bit-reproducible.
 Head dims with a quarter of the padded width unused (kernels/fwd.py split_qk,
 here from d_pad = 256 up, use_split_qk) hold Q, K, dQ and dK as two column
 chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
@@ -48,6 +49,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import fastlaunch
+from .combine import cast_rtne
 from .fwd import split_qk
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
@@ -605,6 +608,103 @@ def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split:
     )
 
 
+@triton.jit(do_not_specialize=["N"])
+def _dq_convert(
+    # pointers
+    ACC, DQ,
+    # strides
+    stride_az, stride_ah, stride_am, stride_ak,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    # shapes
+    H, N,
+    # scalars
+    scale,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    # DQ[z, h, m] = (ACC[z, h, m] * scale) cast to DQ's dtype, one
+    # [BLOCK_M, HEAD_DIM] tile of one (z, h) per program: a single pass over
+    # the float32 buffer whatever DQ's row stride.
+    pid_m = tl.program_id(0)
+    pid_zh = tl.program_id(1)
+    off_z = (pid_zh // H).to(tl.int64)
+    off_h = (pid_zh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m < N)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    rows = offs_m.to(tl.int64)[:, None]
+    acc = tl.load(ACC + off_z * stride_az + off_h * stride_ah + rows * stride_am + offs_d[None, :] * stride_ak,
+                  mask=mask, other=0.0)
+    tl.store(DQ + off_z * stride_qz + off_h * stride_qh + rows * stride_qm + offs_d[None, :] * stride_qk,
+             cast_rtne(acc * scale, DQ.dtype.element_ty, INTERPRET), mask=mask)
+
+
+_DQ_CONVERT_BLOCK_M = 64
+_MAX_GRID_Y = 65535
+
+ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL on / off
+# The float32 dQ buffer's final scale and cast into dq (the fused form here,
+# the Hopper backward's kernels/hopper/bwd.py _launch) by _dq_convert in one
+# pass (convert_dq) instead of torch's multiply and strided copy.  Read at
+# each call.  Off until the H200 measures it (benchmarks/gpu_next_dq_convert.sh).
+DQ_CONVERT_KERNEL = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVERT, "").strip(), False)
+
+
+def _dq_convert_launches(dq: torch.Tensor) -> bool:
+    """Whether _dq_convert can run on dq's device: CUDA, the interpreter, or
+    meta tensors inside fastlaunch.compile_only() (a compile, no launch)."""
+    if dq.is_meta:
+        return fastlaunch.compile_only_device() is not None and fastlaunch.fast_run(_dq_convert) is not None
+    return dq.is_cuda or INTERPRET
+
+
+def _dq_convert_order(dq: torch.Tensor, acc: torch.Tensor):
+    """The permutation of the dims of dq and acc (4-D) that _dq_convert runs
+    on, the largest of the first three dims third (the one tiled by BLOCK_M
+    rows); None where the torch expression runs instead: a last dim of stride
+    > 1, two devices, more than _MAX_GRID_Y (z, h) pairs, or a device the
+    kernel cannot run on."""
+    if (dq.dim() != 4 or dq.stride(3) != 1 or acc.stride(3) != 1 or acc.device != dq.device
+            or not _dq_convert_launches(dq)):
+        return None
+    rows = max(range(3), key=dq.shape.__getitem__)
+    others = [i for i in range(3) if i != rows]
+    if dq.shape[others[0]] * dq.shape[others[1]] > _MAX_GRID_Y:
+        return None
+    return (*others, rows, 3)
+
+
+def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
+    """dq <- (acc * scale) cast to dq's dtype, as ``dq.copy_(acc * scale)``
+    (bit for bit: one float32 multiply, one rounding), in one kernel pass.
+
+    dq, acc: one 4-D shape, e.g. (B, H, N, d)-indexed views, or a packed 3-D
+    (T, H, d) one (taken as (1, T, H, d)); any strides, but the last dim of
+    stride 1 in both, else (or off CUDA) the torch expression runs
+    (_dq_convert_order).  Both views are permuted alike (the map is
+    elementwise) so that the largest of the first three dims is tiled."""
+    if dq.shape != acc.shape:
+        raise ValueError(f"convert_dq: dq {tuple(dq.shape)} and acc {tuple(acc.shape)} differ in shape")
+    if dq.dim() == 3:
+        dq, acc = dq.unsqueeze(0), acc.unsqueeze(0)
+    if dq.numel() == 0:
+        return
+    order = _dq_convert_order(dq, acc)
+    if order is None:
+        dq.copy_(acc if scale == 1 else acc.mul(scale))
+        return
+    dq, acc = dq.permute(order), acc.permute(order)
+    z, h, n, d = dq.shape
+    _dq_convert[(cdiv(n, _DQ_CONVERT_BLOCK_M), z * h)](
+        acc, dq,
+        *acc.stride(), *dq.stride(),
+        h, n,
+        float(scale),
+        BLOCK_M=_DQ_CONVERT_BLOCK_M, HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), INTERPRET=INTERPRET,
+        num_warps=4,
+    )
+
+
 _launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV")
 _launch_dq = Launcher(_bwd_dq, "BWD_DQ")
 _launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED")  # dK/dV + dQ adds
@@ -756,7 +856,10 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         _sum_group_partials(dk, dk_out, h_kv, split)
         _sum_group_partials(dv, dv_out, h_kv, split)
     if fused:
-        dq.copy_(dq_acc.mul_(sm_scale))
+        if DQ_CONVERT_KERNEL:
+            convert_dq(dq, dq_acc, sm_scale)
+        else:
+            dq.copy_(dq_acc.mul_(sm_scale))
         return delta
     _launch_dq(
         lambda m: (cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,
@@ -771,4 +874,4 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     return delta
 
 
-__all__ = ["attention_backward"]
+__all__ = ["attention_backward", "convert_dq"]

@@ -1689,12 +1689,17 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         _BROKEN[plan.key] = f"{type(exc).__name__}: {exc}"[:2000]
         return False
     plan.validated = True
+    from .. import bwd as portable
     if plan.split > 1 and not q.is_meta:  # (a compile-only call has nothing to sum)
-        from ..bwd import _sum_group_partials
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
-            _sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
-            _sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
-    dq.copy_(dq_acc.as_strided(plan.acc_shape, plan.acc_strides))
+            portable._sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
+            portable._sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
+    acc = dq_acc.as_strided(plan.acc_shape, plan.acc_strides)
+    if portable.DQ_CONVERT_KERNEL:  # (a compile-only call compiles it)
+        with torch.cuda.device(q.device) if switch else _NO_SWITCH:
+            portable.convert_dq(dq, acc, 1.0)
+    else:
+        dq.copy_(acc)
     return True
 
 

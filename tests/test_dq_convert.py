@@ -1,0 +1,150 @@
+"""The one-pass float32 -> dq conversion (kernels/bwd.py convert_dq,
+_dq_convert): bit for bit the torch expression ``dq.copy_(acc * scale)``
+on NaN-poisoned outputs, whatever the layouts; and the fused backward with
+the switch DQ_CONVERT_KERNEL on against the float64 reference.  The Hopper
+backward's use of it is a GPU test of tests/test_hopper_bwd.py (``-k dq_convert``)."""
+
+import pytest
+import torch
+
+from flashattn_triton import ops
+from flashattn_triton.kernels import bwd
+from flashattn_triton.kernels.bwd import ENV_FUSED_DQ, convert_dq
+from flashattn_triton.testing import make_qkv
+from test_attention import check_against_reference
+from test_varlen import _check_varlen
+
+_INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+class _Counted:
+    """Stands in for the kernel: records the grids it is launched on."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+def count_launches(monkeypatch) -> _Counted:
+    """kernels/bwd.py's _dq_convert replaced by a _Counted of it, once the op
+    layer has given it the launch fast path (ops._install_direct_launches
+    looks the kernels up by name, once per process)."""
+    ops._install_direct_launches()
+    counted = _Counted(bwd._dq_convert)
+    monkeypatch.setattr(bwd, "_dq_convert", counted)
+    return counted
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    return count_launches(monkeypatch)
+
+
+def _expected(dq, acc, scale):
+    want = torch.full_like(dq, float("nan"))
+    return want.copy_(acc if scale == 1 else acc * scale)
+
+
+def _bits(t):
+    return t.view(_INT[t.dtype])
+
+
+def _poisoned(shape, dtype, device, layout):
+    """A NaN-filled dq of ``shape`` (B, H, N, d): "flash", the (B, H, N, d)
+    view of (B, N, H, d) storage; "padded", rows past N in the storage (its
+    base returned too); "bhnd", contiguous."""
+    b, h, n, d = shape
+    if layout == "flash":
+        t = torch.full((b, n, h, d), float("nan"), dtype=dtype, device=device)
+        return t.transpose(1, 2), t
+    if layout == "padded":
+        t = torch.full((b, h, n + 5, d), float("nan"), dtype=dtype, device=device)
+        return t[:, :, :n], t
+    t = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return t, t
+
+
+SHAPES = [
+    # (B, H, N, d), dq's layout; N not a multiple of BLOCK_M, odd d
+    ((2, 3, 70, 72), "flash"),
+    ((1, 4, 130, 40), "padded"),
+    ((2, 2, 64, 128), "bhnd"),
+    ((67, 2, 5, 24), "flash"),  # B the largest dim: B is tiled
+    ((1, 90, 3, 8), "flash"),   # H the largest dim
+]
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.08838834764831845], ids=["scale1", "scale"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32],
+                         ids=lambda t: str(t).split(".")[1])
+@pytest.mark.parametrize("shape,layout", SHAPES, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else x)
+def test_matches_the_torch_expression(device, kernel, shape, layout, dtype, scale):
+    acc = torch.randn(shape, device=device) * 30
+    dq, base = _poisoned(shape, dtype, device, layout)
+    want = _expected(dq, acc, scale)
+    convert_dq(dq, acc, scale)
+    assert len(kernel.grids) == 1
+    rows = max(shape[:3])
+    assert kernel.grids[0] == (-(-rows // bwd._DQ_CONVERT_BLOCK_M), shape[0] * shape[1] * shape[2] // rows)
+    assert torch.equal(_bits(dq), _bits(want))
+    if layout == "padded":
+        assert base[:, :, shape[2]:].isnan().all(), "rows past N were written"
+
+
+def test_varlen_and_non_contiguous_acc(device, kernel):
+    """A packed (T, H, d) shape; acc a (T, H, d) view of (H, T, d) storage
+    with padded rows (neither contiguous nor dq's layout)."""
+    t, h, d = 101, 3, 72
+    acc = torch.randn(h, t, d + 8, device=device)[:, :, :d].transpose(0, 1)
+    assert not acc.is_contiguous() and acc.stride(-1) == 1
+    dq = torch.full((t, h, d), float("nan"), dtype=torch.bfloat16, device=device)
+    want = _expected(dq, acc, 0.125)
+    convert_dq(dq, acc, 0.125)
+    assert len(kernel.grids) == 1
+    assert torch.equal(_bits(dq), _bits(want))
+
+
+def test_other_layouts_take_the_torch_expression(device, kernel):
+    """A last dim of stride > 1, or more (z, h) pairs than a grid axis holds,
+    falls back to the torch expression (same result); empty and meta tensors
+    launch nothing; shapes must agree."""
+    for acc in (torch.randn(2, 3, 40, 16, device=device).transpose(2, 3),  # d of stride 16
+                torch.randn(256, 257, 258, 1, device=device)):  # 256 * 257 > 65535
+        dq = torch.full(acc.shape, float("nan"), dtype=torch.float16, device=device)
+        want = _expected(dq, acc, 0.5)
+        convert_dq(dq, acc, 0.5)
+        assert torch.equal(_bits(dq), _bits(want))
+    for dev in (device, "meta"):  # (meta outside fastlaunch.compile_only: nothing to compile)
+        convert_dq(torch.empty(2, 0, 5, 8, dtype=torch.bfloat16, device=dev), torch.empty(2, 0, 5, 8, device=dev),
+                   1.0)
+        convert_dq(torch.empty(2, 3, 5, 8, dtype=torch.bfloat16, device="meta"),
+                   torch.empty(2, 3, 5, 8, device="meta"), 1.0)
+    assert kernel.grids == []
+    with pytest.raises(ValueError, match="shape"):
+        convert_dq(torch.empty(2, 3, 5, 8, device=device), torch.empty(2, 3, 6, 8, device=device), 1.0)
+
+
+@pytest.fixture
+def fused_convert(monkeypatch, kernel):
+    """The fused backward form with DQ_CONVERT_KERNEL on."""
+    monkeypatch.setenv(ENV_FUSED_DQ, "1")
+    monkeypatch.setattr(bwd, "DQ_CONVERT_KERNEL", True)
+    return kernel
+
+
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
+    (45, 131, 6, 2, 40, True, torch.float16),     # Nq < Nk (bottom-right), GQA, odd d
+    (96, 80, 2, 2, 128, False, torch.bfloat16),   # not causal
+])
+def test_fused_backward_with_the_kernel(device, fused_convert, n_q, n_k, h_q, h_kv, d, causal, dtype):
+    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
+    check_against_reference(q, k, v, causal)
+    assert fused_convert.grids, "the fused backward did not convert dQ with the kernel"
+
+
+def test_fused_varlen_backward_with_the_kernel(device, fused_convert):
+    _check_varlen([0, 1, 37, 70], [5, 1, 37, 90], 4, 2, 64, True, torch.bfloat16, device)
+    assert fused_convert.grids, "the fused backward did not convert dQ with the kernel"
