@@ -32,15 +32,12 @@ probe_reps ${T_BENCH:-200} --head-dims 64,128 --seqlens 2048,4096,8192 --gqa non
 python3 - "$R/rep1/hopper_bwd_probe.json" "$R/rep2/hopper_bwd_probe.json" "$R/tests_named_bar.log" "$L1" "$L2" <<'PY'
 import math, sys
 sys.path.insert(0, "benchmarks")
-from rules import load_reps
+from rules import load_reps, probe_checks_ok, tests_passed
 reps = load_reps(sys.argv[1:3])
-try:
-    tests_ok = open(sys.argv[3]).read().rstrip().endswith("rc=0")
-except OSError:
-    tests_ok = False
+tests_ok = tests_passed(sys.argv[3])
 levels = {1: sys.argv[4], 2: sys.argv[5]}
 n_rows = len(reps[0])
-checks = all(c in ("ok", "ref") for rows in reps for r in rows for c in r["check"].values() if c)
+checks = probe_checks_ok(reps)
 qualified = {}
 for level, name in levels.items():
     ok, logs = tests_ok and checks and n_rows == 12, [[] for _ in reps]

@@ -24,14 +24,11 @@ probe_reps ${T_BENCH:-200} --head-dims 64,128 --seqlens 2048,4096,8192 \
 python3 - "$R/rep1/hopper_bwd_probe.json" "$R/rep2/hopper_bwd_probe.json" "$R/tests_bwd.log" "$L0" <<'PY'
 import math, sys
 sys.path.insert(0, "benchmarks")
-from rules import load_reps
+from rules import load_reps, probe_checks_ok, tests_passed
 reps = load_reps(sys.argv[1:3])
-try:
-    tests_ok = open(sys.argv[3]).read().rstrip().endswith("rc=0")
-except OSError:
-    tests_ok = False
+tests_ok = tests_passed(sys.argv[3])
 old = sys.argv[4]
-checks = all(c in ("ok", "ref") for rows in reps for r in rows for c in r["check"].values() if c)
+checks = probe_checks_ok(reps)
 keep = {}
 for d in (64, 128):
     logs, low = [[] for _ in reps], False

@@ -29,14 +29,11 @@ probe_reps ${T_BENCH:-90} --head-dims 64,128 --seqlens 2048,4096,8192 --gqa none
 python3 - "$R/rep1/hopper_bwd_probe.json" "$R/rep2/hopper_bwd_probe.json" "$R/tests_convert.log" "$NEW" <<'PY' | tee "$OUT/verdict.txt"
 import math, sys
 sys.path.insert(0, "benchmarks")
-from rules import load_reps
+from rules import load_reps, probe_checks_ok, tests_passed
 reps = load_reps(sys.argv[1:3])
-try:
-    tests_ok = open(sys.argv[3]).read().rstrip().endswith("rc=0")
-except OSError:
-    tests_ok = False
+tests_ok = tests_passed(sys.argv[3])
 new = sys.argv[4]
-checks = all(c in ("ok", "ref") for rows in reps for r in rows for c in r["check"].values() if c)
+checks = probe_checks_ok(reps)
 logs, low = [[] for _ in reps], False
 for rows in zip(*reps):
     r0 = rows[0]

@@ -24,29 +24,19 @@ for rep in 1 2; do
   echo "rc=$?" >> "$R/ab$rep.log"; el "ab$rep"
 done
 python3 - "$R/tests_early_q.log" "$R/ab1.log" "$R/ab2.log" <<'PY' 2>&1 | tee "$R/verdict.txt"
-import json, math, sys
-log, reps = sys.argv[1], sys.argv[2:]
-try:
-    last = open(log).read().strip().splitlines()[-1]
-except (OSError, IndexError):
-    last = "rc=missing"
-tests_ok = last == "rc=0"
+import math, sys
+sys.path.insert(0, "benchmarks")
+from rules import fwd_probe_records, tests_passed
+tests_ok = tests_passed(sys.argv[1])
 ratios = {}  # (d, causal) -> per repeat: {n: early_q / default}
-for i, path in enumerate(reps):
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if not (line.startswith("RESULT ") and '"bench"' in line):
-            continue
-        r = json.loads(line[7:])
+for i, records in enumerate(fwd_probe_records(sys.argv[2:])):
+    for r in records:
         base, new = r.get("hopper:default"), r.get("hopper:early_q")
         if isinstance(base, float) and isinstance(new, float) and base > 0:
             ratios.setdefault((r["d"], bool(r["causal"])), [{}, {}])[i][r["n"]] = new / base
             print(f"rep{i + 1} d={r['d']} N={r['n']} causal={r['causal']}: default {base:.0f} early_q {new:.0f} "
                   f"({new / base:.3f}) cudnn {r.get('sdpa:cudnn')}")
-print(f"tests: {'passed' if tests_ok else 'NOT passed (' + last + ')'}")
+print(f"tests: {'passed' if tests_ok else 'NOT passed'}")
 for (d, causal), per_rep in sorted(ratios.items()):
     means = []
     ok = tests_ok

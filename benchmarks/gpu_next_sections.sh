@@ -38,24 +38,12 @@ for rep in 1 2; do
   echo "rc=$?" >> "$R/ab$rep.log"; el "ab$rep"
 done
 python3 - "$R/tests_sections.log" "$R/ab1.log" "$R/ab2.log" <<'PY' 2>&1 | tee "$R/verdict.txt"
-import json, math, sys
-log, reps = sys.argv[1], sys.argv[2:]
-try:
-    last = open(log).read().strip().splitlines()[-1]
-except (OSError, IndexError):
-    last = "rc=missing"
-tests_ok = last.startswith("rc=0")
-rows = [{}, {}]  # per repeat: (d, n, hkv) -> record
-for i, path in enumerate(reps):
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if line.startswith("RESULT ") and '"bench"' in line:
-            r = json.loads(line[7:])
-            rows[i][(r["d"], r["n"], r["hkv"])] = r
-print(f"tests: {'passed' if tests_ok else 'NOT passed (' + last + ')'}")
+import math, sys
+sys.path.insert(0, "benchmarks")
+from rules import fwd_probe_records, tests_passed
+tests_ok = tests_passed(sys.argv[1])
+rows = [{(r["d"], r["n"], r["hkv"]): r for r in rep} for rep in fwd_probe_records(sys.argv[2:])]
+print(f"tests: {'passed' if tests_ok else 'NOT passed'}")
 adopt = {}
 for d in (128, 64):
     best = None

@@ -45,3 +45,33 @@ def tier_speedup(rows, mode):
         return None
     print(f"{mode}: hopper / portable speedup {a / b:.2f}x")
     return a / b
+
+
+def tests_passed(path) -> bool:
+    """Whether a gpu_tests log (gpu_lib.sh) ends with its rc=0 line; a missing,
+    empty or cut log is a failure."""
+    try:
+        lines = open(path).read().strip().splitlines()
+    except OSError:
+        return False
+    return bool(lines) and lines[-1].startswith("rc=0")
+
+
+def probe_checks_ok(reps) -> bool:
+    """Whether every correctness check of hopper_bwd_probe.py's rows (load_reps)
+    passed or was the reference itself."""
+    return all(c in ("ok", "ref") for rows in reps for r in rows for c in r["check"].values() if c)
+
+
+def fwd_probe_records(paths):
+    """hopper_fwd_probe.py's timing records (its RESULT lines of kind bench) of
+    each repeat's log, in order; a missing log gives none for that repeat."""
+    import json
+    reps = []
+    for path in paths:
+        try:
+            lines = open(path).read().splitlines()
+        except OSError:
+            lines = []
+        reps.append([json.loads(line[7:]) for line in lines if line.startswith("RESULT ") and '"bench"' in line])
+    return reps

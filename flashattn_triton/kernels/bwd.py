@@ -55,7 +55,7 @@ from .fwd import split_qk
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
+from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
 
 # Q K^T, dK and dQ in the forward's two power-of-two column chunks where
@@ -576,14 +576,8 @@ def _bwd_group_sum(
     # OUT[z, h] = sum over s of P[z, h * GROUP_SPLIT + s] (float32 partials of
     # dK or dV, last stride 1), summed in s order and cast once: one pass over
     # the partials, written straight into the caller's strided gradient.
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    off_z = (pid_bh // H_KV).to(tl.int64)
-    off_h = (pid_bh % H_KV).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    mask = (offs_n < N)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    rows = offs_n.to(tl.int64)[:, None]
+    off_z, off_h, rows, offs_d, mask = head_row_tile(tl.program_id(0), tl.program_id(1), H_KV, N,
+                                                     BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
     part = P + off_z * stride_pz + off_h * GROUP_SPLIT * stride_ph + rows * stride_pn + offs_d[None, :]
     acc = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     for s in tl.static_range(GROUP_SPLIT):
@@ -625,14 +619,8 @@ def _dq_convert(
     # DQ[z, h, m] = (ACC[z, h, m] * scale) cast to DQ's dtype, one
     # [BLOCK_M, HEAD_DIM] tile of one (z, h) per program: a single pass over
     # the float32 buffer whatever DQ's row stride.
-    pid_m = tl.program_id(0)
-    pid_zh = tl.program_id(1)
-    off_z = (pid_zh // H).to(tl.int64)
-    off_h = (pid_zh % H).to(tl.int64)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_m < N)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    rows = offs_m.to(tl.int64)[:, None]
+    off_z, off_h, rows, offs_d, mask = head_row_tile(tl.program_id(0), tl.program_id(1), H, N,
+                                                     BLOCK_M, HEAD_DIM, BLOCK_D)
     acc = tl.load(ACC + off_z * stride_az + off_h * stride_ah + rows * stride_am + offs_d[None, :] * stride_ak,
                   mask=mask, other=0.0)
     tl.store(DQ + off_z * stride_qz + off_h * stride_qh + rows * stride_qm + offs_d[None, :] * stride_qk,

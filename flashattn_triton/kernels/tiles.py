@@ -136,6 +136,19 @@ def store_tile(ptrs, x, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, EVEN_D: tl
 
 
 @triton.jit
+def head_row_tile(pid_n, pid_zh, H, N, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """Row tile pid_n of (batch, head) number pid_zh, heads H per batch, N rows:
+    the batch and head (int64), the rows as an int64 column, the columns and
+    the mask of rows < N and columns < HEAD_DIM (of HEAD_DIM_PAD)."""
+    off_z = (pid_zh // H).to(tl.int64)
+    off_h = (pid_zh % H).to(tl.int64)
+    offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_n < N)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    return off_z, off_h, offs_n.to(tl.int64)[:, None], offs_d, mask
+
+
+@triton.jit
 def tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK: tl.constexpr, offs_d):
     """Pointers to rows [row0, row0 + BLOCK) x columns offs_d of a matrix at BASE.
     row0 may be int64 (the large part of the offset); in-tile offsets stay 32-bit."""
