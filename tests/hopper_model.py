@@ -1254,29 +1254,34 @@ def main():
           "K/V L2 hit rate (l2_hit_rate's LRU model), static snake and dynamic:")
     print("| d | N | M_BAND | snake balance | snake L2 | dynamic balance | dynamic L2 |")
     print("|---|---|---|---|---|---|---|")
-    for d, n in itertools.product((64, 128), (1024, 2048, 4096, 8192)):
-        for band in (0, 2, 4):
-            cfg = dict(BLOCK_M=64, BLOCK_N=128, NUM_CONSUMERS=3 if d == 64 else 2, HEADS_FIRST=True,
-                       NUM_STAGES=3, M_BAND=band)
-            shape = (16384 // n, 2048 // d, n, n, 0)
-            r = makespans(*shape, cfg)
-            print(f"| {d} | {n} | {band} | {r['snake']:.3f} | {l2_hit_rate(*shape, cfg):.2f} | "
-                  f"{r['dynamic']:.3f} | {l2_hit_rate(*shape, dict(cfg, DYNAMIC=True)):.2f} |", flush=True)
+    _order_rows((0, 2, 4), lambda d, n, band: (dict(M_BAND=band), band))
     print("\ncausal tile order by head sections (HEAD_SECTION from SECTION_MB, fwd.section_heads): balance "
           "and K/V L2 hit rate as above:")
     print("| d | N | SECTION_MB | heads per section | snake balance | snake L2 | dynamic balance | dynamic L2 |")
     print("|---|---|---|---|---|---|---|---|")
+
+    def sections(d, n, mb):
+        heads = section_heads(mb, n, d) if mb else 0
+        heads = heads if heads < 16384 // n * (2048 // d) else 0
+        return dict(HEAD_SECTION=heads), f"{mb} | {heads or 'all'}"
+    _order_rows((0, 16, 32), sections)
+    return int(bool(fails or pfails))
+
+
+def _order_rows(values, order_of):
+    """Table rows of causal tile orders at d 64 / 128, N 1k-8k (B*N = 16k,
+    H = 2048 / d): for each value, order_of(d, n, value) gives the order's
+    switches and the cells naming it; then the static snake's and the
+    dynamic scheduler's balance and K/V L2 hit rate."""
     for d, n in itertools.product((64, 128), (1024, 2048, 4096, 8192)):
-        for mb in (0, 16, 32):
-            heads = section_heads(mb, n, d) if mb else 0
+        for value in values:
+            switches, cells = order_of(d, n, value)
             cfg = dict(BLOCK_M=64, BLOCK_N=128, NUM_CONSUMERS=3 if d == 64 else 2, HEADS_FIRST=True,
-                       NUM_STAGES=3, HEAD_SECTION=heads if heads < 16384 // n * (2048 // d) else 0)
+                       NUM_STAGES=3, **switches)
             shape = (16384 // n, 2048 // d, n, n, 0)
             r = makespans(*shape, cfg)
-            print(f"| {d} | {n} | {mb} | {cfg['HEAD_SECTION'] or 'all'} | {r['snake']:.3f} | "
-                  f"{l2_hit_rate(*shape, cfg):.2f} | {r['dynamic']:.3f} | "
-                  f"{l2_hit_rate(*shape, dict(cfg, DYNAMIC=True)):.2f} |", flush=True)
-    return int(bool(fails or pfails))
+            print(f"| {d} | {n} | {cells} | {r['snake']:.3f} | {l2_hit_rate(*shape, cfg):.2f} | "
+                  f"{r['dynamic']:.3f} | {l2_hit_rate(*shape, dict(cfg, DYNAMIC=True)):.2f} |", flush=True)
 
 
 def section_heads(mb, n_k, d, dv=None, elem=2, group=1):

@@ -340,7 +340,9 @@ def test_launch_plans_on_a_fake_driver():
     assert "early_q args" in stdout, stdout
 
 
-_FAKE_LAUNCH_DYNAMIC = r"""
+# The start of the fake-driver scripts of the Hopper forward: CPU tensors
+# stand for CUDA ones, 132 SMs, the kernel's argument names in `names`.
+_FAKE_FWD_PRELUDE = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
 from fake_cuda import fake_cuda, LAUNCHES
@@ -348,6 +350,10 @@ from flashattn_triton.kernels.hopper import fwd as hf
 hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
 hf.sm_count = lambda device: 132
 names = hf._attn_fwd_hopper.arg_names
+"""
+
+
+_FAKE_LAUNCH_DYNAMIC = _FAKE_FWD_PRELUDE + r"""
 for d in (64, 128, 256):
     q = torch.randn(2, 4, 1000, d).to(torch.bfloat16)
     k = torch.randn(2, 2, 1200, d).to(torch.bfloat16)
@@ -389,14 +395,7 @@ def test_dynamic_launch_on_a_fake_driver():
     assert lines == want, stdout
 
 
-_FAKE_LAUNCH_SECTIONS = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
-from flashattn_triton.kernels.hopper import fwd as hf
-hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
-hf.sm_count = lambda device: 132
-names = hf._attn_fwd_hopper.arg_names
+_FAKE_LAUNCH_SECTIONS = _FAKE_FWD_PRELUDE + r"""
 q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
 k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
 o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
@@ -456,14 +455,7 @@ def test_dynamic_forward_replays_on_a_fake_driver():
     assert lines[-2:] == ["replayable True scratch 1", "replayed True 1"], lines
 
 
-_FAKE_LAUNCH_WINDOW = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
-from flashattn_triton.kernels.hopper import fwd as hf
-hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
-hf.sm_count = lambda device: 132
-names = hf._attn_fwd_hopper.arg_names
+_FAKE_LAUNCH_WINDOW = _FAKE_FWD_PRELUDE + r"""
 for d, causal, window, overrides in [(64, True, (100, 200), {}), (128, True, (10 ** 9, 200), {}),
                                      (256, False, (0, 200), {}),
                                      (128, False, (7, 200), {"PERSISTENT": True, "NUM_SMS": 5}),
@@ -1010,14 +1002,7 @@ def test_split_dispatch_opt_out(monkeypatch, opt_in):
     assert calls == [("hopper" if takes else "portable", 128)], calls
 
 
-_FAKE_LAUNCH_SPLIT = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
-from flashattn_triton.kernels.hopper import fwd as hf
-hf.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
-hf.sm_count = lambda device: 132
-names = hf._attn_fwd_hopper.arg_names
+_FAKE_LAUNCH_SPLIT = _FAKE_FWD_PRELUDE + r"""
 q = torch.randn(2, 4, 1000, 192).to(torch.bfloat16)
 k = torch.randn(2, 2, 1200, 192).to(torch.bfloat16)
 v = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
