@@ -46,22 +46,11 @@ for rep in 1 2; do
   done
 done
 python3 - "$R" <<'PY'
-import ast, sys
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import variant_rows as load
 R = sys.argv[1]
 EXPECTED, NEED = 16, 1.05
-
-
-def load(path):
-    """The rows bench_variants printed (one dict a line): a run cut by its limit keeps those."""
-    rows = {}
-    try:
-        for line in open(path):
-            if line.startswith("{'variant'"):
-                r = ast.literal_eval(line)
-                rows[(r["batch"], r["seqlen"], r["heads_q"], r["heads_kv"], r["head_dim"], r["causal"])] = r
-    except (OSError, ValueError, SyntaxError) as exc:
-        print(f"{path}: {type(exc).__name__}: {exc}")
-    return rows
 
 
 reps = [{opt: load(f"{R}/rep{rep}/opt{opt}/log.txt") for opt in (0, 1)} for rep in (1, 2)]

@@ -12,18 +12,19 @@ for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
 Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
 backward's window path with FLASHATTN_TRITON_HOPPER_WINDOW=1, or, with the
-variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (None
-so far: never); "0": the portable kernels for windows in both directions.
+variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (2047
+since session 16); "0": the portable kernels for windows in both directions.
 Head dims d = 192 with dv = 128 take the Hopper forward and backward (split
 Q K^T; the backward GPU-validated in session 15) unless
 FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
-FLASHATTN_TRITON_HOPPER_DROPOUT=1 lets dropout (alone, with no mask or a
-causal one) take the Hopper forward and backward (GPU-validated; off by
-default, HOPPER_DROPOUT_DEFAULT, until benchmarks/gpu_next_dropout_default.sh's
-rule says otherwise; "0" keeps it portable either way).
-FLASHATTN_TRITON_HOPPER_MASK=1 lets a boolean attn_mask (alone: no other
-variant) take the Hopper forward (not yet GPU-validated; the backward stays
-portable).
+Dropout (alone, with no mask or a causal one): FLASHATTN_TRITON_HOPPER_DROPOUT=1
+takes the Hopper forward and backward, "0" the portable kernels; unset, the
+Hopper backward (HOPPER_DROPOUT_BWD_DEFAULT, since session 16) after the
+portable forward (HOPPER_DROPOUT_DEFAULT; HOPPER_DROPOUT_FWD_MIN_N, by query
+length, not set yet).
+A boolean attn_mask alone (no other variant) takes the Hopper forward by
+default since session 16 (FLASHATTN_TRITON_HOPPER_MASK=0: the portable one);
+the backward stays portable.
 """
 
 from __future__ import annotations
@@ -229,18 +230,38 @@ HOPPER_DROPOUT_DEFAULT = "0"
 HOPPER_DROPOUT_BWD_DEFAULT = "1"
 
 
-def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False) -> bool:
+# The forward's dropout default by query length, with the variable unset:
+# None (HOPPER_DROPOUT_DEFAULT alone decides) or {(head dim, causal): least
+# N_Q}: the Hopper forward takes a dropout call whose query length reaches
+# the entry of its head dim and causal flag (no entry: the default decides).
+# Session 16 call 2 measured the Hopper dropout forward at 1.03-1.73x the
+# portable one on every row but N = 2k causal (0.82-0.98x);
+# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, sets the entries.
+HOPPER_DROPOUT_FWD_MIN_N: Optional[dict] = None
+
+
+def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False,
+                          n_q: Optional[int] = None, head_dim: Optional[int] = None) -> bool:
     """Whether a call with variants may try the Hopper forward (backward:
     the Hopper backward; use_hopper_forward / use_hopper_backward still
     decide the rest): only dropout alone (no softcap, ALiBi, sinks or mask),
     with no mask or a causal one (no window bound), and only as
-    FLASHATTN_TRITON_HOPPER_DROPOUT says ("1": yes, any other value: no),
-    HOPPER_DROPOUT_DEFAULT (HOPPER_DROPOUT_BWD_DEFAULT for the backward) when
-    it is unset (their dropout paths, docs/hopper.md "Dropout").  Calls
+    FLASHATTN_TRITON_HOPPER_DROPOUT says ("1": yes, any other value: no);
+    when it is unset, HOPPER_DROPOUT_BWD_DEFAULT for the backward, and for
+    the forward HOPPER_DROPOUT_DEFAULT or, where HOPPER_DROPOUT_FWD_MIN_N
+    is set, a query length n_q of at least its entry for the call's head dim
+    and causal flag (their dropout paths, docs/hopper.md "Dropout").  Calls
     without variants do not ask."""
-    default = HOPPER_DROPOUT_BWD_DEFAULT if backward else HOPPER_DROPOUT_DEFAULT
-    return (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
-            and window[0] < 0 and window[1] in (-1, 0) and _switch(ENV_HOPPER_DROPOUT, default))
+    if not (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
+            and window[0] < 0 and window[1] in (-1, 0)):
+        return False
+    if backward:
+        return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_BWD_DEFAULT)
+    if env_value(ENV_HOPPER_DROPOUT) is None and HOPPER_DROPOUT_FWD_MIN_N is not None and n_q is not None:
+        least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, window[1] == 0))
+        if least is not None and n_q >= least:
+            return True
+    return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT)
 
 
 ENV_HOPPER_MASK = "FLASHATTN_TRITON_HOPPER_MASK"  # "1" / "0": a boolean attn_mask may take the Hopper forward

@@ -189,6 +189,32 @@ def test_dispatch_rule(monkeypatch, default, bwd_default):
             os.environ[OPT_IN] = env
 
 
+def test_forward_rule_by_length(monkeypatch):
+    """HOPPER_DROPOUT_FWD_MIN_N ({(head dim, causal): least N_Q}): with the
+    variable unset the Hopper forward takes dropout from that query length,
+    per head dim and causal flag (no entry: HOPPER_DROPOUT_DEFAULT); the
+    variable overrides it both ways, the backward ignores it, and no length
+    (n_q None) never turns it on."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", "0")
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_BWD_DEFAULT", "0")
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_FWD_MIN_N", {(128, True): 4096, (128, False): 0, (64, False): 0})
+    monkeypatch.delenv(OPT_IN, raising=False)
+
+    def takes(window, n_q, d=128, **kw):
+        return _dispatch.hopper_takes_variants(0.0, None, None, None, 0.1, window, n_q=n_q, head_dim=d, **kw)
+    assert not takes((-1, 0), 2048) and takes((-1, 0), 4096) and takes((-1, 0), 9000), "causal from 4096"
+    assert takes((-1, -1), 1) and takes((-1, -1), 2048, d=64), "not causal: from 0"
+    assert not takes((-1, 0), 8192, d=64) and not takes((-1, -1), 8192, d=256), "no entry: the default"
+    assert not takes((-1, 0), None) and not takes((-1, 0), 8192, backward=True), "no length; the backward"
+    assert not takes((10, 0), 8192), "a window bound: never"
+    assert not _dispatch.hopper_takes_variants(1.0, None, None, None, 0.1, (-1, 0), n_q=8192, head_dim=128)
+    monkeypatch.setenv(OPT_IN, "0")
+    assert not takes((-1, 0), 8192), "forced off"
+    monkeypatch.setenv(OPT_IN, "1")
+    assert takes((-1, 0), 16, d=64), "forced on"
+
+
 @pytest.mark.parametrize("default", ["0", "1"])
 def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
     """`flashattn-triton info --variant dropout --arch sm90`: with the switch
