@@ -2,7 +2,8 @@
 # The side-by-side sweep with FlexAttention on every row (issues 7 and 8: ">= 1.0x FA2 and
 # FlexAttention on every row, N 512..16k, d 64/128/256"; session 16's sweep ran Flex on 22 rows
 # per mode, N 2k / 8k only), one dtype per call: DTYPE=bf16 (default) or DTYPE=fp16, one H200,
-# about 5-8 minutes (Flex compiles each shape: ~3 s a row in session 16).
+# about 5-8 minutes (Flex compiles each shape: ~3 s a row in session 16; the untimed warm-up
+# compiles them in six parallel processes first).
 #   bench_attention.py --full --flex-all: d 64/128/256, N 512..16k, causal and not (and the GQA
 #   rows with bf16), forward and backward; ours, SDPA flash (FA2), SDPA cuDNN, FlexAttention in
 #   one process, --rounds 1; rows past BUDGET are left out and listed as missing.
@@ -10,6 +11,21 @@
 # and a line per row where ours is below FA2 or Flex are printed (none expected).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 DTYPE=${DTYPE:-bf16}
+if [ "${WARM:-1}" = 1 ]; then
+  # FlexAttention compiles each shape (torch.compile; Inductor's and Triton's on-disk caches
+  # keep the results): six untimed processes, one per (d, causal), compile them side by side
+  # first, so that the timed run below mostly loads them (WARM=0 skips this).
+  pids=()
+  for d in 64 128 256; do
+    for c in yes no; do
+      timeout -k 5 ${T_WARM:-120} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
+        --providers flex --flex-all --head-dims $d --causal $c --warmup 1 --rep 1 --no-progress --no-plot \
+        --out "/tmp/flexwarm_${d}_$c" > "$R/warm_${d}_$c.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p"; done; el warm
+fi
 timeout -k 5 ${T_BENCH:-540} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
   --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex --flex-all --max-seconds ${B_BENCH:-510} \
   --no-progress --no-plot --out "$R/bench" > "$R/bench.log" 2>&1
