@@ -5,8 +5,10 @@
 # about 5-8 minutes (Flex compiles each shape: ~3 s a row in session 16; the untimed warm-up
 # compiles them in six parallel processes first).
 #   bench_attention.py --full --flex-all: d 64/128/256, N 512..16k, causal and not (and the GQA
-#   rows with bf16), forward and backward; ours, SDPA flash (FA2), SDPA cuDNN, FlexAttention in
-#   one process, --rounds 1; rows past BUDGET are left out and listed as missing.
+#   rows with bf16), forward and backward; ours, SDPA flash (FA2), SDPA cuDNN, FlexAttention and
+#   ours on the portable kernels (flashattn_triton_portable: data for a short-sequence rule like
+#   the backward's, should the Hopper forward trail a peer at N <= 1k) in one process,
+#   --rounds 1; rows past the time budget are left out and listed as missing.
 # Results: $OUT/results.tgz (r/bench: bench_attention.json / .md, r/bench.log); the short tables
 # and a line per row where ours is below FA2 or Flex are printed (none expected).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
@@ -27,7 +29,8 @@ if [ "${WARM:-1}" = 1 ]; then
   for p in "${pids[@]}"; do wait "$p"; done; el warm
 fi
 timeout -k 5 ${T_BENCH:-540} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
-  --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex --flex-all --max-seconds ${B_BENCH:-510} \
+  --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex,flashattn_triton_portable --flex-all \
+  --max-seconds ${B_BENCH:-510} \
   --no-progress --no-plot --out "$R/bench" > "$R/bench.log" 2>&1
 echo "rc=$?" >> "$R/bench.log"; el bench
 sed -n '/short:begin/,/short:end/p' "$R/bench/bench_attention.md" | cut -c1-200 | head -60
@@ -38,10 +41,10 @@ ours = {(r["mode"], r["dtype"], r["head_dim"], r["causal"], r["heads_kv"], r["se
         for r in rows if r["provider"] == "flashattn_triton" and r["status"] == "ok"}
 peers = {}
 for r in rows:
-    if r["provider"] in ("sdpa_flash", "flex") and r["status"] == "ok":
+    if r["provider"] in ("sdpa_flash", "flex", "flashattn_triton_portable") and r["status"] == "ok":
         peers.setdefault(r["provider"], {})[(r["mode"], r["dtype"], r["head_dim"], r["causal"], r["heads_kv"],
                                              r["seqlen_q"])] = r
-for p in ("sdpa_flash", "flex"):
+for p in ("sdpa_flash", "flex", "flashattn_triton_portable"):
     got = peers.get(p, {})
     ratios = {k: ours[k]["tflops"] / got[k]["tflops"] for k in ours if k in got}
     missing = sorted(k for k in ours if k not in got)

@@ -36,7 +36,12 @@ OURS = "flashattn_triton"
 # Ours with deterministic=True (the portable backward without atomics; the
 # forward is the same as OURS): to state what determinism costs.
 OURS_DET = "flashattn_triton_det"
-PROVIDERS = (OURS, "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex", "naive", OURS_DET)
+# Ours on the portable kernels (FLASHATTN_TRITON_BACKEND=portable around its
+# calls): the tier the Hopper kernels are judged against, row by row.
+OURS_PORTABLE = "flashattn_triton_portable"
+OURS_ALL = (OURS, OURS_DET, OURS_PORTABLE)
+PROVIDERS = (OURS, "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex", "naive", OURS_DET,
+             OURS_PORTABLE)
 PEERS = PROVIDERS[1:]
 DEVICE = "cuda"  # set_device("cpu") for smoke runs of the plumbing
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -414,7 +419,7 @@ def torch_dtype(name: str):
 
 def provider_layout(provider: str) -> str:
     """Ours takes (B, N, H, d); SDPA, flex and naive take (B, H, N, d)."""
-    return "bnhd" if provider in (OURS, OURS_DET) else "bhnd"
+    return "bnhd" if provider in OURS_ALL else "bhnd"
 
 
 def make_qkv(cfg: AttnConfig, layout: str, requires_grad: bool = True):
@@ -519,6 +524,11 @@ def build_attention(provider: str, cfg: AttnConfig, flex_dynamic: bool = False):
         from flashattn_triton import flash_attn_func
 
         return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal, deterministic=True)), null
+    if provider == OURS_PORTABLE:
+        from flashattn_triton import flash_attn_func
+
+        return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal)), \
+            (lambda: env_set("FLASHATTN_TRITON_BACKEND", "portable"))
     if provider in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -538,6 +548,20 @@ def build_attention(provider: str, cfg: AttnConfig, flex_dynamic: bool = False):
         mask = causal_mask(cfg.seqlen_q, cfg.seqlen_k) if cfg.causal else None
         return (lambda q, k, v: naive_attention(q, k, v, mask)), null
     raise ValueError(f"unknown provider {provider!r}")
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str):
+    """The environment variable name set to value inside the block, restored after."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def parse_list(text: str | None, cast=str, allowed=None, what: str = "value") -> list | None:
