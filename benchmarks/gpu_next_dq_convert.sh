@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-pass float32 -> dq conversion kernel (kernels/bwd.py convert_dq / _dq_convert, switch
+# The one-pass float32 -> dq conversion kernel (kernels/bwd.py convert_dq / _bwd_dq_convert, switch
 # DQ_CONVERT_KERNEL, env FLASHATTN_TRITON_DQ_CONVERT) in place of torch's strided copy at the end of
 # the Hopper backward (session 17 ncu: 94 us at 42% DRAM for ~190 MB at B*N = 16k, d = 128, H = 16;
 # cuDNN's convert_dq_to_16bits 54 us) and of the portable fused form's multiply-then-copy.

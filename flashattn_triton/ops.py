@@ -133,7 +133,7 @@ def _install_direct_launches() -> None:
         return
     from .kernels import bwd
     for name, obj in list(vars(bwd).items()):
-        if name.startswith("_bwd") or name == "_dq_convert":  # the kernels, not the helpers they call
+        if name.startswith("_bwd"):  # the kernels, not the helpers they call
             fastlaunch.install(obj)
     _DIRECT_INSTALLED = True
 

@@ -1,5 +1,5 @@
 """The one-pass float32 -> dq conversion (kernels/bwd.py convert_dq,
-_dq_convert): bit for bit the torch expression ``dq.copy_(acc * scale)``
+_bwd_dq_convert): bit for bit the torch expression ``dq.copy_(acc * scale)``
 on NaN-poisoned outputs, whatever the layouts; and the fused backward with
 the switch DQ_CONVERT_KERNEL on against the float64 reference.  The Hopper
 backward's use of it is a GPU test of tests/test_hopper_bwd.py (``-k dq_convert``)."""
@@ -29,12 +29,12 @@ class _Counted:
 
 
 def count_launches(monkeypatch) -> _Counted:
-    """kernels/bwd.py's _dq_convert replaced by a _Counted of it, once the op
+    """kernels/bwd.py's _bwd_dq_convert replaced by a _Counted of it, once the op
     layer has given it the launch fast path (ops._install_direct_launches
     looks the kernels up by name, once per process)."""
     ops._install_direct_launches()
-    counted = _Counted(bwd._dq_convert)
-    monkeypatch.setattr(bwd, "_dq_convert", counted)
+    counted = _Counted(bwd._bwd_dq_convert)
+    monkeypatch.setattr(bwd, "_bwd_dq_convert", counted)
     return counted
 
 

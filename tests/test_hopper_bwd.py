@@ -640,7 +640,7 @@ hb.HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: False}  # S = 1
 ops._install_direct_launches()
 real = portable._dq_convert_launches
 portable._dq_convert_launches = lambda dq: dq.device.type == "cpu" or real(dq)
-run = fastlaunch.fast_run(portable._dq_convert)
+run = fastlaunch.fast_run(portable._bwd_dq_convert)
 jit = []
 real_jit = run.jit_run
 run.jit_run = lambda *a, **kw: jit.append(1) or real_jit(*a, **kw)
@@ -668,20 +668,20 @@ print(" ".join(sorted(c.name for c in compiled)))
 
 def test_dq_convert_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: with kernels/bwd.py's DQ_CONVERT_KERNEL on,
-    the Hopper backward converts its float32 dQ buffer with _dq_convert
+    the Hopper backward converts its float32 dQ buffer with _bwd_dq_convert
     (compiled for sm_90; (cdiv(333, 64), B * H) programs over the flash
     layout's rows), through the launch fast path once the signature has been
     launched (one JIT-path launch per head dim); off, it launches only the
     backward; in compile-only mode (the prefetch) both kernels compile."""
     lines = _fake_lines(_FAKE_DQ_CONVERT)
     assert lines == ["64 False _attn_bwd_hopper(9, 4, 1)",
-                     "64 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
-                     "64 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "64 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
+                     "64 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
                      "128 False _attn_bwd_hopper(9, 4, 1)",
-                     "128 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
-                     "128 True _attn_bwd_hopper(9, 4, 1) _dq_convert(6, 8, 1)",
+                     "128 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
+                     "128 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
                      "2 2",
-                     "_attn_bwd_hopper _dq_convert"], lines
+                     "_attn_bwd_hopper _bwd_dq_convert"], lines
 
 
 def _padded(b, h, n, d, dtype, pad, fill=float("nan")):
@@ -1112,7 +1112,7 @@ def _inputs(b, hq, hkv, nq, nk, d, dtype, layout):
 def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case):
     """kernels/bwd.py's DQ_CONVERT_KERNEL on: dq is, bit for bit, torch's
     copy of the same float32 buffer (captured; its sums vary run to run) and
-    came from _dq_convert; dk and dv are the switch-off run's bits."""
+    came from _bwd_dq_convert; dk and dv are the switch-off run's bits."""
     from flashattn_triton.kernels import bwd as portable, fastlaunch
     from test_dq_convert import count_launches
     hbwd = _bwd_module()

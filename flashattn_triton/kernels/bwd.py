@@ -34,7 +34,7 @@ Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
 buffer is scaled and cast into dq at the end (torch's multiply and copy, or
-with DQ_CONVERT_KERNEL _dq_convert's one pass, convert_dq).  The order of the
+with DQ_CONVERT_KERNEL _bwd_dq_convert's one pass, convert_dq).  The order of the
 float32 adds varies from run to run, so dq is not bit-reproducible.
 Head dims with a quarter of the padded width unused (kernels/fwd.py split_qk,
 here from d_pad = 256 up, use_split_qk) hold Q, K, dQ and dK as two column
@@ -603,7 +603,7 @@ def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split:
 
 
 @triton.jit(do_not_specialize=["N"])
-def _dq_convert(
+def _bwd_dq_convert(
     # pointers
     ACC, DQ,
     # strides
@@ -632,22 +632,22 @@ _MAX_GRID_Y = 65535
 
 ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL on / off
 # The float32 dQ buffer's final scale and cast into dq (the fused form here,
-# the Hopper backward's kernels/hopper/bwd.py _launch) by _dq_convert in one
+# the Hopper backward's kernels/hopper/bwd.py _launch) by _bwd_dq_convert in one
 # pass (convert_dq) instead of torch's multiply and strided copy.  Read at
 # each call.  Off until the H200 measures it (benchmarks/gpu_next_dq_convert.sh).
 DQ_CONVERT_KERNEL = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVERT, "").strip(), False)
 
 
 def _dq_convert_launches(dq: torch.Tensor) -> bool:
-    """Whether _dq_convert can run on dq's device: CUDA, the interpreter, or
+    """Whether _bwd_dq_convert can run on dq's device: CUDA, the interpreter, or
     meta tensors inside fastlaunch.compile_only() (a compile, no launch)."""
     if dq.is_meta:
-        return fastlaunch.compile_only_device() is not None and fastlaunch.fast_run(_dq_convert) is not None
+        return fastlaunch.compile_only_device() is not None and fastlaunch.fast_run(_bwd_dq_convert) is not None
     return dq.is_cuda or INTERPRET
 
 
 def _dq_convert_order(dq: torch.Tensor, acc: torch.Tensor):
-    """The permutation of the dims of dq and acc (4-D) that _dq_convert runs
+    """The permutation of the dims of dq and acc (4-D) that _bwd_dq_convert runs
     on, the largest of the first three dims third (the one tiled by BLOCK_M
     rows); None where the torch expression runs instead: a last dim of stride
     > 1, two devices, more than _MAX_GRID_Y (z, h) pairs, or a device the
@@ -683,7 +683,7 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
         return
     dq, acc = dq.permute(order), acc.permute(order)
     z, h, n, d = dq.shape
-    _dq_convert[(cdiv(n, _DQ_CONVERT_BLOCK_M), z * h)](
+    _bwd_dq_convert[(cdiv(n, _DQ_CONVERT_BLOCK_M), z * h)](
         acc, dq,
         *acc.stride(), *dq.stride(),
         h, n,
