@@ -426,9 +426,7 @@ def merge_rounds(rows: list[dict]) -> list[dict]:
         if not ok:
             merged.append(group[0])
             continue
-        times = sorted(r["ms"] for r in ok)
-        mid = len(times) // 2
-        ms = times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
+        ms = statistics.median(r["ms"] for r in ok)
         row = dict(ok[0], ms=ms, tflops=C.tflops(ok[0]["flops"], ms), ms_rounds=[r["ms"] for r in ok])
         row["wall_s"] = round(sum(r.get("wall_s", 0.0) for r in group), 2)
         merged.append(row)
