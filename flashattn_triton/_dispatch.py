@@ -236,8 +236,13 @@ HOPPER_DROPOUT_BWD_DEFAULT = "1"
 # the entry of its head dim and causal flag (no entry: the default decides).
 # Session 16 call 2 measured the Hopper dropout forward at 1.03-1.73x the
 # portable one on every row but N = 2k causal (0.82-0.98x);
-# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, sets the entries.
-HOPPER_DROPOUT_FWD_MIN_N: Optional[dict] = None
+# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, set the entries
+# in session 18 call 2 (two repeats, 28 rows each: the Hopper forward at
+# 1.13-1.26x the portable one non-causal at d = 64 / 128, 1.61-1.72x at
+# d = 256 on every row, at d = 128 causal from N = 6k 1.09-1.19x; d = 64
+# causal stays below 1.05 up to 6k and gets no entry).
+HOPPER_DROPOUT_FWD_MIN_N: Optional[dict] = {
+    (64, False): 0, (128, False): 0, (128, True): 6144, (256, False): 0, (256, True): 2048}
 
 
 def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False,

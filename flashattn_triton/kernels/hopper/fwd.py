@@ -1142,7 +1142,7 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False
 # allocator on the launching stream (one memset before the kernel): stream
 # ordered, so concurrent launches on other streams get their own counter,
 # and captured into CUDA graphs as a memset node that every replay repeats.
-DYNAMIC_DEFAULT = {64: (False, True), 128: (True, False), 256: (False, False), 192: (False, False)}
+DYNAMIC_DEFAULT = {64: (False, True), 128: (True, True), 256: (False, False), 192: (False, False)}
 # EARLY_Q per head dim, (not causal, causal): a persistent program's consumers
 # release their Q buffer after the work tile's last S and store O from
 # registers, so the next tile's Q loads under this one's last P V and
@@ -1159,9 +1159,12 @@ EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False),
 # model gives 0.01-0.10 -> 0.84-0.88 at N = 2k with 16 MiB sections and the
 # dynamic scheduler's balance unchanged, while the static snake loses its
 # balance over sections (1.25-1.67x the ideal at d = 128), hence DYNAMIC
-# only.  Off until the H200 shows it faster (benchmarks/gpu_next_sections.sh);
-# the override SECTION_MB=n (with DYNAMIC) takes it.
-SECTION_MB_DEFAULT: dict = {}
+# only.  On at d = 128 causal with 16 MiB since session 18 call 1
+# (benchmarks/gpu_next_sections.sh through the cached plans: geometric mean
+# 1.091 / 1.059 over its 5 causal rows in two repeats, none below 0.98; with
+# DYNAMIC_DEFAULT[128] causal on; d = 64 gained 1.01-1.02, under the rule's
+# 1.03, and stays off).  The override SECTION_MB=n (with DYNAMIC) takes it.
+SECTION_MB_DEFAULT: dict = {128: (0, 16)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
