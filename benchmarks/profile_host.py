@@ -303,7 +303,7 @@ def cpu_emulation(p: Patcher):
                 def bwd_reason(do, q, *rest, **kw):
                     return real_bwd_reason(do, OnCudaDevice(q), *rest, **kw)
 
-                def use_hopper_bwd(device, window, deterministic, seqlen=1 << 30, head_dim=128):
+                def use_hopper_bwd(device, window, deterministic, seqlen=1 << 30, head_dim=128, head_dim_v=None):
                     return (_dispatch.backend() != "portable" and not deterministic
                             and window[0] < 0 and window[1] in (-1, 0))
 
