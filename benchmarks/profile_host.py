@@ -284,7 +284,7 @@ def cpu_emulation(p: Patcher):
                 p.set(hfwd.torch.cuda, "device", lambda d: contextlib.nullcontext()
                       if isinstance(d, torch.device) and d.type != "cuda" else real_device(d))
 
-                def use_hopper(q, k, v, window, offset):
+                def use_hopper(q, k, v, window, offset, plain=False):
                     return (_dispatch.backend() != "portable" and window[0] < 0 and window[1] in (-1, 0))
 
                 p.set(hfwd, "unsupported_reason", reason)

@@ -289,9 +289,31 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
             and sinks is None and not dropout_p > 0 and _switch(ENV_HOPPER_MASK, HOPPER_MASK_DEFAULT))
 
 
-def use_hopper_forward(q, k, v, window, causal_offset) -> bool:
-    """Whether to try the Hopper forward (it may still decline a case)."""
-    return _hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)
+# Short sequences on the portable forward: {(head dim, causal): N} sends a
+# call without variants whose max(Nq, Nk) is at most N to the portable
+# kernels (FLASHATTN_TRITON_BACKEND=hopper still forces the Hopper tier).
+# The session 18 sweeps (bf16 and fp16, B*N = 16k) had the portable forward
+# ahead at d = 64 only: causal N = 512 / 1k 1.15-1.19x, non-causal N = 512
+# 1.11-1.13x (2k and d >= 128: the Hopper forward at or ahead).  Empty until
+# benchmarks/gpu_next_short_fwd.sh's rule, fixed in its header, sets it.
+HOPPER_FWD_SHORT: dict = {}
+
+
+def hopper_forward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
+    """Whether the Hopper forward is the faster one at this length
+    (max(Nq, Nk)) for a call without variants: HOPPER_FWD_SHORT."""
+    short = HOPPER_FWD_SHORT.get((head_dim, causal))
+    return short is None or seqlen > short
+
+
+def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False) -> bool:
+    """Whether to try the Hopper forward (it may still decline a case) for
+    dense (B, N, H, d) q, k, v; plain (a call without variants): also
+    hopper_forward_pays at max(Nq, Nk), unless FLASHATTN_TRITON_BACKEND=hopper."""
+    if not (_hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)):
+        return False
+    return (not plain or backend() == "hopper"
+            or hopper_forward_pays(max(q.shape[1], k.shape[1]), q.shape[-1], window[1] == 0))
 
 
 def _hopper_tier(device: torch.device) -> bool:

@@ -283,12 +283,17 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
                              variants)
     fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    if takes:
+    from ._dispatch import backend, hopper_forward_pays
+    fwd_takes, fwd_how = takes, how
+    if takes and not variants and backend() != "hopper" and not hopper_forward_pays(max(n_q, n_k), d, right == 0):
+        fwd_takes, fwd_how = False, (f"N = {max(n_q, n_k)} is short enough that the portable forward is faster "
+                                     "(_dispatch.HOPPER_FWD_SHORT)")
+    if fwd_takes:
         lines.append(f"forward : Hopper tier, {how}")
         lines.append(f"          (if it declines at launch: portable FWD {fwd_cfg})")
     else:
         lines.append(f"forward : portable kernel FWD {fwd_cfg}  [{fwd_src}]")
-        lines.append(f"          Hopper tier not used: {how}")
+        lines.append(f"          Hopper tier not used: {fwd_how}")
     group = h_q // h_kv
     split = group_split(group, batch * n_k, h_kv, d_pad + dv_pad)
     dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)

@@ -257,7 +257,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 if ((not variants or masked or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias,
                                                                      dropout_p, window, n_q=q.shape[1],
                                                                      head_dim=q.shape[-1]))
-                        and use_hopper_forward(q, k, v, window, offset) and _kernels.hopper_forward(
+                        and use_hopper_forward(q, k, v, window, offset, plain=not variants)
+                        and _kernels.hopper_forward(
                             q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
                             None if window_left < 0 else (window_left, diagonal),
                             *(((rng_seed, dropout_p, philox_offset),) if variants and not masked else ()),

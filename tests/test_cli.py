@@ -108,6 +108,23 @@ def test_info_shape_for_sm90(capsys, monkeypatch):
     assert "Hopper tier not used: " in out  # d = 32 (and, on CPU, no Hopper tier here)
 
 
+def test_info_names_the_short_sequence_rule(capsys, monkeypatch):
+    """On sm90 with the Hopper tier importable, a plain call at a length of
+    _dispatch.HOPPER_FWD_SHORT reports the portable forward and why; a
+    longer one the Hopper forward."""
+    from flashattn_triton import _dispatch
+    from flashattn_triton.kernels import hopper
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {(64, True): 1024})
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
+    assert cli.main(["info", "--shape", "8,1024,32,64", "--causal", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "forward : portable kernel" in out and "N = 1024 is short enough" in out, out
+    assert cli.main(["info", "--shape", "8,2048,32,64", "--causal", "--arch", "sm90"]) == 0
+    assert "forward : Hopper tier" in capsys.readouterr().out
+
+
 def test_info_window_takes_the_hopper_forward(capsys, monkeypatch):
     """A sliding window on sm90: the Hopper forward (where it is available)
     with its left window bound; with FLASHATTN_TRITON_HOPPER_WINDOW=0 the

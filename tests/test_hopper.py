@@ -266,6 +266,42 @@ def test_dynamic_load_balance_model():
                 assert r["dynamic"] < r["snake"], (d, n, r)
 
 
+def test_dispatch_keeps_short_sequences_on_the_portable_forward(monkeypatch):
+    """_dispatch.HOPPER_FWD_SHORT {(head dim, causal): N}: a call without
+    variants whose max(Nq, Nk) is at most N runs the portable forward;
+    longer ones, other head dims, calls with variants (dropout, their own
+    rules) and FLASHATTN_TRITON_BACKEND=hopper take the Hopper forward."""
+    from flashattn_triton import _dispatch, ops
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {(64, True): 1024, (64, False): 512})
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_FWD_MIN_N", {(d, c): 0 for d in (64, 128) for c in (True, False)})
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_DROPOUT", raising=False)
+    calls = []
+    monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append("portable"))
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: calls.append("hopper") or True)
+    want = {  # (Nq, Nk, d, causal): Hopper forward for a plain call?
+        (300, 1024, 64, True): False, (1024, 1024, 64, True): False, (1000, 1025, 64, True): True,
+        (2048, 2048, 64, True): True, (512, 512, 64, False): False, (512, 513, 64, False): True,
+        (1024, 1024, 64, False): True, (512, 512, 128, True): True, (200, 4096, 64, True): True,
+    }
+    for backend in ("auto", "hopper"):
+        monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", backend)
+        for (n_q, n_k, d, causal), hopper in want.items():
+            q = torch.empty(1, n_q, 2, d, dtype=torch.bfloat16)
+            k = torch.empty(1, n_k, 2, d, dtype=torch.bfloat16)
+            window = (-1, 0 if causal else -1)
+            expect = hopper or backend == "hopper"
+            assert _dispatch.use_hopper_forward(q, k, k, window, 0, plain=True) == expect, (backend, n_q, n_k, d)
+            assert _dispatch.use_hopper_forward(q, k, k, window, 0), "with variants: not this rule"
+            for p, tier in ((0.0, "hopper" if expect else "portable"), (0.1, "hopper")):
+                calls.clear()
+                out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
+                ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, -1, 0 if causal else -1, True,
+                              dropout_p=p, rng_seed=torch.tensor([1]))
+                assert calls == [tier], (backend, n_q, n_k, d, causal, p, calls)
+
+
 @pytest.mark.parametrize("window", [(100, 0), (100, -1), (0, 0), (-1, 0), (-1, -1), (100, 5)], ids=str)
 def test_dispatch_takes_windows_unless_opted_out(monkeypatch, window):
     """_dispatch.use_hopper_forward: full and causal calls take the Hopper
@@ -276,6 +312,7 @@ def test_dispatch_takes_windows_unless_opted_out(monkeypatch, window):
     portable forward runs what the Hopper tier does not take."""
     from flashattn_triton import _dispatch, ops
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {})  # the length rule: the next test
     monkeypatch.setattr(ops, "use_triton", lambda t: True)
     calls = []
     monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", a[7])))
@@ -312,7 +349,7 @@ hf.sm_count = lambda device: 132
 q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
 k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
 o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
-for overrides, causal in [({"PERSISTENT": False}, True), ({"PERSISTENT": True}, True),
+for overrides, causal in [({"PERSISTENT": False, "DYNAMIC": False}, True), ({"PERSISTENT": True}, True),
                           ({"PERSISTENT": True, "NUM_SMS": 7}, False),
                           ({"PERSISTENT": True, "NUM_SMS": 7, "EARLY_Q": True}, True)]:
     with fake_cuda():
@@ -400,12 +437,19 @@ q = torch.randn(2, 4, 1000, 128).to(torch.bfloat16)
 k = torch.randn(2, 2, 1200, 128).to(torch.bfloat16)
 o, lse = torch.empty_like(q), torch.empty(2, 4, 1000)
 for overrides, causal in [({"DYNAMIC": True, "SECTION_MB": 1}, True), ({"DYNAMIC": True, "SECTION_MB": 1}, False),
-                          ({"PERSISTENT": True, "SECTION_MB": 1}, True), ({"DYNAMIC": True, "SECTION_MB": 64}, True),
-                          ({}, True)]:
+                          ({"PERSISTENT": True, "DYNAMIC": False, "SECTION_MB": 1}, True),
+                          ({"DYNAMIC": True, "SECTION_MB": 64}, True), ({}, True)]:
     with fake_cuda():
         assert hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 200 if causal else None, **overrides), hf._BROKEN
     launcher, grid, args = LAUNCHES[-1]
     print(grid, launcher.src.constants.get((names.index("HEAD_SECTION"),)))
+# the default at d = 128 causal (SECTION_MB_DEFAULT[128] = (0, 16)): 32k keys, 16 MiB per KV head
+# with V, one KV head (2 query heads) per section
+k = torch.empty(2, 2, 32768, 128, dtype=torch.bfloat16)
+with fake_cuda():
+    assert hf.hopper_attention_forward(q, k, k, o, lse, 0.125, 31768), hf._BROKEN
+launcher, grid, args = LAUNCHES[-1]
+print(grid, launcher.src.constants.get((names.index("HEAD_SECTION"),)))
 """
 
 
@@ -414,12 +458,14 @@ def test_sections_launch_on_a_fake_driver():
     DYNAMIC and causal (1 MiB holds one KV head's K and V of 1200 x 128, two
     query heads: sections of 2 of the 8 (batch, head)s); not causal, the
     static snake and a budget holding every head give 0, as does the
-    default (SECTION_MB_DEFAULT empty)."""
+    default's 16 MiB at d = 128 causal (SECTION_MB_DEFAULT) at 1200 keys;
+    at 32k keys the default makes sections of 2."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     lines = fake_launch(_FAKE_LAUNCH_SECTIONS, timeout=900).strip().split("\n")
     assert lines[:4] == ["(64, 1, 1) 2", "(64, 1, 1) 0", "(64, 1, 1) 0", "(64, 1, 1) 0"], lines
     assert lines[4].endswith(" 0"), lines
+    assert lines[5].endswith(" 2"), lines
 
 
 _FAKE_REPLAY_DYNAMIC = r"""

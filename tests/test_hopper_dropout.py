@@ -131,9 +131,11 @@ def test_dispatch_takes_dropout_only_when_opted_in(monkeypatch, window, default)
     _dispatch.HOPPER_DROPOUT_DEFAULT is "1"; "0" forces the portable
     kernels), which gets (seed, p, philox_offset) after the window
     argument; with a window (even with FLASHATTN_TRITON_HOPPER_WINDOW=1) or
-    another variant the portable kernels run."""
+    another variant the portable kernels run.  (The rule by query length,
+    HOPPER_DROPOUT_FWD_MIN_N, is off here: test_forward_rule_by_length.)"""
     from flashattn_triton import _dispatch
     monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_FWD_MIN_N", None)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_WINDOW", "1")
     for opt_in in (None, "0", "1"):
         calls, seed = _dropout_call(monkeypatch, opt_in, window)
