@@ -101,18 +101,22 @@ def module_setting(hbwd, spec):
     """A "mod:NAME=VALUE" variant: kernels/hopper/bwd.py's NAME set to VALUE
     (a Python literal) for that variant, through the cached plans as a
     user's call runs (e.g. mod:DQ_ACC_LIKE_DQ=False); "pmod:NAME=VALUE":
-    kernels/bwd.py's NAME (e.g. pmod:DQ_CONVERT_KERNEL=True); returns the undo."""
+    kernels/bwd.py's NAME (e.g. pmod:DQ_CONVERT_KERNEL=True); several joined
+    by '&' (pmod:DQ_CONVERT_KERNEL=True&mod:DQ_ACC_LIKE_DQ=True); returns the undo."""
     import ast
     from flashattn_triton.kernels import bwd as pbwd
-    prefix, setting = spec.split(":", 1)
-    module = pbwd if prefix == "pmod" else hbwd
-    name, value = setting.split("=", 1)
-    old = getattr(module, name)
-    setattr(module, name, ast.literal_eval(value))
+    olds = []
+    for part in spec.split("&"):
+        prefix, setting = part.split(":", 1)
+        module = pbwd if prefix == "pmod" else hbwd
+        name, value = setting.split("=", 1)
+        olds.append((module, name, getattr(module, name)))
+        setattr(module, name, ast.literal_eval(value))
     hbwd._PLANS.clear()
 
     def undo():
-        setattr(module, name, old)
+        for module, name, old in reversed(olds):
+            setattr(module, name, old)
         hbwd._PLANS.clear()
     return undo
 

@@ -18,23 +18,38 @@ _INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: 
 
 
 class _Counted:
-    """Stands in for the kernel: records the grids it is launched on."""
+    """Stands in for the kernels: records the grids they are launched on
+    (``grids``; ``flat``: those of the flat form)."""
 
-    def __init__(self, kernel):
-        self.kernel, self.grids = kernel, []
+    def __init__(self, kernel, flat_kernel):
+        self.kernel, self.flat_kernel, self.grids, self.flat = kernel, flat_kernel, [], []
 
     def __getitem__(self, grid):
         self.grids.append(grid)
         return self.kernel[grid]
 
+    def flat_launch(self, grid):
+        self.grids.append(grid)
+        self.flat.append(grid)
+        return self.flat_kernel[grid]
+
+
+class _Flat:
+    def __init__(self, counted):
+        self.counted = counted
+
+    def __getitem__(self, grid):
+        return self.counted.flat_launch(grid)
+
 
 def count_launches(monkeypatch) -> _Counted:
-    """kernels/bwd.py's _bwd_dq_convert replaced by a _Counted of it, once the op
-    layer has given it the launch fast path (ops._install_direct_launches
-    looks the kernels up by name, once per process)."""
+    """kernels/bwd.py's _bwd_dq_convert and _bwd_dq_convert_flat replaced by a
+    _Counted of them, once the op layer has given them the launch fast path
+    (ops._install_direct_launches looks the kernels up by name, once per process)."""
     ops._install_direct_launches()
-    counted = _Counted(bwd._bwd_dq_convert)
+    counted = _Counted(bwd._bwd_dq_convert, bwd._bwd_dq_convert_flat)
     monkeypatch.setattr(bwd, "_bwd_dq_convert", counted)
+    monkeypatch.setattr(bwd, "_bwd_dq_convert_flat", _Flat(counted))
     return counted
 
 
@@ -53,11 +68,12 @@ def _bits(t):
 
 
 def _poisoned(shape, dtype, device, layout):
-    """A NaN-filled dq of ``shape`` (B, H, N, d): "flash", the (B, H, N, d)
-    view of (B, N, H, d) storage; "padded", rows past N in the storage (its
-    base returned too); "bhnd", contiguous."""
+    """A NaN-filled dq of ``shape`` (B, H, N, d): "flash" (and "flash-same",
+    whose acc shares the layout), the (B, H, N, d) view of (B, N, H, d)
+    storage; "padded", rows past N in the storage (its base returned too);
+    "bhnd", contiguous."""
     b, h, n, d = shape
-    if layout == "flash":
+    if layout in ("flash", "flash-same"):
         t = torch.full((b, n, h, d), float("nan"), dtype=dtype, device=device)
         return t.transpose(1, 2), t
     if layout == "padded":
@@ -74,6 +90,7 @@ SHAPES = [
     ((2, 2, 64, 128), "bhnd"),
     ((67, 2, 5, 24), "flash"),  # B the largest dim: B is tiled
     ((1, 90, 3, 8), "flash"),   # H the largest dim
+    ((2, 3, 70, 72), "flash-same"),  # acc in dq's layout (the Hopper backward's buffer): flat
 ]
 
 
@@ -82,13 +99,18 @@ SHAPES = [
                          ids=lambda t: str(t).split(".")[1])
 @pytest.mark.parametrize("shape,layout", SHAPES, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else x)
 def test_matches_the_torch_expression(device, kernel, shape, layout, dtype, scale):
-    acc = torch.randn(shape, device=device) * 30
     dq, base = _poisoned(shape, dtype, device, layout)
+    acc = torch.randn(shape, device=device) * 30
+    if layout == "flash-same":
+        acc = torch.randn(base.shape, device=device).transpose(1, 2) * 30
     want = _expected(dq, acc, scale)
     convert_dq(dq, acc, scale)
     assert len(kernel.grids) == 1
-    rows = max(shape[:3])
-    assert kernel.grids[0] == (-(-rows // bwd._DQ_CONVERT_BLOCK_M), shape[0] * shape[1] * shape[2] // rows)
+    if layout in ("flash-same", "bhnd"):  # one dense layout: the flat form
+        assert kernel.flat == [(-(-dq.numel() // bwd._DQ_CONVERT_FLAT_BLOCK),)], kernel.flat
+    else:
+        rows = max(shape[:3])
+        assert kernel.grids[0] == (-(-rows // bwd._DQ_CONVERT_BLOCK_M), shape[0] * shape[1] * shape[2] // rows)
     assert torch.equal(_bits(dq), _bits(want))
     if layout == "padded":
         assert base[:, :, shape[2]:].isnan().all(), "rows past N were written"

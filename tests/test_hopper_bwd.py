@@ -657,6 +657,19 @@ for d, causal in ((64, False), (128, True)):
                 hb._BROKEN
         print(d, on, " ".join(f"{launch[0].src.fn.__name__}{launch[1]}" for launch in list(LAUNCHES)[n:]))
 print(len(jit), run.n_entries)
+# the buffer in dq's layout for causal calls only (by_causal): one flat pass there
+hb.DQ_ACC_LIKE_DQ = {False: False, True: True}
+hb._PLANS.clear()  # (a plan holds its buffer layout)
+for d, causal in ((64, False), (128, True)):
+    q = torch.randn(2, 333, 4, d).to(torch.bfloat16).transpose(1, 2)
+    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
+    grads = [torch.zeros_like(t) for t in (q, k, k)]
+    n = len(LAUNCHES)
+    with fake_cuda():
+        assert hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, 788 if causal else None)
+    print(d, "like-dq", " ".join(f"{launch[0].src.fn.__name__}{launch[1]}" for launch in list(LAUNCHES)[n:]))
+hb.DQ_ACC_LIKE_DQ = False
+hb._PLANS.clear()
 meta = [t.to("meta") for t in (q, k, lse)]
 grads = [torch.empty_like(t) for t in (meta[0], meta[1], meta[1])]
 compiled = []
@@ -672,7 +685,10 @@ def test_dq_convert_launch_on_a_fake_driver():
     (compiled for sm_90; (cdiv(333, 64), B * H) programs over the flash
     layout's rows), through the launch fast path once the signature has been
     launched (one JIT-path launch per head dim); off, it launches only the
-    backward; in compile-only mode (the prefetch) both kernels compile."""
+    backward.  With DQ_ACC_LIKE_DQ on for causal calls, the causal call's
+    buffer has dq's layout and _bwd_dq_convert_flat converts it
+    (cdiv(B * N * H * d, 4096) programs), the other call as before.  In
+    compile-only mode (the prefetch) both kernels compile."""
     lines = _fake_lines(_FAKE_DQ_CONVERT)
     assert lines == ["64 False _attn_bwd_hopper(9, 4, 1)",
                      "64 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
@@ -681,6 +697,8 @@ def test_dq_convert_launch_on_a_fake_driver():
                      "128 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
                      "128 True _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
                      "2 2",
+                     "64 like-dq _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert(6, 8, 1)",
+                     "128 like-dq _attn_bwd_hopper(9, 4, 1) _bwd_dq_convert_flat(84, 1, 1)",
                      "_attn_bwd_hopper _bwd_dq_convert"], lines
 
 
@@ -1109,13 +1127,17 @@ def _inputs(b, hq, hkv, nq, nk, d, dtype, layout):
 @needs_hopper
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3]], ids=lambda c: "-".join(map(str, c)))
-def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case):
+@pytest.mark.parametrize("like_dq", [False, True], ids=["bhnd-buffer", "like-dq-buffer"])
+def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case, like_dq):
     """kernels/bwd.py's DQ_CONVERT_KERNEL on: dq is, bit for bit, torch's
     copy of the same float32 buffer (captured; its sums vary run to run) and
-    came from _bwd_dq_convert; dk and dv are the switch-off run's bits."""
+    came from _bwd_dq_convert (or, with DQ_ACC_LIKE_DQ and dq's dense flash
+    layout, _bwd_dq_convert_flat); dk and dv are the switch-off run's bits."""
     from flashattn_triton.kernels import bwd as portable, fastlaunch
     from test_dq_convert import count_launches
     hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "DQ_ACC_LIKE_DQ", like_dq)
+    hbwd._PLANS.clear()
     kernel = count_launches(monkeypatch)
     buffers = []
     real = fastlaunch.zeroed_scratch
@@ -1128,7 +1150,10 @@ def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case):
         monkeypatch.setattr(portable, "DQ_CONVERT_KERNEL", on)
         got[on] = _run(q, k, v, do, d ** -0.5, shift)
         assert len(kernel.grids) == on, kernel.grids
-    strides = hbwd.dq_acc_strides(q) if hbwd.DQ_ACC_LIKE_DQ else torch.empty(q.shape, device="meta").stride()
+    hbwd._PLANS.clear()
+    strides = hbwd.dq_acc_strides(q) if like_dq else torch.empty(q.shape, device="meta").stride()
+    if like_dq and layout != "padded":
+        assert kernel.flat, "dq and the buffer share a dense layout: the flat pass"
     want = torch.full_like(q, float("nan")).copy_(buffers[-1].as_strided(q.shape, strides))
     bits = lambda t: t.view(torch.int16)  # noqa: E731
     assert torch.equal(bits(got[True][0]), bits(want))

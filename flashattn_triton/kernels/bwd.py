@@ -44,6 +44,7 @@ chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import triton
@@ -627,7 +628,29 @@ def _bwd_dq_convert(
              cast_rtne(acc * scale, DQ.dtype.element_ty, INTERPRET), mask=mask)
 
 
+@triton.jit(do_not_specialize=["N"])
+def _bwd_dq_convert_flat(
+    # pointers
+    ACC, DQ,
+    # shapes
+    N,
+    # scalars
+    scale,
+    # meta-parameters
+    BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    # _bwd_dq_convert for ACC and DQ of one dense layout (the same strides,
+    # no gaps: the Hopper backward's buffer in dq's memory order): element i
+    # of one is element i of the other, so the pass runs over N elements as a
+    # flat array, each program a BLOCK of consecutive addresses.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    acc = tl.load(ACC + offs, mask=mask, other=0.0)
+    tl.store(DQ + offs, cast_rtne(acc * scale, DQ.dtype.element_ty, INTERPRET), mask=mask)
+
+
 _DQ_CONVERT_BLOCK_M = 64
+_DQ_CONVERT_FLAT_BLOCK = 4096
 _MAX_GRID_Y = 65535
 
 ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL on / off
@@ -635,7 +658,13 @@ ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL o
 # the Hopper backward's kernels/hopper/bwd.py _launch) by _bwd_dq_convert in one
 # pass (convert_dq) instead of torch's multiply and strided copy.  Read at
 # each call.  Off until the H200 measures it (benchmarks/gpu_next_dq_convert.sh).
-DQ_CONVERT_KERNEL = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVERT, "").strip(), False)
+# A bool, or {causal: bool} per causal flag (by_causal).
+DQ_CONVERT_KERNEL: Any = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVERT, "").strip(), False)
+
+
+def by_causal(switch: Any, causal: bool) -> bool:
+    """A switch that is a bool or {causal flag: bool}, for a call's causal flag."""
+    return bool(switch[causal]) if isinstance(switch, dict) else bool(switch)
 
 
 def _dq_convert_launches(dq: torch.Tensor) -> bool:
@@ -662,6 +691,19 @@ def _dq_convert_order(dq: torch.Tensor, acc: torch.Tensor):
     return (*others, rows, 3)
 
 
+def _one_dense_layout(dq: torch.Tensor, acc: torch.Tensor) -> bool:
+    """dq and acc have the same strides and those cover their elements with
+    no gap (some permutation of the dims is contiguous)."""
+    if dq.stride() != acc.stride():
+        return False
+    expect = 1
+    for stride, size in sorted((st, n) for st, n in zip(dq.stride(), dq.shape) if n > 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
 def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
     """dq <- (acc * scale) cast to dq's dtype, as ``dq.copy_(acc * scale)``
     (bit for bit: one float32 multiply, one rounding), in one kernel pass.
@@ -670,7 +712,9 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
     (T, H, d) one (taken as (1, T, H, d)); any strides, but the last dim of
     stride 1 in both, else (or off CUDA) the torch expression runs
     (_dq_convert_order).  Both views are permuted alike (the map is
-    elementwise) so that the largest of the first three dims is tiled."""
+    elementwise) so that the largest of the first three dims is tiled; when
+    both have one dense layout (_one_dense_layout, as the Hopper backward's
+    buffer and dq), _bwd_dq_convert_flat runs over them as flat arrays."""
     if dq.shape != acc.shape:
         raise ValueError(f"convert_dq: dq {tuple(dq.shape)} and acc {tuple(acc.shape)} differ in shape")
     if dq.dim() == 3:
@@ -680,6 +724,16 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
     order = _dq_convert_order(dq, acc)
     if order is None:
         dq.copy_(acc if scale == 1 else acc.mul(scale))
+        return
+    if _one_dense_layout(dq, acc):
+        n = dq.numel()
+        _bwd_dq_convert_flat[(cdiv(n, _DQ_CONVERT_FLAT_BLOCK),)](
+            acc, dq,
+            n,
+            float(scale),
+            BLOCK=_DQ_CONVERT_FLAT_BLOCK, INTERPRET=INTERPRET,
+            num_warps=8,
+        )
         return
     dq, acc = dq.permute(order), acc.permute(order)
     z, h, n, d = dq.shape
@@ -844,7 +898,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         _sum_group_partials(dk, dk_out, h_kv, split)
         _sum_group_partials(dv, dv_out, h_kv, split)
     if fused:
-        if DQ_CONVERT_KERNEL:
+        if by_causal(DQ_CONVERT_KERNEL, right == 0):
             convert_dq(dq, dq_acc, sm_scale)
         else:
             dq.copy_(dq_acc.mul_(sm_scale))

@@ -99,7 +99,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -1326,8 +1326,11 @@ GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
 # it was 1.007-1.042x the contiguous buffer on 7 of 8 rows (mean 1.021x)
 # but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
-# floor; True takes it (its GPU tests passed).
-DQ_ACC_LIKE_DQ = False
+# floor; True takes it (its GPU tests passed).  A bool or {causal: bool}
+# (kernels/bwd.py by_causal).  With it the buffer and dq share one dense
+# layout, which kernels/bwd.py convert_dq turns into a flat pass
+# (_bwd_dq_convert_flat) when DQ_CONVERT_KERNEL is on.
+DQ_ACC_LIKE_DQ: Any = False
 # NAMED_BAR (a constexpr 0, 1 or 2; the keys-as-M path, d = 64 / 128, window
 # included): 1, the two consumer warpgroups exchange dS^T through one
 # hardware barrier of their 256 threads instead of the ds_ready mbarrier
@@ -1626,7 +1629,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.grid = grid
     plan.acc_shape = (batch, h_q, n_q, d)
     plan.acc_numel = batch * h_q * n_q * d
-    acc_strides = dq_acc_strides(dq) if DQ_ACC_LIKE_DQ else [h_q * n_q * d, n_q * d, d, 1]
+    from .. import bwd as portable
+    acc_strides = (dq_acc_strides(dq) if portable.by_causal(DQ_ACC_LIKE_DQ, causal)
+                   else [h_q * n_q * d, n_q * d, d, 1])
     plan.acc_strides = tuple(acc_strides)
     plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, do)) + (
         (list(plan.acc_shape), acc_strides),)
@@ -1695,7 +1700,7 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
             portable._sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
             portable._sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
     acc = dq_acc.as_strided(plan.acc_shape, plan.acc_strides)
-    if portable.DQ_CONVERT_KERNEL:  # (a compile-only call compiles it)
+    if portable.by_causal(portable.DQ_CONVERT_KERNEL, plan.key[3]):  # (a compile-only call compiles it)
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
             portable.convert_dq(dq, acc, 1.0)
     else:
