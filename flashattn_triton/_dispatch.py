@@ -290,13 +290,17 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
 
 
 # Short sequences on the portable forward: {(head dim, causal): N} sends a
-# call without variants whose max(Nq, Nk) is at most N to the portable
-# kernels (FLASHATTN_TRITON_BACKEND=hopper still forces the Hopper tier).
+# call without variants or left window bound whose max(Nq, Nk) is at most N
+# to the portable kernels (FLASHATTN_TRITON_BACKEND=hopper still forces the Hopper tier).
 # The session 18 sweeps (bf16 and fp16, B*N = 16k) had the portable forward
 # ahead at d = 64 only: causal N = 512 / 1k 1.15-1.19x, non-causal N = 512
-# 1.11-1.13x (2k and d >= 128: the Hopper forward at or ahead).  Empty until
-# benchmarks/gpu_next_short_fwd.sh's rule, fixed in its header, sets it.
-HOPPER_FWD_SHORT: dict = {}
+# 1.11-1.13x (2k and d >= 128: the Hopper forward at or ahead).
+# benchmarks/gpu_next_short_fwd.sh's rule, fixed in its header, set the entry
+# in session 18 call 9: d = 64 non-causal N = 512 1.12 / 1.18x in two repeats
+# (1k: 1.04 / 1.05, under the rule's 1.05).  d = 64 causal did not qualify:
+# the first repeat ran out of its time before the portable causal rows (the
+# second read 1.19x at 512); a run of its own may add it.
+HOPPER_FWD_SHORT: dict = {(64, False): 512}
 
 
 def hopper_forward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
@@ -308,11 +312,12 @@ def hopper_forward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
 
 def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False) -> bool:
     """Whether to try the Hopper forward (it may still decline a case) for
-    dense (B, N, H, d) q, k, v; plain (a call without variants): also
-    hopper_forward_pays at max(Nq, Nk), unless FLASHATTN_TRITON_BACKEND=hopper."""
+    dense (B, N, H, d) q, k, v; plain (a call without variants) and no left
+    window bound: also hopper_forward_pays at max(Nq, Nk), unless
+    FLASHATTN_TRITON_BACKEND=hopper."""
     if not (_hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)):
         return False
-    return (not plain or backend() == "hopper"
+    return (not plain or window[0] >= 0 or backend() == "hopper"
             or hopper_forward_pays(max(q.shape[1], k.shape[1]), q.shape[-1], window[1] == 0))
 
 

@@ -37,9 +37,9 @@ ENVIRONMENT = [
                                               "consumer warpgroups exchange dS through one hardware barrier; 2, also "
                                               "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
                                               "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
-    ("FLASHATTN_TRITON_DQ_CONVERT", "1: the backward's float32 dQ buffer is scaled and cast into dq by one "
-                                    "Triton kernel (the same bits; not yet GPU-measured; read at import); "
-                                    "default: torch's copy"),
+    ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
+                                    "Triton kernel (the same bits) / by torch's copy, for every call (read at "
+                                    "import). Default: the kernel for non-causal calls, torch's copy for causal"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
@@ -147,13 +147,15 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     return _fmt_entry(launcher.default_entry(d_pad, elem, dv_pad)), f"{why}: first candidate that fits the model"
 
 
-def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False) -> bool:
+def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False,
+                     n_q: Optional[int] = None, d: Optional[int] = None) -> bool:
     """No variant, or those that may take the Hopper forward (backward: the
     Hopper backward): dropout alone, as _dispatch.hopper_takes_variants
-    decides."""
+    decides (the forward's by query length n_q and head dim d)."""
     from ._dispatch import hopper_takes_variants
     return not variants or (tuple(variants) == ("dropout",)
-                            and hopper_takes_variants(0.0, None, None, None, 0.1, window, backward=backward))
+                            and hopper_takes_variants(0.0, None, None, None, 0.1, window, backward=backward,
+                                                      n_q=n_q, head_dim=d))
 
 
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
@@ -169,10 +171,11 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, "FLASHATTN_TRITON_BACKEND=portable"
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
-    if variants and not _hopper_variants(variants, window):
+    if variants and not _hopper_variants(variants, window, n_q=n_q, d=d):
         if tuple(variants) == ("dropout",) and window[0] < 0 and window[1] in (-1, 0):
             return False, (f"dropout: the portable forward ({ENV_HOPPER_DROPOUT}=1 takes dropout alone to the "
-                           "Hopper tier; unset: _dispatch.HOPPER_DROPOUT_DEFAULT)")
+                           "Hopper tier; unset: _dispatch.HOPPER_DROPOUT_FWD_MIN_N by head dim, causal flag "
+                           "and query length, else _dispatch.HOPPER_DROPOUT_DEFAULT)")
         return False, f"{', '.join(variants)}: variants run on the portable forward"
     if not hopper_forward_window(window):
         if window[1] in (-1, 0):
@@ -187,8 +190,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
     from .kernels.hopper.fwd import (CONFIGS, DROPOUT_CONFIGS, DROPOUT_DECLINE, DYNAMIC_DEFAULT, HEAD_DIM_V,
-                                     PERSISTENT_DEFAULT, SCHEDULE, SMEM_LIMIT, WINDOW_CONFIGS, smem_bytes,
-                                     value_head_dim)
+                                     PERSISTENT_DEFAULT, SCHEDULE, SECTION_MB_DEFAULT, SMEM_LIMIT, WINDOW_CONFIGS,
+                                     smem_bytes, value_head_dim)
     if value_head_dim(d) != d_v:
         pairs = ", ".join(f"{a}/{b}" for a, b in sorted(HEAD_DIM_V.items()))
         return False, (f"head dims d={d}, dv={d_v} (d = dv in {sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, "
@@ -210,11 +213,15 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, "grid too large for the Hopper schedule"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return False, "shared memory"
+    section_mb = (SECTION_MB_DEFAULT.get(d, (0, 0))[causal]
+                  if DYNAMIC_DEFAULT[d][causal] and meta["HEADS_FIRST"] and window[0] < 0 else 0)
     return True, (f"Gluon kernel (kernels/hopper/fwd.py): {meta['NUM_CONSUMERS']} consumer warpgroups x "
                   f"BLOCK_M={meta['BLOCK_M']} rows, BLOCK_N={meta['BLOCK_N']}, "
                   f"NUM_STAGES={meta['NUM_STAGES']}, pingpong={meta['PINGPONG'] and meta['NUM_CONSUMERS'] > 1}, "
                   f"{'heads-first' if meta['HEADS_FIRST'] else 'rows-first'} "
                   f"{'grid' if not meta['PERSISTENT'] else 'persistent grid (one program per SM), tiles claimed from a counter' if DYNAMIC_DEFAULT[d][causal] else 'persistent grid (one program per SM)'}"
+                  + (f", causal tiles in head sections whose K/V fill about {section_mb} MiB of L2 "
+                     "(SECTION_MB_DEFAULT; one section when every head fits)" if section_mb else "")
                   + (", left window bound (HAS_WINDOW)" if window[0] >= 0 else "")
                   + (", dropout (HAS_DROPOUT)" if dropout else "")
                   + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else ""))
@@ -285,7 +292,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     from ._dispatch import backend, hopper_forward_pays
     fwd_takes, fwd_how = takes, how
-    if takes and not variants and backend() != "hopper" and not hopper_forward_pays(max(n_q, n_k), d, right == 0):
+    if (takes and not variants and left < 0 and backend() != "hopper"
+            and not hopper_forward_pays(max(n_q, n_k), d, right == 0)):
         fwd_takes, fwd_how = False, (f"N = {max(n_q, n_k)} is short enough that the portable forward is faster "
                                      "(_dispatch.HOPPER_FWD_SHORT)")
     if fwd_takes:

@@ -57,6 +57,7 @@ def forward_tier_calls(monkeypatch, env, opt_in, *, portable, window=(-1, -1), s
     import torch
     from flashattn_triton import _dispatch, ops
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {})  # (the length rule: test_hopper.py)
     monkeypatch.setattr(ops, "use_triton", lambda t: True)
     calls: list = []
     monkeypatch.setattr(ops._kernels, "forward", lambda *a, **kw: calls.append(("portable", portable(kw["mods"]))))

@@ -270,7 +270,8 @@ def test_dispatch_keeps_short_sequences_on_the_portable_forward(monkeypatch):
     """_dispatch.HOPPER_FWD_SHORT {(head dim, causal): N}: a call without
     variants whose max(Nq, Nk) is at most N runs the portable forward;
     longer ones, other head dims, calls with variants (dropout, their own
-    rules) and FLASHATTN_TRITON_BACKEND=hopper take the Hopper forward."""
+    rules) or a left window bound, and FLASHATTN_TRITON_BACKEND=hopper take
+    the Hopper forward."""
     from flashattn_triton import _dispatch, ops
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
     monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {(64, True): 1024, (64, False): 512})
@@ -294,6 +295,7 @@ def test_dispatch_keeps_short_sequences_on_the_portable_forward(monkeypatch):
             expect = hopper or backend == "hopper"
             assert _dispatch.use_hopper_forward(q, k, k, window, 0, plain=True) == expect, (backend, n_q, n_k, d)
             assert _dispatch.use_hopper_forward(q, k, k, window, 0), "with variants: not this rule"
+            assert _dispatch.use_hopper_forward(q, k, k, (100, window[1]), 0, plain=True), "windows: not this rule"
             for p, tier in ((0.0, "hopper" if expect else "portable"), (0.1, "hopper")):
                 calls.clear()
                 out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
