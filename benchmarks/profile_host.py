@@ -9,7 +9,9 @@
                                   # with and without the call plans
     python benchmarks/profile_host.py --device cpu --backward --backends hopper,portable
                                   # forward + backward calls (torch.autograd.grad),
-                                  # Hopper backward (stand-in on CPU) vs the portable one
+                                  # Hopper backward (stand-in on CPU) vs the portable one,
+                                  # each also with the backward plans off (ops.BWD_PLANS);
+                                  # --dq-convert-kernel: the Hopper backward replayable too
 
 The call is the overhead benchmark's tiny shape (B=1, H=8, N=128, d=64,
 fp16, causal), whose GPU work is a few microseconds, so the wall time of

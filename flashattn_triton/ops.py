@@ -650,7 +650,8 @@ class FwdPlan:
     The replay is used only while the op layer's dispatch is what it was
     when it was recorded (_world); otherwise, and wherever nothing could be
     recorded (CPU paths, the interpreter, chunked launches, autotuning), a
-    planned call runs the op's own forward."""
+    planned call runs the op's own forward.  ``backward``: the BwdPlan of
+    the calls' backward."""
 
     __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries", "backward")
 
@@ -672,14 +673,16 @@ class FwdPlan:
 class BwdPlan:
     """The backward of a planned call (_EagerAttention with a FwdPlan): its
     first backward calls (at most MAX_RECORD_TRIES) record the launches of
-    _bwd_into with dq, dk, dv and delta allocated outside the recording;
-    once one recording is clean, later backwards whose dout (and dlse)
-    dtype and strides are the recorded ones, in the recorded dispatch world
-    (_bwd_world) and with no backward prefetch pending, allocate the four
-    buffers and replay.  A recording that saw a PyTorch operation (a
-    non-contiguous dout made contiguous, GQA partial sums, the Hopper
-    backward's dQ copy without DQ_CONVERT_KERNEL, ...) is not kept; every
-    call that cannot replay runs today's backward (_attention_bwd_impl)."""
+    _bwd_into with dq, dk, dv and delta allocated outside the recording
+    (roles by address, as the forward's; scratch buffers such as GQA's
+    float32 partials are made anew by each replay); once one recording is
+    clean, later backwards whose dout, dlse and saved tensors have the
+    recorded layouts, in the recorded dispatch world (_bwd_world) and with
+    no backward prefetch pending, allocate the four buffers and replay.  A
+    recording that saw a PyTorch operation (a dout made contiguous, the
+    Hopper backward's or the fused form's torch dQ copy without
+    DQ_CONVERT_KERNEL, ...) is not kept; every call that cannot replay runs
+    today's backward (_attention_bwd_impl)."""
 
     __slots__ = ("args", "replay", "key", "world", "tries")
 
