@@ -97,10 +97,11 @@ def main():
                 print(f"d={d} N={n} B={r['b']} H={r['h']} causal={causal}: replay {r['ms_replay'] * 1e3:.0f} us, "
                       f"off {r['ms_off'] * 1e3:.0f} us, ratio {r['ratio']:.3f} (recorded {r['recorded']}); "
                       f"host us/call replay {r['host_us_replay']:.0f}, off {r['host_us_off']:.0f}", flush=True)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "bench_bwd_plan.json"), "w") as f:
-            json.dump(dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+                if args.out:  # after every row: a run cut short keeps what it measured
+                    os.makedirs(args.out, exist_ok=True)
+                    with open(os.path.join(args.out, "bench_bwd_plan.json"), "w") as f:
+                        json.dump(dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(), rows=rows), f,
+                                  indent=1)
 
 
 if __name__ == "__main__":
