@@ -564,8 +564,9 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
 
 
-def _backward_with(bwd, ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+def _backward_with(bwd, ctx, dout, dlse, saved=None):
+    """saved: ctx.saved_tensors if already unpacked (a saved-tensor hook unpacks on each access)."""
+    q, k, v, out, lse = ctx.saved_tensors if saved is None else saved
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
     options = list(ctx.options)
@@ -621,12 +622,12 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        plan = ctx.plan
+        plan, saved = ctx.plan, None
         if plan is not None and BWD_PLANS and PLANS_ENABLED:
-            grads = plan_backward(plan.backward, ctx, dout, dlse)
+            grads, saved = plan_backward(plan.backward, ctx, dout, dlse)
             if grads is not None:
                 return grads + (None, None, None, None, None)
-        grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse)
+        grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse, saved)
         return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
 
 
@@ -768,26 +769,27 @@ def _layouts(*tensors) -> tuple:
     return tuple([(t.dtype, t.shape, t.stride()) for t in tensors])
 
 
-def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor],
-                  dlse: Optional[torch.Tensor]) -> Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(dq, dk, dv) of a planned call's backward, or None where it takes
-    today's path (_backward_with)."""
+def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]) -> tuple:
+    """((dq, dk, dv), saved) of a planned call's backward, or (None, saved)
+    where it takes today's path (_backward_with); saved: ctx.saved_tensors
+    if unpacked here, else None."""
     if dout is None or _prefetch._pending:  # (a pending prefetch: today's path waits for it)
-        return None
+        return None, None
     replay = bp.replay
     if replay is None and (bp.tries >= MAX_RECORD_TRIES or not fastlaunch.ENABLED
                            or _attention_bwd_impl is not _BWD_IMPL or ctx.want_dbias):
-        return None
-    q, k, v, out, lse = ctx.saved_tensors
+        return None, None
+    saved = ctx.saved_tensors
+    q, k, v, out, lse = saved
     # (autograd gives dout and dlse the outputs' shapes and dtypes; the saved
     # tensors are keyed too, as a saved-tensor hook may unpack another layout)
     key = (dout.stride(), None if dlse is None else dlse.stride(), _layouts(q, k, v, out, lse))
     if replay is None:
         if not use_triton(q):
-            return None
+            return None, saved
         bp.tries += 1
     elif key != bp.key or bp.world != _bwd_world():
-        return None
+        return None, saved
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     delta = torch.empty_strided(lse.shape, lse.stride(), dtype=torch.float32, device=lse.device)
     roles = (dout, q, k, v, out, lse, dq, dk, dv, delta) if dlse is None else (
@@ -795,13 +797,13 @@ def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor],
     if replay is not None:
         if not replay(roles):  # declined: the same launches through the host code, same buffers
             _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
-        return dq, dk, dv
+        return (dq, dk, dv), saved
     with fastlaunch.recording() as rec:
         _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
     replay = rec.replay(roles)
     if replay is not None:
         bp.replay, bp.key, bp.world = replay, key, _bwd_world()
-    return dq, dk, dv
+    return (dq, dk, dv), saved
 
 
 def attention_planned(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor,

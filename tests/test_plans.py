@@ -472,7 +472,11 @@ def describe(args, kinds, names):
     return out
 
 
+UNPACKED = []
+
+
 def other_strides(t):  # a saved-tensor hook's unpacked tensor: the values in another memory order
+    UNPACKED.append(t)
     return t.transpose(-2, -3).contiguous().transpose(-2, -3) if t.dim() == 4 else t
 
 
@@ -486,13 +490,14 @@ def step(make, call, dout_of, plans=True, det_algos=False, hook=False):
     saved = () if hook else out.grad_fn.saved_tensors  # (with the hook: new tensors at each unpack)
     names = {t.data_ptr(): r for t, r in zip(saved + (dout,), ("q", "k", "v", "out", "lse", "dout")[-len(saved) - 1:])}
     LAUNCHES.clear()
-    del REPLAYS[:]
+    del REPLAYS[:], UNPACKED[:]
     torch.use_deterministic_algorithms(det_algos)
     try:
         out.backward(dout)
     finally:
         torch.use_deterministic_algorithms(False)
         ops.BWD_PLANS = True
+    assert len(UNPACKED) == (5 if hook else 0), "the saved tensors must be unpacked once"
     got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
     bp = next(iter(api._PLANS.values())).op.backward
     return got, any(ok and r is bp.replay for r, ok in REPLAYS)
