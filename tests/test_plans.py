@@ -397,14 +397,43 @@ def test_backward_plan_gradients_match_the_reference(device, monkeypatch, case):
     gradients, into NaN-poisoned buffers, match the float64 reference, and
     bit for bit the backward without plans on the same inputs."""
     from flashattn_triton.kernels import fastlaunch
+    shape, kw = BWD_CASES[case]
+    bp, replayed = _repeated_backward(device, monkeypatch, case, dict(b=2, **shape), kw, torch.float16, True)
+    if not fastlaunch.ENABLED:  # the interpreter (and CPU): nothing is recorded, today's backward
+        assert bp.replay is None and not replayed
+    else:
+        assert bp.replay is not None and replayed, case
+
+
+def test_hopper_backward_plan_replays(device, monkeypatch):
+    """GPU (sm_90): with DQ_CONVERT_KERNEL the Hopper backward's recording
+    is clean (the dQ buffer and GQA's partials are scratch buffers, the
+    conversion a Triton kernel), so the backward of planned calls replays
+    it: gradients against float64 over repeated calls with fresh inputs
+    (its dQ adds arrive in a varying order: not compared bit for bit)."""
+    from flashattn_triton.kernels import bwd, hopper
+    if device.type != "cuda" or not hopper.AVAILABLE or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward: an sm_90 GPU")
+    monkeypatch.setattr(bwd, "DQ_CONVERT_KERNEL", True)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    seen = call_spy(monkeypatch, hopper, "hopper_attention_backward", lambda *a, **kw: 1)
+    bp, replayed = _repeated_backward(device, monkeypatch, "hopper", dict(b=2, n=300, h=4, h_kv=2, d=64),
+                                      dict(causal=True), torch.bfloat16, False)
+    assert seen, "the Hopper backward was not called"
+    assert bp.replay is not None and replayed
+
+
+def _repeated_backward(device, monkeypatch, case, shape, kw, dtype, bitwise):
+    """Four planned forward + backward calls with fresh inputs, each checked
+    against float64 (and, bitwise, against the backward without plans);
+    returns (the plan's BwdPlan, whether a call replayed it)."""
+    from flashattn_triton.kernels import fastlaunch
     from flashattn_triton.reference import flash_attention_ref
     from _utils import assert_close
-    shape, kw = BWD_CASES[case]
-    dtype = torch.float16
     replays = call_spy(monkeypatch, fastlaunch.Replay, "__call__",
                        lambda self, roles: self is next(iter(api._PLANS.values())).op.backward.replay)
     for _ in range(4):
-        q, k, v = _qkv(device, dtype, b=2, requires_grad=True, **shape)
+        q, k, v = _qkv(device, dtype, requires_grad=True, **shape)
         do = torch.randn_like(q)
         out, lse = fat.flash_attn_func(q, k, v, return_lse=True, **kw)
         dlse = torch.randn_like(lse)
@@ -417,17 +446,14 @@ def test_backward_plan_gradients_match_the_reference(device, monkeypatch, case):
                                                        **_ref_kw(kw)), inputs, (do, dlse.to(dtype)))
         for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
             assert_close(f"{case} {name}", g, r, b, 3.0, dtype)
-        monkeypatch.setattr(ops, "BWD_PLANS", False)
-        out, lse = fat.flash_attn_func(q, k, v, return_lse=True, **kw)
-        unplanned = torch.autograd.grad((out, lse), (q, k, v), (do, dlse))
-        monkeypatch.setattr(ops, "BWD_PLANS", True)
-        for a, b in zip(got, unplanned):
-            assert torch.equal(a, b), case
-    bp = next(iter(api._PLANS.values())).op.backward
-    if not fastlaunch.ENABLED:  # the interpreter (and CPU): nothing is recorded, today's backward
-        assert bp.replay is None and not any(replays)
-    else:
-        assert bp.replay is not None and any(replays), case
+        if bitwise:
+            monkeypatch.setattr(ops, "BWD_PLANS", False)
+            out, lse = fat.flash_attn_func(q, k, v, return_lse=True, **kw)
+            unplanned = torch.autograd.grad((out, lse), (q, k, v), (do, dlse))
+            monkeypatch.setattr(ops, "BWD_PLANS", True)
+            for a, b in zip(got, unplanned):
+                assert torch.equal(a, b), case
+    return next(iter(api._PLANS.values())).op.backward, any(replays)
 
 
 def _ref_kw(kw):
