@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Backward plans (ops.BwdPlan, switch ops.BWD_PLANS, on by default): the backward of a
 # planned flash_attn_func call replays its recorded launches (portable backward at short N;
-# docs/performance.md "Call plans") instead of running the op layer's host code.  One H200,
-# about 2.5 minutes under the timeouts:
+# docs/performance.md, "Backward plans") instead of running the op layer's host code.  One
+# H200, about 2.5 minutes under the timeouts:
 #   1. GPU tests (-n 12, 90 s): tests/test_plans.py but its fake-driver test (among them the
 #      backward plans' gradients against float64 over repeated calls with fresh inputs, bit for
-#      bit the backward without plans, and the replay taken on CUDA) and
-#      tests/test_backward.py -k "not slow";
+#      bit the backward without plans, and the replay taken on CUDA; the Hopper backward's
+#      replay with DQ_CONVERT_KERNEL) and tests/test_backward.py -k "not slow";
 #   2. timing (benchmarks/bench_bwd_plan.py, 80 s): out.backward(dout, retain_graph=True) as
 #      triton.testing.do_bench times it (grad_to_none=[q, k, v]), ops.BWD_PLANS on ("replay")
 #      against off, alternated over 3 rounds, bf16, B*N = 16k, H = 2048/d, d 64 / 128,
-#      N 512 / 1024, causal and not (8 rows); ratio = off / replay; also the host time per
+#      N 512 / 1024, causal and not (8 rows; N = 1024 not causal takes the Hopper backward,
+#      not replayed by default: expected ~1.0); ratio = off / replay; also the host time per
 #      backward call (40 calls, no synchronization).
 # Rule, fixed before the run: the switch stays on (BWD_PLANS = True) if the tests pass (rc=0)
 # and no row has ratio below 0.98; otherwise set BWD_PLANS = False and write the rows up.
