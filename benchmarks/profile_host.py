@@ -9,7 +9,9 @@
                                   # with and without the call plans
     python benchmarks/profile_host.py --device cpu --backward --backends hopper,portable
                                   # forward + backward calls (torch.autograd.grad),
-                                  # Hopper backward (stand-in on CPU) vs the portable one
+                                  # Hopper backward (stand-in on CPU) vs the portable one,
+                                  # each also with the backward plans off (ops.BWD_PLANS);
+                                  # --dq-convert-kernel: the Hopper backward replayable too
 
 The call is the overhead benchmark's tiny shape (B=1, H=8, N=128, d=64,
 fp16, causal), whose GPU work is a few microseconds, so the wall time of
@@ -134,12 +136,21 @@ TREE = [
 
 # The backward of a fwd + bwd call (--backward), after the forward's sections:
 TREE_BWD = [
-    (1, "ops backward (autograd Function)"), (2, "ops._attention_bwd_impl"),
+    (1, "ops backward (autograd Function)"), (2, "ops.plan_backward (backward plan)"),
+    (2, "ops._attention_bwd_impl"),
     (3, "bwd.attention_backward (host code)"), (4, "launch: bwd_preprocess"),
     (4, "hopper backward (host + launch)"), (5, "hopper bwd: unsupported_reason"),
     (5, "hopper bwd: kernel_meta"), (5, "launch: hopper_bwd"), (6, "launch: direct (C entry)"),
     (4, "launch: bwd_dkdv"), (4, "launch: bwd_dq"),
 ]
+
+
+def _flat(items):
+    for x in items:
+        if isinstance(x, tuple):
+            yield from _flat(x)
+        else:
+            yield x
 
 
 def instrument(p: Patcher, kernels, planned: bool = False):
@@ -153,6 +164,8 @@ def instrument(p: Patcher, kernels, planned: bool = False):
     world = set()
     if planned and hasattr(ops, "_world"):
         world = {id(f) for f in ops._world()}
+    if planned and hasattr(ops, "_bwd_world"):  # what a backward plan's replay checks
+        world |= {id(f) for f in _flat(ops._bwd_world())}
 
     def wrap(label, owner, name):
         if owner is not None and hasattr(owner, name) and id(getattr(owner, name)) not in world:
@@ -181,6 +194,7 @@ def instrument(p: Patcher, kernels, planned: bool = False):
     if hasattr(ops, "_EagerAttention"):
         p.wrap("ops backward (autograd Function)", ops._EagerAttention, "backward", static=True)
     wrap("ops._attention_bwd_impl", ops, "_attention_bwd_impl")
+    wrap("ops.plan_backward (backward plan)", ops, "plan_backward")
     wrap("fwd.attention_forward (host code)", fwd, "attention_forward")
     wrap("Launcher.__call__", launch.Launcher, "__call__")
     wrap("Launcher.config", launch.Launcher, "config")
@@ -354,11 +368,24 @@ def calls(device, backward: bool = False):
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     if backward:  # forward + backward (the gradients returned, not accumulated)
         g = torch.randn_like(q)
+        from flashattn_triton import ops
+
+        def fwd_bwd():
+            return torch.autograd.grad(fat.flash_attn_func(qg, kg, vg, causal=True), (qg, kg, vg), g)
+
+        def no_bwd_plan():  # the backward's launches not replayed (ops.BWD_PLANS)
+            ops.BWD_PLANS = False
+            try:
+                return fwd_bwd()
+            finally:
+                ops.BWD_PLANS = True
+
         out = {
             "flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
-            "flash_attn_func fwd + bwd": lambda: torch.autograd.grad(
-                fat.flash_attn_func(qg, kg, vg, causal=True), (qg, kg, vg), g),
+            "flash_attn_func fwd + bwd": fwd_bwd,
         }
+        if hasattr(ops, "BWD_PLANS"):
+            out["flash_attn_func fwd + bwd, backward plans off"] = no_bwd_plan
         if device == "cuda":
             out["torch SDPA fwd + bwd"] = lambda: torch.autograd.grad(F.scaled_dot_product_attention(
                 qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True),
@@ -753,6 +780,10 @@ def main():
                          "grad-requiring inputs) and the forward alone with grad; with --backends "
                          "hopper,portable the Hopper backward (on CPU: its host code on the fake driver) "
                          "against the portable one")
+    ap.add_argument("--dq-convert-kernel", action="store_true",
+                    help="kernels/bwd.py DQ_CONVERT_KERNEL = True: the Hopper backward's (and the fused "
+                         "form's) dQ conversion by a Triton kernel instead of torch's copy, which makes "
+                         "its backward replayable by the backward plans")
     ap.add_argument("--seqlen", type=int, default=SHAPE["N"],
                     help=f"sequence length N of the calls (default {SHAPE['N']}; on CPU a smaller one keeps the "
                          "tensor operations that stand in for GPU work, e.g. the backward's float32 dQ "
@@ -788,6 +819,11 @@ def main():
         sys.exit(1 if failures else 0)
     global _STAT, _REPEATS
     SHAPE["N"] = args.seqlen
+    if args.dq_convert_kernel:
+        from flashattn_triton.kernels import bwd
+        bwd.DQ_CONVERT_KERNEL = True
+        if args.device == "cpu":  # CPU tensors stand for CUDA ones
+            p.set(bwd, "_dq_convert_launches", lambda dq: True)
     _STAT = min if args.stat == "min" else statistics.median
     _REPEATS = args.repeats
     if args.no_launch:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
@@ -51,6 +52,7 @@ from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, use_ho
                         use_triton)
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
+from .kernels.launch import env_snapshot
 from .kernels.score import NO_MODS, KernelMods
 from .reference import LN2, LOG2E, BlockMods
 
@@ -111,14 +113,14 @@ class _kernels:
     them costs Triton and Gluon imports; a per-call import statement costs
     microseconds)."""
 
-    forward = backward = hopper_forward = None
+    forward = backward = hopper_forward = bwd = hopper = None  # bwd, hopper: the modules
 
     @classmethod
     def load(cls) -> None:
-        from .kernels.bwd import attention_backward
+        from .kernels import bwd, hopper
         from .kernels.fwd import attention_forward
-        from .kernels.hopper import hopper_forward_flash
-        cls.backward, cls.hopper_forward = attention_backward, hopper_forward_flash
+        cls.backward, cls.hopper_forward = bwd.attention_backward, hopper.hopper_forward_flash
+        cls.bwd, cls.hopper = bwd, hopper
         cls.forward = attention_forward  # last: the others are set once this is
 
 
@@ -375,17 +377,35 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
     options, deterministic last), then want_dbias (the backward prefetch,
     _prefetch.py, calls it so); shift, philox_offset and doc_shift as in _fwd_into.  deterministic: never the fused dQ form
     (kernels/bwd.py use_fused_dq), whatever FLASHATTN_TRITON_FUSED_DQ says."""
-    varlen = cu_seqlens_q is not None
-    fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
+    _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqlens_q, cu_seqlens_k,
+              max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, bottom_right, softcap,
+              alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic, want_dbias, shift=shift,
+              philox_offset=philox_offset, doc_shift=doc_shift)
+    return dq, dk, dv, dsinks, dbias
+
+
+def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqlens_q, cu_seqlens_k,
+              max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
+              softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
+              deterministic=False, want_dbias=False, *, shift=None, philox_offset=0, doc_shift=None,
+              delta=None):
+    """The backward into dq, dk, dv, dsinks, dbias (fresh buffers shaped as
+    _attention_bwd_impl makes them; dsinks / dbias may be None where no sinks
+    / no dbias are wanted).  want_dbias: already resolved (a float bias whose
+    gradient is wanted).  delta: the kernels' rowsum(dO * O) buffer laid out
+    like lse, made here if None (the backward plans pass their own)."""
+    varlen = cu_seqlens_q is not None
+    fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows back
         if sinks is not None and dlse is not None and dq.numel() > 0:
             # no key: lse2 = sink * log2(e), so d sink = log2(e) * sum of d lse2 over the rows
             rows = (dlse.float() * LOG2E).sum(-1)
             dsinks.copy_(rows if varlen else rows.sum(0))
-        return dq.zero_(), dk.zero_(), dv.zero_(), dsinks, dbias
+        dq.zero_(), dk.zero_(), dv.zero_()
+        return
     if dout.stride(-1) != 1:  # e.g. the expanded gradient of out.sum()
         dout = dout.contiguous()
     if dlse is not None:
@@ -410,7 +430,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
             _kernels.load()
         attention_backward = _kernels.backward
         _install_direct_launches()
-        delta = torch.empty_strided(lse.shape, lse.stride(), dtype=lse.dtype, device=lse.device)
+        if delta is None:
+            delta = torch.empty_strided(lse.shape, lse.stride(), dtype=lse.dtype, device=lse.device)
         deltah = _lse_bhn(delta, varlen)
         with _device_guard(q):
             if varlen:
@@ -468,7 +489,6 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
         dsinks.copy_(-(p_sink * delta_h).flatten(1).sum(1))
     if want_dbias:
         dbias.copy_(_reduce_to(dbias_full, attn_bias.shape))
-    return dq, dk, dv, dsinks, dbias
 
 
 def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
@@ -546,8 +566,9 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
 
 
-def _backward_with(bwd, ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+def _backward_with(bwd, ctx, dout, dlse, saved=None):
+    """saved: ctx.saved_tensors if already unpacked (a saved-tensor hook unpacks on each access)."""
+    q, k, v, out, lse = ctx.saved_tensors if saved is None else saved
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
     options = list(ctx.options)
@@ -597,12 +618,18 @@ class _EagerAttention(torch.autograd.Function):
         ctx.options = options
         ctx.n_options = len(options)
         ctx.want_dbias = want_dbias
+        ctx.plan = plan
         ctx.save_for_backward(q, k, v, out, lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse)
+        plan, saved = ctx.plan, None
+        if plan is not None and BWD_PLANS and PLANS_ENABLED:
+            grads, saved = plan_backward(plan.backward, ctx, dout, dlse)
+            if grads is not None:
+                return grads + (None, None, None, None, None)
+        grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse, saved)
         return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
 
 
@@ -626,9 +653,10 @@ class FwdPlan:
     The replay is used only while the op layer's dispatch is what it was
     when it was recorded (_world); otherwise, and wherever nothing could be
     recorded (CPU paths, the interpreter, chunked launches, autotuning), a
-    planned call runs the op's own forward."""
+    planned call runs the op's own forward.  ``backward``: the BwdPlan of
+    the calls' backward."""
 
-    __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries")
+    __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries", "backward")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple) -> None:
         self.options = tuple(options)
@@ -640,6 +668,37 @@ class FwdPlan:
         except Exception:  # noqa: BLE001 - then maybe_prefetch decides on every call
             self.prefetch = None
         self.replay: Optional[fastlaunch.Replay] = None
+        self.world: Optional[tuple] = None
+        self.tries = 0
+        self.backward = BwdPlan(self.options)
+
+
+class BwdPlan:
+    """The backward of a planned call (_EagerAttention with a FwdPlan): its
+    first backward calls (at most MAX_RECORD_TRIES) record the launches of
+    _bwd_into with dq, dk, dv and delta allocated outside the recording
+    (roles by address, as the forward's; scratch buffers such as GQA's
+    float32 partials are made anew by each replay); once one recording is
+    clean, later backwards whose dout, dlse and saved tensors have the
+    recorded layouts, in the recorded dispatch world (_bwd_world) and with
+    no backward prefetch pending, allocate the four buffers and replay.  A
+    recording that saw a PyTorch operation (a dout made contiguous, the
+    Hopper backward's or the fused form's torch dQ copy without
+    DQ_CONVERT_KERNEL, ...) is not kept; every call that cannot replay runs
+    today's backward (_attention_bwd_impl)."""
+
+    __slots__ = ("args", "replay", "key", "world", "tries")
+
+    def __init__(self, options: tuple) -> None:
+        # _bwd_into's arguments after the buffers: options (schema defaults
+        # for None, as _backward_with), deterministic, want_dbias
+        args = list(options[:14])
+        for i, default in ((8, 0.0), (12, 0.0)):
+            if args[i] is None:
+                args[i] = default
+        self.args = tuple(args) + (bool(options[14]), False)
+        self.replay: Optional[fastlaunch.Replay] = None
+        self.key: Optional[tuple] = None
         self.world: Optional[tuple] = None
         self.tries = 0
 
@@ -681,6 +740,84 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             plan.replay, plan.world = replay, _world()
         return out, lse
     return _attention_fwd_impl(q, k, v, *plan.options)
+
+
+# The backward plans (BwdPlan) of planned calls; False: every backward runs
+# _attention_bwd_impl.  Off with the forward plans too (PLANS_ENABLED).
+BWD_PLANS = True
+# Environment switches that the backward's launches depend on (read per call).
+BWD_PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_HOPPER_BWD", "FLASHATTN_TRITON_FUSED_DQ",
+                "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK",
+                "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "FLASHATTN_TRITON_AUTOTUNE",
+                "FLASHATTN_TRITON_CONFIG_BWD_DKDV", "FLASHATTN_TRITON_CONFIG_BWD_DQ",
+                "FLASHATTN_TRITON_CONFIG_BWD_FUSED")
+_BWD_IMPL = _attention_bwd_impl
+
+
+def _bwd_world() -> tuple:
+    """What a backward replay's launches were chosen by, besides the call's
+    options and dout's layout (tests and tools replace these functions)."""
+    bwd, d = _kernels.bwd, _dispatch  # (kernels/bwd.py once loaded)
+    return (_attention_bwd_impl, _bwd_into, use_triton, use_hopper_backward, d.hopper_backward_pays,
+            d._hopper_tier, d.INTERPRET, d.HOPPER_BWD_WINDOW_MIN_LEFT, d.HOPPER_BWD_WINDOW_DEFAULT,
+            d.HOPPER_SPLIT_QK_DEFAULT, MAX_GRID_Y, _kernels.backward, torch.are_deterministic_algorithms_enabled(),
+            None if bwd is None else (bwd.DQ_CONVERT_KERNEL, bwd.SPLIT_QK, bwd.SPLIT_QK_MIN_PAD,
+                                      bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq, bwd._launch_fused,
+                                      bwd._bwd_dq_convert, bwd._bwd_dq_convert_flat,
+                                      getattr(_kernels.hopper, "hopper_attention_backward", None),
+                                      _hopper_bwd_tables()),
+            env_snapshot(BWD_PLAN_ENV))
+
+
+def _hopper_bwd_tables() -> Optional[tuple]:
+    """The Hopper backward's module tables that shape its launches (its own
+    plans are cached per signature; a replay must not outlive a change)."""
+    hbwd = sys.modules.get("flashattn_triton.kernels.hopper.bwd")
+    if hbwd is None:
+        return None
+    return (hbwd.DQ_ACC_LIKE_DQ, hbwd.NAMED_BAR_BY_SHAPE, hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT, hbwd.CONFIGS,
+            hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT)
+
+
+def _layouts(*tensors) -> tuple:
+    return tuple([(t.dtype, t.shape, t.stride()) for t in tensors])
+
+
+def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]) -> tuple:
+    """((dq, dk, dv), saved) of a planned call's backward, or (None, saved)
+    where it takes today's path (_backward_with); saved: ctx.saved_tensors
+    if unpacked here, else None."""
+    if dout is None or _prefetch._pending:  # (a pending prefetch: today's path waits for it)
+        return None, None
+    replay = bp.replay
+    if replay is None and (bp.tries >= MAX_RECORD_TRIES or not fastlaunch.ENABLED
+                           or _attention_bwd_impl is not _BWD_IMPL or ctx.want_dbias):
+        return None, None
+    saved = ctx.saved_tensors
+    q, k, v, out, lse = saved
+    # (autograd gives dout and dlse the outputs' shapes and dtypes; the saved
+    # tensors are keyed too, as a saved-tensor hook may unpack another layout)
+    key = (dout.stride(), None if dlse is None else dlse.stride(), _layouts(q, k, v, out, lse))
+    if replay is None:
+        if not use_triton(q):
+            return None, saved
+        bp.tries += 1
+    elif key != bp.key or bp.world != _bwd_world():
+        return None, saved
+    dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
+    delta = torch.empty_strided(lse.shape, lse.stride(), dtype=torch.float32, device=lse.device)
+    roles = (dout, q, k, v, out, lse, dq, dk, dv, delta) if dlse is None else (
+        dout, q, k, v, out, lse, dq, dk, dv, delta, dlse)
+    if replay is not None:
+        if not replay(roles):  # declined: the same launches through the host code, same buffers
+            _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
+        return (dq, dk, dv), saved
+    with fastlaunch.recording() as rec:
+        _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
+    replay = rec.replay(roles)
+    if replay is not None:
+        bp.replay, bp.key, bp.world = replay, key, _bwd_world()
+    return (dq, dk, dv), saved
 
 
 def attention_planned(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor,

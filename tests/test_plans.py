@@ -14,7 +14,7 @@ import flashattn_triton as fat
 from flashattn_triton import _dispatch, api, ops
 from flashattn_triton.testing import make_qkv, random_cu_seqlens
 
-from _utils import call_spy
+from _utils import call_spy, fake_launch
 
 
 @pytest.fixture(autouse=True)
@@ -322,6 +322,7 @@ def fused_dq_requests(monkeypatch):
     from flashattn_triton.kernels.bwd import ENV_FUSED_DQ
     monkeypatch.setenv(ENV_FUSED_DQ, "1")
     monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")  # its compile-only backward would call the spy too
+    monkeypatch.setattr(ops, "BWD_PLANS", False)  # a replayed backward would not (tests/fake test below)
     if ops._kernels.forward is None:
         ops._kernels.load()
     return call_spy(monkeypatch, ops._kernels, "backward", lambda *args, **kwargs: kwargs.get("fused_dq"))
@@ -374,3 +375,238 @@ def test_deterministic_through_the_custom_ops(device, fused_dq_requests):
     bwd_args = ((torch.randn_like(out), *plain[:3], out.detach(), lse.detach(), None) + plain[3:17]
                 + (False, True))
     torch.library.opcheck(ops.attention_bwd, bwd_args)
+
+
+# ---------------------------------------------------------------------------
+# Backward plans (ops.BwdPlan): the backward of planned calls replays its launches
+# ---------------------------------------------------------------------------
+
+BWD_CASES = {
+    "causal": (dict(h=2, h_kv=2, d=16), dict(causal=True)),
+    "full, Nq rows odd": (dict(h=2, h_kv=2, d=24, n=19), {}),
+    "GQA": (dict(h=4, h_kv=2, d=16), dict(causal=True)),
+    "window + softcap": (dict(h=2, h_kv=2, d=16, n=30), dict(window_size=(5, 0), softcap=4.0)),
+    "deterministic": (dict(h=2, h_kv=1, d=16), dict(causal=True, deterministic=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(BWD_CASES))
+def test_backward_plan_gradients_match_the_reference(device, monkeypatch, case):
+    """Repeated planned calls with fresh inputs (the first records the
+    backward where launches can be recorded, the later ones replay it): the
+    gradients, into NaN-poisoned buffers, match the float64 reference, and
+    bit for bit the backward without plans on the same inputs."""
+    from flashattn_triton.kernels import fastlaunch
+    shape, kw = BWD_CASES[case]
+    bp, replayed = _repeated_backward(device, monkeypatch, case, dict(b=2, **shape), kw, torch.float16, True)
+    if not fastlaunch.ENABLED:  # the interpreter (and CPU): nothing is recorded, today's backward
+        assert bp.replay is None and not replayed
+    else:
+        assert bp.replay is not None and replayed, case
+
+
+def test_hopper_backward_plan_replays(device, monkeypatch):
+    """GPU (sm_90): with DQ_CONVERT_KERNEL the Hopper backward's recording
+    is clean (the dQ buffer and GQA's partials are scratch buffers, the
+    conversion a Triton kernel), so the backward of planned calls replays
+    it: gradients against float64 over repeated calls with fresh inputs
+    (its dQ adds arrive in a varying order: not compared bit for bit)."""
+    from flashattn_triton.kernels import bwd, hopper
+    if device.type != "cuda" or not hopper.AVAILABLE or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward: an sm_90 GPU")
+    monkeypatch.setattr(bwd, "DQ_CONVERT_KERNEL", True)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    seen = call_spy(monkeypatch, hopper, "hopper_attention_backward", lambda *a, **kw: 1)
+    bp, replayed = _repeated_backward(device, monkeypatch, "hopper", dict(b=2, n=300, h=4, h_kv=2, d=64),
+                                      dict(causal=True), torch.bfloat16, False)
+    assert seen, "the Hopper backward was not called"
+    assert bp.replay is not None and replayed
+
+
+def _repeated_backward(device, monkeypatch, case, shape, kw, dtype, bitwise):
+    """Four planned forward + backward calls with fresh inputs, each checked
+    against float64 (and, bitwise, against the backward without plans);
+    returns (the plan's BwdPlan, whether a call replayed it)."""
+    from flashattn_triton.kernels import fastlaunch
+    from flashattn_triton.reference import flash_attention_ref
+    from _utils import assert_close
+    replays = call_spy(monkeypatch, fastlaunch.Replay, "__call__",
+                       lambda self, roles: self is next(iter(api._PLANS.values())).op.backward.replay)
+    for _ in range(4):
+        q, k, v = _qkv(device, dtype, requires_grad=True, **shape)
+        do = torch.randn_like(q)
+        out, lse = fat.flash_attn_func(q, k, v, return_lse=True, **kw)
+        dlse = torch.randn_like(lse)
+        got = torch.autograd.grad((out, lse), (q, k, v), (do, dlse))
+        inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        ref = torch.autograd.grad(flash_attention_ref(*inputs, kw.get("causal", False), **_ref_kw(kw)),
+                                  inputs, (do.double(), dlse.double()))
+        inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        base = torch.autograd.grad(flash_attention_ref(*inputs, kw.get("causal", False), dtype=dtype,
+                                                       **_ref_kw(kw)), inputs, (do, dlse.to(dtype)))
+        for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
+            assert_close(f"{case} {name}", g, r, b, 3.0, dtype)
+        if bitwise:
+            monkeypatch.setattr(ops, "BWD_PLANS", False)
+            out, lse = fat.flash_attn_func(q, k, v, return_lse=True, **kw)
+            unplanned = torch.autograd.grad((out, lse), (q, k, v), (do, dlse))
+            monkeypatch.setattr(ops, "BWD_PLANS", True)
+            for a, b in zip(got, unplanned):
+                assert torch.equal(a, b), case
+    return next(iter(api._PLANS.values())).op.backward, any(replays)
+
+
+def _ref_kw(kw):
+    return {name: kw[name] for name in ("window_size", "softcap") if name in kw}
+
+
+_FAKE_BWD_PLANS = r"""
+import os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+import flashattn_triton as fat
+from flashattn_triton import api, ops
+from flashattn_triton.kernels import bwd, fastlaunch, launch
+
+fastlaunch.ENABLED = True
+ops.PLANS_ENABLED = True
+ops.use_triton = lambda t: True  # CPU tensors through the CUDA path, launches recorded
+launch._arch = lambda index: "sm90"
+launch.Launcher.config = lambda self, device, *key: launch.config_from_env(self.name) or self.choose(0, *key)
+REPLAYS = []
+real_replay = fastlaunch.Replay.__call__
+
+
+def counting(self, roles):
+    ok = real_replay(self, roles)
+    REPLAYS.append((self, ok))
+    return ok
+
+
+fastlaunch.Replay.__call__ = counting
+
+
+def describe(args, kinds, names):
+    # pointers by name: an input's role, else n<i> in order of first use (the new buffers)
+    out = []
+    for a, kind in zip(args, kinds or [None] * len(args)):
+        if isinstance(a, torch.Tensor):
+            a = a.data_ptr()
+        elif not (isinstance(kind, str) and kind.startswith("*") and type(a) is int):
+            out.append((type(a).__name__, a))
+            continue
+        out.append(("ptr", names.setdefault(a, f"n{len(names)}")))
+    return out
+
+
+UNPACKED = []
+
+
+def other_strides(t):  # a saved-tensor hook's unpacked tensor: the values in another memory order
+    UNPACKED.append(t)
+    return t.transpose(-2, -3).contiguous().transpose(-2, -3) if t.dim() == 4 else t
+
+
+def step(make, call, dout_of, plans=True, det_algos=False, hook=False):
+    # one forward + backward: (the backward's launches, described; whether the backward replayed)
+    ops.BWD_PLANS = plans
+    q, k, v = make()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, other_strides if hook else lambda t: t):
+        out = call(q, k, v)
+    dout = dout_of(out)
+    saved = () if hook else out.grad_fn.saved_tensors  # (with the hook: new tensors at each unpack)
+    names = {t.data_ptr(): r for t, r in zip(saved + (dout,), ("q", "k", "v", "out", "lse", "dout")[-len(saved) - 1:])}
+    LAUNCHES.clear()
+    del REPLAYS[:], UNPACKED[:]
+    torch.use_deterministic_algorithms(det_algos)
+    try:
+        out.backward(dout)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        ops.BWD_PLANS = True
+    assert len(UNPACKED) == (5 if hook else 0), "the saved tensors must be unpacked once"
+    got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
+    bp = next(iter(api._PLANS.values())).op.backward
+    return got, any(ok and r is bp.replay for r, ok in REPLAYS)
+
+
+def qkv(b=2, n=128, h=4, h_kv=4, d=64, dtype=torch.float16):
+    return lambda: [torch.randn(b, n, hh, d, dtype=dtype).requires_grad_() for hh in (h, h_kv, h_kv)]
+
+
+def same_dout(out):
+    return torch.randn_like(out)
+
+
+def check(name, make, call, dout_of=same_dout, replays=True, env=None, det_algos=False, record_env=None,
+          hook=False):
+    # three planned calls (the first compiles; record_env set), then one without
+    # and one with the backward plans (env, det_algos set): the same launches
+    api.clear_plans()
+    old = {key: os.environ.get(key) for key in {**(env or {}), **(record_env or {})}}
+    os.environ.update(record_env or {})
+    try:
+        for _ in range(3):
+            step(make, call, same_dout if record_env is None else dout_of)
+        os.environ.update(env or {})
+        want, _ = step(make, call, dout_of, plans=False, det_algos=det_algos, hook=hook)
+        got, replayed = step(make, call, dout_of, det_algos=det_algos, hook=hook)
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
+    assert want and got == want, (name, got, want)
+    assert replayed == replays, (name, replayed)
+    bp = next(iter(api._PLANS.values())).op.backward
+    print(name, len(got), replayed, bp.replay is not None, flush=True)
+
+
+causal = lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True)
+with fake_cuda():
+    check("causal", qkv(), causal)
+    check("window softcap d96", qkv(d=96, n=77), lambda q, k, v: fat.flash_attn_func(
+        q, k, v, window_size=(20, 0), softcap=5.0))
+    check("return_lse", qkv(), lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True, return_lse=True)[0])
+    check("deterministic", qkv(), lambda q, k, v: fat.flash_attn_func(q, k, v, deterministic=True))
+    check("dout strides", qkv(), causal, replays=False,
+          dout_of=lambda out: torch.randn(out.shape[0], out.shape[2], out.shape[1], out.shape[3],
+                                          dtype=out.dtype).transpose(1, 2))
+    check("env HOPPER_BWD", qkv(), causal, replays=False, env={"FLASHATTN_TRITON_HOPPER_BWD": "0"})
+    check("env CONFIG_BWD_DQ", qkv(), causal, replays=False,
+          env={"FLASHATTN_TRITON_CONFIG_BWD_DQ": "BLOCK_M=32,BLOCK_N=32"})
+    check("deterministic algorithms", qkv(), causal, replays=False, det_algos=True)
+    check("saved tensors unpacked in another layout", qkv(), causal, replays=False, hook=True)
+    check("GQA", qkv(h=4, h_kv=2), causal)  # its float32 partials: scratch buffers of the replay
+    check("dout stride 0", qkv(), causal, replays=False, record_env={},
+          dout_of=lambda out: torch.ones((), dtype=out.dtype).expand(out.shape))
+    check("fused dQ", qkv(), causal, replays=False, record_env={"FLASHATTN_TRITON_FUSED_DQ": "1"})
+    bwd.DQ_CONVERT_KERNEL = True  # the fused form's dQ conversion by a kernel: clean
+    bwd._dq_convert_launches = lambda dq: True  # (CPU tensors stand for CUDA ones)
+    check("fused dQ, conversion kernel", qkv(), causal, record_env={"FLASHATTN_TRITON_FUSED_DQ": "1"})
+"""
+
+
+def test_backward_plans_on_a_fake_driver():
+    """No GPU (tests/fake_cuda.py: compiled for sm_90, launches recorded): a
+    replayed backward launches the kernels, scalar arguments and grids of
+    the backward without plans, with the call's tensors and its own new
+    buffers (named by first use) in the same places; it declines for another
+    dout layout, a changed environment switch, deterministic algorithms or
+    saved tensors that a saved-tensor hook unpacks in another layout,
+    and recordings that saw a PyTorch operation (a dout made contiguous, the
+    fused dQ's torch conversion) are never replayed.  GQA's float32 partials
+    and the fused dQ's buffer are scratch buffers, made anew by each replay.
+    Lines: case, backward launches, replayed, recorded."""
+    from flashattn_triton.kernels import fastlaunch
+    if not fastlaunch.TESTED_TRITON or fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
+        pytest.skip("the launch fast path does not mirror this Triton version")
+    lines = fake_launch(_FAKE_BWD_PLANS, timeout=900).strip().split("\n")
+    assert lines == [
+        "causal 3 True True", "window softcap d96 3 True True", "return_lse 3 True True",
+        "deterministic 3 True True", "dout strides 3 False True", "env HOPPER_BWD 3 False True",
+        "env CONFIG_BWD_DQ 3 False True", "deterministic algorithms 3 False True",
+        "saved tensors unpacked in another layout 3 False True", "GQA 5 True True",
+        "dout stride 0 3 False False", "fused dQ 2 False False", "fused dQ, conversion kernel 3 True True",
+    ], lines

@@ -62,7 +62,7 @@ from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand
 # Q K^T, dK and dQ in the forward's two power-of-two column chunks where
 # fwd.split_qk allows it and the padded width is at least SPLIT_QK_MIN_PAD
 # (False: one chunk of HEAD_DIM_PAD columns).  Read at each
-# attention_backward call (the backward replays no recorded launches).
+# attention_backward call (a backward plan's replay checks it: ops._bwd_world).
 # H200 (session 10, gpu_split_qk.sh): the split backward was 1.10x faster at
 # d = 96 (d_pad 128), 1.12-1.27x at d = 160 and 192/128; d_pad 64 (d = 40)
 # is not measured and stays unsplit.
@@ -882,17 +882,17 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \
         if split_group else 1
     if split > 1:  # float32 partials per slice of each query-head group, summed below
-        dk_out = torch.empty((dk.shape[0], h_kv * split, dk.shape[2], dk.shape[3]),
-                             dtype=torch.float32, device=dk.device)
-        dv_out = torch.empty((dv.shape[0], h_kv * split, dv.shape[2], dv.shape[3]),
-                             dtype=torch.float32, device=dv.device)
+        dk_out, dv_out = (fastlaunch.empty_scratch(g.shape[0] * h_kv * split * g.shape[2] * g.shape[3],
+                                                   torch.float32, g.device).view(
+                              g.shape[0], h_kv * split, g.shape[2], g.shape[3]) for g in (dk, dv))
     else:
         dk_out, dv_out = dk, dv
     if fused_dq is None:
         fused_dq = use_fused_dq(False, dbias is not None)
     fused = fused_dq and dbias is None
-    # float32 buffer of the fused form's dQ adds (a placeholder otherwise)
-    dq_acc = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device) if fused else dk_out
+    # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
+    # per call (a role of its own in a recording: ops.BwdPlan)
+    dq_acc = fastlaunch.zeroed_scratch(dq.numel(), torch.float32, dq.device).view(dq.shape) if fused else dk_out
     (_launch_fused if fused else _launch_dkdv)(
         lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
         q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,

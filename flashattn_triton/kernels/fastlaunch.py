@@ -44,8 +44,9 @@ every launch went through this module with a recorded kernel, no other
 Triton launch happened meanwhile (counted by a launch hook), no PyTorch
 operation but views ran (a dispatch mode watches), and each tensor argument
 is one of the roles (by address) or a buffer made by ``zeroed_scratch()``
-inside the recording (each replay allocates and zeroes its own, in the
-same order: the Hopper forward's tile counter).  A replay declines (returns False, having
+or ``empty_scratch()`` inside the recording (each replay allocates, and
+zeroes, its own, in the same order: the Hopper forward's tile counter, the
+backward's float32 partials).  A replay declines (returns False, having
 launched nothing) when the fast path is off, the current device, the
 16-byte alignment of a role, Triton's debug or instrumentation settings
 differ from the recording, a launch hook or a pre-run hook is set, or inside
@@ -465,7 +466,8 @@ class Recording:
         self.broken = False  # something happened that a replay would not repeat
         self.hooked = 0  # launches seen by the launch hook
         self.count = self._count  # one bound method, to add and remove it
-        self.scratch: List[torch.Tensor] = []  # zeroed_scratch() buffers, made again by each replay
+        self.scratch: List[torch.Tensor] = []  # zeroed_scratch() / empty_scratch() buffers, made again by each replay
+        self.zeroed: List[bool] = []  # per scratch buffer: zero-filled
         self.quiet = False  # inside zeroed_scratch(): its own operations are expected
 
     def _count(self, *args, **kwargs) -> None:
@@ -488,7 +490,7 @@ class Recording:
         if any(step is None for step in steps):
             return None
         scratch = [(t.numel(), t.dtype) for t in self.scratch]
-        return Replay(steps, self.launches[0][4], [not p & 15 for p in ptrs], scratch)
+        return Replay(steps, self.launches[0][4], [not p & 15 for p in ptrs], scratch, self.zeroed)
 
 
 if _DispatchMode is not None:
@@ -537,15 +539,27 @@ def zeroed_scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
     the caching allocator on the current stream.  Inside a recording it
     becomes a role of its own: each replay allocates and zeroes a new one
     (its launches then read it by address like the caller's roles)."""
+    return _scratch(numel, dtype, device, True)
+
+
+def empty_scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """As zeroed_scratch, not zero-filled (a buffer the launches write before
+    they read it, e.g. partial sums)."""
+    return _scratch(numel, dtype, device, False)
+
+
+def _scratch(numel: int, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
+    make = torch.zeros if zeroed else torch.empty
     rec = _RECORD.get()
     if rec is None:
-        return torch.zeros(numel, dtype=dtype, device=device)
+        return make(numel, dtype=dtype, device=device)
     rec.quiet = True
     try:
-        t = torch.zeros(numel, dtype=dtype, device=device)
+        t = make(numel, dtype=dtype, device=device)
     finally:
         rec.quiet = False
     rec.scratch.append(t)
+    rec.zeroed.append(zeroed)
     return t
 
 
@@ -622,9 +636,11 @@ class Replay:
     (module doc).  The caller guarantees that the roles have the dtypes,
     shapes and strides of the recorded ones (a call plan's signature)."""
 
-    def __init__(self, steps: List[_Step], device, aligned: List[bool], scratch: Sequence[tuple] = ()):
+    def __init__(self, steps: List[_Step], device, aligned: List[bool], scratch: Sequence[tuple] = (),
+                 zeroed: Sequence[bool] = ()):
         self.steps = steps
-        self.scratch = tuple(scratch)  # (numel, dtype) of each zeroed_scratch() of the recording
+        self.scratch = tuple(scratch)  # (numel, dtype) of each scratch buffer of the recording
+        self.makers = tuple(torch.zeros if z else torch.empty for z in (tuple(zeroed) or (True,) * len(scratch)))
         self.kernels = [step.run.kernel for step in steps]
         self.device = device
         self.aligned = aligned
@@ -655,8 +671,8 @@ class Replay:
         if device != self.device:
             return False
         stream = _driver.active.get_current_stream(device)
-        if self.scratch:  # fresh zeroed buffers, alive until the launches are queued (stream-ordered reuse)
-            extra = [torch.zeros(n, dtype=dt, device=roles[0].device) for n, dt in self.scratch]
+        if self.scratch:  # fresh buffers, alive until the launches are queued (stream-ordered reuse)
+            extra = [make(n, dtype=dt, device=roles[0].device) for make, (n, dt) in zip(self.makers, self.scratch)]
             roles = tuple(roles) + tuple(extra)
             ptrs = ptrs + [t.data_ptr() for t in extra]
         for step in self.steps:
@@ -674,4 +690,4 @@ def build_launcher(compiled) -> None:
 
 
 __all__ = ["ENV_FAST_LAUNCH", "Recording", "Replay", "build_launcher", "compile_only", "compile_only_device",
-           "enabled", "fast_run", "install", "not_replayable", "recording", "zeroed_scratch"]
+           "empty_scratch", "enabled", "fast_run", "install", "not_replayable", "recording", "zeroed_scratch"]
