@@ -370,6 +370,9 @@ def calls(device, backward: bool = False):
         g = torch.randn_like(q)
         from flashattn_triton import ops
 
+        if hasattr(ops, "BWD_PLANS"):  # the rows with the backward plans on (off by default for now)
+            ops.BWD_PLANS = True
+
         def fwd_bwd():
             return torch.autograd.grad(fat.flash_attn_func(qg, kg, vg, causal=True), (qg, kg, vg), g)
 
