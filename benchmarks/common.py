@@ -23,6 +23,27 @@ from flashattn_triton.bench import common as harness  # noqa: E402
 from flashattn_triton.bench.common import *  # noqa: E402,F401,F403
 
 
+def host_profile(fn, calls: int = 20, sort: str = "cumulative", lines: int = 18) -> str:
+    """cProfile's table (``lines`` entries by ``sort``) of ``calls`` calls of fn
+    (a CUDA function: synchronised before and after, so the table holds the
+    host side of those calls)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats(sort).print_stats(lines)
+    return text.getvalue()
+
+
 def parse_overrides(spec: str) -> dict:
     """KEY=VALUE meta-parameter overrides joined by '+' (values int, or true /
     false), as the Gluon probes and compile_check take them; "" -> {}."""

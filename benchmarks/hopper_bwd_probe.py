@@ -355,19 +355,8 @@ def _profile(fns, label, calls=3):
             print(f"PROFILE {label} {name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
             continue
         if name.startswith("api:"):  # the host side too: where a call's Python time goes
-            import cProfile
-            import io
-            import pstats
-            torch.cuda.synchronize()
-            host = cProfile.Profile()
-            host.enable()
-            for _ in range(20):
-                fn()
-            host.disable()
-            torch.cuda.synchronize()
-            text = io.StringIO()
-            pstats.Stats(host, stream=text).sort_stats("cumulative").print_stats(18)
-            print(f"HOSTPROFILE {label} {name} (20 calls)\n" + text.getvalue()[-6000:], flush=True)
+            from common import host_profile  # benchmarks/ is this script's directory
+            print(f"HOSTPROFILE {label} {name} (20 calls)\n" + host_profile(fn)[-6000:], flush=True)
         events = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
         events.sort(key=lambda e: -e.device_time_total)
         total = sum(e.device_time_total for e in events) / calls
