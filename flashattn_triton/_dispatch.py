@@ -20,11 +20,16 @@ FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
 Dropout (alone, with no mask or a causal one): FLASHATTN_TRITON_HOPPER_DROPOUT=1
 takes the Hopper forward and backward, "0" the portable kernels; unset, the
 Hopper backward (HOPPER_DROPOUT_BWD_DEFAULT, since session 16) after the
-portable forward (HOPPER_DROPOUT_DEFAULT; HOPPER_DROPOUT_FWD_MIN_N, by query
-length, not set yet).
+Hopper forward where HOPPER_DROPOUT_FWD_MIN_N (by head dim, causal flag and
+query length, since session 18) says so, else the portable forward
+(HOPPER_DROPOUT_DEFAULT).
 A boolean attn_mask alone (no other variant) takes the Hopper forward by
 default since session 16 (FLASHATTN_TRITON_HOPPER_MASK=0: the portable one);
 the backward stays portable.
+Short sequences: the backward keeps the portable kernels where
+hopper_backward_pays says so (session 11), the forward of plain calls where
+HOPPER_FWD_SHORT does (session 18); FLASHATTN_TRITON_BACKEND=hopper forces
+the Hopper tier for both.
 """
 
 from __future__ import annotations
