@@ -2,7 +2,7 @@
 # The side-by-side sweep with FlexAttention on every row (issues 7 and 8: ">= 1.0x FA2 and
 # FlexAttention on every row, N 512..16k, d 64/128/256"; session 16's sweep ran Flex on 22 rows
 # per mode, N 2k / 8k only), one dtype per call: DTYPE=bf16 (default) or DTYPE=fp16, one H200,
-# about 5-8 minutes (Flex compiles each shape: ~3 s a row in session 16; the untimed warm-up
+# about 4 minutes (session 18 calls 4 and 5: 237 / 234 s; the timeouts keep a call under 10) (Flex compiles each shape: ~3 s a row in session 16; the untimed warm-up
 # compiles them in six parallel processes first).
 #   bench_attention.py --full --flex-all: d 64/128/256, N 512..16k, causal and not (and the GQA
 #   rows with bf16), forward and backward; ours, SDPA flash (FA2), SDPA cuDNN, FlexAttention and
@@ -20,7 +20,7 @@ if [ "${WARM:-1}" = 1 ]; then
   pids=()
   for d in 64 128 256; do
     for c in yes no; do
-      timeout -k 5 ${T_WARM:-120} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
+      timeout -k 5 ${T_WARM:-100} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
         --providers flex --flex-all --head-dims $d --causal $c --warmup 1 --rep 1 --no-progress --no-plot \
         --out "/tmp/flexwarm_${d}_$c" > "$R/warm_${d}_$c.log" 2>&1 &
       pids+=($!)
@@ -28,9 +28,9 @@ if [ "${WARM:-1}" = 1 ]; then
   done
   for p in "${pids[@]}"; do wait "$p"; done; el warm
 fi
-timeout -k 5 ${T_BENCH:-540} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
+timeout -k 5 ${T_BENCH:-460} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
   --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex,flashattn_triton_portable --flex-all \
-  --max-seconds ${B_BENCH:-510} \
+  --max-seconds ${B_BENCH:-430} \
   --no-progress --no-plot --out "$R/bench" > "$R/bench.log" 2>&1
 echo "rc=$?" >> "$R/bench.log"; el bench
 sed -n '/short:begin/,/short:end/p' "$R/bench/bench_attention.md" | cut -c1-200 | head -60
