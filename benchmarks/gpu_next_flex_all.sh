@@ -2,8 +2,9 @@
 # The side-by-side sweep with FlexAttention on every row (issues 7 and 8: ">= 1.0x FA2 and
 # FlexAttention on every row, N 512..16k, d 64/128/256"; session 16's sweep ran Flex on 22 rows
 # per mode, N 2k / 8k only), one dtype per call: DTYPE=bf16 (default) or DTYPE=fp16, one H200,
-# about 4 minutes (session 18 calls 4 and 5: 237 / 234 s; the timeouts keep a call under 10) (Flex compiles each shape: ~3 s a row in session 16; the untimed warm-up
-# compiles them in six parallel processes first).
+# about 4 minutes (session 18 calls 4 and 5: 237 / 234 s; the timeouts keep a call under 10;
+# Flex compiles each shape, ~3 s a row in session 16, and the untimed warm-up compiles them in
+# six parallel processes first).
 #   bench_attention.py --full --flex-all: d 64/128/256, N 512..16k, causal and not (and the GQA
 #   rows with bf16), forward and backward; ours, SDPA flash (FA2), SDPA cuDNN, FlexAttention and
 #   ours on the portable kernels (flashattn_triton_portable: data for a short-sequence rule like
