@@ -882,9 +882,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \
         if split_group else 1
     if split > 1:  # float32 partials per slice of each query-head group, summed below
-        dk_out, dv_out = (fastlaunch.empty_scratch(g.shape[0] * h_kv * split * g.shape[2] * g.shape[3],
-                                                   torch.float32, g.device).view(
-                              g.shape[0], h_kv * split, g.shape[2], g.shape[3]) for g in (dk, dv))
+        dk_out, dv_out = (fastlaunch.empty_scratch((g.shape[0], h_kv * split, g.shape[2], g.shape[3]),
+                                                   torch.float32, g.device) for g in (dk, dv))
     else:
         dk_out, dv_out = dk, dv
     if fused_dq is None:
@@ -892,7 +891,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     fused = fused_dq and dbias is None
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
     # per call (a role of its own in a recording: ops.BwdPlan)
-    dq_acc = fastlaunch.zeroed_scratch(dq.numel(), torch.float32, dq.device).view(dq.shape) if fused else dk_out
+    dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
     (_launch_fused if fused else _launch_dkdv)(
         lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
         q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,

@@ -534,28 +534,29 @@ def recording():
         chain.remove(rec.count)
 
 
-def zeroed_scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """A fresh zero-filled buffer for one launch (e.g. a tile counter), from
-    the caching allocator on the current stream.  Inside a recording it
-    becomes a role of its own: each replay allocates and zeroes a new one
-    (its launches then read it by address like the caller's roles)."""
-    return _scratch(numel, dtype, device, True)
+def zeroed_scratch(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """A fresh zero-filled contiguous buffer of ``shape`` (an int or a tuple)
+    for one launch (e.g. a tile counter), from the caching allocator on the
+    current stream.  Inside a recording it becomes a role of its own: each
+    replay allocates and zeroes a new one of as many elements (its launches
+    then read it by address like the caller's roles)."""
+    return _scratch(shape, dtype, device, True)
 
 
-def empty_scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+def empty_scratch(shape, dtype: torch.dtype, device) -> torch.Tensor:
     """As zeroed_scratch, not zero-filled (a buffer the launches write before
     they read it, e.g. partial sums)."""
-    return _scratch(numel, dtype, device, False)
+    return _scratch(shape, dtype, device, False)
 
 
-def _scratch(numel: int, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
+def _scratch(shape, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
     make = torch.zeros if zeroed else torch.empty
     rec = _RECORD.get()
     if rec is None:
-        return make(numel, dtype=dtype, device=device)
+        return make(shape, dtype=dtype, device=device)
     rec.quiet = True
     try:
-        t = make(numel, dtype=dtype, device=device)
+        t = make(shape, dtype=dtype, device=device)
     finally:
         rec.quiet = False
     rec.scratch.append(t)

@@ -98,7 +98,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 from typing import Any, Optional
 
@@ -1679,8 +1678,7 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     if not plan.qk1:
         args += (None, None)  # q1_desc, k1_desc: constexpr None, no kernel parameters
     if plan.split > 1:
-        dk_out, dv_out = (fastlaunch.empty_scratch(math.prod(shape), torch.float32, q.device).view(shape)
-                          for shape in plan.out_shape)
+        dk_out, dv_out = (fastlaunch.empty_scratch(shape, torch.float32, q.device) for shape in plan.out_shape)
     else:
         dk_out, dv_out = dk, dv
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
