@@ -566,16 +566,22 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
 
 
+def _with_defaults(options) -> list:
+    """The op's options with the schema defaults where a call left the
+    variants out (None): softcap and dropout_p 0.0, deterministic False."""
+    options = list(options)
+    for i, default in ((8, 0.0), (12, 0.0), (14, False)):
+        if options[i] is None:
+            options[i] = default
+    return options
+
+
 def _backward_with(bwd, ctx, dout, dlse, saved=None):
     """saved: ctx.saved_tensors if already unpacked (a saved-tensor hook unpacks on each access)."""
     q, k, v, out, lse = ctx.saved_tensors if saved is None else saved
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
-    options = list(ctx.options)
-    # schema defaults for calls that left the variants out
-    for i, default in ((8, 0.0), (12, 0.0), (14, False)):
-        if options[i] is None:
-            options[i] = default
+    options = _with_defaults(ctx.options)
     dq, dk, dv, dsinks, dbias = bwd(dout, q, k, v, out, lse, dlse, *options[:14], want_dbias=ctx.want_dbias,
                                     deterministic=options[14])
     grads = [None] * ctx.n_options
@@ -692,11 +698,8 @@ class BwdPlan:
     def __init__(self, options: tuple) -> None:
         # _bwd_into's arguments after the buffers: options (schema defaults
         # for None, as _backward_with), deterministic, want_dbias
-        args = list(options[:14])
-        for i, default in ((8, 0.0), (12, 0.0)):
-            if args[i] is None:
-                args[i] = default
-        self.args = tuple(args) + (bool(options[14]), False)
+        args = _with_defaults(options)
+        self.args = tuple(args[:14]) + (bool(args[14]), False)
         self.replay: Optional[fastlaunch.Replay] = None
         self.key: Optional[tuple] = None
         self.world: Optional[tuple] = None
