@@ -315,15 +315,20 @@ def hopper_forward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     return short is None or seqlen > short
 
 
+def short_forward_portable(seqlen: int, head_dim: int, window, plain: bool) -> bool:
+    """Whether HOPPER_FWD_SHORT sends this call to the portable forward: a
+    plain call (no variants) with no left window bound at a length (max(Nq,
+    Nk)) where hopper_forward_pays says no, unless FLASHATTN_TRITON_BACKEND=hopper."""
+    return (plain and window[0] < 0 and backend() != "hopper"
+            and not hopper_forward_pays(seqlen, head_dim, window[1] == 0))
+
+
 def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False) -> bool:
     """Whether to try the Hopper forward (it may still decline a case) for
-    dense (B, N, H, d) q, k, v; plain (a call without variants) and no left
-    window bound: also hopper_forward_pays at max(Nq, Nk), unless
-    FLASHATTN_TRITON_BACKEND=hopper."""
-    if not (_hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)):
-        return False
-    return (not plain or window[0] >= 0 or backend() == "hopper"
-            or hopper_forward_pays(max(q.shape[1], k.shape[1]), q.shape[-1], window[1] == 0))
+    dense (B, N, H, d) q, k, v; plain: a call without variants, which
+    short_forward_portable may keep on the portable forward."""
+    return (_hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)
+            and not short_forward_portable(max(q.shape[1], k.shape[1]), q.shape[-1], window, plain))
 
 
 def _hopper_tier(device: torch.device) -> bool:
