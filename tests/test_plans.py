@@ -430,7 +430,7 @@ def _repeated_backward(device, monkeypatch, case, shape, kw, dtype, bitwise):
     from flashattn_triton.kernels import fastlaunch
     from flashattn_triton.reference import flash_attention_ref
     from _utils import assert_close
-    monkeypatch.setattr(ops, "BWD_PLANS", True)  # (off by default until its GPU run)
+    monkeypatch.setattr(ops, "BWD_PLANS", True)  # (the default; a test may have switched it)
     replays = call_spy(monkeypatch, fastlaunch.Replay, "__call__",
                        lambda self, roles: self is next(iter(api._PLANS.values())).op.backward.replay)
     for _ in range(4):
