@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Backward plans (ops.BwdPlan, switch ops.BWD_PLANS, off by default until this run): the backward of a
+# Backward plans (ops.BwdPlan, switch ops.BWD_PLANS; on since this run, session 19 call 1): the backward of a
 # planned flash_attn_func call replays its recorded launches (portable backward at short N;
 # docs/performance.md, "Backward plans") instead of running the op layer's host code.  One
 # H200, about 2.5 minutes under the timeouts:

@@ -370,7 +370,7 @@ def calls(device, backward: bool = False):
         g = torch.randn_like(q)
         from flashattn_triton import ops
 
-        if hasattr(ops, "BWD_PLANS"):  # the rows with the backward plans on (off by default for now)
+        if hasattr(ops, "BWD_PLANS"):  # the rows with the backward plans on (the default)
             ops.BWD_PLANS = True
 
         def fwd_bwd():

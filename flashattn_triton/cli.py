@@ -57,7 +57,7 @@ ENVIRONMENT = [
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
                                      "recorded launches, skipping validation, config lookup and argument "
-                                     "packing; its backward too once ops.BWD_PLANS is on; read at import)"),
+                                     "packing; its backward too, switch ops.BWD_PLANS; read at import)"),
     ("FLASHATTN_TRITON_PREFETCH_BWD", "0: no backward prefetch (default: the first forward of a shape that "
                                       "needs gradients compiles the backward kernels in background threads)"),
     ("FLASHATTN_TRITON_WARM_KEY", "0: no background computation of Triton's compiler cache key at import "
