@@ -22,10 +22,13 @@
 #      of the medians over the rounds.
 # Rule, fixed before the run: adopt (DQ_CONVERT_KERNEL[True] = True, i.e. _DQ_CONVERT_DEFAULT =
 # {False: True, True: True}) if the tests pass (rc=0), all 7 rows are measured with the on
-# setting launching _bwd_dq_convert and the off one not, the kernel-time ratio off/on is
-# >= 1.02 on every row, and the median wall-time ratio off/on is >= 0.99 on every row;
-# otherwise the causal entry stays off. Tests cut by their time limit with no failure, or
-# rows missing with none failing the ratios: inconclusive (rerun as printed).
+# setting launching _bwd_dq_convert and the off one not, the kernel time per backward call
+# (median over the rounds) is at least 20 us lower with the kernel on every row, and the
+# median wall-time ratio off/on is >= 0.99 on every row; otherwise the causal entry stays
+# off. (The saving is in absolute time, not a ratio: the conversion's cost is the same on
+# every row, B*N*H*d = 32M elements, 97 -> 49 us expected, while the backward grows with N:
+# ~1.4% of N = 8k, under a 1.02 ratio however real.) Tests cut by their time limit with no
+# failure, or rows missing with none failing: inconclusive (rerun as printed).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 unset FLASHATTN_TRITON_DQ_CONVERT  # the module switch is what is measured
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -54,10 +57,11 @@ except (OSError, ValueError, KeyError):
 WANT = 7
 bad = []
 for r in rows:
-    ok = r["convert_ran"] and r["ratio_kernel"] >= 1.02 and r["ratio_wall"] >= 0.99
+    saved = r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"]
+    ok = r["convert_ran"] and saved >= 20 and r["ratio_wall"] >= 0.99
     bad += [] if ok else [r]
     print(f"d={r['d']} N={r['n']} Hq={r['hq']} Hkv={r['hkv']}: kernel off/on {r['ratio_kernel']:.3f} "
-          f"({r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us), wall off/on {r['ratio_wall']:.3f} "
+          f"({r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us, saved {saved:.0f}), wall off/on {r['ratio_wall']:.3f} "
           f"({r['wall_ms_med']['off'] * 1e3:.0f} -> {r['wall_ms_med']['on'] * 1e3:.0f} us), rounds kernel "
           + " ".join(f"{x:.3f}" for x in r["ratio_kernel_rounds"]) + " wall "
           + " ".join(f"{x:.3f}" for x in r["ratio_wall_rounds"])
@@ -75,6 +79,6 @@ elif not bad and (tests_cut or (tests_ok and len(rows) < WANT)):
                                             + (" T_BENCH=180" if len(rows) < WANT else ""))
 else:
     verdict = "the causal entry stays off (no edit)"
-print(f"tests {tests}, {len(rows)} of {WANT} rows, {len(bad)} failing the ratios; RULE: {verdict}")
+print(f"tests {tests}, {len(rows)} of {WANT} rows, {len(bad)} failing the rule; RULE: {verdict}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r
