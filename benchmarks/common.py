@@ -44,6 +44,27 @@ def host_profile(fn, calls: int = 20, sort: str = "cumulative", lines: int = 18)
     return text.getvalue()
 
 
+def kernel_us(fn, calls: int = 20, width: int = 80) -> dict:
+    """torch.profiler's CUDA kernel time per call of fn over ``calls`` back-to-back
+    calls (synchronised after): {kernel name (its first ``width`` characters): us
+    per call}, largest first. Kernels launched from any thread count (autograd's
+    backward runs on a thread of its own)."""
+    from collections import defaultdict
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per: dict = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:width]] += e.device_time / calls
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
 def parse_overrides(spec: str) -> dict:
     """KEY=VALUE meta-parameter overrides joined by '+' (values int, or true /
     false), as the Gluon probes and compile_check take them; "" -> {}."""

@@ -39,16 +39,21 @@
 #   read from summary.md afterwards (docs/performance.md, "Nsight Compute on the short rows").
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 DTYPE=${DTYPE:-bf16}; PROVIDERS=${PROVIDERS:-ours,cudnn}; T_ROW=${T_ROW:-75}; BUDGET=${BUDGET:-500}
+# (other callers: PROVIDERS may add flash / flex; PEER, the provider ours is compared with, default cudnn)
 ROWS=${ROWS:-"bwd:128:2048:causal bwd:128:2048:full fwd:128:2048:causal bwd:128:4096:causal \
 fwd:64:2048:causal bwd:64:2048:causal fwd:128:2048:full fwd:128:4096:causal"}
 EXTRA_ROWS=${EXTRA_ROWS-"fwd:64:4096:causal bwd:64:2048:full bwd:128:4096:full bwd:128:8192:causal"}
 BENCH=${BENCH:-$(find benchmarks/results/h200/session16/call1 -name bench_attention.json 2>/dev/null | sort | head -1)}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
-stem() { local mode d n mask; IFS=: read -r mode d n mask <<< "$1"; echo "${mode}_${DTYPE}_d${d}_$((n / 1024))k_${mask}"; }
+stem() {  # N in thousands ("2k"), or as is where not a multiple of 1024 ("512")
+  local mode d n mask; IFS=: read -r mode d n mask <<< "$1"
+  if [ $((n % 1024)) = 0 ]; then n="$((n / 1024))k"; fi
+  echo "${mode}_${DTYPE}_d${d}_${n}_${mask}"
+}
 finish() {  # summary, verdict, tar
   local i
   for i in $(seq 45); do [ -z "$(jobs -rp)" ] && break; sleep 1; done  # the last exports
-  python3 benchmarks/ncu_summary.py "$R" ${BENCH:+--bench "$BENCH"} --out "$R/summary.md" \
+  python3 benchmarks/ncu_summary.py "$R" ${BENCH:+--bench "$BENCH"} --peer "${PEER:-cudnn}" --out "$R/summary.md" \
     --require "$(for r in $ROWS; do stem "$r"; done | paste -sd,)" > "$R/summary_stdout.txt" 2>&1
   cat "$R/summary_stdout.txt"; grep -E "^[a-z0-9_]+: |^VERDICT" "$R/summary_stdout.txt" > "$OUT/verdict.txt"
   [ -n "${1:-}" ] && echo "VERDICT: incomplete ($1)" | tee -a "$OUT/verdict.txt"

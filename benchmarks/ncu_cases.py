@@ -9,7 +9,10 @@ made by the benchmark's harness in each provider's layout (ours (B, N, H, d), SD
 (B, H, N, d)) with requires_grad, and the op the benchmark times: fwd, one forward;
 bwd, one ``out.backward(dout, retain_graph=True)`` of a forward run beforehand, the
 inputs' .grad reset to None first (do_bench's grad_to_none). --providers: ours, cudnn
-(PyTorch SDPA's cuDNN backend), flash (SDPA's FlashAttention-2 backend).
+(PyTorch SDPA's cuDNN backend), flash (SDPA's FlashAttention-2 backend), flex
+(torch.compile'd FlexAttention, the sweep's; compiled during the warm-up, outside the
+profiled windows: under ncu, TORCHINDUCTOR_COMPILE_THREADS=1 keeps Inductor's compiles
+in this process).
 
 Every provider is warmed up first (--warmup ops: compiles, cuDNN's plans, the
 backward's background compile). Then each provider's op runs once, in turn, between
@@ -32,7 +35,7 @@ import common as C  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-PROVIDERS = {"ours": C.OURS, "cudnn": "sdpa_cudnn", "flash": "sdpa_flash"}
+PROVIDERS = {"ours": C.OURS, "cudnn": "sdpa_cudnn", "flash": "sdpa_flash", "flex": "flex"}
 
 
 @triton.jit

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Nsight Compute details pages -> one markdown table per benchmark row, ours next to cuDNN.
+"""Nsight Compute details pages -> markdown tables per benchmark row, ours next to cuDNN
+(or the provider of --peer: flash, flex).
 
     python benchmarks/ncu_summary.py RESULTS... [--bench bench_attention.json]
-        [--require STEM,STEM...] [--out summary.md]
+        [--require STEM,STEM...] [--peer cudnn] [--out summary.md]
 
 RESULTS are files or directories (a directory stands for its *.csv and *.txt files) holding
 the details page of ncu reports, as text (``ncu --import x.ncu-rep --page details``) or CSV
@@ -20,12 +21,15 @@ otherwise ours), the way session 12 named its files (results/h200/session12/call
 Per kernel: duration and share of its call, SM throughput, tensor-pipe utilisation, executed
 IPC, achieved occupancy, registers per thread, cycles with no eligible warp, warp cycles per
 issued instruction with the top three stall reasons, L2 hit rate, DRAM throughput and bytes;
-then per row the gap, ours minus cuDNN, split into the main kernels (the longest of each
-call) and the rest. docs/performance.md, "Nsight Compute on the short rows", says what each
+a second table with the launch: threads per block, blocks, waves per SM, registers per
+thread, shared memory per block (dynamic + static), the blocks per SM that registers and
+shared memory allow, theoretical and achieved occupancy, issue slots busy and cycles with
+an eligible warp; then per row the gap, ours minus the peer, split into the main kernels
+(the longest of each call) and the rest. docs/performance.md, "Nsight Compute on the short rows", says what each
 column is. --bench adds the sweep's times of the row and the check below.
 
 --require names the rows that must be there: a row is PROFILED when both its calls (ours,
-cuDNN) hold a kernel with a duration, and ADDS UP when each call's kernel time is 0.80-1.25x
+the peer) hold a kernel with a duration, and ADDS UP when each call's kernel time is 0.80-1.25x
 the sweep's time of that row (checked only with --bench). The last line printed is
 "VERDICT: complete" when every required row is profiled and adds up, else "VERDICT:
 incomplete" with the rows that are not. Standard library only.
@@ -42,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MARKER = "_ncu_window"
-PROVIDER_NAMES = {"ours": "ours", "cudnn": "cuDNN", "flash": "FA2"}
-BENCH_PROVIDERS = {"ours": "flashattn_triton", "cudnn": "sdpa_cudnn", "flash": "sdpa_flash"}
+PROVIDER_NAMES = {"ours": "ours", "cudnn": "cuDNN", "flash": "FA2", "flex": "Flex"}
+BENCH_PROVIDERS = {"ours": "flashattn_triton", "cudnn": "sdpa_cudnn", "flash": "sdpa_flash", "flex": "flex"}
 ADDS_UP = (0.80, 1.25)
 
 # Each column: metric names (raw page, CSV, the "Command line profiler metrics" section),
@@ -64,6 +68,18 @@ L2_HIT = ("lts__t_sector_hit_rate.pct", "Memory Workload Analysis/L2 Hit Rate", 
 DRAM_PCT = ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "GPU Speed Of Light Throughput/DRAM Throughput",
             "DRAM Throughput")
 DRAM_RATE = ("dram__bytes.sum.per_second", "Memory Workload Analysis/Memory Throughput", "Memory Throughput [byte/s]")
+# The launch table: block and grid (from the kernel line), waves, shared memory per block
+# (bytes), occupancy limits and issue-slot use.
+WAVES = ("launch__waves_per_multiprocessor", "Launch Statistics/Waves Per SM", "Waves Per SM")
+SMEM_DYNAMIC = ("launch__shared_mem_per_block_dynamic", "Launch Statistics/Dynamic Shared Memory Per Block",
+                "Dynamic Shared Memory Per Block")
+SMEM_STATIC = ("launch__shared_mem_per_block_static", "Launch Statistics/Static Shared Memory Per Block",
+               "Static Shared Memory Per Block")
+THEORETICAL = ("sm__maximum_warps_per_active_cycle_pct", "Occupancy/Theoretical Occupancy", "Theoretical Occupancy")
+LIMIT_REGS = ("launch__occupancy_limit_registers", "Occupancy/Block Limit Registers", "Block Limit Registers")
+LIMIT_SMEM = ("launch__occupancy_limit_shared_mem", "Occupancy/Block Limit Shared Mem", "Block Limit Shared Mem")
+ISSUE_BUSY = ("sm__inst_issued.avg.pct_of_peak_sustained_active", "Compute Workload Analysis/Issue Slots Busy",
+              "Issue Slots Busy")
 # Tensor pipe, % of active cycles: the wgmma pipe first (Hopper), then the whole tensor pipe,
 # then the mma.sync one.
 TENSOR = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -83,7 +99,7 @@ RULE_PIPE = re.compile(r"(\w[\w ()/-]*?) is the highest-utilized pipeline \(([\d
 TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
               "s": 1e6, "second": 1e6}
 SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-BYTES_UNIT = re.compile(r"^([KMGTP]?)(?:byte|B)(/s|/second)?$")
+BYTES_UNIT = re.compile(r"^([KMGTP]?)(?:byte|B)(/s|/second|/block)?$")
 
 
 @dataclass
@@ -120,7 +136,7 @@ def canonical(value: str, unit: str) -> tuple:
         return number * TIME_TO_US[unit], "us"
     m = BYTES_UNIT.match(unit)
     if m:
-        return number * SI[m.group(1)], "byte/s" if m.group(2) else "byte"
+        return number * SI[m.group(1)], "byte/s" if m.group(2) in ("/s", "/second") else "byte"
     return number, unit
 
 
@@ -327,7 +343,8 @@ def tensor_cell(k: Kernel) -> str:
 
 # --------------------------------------------------------------------------- rows
 
-STEM = re.compile(r"(?P<mode>fwd|bwd)_(?:(?P<dtype>bf16|fp16)_)?d(?P<d>\d+)_(?P<n>\d+)k_(?P<mask>causal|full)")
+# N in thousands ("2k") or, where not a multiple of 1024, as is ("512")
+STEM = re.compile(r"(?P<mode>fwd|bwd)_(?:(?P<dtype>bf16|fp16)_)?d(?P<d>\d+)_(?P<n>\d+)(?P<k>k?)_(?P<mask>causal|full)")
 
 
 @dataclass
@@ -351,7 +368,7 @@ def config_from_stem(stem: str) -> dict:
     m = STEM.search(stem)
     if not m:
         return {}
-    n = int(m["n"]) * 1024
+    n = int(m["n"]) * (1024 if m["k"] else 1)
     return {"mode": m["mode"], "dtype": m["dtype"] or "bf16", "head_dim": int(m["d"]),
             "causal": m["mask"] == "causal", "seqlen_q": n}
 
@@ -454,23 +471,44 @@ def kernel_cells(who: str, k: Kernel, total_us: float) -> list:
             fmt(k.num(*DRAM_PCT)), fmt(None if b is None else b / 1e6)]
 
 
-def gap_line(row: Row) -> str:
-    ours, peer = row.calls.get("ours"), row.calls.get("cudnn")
+def gap_line(row: Row, peer_name: str = "cudnn") -> str:
+    ours, peer = row.calls.get("ours"), row.calls.get(peer_name)
+    who = PROVIDER_NAMES.get(peer_name, peer_name)
     if not ours or not peer:
-        return "gap: - (ours or cuDNN's call missing)"
+        return f"gap: - (ours or {who}'s call missing)"
     t_ours, t_peer = call_us(ours), call_us(peer)
     main_o = max(ours, key=lambda k: k.num(*DURATION) or 0.0)
     main_p = max(peer, key=lambda k: k.num(*DURATION) or 0.0)
     mo, mp = main_o.num(*DURATION) or 0.0, main_p.num(*DURATION) or 0.0
     rest_o, rest_p = t_ours - mo, t_peer - mp
     pct = f" ({(t_ours / t_peer - 1) * 100:+.0f}%)" if t_peer else ""
-    return (f"gap ours - cuDNN: {t_ours - t_peer:+,.1f} us{pct} = main kernels {mo - mp:+,.1f} us "
+    return (f"gap ours - {who}: {t_ours - t_peer:+,.1f} us{pct} = main kernels {mo - mp:+,.1f} us "
             f"({short_name(main_o.name)} {mo:,.1f} vs {short_name(main_p.name)} {mp:,.1f}) "
             f"+ other kernels {rest_o - rest_p:+,.1f} us (ours {len(ours) - 1}: {rest_o:,.1f}, "
-            f"cuDNN {len(peer) - 1}: {rest_p:,.1f})")
+            f"{who} {len(peer) - 1}: {rest_p:,.1f})")
 
 
-def render_row(row: Row, bench: list | None) -> str:
+LAUNCH_COLUMNS = ["who", "kernel", "block", "grid", "waves/SM", "regs", "smem KiB/block", "blocks/SM by regs, smem",
+                  "theor. occ %", "occ %", "issue busy %", "1+ eligible %"]
+
+
+def launch_cells(who: str, k: Kernel) -> list:
+    threads = 1
+    for x in k.block:
+        threads *= x
+    blocks = 1
+    for x in k.grid:
+        blocks *= x
+    dyn, static = k.num(*SMEM_DYNAMIC), k.num(*SMEM_STATIC)
+    smem = None if dyn is None and static is None else ((dyn or 0.0) + (static or 0.0)) / 1024
+    lr, ls = k.num(*LIMIT_REGS), k.num(*LIMIT_SMEM)
+    limits = "-" if lr is None and ls is None else f"{fmt(lr, 0)}, {fmt(ls, 0)}"
+    return [who, short_name(k.name), str(threads) if k.block else "-", str(blocks) if k.grid else "-",
+            fmt(k.num(*WAVES), 2), fmt(k.num(*REGISTERS), 0), fmt(smem), limits, fmt(k.num(*THEORETICAL)),
+            fmt(k.num(*OCCUPANCY)), fmt(k.num(*ISSUE_BUSY)), fmt(k.num(*ONE_ELIGIBLE))]
+
+
+def render_row(row: Row, bench: list | None, peer: str = "cudnn") -> str:
     totals = {p: call_us(ks) for p, ks in row.calls.items()}
     head = ", ".join(f"{PROVIDER_NAMES.get(p, p)} {totals[p]:,.1f} us" for p in ordered(row.calls))
     out = [f"### {row.title()}: {head}", "", "| " + " | ".join(COLUMNS) + " |",
@@ -484,7 +522,10 @@ def render_row(row: Row, bench: list | None) -> str:
         n = len(row.calls[p])
         out.append(f"| {who} | **call** ({n} kernel{'s' if n != 1 else ''}) | | **{totals[p]:,.1f}** | 100% |"
                    + " |" * (len(COLUMNS) - 6) + f" {mb} |")
-    out += ["", gap_line(row)]
+    out += ["", "| " + " | ".join(LAUNCH_COLUMNS) + " |", "|" + "---|" * len(LAUNCH_COLUMNS)]
+    for p in ordered(row.calls):
+        out += ["| " + " | ".join(launch_cells(PROVIDER_NAMES.get(p, p), k)) + " |" for k in row.calls[p]]
+    out += ["", gap_line(row, peer)]
     for p, why in sorted(row.errors.items()):
         out.append(f"{PROVIDER_NAMES.get(p, p)}: no call profiled: {why}")
     times = {p: bench_ms(bench, row.config, p) for p in ordered(row.calls)}
@@ -496,19 +537,21 @@ def render_row(row: Row, bench: list | None) -> str:
     return "\n".join(out) + "\n"
 
 
-def check(rows: dict, required: list[str], bench: list | None) -> list[str]:
+def check(rows: dict, required: list[str], bench: list | None, peer: str = "cudnn") -> list[str]:
     lines, bad = [], []
+    pair = ("ours", peer)
     for stem in required:
         row = rows.get(stem)
         calls = row.calls if row else {}
-        missing = [p for p in ("ours", "cudnn") if not calls.get(p) or not call_us(calls[p])]
+        missing = [p for p in pair if not calls.get(p) or not call_us(calls[p])]
         if missing:
             bad.append(stem)
             lines.append(f"{stem}: NOT PROFILED (no kernels for {', '.join(missing)})")
             continue
         ratios = {p: (call_us(calls[p]) / (bench_ms(bench, row.config, p) * 1e3)
-                      if bench_ms(bench, row.config, p) else None) for p in ("ours", "cudnn")}
-        desc = ", ".join(f"{PROVIDER_NAMES[p]} {len(calls[p])} kernels {call_us(calls[p]):,.1f} us" for p in ratios)
+                      if bench_ms(bench, row.config, p) else None) for p in pair}
+        names = {p: PROVIDER_NAMES.get(p, p) for p in pair}
+        desc = ", ".join(f"{names[p]} {len(calls[p])} kernels {call_us(calls[p]):,.1f} us" for p in ratios)
         if bench is None or any(r is None for r in ratios.values()):
             lines.append(f"{stem}: profiled ({desc}); sums not checked (no sweep row)")
             if bench is not None:
@@ -518,7 +561,7 @@ def check(rows: dict, required: list[str], bench: list | None) -> list[str]:
         if not ok:
             bad.append(stem)
         lines.append(f"{stem}: profiled ({desc}); ncu sum / sweep ours {ratios['ours']:.2f}, "
-                     f"cuDNN {ratios['cudnn']:.2f}: {'adds up' if ok else 'DOES NOT ADD UP'}")
+                     f"{names[peer]} {ratios[peer]:.2f}: {'adds up' if ok else 'DOES NOT ADD UP'}")
     verdict = (f"VERDICT: complete ({len(required)}/{len(required)} required rows profiled"
                + (" and adding up)" if bench is not None else "; no sweep JSON, sums not checked)"))
     if bad:
@@ -532,6 +575,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", help="bench_attention.json of the sweep (adds its times and the sums' check)")
     ap.add_argument("--require", default="", help="comma-separated row stems that must be profiled")
     ap.add_argument("--out", help="write the markdown here too")
+    ap.add_argument("--peer", default="cudnn", choices=sorted(PROVIDER_NAMES),
+                    help="the provider the gap and the check compare ours with (default cudnn)")
     args = ap.parse_args(argv)
     rows = load_rows(args.inputs)
     bench = None
@@ -539,11 +584,11 @@ def main(argv=None) -> int:
         bench = json.loads(Path(args.bench).read_text()).get("rows", [])
     required = [s for s in args.require.split(",") if s]
     order = sorted(rows, key=lambda k: (required.index(k) if k in required else len(required), k))
-    text = "\n".join(render_row(rows[k], bench) for k in order)
+    text = "\n".join(render_row(rows[k], bench, args.peer) for k in order)
     if not rows:
         text = "no kernels found in " + ", ".join(args.inputs) + "\n"
     if required:
-        text += "\n" + "\n".join(check(rows, required, bench)) + "\n"
+        text += "\n" + "\n".join(check(rows, required, bench, args.peer)) + "\n"
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text)

@@ -77,17 +77,19 @@ def fwd_probe_records(paths):
     return reps
 
 
-def variant_rows(path):
+def variant_rows(path, key=None):
     """The rows bench_variants.py printed into a log (one dict a line), keyed
-    by (batch, seqlen, heads_q, heads_kv, head_dim, causal): a run cut by its
-    time limit keeps those it printed; an unreadable log gives none."""
+    by (batch, seqlen, heads_q, heads_kv, head_dim, causal), or by key(row):
+    a run cut by its time limit keeps those it printed; an unreadable log
+    gives none."""
     import ast
     rows = {}
     try:
         for line in open(path):
             if line.startswith("{'variant'"):
                 r = ast.literal_eval(line)
-                rows[(r["batch"], r["seqlen"], r["heads_q"], r["heads_kv"], r["head_dim"], r["causal"])] = r
+                rows[key(r) if key else (r["batch"], r["seqlen"], r["heads_q"], r["heads_kv"], r["head_dim"],
+                                         r["causal"])] = r
     except (OSError, ValueError, SyntaxError) as exc:
         print(f"{path}: {type(exc).__name__}: {exc}")
     return rows

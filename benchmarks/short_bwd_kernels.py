@@ -11,13 +11,12 @@ which of the library's kernels (preprocess, main loop, dQ conversion) holds the 
 """
 import os
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import kernel_us  # noqa: E402 (benchmarks/common.py; it puts the repository on the path)
 from flashattn_triton import flash_attn_func  # noqa: E402
 from flashattn_triton.bench.common import compiled_flex  # noqa: E402
 
@@ -63,14 +62,7 @@ def measure(fn):
     end.record()
     torch.cuda.synchronize()
     event_us = start.elapsed_time(end) * 1e3 / CALLS
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-    per = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:70]] += e.device_time / CALLS
+    per = kernel_us(fn, CALLS, width=70)
     return event_us, per
 
 

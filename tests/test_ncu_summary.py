@@ -192,3 +192,41 @@ def test_labels_without_their_section_titles():
     S.put(k, "MemoryWorkloadAnalysis", "Memory Throughput", "byte/second", "758,660,000,000")
     assert k.num(*S.DURATION) == 1500.0
     assert S.dram_bytes(k) == pytest.approx(758.66e9 * 1.5e-3)  # the byte/s one, not the %
+
+
+def test_launch_table_of_the_text_page():
+    (k,) = S.parse_file(S12 / "bwd_d128_2k_causal.txt")
+    cells = S.launch_cells("ours", k)
+    assert cells[:6] == ["ours", "_attn_bwd_hopper", "384", "2048", "15.52", "168"]
+    assert cells[7] == "1, 1"  # blocks per SM that registers and shared memory allow
+    assert float(cells[6]) == pytest.approx((198.08e3 + 0) / 1024, abs=0.05)  # Kbyte/block + byte/block
+    text = S.render_row(S.load_rows([str(S12)])["bwd_d128_2k_causal"], None)
+    assert "| ours | _attn_bwd_hopper | 384 | 2048 | 15.52 | 168 |" in text
+
+
+def test_flex_as_the_peer_at_n512(tmp_path):
+    """A row of N = 512 (stem "..._512_full") with Flex's call as the peer: gap, check
+    and the launch table's shared memory from a base-unit CSV (byte/block)."""
+    stem = "bwd_bf16_d128_512_full"
+    page = _csv_page([(1, [("_bwd_preprocess", 36.0), ("_bwd_dkdv", 370.0), ("_bwd_dq", 250.0)]),
+                      (2, [("triton_per_fused_flex_attention_backward_0", 37.0),
+                           ("triton_tem_fused_flex_attention_backward_1", 530.0)])])
+    page += _csv_row(6, "triton_tem_fused_flex_attention_backward_1", 132, "Launch Statistics",
+                     "Dynamic Shared Memory Per Block", "byte/block", "147,456") + "\n"
+    (tmp_path / f"{stem}.csv").write_text(page)
+    (tmp_path / f"{stem}.windows.json").write_text(json.dumps(
+        {"windows": [{"window": 1, "provider": "ours"}, {"window": 2, "provider": "flex"}], "errors": {}}))
+    assert S.config_from_stem(stem)["seqlen_q"] == 512 and S.config_from_stem("bwd_d128_2k_full")["seqlen_q"] == 2048
+    rows = S.load_rows([str(tmp_path)])
+    row = rows[stem]
+    assert row.config["seqlen_q"] == 512 and set(row.calls) == {"ours", "flex"}
+    flex_main = row.calls["flex"][1]
+    assert S.launch_cells("Flex", flex_main)[6] == "144.0"
+    text = S.render_row(row, None, "flex")
+    assert "gap ours - Flex: +89.0 us (+16%) = main kernels -160.0 us" in text
+    bench = [{"provider": p, "mode": "bwd", "status": "ok", "ms": ms, "dtype": "bf16", "head_dim": 128,
+              "causal": False, "seqlen_q": 512, "heads_q": 16, "heads_kv": 16}
+             for p, ms in (("flashattn_triton", 0.665), ("flex", 0.572))]
+    lines = S.check(rows, [stem], bench, "flex")
+    assert "ncu sum / sweep ours 0.99, Flex 0.99: adds up" in lines[0], lines
+    assert S.check(rows, [stem], bench)[0] == f"{stem}: NOT PROFILED (no kernels for cudnn)"
