@@ -1,11 +1,15 @@
-"""The dQ conversion kernel for causal calls (kernels/bwd.py DQ_CONVERT_KERNEL[True]) on
-against off, through the library's backward.
+"""A dQ conversion switch on against off, through the library's backward: --switch
+kernel (default), the conversion kernel after the Hopper backward for causal calls
+(kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch in-kernel, the Hopper backward
+converting dQ itself (kernels/hopper/bwd.py CONVERT_DQ_DEFAULT[causal], for the rows'
+causal flags of --causal).
 
-    python benchmarks/bench_dq_convert.py [--head-dims 64,128] [--seqlens 2048,4096,8192]
+    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel] [--causal causal|full|both]
+        [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
         [--calls 10] [--out DIR] [--dry-run]
 
-Rows: causal, B = tokens / N, H = 2048 / d, for every d of --head-dims and N of
+Rows: causal (--causal: also or only not causal), B = tokens / N, H = 2048 / d, for every d of --head-dims and N of
 --seqlens, then the GQA rows of --gqa (';'-separated d:N:Hkv, Hq = 2048 / d). Timed per
 row: ``out.backward(dout, retain_graph=True)`` of a planned flash_attn_func call with
 grad-requiring inputs, with the switch's causal entry on and off (its non-causal entry
@@ -20,8 +24,9 @@ q / k / v .grad reset between calls) and (b) ``kernel``: torch.profiler's CUDA k
 summed over --calls back-to-back backward calls, per call. Ratios are off / on of
 the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
-whether the on setting launched a _bwd_dq_convert kernel and the off one did not
-(else the switch did not reach the row's backward).
+whether the switch reached the row's backward: with --switch kernel, the on setting
+launched a _bwd_dq_convert kernel and the off one did not; with --switch in-kernel,
+the Hopper backward's plan converted in the kernel on and not off.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
 --dry-run prints the rows and exits (no GPU needed).
@@ -40,8 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
 
 
-def parse_rows(head_dims: str, seqlens: str, gqa: str, tokens: int) -> list[dict]:
-    """The rows to time: dicts of d, n, b, hq, hkv."""
+CAUSAL = {"causal": (True,), "full": (False,), "both": (True, False)}
+
+
+def parse_rows(head_dims: str, seqlens: str, gqa: str, tokens: int, causal: str = "causal") -> list[dict]:
+    """The rows to time: dicts of d, n, b, hq, hkv, causal."""
     rows = []
     for d in C.parse_list(head_dims, int, what="head dim") or []:
         for n in C.parse_list(seqlens, int, what="seqlen") or []:
@@ -54,34 +62,62 @@ def parse_rows(head_dims: str, seqlens: str, gqa: str, tokens: int) -> list[dict
         if (2048 // d) % hkv:
             raise ValueError(f"--gqa: Hkv {hkv} does not divide Hq {2048 // d} (d = {d})")
         rows.append(dict(d=d, n=n, b=max(1, tokens // n), hq=2048 // d, hkv=hkv))
-    return rows
+    return [dict(r, causal=c) for c in CAUSAL[causal] for r in rows]
 
 
-def switch_value(base, on: bool) -> dict:
-    """A new {causal: bool} with the causal entry ``on`` and the non-causal one of
+def switch_value(base, on: bool, causal: bool = True) -> dict:
+    """A new {causal: bool} with the entry of ``causal`` ``on`` and the other one of
     ``base`` (a new object each time: the backward plans compare it)."""
     from flashattn_triton.kernels import bwd
-    return {False: bwd.by_causal(base, False), True: on}
+    return {c: on if c == causal else bwd.by_causal(base, c) for c in (False, True)}
 
 
-def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int) -> dict:
+class Switch:
+    """The module attribute a --switch sets, and whether it reached a backward."""
+
+    def __init__(self, name: str):
+        from flashattn_triton.kernels import bwd
+        self.name = name
+        if name == "kernel":
+            self.module, self.attr = bwd, "DQ_CONVERT_KERNEL"
+        else:
+            from flashattn_triton.kernels.hopper import bwd as hbwd
+            self.module, self.attr = hbwd, "CONVERT_DQ_DEFAULT"
+        self.base = getattr(self.module, self.attr)
+
+    def set(self, on: bool, causal: bool):
+        setattr(self.module, self.attr, switch_value(self.base, on, causal))
+        if self.name != "kernel":
+            self.module._PLANS.clear()  # (its plans are cached per signature)
+
+    def restore(self):
+        setattr(self.module, self.attr, self.base)
+
+    def reached(self, names: dict, converted: dict) -> bool:
+        if self.name == "kernel":
+            ran = lambda m: any("_bwd_dq_convert" in name for name in names.get(m, {}))  # noqa: E731
+            return ran("on") and not ran("off")
+        return bool(converted.get("on")) and not converted.get("off")
+
+
+def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Switch) -> dict:
     import torch
     import flashattn_triton as fat
     from flashattn_triton import api, ops
-    from flashattn_triton.kernels import bwd
     q = torch.randn(r["b"], r["n"], r["hq"], r["d"], device="cuda", dtype=dtype).requires_grad_()
     k, v = (torch.randn(r["b"], r["n"], r["hkv"], r["d"], device="cuda", dtype=dtype).requires_grad_()
             for _ in range(2))
     dout = torch.randn_like(q)
-    base = bwd.DQ_CONVERT_KERNEL
+    causal = r["causal"]
+    converted = {}
 
     def setting(on: bool):
         """The switch set, then a fresh call plan and forward, and its backward run until
         its plan has recorded (or given up), as in a process that starts with it."""
-        bwd.DQ_CONVERT_KERNEL = switch_value(base, on)
+        switch.set(on, causal)
         api.clear_plans()
         for _ in range(2):  # the first call makes the plan, the second replays the forward
-            out = fat.flash_attn_func(q, k, v, causal=True)
+            out = fat.flash_attn_func(q, k, v, causal=causal)
         plan = next(iter(api._PLANS.values()), None)
 
         def step():
@@ -95,6 +131,9 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int) -> dict:
         for _ in range(ops.MAX_RECORD_TRIES + 1):
             fresh_step()
         torch.cuda.synchronize()
+        if switch.name != "kernel":
+            converted["on" if on else "off"] = any(getattr(p, "convert", False)
+                                                   for p in switch.module._PLANS.values())
         return step, fresh_step, plan is not None and plan.op.backward.replay is not None
 
     wall = {"on": [], "off": []}
@@ -109,21 +148,22 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int) -> dict:
                 kern[mode].append(sum(per.values()))
                 names[mode] = {name: round(us, 1) for name, us in list(per.items())[:6]}
     finally:
-        bwd.DQ_CONVERT_KERNEL = base
+        switch.restore()
         api.clear_plans()
     med_wall = {m: statistics.median(t) for m, t in wall.items()}
     med_kern = {m: statistics.median(t) for m, t in kern.items()}
-    ran = lambda m: any("_bwd_dq_convert" in name for name in names.get(m, {}))  # noqa: E731
-    return dict(r, causal=True, dtype=str(dtype).replace("torch.", ""),
+    return dict(r, switch=switch.name, dtype=str(dtype).replace("torch.", ""),
                 wall_ms=wall, kernel_us=kern, wall_ms_med=med_wall, kernel_us_med=med_kern,
                 ratio_wall=med_wall["off"] / med_wall["on"], ratio_kernel=med_kern["off"] / med_kern["on"],
                 ratio_wall_rounds=[a / b for a, b in zip(wall["off"], wall["on"])],
                 ratio_kernel_rounds=[a / b for a, b in zip(kern["off"], kern["on"])],
-                kernels=names, replayed=replayed, convert_ran=ran("on") and not ran("off"))
+                kernels=names, replayed=replayed, convert_ran=switch.reached(names, converted))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--switch", choices=("kernel", "in-kernel"), default="kernel")
+    ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")
     ap.add_argument("--gqa", default="128:4096:4", help="';'-separated d:N:Hkv rows ('' for none)")
@@ -136,7 +176,7 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="print the rows and exit")
     args = ap.parse_args()
     try:
-        rows = parse_rows(args.head_dims, args.seqlens, args.gqa, args.tokens)
+        rows = parse_rows(args.head_dims, args.seqlens, args.gqa, args.tokens, args.causal)
     except ValueError as exc:
         ap.error(str(exc))
     if args.dry_run:
@@ -149,10 +189,12 @@ def main():
     import torch
     dtype = C.torch_dtype(args.dtype)
     done = []
+    switch = Switch(args.switch)
     for r in rows:
-        res = time_row(r, dtype, args.repeats, args.rep_ms, args.calls)
+        res = time_row(r, dtype, args.repeats, args.rep_ms, args.calls, switch)
         done.append(res)
-        print(f"d={r['d']} N={r['n']} B={r['b']} Hq={r['hq']} Hkv={r['hkv']} causal: "
+        print(f"d={r['d']} N={r['n']} B={r['b']} Hq={r['hq']} Hkv={r['hkv']} "
+              f"{'causal' if r['causal'] else 'not causal'}: "
               f"wall off {res['wall_ms_med']['off'] * 1e3:.0f} / on {res['wall_ms_med']['on'] * 1e3:.0f} us "
               f"(off/on {res['ratio_wall']:.3f}; rounds " + " ".join(f"{x:.3f}" for x in res["ratio_wall_rounds"])
               + f"), kernels off {res['kernel_us_med']['off']:.0f} / on {res['kernel_us_med']['on']:.0f} us "
