@@ -89,6 +89,15 @@ stores dQ and signals it with named barriers of 288 threads; the producer
 issues both halves' reduce-adds (_retire_dq), which also tells it that the
 tile's Q / dO slot is free (qdo_empty unused).
 
+``CONVERT_DQ`` (off by default: CONVERT_DQ_DEFAULT; the grid form of the
+keys-as-M path, no window) converts the float32 dQ buffer inside the
+kernel: each chunk of CONVERT_CHUNK query tiles of a query head has a
+counter; at its end a program, once its partitions' reduce-adds have
+landed (_bulk_writes_done, the dq_done mbarrier), adds 1 to the counter of
+each chunk it added into, and the program whose add completes the chunk's
+count of contributing key blocks converts it into dq
+(_convert_finished_dq).  Otherwise dq is converted after the kernel.
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
