@@ -1030,7 +1030,9 @@ def _convert_dq_rows(conv, off_b, off_hq, row0, row1, HEAD_DIM: gl.constexpr):
     DQ, DQ_ACC, DQ_CNT, stride_qz, stride_qh, stride_qm, stride_az, stride_ah, stride_am, H_Q, n_kb = conv
     COLS_T: gl.constexpr = HEAD_DIM // 4  # threads along a row, 4 columns each
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // COLS_T, COLS_T], [4, 1], [1, 0])
-    ROWS: gl.constexpr = 64
+    # 64 KB of loads in flight per step (128 values per thread): a lone
+    # warpgroup's rate is what it keeps in flight over the L2 latency
+    ROWS: gl.constexpr = 16384 // HEAD_DIM
     cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
     acc_head = DQ_ACC + off_b.to(gl.int64) * stride_az + off_hq.to(gl.int64) * stride_ah
     dq_head = DQ + off_b.to(gl.int64) * stride_qz + off_hq.to(gl.int64) * stride_qh
@@ -1702,7 +1704,7 @@ class _Plan:
 
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
                  "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1", "convert",
-                 "n_ch", "kwargs_after")
+                 "n_counters", "kwargs_after")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -1800,7 +1802,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # CONVERT_DQ: chunk counters per (batch, query head); the build that
     # converts after the kernel for the calls it cannot take (_launch)
     plan.convert = meta["CONVERT_DQ"] and n_blocks > 0
-    plan.n_ch = triton.cdiv(triton.cdiv(n_q, meta["BLOCK_M"]), meta["CONVERT_CHUNK"]) * batch * h_q
+    plan.n_counters = triton.cdiv(triton.cdiv(n_q, meta["BLOCK_M"]), meta["CONVERT_CHUNK"]) * batch * h_q
     plan.kwargs_after = dict(plan.kwargs, CONVERT_DQ=False)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
@@ -1834,7 +1836,7 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     # (causal_shift >= 0) and dq's columns adjacent
     convert = plan.convert and (causal_shift is None or causal_shift >= 0) and dq.stride(3) == 1
     if convert:
-        cnt = fastlaunch.zeroed_scratch(plan.n_ch, torch.int32, q.device)
+        cnt = fastlaunch.zeroed_scratch(plan.n_counters, torch.int32, q.device)
         args += (dq, dq_acc, cnt, *dq.stride()[:3], *plan.acc_strides[:3], q.shape[1])
     else:
         args += (dq, dq_acc, lse, 0, 0, 0, 0, 0, 0, 0)
