@@ -24,16 +24,15 @@ fi
 timeout -k 5 ${T_BENCH:-80} python3 benchmarks/bench_bwd_plan.py --out "$R" > "$R/bench_bwd_plan.log" 2>&1
 echo "rc=$?" >> "$R/bench_bwd_plan.log"; el bench_bwd_plan; cut -c1-300 "$R/bench_bwd_plan.log" | tail -12
 python3 - "$R/tests_bwd_plan.log" "$R/bench_bwd_plan.json" <<'PY' | tee "$OUT/verdict.txt"
-import json, os, sys
+import os, sys
+sys.path.insert(0, "benchmarks")
+from rules import json_rows
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
 try:
     tests_ok = skipped or open(sys.argv[1]).read().strip().splitlines()[-1] == "rc=0"
 except (OSError, IndexError):
     tests_ok = False
-try:
-    rows = json.load(open(sys.argv[2]))["rows"]
-except (OSError, ValueError, KeyError):
-    rows = []
+rows = json_rows(sys.argv[2])
 for r in rows:
     print(f"d={r['d']} N={r['n']} causal={r['causal']}: off/replay {r['ratio']:.3f} "
           f"({r['ms_off'] * 1e3:.0f} -> {r['ms_replay'] * 1e3:.0f} us; host {r['host_us_off']:.0f} -> "

@@ -31,20 +31,12 @@ timeout -k 5 ${T_BENCH:-170} python3 benchmarks/bench_dq_convert.py --switch in-
   --out "$R" > "$R/bench_convert_dq.log" 2>&1
 echo "rc=$?" >> "$R/bench_convert_dq.log"; el bench_convert_dq; cut -c1-400 "$R/bench_convert_dq.log" | tail -16
 python3 - "$R/tests_convert_dq.log" "$R/bench_dq_convert.json" <<'PY' | tee "$OUT/verdict.txt"
-import json, math, os, sys
+import math, os, sys
 sys.path.insert(0, "benchmarks")
-from rules import tests_passed
+from rules import json_rows, tests_state
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
-tests_ok = skipped or tests_passed(sys.argv[1])
-try:
-    log = open(sys.argv[1]).read()
-except OSError:
-    log = ""
-tests_cut = not tests_ok and "rc=124" in log and " failed" not in log and " error" not in log
-try:
-    rows = json.load(open(sys.argv[2]))["rows"]
-except (OSError, ValueError, KeyError):
-    rows = []
+tests_ok, tests_cut, tests = tests_state(sys.argv[1], skipped)
+rows = json_rows(sys.argv[2])
 WANT = 7
 table, notes = {}, []
 for causal in (True, False):
@@ -64,7 +56,6 @@ for causal in (True, False):
     elif not bad and (tests_cut or (tests_ok and len(mine) < WANT)):
         notes.append(f"{'causal' if causal else 'not causal'} inconclusive ({len(mine)} of {WANT} rows)")
     print(f"{'causal' if causal else 'not causal'}: {len(mine)} of {WANT} rows, {len(bad)} failing, wall geomean {geo:.3f}")
-tests = "skipped (SKIP_TESTS)" if skipped else "passed" if tests_ok else "cut by the time limit" if tests_cut else "FAILED or missing"
 edit = {c: table.get(c, False) for c in (False, True)}
 verdict = (f"set CONVERT_DQ_DEFAULT = {edit} in flashattn_triton/kernels/hopper/bwd.py" if table
            else "CONVERT_DQ_DEFAULT stays False (no edit)")

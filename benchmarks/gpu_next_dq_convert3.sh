@@ -38,22 +38,12 @@ fi
 timeout -k 5 ${T_BENCH:-110} python3 benchmarks/bench_dq_convert.py --out "$R" > "$R/bench_dq_convert.log" 2>&1
 echo "rc=$?" >> "$R/bench_dq_convert.log"; el bench_dq_convert; cut -c1-400 "$R/bench_dq_convert.log" | tail -10
 python3 - "$R/tests_convert.log" "$R/bench_dq_convert.json" <<'PY' | tee "$OUT/verdict.txt"
-import json, os, re, sys
+import os, sys
 sys.path.insert(0, "benchmarks")
-from rules import tests_passed
+from rules import json_rows, tests_state
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
-tests_ok = skipped or tests_passed(sys.argv[1])
-try:
-    log = open(sys.argv[1]).read()
-except OSError:
-    log = ""
-progress = [ln for ln in log.splitlines() if re.fullmatch(r"[.sxXFE]+( +\[ *\d+%\])?", ln.strip())]
-tests_cut = (not tests_ok and "rc=124" in log and " failed" not in log and " error" not in log
-             and not any(c in ln.split("[")[0] for ln in progress for c in "FE"))
-try:
-    rows = json.load(open(sys.argv[2]))["rows"]
-except (OSError, ValueError, KeyError):
-    rows = []
+tests_ok, tests_cut, tests = tests_state(sys.argv[1], skipped)
+rows = json_rows(sys.argv[2])
 WANT = 7
 bad = []
 for r in rows:
@@ -69,7 +59,6 @@ for r in rows:
 for mode in ("off", "on"):
     if rows:
         print(f"kernels ({mode}, last row): " + ", ".join(f"{n[:40]} {us}" for n, us in rows[-1]["kernels"][mode].items()))
-tests = "skipped (SKIP_TESTS)" if skipped else "passed" if tests_ok else "cut by the time limit" if tests_cut else "FAILED or missing"
 adopt = tests_ok and len(rows) == WANT and not bad
 if adopt:
     verdict = ("adopt: in flashattn_triton/kernels/bwd.py change `_DQ_CONVERT_DEFAULT = {False: True, True: False}` "

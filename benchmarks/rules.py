@@ -1,6 +1,7 @@
 """Reading the results a device script's decision rule is applied to."""
 
 import json
+import re
 import sys
 
 
@@ -16,6 +17,15 @@ def load_reps(paths, key="rows"):
             sys.exit(f"no timing in {path}: {exc}")
         reps.append(data if key is None else data[key])
     return reps
+
+
+def json_rows(path, key="rows") -> list:
+    """A benchmark JSON file's rows; none when it is missing or unreadable (a
+    run cut before its first row): the verdict then counts them as missing."""
+    try:
+        return json.load(open(path))[key]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def tier_rows(folder_of):
@@ -55,6 +65,24 @@ def tests_passed(path) -> bool:
     except OSError:
         return False
     return bool(lines) and lines[-1].startswith("rc=0")
+
+
+def tests_state(path, skipped: bool = False) -> tuple:
+    """(ok, cut, label) of a gpu_tests log for a verdict: ok when it passed or
+    skipped (a timing rerun, SKIP_TESTS: the first run's tests decide); cut
+    when the time limit (rc=124) stopped it with no failure or error seen in
+    its log or progress lines (a rerun with more time may pass)."""
+    ok = skipped or tests_passed(path)
+    try:
+        log = open(path).read()
+    except OSError:
+        log = ""
+    progress = [ln for ln in log.splitlines() if re.fullmatch(r"[.sxXFE]+( +\[ *\d+%\])?", ln.strip())]
+    cut = (not ok and "rc=124" in log and " failed" not in log and " error" not in log
+           and not any(c in ln.split("[")[0] for ln in progress for c in "FE"))
+    label = ("skipped (SKIP_TESTS)" if skipped else "passed" if ok else "cut by the time limit" if cut
+             else "FAILED or missing")
+    return ok, cut, label
 
 
 def probe_checks_ok(reps) -> bool:
