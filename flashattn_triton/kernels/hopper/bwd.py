@@ -1185,7 +1185,7 @@ def _attn_bwd_hopper(
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
     # CONVERT_DQ only: dq (q's dtype) and the float32 buffer as pointers, the
     # chunk counters (int32 (B, H_Q, chunks), zeroed), strides and H_Q (else
-    # any pointers and values, unused)
+    # None: constexpr, no kernel parameters)
     DQ, DQ_ACC, DQ_CNT, stride_dqz, stride_dqh, stride_dqm, stride_accz, stride_acch, stride_accm, H_Q,
     # meta-parameters
     HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -1838,8 +1838,8 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     if convert:
         cnt = fastlaunch.zeroed_scratch(plan.n_counters, torch.int32, q.device)
         args += (dq, dq_acc, cnt, *dq.stride()[:3], *plan.acc_strides[:3], q.shape[1])
-    else:
-        args += (dq, dq_acc, lse, 0, 0, 0, 0, 0, 0, 0)
+    else:  # constexpr None: the build without it has the parameters of before
+        args += (None,) * 10
     kwargs = plan.kwargs if convert or not plan.convert else plan.kwargs_after
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
