@@ -266,6 +266,11 @@ def test_one_launch_scope(device, monkeypatch):
     cfg = bwd._launch_one.config(torch.device("cpu"), *key)
     assert cfg.kwargs == dict(BLOCK_M1=64, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=64), cfg.kwargs
     assert (cfg.num_warps, cfg.num_stages) == (8, 3)
+    # the dK/dV stages (4) lowered until the dQ tiles fit the shared-memory model
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DKDV", "BLOCK_M=64,BLOCK_N=128,num_warps=4,num_stages=4")
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DQ", "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2")
+    cfg = bwd._launch_one.config(torch.device("cpu"), *key)
+    assert (cfg.num_warps, cfg.num_stages) == (8, 2)
     monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_ONE", "num_warps=4,num_stages=2,BLOCK_N2=32")
     cfg = bwd._launch_one.config(torch.device("cpu"), *key)
     assert cfg.kwargs["BLOCK_N2"] == 32 and (cfg.num_warps, cfg.num_stages) == (4, 2)

@@ -376,7 +376,8 @@ class PairLauncher(Launcher):
     grid (kernels/bwd.py _bwd_dkdv_dq): each part's tiles as its own launcher
     chooses them, as BLOCK_M1 / BLOCK_N1 (first) and BLOCK_M2 / BLOCK_N2
     (second); a launch has one num_warps, the larger of the two, and one
-    num_stages, the first part's (the longer programs').
+    num_stages, the first part's (the longer programs'), lowered until both
+    parts fit the shared-memory model (fits, RESIDENT of the parts' names).
     FLASHATTN_TRITON_CONFIG_<name> (e.g. "num_warps=8,num_stages=2") overrides
     any of these six.  No autotuning: config() raises when a part would tune
     (the caller launches the parts separately then)."""
@@ -401,11 +402,17 @@ class PairLauncher(Launcher):
         fields = env_fields(self.name)
         key = (a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], a.num_warps, a.num_stages,
                b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"], b.num_warps, b.num_stages,
-               None if fields is None else tuple(sorted(fields.items())))
+               None if fields is None else tuple(sorted(fields.items())), dtype, d_pad, dv_pad)
         cfg = self._configs.get(key)
         if cfg is None:
+            warps, stages = max(a.num_warps, b.num_warps), a.num_stages
+            elem = torch.tensor([], dtype=dtype).element_size()
+            while stages > 1 and not all(fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], warps, stages),
+                                              p.resident, d_pad, elem, dv_pad)
+                                         for c, p in zip((a, b), self.parts)):
+                stages -= 1
             meta = dict(BLOCK_M1=key[0], BLOCK_N1=key[1], BLOCK_M2=key[4], BLOCK_N2=key[5],
-                        num_warps=max(a.num_warps, b.num_warps), num_stages=a.num_stages)
+                        num_warps=warps, num_stages=stages)
             unknown = set(fields or ()) - set(meta)
             if unknown:
                 raise ValueError(f"{ENV_CONFIG_PREFIX + self.name}: unknown fields {sorted(unknown)} "
