@@ -3,14 +3,13 @@
 # _bwd_dkdv_dq; built in session 19, off by default) instead of two: no gap between the two
 # kernels, and the dQ programs fill the dK/dV programs' tail (issue 8: at d = 128 N = 512-1k
 # the separate kernels take 263 + 188 us causal against FlexAttention's 439 in one kernel,
-# results/h200/session19/call5_short_bwd_kernels.txt). One H200, about 12 minutes under the
-# timeouts:
-#   1. GPU tests (-n 8, T_TESTS 300 s): tests/test_backward.py -k one_launch (ragged lengths,
+# results/h200/session19/call5_short_bwd_kernels.txt). One H200, 5-9.5 minutes (the limits add up
+# to 570 s, under a device call's 600):
+#   1. GPU tests (-n 8, T_TESTS 150 s): tests/test_backward.py -k one_launch (6: ragged lengths,
 #      MHA / GQA / MQA, d 64 / 40 / 96, bf16 / fp16 / fp32 against float64 with one launch
-#      counted; dropout + softcap + ALiBi + sinks + window against the two-launch form) and
-#      tests/test_backward.py's other tests (the two-launch form, whose kernels now call the
-#      shared program bodies);
-#   2. timing (benchmarks/bench_dq_convert.py --switch one-launch --causal both, T_BENCH 420 s),
+#      counted, and the two-launch form on the same inputs; dropout + softcap + ALiBi + sinks +
+#      window against the two-launch form; the scope and the launch config);
+#   2. timing (benchmarks/bench_dq_convert.py --switch one-launch --causal both, T_BENCH 300 s),
 #      FLASHATTN_TRITON_HOPPER_BWD=0 for the whole run so that every row takes the portable
 #      backward (without it the Hopper backward takes the longer rows and ONE_LAUNCH is never
 #      reached there): bf16, B*N = 16k, H = 2048/d, d 64 / 128 x N 512 / 1k / 2k, causal and
@@ -18,7 +17,7 @@
 #      rounds, each setting from a fresh call plan (the backward plans replay either); wall
 #      (do_bench median of out.backward) and kernel time (torch.profiler's sum per call),
 #      off / on of the medians.
-#   3. information only, not in the rule (T_BENCH2 240 s): the 6 causal rows again with
+#   3. information only, not in the rule (T_BENCH2 120 s): the 3 causal d = 128 rows again with
 #      FLASHATTN_TRITON_CONFIG_BWD_ONE="BLOCK_M1=64,BLOCK_N1=128,num_warps=8,num_stages=3"
 #      (FlexAttention's configs; the table's causal dK/dV config is 32 x 64 with 4 warps, so the
 #      default one launch runs it with the dQ config's 8 warps: compile_check, d = 128, 226
@@ -35,14 +34,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 unset FLASHATTN_TRITON_BWD_ONE_LAUNCH  # the module switch is what is measured
 export FLASHATTN_TRITON_HOPPER_BWD=0  # every row on the portable backward (see the header)
 if [ -z "${SKIP_TESTS:-}" ]; then
-  gpu_tests tests_one_launch ${T_TESTS:-300} -n 8 tests/test_backward.py
+  gpu_tests tests_one_launch ${T_TESTS:-150} -n 8 tests/test_backward.py -k one_launch
 fi
-timeout -k 5 ${T_BENCH:-420} python3 benchmarks/bench_dq_convert.py --switch one-launch --causal both \
+timeout -k 5 ${T_BENCH:-300} python3 benchmarks/bench_dq_convert.py --switch one-launch --causal both \
   --head-dims 64,128 --seqlens 512,1024,2048 --gqa "" --out "$R" > "$R/bench_one_launch.log" 2>&1
 echo "rc=$?" >> "$R/bench_one_launch.log"; el bench_one_launch; cut -c1-400 "$R/bench_one_launch.log" | tail -14
 mkdir -p "$R/flexcfg"
-FLASHATTN_TRITON_CONFIG_BWD_ONE="BLOCK_M1=64,BLOCK_N1=128,num_warps=8,num_stages=3" timeout -k 5 ${T_BENCH2:-240} \
-  python3 benchmarks/bench_dq_convert.py --switch one-launch --causal causal --head-dims 64,128 \
+FLASHATTN_TRITON_CONFIG_BWD_ONE="BLOCK_M1=64,BLOCK_N1=128,num_warps=8,num_stages=3" timeout -k 5 ${T_BENCH2:-120} \
+  python3 benchmarks/bench_dq_convert.py --switch one-launch --causal causal --head-dims 128 \
   --seqlens 512,1024,2048 --gqa "" --out "$R/flexcfg" > "$R/flexcfg/bench_one_launch.log" 2>&1
 echo "rc=$?" >> "$R/flexcfg/bench_one_launch.log"; el bench_one_launch_flexcfg
 echo "information (Flex's configs for the one launch, causal):"; cut -c1-400 "$R/flexcfg/bench_one_launch.log" | tail -8
@@ -77,7 +76,7 @@ if len(table) == 2:
 verdict = (f"set the default of ONE_LAUNCH to {edit} in flashattn_triton/kernels/bwd.py (the last argument of "
            f"ONE_LAUNCH = {{...}}.get(..., False) becomes {edit})" if table else "ONE_LAUNCH stays False (no edit)")
 if notes:
-    verdict += "; " + ", ".join(notes) + ": rerun with " + ("T_TESTS=480" if tests_cut else "SKIP_TESTS=1 T_BENCH=600")
+    verdict += "; " + ", ".join(notes) + ": rerun with " + ("T_TESTS=300" if tests_cut else "SKIP_TESTS=1 T_BENCH=450")
 print(f"tests {tests}; RULE: {verdict}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r
