@@ -2,9 +2,11 @@
 kernel (default), the conversion kernel after the Hopper backward for causal calls
 (kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch in-kernel, the Hopper backward
 converting dQ itself (kernels/hopper/bwd.py CONVERT_DQ_DEFAULT[causal], for the rows'
-causal flags of --causal).
+causal flags of --causal); --switch one-launch, the portable backward's dK/dV and dQ
+programs in one launch (kernels/bwd.py ONE_LAUNCH[causal]; rows that take the Hopper
+backward do not reach it: run with FLASHATTN_TRITON_HOPPER_BWD=0).
 
-    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel] [--causal causal|full|both]
+    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel|one-launch] [--causal causal|full|both]
         [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
         [--calls 10] [--out DIR] [--dry-run]
@@ -26,7 +28,8 @@ the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
 launched a _bwd_dq_convert kernel and the off one did not; with --switch in-kernel,
-the Hopper backward's plan converted in the kernel on and not off.
+the Hopper backward's plan converted in the kernel on and not off; with --switch
+one-launch, the on setting launched _bwd_dkdv_dq and the off one did not.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
 --dry-run prints the rows and exits (no GPU needed).
@@ -80,6 +83,8 @@ class Switch:
         self.name = name
         if name == "kernel":
             self.module, self.attr = bwd, "DQ_CONVERT_KERNEL"
+        elif name == "one-launch":
+            self.module, self.attr = bwd, "ONE_LAUNCH"
         else:
             from flashattn_triton.kernels.hopper import bwd as hbwd
             self.module, self.attr = hbwd, "CONVERT_DQ_DEFAULT"
@@ -87,15 +92,16 @@ class Switch:
 
     def set(self, on: bool, causal: bool):
         setattr(self.module, self.attr, switch_value(self.base, on, causal))
-        if self.name != "kernel":
+        if self.name == "in-kernel":
             self.module._PLANS.clear()  # (its plans are cached per signature)
 
     def restore(self):
         setattr(self.module, self.attr, self.base)
 
     def reached(self, names: dict, converted: dict) -> bool:
-        if self.name == "kernel":
-            ran = lambda m: any("_bwd_dq_convert" in name for name in names.get(m, {}))  # noqa: E731
+        if self.name in ("kernel", "one-launch"):
+            kernel = "_bwd_dq_convert" if self.name == "kernel" else "_bwd_dkdv_dq"
+            ran = lambda m: any(kernel in name for name in names.get(m, {}))  # noqa: E731
             return ran("on") and not ran("off")
         return bool(converted.get("on")) and not converted.get("off")
 
@@ -131,7 +137,7 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
         for _ in range(ops.MAX_RECORD_TRIES + 1):
             fresh_step()
         torch.cuda.synchronize()
-        if switch.name != "kernel":
+        if switch.name == "in-kernel":
             converted["on" if on else "off"] = any(getattr(p, "convert", False)
                                                    for p in switch.module._PLANS.values())
         return step, fresh_step, plan is not None and plan.op.backward.replay is not None
@@ -162,7 +168,7 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=("kernel", "in-kernel"), default="kernel")
+    ap.add_argument("--switch", choices=("kernel", "in-kernel", "one-launch"), default="kernel")
     ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")
@@ -184,8 +190,9 @@ def main():
             print(r)
         return
     C.require_cuda("bench_dq_convert.py")
-    if os.environ.get("FLASHATTN_TRITON_DQ_CONVERT"):
-        print("note: FLASHATTN_TRITON_DQ_CONVERT is set; the module switch is set per setting all the same")
+    for env in ("FLASHATTN_TRITON_DQ_CONVERT", "FLASHATTN_TRITON_BWD_ONE_LAUNCH"):
+        if os.environ.get(env):
+            print(f"note: {env} is set; the module switch is set per setting all the same")
     import torch
     dtype = C.torch_dtype(args.dtype)
     done = []

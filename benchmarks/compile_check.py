@@ -744,7 +744,8 @@ def main():
     ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
                     "instead of the first candidate")
     ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ",
-                    help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED; the KV-cache decode "
+                    help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED, BWD_ONE (both backward "
+                    "kernels in one launch: the dK/dV config's tiles, the first dQ candidate's); the KV-cache decode "
                     "kernels DECODE, COMBINE (module doc)")
     ap.add_argument("--cases", default="full,causal,varlen",
                     help="which of full / causal / varlen (causal, packed) to compile")
@@ -796,6 +797,8 @@ def portable_sweep(args, names) -> int:
     target = GPUTarget("cuda", args.arch, 32)
     kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
                "BWD_FUSED": bwd._bwd_dkdv}
+    if hasattr(bwd, "_bwd_dkdv_dq"):
+        kernels["BWD_ONE"] = bwd._bwd_dkdv_dq
     kernels = {k: v for k, v in kernels.items() if k in names}
     mods = [m for m in args.mods.split(",") if m]
     overrides = {}
@@ -808,17 +811,25 @@ def portable_sweep(args, names) -> int:
         cases = {"full": (False, False), "causal": (True, False), "varlen": (True, True)}
         d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
         for causal, varlen in (cases[c] for c in args.cases.split(",")):
-            cands = CANDIDATES[name] if args.all_configs else CANDIDATES[name][:1]
+            # BWD_ONE (the dK/dV and dQ programs in one launch): the dK/dV
+            # candidates' tiles, the first dQ candidate's tiles, the larger
+            # num_warps and the dK/dV stages, as launch.PairLauncher combines them
+            table = CANDIDATES["BWD_DKDV" if name == "BWD_ONE" else name]
+            cands = table if args.all_configs else table[:1]
             if args.configs:
                 cands = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
             for bm, bn, w, s in cands:
+                bm2, bn2, w2, _ = CANDIDATES["BWD_DQ"][0]
+                if name == "BWD_ONE":
+                    w = max(w, w2)
                 meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad, HEAD_DIM_V=dv,
                             HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad, IS_VARLEN=varlen,
                             MASK_LEFT=False, MASK_RIGHT=causal,
                             DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
-                            HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED")
+                            HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED",
+                            BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2)
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)
@@ -833,10 +844,12 @@ def portable_sweep(args, names) -> int:
                 meta["SPLIT_QK"] = allowed and (args.split_qk == "on" or
                                                 (args.split_qk == "auto" and default))
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
-                model = "fits" if fits((bm, bn, w, s), RESIDENT[name], d_pad, elem, dv_pad) else "unfit"
+                resident = RESIDENT["BWD_DKDV" if name == "BWD_ONE" else name]
+                model = "fits" if fits((bm, bn, w, s), resident, d_pad, elem, dv_pad) else "unfit"
                 split = " split" if meta.get("SPLIT_QK") else ""
+                tiles = f"{bm},{bn}+{bm2},{bn2}" if name == "BWD_ONE" else f"{bm},{bn}"
                 label = (f"{name:9s} d={d:3d}{f'/{dv}' if dv != d else ''}{split} causal={causal!s:5} "
-                         f"varlen={varlen!s:5} ({bm},{bn},{w},{s}) model {model:5s}")
+                         f"varlen={varlen!s:5} ({tiles},{w},{s}) model {model:5s}")
                 try:
                     ov = {n: t for n, t in overrides.items() if n in kernel.arg_names}
                     if name == "BWD_FUSED":

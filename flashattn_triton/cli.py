@@ -20,12 +20,16 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_AUTOTUNE", "1: autotune launch configs (opt-in; results cached on disk). "
                                   "Default: the committed per-GPU table"),
     ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
-                                         "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3"),
+                                         "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3; BWD_ONE (the "
+                                         "one-launch backward): num_warps, num_stages, BLOCK_M1/N1, BLOCK_M2/N2"),
     ("FLASHATTN_TRITON_HOPPER_BWD", "0: the portable backward on Hopper too (default: the Gluon backward "
                                     "where it applies; its dQ adds are not bit-reproducible, "
                                     "deterministic=True always takes the portable kernels)"),
     ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
+    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "1 / 0: the portable deterministic backward's dK/dV and dQ programs in "
+                                        "one launch / two, for every call (read at import; dense calls without "
+                                        "a bias gradient). Default: two (pending its GPU run)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
                                         "reserve, merge, prefetch, pair, gather; docs/decode.md); default: "

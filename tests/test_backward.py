@@ -167,3 +167,113 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
     for width in range(1, 513):
         pad = head_dim_pad(width)
         assert bwd.use_split_qk(width, pad) == (fwd.split_qk(width, pad) and pad >= 128), width
+
+
+# The separate form's dK/dV and dQ programs in one launch (kernels/bwd.py
+# ONE_LAUNCH, _bwd_dkdv_dq): ragged lengths that are no multiple of the tiles,
+# MHA / GQA (float32 partials of the group slices) / MQA, d 64 and odd d
+# (40: 8 padded columns; 96: Q K^T in two column chunks).
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
+    (37, 45, 2, 2, 64, True, torch.bfloat16),
+    (45, 29, 4, 2, 40, False, torch.float16),
+    (29, 51, 6, 2, 96, True, torch.float32),
+    (33, 19, 2, 1, 64, False, torch.bfloat16),
+])
+def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype):
+    """dq, dk, dv of the one-launch form against float64 on NaN-padded views,
+    one launch instead of two, and (interpreter: the same bodies and tiles)
+    the two-launch form's bits."""
+    from flashattn_triton import ops
+    from flashattn_triton.kernels import bwd
+    from flashattn_triton.reference import flash_attention_ref as flash_ref
+    from _utils import assert_close, call_spy
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    monkeypatch.setenv(ENV_FUSED_DQ, "0")
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
+    launched = {name: call_spy(monkeypatch, bwd, name) for name in ("_launch_one", "_launch_dkdv", "_launch_dq")}
+    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
+    q, k, v = (torch.cat([t, torch.full_like(t[..., :64], float("nan"))], -1)[..., :d] for t in (q, k, v))
+    do = rand(q.shape, dtype, device)
+
+    def grads(fn, inputs):
+        return torch.autograd.grad(fn(*inputs).float().mul(do.float()).sum(), inputs)
+
+    def ours(one):
+        monkeypatch.setattr(bwd, "ONE_LAUNCH", one)
+        for seen in launched.values():
+            seen.clear()
+        got = grads(lambda *a: flash_attn_func(*a, causal=causal), [t.clone().requires_grad_(True) for t in (q, k, v)])
+        return got, {name for name, seen in launched.items() if seen}
+
+    got, names = ours(True)
+    assert names == {"_launch_one"}, names
+    ref = grads(lambda *a: flash_ref(*a, causal)[0], [t.detach().double().requires_grad_(True) for t in (q, k, v)])
+    base = grads(lambda *a: flash_ref(*a, causal, dtype=dtype)[0],
+                 [t.detach().clone().requires_grad_(True) for t in (q, k, v)])
+    for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
+        assert_close(name, g, r, b, 3.0, dtype)
+    two, names = ours({causal: False, not causal: True})  # (per causal flag)
+    assert names == {"_launch_dkdv", "_launch_dq"}, names
+    if device.type == "cpu":
+        for name, a, b in zip(("dq", "dk", "dv"), got, two):
+            assert torch.equal(a, b), f"{name}: one launch and two differ at {(a != b).sum().item()} elements"
+
+
+def test_one_launch_with_variants(device, monkeypatch):
+    """Dropout, softcap, ALiBi, sinks and a window come through the shared
+    program bodies: under the interpreter the one-launch form gives the
+    two-launch form's bits (on the GPU: within float32 rounding)."""
+    from flashattn_triton import ops
+    from flashattn_triton.kernels import bwd
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    monkeypatch.setenv(ENV_FUSED_DQ, "0")
+    q, k, v = make_qkv(1, 41, 35, 4, 2, 64, torch.float32, device, requires_grad=False)
+    sinks = rand((4,), torch.float32, device)
+    do = rand(q.shape, torch.float32, device)
+    grads = {}
+    for one in (False, True):
+        monkeypatch.setattr(bwd, "ONE_LAUNCH", one)
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
+        torch.manual_seed(7)  # the dropout seed is drawn from torch's generator
+        out = flash_attn_func(*leaves[:3], dropout_p=0.2, causal=True, softcap=5.0, window_size=(20, 0),
+                              alibi_slopes=alibi_slopes(4, device), sinks=leaves[3])
+        grads[one] = torch.autograd.grad(out, leaves, do)
+    for name, a, b in zip(("dq", "dk", "dv", "dsinks"), grads[False], grads[True]):
+        if device.type == "cpu":
+            assert torch.equal(a, b), f"{name}: one launch and two differ"
+        else:
+            err = (a - b).abs().max().item()
+            assert err <= 1e-5 * max(1.0, a.abs().max().item()), f"{name}: one launch vs two differ by {err:.3g}"
+
+
+def test_one_launch_scope(device, monkeypatch):
+    """Packed batches, a bias gradient and autotuning keep the two launches;
+    the switch reads per causal flag; the launch config combines the parts'
+    (tiles of each, the larger num_warps, the dK/dV stages) unless
+    FLASHATTN_TRITON_CONFIG_BWD_ONE overrides it."""
+    from flashattn_triton.kernels import bwd
+    from flashattn_triton.kernels.launch import ENV_CONFIG_PREFIX
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", {True: True, False: False})
+    assert bwd.use_one_launch(True, False, False)
+    assert not bwd.use_one_launch(False, False, False)
+    assert not bwd.use_one_launch(True, True, False)  # packed
+    assert not bwd.use_one_launch(True, False, True)  # dbias
+    monkeypatch.setattr("flashattn_triton.kernels.bwd.autotune_enabled", lambda: True)
+    assert not bwd.use_one_launch(True, False, False)
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DKDV", "BLOCK_M=64,BLOCK_N=128,num_warps=4,num_stages=3")
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DQ", "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2")
+    key = (torch.bfloat16, 128, True, 1024, "", 128)
+    cfg = bwd._launch_one.config(torch.device("cpu"), *key)
+    assert cfg.kwargs == dict(BLOCK_M1=64, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=64), cfg.kwargs
+    assert (cfg.num_warps, cfg.num_stages) == (8, 3)
+    # the dK/dV stages (4) lowered until the dQ tiles fit the shared-memory model
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DKDV", "BLOCK_M=64,BLOCK_N=128,num_warps=4,num_stages=4")
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DQ", "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=2")
+    cfg = bwd._launch_one.config(torch.device("cpu"), *key)
+    assert (cfg.num_warps, cfg.num_stages) == (8, 2)
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_ONE", "num_warps=4,num_stages=2,BLOCK_N2=32")
+    cfg = bwd._launch_one.config(torch.device("cpu"), *key)
+    assert cfg.kwargs["BLOCK_N2"] == 32 and (cfg.num_warps, cfg.num_stages) == (4, 2)
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_ONE", "BLOCK_M=64")
+    with pytest.raises(ValueError, match="BWD_ONE"):
+        bwd._launch_one.config(torch.device("cpu"), *key)

@@ -586,6 +586,11 @@ with fake_cuda():
     bwd.DQ_CONVERT_KERNEL = True  # the fused form's dQ conversion by a kernel: clean
     bwd._dq_convert_launches = lambda dq: True  # (CPU tensors stand for CUDA ones)
     check("fused dQ, conversion kernel", qkv(), causal, record_env={"FLASHATTN_TRITON_FUSED_DQ": "1"})
+    bwd.ONE_LAUNCH = True  # dK/dV and dQ programs in one launch (_bwd_dkdv_dq)
+    check("one launch", qkv(), causal)
+    check("one launch GQA not causal", qkv(h=4, h_kv=2), lambda q, k, v: fat.flash_attn_func(q, k, v))
+    check("one launch, env CONFIG_BWD_ONE", qkv(), causal, replays=False,
+          env={"FLASHATTN_TRITON_CONFIG_BWD_ONE": "num_warps=4,num_stages=2"})
 """
 
 
@@ -599,6 +604,7 @@ def test_backward_plans_on_a_fake_driver():
     and recordings that saw a PyTorch operation (a dout made contiguous, the
     fused dQ's torch conversion) are never replayed.  GQA's float32 partials
     and the fused dQ's buffer are scratch buffers, made anew by each replay.
+    With ONE_LAUNCH the dK/dV and dQ programs are one recorded launch.
     Lines: case, backward launches, replayed, recorded."""
     from flashattn_triton.kernels import fastlaunch
     if not fastlaunch.TESTED_TRITON or fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
@@ -610,4 +616,6 @@ def test_backward_plans_on_a_fake_driver():
         "env CONFIG_BWD_DQ 3 False True", "deterministic algorithms 3 False True",
         "saved tensors unpacked in another layout 3 False True", "GQA 5 True True",
         "dout stride 0 3 False False", "fused dQ 2 False False", "fused dQ, conversion kernel 3 True True",
+        "one launch 2 True True", "one launch GQA not causal 4 True True",
+        "one launch, env CONFIG_BWD_ONE 2 False True",
     ], lines

@@ -30,6 +30,15 @@ Deterministic form, three launches and no atomics:
      with more than one slice, _bwd_group_sum then adds the slices' float32
      partials, in a fixed order, into dK and dV.
   3. _bwd_dq: a program owns a Q tile and loops over the K/V tiles.
+  With ONE_LAUNCH (off by default, pending its GPU run), 2 and 3 are one
+  launch of _bwd_dkdv_dq for dense calls without a bias gradient: a 1-D
+  grid whose first programs are _bwd_dkdv's and the rest _bwd_dq's, each
+  running the same program body (_dkdv_program, _dq_program) with its own
+  tiles, so the gradients are the same; it saves the gap between the two
+  kernels and lets the dQ programs fill the dK/dV programs' tail.  One
+  launch has one num_warps and num_stages (launch.PairLauncher); at d = 64
+  the dQ programs then hold the dK/dV programs' registers (one block per SM
+  instead of two).
 Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
@@ -53,8 +62,8 @@ import triton.language as tl
 from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import split_qk
-from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
-                     variant_tag)
+from .launch import (INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision, head_dim_pad,
+                     seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -241,9 +250,9 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
     return dk, dk_hi, dv
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
-                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
-def _bwd_dkdv(
+@triton.jit
+def _dkdv_program(
+    pid_n, pid_bh,
     # pointers
     Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
     # strides
@@ -272,15 +281,14 @@ def _bwd_dkdv(
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    # One program per (key tile, batch, KV head, slice of its query-head group).
+    # The work of one _bwd_dkdv program: key tile pid_n of (batch, KV head,
+    # slice of its query-head group) pid_bh.
     # With GROUP_SPLIT > 1 each program sums dK/dV over GROUP_SIZE / GROUP_SPLIT
     # query heads and writes a partial (DK/DV then have H_KV * GROUP_SPLIT
     # heads, reduced by the launcher): more programs, and short per-head loops
     # are no longer nested in a loop over the whole group.  HEADS_PER_PROGRAM
     # (= GROUP_SIZE / GROUP_SPLIT) is a compile-time constant so that at 1 the
     # head loop folds away and the query-tile loops are outermost (pipelined).
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
     off_z = pid_bh // (H_KV * GROUP_SPLIT)
     off_out = pid_bh % (H_KV * GROUP_SPLIT)  # head of DK/DV this program writes
     off_hkv = off_out // GROUP_SPLIT
@@ -378,6 +386,52 @@ def _bwd_dkdv(
                dv.to(DV.dtype.element_ty), offs_n, n_k, offs_dv, HEAD_DIM_V, EVEN_DV)
 
 
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
+                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
+def _bwd_dkdv(
+    # pointers
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
+    # strides
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+    stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
+    # shapes
+    H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
+    # scalars
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # One program per (key tile, batch, KV head, slice of its query-head group).
+    _dkdv_program(tl.program_id(0), tl.program_id(1), Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
+                  CU_SEQLENS_K, ALIBI, BIAS, SEED, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz,
+                  stride_kh, stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz,
+                  stride_doh, stride_dom, stride_dok, stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+                  stride_dvz, stride_dvh, stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm,
+                  stride_dqk, stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm,
+                  stride_bn, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS, sm_scale, causal_offset,
+                  shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
+                  philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
+                  SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
+                  MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, FUSED_DQ, DOT_PRECISION, INTERPRET, BLOCK_M,
+                  BLOCK_N)
+
+
 @triton.jit
 def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                 offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
@@ -442,9 +496,9 @@ def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
     return dq, dq_hi
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
-                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
-def _bwd_dq(
+@triton.jit
+def _dq_program(
+    pid_m, pid_bh,
     # pointers
     Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED, DBIAS,
     # strides
@@ -472,8 +526,7 @@ def _bwd_dq(
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # The work of one _bwd_dq program: query tile pid_m of (batch, query head) pid_bh.
     off_z = pid_bh // H_Q
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP_SIZE
@@ -559,6 +612,120 @@ def _bwd_dq(
     if SPLIT_QK:
         store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d_hi),
                    (dq_hi * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d_hi, HEAD_DIM, even_hi)
+
+
+@triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
+                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
+def _bwd_dq(
+    # pointers
+    Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED, DBIAS,
+    # strides
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
+    stride_dbz, stride_dbh, stride_dbm,
+    # shapes
+    H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
+    # scalars
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HAS_DBIAS: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    _dq_program(tl.program_id(0), tl.program_id(1), Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
+                ALIBI, BIAS, SEED, DBIAS, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh,
+                stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh,
+                stride_dom, stride_dok, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_lz, stride_lh,
+                stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn, stride_dbz, stride_dbh,
+                stride_dbm, H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS, sm_scale, causal_offset, shift_mul,
+                window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh, philox_offset,
+                HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
+                MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
+                HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["N_BATCH", "N_Q", "N_K", "causal_offset", "shift_mul", "window_left",
+                               "window_right", "RNG_ROWS", "philox_offset", "dropout_thresh"])
+def _bwd_dkdv_dq(
+    # pointers
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
+    # strides
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+    stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    stride_lz, stride_lh,
+    stride_az, stride_ah,
+    stride_bz, stride_bh, stride_bm, stride_bn,
+    # shapes
+    N_BATCH, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
+    # scalars
+    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
+    softcap, dropout_scale, dropout_thresh, philox_offset,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
+    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+):
+    # _bwd_dkdv's and _bwd_dq's programs in one launch (ONE_LAUNCH), on a 1-D
+    # grid (dense batches only: N_Q, N_K are every sequence's lengths).  The
+    # dK/dV programs come first, in _bwd_dkdv's order (key tile fastest, so
+    # with a causal mask each head's key tile 0, the longest, leads), then the
+    # dQ programs in _bwd_dq's order: the scheduler hands out low ids first, so
+    # the shorter dQ programs (one Q tile against the key tiles: three tile
+    # products per score tile, not four) fill the SMs that the long dK/dV
+    # programs leave idle at the end, and no SM waits for a second launch.
+    # BLOCK_M1 / BLOCK_N1: the dK/dV tiles, BLOCK_M2 / BLOCK_N2: the dQ tiles.
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N_K, BLOCK_N1)
+    n_dkdv = tiles_n * N_BATCH * H_KV * GROUP_SPLIT
+    if pid < n_dkdv:
+        _dkdv_program(pid % tiles_n, pid // tiles_n, Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
+                      CU_SEQLENS_K, ALIBI, BIAS, SEED, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz,
+                      stride_kh, stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz,
+                      stride_doh, stride_dom, stride_dok, stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+                      stride_dvz, stride_dvh, stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm,
+                      stride_dqk, stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm,
+                      stride_bn, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS, sm_scale, causal_offset,
+                      shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
+                      philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
+                      SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
+                      MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, False, DOT_PRECISION, INTERPRET, BLOCK_M1,
+                      BLOCK_N1)
+    else:
+        tiles_m = tl.cdiv(N_Q, BLOCK_M2)
+        pid -= n_dkdv
+        # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
+        _dq_program(pid % tiles_m, pid // tiles_m, Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
+                    ALIBI, BIAS, SEED, LSE, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh,
+                    stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh,
+                    stride_dom, stride_dok, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_lz, stride_lh,
+                    stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn, 0, 0,
+                    0, H_KV * GROUP_SIZE, N_Q, N_K, GROUP_SIZE, RNG_ROWS, sm_scale, causal_offset, shift_mul,
+                    window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh, philox_offset,
+                    HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
+                    MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
+                    False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -757,6 +924,23 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
 _launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV")
 _launch_dq = Launcher(_bwd_dq, "BWD_DQ")
 _launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED")  # dK/dV + dQ adds
+_launch_one = PairLauncher(_bwd_dkdv_dq, "BWD_ONE", _launch_dkdv, _launch_dq)  # both, one launch
+
+ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on / off for every call
+# The deterministic form's dK/dV and dQ programs in one launch (_bwd_dkdv_dq)
+# instead of two, for dense calls without a bias gradient and not autotuned
+# (use_one_launch); the others keep the two launches.  A bool, or {causal:
+# bool} per causal flag (by_causal); read at each call.  Off pending its
+# GPU run (benchmarks/gpu_next_one_launch.sh).
+ONE_LAUNCH: Any = {"1": True, "0": False}.get(os.environ.get(ENV_ONE_LAUNCH, "").strip(), False)
+
+
+def use_one_launch(causal: bool, varlen: bool, has_dbias: bool) -> bool:
+    """Whether the separate form's dK/dV and dQ kernels run as one launch
+    (ONE_LAUNCH): dense batches without a bias gradient, and no autotuning
+    (the one-launch kernel takes the parts' configs, it is not tuned itself)."""
+    return (not varlen and not has_dbias and by_causal(ONE_LAUNCH, causal)
+            and not autotune_enabled())
 
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 
@@ -892,17 +1076,31 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
     # per call (a role of its own in a recording: ops.BwdPlan)
     dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
-    (_launch_fused if fused else _launch_dkdv)(
-        lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
-        q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
-        *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
-        h_kv, n_q, n_k, group, split, rng_rows,
-        *scalars,
-        **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused,
-    )
+    one = not fused and use_one_launch(right == 0, varlen, dbias is not None)
+    if one:  # dK/dV programs, then dQ programs (_bwd_dkdv_dq)
+        _launch_one(
+            lambda m: (cdiv(n_k, m["BLOCK_N1"]) * batch * h_kv * split + cdiv(n_q, m["BLOCK_M2"]) * batch * h_q,),
+            key,
+            q, k, v, do, lse, delta, dk_out, dv_out, dq, cu_q, cu_k, alibi, bias, seed,
+            *_flat_strides((q, k, v, do, dk_out, dv_out, dq), varlen), *lse_strides, *mods.strides(),
+            batch, h_kv, n_q, n_k, group, split, rng_rows,
+            *scalars,
+            **meta, HEADS_PER_PROGRAM=group // split,
+        )
+    else:
+        (_launch_fused if fused else _launch_dkdv)(
+            lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
+            q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
+            *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
+            h_kv, n_q, n_k, group, split, rng_rows,
+            *scalars,
+            **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused,
+        )
     if split > 1:
         _sum_group_partials(dk, dk_out, h_kv, split)
         _sum_group_partials(dv, dv_out, h_kv, split)
+    if one:
+        return delta
     if fused:
         if by_causal(DQ_CONVERT_KERNEL, right == 0):
             convert_dq(dq, dq_acc, sm_scale)

@@ -36,7 +36,7 @@ from . import fastlaunch
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "1": autotune (opt-in)
-ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_FUSED
+ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_FUSED / BWD_ONE
 TABLE_DIR = Path(__file__).with_name("configs")
 
 # Names of the arguments the autotuner keys on (besides the tensor dtypes).
@@ -171,8 +171,8 @@ def env_value(name: str) -> Optional[str]:
     return os.environ.decodevalue(raw)  # type: ignore[attr-defined]
 
 
-def config_from_env(name: str) -> Optional[triton.Config]:
-    """Parse FLASHATTN_TRITON_CONFIG_<name>."""
+def env_fields(name: str) -> Optional[Dict[str, int]]:
+    """FLASHATTN_TRITON_CONFIG_<name> ("KEY=VALUE,...") as a dict, None if unset."""
     text = env_value(ENV_CONFIG_PREFIX + name)
     if not text:
         return None
@@ -180,7 +180,16 @@ def config_from_env(name: str) -> Optional[triton.Config]:
     for part in text.split(","):
         key, _, value = part.partition("=")
         fields[key.strip()] = int(value)
+    return fields
+
+
+def config_from_env(name: str) -> Optional[triton.Config]:
+    """Parse FLASHATTN_TRITON_CONFIG_<name>."""
+    fields = env_fields(name)
+    if fields is None:
+        return None
     if "BLOCK_M" not in fields or "BLOCK_N" not in fields:
+        text = env_value(ENV_CONFIG_PREFIX + name)
         raise ValueError(f"{ENV_CONFIG_PREFIX + name}={text!r} must set BLOCK_M and BLOCK_N")
     return make_config((fields["BLOCK_M"], fields["BLOCK_N"], fields.get("num_warps", 4),
                         fields.get("num_stages", 2)))
@@ -360,3 +369,55 @@ class Launcher:
         if fastlaunch.SUPPORTED and isinstance(run, fastlaunch.FastRun):
             return run.launch(args, {**kwargs, **_config_kwargs(cfg)}, grid)
         return run(*args, grid=grid, warmup=False, **kwargs, **_config_kwargs(cfg))
+
+
+class PairLauncher(Launcher):
+    """Launches a kernel that does the work of two Launchers' kernels in one
+    grid (kernels/bwd.py _bwd_dkdv_dq): each part's tiles as its own launcher
+    chooses them, as BLOCK_M1 / BLOCK_N1 (first) and BLOCK_M2 / BLOCK_N2
+    (second); a launch has one num_warps, the larger of the two, and one
+    num_stages, the first part's (the longer programs'), lowered until both
+    parts fit the shared-memory model (fits, RESIDENT of the parts' names).
+    FLASHATTN_TRITON_CONFIG_<name> (e.g. "num_warps=8,num_stages=2") overrides
+    any of these six.  No autotuning: config() raises when a part would tune
+    (the caller launches the parts separately then)."""
+
+    def __init__(self, kernel, name: str, first: Launcher, second: Launcher):
+        self.kernel = fastlaunch.install(kernel)
+        self.name = name
+        self.parts = (first, second)
+        self.resident = None
+        self.candidates = []
+        self._tuned = None
+        self._configs: Dict[tuple, triton.Config] = {}
+
+    def tuned(self):
+        raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
+
+    def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
+               bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[triton.Config]:
+        a, b = (p.config(device, dtype, d_pad, causal, bucket, tag, dv_pad) for p in self.parts)
+        if a is None or b is None:
+            raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
+        fields = env_fields(self.name)
+        key = (a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], a.num_warps, a.num_stages,
+               b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"], b.num_warps, b.num_stages,
+               None if fields is None else tuple(sorted(fields.items())), dtype, d_pad, dv_pad)
+        cfg = self._configs.get(key)
+        if cfg is None:
+            warps, stages = max(a.num_warps, b.num_warps), a.num_stages
+            elem = torch.tensor([], dtype=dtype).element_size()
+            while stages > 1 and not all(fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], warps, stages),
+                                              p.resident, d_pad, elem, dv_pad)
+                                         for c, p in zip((a, b), self.parts)):
+                stages -= 1
+            meta = dict(BLOCK_M1=key[0], BLOCK_N1=key[1], BLOCK_M2=key[4], BLOCK_N2=key[5],
+                        num_warps=warps, num_stages=stages)
+            unknown = set(fields or ()) - set(meta)
+            if unknown:
+                raise ValueError(f"{ENV_CONFIG_PREFIX + self.name}: unknown fields {sorted(unknown)} "
+                                 f"(allowed: {sorted(meta)})")
+            meta.update(fields or {})
+            warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
+            cfg = self._configs[key] = triton.Config(meta, num_warps=warps, num_stages=stages)
+        return cfg
