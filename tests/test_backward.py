@@ -117,6 +117,7 @@ def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal
     monkeypatch.setattr(bwd, "SPLIT_QK_MIN_PAD", 0)  # d=40, 96 too (off there by default)
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)  # a plan would replay the other split's launch
     monkeypatch.setenv(ENV_FUSED_DQ, "1" if fused else "0")
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", False)  # the two launches are the subject
     launched = []
     for name in ("_launch_dkdv", "_launch_dq", "_launch_fused"):
         launched += [call_spy(monkeypatch, bwd, name, lambda *a, name=name, **m: (name, m["SPLIT_QK"]))]
@@ -156,6 +157,7 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
     monkeypatch.setenv(ENV_FUSED_DQ, "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", False)  # (their two launches)
     launched = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["SPLIT_QK"])
                 for name in ("_launch_dkdv", "_launch_dq")]
     q, k, v = make_qkv(1, 5, 7, 2, 1, d, torch.float16, device)
