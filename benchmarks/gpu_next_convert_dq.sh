@@ -31,31 +31,13 @@ timeout -k 5 ${T_BENCH:-170} python3 benchmarks/bench_dq_convert.py --switch in-
   --out "$R" > "$R/bench_convert_dq.log" 2>&1
 echo "rc=$?" >> "$R/bench_convert_dq.log"; el bench_convert_dq; cut -c1-400 "$R/bench_convert_dq.log" | tail -16
 python3 - "$R/tests_convert_dq.log" "$R/bench_dq_convert.json" <<'PY' | tee "$OUT/verdict.txt"
-import math, os, sys
+import os, sys
 sys.path.insert(0, "benchmarks")
-from rules import json_rows, tests_state
+from rules import json_rows, switch_rule, tests_state
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
 tests_ok, tests_cut, tests = tests_state(sys.argv[1], skipped)
-rows = json_rows(sys.argv[2])
-WANT = 7
-table, notes = {}, []
-for causal in (True, False):
-    mine = [r for r in rows if r["causal"] == causal]
-    bad = []
-    for r in mine:
-        saved = r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"]
-        ok = r["convert_ran"] and saved >= 15 and r["ratio_wall"] >= 0.99
-        bad += [] if ok else [r]
-        print(f"{'causal' if causal else 'full  '} d={r['d']} N={r['n']} Hq={r['hq']} Hkv={r['hkv']}: kernel "
-              f"{r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us (saved {saved:.0f}), wall off/on "
-              f"{r['ratio_wall']:.3f} (rounds " + " ".join(f"{x:.3f}" for x in r["ratio_wall_rounds"])
-              + f"); convert_ran {r['convert_ran']}, replayed {r['replayed']}" + ("" if ok else "  <- fails the rule"))
-    geo = math.exp(sum(math.log(r["ratio_wall"]) for r in mine) / len(mine)) if mine else 0.0
-    if tests_ok and len(mine) == WANT and not bad and geo >= 1.01:
-        table[causal] = True
-    elif not bad and (tests_cut or (tests_ok and len(mine) < WANT)):
-        notes.append(f"{'causal' if causal else 'not causal'} inconclusive ({len(mine)} of {WANT} rows)")
-    print(f"{'causal' if causal else 'not causal'}: {len(mine)} of {WANT} rows, {len(bad)} failing, wall geomean {geo:.3f}")
+table, notes = switch_rule(json_rows(sys.argv[2]), 7, tests_ok, tests_cut, geo_min=1.01,
+                           row_ok=lambda r: r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"] >= 15)
 edit = {c: table.get(c, False) for c in (False, True)}
 verdict = (f"set CONVERT_DQ_DEFAULT = {edit} in flashattn_triton/kernels/hopper/bwd.py" if table
            else "CONVERT_DQ_DEFAULT stays False (no edit)")

@@ -40,34 +40,24 @@ echo "rc=$?" >> "$R/bench_dq_convert.log"; el bench_dq_convert; cut -c1-400 "$R/
 python3 - "$R/tests_convert.log" "$R/bench_dq_convert.json" <<'PY' | tee "$OUT/verdict.txt"
 import os, sys
 sys.path.insert(0, "benchmarks")
-from rules import json_rows, tests_state
+from rules import json_rows, switch_rule, tests_state
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
 tests_ok, tests_cut, tests = tests_state(sys.argv[1], skipped)
 rows = json_rows(sys.argv[2])
 WANT = 7
-bad = []
-for r in rows:
-    saved = r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"]
-    ok = r["convert_ran"] and saved >= 20 and r["ratio_wall"] >= 0.99
-    bad += [] if ok else [r]
-    print(f"d={r['d']} N={r['n']} Hq={r['hq']} Hkv={r['hkv']}: kernel off/on {r['ratio_kernel']:.3f} "
-          f"({r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us, saved {saved:.0f}), wall off/on {r['ratio_wall']:.3f} "
-          f"({r['wall_ms_med']['off'] * 1e3:.0f} -> {r['wall_ms_med']['on'] * 1e3:.0f} us), rounds kernel "
-          + " ".join(f"{x:.3f}" for x in r["ratio_kernel_rounds"]) + " wall "
-          + " ".join(f"{x:.3f}" for x in r["ratio_wall_rounds"])
-          + f"; convert_ran {r['convert_ran']}, replayed {r['replayed']}" + ("" if ok else "  <- fails the rule"))
+table, notes = switch_rule(rows, WANT, tests_ok, tests_cut, flags=(True,),
+                           row_ok=lambda r: r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"] >= 20)
 for mode in ("off", "on"):
     if rows:
         print(f"kernels ({mode}, last row): " + ", ".join(f"{n[:40]} {us}" for n, us in rows[-1]["kernels"][mode].items()))
-adopt = tests_ok and len(rows) == WANT and not bad
-if adopt:
+if table:
     verdict = ("adopt: in flashattn_triton/kernels/bwd.py change `_DQ_CONVERT_DEFAULT = {False: True, True: False}` "
                "to `_DQ_CONVERT_DEFAULT = {False: True, True: True}` (and its comment, docs/performance.md's row)")
-elif not bad and (tests_cut or (tests_ok and len(rows) < WANT)):
+elif notes:
     verdict = "inconclusive: rerun with " + (("T_TESTS=150" if tests_cut else "SKIP_TESTS=1")
                                             + (" T_BENCH=180" if len(rows) < WANT else ""))
 else:
     verdict = "the causal entry stays off (no edit)"
-print(f"tests {tests}, {len(rows)} of {WANT} rows, {len(bad)} failing the rule; RULE: {verdict}")
+print(f"tests {tests}, {len(rows)} of {WANT} rows; RULE: {verdict}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -46,30 +46,12 @@ FLASHATTN_TRITON_CONFIG_BWD_ONE="BLOCK_M1=64,BLOCK_N1=128,num_warps=8,num_stages
 echo "rc=$?" >> "$R/flexcfg/bench_one_launch.log"; el bench_one_launch_flexcfg
 echo "information (Flex's configs for the one launch, causal):"; cut -c1-400 "$R/flexcfg/bench_one_launch.log" | tail -8
 python3 - "$R/tests_one_launch.log" "$R/bench_dq_convert.json" <<'PY' | tee "$OUT/verdict.txt"
-import math, os, sys
+import os, sys
 sys.path.insert(0, "benchmarks")
-from rules import json_rows, tests_state
+from rules import json_rows, switch_rule, tests_state
 skipped = bool(os.environ.get("SKIP_TESTS"))  # a timing rerun: the first run's tests decide
 tests_ok, tests_cut, tests = tests_state(sys.argv[1], skipped)
-rows = json_rows(sys.argv[2])
-WANT = 6
-table, notes = {}, []
-for causal in (True, False):
-    mine = [r for r in rows if r["causal"] == causal]
-    bad = []
-    for r in mine:
-        ok = r["convert_ran"] and r["ratio_wall"] >= 0.99
-        bad += [] if ok else [r]
-        print(f"{'causal' if causal else 'full  '} d={r['d']} N={r['n']} B={r['b']} Hq={r['hq']}: kernel "
-              f"{r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us (off/on {r['ratio_kernel']:.3f}), "
-              f"wall off/on {r['ratio_wall']:.3f} (rounds " + " ".join(f"{x:.3f}" for x in r["ratio_wall_rounds"])
-              + f"); one launch taken {r['convert_ran']}, replayed {r['replayed']}" + ("" if ok else "  <- fails the rule"))
-    geo = math.exp(sum(math.log(r["ratio_wall"]) for r in mine) / len(mine)) if mine else 0.0
-    if tests_ok and len(mine) == WANT and not bad and geo >= 1.02:
-        table[causal] = True
-    elif not bad and (tests_cut or (tests_ok and len(mine) < WANT)):
-        notes.append(f"{'causal' if causal else 'not causal'} inconclusive ({len(mine)} of {WANT} rows)")
-    print(f"{'causal' if causal else 'not causal'}: {len(mine)} of {WANT} rows, {len(bad)} failing, wall geomean {geo:.3f}")
+table, notes = switch_rule(json_rows(sys.argv[2]), 6, tests_ok, tests_cut, geo_min=1.02)
 edit = {c: table.get(c, False) for c in (False, True)}
 if len(table) == 2:
     edit = True

@@ -1,6 +1,7 @@
 """Reading the results a device script's decision rule is applied to."""
 
 import json
+import math
 import re
 import sys
 
@@ -83,6 +84,40 @@ def tests_state(path, skipped: bool = False) -> tuple:
     label = ("skipped (SKIP_TESTS)" if skipped else "passed" if ok else "cut by the time limit" if cut
              else "FAILED or missing")
     return ok, cut, label
+
+
+def switch_rule(rows, want: int, tests_ok: bool, tests_cut: bool, row_ok=lambda r: True, geo_min: float = 0.0,
+                flags=(True, False)):
+    """The per-causal-flag verdict of a module switch timed on and off by
+    bench_dq_convert.py (rows with causal, convert_ran, ratio_wall = off / on
+    of the median wall times, kernel_us_med).  A flag's entry is adopted when
+    the tests passed, all ``want`` of its rows were measured, every row took
+    the switch (convert_ran), kept ratio_wall >= 0.99 and passed row_ok, and
+    the geometric mean of ratio_wall is >= geo_min; it is inconclusive when
+    no row failed but the tests were cut or rows are missing.  Prints a line
+    per row and per flag; returns ({flag: True} for the adopted ones, the
+    inconclusive flags' notes)."""
+    table, notes = {}, []
+    for causal in flags:
+        name = "causal" if causal else "not causal"
+        mine = [r for r in rows if r["causal"] == causal]
+        bad = []
+        for r in mine:
+            ok = r["convert_ran"] and r["ratio_wall"] >= 0.99 and row_ok(r)
+            bad += [] if ok else [r]
+            saved = r["kernel_us_med"]["off"] - r["kernel_us_med"]["on"]
+            print(f"{name} d={r['d']} N={r['n']} B={r['b']} Hq={r['hq']} Hkv={r['hkv']}: kernel "
+                  f"{r['kernel_us_med']['off']:.0f} -> {r['kernel_us_med']['on']:.0f} us (saved {saved:.0f}, off/on "
+                  f"{r['ratio_kernel']:.3f}), wall off/on {r['ratio_wall']:.3f} (rounds "
+                  + " ".join(f"{x:.3f}" for x in r["ratio_wall_rounds"])
+                  + f"); switch taken {r['convert_ran']}, replayed {r['replayed']}" + ("" if ok else "  <- fails the rule"))
+        geo = math.exp(sum(math.log(r["ratio_wall"]) for r in mine) / len(mine)) if mine else 0.0
+        if tests_ok and len(mine) == want and not bad and geo >= geo_min:
+            table[causal] = True
+        elif not bad and (tests_cut or (tests_ok and len(mine) < want)):
+            notes.append(f"{name} inconclusive ({len(mine)} of {want} rows)")
+        print(f"{name}: {len(mine)} of {want} rows, {len(bad)} failing, wall geomean {geo:.3f}")
+    return table, notes
 
 
 def probe_checks_ok(reps) -> bool:
