@@ -174,22 +174,25 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
 # The separate form's dK/dV and dQ programs in one launch (kernels/bwd.py
 # ONE_LAUNCH, _bwd_dkdv_dq): ragged lengths that are no multiple of the tiles,
 # MHA / GQA (float32 partials of the group slices) / MQA, d 64 and odd d
-# (40: 8 padded columns; 96: Q K^T in two column chunks).
+# (40: 8 padded columns; 96: Q K^T in two column chunks); its grid by kind
+# (every dK/dV program first) and by KV head (ONE_LAUNCH_HEAD_MAJOR).
+@pytest.mark.parametrize("head_major", [False, True], ids=["by_kind", "by_head"])
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
     (37, 45, 2, 2, 64, True, torch.bfloat16),
     (45, 29, 4, 2, 40, False, torch.float16),
     (29, 51, 6, 2, 96, True, torch.float32),
     (33, 19, 2, 1, 64, False, torch.bfloat16),
 ])
-def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype):
+def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, head_major):
     """dq, dk, dv of the one-launch form against float64 on NaN-padded views,
     one launch instead of two, and (interpreter: the same bodies and tiles)
-    the two-launch form's bits."""
+    the two-launch form's bits, in either grid order."""
     from flashattn_triton import ops
     from flashattn_triton.kernels import bwd
     from flashattn_triton.reference import flash_attention_ref as flash_ref
     from _utils import assert_close, call_spy
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
+    monkeypatch.setattr(bwd, "ONE_LAUNCH_HEAD_MAJOR", head_major)
     monkeypatch.setenv(ENV_FUSED_DQ, "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     launched = {name: call_spy(monkeypatch, bwd, name) for name in ("_launch_one", "_launch_dkdv", "_launch_dq")}
@@ -250,18 +253,23 @@ def test_one_launch_with_variants(device, monkeypatch):
 
 def test_one_launch_scope(device, monkeypatch):
     """Packed batches, a bias gradient and autotuning keep the two launches;
-    the switch reads per causal flag; the launch config combines the parts'
+    the switch reads per causal flag or per (padded head dim, flag); the launch config combines the parts'
     (tiles of each, the larger num_warps, the dK/dV stages) unless
     FLASHATTN_TRITON_CONFIG_BWD_ONE overrides it."""
     from flashattn_triton.kernels import bwd
     from flashattn_triton.kernels.launch import ENV_CONFIG_PREFIX
     monkeypatch.setattr(bwd, "ONE_LAUNCH", {True: True, False: False})
-    assert bwd.use_one_launch(True, False, False)
-    assert not bwd.use_one_launch(False, False, False)
-    assert not bwd.use_one_launch(True, True, False)  # packed
-    assert not bwd.use_one_launch(True, False, True)  # dbias
+    assert bwd.use_one_launch(True, False, False, 64)
+    assert not bwd.use_one_launch(False, False, False, 64)
+    assert not bwd.use_one_launch(True, True, False, 64)  # packed
+    assert not bwd.use_one_launch(True, False, True, 64)  # dbias
+    # per (padded head dim, causal flag); absent keys are off
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", {(128, False): True})
+    assert bwd.use_one_launch(False, False, False, 128)
+    assert not bwd.use_one_launch(True, False, False, 128)
+    assert not bwd.use_one_launch(False, False, False, 64)
     monkeypatch.setattr("flashattn_triton.kernels.bwd.autotune_enabled", lambda: True)
-    assert not bwd.use_one_launch(True, False, False)
+    assert not bwd.use_one_launch(False, False, False, 128)
     monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DKDV", "BLOCK_M=64,BLOCK_N=128,num_warps=4,num_stages=3")
     monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DQ", "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=2")
     key = (torch.bfloat16, 128, True, 1024, "", 128)

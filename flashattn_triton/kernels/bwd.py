@@ -683,7 +683,7 @@ def _bwd_dkdv_dq(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, HEAD_MAJOR: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
 ):
@@ -696,11 +696,38 @@ def _bwd_dkdv_dq(
     # products per score tile, not four) fill the SMs that the long dK/dV
     # programs leave idle at the end, and no SM waits for a second launch.
     # BLOCK_M1 / BLOCK_N1: the dK/dV tiles, BLOCK_M2 / BLOCK_N2: the dQ tiles.
+    # HEAD_MAJOR orders the grid by (batch, KV head) instead: each KV head's
+    # dK/dV programs, then the dQ programs of its query heads, so the programs
+    # that read the same Q, K, V and dO run at about the same time and share
+    # them in L2 (with the kinds apart, the dQ programs start after every
+    # head's dK/dV programs and read them from memory again).
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N_K, BLOCK_N1)
-    n_dkdv = tiles_n * N_BATCH * H_KV * GROUP_SPLIT
-    if pid < n_dkdv:
-        _dkdv_program(pid % tiles_n, pid // tiles_n, Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
+    tiles_m = tl.cdiv(N_Q, BLOCK_M2)
+    if HEAD_MAJOR:
+        per_kv = tiles_n * GROUP_SPLIT  # dK/dV programs of one (batch, KV head)
+        unit = pid // (per_kv + tiles_m * GROUP_SIZE)  # batch * H_KV + KV head
+        pid -= unit * (per_kv + tiles_m * GROUP_SIZE)
+        is_dkdv = pid < per_kv
+        if is_dkdv:
+            pid_n = pid % tiles_n
+            pid_bh = unit * GROUP_SPLIT + pid // tiles_n
+        else:
+            pid -= per_kv
+            pid_n = pid % tiles_m  # the Q tile
+            pid_bh = unit * GROUP_SIZE + pid // tiles_m  # batch * H_Q + query head
+    else:
+        n_dkdv = tiles_n * N_BATCH * H_KV * GROUP_SPLIT
+        is_dkdv = pid < n_dkdv
+        if is_dkdv:
+            pid_n = pid % tiles_n
+            pid_bh = pid // tiles_n
+        else:
+            pid -= n_dkdv
+            pid_n = pid % tiles_m
+            pid_bh = pid // tiles_m
+    if is_dkdv:
+        _dkdv_program(pid_n, pid_bh, Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
                       CU_SEQLENS_K, ALIBI, BIAS, SEED, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz,
                       stride_kh, stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz,
                       stride_doh, stride_dom, stride_dok, stride_dkz, stride_dkh, stride_dkn, stride_dkk,
@@ -713,10 +740,8 @@ def _bwd_dkdv_dq(
                       MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, False, DOT_PRECISION, INTERPRET, BLOCK_M1,
                       BLOCK_N1)
     else:
-        tiles_m = tl.cdiv(N_Q, BLOCK_M2)
-        pid -= n_dkdv
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
-        _dq_program(pid % tiles_m, pid // tiles_m, Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
+        _dq_program(pid_n, pid_bh, Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
                     ALIBI, BIAS, SEED, LSE, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh,
                     stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh,
                     stride_dom, stride_dok, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_lz, stride_lh,
@@ -929,18 +954,32 @@ _launch_one = PairLauncher(_bwd_dkdv_dq, "BWD_ONE", _launch_dkdv, _launch_dq)  #
 ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on / off for every call
 # The deterministic form's dK/dV and dQ programs in one launch (_bwd_dkdv_dq)
 # instead of two, for dense calls without a bias gradient and not autotuned
-# (use_one_launch); the others keep the two launches.  A bool, or {causal:
-# bool} per causal flag (by_causal); read at each call.  Off pending its
-# GPU run (benchmarks/gpu_next_one_launch.sh).
+# (use_one_launch); the others keep the two launches.  A bool, {causal:
+# bool} per causal flag (by_causal), or {(padded head dim, causal): bool}
+# (absent keys: off); read at each call.  Off: session 20's GPU run
+# (benchmarks/gpu_next_one_launch.sh) found it 0.53-0.98x at d = 64 and
+# causal d = 128, 1.02-1.035x at d = 128 non-causal (N 512-2k).
 ONE_LAUNCH: Any = {"1": True, "0": False}.get(os.environ.get(ENV_ONE_LAUNCH, "").strip(), False)
 
 
-def use_one_launch(causal: bool, varlen: bool, has_dbias: bool) -> bool:
+# The one launch's grid order (_bwd_dkdv_dq HEAD_MAJOR): by (batch, KV head),
+# or the dK/dV programs of every head before the dQ programs.  Read at each
+# call; FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER=head / kind sets it at import.
+ENV_ONE_LAUNCH_ORDER = "FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER"
+ONE_LAUNCH_HEAD_MAJOR = os.environ.get(ENV_ONE_LAUNCH_ORDER, "kind").strip() == "head"
+
+
+def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> bool:
     """Whether the separate form's dK/dV and dQ kernels run as one launch
-    (ONE_LAUNCH): dense batches without a bias gradient, and no autotuning
-    (the one-launch kernel takes the parts' configs, it is not tuned itself)."""
-    return (not varlen and not has_dbias and by_causal(ONE_LAUNCH, causal)
-            and not autotune_enabled())
+    (ONE_LAUNCH, for this causal flag and padded head dim): dense batches
+    without a bias gradient, and no autotuning (the one-launch kernel takes
+    the parts' configs, it is not tuned itself)."""
+    switch = ONE_LAUNCH
+    if isinstance(switch, dict) and any(isinstance(key, tuple) for key in switch):
+        on = bool(switch.get((d_pad, causal), False))
+    else:
+        on = by_causal(switch, causal)
+    return not varlen and not has_dbias and on and not autotune_enabled()
 
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 
@@ -1076,7 +1115,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
     # per call (a role of its own in a recording: ops.BwdPlan)
     dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
-    one = not fused and use_one_launch(right == 0, varlen, dbias is not None)
+    one = not fused and use_one_launch(right == 0, varlen, dbias is not None, d_pad)
     if one:  # dK/dV programs, then dQ programs (_bwd_dkdv_dq)
         _launch_one(
             lambda m: (cdiv(n_k, m["BLOCK_N1"]) * batch * h_kv * split + cdiv(n_q, m["BLOCK_M2"]) * batch * h_q,),
@@ -1085,7 +1124,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             *_flat_strides((q, k, v, do, dk_out, dv_out, dq), varlen), *lse_strides, *mods.strides(),
             batch, h_kv, n_q, n_k, group, split, rng_rows,
             *scalars,
-            **meta, HEADS_PER_PROGRAM=group // split,
+            **meta, HEADS_PER_PROGRAM=group // split, HEAD_MAJOR=ONE_LAUNCH_HEAD_MAJOR,
         )
     else:
         (_launch_fused if fused else _launch_dkdv)(
