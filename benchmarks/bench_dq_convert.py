@@ -4,9 +4,12 @@ kernel (default), the conversion kernel after the Hopper backward for causal cal
 converting dQ itself (kernels/hopper/bwd.py CONVERT_DQ_DEFAULT[causal], for the rows'
 causal flags of --causal); --switch one-launch, the portable backward's dK/dV and dQ
 programs in one launch (kernels/bwd.py ONE_LAUNCH[causal]; rows that take the Hopper
-backward do not reach it: run with FLASHATTN_TRITON_HOPPER_BWD=0).
+backward do not reach it: run with FLASHATTN_TRITON_HOPPER_BWD=0); --switch
+one-launch-order, the one launch on for every row, its grid by (batch, KV head) (on,
+ONE_LAUNCH_HEAD_MAJOR) against by kind (off).
 
-    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel|one-launch] [--causal causal|full|both]
+    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel|one-launch|one-launch-order]
+        [--causal causal|full|both]
         [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
         [--calls 10] [--out DIR] [--dry-run]
@@ -29,7 +32,8 @@ setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
 launched a _bwd_dq_convert kernel and the off one did not; with --switch in-kernel,
 the Hopper backward's plan converted in the kernel on and not off; with --switch
-one-launch, the on setting launched _bwd_dkdv_dq and the off one did not.
+one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with
+one-launch-order, both launched it.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
 --dry-run prints the rows and exits (no GPU needed).
@@ -85,24 +89,33 @@ class Switch:
             self.module, self.attr = bwd, "DQ_CONVERT_KERNEL"
         elif name == "one-launch":
             self.module, self.attr = bwd, "ONE_LAUNCH"
+        elif name == "one-launch-order":  # with the one launch on for the row, by head (on) or by kind
+            self.module, self.attr = bwd, "ONE_LAUNCH_HEAD_MAJOR"
         else:
             from flashattn_triton.kernels.hopper import bwd as hbwd
             self.module, self.attr = hbwd, "CONVERT_DQ_DEFAULT"
         self.base = getattr(self.module, self.attr)
+        self.one_launch = bwd.ONE_LAUNCH
 
     def set(self, on: bool, causal: bool):
+        if self.name == "one-launch-order":
+            self.module.ONE_LAUNCH = True  # (restored with the order)
+            setattr(self.module, self.attr, on)
+            return
         setattr(self.module, self.attr, switch_value(self.base, on, causal))
         if self.name == "in-kernel":
             self.module._PLANS.clear()  # (its plans are cached per signature)
 
     def restore(self):
         setattr(self.module, self.attr, self.base)
+        if self.name == "one-launch-order":
+            self.module.ONE_LAUNCH = self.one_launch
 
     def reached(self, names: dict, converted: dict) -> bool:
-        if self.name in ("kernel", "one-launch"):
+        if self.name in ("kernel", "one-launch", "one-launch-order"):
             kernel = "_bwd_dq_convert" if self.name == "kernel" else "_bwd_dkdv_dq"
             ran = lambda m: any(kernel in name for name in names.get(m, {}))  # noqa: E731
-            return ran("on") and not ran("off")
+            return ran("on") and ran("off") if self.name == "one-launch-order" else ran("on") and not ran("off")
         return bool(converted.get("on")) and not converted.get("off")
 
 
@@ -168,7 +181,8 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=("kernel", "in-kernel", "one-launch"), default="kernel")
+    ap.add_argument("--switch", choices=("kernel", "in-kernel", "one-launch", "one-launch-order"),
+                    default="kernel")
     ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")

@@ -956,10 +956,12 @@ ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on /
 # instead of two, for dense calls without a bias gradient and not autotuned
 # (use_one_launch); the others keep the two launches.  A bool, {causal:
 # bool} per causal flag (by_causal), or {(padded head dim, causal): bool}
-# (absent keys: off); read at each call.  Off: session 20's GPU run
-# (benchmarks/gpu_next_one_launch.sh) found it 0.53-0.98x at d = 64 and
-# causal d = 128, 1.02-1.035x at d = 128 non-causal (N 512-2k).
-ONE_LAUNCH: Any = {"1": True, "0": False}.get(os.environ.get(ENV_ONE_LAUNCH, "").strip(), False)
+# (absent keys: off); read at each call.  On at d = 128 non-causal only:
+# on the H200 (session 20, benchmarks/gpu_next_one_launch2.sh, bf16, N 512-2k)
+# it took 1.03-1.035x there, but 0.52-0.98x at d = 64 and 0.57-0.65x at causal
+# d = 128 N <= 1k (the shared num_warps / num_stages fit one part only).
+ONE_LAUNCH: Any = {"1": True, "0": False}.get(os.environ.get(ENV_ONE_LAUNCH, "").strip(),
+                                              {(128, False): True})
 
 
 # The one launch's grid order (_bwd_dkdv_dq HEAD_MAJOR): by (batch, KV head),
