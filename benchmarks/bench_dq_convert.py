@@ -1,12 +1,11 @@
 """A dQ conversion switch on against off, through the library's backward: --switch
 kernel (default), the conversion kernel after the Hopper backward for causal calls
-(kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch in-kernel, the Hopper backward
-converting dQ itself (kernels/hopper/bwd.py CONVERT_DQ_DEFAULT[causal], for the rows'
-causal flags of --causal); --switch one-launch, the portable backward's dK/dV and dQ
-programs in one launch (kernels/bwd.py ONE_LAUNCH[causal]; rows that take the Hopper
-backward do not reach it: run with FLASHATTN_TRITON_HOPPER_BWD=0).
+(kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch one-launch, the portable backward's
+dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[causal], for the rows'
+causal flags of --causal; rows that take the Hopper backward do not reach it: run with
+FLASHATTN_TRITON_HOPPER_BWD=0).
 
-    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel|one-launch] [--causal causal|full|both]
+    python benchmarks/bench_dq_convert.py [--switch kernel|one-launch] [--causal causal|full|both]
         [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
         [--calls 10] [--out DIR] [--dry-run]
@@ -27,8 +26,7 @@ summed over --calls back-to-back backward calls, per call. Ratios are off / on o
 the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
-launched a _bwd_dq_convert kernel and the off one did not; with --switch in-kernel,
-the Hopper backward's plan converted in the kernel on and not off; with --switch
+launched a _bwd_dq_convert kernel and the off one did not; with --switch
 one-launch, the on setting launched _bwd_dkdv_dq and the off one did not.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
@@ -81,29 +79,21 @@ class Switch:
     def __init__(self, name: str):
         from flashattn_triton.kernels import bwd
         self.name = name
-        if name == "kernel":
-            self.module, self.attr = bwd, "DQ_CONVERT_KERNEL"
-        elif name == "one-launch":
-            self.module, self.attr = bwd, "ONE_LAUNCH"
-        else:
-            from flashattn_triton.kernels.hopper import bwd as hbwd
-            self.module, self.attr = hbwd, "CONVERT_DQ_DEFAULT"
+        self.module = bwd
+        self.attr, self.kernel = (("DQ_CONVERT_KERNEL", "_bwd_dq_convert") if name == "kernel"
+                                  else ("ONE_LAUNCH", "_bwd_dkdv_dq"))
         self.base = getattr(self.module, self.attr)
 
     def set(self, on: bool, causal: bool):
         setattr(self.module, self.attr, switch_value(self.base, on, causal))
-        if self.name == "in-kernel":
-            self.module._PLANS.clear()  # (its plans are cached per signature)
 
     def restore(self):
         setattr(self.module, self.attr, self.base)
 
-    def reached(self, names: dict, converted: dict) -> bool:
-        if self.name in ("kernel", "one-launch"):
-            kernel = "_bwd_dq_convert" if self.name == "kernel" else "_bwd_dkdv_dq"
-            ran = lambda m: any(kernel in name for name in names.get(m, {}))  # noqa: E731
-            return ran("on") and not ran("off")
-        return bool(converted.get("on")) and not converted.get("off")
+    def reached(self, names: dict) -> bool:
+        """The on setting launched the switch's kernel and the off one did not."""
+        ran = lambda m: any(self.kernel in name for name in names.get(m, {}))  # noqa: E731
+        return ran("on") and not ran("off")
 
 
 def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Switch) -> dict:
@@ -115,7 +105,6 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
             for _ in range(2))
     dout = torch.randn_like(q)
     causal = r["causal"]
-    converted = {}
 
     def setting(on: bool):
         """The switch set, then a fresh call plan and forward, and its backward run until
@@ -137,9 +126,6 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
         for _ in range(ops.MAX_RECORD_TRIES + 1):
             fresh_step()
         torch.cuda.synchronize()
-        if switch.name == "in-kernel":
-            converted["on" if on else "off"] = any(getattr(p, "convert", False)
-                                                   for p in switch.module._PLANS.values())
         return step, fresh_step, plan is not None and plan.op.backward.replay is not None
 
     wall = {"on": [], "off": []}
@@ -163,12 +149,12 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
                 ratio_wall=med_wall["off"] / med_wall["on"], ratio_kernel=med_kern["off"] / med_kern["on"],
                 ratio_wall_rounds=[a / b for a, b in zip(wall["off"], wall["on"])],
                 ratio_kernel_rounds=[a / b for a, b in zip(kern["off"], kern["on"])],
-                kernels=names, replayed=replayed, convert_ran=switch.reached(names, converted))
+                kernels=names, replayed=replayed, convert_ran=switch.reached(names))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=("kernel", "in-kernel", "one-launch"), default="kernel")
+    ap.add_argument("--switch", choices=("kernel", "one-launch"), default="kernel")
     ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")
