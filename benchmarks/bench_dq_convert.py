@@ -1,14 +1,12 @@
 """A dQ conversion switch on against off, through the library's backward: --switch
 kernel (default), the conversion kernel after the Hopper backward for causal calls
-(kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch in-kernel, the Hopper backward
-converting dQ itself (kernels/hopper/bwd.py CONVERT_DQ_DEFAULT[causal], for the rows'
-causal flags of --causal); --switch one-launch, the portable backward's dK/dV and dQ
-programs in one launch (kernels/bwd.py ONE_LAUNCH[causal]; rows that take the Hopper
-backward do not reach it: run with FLASHATTN_TRITON_HOPPER_BWD=0); --switch
-one-launch-order, the one launch on for every row, its grid by (batch, KV head) (on,
-ONE_LAUNCH_HEAD_MAJOR) against by kind (off).
+(kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch one-launch, the portable backward's
+dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[causal], for the rows'
+causal flags of --causal; rows that take the Hopper backward do not reach it: run with
+FLASHATTN_TRITON_HOPPER_BWD=0); --switch one-launch-order, the one launch on for every
+row, its grid by (batch, KV head) (on, ONE_LAUNCH_HEAD_MAJOR) against by kind (off).
 
-    python benchmarks/bench_dq_convert.py [--switch kernel|in-kernel|one-launch|one-launch-order]
+    python benchmarks/bench_dq_convert.py [--switch kernel|one-launch|one-launch-order]
         [--causal causal|full|both]
         [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
@@ -30,8 +28,7 @@ summed over --calls back-to-back backward calls, per call. Ratios are off / on o
 the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
-launched a _bwd_dq_convert kernel and the off one did not; with --switch in-kernel,
-the Hopper backward's plan converted in the kernel on and not off; with --switch
+launched a _bwd_dq_convert kernel and the off one did not; with --switch
 one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with
 one-launch-order, both launched it.
 
@@ -85,15 +82,11 @@ class Switch:
     def __init__(self, name: str):
         from flashattn_triton.kernels import bwd
         self.name = name
-        if name == "kernel":
-            self.module, self.attr = bwd, "DQ_CONVERT_KERNEL"
-        elif name == "one-launch":
-            self.module, self.attr = bwd, "ONE_LAUNCH"
-        elif name == "one-launch-order":  # with the one launch on for the row, by head (on) or by kind
-            self.module, self.attr = bwd, "ONE_LAUNCH_HEAD_MAJOR"
-        else:
-            from flashattn_triton.kernels.hopper import bwd as hbwd
-            self.module, self.attr = hbwd, "CONVERT_DQ_DEFAULT"
+        self.module = bwd
+        self.attr, self.kernel = {"kernel": ("DQ_CONVERT_KERNEL", "_bwd_dq_convert"),
+                                  "one-launch": ("ONE_LAUNCH", "_bwd_dkdv_dq"),
+                                  # the one launch on for the row, by head (on) or by kind
+                                  "one-launch-order": ("ONE_LAUNCH_HEAD_MAJOR", "_bwd_dkdv_dq")}[name]
         self.base = getattr(self.module, self.attr)
         self.one_launch = bwd.ONE_LAUNCH
 
@@ -103,20 +96,19 @@ class Switch:
             setattr(self.module, self.attr, on)
             return
         setattr(self.module, self.attr, switch_value(self.base, on, causal))
-        if self.name == "in-kernel":
-            self.module._PLANS.clear()  # (its plans are cached per signature)
 
     def restore(self):
         setattr(self.module, self.attr, self.base)
         if self.name == "one-launch-order":
             self.module.ONE_LAUNCH = self.one_launch
 
-    def reached(self, names: dict, converted: dict) -> bool:
-        if self.name in ("kernel", "one-launch", "one-launch-order"):
-            kernel = "_bwd_dq_convert" if self.name == "kernel" else "_bwd_dkdv_dq"
-            ran = lambda m: any(kernel in name for name in names.get(m, {}))  # noqa: E731
-            return ran("on") and ran("off") if self.name == "one-launch-order" else ran("on") and not ran("off")
-        return bool(converted.get("on")) and not converted.get("off")
+    def reached(self, names: dict) -> bool:
+        """The on setting launched the switch's kernel and the off one did not
+        (one-launch-order: both launched it)."""
+        ran = lambda m: any(self.kernel in name for name in names.get(m, {}))  # noqa: E731
+        if self.name == "one-launch-order":
+            return ran("on") and ran("off")
+        return ran("on") and not ran("off")
 
 
 def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Switch) -> dict:
@@ -128,7 +120,6 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
             for _ in range(2))
     dout = torch.randn_like(q)
     causal = r["causal"]
-    converted = {}
 
     def setting(on: bool):
         """The switch set, then a fresh call plan and forward, and its backward run until
@@ -150,9 +141,6 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
         for _ in range(ops.MAX_RECORD_TRIES + 1):
             fresh_step()
         torch.cuda.synchronize()
-        if switch.name == "in-kernel":
-            converted["on" if on else "off"] = any(getattr(p, "convert", False)
-                                                   for p in switch.module._PLANS.values())
         return step, fresh_step, plan is not None and plan.op.backward.replay is not None
 
     wall = {"on": [], "off": []}
@@ -176,13 +164,12 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
                 ratio_wall=med_wall["off"] / med_wall["on"], ratio_kernel=med_kern["off"] / med_kern["on"],
                 ratio_wall_rounds=[a / b for a, b in zip(wall["off"], wall["on"])],
                 ratio_kernel_rounds=[a / b for a, b in zip(kern["off"], kern["on"])],
-                kernels=names, replayed=replayed, convert_ran=switch.reached(names, converted))
+                kernels=names, replayed=replayed, convert_ran=switch.reached(names))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=("kernel", "in-kernel", "one-launch", "one-launch-order"),
-                    default="kernel")
+    ap.add_argument("--switch", choices=("kernel", "one-launch", "one-launch-order"), default="kernel")
     ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")

@@ -451,9 +451,7 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
-               "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32",
-               # CONVERT_DQ's pointers (the launcher passes them to every build)
-               "DQ": f"*{dtype}", "DQ_ACC": "*fp32", "DQ_CNT": "*i32"}
+               "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, constexprs, descs, scalars, d, arch)
     return compiled, meta
 

@@ -44,10 +44,6 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
                                     "Triton kernel (the same bits) / by torch's copy, for every call (read at "
                                     "import). Default: the kernel for non-causal calls, torch's copy for causal"),
-    ("FLASHATTN_TRITON_HOPPER_CONVERT_DQ", "1 / 0: the Hopper backward converts its float32 dQ buffer into dq "
-                                           "inside the kernel (the last program to add into a chunk of query "
-                                           "tiles converts it) / after it, for every call (read at import). "
-                                           "Default: after it (pending its GPU run)"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "

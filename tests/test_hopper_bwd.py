@@ -588,59 +588,6 @@ def test_named_bar_launch_on_a_fake_driver():
                      "128 (9, 4, 1) 2 False"], lines
 
 
-_FAKE_CONVERT_DQ = _FAKE_BWD_HEAD + r"""
-from flashattn_triton.kernels import bwd as portable
-portable.DQ_CONVERT_KERNEL = True  # every conversion after the kernel through convert_dq: counted
-after = []
-real_convert = portable.convert_dq
-portable.convert_dq = lambda *a, **kw: after.append(1) or real_convert(*a, **kw)
-# (d, causal_shift, window, overrides, module default)
-for d, shift, window, overrides, default in [(64, 788, None, {"CONVERT_DQ": True}, False),
-                                             (128, None, None, {"CONVERT_DQ": True, "NAMED_BAR": 2}, False),
-                                             (128, 788, None, {"CONVERT_DQ": True, "GROUP_SPLIT": 2}, False),
-                                             (128, -10, None, {"CONVERT_DQ": True}, False),
-                                             (128, 788, (100, 788), {"CONVERT_DQ": True}, False),
-                                             (128, 788, None, {"CONVERT_DQ": True, "PERSISTENT": True,
-                                                               "NUM_SMS": 5}, False),
-                                             (256, 788, None, {"CONVERT_DQ": True}, False),
-                                             (128, 788, None, {}, {False: False, True: True}),
-                                             (128, None, None, {}, {False: False, True: True}),
-                                             (64, 788, None, {}, False)]:
-    hb.CONVERT_DQ_DEFAULT = default
-    hb._PLANS.clear()
-    del after[:]
-    q = torch.randn(2, 4, 333, d).to(torch.bfloat16)
-    k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
-    lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
-    grads = [torch.zeros_like(t) for t in (q, k, k)]
-    with fake_cuda():
-        ok = hb.hopper_attention_backward(q, q, k, k, lse, delta, *grads, 0.0625, shift, window, **overrides)
-    assert ok, hb._BROKEN
-    launcher, grid, args = [x for x in LAUNCHES if x[0].src.fn is hb._attn_bwd_hopper][-1]
-    print(d, shift, window is not None, launcher.src.constants.get((names.index("CONVERT_DQ"),)), len(after))
-"""
-
-
-def test_convert_dq_launch_on_a_fake_driver():
-    """Triton 3.6 without a GPU: CONVERT_DQ builds compile for sm_90 through
-    the launcher's JIT path at d = 64 and 128 (NAMED_BAR 2, a group split)
-    and convert nothing after the kernel; a causal call whose first rows see
-    no key (causal_shift < 0) takes the build without it and converts after;
-    a window, the persistent grid and SPLIT_D (d = 256) never take it; the
-    module default is read per causal flag (off by default)."""
-    lines = _fake_lines(_FAKE_CONVERT_DQ)
-    assert lines == ["64 788 False True 0",
-                     "128 None False True 0",
-                     "128 788 False True 0",
-                     "128 -10 False False 1",
-                     "128 788 True False 1",
-                     "128 788 False False 1",
-                     "256 788 False False 1",
-                     "128 788 False True 0",
-                     "128 None False False 1",
-                     "64 788 False False 1"], lines
-
-
 _FAKE_REPEAT = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -1212,65 +1159,6 @@ def test_dq_convert_kernel_gives_torchs_bits(monkeypatch, d, case, like_dq):
     assert torch.equal(bits(got[True][0]), bits(want))
     for name, on, off in zip(("dk", "dv"), got[True][1:], got[False][1:]):
         assert torch.equal(bits(on), bits(off)), name
-
-
-def _chunk_counts(hbwd, d, nq, nk, shift, variant):
-    """What CONVERT_DQ's counter of each chunk of query tiles must end at:
-    the key blocks whose query tiles [m_lo, n_mb) reach the chunk (the
-    kernel's m_lo, counted here one key block at a time)."""
-    meta = hbwd.kernel_meta(d, shift is not None, dict(variant, CONVERT_DQ=True))
-    bm, bn, chunk = meta["BLOCK_M"], meta["BLOCK_N"], meta["CONVERT_CHUNK"]
-    n_mb, n_kb = -(-nq // bm), -(-nk // bn)
-    m_lo = [0 if shift is None else min(max(n * bn - shift, 0) // bm, n_mb) for n in range(n_kb)]
-    return torch.tensor([sum(lo < n_mb and lo // chunk <= c for lo in m_lo) for c in range(-(-n_mb // chunk))],
-                        dtype=torch.int32)
-
-
-CONVERT_VARIANTS = [{}, dict(NAMED_BAR=1), dict(NAMED_BAR=2), dict(GROUP_SPLIT=2), dict(HEADS_FIRST=True),
-                    dict(CONVERT_CHUNK=1), dict(CONVERT_CHUNK=3)]
-
-
-@needs_hopper
-@pytest.mark.parametrize("variant", CONVERT_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items())
-                         or "default")
-@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_convert_dq_in_the_kernel(monkeypatch, d, case, variant):
-    """CONVERT_DQ: the last program to add into a chunk of query tiles
-    converts it.  dq, dk, dv within tolerance of float64; dq bit for bit the
-    float32 buffer rounded (captured: its sums vary run to run), dk and dv
-    the bits of the build without it; every chunk counter ends at its
-    number of key blocks, and nothing is converted after the kernel.  A
-    causal call whose first rows see no key (Nq > Nk, bottom-right) takes
-    the build without it and converts after the kernel."""
-    from flashattn_triton.kernels import bwd as portable, fastlaunch
-    hbwd = _bwd_module()
-    hbwd._PLANS.clear()
-    buffers, after = [], []
-    real_scratch, real_convert = fastlaunch.zeroed_scratch, portable.convert_dq
-    monkeypatch.setattr(fastlaunch, "zeroed_scratch", lambda *a: buffers.append(real_scratch(*a)) or buffers[-1])
-    monkeypatch.setattr(portable, "convert_dq", lambda *a, **kw: after.append(1) or real_convert(*a, **kw))
-    monkeypatch.setattr(portable, "DQ_CONVERT_KERNEL", True)
-    b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    in_kernel = shift is None or shift >= 0
-    got = _run(q, k, v, do, d ** -0.5, shift, CONVERT_DQ=True, **variant)
-    assert len(after) == (0 if in_kernel else 1), after
-    ref = _reference_grads(q, k, v, do, d ** -0.5, shift)
-    low = _reference_grads(q, k, v, do, d ** -0.5, shift, dtype=q.dtype)
-    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
-        assert_close(name, g, r, baseline=lo, factor=3.0, dtype=q.dtype)
-    acc = buffers[-2] if in_kernel else buffers[-1]
-    want = acc.as_strided(q.shape, torch.empty(q.shape, device="meta").stride()).to(q.dtype)
-    bits = lambda t: t.view(torch.int16)  # noqa: E731
-    assert torch.equal(bits(got[0]), bits(want))
-    if in_kernel:
-        counts = _chunk_counts(hbwd, d, nq, nk, shift, variant)
-        assert torch.equal(buffers[-1].view(b, hq, -1).cpu(), counts.expand(b, hq, -1)), (buffers[-1], counts)
-    off = _run(q, k, v, do, d ** -0.5, shift, CONVERT_DQ=False, **variant)
-    for name, on_, off_ in zip(("dk", "dv"), got[1:], off[1:]):
-        assert torch.equal(bits(on_), bits(off_)), name
 
 
 @needs_hopper

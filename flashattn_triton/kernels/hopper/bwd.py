@@ -89,15 +89,6 @@ stores dQ and signals it with named barriers of 288 threads; the producer
 issues both halves' reduce-adds (_retire_dq), which also tells it that the
 tile's Q / dO slot is free (qdo_empty unused).
 
-``CONVERT_DQ`` (off by default: CONVERT_DQ_DEFAULT; the grid form of the
-keys-as-M path, no window) converts the float32 dQ buffer inside the
-kernel: each chunk of CONVERT_CHUNK query tiles of a query head has a
-counter; at its end a program, once its partitions' reduce-adds have
-landed (_bulk_writes_done, the dq_done mbarrier), adds 1 to the counter of
-each chunk it added into, and the program whose add completes the chunk's
-count of contributing key blocks converts it into dq
-(_convert_finished_dq).  Otherwise dq is converted after the kernel.
-
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -684,12 +675,10 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
                        HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr,
                        q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr,
-                       dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0,
-                       dq_done=None, CONVERT_DQ: gl.constexpr = False):
+                       dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0):
     """The producer partition of either form (HEAD_DIM: V's width; QK1 > 0:
     split Q K^T, Q's and K's columns [HEAD_DIM, + QK1) in q1_bufs, k1_smem;
-    NAMED_BAR = 2, not persistent: the dQ reduce-adds too; CONVERT_DQ: then
-    an arrival on dq_done once they have landed)."""
+    NAMED_BAR = 2, not persistent: the dQ reduce-adds too)."""
     if PERSISTENT:
         _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                                   stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
@@ -703,9 +692,6 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                        BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1,
                        dq_desc, dq_bufs, NAMED_BAR)
-        if CONVERT_DQ:
-            _bulk_writes_done()
-            mbarrier.arrive(dq_done)
 
 
 @gluon.jit
@@ -1010,82 +996,6 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
     return it
 
 
-# CONVERT_DQ: the last program to add into a chunk of CONVERT_CHUNK query
-# tiles converts that chunk of the float32 buffer into dq (module doc).
-_BULK_WRITES_DONE = gl.constexpr("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;")
-
-
-@gluon.jit
-def _bulk_writes_done():
-    """Wait until this thread's bulk async groups (the dQ reduce-adds) have
-    written, not only read their sources as tma.store_wait waits for, and
-    order those async-proxy writes before the thread's later generic-proxy
-    accesses (the release of the chunk counters)."""
-    gl.inline_asm_elementwise(_BULK_WRITES_DONE, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _convert_dq_rows(conv, off_b, off_hq, row0, row1, HEAD_DIM: gl.constexpr):
-    """dq[off_b, off_hq, row0:row1] = the float32 buffer's rows (4 warps)."""
-    DQ, DQ_ACC, DQ_CNT, stride_qz, stride_qh, stride_qm, stride_az, stride_ah, stride_am, H_Q, n_kb = conv
-    COLS_T: gl.constexpr = HEAD_DIM // 4  # threads along a row, 4 columns each
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // COLS_T, COLS_T], [4, 1], [1, 0])
-    # 64 KB of loads in flight per step (128 values per thread): a lone
-    # warpgroup's rate is what it keeps in flight over the L2 latency
-    ROWS: gl.constexpr = 16384 // HEAD_DIM
-    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
-    acc_head = DQ_ACC + off_b.to(gl.int64) * stride_az + off_hq.to(gl.int64) * stride_ah
-    dq_head = DQ + off_b.to(gl.int64) * stride_qz + off_hq.to(gl.int64) * stride_qh
-    for r0 in range(row0, row1, ROWS):
-        rows = gl.expand_dims(r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout)), 1)
-        keep = (rows < row1) & (cols < HEAD_DIM)
-        # (.cg: from L2, where the other programs' reduce-adds landed)
-        acc = gl.load(acc_head + rows.to(gl.int64) * stride_am + cols, mask=keep, cache_modifier=".cg")
-        gl.store(dq_head + rows.to(gl.int64) * stride_qm + cols, acc.to(DQ.dtype.element_ty), mask=keep)
-
-
-@gluon.jit
-def _convert_finished_dq(conv, off_b, off_hkv, m_lo, m_hi, n_mb, GROUP, N_Q, causal_shift,
-                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                         IS_CAUSAL: gl.constexpr, CHUNK: gl.constexpr):
-    """CONVERT_DQ, consumer 0 once every partition's reduce-adds have landed:
-    count this program's visit of each chunk of CHUNK query tiles it added
-    into (one acq_rel atomic per chunk and query head of the group), and
-    convert the chunks whose count this completes.  A chunk's contributors
-    are the key blocks whose query tiles [m_lo, n_mb) reach its last tile t:
-    all n_kb without a mask; causal, those with m_lo <= t, i.e. key block n
-    with n * BLOCK_N - causal_shift < (t + 1) * BLOCK_M (causal_shift >= 0,
-    so key block 0 reaches every tile and every chunk gets converted)."""
-    DQ, DQ_ACC, DQ_CNT, stride_qz, stride_qh, stride_qm, stride_az, stride_ah, stride_am, H_Q, n_kb = conv
-    n_ch = gl.cdiv(n_mb, CHUNK)
-    c_lo = m_lo // CHUNK
-    c_hi = c_lo
-    if m_hi > m_lo:
-        c_hi = gl.cdiv(m_hi, CHUNK)
-    ch_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    CH: gl.constexpr = 128
-    for g in range(GROUP):
-        off_hq = off_hkv * GROUP + g
-        cnt_row = DQ_CNT + (off_b * H_Q + off_hq).to(gl.int64) * n_ch
-        for c0 in range(c_lo, c_hi, CH):
-            ch = c0 + gl.arange(0, CH, layout=ch_layout)
-            valid = ch < c_hi
-            last_tile = gl.minimum((ch + 1) * CHUNK, n_mb) - 1
-            if IS_CAUSAL:
-                need = gl.minimum(((last_tile + 1) * BLOCK_M + causal_shift + BLOCK_N - 1) // BLOCK_N, n_kb)
-            else:
-                need = gl.full([CH], 0, gl.int32, ch_layout) + n_kb
-            old = gl.atomic_add(cnt_row + ch, gl.full([CH], 1, gl.int32, ch_layout), mask=valid, sem="acq_rel",
-                                scope="gpu")
-            mine = (valid & (old == need - 1)).to(gl.int32)
-            if gl.max(mine, axis=0) > 0:
-                gl.thread_barrier()  # the acquiring lanes before every thread's loads
-                for c in range(c0, gl.minimum(c0 + CH, c_hi)):
-                    if gl.max(gl.where(ch == c, mine, 0), axis=0) > 0:
-                        _convert_dq_rows(conv, off_b, off_hq, c * CHUNK * BLOCK_M,
-                                         gl.minimum((c + 1) * CHUNK * BLOCK_M, N_Q), HEAD_DIM)
-
-
 @gluon.jit
 def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                       kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1097,15 +1007,12 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
-                      dq_done=None, conv=None, CONVERT_DQ: gl.constexpr = False, CONVERT_CHUNK: gl.constexpr = 1):
+                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
     producer loads the next one's K and V.  QK1 > 0 (split Q K^T; HEAD_DIM
-    is then V's width): _attn_bwd_block_qk1.  CONVERT_DQ (not PERSISTENT,
-    not QK1): then consumer 0 waits on dq_done for the other partitions'
-    reduce-adds and converts the finished chunks of dQ (_convert_finished_dq)."""
+    is then V's width): _attn_bwd_block_qk1."""
     if PERSISTENT:
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
@@ -1147,22 +1054,12 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
     tma.store_wait(0)
-    if CONVERT_DQ:
-        _bulk_writes_done()
-        if CONSUMER == 0:
-            mbarrier.wait(dq_done, 0)
-            gl.thread_barrier()  # this warpgroup's own reduce-adds too
-            _convert_finished_dq(conv, off_b, off_hkv, m_lo, m_hi, n_mb, GROUP, N_Q, causal_shift,
-                                 BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL, CONVERT_CHUNK)
-        else:
-            mbarrier.arrive(dq_done)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "stride_dz", "stride_dh", "stride_dkz", "stride_dkh",
                               "stride_dkn", "stride_dvz", "stride_dvh", "stride_dvn", "H_KV", "N_Q", "N_K",
                               "GROUP", "causal_shift", "N_BH", "window_lo", "philox_offset", "dropout_thresh",
-                              "RNG_ROWS", "RNG_COLS", "stride_dqz", "stride_dqh", "stride_dqm", "stride_accz",
-                              "stride_acch", "stride_accm", "H_Q"])
+                              "RNG_ROWS", "RNG_COLS"])
 def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     # q1_desc, k1_desc: Q's and K's columns [HEAD_DIM_V, HEAD_DIM) when they
@@ -1183,10 +1080,6 @@ def _attn_bwd_hopper(
     # 16-bit threshold, the scale of kept probabilities and the counters'
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
-    # CONVERT_DQ only: dq (q's dtype) and the float32 buffer as pointers, the
-    # chunk counters (int32 (B, H_Q, chunks), zeroed), strides and H_Q (else
-    # None: constexpr, no kernel parameters)
-    DQ, DQ_ACC, DQ_CNT, stride_dqz, stride_dqh, stride_dqm, stride_accz, stride_acch, stride_accm, H_Q,
     # meta-parameters
     HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -1194,7 +1087,6 @@ def _attn_bwd_hopper(
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0,
-    CONVERT_DQ: gl.constexpr = False, CONVERT_CHUNK: gl.constexpr = 4,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1295,16 +1187,6 @@ def _attn_bwd_hopper(
         mbarrier.init(qdo_empty.index(s), count=NUM_CONSUMERS)  # each consumer releases each slot
     for b in gl.static_range(2):
         mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)
-    if CONVERT_DQ:
-        gl.static_assert(not PERSISTENT and not SPLIT_D and not HAS_WINDOW,
-                         "CONVERT_DQ: the grid form of the keys-as-M path, no window")
-        # consumer 1's and the producer's reduce-adds have landed
-        dq_done = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
-        mbarrier.init(dq_done, count=2)
-    else:
-        dq_done = kv_ready  # not used
-    conv = (DQ, DQ_ACC, DQ_CNT, stride_dqz, stride_dqh, stride_dqm, stride_accz, stride_acch, stride_accm, H_Q,
-            gl.cdiv(N_K, BLOCK_N))
 
     gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
     gl.static_assert(NAMED_BAR == 0 or not SPLIT_D, "NAMED_BAR: the keys-as-M path only")
@@ -1325,8 +1207,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, dq_done, conv, CONVERT_DQ,
-                             CONVERT_CHUNK)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1336,15 +1217,14 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, dq_done, conv, CONVERT_DQ,
-                             CONVERT_CHUNK)),
+                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                               stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                               window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
                               HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1, dq_desc, dq_bufs,
-                              NAMED_BAR, dq_done, CONVERT_DQ)),
+                              NAMED_BAR)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -1474,20 +1354,6 @@ NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
-# CONVERT_DQ (module doc): the kernel converts the float32 dQ buffer into dq
-# itself, each chunk of CONVERT_CHUNK query tiles by the last program to add
-# into it, instead of the conversion after the kernel (kernels/bwd.py
-# convert_dq or torch's copy: 49 / 97 us of a 500-1600 us backward at B*N =
-# 16k, d = 128, in session 19's profile).  The grid form of the keys-as-M
-# path only (d = 64 / 128: not PERSISTENT, not SPLIT_D, no window); a call
-# whose rows before the diagonal see no key (causal_shift < 0) or whose dq
-# has a strided last dim converts after the kernel.  Off until its GPU run
-# (benchmarks/gpu_next_convert_dq.sh); a bool or {causal: bool}
-# (kernels/bwd.py by_causal), FLASHATTN_TRITON_HOPPER_CONVERT_DQ=1 / 0 read
-# at import; the override CONVERT_DQ takes precedence.
-CONVERT_DQ_ENV = "FLASHATTN_TRITON_HOPPER_CONVERT_DQ"
-CONVERT_DQ_DEFAULT: Any = {"1": True, "0": False}.get(os.environ.get(CONVERT_DQ_ENV, "").strip(), False)
-CONVERT_CHUNK = 4
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1506,9 +1372,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
     with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1): the
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
-    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT.
-    CONVERT_DQ: the override, else CONVERT_DQ_DEFAULT; False where the form
-    does not take it (PERSISTENT, SPLIT_D, a window)."""
+    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -1524,12 +1388,6 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
     # (the SPLIT_D paths have no named-barrier form: one build for any setting)
     meta["NAMED_BAR"] = 0 if meta["SPLIT_D"] else min(int(level), 1 if meta["PERSISTENT"] else 2)
-    convert = meta.get("CONVERT_DQ")
-    if convert is None:
-        from ..bwd import by_causal
-        convert = by_causal(CONVERT_DQ_DEFAULT, causal)
-    meta["CONVERT_DQ"] = bool(convert) and not (meta["PERSISTENT"] or meta["SPLIT_D"] or windowed)
-    meta.setdefault("CONVERT_CHUNK", CONVERT_CHUNK)
     return meta
 
 
@@ -1703,8 +1561,7 @@ class _Plan:
     """What the calls of one signature launch (hopper_attention_backward)."""
 
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
-                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1", "convert",
-                 "n_counters", "kwargs_after")
+                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -1799,11 +1656,6 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.tail = (lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1)) + out_strides + (
         h_kv * split, n_q, n_k, group // split)
     plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=d_v, IS_CAUSAL=causal, num_warps=4, **meta)
-    # CONVERT_DQ: chunk counters per (batch, query head); the build that
-    # converts after the kernel for the calls it cannot take (_launch)
-    plan.convert = meta["CONVERT_DQ"] and n_blocks > 0
-    plan.n_counters = triton.cdiv(triton.cdiv(n_q, meta["BLOCK_M"]), meta["CONVERT_CHUNK"]) * batch * h_q
-    plan.kwargs_after = dict(plan.kwargs, CONVERT_DQ=False)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
     plan.split, plan.h_kv = split, h_kv
@@ -1832,19 +1684,10 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
         sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
         *dropout_args(dropout, plan.n_q, plan.n_k, lse))
-    # in-kernel conversion needs every query tile reached by key block 0
-    # (causal_shift >= 0) and dq's columns adjacent
-    convert = plan.convert and (causal_shift is None or causal_shift >= 0) and dq.stride(3) == 1
-    if convert:
-        cnt = fastlaunch.zeroed_scratch(plan.n_counters, torch.int32, q.device)
-        args += (dq, dq_acc, cnt, *dq.stride()[:3], *plan.acc_strides[:3], q.shape[1])
-    else:  # constexpr None: the build without it has the parameters of before
-        args += (None,) * 10
-    kwargs = plan.kwargs if convert or not plan.convert else plan.kwargs_after
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
-            _run.launch(args, kwargs, plan.grid)
+            _run.launch(args, plan.kwargs, plan.grid)
     except LAUNCH_ERRORS as exc:
         if not is_build_failure(exc):
             raise
@@ -1856,8 +1699,6 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
             portable._sum_group_partials(dk, dk_out, plan.h_kv, plan.split)
             portable._sum_group_partials(dv, dv_out, plan.h_kv, plan.split)
-    if convert:
-        return True
     acc = dq_acc.as_strided(plan.acc_shape, plan.acc_strides)
     if portable.by_causal(portable.DQ_CONVERT_KERNEL, plan.key[3]):  # (a compile-only call compiles it)
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
