@@ -29,7 +29,9 @@ ENVIRONMENT = [
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "1 / 0: the portable deterministic backward's dK/dV and dQ programs in "
                                         "one launch / two, for every call (read at import; dense calls without "
-                                        "a bias gradient). Default: two (pending its GPU run)"),
+                                        "a bias gradient). Default: one launch at d = 128 non-causal, two elsewhere"),
+    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "head (default) | kind: the one launch's grid by (batch, KV head) or "
+                                              "every dK/dV program before the dQ programs (read at import)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
                                         "reserve, merge, prefetch, pair, gather; docs/decode.md); default: "

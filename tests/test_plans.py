@@ -471,7 +471,7 @@ from flashattn_triton.kernels import bwd, fastlaunch, launch
 
 fastlaunch.ENABLED = True
 ops.PLANS_ENABLED = True
-bwd.ONE_LAUNCH = False  # the default (an inherited FLASHATTN_TRITON_BWD_ONE_LAUNCH aside); set below where tested
+bwd.ONE_LAUNCH = False  # two launches (the default at most shapes), whatever the environment or the d = 128 default; set below where tested
 ops.use_triton = lambda t: True  # CPU tensors through the CUDA path, launches recorded
 launch._arch = lambda index: "sm90"
 launch.Launcher.config = lambda self, device, *key: launch.config_from_env(self.name) or self.choose(0, *key)
