@@ -15,6 +15,11 @@ kernel and per query-tile loop.
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
         --kernels FWD,BWD_DKDV,BWD_DQ --configs "128,64,8,3"
 
+--whole-q builds the portable dK/dV kernels as dense calls with whole query tiles take
+them under kernels/bwd.py WHOLE_Q_TILES (EVEN_M: no row checks in the masked loops):
+
+    python benchmarks/compile_check.py --d 128 --cases causal --kernels BWD_DKDV --whole-q --sass
+
 --hopper compiles the Gluon forward of kernels/hopper/fwd.py instead (Triton
 3.6): per head dim, mask (--cases full,causal) and variant (--hopper-variants:
 names of benchmarks/hopper_fwd_probe.py's VARIANTS, or KEY=VALUE overrides
@@ -745,6 +750,10 @@ def main():
                     help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED, BWD_ONE (both backward "
                     "kernels in one launch: the dK/dV config's tiles, the first dQ candidate's); the KV-cache decode "
                     "kernels DECODE, COMBINE (module doc)")
+    ap.add_argument("--whole-q", action="store_true",
+                    help="dense query lengths that are multiples of 128 with kernels/bwd.py WHOLE_Q_TILES on "
+                         "(the dK/dV kernels' EVEN_M: no row checks in the masked loops); default: as the "
+                         "library's WHOLE_Q_TILES says")
     ap.add_argument("--cases", default="full,causal,varlen",
                     help="which of full / causal / varlen (causal, packed) to compile")
     ap.add_argument("--sass", action="store_true", help="also count instructions (module doc)")
@@ -827,7 +836,8 @@ def portable_sweep(args, names) -> int:
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
                             HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED",
-                            HEAD_MAJOR=bwd.ONE_LAUNCH_HEAD_MAJOR, BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2)
+                            HEAD_MAJOR=bwd.ONE_LAUNCH_HEAD_MAJOR, EVEN_M=not varlen and (args.whole_q or bwd.by_causal(bwd.WHOLE_Q_TILES, causal)),
+                            BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2)
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)

@@ -32,6 +32,28 @@ def test_backward_matches_reference(device, form, n_q, n_k, h_q, h_kv, d, causal
     check_against_reference(q, k, v, causal)
 
 
+# Query lengths that are multiples of 128 (kernels/bwd.py WHOLE_Q_TILES, EVEN_M:
+# the dK/dV kernel's masked loops then skip their row checks): causal both alignments
+# (Nq > Nk: rows that see no key), a left window, not causal with ragged keys.
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype,window", [
+    (128, 128, 4, 4, 64, True, torch.bfloat16, (-1, -1)),
+    (128, 77, 4, 2, 64, True, torch.float16, (-1, -1)),
+    (256, 300, 2, 1, 40, True, torch.float32, (-1, -1)),
+    (128, 96, 2, 2, 96, False, torch.bfloat16, (-1, -1)),
+    (128, 150, 2, 1, 64, True, torch.float16, (40, 0)),
+])
+def test_backward_whole_query_tiles(device, form, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, window):
+    from flashattn_triton.kernels import bwd
+    from _utils import call_spy
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
+    monkeypatch.setattr(bwd, "WHOLE_Q_TILES", True)
+    seen = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["EVEN_M"])
+            for name in ("_launch_dkdv", "_launch_fused", "_launch_one")]
+    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
+    check_against_reference(q, k, v, causal, window_size=window)
+    assert [m for spy in seen for m in spy] and all(m for spy in seen for m in spy), seen
+
+
 @pytest.mark.parametrize("window", [(16, 0), (20, 7)])
 def test_backward_window(device, form, window):
     q, k, v = make_qkv(1, 77, 90, 4, 2, 64, torch.float16, device, requires_grad=False)

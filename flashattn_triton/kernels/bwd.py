@@ -179,7 +179,8 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                  seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
-                 MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+                 MASKED: tl.constexpr, CHECK_ROWS: tl.constexpr, MASK_LEFT: tl.constexpr,
+                 MASK_RIGHT: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -189,8 +190,11 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
 
     Works on the transposed scores s^T (keys x queries) so that dV += P^T dO
     and dK += dS^T Q need no transposed accumulator.  Q, DO, LSE, DELTA point
-    at query row 0 of this (batch entry, query head).  MASKED tiles check
-    rows against n_q and apply the visibility mask.  SPLIT_QK: k, dk hold
+    at query row 0 of this (batch entry, query head).  MASKED tiles apply
+    the visibility mask; CHECK_ROWS tiles check rows against n_q (off when
+    every tile is whole: the checks of Q, dO, LSE and delta cost the masked
+    loop a third of its instructions and most of its spills at 64 x 128
+    tiles).  SPLIT_QK: k, dk hold
     the head-dim columns offs_d (all within HEAD_DIM), k_hi, dk_hi the
     columns offs_d_hi (EVEN_D: all within HEAD_DIM); otherwise k, dk hold
     offs_d and k_hi, dk_hi, offs_d_hi are unused."""
@@ -203,11 +207,11 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
         start = aligned_start(start, BLOCK_M)
         rows = start + offs_m
         if SPLIT_QK:
-            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, True)
-            q_hi = load_tile(q_hi_ptrs, rows, n_q, offs_d_hi, HEAD_DIM, MASKED, EVEN_D)
+            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, CHECK_ROWS, True)
+            q_hi = load_tile(q_hi_ptrs, rows, n_q, offs_d_hi, HEAD_DIM, CHECK_ROWS, EVEN_D)
         else:
-            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, MASKED, EVEN_D)
-        lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, MASKED)
+            q = load_tile(q_ptrs, rows, n_q, offs_d, HEAD_DIM, CHECK_ROWS, EVEN_D)
+        lse2, delta = _load_row_stats(LSE, DELTA, rows, n_q, CHECK_ROWS)
         qk_t = mma(k, tl.trans(q), None, DOT_PRECISION, INTERPRET)
         if SPLIT_QK:  # the forward's two chunks, in its order (second into the first)
             qk_t = mma(k_hi, tl.trans(q_hi), qk_t, DOT_PRECISION, INTERPRET)
@@ -217,7 +221,7 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
                               MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                               HAS_MASK, MASK_BOOL)
         p_t = tl.math.exp2(s_t - lse2[None, :])
-        do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, MASKED, EVEN_DV)
+        do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, CHECK_ROWS, EVEN_DV)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
             # the owned key tile starts at min(offs_n), a multiple of BLOCK_N
@@ -239,10 +243,10 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
             # This key tile's share of dQ; the shares of all key tiles meet in
             # DQ through float32 atomic adds, in an order that varies run to run.
             _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
-                          HEAD_DIM, BLOCK_M, MASKED, DOT_PRECISION, INTERPRET)
+                          HEAD_DIM, BLOCK_M, CHECK_ROWS, DOT_PRECISION, INTERPRET)
             if SPLIT_QK:
                 _dq_share_add(DQ, ds_t, k_hi, start, rows, n_q, offs_d_hi, stride_dqm, stride_dqk,
-                              HEAD_DIM, BLOCK_M, MASKED, DOT_PRECISION, INTERPRET)
+                              HEAD_DIM, BLOCK_M, CHECK_ROWS, DOT_PRECISION, INTERPRET)
         q_ptrs += BLOCK_M * stride_qm
         if SPLIT_QK:
             q_hi_ptrs += BLOCK_M * stride_qm
@@ -277,7 +281,7 @@ def _dkdv_program(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -334,6 +338,9 @@ def _dkdv_program(
 
     lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
+    # EVEN_M: N_Q is a multiple of 128, so of BLOCK_M where BLOCK_M divides 128:
+    # no query tile has rows past n_q and the masked loops skip the row checks.
+    check_rows: tl.constexpr = not (EVEN_M and 128 % BLOCK_M == 0)
     for g in range(0, HEADS_PER_PROGRAM):
         off_h = off_hkv * GROUP_SIZE + g_lo + g  # the query heads that read this KV head
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
@@ -352,7 +359,7 @@ def _dkdv_program(
                                      lo, full_lo, n_q, n_k, qk_scale, shift, window_left, window_right,
                                      softcap2, alibi2, BIASh, stride_bm, stride_bn,
                                      seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
@@ -361,7 +368,7 @@ def _dkdv_program(
                                      full_lo, full_hi, n_q, n_k, qk_scale, shift, window_left, window_right,
                                      softcap2, alibi2, BIASh, stride_bm, stride_bn,
                                      seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, MASK_LEFT, MASK_RIGHT,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, False, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
@@ -370,7 +377,7 @@ def _dkdv_program(
                                      full_hi, hi, n_q, n_k, qk_scale, shift, window_left, window_right,
                                      softcap2, alibi2, BIASh, stride_bm, stride_bn,
                                      seed, rng_base, N_K, dropout_thresh, dropout_scale,
-                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, MASK_LEFT, MASK_RIGHT,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
 
@@ -413,7 +420,7 @@ def _bwd_dkdv(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -428,7 +435,7 @@ def _bwd_dkdv(
                   shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
                   philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
                   SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
-                  MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, FUSED_DQ, DOT_PRECISION, INTERPRET, BLOCK_M,
+                  MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M,
                   BLOCK_N)
 
 
@@ -683,7 +690,7 @@ def _bwd_dkdv_dq(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, HEAD_MAJOR: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, HEAD_MAJOR: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
 ):
@@ -737,7 +744,7 @@ def _bwd_dkdv_dq(
                       shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
                       philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
                       SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
-                      MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, False, DOT_PRECISION, INTERPRET, BLOCK_M1,
+                      MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1,
                       BLOCK_N1)
     else:
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
@@ -986,6 +993,16 @@ def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> b
         on = by_causal(switch, causal)
     return not varlen and not has_dbias and on and not autotune_enabled()
 
+ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES on / off for every call
+# Dense calls whose query length is a multiple of 128 build the dK/dV kernel
+# without the row checks of its masked loops (EVEN_M).  compile_check, sm_90:
+# the causal masked loop 995 -> 718 SASS instructions and 612 -> 204 B of
+# spills at 64 x 128 tiles (d = 128), 467 -> 361 and 20 -> 8 B at 32 x 64.
+# A bool or {causal: bool} (by_causal), read at each call; off until
+# benchmarks/gpu_next_whole_q.sh runs (the builds without it are the ones of
+# before, SASS for SASS).
+WHOLE_Q_TILES: Any = {"1": True, "0": False}.get(os.environ.get(ENV_WHOLE_Q_TILES, "").strip(), False)
+
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 
 
@@ -1121,6 +1138,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # per call (a role of its own in a recording: ops.BwdPlan)
     dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
     one = not fused and use_one_launch(right == 0, varlen, dbias is not None, d_pad)
+    # whole query tiles (_dkdv_program's EVEN_M), where the switch is on
+    even_m = by_causal(WHOLE_Q_TILES, right == 0) and not varlen and n_q % 128 == 0
     if one:  # dK/dV programs, then dQ programs (_bwd_dkdv_dq)
         _launch_one(
             lambda m: (cdiv(n_k, m["BLOCK_N1"]) * batch * h_kv * split + cdiv(n_q, m["BLOCK_M2"]) * batch * h_q,),
@@ -1129,7 +1148,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             *_flat_strides((q, k, v, do, dk_out, dv_out, dq), varlen), *lse_strides, *mods.strides(),
             batch, h_kv, n_q, n_k, group, split, rng_rows,
             *scalars,
-            **meta, HEADS_PER_PROGRAM=group // split, HEAD_MAJOR=ONE_LAUNCH_HEAD_MAJOR,
+            **meta, HEADS_PER_PROGRAM=group // split, HEAD_MAJOR=ONE_LAUNCH_HEAD_MAJOR, EVEN_M=even_m,
         )
     else:
         (_launch_fused if fused else _launch_dkdv)(
@@ -1138,7 +1157,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
             h_kv, n_q, n_k, group, split, rng_rows,
             *scalars,
-            **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused,
+            **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused, EVEN_M=even_m,
         )
     if split > 1:
         _sum_group_partials(dk, dk_out, h_kv, split)
