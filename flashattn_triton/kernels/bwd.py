@@ -30,15 +30,14 @@ Deterministic form, three launches and no atomics:
      with more than one slice, _bwd_group_sum then adds the slices' float32
      partials, in a fixed order, into dK and dV.
   3. _bwd_dq: a program owns a Q tile and loops over the K/V tiles.
-  With ONE_LAUNCH (off by default, pending its GPU run), 2 and 3 are one
+  With ONE_LAUNCH (on at d = 128 without a causal mask), 2 and 3 are one
   launch of _bwd_dkdv_dq for dense calls without a bias gradient: a 1-D
-  grid whose first programs are _bwd_dkdv's and the rest _bwd_dq's, each
-  running the same program body (_dkdv_program, _dq_program) with its own
-  tiles, so the gradients are the same; it saves the gap between the two
-  kernels and lets the dQ programs fill the dK/dV programs' tail.  One
-  launch has one num_warps and num_stages (launch.PairLauncher); at d = 64
-  the dQ programs then hold the dK/dV programs' registers (one block per SM
-  instead of two).
+  grid of _bwd_dkdv's and _bwd_dq's programs, by (batch, KV head)
+  (HEAD_MAJOR: programs that read the same Q, K, V and dO run together),
+  each running the same program body (_dkdv_program, _dq_program) with its
+  own tiles, so the gradients are the same.  One launch has one num_warps
+  and num_stages (launch.PairLauncher); at d = 64 the dQ programs then hold
+  the dK/dV programs' registers (one block per SM instead of two).
 Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
@@ -695,19 +694,17 @@ def _bwd_dkdv_dq(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
 ):
     # _bwd_dkdv's and _bwd_dq's programs in one launch (ONE_LAUNCH), on a 1-D
-    # grid (dense batches only: N_Q, N_K are every sequence's lengths).  The
-    # dK/dV programs come first, in _bwd_dkdv's order (key tile fastest, so
-    # with a causal mask each head's key tile 0, the longest, leads), then the
-    # dQ programs in _bwd_dq's order: the scheduler hands out low ids first, so
-    # the shorter dQ programs (one Q tile against the key tiles: three tile
-    # products per score tile, not four) fill the SMs that the long dK/dV
-    # programs leave idle at the end, and no SM waits for a second launch.
+    # grid (dense batches only: N_Q, N_K are every sequence's lengths).
     # BLOCK_M1 / BLOCK_N1: the dK/dV tiles, BLOCK_M2 / BLOCK_N2: the dQ tiles.
-    # HEAD_MAJOR orders the grid by (batch, KV head) instead: each KV head's
-    # dK/dV programs, then the dQ programs of its query heads, so the programs
+    # HEAD_MAJOR (the default): by (batch, KV head), each KV head's dK/dV
+    # programs (key tile fastest: with a causal mask key tile 0, the longest,
+    # leads) and then the dQ programs of its query heads, so the programs
     # that read the same Q, K, V and dO run at about the same time and share
-    # them in L2 (with the kinds apart, the dQ programs start after every
-    # head's dK/dV programs and read them from memory again).
+    # them in L2.  Otherwise by kind: every dK/dV program in _bwd_dkdv's
+    # order, then the dQ programs in _bwd_dq's order (the scheduler hands out
+    # low ids first, so the shorter dQ programs fill the SMs the dK/dV
+    # programs leave idle at the end), but they read Q, K, V and dO again
+    # from memory.
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N_K, BLOCK_N1)
     tiles_m = tl.cdiv(N_Q, BLOCK_M2)
@@ -965,8 +962,9 @@ ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on /
 # bool} per causal flag (by_causal), or {(padded head dim, causal): bool}
 # (absent keys: off); read at each call.  On at d = 128 non-causal only:
 # on the H200 (session 20, benchmarks/gpu_next_one_launch2.sh, bf16, N 512-2k)
-# it took 1.03-1.035x there, but 0.52-0.98x at d = 64 and 0.57-0.65x at causal
-# d = 128 N <= 1k (the shared num_warps / num_stages fit one part only).
+# it took 1.046-1.058x there (grid by head), but 0.52-0.98x at d = 64 and
+# 0.57-0.65x at causal d = 128 N <= 1k (configs of the parts that differ in
+# num_warps or tile shape there; one launch runs both with one setting).
 ONE_LAUNCH: Any = {"1": True, "0": False}.get(os.environ.get(ENV_ONE_LAUNCH, "").strip(),
                                               {(128, False): True})
 
@@ -992,6 +990,7 @@ def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> b
     else:
         on = by_causal(switch, causal)
     return not varlen and not has_dbias and on and not autotune_enabled()
+
 
 ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES on / off for every call
 # Dense calls whose query length is a multiple of 128 build the dK/dV kernel
