@@ -34,7 +34,8 @@ variant_tag) instead of the plain ones: a (B, 1, N, N) bool mask, dropout
 0.1, softcap 30, ALiBi, a 512-key left window, or a packed batch ("varlen":
 32k tokens in documents of 64..N tokens, log-uniform, one of exactly N, as
 benchmarks/bench_varlen.py draws them).  --merge adds the new entries
-to an existing table instead of replacing it.
+to an existing table instead of replacing it.  The table (and --log) is
+written after every key: a run cut short keeps the keys it finished.
 
 A CPU smoke run of the plumbing (tests/test_configs.py): DEV = "cpu" with
 TRITON_INTERPRET=1, small TOKENS and HEADS, --jobs 0; times are host times.
@@ -210,6 +211,27 @@ def main():
     print(f"compiled {len(jobs)} kernels in {time.time() - t0:.0f} s "
           f"({sum(e is not None for e in errors.values())} failed)", flush=True)
 
+    gpu = DEV == "cuda"
+    env = dict(torch=torch.__version__, triton=triton.__version__,
+               gpu=torch.cuda.get_device_name() if gpu else DEV,
+               capability=list(torch.cuda.get_device_capability()) if gpu else None,
+               date=time.strftime("%Y-%m-%d"),
+               note="bwd kernels timed as the whole backward with the other kernel at its default")
+    old = {}
+    if args.merge and os.path.exists(args.out):
+        with open(args.out) as f:
+            old = json.load(f)
+        env = dict(old.get("env", {}), merged=env)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+
+    def save():
+        """The table (and log) so far: a run cut short keeps the keys it finished."""
+        with open(args.out, "w") as f:
+            json.dump(dict(env=env, configs={**old.get("configs", {}), **table}), f, indent=1, sort_keys=True)
+        if args.log:
+            with open(args.log, "w") as f:
+                json.dump(dict(env=env, results=log), f, indent=1)
+
     table, log = {}, []
     for kern, (d, dv), causal, tag in keys:
         for n in (int(x) for x in args.seqlens.split(",")):
@@ -252,24 +274,10 @@ def main():
                   f"{f'{ref_ms[0]:.3f} ms' if ref_ms else 'not timed'}; {len(timed)} timed in "
                   f"{time.time() - t_key:.0f} s", flush=True)
             del q, k, v, do
-    gpu = DEV == "cuda"
-    env = dict(torch=torch.__version__, triton=triton.__version__,
-               gpu=torch.cuda.get_device_name() if gpu else DEV,
-               capability=list(torch.cuda.get_device_capability()) if gpu else None,
-               date=time.strftime("%Y-%m-%d"),
-               note="bwd kernels timed as the whole backward with the other kernel at its default")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    if args.merge and os.path.exists(args.out):
-        with open(args.out) as f:
-            old = json.load(f)
-        table = {**old["configs"], **table}
-        env = dict(old.get("env", {}), merged=env)
-    with open(args.out, "w") as f:
-        json.dump(dict(env=env, configs=table), f, indent=1, sort_keys=True)
-    if args.log:
-        with open(args.log, "w") as f:
-            json.dump(dict(env=env, results=log), f, indent=1)
-    print(f"wrote {len(table)} entries to {args.out} in {time.time() - t0:.0f} s")
+            save()
+    save()
+    print(f"wrote {len(table)} entries ({len({**old.get('configs', {}), **table})} in all) to {args.out} "
+          f"in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":
