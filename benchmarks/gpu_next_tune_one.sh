@@ -25,7 +25,8 @@
 #      --switch one-launch, FLASHATTN_TRITON_HOPPER_BWD=0, bf16, B*N = 16k, H = 2048/d, d 64 /
 #      128 x N 512 / 1k / 2k x causal and not (12 rows), one launch (tuned) on against off (two
 #      launches, the committed dK/dV and dQ entries), 3 alternated rounds (T_BENCH 120 s).
-# Expected ~5-6.5 min; at most ~10 min under the timeouts (330 + 150 + 120 s).
+# Expected ~6-7 min at session 19's compile rate (tune ~3.5 min, tests ~2, bench ~1.2), ~9 min at
+# 20 s per compile; at most ~10 min under the timeouts (330 + 150 + 120 s).
 # Rule, fixed before the run (session 21), per (d, causal): it passes if the tests pass (rc=0),
 # the copy has its BWD_ONE entries, all 3 rows are measured with the one launch taken
 # (convert_ran) and on every row the median wall ratio off/on is >= 1.02 and the kernel time
