@@ -1,8 +1,8 @@
 """A dQ conversion switch on against off, through the library's backward: --switch
 kernel (default), the conversion kernel after the Hopper backward for causal calls
 (kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch one-launch, the portable backward's
-dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[causal], for the rows'
-causal flags of --causal; rows that take the Hopper backward do not reach it: run with
+dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[(padded head dim, causal)]
+of each row; rows that take the Hopper backward do not reach it: run with
 FLASHATTN_TRITON_HOPPER_BWD=0); --switch one-launch-order, the one launch on for every
 row, its grid by (batch, KV head) (on, ONE_LAUNCH_HEAD_MAJOR) against by kind (off);
 --switch whole-q, the dK/dV kernel built without the masked loops' row checks for query
@@ -94,10 +94,15 @@ class Switch:
         self.base = getattr(self.module, self.attr)
         self.one_launch = bwd.ONE_LAUNCH
 
-    def set(self, on: bool, causal: bool):
+    def set(self, on: bool, causal: bool, d: int):
+        """The switch on or off for rows of this causal flag and head dim d."""
         if self.name == "one-launch-order":
             self.module.ONE_LAUNCH = True  # (restored with the order)
             setattr(self.module, self.attr, on)
+            return
+        if self.name == "one-launch":  # the row's entry only (what its backward reads)
+            from flashattn_triton.kernels.launch import head_dim_pad
+            self.module.ONE_LAUNCH = {(head_dim_pad(d), causal): on}
             return
         setattr(self.module, self.attr, switch_value(self.base, on, causal))
 
@@ -131,7 +136,7 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
     def setting(on: bool):
         """The switch set, then a fresh call plan and forward, and its backward run until
         its plan has recorded (or given up), as in a process that starts with it."""
-        switch.set(on, causal)
+        switch.set(on, causal, r["d"])
         api.clear_plans()
         for _ in range(2):  # the first call makes the plan, the second replays the forward
             out = fat.flash_attn_func(q, k, v, causal=causal)

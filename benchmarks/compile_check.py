@@ -118,7 +118,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from flashattn_triton.kernels import bwd, fwd
-from flashattn_triton.kernels.launch import CANDIDATES, RESIDENT, fits, head_dim_pad
+from flashattn_triton.kernels.launch import CANDIDATES, RESIDENT, fits, head_dim_pad, make_config
 
 
 def _sig(kernel, dtype: str, constexprs: dict):
@@ -745,10 +745,13 @@ def main():
     ap.add_argument("--mods", default="", help="comma-separated switches to turn on, e.g. "
                     "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window)")
     ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
-                    "instead of the first candidate")
+                    "instead of the first candidate; for BWD_ONE also BM1,BN1,BM2,BN2,W,S (a table "
+                    "entry: the dK/dV tiles, the dQ tiles, one num_warps and num_stages)")
     ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ",
                     help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED, BWD_ONE (both backward "
-                    "kernels in one launch: the dK/dV config's tiles, the first dQ candidate's); the KV-cache decode "
+                    "kernels in one launch: a BM,BN,W,S config is the dK/dV part, with the first dQ candidate's "
+                    "tiles, as launch.PairLauncher combines them; --all-configs: its tuning candidates, "
+                    "PairLauncher.pair_candidates); the KV-cache decode "
                     "kernels DECODE, COMBINE (module doc)")
     ap.add_argument("--whole-q", action="store_true",
                     help="dense query lengths that are multiples of 128 with kernels/bwd.py WHOLE_Q_TILES on "
@@ -818,17 +821,29 @@ def portable_sweep(args, names) -> int:
         cases = {"full": (False, False), "causal": (True, False), "varlen": (True, True)}
         d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
         for causal, varlen in (cases[c] for c in args.cases.split(",")):
-            # BWD_ONE (the dK/dV and dQ programs in one launch): the dK/dV
-            # candidates' tiles, the first dQ candidate's tiles, the larger
-            # num_warps and the dK/dV stages, as launch.PairLauncher combines them
+            # BWD_ONE (the dK/dV and dQ programs in one launch): six-field
+            # entries (dK/dV tiles, dQ tiles, warps, stages) as given, or a
+            # four-field dK/dV config combined with the first dQ candidate as
+            # launch.PairLauncher combines them (the larger num_warps, the
+            # dK/dV stages lowered until the dQ tiles fit)
             table = CANDIDATES["BWD_DKDV" if name == "BWD_ONE" else name]
+            if name == "BWD_ONE" and args.all_configs:
+                table = bwd._launch_one.pair_candidates(d_pad, elem, dv_pad)
             cands = table if args.all_configs else table[:1]
             if args.configs:
                 cands = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
-            for bm, bn, w, s in cands:
-                bm2, bn2, w2, _ = CANDIDATES["BWD_DQ"][0]
-                if name == "BWD_ONE":
-                    w = max(w, w2)
+            for cand in cands:
+                bm2 = bn2 = 0
+                if name == "BWD_ONE" and len(cand) == 4:
+                    dq = make_config(CANDIDATES["BWD_DQ"][0])
+                    cand = bwd._launch_one.combine(make_config(cand), dq, d_pad, elem, dv_pad)
+                if len(cand) == 6 and name == "BWD_ONE":
+                    bm, bn, bm2, bn2, w, s = cand
+                elif len(cand) == 4:
+                    bm, bn, w, s = cand
+                else:
+                    raise SystemExit(f"--configs: {cand} is not BM,BN,W,S"
+                                     + (" or BM1,BN1,BM2,BN2,W,S" if name == "BWD_ONE" else ""))
                 meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad, HEAD_DIM_V=dv,
                             HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad, IS_VARLEN=varlen,
                             MASK_LEFT=False, MASK_RIGHT=causal,
@@ -852,8 +867,11 @@ def portable_sweep(args, names) -> int:
                 meta["SPLIT_QK"] = allowed and (args.split_qk == "on" or
                                                 (args.split_qk == "auto" and default))
                 meta = {k: v for k, v in meta.items() if k in kernel.arg_names}
-                resident = RESIDENT["BWD_DKDV" if name == "BWD_ONE" else name]
-                model = "fits" if fits((bm, bn, w, s), resident, d_pad, elem, dv_pad) else "unfit"
+                if name == "BWD_ONE":
+                    fit = bwd._launch_one.entry_fits((bm, bn, bm2, bn2, w, s), d_pad, elem, dv_pad)
+                else:
+                    fit = fits((bm, bn, w, s), RESIDENT[name], d_pad, elem, dv_pad)
+                model = "fits" if fit else "unfit"
                 split = " split" if meta.get("SPLIT_QK") else ""
                 tiles = f"{bm},{bn}+{bm2},{bn2}" if name == "BWD_ONE" else f"{bm},{bn}"
                 label = (f"{name:9s} d={d:3d}{f'/{dv}' if dv != d else ''}{split} causal={causal!s:5} "

@@ -22,6 +22,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3; BWD_ONE (the "
                                          "one-launch backward): num_warps, num_stages, BLOCK_M1/N1, BLOCK_M2/N2"),
+    ("FLASHATTN_TRITON_TABLE_DIR", "a directory whose sm<major><minor>.json replaces the committed launch-config "
+                                   "table (e.g. one that benchmarks/tune.py --merge extended); set it before the "
+                                   "first call"),
     ("FLASHATTN_TRITON_HOPPER_BWD", "0: the portable backward on Hopper too (default: the Gluon backward "
                                     "where it applies; its dQ adds are not bit-reproducible, "
                                     "deterministic=True always takes the portable kernels)"),

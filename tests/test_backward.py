@@ -209,12 +209,25 @@ def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal
     """dq, dk, dv of the one-launch form against float64 on NaN-padded views,
     one launch instead of two, and (interpreter: the same bodies and tiles)
     the two-launch form's bits, in either grid order."""
+    from flashattn_triton.kernels import bwd
+    monkeypatch.setattr(bwd, "ONE_LAUNCH_HEAD_MAJOR", head_major)
+    got, ours = _check_one_launch(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype)
+    two, names = ours({causal: False, not causal: True})  # (per causal flag)
+    assert names == {"_launch_dkdv", "_launch_dq"}, names
+    if device.type == "cpu":
+        for name, a, b in zip(("dq", "dk", "dv"), got, two):
+            assert torch.equal(a, b), f"{name}: one launch and two differ at {(a != b).sum().item()} elements"
+
+
+def _check_one_launch(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype):
+    """The one-launch form's (dq, dk, dv) on NaN-padded views, checked against
+    float64 and to be one launch; and ours(switch): the gradients with
+    bwd.ONE_LAUNCH = switch and the launchers that ran."""
     from flashattn_triton import ops
     from flashattn_triton.kernels import bwd
     from flashattn_triton.reference import flash_attention_ref as flash_ref
     from _utils import assert_close, call_spy
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
-    monkeypatch.setattr(bwd, "ONE_LAUNCH_HEAD_MAJOR", head_major)
     monkeypatch.setenv(ENV_FUSED_DQ, "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     launched = {name: call_spy(monkeypatch, bwd, name) for name in ("_launch_one", "_launch_dkdv", "_launch_dq")}
@@ -239,11 +252,107 @@ def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal
                  [t.detach().clone().requires_grad_(True) for t in (q, k, v)])
     for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
         assert_close(name, g, r, b, 3.0, dtype)
-    two, names = ours({causal: False, not causal: True})  # (per causal flag)
-    assert names == {"_launch_dkdv", "_launch_dq"}, names
+    return got, ours
+
+
+@pytest.fixture
+def fresh_choices():
+    """Launch-config choices are cached per key for the process: a test that
+    points the launchers at a table of its own starts and ends without them."""
+    from flashattn_triton.kernels.launch import Launcher, PairLauncher
+    for cached in (Launcher.choose, PairLauncher.table_entry):
+        cached.cache_clear()
+    yield
+    for cached in (Launcher.choose, PairLauncher.table_entry):
+        cached.cache_clear()
+
+
+def _write_table(path, entries: dict) -> None:
+    import json
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "sm90.json").write_text(json.dumps({"configs": entries}))
+
+
+# The one launch's own table entries (launch.PairLauncher; benchmarks/tune.py
+# --kernels BWD_ONE): [BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages].
+def test_one_launch_table_entry(monkeypatch, tmp_path, fresh_choices):
+    """A BWD_ONE entry of the table (FLASHATTN_TRITON_TABLE_DIR) wins over the
+    config derived from the parts' entries; FLASHATTN_TRITON_CONFIG_BWD_ONE
+    overrides its fields, and a part forced by its own variable brings back
+    the derived config; a malformed entry raises naming its key."""
+    from flashattn_triton.kernels import bwd, launch
+    from flashattn_triton.kernels.launch import ENV_CONFIG_PREFIX, ENV_TABLE_DIR, table_key
+    monkeypatch.setattr(launch, "INTERPRET", False)  # (the table is read for compiled kernels only)
+    monkeypatch.setattr(launch, "_arch", lambda index: "sm90")
+    for name in ("AUTOTUNE", "CONFIG_BWD_ONE", "CONFIG_BWD_DKDV", "CONFIG_BWD_DQ"):
+        monkeypatch.delenv("FLASHATTN_TRITON_" + name, raising=False)
+    bf16, gpu = torch.bfloat16, torch.device("cuda", 0)
+    entries = {table_key("BWD_ONE", bf16, 128, True, 1024): [32, 64, 64, 32, 4, 2]}
+    for causal in (False, True):
+        entries[table_key("BWD_DKDV", bf16, 128, causal, 1024)] = [32, 64, 4, 2]
+        entries[table_key("BWD_DQ", bf16, 128, causal, 1024)] = [128, 64, 8, 3]
+    _write_table(tmp_path / "good", entries)
+    monkeypatch.setenv(ENV_TABLE_DIR, str(tmp_path / "good"))
+
+    def config(causal):
+        cfg = bwd._launch_one.config(gpu, bf16, 128, causal, 1024, "", 128)
+        return (*(cfg.kwargs[f] for f in launch.PAIR_FIELDS[:4]), cfg.num_warps, cfg.num_stages)
+
+    assert config(True) == (32, 64, 64, 32, 4, 2)  # the entry
+    assert config(False) == (32, 64, 128, 64, 8, 2)  # no entry: derived (tiles of each, 8 warps, 2 stages)
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_ONE", "num_warps=8,BLOCK_N2=64")
+    assert config(True) == (32, 64, 64, 64, 8, 2)
+    monkeypatch.delenv(ENV_CONFIG_PREFIX + "BWD_ONE")
+    monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_DKDV", "BLOCK_M=64,BLOCK_N=64,num_warps=4,num_stages=3")
+    assert config(True) == (64, 64, 128, 64, 8, 3)
+    monkeypatch.delenv(ENV_CONFIG_PREFIX + "BWD_DKDV")
+    # an entry that does not fit the model (dK/dV 64 x 128 at 4 warps: 256 accumulator registers)
+    _write_table(tmp_path / "unfit", {**entries, table_key("BWD_ONE", bf16, 128, True, 1024): [64, 128, 64, 32, 4, 2]})
+    monkeypatch.setenv(ENV_TABLE_DIR, str(tmp_path / "unfit"))
+    bwd._launch_one.table_entry.cache_clear()
+    assert config(True) == (32, 64, 128, 64, 8, 2)
+    for kernel, bad in (("BWD_ONE", [32, 64, 4, 2]), ("BWD_ONE", [32, 64, 64, 32, 4, 0]),
+                        ("BWD_DKDV", [32, 64, 64, 32, 4, 2])):
+        key = table_key(kernel, bf16, 128, True, 2048)
+        _write_table(tmp_path / f"bad{len(bad)}{bad[-1]}{kernel}", {**entries, key: bad})
+        monkeypatch.setenv(ENV_TABLE_DIR, str(tmp_path / f"bad{len(bad)}{bad[-1]}{kernel}"))
+        bwd._launch_one.table_entry.cache_clear()
+        launch.Launcher.choose.cache_clear()
+        with pytest.raises(ValueError, match=f"sm90.json: entry '{key.replace('|', '[|]')}'"):
+            bwd._launch_one.config(gpu, bf16, 128, True, 1024, "", 128)
+
+
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype,entry", [
+    (37, 45, 2, 2, 64, True, torch.bfloat16, (32, 64, 64, 32, 4, 2)),
+    (45, 29, 4, 2, 40, False, torch.float16, (64, 32, 32, 64, 4, 3)),
+])
+def test_one_launch_table_config_backward(device, monkeypatch, tmp_path, fresh_choices,
+                                          n_q, n_k, h_q, h_kv, d, causal, dtype, entry):
+    """The one launch with a table entry's tiles gives the float64 reference's
+    gradients (compiled: through FLASHATTN_TRITON_TABLE_DIR; the interpreter
+    reads no table, so there the same six fields come from
+    FLASHATTN_TRITON_CONFIG_BWD_ONE)."""
+    from flashattn_triton.kernels import bwd, launch
+    from flashattn_triton.kernels.launch import (ENV_CONFIG_PREFIX, ENV_TABLE_DIR, PAIR_FIELDS, head_dim_pad,
+                                                 seq_bucket, table_key)
+    d_pad = head_dim_pad(d)
+    _write_table(tmp_path, {table_key("BWD_ONE", dtype, d_pad, causal, seq_bucket(max(n_q, n_k))): list(entry)})
+    monkeypatch.setenv(ENV_TABLE_DIR, str(tmp_path))
     if device.type == "cpu":
-        for name, a, b in zip(("dq", "dk", "dv"), got, two):
-            assert torch.equal(a, b), f"{name}: one launch and two differ at {(a != b).sum().item()} elements"
+        monkeypatch.setenv(ENV_CONFIG_PREFIX + "BWD_ONE", ",".join(f"{f}={x}" for f, x in zip(PAIR_FIELDS, entry)))
+    if device.type == "cuda":
+        monkeypatch.setattr(launch, "_arch", lambda index: "sm90")
+    chosen = []
+    real = bwd._launch_one.config
+
+    def spy(*args):
+        cfg = real(*args)
+        chosen.append((*(cfg.kwargs[f] for f in PAIR_FIELDS[:4]), cfg.num_warps, cfg.num_stages))
+        return cfg
+
+    monkeypatch.setattr(bwd._launch_one, "config", spy)
+    _check_one_launch(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype)
+    assert chosen and set(chosen) == {entry}, chosen
 
 
 def test_one_launch_with_variants(device, monkeypatch):

@@ -31,12 +31,110 @@ def test_every_candidate_config(device, monkeypatch, kernel, cfg):
 
 
 def test_table_entries_are_candidates():
-    """The committed table only names configs the kernels are tested with."""
+    """The committed table only names configs the kernels are tested with (a
+    one-launch entry: a pair of the parts' candidate tiles, as tune.py pairs them)."""
+    from flashattn_triton.kernels.bwd import _launch_one
     table = load_table("sm90")
     assert table, "flashattn_triton/kernels/configs/sm90.json is missing or empty"
     for key, entry in table.items():
         kernel = key.split("|")[0]
+        if kernel == _launch_one.name:
+            bm1, bn1, bm2, bn2, w, s = entry
+            for part, tiles in zip(_launch_one.parts, ((bm1, bn1, w), (bm2, bn2, w))):
+                assert tiles in [(bm, bn, ww) for bm, bn, ww, _ in part.candidates], f"{key}: {entry}"
+            assert s in _launch_one.STAGES, f"{key}: {entry}"
+            continue
         assert tuple(entry) in [tuple(c) for c in CANDIDATES[kernel]], f"{key}: {entry} not a candidate"
+
+
+def test_table_loader_checks_entry_lengths(monkeypatch, tmp_path):
+    """Four fields per entry, six for the one-launch backward (BWD_ONE); any
+    other entry is a ValueError naming its key and the file."""
+    import json
+    from flashattn_triton.kernels import launch
+    good = {"BWD_DKDV|bfloat16|d64|full|n1024": [64, 64, 4, 3],
+            "BWD_ONE|bfloat16|d64|full|n1024": [64, 64, 64, 64, 4, 3]}
+    bad = {"BWD_DKDV|bfloat16|d64|full|n2048": [64, 64, 64, 64, 4, 3],
+           "BWD_ONE|bfloat16|d64|full|n2048": [64, 64, 4, 3],
+           "FWD|bfloat16|d64|full|n2048": [128, 64, 4, "3"],
+           "BWD_DQ|bfloat16|d64|full|n2048": [128, 64, 4, -1]}
+    for i, extra in enumerate([{}, *({k: v} for k, v in bad.items())]):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "sm90.json").write_text(json.dumps({"configs": {**good, **extra}}))
+        monkeypatch.setenv(launch.ENV_TABLE_DIR, str(tmp_path / str(i)))
+        if not extra:
+            assert launch.load_table("sm90") == {k: tuple(v) for k, v in good.items()}
+            continue
+        key = next(iter(extra))
+        with pytest.raises(ValueError, match=f"{i}/sm90.json: entry '{key.replace('|', '[|]')}'"):
+            launch.load_table("sm90")
+    monkeypatch.delenv(launch.ENV_TABLE_DIR)
+    assert launch.load_table("sm90") is launch._read_table(launch.TABLE_DIR / "sm90.json")
+
+
+def test_one_launch_tuning_candidates():
+    """PairLauncher.pair_candidates: a dK/dV candidate's tiles and a dQ
+    candidate's of the same num_warps, at 2 or 3 stages, both parts fitting
+    the model; the config the library derives from the parts' preferred
+    configs is among them at d = 64 and 128."""
+    from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq, _launch_one
+    from flashattn_triton.kernels.launch import RESIDENT, fits, make_config
+    for d in (64, 128):
+        cands = _launch_one.pair_candidates(d, 2)
+        assert cands and len(set(cands)) == len(cands)
+        for bm1, bn1, bm2, bn2, w, s in cands:
+            assert (bm1, bn1, w) in [(bm, bn, ww) for bm, bn, ww, _ in _launch_dkdv.candidates]
+            assert (bm2, bn2, w) in [(bm, bn, ww) for bm, bn, ww, _ in _launch_dq.candidates]
+            assert s in (2, 3) and min(bm1, bn1, bm2, bn2) >= 32
+            assert fits((bm1, bn1, w, s), RESIDENT["BWD_DKDV"], d, 2) and fits((bm2, bn2, w, s), RESIDENT["BWD_DQ"], d, 2)
+        derived = _launch_one.combine(*(make_config(p.default_entry(d, 2)) for p in _launch_one.parts), d, 2)
+        assert derived in cands, derived
+
+
+def test_tune_one_launch_cpu_smoke(monkeypatch, tmp_path, capsys):
+    """benchmarks/tune.py --kernels BWD_ONE on the CPU (interpreter, host
+    times, one tiny shape): the timed calls launch the one-launch kernel with
+    each candidate, and --merge adds a six-field entry to the table."""
+    import importlib
+    import json
+    import sys
+    from pathlib import Path
+    from flashattn_triton.kernels import bwd, launch
+    from _utils import call_spy
+    if not launch.INTERPRET:
+        pytest.skip("a CPU run: needs Triton's interpreter")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    tune = importlib.import_module("tune")
+    monkeypatch.setattr(tune, "DEV", "cpu")
+    monkeypatch.setattr(tune, "TOKENS", 24)  # B = 1, N = 24
+    monkeypatch.setattr(tune, "HEADS", 80)  # H = 2 at d = 40
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", bwd.ONE_LAUNCH)  # (tune.py sets it per kernel)
+    monkeypatch.delenv("FLASHATTN_TRITON_CONFIG_BWD_ONE", raising=False)
+    # 2 dK/dV tiles x 1 dQ tile at 4 warps x 2 stage counts; the 16-wide tile and the 8-warp dQ tile pair with none
+    monkeypatch.setattr(bwd._launch_dkdv, "candidates", [(32, 32, 4, 2), (64, 32, 4, 3), (16, 32, 4, 2)])
+    monkeypatch.setattr(bwd._launch_dq, "candidates", [(32, 32, 4, 2), (32, 64, 8, 2)])
+    two = [call_spy(monkeypatch, bwd, name) for name in ("_launch_dkdv", "_launch_dq")]
+    chosen = []
+    real = bwd._launch_one.config
+
+    def spy(*args):
+        cfg = real(*args)
+        chosen.append((*(cfg.kwargs[f] for f in launch.PAIR_FIELDS[:4]), cfg.num_warps, cfg.num_stages))
+        return cfg
+
+    monkeypatch.setattr(bwd._launch_one, "config", spy)
+    out = tmp_path / "sm90.json"
+    out.write_text(json.dumps({"env": {}, "configs": {"FWD|bfloat16|d64|full|n1024": [128, 64, 4, 3]}}))
+    monkeypatch.setattr(sys, "argv", ["tune.py", "--kernels", "BWD_ONE", "--head-dims", "40", "--seqlens", "24",
+                                      "--causal", "causal", "--jobs", "0", "--out", str(out), "--merge"])
+    tune.main()
+    cands = [(32, 32, 32, 32, 4, 2), (64, 32, 32, 32, 4, 2), (32, 32, 32, 32, 4, 3), (64, 32, 32, 32, 4, 3)]
+    assert set(chosen) == set(cands) and len(chosen) == 2 * len(cands)  # compiled once, timed once
+    assert not two[0] and not two[1]
+    assert "BWD_ONE d=40: 4 candidates per key" in capsys.readouterr().out
+    table = launch._read_table(out)
+    assert set(table) == {"FWD|bfloat16|d64|full|n1024", "BWD_ONE|bfloat16|d64|causal|n32"}
+    assert table["BWD_ONE|bfloat16|d64|causal|n32"] in cands
 
 
 def test_table_lookup_falls_back_across_dtype_and_bucket():

@@ -36,8 +36,10 @@ Deterministic form, three launches and no atomics:
   (HEAD_MAJOR: programs that read the same Q, K, V and dO run together),
   each running the same program body (_dkdv_program, _dq_program) with its
   own tiles, so the gradients are the same.  One launch has one num_warps
-  and num_stages (launch.PairLauncher); at d = 64 the dQ programs then hold
-  the dK/dV programs' registers (one block per SM instead of two).
+  and num_stages (launch.PairLauncher: the table's BWD_ONE entry, tuned by
+  benchmarks/tune.py --kernels BWD_ONE, else the parts' configs combined);
+  at d = 64 the combined config makes the dQ programs hold the dK/dV
+  programs' registers (one block per SM instead of two).
 Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
 exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
 each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the

@@ -6,7 +6,8 @@ How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match 
   2. under Triton's interpreter, a small fixed config;
   3. FLASHATTN_TRITON_AUTOTUNE=1: Triton's autotuner over the candidate list,
      its results cached on disk across processes;
-  4. the table ``configs/sm<major><minor>.json`` keyed by (kernel, dtype,
+  4. the table ``configs/sm<major><minor>.json`` (or the one in
+     FLASHATTN_TRITON_TABLE_DIR) keyed by (kernel, dtype,
      padded head dims, causal, variant, length bucket), written by
      benchmarks/tune.py on that GPU; a variant without entries of its own
      (``variant_tag``) takes the plain entry, and a value head dim that pads
@@ -15,7 +16,9 @@ How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match 
   5. the preferred config of the head-dim class, else the first candidate that
      fits the model.
 A call never tunes unless asked (3).  Choices are cached per key, so the host
-cost of a call is a dict lookup.
+cost of a call is a dict lookup.  The one-launch backward (PairLauncher,
+"BWD_ONE") combines two kernels' configs; its table entries hold six fields
+(PAIR_FIELDS).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "1": autotune (opt-in)
 ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_FUSED / BWD_ONE
+# A directory whose sm<major><minor>.json replaces the committed table (e.g. a
+# copy that benchmarks/tune.py --merge added entries to); read at each table
+# lookup, and a kernel's choice is cached per key: set it before the first call.
+ENV_TABLE_DIR = "FLASHATTN_TRITON_TABLE_DIR"
 TABLE_DIR = Path(__file__).with_name("configs")
 
 # Names of the arguments the autotuner keys on (besides the tensor dtypes).
@@ -95,6 +102,30 @@ def dot_precision(dtype: torch.dtype) -> str:
 def make_config(entry) -> triton.Config:
     bm, bn, w, s = entry
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+
+
+# The fields of a table entry (and of FLASHATTN_TRITON_CONFIG_<kernel>): one
+# kernel's tiles, or, for the kernels that run two kernels' programs in one
+# launch (PairLauncher), the first part's tiles and the second's.
+ENTRY_FIELDS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+PAIR_FIELDS = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages")
+PAIR_KERNELS = ("BWD_ONE",)
+
+
+def entry_fields(kernel: str) -> Tuple[str, ...]:
+    return PAIR_FIELDS if kernel in PAIR_KERNELS else ENTRY_FIELDS
+
+
+def check_entry(key: str, value, where: str = "config table") -> Tuple[int, ...]:
+    """A table entry as a tuple: as many positive integers as its key's
+    kernel (the key's first field) takes (entry_fields); else ValueError
+    naming the key."""
+    fields = entry_fields(key.split("|", 1)[0])
+    if (not isinstance(value, (list, tuple)) or len(value) != len(fields)
+            or not all(type(x) is int and x > 0 for x in value)):
+        raise ValueError(f"{where}: entry {key!r} is {value!r}, not [{', '.join(fields)}] "
+                         f"({len(fields)} positive integers)")
+    return tuple(value)
 
 
 # What each kernel keeps on chip (see footprint): (resident block, resident
@@ -203,14 +234,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def load_table(arch: str) -> Dict[str, Tuple[int, ...]]:
+    """{key: config} of a GPU (arch "sm90"), {} if none is committed (or in
+    FLASHATTN_TRITON_TABLE_DIR, when set)."""
+    return _read_table(Path(env_value(ENV_TABLE_DIR) or TABLE_DIR) / f"{arch}.json")
+
+
 @functools.lru_cache(maxsize=None)
-def load_table(arch: str) -> Dict[str, Tuple[int, int, int, int]]:
-    """{key: config} of a GPU (arch "sm90"), {} if none is committed."""
-    path = TABLE_DIR / f"{arch}.json"
+def _read_table(path: Path) -> Dict[str, Tuple[int, ...]]:
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return {k: tuple(v) for k, v in data["configs"].items()}
+    return {k: check_entry(k, v, str(path)) for k, v in data["configs"].items()}
 
 
 # Variants that change a kernel's register pressure enough to want configs of
@@ -256,7 +291,7 @@ def _arch(device_index: int) -> str:
 
 def table_lookup(kernel: str, arch: str, dtype: torch.dtype, d_pad: int, causal: bool,
                  bucket: int, tag: str = "", dv_pad: Optional[int] = None
-                 ) -> Optional[Tuple[int, int, int, int]]:
+                 ) -> Optional[Tuple[int, ...]]:
     """The table's config for this key; fp16 and bf16 stand in for each other,
     the nearest tuned length bucket for an untuned one, the plain entry for a
     variant without entries, and, for head dims that pad differently (dv_pad
@@ -373,14 +408,26 @@ class Launcher:
 
 class PairLauncher(Launcher):
     """Launches a kernel that does the work of two Launchers' kernels in one
-    grid (kernels/bwd.py _bwd_dkdv_dq): each part's tiles as its own launcher
-    chooses them, as BLOCK_M1 / BLOCK_N1 (first) and BLOCK_M2 / BLOCK_N2
-    (second); a launch has one num_warps, the larger of the two, and one
-    num_stages, the first part's (the longer programs'), lowered until both
-    parts fit the shared-memory model (fits, RESIDENT of the parts' names).
-    FLASHATTN_TRITON_CONFIG_<name> (e.g. "num_warps=8,num_stages=2") overrides
-    any of these six.  No autotuning: config() raises when a part would tune
-    (the caller launches the parts separately then)."""
+    grid (kernels/bwd.py _bwd_dkdv_dq): the first part's tiles as BLOCK_M1 /
+    BLOCK_N1, the second's as BLOCK_M2 / BLOCK_N2, and one num_warps and
+    num_stages for both (PAIR_FIELDS).  The config, first match wins:
+      1. FLASHATTN_TRITON_CONFIG_<name> (e.g. "num_warps=8,num_stages=2")
+         overrides any of the six fields of what follows;
+      2. a part's config forced by its own variable, or under Triton's
+         interpreter: the parts' configs combined (4);
+      3. the table's <name> entry (benchmarks/tune.py --kernels <name>), if
+         both parts fit the model at its warps and stages (entry_fits);
+      4. the parts' configs combined: each part's tiles, the larger num_warps,
+         the first part's num_stages (the longer programs'), lowered until
+         both parts fit the shared-memory model (fits, each part's resident).
+    No autotuning: config() raises when a part would tune (the caller
+    launches the parts separately then)."""
+
+    # Tuning candidates (pair_candidates): tiles at least this wide, and these
+    # pipeline depths.  The 16-wide tiles of CANDIDATES serve head dims of 512
+    # (and float32), which the one launch is not tuned for.
+    MIN_TILE = 32
+    STAGES = (2, 3)
 
     def __init__(self, kernel, name: str, first: Launcher, second: Launcher):
         self.kernel = fastlaunch.install(kernel)
@@ -390,29 +437,71 @@ class PairLauncher(Launcher):
         self.candidates = []
         self._tuned = None
         self._configs: Dict[tuple, triton.Config] = {}
+        self._forced = tuple(ENV_CONFIG_PREFIX + p.name for p in self.parts)
 
     def tuned(self):
         raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
+
+    def entry_fits(self, entry, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> bool:
+        """Both parts of a six-field entry fit the model at its warps and stages."""
+        bm1, bn1, bm2, bn2, warps, stages = entry
+        return all(fits(part, p.resident, d_pad, elem_bytes, dv_pad)
+                   for part, p in zip(((bm1, bn1, warps, stages), (bm2, bn2, warps, stages)), self.parts))
+
+    def pair_candidates(self, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> List[tuple]:
+        """Six-field entries to tune: each part's candidate tiles (at least
+        MIN_TILE wide, in the parts' order of preference) paired with those of
+        the other part's candidates of the same num_warps, at each of STAGES
+        where both parts fit the model."""
+        def tiles(part, warps):
+            return list(dict.fromkeys((bm, bn) for bm, bn, w, _ in part.candidates
+                                      if w == warps and min(bm, bn) >= self.MIN_TILE))
+        first, second = self.parts
+        out = []
+        for warps in dict.fromkeys(w for *_, w, _ in first.candidates):
+            for stages in self.STAGES:
+                for a in tiles(first, warps):
+                    for b in tiles(second, warps):
+                        entry = (*a, *b, warps, stages)
+                        if self.entry_fits(entry, d_pad, elem_bytes, dv_pad):
+                            out.append(entry)
+        return out
+
+    def combine(self, a: triton.Config, b: triton.Config, d_pad: int, elem_bytes: int,
+                dv_pad: Optional[int] = None) -> tuple:
+        """The six fields of the parts' configs a and b combined (4 in the class doc)."""
+        warps, stages = max(a.num_warps, b.num_warps), a.num_stages
+        entry = (a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"])
+        while stages > 1 and not self.entry_fits((*entry, warps, stages), d_pad, elem_bytes, dv_pad):
+            stages -= 1
+        return (*entry, warps, stages)
+
+    @functools.lru_cache(maxsize=1024)
+    def table_entry(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
+                    bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[tuple]:
+        """The table's entry for this key (3 in the class doc), or None."""
+        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
+        elem = torch.tensor([], dtype=dtype).element_size()
+        return entry if entry is not None and self.entry_fits(entry, d_pad, elem, dv_pad) else None
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
                bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[triton.Config]:
         a, b = (p.config(device, dtype, d_pad, causal, bucket, tag, dv_pad) for p in self.parts)
         if a is None or b is None:
             raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
+        entry = None
+        if not INTERPRET and device.type == "cuda" and not any(env_snapshot(self._forced)):
+            entry = self.table_entry(device.index if device.index is not None else torch.cuda.current_device(),
+                                     dtype, d_pad, causal, bucket, tag, dv_pad)
         fields = env_fields(self.name)
-        key = (a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], a.num_warps, a.num_stages,
+        key = (entry, a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], a.num_warps, a.num_stages,
                b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"], b.num_warps, b.num_stages,
                None if fields is None else tuple(sorted(fields.items())), dtype, d_pad, dv_pad)
         cfg = self._configs.get(key)
         if cfg is None:
-            warps, stages = max(a.num_warps, b.num_warps), a.num_stages
-            elem = torch.tensor([], dtype=dtype).element_size()
-            while stages > 1 and not all(fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], warps, stages),
-                                              p.resident, d_pad, elem, dv_pad)
-                                         for c, p in zip((a, b), self.parts)):
-                stages -= 1
-            meta = dict(BLOCK_M1=key[0], BLOCK_N1=key[1], BLOCK_M2=key[4], BLOCK_N2=key[5],
-                        num_warps=warps, num_stages=stages)
+            if entry is None:
+                entry = self.combine(a, b, d_pad, torch.tensor([], dtype=dtype).element_size(), dv_pad)
+            meta = dict(zip(PAIR_FIELDS, entry))
             unknown = set(fields or ()) - set(meta)
             if unknown:
                 raise ValueError(f"{ENV_CONFIG_PREFIX + self.name}: unknown fields {sorted(unknown)} "
