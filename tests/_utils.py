@@ -5,6 +5,30 @@ from flashattn_triton.testing import *  # noqa: F401,F403
 from flashattn_triton.testing import DTYPES, assert_close, assert_rel, leaf, make_qkv, rand  # noqa: F401
 
 
+def _language_namespaces():
+    import triton.language as tl
+    return (tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base)
+
+
+# triton.language as imported, before any interpreted kernel ran (conftest
+# imports this module first): Triton's interpreter patches these namespaces
+# while it runs a kernel and does not always put everything back (3.9: the
+# tensor class's operators and triton.language.core's builtins stay patched
+# after an interpreted run), which breaks a later compile for a real target
+# in the same process (tests/test_fastlaunch.py).
+_LANGUAGE = [(space, dict(vars(space))) for space in _language_namespaces()]
+
+
+def restore_language() -> None:
+    """Put triton.language back as it was imported (_LANGUAGE)."""
+    for space, attrs in _LANGUAGE:
+        for name in [n for n in vars(space) if n not in attrs]:
+            delattr(space, name)
+        for name, value in attrs.items():
+            if vars(space).get(name) is not value:
+                setattr(space, name, value)
+
+
 def call_spy(monkeypatch, owner, name, record=None) -> list:
     """Replace ``owner.<name>`` (undone at the test's end) with a wrapper that
     calls through and appends ``record(*args, **kwargs)`` (default: 1) to

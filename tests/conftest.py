@@ -32,6 +32,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from _filelock import file_lock  # noqa: E402
+import _utils  # noqa: E402,F401  (its snapshot of triton.language, before any kernel runs)
 
 BIGMEM_LOCK = "flashattn-triton-bigmem.lock"
 

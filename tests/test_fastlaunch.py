@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from _utils import call_spy
+from _utils import call_spy, restore_language
 from fake_cuda import LAUNCHES, FakeLauncher, fake_cuda
 from flashattn_triton.kernels import fastlaunch
 
@@ -38,6 +38,13 @@ def _copy_rows(X, Y, stride_x, stride_y, n, scale, unit, flag, BLOCK: tl.constex
 @pytest.fixture(scope="module")
 def kernel():
     return JITFunction(_copy_rows)
+
+
+@pytest.fixture(autouse=True)
+def _language_as_imported():
+    """These tests compile for a real target: start from triton.language as
+    imported, whatever interpreted kernels ran before in this process."""
+    restore_language()
 
 
 @pytest.fixture
