@@ -54,7 +54,7 @@ chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import triton
@@ -867,9 +867,15 @@ DQ_CONVERT_KERNEL: Any = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVE
                                                      _DQ_CONVERT_DEFAULT)
 
 
-def by_causal(switch: Any, causal: bool) -> bool:
-    """A switch that is a bool or {causal flag: bool}, for a call's causal flag."""
-    return bool(switch[causal]) if isinstance(switch, dict) else bool(switch)
+def by_causal(switch: Any, causal: bool, d_pad: Optional[int] = None) -> bool:
+    """A switch that is a bool, {causal flag: bool} or {(padded head dim,
+    causal flag): bool} (absent keys: off), for a call's causal flag and
+    padded head dim."""
+    if not isinstance(switch, dict):
+        return bool(switch)
+    if any(isinstance(key, tuple) for key in switch):
+        return bool(switch.get((d_pad, causal), False))
+    return bool(switch[causal])
 
 
 def _dq_convert_launches(dq: torch.Tensor) -> bool:
@@ -986,12 +992,8 @@ def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> b
     (ONE_LAUNCH, for this causal flag and padded head dim): dense batches
     without a bias gradient, and no autotuning (the one-launch kernel takes
     the parts' configs, it is not tuned itself)."""
-    switch = ONE_LAUNCH
-    if isinstance(switch, dict) and any(isinstance(key, tuple) for key in switch):
-        on = bool(switch.get((d_pad, causal), False))
-    else:
-        on = by_causal(switch, causal)
-    return not varlen and not has_dbias and on and not autotune_enabled()
+    return (not varlen and not has_dbias and by_causal(ONE_LAUNCH, causal, d_pad)
+            and not autotune_enabled())
 
 
 ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES on / off for every call
