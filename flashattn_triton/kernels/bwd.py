@@ -1001,10 +1001,12 @@ ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES o
 # without the row checks of its masked loops (EVEN_M).  compile_check, sm_90:
 # the causal masked loop 995 -> 718 SASS instructions and 612 -> 204 B of
 # spills at 64 x 128 tiles (d = 128), 467 -> 361 and 20 -> 8 B at 32 x 64.
-# A bool or {causal: bool} (by_causal), read at each call; off until
-# benchmarks/gpu_next_whole_q.sh runs (the builds without it are the ones of
-# before, SASS for SASS).
-WHOLE_Q_TILES: Any = {"1": True, "0": False}.get(os.environ.get(ENV_WHOLE_Q_TILES, "").strip(), False)
+# A bool or {causal: bool} (by_causal), read at each call.  On for causal
+# calls since session 21 (benchmarks/gpu_next_whole_q.sh on the H200: wall
+# off/on 1.009-1.060 on the 6 causal rows, geomean 1.030; the non-causal
+# rows, which have no masked query tile, read 0.988-1.049 and stay off).
+WHOLE_Q_TILES: Any = {"1": True, "0": False}.get(os.environ.get(ENV_WHOLE_Q_TILES, "").strip(),
+                                                  {False: False, True: True})
 
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 
