@@ -21,7 +21,7 @@ echo "rc=$?" >> "$R/tune.out"; el tune; grep -v "Warning\|warn" "$R/tune.out" | 
 python3 - flashattn_triton/kernels/configs/sm90.json "$R/tune_log.json" "$OUT/adopt.json" <<'PY' | tee "$OUT/verdict.txt"
 import json, sys
 committed = json.load(open(sys.argv[1]))["configs"]
-log = json.load(open(sys.argv[2]))
+log = json.load(open(sys.argv[2]))["results"]
 adopt = {}
 for e in log:
     if "ranking" not in e:
