@@ -153,6 +153,10 @@ def main():
                     help="which of api (flash_attn_func's backward), portable (the same with "
                     "FLASHATTN_TRITON_HOPPER_BWD=0), cudnn, fa2 (SDPA) to time")
     ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout_p of the kernel rows' forward and backward (one seed, so every variant "
+                         "draws the same mask and its gradients check against the first's); the baselines "
+                         "run without it")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--rows", choices=("grid", "window"), default="grid",
                     help="grid: the variants above; window: sliding windows (module doc)")
@@ -208,10 +212,14 @@ def main():
         shift = 0 if causal else None
         o = torch.empty_like(do)
         lse = torch.empty(b, hq, n, device="cuda")
-        assert hopper.hopper_attention_forward(qh, kh, vh, o.transpose(1, 2), lse, scale, shift)
+        drop = {}
+        if args.dropout:
+            drop = dict(dropout=(torch.tensor([1234], dtype=torch.int64, device="cuda"), args.dropout, 0))
+        assert hopper.hopper_attention_forward(qh, kh, vh, o.transpose(1, 2), lse, scale, shift, **drop)
         delta = (do.float() * o.float()).sum(-1).transpose(1, 2).contiguous()
         flops = 2 * b * hq * n * n * (3 * d + 2 * dv) / (2 if causal else 1)
-        row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, dv=dv, causal=causal, tflops={}, check={})
+        row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, dv=dv, causal=causal, dropout=args.dropout, tflops={},
+                   check={})
         if hq != hkv and hasattr(hbwd, "group_split"):  # the S that GROUP_SPLIT=0 (the rule) takes
             n_blocks = -(-n // hbwd.kernel_meta(d, causal, unverified=True)["BLOCK_N"])
             row["rule_split"] = hbwd.group_split(hq // hkv, n_blocks * b * hkv, hbwd.sm_count(q.device),
@@ -229,7 +237,7 @@ def main():
 
             def run():
                 return hbwd.hopper_attention_backward(doh, qh, kh, vh, lse, delta, *gh, scale, shift,
-                                                      UNVERIFIED=True, **over)
+                                                      UNVERIFIED=True, **drop, **over)
             try:
                 if not run():
                     row["tflops"][spec] = None

@@ -491,11 +491,14 @@ def test_dropout_keep_mask_is_the_portable_one(monkeypatch, d, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("shared", [False, True], ids=["own-calls", "shared-calls"])
 @pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
-def test_keys_first_backward_path(monkeypatch, d):
+def test_keys_first_backward_path(monkeypatch, d, shared):
     """The backward's default (keys x queries) path with dropout (not the
     DROPOUT_CONFIGS choice, it spills; SPLIT_D=False forces it): the mask of
-    tile_halves_keys_first, gradients against float64 with the same mask."""
+    tile_halves_keys_first, each lane pair making its calls twice or, with
+    DROPOUT_SHARED_CALLS, once and exchanging halves; gradients against
+    float64 with the same mask."""
     from flashattn_triton.reference import flash_attention_ref
     from flashattn_triton.kernels.hopper import bwd as hbwd
     from flashattn_triton.kernels.hopper import fwd as hfwd
@@ -513,7 +516,7 @@ def test_keys_first_backward_path(monkeypatch, d):
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (qh, kh, vh))
     assert hbwd.hopper_attention_backward(doh, qh, kh, vh, lse, delta, dq, dk, dv, d ** -0.5, nk - nq,
                                           dropout=(seed, p, 0), SPLIT_D=False, BLOCK_N=128, DQ_CHUNK=0,
-                                          NUM_STAGES=2, BLOCK_M=64)
+                                          NUM_STAGES=2, BLOCK_M=64, DROPOUT_SHARED_CALLS=shared)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     o_ref, _ = flash_attention_ref(*leaves, True, dropout_mask=mask, dropout_p=p)
     ref = torch.autograd.grad(o_ref, leaves, do.double())

@@ -89,6 +89,16 @@ stores dQ and signals it with named barriers of 288 threads; the producer
 issues both halves' reduce-adds (_retire_dq), which also tells it that the
 tile's Q / dO slot is free (qdo_empty unused).
 
+``DROPOUT_SHARED_CALLS`` (off; built in session 21, GPU run pending:
+benchmarks/gpu_next_dropout_shared.sh) changes how the keys x queries path
+draws dropout's keep mask: key bit 0 of an S^T tile lies across a lane pair,
+so without it both lanes make every Philox call and keep their halves (two
+calls per eight scores); with it each lane makes the calls of one of its two
+query groups and a layout conversion (warp shuffles) swaps the halves the
+other lane needs (dropout.tile_halves_keys_first, SHARED_CALLS).  The
+SPLIT_D path (DROPOUT_CONFIGS at d = 64 / 128) draws queries x keys tiles,
+one call per eight scores, and does not read it.
+
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
 backward runs the portable kernels (kernels/bwd.py).
@@ -482,9 +492,9 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                   drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
-    drop: the block's dropout state (_dropout_block; HAS_DROPOUT only).
+    drop: the block's dropout state (_dropout_block; DROPOUT only).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
     to the producer warp through named barriers (_retire_dq), which also
@@ -510,18 +520,19 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
     pt = _probs(st_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 1, MASKED,
                 IS_CAUSAL, HAS_WINDOW)
-    if HAS_DROPOUT:
+    if DROPOUT:
         # The keep mask of this tile (keys x queries), drawn while dP^T runs.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
         halves = tile_halves_keys_first(k0, k1, base_b + off_hq.to(gl.int64) * rows_cols, start_m, key0, rng_cols,
-                                        SUB_N, BLOCK_M, 4)
+                                        SUB_N, BLOCK_M, 4, DROPOUT == 2)
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
-        # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
-        pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=True), t_hi)
+        # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).  With
+        # shared calls the conversion is the lane pairs' exchange (shuffles).
+        pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=DROPOUT != 2), t_hi)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
-    if HAS_DROPOUT:
+    if DROPOUT:
         # dV = (P Z r)^T dO and dP = Z r (dO V^T) (kernels/bwd.py); delta is
         # still rowsum(dO * O) (the forward's O is the dropped one).
         dst = (gl.abs(pt) * (gl.where(pt >= 0.0, dpt * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 0)))
@@ -564,7 +575,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                          SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
                          DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                         HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr):
+                         HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr):
     """SPLIT_D: one query tile.  This warpgroup's scores are those of its
     SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
     dS^T go through shared memory, and its dK, dV and dQ are the head-dim
@@ -598,7 +609,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
     p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 0, MASKED,
                IS_CAUSAL, HAS_WINDOW)
-    if HAS_DROPOUT:
+    if DROPOUT:
         # This warpgroup's scores are queries x keys here: the forward's draw.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
         halves = tile_halves_rows_first(k0, k1, base_b + off_hq.to(gl.int64) * rows_cols, start_m, key0, rng_cols,
@@ -606,7 +617,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
         p = negate_dropped(p, gl.convert_layout(halves, s_layout, assert_trivial=True), t_hi)
     dp = warpgroup_mma_wait(0, deps=(dp_tok,))
     delta = stat_bufs.index(2 * s + 1).load(row_layout)
-    if HAS_DROPOUT:
+    if DROPOUT:
         # (as _attn_bwd_step: p carries the keep mask in its sign)
         ds = (gl.abs(p) * (gl.where(p >= 0.0, dp * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 1))).to(dtype)
         p = gl.maximum(p, 0.0) * scale
@@ -647,7 +658,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                       drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                       drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -656,13 +667,13 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                       causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
-                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, HAS_DROPOUT)
+                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT)
     else:
         dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
+                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
     return dk, dv
 
 
@@ -704,7 +715,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    drop, HAS_DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -712,7 +723,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     without a window; with GROUP_SPLIT > 1 off_hkv and GROUP are the
     program's slice of a group, DK / DV its float32 partials).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
-    longer read.  drop: the kernel's dropout arguments (HAS_DROPOUT only)."""
+    longer read.  drop: the kernel's dropout arguments (DROPOUT only)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
@@ -720,7 +731,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
     dq_stage = dq_bufs.index(CONSUMER)
     key0 = start_n + CONSUMER * SUB_N
-    if HAS_DROPOUT:
+    if DROPOUT:
         drop = _dropout_block(drop, off_b, GROUP, key0)
     if SPLIT_D:
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -778,7 +789,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -786,7 +797,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
                     it += 1
     else:
         for g in range(GROUP):
@@ -797,7 +808,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT, NAMED_BAR)
+                                            drop, DROPOUT, NAMED_BAR)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -805,7 +816,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, HAS_DROPOUT, NAMED_BAR)
+                                            drop, DROPOUT, NAMED_BAR)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1006,7 +1017,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                      HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
+                      HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
@@ -1036,7 +1047,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1052,7 +1063,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, HAS_DROPOUT, NAMED_BAR)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
     tma.store_wait(0)
 
 
@@ -1086,7 +1097,7 @@ def _attn_bwd_hopper(
     CONSUMER_REGS: gl.constexpr, HEADS_FIRST: gl.constexpr,
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
-    GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0,
+    GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1196,6 +1207,13 @@ def _attn_bwd_hopper(
         gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
         gl.static_assert((VDIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides dv / NUM_CONSUMERS")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
+    # The consumers' dropout mode: HAS_DROPOUT itself (False / True), or 2:
+    # dropout whose keys x queries draws make each Philox call once per lane
+    # pair (DROPOUT_SHARED_CALLS; dropout.tile_halves_keys_first's
+    # SHARED_CALLS).  (Not the int 1 for True: 3.6's warp_specialize passes
+    # an int 1 to the partitions as a tensor.)
+    gl.static_assert(HAS_DROPOUT or not DROPOUT_SHARED_CALLS, "DROPOUT_SHARED_CALLS: dropout builds only")
+    DROPOUT: gl.constexpr = 2 if DROPOUT_SHARED_CALLS else HAS_DROPOUT
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1207,7 +1225,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1217,7 +1235,7 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             HAS_DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1374,7 +1392,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
     (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
-                HAS_WINDOW=windowed, HAS_DROPOUT=dropout)
+                HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False)
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
     dropout_part = DROPOUT_CONFIGS.get(head_dim, {}) if dropout else {}
     for part in (configs(unverified)[head_dim], window_part, dropout_part, SCHEDULE[causal], overrides or {}):

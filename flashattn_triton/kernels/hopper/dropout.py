@@ -187,7 +187,8 @@ def tile_halves_rows_first(k0, k1, rng_base, row0, col0, rng_cols,
 
 @gluon.jit
 def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
-                           BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
+                           BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr,
+                           SHARED_CALLS: gl.constexpr = False):
     """halves_keys_first: keys [col0, col0 + BLOCK_N) x query rows [row0,
     row0 + BLOCK_M) (multiples of 16), in a layout that converts to the
     NVMMA accumulator of a keys x queries tile (keys as the wgmma M dim,
@@ -197,10 +198,23 @@ def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
     broadcast dim on lane bit 2 (both lanes of a pair make the same call
     and keep its half k0: two calls per eight scores), e on lane bits 3-4,
     r as one register bit and lane bits 0-1, c on the warps (BLOCK_N = 16 *
-    NUM_WARPS), a in registers."""
+    NUM_WARPS), a in registers.
+
+    SHARED_CALLS: each call made once, by one lane of the pair: lane bit 2
+    carries bit 0 of a instead of the broadcast k0, k0 lies in registers
+    (each lane holds both halves of its calls), and the caller's
+    gl.convert_layout to the accumulator layout swaps a bit 0 and k0
+    between the pair's lanes (warp shuffles): half the Philox rounds for
+    one exchange of half the tile's halves (BLOCK_M >= 32)."""
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 16 == 0, "query tiles of multiples of 16")
-    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    if SHARED_CALLS:
+        gl.static_assert(BLOCK_M >= 32, "SHARED_CALLS: two 16-row groups a to split between the pair")
+        L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1],
+                                           [4, 3, 1, 2, 0])
+    else:
+        L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1],
+                                           [4, 2, 1, 3, 0])
     keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L)))  # (c, e)
     rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, L)))  # (a, r)
     k0_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L))))
