@@ -6,10 +6,14 @@
 # SPLIT_D path (64 keys per program, dK / dV split by columns) because the keys x queries path
 # (128 keys per program, the default without dropout) spilled: in its S^T tiles key bit 0 lies
 # across a lane pair, so both lanes made every call (two calls per eight scores). With shared
-# calls each lane makes half and a layout conversion swaps the halves (compile_check, Triton
-# 3.6, sm_90, keys x queries BLOCK_M = 64: mul.hi 610 -> 306, SHFL 2 -> 66; spills d = 64
-# full / causal 388 / 648 -> 152 / 216 B, none in the GEMM loops either way; d = 128 1680 /
-# 1864 -> 948 / 1076 B, in the GEMM loops 409 / 440 -> 185 / 213 local loads + stores). The
+# calls each lane makes the calls of one of its two 16-query groups, packs each call's eight
+# keep flags into one register (dropout.call_keep_bits) and a layout conversion hands the
+# partner its calls (dropout.tile_keep_keys_first_shared; compile_check, Triton 3.6, sm_90,
+# keys x queries BLOCK_M = 64: mul.hi 610 -> 306, SHFL 2 -> 16-18; spills d = 64 full /
+# causal 388 / 648 -> 32 / 48 B; d = 128 1680 / 1864 -> 272 / 496 B, local loads + stores in
+# the GEMM loops 409 / 440 -> 27 / 84). Call 9 of session 21 timed an earlier form (the
+# halves themselves exchanged: 32 shuffles per tile, d = 128 spilling 948 / 1076 B) at 0.90x
+# (d = 128 GQA) and 1.10x (d = 64) the default on one causal 4k row each. The
 # default (SPLIT_D) builds are SASS-identical. One H200, about 6 minutes:
 #   1. GPU tests (-n 4, T_TESTS 150 s): tests/test_hopper_dropout.py -k keys_first (the
 #      keys x queries path, own and shared calls, d 64 / 128, gradients against float64 with

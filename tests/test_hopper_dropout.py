@@ -71,13 +71,21 @@ def test_philox_helper_matches_randint4x(seed, device):
 
 @triton.jit
 def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr,
+                      BITS: tl.constexpr):
     k0, k1 = hd.philox_keys(tl.load(SEED))
     if KEYS_FIRST:
-        halves = hd.tile_halves_keys_first_from(
-            k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
-            tl.arange(0, BLOCK_M // 16), tl.arange(0, 8), tl.arange(0, 2), BLOCK_N, BLOCK_M)
-        keep = halves >= (thresh.to(tl.uint32) << 16)
+        if BITS:  # the shared calls' form (tile_keep_keys_first_shared without its layouts)
+            w0, w1, w2, w3 = hd.tile_words_keys_first(
+                k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
+                tl.arange(0, BLOCK_M // 16), tl.arange(0, 8))
+            bits = hd.call_keep_bits(w0, w1, w2, w3, thresh.to(tl.uint32) << 16)
+            keep = hd.keep_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) == 1
+        else:
+            halves = hd.tile_halves_keys_first_from(
+                k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
+                tl.arange(0, BLOCK_M // 16), tl.arange(0, 8), tl.arange(0, 2), BLOCK_N, BLOCK_M)
+            keep = halves >= (thresh.to(tl.uint32) << 16)
         idx = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
     else:
         w0, w1, w2, w3 = hd.tile_words_rows_first(k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_M // 16),
@@ -87,12 +95,15 @@ def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
     tl.store(OUT + idx, keep.to(tl.int8))
 
 
-@pytest.mark.parametrize("keys_first", [False, True], ids=["rows-first", "keys-first"])
+@pytest.mark.parametrize("keys_first,bits", [(False, False), (True, False), (True, True)],
+                         ids=["rows-first", "keys-first", "keys-first-bits"])
 @pytest.mark.parametrize("tile", [(64, 128), (64, 64), (64, 32)], ids=lambda t: f"{t[0]}x{t[1]}")
-def test_tile_keep_matches_the_rule(keys_first, tile, device):
+def test_tile_keep_matches_the_rule(keys_first, bits, tile, device):
     """The tile assembly the Gluon kernels call (hd.tile_words_rows_first /
     hd.halves_rows_first: forward and SPLIT_D backward; hd.
-    tile_halves_keys_first_from: the backward's keys x queries tiles), with
+    tile_halves_keys_first_from: the backward's keys x queries tiles; hd.
+    call_keep_bits / keep_keys_first_from_bits: those tiles with shared
+    calls), with
     plain aranges for its layouts, draws reference.dropout_keep's mask (the
     portable kernels' rule) for a tile of a (batch entry, head) that is not
     the first, with a philox_offset, at p = 0.3 and a threshold near 2^16."""
@@ -106,7 +117,7 @@ def test_tile_keep_matches_the_rule(keys_first, tile, device):
         shape = (bn, bm) if keys_first else (bm, bn)
         out = torch.zeros(shape, dtype=torch.int8, device=device)
         _tile_keep_kernel[(1,)](seed, out, rng_base, row0, col0, n_k, thresh,
-                                BLOCK_M=bm, BLOCK_N=bn, KEYS_FIRST=keys_first)
+                                BLOCK_M=bm, BLOCK_N=bn, KEYS_FIRST=keys_first, BITS=bits)
         want = reference.dropout_keep(seed, p, batch, heads, range(row0, row0 + bm), col0, col0 + bn, n_q, n_k,
                                       offset=offset)[b, h]
         got = out.bool().t() if keys_first else out.bool()

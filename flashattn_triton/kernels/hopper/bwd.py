@@ -94,8 +94,9 @@ benchmarks/gpu_next_dropout_shared.sh) changes how the keys x queries path
 draws dropout's keep mask: key bit 0 of an S^T tile lies across a lane pair,
 so without it both lanes make every Philox call and keep their halves (two
 calls per eight scores); with it each lane makes the calls of one of its two
-query groups and a layout conversion (warp shuffles) swaps the halves the
-other lane needs (dropout.tile_halves_keys_first, SHARED_CALLS).  The
+query groups, packs each call's eight keep flags into one register and a
+layout conversion (a warp shuffle per call) hands the partner its calls
+(dropout.tile_keep_keys_first_shared).  The
 SPLIT_D path (DROPOUT_CONFIGS at d = 64 / 128) draws queries x keys tiles,
 one call per eight scores, and does not read it.
 
@@ -122,7 +123,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
-from .dropout import negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first
+from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
+                      tile_keep_keys_first_shared)
 from .fwd import _descriptor, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -523,13 +525,16 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     if DROPOUT:
         # The keep mask of this tile (keys x queries), drawn while dP^T runs.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
-        halves = tile_halves_keys_first(k0, k1, base_b + off_hq.to(gl.int64) * rows_cols, start_m, key0, rng_cols,
-                                        SUB_N, BLOCK_M, 4, DROPOUT == 2)
+        rng_head = base_b + off_hq.to(gl.int64) * rows_cols
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
-        # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).  With
-        # shared calls the conversion is the lane pairs' exchange (shuffles).
-        pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=DROPOUT != 2), t_hi)
+        # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
+        if DROPOUT == 2:  # keep flags (0 / 1) compared against 1
+            keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
+            pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
+        else:
+            halves = tile_halves_keys_first(k0, k1, rng_head, start_m, key0, rng_cols, SUB_N, BLOCK_M, 4)
+            pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=True), t_hi)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
     if DROPOUT:
@@ -1209,8 +1214,7 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: HAS_DROPOUT itself (False / True), or 2:
     # dropout whose keys x queries draws make each Philox call once per lane
-    # pair (DROPOUT_SHARED_CALLS; dropout.tile_halves_keys_first's
-    # SHARED_CALLS).  (Not the int 1 for True: 3.6's warp_specialize passes
+    # pair (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).  (Not the int 1 for True: 3.6's warp_specialize passes
     # an int 1 to the partitions as a tensor.)
     gl.static_assert(HAS_DROPOUT or not DROPOUT_SHARED_CALLS, "DROPOUT_SHARED_CALLS: dropout builds only")
     DROPOUT: gl.constexpr = 2 if DROPOUT_SHARED_CALLS else HAS_DROPOUT

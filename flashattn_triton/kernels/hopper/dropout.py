@@ -144,18 +144,50 @@ def tile_words_rows_first(k0, k1, rng_base, row0, col0, rng_cols, ia, ir, ic, ie
 
 
 @triton.jit
+def tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir):
+    """The words of the calls of keys [col0, col0 + 16 C) x query rows [row0,
+    row0 + 16 A) shaped (c, e, 1, a, r); ic, ie, ia, ir: aranges of C, 4, A
+    and 8 whose layouts (Gluon) expand so."""
+    keys = col0 + tl.expand_dims(ic, 1) * 16 + tl.expand_dims(ie, 0) * 2  # (c, e)
+    rows = row0 + tl.expand_dims(ia, 1) * 16 + tl.expand_dims(ir, 0)  # (a, r)
+    return call_words(k0, k1, rng_base, tl.expand_dims(tl.expand_dims(tl.expand_dims(rows, 0), 0), 0),
+                      tl.expand_dims(tl.expand_dims(tl.expand_dims(keys, 2), 3), 4), rng_cols)
+
+
+@triton.jit
 def tile_halves_keys_first_from(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir, i0,
                                 BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
     """halves_keys_first of keys [col0, col0 + BLOCK_N) x query rows [row0,
     row0 + BLOCK_M): the calls shaped (c, e, 1, a, r) and the key bit 0 index
     i0 (an arange of 2) shaped (1, 1, 2, 1, 1); ic, ie, ia, ir, i0: aranges
     whose layouts (Gluon) expand so."""
-    keys = col0 + tl.expand_dims(ic, 1) * 16 + tl.expand_dims(ie, 0) * 2  # (c, e)
-    rows = row0 + tl.expand_dims(ia, 1) * 16 + tl.expand_dims(ir, 0)  # (a, r)
-    w0, w1, w2, w3 = call_words(k0, k1, rng_base, tl.expand_dims(tl.expand_dims(tl.expand_dims(rows, 0), 0), 0),
-                                tl.expand_dims(tl.expand_dims(tl.expand_dims(keys, 2), 3), 4), rng_cols)
+    w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
     k0_shift = tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims((1 - i0) * 16, 0), 1), 3), 4)
     return halves_keys_first(w0, w1, w2, w3, k0_shift.to(tl.uint32), BLOCK_N, BLOCK_M)
+
+
+@triton.jit
+def call_keep_bits(w0, w1, w2, w3, t_hi):
+    """A call's eight keep flags in one uint32: bit 2 i + h is set iff half h
+    (0: low, 1: high) of word i is >= t (t_hi = t << 16; the half moved to
+    the high bits as in halves_rows_first, compared unsigned)."""
+    bits = ((w0 << 16) >= t_hi).to(tl.uint32) | ((w0 >= t_hi).to(tl.uint32) << 1)
+    bits = bits | (((w1 << 16) >= t_hi).to(tl.uint32) << 2) | ((w1 >= t_hi).to(tl.uint32) << 3)
+    bits = bits | (((w2 << 16) >= t_hi).to(tl.uint32) << 4) | ((w2 >= t_hi).to(tl.uint32) << 5)
+    return bits | (((w3 << 16) >= t_hi).to(tl.uint32) << 6) | ((w3 >= t_hi).to(tl.uint32) << 7)
+
+
+@triton.jit
+def keep_keys_first_from_bits(bits, i0, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(BLOCK_N, BLOCK_M) uint32 keep flags (1 kept, 0 dropped), keys x
+    queries, from call_keep_bits of the calls shaped (c, e, 1, a, r) and the
+    key bit 0 index i0 (an arange of 2) shaped (1, 1, 2, 1, 1): key parity
+    k0 and word i = k3 + 2 q3 read bit 2 i + k0, joined and permuted as
+    halves_keys_first."""
+    k0 = tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims(i0, 0), 1), 3), 4).to(tl.uint32)
+    h = tl.join(tl.join((bits >> k0) & 1, (bits >> (k0 + 2)) & 1),
+                tl.join((bits >> (k0 + 4)) & 1, (bits >> (k0 + 6)) & 1))
+    return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
 
 
 # ---------------------------------------------------------------------------
@@ -187,8 +219,7 @@ def tile_halves_rows_first(k0, k1, rng_base, row0, col0, rng_cols,
 
 @gluon.jit
 def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
-                           BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr,
-                           SHARED_CALLS: gl.constexpr = False):
+                           BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
     """halves_keys_first: keys [col0, col0 + BLOCK_N) x query rows [row0,
     row0 + BLOCK_M) (multiples of 16), in a layout that converts to the
     NVMMA accumulator of a keys x queries tile (keys as the wgmma M dim,
@@ -198,23 +229,10 @@ def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
     broadcast dim on lane bit 2 (both lanes of a pair make the same call
     and keep its half k0: two calls per eight scores), e on lane bits 3-4,
     r as one register bit and lane bits 0-1, c on the warps (BLOCK_N = 16 *
-    NUM_WARPS), a in registers.
-
-    SHARED_CALLS: each call made once, by one lane of the pair: lane bit 2
-    carries bit 0 of a instead of the broadcast k0, k0 lies in registers
-    (each lane holds both halves of its calls), and the caller's
-    gl.convert_layout to the accumulator layout swaps a bit 0 and k0
-    between the pair's lanes (warp shuffles): half the Philox rounds for
-    one exchange of half the tile's halves (BLOCK_M >= 32)."""
+    NUM_WARPS), a in registers."""
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 16 == 0, "query tiles of multiples of 16")
-    if SHARED_CALLS:
-        gl.static_assert(BLOCK_M >= 32, "SHARED_CALLS: two 16-row groups a to split between the pair")
-        L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1],
-                                           [4, 3, 1, 2, 0])
-    else:
-        L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1],
-                                           [4, 2, 1, 3, 0])
+    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
     keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L)))  # (c, e)
     rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, L)))  # (a, r)
     k0_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L))))
@@ -225,6 +243,35 @@ def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
         gl.arange(0, BLOCK_M // 16, layout=gl.SliceLayout(1, rows_l)),
         gl.arange(0, 8, layout=gl.SliceLayout(0, rows_l)),
         gl.arange(0, 2, layout=k0_l), BLOCK_N, BLOCK_M)
+
+
+@gluon.jit
+def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
+                                BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """keep_keys_first_from_bits of the tile of tile_halves_keys_first (1
+    kept, 0 dropped; t_hi = t << 16), each Philox call made once per lane
+    pair: the calls (c, e, 1, a, r) are drawn with bit 0 of a on lane bit 2
+    (each lane of the pair draws one of two 16-query groups), reduced to
+    their eight keep bits (call_keep_bits) and converted to the layout of
+    tile_halves_keys_first's calls, where lane bit 2 is the broadcast key
+    parity (one warp shuffle per call: each lane gets its partner's calls);
+    each lane then reads the bits of its parity.  Half the Philox rounds,
+    and one register per call in place of four halves (BLOCK_M >= 32)."""
+    gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
+    gl.static_assert(BLOCK_M % 32 == 0, "query tiles of pairs of 16-row groups")
+    LW: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 3, 1, 2, 0])
+    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, LW)))  # (c, e)
+    rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, LW)))  # (a, r)
+    w0, w1, w2, w3 = tile_words_keys_first(
+        k0, k1, rng_base, row0, col0, rng_cols,
+        gl.arange(0, BLOCK_N // 16, layout=gl.SliceLayout(1, keys_l)),
+        gl.arange(0, 4, layout=gl.SliceLayout(0, keys_l)),
+        gl.arange(0, BLOCK_M // 16, layout=gl.SliceLayout(1, rows_l)),
+        gl.arange(0, 8, layout=gl.SliceLayout(0, rows_l)))
+    bits = gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
+    k0_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L))))
+    return keep_keys_first_from_bits(bits, gl.arange(0, 2, layout=k0_l), BLOCK_N, BLOCK_M)
 
 
 @gluon.jit
