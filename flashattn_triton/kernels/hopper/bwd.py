@@ -1212,12 +1212,10 @@ def _attn_bwd_hopper(
         gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
         gl.static_assert((VDIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides dv / NUM_CONSUMERS")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
-    # The consumers' dropout mode: HAS_DROPOUT itself (False / True), or 2:
-    # dropout whose keys x queries draws make each Philox call once per lane
-    # pair (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).  (Not the int 1 for True: 3.6's warp_specialize passes
-    # an int 1 to the partitions as a tensor.)
-    gl.static_assert(HAS_DROPOUT or not DROPOUT_SHARED_CALLS, "DROPOUT_SHARED_CALLS: dropout builds only")
-    DROPOUT: gl.constexpr = 2 if DROPOUT_SHARED_CALLS else HAS_DROPOUT
+    # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
+    # queries draws make each Philox call once per lane pair
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).
+    DROPOUT: gl.constexpr = (2 if DROPOUT_SHARED_CALLS else 1) if HAS_DROPOUT else 0
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
