@@ -173,12 +173,7 @@ def _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
 
 
 @triton.jit
-def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk,
-                 stride_dom, stride_dok, stride_dqm, stride_dqk,
-                 offs_n, offs_d, offs_d_hi, offs_dv, start_m, end_m, n_q, n_k, qk_scale,
-                 shift, window_left, window_right,
-                 softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                 seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
+def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, CHECK_ROWS: tl.constexpr, MASK_LEFT: tl.constexpr,
                  MASK_RIGHT: tl.constexpr,
@@ -198,7 +193,16 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
     tiles).  SPLIT_QK: k, dk hold
     the head-dim columns offs_d (all within HEAD_DIM), k_hi, dk_hi the
     columns offs_d_hi (EVEN_D: all within HEAD_DIM); otherwise k, dk hold
-    offs_d and k_hi, dk_hi, offs_d_hi are unused."""
+    offs_d and k_hi, dk_hi, offs_d_hi are unused.
+
+    The arguments that do not change from one call to the next come in
+    tuples: keys (the owned key tile), queries (one query head's tensors and
+    strides) and scores (score_tile's and the dropout's, as _dq_kv_loop
+    takes them)."""
+    k, k_hi, v, offs_n, offs_d, offs_d_hi, offs_dv = keys
+    Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk = queries
+    (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+     seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
     offs_m = tl.arange(0, BLOCK_M)
     q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
     if SPLIT_QK:
@@ -258,33 +262,26 @@ def _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Q, DO, LSE, DELTA, DQ, stride_qm, st
 @triton.jit
 def _dkdv_program(
     pid_n, pid_bh,
-    # pointers
-    Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
-    # strides
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_doz, stride_doh, stride_dom, stride_dok,
+    # _bwd_dkdv's arguments of the same names in the groups that both programs
+    # take: inputs (pointers), their strides, shapes and scalars.  The kernels
+    # pass them as tuple literals: a tuple assigned to a name in a kernel turns
+    # its constexpr elements (e.g. the unit strides the JIT specializes) into
+    # runtime values, and the loads of the one-launch kernel lost their
+    # vectorization when it did so.
+    inputs, strides, shapes, scalars,
+    # outputs
+    DK, DV, DQ,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    stride_lz, stride_lh,
-    stride_az, stride_ah,
-    stride_bz, stride_bh, stride_bm, stride_bn,
-    # shapes
-    H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
-    # scalars
-    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    H_KV, GROUP_SPLIT,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
-    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
-    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr,
+    MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # The work of one _bwd_dkdv program: key tile pid_n of (batch, KV head,
     # slice of its query-head group) pid_bh.
@@ -294,6 +291,13 @@ def _dkdv_program(
     # are no longer nested in a loop over the whole group.  HEADS_PER_PROGRAM
     # (= GROUP_SIZE / GROUP_SPLIT) is a compile-time constant so that at 1 the
     # head loop folds away and the query-tile loops are outermost (pipelined).
+    Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED = inputs
+    (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+     stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+     stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn) = strides
+    N_Q, N_K, GROUP_SIZE, RNG_ROWS = shapes
+    (sm_scale, causal_offset, shift_mul, window_left, window_right,
+     softcap, dropout_scale, dropout_thresh, philox_offset) = scalars
     off_z = pid_bh // (H_KV * GROUP_SPLIT)
     off_out = pid_bh % (H_KV * GROUP_SPLIT)  # head of DK/DV this program writes
     off_hkv = off_out // GROUP_SPLIT
@@ -342,6 +346,7 @@ def _dkdv_program(
     # EVEN_M: N_Q is a multiple of 128, so of BLOCK_M where BLOCK_M divides 128:
     # no query tile has rows past n_q and the masked loops skip the row checks.
     check_rows: tl.constexpr = not (EVEN_M and 128 % BLOCK_M == 0)
+    keys = (k, k_hi, v, offs_n, offs_d, offs_d_hi, offs_dv)
     for g in range(0, HEADS_PER_PROGRAM):
         off_h = off_hkv * GROUP_SIZE + g_lo + g  # the query heads that read this KV head
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
@@ -352,32 +357,21 @@ def _dkdv_program(
                                                    stride_az, stride_ah, stride_bz, stride_bh,
                                                    H_KV * GROUP_SIZE, RNG_ROWS, N_K, philox_offset,
                                                    IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
+        queries = (Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
+                   stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk)
+        scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIASh, stride_bm,
+                  stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
         # Masked head (diagonal / right window edge), unmasked middle, masked
         # tail (left window edge, ragged end of Q).
-        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
-                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
-                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
-                                     lo, full_lo, n_q, n_k, qk_scale, shift, window_left, window_right,
-                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, lo, full_lo, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
-        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
-                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
-                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
-                                     full_lo, full_hi, n_q, n_k, qk_scale, shift, window_left, window_right,
-                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_lo, full_hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, False, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
-        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, k, k_hi, v, Qh, DOh, LSE + row_base,
-                                     DELTA + row_base, DQh, stride_qm, stride_qk, stride_dom, stride_dok,
-                                     stride_dqm, stride_dqk, offs_n, offs_d, offs_d_hi, offs_dv,
-                                     full_hi, hi, n_q, n_k, qk_scale, shift, window_left, window_right,
-                                     softcap2, alibi2, BIASh, stride_bm, stride_bn,
-                                     seed, rng_base, N_K, dropout_thresh, dropout_scale,
+        dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_hi, hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
@@ -426,26 +420,23 @@ def _bwd_dkdv(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # One program per (key tile, batch, KV head, slice of its query-head group).
-    _dkdv_program(tl.program_id(0), tl.program_id(1), Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
-                  CU_SEQLENS_K, ALIBI, BIAS, SEED, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz,
-                  stride_kh, stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz,
-                  stride_doh, stride_dom, stride_dok, stride_dkz, stride_dkh, stride_dkn, stride_dkk,
-                  stride_dvz, stride_dvh, stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm,
-                  stride_dqk, stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm,
-                  stride_bn, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS, sm_scale, causal_offset,
-                  shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
-                  philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
-                  SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
-                  MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M,
-                  BLOCK_N)
+    _dkdv_program(tl.program_id(0), tl.program_id(1),
+                  (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
+                  (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                   stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+                   stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
+                  (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
+                  (sm_scale, causal_offset, shift_mul, window_left, window_right,
+                   softcap, dropout_scale, dropout_thresh, philox_offset),
+                  DK, DV, DQ, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn,
+                  stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
+                  HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
+                  MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
+                  HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
-                offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
-                shift, window_left, window_right,
-                softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                seed, rng_base, rng_cols, dropout_thresh, dropout_scale,
+def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
@@ -459,7 +450,13 @@ def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
     columns contiguous).  SPLIT_QK: q, dq hold the head-dim columns offs_d
     (all within HEAD_DIM), q_hi, dq_hi the columns offs_d_hi (EVEN_D: all
     within HEAD_DIM); otherwise q, dq hold offs_d and q_hi, dq_hi, offs_d_hi
-    are unused."""
+    are unused.  As in _dkdv_q_loop, the arguments that do not change from one
+    call to the next come in tuples: rows (the owned query rows), kv (K and V)
+    and scores."""
+    q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm = rows
+    K, V, stride_kn, stride_kk, stride_vn, stride_vk = kv
+    (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+     seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     if SPLIT_QK:
@@ -507,34 +504,29 @@ def _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
 @triton.jit
 def _dq_program(
     pid_m, pid_bh,
-    # pointers
-    Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED, DBIAS,
-    # strides
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_doz, stride_doh, stride_dom, stride_dok,
+    # the groups of _dkdv_program
+    inputs, strides, shapes, scalars,
+    # outputs
+    DQ, DBIAS,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    stride_lz, stride_lh,
-    stride_az, stride_ah,
-    stride_bz, stride_bh, stride_bm, stride_bn,
     stride_dbz, stride_dbh, stride_dbm,
-    # shapes
-    H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
-    # scalars
-    sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    H_Q,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
-    SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
-    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HAS_DBIAS: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr,
+    MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    HAS_DBIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # The work of one _bwd_dq program: query tile pid_m of (batch, query head) pid_bh.
+    Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED = inputs
+    (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+     stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+     stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn) = strides
+    N_Q, N_K, GROUP_SIZE, RNG_ROWS = shapes
+    (sm_scale, causal_offset, shift_mul, window_left, window_right,
+     softcap, dropout_scale, dropout_thresh, philox_offset) = scalars
     off_z = pid_bh // H_Q
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP_SIZE
@@ -589,28 +581,20 @@ def _dq_program(
 
     lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
                                              BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
+    rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm)
+    kv = (K, V, stride_kn, stride_kk, stride_vn, stride_vk)
+    scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm,
+              stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
     if MASK_LEFT:
-        dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
-                                stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
-                                lo, full_lo, n_q, n_k, qk_scale, shift, window_left, window_right,
-                                softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                                seed, rng_base, N_K, dropout_thresh, dropout_scale,
+        dq, dq_hi = _dq_kv_loop(dq, dq_hi, lo, full_lo, rows, kv, scores,
                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
                                 even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
-    dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
-                            stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
-                            full_lo, full_hi, n_q, n_k, qk_scale, shift, window_left, window_right,
-                            softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                            seed, rng_base, N_K, dropout_thresh, dropout_scale,
+    dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_lo, full_hi, rows, kv, scores,
                             HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                             HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
-    dq, dq_hi = _dq_kv_loop(dq, dq_hi, q, q_hi, do, lse2, delta, K, V, stride_kn, stride_kk,
-                            stride_vn, stride_vk, offs_m, offs_d, offs_d_hi, offs_dv,
-                            full_hi, hi, n_q, n_k, qk_scale, shift, window_left, window_right,
-                            softcap2, alibi2, BIAS, stride_bm, stride_bn, DBIAS, stride_dbm,
-                            seed, rng_base, N_K, dropout_thresh, dropout_scale,
+    dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_hi, hi, rows, kv, scores,
                             HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                             HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
@@ -652,13 +636,15 @@ def _bwd_dq(
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    _dq_program(tl.program_id(0), tl.program_id(1), Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
-                ALIBI, BIAS, SEED, DBIAS, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh,
-                stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh,
-                stride_dom, stride_dok, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_lz, stride_lh,
-                stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn, stride_dbz, stride_dbh,
-                stride_dbm, H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS, sm_scale, causal_offset, shift_mul,
-                window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh, philox_offset,
+    _dq_program(tl.program_id(0), tl.program_id(1),
+                (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
+                (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                 stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+                 stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
+                (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
+                (sm_scale, causal_offset, shift_mul, window_left, window_right,
+                 softcap, dropout_scale, dropout_thresh, philox_offset),
+                DQ, DBIAS, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_dbz, stride_dbh, stride_dbm, H_Q,
                 HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                 MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
                 HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N)
@@ -733,27 +719,30 @@ def _bwd_dkdv_dq(
             pid_n = pid % tiles_m
             pid_bh = pid // tiles_m
     if is_dkdv:
-        _dkdv_program(pid_n, pid_bh, Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q,
-                      CU_SEQLENS_K, ALIBI, BIAS, SEED, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz,
-                      stride_kh, stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz,
-                      stride_doh, stride_dom, stride_dok, stride_dkz, stride_dkh, stride_dkn, stride_dkk,
-                      stride_dvz, stride_dvh, stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm,
-                      stride_dqk, stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm,
-                      stride_bn, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS, sm_scale, causal_offset,
-                      shift_mul, window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh,
-                      philox_offset, HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV,
-                      SPLIT_QK, IS_VARLEN, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK,
-                      MASK_BOOL, HAS_DROPOUT, HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1,
-                      BLOCK_N1)
+        _dkdv_program(pid_n, pid_bh,
+                      (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
+                      (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                       stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+                       stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
+                      (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
+                      (sm_scale, causal_offset, shift_mul, window_left, window_right,
+                       softcap, dropout_scale, dropout_thresh, philox_offset),
+                      DK, DV, DQ, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh,
+                      stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
+                      HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
+                      MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
+                      HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1)
     else:
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
-        _dq_program(pid_n, pid_bh, Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K,
-                    ALIBI, BIAS, SEED, LSE, stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh,
-                    stride_kn, stride_kk, stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh,
-                    stride_dom, stride_dok, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_lz, stride_lh,
-                    stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn, 0, 0,
-                    0, H_KV * GROUP_SIZE, N_Q, N_K, GROUP_SIZE, RNG_ROWS, sm_scale, causal_offset, shift_mul,
-                    window_left, window_right, SEQ_BUCKET, softcap, dropout_scale, dropout_thresh, philox_offset,
+        _dq_program(pid_n, pid_bh,
+                    (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
+                    (stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                     stride_vz, stride_vh, stride_vn, stride_vk, stride_doz, stride_doh, stride_dom, stride_dok,
+                     stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
+                    (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
+                    (sm_scale, causal_offset, shift_mul, window_left, window_right,
+                     softcap, dropout_scale, dropout_thresh, philox_offset),
+                    DQ, LSE, stride_dqz, stride_dqh, stride_dqm, stride_dqk, 0, 0, 0, H_KV * GROUP_SIZE,
                     HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                     MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
                     False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2)
