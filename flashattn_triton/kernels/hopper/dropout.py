@@ -218,6 +218,24 @@ def tile_halves_rows_first(k0, k1, rng_base, row0, col0, rng_cols,
 
 
 @gluon.jit
+def _keys_first_aranges(L: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
+    """The aranges (ic, ie, ia, ir) of a keys x queries tile's calls
+    (c, e, ., a, r) in the 5-d layout L (tile_words_keys_first's)."""
+    keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L)))  # (c, e)
+    rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, L)))  # (a, r)
+    return (gl.arange(0, BLOCK_N // 16, layout=gl.SliceLayout(1, keys_l)),
+            gl.arange(0, 4, layout=gl.SliceLayout(0, keys_l)),
+            gl.arange(0, BLOCK_M // 16, layout=gl.SliceLayout(1, rows_l)),
+            gl.arange(0, 8, layout=gl.SliceLayout(0, rows_l)))
+
+
+@gluon.jit
+def _key_parity(L: gl.constexpr):
+    """The arange of key bit 0 (k0, dim 2 of the 5-d layout L)."""
+    return gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L)))))
+
+
+@gluon.jit
 def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
                            BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
     """halves_keys_first: keys [col0, col0 + BLOCK_N) x query rows [row0,
@@ -233,16 +251,9 @@ def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 16 == 0, "query tiles of multiples of 16")
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
-    keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L)))  # (c, e)
-    rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, L)))  # (a, r)
-    k0_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L))))
-    return tile_halves_keys_first_from(
-        k0, k1, rng_base, row0, col0, rng_cols,
-        gl.arange(0, BLOCK_N // 16, layout=gl.SliceLayout(1, keys_l)),
-        gl.arange(0, 4, layout=gl.SliceLayout(0, keys_l)),
-        gl.arange(0, BLOCK_M // 16, layout=gl.SliceLayout(1, rows_l)),
-        gl.arange(0, 8, layout=gl.SliceLayout(0, rows_l)),
-        gl.arange(0, 2, layout=k0_l), BLOCK_N, BLOCK_M)
+    ic, ie, ia, ir = _keys_first_aranges(L, BLOCK_N, BLOCK_M)
+    return tile_halves_keys_first_from(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir, _key_parity(L),
+                                       BLOCK_N, BLOCK_M)
 
 
 @gluon.jit
@@ -261,17 +272,10 @@ def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
     gl.static_assert(BLOCK_M % 32 == 0, "query tiles of pairs of 16-row groups")
     LW: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 3, 1, 2, 0])
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
-    keys_l: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, LW)))  # (c, e)
-    rows_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, gl.SliceLayout(0, LW)))  # (a, r)
-    w0, w1, w2, w3 = tile_words_keys_first(
-        k0, k1, rng_base, row0, col0, rng_cols,
-        gl.arange(0, BLOCK_N // 16, layout=gl.SliceLayout(1, keys_l)),
-        gl.arange(0, 4, layout=gl.SliceLayout(0, keys_l)),
-        gl.arange(0, BLOCK_M // 16, layout=gl.SliceLayout(1, rows_l)),
-        gl.arange(0, 8, layout=gl.SliceLayout(0, rows_l)))
+    ic, ie, ia, ir = _keys_first_aranges(LW, BLOCK_N, BLOCK_M)
+    w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
     bits = gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
-    k0_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L))))
-    return keep_keys_first_from_bits(bits, gl.arange(0, 2, layout=k0_l), BLOCK_N, BLOCK_M)
+    return keep_keys_first_from_bits(bits, _key_parity(L), BLOCK_N, BLOCK_M)
 
 
 @gluon.jit
