@@ -34,6 +34,11 @@ Three parts:
   tiles: the backward's S^T): key bit 0 lies across lanes (lane bit 2),
   so each call is made by both lanes of the pair (two calls per eight
   scores, no exchange) and each lane keeps the half of its key parity.
+  ``tile_keep_keys_first_shared`` (the backward's DROPOUT_SHARED_CALLS)
+  makes each call once per pair instead: ``call_keep_bits`` packs a call's
+  eight keep flags into one register, a layout conversion hands each lane
+  its partner's calls, and ``keep_keys_first_from_bits`` reads the bits of
+  the lane's key parity (tested in the interpreter without the layouts).
   ``select_kept`` / ``negate_dropped`` apply the mask (asm blocks).
 """
 
