@@ -35,7 +35,7 @@ ENVIRONMENT = [
                                         "a bias gradient). Default: one launch at d = 128 non-causal, two elsewhere"),
     ("FLASHATTN_TRITON_BWD_WHOLE_Q", "1 / 0: the portable dK/dV kernel without the row checks of its masked "
                                      "loops when the query length is a multiple of 128 (read at import; "
-                                     "dense calls). Default: off (pending its GPU run)"),
+                                     "dense calls). Default: on for causal calls, off otherwise"),
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "head (default) | kind: the one launch's grid by (batch, KV head) or "
                                               "every dK/dV program before the dQ programs (read at import)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),

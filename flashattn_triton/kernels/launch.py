@@ -370,7 +370,7 @@ class Launcher:
     @functools.lru_cache(maxsize=1024)
     def choose(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
                bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> triton.Config:
-        elem = torch.tensor([], dtype=dtype).element_size()
+        elem = dtype.itemsize
         entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
         if entry is None or not fits(entry, self.resident, d_pad, elem, dv_pad):
             entry = self.default_entry(d_pad, elem, dv_pad)
@@ -481,7 +481,7 @@ class PairLauncher(Launcher):
                     bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[tuple]:
         """The table's entry for this key (3 in the class doc), or None."""
         entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
-        elem = torch.tensor([], dtype=dtype).element_size()
+        elem = dtype.itemsize
         return entry if entry is not None and self.entry_fits(entry, d_pad, elem, dv_pad) else None
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
@@ -500,7 +500,7 @@ class PairLauncher(Launcher):
         cfg = self._configs.get(key)
         if cfg is None:
             if entry is None:
-                entry = self.combine(a, b, d_pad, torch.tensor([], dtype=dtype).element_size(), dv_pad)
+                entry = self.combine(a, b, d_pad, dtype.itemsize, dv_pad)
             meta = dict(zip(PAIR_FIELDS, entry))
             unknown = set(fields or ()) - set(meta)
             if unknown:
