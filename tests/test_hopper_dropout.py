@@ -505,11 +505,11 @@ def test_dropout_keep_mask_is_the_portable_one(monkeypatch, d, causal):
 @pytest.mark.parametrize("shared", [False, True], ids=["own-calls", "shared-calls"])
 @pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
 def test_keys_first_backward_path(monkeypatch, d, shared):
-    """The backward's default (keys x queries) path with dropout (not the
-    DROPOUT_CONFIGS choice, it spills; SPLIT_D=False forces it): the mask of
+    """The backward's keys x queries path with dropout (SPLIT_D=False forces
+    it; DROPOUT_CONFIGS takes it at d = 64 with shared calls): the mask of
     tile_halves_keys_first, each lane pair making its calls twice or, with
-    DROPOUT_SHARED_CALLS, once and exchanging halves; gradients against
-    float64 with the same mask."""
+    DROPOUT_SHARED_CALLS, once and handing over packed keep flags; gradients
+    against float64 with the same mask."""
     from flashattn_triton.reference import flash_attention_ref
     from flashattn_triton.kernels.hopper import bwd as hbwd
     from flashattn_triton.kernels.hopper import fwd as hfwd

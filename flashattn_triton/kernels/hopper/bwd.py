@@ -1305,15 +1305,19 @@ SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 # --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
 WINDOW_CONFIGS: dict = {}
 # Per head dim, entries replacing CONFIGS' for calls with dropout
-# (HAS_DROPOUT; GPU-validated in session 13).  d = 64 and 128: the SPLIT_D path
-# (64 keys and 64 query rows per step, scores queries x keys, so one Philox
-# call per 8 scores, and dK / dV split by head-dim columns: at d = 128 32 +
-# 32 accumulator registers instead of 64 + 64), since the default path's
-# accumulators leave no room for the Philox calls (ptxas: 3,248 / 1,864 B
-# of spill at d = 64 / 128, 864 / 440 local loads / stores in the GEMM
-# loops; SPLIT_D: none; compile_check --hopper-bwd --dropout).
+# (HAS_DROPOUT; GPU-validated in session 13).  d = 128: the SPLIT_D path (64
+# keys and 64 query rows per step, scores queries x keys, so one Philox call
+# per 8 scores, and dK / dV split by head-dim columns: 32 + 32 accumulator
+# registers instead of 64 + 64), since the keys x queries path with each
+# lane making its own calls spilled (ptxas: 1,864 B at d = 128; compile_check
+# --hopper-bwd --dropout).  d = 64 since session 22: the keys x queries path
+# (BLOCK_M 64, 128 keys per program) with DROPOUT_SHARED_CALLS (each Philox
+# call made once per lane pair, its keep flags packed and handed over; spill
+# 388 / 648 -> 32 / 48 B): on the H200 1.09-1.17x the SPLIT_D entry on the
+# four MHA rows of gpu_next_dropout_shared.sh (its rule met) and 1.05x on a
+# causal GQA row (gpu_next_dropout_gqa.sh, two repeats); docs/hopper.md.
 DROPOUT_CONFIGS: dict = {
-    64: dict(SPLIT_D=True, BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32),
+    64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
     128: dict(SPLIT_D=True, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=64),
 }
 # Head dims whose dropout build is declined (the portable kernels run):
