@@ -1318,7 +1318,7 @@ WINDOW_CONFIGS: dict = {}
 # causal GQA row (gpu_next_dropout_gqa.sh, two repeats); docs/hopper.md.
 DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
-    128: dict(SPLIT_D=True, BLOCK_N=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=64),
+    128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
 }
 # Head dims whose dropout build is declined (the portable kernels run):
 # the split Q K^T step (_attn_bwd_step_qk1) has no dropout, as the
