@@ -221,9 +221,10 @@ def main():
         row = dict(b=b, hq=hq, hkv=hkv, n=n, d=d, dv=dv, causal=causal, dropout=args.dropout, tflops={},
                    check={})
         if hq != hkv and hasattr(hbwd, "group_split"):  # the S that GROUP_SPLIT=0 (the rule) takes
-            n_blocks = -(-n // hbwd.kernel_meta(d, causal, unverified=True)["BLOCK_N"])
+            n_blocks = -(-n // hbwd.kernel_meta(d, causal, unverified=True, dropout=bool(args.dropout))["BLOCK_N"])
+            waves = getattr(hbwd, "GROUP_SPLIT_WAVES_DROPOUT", None) if args.dropout else None
             row["rule_split"] = hbwd.group_split(hq // hkv, n_blocks * b * hkv, hbwd.sm_count(q.device),
-                                                 b * hkv * n * (d + dv) * 4)
+                                                 b * hkv * n * (d + dv) * 4, waves)
         ref = None
         extra = {64: args.variants64, 256: args.variants256}.get(d, "")
         specs = args.variants.split(",") + (extra.split(",") if extra else [])

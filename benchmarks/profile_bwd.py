@@ -19,6 +19,10 @@ import common as C  # noqa: E402
 CASES = {
     "gqa B2 N4k H16/4 d128 causal": dict(b=2, n=4096, hq=16, hkv=4, d=128, causal=True),
     "mha B2 N4k H16 d128 causal": dict(b=2, n=4096, hq=16, hkv=16, d=128, causal=True),
+    # bench_variants.py's sinks and dropout rows (session 22's variant table: sinks backward
+    # 1.57 ms against the plain row's 0.96, 1.24 in session 20)
+    "gqa B2 N4k H16/4 d128 causal sinks": dict(b=2, n=4096, hq=16, hkv=4, d=128, causal=True, sinks=True),
+    "gqa B2 N4k H16/4 d128 causal dropout": dict(b=2, n=4096, hq=16, hkv=4, d=128, causal=True, dropout_p=0.1),
     "gqa B1 N16k H16/4 d128 window128": dict(b=1, n=16384, hq=16, hkv=4, d=128, causal=True, window=128),
     "mha B16 N1k H12 d64 causal": dict(b=16, n=1024, hq=12, hkv=12, d=64, causal=True),
     # bench_varlen.py's first batch: 32k tokens in documents of 64..8192 tokens
@@ -47,9 +51,14 @@ def run_case(c, fat, torch):
     k = torch.randn(c["b"], c["n"], c["hkv"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn_like(k, requires_grad=True)
     w = (c.get("window", -1), 0 if c.get("window") else -1)
-    out = fat.flash_attn_func(q, k, v, causal=c["causal"], window_size=w)
+    kw = dict(dropout_p=c.get("dropout_p", 0.0))
+    leaves = [q, k, v]
+    if c.get("sinks"):  # learnable sinks, as bench_variants.py's row (their gradient too)
+        kw["sinks"] = torch.randn(c["hq"], device="cuda", dtype=torch.float32, requires_grad=True)
+        leaves.append(kw["sinks"])
+    out = fat.flash_attn_func(q, k, v, causal=c["causal"], window_size=w, **kw)
     do = torch.randn_like(out)
-    return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
 def kernel_times(fn, torch, reps=10):
@@ -71,7 +80,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sweep", default="64,128,8,3;64,128,8,2;64,64,4,3;32,128,8,2;64,128,4,2;128,128,8,2;32,64,4,3",
-                    help="configs BLOCK_M,BLOCK_N,warps,stages of --sweep-kernel for --sweep-case")
+                    help="configs BLOCK_M,BLOCK_N,warps,stages of --sweep-kernel for --sweep-case ('none': none)")
     ap.add_argument("--sweep-case", default="gqa B2 N4k H16/4 d128 causal", choices=sorted(CASES))
     ap.add_argument("--sweep-kernel", default="BWD_DKDV", choices=["BWD_DKDV", "BWD_DQ"])
     ap.add_argument("--cases", help="comma-separated substrings: profile only the cases whose name holds one")
@@ -93,7 +102,7 @@ def main():
     gqa = run_case(CASES[args.sweep_case], fat, torch)
     env = f"FLASHATTN_TRITON_CONFIG_{args.sweep_kernel}"
     res["sweep_case"], res["sweep_kernel"] = args.sweep_case, args.sweep_kernel
-    for cfg in filter(None, args.sweep.split(";")):
+    for cfg in filter(None, args.sweep.split(";")) if args.sweep != "none" else ():
         bm, bn, w, st = cfg.split(",")
         os.environ[env] = f"BLOCK_M={bm},BLOCK_N={bn},num_warps={w},num_stages={st}"
         try:

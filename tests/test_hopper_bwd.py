@@ -1318,6 +1318,21 @@ def test_group_split_rule_and_default():
     assert hbwd.split_divisor(4, 1) == 1
 
 
+def test_group_split_waves_for_dropout(monkeypatch):
+    """A call with dropout takes GROUP_SPLIT_WAVES_DROPOUT programs per SM in
+    the rule, the others GROUP_SPLIT_WAVES; an explicit S ignores both."""
+    hbwd = _bwd_module()
+    mb = 1 << 20
+    monkeypatch.setattr(hbwd, "GROUP_SPLIT_WAVES", 2)
+    monkeypatch.setattr(hbwd, "GROUP_SPLIT_WAVES_DROPOUT", 4)
+    # B=2, N=4096, Hkv=4, 128-key blocks: 256 programs; 2 waves: S = 2, 4 waves (528): S = 4
+    assert hbwd.resolve_group_split(0, True, 4, 256, mb, lambda: 132) == 2
+    assert hbwd.resolve_group_split(0, True, 4, 256, mb, lambda: 132, dropout=True) == 4
+    assert hbwd.resolve_group_split(None, True, 4, 256, mb, lambda: 132, dropout=True) == 4
+    assert hbwd.resolve_group_split(2, True, 4, 256, mb, lambda: 132, dropout=True) == 2
+    assert hbwd.group_split(4, 256, 132, mb, waves=1) == 1
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("default", [False, True])
 def test_resolve_group_split(monkeypatch, causal, default):

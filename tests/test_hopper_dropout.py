@@ -338,7 +338,8 @@ for d in (64, 128, 256):
         ok = hb.hopper_attention_backward(q, q, k, k, lse, lse, *grads, 0.125, 200, dropout=(seed, 0.1, 5))
     assert ok, hb._BROKEN
     c = LAUNCHES[-1][0].src.constants
-    print("bwd", d, c.get((bnames.index("HAS_DROPOUT"),)), c.get((bnames.index("SPLIT_D"),)), LAUNCHES[-1][1])
+    print("bwd", d, c.get((bnames.index("HAS_DROPOUT"),)), c.get((bnames.index("SPLIT_D"),)),
+          c.get((bnames.index("DROPOUT_SHARED_CALLS"),)), LAUNCHES[-1][1])
 """
 
 
@@ -346,13 +347,14 @@ def test_dropout_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: the dropout plans (HAS_DROPOUT) of the
     forward and backward compile for sm_90 at d = 64, 128 and 256 through the
     real JIT path, with DROPOUT_CONFIGS (forward: two consumers at d = 64;
-    backward: SPLIT_D, 64-key blocks, at every head dim)."""
+    backward: the keys x queries path with shared Philox calls, 128-key
+    blocks, at d = 64 / 128, SPLIT_D with 64-key blocks at d = 256)."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     lines = fake_launch(_FAKE_LAUNCH_DROPOUT, timeout=1500).strip().split("\n")
-    assert lines == ["fwd 64 True 2", "bwd 64 True True (19, 4, 1)",
-                     "fwd 128 True 2", "bwd 128 True True (19, 4, 1)",
-                     "fwd 256 True 2", "bwd 256 True True (19, 4, 1)"], lines
+    assert lines == ["fwd 64 True 2", "bwd 64 True False True (10, 4, 1)",
+                     "fwd 128 True 2", "bwd 128 True False True (10, 4, 1)",
+                     "fwd 256 True 2", "bwd 256 True True False (19, 4, 1)"], lines
 
 
 # --------------------------------------------------------------------------- GPU

@@ -1345,6 +1345,12 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # "GQA groups across programs".
 HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
+# The same for calls with dropout (their programs are longer: the Philox
+# draws).  2, as without dropout, until its GPU run
+# (benchmarks/gpu_next_dropout_split.sh): session 22 call 2 timed the causal
+# GQA row B=2 Hq16 Hkv4 N=4k with dropout at S = 4 1.05x / 1.07x the rule's
+# S = 2 (d = 64 / 128, two repeats).
+GROUP_SPLIT_WAVES_DROPOUT = 2
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
 # N, d): its final conversion into dq becomes a dense copy.  Off: on the
 # H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
@@ -1450,31 +1456,36 @@ def sm_count(device) -> int:
     return _sm_count(index)
 
 
-def group_split(group: int, n_programs: int, sms: int, part_bytes: int) -> int:
+def group_split(group: int, n_programs: int, sms: int, part_bytes: int, waves: Optional[int] = None) -> int:
     """Slices S of each KV head's query-head group: the smallest divisor of
-    group with n_programs * S >= GROUP_SPLIT_WAVES * sms (n_programs: key
-    blocks x batch x KV heads, the grid without a split), group if none
-    reaches it; at most the largest divisor whose float32 partials (S x
-    part_bytes) fit the portable backward's GROUP_SPLIT_BYTES."""
+    group with n_programs * S >= waves * sms (n_programs: key blocks x batch
+    x KV heads, the grid without a split; waves: GROUP_SPLIT_WAVES unless
+    given), group if none reaches it; at most the largest divisor whose
+    float32 partials (S x part_bytes) fit the portable backward's
+    GROUP_SPLIT_BYTES."""
     from ..bwd import GROUP_SPLIT_BYTES
+    waves = GROUP_SPLIT_WAVES if waves is None else waves
     fits = [s for s in range(1, group + 1) if group % s == 0 and (s == 1 or s * part_bytes <= GROUP_SPLIT_BYTES)]
     for s in fits:
-        if n_programs * s >= GROUP_SPLIT_WAVES * sms:
+        if n_programs * s >= waves * sms:
             return s
     return fits[-1]
 
 
-def resolve_group_split(request, causal: bool, group: int, n_programs: int, part_bytes: int, sms) -> int:
+def resolve_group_split(request, causal: bool, group: int, n_programs: int, part_bytes: int, sms,
+                        dropout: bool = False) -> int:
     """The S of a call: request is the GROUP_SPLIT override (None: the
-    default of HOPPER_BWD_GROUP_SPLIT_DEFAULT[causal]; 0: group_split's rule;
-    S >= 1: split_divisor's), always 1 for MHA (group 1).  sms() gives the
-    device's SM count, asked only by the rule."""
+    default of HOPPER_BWD_GROUP_SPLIT_DEFAULT[causal]; 0: group_split's rule,
+    with GROUP_SPLIT_WAVES_DROPOUT for a call with dropout; S >= 1:
+    split_divisor's), always 1 for MHA (group 1).  sms() gives the device's
+    SM count, asked only by the rule."""
     if request is None:
         request = 0 if HOPPER_BWD_GROUP_SPLIT_DEFAULT[bool(causal)] else 1
     if group == 1:
         return 1
     if request == 0:
-        return group_split(group, n_programs, sms(), part_bytes)
+        return group_split(group, n_programs, sms(), part_bytes,
+                           GROUP_SPLIT_WAVES_DROPOUT if dropout else GROUP_SPLIT_WAVES)
     return split_divisor(request, group)
 
 
@@ -1623,7 +1634,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # (a compile-only call, on meta tensors: the device it compiles for)
     device = fastlaunch.compile_only_device() if q.is_meta else q.device
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
-                                batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device))
+                                batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
