@@ -89,16 +89,16 @@ stores dQ and signals it with named barriers of 288 threads; the producer
 issues both halves' reduce-adds (_retire_dq), which also tells it that the
 tile's Q / dO slot is free (qdo_empty unused).
 
-``DROPOUT_SHARED_CALLS`` (off; built in session 21, GPU run pending:
-benchmarks/gpu_next_dropout_shared.sh) changes how the keys x queries path
+``DROPOUT_SHARED_CALLS`` (built in session 21; DROPOUT_CONFIGS at d = 64 /
+128 since session 22's H200 runs) changes how the keys x queries path
 draws dropout's keep mask: key bit 0 of an S^T tile lies across a lane pair,
 so without it both lanes make every Philox call and keep their halves (two
 calls per eight scores); with it each lane makes the calls of one of its two
 query groups, packs each call's eight keep flags into one register and a
 layout conversion (a warp shuffle per call) hands the partner its calls
-(dropout.tile_keep_keys_first_shared).  The
-SPLIT_D path (DROPOUT_CONFIGS at d = 64 / 128) draws queries x keys tiles,
-one call per eight scores, and does not read it.
+(dropout.tile_keep_keys_first_shared).  The SPLIT_D path (dropout at
+d = 256) draws queries x keys tiles, one call per eight scores, and does
+not read it.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
