@@ -383,9 +383,16 @@ def calls(device, backward: bool = False):
             finally:
                 ops.BWD_PLANS = True
 
+        sinks = torch.randn(s["H"], device=device, dtype=torch.float32, requires_grad=True)
+
+        def fwd_bwd_sinks():  # a tensor option: no call plan, the full path both ways
+            return torch.autograd.grad(fat.flash_attn_func(qg, kg, vg, causal=True, sinks=sinks),
+                                       (qg, kg, vg, sinks), g)
+
         out = {
             "flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
             "flash_attn_func fwd + bwd": fwd_bwd,
+            "flash_attn_func fwd + bwd, sinks": fwd_bwd_sinks,
         }
         if hasattr(ops, "BWD_PLANS"):
             out["flash_attn_func fwd + bwd, backward plans off"] = no_bwd_plan
