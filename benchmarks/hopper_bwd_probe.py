@@ -19,7 +19,7 @@ A head dim with a value head dim of its own in the backward's HEAD_DIM_V
 (d = 192: dv = 128, the split Q K^T; as a grid head dim or in a --gqa row)
 gets V and dO of dv columns.
 TFLOP/s = 2 * B * H * N^2 * (3 d + 2 dv) / t (= 2.5 * 4 * B * H * N^2 * d
-with dv = d; halved when causal); the ratios in
+with dv = d; halved when causal; t is do_bench's median, --stat); the ratios in
 parentheses are to cuDNN, and ``default/fa2`` is the default variant's ratio
 to SDPA flash.
 
@@ -158,6 +158,9 @@ def main():
                          "draws the same mask and its gradients check against the first's); the baselines "
                          "run without it")
     ap.add_argument("--rep", type=int, default=60)
+    ap.add_argument("--stat", choices=("median", "mean"), default="median",
+                    help="do_bench's statistic over the timed calls (median since session 22: one stalled "
+                         "call inflated a mean 2-3x in session 22's calls 1-2; mean before)")
     ap.add_argument("--rows", choices=("grid", "window"), default="grid",
                     help="grid: the variants above; window: sliding windows (module doc)")
     ap.add_argument("--windows", default="256,1024", help="--rows window: left window sizes")
@@ -251,7 +254,7 @@ def main():
                 else:
                     err = max_rel_err(grads, ref)
                     row["check"][spec] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
-                row["tflops"][spec] = flops / do_bench(run, warmup=10, rep=args.rep) * 1e-9
+                row["tflops"][spec] = flops / do_bench(run, warmup=10, rep=args.rep, return_mode=args.stat) * 1e-9
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][spec] = None
                 row["check"][spec] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -277,7 +280,7 @@ def main():
                     os.environ.pop("FLASHATTN_TRITON_HOPPER_BWD", None)
             try:
                 api_grads[name] = [g.float() for g in api_bwd()]
-                row["tflops"][name] = flops / do_bench(api_bwd, warmup=10, rep=args.rep) * 1e-9
+                row["tflops"][name] = flops / do_bench(api_bwd, warmup=10, rep=args.rep, return_mode=args.stat) * 1e-9
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][name] = None
                 row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -297,7 +300,7 @@ def main():
                 dso = do.transpose(1, 2)
                 row["tflops"][name] = flops / do_bench(
                     lambda: torch.autograd.grad(so, (qs, ks, vs), dso, retain_graph=True), warmup=10,
-                    rep=args.rep) * 1e-9
+                    rep=args.rep, return_mode=args.stat) * 1e-9
             except Exception as exc:  # noqa: BLE001
                 row["tflops"][name] = None
                 row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -463,7 +466,7 @@ def window_rows(args):
                         torch.cuda.synchronize()
                         err = max_rel_err([g.transpose(1, 2) for g in gh], grads["api:portable"])
                         row["check"][name] = "ok" if err <= 2e-2 else f"FAIL {err:.2e}"
-                    row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep) * 1e-9
+                    row["tflops"][name] = flops / do_bench(fn, warmup=10, rep=args.rep, return_mode=args.stat) * 1e-9
                 except Exception as exc:  # noqa: BLE001
                     row["tflops"][name] = None
                     row["check"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
