@@ -1,71 +1,56 @@
 #!/usr/bin/env bash
-# GQA group split for calls with dropout (kernels/hopper/bwd.py GROUP_SPLIT_WAVES_DROPOUT, 2 as
-# without dropout), and where the sinks row's backward time goes. Why: session 22 call 2 timed
-# the causal GQA row B=2 Hq16 Hkv4 N=4k with dropout (keys x queries path, shared Philox calls)
-# at S = 4 1.05x (d = 64) / 1.07x (d = 128) the rule's S = 2 in both repeats: a program with
-# dropout is longer (the draws), so more, shorter programs may balance the causal grid better.
-# And the variant table (session 22 call 3) read the sinks backward at 1.57 ms against the plain
-# row's 0.96 ms at the same shape (session 20: 1.24 ms, session 15: 1.05 ms), though sinks only
-# change the LSE that the backward reads (ops.py: the kernels run without sinks).
-# One H200, about 6-8 minutes:
-#   1. hopper_bwd_probe.py --dropout 0.1, two repeats (T_PROBE 240 s each): causal GQA rows
-#      d = 128 (B=2 Hq16 Hkv4 N=4k; B=1 Hq32 Hkv8 N=8k; B=8 Hq16 Hkv2 N=2k) and d = 64 (B=2 Hq16
-#      Hkv4 N=4k; B=4 Hq32 Hkv4 N=2k); variants default (2 waves), mod:GROUP_SPLIT_WAVES_DROPOUT=4
-#      and =8, through the cached plans; kernel-only backward TFLOP/s. Exploratory, no rule:
-#      NAMED_BAR=2 (the level plain causal d = 128 takes; dropout builds take 0) and
-#      NAMED_BAR=1, as overrides (a plan per call).
-#   2. profile_bwd.py --cases "gqa B2 N4k H16/4 d128 causal" --sweep none: per-kernel CUDA time
-#      of the plain, sinks and dropout backward (flash_attn_func, torch.profiler).
-# Rule, fixed before the run: of W = 4 and 8, the one with the higher geometric mean of the
-# rows' best-of-two ratios (each variant's faster repeat over the default's faster repeat)
-# replaces GROUP_SPLIT_WAVES_DROPOUT if every row's check is "ok", every row's ratio is >= 0.99
-# and the geometric mean is >= 1.02; otherwise it stays 2. Step 2 is a diagnosis (no rule).
+# GQA group split (kernels/hopper/bwd.py group_split: the least S giving GROUP_SPLIT_WAVES
+# programs per SM, 2) for calls with dropout (GROUP_SPLIT_WAVES_DROPOUT) and without, and where
+# the sinks row's backward time goes. Why: session 22 call 2 timed the causal GQA row B=2 Hq16
+# Hkv4 N=4k with dropout (keys x queries path, shared Philox calls) at S = 4 1.05x (d = 64) and
+# 1.05x (d = 128) the rule's S = 2 in both repeats; the same row without dropout is the variant
+# table's plain causal backward, 0.87x SDPA (session 22 call 3). And that table read the sinks
+# backward at 1.57 ms against the plain row's 0.96 ms at the same shape (session 20: 1.24 ms,
+# session 15: 1.05 ms), though sinks only change the LSE that the backward reads.
+# One H200, about 7-9 minutes; kernel-only backward TFLOP/s (hopper_bwd_probe.py, do_bench
+# medians), two repeats, through the cached plans:
+#   1. dropout 0.1 (T_PROBE 220 s per repeat): causal GQA rows d = 128 (B=2 Hq16 Hkv4 N=4k;
+#      B=1 Hq32 Hkv8 N=8k; B=8 Hq16 Hkv2 N=2k) and d = 64 (B=2 Hq16 Hkv4 N=4k; B=4 Hq32 Hkv4
+#      N=2k); variants default, mod:GROUP_SPLIT_WAVES_DROPOUT=4 and =8; exploratory (no rule):
+#      NAMED_BAR=2 and NAMED_BAR=1 (dropout builds take 0; plain causal d = 128 takes 2), as
+#      overrides.
+#   2. no dropout (T_PLAIN 120 s per repeat): the same rows; default, mod:GROUP_SPLIT_WAVES=4, =8.
+#   3. profile_bwd.py --cases "gqa B2 N4k H16/4 d128 causal" --sweep none: per-kernel CUDA time
+#      and wall of the plain, sinks and dropout backward (flash_attn_func).
+# Rules, fixed before the run (rules.best_of_reps_rule: each variant's faster repeat over the
+# default's faster repeat): step 1, of W = 4 and 8 the passing one with the higher geometric
+# mean replaces GROUP_SPLIT_WAVES_DROPOUT = 2 (every row's check "ok", every ratio >= 0.99,
+# geomean >= 1.02); step 2, the same for GROUP_SPLIT_WAVES (the calls without dropout).
+# Step 3: a diagnosis.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-probe_reps ${T_PROBE:-240} --dropout 0.1 --head-dims none \
-  --gqa "2,16,4,4096,128,1;1,32,8,8192,128,1;8,16,2,2048,128,1;2,16,4,4096,64,1;4,32,4,2048,64,1" \
+ROWS="2,16,4,4096,128,1;1,32,8,8192,128,1;8,16,2,2048,128,1;2,16,4,4096,64,1;4,32,4,2048,64,1"
+probe_reps ${T_PROBE:-220} --dropout 0.1 --head-dims none --gqa "$ROWS" \
   --variants "default,mod:GROUP_SPLIT_WAVES_DROPOUT=4,mod:GROUP_SPLIT_WAVES_DROPOUT=8,NAMED_BAR=2,NAMED_BAR=1" \
-  --variants64 "" \
-  --variants256 "" --baselines "" --rep ${REP:-40}
+  --variants64 "" --variants256 "" --baselines "" --rep ${REP:-40}
+mkdir -p "$R/drop" && mv "$R/rep1" "$R/rep2" "$R/drop/"
+probe_reps ${T_PLAIN:-120} --head-dims none --gqa "$ROWS" \
+  --variants "default,mod:GROUP_SPLIT_WAVES=4,mod:GROUP_SPLIT_WAVES=8" \
+  --variants64 "" --variants256 "" --baselines "" --rep ${REP:-40}
+mkdir -p "$R/plain" && mv "$R/rep1" "$R/rep2" "$R/plain/"
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
-import json, math, sys
+import json, sys
+sys.path.insert(0, "benchmarks")
+from rules import best_of_reps_rule, json_rows
 r = sys.argv[1]
-reps = []
-for i in (1, 2):
-    try:
-        reps.append(json.load(open(f"{r}/rep{i}/hopper_bwd_probe.json"))["rows"])
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"rep{i}: unreadable ({exc})")
-names = {w: f"mod:GROUP_SPLIT_WAVES_DROPOUT={w}" for w in (4, 8)}
-best_w, best_geo, best_ok = None, 0.0, False
-for w, spec in names.items():
-    ratios, ok = [], len(reps) == 2 and len(reps[0]) == 5
-    for rows in zip(*reps):
-        key = f"B={rows[0]['b']} Hq={rows[0]['hq']} Hkv={rows[0]['hkv']} N={rows[0]['n']} d={rows[0]['d']}"
-        t0 = max((x["tflops"].get("default") or 0) for x in rows)
-        t = max((x["tflops"].get(spec) or 0) for x in rows)
-        checks = [x["check"].get(spec) for x in rows]
-        q = t / t0 if t0 else 0.0
-        ok &= all(c == "ok" for c in checks) and q >= 0.99
-        ratios.append(q)
-        print(f"W={w} {key} (rule S at 2 waves: {rows[0].get('rule_split')}): default {t0:.0f} "
-              f"W {t:.0f} TFLOP/s ({q:.3f}x), checks {checks}")
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios and min(ratios) > 0 else 0.0
-    ok &= geo >= 1.02
-    print(f"W={w}: geomean {geo:.3f}, {'passes' if ok else 'fails'}")
-    if geo > best_geo:
-        best_w, best_geo, best_ok = w, geo, ok
-for spec in ("NAMED_BAR=2", "NAMED_BAR=1"):  # exploratory
-    for rows in zip(*reps):
-        t0 = max((x["tflops"].get("default") or 0) for x in rows)
-        t = max((x["tflops"].get(spec) or 0) for x in rows)
-        print(f"(exploratory) {spec} B={rows[0]['b']} Hkv={rows[0]['hkv']} N={rows[0]['n']} d={rows[0]['d']}: "
-              f"{t / t0 if t0 else 0:.3f}x, checks {[x['check'].get(spec) for x in rows]}")
-print("RULE: GROUP_SPLIT_WAVES_DROPOUT = " + (f"{best_w}" if best_ok else "2 (stays)")
-      + f" (best W {best_w}, geomean {best_geo:.3f})")
+drop = [json_rows(f"{r}/drop/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+plain = [json_rows(f"{r}/plain/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+print("== step 1: with dropout")
+w_drop, _ = best_of_reps_rule(drop, {f"W={w}": f"mod:GROUP_SPLIT_WAVES_DROPOUT={w}" for w in (4, 8)}, 5, 0.99, 1.02)
+print("(exploratory, no rule)")
+best_of_reps_rule(drop, {s: s for s in ("NAMED_BAR=2", "NAMED_BAR=1")}, 5, 0.0, 0.0)
+print("== step 2: without dropout")
+w_plain, _ = best_of_reps_rule(plain, {f"W={w}": f"mod:GROUP_SPLIT_WAVES={w}" for w in (4, 8)}, 5, 0.99, 1.02)
+print(f"RULE: GROUP_SPLIT_WAVES = {w_plain[2:] if w_plain else '2 (stays)'}; "
+      f"GROUP_SPLIT_WAVES_DROPOUT = {w_drop[2:] if w_drop else '2 (stays)'}")
 PY
 mkdir -p "$R/profile"
 timeout -k 5 ${T_PROFILE:-150} python3 benchmarks/profile_bwd.py --cases "gqa B2 N4k H16/4 d128 causal" \
   --sweep none --out "$R/profile" > "$R/profile/log.txt" 2>&1
 echo "rc=$?" >> "$R/profile/log.txt"; el profile
-cut -c1-700 "$R/profile/log.txt" | tail -8
+cut -c1-900 "$R/profile/log.txt" | tail -8
 tar czf "$OUT/results.tgz" -C "$OUT" r

@@ -156,3 +156,36 @@ def variant_rows(path, key=None):
     except (OSError, ValueError, SyntaxError) as exc:
         print(f"{path}: {type(exc).__name__}: {exc}")
     return rows
+
+
+def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_min: float, base="default"):
+    """Module-switch rule over repeated hopper_bwd_probe.py runs: for each
+    candidate (label -> variant spec) and row, the variant's faster repeat over
+    the base's faster repeat (a stall only slows a run); a candidate passes
+    when every repeat has want_rows rows, every check is "ok", every ratio is
+    >= row_min and their geometric mean >= geo_min.  Prints a line per row
+    and candidate; returns (the passing label with the highest geometric
+    mean or None, {label: geomean})."""
+    import math
+    geos, passing = {}, {}
+    complete = bool(reps) and all(len(rows) == want_rows for rows in reps)
+    for label, spec in variants.items():
+        ratios, ok = [], complete
+        for rows in zip(*reps):
+            r0 = rows[0]
+            t0 = max((x["tflops"].get(base) or 0) for x in rows)
+            t = max((x["tflops"].get(spec) or 0) for x in rows)
+            checks = [x["check"].get(spec) for x in rows]
+            q = t / t0 if t0 else 0.0
+            ok &= all(c == "ok" for c in checks) and q >= row_min
+            ratios.append(q)
+            print(f"{label} B={r0['b']} Hq={r0['hq']} Hkv={r0['hkv']} N={r0['n']} d={r0['d']} "
+                  f"causal={r0['causal']} (rule S: {r0.get('rule_split')}): {base} {t0:.0f} {label} {t:.0f} "
+                  f"TFLOP/s ({q:.3f}x), checks {checks}")
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios and min(ratios) > 0 else 0.0
+        ok &= geo >= geo_min
+        print(f"{label}: geomean {geo:.3f}, {'passes' if ok else 'fails'}")
+        geos[label] = geo
+        if ok:
+            passing[label] = geo
+    return (max(passing, key=passing.get) if passing else None), geos
