@@ -294,6 +294,24 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
             and sinks is None and not dropout_p > 0 and _switch(ENV_HOPPER_MASK, HOPPER_MASK_DEFAULT))
 
 
+ENV_HOPPER_SINKS = "FLASHATTN_TRITON_HOPPER_SINKS"  # "1" / "0": sinks may take the Hopper forward
+# The switch when the variable is unset: "0" until its GPU run
+# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a call whose only variant
+# besides a boolean mask or dropout the Hopper forward takes is learnable
+# sinks runs that forward without them and folds each head's sink into O and
+# the LSE afterwards, in place (ops.py _fold_sinks: kernels/combine.py's merge
+# with the sink as a second part of output 0); the backward reads sinks only
+# through the LSE, so it is unchanged.
+HOPPER_SINKS_DEFAULT = "0"
+
+
+def sinks_after_hopper_forward(sinks, varlen: bool) -> bool:
+    """Whether a dense call's sinks may be folded in after a Hopper forward
+    run without them (FLASHATTN_TRITON_HOPPER_SINKS, HOPPER_SINKS_DEFAULT
+    when unset); the call's other variants then decide as if it had none."""
+    return sinks is not None and not varlen and _switch(ENV_HOPPER_SINKS, HOPPER_SINKS_DEFAULT)
+
+
 # Short sequences on the portable forward: {(head dim, causal): N} sends a
 # call without variants or left window bound whose max(Nq, Nk) is at most N
 # to the portable kernels (FLASHATTN_TRITON_BACKEND=hopper still forces the Hopper tier).

@@ -48,7 +48,8 @@ import torch
 import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
-from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, use_hopper_backward, use_hopper_forward,
+from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, sinks_after_hopper_forward,
+                        use_hopper_backward, use_hopper_forward,
                         use_triton)
 from ._params import AttnParams, has_variants, window_bounds
 from .kernels import fastlaunch
@@ -177,6 +178,18 @@ def _sinks_lse2(sinks: torch.Tensor, lse: torch.Tensor, varlen: bool) -> torch.T
     return (s2[:, None] if varlen else s2[None, :, None]).expand(lse.shape)
 
 
+def _fold_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> None:
+    """A dense attention's result (out (B, N, H, dv), lse (B, H, N) in base
+    2) made the result with each head's sink in its softmax denominator, in
+    place: the sink is a second part of output 0 and LSE sink * log2(e), so
+    lse2' = log2(2^lse2 + 2^sink2) and out' = out * 2^(lse2 - lse2') (the
+    merge of kernels/combine.py, one part, base-2 LSEs); rows that saw no key
+    keep out = 0 and get lse2' = sink2, as the kernels with sinks give."""
+    from .kernels.combine import combine_partials
+    oh = out.transpose(1, 2)
+    combine_partials(oh[None], lse[None], oh, lse, sinks.float().contiguous(), base2=True)
+
+
 def _reduce_to(full: torch.Tensor, shape) -> torch.Tensor:
     """Sum a per-(b, h, i, j) gradient over the dims where the input broadcast (size 1)."""
     dims = [i for i, (n, m) in enumerate(zip(shape, full.shape)) if n == 1 and m != 1]
@@ -252,19 +265,26 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
                 diagonal = k.shape[1] - q.shape[1] + offset
+                # Sinks (opt-in) are folded in after a Hopper forward run
+                # without them: the other variants decide as if there were none.
+                fold = sinks_after_hopper_forward(sinks, varlen)
+                kernel_sinks = None if fold else sinks
+                kernel_variants = has_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p)
                 # Variants: dropout alone may take it (opt-in), as a last
                 # argument; a boolean mask alone (opt-in), as mask=.
-                masked = variants and hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias,
-                                                                dropout_p)
-                if ((not variants or masked or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias,
-                                                                     dropout_p, window, n_q=q.shape[1],
-                                                                     head_dim=q.shape[-1]))
-                        and use_hopper_forward(q, k, v, window, offset, plain=not variants)
+                masked = kernel_variants and hopper_forward_takes_mask(softcap, alibi_slopes, kernel_sinks,
+                                                                       attn_bias, dropout_p)
+                if ((not kernel_variants or masked
+                     or hopper_takes_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p, window,
+                                              n_q=q.shape[1], head_dim=q.shape[-1]))
+                        and use_hopper_forward(q, k, v, window, offset, plain=not kernel_variants)
                         and _kernels.hopper_forward(
                             q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
                             None if window_left < 0 else (window_left, diagonal),
-                            *(((rng_seed, dropout_p, philox_offset),) if variants and not masked else ()),
+                            *(((rng_seed, dropout_p, philox_offset),) if kernel_variants and not masked else ()),
                             **({"mask": attn_bias} if masked else {}))):
+                    if fold:
+                        _fold_sinks(out, lse, sinks)
                     return
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))

@@ -807,6 +807,44 @@ def test_window_api_default(monkeypatch, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("window", [(-1, 0), (-1, -1), (128, 0)], ids=["causal", "full", "window128"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_sinks_folded_after_the_hopper_forward(monkeypatch, d, window):
+    """FLASHATTN_TRITON_HOPPER_SINKS=1: flash_attn_func with learnable sinks
+    runs the Hopper forward without them and folds them into O and the LSE
+    (ops._fold_sinks); output, LSE and the gradients of q, k, v and the sinks
+    (the backward reads the folded LSE) against float64, Nq != Nk, GQA."""
+    from flashattn_triton import flash_attn_func, ops
+    from flashattn_triton.reference import flash_attention_ref
+    calls = []
+    real = ops._kernels.hopper_forward
+    if real is None:
+        ops._kernels.load()
+        real = ops._kernels.hopper_forward
+    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
+    torch.manual_seed(0)
+    leaves = [torch.randn(2, n, h, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
+              for n, h in ((1000, 8), (1234, 2), (1234, 2))]
+    sinks = (torch.randn(8, device="cuda") * 2).requires_grad_()
+    causal = window[1] == 0
+    out, lse = flash_attn_func(*leaves, causal=causal, window_size=window, sinks=sinks, return_lse=True)
+    assert calls, "the Hopper forward did not run"
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad((out * do).sum(), [*leaves, sinks])
+    ref_in = [t.detach().double().requires_grad_() for t in (*leaves, sinks)]
+    o_ref, lse_ref = flash_attention_ref(*ref_in[:3], causal, window_size=window, sinks=ref_in[3])
+    ref_grads = torch.autograd.grad((o_ref * do.double()).sum(), ref_in)
+    low_in = [t.detach().requires_grad_() for t in (*leaves, sinks)]
+    o_low, _ = flash_attention_ref(*low_in[:3], causal, window_size=window, sinks=low_in[3], dtype=torch.bfloat16)
+    low_grads = torch.autograd.grad((o_low * do).sum(), low_in)
+    assert_close("out", out, o_ref, baseline=o_low)
+    assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref.abs().max().item()
+    for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), grads, ref_grads, low_grads):
+        assert_close(name, g, r, baseline=lo, factor=3.0, dtype=torch.bfloat16)
+
+
+@needs_hopper
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("programs", [None, 7], ids=["sms", "7programs"])
 @pytest.mark.parametrize("d", [64, 128, 256])

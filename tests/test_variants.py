@@ -218,6 +218,59 @@ def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
                      sinks[None, :, None].double().expand(2, 2, masked), atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype,causal,n_q,n_k,sink_scale,window", [
+    (torch.bfloat16, True, 48, 48, 3.0, (-1, -1)),    # sinks that dominate some rows
+    (torch.float16, True, 64, 30, 1.0, (-1, -1)),     # Nq > Nk: rows that see only the sink
+    (torch.float32, False, 40, 60, 1.0, (-1, -1)),
+    (torch.bfloat16, True, 50, 70, 1.0, (16, -1)),    # with a left window (gpt-oss' local layers)
+])
+def test_sinks_folded_after_a_forward_without_them(device, monkeypatch, dtype, causal, n_q, n_k, sink_scale,
+                                                   window):
+    """FLASHATTN_TRITON_HOPPER_SINKS=1: a dense call whose only kernel-side
+    variant would be its sinks takes the Hopper forward without them, and
+    ops._fold_sinks folds each head's sink into O and the base-2 LSE in place
+    (kernels/combine.py, one part).  A stand-in for the Hopper forward writes
+    the float64 attention without sinks, rounded to the dtype (the portable
+    forward with sinks never runs); output, LSE and the gradients (the
+    portable backward reads the folded LSE) match the reference with sinks."""
+    from flashattn_triton import _dispatch
+    from flashattn_triton.reference import LOG2E
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    monkeypatch.setattr(_dispatch, "HOPPER_FWD_SHORT", {})
+    monkeypatch.setattr(ops, "use_hopper_backward", lambda *a, **kw: False)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
+    if ops._kernels.forward is None:
+        ops._kernels.load()
+    calls = []
+
+    def hopper_stand_in(q, k, v, out, lse, scale, diagonal, left, *rest, **kw):
+        # ops passes (B, N, H, d) views; the stand-in is exact, then rounded
+        assert not rest and not kw, "sinks alone: no dropout or mask reaches the forward"
+        calls.append((diagonal, left))
+        o64, l64 = flash_attention_ref(q.detach(), k.detach(), v.detach(), causal, scale, torch.float64, window)
+        out.copy_(o64.to(out.dtype))
+        lse.copy_(l64 * LOG2E)
+        return True
+
+    def forbidden(*a, **kw):
+        raise AssertionError("the portable forward ran")
+    monkeypatch.setattr(ops._kernels, "hopper_forward", hopper_stand_in)
+    monkeypatch.setattr(ops._kernels, "forward", forbidden)
+    q, k, v = make_qkv(2, n_q, n_k, 4, 2, 32, dtype, device, requires_grad=False)
+    sinks = torch.randn(4, device=device) * sink_scale
+    got, truth = check_flash(q, k, v, causal=causal, window=window, extras={"sinks": sinks})
+    assert len(calls) == 1, calls
+    if causal and n_q > n_k:
+        masked = n_q - n_k
+        assert torch.equal(got[0][:, :masked], torch.zeros_like(got[0][:, :masked])), \
+            "rows that see only the sink must output exactly 0"
+        assert_close("lse of sink-only rows", got[1][:, :, :masked],
+                     sinks[None, :, None].double().expand(2, 4, masked), atol=1e-6)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
+    with pytest.raises(AssertionError, match="portable forward ran"):
+        fat.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sinks)
+
+
 def test_sinks_strided(device, path):
     """A strided sinks view (a column of a parameter) gives the output and
     the sinks gradient of its contiguous copy."""

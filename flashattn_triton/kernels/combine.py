@@ -97,12 +97,16 @@ def _combine_fwd(
     H, N, NUM_PARTS,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, LSE_BASE2: tl.constexpr = False,
 ):
     """Rows r of one batch entry z are (head r // N, position r % N); a 1-D
     grid of batch entries x row tiles (no grid-axis cap on the batch).
     HAS_SINKS: SINKS (H,) float32 adds logit SINKS[h] without a value to the
-    merged softmax of head h (an extra part with lse = sink and output 0)."""
+    merged softmax of head h (an extra part with lse = sink and output 0).
+    LSE_BASE2: LSE_PART and LSE hold base-2 LSEs (the attention kernels'
+    lse2 = lse * log2(e)) instead of natural ones; SINKS stays natural.
+    O may be O_PART itself (one part, merged in place): a program reads its
+    rows' parts before it writes them, and no other program touches them."""
     n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
     z = (pid // n_tiles).to(tl.int64)
@@ -118,7 +122,9 @@ def _combine_fwd(
 
     m_i, l_i, acc = merge_init(SINKS, h, row_ok, HAS_SINKS, BLOCK_M, HEAD_DIM_PAD)
     for s in range(0, NUM_PARTS):
-        lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32) * 1.4426950408889634
+        lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32)
+        if not LSE_BASE2:
+            lse_s = lse_s * 1.4426950408889634
         out_s = tl.load(p_ptrs, mask=mask, other=0.0).to(tl.float32)
         m_i, l_i, acc = merge_part(m_i, l_i, acc, lse_s, out_s)
         p_ptrs += stride_ps
@@ -127,14 +133,17 @@ def _combine_fwd(
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    if not LSE_BASE2:
+        lse = lse * 0.6931471805599453
     o_ptrs = O + z * stride_oz + h[:, None] * stride_oh + m[:, None] * stride_om + offs_d[None, :] * stride_ok
     tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=mask)
     tl.store(LSE + z * stride_rz + h * stride_rh + m * stride_rm, lse, mask=row_ok)
 
 
 def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
-                     out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor = None) -> None:
+                     out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor = None,
+                     base2: bool = False) -> None:
     """Merge S partial attentions with the Triton kernel, writing in place.
 
     out_parts: (S, Z, H, M, d) view (any strides, e.g. float32 partials);
@@ -142,8 +151,11 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     out: (Z, H, M, d) view, any float dtype; lse: (Z, H, M) float32 view;
     sinks: None, or (H,) float32 with stride 1: head h's merged softmax gets
     the extra logit sinks[h] in its denominator (out * sigmoid(lse - sink),
-    LSE logaddexp(lse, sink); rows no part saw: out 0, LSE = sink).
-    CUDA tensors, or CPU tensors under Triton's interpreter."""
+    LSE logaddexp(lse, sink); rows no part saw: out 0, LSE = sink);
+    base2: lse_parts and lse in base 2 (lse * log2(e), as the attention
+    kernels write them; sinks stay natural).  out / lse may be the one
+    part's own buffers (S = 1: a sink folded into a finished attention in
+    place, ops.py).  CUDA tensors, or CPU tensors under Triton's interpreter."""
     n_parts, z, h, m, d = out_parts.shape
     if out.numel() == 0 and lse.numel() == 0:
         return
@@ -156,7 +168,7 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
         h, m, n_parts,
         HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
-        BLOCK_M=block_m,
+        BLOCK_M=block_m, LSE_BASE2=base2,
         num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2,
     )
 
