@@ -296,12 +296,13 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
 
 ENV_HOPPER_SINKS = "FLASHATTN_TRITON_HOPPER_SINKS"  # "1" / "0": sinks may take the Hopper forward
 # The switch when the variable is unset: "0" until its GPU run
-# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a call whose only variant
-# besides a boolean mask or dropout the Hopper forward takes is learnable
-# sinks runs that forward without them and folds each head's sink into O and
-# the LSE afterwards, in place (ops.py _fold_sinks: kernels/combine.py's merge
-# with the sink as a second part of output 0); the backward reads sinks only
-# through the LSE, so it is unchanged.
+# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a dense call with learnable
+# sinks whose other variants the Hopper forward takes (none, dropout alone or
+# a boolean mask alone, as their own switches say) runs that forward without
+# the sinks and folds each head's sink into O and the LSE afterwards, in place
+# (ops.py _fold_sinks: kernels/combine.py's merge with the sink as a second
+# part of output 0); the backward reads sinks only through the LSE, so it is
+# unchanged.
 HOPPER_SINKS_DEFAULT = "0"
 
 
