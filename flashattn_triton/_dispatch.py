@@ -296,10 +296,10 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
 
 ENV_HOPPER_SINKS = "FLASHATTN_TRITON_HOPPER_SINKS"  # "1" / "0": sinks may take the Hopper forward
 # The switch when the variable is unset: "0" until its GPU run
-# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a dense call with learnable
-# sinks whose other variants the Hopper forward takes (none, dropout alone or
-# a boolean mask alone, as their own switches say) runs that forward without
-# the sinks and folds each head's sink into O and the LSE afterwards, in place
+# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a dense call whose only
+# variant is learnable sinks (any mask or window the plain Hopper forward
+# takes) runs that forward without them and folds each head's sink into O
+# and the LSE afterwards, in place
 # (ops.py _fold_sinks: kernels/combine.py's merge with the sink as a second
 # part of output 0); the backward reads sinks only through the LSE, so it is
 # unchanged.
@@ -309,7 +309,7 @@ HOPPER_SINKS_DEFAULT = "0"
 def sinks_after_hopper_forward(sinks, varlen: bool) -> bool:
     """Whether a dense call's sinks may be folded in after a Hopper forward
     run without them (FLASHATTN_TRITON_HOPPER_SINKS, HOPPER_SINKS_DEFAULT
-    when unset); the call's other variants then decide as if it had none."""
+    when unset); ops.py asks only when sinks are the call's only variant."""
     return sinks is not None and not varlen and _switch(ENV_HOPPER_SINKS, HOPPER_SINKS_DEFAULT)
 
 

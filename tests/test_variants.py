@@ -210,12 +210,20 @@ def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
     q, k, v = make_qkv(2, n_q, n_k, 2, 1, 32, dtype, device, requires_grad=False)
     sinks = torch.randn(2, device=device) * sink_scale
     got, truth = check_flash(q, k, v, causal=causal, extras={"sinks": sinks})
-    if causal and n_q > n_k:
-        masked = n_q - n_k
-        assert torch.equal(got[0][:, :masked], torch.zeros_like(got[0][:, :masked])), \
-            "rows that see only the sink must output exactly 0"
-        assert_close("lse of sink-only rows", got[1][:, :, :masked],
-                     sinks[None, :, None].double().expand(2, 2, masked), atol=1e-6)
+    if causal:
+        _check_sink_only_rows(got, sinks, n_q - n_k)
+
+
+def _check_sink_only_rows(got, sinks, masked):
+    """The first ``masked`` query rows (causal, Nq > Nk) see no key: out
+    exactly 0 and LSE the sink's logit."""
+    if masked <= 0:
+        return
+    out, lse = got[0], got[1]
+    assert torch.equal(out[:, :masked], torch.zeros_like(out[:, :masked])), \
+        "rows that see only the sink must output exactly 0"
+    assert_close("lse of sink-only rows", lse[:, :, :masked],
+                 sinks[None, :, None].double().expand(lse.shape[0], lse.shape[1], masked), atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype,causal,n_q,n_k,sink_scale,window", [
@@ -260,12 +268,10 @@ def test_sinks_folded_after_a_forward_without_them(device, monkeypatch, dtype, c
     sinks = torch.randn(4, device=device) * sink_scale
     got, truth = check_flash(q, k, v, causal=causal, window=window, extras={"sinks": sinks})
     assert len(calls) == 1, calls
-    if causal and n_q > n_k:
-        masked = n_q - n_k
-        assert torch.equal(got[0][:, :masked], torch.zeros_like(got[0][:, :masked])), \
-            "rows that see only the sink must output exactly 0"
-        assert_close("lse of sink-only rows", got[1][:, :, :masked],
-                     sinks[None, :, None].double().expand(2, 4, masked), atol=1e-6)
+    if causal:
+        _check_sink_only_rows(got, sinks, n_q - n_k)
+    with pytest.raises(AssertionError, match="portable forward ran"):  # sinks with another variant
+        fat.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sinks, softcap=20.0)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
     with pytest.raises(AssertionError, match="portable forward ran"):
         fat.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sinks)
