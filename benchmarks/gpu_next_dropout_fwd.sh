@@ -16,7 +16,10 @@
 #   not causal: HOPPER_DROPOUT_FWD_MIN_N[(d, False)] = 0 if every non-causal row of d has
 #     ratio >= 1.05 in both repeats;
 #   causal: HOPPER_DROPOUT_FWD_MIN_N[(d, True)] = the least N of {2k, 3k, 4k, 6k, 8k} such that
-#     every causal row of d of that N or longer has ratio >= 1.05 in both repeats (none: no entry).
+#     every causal MHA row of d of that N or longer has ratio >= 1.05 in both repeats (none: no
+#     entry); since session 22 the GQA rows (d = 128, Hq 16 / Hkv 4) decide a key of their own,
+#     (128, True, "gqa"), by the same test over them alone (the dispatch reads it for calls with
+#     fewer KV heads; session 18's run had them ahead from 4k, the MHA rows from 6k).
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_dropout_fwd.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
@@ -81,10 +84,12 @@ for d in sorted({k[4] for k in keys}):
         entries[(d, False)] = 0
     causal = [k for k in keys if k[4] == d and k[5]]
     if tests_ok and len(causal) == (10 if d == 128 else 5):
-        for n in sorted({k[1] for k in causal}):
-            if all(good[k] for k in causal if k[1] >= n):
-                entries[(d, True)] = n
-                break
+        for key, group in (((d, True), [k for k in causal if k[2] == k[3]]),
+                           ((d, True, "gqa"), [k for k in causal if k[2] != k[3]])):
+            for n in sorted({k[1] for k in group}):
+                if all(good[k] for k in group if k[1] >= n):
+                    entries[key] = n
+                    break
 print(f"RULE: HOPPER_DROPOUT_FWD_MIN_N = {entries or None}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -238,7 +238,12 @@ HOPPER_DROPOUT_BWD_DEFAULT = "1"
 # The forward's dropout default by query length, with the variable unset:
 # None (HOPPER_DROPOUT_DEFAULT alone decides) or {(head dim, causal): least
 # N_Q}: the Hopper forward takes a dropout call whose query length reaches
-# the entry of its head dim and causal flag (no entry: the default decides).
+# the entry of its head dim and causal flag (no entry: the default decides);
+# a key (head dim, causal, "gqa"), where present, serves the calls with
+# fewer KV heads than query heads instead (none yet:
+# benchmarks/gpu_next_dropout_fwd.sh's rule sets them from its GQA rows;
+# session 18 had those ahead from shorter lengths, 1.07-1.10x at d = 128
+# causal N = 4k where the MHA rows were 1.01x).
 # Session 16 call 2 measured the Hopper dropout forward at 1.03-1.73x the
 # portable one on every row but N = 2k causal (0.82-0.98x);
 # benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, set the entries
@@ -251,7 +256,7 @@ HOPPER_DROPOUT_FWD_MIN_N: Optional[dict] = {
 
 
 def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False,
-                          n_q: Optional[int] = None, head_dim: Optional[int] = None) -> bool:
+                          n_q: Optional[int] = None, head_dim: Optional[int] = None, gqa: bool = False) -> bool:
     """Whether a call with variants may try the Hopper forward (backward:
     the Hopper backward; use_hopper_forward / use_hopper_backward still
     decide the rest): only dropout alone (no softcap, ALiBi, sinks or mask),
@@ -260,15 +265,19 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
     when it is unset, HOPPER_DROPOUT_BWD_DEFAULT for the backward, and for
     the forward HOPPER_DROPOUT_DEFAULT or, where HOPPER_DROPOUT_FWD_MIN_N
     is set, a query length n_q of at least its entry for the call's head dim
-    and causal flag (their dropout paths, docs/hopper.md "Dropout").  Calls
-    without variants do not ask."""
+    and causal flag (with gqa, fewer KV heads than query heads, the entry
+    keyed (head dim, causal, "gqa") where there is one; their dropout paths,
+    docs/hopper.md "Dropout").  Calls without variants do not ask."""
     if not (dropout_p > 0 and not softcap and alibi_slopes is None and sinks is None and attn_bias is None
             and window[0] < 0 and window[1] in (-1, 0)):
         return False
     if backward:
         return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_BWD_DEFAULT)
     if env_value(ENV_HOPPER_DROPOUT) is None and HOPPER_DROPOUT_FWD_MIN_N is not None and n_q is not None:
-        least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, window[1] == 0))
+        causal = window[1] == 0
+        least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, causal, "gqa")) if gqa else None
+        if least is None:
+            least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, causal))
         if least is not None and n_q >= least:
             return True
     return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT)

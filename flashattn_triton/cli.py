@@ -163,14 +163,14 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
 
 
 def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False,
-                     n_q: Optional[int] = None, d: Optional[int] = None) -> bool:
+                     n_q: Optional[int] = None, d: Optional[int] = None, gqa: bool = False) -> bool:
     """No variant, or those that may take the Hopper forward (backward: the
     Hopper backward): dropout alone, as _dispatch.hopper_takes_variants
-    decides (the forward's by query length n_q and head dim d)."""
+    decides (the forward's by query length n_q, head dim d and gqa)."""
     from ._dispatch import hopper_takes_variants
     return not variants or (tuple(variants) == ("dropout",)
                             and hopper_takes_variants(0.0, None, None, None, 0.1, window, backward=backward,
-                                                      n_q=n_q, head_dim=d))
+                                                      n_q=n_q, head_dim=d, gqa=gqa))
 
 
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
@@ -186,7 +186,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, "FLASHATTN_TRITON_BACKEND=portable"
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
-    if variants and not _hopper_variants(variants, window, n_q=n_q, d=d):
+    if variants and not _hopper_variants(variants, window, n_q=n_q, d=d, gqa=h_kv != h_q):
         if tuple(variants) == ("dropout",) and window[0] < 0 and window[1] in (-1, 0):
             return False, (f"dropout: the portable forward ({ENV_HOPPER_DROPOUT}=1 takes dropout alone to the "
                            "Hopper tier; unset: _dispatch.HOPPER_DROPOUT_FWD_MIN_N by head dim, causal flag "

@@ -277,7 +277,7 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                                                                        attn_bias, dropout_p)
                 if ((not kernel_variants or masked
                      or hopper_takes_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p, window,
-                                              n_q=q.shape[1], head_dim=q.shape[-1]))
+                                              n_q=q.shape[1], head_dim=q.shape[-1], gqa=k.shape[2] != q.shape[2]))
                         and use_hopper_forward(q, k, v, window, offset, plain=not kernel_variants)
                         and _kernels.hopper_forward(
                             q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,

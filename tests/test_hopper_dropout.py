@@ -205,7 +205,8 @@ def test_dispatch_rule(monkeypatch, default, bwd_default):
 def test_forward_rule_by_length(monkeypatch):
     """HOPPER_DROPOUT_FWD_MIN_N ({(head dim, causal): least N_Q}): with the
     variable unset the Hopper forward takes dropout from that query length,
-    per head dim and causal flag (no entry: HOPPER_DROPOUT_DEFAULT); the
+    per head dim and causal flag (no entry: HOPPER_DROPOUT_DEFAULT; GQA
+    calls: a (head dim, causal, "gqa") entry first); the
     variable overrides it both ways, the backward ignores it, and no length
     (n_q None) never turns it on."""
     from flashattn_triton import _dispatch
@@ -222,8 +223,15 @@ def test_forward_rule_by_length(monkeypatch):
     assert not takes((-1, 0), None) and not takes((-1, 0), 8192, backward=True), "no length; the backward"
     assert not takes((10, 0), 8192), "a window bound: never"
     assert not _dispatch.hopper_takes_variants(1.0, None, None, None, 0.1, (-1, 0), n_q=8192, head_dim=128)
+    # a GQA entry serves GQA calls; without one they take the (d, causal) entry
+    assert takes((-1, 0), 2048, gqa=True) is False
+    monkeypatch.setitem(_dispatch.HOPPER_DROPOUT_FWD_MIN_N, (128, True, "gqa"), 3072)
+    assert takes((-1, 0), 3072, gqa=True) and not takes((-1, 0), 2048, gqa=True), "GQA from 3072"
+    assert not takes((-1, 0), 3072) and takes((-1, 0), 4096), "MHA still from 4096"
+    assert takes((-1, -1), 1, gqa=True), "not causal: the (d, False) entry"
     monkeypatch.setenv(OPT_IN, "0")
     assert not takes((-1, 0), 8192), "forced off"
+    assert not takes((-1, 0), 8192, gqa=True), "forced off"
     monkeypatch.setenv(OPT_IN, "1")
     assert takes((-1, 0), 16, d=64), "forced on"
 
