@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Hopper dropout forward by query length (_dispatch.HOPPER_DROPOUT_FWD_MIN_N, None so far),
+# The Hopper dropout forward by query length (_dispatch.HOPPER_DROPOUT_FWD_MIN_N; set by this rule in session 18),
 # on one H200, about 5 minutes.  Session 16 call 2 (gpu_next_dropout_default.sh) measured the
 # Hopper dropout forward at 1.03-1.73x the portable one on 13 of 16 rows and 0.82-0.98x on the
 # three N = 2k causal rows, so the forward stayed portable by default; bench_variants' dropout row
@@ -18,8 +18,9 @@
 #   causal: HOPPER_DROPOUT_FWD_MIN_N[(d, True)] = the least N of {2k, 3k, 4k, 6k, 8k} such that
 #     every causal MHA row of d of that N or longer has ratio >= 1.05 in both repeats (none: no
 #     entry); since session 22 the GQA rows (d = 128, Hq 16 / Hkv 4) decide a key of their own,
-#     (128, True, "gqa"), by the same test over them alone (the dispatch reads it for calls with
-#     fewer KV heads; session 18's run had them ahead from 4k, the MHA rows from 6k).
+#     (128, True, "gqa"), by the same test over them alone, None where no length passes (the
+#     dispatch reads it for calls with fewer KV heads; session 18's run had them ahead from 4k,
+#     the MHA rows from 6k).
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_dropout_fwd.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
@@ -90,6 +91,9 @@ for d in sorted({k[4] for k in keys}):
                 if all(good[k] for k in group if k[1] >= n):
                     entries[key] = n
                     break
+            else:  # measured and never ahead: GQA calls must not fall back on the MHA entry
+                if group and len(key) == 3:
+                    entries[key] = None
 print(f"RULE: HOPPER_DROPOUT_FWD_MIN_N = {entries or None}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

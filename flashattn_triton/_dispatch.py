@@ -240,7 +240,8 @@ HOPPER_DROPOUT_BWD_DEFAULT = "1"
 # N_Q}: the Hopper forward takes a dropout call whose query length reaches
 # the entry of its head dim and causal flag (no entry: the default decides);
 # a key (head dim, causal, "gqa"), where present, serves the calls with
-# fewer KV heads than query heads instead (none yet:
+# fewer KV heads than query heads instead, None there meaning no length
+# (then the default decides) (none yet:
 # benchmarks/gpu_next_dropout_fwd.sh's rule sets them from its GQA rows;
 # session 18 had those ahead from shorter lengths, 1.07-1.10x at d = 128
 # causal N = 4k where the MHA rows were 1.01x).
@@ -275,9 +276,9 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
         return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_BWD_DEFAULT)
     if env_value(ENV_HOPPER_DROPOUT) is None and HOPPER_DROPOUT_FWD_MIN_N is not None and n_q is not None:
         causal = window[1] == 0
-        least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, causal, "gqa")) if gqa else None
-        if least is None:
-            least = HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, causal))
+        gqa_key = (head_dim, causal, "gqa")
+        least = (HOPPER_DROPOUT_FWD_MIN_N[gqa_key] if gqa and gqa_key in HOPPER_DROPOUT_FWD_MIN_N
+                 else HOPPER_DROPOUT_FWD_MIN_N.get((head_dim, causal)))
         if least is not None and n_q >= least:
             return True
     return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_DEFAULT)

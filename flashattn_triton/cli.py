@@ -186,6 +186,10 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, "FLASHATTN_TRITON_BACKEND=portable"
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
+    from ._dispatch import sinks_after_hopper_forward
+    fold = tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False)
+    if fold:
+        variants = ()  # the forward runs without them (ops._fold_sinks after it)
     if variants and not _hopper_variants(variants, window, n_q=n_q, d=d, gqa=h_kv != h_q):
         if tuple(variants) == ("dropout",) and window[0] < 0 and window[1] in (-1, 0):
             return False, (f"dropout: the portable forward ({ENV_HOPPER_DROPOUT}=1 takes dropout alone to the "
@@ -239,7 +243,9 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                      "(SECTION_MB_DEFAULT; one section when every head fits)" if section_mb else "")
                   + (", left window bound (HAS_WINDOW)" if window[0] >= 0 else "")
                   + (", dropout (HAS_DROPOUT)" if dropout else "")
-                  + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else ""))
+                  + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else "")
+                  + (", run without the sinks, which are folded into O and the LSE after it "
+                     "(FLASHATTN_TRITON_HOPPER_SINKS=1)" if fold else ""))
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],

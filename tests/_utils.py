@@ -72,8 +72,8 @@ def window_shifts(case):
 
 
 def forward_tier_calls(monkeypatch, env, opt_in, *, portable, window=(-1, -1), softcap=0.0, attn_bias=None,
-                       dropout_p=0.0, seed=None, philox_offset=0, n_q=300, n_k=500):
-    """ops._fwd_into of a dense call (B = 1, H = 2, d = 64, CPU tensors) with
+                       dropout_p=0.0, seed=None, philox_offset=0, n_q=300, n_k=500, h_kv=2):
+    """ops._fwd_into of a dense call (B = 1, H = 2, d = 64, CPU tensors; h_kv KV heads) with
     both forward tiers stubbed and the Hopper tier made available; the
     switch ``env`` set to ``opt_in`` (None: unset).  Returns the calls, each
     ("portable", portable(mods)) or ("hopper", the arguments after the scale,
@@ -91,7 +91,7 @@ def forward_tier_calls(monkeypatch, env, opt_in, *, portable, window=(-1, -1), s
     else:
         monkeypatch.setenv(env, opt_in)
     q = torch.randn(1, n_q, 2, 64, dtype=torch.bfloat16)
-    k = torch.randn(1, n_k, 2, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, n_k, h_kv, 64, dtype=torch.bfloat16)
     out, lse = torch.empty_like(q), torch.empty(1, 2, n_q)
     ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, window[0], window[1], True,
                   softcap, None, None, attn_bias, dropout_p, seed, philox_offset=philox_offset)

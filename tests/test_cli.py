@@ -146,6 +146,24 @@ def test_info_window_takes_the_hopper_forward(capsys, monkeypatch):
     assert "full or causal attention only" in capsys.readouterr().out
 
 
+def test_info_sinks_switch(capsys, monkeypatch):
+    """Sinks on sm90: the portable forward by default, naming the variants;
+    with FLASHATTN_TRITON_HOPPER_SINKS=1 the Hopper forward run without them
+    and the fold after it (where the tier is available here)."""
+    from flashattn_triton.kernels import hopper
+    argv = ["info", "--shape", "1,4096,8,128", "--causal", "--variant", "sinks", "--arch", "sm90"]
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SINKS", raising=False)
+    assert cli.main(argv) == 0
+    assert "sinks: variants run on the portable forward" in capsys.readouterr().out
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    if hopper.AVAILABLE:
+        assert "forward : Hopper tier" in out and "folded into O and the LSE" in out
+    else:
+        assert "Hopper tier not used: not available here" in out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["info", "--shape", "1,2,3"], "expected 4 comma-separated integers"),
     (["info", "--shape", "1,0,2,64"], "must be >= 1"),

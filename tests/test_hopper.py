@@ -807,13 +807,15 @@ def test_window_api_default(monkeypatch, causal):
 
 
 @needs_hopper
+@pytest.mark.parametrize("n_q,n_k", [(1000, 1234), (1234, 1000)], ids=["nq<nk", "nq>nk"])
 @pytest.mark.parametrize("window", [(-1, 0), (-1, -1), (128, 0)], ids=["causal", "full", "window128"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_sinks_folded_after_the_hopper_forward(monkeypatch, d, window):
+def test_sinks_folded_after_the_hopper_forward(monkeypatch, d, window, n_q, n_k):
     """FLASHATTN_TRITON_HOPPER_SINKS=1: flash_attn_func with learnable sinks
     runs the Hopper forward without them and folds them into O and the LSE
     (ops._fold_sinks); output, LSE and the gradients of q, k, v and the sinks
-    (the backward reads the folded LSE) against float64, Nq != Nk, GQA."""
+    (the backward reads the folded LSE) against float64, GQA; causal with
+    Nq > Nk has rows that see only the sink (O = 0, LSE = the sink)."""
     from flashattn_triton import flash_attn_func, ops
     from flashattn_triton.reference import flash_attention_ref
     calls = []
@@ -821,15 +823,19 @@ def test_sinks_folded_after_the_hopper_forward(monkeypatch, d, window):
     if real is None:
         ops._kernels.load()
         real = ops._kernels.hopper_forward
-    monkeypatch.setattr(ops._kernels, "hopper_forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    def spy(*a, **kw):
+        took = real(*a, **kw)
+        calls.append(took)
+        return took
+    monkeypatch.setattr(ops._kernels, "hopper_forward", spy)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
     torch.manual_seed(0)
     leaves = [torch.randn(2, n, h, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
-              for n, h in ((1000, 8), (1234, 2), (1234, 2))]
+              for n, h in ((n_q, 8), (n_k, 2), (n_k, 2))]
     sinks = (torch.randn(8, device="cuda") * 2).requires_grad_()
     causal = window[1] == 0
     out, lse = flash_attn_func(*leaves, causal=causal, window_size=window, sinks=sinks, return_lse=True)
-    assert calls, "the Hopper forward did not run"
+    assert calls == [True], f"the Hopper forward did not take the call: {calls}"
     do = torch.randn_like(out)
     grads = torch.autograd.grad((out * do).sum(), [*leaves, sinks])
     ref_in = [t.detach().double().requires_grad_() for t in (*leaves, sinks)]
@@ -840,6 +846,11 @@ def test_sinks_folded_after_the_hopper_forward(monkeypatch, d, window):
     low_grads = torch.autograd.grad((o_low * do).sum(), low_in)
     assert_close("out", out, o_ref, baseline=o_low)
     assert max_abs_err(lse, lse_ref) <= 1e-3 * lse_ref.abs().max().item()
+    if causal and n_q > n_k:  # bottom-right: the first Nq - Nk rows see no key
+        masked = n_q - n_k
+        assert torch.equal(out[:, :masked], torch.zeros_like(out[:, :masked]))
+        assert_close("lse of sink-only rows", lse[:, :, :masked],
+                     sinks.detach()[None, :, None].double().expand(2, 8, masked), atol=1e-5)
     for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), grads, ref_grads, low_grads):
         assert_close(name, g, r, baseline=lo, factor=3.0, dtype=torch.bfloat16)
 

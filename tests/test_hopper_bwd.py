@@ -383,8 +383,7 @@ def test_named_bar_default_by_shape():
     """NAMED_BAR: the override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set (the
     environment variable), else NAMED_BAR_BY_SHAPE (causal d = 128: 2,
     others 0; 0 with a window or dropout); 0 on the SPLIT_D paths
-    (d = 256, 192, the dropout configs), at most 1 with PERSISTENT; other
-    values are refused."""
+    (d = 256, 192), at most 1 with PERSISTENT; other values are refused."""
     hbwd = _bwd_module()
     env = os.environ.get(hbwd.NAMED_BAR_ENV, "").strip()
     assert hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT == (int(env) if env in ("0", "1", "2") else None)

@@ -223,8 +223,10 @@ def test_forward_rule_by_length(monkeypatch):
     assert not takes((-1, 0), None) and not takes((-1, 0), 8192, backward=True), "no length; the backward"
     assert not takes((10, 0), 8192), "a window bound: never"
     assert not _dispatch.hopper_takes_variants(1.0, None, None, None, 0.1, (-1, 0), n_q=8192, head_dim=128)
-    # a GQA entry serves GQA calls; without one they take the (d, causal) entry
-    assert takes((-1, 0), 2048, gqa=True) is False
+    # a GQA entry serves GQA calls (None: no length); without one they take the (d, causal) entry
+    assert takes((-1, 0), 4096, gqa=True) and not takes((-1, 0), 2048, gqa=True), "no GQA key: (d, causal)"
+    monkeypatch.setitem(_dispatch.HOPPER_DROPOUT_FWD_MIN_N, (128, True, "gqa"), None)
+    assert not takes((-1, 0), 8192, gqa=True) and takes((-1, 0), 8192), "GQA key None: never by length"
     monkeypatch.setitem(_dispatch.HOPPER_DROPOUT_FWD_MIN_N, (128, True, "gqa"), 3072)
     assert takes((-1, 0), 3072, gqa=True) and not takes((-1, 0), 2048, gqa=True), "GQA from 3072"
     assert not takes((-1, 0), 3072) and takes((-1, 0), 4096), "MHA still from 4096"
@@ -234,6 +236,20 @@ def test_forward_rule_by_length(monkeypatch):
     assert not takes((-1, 0), 8192, gqa=True), "forced off"
     monkeypatch.setenv(OPT_IN, "1")
     assert takes((-1, 0), 16, d=64), "forced on"
+
+
+def test_forward_rule_reads_the_gqa_key(monkeypatch):
+    """ops._fwd_into tells the length rule whether the call is GQA: with only
+    a (64, True, "gqa") entry, a causal GQA dropout call takes the Hopper
+    forward and the same call with as many KV heads as query heads does not."""
+    from flashattn_triton import _dispatch
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", "0")
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_FWD_MIN_N", {(64, True, "gqa"): 256})
+    seed = torch.tensor([5], dtype=torch.int64)
+    for h_kv, tier in ((1, "hopper"), (2, "portable")):
+        calls = forward_tier_calls(monkeypatch, OPT_IN, None, portable=lambda mods: mods.dropout_p,
+                                   window=(-1, 0), dropout_p=0.25, seed=seed, h_kv=h_kv)
+        assert [c[0] for c in calls] == [tier], (h_kv, calls)
 
 
 @pytest.mark.parametrize("default", ["0", "1"])
@@ -516,7 +532,7 @@ def test_dropout_keep_mask_is_the_portable_one(monkeypatch, d, causal):
 @pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
 def test_keys_first_backward_path(monkeypatch, d, shared):
     """The backward's keys x queries path with dropout (SPLIT_D=False forces
-    it; DROPOUT_CONFIGS takes it at d = 64 with shared calls): the mask of
+    it; DROPOUT_CONFIGS takes it at d = 64 / 128 with shared calls): the mask of
     tile_halves_keys_first, each lane pair making its calls twice or, with
     DROPOUT_SHARED_CALLS, once and handing over packed keep flags; gradients
     against float64 with the same mask."""

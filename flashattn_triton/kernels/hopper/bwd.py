@@ -1305,17 +1305,20 @@ SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
 # --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
 WINDOW_CONFIGS: dict = {}
 # Per head dim, entries replacing CONFIGS' for calls with dropout
-# (HAS_DROPOUT; GPU-validated in session 13).  d = 128: the SPLIT_D path (64
-# keys and 64 query rows per step, scores queries x keys, so one Philox call
-# per 8 scores, and dK / dV split by head-dim columns: 32 + 32 accumulator
-# registers instead of 64 + 64), since the keys x queries path with each
-# lane making its own calls spilled (ptxas: 1,864 B at d = 128; compile_check
-# --hopper-bwd --dropout).  d = 64 since session 22: the keys x queries path
+# (HAS_DROPOUT).  d = 64 / 128 since session 22: the keys x queries path
 # (BLOCK_M 64, 128 keys per program) with DROPOUT_SHARED_CALLS (each Philox
-# call made once per lane pair, its keep flags packed and handed over; spill
-# 388 / 648 -> 32 / 48 B): on the H200 1.09-1.17x the SPLIT_D entry on the
-# four MHA rows of gpu_next_dropout_shared.sh (its rule met) and 1.05x on a
-# causal GQA row (gpu_next_dropout_gqa.sh, two repeats); docs/hopper.md.
+# call made once per lane pair, its keep flags packed and handed over;
+# ptxas spills d = 64 388 / 648 -> 32 / 48 B, d = 128 1,680 / 1,864 -> 272 /
+# 496 B; compile_check --hopper-bwd --dropout).  On the H200, kernel-only
+# against the entry they replace: d = 64 1.09-1.17x on the four MHA rows of
+# gpu_next_dropout_shared.sh (its rule met) and 1.05x on a causal GQA row
+# (gpu_next_dropout_gqa.sh, two repeats); d = 128 1.01-1.14x, geomean 1.08,
+# best of two repeats on six rows (gpu_next_dropout_shared128.sh, its rule
+# met).  Before: the SPLIT_D path (64 keys and 64 query rows per step, scores
+# queries x keys, one Philox call per 8 scores, dK / dV split by head-dim
+# columns; GPU-validated in session 13), since the keys x queries path with
+# each lane making its own calls spilled; d = 256 keeps SPLIT_D, its default
+# path (docs/hopper.md "Dropout").
 DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
     128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
@@ -1348,7 +1351,7 @@ GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
 # The same for calls with dropout (their programs are longer: the Philox
 # draws).  2, as without dropout, until its GPU run
 # (benchmarks/gpu_next_dropout_split.sh): session 22 call 2 timed the causal
-# GQA row B=2 Hq16 Hkv4 N=4k with dropout at S = 4 1.05x / 1.07x the rule's
+# GQA row B=2 Hq16 Hkv4 N=4k with dropout at S = 4 1.07x / 1.05x the rule's
 # S = 2 (d = 64 / 128, two repeats).
 GROUP_SPLIT_WAVES_DROPOUT = 2
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
