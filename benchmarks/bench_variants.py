@@ -249,11 +249,16 @@ def selected(args, name: str) -> bool:
     return not args.only or any(w.strip().lower() in name.lower() for w in args.only.split(",") if w.strip())
 
 
+NO_PEER = False  # --no-peer: time our rows only
+
+
 def measure(ms, name, case, shape, providers):
     row = dict(variant=name, batch=case.b, seqlen=case.n, heads_q=case.hq, heads_kv=case.hkv,
                head_dim=case.d, head_dim_v=case.dv, causal=shape.get("causal", False))
     flops = case.flops(shape.get("causal", False), shape.get("window"))
     for label, make in providers:
+        if NO_PEER and label != "flashattn_triton":
+            continue
         key = "ours" if label == "flashattn_triton" else "peer"
         row[f"{key}_provider"] = label
         try:
@@ -329,8 +334,11 @@ def main():
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated substrings of the variant rows to run "
                     "(case-insensitive, e.g. 'plain,dropout'); implies --skip-sweep")
+    ap.add_argument("--no-peer", action="store_true", help="time our rows only (no peer columns)")
     args = ap.parse_args()
     args.skip_sweep = args.skip_sweep or bool(args.only)
+    global NO_PEER
+    NO_PEER = args.no_peer
     device = "cpu" if args.smoke else "cuda"
     if not args.smoke:
         C.require_cuda("bench_variants.py")
