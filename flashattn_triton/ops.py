@@ -187,7 +187,9 @@ def _fold_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> No
     keep out = 0 and get lse2' = sink2, as the kernels with sinks give."""
     from .kernels.combine import combine_partials
     oh = out.transpose(1, 2)
-    combine_partials(oh[None], lse[None], oh, lse, sinks.float().contiguous(), base2=True)
+    # One part, nothing shared between rows: a plain streaming pass, 16 rows
+    # per program (not the 4 that spread many parts' reads).
+    combine_partials(oh[None], lse[None], oh, lse, sinks.float().contiguous(), base2=True, rows_per_program=16)
 
 
 def _reduce_to(full: torch.Tensor, shape) -> torch.Tensor:

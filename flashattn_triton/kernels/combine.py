@@ -143,7 +143,7 @@ def _combine_fwd(
 
 def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
                      out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor = None,
-                     base2: bool = False) -> None:
+                     base2: bool = False, rows_per_program: int = 0) -> None:
     """Merge S partial attentions with the Triton kernel, writing in place.
 
     out_parts: (S, Z, H, M, d) view (any strides, e.g. float32 partials);
@@ -155,13 +155,15 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     base2: lse_parts and lse in base 2 (lse * log2(e), as the attention
     kernels write them; sinks stay natural).  out / lse may be the one
     part's own buffers (S = 1: a sink folded into a finished attention in
-    place, ops.py).  CUDA tensors, or CPU tensors under Triton's interpreter."""
+    place, ops.py).  rows_per_program: rows per program on the GPU (a power
+    of two; 0: 4, for many parts).  CUDA tensors, or CPU tensors under
+    Triton's interpreter."""
     n_parts, z, h, m, d = out_parts.shape
     if out.numel() == 0 and lse.numel() == 0:
         return
     # Few rows per program on the GPU (many programs share the reads); more
     # under the interpreter, where each program costs the same Python overhead.
-    block_m = min(32 if INTERPRET else 4, triton.next_power_of_2(max(h * m, 1)))
+    block_m = min(32 if INTERPRET else (rows_per_program or 4), triton.next_power_of_2(max(h * m, 1)))
     grid = (triton.cdiv(h * m, block_m) * z,)
     _combine_fwd[grid](
         out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,
