@@ -311,9 +311,11 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
                              variants)
     fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    from ._dispatch import short_forward_portable
+    from ._dispatch import short_forward_portable, sinks_after_hopper_forward
     fwd_takes, fwd_how = takes, how
-    if takes and short_forward_portable(max(n_q, n_k), d, window, plain=not variants):
+    # (sinks folded in after the forward leave it a plain call, as in ops._fwd_into)
+    kernel_plain = not variants or (tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False))
+    if takes and short_forward_portable(max(n_q, n_k), d, window, plain=kernel_plain):
         fwd_takes, fwd_how = False, (f"N = {max(n_q, n_k)} is short enough that the portable forward is faster "
                                      "(_dispatch.HOPPER_FWD_SHORT)")
     if fwd_takes:
