@@ -272,7 +272,7 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 fold = (sinks_after_hopper_forward(sinks, varlen)
                         and not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p))
                 kernel_sinks = None if fold else sinks
-                kernel_variants = has_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p)
+                kernel_variants = variants and not fold  # (a folded call's only variant is its sinks)
                 # Variants: dropout alone may take it (opt-in), as a last
                 # argument; a boolean mask alone (opt-in), as mask=.
                 masked = kernel_variants and hopper_forward_takes_mask(softcap, alibi_slopes, kernel_sinks,
