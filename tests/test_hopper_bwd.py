@@ -1295,15 +1295,19 @@ def test_emulated_group_split_broken_forms_are_caught(broken):
     assert any(not hbm.check_split(case, broken) <= 1e-9 for case in hbm.split_cases(full=False)), broken
 
 
-def test_group_split_rule_and_default():
-    """group_split: the smallest divisor of the group that gives 2 programs
-    per SM, the whole group when none does, 1 for MHA or when the partials
-    do not fit; split_divisor: an explicit S as the largest divisor of the
+def test_group_split_rule_and_default(monkeypatch):
+    """group_split: the smallest divisor of the group that gives `waves`
+    programs per SM (4 by default, with or without dropout), the whole
+    group when none does, 1 for MHA or when the partials do not fit; split_divisor: an explicit S as the largest divisor of the
     group not above it; the rule by default for causal calls, S = 1 for
     the others (no override)."""
     hbwd = _bwd_module()
     assert hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT == {False: False, True: True}
+    assert (hbwd.GROUP_SPLIT_WAVES, hbwd.GROUP_SPLIT_WAVES_DROPOUT) == (4, 4)
     mb = 1 << 20
+    # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 4 x 132: S = 4
+    assert hbwd.group_split(4, 256, 132, mb) == 4
+    monkeypatch.setattr(hbwd, "GROUP_SPLIT_WAVES", 2)
     # B=2, N=4096, Hkv=4, d=128: 32 key blocks x 8 = 256 programs < 264: S = 2
     assert hbwd.group_split(4, 256, 132, mb) == 2
     assert hbwd.group_split(4, 264, 132, mb) == 1
@@ -1352,8 +1356,8 @@ def test_resolve_group_split(monkeypatch, causal, default):
     assert not asked
     assert hbwd.resolve_group_split(None, causal, 4, 36, mb, sms) == (4 if default else 1)
     assert len(asked) == int(default)
-    assert hbwd.resolve_group_split(0, causal, 4, 36, mb, sms) == 4    # 36 x 4 < 264: the whole group
-    assert hbwd.resolve_group_split(0, causal, 4, 256, mb, sms) == 2
+    assert hbwd.resolve_group_split(0, causal, 4, 36, mb, sms) == 4    # 36 x 4 < 528: the whole group
+    assert hbwd.resolve_group_split(0, causal, 4, 256, mb, sms) == 4  # 256 x 2 < 4 x 132
     assert hbwd.resolve_group_split(3, causal, 4, 36, mb, sms) == 2
     assert hbwd.resolve_group_split(1, causal, 8, 36, mb, sms) == 1
 

@@ -1347,13 +1347,17 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # 0.89-1.00x on non-causal rows, so non-causal stays off; docs/hopper.md,
 # "GQA groups across programs".
 HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
-GROUP_SPLIT_WAVES = 2  # programs wanted per SM by group_split
+# Programs wanted per SM by group_split: 4 since session 23 (2 before).
+# benchmarks/gpu_next_dropout_split.sh, rule fixed before the run, best of
+# two repeats on 5 causal GQA rows (d 64 / 128, N 2k-8k): 4 waves gave
+# 1.012-1.051x the 2-wave rule without dropout (geomean 1.030) and
+# 1.052-1.078x with dropout 0.1 (geomean 1.064); 8 waves failed without
+# dropout (0.954x on B=8 N=2k).
+GROUP_SPLIT_WAVES = 4
 # The same for calls with dropout (their programs are longer: the Philox
-# draws).  2, as without dropout, until its GPU run
-# (benchmarks/gpu_next_dropout_split.sh): session 22 call 2 timed the causal
-# GQA row B=2 Hq16 Hkv4 N=4k with dropout at S = 4 1.07x / 1.05x the rule's
-# S = 2 (d = 64 / 128, two repeats).
-GROUP_SPLIT_WAVES_DROPOUT = 2
+# draws); a separate knob because its best may differ.  That run measured
+# 8 waves at 1.055x geomean against 4's 1.064x, so 4 as well.
+GROUP_SPLIT_WAVES_DROPOUT = 4
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
 # N, d): its final conversion into dq becomes a dense copy.  Off: on the
 # H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
