@@ -241,19 +241,19 @@ HOPPER_DROPOUT_BWD_DEFAULT = "1"
 # the entry of its head dim and causal flag (no entry: the default decides);
 # a key (head dim, causal, "gqa"), where present, serves the calls with
 # fewer KV heads than query heads instead, None there meaning no length
-# (then the default decides) (none yet:
-# benchmarks/gpu_next_dropout_fwd.sh's rule sets them from its GQA rows;
-# session 18 had those ahead from shorter lengths, 1.07-1.10x at d = 128
-# causal N = 4k where the MHA rows were 1.01x).
+# (then the default decides).
 # Session 16 call 2 measured the Hopper dropout forward at 1.03-1.73x the
 # portable one on every row but N = 2k causal (0.82-0.98x);
-# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, set the entries
-# in session 18 call 2 (two repeats, 28 rows each: the Hopper forward at
-# 1.13-1.26x the portable one non-causal at d = 64 / 128, 1.61-1.72x at
-# d = 256 on every row, at d = 128 causal from N = 6k 1.09-1.19x; d = 64
-# causal stays below 1.05 up to 6k and gets no entry).
+# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, sets the
+# entries: session 18 call 2 first, session 23 call 5 now (two repeats, 28
+# rows each, portable / Hopper forward time): non-causal 1.12-1.26x at
+# d = 64 / 128 and 1.60-1.64x at d = 256; causal d = 128 MHA 1.055-1.18x
+# from N = 2k, its GQA rows (Hq 16 / Hkv 4) 1.15-1.25x from 3k but 1.045x
+# at 2k; d = 256 1.54-1.73x; d = 64 causal 0.81-1.05x, below the rule's
+# 1.05 at every length up to 8k (no entry).
 HOPPER_DROPOUT_FWD_MIN_N: Optional[dict] = {
-    (64, False): 0, (128, False): 0, (128, True): 6144, (256, False): 0, (256, True): 2048}
+    (64, False): 0, (128, False): 0, (128, True): 2048, (128, True, "gqa"): 3072,
+    (256, False): 0, (256, True): 2048}
 
 
 def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window, backward=False,
@@ -305,22 +305,30 @@ def hopper_forward_takes_mask(softcap, alibi_slopes, sinks, attn_bias, dropout_p
 
 
 ENV_HOPPER_SINKS = "FLASHATTN_TRITON_HOPPER_SINKS"  # "1" / "0": sinks may take the Hopper forward
-# The switch when the variable is unset: "0" until its GPU run
-# (benchmarks/gpu_next_sinks_fwd.sh).  With it, a dense call whose only
+# The switch when the variable is unset: HOPPER_SINKS_DEFAULT, or "1" for
+# the head dims in HOPPER_SINKS_DIMS.  With it, a dense call whose only
 # variant is learnable sinks (any mask or window the plain Hopper forward
 # takes) runs that forward without them and folds each head's sink into O
 # and the LSE afterwards, in place
 # (ops.py _fold_sinks: kernels/combine.py's merge with the sink as a second
 # part of output 0); the backward reads sinks only through the LSE, so it is
-# unchanged.
+# unchanged.  Session 23 call 1 (benchmarks/gpu_next_sinks_fwd.sh, 3
+# rounds, causal B=2 N=4k, forward time on / off): d = 128 (Hq16 Hkv4)
+# 0.708-0.721x, d = 64 (Hq64 Hkv8) 0.960-0.969x; the rule asked <= 0.95x on
+# every row and round and a backward <= 1.03x (one round read 1.30x on the
+# unchanged backward), so the default stayed "0"; HOPPER_SINKS_DIMS, empty
+# until benchmarks/gpu_next_sinks_d128.sh's rule, holds the dims that pass.
 HOPPER_SINKS_DEFAULT = "0"
+HOPPER_SINKS_DIMS: frozenset = frozenset()
 
 
-def sinks_after_hopper_forward(sinks, varlen: bool) -> bool:
+def sinks_after_hopper_forward(sinks, varlen: bool, head_dim: Optional[int] = None) -> bool:
     """Whether a dense call's sinks may be folded in after a Hopper forward
-    run without them (FLASHATTN_TRITON_HOPPER_SINKS, HOPPER_SINKS_DEFAULT
-    when unset); ops.py asks only when sinks are the call's only variant."""
-    return sinks is not None and not varlen and _switch(ENV_HOPPER_SINKS, HOPPER_SINKS_DEFAULT)
+    run without them (FLASHATTN_TRITON_HOPPER_SINKS; when unset "1" for a
+    head dim in HOPPER_SINKS_DIMS, else HOPPER_SINKS_DEFAULT); ops.py asks
+    only when sinks are the call's only variant."""
+    default = "1" if head_dim in HOPPER_SINKS_DIMS else HOPPER_SINKS_DEFAULT
+    return sinks is not None and not varlen and _switch(ENV_HOPPER_SINKS, default)
 
 
 # Short sequences on the portable forward: {(head dim, causal): N} sends a

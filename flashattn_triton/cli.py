@@ -187,7 +187,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
     from ._dispatch import sinks_after_hopper_forward
-    fold = tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False)
+    fold = tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False, d)
     if fold:
         variants = ()  # the forward runs without them (ops._fold_sinks after it)
     if variants and not _hopper_variants(variants, window, n_q=n_q, d=d, gqa=h_kv != h_q):
@@ -314,7 +314,7 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     from ._dispatch import short_forward_portable, sinks_after_hopper_forward
     fwd_takes, fwd_how = takes, how
     # (sinks folded in after the forward leave it a plain call, as in ops._fwd_into)
-    kernel_plain = not variants or (tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False))
+    kernel_plain = not variants or (tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False, d))
     if takes and short_forward_portable(max(n_q, n_k), d, window, plain=kernel_plain):
         fwd_takes, fwd_how = False, (f"N = {max(n_q, n_k)} is short enough that the portable forward is faster "
                                      "(_dispatch.HOPPER_FWD_SHORT)")

@@ -267,9 +267,9 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
                 diagonal = k.shape[1] - q.shape[1] + offset
-                # Sinks alone (opt-in) are folded in after a Hopper forward run
-                # without them (which then sees a plain call).
-                fold = (sinks_after_hopper_forward(sinks, varlen)
+                # Sinks alone (where _dispatch says so) are folded in after a
+                # Hopper forward run without them (which then sees a plain call).
+                fold = (sinks_after_hopper_forward(sinks, varlen, q.shape[-1])
                         and not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p))
                 kernel_sinks = None if fold else sinks
                 kernel_variants = variants and not fold  # (a folded call's only variant is its sinks)

@@ -278,6 +278,23 @@ def test_sinks_folded_after_a_forward_without_them(device, monkeypatch, dtype, c
         fat.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sinks)
 
 
+def test_sinks_fold_default_by_head_dim(monkeypatch):
+    """With FLASHATTN_TRITON_HOPPER_SINKS unset the fold is on for the head
+    dims in HOPPER_SINKS_DIMS and HOPPER_SINKS_DEFAULT elsewhere; the
+    variable overrides both; varlen calls and calls without sinks never fold."""
+    from flashattn_triton import _dispatch
+    monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SINKS", raising=False)
+    monkeypatch.setattr(_dispatch, "HOPPER_SINKS_DIMS", frozenset({128}))
+    monkeypatch.setattr(_dispatch, "HOPPER_SINKS_DEFAULT", "0")
+    fold = _dispatch.sinks_after_hopper_forward
+    assert [fold(True, False, d) for d in (64, 128, 256, None)] == [False, True, False, False]
+    assert not fold(None, False, 128) and not fold(True, True, 128)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
+    assert not fold(True, False, 128)
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
+    assert fold(True, False, 64)
+
+
 def test_sinks_strided(device, path):
     """A strided sinks view (a column of a parameter) gives the output and
     the sinks gradient of its contiguous copy."""
