@@ -141,15 +141,21 @@ def test_info_window_takes_the_hopper_forward(capsys, monkeypatch):
 
 
 def test_info_sinks_switch(capsys, monkeypatch):
-    """Sinks on sm90: the portable forward by default, naming the variants;
-    with FLASHATTN_TRITON_HOPPER_SINKS=1 the Hopper forward run without them
-    and the fold after it (where the tier is available here)."""
+    """Sinks on sm90: by default the portable forward at d = 64, naming the
+    variants, and at d = 128 (HOPPER_SINKS_DIMS) the Hopper forward run
+    without them and the fold after it (where the tier is available here);
+    FLASHATTN_TRITON_HOPPER_SINKS=1 / 0 turns the fold on / off for both."""
     argv = ["info", "--shape", "1,4096,8,128", "--causal", "--variant", "sinks", "--arch", "sm90"]
+    argv64 = ["info", "--shape", "1,4096,16,64", "--causal", "--variant", "sinks", "--arch", "sm90"]
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_SINKS", raising=False)
+    assert cli.main(argv64) == 0
+    assert "sinks: variants run on the portable forward" in capsys.readouterr().out
+    _assert_hopper_forward(capsys, argv, "folded into O and the LSE")
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
     assert cli.main(argv) == 0
     assert "sinks: variants run on the portable forward" in capsys.readouterr().out
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "1")
-    _assert_hopper_forward(capsys, argv, "folded into O and the LSE")
+    _assert_hopper_forward(capsys, argv64, "folded into O and the LSE")
 
 
 def _assert_hopper_forward(capsys, argv, detail):
