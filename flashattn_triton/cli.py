@@ -45,9 +45,10 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
                                      "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
                                      "stays portable)"),
-    ("FLASHATTN_TRITON_HOPPER_SINKS", "1: learnable sinks take the Hopper forward, run without them and folded "
-                                      "into O and the LSE after it (built in session 22, GPU run pending). "
-                                      "Default (0): calls with sinks run the portable forward"),
+    ("FLASHATTN_TRITON_HOPPER_SINKS", "1: learnable sinks take the Hopper forward at every head dim, run "
+                                      "without them and folded into O and the LSE after it (GPU-validated); "
+                                      "0: never. Default: the fold at d = 128 (_dispatch.HOPPER_SINKS_DIMS), "
+                                      "the portable forward with sinks elsewhere"),
     ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "0, 1 or 2 for every call (read at import): 1, the Hopper backward's "
                                               "consumer warpgroups exchange dS through one hardware barrier; 2, also "
                                               "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
