@@ -158,6 +158,23 @@ def test_info_sinks_switch(capsys, monkeypatch):
     _assert_hopper_forward(capsys, argv64, "folded into O and the LSE")
 
 
+def test_info_sinks_backward_is_the_plain_one(capsys, monkeypatch):
+    """The backward reads sinks only through the LSE, so `info` names for
+    sinks alone the backward a plain call gets (the Hopper tier where it is
+    available here), whatever the forward's fold; sinks with dropout keep
+    the portable backward, as ops._bwd_into decides."""
+    from flashattn_triton.kernels import hopper
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
+    base = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--arch", "sm90"]
+    assert cli.main(base) == 0
+    plain = [l for l in capsys.readouterr().out.splitlines() if l.startswith("backward")]
+    assert cli.main(base + ["--variant", "sinks"]) == 0
+    sinks = [l for l in capsys.readouterr().out.splitlines() if l.startswith("backward")]
+    assert sinks == plain, (sinks, plain)
+    if hopper.AVAILABLE:
+        assert "Hopper tier" in sinks[0], sinks
+
+
 def _assert_hopper_forward(capsys, argv, detail):
     """`info` of argv names the Hopper forward with ``detail`` where the tier
     is available here (Triton 3.6), else its unavailability."""
