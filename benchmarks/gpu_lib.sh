@@ -43,3 +43,23 @@ run_each() {
     el "$n"
   done
 }
+# sinks_rounds: the GPU tests of the sinks fold with FLASHATTN_TRITON_HOPPER_SINKS=1
+# (tests_sinks.log), then bench_variants.py --only sinks --no-peer at $SINKS_SHAPES with the
+# switch 0 and 1 in separate processes, 3 rounds ($R/bench_ROUND_SWITCH.log; rules.switch_rounds
+# reads them); a round does not start after T_STOP seconds of the call.
+SINKS_SHAPES="2,4096,16,4,128,1;2,4096,64,8,64,1"
+sinks_rounds() {
+  local round sw
+  FLASHATTN_TRITON_HOPPER_SINKS=1 gpu_tests tests_sinks ${T_TESTS:-200} -n 4 tests/test_hopper.py \
+    tests/test_variants.py tests/test_kvcache.py -k "sinks or combine"
+  for round in 1 2 3; do
+    [ $(( $(date +%s) - t0 )) -gt ${T_STOP:-440} ] && break
+    for sw in 0 1; do
+      FLASHATTN_TRITON_HOPPER_SINKS=$sw timeout -k 5 ${T_BENCH:-90} python3 benchmarks/bench_variants.py \
+        --only sinks --no-peer --shapes "$SINKS_SHAPES" --rep ${REP:-50} --out "$R/bench_${round}_$sw" \
+        > "$R/bench_${round}_$sw.log" 2>&1
+      echo "rc=$?" >> "$R/bench_${round}_$sw.log"
+    done
+    el "round $round"
+  done
+}

@@ -158,6 +158,58 @@ def variant_rows(path, key=None):
     return rows
 
 
+def switch_rounds(r, rows: int, rounds=(1, 2, 3), fwd="ours_fwd_ms", bwd="ours_bwd_ms"):
+    """The rounds of a script that ran bench_variants.py with a switch off
+    and on (logs r/bench_ROUND_0.log and _1.log): prints each row's on / off
+    time ratios and returns (complete rounds, {row key: [(fwd ratio, bwd
+    ratio) per complete round]}); a round with fewer than `rows` rows either
+    way is printed and left out, a missing time counts as 1e9 ms on."""
+    import os
+    done, ratios = 0, {}
+    for rnd in rounds:
+        if not os.path.exists(f"{r}/bench_{rnd}_0.log"):
+            print(f"round {rnd}: not started (T_STOP)")
+            continue
+        off, on = (variant_rows(f"{r}/bench_{rnd}_{sw}.log") for sw in (0, 1))
+        if len(off) != rows or len(on) != rows:
+            print(f"round {rnd}: rows off {len(off)} / on {len(on)} of {rows}")
+            continue
+        done += 1
+        for key in off:
+            a, b = off[key], on.get(key, {})
+            f = (b.get(fwd) or 1e9) / (a.get(fwd) or 1e-9)
+            g = (b.get(bwd) or 1e9) / (a.get(bwd) or 1e-9)
+            ratios.setdefault(key, []).append((f, g))
+            print(f"round {rnd} {key}: fwd off {a.get(fwd)} on {b.get(fwd)} ms ({f:.3f}x time), "
+                  f"bwd off {a.get(bwd)} on {b.get(bwd)} ms ({g:.3f}x time)")
+    return done, ratios
+
+
+def sinks_verdict(r, per_dim: bool) -> str:
+    """The rule of gpu_next_sinks_fwd.sh (per_dim False: one switch, every
+    row and complete round forward on/off <= 0.95 and backward <= 1.03) or
+    of gpu_next_sinks_d128.sh (per_dim True: each head dim whose forward
+    ratio is <= 0.95 in every complete round and whose median backward ratio
+    is <= 1.03); both need the tests passed and 2 complete rounds. Prints
+    the rounds and returns the RULE line."""
+    import statistics
+    tests_ok, tests_cut, _ = tests_state(f"{r}/tests_sinks.log")
+    print(f"tests: {'passed' if tests_ok and not tests_cut else 'FAILED or cut'}")
+    done, ratios = switch_rounds(r, rows=2)
+    ok = tests_ok and not tests_cut and done >= 2 and all(len(p) == done for p in ratios.values())
+    if not per_dim:
+        ok = ok and all(f <= 0.95 and g <= 1.03 for pairs in ratios.values() for f, g in pairs)
+        return f"{done} rounds complete; RULE: HOPPER_SINKS_DEFAULT = " + ('"1"' if ok else '"0" (stays)')
+    dims = set()
+    for key, pairs in sorted(ratios.items()):
+        fw, bw = [f for f, _ in pairs], [g for _, g in pairs]
+        print(f"d={key[4]}: fwd ratios {[round(x, 3) for x in fw]}, bwd median {statistics.median(bw):.3f}")
+        if ok and max(fw) <= 0.95 and statistics.median(bw) <= 1.03:
+            dims.add(key[4])
+    listed = "{" + ", ".join(map(str, sorted(dims))) + "}" if dims else ""
+    return f"{done} rounds complete; RULE: HOPPER_SINKS_DIMS = frozenset({listed})"
+
+
 def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_min: float, base="default"):
     """Module-switch rule over repeated hopper_bwd_probe.py runs: for each
     candidate (label -> variant spec) and row, the variant's faster repeat over
