@@ -145,11 +145,6 @@ def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], bat
     return mask.reshape((lead_n,) + tuple(mask.shape[-3:]))
 
 
-def not_implemented(name: str, value, what: str) -> None:
-    raise NotImplementedError(f"{name}={value!r} is not supported yet ({what}); "
-                              "only the default value is accepted")
-
-
 def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str,
               rank: int, head_axis: int) -> None:
     """q, k, v of one layout: `rank`-D, heads on `head_axis`, the head dim last,
