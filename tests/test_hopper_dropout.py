@@ -261,9 +261,11 @@ def test_info_names_the_dropout_switch(capsys, monkeypatch, default):
     unavailability; the Hopper backward with its dropout build whenever the
     backward's switch is on (unset: HOPPER_DROPOUT_BWD_DEFAULT "1"), also
     after the portable forward; dropout with another variant stays portable
-    either way."""
+    either way.  (The length rule, HOPPER_DROPOUT_FWD_MIN_N, is off here:
+    test_forward_rule_by_length.)"""
     from flashattn_triton import _dispatch, cli
     monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_DEFAULT", default)
+    monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_FWD_MIN_N", None)
     monkeypatch.setattr(_dispatch, "HOPPER_DROPOUT_BWD_DEFAULT", "1")
     monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     argv = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--variant", "dropout",
