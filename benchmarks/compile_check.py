@@ -365,16 +365,18 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     import torch
     from flashattn_triton.kernels.hopper import fwd as hfwd
 
-    meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
-    meta["PERSISTENT"] = getattr(hfwd, "PERSISTENT_DEFAULT", {}).get(d, (False, False))[causal]
-    meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
-    if overrides.get("HAS_WINDOW"):
-        meta.update(getattr(hfwd, "WINDOW_CONFIGS", {}).get(d, {}))
-    if overrides.get("HAS_DROPOUT"):
-        meta.update(getattr(hfwd, "DROPOUT_CONFIGS", {}).get(d, {}))
     masked = bool(overrides.get("HAS_MASK"))
-    if masked:
-        meta.update(hfwd.MASK_CONFIGS.get(d, {}))
+    if hasattr(hfwd, "default_meta"):
+        meta = hfwd.default_meta(d, causal, bool(overrides.get("HAS_WINDOW")), bool(overrides.get("HAS_DROPOUT")),
+                                 masked)
+    else:  # a checkout from before default_meta (SASS comparisons across commits)
+        meta = dict(hfwd.CONFIGS[d], **hfwd.SCHEDULE[causal])
+        meta["PERSISTENT"] = getattr(hfwd, "PERSISTENT_DEFAULT", {}).get(d, (False, False))[causal]
+        meta["DYNAMIC"] = getattr(hfwd, "DYNAMIC_DEFAULT", {}).get(d, (False, False))[causal]
+        for on, name in ((overrides.get("HAS_WINDOW"), "WINDOW_CONFIGS"),
+                         (overrides.get("HAS_DROPOUT"), "DROPOUT_CONFIGS"), (masked, "MASK_CONFIGS")):
+            if on:
+                meta.update(getattr(hfwd, name, {}).get(d, {}))
     meta.update(overrides)
     if "HAS_WINDOW" in hfwd._attn_fwd_hopper.arg_names:  # (a checkout from before the window has none)
         meta.setdefault("HAS_WINDOW", False)

@@ -38,9 +38,9 @@ for rep in 1 2; do
   echo "rc=$?" >> "$R/ab$rep.log"; el "ab$rep"
 done
 python3 - "$R/tests_sections.log" "$R/ab1.log" "$R/ab2.log" <<'PY' 2>&1 | tee "$R/verdict.txt"
-import math, sys
+import sys
 sys.path.insert(0, "benchmarks")
-from rules import fwd_probe_records, tests_passed
+from rules import fwd_probe_records, probe_candidate, tests_passed
 tests_ok = tests_passed(sys.argv[1])
 rows = [{(r["d"], r["n"], r["hkv"]): r for r in rep} for rep in fwd_probe_records(sys.argv[2:])]
 print(f"tests: {'passed' if tests_ok else 'NOT passed'}")
@@ -48,21 +48,9 @@ adopt = {}
 for d in (128, 64):
     best = None
     for cand in ("sec16_plans", "sec32_plans", "dynamic_plans"):
-        means, ok = [], tests_ok and cand != "dynamic_plans"  # (the control, never adopted here)
-        for i, rep in enumerate(rows):
-            ratios = []
-            for key in sorted(k for k in rep if k[0] == d):
-                r = rep[key]
-                base, new = r.get("hopper:default"), r.get(f"hopper:{cand}")
-                if isinstance(base, float) and isinstance(new, float) and base > 0:
-                    ratios.append(new / base)
-                    print(f"rep{i + 1} d={d} N={key[1]} Hkv={key[2]}: default {base:.0f} {cand} {new:.0f} "
-                          f"({new / base:.3f}) cudnn {r.get('sdpa:cudnn')}")
-                else:
-                    print(f"rep{i + 1} d={d} N={key[1]} Hkv={key[2]}: {cand} missing ({new!r}, default {base!r})")
-            ok = ok and len(ratios) == 5 and min(ratios) >= 0.98
-            means.append(math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan"))
-            ok = ok and means[-1] >= 1.03
+        ok, means = probe_candidate(rows, cand, 5, 0.98, 1.03, keep=lambda key: key[0] == d,
+                                    label=lambda key: f"d={key[0]} N={key[1]} Hkv={key[2]}")
+        ok = ok and tests_ok and cand != "dynamic_plans"  # (the control, never adopted here)
         print(f"d={d} {cand}: geomean per repeat {', '.join(f'{m:.3f}' for m in means)}"
               + (" qualifies" if ok else ""))
         if ok and (best is None or sum(means) > best[1]):

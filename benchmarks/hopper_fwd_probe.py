@@ -109,7 +109,18 @@ VARIANTS = {
                                         "SECTION_MB_DEFAULT": {64: (0, 16), 128: (0, 16)}}}, (64, 128)),
     "sec32_plans": ({"mod": lambda hf: {"DYNAMIC_DEFAULT": _causal_on(hf.DYNAMIC_DEFAULT, 128),
                                         "SECTION_MB_DEFAULT": {64: (0, 32), 128: (0, 32)}}}, (64, 128)),
+    # d = 64 causal on two 240-register consumers (fwd.py CAUSAL_CONFIGS;
+    # three 160-register ones spill in the masked step): as an override (the
+    # correctness stage, on d = 64's default dynamic grid) and through the
+    # cached plans, alone and with 16 MiB head sections.
+    "nc2_dynamic": ({"NUM_CONSUMERS": 2, "CONSUMER_REGS": 240, "DYNAMIC": True}, (64,)),
+    "nc2_causal_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2}}}, (64,)),
+    "nc2_sec16_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2},
+                                            "SECTION_MB_DEFAULT": {**hf.SECTION_MB_DEFAULT, 64: (0, 16)}}}, (64,)),
 }
+
+
+_NC2 = {"NUM_CONSUMERS": 2, "CONSUMER_REGS": 240}
 
 
 def _causal_on(table, d):
@@ -166,6 +177,7 @@ ROWS = {
     "grid": [(d, n, causal, 1) for d in (64, 128, 256) for n in (2048, 8192) for causal in (False, True)],
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
+    "causal64_gqa": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)] + [(64, 4096, True, 8)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
     # Those and a GQA row per head dim (Hq / Hkv 4): the head-section order's rows.
     "sections": [(d, n, True, 1) for d in (128, 64) for n in (2048, 1024, 4096, 8192)]

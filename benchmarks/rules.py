@@ -210,6 +210,64 @@ def sinks_verdict(r, per_dim: bool) -> str:
     return f"{done} rounds complete; RULE: HOPPER_SINKS_DIMS = frozenset({listed})"
 
 
+def probe_correct(path, variant: str) -> bool:
+    """Whether hopper_fwd_probe.py's correctness stage log shows the variant
+    passing (its RESULT of kind correct ok, and rc=0)."""
+    import json
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return False
+    recs = [json.loads(ln[7:]) for ln in lines if ln.startswith("RESULT ")]
+    return (bool(lines) and lines[-1].startswith("rc=0")
+            and any(r.get("kind") == "correct" and r.get("variant") == variant and r.get("ok") for r in recs))
+
+
+def probe_candidate(reps, cand: str, want: int, row_min: float, geo_min: float, keep=lambda key: True,
+                    label=lambda key: f"N={key[1]} Hkv={key[2]}"):
+    """One candidate of a hopper_fwd_probe.py A/B over repeats (reps: per
+    repeat {(d, n, hkv): record}, rows chosen by keep): prints each row's
+    TFLOP/s against default and returns (passes, geometric mean per repeat);
+    it passes when every repeat has `want` rows with both figures, none below
+    row_min and a geometric mean of at least geo_min."""
+    import math
+    ok, means = True, []
+    for i, rep in enumerate(reps):
+        ratios = []
+        for key in sorted(k for k in rep if keep(k)):
+            base, new = rep[key].get("hopper:default"), rep[key].get(f"hopper:{cand}")
+            if isinstance(base, float) and isinstance(new, float) and base > 0:
+                ratios.append(new / base)
+                print(f"rep{i + 1} {label(key)}: default {base:.0f} {cand} {new:.0f} ({new / base:.3f}) "
+                      f"cudnn {rep[key].get('sdpa:cudnn')}")
+            else:
+                print(f"rep{i + 1} {label(key)}: {cand} missing ({new!r}, default {base!r})")
+        ok = ok and len(ratios) == want and min(ratios) >= row_min
+        means.append(math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan"))
+        ok = ok and means[-1] >= geo_min
+    return ok, means
+
+
+def nc2_causal_verdict(r) -> str:
+    """The rule of gpu_next_nc2_causal.sh (in its header): prints each row
+    and returns the RULE line."""
+    ok_correct = probe_correct(f"{r}/correct.log", "nc2_dynamic")
+    print(f"correctness (nc2_dynamic): {'passed' if ok_correct else 'FAILED or missing'}")
+    reps = [{(x["d"], x["n"], x["hkv"]): x for x in rep}
+            for rep in fwd_probe_records([f"{r}/ab1.log", f"{r}/ab2.log"])]
+    best = None
+    for cand in ("nc2_causal_plans", "nc2_sec16_plans"):
+        ok, means = probe_candidate(reps, cand, want=5, row_min=0.98, geo_min=1.03)
+        ok = ok and ok_correct and len(reps) == 2
+        print(f"{cand}: geomean per repeat {', '.join(f'{m:.3f}' for m in means)}" + (" qualifies" if ok else ""))
+        if ok and (best is None or sum(means) > best[1]):
+            best = (cand, sum(means))
+    if best is None:
+        return "RULE: nothing changes"
+    return ("RULE: CAUSAL_CONFIGS[64] = {'NUM_CONSUMERS': 2, 'CONSUMER_REGS': 240}"
+            + (", SECTION_MB_DEFAULT[64] = (0, 16)" if best[0] == "nc2_sec16_plans" else "") + f" ({best[0]})")
+
+
 def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_min: float, base="default"):
     """Module-switch rule over repeated hopper_bwd_probe.py runs: for each
     candidate (label -> variant spec) and row, the variant's faster repeat over

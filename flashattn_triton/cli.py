@@ -209,9 +209,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         if backend() == "hopper":
             return False, f"FLASHATTN_TRITON_BACKEND=hopper, but the tier is not available: the call raises ({why})"
         return False, f"not available here: {why}"
-    from .kernels.hopper.fwd import (CONFIGS, DROPOUT_CONFIGS, DROPOUT_DECLINE, DYNAMIC_DEFAULT, HEAD_DIM_V,
-                                     PERSISTENT_DEFAULT, SCHEDULE, SECTION_MB_DEFAULT, SMEM_LIMIT, WINDOW_CONFIGS,
-                                     smem_bytes, value_head_dim)
+    from .kernels.hopper.fwd import (CONFIGS, DROPOUT_DECLINE, DYNAMIC_DEFAULT, HEAD_DIM_V, SECTION_MB_DEFAULT,
+                                     SMEM_LIMIT, default_meta, smem_bytes, value_head_dim)
     if value_head_dim(d) != d_v:
         pairs = ", ".join(f"{a}/{b}" for a, b in sorted(HEAD_DIM_V.items()))
         return False, (f"head dims d={d}, dv={d_v} (d = dv in {sorted(x for x in CONFIGS if x not in HEAD_DIM_V)}, "
@@ -222,11 +221,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
     if dropout and d in DROPOUT_DECLINE:
         return False, DROPOUT_DECLINE[d]
     causal = window[1] == 0
-    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal] or DYNAMIC_DEFAULT[d][causal])
-    if window[0] >= 0:
-        meta.update(WINDOW_CONFIGS.get(d, {}))
-    if dropout:
-        meta.update(DROPOUT_CONFIGS.get(d, {}))
+    meta = default_meta(d, causal, windowed=window[0] >= 0, dropout=dropout, masked="mask" in variants)
+    meta["PERSISTENT"] = meta["PERSISTENT"] or meta["DYNAMIC"]
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = -(-n_q // rows)
     if not meta["PERSISTENT"] and (n_m if meta["HEADS_FIRST"] else batch * h_q) > 65535:

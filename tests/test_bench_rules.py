@@ -61,3 +61,41 @@ def test_sinks_verdicts_on_made_rounds(tmp_path):
     _write_round(r, 2, 1, (0.7, 0.9), (2.0, 2.0))
     assert rules.sinks_verdict(str(r), per_dim=False).endswith('"0" (stays)')
     assert rules.sinks_verdict(str(r), per_dim=True).endswith("frozenset()")
+
+
+def _write_probe(path, gains):
+    """An ab log of hopper_fwd_probe.py's bench stage: the 5 rows of
+    causal64_gqa with default at 300 TFLOP/s and each candidate at 300 x gain."""
+    import json
+    keys = [(n, 32) for n in (1024, 2048, 4096, 8192)] + [(4096, 4)]
+    lines = []
+    for (n, hkv), (g1, g2) in zip(keys, gains):
+        rec = {"kind": "bench", "d": 64, "n": n, "hkv": hkv, "causal": True, "hopper:default": 300.0,
+               "hopper:nc2_causal_plans": 300.0 * g1, "hopper:nc2_sec16_plans": 300.0 * g2, "sdpa:cudnn": 380.0}
+        lines.append("RESULT " + json.dumps(rec))
+    path.write_text("\n".join(lines) + "\nrc=0\n")
+
+
+def test_nc2_causal_verdict(tmp_path):
+    """gpu_next_nc2_causal.sh's rule: both repeats, 5 rows, geomean >= 1.03,
+    no row below 0.98, the correctness stage passed; the better candidate by
+    the sum of its means wins."""
+    import json
+    rules = _rules()
+    r = tmp_path
+    ok = "RESULT " + json.dumps({"kind": "correct", "variant": "nc2_dynamic", "ok": True}) + "\nrc=0\n"
+    (r / "correct.log").write_text(ok)
+    good = [(1.05, 1.08)] * 5
+    for rep in (1, 2):
+        _write_probe(r / f"ab{rep}.log", good)
+    assert rules.nc2_causal_verdict(str(r)).endswith("SECTION_MB_DEFAULT[64] = (0, 16) (nc2_sec16_plans)")
+    _write_probe(r / "ab2.log", [(1.05, 1.08)] * 4 + [(1.05, 0.97)])  # a row of sec16 below 0.98
+    assert rules.nc2_causal_verdict(str(r)).endswith("240} (nc2_causal_plans)")
+    _write_probe(r / "ab2.log", [(1.02, 0.97)] * 5)  # geomean 1.02: neither
+    assert rules.nc2_causal_verdict(str(r)) == "RULE: nothing changes"
+    _write_probe(r / "ab2.log", good)
+    (r / "ab2.log").write_text("\n".join((r / "ab2.log").read_text().splitlines()[:4]) + "\nrc=124\n")
+    assert rules.nc2_causal_verdict(str(r)) == "RULE: nothing changes"  # a row missing in repeat 2
+    _write_probe(r / "ab2.log", good)
+    (r / "correct.log").write_text(ok.replace("true", "false"))
+    assert rules.nc2_causal_verdict(str(r)) == "RULE: nothing changes"

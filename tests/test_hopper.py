@@ -1056,6 +1056,27 @@ def test_split_protocol_simulation(broken):
     assert broken is None or caught, broken
 
 
+def test_default_meta_layers_the_variant_tables(monkeypatch):
+    """fwd.default_meta: CONFIGS and SCHEDULE, then the causal, window,
+    dropout and mask tables in that order (later ones win), each only for its
+    own kind of call; the launcher's plan and `info` read it."""
+    from flashattn_triton.kernels.hopper import fwd as hf
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    monkeypatch.setattr(hf, "CAUSAL_CONFIGS", {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240, NUM_STAGES=2)})
+    monkeypatch.setattr(hf, "WINDOW_CONFIGS", {64: dict(NUM_STAGES=4)})
+    full, causal = hf.default_meta(64, False), hf.default_meta(64, True)
+    assert (full["NUM_CONSUMERS"], full["NUM_STAGES"]) == (hf.CONFIGS[64]["NUM_CONSUMERS"], hf.CONFIGS[64]["NUM_STAGES"])
+    assert (causal["NUM_CONSUMERS"], causal["CONSUMER_REGS"], causal["NUM_STAGES"]) == (2, 240, 2)
+    assert causal["DYNAMIC"] == hf.DYNAMIC_DEFAULT[64][True] and causal["HEADS_FIRST"] == hf.SCHEDULE[True]["HEADS_FIRST"]
+    assert hf.default_meta(64, True, windowed=True)["NUM_STAGES"] == 4  # the window's entry after the causal one
+    assert hf.default_meta(64, False, windowed=True)["NUM_CONSUMERS"] == hf.CONFIGS[64]["NUM_CONSUMERS"]
+    assert hf.default_meta(128, True) == dict(hf.CONFIGS[128], **hf.SCHEDULE[True],
+                                              PERSISTENT=hf.PERSISTENT_DEFAULT[128][True],
+                                              DYNAMIC=hf.DYNAMIC_DEFAULT[128][True],
+                                              EARLY_Q=hf.EARLY_Q_DEFAULT[128][True])
+
+
 def test_split_config_fits():
     """CONFIGS[192] (and the probe's bn64 variant) fit the shared memory the
     launcher allows, with V / O of HEAD_DIM_V[192] = 128 columns."""

@@ -1099,6 +1099,16 @@ CONFIGS = {
 # d itself: split Q K^T (HEAD_DIM_V < HEAD_DIM; Q and K as HEAD_DIM_V +
 # (HEAD_DIM - HEAD_DIM_V) columns, both powers of two).
 HEAD_DIM_V = {192: 128}
+# Entries of CONFIGS replaced for causal calls (empty: CONFIGS as they are).
+# The candidate is d = 64 with two 240-register consumers: three
+# 160-register ones spill 108 B in the causal build (20 local loads /
+# stores in the masked step's GEMM loop), two none (compile_check --hopper);
+# Nsight counted 424-430 thousand local-memory requests per call at d = 64
+# causal (docs/performance.md, "Session 17 profile").  Session 10 measured
+# two consumers on the persistent grid at 325 TFLOP/s against three's 309 at
+# N = 2k, before the dynamic scheduler; benchmarks/gpu_next_nc2_causal.sh
+# decides it through the cached plans.
+CAUSAL_CONFIGS: dict = {}
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
 # loads / stores per masked step with the window's third compare (against
@@ -1281,6 +1291,20 @@ def mask_unsupported_reason(mask, q, k) -> str:
     return ""
 
 
+def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = False, masked: bool = False) -> dict:
+    """The launch switches of a call without overrides: CONFIGS[d] and
+    SCHEDULE[causal], the per-(d, causal) defaults (PERSISTENT, DYNAMIC,
+    EARLY_Q), then the entries that replace CONFIGS' for causal calls, a
+    window, dropout and a mask, in that order (later ones win)."""
+    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
+                DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
+    for on, table in ((causal, CAUSAL_CONFIGS), (windowed, WINDOW_CONFIGS), (dropout, DROPOUT_CONFIGS),
+                      (masked, MASK_CONFIGS)):
+        if on:
+            meta.update(table.get(d, {}))
+    return meta
+
+
 def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False, mask=None):
     """A _Plan, or the reason (a string) why this case is declined."""
     reason = unsupported_reason(q, k, v, o, lse, sm_scale)
@@ -1300,14 +1324,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
             return MASK_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
     dv = v.shape[-1]
-    meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
-                DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
-    if windowed:
-        meta.update(WINDOW_CONFIGS.get(d, {}))
-    if dropout:
-        meta.update(DROPOUT_CONFIGS.get(d, {}))
-    if masked:
-        meta.update(MASK_CONFIGS.get(d, {}))
+    meta = default_meta(d, causal, windowed, dropout, masked)
     meta.update(overrides)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
     meta["HAS_DROPOUT"] = dropout  # and the dropout argument this one
@@ -1569,6 +1586,6 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
-           "HEAD_DIM_V", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
+           "HEAD_DIM_V", "CAUSAL_CONFIGS", "default_meta", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
            "mask_unsupported_reason", "EARLY_Q_DEFAULT", "SECTION_MB_DEFAULT", "section_heads"]
