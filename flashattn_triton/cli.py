@@ -174,6 +174,13 @@ def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backwar
                                                       n_q=n_q, head_dim=d, gqa=gqa))
 
 
+def _sinks_folded(variants: Tuple[str, ...], d: int) -> bool:
+    """Whether the call's only variant, its sinks, is folded in after a
+    Hopper forward run without them (ops._fwd_into, _dispatch's switch)."""
+    from ._dispatch import sinks_after_hopper_forward
+    return tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False, d)
+
+
 def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h_q: int, h_kv: int,
                 n_q: int, d: int, d_v: int, window: Tuple[int, int],
                 variants: Tuple[str, ...]) -> Tuple[bool, str]:
@@ -187,8 +194,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
         return False, "FLASHATTN_TRITON_BACKEND=portable"
     if arch != "sm90":
         return False, f"{arch} is not sm_90"
-    from ._dispatch import sinks_after_hopper_forward
-    fold = tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False, d)
+    fold = _sinks_folded(variants, d)
     if fold:
         variants = ()  # the forward runs without them (ops._fold_sinks after it)
     if variants and not _hopper_variants(variants, window, n_q=n_q, d=d, gqa=h_kv != h_q):
@@ -242,7 +248,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                   + (", dropout (HAS_DROPOUT)" if dropout else "")
                   + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else "")
                   + (", run without the sinks, which are folded into O and the LSE after it "
-                     "(FLASHATTN_TRITON_HOPPER_SINKS=1)" if fold else ""))
+                     "(_dispatch.HOPPER_SINKS_DIMS, FLASHATTN_TRITON_HOPPER_SINKS)" if fold else ""))
 
 
 def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window: Tuple[int, int],
@@ -308,10 +314,10 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
                              variants)
     fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    from ._dispatch import short_forward_portable, sinks_after_hopper_forward
+    from ._dispatch import short_forward_portable
     fwd_takes, fwd_how = takes, how
     # (sinks folded in after the forward leave it a plain call, as in ops._fwd_into)
-    kernel_plain = not variants or (tuple(variants) == ("sinks",) and sinks_after_hopper_forward(True, False, d))
+    kernel_plain = not variants or _sinks_folded(variants, d)
     if takes and short_forward_portable(max(n_q, n_k), d, window, plain=kernel_plain):
         fwd_takes, fwd_how = False, (f"N = {max(n_q, n_k)} is short enough that the portable forward is faster "
                                      "(_dispatch.HOPPER_FWD_SHORT)")
