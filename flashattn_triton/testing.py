@@ -21,7 +21,7 @@ from .reference import (attention_ref, dropout_keep_mask, flash_attention_ref,
 
 __all__ = ["DTYPES", "rand", "make_qkv", "leaf", "tolerance", "max_abs_err", "assert_close",
            "assert_rel", "flash_attention_ref", "varlen_attention_ref", "attention_ref",
-           "random_cu_seqlens", "dropout_mask", "varlen_dropout_masks", "alibi_slopes"]
+           "random_cu_seqlens", "dropout_mask", "varlen_dropout_masks", "alibi_slopes", "check_sink_only_rows"]
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -184,3 +184,14 @@ def capture_graph(step):
     with torch.cuda.graph(graph):
         static = step()
     return graph, static
+
+
+def check_sink_only_rows(out, lse, sinks, masked, atol=1e-6):
+    """The first ``masked`` query rows (causal, Nq > Nk) see no key: out
+    (B, Nq, H, d) exactly 0 and lse (B, H, Nq) the sink's logit."""
+    if masked <= 0:
+        return
+    assert torch.equal(out[:, :masked], torch.zeros_like(out[:, :masked])), \
+        "rows that see only the sink must output exactly 0"
+    assert_close("lse of sink-only rows", lse[:, :, :masked],
+                 sinks[None, :, None].double().expand(lse.shape[0], lse.shape[1], masked), atol=atol)

@@ -24,9 +24,9 @@ from flashattn_triton.reference import attention_ref, philox_randint, philox_ran
 from flashattn_triton.kernels.score import KernelMods
 from flashattn_triton.reference import dropout_keep as ref_dropout_keep
 from flashattn_triton.reference import dropout_scale, dropout_threshold
-from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, dropout_mask, flash_attention_ref,
-                                      leaf, make_qkv, rand, random_cu_seqlens, varlen_attention_ref,
-                                      varlen_dropout_masks)
+from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, check_sink_only_rows, dropout_mask,
+                                      flash_attention_ref, leaf, make_qkv, rand, random_cu_seqlens,
+                                      varlen_attention_ref, varlen_dropout_masks)
 
 PATHS = ["kernels", "blockwise"]
 
@@ -211,19 +211,7 @@ def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
     sinks = torch.randn(2, device=device) * sink_scale
     got, truth = check_flash(q, k, v, causal=causal, extras={"sinks": sinks})
     if causal:
-        _check_sink_only_rows(got, sinks, n_q - n_k)
-
-
-def _check_sink_only_rows(got, sinks, masked):
-    """The first ``masked`` query rows (causal, Nq > Nk) see no key: out
-    exactly 0 and LSE the sink's logit."""
-    if masked <= 0:
-        return
-    out, lse = got[0], got[1]
-    assert torch.equal(out[:, :masked], torch.zeros_like(out[:, :masked])), \
-        "rows that see only the sink must output exactly 0"
-    assert_close("lse of sink-only rows", lse[:, :, :masked],
-                 sinks[None, :, None].double().expand(lse.shape[0], lse.shape[1], masked), atol=1e-6)
+        check_sink_only_rows(got[0], got[1], sinks, n_q - n_k)
 
 
 @pytest.mark.parametrize("dtype,causal,n_q,n_k,sink_scale,window", [
@@ -270,7 +258,7 @@ def test_sinks_folded_after_a_forward_without_them(device, monkeypatch, dtype, c
     diagonal = n_k - n_q  # bottom-right alignment
     assert calls == [(diagonal if causal else None, (window[0], diagonal) if window[0] >= 0 else None)], calls
     if causal:
-        _check_sink_only_rows(got, sinks, n_q - n_k)
+        check_sink_only_rows(got[0], got[1], sinks, n_q - n_k)
     with pytest.raises(AssertionError, match="portable forward ran"):  # sinks with another variant
         fat.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sinks, softcap=20.0)
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
