@@ -333,9 +333,9 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     head = "backward: portable kernels"
     # What the Hopper backward may take: sinks reach the backward only through
-    # the LSE (ops._bwd_into launches it without them), so sinks alone are plain.
-    plain = (not [v for v in variants if v != "sinks"]
-             or _hopper_variants(tuple(variants), window, backward=True))
+    # the LSE (ops._bwd_into launches it without them): the call's other variants decide.
+    kernel_variants = tuple(v for v in variants if v != "sinks")
+    plain = not kernel_variants or _hopper_variants(kernel_variants, window, backward=True)
     # The backward has a switch of its own (dropout): then the tier as a plain call would find it.
     bwd_tier = takes or (plain and bool(variants)
                          and hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,

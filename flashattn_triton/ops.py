@@ -476,8 +476,10 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                                     attn_bias, dropout_p, rng_seed, philox_offset)
                 per_entry = q.shape[2] * q.shape[1] * k.shape[1]
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
+                # sinks reach the kernels only through the LSE (dsinks is computed below), so
+                # the tier is chosen as for the call without them
                 hopper = ((not has_variants(softcap, alibi_slopes, None, attn_bias, dropout_p)
-                           or hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, window,
+                           or hopper_takes_variants(softcap, alibi_slopes, None, attn_bias, dropout_p, window,
                                                     backward=True))
                           and use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
                                                   window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1],

@@ -161,8 +161,8 @@ def test_info_sinks_switch(capsys, monkeypatch):
 def test_info_sinks_backward_is_the_plain_one(capsys, monkeypatch):
     """The backward reads sinks only through the LSE, so `info` names for
     sinks alone the backward a plain call gets (the Hopper tier where it is
-    available here), whatever the forward's fold; sinks with dropout keep
-    the portable backward, as ops._bwd_into decides."""
+    available here), whatever the forward's fold; with dropout too, the one
+    dropout alone gets (ops._bwd_into chooses the tier without the sinks)."""
     from flashattn_triton.kernels import hopper
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_SINKS", "0")
     base = ["info", "--shape", "2,4096,16,128", "--kv-heads", "4", "--causal", "--arch", "sm90"]
@@ -173,6 +173,15 @@ def test_info_sinks_backward_is_the_plain_one(capsys, monkeypatch):
     assert sinks == plain, (sinks, plain)
     if hopper.AVAILABLE:
         assert "Hopper tier" in sinks[0], sinks
+    for switch in ("1", "0"):
+        monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_DROPOUT", switch)
+        assert cli.main(base + ["--variant", "dropout"]) == 0
+        dropout = [l for l in capsys.readouterr().out.splitlines() if l.startswith("backward")]
+        assert cli.main(base + ["--variant", "sinks", "--variant", "dropout"]) == 0
+        both = [l for l in capsys.readouterr().out.splitlines() if l.startswith("backward")]
+        assert both == dropout, (switch, both, dropout)
+        if hopper.AVAILABLE:
+            assert ("Hopper tier" in both[0]) == (switch == "1"), (switch, both)
 
 
 def _assert_hopper_forward(capsys, argv, detail):

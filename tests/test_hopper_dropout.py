@@ -297,7 +297,9 @@ def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal,
     (hopper=True) for a dropout call with FLASHATTN_TRITON_HOPPER_DROPOUT=1,
     or unset when HOPPER_DROPOUT_BWD_DEFAULT is "1" (whatever the forward's
     HOPPER_DROPOUT_DEFAULT), and kernels/bwd.py hands it (seed, p,
-    philox_offset); "0" or a softcap with dropout never."""
+    philox_offset); "0" or a softcap with dropout never.  Learnable sinks
+    with the dropout change nothing (the kernels read them only through
+    the LSE)."""
     from flashattn_triton import _dispatch, ops
     from flashattn_triton.kernels import bwd as kbwd
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
@@ -320,10 +322,11 @@ def test_backward_dispatch_takes_dropout_only_when_opted_in(monkeypatch, causal,
             monkeypatch.delenv(OPT_IN, raising=False)
         else:
             monkeypatch.setenv(OPT_IN, opt_in)
-        seen.clear()
-        ops._attention_bwd_impl(o, q, k, k, o, lse, None, None, None, 64, 64, 0.125, -1, 0 if causal else -1,
-                                True, softcap, None, None, None, 0.25, seed)
-        assert seen == [want], (opt_in, softcap, seen)
+        for sinks in (None, torch.randn(2, device=device)):
+            seen.clear()
+            ops._attention_bwd_impl(o, q, k, k, o, lse, None, None, None, 64, 64, 0.125, -1, 0 if causal else -1,
+                                    True, softcap, None, sinks, None, 0.25, seed)
+            assert seen == [want], (opt_in, softcap, sinks is not None, seen)
     # kernels/bwd.py: what the Hopper backward receives for dropout alone
     got = []
     monkeypatch.setattr(hopper, "hopper_attention_backward",
@@ -604,4 +607,44 @@ def test_mixed_tiers_agree(monkeypatch, fwd_tier, bwd_opt_in):
     low = torch.autograd.grad(o_low, low_leaves, do)
     assert_close("out", out, o_ref, baseline=o_low)
     for name, g, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
+        assert_close(name, g, r, baseline=lo, factor=3.0, dtype=dtype)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_with_sinks_takes_the_hopper_backward(monkeypatch, d, causal):
+    """Learnable sinks with dropout: the forward runs on the portable tier
+    (it takes sinks there), the backward on the Hopper one (sinks reach it
+    only through the LSE; dsinks is computed after it), and out, dq, dk, dv
+    and dsinks match float64 autograd through the reference with the same
+    keep mask; GQA, Nq != Nk, NaN past N in the inputs' storage."""
+    from flashattn_triton import flash_attn_func
+    from flashattn_triton.reference import flash_attention_ref
+    from flashattn_triton.testing import dropout_mask
+    b, hq, hkv, nq, nk, p, pad = 2, 8, 2, 333, 1201, 0.17, 40
+    dtype = torch.bfloat16
+    monkeypatch.setenv(OPT_IN, "1")
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")  # the backward at every length
+    monkeypatch.setenv("FLASHATTN_TRITON_PREFETCH_BWD", "0")
+    bwd_calls = _hopper_backward_spy(monkeypatch)
+    q, do = _flash(b, nq, hq, d, dtype, pad), _flash(b, nq, hq, d, dtype, pad)
+    k, v = _flash(b, nk, hkv, d, dtype, pad), _flash(b, nk, hkv, d, dtype, pad)
+    sinks = torch.randn(hq, device="cuda") * 2.0
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    torch.manual_seed(99)
+    out = flash_attn_func(*leaves[:3], dropout_p=p, causal=causal, sinks=leaves[3])
+    grads = torch.autograd.grad(out, leaves, do)
+    assert bwd_calls == [True], bwd_calls
+    mask = dropout_mask(99, p, b, hq, nq, nk, "cuda")
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
+    o_ref, _ = flash_attention_ref(*ref_leaves[:3], causal, sinks=ref_leaves[3], dropout_mask=mask, dropout_p=p)
+    ref = torch.autograd.grad(o_ref, ref_leaves, do.double())
+    low_leaves = [t.detach().requires_grad_() for t in (q, k, v)] + [sinks.detach().requires_grad_()]
+    o_low, _ = flash_attention_ref(*low_leaves[:3], causal, sinks=low_leaves[3], dropout_mask=mask, dropout_p=p,
+                                   dtype=dtype)
+    low = torch.autograd.grad(o_low, low_leaves, do)
+    assert_close("out", out, o_ref, baseline=o_low)
+    for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), grads, ref, low):
+        assert torch.isfinite(g).all(), name
         assert_close(name, g, r, baseline=lo, factor=3.0, dtype=dtype)
