@@ -155,7 +155,7 @@ def variant_rows(args, ms, device):
             return (lambda: fat.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)), (q, k, v), do
         return make
 
-    def eager_sinks():
+    def eager_sinks(dropout_p=0.0):
         def make():
             (q, k, v), do = case.bhnd()
             s_leaf = sinks.clone().requires_grad_()
@@ -167,7 +167,7 @@ def variant_rows(args, ms, device):
                 s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=device).triu(1), float("-inf"))
                 logits = torch.cat([s, s_leaf[None, :, None, None].expand(b, hq, n, 1)], -1)
                 p = torch.softmax(logits, -1)[..., :-1]
-                return p.to(v.dtype) @ vv
+                return F.dropout(p, dropout_p).to(v.dtype) @ vv
             return fn, (q, k, v, s_leaf), do
         return make
 
@@ -207,6 +207,8 @@ def variant_rows(args, ms, device):
          sdpa_make(is_causal=causal, dropout_p=0.1)),
         ("sinks", dict(causal=True), ours_flash(sinks=sinks.clone().requires_grad_()), "eager PyTorch",
          eager_sinks()),
+        ("sinks+dropout 0.1", dict(causal=True), ours_flash(dropout_p=0.1, sinks=sinks.clone().requires_grad_()),
+         "eager PyTorch", eager_sinks(0.1)),
         ("bool mask (B,1,N,N)", dict(causal=False), ours_sdpa(attn_mask=bool_mask), "sdpa attn_mask",
          sdpa_make(attn_mask=bool_mask)),
         ("float bias (1,H,N,N) + grad", dict(causal=False), with_bias("ours"), "sdpa attn_mask",
@@ -245,8 +247,10 @@ def variant_rows(args, ms, device):
 
 
 def selected(args, name: str) -> bool:
-    """Whether the variant row `name` is among --only's (all rows without it)."""
-    return not args.only or any(w.strip().lower() in name.lower() for w in args.only.split(",") if w.strip())
+    """Whether the variant row `name` is among --only's (all rows without it);
+    a combined row ("sinks+dropout 0.1") only by a word with its "+"."""
+    words = [w.strip().lower() for w in args.only.split(",") if w.strip()]
+    return not args.only or any(w in name.lower() and ("+" in w or "+" not in name) for w in words)
 
 
 NO_PEER = False  # --no-peer: time our rows only

@@ -933,6 +933,7 @@ GPU_CASES = [
     pytest.param(dict(alibi=True), id="alibi"),
     pytest.param(dict(sinks=True, window=(512, 0)), id="sinks+window"),
     pytest.param(dict(dropout=0.1), id="dropout"),
+    pytest.param(dict(sinks=True, dropout=0.1), id="sinks+dropout"),  # the Hopper dropout backward
     pytest.param(dict(softcap=20.0, dropout=0.1, alibi=True, sinks=True), id="all"),
 ]
 
