@@ -1284,7 +1284,9 @@ CONFIGS = {
     # staging 2 x 64 x 32 x 4: 168 KB with two stages (three: 208 KB).  No
     # window and no dropout at d = 192 (declined: _make_plan).  In CONFIGS
     # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
-    # backward through the API, benchmarks/gpu_next_bwd192.sh).
+    # backward through the API, benchmarks/gpu_next_bwd192.sh).  A third ring
+    # stage (0.99x) and the persistent grid (0.76x on a causal GQA row) lost
+    # in session 24 (gpu_next_bwd192_cfg.sh).
     192: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
               SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32),
 }

@@ -1106,8 +1106,10 @@ HEAD_DIM_V = {192: 128}
 # Nsight counted 424-430 thousand local-memory requests per call at d = 64
 # causal (docs/performance.md, "Session 17 profile").  Session 10 measured
 # two consumers on the persistent grid at 325 TFLOP/s against three's 309 at
-# N = 2k, before the dynamic scheduler; benchmarks/gpu_next_nc2_causal.sh
-# decides it through the cached plans.
+# N = 2k, before the dynamic scheduler.  Session 24 (gpu_next_nc2_causal.sh,
+# through the cached plans): 0.89-0.97x the three consumers at N 2k-8k
+# (1.11x at 1k, a length the portable forward takes), 0.89-1.02x with 16 MiB
+# head sections: its rule not met, so none.
 CAUSAL_CONFIGS: dict = {}
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
