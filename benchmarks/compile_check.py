@@ -393,6 +393,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     meta.pop("SECTION_MB", None)  # host-side only (the launcher turns it into HEAD_SECTION by N)
     if "HEAD_SECTION" in hfwd._attn_fwd_hopper.arg_names:  # always passed, as the launcher does
         meta.setdefault("HEAD_SECTION", 0)
+    if "ROW_BOUND" in hfwd._attn_fwd_hopper.arg_names:  # likewise
+        meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     tdt = getattr(torch, _TORCH_DTYPES[dtype])

@@ -117,6 +117,11 @@ VARIANTS = {
     "nc2_causal_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2}}}, (64,)),
     "nc2_sec16_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2},
                                             "SECTION_MB_DEFAULT": {**hf.SECTION_MB_DEFAULT, 64: (0, 16)}}}, (64,)),
+    # The masked causal step with one compare per score against each row's
+    # last visible key (fwd.py ROW_BOUND_DIMS): as an override (the
+    # correctness stage) and through the cached plans at every head dim.
+    "row_bound": ({"ROW_BOUND": True}, (64, 128, 256, 192)),
+    "row_bound_plans": ({"mod": lambda hf: {"ROW_BOUND_DIMS": frozenset({64, 128, 256, 192})}}, (64, 128, 256, 192)),
 }
 
 

@@ -268,6 +268,33 @@ def nc2_causal_verdict(r) -> str:
             + (", SECTION_MB_DEFAULT[64] = (0, 16)" if best[0] == "nc2_sec16_plans" else "") + f" ({best[0]})")
 
 
+def row_bound_verdict(r) -> str:
+    """The rule of gpu_next_row_bound.sh (in its header): per head dim of
+    the "causal" rows (64, 128, 256 at N 1k-8k), row_bound_plans against
+    default in both repeats, 4 rows each, none below 0.98, geometric mean
+    >= 1.01, the correctness stage and the GPU tests passed; prints each row
+    and returns the RULE line with the head dims adopted."""
+    ok_correct = probe_correct(f"{r}/correct.log", "row_bound")
+    try:
+        tests = open(f"{r}/tests_rb.log").read().rstrip().endswith("rc=0")
+    except OSError:
+        tests = False
+    print(f"correctness (row_bound): {'passed' if ok_correct else 'FAILED or missing'}; "
+          f"GPU tests: {'passed' if tests else 'FAILED or missing'}")
+    reps = [{(x["d"], x["n"], x["hkv"]): x for x in rep}
+            for rep in fwd_probe_records([f"{r}/ab1.log", f"{r}/ab2.log"])]
+    dims = []
+    for d in (64, 128, 256):
+        ok, means = probe_candidate(reps, "row_bound_plans", want=4, row_min=0.98, geo_min=1.01,
+                                    keep=lambda key, d=d: key[0] == d,
+                                    label=lambda key: f"d={key[0]} N={key[1]}")
+        ok = ok and ok_correct and tests and len(reps) == 2
+        print(f"d = {d}: geomean per repeat {', '.join(f'{m:.3f}' for m in means)}" + (" qualifies" if ok else ""))
+        if ok:
+            dims.append(d)
+    return "RULE: " + (f"ROW_BOUND_DIMS = frozenset({set(dims)})" if dims else "nothing changes")
+
+
 def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_min: float, base="default"):
     """Module-switch rule over repeated hopper_bwd_probe.py runs: for each
     candidate (label -> variant spec) and row, the variant's faster repeat over

@@ -99,3 +99,42 @@ def test_nc2_causal_verdict(tmp_path):
     _write_probe(r / "ab2.log", good)
     (r / "correct.log").write_text(ok.replace("true", "false"))
     assert rules.nc2_causal_verdict(str(r)) == "RULE: nothing changes"
+
+
+def _write_rb(path, gains):
+    """An ab log of the "causal" rows (d 64 / 128 / 256, N 1k-8k) with
+    default at 300 TFLOP/s and row_bound_plans at 300 x gain (a gain per
+    head dim)."""
+    import json
+    lines = []
+    for d, g in zip((64, 128, 256), gains):
+        for n in (1024, 2048, 4096, 8192):
+            rec = {"kind": "bench", "d": d, "n": n, "hkv": 2048 // d, "causal": True, "hopper:default": 300.0,
+                   "hopper:row_bound_plans": 300.0 * g, "sdpa:cudnn": 380.0}
+            lines.append("RESULT " + json.dumps(rec))
+    path.write_text("\n".join(lines) + "\nrc=0\n")
+
+
+def test_row_bound_verdict(tmp_path):
+    """gpu_next_row_bound.sh's rule, per head dim: both repeats, 4 rows, no
+    row below 0.98, geomean >= 1.01, the correctness stage and the GPU tests
+    passed."""
+    import json
+    rules = _rules()
+    r = tmp_path
+    ok = "RESULT " + json.dumps({"kind": "correct", "variant": "row_bound", "ok": True}) + "\nrc=0\n"
+    (r / "correct.log").write_text(ok)
+    (r / "tests_rb.log").write_text("16 passed\nrc=0\n")
+    _write_rb(r / "ab1.log", (1.05, 1.02, 1.00))
+    _write_rb(r / "ab2.log", (1.04, 1.015, 1.03))
+    assert rules.row_bound_verdict(str(r)) == "RULE: ROW_BOUND_DIMS = frozenset({64, 128})"
+    _write_rb(r / "ab2.log", (1.04, 0.975, 1.03))  # d = 128 below 0.98 in one repeat
+    assert rules.row_bound_verdict(str(r)) == "RULE: ROW_BOUND_DIMS = frozenset({64})"
+    (r / "tests_rb.log").write_text("1 failed\nrc=1\n")
+    assert rules.row_bound_verdict(str(r)) == "RULE: nothing changes"
+    (r / "tests_rb.log").write_text("16 passed\nrc=0\n")
+    (r / "correct.log").write_text(ok.replace("true", "false"))
+    assert rules.row_bound_verdict(str(r)) == "RULE: nothing changes"
+    (r / "correct.log").write_text(ok)
+    (r / "ab2.log").write_text("rc=124\n")  # repeat 2 cut: no rows
+    assert rules.row_bound_verdict(str(r)) == "RULE: nothing changes"

@@ -673,6 +673,56 @@ def test_causal_skip_tiles(d, causal, persistent, skip):
         _check(q, k, v, o, lse, 0.09, shift)
 
 
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)], ids=lambda x: str(x))
+def test_causal_row_bound(d, dv, dtype):
+    """ROW_BOUND (fwd.ROW_BOUND_DIMS; a probe override until adopted): the
+    masked causal step's one compare against each row's last visible key
+    computes the same attention as the two compares: every causal CASES
+    entry (both alignments, GQA, Nq > Nk with rows that see no key, a single
+    row, whole tiles, NaN past N), and with a window (WINDOW_CASES' causal
+    ones at d = 64 / 128), against float64."""
+    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
+    for b, hq, hkv, nq, nk, causal, layout in CASES:
+        if causal is None:
+            continue
+        q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout, dv=dv)
+        shift, scale = (nk - nq if causal == "br" else 0), d ** -0.5
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift, ROW_BOUND=True), \
+            f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
+        _check(q, k, v, o, lse, scale, shift)
+        if layout == "padded":
+            tail = o.as_strided((b, hq, 40, dv), o.stride(), o.storage_offset() + nq * o.stride(2))
+            assert (tail == 7.0).all(), "the kernel wrote rows past N_Q"
+    if d not in (64, 128):
+        return
+    for case in WINDOW_CASES:
+        if case[5] is None:
+            continue
+        b, hq, hkv, nq, nk, causal, left, layout = case
+        q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
+        shift, window = window_shifts(case)
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, 0.09, shift, window, ROW_BOUND=True), \
+            f"declined: {hopper.unsupported_reason(q, k, v, o, lse, 0.09)!r}, build errors {hopper_fwd._BROKEN}"
+        _check(q, k, v, o, lse, 0.09, shift, window)
+
+
+def test_row_bound_default_meta(monkeypatch):
+    """default_meta sets ROW_BOUND for causal calls at the head dims of
+    ROW_BOUND_DIMS only, and always (a build leaving it to the kernel's
+    default differs; compile_check passes it likewise)."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    from flashattn_triton.kernels.hopper import fwd as hf
+    monkeypatch.setattr(hf, "ROW_BOUND_DIMS", frozenset({64}))
+    assert hf.default_meta(64, True)["ROW_BOUND"] is True
+    assert hf.default_meta(64, False)["ROW_BOUND"] is False
+    assert hf.default_meta(128, True)["ROW_BOUND"] is False
+    monkeypatch.setattr(hf, "ROW_BOUND_DIMS", frozenset())
+    assert not any(hf.default_meta(d, c)["ROW_BOUND"] for d in (64, 128, 256) for c in (False, True))
+
+
 WINDOW_CASES = [
     # b, hq, hkv, nq, nk, causal ("br", "tl", None: a left bound only), left, layout
     (2, 4, 4, 1000, 1000, "br", 0, "flash"),      # each row sees its diagonal key only
@@ -1071,7 +1121,8 @@ def test_default_meta_layers_the_variant_tables(monkeypatch):
     assert hf.default_meta(128, True) == dict(hf.CONFIGS[128], **hf.SCHEDULE[True],
                                               PERSISTENT=hf.PERSISTENT_DEFAULT[128][True],
                                               DYNAMIC=hf.DYNAMIC_DEFAULT[128][True],
-                                              EARLY_Q=hf.EARLY_Q_DEFAULT[128][True])
+                                              EARLY_Q=hf.EARLY_Q_DEFAULT[128][True],
+                                              ROW_BOUND=128 in hf.ROW_BOUND_DIMS)
 
 
 def test_split_config_fits():

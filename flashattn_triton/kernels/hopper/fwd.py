@@ -320,7 +320,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
 @gluon.jit
 def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, window_lo,
                     MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    mbits=None, HAS_MASK: gl.constexpr = False):
+                    mbits=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Fold the score tile of keys [start_n, start_n + BLOCK_N) into the
     running (max, sum); returns p (fp32) and alpha.  A masked tile keeps
     key j of row i where j < N_K, j <= i + causal_shift (IS_CAUSAL) and
@@ -333,9 +333,15 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
         # Column indices are made here, not passed in: a loop-invariant
         # vector would hold BLOCK_N / 4 registers through the unmasked loop.
         cols = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        keep = gl.expand_dims(cols, 0) < N_K - start_n
-        if IS_CAUSAL:
-            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + (causal_shift - start_n))
+        if ROW_BOUND:
+            # c < N_K - start_n and c <= i + causal_shift - start_n as one
+            # compare per score, against the row's last visible column.
+            last = gl.minimum(rows + (causal_shift - start_n), N_K - 1 - start_n)
+            keep = gl.expand_dims(cols, 0) <= gl.expand_dims(last, 1)
+        else:
+            keep = gl.expand_dims(cols, 0) < N_K - start_n
+            if IS_CAUSAL:
+                keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + (causal_shift - start_n))
         if HAS_WINDOW:
             keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows, 1) + (window_lo - start_n))
         s = gl.where(keep, s, float("-inf"))
@@ -441,7 +447,7 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mtile=None, HAS_MASK: gl.constexpr = False):
+                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Iteration j (a tile after the first): issue S_j = Q K_j^T and
     O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
@@ -479,7 +485,7 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
                                              causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW,
-                                             mbits, HAS_MASK)
+                                             mbits, HAS_MASK, ROW_BOUND)
     if HAS_DROPOUT:
         p_new = _dropout_drop(p_new, drop, j * BLOCK_N, BLOCK_M, BLOCK_N)
     # The next P is packed to 16 bits while P V still runs (fresh registers:
@@ -499,7 +505,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mtile=None, HAS_MASK: gl.constexpr = False):
+                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Iterations [lo, hi), two per trip when PAIRED.
 
     P is loop-carried; were it rewritten every trip, the register allocator
@@ -514,7 +520,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
@@ -523,20 +529,20 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
                                           v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     if n % 2 == 1:
         acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     return acc, p, m_i, l_i
 
 
@@ -583,7 +589,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mask=None, HAS_MASK: gl.constexpr = False, q_empty=None, out=None, EARLY_Q: gl.constexpr = False):
+                   mask=None, HAS_MASK: gl.constexpr = False, q_empty=None, out=None, EARLY_Q: gl.constexpr = False,
+                   ROW_BOUND: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -681,7 +688,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, first * BLOCK_N, N_K, qk_scale, causal_shift,
-                                          window_lo, True, IS_CAUSAL, HAS_WINDOW, mbits, HAS_MASK)
+                                          window_lo, True, IS_CAUSAL, HAS_WINDOW, mbits, HAS_MASK, ROW_BOUND)
     if HAS_DROPOUT:
         p0 = _dropout_drop(p0, drop, first * BLOCK_N, BLOCK_M, BLOCK_N)
     p = gl.convert_layout(p0.to(dtype), p_layout)
@@ -705,25 +712,25 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
             acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                               k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     else:
         acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                           k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                           causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
                                           BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
 
     if EARLY_Q:
         # Every S group has retired (each step waited for it): nothing reads
@@ -789,7 +796,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop,
                       HAS_DROPOUT: gl.constexpr,
-                      mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr):
+                      mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr,
+                      ROW_BOUND: gl.constexpr = False):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -810,7 +818,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
             if not EARLY_Q:
                 mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
@@ -836,7 +844,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
             if not EARLY_Q:
                 # O has left this consumer's Q buffer (store_wait): the producer
                 # may load the next tile's Q there.
@@ -849,7 +857,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                        BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q)
+                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
@@ -887,6 +895,7 @@ def _attn_fwd_hopper(
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
     HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
+    ROW_BOUND: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -979,7 +988,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -998,7 +1007,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1008,7 +1017,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -1028,7 +1037,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1038,7 +1047,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1048,7 +1057,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -1111,6 +1120,16 @@ HEAD_DIM_V = {192: 128}
 # (1.11x at 1k, a length the portable forward takes), 0.89-1.02x with 16 MiB
 # head sections: its rule not met, so none.
 CAUSAL_CONFIGS: dict = {}
+# Head dims whose causal calls build the masked step with ROW_BOUND: the
+# bound on a score's key column, c < N_K - start_n and c <= i + causal_shift
+# - start_n, as one compare against the row's last visible column (the min
+# of the two) instead of two compares and an and.  Compile facts (Triton
+# 3.6, sm_90, bf16): the masked step 792 -> 698 SASS instructions at d = 64
+# (spills 108 -> 84 B, local loads / stores in the GEMM loops 20 -> 10), 762
+# -> 671 at d = 128 (unmasked step 457 / 496); whole causal kernels 7-8%
+# shorter at d = 64 / 128 / 192.  Empty (the build of before) until an H200
+# run: benchmarks/gpu_next_row_bound.sh.
+ROW_BOUND_DIMS: frozenset = frozenset()
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
 # loads / stores per masked step with the window's third compare (against
@@ -1304,6 +1323,7 @@ def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = F
                       (masked, MASK_CONFIGS)):
         if on:
             meta.update(table.get(d, {}))
+    meta["ROW_BOUND"] = causal and d in ROW_BOUND_DIMS
     return meta
 
 
@@ -1345,6 +1365,10 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         meta["HEAD_SECTION"] = heads if heads < batch * h_q else 0
     if not meta["EARLY_Q"]:  # (absent when off: the keys and kwargs of before)
         del meta["EARLY_Q"]
+    # ROW_BOUND is always passed, as HEAD_SECTION below: a build leaving it to
+    # the kernel's default was not the build of before in compile_check's
+    # direct compile (a runtime branch over both mask forms; Triton 3.6).
+    meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
     # Not a kernel parameter: the persistent grid's size (tests use a few
     # programs to give each several work tiles).
     n_programs = meta.pop("NUM_SMS", None)
@@ -1588,6 +1612,6 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
-           "HEAD_DIM_V", "CAUSAL_CONFIGS", "default_meta", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
+           "HEAD_DIM_V", "CAUSAL_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS", "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
            "mask_unsupported_reason", "EARLY_Q_DEFAULT", "SECTION_MB_DEFAULT", "section_heads"]
