@@ -295,6 +295,27 @@ def row_bound_verdict(r) -> str:
     return "RULE: " + (f"ROW_BOUND_DIMS = frozenset({set(dims)})" if dims else "nothing changes")
 
 
+def row_bound_bwd_verdict(r, rows_per_dim=None) -> str:
+    """The backward half of gpu_next_row_bound.sh's rule (in its header): per
+    head dim (64: 3 rows, 128: 4 rows; rows_per_dim overrides), ROW_BOUND=1
+    against default in hopper_bwd_probe.py's two repeats (best of each, as
+    best_of_reps_rule), every check ok, no row below 0.99, geometric mean >=
+    1.01, and the GPU tests passed; returns the RULE line."""
+    rows_per_dim = rows_per_dim or {64: 3, 128: 4}
+    try:
+        tests = open(f"{r}/tests_rb.log").read().rstrip().endswith("rc=0")
+    except OSError:
+        tests = False
+    reps = [json_rows(f"{r}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+    dims = []
+    for d, want in rows_per_dim.items():
+        mine = [[x for x in rows if x.get("d") == d and x.get("causal")] for rows in reps]
+        best, _ = best_of_reps_rule(mine, {"ROW_BOUND=1": "ROW_BOUND=1"}, want, 0.99, 1.01)
+        if best and tests:
+            dims.append(d)
+    return "RULE (backward): " + (f"bwd.ROW_BOUND_DIMS = frozenset({set(dims)})" if dims else "nothing changes")
+
+
 def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_min: float, base="default"):
     """Module-switch rule over repeated hopper_bwd_probe.py runs: for each
     candidate (label -> variant spec) and row, the variant's faster repeat over

@@ -138,3 +138,35 @@ def test_row_bound_verdict(tmp_path):
     (r / "correct.log").write_text(ok)
     (r / "ab2.log").write_text("rc=124\n")  # repeat 2 cut: no rows
     assert rules.row_bound_verdict(str(r)) == "RULE: nothing changes"
+
+
+def _write_bwd_rb(folder, gains):
+    """hopper_bwd_probe.json of one repeat: 3 causal rows at d = 64 and 4 at
+    d = 128, default at 300 TFLOP/s and ROW_BOUND=1 at 300 x gain[d]."""
+    import json
+    rows = []
+    for d, n_rows in ((64, 3), (128, 4)):
+        for i in range(n_rows):
+            rows.append({"b": 2, "hq": 16, "hkv": 16, "n": 2048 << i, "d": d, "causal": True,
+                         "tflops": {"default": 300.0, "ROW_BOUND=1": 300.0 * gains[d]},
+                         "check": {"ROW_BOUND=1": "ok"}})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hopper_bwd_probe.json").write_text(json.dumps({"rows": rows}))
+
+
+def test_row_bound_bwd_verdict(tmp_path):
+    """gpu_next_row_bound.sh's backward rule, per head dim: best of two
+    repeats, every row >= 0.99, geomean >= 1.01, the GPU tests passed."""
+    rules = _rules()
+    r = tmp_path
+    (r / "tests_rb.log").write_text("20 passed\nrc=0\n")
+    _write_bwd_rb(r / "rep1", {64: 1.03, 128: 1.005})
+    _write_bwd_rb(r / "rep2", {64: 1.02, 128: 1.00})
+    assert rules.row_bound_bwd_verdict(str(r)) == "RULE (backward): bwd.ROW_BOUND_DIMS = frozenset({64})"
+    _write_bwd_rb(r / "rep2", {64: 1.02, 128: 1.04})
+    assert rules.row_bound_bwd_verdict(str(r)) == "RULE (backward): bwd.ROW_BOUND_DIMS = frozenset({64, 128})"
+    (r / "tests_rb.log").write_text("1 failed\nrc=1\n")
+    assert rules.row_bound_bwd_verdict(str(r)) == "RULE (backward): nothing changes"
+    (r / "tests_rb.log").write_text("20 passed\nrc=0\n")
+    (r / "rep2" / "hopper_bwd_probe.json").unlink()  # a repeat cut before its file
+    assert rules.row_bound_bwd_verdict(str(r)) == "RULE (backward): nothing changes"

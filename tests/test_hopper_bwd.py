@@ -1700,6 +1700,49 @@ def test_split_qk_matches_reference(dtype, case):
 
 
 @needs_hopper
+@pytest.mark.parametrize("d", [64, 128, 256, 192], ids=_d_id)
+def test_causal_row_bound(d):
+    """ROW_BOUND (bwd.ROW_BOUND_DIMS; a probe override until adopted): the
+    masked steps' one compare per score against each key's first row give
+    the gradients of the two compares, on every causal CASES entry (both
+    alignments, GQA / MQA, rows that see no key, a single row, whole tiles,
+    NaN past N), on the keys-as-M path (d = 64 / 128, with the d = 128
+    named-barrier default), SPLIT_D (d = 256, and at d = 128 as an
+    override) and split Q K^T (d = 192 / dv = 128), and with the group split
+    and the persistent loop; against float64 autograd."""
+    for b, hq, hkv, nq, nk, causal, layout in CASES:
+        if causal is None:
+            continue
+        q, k, v, do = (_inputs_192(b, hq, hkv, nq, nk, torch.bfloat16, layout) if d == 192
+                       else _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout))
+        shift = nk - nq if causal == "br" else 0
+        _check(q, k, v, do, d ** -0.5, shift, ROW_BOUND=True)
+    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
+    if d == 192:
+        q, k, v, do = _inputs_192(2, 6, 2, 333, 1121, torch.bfloat16, "flash")
+    for extra in (dict(GROUP_SPLIT=3), dict(PERSISTENT=True, NUM_SMS=7)) + (
+            (dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=2, DQ_CHUNK=64),) if d == 128 else ()):
+        _check(q, k, v, do, d ** -0.5, 1121 - 333, ROW_BOUND=True, **extra)
+
+
+def test_row_bound_meta(monkeypatch):
+    """kernel_meta passes ROW_BOUND always: on for causal calls at the head
+    dims of ROW_BOUND_DIMS, not with dropout unless overridden, never for
+    non-causal calls."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    monkeypatch.setattr(hbwd, "ROW_BOUND_DIMS", frozenset({128}))
+    assert hbwd.kernel_meta(128, True)["ROW_BOUND"] is True
+    assert hbwd.kernel_meta(128, False)["ROW_BOUND"] is False
+    assert hbwd.kernel_meta(64, True)["ROW_BOUND"] is False
+    assert hbwd.kernel_meta(128, True, dropout=True)["ROW_BOUND"] is False
+    assert hbwd.kernel_meta(128, True, {"ROW_BOUND": True}, dropout=True)["ROW_BOUND"] is True
+    assert hbwd.kernel_meta(64, False, {"ROW_BOUND": True})["ROW_BOUND"] is False
+
+
+@needs_hopper
 @pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
                                      dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5)],

@@ -421,7 +421,7 @@ def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.c
 
 @gluon.jit
 def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M: gl.constexpr,
-           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """P = exp2(S * qk_scale - lse2) of a score tile once its wgmma group is
     done (the one after it, dP, may still run), masked when MASKED: the
     query rows [start_m, + BLOCK_M) along dim Q_DIM (0: queries x keys,
@@ -432,8 +432,14 @@ def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, wind
     p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1 - Q_DIM))
     if MASKED:
         rows = start_m + gl.arange(0, BLOCK_M, layout=q_layout)
-        p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
-                              window_lo, IS_CAUSAL, HAS_WINDOW), p, 0.0)
+        if IS_CAUSAL and ROW_BOUND and not HAS_WINDOW:
+            # Key j is seen by rows i >= j - causal_shift when j < N_K, by none
+            # past it: one compare per score against each key's first row.
+            first = gl.where(keys < N_K, keys - causal_shift, 2147483647)
+            p = gl.where(gl.expand_dims(rows, 1 - Q_DIM) >= gl.expand_dims(first, Q_DIM), p, 0.0)
+        else:
+            p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
+                                  window_lo, IS_CAUSAL, HAS_WINDOW), p, 0.0)
     return p
 
 
@@ -494,7 +500,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                   drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
@@ -521,7 +527,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                             use_acc=False, is_async=True)
     col_layout: gl.constexpr = gl.SliceLayout(0, t_layout)
     pt = _probs(st_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 1, MASKED,
-                IS_CAUSAL, HAS_WINDOW)
+                IS_CAUSAL, HAS_WINDOW, ROW_BOUND)
     if DROPOUT:
         # The keep mask of this tile (keys x queries), drawn while dP^T runs.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -580,7 +586,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                          SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
                          DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                         HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr):
+                         HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """SPLIT_D: one query tile.  This warpgroup's scores are those of its
     SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
     dS^T go through shared memory, and its dK, dV and dQ are the head-dim
@@ -613,7 +619,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
     dp_tok = warpgroup_mma(do_s, v_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
     p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 0, MASKED,
-               IS_CAUSAL, HAS_WINDOW)
+               IS_CAUSAL, HAS_WINDOW, ROW_BOUND)
     if DROPOUT:
         # This warpgroup's scores are queries x keys here: the forward's draw.
         k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
@@ -663,7 +669,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                       drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                       drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -672,13 +678,13 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                       causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
-                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT)
+                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT, ROW_BOUND)
     else:
         dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
+                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
     return dk, dv
 
 
@@ -720,7 +726,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -794,7 +800,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -802,7 +808,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
                     it += 1
     else:
         for g in range(GROUP):
@@ -813,7 +819,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -821,7 +827,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -865,7 +871,7 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, DS_BUFS: gl.constexpr,
-                       DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                       DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """SPLIT_D with a split Q K^T (d = HEAD_DIM + QK1 for Q and K, HEAD_DIM
     for V, O and dO; d = 192 = 128 + 64): one query tile, as
     _attn_bwd_step_split but every product that has Q or K in it comes in
@@ -917,7 +923,7 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
                            gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
     # Groups retire in issue order: with only dP left, both of S's are done.
     p = _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, 0, BLOCK_M, 0, MASKED, IS_CAUSAL,
-               False)
+               False, ROW_BOUND)
     dp = warpgroup_mma_wait(0, deps=(dp_tok,))
     delta = stat_bufs.index(2 * s + 1).load(row_layout)
     ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
@@ -953,7 +959,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-                        RELEASE_KV: gl.constexpr):
+                        RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -990,7 +996,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                                                  ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                  dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale,
                                                  sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
-                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL)
+                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND)
                 it += 1
     if RELEASE_KV:
         mbarrier.arrive(kv_empty)
@@ -1023,7 +1029,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
-                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0):
+                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1044,7 +1050,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                          stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                          N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True)
+                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND)
             else:
                 it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                      stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1052,7 +1058,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1060,7 +1066,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False)
+                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1068,7 +1074,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
     tma.store_wait(0)
 
 
@@ -1103,6 +1109,7 @@ def _attn_bwd_hopper(
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
+    ROW_BOUND: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1227,7 +1234,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1237,7 +1244,7 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1405,6 +1412,19 @@ def configs(unverified: bool = False) -> dict:
     return CONFIGS
 
 
+# Head dims whose causal calls build the masked steps with ROW_BOUND: key j of
+# a score tile kept for rows i >= j - causal_shift when j < N_K (one compare
+# per score against each key's first row, that bound set past every row for
+# keys past N_K) instead of two compares and an and (_visible); windows keep
+# _visible.  Compile facts (Triton 3.6, sm_90, bf16): the masked loop 575 ->
+# 448 SASS instructions at d = 128 (unmasked 374), 1,035 -> 744 at d = 64
+# (588; its spill loads / stores in the GEMM loops 32 -> 17), 425 -> 402 at
+# d = 256, 475 -> 451 at d = 192; with dropout at d = 128 the spills grow
+# (496 -> 596 B), so dropout calls keep _visible.  Empty (the build of
+# before) until an H200 run: benchmarks/gpu_next_row_bound.sh.
+ROW_BOUND_DIMS: frozenset = frozenset()
+
+
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
                 windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
@@ -1427,6 +1447,11 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
     # (the SPLIT_D paths have no named-barrier form: one build for any setting)
     meta["NAMED_BAR"] = 0 if meta["SPLIT_D"] else min(int(level), 1 if meta["PERSISTENT"] else 2)
+    # Always passed, as the forward's (a build left to the kernel's default is
+    # not the build of before in compile_check's direct compile); causal only,
+    # and by default not with dropout (its d = 128 build spills more with it).
+    default = head_dim in ROW_BOUND_DIMS and not dropout
+    meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND", default)) and causal
     return meta
 
 
