@@ -246,6 +246,8 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
                      "(SECTION_MB_DEFAULT; one section when every head fits)" if section_mb else "")
                   + (", left window bound (HAS_WINDOW)" if window[0] >= 0 else "")
                   + (", dropout (HAS_DROPOUT)" if dropout else "")
+                  + (", one compare per score in the masked causal steps (ROW_BOUND, fwd.ROW_BOUND_DIMS)"
+                     if meta.get("ROW_BOUND") else "")
                   + (f", Q K^T split in {d_v} + {d - d_v} columns" if d_v != d else "")
                   + (", run without the sinks, which are folded into O and the LSE after it "
                      "(_dispatch.HOPPER_SINKS_DIMS, FLASHATTN_TRITON_HOPPER_SINKS)" if fold else ""))
@@ -381,6 +383,10 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                                      "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT)",
                              "default": "; with its left window bound"}.get(source or "", ""))
                          + ("; dropout (HAS_DROPOUT)" if "dropout" in variants else "")
+                         + ("; one compare per score in the masked causal steps (ROW_BOUND, bwd.ROW_BOUND_DIMS)"
+                            if window[0] < 0 and hbwd.kernel_meta(d, right == 0, unverified=d not in hbwd.CONFIGS,
+                                                                  dropout="dropout" in variants)["ROW_BOUND"]
+                            else "")
                          + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
                          + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")

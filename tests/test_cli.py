@@ -345,3 +345,25 @@ def test_benchmark_scripts_use_the_package_harness():
     assert scripts_common.Progress is common.Progress
     assert scripts_common.DEFAULT_OUT == REPO / "benchmarks" / "results" / "h200"
     assert common.attn_flops(2, 4, 8, 8, 16, causal=True, mode="bwd") == 2.5 * 4 * 2 * 4 * 8 * 8 * 16 / 2
+
+
+def test_info_names_the_row_bound_switch(capsys, monkeypatch):
+    """`info` names ROW_BOUND on the Hopper forward and backward lines of a
+    causal call exactly when each module's ROW_BOUND_DIMS holds the head dim
+    (never for a non-causal call)."""
+    from flashattn_triton.kernels import hopper
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    from flashattn_triton.kernels.hopper import bwd as hbwd, fwd as hfwd
+    base = ["info", "--shape", "2,4096,16,128", "--arch", "sm90"]
+
+    def lines(argv):
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out.splitlines()
+        return [any("ROW_BOUND" in ln for ln in out if ln.startswith(kind)) for kind in ("forward", "backward")]
+    assert lines(base + ["--causal"]) == [False, False]
+    monkeypatch.setattr(hfwd, "ROW_BOUND_DIMS", frozenset({128}))
+    assert lines(base + ["--causal"]) == [True, False]
+    monkeypatch.setattr(hbwd, "ROW_BOUND_DIMS", frozenset({128}))
+    assert lines(base + ["--causal"]) == [True, True]
+    assert lines(base) == [False, False]
