@@ -333,7 +333,7 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
         # Column indices are made here, not passed in: a loop-invariant
         # vector would hold BLOCK_N / 4 registers through the unmasked loop.
         cols = gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        if ROW_BOUND:
+        if IS_CAUSAL and ROW_BOUND:
             # c < N_K - start_n and c <= i + causal_shift - start_n as one
             # compare per score, against the row's last visible column.
             last = gl.minimum(rows + (causal_shift - start_n), N_K - 1 - start_n)
