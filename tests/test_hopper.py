@@ -708,19 +708,25 @@ def test_causal_row_bound(d, dv, dtype):
         _check(q, k, v, o, lse, 0.09, shift, window)
 
 
-def test_row_bound_default_meta(monkeypatch):
-    """default_meta sets ROW_BOUND for causal calls at the head dims of
-    ROW_BOUND_DIMS only, and always (a build leaving it to the kernel's
-    default differs; compile_check passes it likewise)."""
+def test_row_bound_meta(monkeypatch):
+    """ROW_BOUND is always passed (a build leaving it to the kernel's default
+    differs; compile_check passes it likewise): the forward's default_meta
+    and the backward's kernel_meta turn it on for causal calls at the head
+    dims of each module's ROW_BOUND_DIMS, never for non-causal ones; the
+    backward not with dropout unless overridden."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    from flashattn_triton.kernels.hopper import fwd as hf
+    from flashattn_triton.kernels.hopper import bwd as hb, fwd as hf
+    assert not any(hf.default_meta(d, c)["ROW_BOUND"] or hb.kernel_meta(d, c)["ROW_BOUND"]
+                   for d in (64, 128, 256) for c in (False, True)), "off by default"
     monkeypatch.setattr(hf, "ROW_BOUND_DIMS", frozenset({64}))
-    assert hf.default_meta(64, True)["ROW_BOUND"] is True
-    assert hf.default_meta(64, False)["ROW_BOUND"] is False
-    assert hf.default_meta(128, True)["ROW_BOUND"] is False
-    monkeypatch.setattr(hf, "ROW_BOUND_DIMS", frozenset())
-    assert not any(hf.default_meta(d, c)["ROW_BOUND"] for d in (64, 128, 256) for c in (False, True))
+    monkeypatch.setattr(hb, "ROW_BOUND_DIMS", frozenset({128}))
+    assert [hf.default_meta(64, True)["ROW_BOUND"], hf.default_meta(64, False)["ROW_BOUND"],
+            hf.default_meta(128, True)["ROW_BOUND"]] == [True, False, False]
+    assert [hb.kernel_meta(128, True)["ROW_BOUND"], hb.kernel_meta(128, False)["ROW_BOUND"],
+            hb.kernel_meta(64, True)["ROW_BOUND"], hb.kernel_meta(128, True, dropout=True)["ROW_BOUND"],
+            hb.kernel_meta(128, True, {"ROW_BOUND": True}, dropout=True)["ROW_BOUND"],
+            hb.kernel_meta(64, False, {"ROW_BOUND": True})["ROW_BOUND"]] == [True, False, False, False, True, False]
 
 
 WINDOW_CASES = [

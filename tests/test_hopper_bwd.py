@@ -1726,22 +1726,6 @@ def test_causal_row_bound(d):
         _check(q, k, v, do, d ** -0.5, 1121 - 333, ROW_BOUND=True, **extra)
 
 
-def test_row_bound_meta(monkeypatch):
-    """kernel_meta passes ROW_BOUND always: on for causal calls at the head
-    dims of ROW_BOUND_DIMS, not with dropout unless overridden, never for
-    non-causal calls."""
-    from flashattn_triton.kernels.hopper import bwd as hbwd
-    if not hopper.AVAILABLE:
-        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
-    monkeypatch.setattr(hbwd, "ROW_BOUND_DIMS", frozenset({128}))
-    assert hbwd.kernel_meta(128, True)["ROW_BOUND"] is True
-    assert hbwd.kernel_meta(128, False)["ROW_BOUND"] is False
-    assert hbwd.kernel_meta(64, True)["ROW_BOUND"] is False
-    assert hbwd.kernel_meta(128, True, dropout=True)["ROW_BOUND"] is False
-    assert hbwd.kernel_meta(128, True, {"ROW_BOUND": True}, dropout=True)["ROW_BOUND"] is True
-    assert hbwd.kernel_meta(64, False, {"ROW_BOUND": True})["ROW_BOUND"] is False
-
-
 @needs_hopper
 @pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
