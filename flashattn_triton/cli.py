@@ -372,8 +372,7 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                          "backward is faster (docs/hopper.md)")
         elif d in BWD_CONFIGS:
             head = "          else (deterministic, or a decline) portable kernels"
-            c = (hbwd.kernel_meta(d, right == 0, unverified=d not in hbwd.CONFIGS, dropout=True)
-                 if "dropout" in variants else BWD_CONFIGS[d])
+            c = hbwd.kernel_meta(d, right == 0, unverified=d not in hbwd.CONFIGS, dropout="dropout" in variants)
             lines.append(f"backward: Hopper tier, Gluon kernel (kernels/hopper/bwd.py): {c['BLOCK_N']} keys per "
                          f"program, {c['BLOCK_M']}-row query tiles, {c['NUM_CONSUMERS']} consumer warpgroups, "
                          "dQ by TMA reduce-add into float32 (not bit-reproducible; deterministic=True or "
@@ -384,9 +383,7 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                              "default": "; with its left window bound"}.get(source or "", ""))
                          + ("; dropout (HAS_DROPOUT)" if "dropout" in variants else "")
                          + ("; one compare per score in the masked causal steps (ROW_BOUND, bwd.ROW_BOUND_DIMS)"
-                            if window[0] < 0 and hbwd.kernel_meta(d, right == 0, unverified=d not in hbwd.CONFIGS,
-                                                                  dropout="dropout" in variants)["ROW_BOUND"]
-                            else "")
+                            if window[0] < 0 and c["ROW_BOUND"] else "")
                          + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
                          + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")

@@ -381,10 +381,15 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
 
 
 @gluon.jit
-def _visible(keys, rows, N_K, causal_shift, window_lo, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+def _visible(keys, rows, N_K, causal_shift, window_lo, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+             ROW_BOUND: gl.constexpr = False):
     """Which (key, row) pairs of a score tile are kept: the key exists and,
     when causal, row i sees key j <= i + causal_shift, with HAS_WINDOW only
-    keys j >= i + window_lo (keys, rows: broadcast index tensors)."""
+    keys j >= i + window_lo (keys, rows: broadcast index tensors).  ROW_BOUND
+    (causal, no window): the same as one compare per score, each key's first
+    row j - causal_shift, set past every row for keys past N_K."""
+    if IS_CAUSAL and ROW_BOUND and not HAS_WINDOW:
+        return rows >= gl.where(keys < N_K, keys - causal_shift, 2147483647)
     keep = keys < N_K
     if IS_CAUSAL:
         keep = keep & (keys <= rows + causal_shift)
@@ -421,7 +426,8 @@ def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.c
 
 @gluon.jit
 def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M: gl.constexpr,
-           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+           Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+           ROW_BOUND: gl.constexpr = False):
     """P = exp2(S * qk_scale - lse2) of a score tile once its wgmma group is
     done (the one after it, dP, may still run), masked when MASKED: the
     query rows [start_m, + BLOCK_M) along dim Q_DIM (0: queries x keys,
@@ -432,14 +438,8 @@ def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, wind
     p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1 - Q_DIM))
     if MASKED:
         rows = start_m + gl.arange(0, BLOCK_M, layout=q_layout)
-        if IS_CAUSAL and ROW_BOUND and not HAS_WINDOW:
-            # Key j is seen by rows i >= j - causal_shift when j < N_K, by none
-            # past it: one compare per score against each key's first row.
-            first = gl.where(keys < N_K, keys - causal_shift, 2147483647)
-            p = gl.where(gl.expand_dims(rows, 1 - Q_DIM) >= gl.expand_dims(first, Q_DIM), p, 0.0)
-        else:
-            p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
-                                  window_lo, IS_CAUSAL, HAS_WINDOW), p, 0.0)
+        p = gl.where(_visible(gl.expand_dims(keys, Q_DIM), gl.expand_dims(rows, 1 - Q_DIM), N_K, causal_shift,
+                              window_lo, IS_CAUSAL, HAS_WINDOW, ROW_BOUND), p, 0.0)
     return p
 
 
@@ -871,7 +871,8 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, DS_BUFS: gl.constexpr,
-                       DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+                       DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                       ROW_BOUND: gl.constexpr = False):
     """SPLIT_D with a split Q K^T (d = HEAD_DIM + QK1 for Q and K, HEAD_DIM
     for V, O and dO; d = 192 = 128 + 64): one query tile, as
     _attn_bwd_step_split but every product that has Q or K in it comes in
@@ -1029,7 +1030,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
-                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
+                      k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
+                      ROW_BOUND: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
