@@ -275,10 +275,7 @@ def row_bound_verdict(r) -> str:
     >= 1.01, the correctness stage and the GPU tests passed; prints each row
     and returns the RULE line with the head dims adopted."""
     ok_correct = probe_correct(f"{r}/correct.log", "row_bound")
-    try:
-        tests = open(f"{r}/tests_rb.log").read().rstrip().endswith("rc=0")
-    except OSError:
-        tests = False
+    tests = tests_passed(f"{r}/tests_rb.log")
     print(f"correctness (row_bound): {'passed' if ok_correct else 'FAILED or missing'}; "
           f"GPU tests: {'passed' if tests else 'FAILED or missing'}")
     reps = [{(x["d"], x["n"], x["hkv"]): x for x in rep}
@@ -302,10 +299,7 @@ def row_bound_bwd_verdict(r, rows_per_dim=None) -> str:
     best_of_reps_rule), every check ok, no row below 0.99, geometric mean >=
     1.01, and the GPU tests passed; returns the RULE line."""
     rows_per_dim = rows_per_dim or {64: 3, 128: 4}
-    try:
-        tests = open(f"{r}/tests_rb.log").read().rstrip().endswith("rc=0")
-    except OSError:
-        tests = False
+    tests = tests_passed(f"{r}/tests_rb.log")
     reps = [json_rows(f"{r}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
     dims = []
     for d, want in rows_per_dim.items():
