@@ -27,21 +27,16 @@ for round in 1 2; do
   el "round $round"
 done
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
-import json, re, sys
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import tests_passed, tier_rows
 r = sys.argv[1]
-tests = open(f"{r}/tests_sd.log").read()
-ok = tests.rstrip().endswith("rc=0")
+ok = tests_passed(f"{r}/tests_sd.log")
 faster = []
 for rnd in (1, 2):
-    ms = {}
-    for sw in (0, 1):
-        try:
-            row = json.load(open(f"{r}/bench_{rnd}_{sw}/bench_variants.json"))["variants"][0]
-            ms[sw] = (row.get("ours_fwd_ms"), row.get("ours_bwd_ms"))
-        except (OSError, KeyError, IndexError, ValueError):
-            ms[sw] = (None, None)
-    print(f"round {rnd}: portable bwd {ms[0][1]} ms, hopper bwd {ms[1][1]} ms; fwd {ms[0][0]} / {ms[1][0]} ms")
-    faster.append(None not in (ms[0][1], ms[1][1]) and ms[1][1] < ms[0][1])
+    rows = tier_rows(lambda sw: f"{r}/bench_{rnd}_{sw}")  # 0: the portable backward, 1: the Hopper one
+    bwd = [rows.get(sw, {}).get("ours_bwd_ms") for sw in (0, 1)]
+    faster.append(None not in bwd and bwd[1] < bwd[0])
 print(f"tests rc=0: {ok}; hopper backward faster in both rounds: {all(faster)}")
 print("RULE: " + ("the change stays" if ok and all(faster) else "revert: sinks with dropout keep the portable backward"))
 PY
