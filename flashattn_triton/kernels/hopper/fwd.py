@@ -1129,7 +1129,7 @@ CAUSAL_CONFIGS: dict = {}
 # -> 671 at d = 128 (unmasked step 457 / 496); whole causal kernels 7-8%
 # shorter at d = 64 / 128 / 192.  Empty (the build of before) until an H200
 # run: benchmarks/gpu_next_row_bound.sh.
-ROW_BOUND_DIMS: frozenset = frozenset()
+ROW_BOUND_DIMS: frozenset = frozenset({128})
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
 # loads / stores per masked step with the window's third compare (against
