@@ -44,15 +44,15 @@ GQA_HEADS = (32, 8)
 # Providers run in tiers, each tier over all configs: the core comparison first,
 # then the cheap baselines, then flex, whose per-shape compiles take most of the
 # time; so a --max-seconds cut costs flex coverage of the last configs first.
-# Ours on the portable kernels (a comparison of our two tiers) comes last.
+# Ours forced onto one tier (a comparison of our two tiers) comes last.
 TIER = {C.OURS: 0, "sdpa_flash": 0, "sdpa_cudnn": 0, "sdpa_efficient": 1, "sdpa_math": 1,
-        "naive": 1, "flex": 2, C.OURS_DET: 1, C.OURS_PORTABLE: 3}
+        "naive": 1, "flex": 2, C.OURS_DET: 1, C.OURS_PORTABLE: 3, C.OURS_HOPPER: 3}
 HEAD_DIM_PRIORITY = {128: 0, 64: 1, 256: 2}
 QUICK = dict(dtypes=["bf16"], head_dims=[128], seqlens=[2048, 8192], causal=[False, True],
              providers=[C.OURS, "sdpa_flash", "sdpa_cudnn", "flex"], modes=["fwd", "bwd"],
              gqa=False, max_seconds=75.0)
 FULL = dict(dtypes=["bf16", "fp16"], head_dims=[64, 128, 256], seqlens=list(FULL_SEQLENS),
-            causal=[False, True], providers=[p for p in C.PROVIDERS if p != C.OURS_PORTABLE],
+            causal=[False, True], providers=[p for p in C.PROVIDERS if p not in (C.OURS_PORTABLE, C.OURS_HOPPER)],
             modes=list(C.MODES), gqa=True, max_seconds=270.0)
 # --smoke: a CPU run of the whole path (inputs, providers, timing, tables, plot)
 # at toy size; ours runs the blockwise PyTorch path (or, with TRITON_INTERPRET=1,
@@ -66,7 +66,7 @@ STYLE = {C.OURS: ("tab:red", "o", 2.4), "sdpa_flash": ("tab:blue", "s", 1.3),
          "sdpa_cudnn": ("tab:green", "^", 1.3), "sdpa_efficient": ("tab:purple", "v", 1.1),
          "sdpa_math": ("tab:gray", "x", 1.0), "flex": ("tab:orange", "D", 1.3),
          "naive": ("tab:brown", "+", 1.0), C.OURS_DET: ("tab:pink", "o", 1.3),
-         C.OURS_PORTABLE: ("tab:olive", "o", 1.3)}
+         C.OURS_PORTABLE: ("tab:olive", "o", 1.3), C.OURS_HOPPER: ("tab:cyan", "o", 1.3)}
 
 
 class Interrupted(BaseException):

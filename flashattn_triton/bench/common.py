@@ -39,9 +39,12 @@ OURS_DET = "flashattn_triton_det"
 # Ours on the portable kernels (FLASHATTN_TRITON_BACKEND=portable around its
 # calls): the tier the Hopper kernels are judged against, row by row.
 OURS_PORTABLE = "flashattn_triton_portable"
-OURS_ALL = (OURS, OURS_DET, OURS_PORTABLE)
+# Ours on the Hopper kernels (FLASHATTN_TRITON_BACKEND=hopper): where the
+# default picks the portable tier (short sequences), the data for that rule.
+OURS_HOPPER = "flashattn_triton_hopper"
+OURS_ALL = (OURS, OURS_DET, OURS_PORTABLE, OURS_HOPPER)
 PROVIDERS = (OURS, "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex", "naive", OURS_DET,
-             OURS_PORTABLE)
+             OURS_PORTABLE, OURS_HOPPER)
 PEERS = PROVIDERS[1:]
 DEVICE = "cuda"  # set_device("cpu") for smoke runs of the plumbing
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -524,11 +527,12 @@ def build_attention(provider: str, cfg: AttnConfig, flex_dynamic: bool = False):
         from flashattn_triton import flash_attn_func
 
         return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal, deterministic=True)), null
-    if provider == OURS_PORTABLE:
+    if provider in (OURS_PORTABLE, OURS_HOPPER):
         from flashattn_triton import flash_attn_func
 
+        tier = "portable" if provider == OURS_PORTABLE else "hopper"
         return (lambda q, k, v: flash_attn_func(q, k, v, causal=cfg.causal)), \
-            (lambda: env_set("FLASHATTN_TRITON_BACKEND", "portable"))
+            (lambda: env_set("FLASHATTN_TRITON_BACKEND", tier))
     if provider in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
