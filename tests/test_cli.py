@@ -361,6 +361,9 @@ def test_info_names_the_row_bound_switch(capsys, monkeypatch):
         assert cli.main(argv) == 0
         out = capsys.readouterr().out.splitlines()
         return [any("ROW_BOUND" in ln for ln in out if ln.startswith(kind)) for kind in ("forward", "backward")]
+    assert lines(base + ["--causal"]) == [128 in hfwd.ROW_BOUND_DIMS, 128 in hbwd.ROW_BOUND_DIMS]
+    monkeypatch.setattr(hfwd, "ROW_BOUND_DIMS", frozenset())
+    monkeypatch.setattr(hbwd, "ROW_BOUND_DIMS", frozenset())
     assert lines(base + ["--causal"]) == [False, False]
     monkeypatch.setattr(hfwd, "ROW_BOUND_DIMS", frozenset({128}))
     assert lines(base + ["--causal"]) == [True, False]

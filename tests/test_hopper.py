@@ -712,13 +712,16 @@ def test_row_bound_meta(monkeypatch):
     """ROW_BOUND is always passed (a build leaving it to the kernel's default
     differs; compile_check passes it likewise): the forward's default_meta
     and the backward's kernel_meta turn it on for causal calls at the head
-    dims of each module's ROW_BOUND_DIMS, never for non-causal ones; the
-    backward not with dropout unless overridden."""
+    dims of each module's ROW_BOUND_DIMS (the committed sets, then others),
+    never for non-causal ones; the backward not with dropout unless
+    overridden."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     from flashattn_triton.kernels.hopper import bwd as hb, fwd as hf
-    assert not any(hf.default_meta(d, c)["ROW_BOUND"] or hb.kernel_meta(d, c)["ROW_BOUND"]
-                   for d in (64, 128, 256) for c in (False, True)), "off by default"
+    for d in (64, 128, 256):
+        for c in (False, True):
+            assert hf.default_meta(d, c)["ROW_BOUND"] == (c and d in hf.ROW_BOUND_DIMS), f"forward d={d} causal={c}"
+            assert hb.kernel_meta(d, c)["ROW_BOUND"] == (c and d in hb.ROW_BOUND_DIMS), f"backward d={d} causal={c}"
     monkeypatch.setattr(hf, "ROW_BOUND_DIMS", frozenset({64}))
     monkeypatch.setattr(hb, "ROW_BOUND_DIMS", frozenset({128}))
     assert [hf.default_meta(64, True)["ROW_BOUND"], hf.default_meta(64, False)["ROW_BOUND"],

@@ -86,7 +86,7 @@ def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
     dev, full, causal = torch.device("cuda", 0), (-1, -1), (-1, 0)
     want = {  # (N, d, causal): Hopper backward?
         (512, 64, False): False, (512, 128, False): False, (512, 256, False): True,
-        (512, 64, True): False, (512, 256, True): False,
+        (512, 64, True): False, (512, 256, True): True, (512, 192, True): False,
         (1024, 64, True): False, (1024, 128, True): False, (1024, 256, True): True,
         (1024, 64, False): True, (1024, 128, False): True,
         (2048, 64, True): True, (2048, 128, True): True, (16384, 256, False): True, (100, 256, False): True,
