@@ -69,6 +69,8 @@ ENVIRONMENT = [
                                         "kernels); 0: the portable kernels; default: the Hopper backward, the "
                                         "portable forward (_dispatch.HOPPER_DROPOUT_BWD_DEFAULT \"1\", "
                                         "HOPPER_DROPOUT_DEFAULT \"0\")"),
+    ("FLASHATTN_TRITON_DROPOUT_ROUNDS", "Philox rounds of the dropout draws, 7-10 (read at import; default 10, "
+                                        "as tl.randint4x): both kernel tiers and the reference mask follow it"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "

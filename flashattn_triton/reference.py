@@ -26,6 +26,7 @@ so the kernels, the blockwise path and the tests' reference see one mask
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -48,6 +49,7 @@ __all__ = [
     "dropout_scale",
     "dropout_keep_mask",
     "varlen_dropout_keep_mask",
+    "DROPOUT_ROUNDS",
 ]
 
 LOG2E = 1.4426950408889634
@@ -82,8 +84,30 @@ def _expand_kv(k: torch.Tensor, n_heads_q: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------
-# Dropout: Philox 4x32-10 as Triton's tl.randint4x computes it
+# Dropout: Philox 4x32 as Triton's tl.randint4x computes it
 # ---------------------------------------------------------------------------
+
+ENV_DROPOUT_ROUNDS = "FLASHATTN_TRITON_DROPOUT_ROUNDS"
+
+
+def _dropout_rounds() -> int:
+    """Philox rounds of the dropout draws: 10 (tl.randint4x's default, as
+    cuRAND's Philox4_32_10), or FLASHATTN_TRITON_DROPOUT_ROUNDS, read once
+    at import, 7 to 10.  Seven is the fewest with which Philox 4x32 passed
+    TestU01's BigCrush in its authors' tests (Salmon et al., SC 2011), who
+    recommend 10 as a safety margin; fewer rounds cost fewer multiplies per
+    draw.  Every kernel and dropout_keep below draw with this count, so
+    masks agree across tiers and with the reference in one process."""
+    value = os.environ.get(ENV_DROPOUT_ROUNDS, "").strip()
+    if not value:
+        return 10
+    if value not in ("7", "8", "9", "10"):
+        raise ValueError(f"{ENV_DROPOUT_ROUNDS}={value!r}: expected 7, 8, 9 or 10 (Philox rounds)")
+    return int(value)
+
+
+# Philox rounds of every dropout draw (kernels/score.py, kernels/hopper/dropout.py, dropout_keep).
+DROPOUT_ROUNDS = _dropout_rounds()
 
 _PHILOX_ROUND_A = 0xD2511F53
 _PHILOX_ROUND_B = 0xCD9E8D57
@@ -188,7 +212,7 @@ def dropout_keep(seed: torch.Tensor, p: float, batch: int, heads: int, rows, k0:
     urow, inv_r = torch.unique(ri[:, 0], return_inverse=True)
     ukey, inv_k = torch.unique(kj[0], return_inverse=True)
     c = dropout_counters(batch, heads, urow, ukey, rng_rows, rng_cols, row0, offset, device=dev)
-    words = torch.stack(philox_randint4x(seed, c), dim=-1)  # (B, H, rows', keys', 4)
+    words = torch.stack(philox_randint4x(seed, c, DROPOUT_ROUNDS), dim=-1)  # (B, H, rows', keys', 4)
     w = words[:, :, inv_r[:, None].to(dev), inv_k[None, :].to(dev), word.to(dev)]  # (B, H, rows, keys)
     return ((w >> (16 * half.to(dev))) & 0xFFFF) >= dropout_threshold(p)
 

@@ -35,12 +35,12 @@ OPT_IN = "FLASHATTN_TRITON_HOPPER_DROPOUT"
 # --------------------------------------------------------------------------- everywhere (interpreter)
 
 @triton.jit
-def _philox_kernel(SEED, OFFS, OUT, N: tl.constexpr):
+def _philox_kernel(SEED, OFFS, OUT, N: tl.constexpr, ROUNDS: tl.constexpr):
     i = tl.arange(0, N)
     offs = tl.load(OFFS + i)
     seed = tl.load(SEED)
     a0, a1, a2, a3 = hd.randint4x(seed, offs)
-    b0, b1, b2, b3 = tl.randint4x(seed, offs)
+    b0, b1, b2, b3 = tl.randint4x(seed, offs, ROUNDS)
     tl.store(OUT + i, a0.to(tl.int64))
     tl.store(OUT + N + i, a1.to(tl.int64))
     tl.store(OUT + 2 * N + i, a2.to(tl.int64))
@@ -56,16 +56,18 @@ def test_philox_helper_matches_randint4x(seed, device):
     """hd.philox4x32 (with hd.philox_keys and hd.philox_counter_words, the
     operations the Gluon kernels compile) gives tl.randint4x's four words,
     and reference.philox_randint4x's, for int64 counters below and above
-    2^32 and seeds with a high word."""
+    2^32 and seeds with a high word; with the rounds every dropout draw
+    uses (reference.DROPOUT_ROUNDS: 10, or FLASHATTN_TRITON_DROPOUT_ROUNDS,
+    which test_dropout_rounds_switch sets)."""
     n = 64
     offs = torch.cat([torch.arange(32, dtype=torch.int64) * 1_000_003,
                       (torch.arange(32, dtype=torch.int64) << 33) + 2 ** 32 - 16 + torch.arange(32)]).to(device)
     seed_t = torch.tensor([seed], dtype=torch.int64, device=device)
     out = torch.zeros(8 * n, dtype=torch.int64, device=device)
-    _philox_kernel[(1,)](seed_t, offs, out, N=n)
+    _philox_kernel[(1,)](seed_t, offs, out, N=n, ROUNDS=reference.DROPOUT_ROUNDS)
     ours, triton_words = out.view(8, n)[:4], out.view(8, n)[4:]
     assert torch.equal(ours, triton_words)
-    ref = torch.stack(reference.philox_randint4x(seed_t, offs))
+    ref = torch.stack(reference.philox_randint4x(seed_t, offs, reference.DROPOUT_ROUNDS))
     assert torch.equal(ours, ref)
 
 

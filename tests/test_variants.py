@@ -366,6 +366,56 @@ def test_philox4x_matches_triton(device):
     assert torch.equal(out.long(), torch.stack(philox_randint4x(seed, offs)) >> 1)
 
 
+def test_dropout_rounds_env_checked(monkeypatch):
+    """FLASHATTN_TRITON_DROPOUT_ROUNDS: unset gives 10 (tl.randint4x's
+    default), 7-10 are taken, anything else is a ValueError naming the
+    variable and the value."""
+    from flashattn_triton import reference
+    monkeypatch.delenv(reference.ENV_DROPOUT_ROUNDS, raising=False)
+    assert reference._dropout_rounds() == 10
+    for value in ("7", " 9 "):
+        monkeypatch.setenv(reference.ENV_DROPOUT_ROUNDS, value)
+        assert reference._dropout_rounds() == int(value)
+    for value in ("6", "11", "ten"):
+        monkeypatch.setenv(reference.ENV_DROPOUT_ROUNDS, value)
+        with pytest.raises(ValueError, match=f"FLASHATTN_TRITON_DROPOUT_ROUNDS={value!r}"):
+            reference._dropout_rounds()
+
+
+def test_dropout_rounds_switch():
+    """With FLASHATTN_TRITON_DROPOUT_ROUNDS=7 (read at import, so in a fresh
+    process) the kernels draw 7-round Philox words: the Gluon helper equals
+    tl.randint4x(..., 7) and the reference's 7-round words, its tiles the
+    reference's 7-round masks, and the masks the portable forward, dK/dV and
+    dQ passes apply equal the testing hook's (itself 7-round; the 10-round
+    mask differs from it, checked here), on this test's device."""
+    import os
+    import subprocess
+    import sys
+    seed = torch.tensor([1234], dtype=torch.int64)
+    offs = torch.arange(64, dtype=torch.int64)
+    assert not torch.equal(torch.stack(philox_randint4x(seed, offs, 7)), torch.stack(philox_randint4x(seed, offs)))
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, FLASHATTN_TRITON_DROPOUT_ROUNDS="7")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                          os.path.join(tests, "test_variants.py"), os.path.join(tests, "test_hopper_dropout.py"),
+                          "-k", "dropout_kernel_masks_exact and window or philox_helper or tile_keep_matches "
+                          "or dropout_keep_mask_is_the_portable_one or mixed_tiers_agree or rounds_in_child"],
+                         capture_output=True, text=True, env=env, timeout=900, cwd=os.path.dirname(tests))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "failed" not in res.stdout, res.stdout[-2000:]
+
+
+def test_dropout_rounds_in_child():
+    """In test_dropout_rounds_switch's child: the rounds the reference and
+    the kernels read are the environment's."""
+    import os
+    from flashattn_triton import reference
+    from flashattn_triton.kernels import score
+    want = int(os.environ.get(reference.ENV_DROPOUT_ROUNDS, "10"))
+    assert reference.DROPOUT_ROUNDS == want and score.PHILOX_ROUNDS == want
+
+
 @pytest.mark.parametrize("row0,col0,rng_cols,p,block_m,block_n", [
     (48, 0, 13, 0.37, 32, 16),
     (16, 48, 70, 0.7, 16, 64),  # threshold * 2^16 >= 2^31: the high-half compare must be unsigned

@@ -17,7 +17,7 @@ same s2 bit for bit (same helper, same order) and needs one more factor for
 the softcap: ds/d(scale * qk) = 1 - tanh^2, returned here as ``t``.
 
 Dropout (``dropout_keep``) acts on probabilities, not scores.  One Philox
-4x32 call (``tl.randint4x``) gives 4 words = 8 16-bit halves, one keep
+4x32 call (``tl.randint4x``, PHILOX_ROUNDS rounds: 10 by default) gives 4 words = 8 16-bit halves, one keep
 decision each: score (b, h, i, j) reads half j0 of word 2 * i3 + j3 (xn:
 bit n of index x) of the call on counter
     philox_offset + ((b * Hq + h) * rng_rows + row0 + (i & ~8)) * rng_cols + (j & ~9)
@@ -45,9 +45,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ..reference import dropout_scale, dropout_threshold
+from ..reference import DROPOUT_ROUNDS, dropout_scale, dropout_threshold
 
 LOG2E = 1.4426950408889634
+# Philox rounds of the dropout draws (reference.DROPOUT_ROUNDS: 10 unless
+# FLASHATTN_TRITON_DROPOUT_ROUNDS says otherwise); a global constexpr is part
+# of each kernel's compile key.
+PHILOX_ROUNDS: tl.constexpr = tl.constexpr(DROPOUT_ROUNDS)
 
 
 @triton.jit
@@ -185,7 +189,7 @@ def dropout_keep(seed, rng_base, row0, col0, rng_cols, dropout_thresh,
     # high half >= t  <=>  word >= t * 2^16 (unsigned): one compare, no shift
     t_hi = t_lo << 16
     w0, w1, w2, w3 = tl.randint4x(seed, _dropout_counters(rng_base, row0, col0, rng_cols,
-                                                           BLOCK_M, BLOCK_N, KEYS_FIRST))
+                                                           BLOCK_M, BLOCK_N, KEYS_FIRST), PHILOX_ROUNDS)
     if KEYS_FIRST:
         # Key bit 0 lies across lanes in this orientation: pack the 8
         # decisions of a call into the bits 4 * k0 + word of one integer, so

@@ -2,7 +2,7 @@
 drawn in the layouts of the wgmma accumulators.
 
 The rule (score.py's module doc): score (b, h, i, j) reads half j0 of word
-2 * i3 + j3 (xn: bit n of x) of one Philox 4x32-10 call (Triton's
+2 * i3 + j3 (xn: bit n of x) of one Philox 4x32 call (PHILOX_ROUNDS rounds, 10 by default; Triton's
 ``tl.randint4x``) on the counter
 
     philox_offset + ((b * Hq + h) * rng_rows + (i & ~8)) * rng_cols + (j & ~9)
@@ -49,12 +49,16 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ...reference import DROPOUT_ROUNDS
+
 # tl.randint4x's Philox 4x32 constants (triton/language/random.py, 32-bit state).
 PHILOX_KEY_A: tl.constexpr = tl.constexpr(0x9E3779B9)
 PHILOX_KEY_B: tl.constexpr = tl.constexpr(0xBB67AE85)
 PHILOX_ROUND_A: tl.constexpr = tl.constexpr(0xD2511F53)
 PHILOX_ROUND_B: tl.constexpr = tl.constexpr(0xCD9E8D57)
-PHILOX_ROUNDS: tl.constexpr = tl.constexpr(10)
+# Rounds: reference.DROPOUT_ROUNDS, as kernels/score.py draws (10 unless
+# FLASHATTN_TRITON_DROPOUT_ROUNDS says otherwise).
+PHILOX_ROUNDS: tl.constexpr = tl.constexpr(DROPOUT_ROUNDS)
 
 
 @triton.jit
@@ -73,7 +77,7 @@ def philox_counter_words(offs):
 
 @triton.jit
 def philox4x32(c0, c1, k0, k1):
-    """The four uint32 words of Philox 4x32-10 on counter (c0, c1, 0, 0) with
+    """The four uint32 words of Philox 4x32 (PHILOX_ROUNDS rounds) on counter (c0, c1, 0, 0) with
     key (k0, k1): tl.randint4x's rounds (tl.philox_impl) operation for
     operation.  c0, c1: uint32 tensors of any layout; k0, k1: uint32."""
     c2 = c0 * 0
@@ -92,7 +96,8 @@ def philox4x32(c0, c1, k0, k1):
 
 @triton.jit
 def randint4x(seed, offs):
-    """tl.randint4x(seed, offs) through philox4x32 (the tests compare them)."""
+    """tl.randint4x(seed, offs, PHILOX_ROUNDS) through philox4x32 (the tests
+    compare them)."""
     k0, k1 = philox_keys(seed)
     c0, c1 = philox_counter_words(offs)
     return philox4x32(c0, c1, k0, k1)
