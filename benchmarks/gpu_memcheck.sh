@@ -2,7 +2,8 @@
 # compute-sanitizer memcheck over benchmarks/memcheck_cases.py (issue 7 deliverable 4: "clean on
 # ragged shapes"; last run on the Hopper kernels in session 10, before the persistent / dynamic
 # schedulers, head sections, EARLY_Q, ROW_BOUND, the split Q K^T backward and the dropout paths).
-# One H200, about 3-5 minutes: for each tier (hopper forced, portable forced, auto: the library's
+# One H200, a few minutes per tier (cold compiles dominate: TIERS=hopper in one call and
+# TIERS="portable auto" in another if one call would run too long): for each tier (hopper forced, portable forced, auto: the library's
 # choice) the cases run once plainly (kernels compiled into the cache, results against float64) and
 # once under `compute-sanitizer --tool memcheck`; logs in $R/TIER.log and
 # $R/memcheck_TIER.log, each ending with its exit status; the sanitizer's summary lines printed.
