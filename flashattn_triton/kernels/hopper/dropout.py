@@ -2,8 +2,8 @@
 drawn in the layouts of the wgmma accumulators.
 
 The rule (score.py's module doc): score (b, h, i, j) reads half j0 of word
-2 * i3 + j3 (xn: bit n of x) of one Philox 4x32 call (PHILOX_ROUNDS rounds, 10 by default; Triton's
-``tl.randint4x``) on the counter
+2 * i3 + j3 (xn: bit n of x) of one Philox 4x32 call (PHILOX_ROUNDS
+rounds, 10 by default; Triton's ``tl.randint4x``) on the counter
 
     philox_offset + ((b * Hq + h) * rng_rows + (i & ~8)) * rng_cols + (j & ~9)
 
@@ -77,8 +77,8 @@ def philox_counter_words(offs):
 
 @triton.jit
 def philox4x32(c0, c1, k0, k1):
-    """The four uint32 words of Philox 4x32 (PHILOX_ROUNDS rounds) on counter (c0, c1, 0, 0) with
-    key (k0, k1): tl.randint4x's rounds (tl.philox_impl) operation for
+    """The four uint32 words of Philox 4x32 (PHILOX_ROUNDS rounds) on counter
+    (c0, c1, 0, 0) with key (k0, k1): tl.randint4x's rounds (tl.philox_impl) operation for
     operation.  c0, c1: uint32 tensors of any layout; k0, k1: uint32."""
     c2 = c0 * 0
     c3 = c2
