@@ -18,9 +18,8 @@ the softcap: ds/d(scale * qk) = 1 - tanh^2, returned here as ``t``.
 
 Dropout (``dropout_keep``) acts on probabilities, not scores.  One Philox
 4x32 call (``tl.randint4x`` with PHILOX_ROUNDS rounds, 10 by default) gives
-4 words = 8 16-bit halves, one keep
-decision each: score (b, h, i, j) reads half j0 of word 2 * i3 + j3 (xn:
-bit n of index x) of the call on counter
+4 words = 8 16-bit halves, one keep decision each: score (b, h, i, j) reads
+half j0 of word 2 * i3 + j3 (xn: bit n of index x) of the call on counter
     philox_offset + ((b * Hq + h) * rng_rows + row0 + (i & ~8)) * rng_cols + (j & ~9)
 (b = 0 and row0 = the sequence's first packed row for varlen batches), and
 is kept iff that half is >= t = dropout_threshold(p) = round(p * 2^16): the
