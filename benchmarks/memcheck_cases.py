@@ -22,10 +22,6 @@ import torch
 DEVICE = "cuda"  # --device cpu: a smoke run of the cases (with TRITON_INTERPRET=1: the kernels)
 
 
-def _leaves(*ts):
-    return [t.detach().clone().requires_grad_() for t in ts]
-
-
 def _compare(name, got, refs, dtype, factor):
     from flashattn_triton.testing import max_abs_err, tolerance
     ref64, ref_lo = refs
@@ -36,81 +32,83 @@ def _compare(name, got, refs, dtype, factor):
     return ok, f"{name} {err:.2e}/{tol:.2e}" + (f" NaN {nan}" if nan else "")
 
 
+def _check_fwd_bwd(ours, ref, q, k, v, do, dtype):
+    """ours(q, k, v) -> out and ref(q, k, v, dtype) -> out on leaf copies of
+    q, k, v, each backpropagating do: out, dq, dk, dv of ours against float64
+    (2x / 3x the error of ref in the input dtype)."""
+    from flashattn_triton.testing import leaf
+    leaves = [leaf(t) for t in (q, k, v)]
+    out = ours(*leaves)
+    out.backward(do)
+    got = [out.detach()] + [t.grad for t in leaves]
+    refs = []
+    for rd in (torch.float64, dtype):
+        leaves = [leaf(t, rd) for t in (q, k, v)]
+        o = ref(*leaves, rd)
+        o.backward(do.to(rd))
+        refs.append([o.detach()] + [t.grad for t in leaves])
+    return [_compare(n, g, (r64, rlo), dtype, 2.0 if n == "out" else 3.0)
+            for n, g, r64, rlo in zip(("out", "dq", "dk", "dv"), got, *refs)]
+
+
 def dense_case(b, nq, nk, hq, hkv, d, dv, causal, dtype, packed_q=False, dropout=0.0, window=(-1, -1)):
     import flashattn_triton as fat
     from flashattn_triton.reference import flash_attention_ref
-    from flashattn_triton.testing import dropout_mask
+    from flashattn_triton.testing import dropout_mask, make_qkv, rand
     dev = DEVICE
     torch.manual_seed(0)
-    if packed_q:  # q as a slice of (B, Nq, Hq, 3 d): strides that no tensor of its own shape has
-        q = torch.randn(b, nq, hq, 3 * d, device=dev, dtype=dtype)[..., d:2 * d]
-    else:
-        q = torch.randn(b, nq, hq, d, device=dev, dtype=dtype)
-    k = torch.randn(b, nk, hkv, d, device=dev, dtype=dtype)
-    v = torch.randn(b, nk, hkv, dv, device=dev, dtype=dtype)
-    do = torch.randn(b, nq, hq, dv, device=dev, dtype=dtype)
+    q, k, v = make_qkv(b, nq, nk, hq, hkv, d, dtype, dev, requires_grad=False, d_v=dv)
+    do = rand((b, nq, hq, dv), dtype, dev)
     kw = dict(causal=causal, window_size=window)
     ref_kw = {}
     if dropout:
         kw["dropout_p"] = dropout
         ref_kw = dict(dropout_p=dropout, dropout_mask=dropout_mask(7, dropout, b, hq, nq, nk, dev))
-    ql, kl, vl = _leaves(q, k, v)
-    if dropout:
-        torch.manual_seed(7)
-    out = fat.flash_attn_func(ql, kl, vl, **kw)
-    out.backward(do)
-    got = [out.detach(), ql.grad, kl.grad, vl.grad]
-    refs = []
-    for rd in (torch.float64, dtype):
-        leaves = _leaves(*(t.to(rd) for t in (q, k, v)))
-        o, _ = flash_attention_ref(*leaves, causal, None, rd, window, **ref_kw)
-        o.backward(do.to(rd))
-        refs.append([o.detach()] + [t.grad for t in leaves])
-    return [_compare(n, g, (r64, rlo), dtype, 2.0 if n == "out" else 3.0)
-            for n, g, r64, rlo in zip(("out", "dq", "dk", "dv"), got, *refs)]
+
+    def ours(q_, k_, v_):
+        if packed_q:  # q as a slice of (B, Nq, Hq, 3 d): strides that no tensor of its own shape has
+            packed = torch.zeros(b, nq, hq, 3 * d, device=dev, dtype=dtype)
+            packed[..., d:2 * d] = q_
+            q_ = packed[..., d:2 * d]
+            assert not q_.is_contiguous()
+        if dropout:
+            torch.manual_seed(7)  # the seed dropout_mask(7, ...) regenerates
+        return fat.flash_attn_func(q_, k_, v_, **kw)
+
+    return _check_fwd_bwd(ours, lambda q_, k_, v_, rd: flash_attention_ref(q_, k_, v_, causal, None, rd, window,
+                                                                          **ref_kw)[0], q, k, v, do, dtype)
 
 
 def varlen_case(lens, hq, hkv, d, causal, dtype):
     import flashattn_triton as fat
-    from flashattn_triton.testing import random_cu_seqlens, varlen_attention_ref
+    from flashattn_triton.testing import rand, random_cu_seqlens, varlen_attention_ref
     dev = DEVICE
     torch.manual_seed(0)
     total = sum(lens)
     cu = random_cu_seqlens(lens, dev)
-    q = torch.randn(total, hq, d, device=dev, dtype=dtype)
-    k, v = (torch.randn(total, hkv, d, device=dev, dtype=dtype) for _ in range(2))
-    do = torch.randn(total, hq, d, device=dev, dtype=dtype)
-    ql, kl, vl = _leaves(q, k, v)
-    out = fat.flash_attn_varlen_func(ql, kl, vl, cu, cu, max(lens), max(lens), causal=causal)
-    out.backward(do)
-    got = [out.detach(), ql.grad, kl.grad, vl.grad]
-    refs = []
-    for rd in (torch.float64, dtype):
-        leaves = _leaves(*(t.to(rd) for t in (q, k, v)))
-        o, _ = varlen_attention_ref(*leaves, cu, cu, causal, dtype=rd)
-        o.backward(do.to(rd))
-        refs.append([o.detach()] + [t.grad for t in leaves])
-    return [_compare(n, g, (r64, rlo), dtype, 2.0 if n == "out" else 3.0)
-            for n, g, r64, rlo in zip(("out", "dq", "dk", "dv"), got, *refs)]
+    q, do = (rand((total, hq, d), dtype, dev) for _ in range(2))
+    k, v = (rand((total, hkv, d), dtype, dev) for _ in range(2))
+    return _check_fwd_bwd(
+        lambda q_, k_, v_: fat.flash_attn_varlen_func(q_, k_, v_, cu, cu, max(lens), max(lens), causal=causal),
+        lambda q_, k_, v_, rd: varlen_attention_ref(q_, k_, v_, cu, cu, causal, dtype=rd)[0], q, k, v, do, dtype)
 
 
 def decode_case(b, hq, hkv, d, lens, block, dtype):
     """One new token per sequence against a paged cache of ragged lengths."""
     import flashattn_triton as fat
     from flashattn_triton.reference import flash_attention_ref
+    from flashattn_triton.testing import make_qkv
     dev = DEVICE
     torch.manual_seed(0)
     n_max = -(-max(lens) // block) * block
     blocks = n_max // block
-    k_dense = torch.randn(b, n_max, hkv, d, device=dev, dtype=dtype)
-    v_dense = torch.randn(b, n_max, hkv, d, device=dev, dtype=dtype)
+    q, k_dense, v_dense = make_qkv(b, 1, n_max, hq, hkv, d, dtype, dev, requires_grad=False)
     perm = torch.randperm(b * blocks, device=dev)
     table = perm.view(b, blocks).to(torch.int32)
     k_cache = torch.empty(b * blocks, block, hkv, d, device=dev, dtype=dtype)
     v_cache = torch.empty_like(k_cache)
     k_cache[perm] = k_dense.view(b * blocks, block, hkv, d)
     v_cache[perm] = v_dense.view(b * blocks, block, hkv, d)
-    q = torch.randn(b, 1, hq, d, device=dev, dtype=dtype)
     seqlens = torch.tensor(lens, device=dev, dtype=torch.int32)
     out = fat.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table)
     res = []
