@@ -847,11 +847,16 @@ ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL o
 # {causal: bool} per causal flag (by_causal); read at each call.  On for
 # non-causal calls since session 18 call 9 (benchmarks/gpu_next_dq_convert2.sh:
 # 0.990-1.044x the default on the 6 non-causal rows, geometric means 1.026 /
-# 1.013 over two repeats; on the causal rows one repeat had 0.977 / 0.984,
-# under the rule's 0.99 floor, so causal calls keep torch's copy.  Call 1 of
-# that session had read the opposite: causal 1.005-1.096, non-causal d = 64
-# 4k / 8k 0.975-0.982; the runs differ by up to 3% per row).
-_DQ_CONVERT_DEFAULT = {False: True, True: False}
+# 1.013 over two repeats).  On for causal calls too since session 27: that
+# run's causal rows had 0.977 / 0.984 in one repeat, but session 18 call 1
+# read causal 1.005-1.096x, session 20 (gpu_next_dq_convert3.sh, 3 alternated
+# rounds) wall off / on 1.014-1.051x on all 7 causal rows (its rule failed
+# only on a profiler kernel-sum floor, itself noisy: rounds 0.978-1.054), and
+# session 27's Nsight Compute profiles of causal rows time torch's strided
+# copy at 94 us where this kernel takes 46 us on the same buffer (B*N = 16k,
+# H = 16, d = 128).  With it the causal Hopper backward's recording is clean,
+# so its backward plans replay (ops.BwdPlan).
+_DQ_CONVERT_DEFAULT = {False: True, True: True}
 DQ_CONVERT_KERNEL: Any = {"1": True, "0": False}.get(os.environ.get(ENV_DQ_CONVERT, "").strip(),
                                                      _DQ_CONVERT_DEFAULT)
 
