@@ -117,6 +117,12 @@ VARIANTS = {
     "nc2_causal_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2}}}, (64,)),
     "nc2_sec16_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2},
                                             "SECTION_MB_DEFAULT": {**hf.SECTION_MB_DEFAULT, 64: (0, 16)}}}, (64,)),
+    # d = 64 non-causal short calls on two 240-register consumers (fwd.py
+    # SHORT_CONFIGS: 128-row programs instead of 192), as an override (the
+    # correctness stage) and through the cached plans up to N = 2048.
+    "nc2": ({"NUM_CONSUMERS": 2, "CONSUMER_REGS": 240}, (64,)),
+    "nc2_short_plans": ({"mod": lambda hf: {"SHORT_CONFIGS": {**hf.SHORT_CONFIGS, (64, False): (2048, _NC2)}}},
+                        (64,)),
     # The masked causal step with one compare per score against each row's
     # last visible key (fwd.py ROW_BOUND_DIMS): as an override (the
     # correctness stage) and through the cached plans at every head dim.
@@ -183,6 +189,8 @@ ROWS = {
     "causal": [(d, n, True, 1) for d in (64, 128, 256) for n in (1024, 2048, 4096, 8192)],
     "causal64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)],
     "causal64_gqa": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)] + [(64, 4096, True, 8)],
+    # d = 64 non-causal at the short lengths (SHORT_CONFIGS' candidate), GQA at 1k too
+    "full64_short": [(64, n, False, 1) for n in (512, 1024, 1536, 2048)] + [(64, 1024, False, 8)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
     # Those and a GQA row per head dim (Hq / Hkv 4): the head-section order's rows.
     "sections": [(d, n, True, 1) for d in (128, 64) for n in (2048, 1024, 4096, 8192)]

@@ -268,6 +268,38 @@ def nc2_causal_verdict(r) -> str:
             + (", SECTION_MB_DEFAULT[64] = (0, 16)" if best[0] == "nc2_sec16_plans" else "") + f" ({best[0]})")
 
 
+def short64_verdict(r) -> str:
+    """The rule of gpu_next_short64.sh (in its header): prints each row and
+    returns the RULE line."""
+    ok_correct = probe_correct(f"{r}/correct.log", "nc2")
+    print(f"correctness (nc2): {'passed' if ok_correct else 'FAILED or missing'}")
+    reps = [{(x["d"], x["n"], x["hkv"]): x for x in rep}
+            for rep in fwd_probe_records([f"{r}/ab1.log", f"{r}/ab2.log"])]
+    cand = "nc2_short_plans"
+    ratio = {}  # (n, hkv) -> the smaller of the repeats' ratios (None: a figure or a row missing)
+    keys = sorted({key for rep in reps for key in rep})
+    for i, rep in enumerate(reps):
+        for d, n, hkv in keys:
+            rec = rep.get((d, n, hkv), {})
+            base, new = rec.get("hopper:default"), rec.get(f"hopper:{cand}")
+            x = new / base if isinstance(base, float) and isinstance(new, float) and base > 0 else None
+            print(f"rep{i + 1} N={n} Hkv={hkv}: default {base} {cand} {new} ratio "
+                  + (f"{x:.3f}" if x else "-") + f" cudnn {rec.get('sdpa:cudnn')} flex {rec.get('flex')}")
+            prev = ratio.get((n, hkv), float("inf"))
+            ratio[(n, hkv)] = None if x is None or prev is None else min(prev, x)
+    n_max = 0
+    if ok_correct and len(reps) == 2:
+        for n in sorted({n for n, _ in ratio}):
+            rows = [x for (m, _), x in ratio.items() if m <= n]
+            if all(x is not None and x >= 1.02 for x in rows):
+                n_max = n
+            else:
+                break
+    if not n_max:
+        return "RULE: nothing changes"
+    return f"RULE: SHORT_CONFIGS[(64, False)] = ({n_max}, {{'NUM_CONSUMERS': 2, 'CONSUMER_REGS': 240}})"
+
+
 def row_bound_verdict(r) -> str:
     """The rule of gpu_next_row_bound.sh (in its header): per head dim of
     the "causal" rows (64, 128, 256 at N 1k-8k), row_bound_plans against

@@ -229,7 +229,7 @@ def hopper_plan(arch: str, on_gpu: bool, device_index: int, dtype, batch: int, h
     if dropout and d in DROPOUT_DECLINE:
         return False, DROPOUT_DECLINE[d]
     causal = window[1] == 0
-    meta = default_meta(d, causal, windowed=window[0] >= 0, dropout=dropout, masked="mask" in variants)
+    meta = default_meta(d, causal, windowed=window[0] >= 0, dropout=dropout, masked="mask" in variants, n_q=n_q)
     meta["PERSISTENT"] = meta["PERSISTENT"] or meta["DYNAMIC"]
     rows = meta["BLOCK_M"] * meta["NUM_CONSUMERS"]
     n_m = -(-n_q // rows)

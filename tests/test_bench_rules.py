@@ -101,6 +101,48 @@ def test_nc2_causal_verdict(tmp_path):
     assert rules.nc2_causal_verdict(str(r)) == "RULE: nothing changes"
 
 
+def _write_short(path, gains):
+    """An ab log of the "full64_short" rows (d = 64 not causal, N 512 / 1k /
+    1.5k / 2k, Hkv 32, then Hkv 4 at 1k) with default at 300 TFLOP/s and
+    nc2_short_plans at 300 x the row's gain."""
+    import json
+    keys = [(512, 32), (1024, 32), (1536, 32), (2048, 32), (1024, 4)]
+    lines = ["RESULT " + json.dumps({"kind": "bench", "d": 64, "n": n, "hkv": hkv, "causal": False,
+                                     "hopper:default": 300.0, "hopper:nc2_short_plans": 300.0 * g,
+                                     "sdpa:cudnn": 380.0, "flex": 320.0})
+             for (n, hkv), g in zip(keys, gains)]
+    path.write_text("\n".join(lines) + "\nrc=0\n")
+
+
+def test_short64_verdict(tmp_path):
+    """gpu_next_short64.sh's rule: n_max is the largest N whose rows of length
+    <= N (GQA at 1k included) all gain >= 1.02 in both repeats; the
+    correctness stage passed and both repeats there, else nothing."""
+    import json
+    rules = _rules()
+    r = tmp_path
+    ok = "RESULT " + json.dumps({"kind": "correct", "variant": "nc2", "ok": True}) + "\nrc=0\n"
+    (r / "correct.log").write_text(ok)
+    for rep in (1, 2):
+        _write_short(r / f"ab{rep}.log", [1.10, 1.08, 1.05, 1.03, 1.06])
+    assert rules.short64_verdict(str(r)).startswith("RULE: SHORT_CONFIGS[(64, False)] = (2048, ")
+    _write_short(r / "ab2.log", [1.10, 1.08, 1.01, 1.03, 1.06])  # 1.5k under 1.02 in one repeat
+    assert rules.short64_verdict(str(r)).startswith("RULE: SHORT_CONFIGS[(64, False)] = (1024, ")
+    _write_short(r / "ab2.log", [1.10, 1.08, 1.05, 1.03, 1.00])  # the GQA row at 1k fails
+    assert rules.short64_verdict(str(r)).startswith("RULE: SHORT_CONFIGS[(64, False)] = (512, ")
+    _write_short(r / "ab2.log", [0.99, 1.08, 1.05, 1.03, 1.06])  # the shortest row fails: nothing
+    assert rules.short64_verdict(str(r)) == "RULE: nothing changes"
+    _write_short(r / "ab2.log", [1.10] * 5)
+    (r / "ab2.log").write_text("\n".join((r / "ab2.log").read_text().splitlines()[:1]) + "\nrc=124\n")
+    assert rules.short64_verdict(str(r)) == "RULE: SHORT_CONFIGS[(64, False)] = (512, {'NUM_CONSUMERS': 2, " \
+        "'CONSUMER_REGS': 240})"  # repeat 2 cut after its first row: only 512 has both
+    (r / "ab2.log").unlink()
+    assert rules.short64_verdict(str(r)) == "RULE: nothing changes"  # one repeat only
+    _write_short(r / "ab2.log", [1.10] * 5)
+    (r / "correct.log").write_text(ok.replace("true", "false"))
+    assert rules.short64_verdict(str(r)) == "RULE: nothing changes"
+
+
 def _write_rb(path, gains):
     """An ab log of the "causal" rows (d 64 / 128 / 256, N 1k-8k) with
     default at 300 TFLOP/s and row_bound_plans at 300 x gain (a gain per

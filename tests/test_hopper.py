@@ -1112,6 +1112,37 @@ def test_split_protocol_simulation(broken):
     assert broken is None or caught, broken
 
 
+def test_default_meta_short_configs(monkeypatch):
+    """fwd.SHORT_CONFIGS: its entries replace CONFIGS' for plain calls of at
+    most n_max query rows of their (d, causal) only: not past n_max, not
+    without n_q (info of a length-free call), not with a window, dropout or a
+    mask, not for the other causal flag or head dim (the launcher's plan
+    passes the call's n_q: hopper_fwd_probe.py's nc2_short_plans on the GPU)."""
+    from flashattn_triton.kernels.hopper import fwd as hf
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    # (NUM_STAGES marks the entry: the window, dropout and mask tables set two consumers as well)
+    nc2 = dict(NUM_CONSUMERS=2, CONSUMER_REGS=240, NUM_STAGES=2)
+    assert hf.CONFIGS[64]["NUM_STAGES"] != 2
+    monkeypatch.setattr(hf, "SHORT_CONFIGS", {(64, False): (1024, nc2)})
+    three = hf.CONFIGS[64]["NUM_CONSUMERS"]
+    assert three == 3, "the test assumes d = 64's three consumers"
+
+    def consumers(*args, **kw):
+        return hf.default_meta(*args, **kw)["NUM_CONSUMERS"]
+    assert consumers(64, False, n_q=1024) == 2 and consumers(64, False, n_q=1) == 2
+    assert (hf.default_meta(64, False, n_q=1024)["CONSUMER_REGS"], hf.default_meta(64, False, n_q=1024)["NUM_STAGES"]) \
+        == (240, 2)
+    assert consumers(64, False, n_q=1025) == three, "past n_max"
+    assert consumers(64, False) == three, "no n_q"
+    assert consumers(64, True, n_q=512) == three, "the causal flag has no entry"
+    for kind in ("windowed", "dropout", "masked"):
+        assert hf.default_meta(64, False, n_q=512, **{kind: True})["NUM_STAGES"] == hf.CONFIGS[64]["NUM_STAGES"], kind
+    assert hf.default_meta(128, False, n_q=512) == hf.default_meta(128, False)
+    monkeypatch.setattr(hf, "SHORT_CONFIGS", {})
+    assert hf.default_meta(64, False, n_q=512) == hf.default_meta(64, False)
+
+
 def test_default_meta_layers_the_variant_tables(monkeypatch):
     """fwd.default_meta: CONFIGS and SCHEDULE, then the causal, window,
     dropout and mask tables in that order (later ones win), each only for its

@@ -1120,6 +1120,19 @@ HEAD_DIM_V = {192: 128}
 # (1.11x at 1k, a length the portable forward takes), 0.89-1.02x with 16 MiB
 # head sections: its rule not met, so none.
 CAUSAL_CONFIGS: dict = {}
+# Entries of CONFIGS replaced for plain calls (no window, dropout or mask) of
+# at most n_max query rows, per (d, causal): (n_max, entries), applied after
+# CAUSAL_CONFIGS.  The candidate is d = 64 non-causal at short lengths on two
+# 240-register consumers (128 rows per program): three consumers' 192-row
+# programs cover N = 1024 in 6 m-blocks of which the last is a third full
+# (1152 rows computed for 1024), and session 25's Nsight profile of that row
+# (fwd d = 64 full 1k, the forward's one row under FlexAttention, 0.99x) has
+# our kernel +20 us over Flex's, whose tiles are 128 rows.  Session 24 timed
+# two consumers at causal N = 1k at 1.11x three.  Compile facts (Triton 3.6,
+# sm_90, bf16, compile_check --hopper --d 64 --cases full): three consumers
+# 6,264 SASS instructions, 12 B spilled (none in the GEMM loops); two 0 B,
+# 4,208.  Empty until an H200 run: benchmarks/gpu_next_short64.sh.
+SHORT_CONFIGS: dict = {}
 # Head dims whose causal calls build the masked step with ROW_BOUND: the
 # bound on a score's key column, c < N_K - start_n and c <= i + causal_shift
 # - start_n, as one compare against the row's last visible column (the min
@@ -1312,15 +1325,20 @@ def mask_unsupported_reason(mask, q, k) -> str:
     return ""
 
 
-def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = False, masked: bool = False) -> dict:
+def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = False, masked: bool = False,
+                 n_q: Optional[int] = None) -> dict:
     """The launch switches of a call without overrides: CONFIGS[d] and
     SCHEDULE[causal], the per-(d, causal) defaults (PERSISTENT, DYNAMIC,
-    EARLY_Q), then the entries that replace CONFIGS' for causal calls, a
+    EARLY_Q), then the entries that replace CONFIGS' for causal calls, for
+    plain calls of at most SHORT_CONFIGS' n_max query rows (n_q given), a
     window, dropout and a mask, in that order (later ones win)."""
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
                 DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
-    for on, table in ((causal, CAUSAL_CONFIGS), (windowed, WINDOW_CONFIGS), (dropout, DROPOUT_CONFIGS),
-                      (masked, MASK_CONFIGS)):
+    short = SHORT_CONFIGS.get((d, causal))
+    is_short = (short is not None and n_q is not None and n_q <= short[0]
+                and not (windowed or dropout or masked))
+    for on, table in ((causal, CAUSAL_CONFIGS), (is_short, {d: short[1] if short else {}}),
+                      (windowed, WINDOW_CONFIGS), (dropout, DROPOUT_CONFIGS), (masked, MASK_CONFIGS)):
         if on:
             meta.update(table.get(d, {}))
     meta["ROW_BOUND"] = causal and d in ROW_BOUND_DIMS
@@ -1346,7 +1364,7 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
             return MASK_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
     dv = v.shape[-1]
-    meta = default_meta(d, causal, windowed, dropout, masked)
+    meta = default_meta(d, causal, windowed, dropout, masked, n_q)
     meta.update(overrides)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
     meta["HAS_DROPOUT"] = dropout  # and the dropout argument this one
@@ -1612,7 +1630,7 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
-           "HEAD_DIM_V", "CAUSAL_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS", "SCHEDULE",
-           "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
+           "HEAD_DIM_V", "CAUSAL_CONFIGS", "SHORT_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS",
+           "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
            "mask_unsupported_reason", "EARLY_Q_DEFAULT", "SECTION_MB_DEFAULT", "section_heads"]
