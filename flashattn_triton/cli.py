@@ -55,7 +55,7 @@ ENVIRONMENT = [
                                               "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
     ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
                                     "Triton kernel (the same bits) / by torch's copy, for every call (read at "
-                                    "import). Default: the kernel for non-causal calls, torch's copy for causal"),
+                                    "import). Default: the kernel for every call (causal ones since session 27)"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
