@@ -410,6 +410,30 @@ for d in (64, 128, 256):
 """
 
 
+_FAKE_LAUNCH_SHORT = _FAKE_FWD_PRELUDE + r"""
+hf.SHORT_CONFIGS = {(64, False): (1024, {"NUM_CONSUMERS": 2, "CONSUMER_REGS": 240})}
+for n in (1000, 1100):
+    q = torch.randn(2, 4, n, 64).to(torch.bfloat16)
+    o, lse = torch.empty_like(q), torch.empty(2, 4, n)
+    with fake_cuda():
+        ok = hf.hopper_attention_forward(q, q, q, o, lse, 0.125, None)
+    assert ok, hf._BROKEN
+    launcher, grid, args = LAUNCHES[-1]
+    print(n, grid, launcher.src.constants.get((names.index("NUM_CONSUMERS"),)))
+"""
+
+
+def test_short_configs_launch_on_a_fake_driver():
+    """Triton 3.6 without a GPU: with a SHORT_CONFIGS entry the plan of a
+    plain d = 64 call of at most n_max rows builds and launches two
+    consumers, 128-row programs (1000 rows: 8 m-blocks), and a longer call
+    keeps CONFIGS' three (1100 rows / 192: 6 m-blocks)."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    stdout = fake_launch(_FAKE_LAUNCH_SHORT, timeout=900)
+    assert stdout.strip().split("\n")[-2:] == ["1000 (8, 8, 1) 2", "1100 (6, 8, 1) 3"], stdout
+
+
 def test_dynamic_launch_on_a_fake_driver():
     """Triton 3.6 without a GPU: DYNAMIC compiles for sm_90 at every head
     dim through the real JIT path, launches the persistent grid, and gets a
@@ -1116,8 +1140,8 @@ def test_default_meta_short_configs(monkeypatch):
     """fwd.SHORT_CONFIGS: its entries replace CONFIGS' for plain calls of at
     most n_max query rows of their (d, causal) only: not past n_max, not
     without n_q (info of a length-free call), not with a window, dropout or a
-    mask, not for the other causal flag or head dim (the launcher's plan
-    passes the call's n_q: hopper_fwd_probe.py's nc2_short_plans on the GPU)."""
+    mask, not for the other causal flag or head dim (the launcher's plan:
+    test_short_configs_launch_on_a_fake_driver)."""
     from flashattn_triton.kernels.hopper import fwd as hf
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
