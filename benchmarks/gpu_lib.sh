@@ -43,6 +43,21 @@ run_each() {
     el "$n"
   done
 }
+# fwd_probe_ab CORRECT_VARIANT VARIANTS ROWS BASELINES: hopper_fwd_probe.py's correctness stage
+# for CORRECT_VARIANT at d = 64 ($R/correct.log; T_CORRECT), then its bench stage of VARIANTS on
+# ROWS with BASELINES twice, in fresh processes ($R/ab1.log, $R/ab2.log; T_AB1, T_AB2); read them
+# with benchmarks/rules.py's probe_correct and fwd_probe_records.
+fwd_probe_ab() {
+  local rep
+  timeout -k 5 ${T_CORRECT:-150} python3 benchmarks/hopper_fwd_probe.py --stage correct --variant "$1" \
+    --dims 64 > "$R/correct.log" 2>&1
+  echo "rc=$?" >> "$R/correct.log"; el correct; grep RESULT "$R/correct.log" | cut -c1-300
+  for rep in 1 2; do
+    timeout -k 5 $([ $rep = 1 ] && echo ${T_AB1:-170} || echo ${T_AB2:-100}) python3 benchmarks/hopper_fwd_probe.py \
+      --stage bench --variants "$2" --rows "$3" --baselines "$4" > "$R/ab$rep.log" 2>&1
+    echo "rc=$?" >> "$R/ab$rep.log"; el "ab$rep"
+  done
+}
 # sinks_rounds: the GPU tests of the sinks fold with FLASHATTN_TRITON_HOPPER_SINKS=1
 # (tests_sinks.log), then bench_variants.py --only sinks --no-peer at $SINKS_SHAPES with the
 # switch 0 and 1 in separate processes, 3 rounds ($R/bench_ROUND_SWITCH.log; rules.switch_rounds

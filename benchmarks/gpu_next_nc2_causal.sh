@@ -24,15 +24,7 @@
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_nc2_causal.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-timeout -k 5 ${T_CORRECT:-150} python3 benchmarks/hopper_fwd_probe.py --stage correct --variant nc2_dynamic \
-  --dims 64 > "$R/correct.log" 2>&1
-echo "rc=$?" >> "$R/correct.log"; el correct; grep RESULT "$R/correct.log" | cut -c1-300
-for rep in 1 2; do
-  timeout -k 5 $([ $rep = 1 ] && echo ${T_AB1:-170} || echo ${T_AB2:-100}) python3 benchmarks/hopper_fwd_probe.py \
-    --stage bench --variants default,nc2_causal_plans,nc2_sec16_plans --rows causal64_gqa \
-    --baselines sdpa:cudnn > "$R/ab$rep.log" 2>&1
-  echo "rc=$?" >> "$R/ab$rep.log"; el "ab$rep"
-done
+fwd_probe_ab nc2_dynamic default,nc2_causal_plans,nc2_sec16_plans causal64_gqa sdpa:cudnn
 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import rules; print(rules.nc2_causal_verdict('$R'))" \
   | tee "$OUT/verdict.txt"
 tar -C "$OUT" -czf "$OUT/results.tgz" r
