@@ -1334,13 +1334,13 @@ def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = F
     window, dropout and a mask, in that order (later ones win)."""
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
                 DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
-    short = SHORT_CONFIGS.get((d, causal))
-    is_short = (short is not None and n_q is not None and n_q <= short[0]
-                and not (windowed or dropout or masked))
-    for on, table in ((causal, CAUSAL_CONFIGS), (is_short, {d: short[1] if short else {}}),
-                      (windowed, WINDOW_CONFIGS), (dropout, DROPOUT_CONFIGS), (masked, MASK_CONFIGS)):
+    n_max, short = SHORT_CONFIGS.get((d, causal), (-1, {}))
+    plain_short = n_q is not None and n_q <= n_max and not (windowed or dropout or masked)
+    for on, entries in ((causal, CAUSAL_CONFIGS.get(d, {})), (plain_short, short),
+                        (windowed, WINDOW_CONFIGS.get(d, {})), (dropout, DROPOUT_CONFIGS.get(d, {})),
+                        (masked, MASK_CONFIGS.get(d, {}))):
         if on:
-            meta.update(table.get(d, {}))
+            meta.update(entries)
     meta["ROW_BOUND"] = causal and d in ROW_BOUND_DIMS
     return meta
 
