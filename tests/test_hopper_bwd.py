@@ -87,7 +87,7 @@ def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
     want = {  # (N, d, causal): Hopper backward?
         (512, 64, False): False, (512, 128, False): False, (512, 256, False): True,
         (512, 64, True): False, (512, 256, True): True, (512, 192, True): False,
-        (1024, 64, True): False, (1024, 128, True): False, (1024, 256, True): True,
+        (1024, 64, True): False, (1024, 128, True): True, (1024, 256, True): True,
         (1024, 64, False): True, (1024, 128, False): True,
         (2048, 64, True): True, (2048, 128, True): True, (16384, 256, False): True, (100, 256, False): True,
     }
@@ -126,8 +126,8 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
         assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (window, opt_in)
         assert _dispatch.hopper_backward_window(window) == takes
         assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
-        if right == 0:  # causal N = 1024 at d <= 128: the portable backward, window or not
-            assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 128)
+        if right == 0:  # causal N = 1024 at d = 64: the portable backward, window or not
+            assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 64)
     # The forward taking windows by default (its opt-in gone) leaves the backward's.
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     monkeypatch.setattr(_dispatch, "hopper_forward_window", lambda window: window[1] in (-1, 0))
@@ -165,8 +165,8 @@ def test_dispatch_window_size_rule(monkeypatch, min_left):
                 assert _dispatch.hopper_backward_window(window) == takes, (opt_in, window, min_left)
                 assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (opt_in, window)
                 assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
-                if right == 0:  # causal N = 1024 at d <= 128: the portable backward, window or not
-                    assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 128)
+                if right == 0:  # causal N = 1024 at d = 64: the portable backward, window or not
+                    assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 64)
                 source = _dispatch.backward_window_source(window)
                 assert source == (None if not takes else "env" if opt_in == "1" else "rule"), (opt_in, window)
                 # the forward: its own default ("1"), whatever the rule
