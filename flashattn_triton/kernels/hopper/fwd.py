@@ -1131,7 +1131,9 @@ CAUSAL_CONFIGS: dict = {}
 # two consumers at causal N = 1k at 1.11x three.  Compile facts (Triton 3.6,
 # sm_90, bf16, compile_check --hopper --d 64 --cases full): three consumers
 # 6,264 SASS instructions, 12 B spilled (none in the GEMM loops); two 0 B,
-# 4,208.  Empty until an H200 run: benchmarks/gpu_next_short64.sh.
+# 4,208.  Session 28 (benchmarks/gpu_next_short64.sh, rule in its header):
+# two consumers read 0.95-0.98x three's TFLOP/s at N 512 / 1k and 0.84-0.88x at
+# 1.5k / 2k in both repeats (the rule asked >= 1.02), so it stays empty.
 SHORT_CONFIGS: dict = {}
 # Head dims whose causal calls build the masked step with ROW_BOUND: the
 # bound on a score's key column, c < N_K - start_n and c <= i + causal_shift
