@@ -14,9 +14,12 @@ call in several settings, each on fresh tensors:
   sinks, no fold      FLASHATTN_TRITON_HOPPER_SINKS=0 (the forward takes
                       the sinks inside its kernel)
   sinks, torch dQ     kernels/bwd.py DQ_CONVERT_KERNEL = False
+  dropout             dropout_p = 0.1, no sinks (no call plan either: the
+                      Hopper dropout backward through today's host path)
 
 and prints, per setting: the backward's do_bench median (out.backward(dout,
-retain_graph=True), leaves' grads reset), the host time per backward call
+retain_graph=True); leaves' grads reset, and accumulating as the variant
+table runs it), the host time per backward call
 (20 calls back to back, no synchronisation inside), and torch.profiler's
 CUDA kernels per backward call.  A record, no decision.
 
@@ -69,23 +72,29 @@ def main() -> None:
             kbwd.DQ_CONVERT_KERNEL = False
             undo.append(lambda: setattr(kbwd, "DQ_CONVERT_KERNEL", old_conv))
         kw = {}
+        if name == "dropout":
+            kw["dropout_p"] = 0.1
         if name.startswith("sinks"):
             kw["sinks"] = randn(hq, dtype=torch.float32).requires_grad_(not name.endswith("no grad"))
         return undo, kw
 
     rows = []
-    for name in ("plain", "plain, plans off", "sinks", "sinks, no grad", "sinks, no fold", "sinks, torch dQ"):
+    for name in ("plain", "plain, plans off", "dropout", "sinks", "sinks, no grad", "sinks, no fold",
+                 "sinks, torch dQ"):
         undo, kw = setting(name)
         try:
             q, k, v = (randn(b, n, h, d).requires_grad_() for h in (hq, hkv, hkv))
             dout = randn(b, n, hq, d)
-            leaves = [q, k, v] + [t for t in kw.values() if t.requires_grad]
+            leaves = [q, k, v] + [t for t in kw.values() if isinstance(t, torch.Tensor) and t.requires_grad]
             out = fat.flash_attn_func(q, k, v, causal=True, **kw)
 
             def bwd():
                 out.backward(dout, retain_graph=True)
             bwd()
             ms = C.bench_ms(bwd, grad_to_none=leaves)
+            acc_ms = C.bench_ms(bwd)  # as the variant table times it: the leaves' grads accumulate
+            for t in leaves:
+                t.grad = None
             torch.cuda.synchronize()
             start = time.perf_counter()
             for _ in range(20):
@@ -93,7 +102,7 @@ def main() -> None:
             host_us = (time.perf_counter() - start) / 20 * 1e6
             torch.cuda.synchronize()
             kernels = C.kernel_us(bwd, calls=10)
-            row = dict(setting=name, bwd_ms=ms, host_us=host_us,
+            row = dict(setting=name, bwd_ms=ms, bwd_acc_ms=acc_ms, host_us=host_us,
                        kernel_sum_us=sum(kernels.values()), kernels=dict(list(kernels.items())[:8]))
         except Exception as exc:  # noqa: BLE001 - recorded, the other settings still run
             row = dict(setting=name, error=C.short_error(exc))
@@ -105,7 +114,8 @@ def main() -> None:
             print(f"{name}: ERROR {row['error']}", flush=True)
         else:
             top = ", ".join(f"{k_[:36]} {us:.0f}" for k_, us in row["kernels"].items())
-            print(f"{name}: bwd {row['bwd_ms']:.3f} ms, host {row['host_us']:.0f} us/call, "
+            print(f"{name}: bwd {row['bwd_ms']:.3f} ms (grads accumulating {row['bwd_acc_ms']:.3f}), "
+                  f"host {row['host_us']:.0f} us/call, "
                   f"kernels {row['kernel_sum_us']:.0f} us/call ({top})", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

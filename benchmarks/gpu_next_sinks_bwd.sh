@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Why the sinks row's backward reads 1.430 ms against the plain row's 0.922 (session 28's variant
 # table; session 23 call 8 had it at 0.986 ms): benchmarks/bench_sinks_bwd.py times the backward of
-# the variant table's call (B = 2, N = 4k, Hq 16 / Hkv 4, d = 128, bf16, causal) plain, plain with
+# the variant table's call (B = 2, N = 4k, Hq 16 / Hkv 4, d = 128, bf16, causal) plain, dropout, plain with
 # the call plans off, with sinks (grad and no grad), with sinks and the fold off, with sinks and
 # torch's dQ copy; each with its do_bench median, host time per backward and the CUDA kernels per
 # backward. One H200, about 1 minute. A record, no decision: what it shows names the fix (a host-
