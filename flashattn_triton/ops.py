@@ -446,7 +446,8 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
         dbias_full = (torch.zeros(shape, dtype=torch.float32, device=q.device) if windowed
                       else _new(shape, q, torch.float32))
     compile_only = fastlaunch.compile_only_device() is not None  # a backward prefetch (_prefetch.py)
-    if use_triton(q) or compile_only:
+    kernels_ran = use_triton(q) or compile_only
+    if kernels_ran:
         if _prefetch.pending() and not compile_only:
             _prefetch.wait_pending()  # its compiles fill the cache that this backward reads
         if _kernels.forward is None:
@@ -505,7 +506,9 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                                               doc_shift)
         if want_dbias:
             dbias_full = dbias_blk
-    if sinks is not None:
+    if sinks is not None and kernels_ran:
+        _kernels.bwd.sinks_grad(dsinks, sinks, lse, delta)
+    elif sinks is not None:
         # d sink_h = -sum over rows (and batch) of P_sink * delta, P_sink = exp2(sink2 - lse2)
         lse_h = lse if varlen else lse.transpose(0, 1)  # (Hq, ...)
         delta_h = delta if varlen else delta.transpose(0, 1)

@@ -311,6 +311,35 @@ def test_sinks_gradient_formula(device):
     assert_close("dsinks", ds, -(p_sink * delta).sum((0, 2)), atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["dense", "packed", "strided", "rows_without_keys"])
+def test_sinks_grad_kernel(device, layout):
+    """kernels/bwd.py sinks_grad (one kernel of per-block partial sums, then
+    one reduction) against the float64 expression -sum_r exp2(sink2 - lse2_r)
+    * delta_r over every row of each head, with more rows than one block
+    (1024), ragged; rows whose lse2 is -inf contribute nothing; lse / delta
+    that are not row-contiguous take the torch expression."""
+    from flashattn_triton.kernels.bwd import sinks_grad
+    heads = 3
+    shape = {"dense": (2, heads, 777), "packed": (heads, 1500), "strided": (2, heads, 300),
+             "rows_without_keys": (1, heads, 1100)}[layout]
+    lse = torch.randn(shape, device=device) * 3
+    if layout == "strided":  # (B, H, N) values stored (B, N, H): last stride H
+        lse = torch.randn(2, 300, heads, device=device).transpose(1, 2)
+    if layout == "rows_without_keys":
+        lse[..., ::7] = float("-inf")
+    delta = torch.randn(lse.shape, device=device).as_strided(lse.shape, lse.stride())
+    sinks = torch.randn(heads, device=device)
+    dsinks = torch.full((heads,), float("nan"), device=device)
+    sinks_grad(dsinks, sinks, lse, delta)
+    l64 = lse.double() if lse.dim() == 3 else lse.double()[None]
+    d64 = delta.double() if delta.dim() == 3 else delta.double()[None]
+    p = torch.where(torch.isinf(l64), 0.0, torch.exp2(sinks.double()[None, :, None] * math.log2(math.e) - l64))
+    # the baseline: the same expression in float32 with torch (the op's CPU path)
+    l32, d32 = l64.float(), d64.float()
+    p32 = torch.where(torch.isinf(l32), 0.0, torch.exp2(sinks[None, :, None] * math.log2(math.e) - l32))
+    assert_close("dsinks", dsinks, -(p * d64).sum((0, 2)), baseline=-(p32 * d32).sum((0, 2)))
+
+
 def test_sinks_no_keys(device):
     """No key at all: out = 0, lse = sink, and d sink = sum over rows of d lse."""
     q = rand((2, 5, 3, 16), torch.float16, device)

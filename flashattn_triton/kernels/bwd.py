@@ -20,8 +20,8 @@ Variants (compile-time switches, as in the forward):
   dP = Z * (dO V^T) * r; delta = rowsum(dO * O) still equals
   rowsum(P * dP).  Z is regenerated from the same Philox counters.
 * sinks: P (and so dQ, dK, dV) comes from the LSE, which includes the sink;
-  d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed by the op layer
-  from the delta this module returns.
+  d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed from the delta
+  this module returns by sinks_grad (_bwd_sinks_grad and one reduction).
 
 Deterministic form, three launches and no atomics:
   1. _bwd_preprocess: delta per query row.
@@ -790,6 +790,67 @@ def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split:
     )
 
 
+@triton.jit(do_not_specialize=["N", "ROWS"])
+def _bwd_sinks_grad(
+    # pointers
+    SINKS, LSE, DELTA, PART,
+    # strides
+    stride_lz, stride_lh,
+    # shapes
+    H_Q, N, ROWS,
+    # meta-parameters
+    BLOCK: tl.constexpr,
+):
+    # d sink_h = -sum over the rows r of head h of P_sink[r] * delta[r], where
+    # P_sink[r] = exp2(sink_h * log2(e) - lse2[r]) is the sink's share of row
+    # r's softmax (the sink takes no value, so its only path to the loss is
+    # through the other probabilities' normalisation), 0 where lse2 = -inf.
+    # Rows are the flattened (batch, query) pairs, r = z * N + m; program
+    # (i, h) writes minus the sum over rows [i * BLOCK, (i + 1) * BLOCK) into
+    # PART[i, h], which the host sums over i (a fixed order: deterministic).
+    pid = tl.program_id(0)
+    off_h = tl.program_id(1).to(tl.int64)
+    rows = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < ROWS
+    z = rows // N
+    off = z * stride_lz + off_h * stride_lh + (rows - z * N)
+    lse = tl.load(LSE + off, mask=valid, other=float("-inf"))
+    delta = tl.load(DELTA + off, mask=valid, other=0.0)
+    s2 = tl.load(SINKS + off_h) * 1.4426950408889634
+    p = tl.where(lse == float("-inf"), 0.0, tl.exp2(s2 - lse))
+    tl.store(PART + pid * H_Q + off_h, -tl.sum(p * delta, 0))
+
+
+_SINKS_GRAD_BLOCK = 1024
+
+
+def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> None:
+    """dsinks (Hq,) float32 <- the gradient of the sinks, given the forward's
+    base-2 LSE and the preprocess's delta (rowsum(dO * O), less dlse when the
+    LSE is differentiated), both laid out alike: (B, Hq, N) or packed
+    (Hq, total), the last stride 1.  One kernel writes per-block partial sums
+    and one reduction adds them, where the torch expression takes about ten
+    launches."""
+    if lse.dim() == 2:  # packed rows: one "batch" of all of them
+        lse, delta = lse.unsqueeze(0), delta.unsqueeze(0)
+    z, h, n = lse.shape
+    if lse.stride(-1) != 1 or delta.stride() != lse.stride() or z * n == 0:
+        expo = sinks.float().view(1, -1, 1) * 1.4426950408889634 - lse
+        p_sink = torch.where(torch.isinf(lse), torch.zeros_like(lse), torch.exp2(expo))
+        dsinks.copy_(-(p_sink * delta).sum((0, 2)))
+        return
+    blocks = cdiv(z * n, _SINKS_GRAD_BLOCK)
+    part = torch.empty((blocks, h), dtype=torch.float32, device=lse.device)
+    _bwd_sinks_grad[(blocks, h)](
+        sinks.float().contiguous(), lse, delta, part,
+        lse.stride(0), lse.stride(1),
+        h, n, z * n,
+        BLOCK=_SINKS_GRAD_BLOCK,
+        num_warps=4,
+    )
+    torch.sum(part, 0, out=dsinks)
+
+
 @triton.jit(do_not_specialize=["N"])
 def _bwd_dq_convert(
     # pointers
@@ -1182,4 +1243,4 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     return delta
 
 
-__all__ = ["attention_backward", "convert_dq"]
+__all__ = ["attention_backward", "convert_dq", "sinks_grad"]
