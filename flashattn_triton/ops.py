@@ -509,12 +509,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
     if sinks is not None and kernels_ran:
         _kernels.bwd.sinks_grad(dsinks, sinks, lse, delta)
     elif sinks is not None:
-        # d sink_h = -sum over rows (and batch) of P_sink * delta, P_sink = exp2(sink2 - lse2)
-        lse_h = lse if varlen else lse.transpose(0, 1)  # (Hq, ...)
-        delta_h = delta if varlen else delta.transpose(0, 1)
-        expo = sinks.float().view(-1, *([1] * (lse_h.dim() - 1))) * LOG2E - lse_h
-        p_sink = torch.where(torch.isinf(lse_h), torch.zeros_like(lse_h), torch.exp2(expo))
-        dsinks.copy_(-(p_sink * delta_h).flatten(1).sum(1))
+        reference.sinks_grad_torch(dsinks, sinks, lse, delta)
     if want_dbias:
         dbias.copy_(_reduce_to(dbias_full, attn_bias.shape))
 

@@ -39,6 +39,7 @@ __all__ = [
     "visible_mask",
     "blockwise_attention_fwd",
     "blockwise_attention_bwd",
+    "sinks_grad_torch",
     "BlockMods",
     "alibi_bias",
     "philox_randint",
@@ -497,6 +498,19 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
         lse_g[:, :, :, q0:q1] = torch.where(empty, torch.full_like(m, float("-inf")),
                                             m + torch.log2(l_safe)).float()
     return out, lse
+
+
+def sinks_grad_torch(dsinks: torch.Tensor, sinks: torch.Tensor, lse2: torch.Tensor,
+                     delta: torch.Tensor) -> None:
+    """dsinks (Hq,) <- d sink_h = -sum over the rows (and batch) of head h of
+    P_sink * delta, P_sink = exp2(sink_h * log2(e) - lse2) (0 where lse2 is
+    -inf), given the base-2 LSE and delta (rowsum(dO * O), less dlse), both
+    (B, Hq, N) or packed (Hq, T).  The CPU path's form; kernels/bwd.py
+    sinks_grad is the kernel one."""
+    lse_h, delta_h = (lse2, delta) if lse2.dim() == 2 else (lse2.transpose(0, 1), delta.transpose(0, 1))
+    expo = sinks.float().view(-1, *([1] * (lse_h.dim() - 1))) * LOG2E - lse_h
+    p_sink = torch.where(torch.isinf(lse_h), torch.zeros_like(lse_h), torch.exp2(expo))
+    dsinks.copy_(-(p_sink * delta_h).flatten(1).sum(1))
 
 
 def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift: int,

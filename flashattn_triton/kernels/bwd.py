@@ -60,6 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..reference import sinks_grad_torch
 from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import split_qk
@@ -831,14 +832,12 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
     (Hq, total), the last stride 1.  One kernel writes per-block partial sums
     and one reduction adds them, where the torch expression takes about ten
     launches."""
+    if lse.stride(-1) != 1 or delta.stride() != lse.stride() or lse.numel() == 0:
+        sinks_grad_torch(dsinks, sinks, lse, delta)  # rows not contiguous: the torch expression
+        return
     if lse.dim() == 2:  # packed rows: one "batch" of all of them
         lse, delta = lse.unsqueeze(0), delta.unsqueeze(0)
     z, h, n = lse.shape
-    if lse.stride(-1) != 1 or delta.stride() != lse.stride() or z * n == 0:
-        expo = sinks.float().view(1, -1, 1) * 1.4426950408889634 - lse
-        p_sink = torch.where(torch.isinf(lse), torch.zeros_like(lse), torch.exp2(expo))
-        dsinks.copy_(-(p_sink * delta).sum((0, 2)))
-        return
     blocks = cdiv(z * n, _SINKS_GRAD_BLOCK)
     part = torch.empty((blocks, h), dtype=torch.float32, device=lse.device)
     _bwd_sinks_grad[(blocks, h)](
