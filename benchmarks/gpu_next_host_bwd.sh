@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Session 29: the unplanned backward's host time (benchmarks/host_bwd_probe.py: a sync check
+# and cProfile of the variant table's causal GQA backward, plain / plans off / sinks / dropout),
+# then profile_host.py's real-GPU sections of forward + backward at its tiny shape (Hopper tier).
+# One H200, about 2 minutes. A record, no decision.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+timeout -k 5 ${T_PROBE:-150} python3 benchmarks/host_bwd_probe.py --out "$R" > "$R/host_bwd_probe.log" 2>&1
+echo "rc=$?" >> "$R/host_bwd_probe.log"; el host_bwd_probe
+grep -E "^==|sync check|^    |function calls" "$R/host_bwd_probe.log" | cut -c1-200 | head -60
+timeout -k 5 ${T_HOST:-150} python3 benchmarks/profile_host.py --backward --backends hopper --calls 300 --repeats 3 \
+  --out "$R/profile_host" > "$R/profile_host.log" 2>&1
+echo "rc=$?" >> "$R/profile_host.log"; el profile_host
+grep -E "^###|rc=" "$R/profile_host.log" | head -20
+tar -C "$OUT" -czf "$OUT/results.tgz" r
