@@ -43,12 +43,14 @@ DTYPE=${DTYPE:-bf16}; PROVIDERS=${PROVIDERS:-ours,cudnn}; T_ROW=${T_ROW:-75}; BU
 ROWS=${ROWS:-"bwd:128:2048:causal bwd:128:2048:full fwd:128:2048:causal bwd:128:4096:causal \
 fwd:64:2048:causal bwd:64:2048:causal fwd:128:2048:full fwd:128:4096:causal"}
 EXTRA_ROWS=${EXTRA_ROWS-"fwd:64:4096:causal bwd:64:2048:full bwd:128:4096:full bwd:128:8192:causal"}
-BENCH=${BENCH:-$(find benchmarks/results/h200/session16/call1 -name bench_attention.json 2>/dev/null | sort | head -1)}
+BENCH=${BENCH-$(find benchmarks/results/h200/session16/call1 -name bench_attention.json 2>/dev/null | sort | head -1)}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+# A row whose d is a name (plain, dropout, d192, window) is ncu_cases.py --variant's row of
+# bench_variants.py's table (causal, bf16): run it with PROVIDERS=ours,peer PEER=peer BENCH=.
 stem() {  # N in thousands ("2k"), or as is where not a multiple of 1024 ("512")
   local mode d n mask; IFS=: read -r mode d n mask <<< "$1"
   if [ $((n % 1024)) = 0 ]; then n="$((n / 1024))k"; fi
-  echo "${mode}_${DTYPE}_d${d}_${n}_${mask}"
+  case "$d" in [0-9]*) echo "${mode}_${DTYPE}_d${d}_${n}_${mask}" ;; *) echo "${mode}_variant_${d}_${n}" ;; esac
 }
 finish() {  # summary, verdict, tar
   local i
@@ -120,6 +122,7 @@ first=1
 for r in $ROWS $EXTRA_ROWS; do
   name=$(stem "$r"); IFS=: read -r mode d n mask <<< "$r"
   args=(--case "$mode" --d "$d" --n "$n" --dtype "$DTYPE" --providers "$PROVIDERS")
+  case "$d" in [0-9]*) ;; *) args=(--case "$mode" --variant "$d" --n "$n" --providers "$PROVIDERS") ;; esac
   [ "$mask" = causal ] && args+=(--causal)
   [ "$(left)" -lt 40 ] && { el "$name: skipped (budget)"; continue; }
   lim=$(( $(left) < T_ROW ? $(left) : T_ROW ))

@@ -21,6 +21,11 @@ there), right after a marker kernel ``_ncu_window`` on grid (window, 1, 1):
 ncu_summary.py splits the report at the markers, so every kernel of a call is counted
 with its provider, whichever thread launched it (autograd runs the backward on a thread
 of its own). --windows-json records the row and which window is which provider.
+
+--variant NAME profiles a row of bench_variants.py's table instead (issue 10: B = 2,
+N = --n, Hq 16 / Hkv 4, d = 128, bf16, causal): plain, dropout (p = 0.1), d192 (d = 192,
+dv = 128) against SDPA's default backend, window ((1024, 0)) against the compiled
+FlexAttention with the band's block mask; its providers are ours and peer.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 PROVIDERS = {"ours": C.OURS, "cudnn": "sdpa_cudnn", "flash": "sdpa_flash", "flex": "flex"}
+VARIANTS = ("plain", "dropout", "d192", "window")
+VARIANT_WINDOW = 1024
 
 
 @triton.jit
@@ -70,6 +77,58 @@ def make_op(provider: str, cfg: C.AttnConfig, mode: str):
     return op
 
 
+def variant_op(provider: str, variant: str, n: int):
+    """(the op, the row) of bench_variants.py's row ``variant`` (module doc) for provider
+    ours or peer: forward, or one backward as make_op's, grads reset first."""
+    import torch.nn.functional as F
+
+    import flashattn_triton as fat
+    b, hq, hkv = 2, 16, 4
+    d, dv = (192, 128) if variant == "d192" else (128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    mk = lambda h, e: torch.randn(b, n, h, e, device="cuda", generator=gen).to(torch.bfloat16)  # noqa: E731
+    q, k, v, do = mk(hq, d), mk(hkv, d), mk(hkv, dv), mk(hq, dv)
+    kw = dict(dropout_p=0.1) if variant == "dropout" else {}
+    if provider == "ours":
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        window = (VARIANT_WINDOW, 0) if variant == "window" else (-1, -1)
+
+        def fwd():
+            return fat.flash_attn_func(*leaves, causal=True, window_size=window, **kw)
+    else:
+        leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
+        do = do.transpose(1, 2).contiguous()
+        if variant == "window":
+            from torch.nn.attention.flex_attention import create_block_mask
+            flex = C.compiled_flex()
+            bm = create_block_mask(lambda bi, h, qi, ki: (qi >= ki) & (qi - ki <= VARIANT_WINDOW), None, None,
+                                   n, n, device="cuda")
+
+            def fwd():
+                return flex(*leaves, block_mask=bm, enable_gqa=True)
+        else:
+            def fwd():
+                return F.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True, **kw)
+    row = dict(variant=variant, batch=b, seqlen_q=n, seqlen_k=n, heads_q=hq, heads_kv=hkv, head_dim=d, head_dim_v=dv,
+               causal=True, dtype="bf16", peer="flex" if variant == "window" else "sdpa (default backend)")
+    return fwd, leaves, do, row
+
+
+def variant_case_op(provider: str, variant: str, n: int, mode: str):
+    """(op of no arguments, row) for --variant: the forward, or one backward of a forward
+    run here (leaves' grads reset first, as make_op's)."""
+    fwd, leaves, do, row = variant_op(provider, variant, n)
+    if mode == "fwd":
+        return (lambda: fwd()), row
+    out = fwd()
+
+    def op():
+        for t in leaves:
+            t.grad = None
+        out.backward(do, retain_graph=True)
+    return op, row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=("fwd", "bwd"), required=True)
@@ -78,19 +137,24 @@ def main() -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--providers", default="ours,cudnn", help="comma-separated, among " + ", ".join(PROVIDERS))
+    ap.add_argument("--variant", choices=VARIANTS, help="a row of bench_variants.py's table (module doc)")
     ap.add_argument("--warmup", type=int, default=2, help="ops per provider before the profiled ones")
     ap.add_argument("--windows-json", help="write the row and the window of each provider here")
     args = ap.parse_args()
     providers = [p for p in args.providers.split(",") if p]
-    unknown = [p for p in providers if p not in PROVIDERS]
+    known = ("ours", "peer") if args.variant else PROVIDERS
+    unknown = [p for p in providers if p not in known]
     if unknown:
-        ap.error(f"--providers: unknown {', '.join(unknown)} (choose among {', '.join(PROVIDERS)})")
+        ap.error(f"--providers: unknown {', '.join(unknown)} (choose among {', '.join(known)})")
     C.require_cuda("ncu_cases.py")
-    cfg = row_config(args)
-    ops, errors = {}, {}
+    cfg = None if args.variant else row_config(args)
+    ops, errors, row = {}, {}, {}
     for p in providers:
         try:
-            op = make_op(p, cfg, args.case)
+            if args.variant:
+                op, row = variant_case_op(p, args.variant, args.n, args.case)
+            else:
+                op = make_op(p, cfg, args.case)
             for _ in range(args.warmup):
                 op()
             torch.cuda.synchronize()
@@ -112,9 +176,10 @@ def main() -> int:
         torch.cuda.profiler.stop()
         windows.append({"window": window, "provider": p})
     if args.windows_json:
-        row = dict(cfg.as_dict(), mode=args.case)
+        row = dict(row if args.variant else cfg.as_dict(), mode=args.case)
         Path(args.windows_json).write_text(json.dumps({"row": row, "windows": windows, "errors": errors}, indent=1))
-    print(f"done: {args.case} {cfg.label()} windows {windows}" + (f" errors {errors}" if errors else ""))
+    label = f"variant {args.variant} N={args.n}" if args.variant else cfg.label()
+    print(f"done: {args.case} {label} windows {windows}" + (f" errors {errors}" if errors else ""))
     return 0 if ops else 1
 
 

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MARKER = "_ncu_window"
-PROVIDER_NAMES = {"ours": "ours", "cudnn": "cuDNN", "flash": "FA2", "flex": "Flex"}
+PROVIDER_NAMES = {"ours": "ours", "cudnn": "cuDNN", "flash": "FA2", "flex": "Flex",
+                  "peer": "peer"}  # peer: ncu_cases.py --variant's (its windows JSON names it)
 BENCH_PROVIDERS = {"ours": "flashattn_triton", "cudnn": "sdpa_cudnn", "flash": "sdpa_flash", "flex": "flex"}
 ADDS_UP = (0.80, 1.25)
 
@@ -360,6 +361,9 @@ class Row:
         if not c:
             return self.key
         extra = f" (B={c['batch']}, H={c['heads_q']})" if "batch" in c else ""
+        if c.get("variant"):  # ncu_cases.py --variant's row
+            extra = f" (B={c['batch']}, Hq={c['heads_q']} / Hkv={c['heads_kv']}, peer {c.get('peer')})"
+            return f"{c['mode']} variant {c['variant']} d={c['head_dim']} N={c['seqlen_q']}{extra}"
         return (f"{c['mode']} {c['dtype']} d={c['head_dim']} {'causal' if c['causal'] else 'full'} "
                 f"N={c['seqlen_q']}{extra}")
 
