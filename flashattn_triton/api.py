@@ -53,9 +53,15 @@ def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, 
 # shapes, strides, dtypes, devices, requires_grad and 16-byte alignment of
 # q, k, v, every option and flag (only when they are of the plain Python
 # types, compared by value), and the environment switches of the forward.
-# Calls with tensor options (ALiBi, sinks, a mask, cu_seqlens), dropout,
-# arguments of other types, and calls under torch.compile, autocast,
-# forward AD or functorch transforms take the full path every time.  A key
+# flash_attn_func's ALiBi slopes and sinks are keyed by their layout (as q,
+# k, v) and passed to each planned call as its own tensors, and dropout by
+# its probability: each planned call draws its own seed (as the full path
+# does) and the recorded launches read it, the slopes and the sinks by
+# address (roles of the replay, ops.FwdPlan.extras), so no value of one call
+# is reused by another.  Calls with a mask or cu_seqlens, dropout with
+# return_attn_probs, the SDPA entry with dropout, arguments of other types,
+# and calls under torch.compile, autocast, forward AD or functorch
+# transforms take the full path every time.  A key
 # is stored only after its call passed every check, so an invalid call can
 # never find a plan; another call differing in anything the key holds
 # misses and is validated.  FLASHATTN_TRITON_FAST_LAUNCH=0 (or
@@ -83,8 +89,21 @@ class _CallPlan:
         self.op = op
         self.returns = returns  # 0: out, 1: (out, lse), 2: (out, lse, None)
 
-    def flash(self, q, k, v):
-        out, lse2 = ops.attention_planned(self.op, q, k, v)
+    def flash(self, q, k, v, alibi_slopes=None, sinks=None, seed=None):
+        """The call; alibi_slopes and sinks: this call's own (its key holds
+        their layouts), converted as the full path's checks convert them;
+        seed: the call's dropout seed if already drawn (the first call's, by
+        its parameter record), else drawn here."""
+        op = self.op
+        extras = op.extras
+        if extras:  # this call's tensors in the places of the options that vary per call
+            per_call = {ops.OPT_ALIBI: alibi_slopes,
+                        ops.OPT_SINKS: None if sinks is None else sinks.float().contiguous(),
+                        ops.OPT_SEED: (seed if seed is not None or ops.OPT_SEED not in extras
+                                       else draw_dropout_seed(q.device))}
+            out, lse2 = ops.attention_planned(op, q, k, v, tuple(per_call[i] for i in extras))
+        else:
+            out, lse2 = ops.attention_planned(op, q, k, v)
         if not self.returns:
             return out
         return (out, lse2 * LN2) if self.returns == 1 else (out, lse2 * LN2, None)
@@ -116,28 +135,45 @@ def _qkv_key(q, k, v) -> Optional[tuple]:
         return None
 
 
+def _option_key(t) -> Optional[tuple]:
+    """What the checks read of a tensor option (ALiBi slopes, sinks): its
+    layout, as _qkv_key; () for None; None (no plan) for anything but a
+    plain tensor."""
+    if t is None:
+        return ()
+    if t.__class__ is not torch.Tensor:
+        return None
+    try:
+        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
+    except Exception:  # noqa: BLE001 - the full path says what is wrong
+        return None
+
+
 def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
-               return_attn_probs, return_lse) -> Optional[tuple]:
+               return_attn_probs, return_lse, alibi_slopes=None, sinks=None) -> Optional[tuple]:
     """flash_attn_func's plan key, None if the call cannot be planned."""
     if not (causal.__class__ is bool and deterministic.__class__ is bool and return_attn_probs.__class__ is bool
             and return_lse.__class__ is bool and window_size.__class__ is tuple and len(window_size) == 2
-            and dropout_p.__class__ in _NUMBER and dropout_p == 0 and softcap.__class__ in _NUMBER
+            and dropout_p.__class__ in _NUMBER and softcap.__class__ in _NUMBER
             and (softmax_scale is None or softmax_scale.__class__ in _NUMBER)):
+        return None
+    if dropout_p != 0 and return_attn_probs:  # (the dropout pattern is made from the call's parameters)
         return None
     left, right = window_size
     if left.__class__ is not int or right.__class__ is not int or not _plannable():
         return None
     tensors = _qkv_key(q, k, v)
-    if tensors is None:
+    alibi, sink = _option_key(alibi_slopes), _option_key(sinks)
+    if tensors is None or alibi is None or sink is None:
         return None
     return ("flash", causal, deterministic, return_attn_probs, return_lse, left, right, softmax_scale, softcap,
-            tensors, env_snapshot(PLAN_ENV))
+            dropout_p, tensors, alibi, sink, env_snapshot(PLAN_ENV))
 
 
 def _new_plan(q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
-    """A plan for a validated call, None if its parameters vary per call (tensors, a seed)."""
-    if (params.cu_seqlens_q is not None or params.alibi_slopes is not None or params.sinks is not None
-            or params.attn_bias is not None or params.rng_seed is not None):
+    """A plan for a validated call, None for packed batches and masks.  Its
+    ALiBi slopes, sinks and dropout seed vary per call (ops.FwdPlan.extras)."""
+    if params.cu_seqlens_q is not None or params.attn_bias is not None:
         return None
     return _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
 
@@ -313,13 +349,13 @@ def flash_attn_func(
         S_dmask (with return_attn_probs): see return_attn_probs.
     """
     key = None
-    if alibi_slopes is None and sinks is None and not torch.compiler.is_compiling():
+    if not torch.compiler.is_compiling():
         key = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
-                         return_attn_probs, return_lse)
+                         return_attn_probs, return_lse, alibi_slopes, sinks)
         if key is not None:
             plan = _PLANS.get(key)
             if plan is not None:
-                return plan.flash(q, k, v)
+                return plan.flash(q, k, v, alibi_slopes, sinks)
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _FLASH_LAYOUT, 4, 2)
     causal = check_flag(causal, "causal")
@@ -333,7 +369,7 @@ def flash_attn_func(
         check_flag(return_attn_probs, "return_attn_probs")
         plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
         if plan is not None:
-            result = plan.flash(q, k, v)
+            result = plan.flash(q, k, v, params.alibi_slopes, params.sinks, params.rng_seed)
             _store(key, plan)
             return result
     out, lse2 = ops.attention_base2(q, k, v, params)
@@ -583,7 +619,7 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     params = _params(q4, k4, check_scale(scale, "scale", q4.shape[-1]), (-1, 0 if is_causal else -1),
                      dropout_p=dropout_p, batch=q4.shape[0], heads=q4.shape[1], attn_bias=bias,
                      bottom_right=False, softcap=softcap, sinks=sinks)
-    if plan_key is not None and query.dim() == 4:
+    if plan_key is not None and query.dim() == 4 and sinks is None:  # (_CallPlan.sdpa passes no sinks)
         plan = _new_plan(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
         if plan is not None:
             result = plan.sdpa(query, key, value)

@@ -576,6 +576,10 @@ _OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
                  "attn_bias", "dropout_p", "rng_seed", "deterministic")
 _SINKS = 3 + _OPTION_NAMES.index("sinks")
 _BIAS = 3 + _OPTION_NAMES.index("attn_bias")
+# Options that a call plan takes from each call (FwdPlan.extras): their index among the options.
+OPT_ALIBI = _OPTION_NAMES.index("alibi_slopes")
+OPT_SINKS = _OPTION_NAMES.index("sinks")
+OPT_SEED = _OPTION_NAMES.index("rng_seed")
 
 
 def _setup_context(ctx, inputs, output):
@@ -643,7 +647,7 @@ class _EagerAttention(torch.autograd.Function):
         if plan is None:
             out, lse = _attention_fwd_impl(q, k, v, *options)
         else:
-            out, lse = plan_forward(plan, q, k, v)
+            out, lse = plan_forward(plan, q, k, v, extras=tuple([options[i] for i in plan.extras]))
         ctx.options = options
         ctx.n_options = len(options)
         ctx.want_dbias = want_dbias
@@ -655,9 +659,9 @@ class _EagerAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         plan, saved = ctx.plan, None
         if plan is not None and BWD_PLANS and PLANS_ENABLED:
-            grads, saved = plan_backward(plan.backward, ctx, dout, dlse)
-            if grads is not None:
-                return grads + (None, None, None, None, None)
+            grads, saved = plan_backward(plan.backward, ctx, dout, dlse, plan.extras)
+            if grads is not None:  # (dq, dk, dv, dsinks or None)
+                return grads[:3] + (None, grads[3], None, None, None)
         grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse, saved)
         return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
 
@@ -683,15 +687,24 @@ class FwdPlan:
     when it was recorded (_world); otherwise, and wherever nothing could be
     recorded (CPU paths, the interpreter, chunked launches, autotuning), a
     planned call runs the op's own forward.  ``backward``: the BwdPlan of
-    the calls' backward."""
+    the calls' backward.  ``extras``: the indices (OPT_ALIBI, OPT_SINKS,
+    OPT_SEED) of the tensor options that each call brings its own of (the
+    key holds their layouts; the dropout seed is drawn per call): planned
+    calls pass them (``extras`` values, in that order), the recorded
+    launches read them as roles after q, k, v, out, lse (by address, as
+    those), and ``options`` holds the first call's only as a template."""
 
-    __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries", "backward")
+    __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries", "backward",
+                 "extras")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple) -> None:
         self.options = tuple(options)
+        self.extras = tuple(i for i in (OPT_ALIBI, OPT_SINKS, OPT_SEED) if options[i] is not None)
         self.out_shape = q.shape[:-1] + (v.shape[-1],)
         self.lse_shape = _lse_shape(q, options[0] is not None)
-        self.grad = q.requires_grad or k.requires_grad or v.requires_grad
+        sinks = options[OPT_SINKS]
+        self.grad = (q.requires_grad or k.requires_grad or v.requires_grad
+                     or (sinks is not None and sinks.requires_grad))
         try:
             self.prefetch = _prefetch._key(q, k, v, self.options)
         except Exception:  # noqa: BLE001 - then maybe_prefetch decides on every call
@@ -700,6 +713,14 @@ class FwdPlan:
         self.world: Optional[tuple] = None
         self.tries = 0
         self.backward = BwdPlan(self.options)
+
+    def with_extras(self, extras: tuple) -> tuple:
+        """The options of a call that brings ``extras`` (values of the
+        options at self.extras, in that order)."""
+        options = list(self.options)
+        for i, t in zip(self.extras, extras):
+            options[i] = t
+        return tuple(options)
 
 
 class BwdPlan:
@@ -738,19 +759,22 @@ def _world() -> tuple:
             _kernels.forward, _kernels.hopper_forward)
 
 
-def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bhnd: bool = False):
+def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bhnd: bool = False,
+                 extras: tuple = ()):
     """(out, lse2) of a planned call, without autograd.  bhnd: q, k, v are the
     (B, H, N, d) transposes of the op's inputs (the SDPA layout): a replay
-    reads their addresses only, the other paths transpose them back."""
+    reads their addresses only, the other paths transpose them back.
+    extras: the call's own tensor options (FwdPlan.extras)."""
+    options = plan.with_extras(extras) if plan.extras else plan.options
     replay = plan.replay
     if replay is not None and plan.world == _world():
         out = _new(plan.out_shape, q)
         lse = _new(plan.lse_shape, q, torch.float32)
-        if replay((q, k, v, out, lse)):
+        if replay((q, k, v, out, lse) + extras):
             return out, lse
         if bhnd:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        _fwd_into(q, k, v, out, lse, *plan.options)  # declined: the op's own path, same buffers
+        _fwd_into(q, k, v, out, lse, *options)  # declined: the op's own path, same buffers
         return out, lse
     if bhnd:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -760,12 +784,12 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         out = _new(plan.out_shape, q)
         lse = _new(plan.lse_shape, q, torch.float32)
         with fastlaunch.recording() as rec:
-            _fwd_into(q, k, v, out, lse, *plan.options)
-        replay = rec.replay((q, k, v, out, lse))
+            _fwd_into(q, k, v, out, lse, *options)
+        replay = rec.replay((q, k, v, out, lse) + extras)
         if replay is not None:
             plan.replay, plan.world = replay, _world()
         return out, lse
-    return _attention_fwd_impl(q, k, v, *plan.options)
+    return _attention_fwd_impl(q, k, v, *options)
 
 
 # The backward plans (BwdPlan) of planned calls; False: every backward runs
@@ -814,10 +838,13 @@ def _layouts(*tensors) -> tuple:
     return tuple([(t.dtype, t.shape, t.stride()) for t in tensors])
 
 
-def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]) -> tuple:
-    """((dq, dk, dv), saved) of a planned call's backward, or (None, saved)
-    where it takes today's path (_backward_with); saved: ctx.saved_tensors
-    if unpacked here, else None."""
+def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor],
+                  extras: tuple = ()) -> tuple:
+    """((dq, dk, dv, dsinks), saved) of a planned call's backward (dsinks
+    None without sinks), or (None, saved) where it takes today's path
+    (_backward_with); saved: ctx.saved_tensors if unpacked here, else None.
+    extras: the plan's FwdPlan.extras: the call's tensors at those options
+    (ctx.options) are roles of the replay after the buffers, then dsinks."""
     if dout is None or _prefetch._pending:  # (a pending prefetch: today's path waits for it)
         return None, None
     replay = bp.replay
@@ -839,25 +866,38 @@ def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional
     delta = torch.empty_strided(lse.shape, lse.stride(), dtype=torch.float32, device=lse.device)
     roles = (dout, q, k, v, out, lse, dq, dk, dv, delta) if dlse is None else (
         dout, q, k, v, out, lse, dq, dk, dv, delta, dlse)
+    args, dsinks = bp.args, None
+    if extras:  # this call's tensor options, and a fresh dsinks where it has sinks
+        options = ctx.options
+        args = tuple(_with_defaults(options)[:14]) + bp.args[14:]
+        roles += tuple([options[i] for i in extras])
+        sinks = options[OPT_SINKS]
+        if sinks is not None:
+            dsinks = torch.zeros(sinks.shape, dtype=torch.float32, device=q.device)
+            roles += (dsinks,)
     if replay is not None:
         if not replay(roles):  # declined: the same launches through the host code, same buffers
-            _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
-        return (dq, dk, dv), saved
+            _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, None, *args, delta=delta)
+        return (dq, dk, dv, dsinks), saved
     with fastlaunch.recording() as rec:
-        _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, None, None, *bp.args, delta=delta)
+        _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, None, *args, delta=delta)
     replay = rec.replay(roles)
     if replay is not None:
         bp.replay, bp.key, bp.world = replay, key, _bwd_world()
-    return (dq, dk, dv), saved
+    return (dq, dk, dv, dsinks), saved
 
 
-def attention_planned(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor,
-                      v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def attention_planned(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      extras: tuple = ()) -> Tuple[torch.Tensor, torch.Tensor]:
     """attention_base2 for a planned call: the caller (api.py) has checked
-    that no compile, forward-AD level or functorch transform is active."""
+    that no compile, forward-AD level or functorch transform is active.
+    extras: the call's own tensor options (FwdPlan.extras)."""
     if plan.grad and torch.is_grad_enabled():
-        return _EagerAttention.apply(q, k, v, None, None, None, plan.options, plan)
-    return plan_forward(plan, q, k, v)
+        if not plan.extras:
+            return _EagerAttention.apply(q, k, v, None, None, None, plan.options, plan)
+        options = plan.with_extras(extras)
+        return _EagerAttention.apply(q, k, v, options[OPT_ALIBI], options[OPT_SINKS], None, options, plan)
+    return plan_forward(plan, q, k, v, extras=extras)
 
 
 # ---------------------------------------------------------------------------

@@ -233,6 +233,83 @@ def test_gradients_through_a_plan(device, monkeypatch):
         assert fat.flash_attn_func(q, k, v, causal=True).grad_fn is None
 
 
+PER_CALL_OPTIONS = {
+    "sinks": lambda b, h, dev: dict(sinks=torch.randn(h, device=dev).requires_grad_()),
+    "sinks bfloat16, no grad": lambda b, h, dev: dict(sinks=torch.randn(h, device=dev).bfloat16()),
+    "alibi": lambda b, h, dev: dict(alibi_slopes=torch.rand(h, device=dev)),
+    "alibi per batch entry": lambda b, h, dev: dict(alibi_slopes=torch.rand(b, h, device=dev)),
+    "dropout": lambda b, h, dev: dict(dropout_p=0.3),
+    "sinks, alibi, dropout": lambda b, h, dev: dict(sinks=torch.randn(h, device=dev).requires_grad_(),
+                                                    alibi_slopes=torch.rand(h, device=dev), dropout_p=0.2),
+}
+
+
+@pytest.mark.parametrize("case", list(PER_CALL_OPTIONS))
+def test_tensor_options_and_dropout_are_planned(device, checks, monkeypatch, case):
+    """Sinks, ALiBi slopes and dropout no longer keep a call off its plan: the
+    first call is validated, the next ones take the plan with their own
+    sinks / slopes (new values each call) and their own dropout seed, and
+    give exactly what the full path gives on the same inputs and torch seed:
+    output, LSE and every gradient, dsinks included."""
+    b, h = 2, 4
+    q, k, v = _qkv(device, b=b, n=9, h=h, h_kv=2, requires_grad=True)
+    do = torch.randn_like(q)
+
+    def run(kw, plans, seed):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(seed)
+        out, lse = fat.flash_attn_func(q, k, v, causal=True, return_lse=True, **kw)
+        leaves = [q, k, v] + [t for t in kw.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+        for t in leaves:
+            t.grad = None
+        out.backward(do)
+        return [out.detach(), lse.detach()] + [t.grad for t in leaves]
+
+    for i in range(3):
+        kw = PER_CALL_OPTIONS[case](b, h, device)
+        planned = run(kw, True, 100 + i)
+        same = {n: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                for n, t in kw.items()}
+        full = run(same, False, 100 + i)
+        for j, (a, ref) in enumerate(zip(planned, full)):
+            assert torch.equal(a, ref), (case, i, j, (a - ref).abs().max().item())
+    assert len(api._PLANS) == 1
+    assert len(checks) == 1 + 3, "the second and third planned calls must take the plan"
+
+
+def test_dropout_plans_draw_a_seed_per_call(device, monkeypatch):
+    """Two planned dropout calls with the same inputs drop different
+    probabilities (each draws its seed from torch's generator), and
+    torch.manual_seed makes a planned call repeat."""
+    q, k, v = _qkv(device, n=16)
+    outs = []
+    for seed in (None, None, 7, 7):
+        if seed is not None:
+            torch.manual_seed(seed)
+        outs.append(fat.flash_attn_func(q, k, v, dropout_p=0.5))
+    assert len(api._PLANS) == 1
+    assert not torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[2], outs[3])
+
+
+def test_tensor_option_layout_is_part_of_the_key(device, checks):
+    """Sinks of another dtype, length or requires_grad, and slopes of another
+    shape, miss the plan and are validated (a bad one raises as without
+    plans)."""
+    q, k, v = _qkv(device, h=4, h_kv=2)
+    sinks = torch.randn(4, device=device)
+    fat.flash_attn_func(q, k, v, sinks=sinks)
+    fat.flash_attn_func(q, k, v, sinks=sinks.double())
+    fat.flash_attn_func(q, k, v, sinks=sinks.clone().requires_grad_())
+    fat.flash_attn_func(q, k, v, alibi_slopes=torch.rand(4, device=device))
+    fat.flash_attn_func(q, k, v, alibi_slopes=torch.rand(1, 4, device=device))
+    assert len(checks) == 5 and len(api._PLANS) == 5
+    with pytest.raises(ValueError, match="sinks"):
+        fat.flash_attn_func(q, k, v, sinks=torch.randn(3, device=device))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        fat.flash_attn_func(q, k, v, alibi_slopes=torch.rand(3, device=device))
+
+
 def test_autocast_after_a_plan(device, monkeypatch):
     q, k, v = _qkv(device, dtype=torch.float32)
     fat.flash_attn_func(q, k, v, causal=True)
@@ -593,6 +670,92 @@ with fake_cuda():
     check("one launch, env CONFIG_BWD_ONE", qkv(), causal, replays=False,
           env={"FLASHATTN_TRITON_CONFIG_BWD_ONE": "num_warps=4,num_stages=2"})
 """
+
+
+_FAKE_PLAN_PRELUDE = _FAKE_BWD_PLANS.split("\ncausal = lambda")[0]
+
+_FAKE_EXTRAS = _FAKE_PLAN_PRELUDE + r"""
+SEEDS = []
+real_seed = api.draw_dropout_seed
+
+
+def seed_of_call(device):
+    SEEDS.append(real_seed(device))
+    return SEEDS[-1]
+
+
+api.draw_dropout_seed = seed_of_call
+
+
+def one_call(kw_of, plans, b=2, n=128, h=4, h_kv=2, d=64):
+    # a forward + backward with fresh q, k, v, dout and tensor options: every launch,
+    # its pointers named by role (the call's own sinks, slopes and seed by name)
+    ops.PLANS_ENABLED = plans
+    try:
+        q, k, v = [torch.randn(b, n, hh, d, dtype=torch.float16).requires_grad_() for hh in (h, h_kv, h_kv)]
+        kw = kw_of(h)
+        del SEEDS[:]
+        LAUNCHES.clear(); del REPLAYS[:]
+        out = fat.flash_attn_func(q, k, v, causal=True, **kw)
+        dout = torch.randn_like(out)
+        names = {t.data_ptr(): r for r, t in (("q", q), ("k", k), ("v", v), ("dout", dout))}
+        for name in ("sinks", "alibi_slopes"):
+            if name in kw:
+                names[kw[name].data_ptr()] = name
+        if SEEDS:
+            names[SEEDS[-1].data_ptr()] = "seed"
+        out.backward(dout)
+        got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
+        used = {name for _, _, args in got for kind, name in args if kind == "ptr"}
+        return got, used, sum(ok for _, ok in REPLAYS), len(SEEDS)
+    finally:
+        ops.PLANS_ENABLED = True
+
+
+def check(name, kw_of, want_roles):
+    # three planned calls record the forward and the backward, a fourth replays both:
+    # the launches of the call without plans, reading this call's tensors
+    api.clear_plans()
+    for _ in range(3):
+        one_call(kw_of, True)
+    want, want_used, _, want_seeds = one_call(kw_of, False)
+    got, used, replays, seeds = one_call(kw_of, True)
+    assert want and got == want, (name, got, want)
+    assert want_roles <= used, (name, want_roles, used)
+    assert seeds == want_seeds == ("seed" in want_roles), (name, seeds)
+    plan = next(iter(api._PLANS.values())).op
+    print(name, len(got), replays, plan.replay is not None, plan.backward.replay is not None, flush=True)
+
+
+with fake_cuda():
+    sinks = lambda h: dict(sinks=torch.randn(h, dtype=torch.float32).requires_grad_())
+    check("sinks", sinks, {"sinks"})
+    check("sinks, no grad", lambda h: dict(sinks=torch.randn(h, dtype=torch.float32)), {"sinks"})
+    check("alibi", lambda h: dict(alibi_slopes=torch.rand(h, dtype=torch.float32)), {"alibi_slopes"})
+    check("dropout", lambda h: dict(dropout_p=0.25), {"seed"})
+    check("sinks, dropout, alibi", lambda h: dict(sinks=torch.randn(h).requires_grad_(), dropout_p=0.1,
+                                                   alibi_slopes=torch.rand(2, h)),
+          {"sinks", "seed", "alibi_slopes"})
+"""
+
+
+def test_plans_take_each_calls_tensor_options_on_a_fake_driver():
+    """No GPU (tests/fake_cuda.py): calls with sinks, ALiBi slopes or dropout
+    are planned; after three recording calls, a fourth replays its forward
+    and its backward, and launches exactly what the same call launches
+    without plans: the same kernels, scalars and grids, with this call's
+    q, k, v, dout, sinks, slopes and freshly drawn dropout seed (named by
+    role, so the first call's tensors, which the plan's template holds,
+    would show) and its own new buffers in the same places.
+    Lines: case, launches, replays, forward recorded, backward recorded."""
+    from flashattn_triton.kernels import fastlaunch
+    if not fastlaunch.TESTED_TRITON or fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
+        pytest.skip("the launch fast path does not mirror this Triton version")
+    lines = fake_launch(_FAKE_EXTRAS, timeout=900).strip().split("\n")
+    assert [line.split(" ", 1)[0] for line in lines] == ["sinks", "sinks,", "alibi", "dropout", "sinks,"], lines
+    for line in lines:
+        *_, replays, fwd, bwd = line.split()
+        assert (replays, fwd, bwd) == ("2", "True", "True"), line
 
 
 def test_backward_plans_on_a_fake_driver():

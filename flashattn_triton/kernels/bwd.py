@@ -808,7 +808,8 @@ def _bwd_sinks_grad(
     # through the other probabilities' normalisation), 0 where lse2 = -inf.
     # Rows are the flattened (batch, query) pairs, r = z * N + m; program
     # (i, h) writes minus the sum over rows [i * BLOCK, (i + 1) * BLOCK) into
-    # PART[i, h], which the host sums over i (a fixed order: deterministic).
+    # PART[i, h], which _bwd_sinks_grad_sum adds over i (a fixed order:
+    # deterministic).
     pid = tl.program_id(0)
     off_h = tl.program_id(1).to(tl.int64)
     rows = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -822,7 +823,27 @@ def _bwd_sinks_grad(
     tl.store(PART + pid * H_Q + off_h, -tl.sum(p * delta, 0))
 
 
+@triton.jit(do_not_specialize=["BLOCKS"])
+def _bwd_sinks_grad_sum(
+    # pointers
+    PART, DSINKS,
+    # shapes
+    H_Q, BLOCKS,
+    # meta-parameters
+    BLOCK: tl.constexpr,
+):
+    # DSINKS[h] = sum over i of PART[i, h]: one program per head, BLOCK
+    # partials at a time, always in the same order.
+    off_h = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, BLOCKS, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        acc += tl.load(PART + i.to(tl.int64) * H_Q + off_h, mask=i < BLOCKS, other=0.0)
+    tl.store(DSINKS + off_h, tl.sum(acc, 0))
+
+
 _SINKS_GRAD_BLOCK = 1024
+_SINKS_SUM_BLOCK = 256
 
 
 def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> None:
@@ -830,8 +851,9 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
     base-2 LSE and the preprocess's delta (rowsum(dO * O), less dlse when the
     LSE is differentiated), both laid out alike: (B, Hq, N) or packed
     (Hq, total), the last stride 1.  One kernel writes per-block partial sums
-    and one reduction adds them, where the torch expression takes about ten
-    launches."""
+    and a second kernel adds them (two launches, both recordable by the call
+    plans' backward: ops.plan_backward), where the torch expression takes
+    about ten launches."""
     if lse.stride(-1) != 1 or delta.stride() != lse.stride() or lse.numel() == 0:
         sinks_grad_torch(dsinks, sinks, lse, delta)  # rows not contiguous: the torch expression
         return
@@ -839,7 +861,7 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
         lse, delta = lse.unsqueeze(0), delta.unsqueeze(0)
     z, h, n = lse.shape
     blocks = cdiv(z * n, _SINKS_GRAD_BLOCK)
-    part = torch.empty((blocks, h), dtype=torch.float32, device=lse.device)
+    part = fastlaunch.empty_scratch((blocks, h), torch.float32, lse.device)  # (a scratch buffer of a recording)
     _bwd_sinks_grad[(blocks, h)](
         sinks.float().contiguous(), lse, delta, part,
         lse.stride(0), lse.stride(1),
@@ -847,7 +869,7 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
         BLOCK=_SINKS_GRAD_BLOCK,
         num_warps=4,
     )
-    torch.sum(part, 0, out=dsinks)
+    _bwd_sinks_grad_sum[(h,)](part, dsinks, h, blocks, BLOCK=_SINKS_SUM_BLOCK, num_warps=4)
 
 
 @triton.jit(do_not_specialize=["N"])
