@@ -385,7 +385,7 @@ def calls(device, backward: bool = False):
 
         sinks = torch.randn(s["H"], device=device, dtype=torch.float32, requires_grad=True)
 
-        def fwd_bwd_sinks():  # a tensor option: no call plan, the full path both ways
+        def fwd_bwd_sinks():  # a tensor option: planned since session 29 (its own tensors as replay roles)
             return torch.autograd.grad(fat.flash_attn_func(qg, kg, vg, causal=True, sinks=sinks),
                                        (qg, kg, vg, sinks), g)
 

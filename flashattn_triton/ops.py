@@ -864,7 +864,7 @@ def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional
         return None, saved
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     delta = torch.empty_strided(lse.shape, lse.stride(), dtype=torch.float32, device=lse.device)
-    roles = (dout, q, k, v, out, lse, dq, dk, dv, delta) if dlse is None else (
+    roles: Tuple[torch.Tensor, ...] = (dout, q, k, v, out, lse, dq, dk, dv, delta) if dlse is None else (
         dout, q, k, v, out, lse, dq, dk, dv, delta, dlse)
     args, dsinks = bp.args, None
     if extras:  # this call's tensor options, and a fresh dsinks where it has sinks
