@@ -277,6 +277,54 @@ def test_tensor_options_and_dropout_are_planned(device, checks, monkeypatch, cas
     assert len(checks) == 1 + 3, "the second and third planned calls must take the plan"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["sinks", "dropout", "sinks, dropout", "alibi"])
+def test_tensor_option_plans_replay_on_the_gpu(device, monkeypatch, case):
+    """GPU sizes (d = 128: the Hopper forward's sinks fold, the Hopper
+    backward with dropout): after the recording calls the plan's forward and
+    backward replay, and each planned call gives what the full path gives on
+    the same inputs and torch seed (dQ to float32 summation order: the
+    Hopper backward adds it with atomics)."""
+    b, n, h, h_kv, d = 2, 512, 8, 2, 128
+    q, k, v = make_qkv(b, n, n, h, h_kv, d, torch.bfloat16, device, requires_grad=True)
+    do = torch.randn_like(q)
+
+    def options():
+        kw = {}
+        if "sinks" in case:
+            kw["sinks"] = torch.randn(h, device=device).requires_grad_()
+        if "dropout" in case:
+            kw["dropout_p"] = 0.15
+        if case == "alibi":
+            kw["alibi_slopes"] = torch.rand(h, device=device)
+        return kw
+
+    def run(kw, plans, seed):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(seed)
+        out = fat.flash_attn_func(q, k, v, causal=True, **kw)
+        leaves = [q, k, v] + [t for t in kw.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+        for t in leaves:
+            t.grad = None
+        out.backward(do)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    for i in range(5):
+        kw = options()
+        planned = run(kw, True, i)
+        same = {key: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                for key, t in kw.items()}
+        full = run(same, False, i)
+        for j, (a, ref) in enumerate(zip(planned, full)):
+            if j == 1:  # dq
+                err = (a.float() - ref.float()).abs().max().item()
+                assert err <= 1e-2 * ref.float().abs().max().item(), (case, i, err)
+            else:
+                assert torch.equal(a, ref), (case, i, j, (a.float() - ref.float()).abs().max().item())
+    op = next(iter(api._PLANS.values())).op
+    assert op.replay is not None and op.backward.replay is not None, "the plan must replay both ways"
+
+
 def test_dropout_plans_draw_a_seed_per_call(device, monkeypatch):
     """Two planned dropout calls with the same inputs drop different
     probabilities (each draws its seed from torch's generator), and
@@ -712,14 +760,14 @@ def one_call(kw_of, plans, b=2, n=128, h=4, h_kv=2, d=64):
         ops.PLANS_ENABLED = True
 
 
-def check(name, kw_of, want_roles):
+def check(name, kw_of, want_roles, **shape):
     # three planned calls record the forward and the backward, a fourth replays both:
     # the launches of the call without plans, reading this call's tensors
     api.clear_plans()
     for _ in range(3):
-        one_call(kw_of, True)
-    want, want_used, _, want_seeds = one_call(kw_of, False)
-    got, used, replays, seeds = one_call(kw_of, True)
+        one_call(kw_of, True, **shape)
+    want, want_used, _, want_seeds = one_call(kw_of, False, **shape)
+    got, used, replays, seeds = one_call(kw_of, True, **shape)
     assert want and got == want, (name, got, want)
     assert want_roles <= used, (name, want_roles, used)
     assert seeds == want_seeds == ("seed" in want_roles), (name, seeds)
@@ -736,6 +784,8 @@ with fake_cuda():
     check("sinks, dropout, alibi", lambda h: dict(sinks=torch.randn(h).requires_grad_(), dropout_p=0.1,
                                                    alibi_slopes=torch.rand(2, h)),
           {"sinks", "seed", "alibi_slopes"})
+    check("sinks d128 (the Hopper forward's fold)", sinks, {"sinks"}, d=128)
+    check("dropout d128", lambda h: dict(dropout_p=0.1), {"seed"}, d=128)
 """
 
 
@@ -752,7 +802,8 @@ def test_plans_take_each_calls_tensor_options_on_a_fake_driver():
     if not fastlaunch.TESTED_TRITON or fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
         pytest.skip("the launch fast path does not mirror this Triton version")
     lines = fake_launch(_FAKE_EXTRAS, timeout=900).strip().split("\n")
-    assert [line.split(" ", 1)[0] for line in lines] == ["sinks", "sinks,", "alibi", "dropout", "sinks,"], lines
+    assert [line.split(" ", 1)[0] for line in lines] == ["sinks", "sinks,", "alibi", "dropout", "sinks,", "sinks",
+                                                         "dropout"], lines
     for line in lines:
         *_, replays, fwd, bwd = line.split()
         assert (replays, fwd, bwd) == ("2", "True", "True"), line
