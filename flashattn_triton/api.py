@@ -58,8 +58,8 @@ def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, 
 # its probability: each planned call draws its own seed (as the full path
 # does) and the recorded launches read it, the slopes and the sinks by
 # address (roles of the replay, ops.FwdPlan.extras), so no value of one call
-# is reused by another.  Calls with a mask or cu_seqlens, dropout with
-# return_attn_probs, the SDPA entry with dropout, arguments of other types,
+# is reused by another; the SDPA entry's dropout likewise.  Calls with a mask
+# or cu_seqlens, dropout with return_attn_probs, arguments of other types,
 # and calls under torch.compile, autocast, forward AD or functorch
 # transforms take the full path every time.  A key
 # is stored only after its call passed every check, so an invalid call can
@@ -108,12 +108,17 @@ class _CallPlan:
             return out
         return (out, lse2 * LN2) if self.returns == 1 else (out, lse2 * LN2, None)
 
-    def sdpa(self, query, key, value):
+    def sdpa(self, query, key, value, seed=None):
+        """The SDPA entry's call; seed: as flash's (its only per-call option)."""
         op = self.op
+        extras = ()
+        if op.extras:  # (dropout: the seed, the one tensor option an SDPA plan can have)
+            extras = (draw_dropout_seed(query.device) if seed is None else seed,)
         if op.grad and torch.is_grad_enabled():
-            out, _ = ops.attention_planned(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+            out, _ = ops.attention_planned(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                           extras)
         else:  # no graph: the plan takes the SDPA layout as it is
-            out, _ = ops.plan_forward(op, query, key, value, bhnd=True)
+            out, _ = ops.plan_forward(op, query, key, value, bhnd=True, extras=extras)
         return out.transpose(1, 2)
 
 
@@ -622,7 +627,7 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     if plan_key is not None and query.dim() == 4 and sinks is None:  # (_CallPlan.sdpa passes no sinks)
         plan = _new_plan(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params, 0)
         if plan is not None:
-            result = plan.sdpa(query, key, value)
+            result = plan.sdpa(query, key, value, params.rng_seed)
             _store(plan_key, plan)
             return result
     out, _ = ops.attention_base2(q4.transpose(1, 2), k4.transpose(1, 2), v4.transpose(1, 2), params)
@@ -635,12 +640,12 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
 def _sdpa_key(query, key, value, dropout_p, is_causal, scale, enable_gqa) -> Optional[tuple]:
     """The SDPA entry's plan key (as _flash_key), None if the call cannot be planned."""
     if not (is_causal.__class__ is bool and enable_gqa.__class__ is bool and dropout_p.__class__ in _NUMBER
-            and dropout_p == 0 and (scale is None or scale.__class__ in _NUMBER) and _plannable()):
+            and (scale is None or scale.__class__ in _NUMBER) and _plannable()):
         return None
     tensors = _qkv_key(query, key, value)
     if tensors is None or len(tensors[0]) != 4:  # plans are made for 4-D inputs only
         return None
-    return ("sdpa", is_causal, enable_gqa, scale, tensors, env_snapshot(PLAN_ENV))
+    return ("sdpa", is_causal, enable_gqa, scale, dropout_p, tensors, env_snapshot(PLAN_ENV))
 
 
 def _sdpa_inputs(query, key, value, is_causal, enable_gqa):

@@ -340,6 +340,29 @@ def test_dropout_plans_draw_a_seed_per_call(device, monkeypatch):
     assert torch.equal(outs[2], outs[3])
 
 
+def test_sdpa_entry_dropout_is_planned(device, checks, monkeypatch):
+    """The SDPA entry with dropout_p > 0 takes its plan from the second call,
+    each call with a seed of its own, and gives what the full path gives on
+    the same inputs and torch seed, gradients included."""
+    q, k, v = (t.transpose(1, 2).detach().requires_grad_() for t in _qkv(device, n=12, h=4, h_kv=2))
+    do = torch.randn_like(q)
+
+    def run(plans, seed):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(seed)
+        out = fat.scaled_dot_product_attention(q, k, v, dropout_p=0.4, is_causal=True, enable_gqa=True)
+        q.grad = k.grad = v.grad = None
+        out.backward(do)
+        return out.detach(), q.grad, k.grad, v.grad
+
+    results = [(run(True, i), run(False, i)) for i in range(3)]
+    for i, (planned, full) in enumerate(results):
+        for j, (a, ref) in enumerate(zip(planned, full)):
+            assert torch.equal(a, ref), (i, j)
+    assert not torch.equal(results[0][0][0], results[1][0][0]), "each call draws its own seed"
+    assert len(api._PLANS) == 1 and len(checks) == 1 + 3
+
+
 def test_tensor_option_layout_is_part_of_the_key(device, checks):
     """Sinks of another dtype, length or requires_grad, and slopes of another
     shape, miss the plan and are validated (a bad one raises as without
