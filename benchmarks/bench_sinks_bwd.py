@@ -23,7 +23,14 @@ table runs it), the host time per backward call
 (20 calls back to back, no synchronisation inside), and torch.profiler's
 CUDA kernels per backward call.  A record, no decision.
 
-    PYTHONPATH=. python benchmarks/bench_sinks_bwd.py [--out DIR]
+--host-probe (session 29 call 2) instead, for plain, plain with the plans
+off, sinks and dropout: one backward under
+torch.cuda.set_sync_debug_mode("error") (any host-device synchronisation on
+that path raises and is printed with the frames that made it), then
+cProfile's tables (tottime and cumulative) over 20 backwards (Python 3.12's
+cProfile sees the autograd worker thread too); into host_bwd_probe.txt.
+
+    PYTHONPATH=. python benchmarks/bench_sinks_bwd.py [--host-probe] [--out DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import json
 import os
 import time
+import traceback
 from pathlib import Path
 
 import common as C
@@ -41,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="", help="directory for bench_sinks_bwd.json")
     ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--host-probe", action="store_true", help="the sync check and cProfile (module doc)")
     args = ap.parse_args()
     C.require_cuda("bench_sinks_bwd.py")
     import torch
@@ -77,6 +86,36 @@ def main() -> None:
         if name.startswith("sinks"):
             kw["sinks"] = randn(hq, dtype=torch.float32).requires_grad_(not name.endswith("no grad"))
         return undo, kw
+
+    if args.host_probe:
+        lines = []
+
+        def say(text=""):
+            print(text, flush=True)
+            lines.append(text)
+        for name in ("plain", "plain, plans off", "sinks", "dropout"):
+            undo, kw = setting(name)
+            try:
+                q, k, v = (randn(b, n, h, d).requires_grad_() for h in (hq, hkv, hkv))
+                dout = randn(b, n, hq, d)
+                out = fat.flash_attn_func(q, k, v, causal=True, **kw)
+
+                def bwd():
+                    out.backward(dout, retain_graph=True)
+                for _ in range(3):
+                    bwd()
+                torch.cuda.synchronize()
+                say(f"== {name}")
+                host_probe(torch, bwd, say)
+            except Exception as exc:  # noqa: BLE001 - recorded, the other settings still run
+                say(f"{name}: ERROR {C.short_error(exc)}")
+            finally:
+                for u in undo:
+                    u()
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "host_bwd_probe.txt").write_text("\n".join(lines) + "\n")
+        return
 
     rows = []
     for name in ("plain", "plain, plans off", "dropout", "sinks", "sinks, no grad", "sinks, no fold",
@@ -120,6 +159,23 @@ def main() -> None:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         C.write_json(Path(args.out) / "bench_sinks_bwd.json", dict(env=C.collect_env(), rows=rows))
+
+
+def host_probe(torch, bwd, say) -> None:
+    """--host-probe's sync check and cProfile tables of one setting's backward."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        bwd()
+        say("sync check: no synchronisation in one backward")
+    except RuntimeError as exc:
+        say(f"sync check: {str(exc)[:300]}")
+        for fr in traceback.extract_tb(exc.__traceback__)[-8:]:
+            say(f"    {fr.filename.split('flashattn_triton/')[-1]}:{fr.lineno} {fr.name}")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    for sort in ("tottime", "cumulative"):
+        say(C.host_profile(bwd, calls=20, sort=sort, lines=22))
 
 
 if __name__ == "__main__":
