@@ -230,3 +230,22 @@ def test_flex_as_the_peer_at_n512(tmp_path):
     lines = S.check(rows, [stem], bench, "flex")
     assert "ncu sum / sweep ours 0.99, Flex 0.99: adds up" in lines[0], lines
     assert S.check(rows, [stem], bench)[0] == f"{stem}: NOT PROFILED (no kernels for cudnn)"
+
+
+def test_variant_row_against_its_peer(tmp_path):
+    """A row of ncu_cases.py --variant (benchmarks/gpu_ncu_variants.sh): its windows JSON
+    names the providers ours and peer and carries the row, which titles it; the gap is
+    taken against the peer; with no sweep the check says profiled, sums not checked."""
+    stem = "bwd_variant_dropout_4k"
+    (tmp_path / f"{stem}.csv").write_text(_csv_page([(1, [("_bwd_preprocess", 21.0), ("_attn_bwd_hopper", 1147.0)]),
+                                                      (2, [("compute_dot_do_o", 34.0), ("sm90_flash_bprop", 866.0)])]))
+    row = dict(variant="dropout", batch=2, seqlen_q=4096, seqlen_k=4096, heads_q=16, heads_kv=4, head_dim=128,
+               head_dim_v=128, causal=True, dtype="bf16", peer="sdpa (default backend)", mode="bwd")
+    (tmp_path / f"{stem}.windows.json").write_text(json.dumps(
+        {"row": row, "windows": [{"window": 1, "provider": "ours"}, {"window": 2, "provider": "peer"}],
+         "errors": {}}))
+    rows = S.load_rows([str(tmp_path)])
+    text = S.render_row(rows[stem], None, "peer")
+    assert text.startswith("### bwd variant dropout d=128 N=4096 (B=2, Hq=16 / Hkv=4, peer sdpa (default backend))")
+    assert "gap ours - peer: +268.0 us (+30%) = main kernels +281.0 us" in text, text
+    assert S.check(rows, [stem], None, "peer")[0].startswith(f"{stem}: profiled (ours 2 kernels")
