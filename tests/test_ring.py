@@ -857,6 +857,10 @@ def _worker(rank: int, world_size: int, workdir: str) -> None:
                 res = dict(error=traceback.format_exc())
             results[name] = dict(res, group_rank=r, group_size=size)
         torch.save(results, Path(workdir) / f"rank{rank}.pt")
+        # Every rank done before any tears gloo down: a rank that destroys its group while a
+        # peer still talks to it can abort the peer (seen once in CI: "terminate called
+        # without an active exception", SIGABRT in rank 1).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
