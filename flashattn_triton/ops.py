@@ -740,14 +740,19 @@ class BwdPlan:
     __slots__ = ("args", "replay", "key", "world", "tries")
 
     def __init__(self, options: tuple) -> None:
-        # _bwd_into's arguments after the buffers: options (schema defaults
-        # for None, as _backward_with), deterministic, want_dbias
-        args = _with_defaults(options)
-        self.args = tuple(args[:14]) + (bool(args[14]), False)
+        self.args = _bwd_args(options)
         self.replay: Optional[fastlaunch.Replay] = None
         self.key: Optional[tuple] = None
         self.world: Optional[tuple] = None
         self.tries = 0
+
+
+def _bwd_args(options) -> tuple:
+    """_bwd_into's arguments after the buffers for a call's options: the
+    options (schema defaults for None, as _backward_with), deterministic,
+    want_dbias (False: planned calls have no bias)."""
+    args = _with_defaults(options)
+    return tuple(args[:14]) + (bool(args[14]), False)
 
 
 _FWD_IMPL = _attention_fwd_impl
@@ -869,7 +874,7 @@ def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional
     args, dsinks = bp.args, None
     if extras:  # this call's tensor options, and a fresh dsinks where it has sinks
         options = ctx.options
-        args = tuple(_with_defaults(options)[:14]) + bp.args[14:]
+        args = _bwd_args(options)
         roles += tuple([options[i] for i in extras])
         sinks = options[OPT_SINKS]
         if sinks is not None:

@@ -21,7 +21,8 @@ Variants (compile-time switches, as in the forward):
   rowsum(P * dP).  Z is regenerated from the same Philox counters.
 * sinks: P (and so dQ, dK, dV) comes from the LSE, which includes the sink;
   d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed from the delta
-  this module returns by sinks_grad (_bwd_sinks_grad and one reduction).
+  this module returns by sinks_grad (_bwd_sinks_grad's per-block partial
+  sums, added in a fixed order by _bwd_sinks_grad_sum).
 
 Deterministic form, three launches and no atomics:
   1. _bwd_preprocess: delta per query row.
