@@ -70,7 +70,8 @@ def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, 
 MAX_PLANS = 1024
 # Environment switches that choose the forward's kernels (read per call).
 PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_CONFIG_FWD", "FLASHATTN_TRITON_AUTOTUNE",
-            "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK")
+            "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
+            "FLASHATTN_TRITON_HOPPER_SINKS")
 _NUMBER = (float, int)  # exact classes: bool, numpy scalars, ... take the full path
 _PLANS: Dict[tuple, "_CallPlan"] = {}
 

@@ -122,6 +122,7 @@ class _kernels:
         from .kernels.fwd import attention_forward
         cls.backward, cls.hopper_forward = bwd.attention_backward, hopper.hopper_forward_flash
         cls.bwd, cls.hopper = bwd, hopper
+        _install_direct_launches()
         cls.forward = attention_forward  # last: the others are set once this is
 
 
@@ -129,15 +130,19 @@ _DIRECT_INSTALLED = False
 
 
 def _install_direct_launches() -> None:
-    """The kernels that kernels/bwd.py launches itself (not through a Launcher)
-    get the launch fast path and compile-only mode too (kernels/fastlaunch.py)."""
+    """The kernels that kernels/bwd.py and kernels/combine.py launch themselves
+    (not through a Launcher) get the launch fast path and compile-only mode
+    too (kernels/fastlaunch.py).  A recording replays only launches made
+    through it: the merge that folds sinks in after a Hopper forward
+    (_fold_sinks) is one of a planned call's launches."""
     global _DIRECT_INSTALLED
     if _DIRECT_INSTALLED:
         return
-    from .kernels import bwd
+    from .kernels import bwd, combine
     for name, obj in list(vars(bwd).items()):
         if name.startswith("_bwd"):  # the kernels, not the helpers they call
             fastlaunch.install(obj)
+    fastlaunch.install(combine._combine_fwd)
     _DIRECT_INSTALLED = True
 
 
@@ -759,9 +764,15 @@ _FWD_IMPL = _attention_fwd_impl
 
 
 def _world() -> tuple:
-    """What a replay's launches were chosen by (tests and tools replace these)."""
-    return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, MAX_GRID_Y, _dispatch.INTERPRET,
-            _kernels.forward, _kernels.hopper_forward)
+    """What a replay's launches were chosen by, besides the call's options and
+    the environment switches of api.PLAN_ENV (tests and tools replace these;
+    the dispatch tables are compared by value, so a table is replaced, not
+    changed in place)."""
+    d = _dispatch
+    return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, MAX_GRID_Y, d.INTERPRET,
+            _kernels.forward, _kernels.hopper_forward, d.HOPPER_FWD_WINDOW_DEFAULT, d.HOPPER_SPLIT_QK_DEFAULT,
+            d.HOPPER_DROPOUT_DEFAULT, d.HOPPER_DROPOUT_FWD_MIN_N, d.HOPPER_SINKS_DEFAULT, d.HOPPER_SINKS_DIMS,
+            d.HOPPER_FWD_SHORT)
 
 
 def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bhnd: bool = False,
@@ -805,7 +816,7 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 BWD_PLANS = True
 # Environment switches that the backward's launches depend on (read per call).
 BWD_PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_HOPPER_BWD", "FLASHATTN_TRITON_FUSED_DQ",
-                "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK",
+                "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
                 "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "FLASHATTN_TRITON_AUTOTUNE",
                 "FLASHATTN_TRITON_CONFIG_BWD_DKDV", "FLASHATTN_TRITON_CONFIG_BWD_DQ",
                 "FLASHATTN_TRITON_CONFIG_BWD_FUSED", "FLASHATTN_TRITON_CONFIG_BWD_ONE")
@@ -818,7 +829,8 @@ def _bwd_world() -> tuple:
     bwd, d = _kernels.bwd, _dispatch  # (kernels/bwd.py once loaded)
     return (_attention_bwd_impl, _bwd_into, use_triton, use_hopper_backward, d.hopper_backward_pays,
             d._hopper_tier, d.INTERPRET, d.HOPPER_BWD_WINDOW_MIN_LEFT, d.HOPPER_BWD_WINDOW_DEFAULT,
-            d.HOPPER_SPLIT_QK_DEFAULT, MAX_GRID_Y, _kernels.backward, torch.are_deterministic_algorithms_enabled(),
+            d.HOPPER_SPLIT_QK_DEFAULT, d.HOPPER_DROPOUT_BWD_DEFAULT, MAX_GRID_Y, _kernels.backward,
+            torch.are_deterministic_algorithms_enabled(),
             None if bwd is None else (bwd.DQ_CONVERT_KERNEL, bwd.SPLIT_QK, bwd.SPLIT_QK_MIN_PAD,
                                       bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq, bwd._launch_fused,
                                       repr(bwd.ONE_LAUNCH), bwd.ONE_LAUNCH_HEAD_MAJOR, repr(bwd.WHOLE_Q_TILES),

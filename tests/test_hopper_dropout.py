@@ -399,10 +399,12 @@ def _flash(b, n, h, d, dtype, pad=0):
 
 
 def _hopper_forward_spy(monkeypatch):
-    """Count the Hopper forward's dropout launches that ran (True) or declined."""
+    """Count the Hopper forward's dropout launches that ran (True) or declined.
+    Call plans off: a replayed plan launches without calling the spied function."""
     from flashattn_triton import ops
     if ops._kernels.forward is None:
         ops._kernels.load()
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
     real = ops._kernels.hopper_forward
     calls = []
 
@@ -424,7 +426,11 @@ def _forward_declines() -> str:
 
 
 def _hopper_backward_spy(monkeypatch):
+    """Count the Hopper backward's dropout launches that ran (True) or declined
+    (call plans off, as for the forward's spy)."""
+    from flashattn_triton import ops
     from flashattn_triton.kernels.hopper import bwd as hbwd
+    monkeypatch.setattr(ops, "PLANS_ENABLED", False)
     real = hbwd.hopper_attention_backward
     calls = []
 

@@ -806,8 +806,29 @@ with fake_cuda():
     check("sinks, dropout, alibi", lambda h: dict(sinks=torch.randn(h).requires_grad_(), dropout_p=0.1,
                                                    alibi_slopes=torch.rand(2, h)),
           {"sinks", "seed", "alibi_slopes"})
-    check("sinks d128 (the Hopper forward's fold)", sinks, {"sinks"}, d=128)
+    check("sinks d128", sinks, {"sinks"}, d=128)
     check("dropout d128", lambda h: dict(dropout_p=0.1), {"seed"}, d=128)
+    # The fold of sinks after a Hopper forward (ops._fold_sinks, d = 128): a
+    # stand-in for the Hopper kernel (the portable one without sinks, which the
+    # fake driver records) and the merge kernel after it, both replayed.
+    FOLDS = []
+    real_hopper, real_use = ops._kernels.hopper_forward, ops.use_hopper_forward
+
+    def hopper_stand_in(q, k, v, out, lse, scale, diagonal, window, *rest, **kw):
+        if rest or kw or window is not None:
+            return False
+        FOLDS.append(1)
+        offset = None if diagonal is None else diagonal - (k.shape[1] - q.shape[1])
+        ops._kernels.forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+                             scale, offset, (None, None if diagonal is None else 0))
+        return True
+
+    ops._kernels.hopper_forward, ops.use_hopper_forward = hopper_stand_in, lambda *a, **kw: True
+    try:
+        check("sinks d128 folded", sinks, {"sinks"}, d=128)
+    finally:
+        ops._kernels.hopper_forward, ops.use_hopper_forward = real_hopper, real_use
+    assert len(FOLDS) >= 2, FOLDS  # the unplanned call and a recording took the fold
 """
 
 
@@ -825,7 +846,7 @@ def test_plans_take_each_calls_tensor_options_on_a_fake_driver():
         pytest.skip("the launch fast path does not mirror this Triton version")
     lines = fake_launch(_FAKE_EXTRAS, timeout=900).strip().split("\n")
     assert [line.split(" ", 1)[0] for line in lines] == ["sinks", "sinks,", "alibi", "dropout", "sinks,", "sinks",
-                                                         "dropout"], lines
+                                                         "dropout", "sinks"], lines
     for line in lines:
         *_, replays, fwd, bwd = line.split()
         assert (replays, fwd, bwd) == ("2", "True", "True"), line
