@@ -848,7 +848,7 @@ def _hopper_bwd_tables() -> Optional[tuple]:
     if hbwd is None:
         return None
     return (hbwd.DQ_ACC_LIKE_DQ, hbwd.NAMED_BAR_BY_SHAPE, hbwd.HOPPER_BWD_GROUP_SPLIT_DEFAULT, hbwd.CONFIGS,
-            hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT)
+            hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT, hbwd.GROUP_PARTIALS_16BIT)
 
 
 def _layouts(*tensors) -> tuple:

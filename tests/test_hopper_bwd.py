@@ -1424,16 +1424,44 @@ GROUP_SPLIT_CASES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_group_sum_of_partials(device, dtype):
+    """kernels/bwd.py _sum_group_partials (the group sum after a split
+    backward): out[b, h] is the float32 sum over its S consecutive partial
+    heads, cast once, into a strided output; 16-bit partials (the Hopper
+    backward's GROUP_PARTIALS_16BIT) are added in float32 as well (a 16-bit
+    running sum would differ)."""
+    from flashattn_triton.kernels.bwd import _sum_group_partials
+    b, h_kv, split, n, d = 2, 3, 4, 77, 40
+    part = (torch.randn(b, h_kv * split, n, d, device=device) * 64).to(dtype)
+    # a float32 output shows the float32 sum itself (the interpreter casts to
+    # bfloat16 by truncation, the GPU to nearest: a cast compares by ulp)
+    out = torch.full((b, n, h_kv, d), float("nan"), dtype=torch.float32, device=device).transpose(1, 2)
+    _sum_group_partials(out, part, h_kv, split)
+    slices = part.float().view(b, h_kv, split, n, d)
+    want = slices[:, :, 0]
+    for s in range(1, split):  # in slice order, as the kernel adds
+        want = want + slices[:, :, s]
+    assert torch.equal(out, want), (max_abs_err(out, want), (out != want).sum().item())
+    out16 = torch.full_like(out, float("nan")).to(torch.bfloat16)
+    _sum_group_partials(out16, part, h_kv, split)
+    ulp = 2.0 ** (torch.frexp(want)[1] - 8).double()
+    assert ((out16.double() - want.double()).abs() <= ulp).all(), max_abs_err(out16, want)
+
+
 @needs_hopper
+@pytest.mark.parametrize("partials16", [False, True], ids=["f32-partials", "16bit-partials"])
 @pytest.mark.parametrize("split", [2, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("case", GROUP_SPLIT_CASES, ids=lambda c: "group_split-" + "-".join(map(str, c)))
-def test_group_split_matches_reference(monkeypatch, split, dtype, d, case):
+def test_group_split_matches_reference(monkeypatch, split, dtype, d, case, partials16):
     """GROUP_SPLIT = 2 / 4 (module doc of kernels/hopper/bwd.py): dq, dk, dv
     against float64 autograd on NaN-poisoned outputs (_run), and the group
-    sums ran with the expected slice count."""
+    sums ran with the expected slice count, over float32 partials or, with
+    GROUP_PARTIALS_16BIT, partials in the inputs' dtype."""
     from flashattn_triton.kernels import bwd as portable
+    monkeypatch.setattr(hopper.bwd, "GROUP_PARTIALS_16BIT", partials16)
     b, hq, hkv, nq, nk, causal, layout = case
     sums = []
     real = portable._sum_group_partials
@@ -1446,7 +1474,7 @@ def test_group_split_matches_reference(monkeypatch, split, dtype, d, case):
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, GROUP_SPLIT=split)
     s = hopper.bwd.split_divisor(split, hq // hkv)
-    assert sums == [(hkv * s, hkv, s, torch.float32)] * 2, sums
+    assert sums == [(hkv * s, hkv, s, dtype if partials16 else torch.float32)] * 2, sums
 
 
 @needs_hopper

@@ -763,15 +763,15 @@ def _bwd_group_sum(
     GROUP_SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    # OUT[z, h] = sum over s of P[z, h * GROUP_SPLIT + s] (float32 partials of
-    # dK or dV, last stride 1), summed in s order and cast once: one pass over
+    # OUT[z, h] = sum over s of P[z, h * GROUP_SPLIT + s] (partials of dK or
+    # dV, last stride 1), summed in float32 in s order and cast once: one pass over
     # the partials, written straight into the caller's strided gradient.
     off_z, off_h, rows, offs_d, mask = head_row_tile(tl.program_id(0), tl.program_id(1), H_KV, N,
                                                      BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
     part = P + off_z * stride_pz + off_h * GROUP_SPLIT * stride_ph + rows * stride_pn + offs_d[None, :]
     acc = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     for s in tl.static_range(GROUP_SPLIT):
-        acc += tl.load(part + s * stride_ph, mask=mask, other=0.0)
+        acc += tl.load(part + s * stride_ph, mask=mask, other=0.0).to(tl.float32)
     out = OUT + off_z * stride_oz + off_h * stride_oh + rows * stride_on + offs_d[None, :] * stride_ok
     tl.store(out, acc.to(OUT.dtype.element_ty), mask=mask)
 
@@ -781,7 +781,8 @@ _GROUP_SUM_BLOCK_N = 64
 
 def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split: int) -> None:
     """out (B, H_KV, N, d), any strides <- the sum over each group of ``split``
-    consecutive heads of part (B, H_KV * split, N, d) float32, contiguous."""
+    consecutive heads of part (B, H_KV * split, N, d) contiguous, float32 (or
+    16-bit: the Hopper backward's GROUP_PARTIALS_16BIT), added in float32."""
     b, _, n, d = part.shape
     _bwd_group_sum[(cdiv(n, _GROUP_SUM_BLOCK_N), b * h_kv)](
         part, out,

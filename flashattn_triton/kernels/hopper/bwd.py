@@ -73,7 +73,8 @@ each KV head's group of G query heads into S slices of G / S heads, one
 program per (key block, batch, slice): the kernel sees H_KV * S "KV heads"
 (slice h reads K and V of head h // S) with groups of G / S query heads
 (slice h's are h * G / S + g, the query heads of its KV head), and writes
-float32 partial dK / dV of shape (B, H_KV * S, N_K, d); the portable
+partial dK / dV of shape (B, H_KV * S, N_K, d) (float32, or q's dtype with
+GROUP_PARTIALS_16BIT); the portable
 backward's group-sum kernel (kernels/bwd.py _sum_group_partials) adds each
 group's S slices into dk, dv.  S = 1 is the kernel without the split
 (GROUP_SPLIT only selects code; the SASS is the same).  Both the 2-D grid
@@ -1358,6 +1359,15 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # 0.89-1.00x on non-causal rows, so non-causal stays off; docs/hopper.md,
 # "GQA groups across programs".
 HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
+# GROUP_SPLIT's partial dK / dV in q's dtype instead of float32: half the
+# bytes that the kernel writes and the group sum reads (the group sum still
+# adds in float32 and rounds once; each partial is rounded once before it).
+# Session 29's profile of the causal GQA row: our group sums 2 x 22 us over
+# float32 partials, cuDNN's 2 x 12 us over 16-bit ones.  CPU estimate of the
+# error (float64 per-head gradients, bf16, S = 2-8): dK's max error 1.1-2.2x
+# that of float32 partials, 0.29-0.49x plain PyTorch bf16's (tests: 3x).
+# Off until timed on the H200 (benchmarks/gpu_next_partials16.sh).
+GROUP_PARTIALS_16BIT = False
 # Programs wanted per SM by group_split: 4 since session 23 (2 before).
 # benchmarks/gpu_next_dropout_split.sh, rule fixed before the run, best of
 # two repeats on 5 causal GQA rows (d 64 / 128, N 2k-8k): 4 waves gave
@@ -1749,7 +1759,8 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     if not plan.qk1:
         args += (None, None)  # q1_desc, k1_desc: constexpr None, no kernel parameters
     if plan.split > 1:
-        dk_out, dv_out = (fastlaunch.empty_scratch(shape, torch.float32, q.device) for shape in plan.out_shape)
+        part_dtype = q.dtype if GROUP_PARTIALS_16BIT else torch.float32
+        dk_out, dv_out = (fastlaunch.empty_scratch(shape, part_dtype, q.device) for shape in plan.out_shape)
     else:
         dk_out, dv_out = dk, dv
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
