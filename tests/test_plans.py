@@ -434,6 +434,45 @@ def test_environment_switch_is_part_of_the_key(device, monkeypatch, checks):
     assert planned[0] == full[0] and (planned[0] == "ok" or planned == full)
 
 
+@pytest.mark.parametrize("name", ["FLASHATTN_TRITON_HOPPER_DROPOUT", "FLASHATTN_TRITON_HOPPER_SINKS",
+                                  "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_BACKEND"])
+def test_dispatch_switches_key_the_plans(monkeypatch, name):
+    """Every environment switch that can move a planned call to another tier
+    (dropout and sinks calls are planned since session 29) is part of the
+    forward key (api.PLAN_ENV) and of the backward's world (ops.BWD_PLAN_ENV
+    where it concerns the backward): a changed switch finds no plan."""
+    q, k, v = _qkv("cpu")
+    key = lambda: api._flash_key(q, k, v, 0.1, None, True, (-1, -1), 0.0, False, False, False)  # noqa: E731
+    bwd_world = ops._bwd_world()
+    before = key()
+    monkeypatch.setenv(name, "0")
+    assert key() != before
+    if name != "FLASHATTN_TRITON_HOPPER_SINKS":  # (sinks act on the forward only)
+        assert ops._bwd_world() != bwd_world
+
+
+@pytest.mark.parametrize("table,value", [("HOPPER_SINKS_DIMS", frozenset()), ("HOPPER_DROPOUT_FWD_MIN_N", None),
+                                         ("HOPPER_DROPOUT_DEFAULT", "1"), ("HOPPER_FWD_SHORT", {})])
+def test_dispatch_tables_are_part_of_the_forward_world(monkeypatch, table, value):
+    """A forward replay is taken only in the dispatch world it was recorded in
+    (ops._world): replacing a _dispatch table that chooses the forward's tier
+    for dropout, sinks or short calls changes it."""
+    before = ops._world()
+    monkeypatch.setattr(_dispatch, table, value)
+    assert ops._world() != before
+
+
+def test_group_partials_switch_is_part_of_the_backward_world(monkeypatch):
+    """The Hopper backward's GROUP_PARTIALS_16BIT changes the scratch buffers
+    of its recorded launches: a backward replay must not outlive a change."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    if ops._kernels.forward is None:  # (the world reads the kernel modules once loaded, as a replay has them)
+        ops._kernels.load()
+    before = ops._bwd_world()
+    monkeypatch.setattr(hbwd, "GROUP_PARTIALS_16BIT", not hbwd.GROUP_PARTIALS_16BIT)
+    assert ops._bwd_world() != before
+
+
 def test_failed_first_call_leaves_no_plan(device, monkeypatch):
     q, k, v = _qkv(device)
     real = ops._attention_fwd_impl
