@@ -60,10 +60,11 @@ class MultiheadAttention(nn.Module):
       (query i attends keys j <= i, aligned top-left as in PyTorch).  With
       ``attn_mask`` and no ``key_padding_mask`` the mask is taken to be that
       causal mask and not read, as PyTorch does.
-    * A query that may attend no key outputs zeros (PyTorch: NaN).
-    * ``key_padding_mask`` / ``attn_mask`` go through
-      ``flashattn_triton.scaled_dot_product_attention(attn_mask=...)``; they
-      raise NotImplementedError while that entry has no mask support.
+    * A query that may attend no key outputs zeros (PyTorch: NaN with its
+      default need_weights=True, zeros with need_weights=False).
+    * ``key_padding_mask`` / ``attn_mask`` are merged into one mask and go
+      through ``flashattn_triton.scaled_dot_product_attention(attn_mask=...)``
+      (boolean when both are boolean, else additive float).
     """
 
     __constants__ = ["batch_first"]
