@@ -1037,20 +1037,22 @@ def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
               softcap: float = 0.0, *, shift: Optional[int] = None,
               alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
               rng_seed: Optional[torch.Tensor] = None,
-              philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              philox_offset: int = 0, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw backward, no autograd: (dq, dk, dv) given the row LSE (natural
     log); the keyword arguments as in flash_fwd (the same values regenerate
-    the forward's dropout mask)."""
+    the forward's dropout mask); deterministic as flash_attn_func's (True:
+    no atomics, bit-identical run to run)."""
     left, right = window_size
     right = 0 if causal else right
     lse2 = (lse.float() * LOG2E).contiguous()
     if shift is None and philox_offset == 0:
         return attention_bwd(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
                              left, right, True, float(softcap), alibi_slopes, None, None,
-                             float(dropout_p), rng_seed)[:3]
+                             float(dropout_p), rng_seed, deterministic=bool(deterministic))[:3]
     return _attention_bwd_impl(dout, q, k, v, out, lse2, None, None, None, 0, 0, float(softmax_scale),
                                left, right, True, float(softcap), alibi_slopes, None, None, float(dropout_p),
-                               rng_seed, shift=shift, philox_offset=int(philox_offset))[:3]
+                               rng_seed, shift=shift, philox_offset=int(philox_offset),
+                               deterministic=bool(deterministic))[:3]
 
 
 def flash_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -1085,9 +1087,11 @@ def flash_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, *,
                      doc_shift: Optional[Tuple[int, int]] = None, alibi_slopes: Optional[torch.Tensor] = None,
                      dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
-                     philox_offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     philox_offset: int = 0, deterministic: bool = False,
+                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw packed backward, no autograd: (dq, dk, dv) given the rows' LSE
-    (natural log, (Hq, total_q)); keywords as in flash_varlen_fwd."""
+    (natural log, (Hq, total_q)); keywords as in flash_varlen_fwd;
+    deterministic as in flash_bwd."""
     left, right = window_size
     right = 0 if causal else right
     lse2 = (lse.float() * LOG2E).contiguous()
@@ -1095,8 +1099,9 @@ def flash_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             float(softmax_scale), left, right, True, float(softcap), alibi_slopes, None, None, float(dropout_p),
             rng_seed)
     if doc_shift is None and philox_offset == 0:
-        return attention_bwd(*args)[:3]
-    return _attention_bwd_impl(*args, doc_shift=doc_shift, philox_offset=int(philox_offset))[:3]
+        return attention_bwd(*args, deterministic=bool(deterministic))[:3]
+    return _attention_bwd_impl(*args, doc_shift=doc_shift, philox_offset=int(philox_offset),
+                               deterministic=bool(deterministic))[:3]
 
 
 __all__ = ["attention", "attention_base2", "attention_fwd", "attention_bwd", "dropout_pattern", "flash_fwd", "flash_bwd",

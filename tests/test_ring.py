@@ -497,6 +497,59 @@ def test_fake_implementation_shapes():
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
 
+class _OneRank:
+    """A ring of one rank (no communication): the ring's steps on this process alone."""
+    rank, world_size = 0, 1
+
+    def exchange(self, tensors):
+        raise AssertionError("a ring of one rank sends nothing")
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "varlen"])
+def test_deterministic_reaches_every_block(monkeypatch, deterministic, packed):
+    """The ring backward passes deterministic to each block's backward
+    (ops.flash_bwd / flash_varlen_bwd: True keeps the Hopper backward's atomic
+    dQ out), and its gradients are the raw backward's for a ring of one rank."""
+    from flashattn_triton.distributed import ring
+    name = "flash_varlen_bwd" if packed else "flash_bwd"
+    real, seen = getattr(ops, name), []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("deterministic"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ops, name, spy)
+    if packed:
+        q, k, v, cu = _packed()
+        out, lse = ops.flash_varlen_fwd(q, k, v, cu, cu, 8, 8, 0.25, True)
+        do = torch.randn_like(out)
+        grads = ring.ring_varlen_attention_backward(do, q, k, v, out, lse, cu, 8, _OneRank(), 0.25, True,
+                                                    deterministic=deterministic)
+        want = real(do, q, k, v, out, lse, cu, cu, 8, 8, 0.25, True)
+    else:
+        q, k, v = _qkv()
+        out, lse = ops.flash_fwd(q, k, v, 0.25, True)
+        do = torch.randn_like(out)
+        grads = ring.ring_attention_backward(do, q, k, v, out, lse, _OneRank(), 0.25, True,
+                                             deterministic=deterministic)
+        want = real(do, q, k, v, out, lse, 0.25, True)
+    assert seen and all(d is deterministic for d in seen), seen
+    for name_, g, w in zip("qkv", grads, want):
+        assert_close("d" + name_, g, w.float(), atol=1e-5)
+
+
+def test_deterministic_must_be_a_bool():
+    """ring_flash_attn_func(deterministic=...) and its varlen form check the
+    flag like flash_attn_func (before asking for a process group)."""
+    from flashattn_triton.distributed import ring_flash_attn_func, ring_flash_attn_varlen_func
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        ring_flash_attn_func(q, k, v, deterministic="yes")
+    q, k, v, cu = _packed()
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        ring_flash_attn_varlen_func(q, k, v, cu, 8, deterministic=1)
+
+
 def _packed(n=12, h_q=4, h_kv=2, d=16):
     cu = torch.tensor([0, 4, n], dtype=torch.int32)
     return torch.randn(n, h_q, d), torch.randn(n, h_kv, d), torch.randn(n, h_kv, d), cu

@@ -442,7 +442,8 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                             out: torch.Tensor, lse: torch.Tensor, comm, softmax_scale: float,
                             causal: bool, sharding: str = "zigzag", softcap: float = 0.0, *,
                             window: Tuple[int, int] = (-1, -1), alibi_slopes: Optional[torch.Tensor] = None,
-                            dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None):
+                            dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                            deterministic: bool = False):
     """Ring backward on local shards; returns (dq, dk, dv) in the input dtypes.
 
     ``out`` and ``lse`` are the local rows of the *merged* forward results.
@@ -450,7 +451,9 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     rank; the other ranks' dK/dV contributions travel with the K/V shard in a
     float32 accumulator and arrive at the owner after the last step.  The
     variants as in :func:`ring_attention_forward`: the same blocks with the
-    same dropout counters regenerate the forward's masks."""
+    same dropout counters regenerate the forward's masks.  deterministic:
+    each block's backward on the deterministic kernels (ops.flash_bwd; the
+    ring's own sums run in a fixed order)."""
     world_size, rank = comm.world_size, comm.rank
     n_q, n_k = q.shape[1], k.shape[1]
     var = _variants(causal, window, alibi_slopes, dropout_p, rng_seed)
@@ -479,10 +482,10 @@ def ring_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor
             args = (_rows(dout, b.q0, b.q1), _rows(q, b.q0, b.q1), _rows(k_s, b.k0, b.k1),
                     _rows(v_s, b.k0, b.k1), _rows(out, b.q0, b.q1), _lse_rows(lse, b.q0, b.q1), softmax_scale)
             if b.shift is None:
-                dq_b, dk_b, dv_b = ops.flash_bwd(*args, b.causal, softcap=softcap)
+                dq_b, dk_b, dv_b = ops.flash_bwd(*args, b.causal, softcap=softcap, deterministic=deterministic)
             else:
                 assert var is not None
-                dq_b, dk_b, dv_b = ops.flash_bwd(*args, False, var.window, softcap,
+                dq_b, dk_b, dv_b = ops.flash_bwd(*args, False, var.window, softcap, deterministic=deterministic,
                                                  **var.block_kwargs(b, q.shape[0], q.shape[2]))
             dq[:, b.q0:b.q1] += dq_b
             if own:
@@ -518,7 +521,9 @@ def _ring_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name
                    softmax_scale: float, causal: bool, sharding: str,
                    softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
                    alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                   rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                   rng_seed: Optional[torch.Tensor] = None, deterministic: bool = False,
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+    # (deterministic concerns the backward: kept in the inputs for it)
     comm = RingComm(_resolve_group(group_name))
     return ring_attention_forward(q, k, v, comm, softmax_scale, causal, sharding, softcap,
                                   window=(window_left, window_right), alibi_slopes=alibi_slopes,
@@ -527,7 +532,7 @@ def _ring_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name
 
 @_ring_attn_fwd.register_fake
 def _(q, k, v, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1, window_right=-1,
-      alibi_slopes=None, dropout_p=0.0, rng_seed=None):
+      alibi_slopes=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     b, n, h, _ = q.shape
     return q.new_empty((b, n, h, v.shape[3])), q.new_empty((b, h, n), dtype=torch.float32)
 
@@ -538,16 +543,17 @@ def _ring_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    causal: bool, sharding: str,
                    softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
                    alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                   rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   rng_seed: Optional[torch.Tensor] = None, deterministic: bool = False,
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
     return ring_attention_backward(dout, q, k, v, out, lse, comm, softmax_scale, causal, sharding, softcap,
                                    window=(window_left, window_right), alibi_slopes=alibi_slopes,
-                                   dropout_p=dropout_p, rng_seed=rng_seed)
+                                   dropout_p=dropout_p, rng_seed=rng_seed, deterministic=deterministic)
 
 
 @_ring_attn_bwd.register_fake
 def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1,
-      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
+      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
@@ -631,7 +637,7 @@ def ring_flash_attn_func(
         k: (batch_size, seqlen_k / P, nheads_k, headdim), this rank's keys.
         v: (batch_size, seqlen_k / P, nheads_k, headdim_v), this rank's values.
             float16, bfloat16 or float32, one dtype and one device (CUDA with
-            NCCL; CPU with gloo); last dimension with stride 1; head dims 1..256.
+            NCCL; CPU with gloo); last dimension with stride 1; head dims 1..512.
             GQA: nheads a multiple of nheads_k, as in flash_attn_func.
         group: the context-parallel process group (P ranks); default: the
             default (world) group.
@@ -657,7 +663,10 @@ def ring_flash_attn_func(
         alibi_slopes: None, or float32 (nheads,) / (batch_size, nheads) on
             q's device, the same on every rank: adds -slope * |i' - j'| for
             global positions (i' shifted by Nk - N as for the window).
-        deterministic: accepted; the ring backward is deterministic.
+        deterministic: False (default) lets each block's backward add dQ with
+            atomics (the Hopper backward on sm_90); True runs the blocks on
+            the deterministic kernels, so the whole ring backward is
+            bit-identical run to run (its own sums run in a fixed order).
         sharding: how the sequence was split (matters when causal, or with
             window_size or alibi_slopes):
             "zigzag" (default): the sequence is cut into 2P chunks and rank r
@@ -671,6 +680,7 @@ def ring_flash_attn_func(
             rank's rows of the output, sharded like q.
     """
     _check_inputs(q, k, v, causal, sharding)
+    check_flag(deterministic, "deterministic")
     window = check_window(window_size, causal)
     dropout_p = check_dropout(dropout_p)
     softcap = check_softcap(softcap)
@@ -684,7 +694,7 @@ def ring_flash_attn_func(
     group = _ring_group(group, "ring_flash_attn_func")
     seed = draw_dropout_seed(q.device) if dropout_p > 0 else None
     out, _ = _ring_attn_fwd(q, k, v, group.group_name, scale, causal, sharding, softcap, window[0], window[1],
-                            alibi_slopes, dropout_p, seed)
+                            alibi_slopes, dropout_p, seed, deterministic)
     return out
 
 
@@ -948,7 +958,8 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
                                    max_seqlen: int, comm, softmax_scale: float, causal: bool,
                                    sharding: str = "zigzag", softcap: float = 0.0, *,
                                    window: Tuple[int, int] = (-1, -1), alibi_slopes: Optional[torch.Tensor] = None,
-                                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None):
+                                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
+                                   deterministic: bool = False):
     """Varlen ring backward on local packed shards; returns (dq, dk, dv) in the
     input dtypes.  ``out`` and ``lse`` (Hq, total_local) are the merged
     forward results; accumulation as in :func:`ring_attention_backward`; the
@@ -990,7 +1001,7 @@ def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch
             do_b, q_b, o_b, l_b = q_sets[b.q_rows]
             dq_b, dk_b, dv_b = ops.flash_varlen_bwd(
                 do_b, q_b, k_b, v_b, o_b, l_b, rows.cu[b.q_rows], rows.cu[b.k_rows],
-                rows.max[b.q_rows], rows.max[b.k_rows], softmax_scale, b.causal,
+                rows.max[b.q_rows], rows.max[b.k_rows], softmax_scale, b.causal, deterministic=deterministic,
                 **_varlen_block_kwargs(b, rows, q.shape[1], softcap, var))
             rows.add(dq, b.q_rows, dq_b)
             if own:
@@ -1017,7 +1028,9 @@ def _ring_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
                           max_seqlen: int, group_name: str, softmax_scale: float, causal: bool,
                           sharding: str, softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
                           alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                          rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                          rng_seed: Optional[torch.Tensor] = None, deterministic: bool = False,
+                          ) -> Tuple[torch.Tensor, torch.Tensor]:
+    # (deterministic concerns the backward: kept in the inputs for it)
     comm = RingComm(_resolve_group(group_name))
     return ring_varlen_attention_forward(q, k, v, cu_seqlens, max_seqlen, comm, softmax_scale, causal, sharding,
                                          softcap, window=(window_left, window_right), alibi_slopes=alibi_slopes,
@@ -1026,7 +1039,7 @@ def _ring_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
 
 @_ring_attn_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0, window_left=-1,
-      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
+      window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     t, h, _ = q.shape
     return q.new_empty((t, h, v.shape[2])), q.new_empty((h, t), dtype=torch.float32)
 
@@ -1037,16 +1050,18 @@ def _ring_attn_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
                           group_name: str, softmax_scale: float, causal: bool, sharding: str,
                           softcap: float = 0.0, window_left: int = -1, window_right: int = -1,
                           alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                          rng_seed: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          rng_seed: Optional[torch.Tensor] = None, deterministic: bool = False,
+                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     comm = RingComm(_resolve_group(group_name))
     return ring_varlen_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, comm, softmax_scale,
                                           causal, sharding, softcap, window=(window_left, window_right),
-                                          alibi_slopes=alibi_slopes, dropout_p=dropout_p, rng_seed=rng_seed)
+                                          alibi_slopes=alibi_slopes, dropout_p=dropout_p, rng_seed=rng_seed,
+                                          deterministic=deterministic)
 
 
 @_ring_attn_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale, causal, sharding, softcap=0.0,
-      window_left=-1, window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None):
+      window_left=-1, window_right=-1, alibi_slopes=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
@@ -1166,7 +1181,10 @@ def ring_flash_attn_varlen_func(
             (query chunk, key chunk) block pair reads a disjoint counter
             range (module doc), the backward regenerates the masks
             (``ring_varlen_dropout_keep_mask`` rebuilds them).
-        deterministic: accepted; the ring backward is deterministic.
+        deterministic: False (default) lets each block's backward add dQ with
+            atomics (the Hopper backward on sm_90); True runs the blocks on
+            the deterministic kernels, so the whole ring backward is
+            bit-identical run to run (its own sums run in a fixed order).
         check_inputs: also check the values of cu_seqlens (start at 0,
             non-decreasing, end at total_local, lengths <= max_seqlen, every
             local length even under zigzag with causal, a window or ALiBi).  That reads them on the
@@ -1176,6 +1194,7 @@ def ring_flash_attn_varlen_func(
     Returns:
         out: (total_local, nheads, headdim_v) in the dtype of q, packed like q.
     """
+    check_flag(deterministic, "deterministic")
     window = check_window(window_size, causal)
     dropout_p = check_dropout(dropout_p)
     softcap = check_softcap(softcap)
@@ -1187,5 +1206,5 @@ def ring_flash_attn_varlen_func(
     group = _ring_group(group, "ring_flash_attn_varlen_func")
     seed = draw_dropout_seed(q.device) if dropout_p > 0 else None
     out, _ = _ring_attn_varlen_fwd(q, k, v, cu_seqlens, max_seqlen, group.group_name, scale, causal, sharding,
-                                   softcap, window[0], window[1], alibi_slopes, dropout_p, seed)
+                                   softcap, window[0], window[1], alibi_slopes, dropout_p, seed, deterministic)
     return out
