@@ -1449,8 +1449,18 @@ def test_group_sum_of_partials(device, dtype):
     assert ((out16.double() - want.double()).abs() <= ulp).all(), max_abs_err(out16, want)
 
 
+def test_partials_16bit_setting(monkeypatch):
+    """GROUP_PARTIALS_16BIT: False never, True every split, an int S0 the
+    splits of S0 slices or more; an unsplit launch (S = 1) never has partials."""
+    hbwd = _bwd_module()
+    for setting, want in [(False, [False] * 4), (True, [False, True, True, True]),
+                          (8, [False, False, False, True]), (4, [False, False, True, True])]:
+        monkeypatch.setattr(hbwd, "GROUP_PARTIALS_16BIT", setting)
+        assert [hbwd.partials_16bit(s) for s in (1, 2, 4, 8)] == want, setting
+
+
 @needs_hopper
-@pytest.mark.parametrize("partials16", [False, True], ids=["f32-partials", "16bit-partials"])
+@pytest.mark.parametrize("partials16", [False, True, 4], ids=["f32-partials", "16bit-partials", "16bit-from-S4"])
 @pytest.mark.parametrize("split", [2, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
@@ -1459,7 +1469,7 @@ def test_group_split_matches_reference(monkeypatch, split, dtype, d, case, parti
     """GROUP_SPLIT = 2 / 4 (module doc of kernels/hopper/bwd.py): dq, dk, dv
     against float64 autograd on NaN-poisoned outputs (_run), and the group
     sums ran with the expected slice count, over float32 partials or, with
-    GROUP_PARTIALS_16BIT, partials in the inputs' dtype."""
+    GROUP_PARTIALS_16BIT, partials in the inputs' dtype (with 4: from S = 4 on)."""
     from flashattn_triton.kernels import bwd as portable
     monkeypatch.setattr(hopper.bwd, "GROUP_PARTIALS_16BIT", partials16)
     b, hq, hkv, nq, nk, causal, layout = case
@@ -1474,7 +1484,8 @@ def test_group_split_matches_reference(monkeypatch, split, dtype, d, case, parti
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, GROUP_SPLIT=split)
     s = hopper.bwd.split_divisor(split, hq // hkv)
-    assert sums == [(hkv * s, hkv, s, dtype if partials16 else torch.float32)] * 2, sums
+    want16 = partials16 is True or (partials16 == 4 and s >= 4)
+    assert sums == [(hkv * s, hkv, s, dtype if want16 else torch.float32)] * 2, sums
 
 
 @needs_hopper

@@ -111,7 +111,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 import triton
@@ -1366,8 +1366,20 @@ HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 # float32 partials, cuDNN's 2 x 12 us over 16-bit ones.  CPU estimate of the
 # error (float64 per-head gradients, bf16, S = 2-8): dK's max error 1.1-2.2x
 # that of float32 partials, 0.29-0.49x plain PyTorch bf16's (tests: 3x).
-# Off until timed on the H200 (benchmarks/gpu_next_partials16.sh).
-GROUP_PARTIALS_16BIT = False
+# True: every split; an int S0 > 1: splits of S0 slices or more (the sum
+# reads S partials per output, so large splits gain most); False: never.
+# Off: session 30 timed it three times (gpu_next_partials16*.sh,
+# docs/hopper.md "16-bit partials"): about +2 %, inside the timing noise;
+# gpu_next_partials16d.sh is the decisive run (alternated processes).
+GROUP_PARTIALS_16BIT: Union[bool, int] = False
+
+
+def partials_16bit(split: int) -> bool:
+    """Whether a launch split GROUP_SPLIT = split ways writes 16-bit partials."""
+    setting = GROUP_PARTIALS_16BIT
+    if setting is True or setting is False:
+        return setting and split > 1
+    return split > 1 and split >= int(setting)
 # Programs wanted per SM by group_split: 4 since session 23 (2 before).
 # benchmarks/gpu_next_dropout_split.sh, rule fixed before the run, best of
 # two repeats on 5 causal GQA rows (d 64 / 128, N 2k-8k): 4 waves gave
@@ -1759,7 +1771,7 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     if not plan.qk1:
         args += (None, None)  # q1_desc, k1_desc: constexpr None, no kernel parameters
     if plan.split > 1:
-        part_dtype = q.dtype if GROUP_PARTIALS_16BIT else torch.float32
+        part_dtype = q.dtype if partials_16bit(plan.split) else torch.float32
         dk_out, dv_out = (fastlaunch.empty_scratch(shape, part_dtype, q.device) for shape in plan.out_shape)
     else:
         dk_out, dv_out = dk, dv
