@@ -741,6 +741,32 @@ def _spy_hopper_backward(monkeypatch):
     return calls
 
 
+@needs_hopper
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_raw_backward_deterministic_flag(monkeypatch, deterministic):
+    """ops.flash_bwd (the raw backward the ring runs per block) follows
+    deterministic: False takes the Hopper backward (dQ by atomics), True the
+    portable kernels, bit-identical on a repeat; both match float64."""
+    from flashattn_triton import ops
+    calls = _spy_hopper_backward(monkeypatch)
+    torch.manual_seed(0)
+    q, do = (torch.randn(2, 1024, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 1024, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out, lse = ops.flash_fwd(q, k, v, 128 ** -0.5, True)
+    grads = ops.flash_bwd(do, q, k, v, out, lse, 128 ** -0.5, True, deterministic=deterministic)
+    assert calls == ([] if deterministic else [True]), calls
+    if deterministic:
+        again = ops.flash_bwd(do, q, k, v, out, lse, 128 ** -0.5, True, deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(grads, again))
+    from flashattn_triton.reference import flash_attention_ref
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = torch.autograd.grad(flash_attention_ref(*ref_in, True)[0], ref_in, do.double())
+    low_in = [t.detach().requires_grad_() for t in (q, k, v)]
+    low = torch.autograd.grad(flash_attention_ref(*low_in, True, dtype=torch.bfloat16)[0], low_in, do)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
+        assert_close(name, g, r, baseline=lo, factor=3.0, dtype=torch.bfloat16)
+
+
 def _run(q, k, v, do, scale, shift, **overrides):
     """Forward (Hopper tier) for lse2 and O, delta in torch, then the Hopper
     backward (head dims of CONFIGS_UNVERIFIED included)."""
