@@ -28,6 +28,19 @@ probe_reps() {
     echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
   done
 }
+# probe_alternated SECONDS RUNS A B PROBE_ARGS...: hopper_bwd_probe.py RUNS times, into
+# $R/rep1 .. $R/repRUNS, with --variants "A,B" in odd runs and "B,A" in even ones (a
+# variant's place in the order moved the timing by up to 6 % in session 30).
+probe_alternated() {
+  local limit=$1 runs=$2 a=$3 b=$4 i v; shift 4
+  for i in $(seq 1 "$runs"); do
+    mkdir -p "$R/rep$i"
+    if [ $((i % 2)) = 1 ]; then v="$a,$b"; else v="$b,$a"; fi
+    timeout -k 5 "$limit" python3 benchmarks/hopper_bwd_probe.py --variants "$v" "$@" --out "$R/rep$i" \
+      > "$R/rep$i/log.txt" 2>&1
+    echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
+  done
+}
 # run_each NAME:SCRIPT...: each benchmarks/SCRIPT.sh with OUT=/tmp/NAME (its last lines
 # printed), then its /tmp/NAME/results.tgz (and verdict.txt, if any) copied to
 # $OUT/NAME.tgz (NAME_verdict.txt): one file per script, as the device returns at most 8.

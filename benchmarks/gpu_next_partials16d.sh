@@ -24,56 +24,14 @@ fi
 G="2,16,4,4096,64,1;2,16,4,4096,128,1;4,16,2,2048,128,1;1,16,4,8192,128,1;1,32,4,2048,256,1;2,8,1,4096,128,1"
 G="$G;2,32,4,4096,64,1;2,16,4,4096,192,1;2,16,2,4096,128,1;1,32,4,4096,128,1;2,16,1,4096,64,1;1,16,2,8192,128,1"
 G="$G;2,32,4,2048,128,1;1,8,1,8192,256,1;4,16,16,4096,128,1;8,32,8,2048,128,1;2,32,8,8192,128,1"
-NEW="mod:GROUP_PARTIALS_16BIT=True"
-RUNS=${RUNS:-6}
-for i in $(seq 1 $RUNS); do
-  mkdir -p "$R/run$i"
-  if [ $((i % 2)) = 1 ]; then V="default,$NEW"; else V="$NEW,default"; fi
-  timeout -k 5 ${T_BENCH:-75} python3 benchmarks/hopper_bwd_probe.py --head-dims none --seqlens 4096 --gqa "$G" \
-    --variants "$V" --variants64 "" --variants256 "" --baselines "" --rep 40 --out "$R/run$i" > "$R/run$i/log.txt" 2>&1
-  echo "rc=$?" >> "$R/run$i/log.txt"; el "run$i"
-done
-python3 - "$R" "$RUNS" <<'PY'
-import glob, json, math, statistics, sys
-root, runs = sys.argv[1], int(sys.argv[2])
-new = "mod:GROUP_PARTIALS_16BIT=True"
-reps = []
-for i in range(1, runs + 1):
-    try:
-        reps.append(json.load(open(f"{root}/run{i}/hopper_bwd_probe.json"))["rows"])
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"run{i}: no timing ({exc}); rule not applied"); sys.exit(0)
-checks_ok, gauges_ok = True, True
-split_rows, big_rows = [], []
-for rows in zip(*reps):
-    r0 = rows[0]
-    ratios = [r["tflops"][new] / r["tflops"]["default"] for r in rows
-              if r["tflops"].get(new) and r["tflops"].get("default")]
-    checks_ok &= len(ratios) == runs and all(c in ("ok", "ref") for r in rows for c in r["check"].values() if c)
-    med = statistics.median(ratios) if ratios else 0.0
-    split = r0.get("rule_split", 1)
-    tag = "gauge" if split == 1 else f"S={split}"
-    if split == 1:
-        gauges_ok &= 0.98 <= med <= 1.02
-    else:
-        split_rows.append(med)
-        if split >= 8:
-            big_rows.append(med)
-    print(f"B={r0['b']} Hq={r0['hq']} Hkv={r0['hkv']} N={r0['n']} d={r0['d']} {tag}: median {med:.3f}  "
-          + " ".join(f"{x:.3f}" for x in ratios))
-gmean = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs and min(xs) > 0 else 0.0
-print(f"S > 1 rows: {len(split_rows)}, geomean {gmean(split_rows):.3f}, min {min(split_rows):.3f}; "
-      f"S >= 8 rows: {len(big_rows)}, geomean {gmean(big_rows):.3f}, min {min(big_rows):.3f}")
-if not checks_ok:
-    verdict = "NOT applied: a check failed or a run is missing a row"
-elif not gauges_ok:
-    verdict = "method cannot resolve it (a gauge row outside [0.98, 1.02]): stays False"
-elif min(split_rows) >= 0.99 and gmean(split_rows) >= 1.015:
-    verdict = "met (1): GROUP_PARTIALS_16BIT = True"
-elif min(big_rows) >= 1.0 and gmean(big_rows) >= 1.02:
-    verdict = "met (2): GROUP_PARTIALS_16BIT = 8"
-else:
-    verdict = "NOT met: stays False"
-print("rule:", verdict, "(if the tests in tests_partials16d.log passed)")
+probe_alternated ${T_BENCH:-75} ${RUNS:-6} default "mod:GROUP_PARTIALS_16BIT=True" --head-dims none \
+  --seqlens 4096 --gqa "$G" --variants64 "" --variants256 "" --baselines "" --rep 40
+python3 - "$R" "${RUNS:-6}" <<'PY'
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import load_reps, median_split_verdict
+reps = load_reps([f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json" for i in range(1, int(sys.argv[2]) + 1)])
+print("rule:", median_split_verdict(reps, "mod:GROUP_PARTIALS_16BIT=True"),
+      "(if the tests in tests_partials16d.log passed)")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -373,3 +373,70 @@ def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_
         if ok:
             passing[label] = geo
     return (max(passing, key=passing.get) if passing else None), geos
+
+
+def split_ratio_rows(reps, new: str, base: str = "default") -> list:
+    """hopper_bwd_probe.py repeats timing ``new`` against ``base`` (a GROUP_SPLIT
+    switch, e.g. mod:GROUP_PARTIALS_16BIT=True): per row, a dict of the first
+    repeat's row ("row"), the new / base TFLOP/s ratio of each repeat
+    ("ratios", None where either is missing), the rule's S ("split": 1 for
+    MHA, where both variants run the same launches) and whether every check
+    of every repeat is "ok" / "ref" ("checks"); one line printed per row."""
+    out = []
+    for rows in zip(*reps):
+        r0 = rows[0]
+        ratios = [r["tflops"][new] / r["tflops"][base] if r["tflops"].get(new) and r["tflops"].get(base) else None
+                  for r in rows]
+        checks = all(c in ("ok", "ref") for r in rows for c in r["check"].values() if c)
+        split = r0.get("rule_split", 1)
+        out.append(dict(row=r0, ratios=ratios, split=split, checks=checks))
+        print(f"B={r0['b']} Hq={r0['hq']} Hkv={r0['hkv']} N={r0['n']} d={r0['d']} S={split}: "
+              + " ".join(f"{x:.3f}" if x else "-" for x in ratios) + ("" if checks else f"  checks {r0['check']}"))
+    return out
+
+
+def geomean(xs) -> float:
+    """Geometric mean; 0 for an empty list or a non-positive value."""
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs and min(xs) > 0 else 0.0
+
+
+def split_switch_verdict(reps, new: str, min_split: int, row_min: float, geo_min: float) -> str:
+    """Each repeat on its own: the rows whose rule S >= min_split all at least
+    row_min and their geometric mean at least geo_min, every check ok
+    (gpu_next_partials16_alt.sh)."""
+    rows = split_ratio_rows(reps, new)
+    ok = len({len(rows_) for rows_ in reps}) == 1 and all(r["checks"] for r in rows)  # (a cut repeat: not met)
+    picked = [r for r in rows if r["split"] >= min_split]
+    for i in range(len(reps)):
+        xs = [r["ratios"][i] for r in picked]
+        ok &= bool(xs) and all(x is not None and x >= row_min for x in xs)
+        mean = geomean([x for x in xs if x])
+        ok &= mean >= geo_min
+        print(f"repeat {i + 1}: S >= {min_split} rows {len(xs)}, geomean {mean:.3f}")
+    return "met" if ok else "NOT met"
+
+
+def median_split_verdict(reps, new: str) -> str:
+    """gpu_next_partials16d.sh's rule on the per-row medians over its
+    alternated processes: gauges (S = 1) within [0.98, 1.02], then True if
+    every S > 1 row >= 0.99 with geomean >= 1.015, else 8 if every S >= 8 row
+    >= 1.0 with geomean >= 1.02, else False."""
+    import statistics
+    rows = split_ratio_rows(reps, new)
+    if (not rows or len({len(rows_) for rows_ in reps}) != 1
+            or not all(r["checks"] and None not in r["ratios"] for r in rows)):
+        return "NOT applied: a check failed or a run is missing a row"
+    med = [(r["split"], statistics.median(r["ratios"])) for r in rows]
+    gauges = [m for s, m in med if s == 1]
+    split = [m for s, m in med if s > 1]
+    big = [m for s, m in med if s >= 8]
+    print("medians:", " ".join(f"S{s}:{m:.3f}" for s, m in med))
+    print(f"S > 1: {len(split)} rows, geomean {geomean(split):.3f}; S >= 8: {len(big)} rows, "
+          f"geomean {geomean(big):.3f}; gauges {' '.join(f'{m:.3f}' for m in gauges)}")
+    if not all(0.98 <= m <= 1.02 for m in gauges):
+        return "the method cannot resolve it (a gauge row outside [0.98, 1.02]): stays False"
+    if split and min(split) >= 0.99 and geomean(split) >= 1.015:
+        return "met (1): GROUP_PARTIALS_16BIT = True"
+    if big and min(big) >= 1.0 and geomean(big) >= 1.02:
+        return "met (2): GROUP_PARTIALS_16BIT = 8"
+    return "NOT met: stays False"

@@ -212,3 +212,60 @@ def test_row_bound_bwd_verdict(tmp_path):
     (r / "tests_rb.log").write_text("20 passed\nrc=0\n")
     (r / "rep2" / "hopper_bwd_probe.json").unlink()  # a repeat cut before its file
     assert rules.row_bound_bwd_verdict(str(r)) == "RULE (backward): nothing changes"
+
+
+def _split_reps(gains_per_rep, splits=(1, 2, 4, 8, 8)):
+    """Probe repeats of rows with the given rule S (1: MHA, no rule_split):
+    default at 300 TFLOP/s, the 16-bit partials at 300 x gain."""
+    new = "mod:GROUP_PARTIALS_16BIT=True"
+    reps = []
+    for gains in gains_per_rep:
+        rows = []
+        for split, gain in zip(splits, gains):
+            row = {"b": 2, "hq": 16, "hkv": 16 if split == 1 else 4, "n": 4096, "d": 128, "causal": True,
+                   "tflops": {"default": 300.0, new: 300.0 * gain}, "check": {"default": "ref", new: "ok"}}
+            if split > 1:
+                row["rule_split"] = split
+            rows.append(row)
+        reps.append(rows)
+    return reps
+
+
+def test_split_switch_verdict():
+    """gpu_next_partials16_alt.sh: each repeat on its own, the rows with
+    S >= min_split all >= row_min and their geomean >= geo_min; the S = 1
+    gauge is not in the rule."""
+    rules = _rules()
+    new = "mod:GROUP_PARTIALS_16BIT=True"
+    reps = _split_reps([(0.95, 1.01, 1.02, 1.05, 1.04), (1.06, 1.0, 1.03, 1.04, 1.05)])
+    assert rules.split_switch_verdict(reps, new, 2, 0.99, 1.02) == "met"
+    assert rules.split_switch_verdict(reps, new, 8, 1.0, 1.05) == "NOT met"  # geomean 1.045 in repeat 1
+    reps[1][1]["tflops"][new] = 300.0 * 0.985  # an S = 2 row below 0.99
+    assert rules.split_switch_verdict(reps, new, 2, 0.99, 1.02) == "NOT met"
+    assert rules.split_switch_verdict(reps, new, 8, 1.0, 1.02) == "met"
+    del reps[1][0]  # repeat 2 cut before a row
+    assert rules.split_switch_verdict(reps, new, 8, 1.0, 1.02) == "NOT met"
+    reps = _split_reps([(1.0, 1.0, 1.0, 1.05, 1.05)] * 2)
+    assert rules.split_switch_verdict(reps, new, 8, 1.0, 1.02) == "met"
+    reps[0][4]["check"][new] = "FAIL 3.1e-01"
+    assert rules.split_switch_verdict(reps, new, 8, 1.0, 1.02) == "NOT met"
+
+
+def test_median_split_verdict():
+    """gpu_next_partials16d.sh: per-row medians over the alternated runs; the
+    gauges (S = 1) must sit within [0.98, 1.02], then True (every S > 1 row
+    >= 0.99, geomean >= 1.015), else 8 (every S >= 8 row >= 1.0, geomean
+    >= 1.02), else False; a missing row or failed check applies nothing."""
+    rules = _rules()
+    new = "mod:GROUP_PARTIALS_16BIT=True"
+    good = [(1.0, 1.01, 1.02, 1.04, 1.03), (1.01, 1.0, 1.01, 1.05, 1.02), (0.99, 1.02, 1.0, 1.03, 1.04)]
+    assert rules.median_split_verdict(_split_reps(good), new) == "met (1): GROUP_PARTIALS_16BIT = True"
+    only_big = [(1.0, 0.97, 0.98, 1.04, 1.03)] * 3
+    assert rules.median_split_verdict(_split_reps(only_big), new) == "met (2): GROUP_PARTIALS_16BIT = 8"
+    noisy = [(1.05, 1.01, 1.02, 1.04, 1.03)] * 3  # the gauge (same launches) moved 5 %
+    assert rules.median_split_verdict(_split_reps(noisy), new).startswith("the method cannot resolve")
+    flat = [(1.0, 1.0, 0.99, 1.0, 1.01)] * 3
+    assert rules.median_split_verdict(_split_reps(flat), new) == "NOT met: stays False"
+    cut = _split_reps(good)
+    del cut[2][-1]  # a run cut before its last row
+    assert rules.median_split_verdict(cut, new).startswith("NOT applied")
