@@ -111,7 +111,13 @@ def check_sinks(sinks, q: torch.Tensor, heads: int) -> Optional[torch.Tensor]:
         raise TypeError(f"sinks must be a floating-point tensor, got {sinks.dtype}")
     if tuple(sinks.shape) != (heads,):
         raise ValueError(f"sinks must have shape (nheads,) = ({heads},), got {tuple(sinks.shape)}")
-    return sinks.float().contiguous()  # the kernels read sinks[h] at SINKS + h
+    return sinks_for_kernels(sinks)
+
+
+def sinks_for_kernels(sinks: torch.Tensor) -> torch.Tensor:
+    """Checked sinks as the kernels read them (sinks[h] at SINKS + h): float32,
+    contiguous; also what a planned call (api._CallPlan) passes per call."""
+    return sinks.float().contiguous()
 
 
 def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], batch: int,

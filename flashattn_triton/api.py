@@ -13,7 +13,7 @@ from .kernels.launch import env_snapshot
 from .reference import LN2
 from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
                         check_dropout, check_flag, check_qkv, check_scale, check_sinks,
-                        check_softcap, check_window)
+                        check_softcap, check_window, sinks_for_kernels)
 
 from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
 
@@ -99,7 +99,7 @@ class _CallPlan:
         extras = op.extras
         if extras:  # this call's tensors in the places of the options that vary per call
             per_call = {ops.OPT_ALIBI: alibi_slopes,
-                        ops.OPT_SINKS: None if sinks is None else sinks.float().contiguous(),
+                        ops.OPT_SINKS: None if sinks is None else sinks_for_kernels(sinks),
                         ops.OPT_SEED: (seed if seed is not None or ops.OPT_SEED not in extras
                                        else draw_dropout_seed(q.device))}
             out, lse2 = ops.attention_planned(op, q, k, v, tuple(per_call[i] for i in extras))

@@ -457,8 +457,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
             _prefetch.wait_pending()  # its compiles fill the cache that this backward reads
         if _kernels.forward is None:
             _kernels.load()
-        attention_backward = _kernels.backward
-        _install_direct_launches()
+        attention_backward = _kernels.backward  # (load also installed the direct launches)
         if delta is None:
             delta = torch.empty_strided(lse.shape, lse.stride(), dtype=lse.dtype, device=lse.device)
         deltah = _lse_bhn(delta, varlen)
