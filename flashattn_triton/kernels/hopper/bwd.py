@@ -733,7 +733,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
     Query tiles [m_lo, m_hi) of every head of the group (m_hi = n_mb
     without a window; with GROUP_SPLIT > 1 off_hkv and GROUP are the
-    program's slice of a group, DK / DV its float32 partials).  it: ring steps before this block; returns it after
+    program's slice of a group, DK / DV its partials: 16-bit with
+    GROUP_PARTIALS_16BIT, else float32).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
     longer read.  drop: the kernel's dropout arguments (DROPOUT only)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
@@ -844,7 +845,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         + rows64 * stride_dkn + gl.expand_dims(dcols, 0)
     dv_ptrs = DV + off_b.to(gl.int64) * stride_dvz + off_hkv.to(gl.int64) * stride_dvh \
         + rows64 * stride_dvn + gl.expand_dims(dcols, 0)
-    # (float32 partials of a group slice with GROUP_SPLIT > 1, else q's dtype)
+    # (a group slice's partials with GROUP_SPLIT > 1: q's dtype with
+    # GROUP_PARTIALS_16BIT (the default), else float32; unsplit: q's dtype)
     gl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=keep)
     gl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=keep)
     return it
@@ -1368,10 +1370,11 @@ HOPPER_BWD_GROUP_SPLIT_DEFAULT = {False: False, True: True}
 # that of float32 partials, 0.29-0.49x plain PyTorch bf16's (tests: 3x).
 # True: every split; an int S0 > 1: splits of S0 slices or more (the sum
 # reads S partials per output, so large splits gain most); False: never.
-# Off: session 30 timed it three times (gpu_next_partials16*.sh,
-# docs/hopper.md "16-bit partials"): about +2 %, inside the timing noise;
-# gpu_next_partials16d.sh is the decisive run (alternated processes).
-GROUP_PARTIALS_16BIT: Union[bool, int] = False
+# On since session 31: gpu_next_partials16d.sh (6 alternated probe
+# processes, per-row medians, rule fixed before the run) read 0.999-1.057x
+# on the 14 causal GQA rows with S > 1 (geomean 1.023; S >= 8: 1.032), its
+# three S = 1 gauges 0.989-0.997 (docs/hopper.md "16-bit partials").
+GROUP_PARTIALS_16BIT: Union[bool, int] = True
 
 
 def partials_16bit(split: int) -> bool:
@@ -1739,7 +1742,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         plan.layouts += (gl.NVMMASharedLayout.get_default_for(q1_block, gdt),
                          gl.NVMMASharedLayout.get_default_for(k1_block, gdt))
     if split > 1:
-        # Slice h of (B, H_KV * split) holds the float32 partials of query
+        # Slice h of (B, H_KV * split) holds the partials (partials_16bit) of query
         # heads [h * group / split, + group / split), contiguous; every row
         # below N_K is written (_launch allocates them per call).
         out_strides = (h_kv * split * n_k * d, n_k * d, d, h_kv * split * n_k * d_v, n_k * d_v, d_v)
