@@ -440,3 +440,48 @@ def median_split_verdict(reps, new: str) -> str:
     if big and min(big) >= 1.0 and geomean(big) >= 1.02:
         return "met (2): GROUP_PARTIALS_16BIT = 8"
     return "NOT met: stays False"
+
+
+def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor: float = 0.98,
+                         gain_from: int = 16384) -> str:
+    """gpu_next_decode_paged.sh's rule over bench_decode.json payloads (one per
+    process): per page layout, a variant qualifies if in every process its
+    GB/s over the base's on the same (batch, N) row is >= gain from gain_from
+    keys on and >= floor below, every row of both present and every spot check
+    ran (an error under 1e-2); the best qualifying geomean wins.  One line per
+    layout: "<layout>: <winner> (geomean g)" or "<layout>: unchanged"."""
+    layouts = sorted({r["layout"] for p in reps for r in p["rows"] if r.get("provider") == "ours"})
+    checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
+                    for p in reps)
+    lines = []
+    for layout in layouts:
+        tables = []
+        for p in reps:
+            t = {}
+            for r in p["rows"]:
+                if r.get("provider") == "ours" and r["layout"] == layout and "gbps" in r:
+                    t[(r["variant"], r["batch"], r["seqlen"])] = r["gbps"]
+            tables.append(t)
+        keys = sorted({(b, n) for t in tables for (v, b, n) in t if v == base})
+        variants = sorted({v for t in tables for (v, b, n) in t if v != base})
+        best, best_geo = None, 0.0
+        for v in variants:
+            ratios, ok = [], checks_ok and bool(keys)
+            for t in tables:
+                for b, n in keys:
+                    new, old = t.get((v, b, n)), t.get((base, b, n))
+                    if not new or not old:
+                        ok = False
+                        continue
+                    x = new / old
+                    ratios.append(x)
+                    ok &= x >= (gain if n >= gain_from else floor)
+            geo = geomean(ratios)
+            lines.append(f"  {layout} {v}: " + " ".join(f"{x:.3f}" for x in ratios)
+                         + f" geomean {geo:.3f} {'qualifies' if ok else 'no'}")
+            if ok and geo > best_geo:
+                best, best_geo = v, geo
+        lines.append(f"{layout}: {best} (geomean {best_geo:.3f})" if best else f"{layout}: unchanged")
+    if not checks_ok:
+        lines.append("a spot check is missing or failed: nothing qualifies")
+    return "\n".join(lines)

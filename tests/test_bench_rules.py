@@ -269,3 +269,37 @@ def test_median_split_verdict():
     cut = _split_reps(good)
     del cut[2][-1]  # a run cut before its last row
     assert rules.median_split_verdict(cut, new).startswith("NOT applied")
+
+
+def _decode_payload(gbps: dict, err=1e-3):
+    """A bench_decode.json payload: gbps {(variant, layout, batch, n): GB/s}."""
+    rows = [dict(provider="ours", variant=v, layout=lay, batch=b, seqlen=n, gbps=g)
+            for (v, lay, b, n), g in gbps.items()]
+    return dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=err)])
+
+
+def test_decode_paged_verdict():
+    """Per layout: a variant wins only with >= 1.05x from 16k and >= 0.98x at 4k in
+    every process; the best geomean of the qualifying ones wins; a failed spot check
+    or a missing row disqualifies."""
+    rules = _rules()
+    def payload(fast, slow4k=1.0, err=1e-3, drop=None):
+        g = {}
+        for lay in ("paged16", "paged256"):
+            for b in (1, 4):
+                for n in (4096, 16384, 65536):
+                    g[("default", lay, b, n)] = 1000.0
+                    g[("pair", lay, b, n)] = 1000.0 * (fast if lay == "paged16" and n >= 16384 else
+                                                       slow4k if n == 4096 else 1.0)
+                    g[("none", lay, b, n)] = 1000.0 * (1.055 if lay == "paged16" else 0.9)
+        if drop:
+            del g[drop]
+        return _decode_payload(g, err)
+    out = rules.decode_paged_verdict([payload(1.10), payload(1.08)])
+    assert "paged16: pair" in out and "paged256: unchanged" in out, out
+    assert "paged16: none" in rules.decode_paged_verdict([payload(1.10), payload(1.04)])
+    assert "paged16: none" in rules.decode_paged_verdict([payload(1.10, slow4k=0.97), payload(1.10)])
+    out = rules.decode_paged_verdict([payload(1.10, err=0.5), payload(1.10)])
+    assert "paged16: unchanged" in out and "spot check" in out, out
+    out = rules.decode_paged_verdict([payload(1.10, drop=("pair", "paged16", 4, 65536)), payload(1.10)])
+    assert "paged16: none" in out, out
