@@ -17,7 +17,11 @@
 # every row of P with N >= 16k and >= 0.98 on the 4k rows, and every spot check ran.  The
 # qualifying V with the highest geometric mean over P's rows (both processes) becomes the
 # small-batch variant set of P-token pages (kernels/decode.py, by page size); none: unchanged.
-# One H200, about 4 minutes.
+# Then, exploratory (no rule): B = 64 reads 3.9 TB/s unsplit against B = 8's 4.5 (4 splits,
+# 256 programs, one wave) and cuDNN's 4.5; 512 programs at up to 3 per SM are 1.3 waves.
+# bench_decode.py at B = 64 and 16, N = 8k and 32k, contiguous, fixed splits 1-4 beside the
+# automatic count (T_SPLITS 70 s).
+# One H200, about 5 minutes.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 V="default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fill+pdl+reserve"
 VR=$(tr ',' '\n' <<< "$V" | tac | paste -sd, -)
@@ -28,6 +32,16 @@ for i in 1 2; do
     > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
 done
+timeout -k 5 ${T_SPLITS:-70} python3 benchmarks/bench_decode.py --batches 64,16 --seqlens 8192,32768 \
+  --layouts contiguous --peers "" --splits 0,1,2,3,4 --max-seconds 60 --out "$R/splits" > "$R/splits.log" 2>&1
+echo "rc=$?" >> "$R/splits.log"; el splits
+python3 - "$R/splits/bench_decode.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    if r.get("provider") == "flashattn_triton" and "gbps" in r:
+        print(f"B={r['batch']} N={r['seqlen']} splits={r['num_splits']}{' (auto)' if r['auto_splits'] else ''}: "
+              f"{r['gbps']:.0f} GB/s")
+PY
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import json, math, sys
 sys.path.insert(0, "benchmarks")

@@ -443,14 +443,14 @@ def median_split_verdict(reps, new: str) -> str:
 
 
 def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor: float = 0.98,
-                         gain_from: int = 16384) -> str:
+                         gain_from: int = 16384, ours: str = "flashattn_triton") -> str:
     """gpu_next_decode_paged.sh's rule over bench_decode.json payloads (one per
     process): per page layout, a variant qualifies if in every process its
     GB/s over the base's on the same (batch, N) row is >= gain from gain_from
     keys on and >= floor below, every row of both present and every spot check
     ran (an error under 1e-2); the best qualifying geomean wins.  One line per
     layout: "<layout>: <winner> (geomean g)" or "<layout>: unchanged"."""
-    layouts = sorted({r["layout"] for p in reps for r in p["rows"] if r.get("provider") == "ours"})
+    layouts = sorted({r["layout"] for p in reps for r in p["rows"] if r.get("provider") == ours})
     checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
                     for p in reps)
     lines = []
@@ -459,7 +459,7 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
         for p in reps:
             t = {}
             for r in p["rows"]:
-                if r.get("provider") == "ours" and r["layout"] == layout and "gbps" in r:
+                if r.get("provider") == ours and r["layout"] == layout and "gbps" in r:
                     t[(r["variant"], r["batch"], r["seqlen"])] = r["gbps"]
             tables.append(t)
         keys = sorted({(b, n) for t in tables for (v, b, n) in t if v == base})

@@ -273,7 +273,7 @@ def test_median_split_verdict():
 
 def _decode_payload(gbps: dict, err=1e-3):
     """A bench_decode.json payload: gbps {(variant, layout, batch, n): GB/s}."""
-    rows = [dict(provider="ours", variant=v, layout=lay, batch=b, seqlen=n, gbps=g)
+    rows = [dict(provider="flashattn_triton", variant=v, layout=lay, batch=b, seqlen=n, gbps=g)
             for (v, lay, b, n), g in gbps.items()]
     return dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=err)])
 
