@@ -20,7 +20,7 @@
 # Then, exploratory (no rule): B = 64 reads 3.9 TB/s unsplit against B = 8's 4.5 (4 splits,
 # 256 programs, one wave) and cuDNN's 4.5; 512 programs at up to 3 per SM are 1.3 waves.
 # bench_decode.py at B = 64 and 16, N = 8k and 32k, contiguous, fixed splits 1-4 beside the
-# automatic count (T_SPLITS 70 s).
+# automatic count (T_SPLITS 70 s); B = 1 at 2k / 4k with 4-12 splits (T_SPLITS1 40 s).
 # One H200, about 5 minutes.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 V="default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fill+pdl+reserve"
@@ -35,9 +35,13 @@ done
 timeout -k 5 ${T_SPLITS:-70} python3 benchmarks/bench_decode.py --batches 64,16 --seqlens 8192,32768 \
   --layouts contiguous --peers "" --splits 0,1,2,3,4 --max-seconds 60 --out "$R/splits" > "$R/splits.log" 2>&1
 echo "rc=$?" >> "$R/splits.log"; el splits
-python3 - "$R/splits/bench_decode.json" <<'PY'
+# and B = 1 at 2k / 4k (0.87x / 0.95x cuDNN at 16 splits in call 3): 4, 8, 12 splits
+timeout -k 5 ${T_SPLITS1:-40} python3 benchmarks/bench_decode.py --batches 1 --seqlens 2048,4096 \
+  --layouts contiguous --peers "" --splits 0,4,8,12 --max-seconds 30 --out "$R/splits1" > "$R/splits1.log" 2>&1
+echo "rc=$?" >> "$R/splits1.log"; el splits1
+python3 - "$R/splits/bench_decode.json" "$R/splits1/bench_decode.json" <<'PY'
 import json, sys
-for r in json.load(open(sys.argv[1]))["rows"]:
+for r in [r for f in sys.argv[1:] for r in json.load(open(f))["rows"]]:
     if r.get("provider") == "flashattn_triton" and "gbps" in r:
         print(f"B={r['batch']} N={r['seqlen']} splits={r['num_splits']}{' (auto)' if r['auto_splits'] else ''}: "
               f"{r['gbps']:.0f} GB/s")
