@@ -10,7 +10,7 @@
 # fill+pdl+reserve (the default less deep), pair+pdl+reserve (two programs per SM, 4 stages,
 # the split rule counting two per SM), pair+merge+pdl+reserve, wide+fill+pdl+reserve (128-key
 # tiles: 8 pages per tile).
-# Timing: bench_decode.py, B = 1 and 4 (both small batch at Hkv = 8), N = 4k, 16k, 64k,
+# Timing: bench_decode.py, B = 1, N = 4k, 16k, 64k,
 # 16- and 256-token pages, ours only, two processes with the variant order reversed.
 # Rule, fixed before the run, per page size P separately: ratio = V's GB/s / the default's on
 # the same row of the same process.  V qualifies for P if in both processes ratio >= 1.05 on
@@ -27,7 +27,7 @@ V="default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fi
 VR=$(tr ',' '\n' <<< "$V" | tac | paste -sd, -)
 for i in 1 2; do
   vs=$V; [ $i = 2 ] && vs=$VR
-  timeout -k 5 ${T_BENCH:-120} python3 benchmarks/bench_decode.py --batches 1,4 --seqlens 4096,16384,65536 \
+  timeout -k 5 ${T_BENCH:-120} python3 benchmarks/bench_decode.py --batches 1 --seqlens 4096,16384,65536 \
     --layouts paged16,paged256 --peers "" --variants "$vs" --max-seconds ${STOP:-105} --out "$R/rep$i" \
     > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
