@@ -21,9 +21,9 @@
 # 256 programs, one wave) and cuDNN's 4.5; 512 programs at up to 3 per SM are 1.3 waves.
 # bench_decode.py at B = 64 and 16, N = 8k and 32k, contiguous, fixed splits 1-4 beside the
 # automatic count (T_SPLITS 70 s); B = 1 at 2k / 4k with 4-12 splits (T_SPLITS1 40 s).
-# One H200, about 5 minutes.
+# One H200, about 5 minutes (VARIANTS=... a shorter list, SKIP_SPLITS=1 without the sweeps).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-V="default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fill+pdl+reserve"
+V=${VARIANTS:-"default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fill+pdl+reserve"}
 VR=$(tr ',' '\n' <<< "$V" | tac | paste -sd, -)
 for i in 1 2; do
   vs=$V; [ $i = 2 ] && vs=$VR
@@ -32,6 +32,7 @@ for i in 1 2; do
     > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
 done
+if [ -z "${SKIP_SPLITS:-}" ]; then
 timeout -k 5 ${T_SPLITS:-70} python3 benchmarks/bench_decode.py --batches 64,16 --seqlens 8192,32768 \
   --layouts contiguous --peers "" --splits 0,1,2,3,4 --max-seconds 60 --out "$R/splits" > "$R/splits.log" 2>&1
 echo "rc=$?" >> "$R/splits.log"; el splits
@@ -46,6 +47,7 @@ for r in [r for f in sys.argv[1:] for r in json.load(open(f))["rows"]]:
         print(f"B={r['batch']} N={r['seqlen']} splits={r['num_splits']}{' (auto)' if r['auto_splits'] else ''}: "
               f"{r['gbps']:.0f} GB/s")
 PY
+fi
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import json, math, sys
 sys.path.insert(0, "benchmarks")
