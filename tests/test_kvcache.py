@@ -791,28 +791,6 @@ def test_decode_plan_variants(monkeypatch):
         decode.decode_variants()
 
 
-
-def test_paged_default_variants(monkeypatch):
-    """decode.PAGED_DEFAULT_VARIANTS: a paged cache takes the first entry whose
-    largest page size holds its pages, only while ENV_VARIANT is unset or
-    "default"; contiguous caches and larger pages keep DEFAULT_VARIANTS; the
-    plan and the counters follow the cache's page size."""
-    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
-    monkeypatch.setattr(decode, "INTERPRET", False)
-    meta, bf16 = torch.device("meta"), torch.bfloat16
-    small, mid = frozenset({"pair", "pdl"}), frozenset({"fill"})
-    monkeypatch.setattr(decode, "PAGED_DEFAULT_VARIANTS", ((16, small), (64, mid)))
-    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
-    assert decode.decode_variants() == decode.DEFAULT_VARIANTS
-    assert [decode.decode_variants(p) for p in (16, 32, 64, 256)] == [small, mid, mid, decode.DEFAULT_VARIANTS]
-    plan = decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, page_size=16)
-    monkeypatch.setenv(decode.ENV_VARIANT, "pair,pdl")
-    assert plan == decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta)
-    monkeypatch.setenv(decode.ENV_VARIANT, "deep")  # an explicit choice holds for every layout
-    assert decode.decode_variants(16) == frozenset({"deep"})
-    monkeypatch.setenv(decode.ENV_VARIANT, "default")
-    assert decode.decode_variants(16) == small and decode.decode_variants(0) == decode.DEFAULT_VARIANTS
-
 # (variants, page size, num_splits, sinks): every variant at least once, paged
 # through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
 VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),

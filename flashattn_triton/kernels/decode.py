@@ -670,24 +670,12 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
 # 1.08-1.22x the plain launch's rate at batch 1 (N = 1k..64k) and 1.00-1.08x
 # at batch 8, where only "reserve" acts.
 DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve"})
-# Paged caches whose default differs (ENV_VARIANT unset or "default" only):
-# (largest page size, variants), the first entry whose size is >= the
-# cache's page size applies; larger pages take DEFAULT_VARIANTS.  Session 31
-# (benchmarks/gpu_next_decode_paged.sh): see docs/decode.md "Paged caches at
-# small batch".
-PAGED_DEFAULT_VARIANTS: tuple = ()
 
 
-def decode_variants(page_size: int = 0) -> frozenset:
+def decode_variants() -> frozenset:
     """The small-batch variants in force: ENV_VARIANT's list, DEFAULT_VARIANTS
-    when it is unset or "default" (for a paged cache of page_size tokens, its
-    PAGED_DEFAULT_VARIANTS entry if one applies), none when it is "none"."""
-    text = os.environ.get(ENV_VARIANT, "default")
-    if page_size and text.strip() in ("", "default"):
-        for largest, variants in PAGED_DEFAULT_VARIANTS:
-            if page_size <= largest:
-                return variants
-    return _parse_variants(text)
+    when it is unset or "default", none when it is "none"."""
+    return _parse_variants(os.environ.get(ENV_VARIANT, "default"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -734,12 +722,11 @@ class DecodePlan(NamedTuple):
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
-                device: torch.device, num_splits: int = 0, page_size: int = 0) -> DecodePlan:
+                device: torch.device, num_splits: int = 0) -> DecodePlan:
     """Launch config, split count (num_splits, or chosen when 0) and PDL of one
     decode launch, from host-side numbers only, with the ENV_VARIANT switches
-    applied (page_size: tokens per page of a paged cache, 0 contiguous).
-    ENV_CONFIG overrides a variant's tile and pipeline choices."""
-    variants = decode_variants(page_size)
+    applied.  ENV_CONFIG overrides a variant's tile and pipeline choices."""
+    variants = decode_variants()
     cfg = decode_config(n_rows, head_dim, dtype, device)
     n_sm = sm_count(device)
     row_tiles = triton.cdiv(n_rows, cfg.BLOCK_M)
@@ -815,7 +802,7 @@ def reserve_counters(numel: int, device: torch.device, capturing: bool) -> Optio
     return entry[0][start:start + numel]
 
 
-def split_counters(numel: int, device: torch.device, page_size: int = 0) -> torch.Tensor:
+def split_counters(numel: int, device: torch.device) -> torch.Tensor:
     """The fused merge's per-tile counters: numel zeros, from a buffer kept
     per (device, stream) whose counters every launch leaves at 0 (the last
     split of a tile resets its own).  Launches on one stream run in order, so
@@ -827,7 +814,7 @@ def split_counters(numel: int, device: torch.device, page_size: int = 0) -> torc
     key: object = device.type
     if device.type == "cuda":
         capturing = torch.cuda.is_current_stream_capturing()
-        if "reserve" in decode_variants(page_size):
+        if "reserve" in decode_variants():
             reserved = reserve_counters(numel, device, capturing)
             if reserved is not None:
                 return reserved
@@ -874,8 +861,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits,
-                       page_size if paged else 0)
+    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
     cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
     # The prefetch guesses rows of a contiguous cache only.
     prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
@@ -887,8 +873,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         l_part = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
     else:
         o_part, l_part = out, lse  # unused
-    counters = (split_counters(batch * h_kv * m_blocks, q.device, page_size if paged else 0)
-                if split_mode == 2 else lse)
+    counters = split_counters(batch * h_kv * m_blocks, q.device) if split_mode == 2 else lse
 
     if softcap > 0.0:
         qk_scale, cap2 = softmax_scale / softcap, softcap * 1.4426950408889634
