@@ -21,11 +21,12 @@
 # 256 programs, one wave) and cuDNN's 4.5; 512 programs at up to 3 per SM are 1.3 waves.
 # bench_decode.py at B = 64 and 16, N = 8k and 32k, contiguous, fixed splits 1-4 beside the
 # automatic count (T_SPLITS 70 s); B = 1 at 2k / 4k with 4-12 splits (T_SPLITS1 40 s).
-# One H200, about 5 minutes (VARIANTS=... a shorter list, SKIP_SPLITS=1 without the sweeps).
+# One H200, about 5 minutes (VARIANTS=... a shorter list, SKIP_SPLITS=1 without the sweeps,
+# SKIP_PAGED=1 the sweeps alone: session 31 call 6 ran the rule, not the sweeps).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 V=${VARIANTS:-"default,none,fill+pdl+reserve,pair+pdl+reserve,pair+merge+pdl+reserve,wide+fill+pdl+reserve"}
 VR=$(tr ',' '\n' <<< "$V" | tac | paste -sd, -)
-for i in 1 2; do
+for i in $([ -z "${SKIP_PAGED:-}" ] && echo 1 2); do
   vs=$V; [ $i = 2 ] && vs=$VR
   timeout -k 5 ${T_BENCH:-120} python3 benchmarks/bench_decode.py --batches 1 --seqlens 4096,16384,65536 \
     --layouts paged16,paged256 --peers "" --variants "$vs" --max-seconds ${STOP:-105} --out "$R/rep$i" \
@@ -48,7 +49,7 @@ for r in [r for f in sys.argv[1:] for r in json.load(open(f))["rows"]]:
               f"{r['gbps']:.0f} GB/s")
 PY
 fi
-python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
+[ -z "${SKIP_PAGED:-}" ] && python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import json, math, sys
 sys.path.insert(0, "benchmarks")
 from rules import decode_paged_verdict
