@@ -1,8 +1,43 @@
 """The tests' helpers live in flashattn_triton.testing (shared with the self-check
 and the benchmarks); this module re-exports them for the test files."""
 
+import os
+
 from flashattn_triton.testing import *  # noqa: F401,F403
 from flashattn_triton.testing import DTYPES, assert_close, assert_rel, leaf, make_qkv, rand  # noqa: F401
+
+
+# Where the kernels run (conftest.py): the GPU with FLASHATTN_TRITON_TEST_DEVICE=cuda,
+# else the CPU through Triton's interpreter, about 1000x slower per case.
+ON_GPU = os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") == "cuda"
+
+
+def cpu_covering(cases, keep, dims):
+    """The parametrize list of a grid test: every case of ``cases``
+    (pytest.param objects) on the GPU; on the CPU the cases whose values
+    ``keep(*values)`` accepts.  ``dims`` names the dimensions the test
+    specifies (name -> function of a case's values): the CPU subset must
+    meet every value of each and every pair of values of two of them that
+    the whole list meets (a pairwise covering), else collection fails with
+    the pairs it lost.  Gives the full list on the GPU, so GPU coverage is
+    the grid itself."""
+    full = [tuple(c.values) for c in cases]
+    kept = [c for c in cases if keep(*c.values)]
+    missing = sorted(_value_pairs(full, dims) - _value_pairs([tuple(c.values) for c in kept], dims), key=str)
+    if missing:
+        raise ValueError(f"the CPU subset lost {len(missing)} pairs of values, e.g. {missing[:5]}")
+    return list(cases) if ON_GPU else kept
+
+
+def _value_pairs(cases, dims) -> set:
+    """Every (dim, value) and every pair of (dim, value) of two dims that one of ``cases`` meets."""
+    pairs = set()
+    names = list(dims)
+    for values in cases:
+        point = [(name, repr(dims[name](*values))) for name in names]
+        pairs.update((p,) for p in point)
+        pairs.update((a, b) for i, a in enumerate(point) for b in point[i + 1:])
+    return pairs
 
 
 def _language_namespaces():

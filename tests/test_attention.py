@@ -12,7 +12,7 @@ import torch
 
 from flashattn_triton import flash_attn_func, scaled_dot_product_attention
 from flashattn_triton.reference import flash_attention_ref as flash_ref
-from _utils import DTYPES, assert_close, assert_rel, call_spy, leaf, make_qkv, rand
+from _utils import DTYPES, assert_close, assert_rel, call_spy, cpu_covering, leaf, make_qkv, rand
 
 SEQ_PAIRS = [(1, 1), (1, 77), (113, 203), (200, 64), (64, 200), (96, 96)]
 HEADS = [(2, 2), (4, 2), (3, 1)]  # MHA, GQA, MQA
@@ -30,6 +30,20 @@ def _cases():
         cases.append(pytest.param(n_q, n_k, h_q, h_kv, d, causal, dtype,
                                   id=f"{n_q}x{n_k}-h{h_q}/{h_kv}-d{d}-{'causal' if causal else 'full'}-{dtype}"))
     return cases
+
+
+# On the CPU half of the grid, each (Nq, Nk) pair once per dtype: bf16 causal
+# and fp16 / fp32 full for the pairs below, the other way round for the rest.
+# Either way a pair still meets both causal flags, every dtype (so MHA, GQA,
+# MQA) and its three head dims; with both ways on pairs of each head-dim
+# triple every pair of values of two dimensions of the full grid is met
+# (_utils.cpu_covering checks it).  The GPU runs the whole grid.
+BF16_CAUSAL_PAIRS = [(1, 1), (1, 77), (64, 200)]
+FLASH_CASES = cpu_covering(
+    _cases(),
+    lambda n_q, n_k, h_q, h_kv, d, causal, dtype: causal == ((dtype == "bf16") == ((n_q, n_k) in BF16_CAUSAL_PAIRS)),
+    dims={"seq": lambda n_q, n_k, *_: (n_q, n_k), "heads": lambda n_q, n_k, h_q, h_kv, *_: (h_q, h_kv),
+          "d": lambda *v: v[4], "causal": lambda *v: v[5], "dtype": lambda *v: v[6]})
 
 
 def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True, window_size=(-1, -1)):
@@ -63,7 +77,7 @@ def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=T
     return got, ref
 
 
-@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", _cases())
+@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", FLASH_CASES)
 def test_flash_attn_func(device, n_q, n_k, h_q, h_kv, d, causal, dtype):
     q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, DTYPES[dtype], device, requires_grad=False)
     check_against_reference(q, k, v, causal)
@@ -272,6 +286,8 @@ def test_batch_chunks_for_grid_limit(device, monkeypatch):
     """batch x heads beyond CUDA's 65535-program grid axis: launched in batch chunks."""
     import flashattn_triton.ops as interface
     monkeypatch.setattr(interface, "MAX_GRID_Y", 8)  # 4 heads -> 2 batch entries per launch
-    q, k, v = make_qkv(5, 40, 56, 4, 2, 16, torch.float16, device, requires_grad=False)
+    # (CPU: 33 x 20, still two of the interpreter's 32-row and 16-key tiles each way)
+    n_q, n_k = (40, 56) if device.type == "cuda" else (33, 20)
+    q, k, v = make_qkv(5, n_q, n_k, 4, 2, 16, torch.float16, device, requires_grad=False)
     assert len(interface._batch_chunks(5, 4)) == 3
     check_against_reference(q, k, v, causal=True)

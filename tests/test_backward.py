@@ -11,6 +11,7 @@ import torch
 from flashattn_triton import flash_attn_func
 from flashattn_triton.kernels.bwd import ENV_FUSED_DQ, use_fused_dq
 from flashattn_triton.testing import alibi_slopes, make_qkv, rand
+from _utils import ON_GPU, cpu_covering
 from test_attention import check_against_reference
 from test_varlen import _check_varlen
 
@@ -22,8 +23,10 @@ def form(request, monkeypatch):
 
 
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
-    (67, 67, 4, 4, 64, True, torch.bfloat16),     # ragged, MHA
-    (45, 131, 6, 2, 40, True, torch.float16),     # Nq < Nk (bottom-right), GQA, odd d
+    (67, 67, *((4, 4) if ON_GPU else (2, 2)), 64, True, torch.bfloat16),  # ragged, MHA (CPU: 2 heads)
+    # Nq < Nk (bottom-right), GQA, odd d; Nk past a 128-key tile on the GPU, past
+    # the 64-row blocks (GQA partial sums) and ragged in the CPU's 16-key tiles
+    (45, 131 if ON_GPU else 83, 6, 2, 40, True, torch.float16),
     (130, 33, 4, 1, 72, True, torch.float32),     # Nq > Nk: rows that see no key, MQA
     (96, 80, 2, 2, 128, False, torch.bfloat16),   # not causal
 ])
@@ -35,10 +38,16 @@ def test_backward_matches_reference(device, form, n_q, n_k, h_q, h_kv, d, causal
 # Query lengths that are multiples of 128 (kernels/bwd.py WHOLE_Q_TILES, EVEN_M:
 # the dK/dV kernel's masked loops then skip their row checks): causal both alignments
 # (Nq > Nk: rows that see no key), a left window, not causal with ragged keys.
+# Nq < Nk: 256 x 300 on the GPU (two query tiles of 128); on the CPU 128 queries
+# are already four of the interpreter's 32-row tiles, and 203 keys stay ragged
+# (not a multiple of 16, 32, 64 or 128) and more than Nq.  Two batch entries
+# on the GPU, one on the CPU (the row checks are per sequence; the backward's
+# batch offsets: test_backward_matches_reference, test_one_launch_backward),
+# and MHA with 2 heads instead of 4.
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype,window", [
-    (128, 128, 4, 4, 64, True, torch.bfloat16, (-1, -1)),
+    (128, 128, *((4, 4) if ON_GPU else (2, 2)), 64, True, torch.bfloat16, (-1, -1)),
     (128, 77, 4, 2, 64, True, torch.float16, (-1, -1)),
-    (256, 300, 2, 1, 40, True, torch.float32, (-1, -1)),
+    (256 if ON_GPU else 128, 300 if ON_GPU else 203, 2, 1, 40, True, torch.float32, (-1, -1)),
     (128, 96, 2, 2, 96, False, torch.bfloat16, (-1, -1)),
     (128, 150, 2, 1, 64, True, torch.float16, (40, 0)),
 ])
@@ -49,7 +58,7 @@ def test_backward_whole_query_tiles(device, form, monkeypatch, n_q, n_k, h_q, h_
     monkeypatch.setattr(bwd, "WHOLE_Q_TILES", True)
     seen = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["EVEN_M"])
             for name in ("_launch_dkdv", "_launch_fused", "_launch_one")]
-    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
+    q, k, v = make_qkv(2 if ON_GPU else 1, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
     check_against_reference(q, k, v, causal, window_size=window)
     assert [m for spy in seen for m in spy] and all(m for spy in seen for m in spy), seen
 
@@ -66,8 +75,11 @@ def test_backward_varlen(device, form):
 
 def test_fused_equals_separate_with_variants(device, monkeypatch):
     """Dropout, softcap, ALiBi and sinks in one call: both forms give the same
-    gradients (the same dS, summed in another order)."""
-    q, k, v = make_qkv(2, 70, 70, 4, 2, 64, torch.float32, device, requires_grad=False)
+    gradients (the same dS, summed in another order).  70 x 70 on the GPU (past
+    a 64-row tile); on the CPU 37 x 50, two of the interpreter's 32-row query
+    tiles and four 16-key tiles, the last ragged."""
+    n_q, n_k = (70, 70) if device.type == "cuda" else (37, 50)
+    q, k, v = make_qkv(2, n_q, n_k, 4, 2, 64, torch.float32, device, requires_grad=False)
     sinks = rand((4,), torch.float32, device)
     do = rand(q.shape, torch.float32, device)
     grads = {}
@@ -102,8 +114,9 @@ def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
     """The default (separate) backward has no atomics: two runs give the same bits
     (on the GPU the programs' order varies from run to run; on CPU it cannot)."""
     monkeypatch.delenv(ENV_FUSED_DQ, raising=False)
-    n = 1000 if device.type == "cuda" else 40  # the interpreter is slow; the claim is for GPUs
-    q, k, v = make_qkv(2, n, n, 8, 2, 64, torch.bfloat16, device, requires_grad=False)
+    # the interpreter is slow (and runs the programs in order); the claim is for GPUs
+    n, b, h = (1000, 2, 8) if device.type == "cuda" else (40, 1, 4)
+    q, k, v = make_qkv(b, n, n, h, 2, 64, torch.bfloat16, device, requires_grad=False)
     do = rand(q.shape, torch.bfloat16, device)
     runs = []
     for _ in range(2):
@@ -117,19 +130,39 @@ def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
 # Q, K, dQ, dK in two column chunks (kernels/bwd.py SPLIT_QK, kernels/fwd.py
 # split_qk): d=96 -> 64 + 32, d=160 -> 128 + 64 (32 padded), d=192 -> 128 + 64,
 # d=40 -> 32 + 16 (8 padded).  GQA groups of 2 write float32 partials per chunk.
-@pytest.mark.parametrize("split", [True, False], ids=["split", "nosplit"])
-@pytest.mark.parametrize("d,d_v,h_q,h_kv,causal,dtype,kw,fused", [
+SPLIT_QK_SHAPES = [
     (96, 96, 4, 2, False, torch.bfloat16, {}, False),
     (160, 160, 3, 1, True, torch.float16, {}, True),
     (192, 128, 4, 2, True, torch.bfloat16, {}, False),
     (192, 128, 2, 2, False, torch.float16, {"softcap": 5.0}, True),
     (96, 96, 4, 1, True, torch.float32, {"window_size": (20, 0)}, False),
     (40, 40, 4, 2, True, torch.float16, {}, False),
-])
+]
+_DT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+# Each shape with the split on and off on the GPU; on the CPU the two
+# bfloat16 shapes (the only ones) once each, with the split on for d = 96 and
+# off for d = 192 / dv = 128 (both met the other way by another shape): every
+# other shape still meets both, so does every value of every dimension
+# (_utils.cpu_covering checks the pairs).
+SPLIT_QK_CASES = cpu_covering(
+    [pytest.param(split, *shape, id=f"d{shape[0]}-dv{shape[1]}-h{shape[2]}/{shape[3]}-"
+                  f"{'causal' if shape[4] else 'full'}-{_DT[shape[5]]}-"
+                  f"{'softcap' if 'softcap' in shape[6] else 'window' if shape[6] else 'plain'}-"
+                  f"{'fused' if shape[7] else 'separate'}-{'split' if split else 'nosplit'}")
+     for shape in SPLIT_QK_SHAPES for split in (True, False)],
+    lambda split, d, d_v, h_q, h_kv, causal, dtype, kw, fused: dtype != torch.bfloat16 or split == (d == 96),
+    dims={"split": lambda *v: v[0], "d": lambda *v: v[1:3], "heads": lambda *v: v[3:5], "causal": lambda *v: v[5],
+          "dtype": lambda *v: v[6], "kw": lambda *v: sorted(v[7]), "fused": lambda *v: v[8]})
+
+
+@pytest.mark.parametrize("split,d,d_v,h_q,h_kv,causal,dtype,kw,fused", SPLIT_QK_CASES)
 def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal, dtype, kw, fused):
     """dq, dk, dv (and the forward) with the split on and off against float64
     (odd lengths, GQA / MQA, the separate and the fused dQ).  q, k, v are
-    views of NaN-padded rows: a padded column read unmasked shows."""
+    views of NaN-padded rows: a padded column read unmasked shows.  Two batch
+    entries on the GPU, one on the CPU (the column chunks share each row's
+    base pointer; the split backward with batches: test_one_launch_backward's
+    d = 96 and test_backward_matches_reference's d = 72, both split by default)."""
     from flashattn_triton import ops
     from flashattn_triton.kernels import bwd, fwd
     from flashattn_triton.reference import flash_attention_ref as flash_ref
@@ -143,11 +176,12 @@ def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal
     launched = []
     for name in ("_launch_dkdv", "_launch_dq", "_launch_fused"):
         launched += [call_spy(monkeypatch, bwd, name, lambda *a, name=name, **m: (name, m["SPLIT_QK"]))]
-    q, k, v = make_qkv(2, 37, 83, h_q, h_kv, d, dtype, device, requires_grad=False, d_v=d_v)
+    b = 2 if ON_GPU else 1
+    q, k, v = make_qkv(b, 37, 83, h_q, h_kv, d, dtype, device, requires_grad=False, d_v=d_v)
     q, k, v = (torch.cat([t, torch.full_like(t[..., :64], float("nan"))], -1)[..., :t.shape[-1]]
                for t in (q, k, v))
     do = rand(q.shape[:-1] + (d_v,), dtype, device)
-    dlse = rand((2, h_q, 37), torch.float32, device)
+    dlse = rand((b, h_q, 37), torch.float32, device)
 
     def grads(fn, inputs):
         out, lse = fn(*inputs)
@@ -197,12 +231,14 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
 # ONE_LAUNCH, _bwd_dkdv_dq): ragged lengths that are no multiple of the tiles,
 # MHA / GQA (float32 partials of the group slices) / MQA, d 64 and odd d
 # (40: 8 padded columns; 96: Q K^T in two column chunks); its grid by kind
-# (every dK/dV program first) and by KV head (ONE_LAUNCH_HEAD_MAJOR).
+# (every dK/dV program first) and by KV head (ONE_LAUNCH_HEAD_MAJOR).  (29 x 51
+# on the GPU; on the CPU 29 x 35, three of the interpreter's 16-key tiles, the
+# last ragged.)
 @pytest.mark.parametrize("head_major", [False, True], ids=["by_kind", "by_head"])
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
     (37, 45, 2, 2, 64, True, torch.bfloat16),
     (45, 29, 4, 2, 40, False, torch.float16),
-    (29, 51, 6, 2, 96, True, torch.float32),
+    (29, 51 if ON_GPU else 35, 6, 2, 96, True, torch.float32),
     (33, 19, 2, 1, 64, False, torch.bfloat16),
 ])
 def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, head_major):

@@ -11,6 +11,7 @@ from flashattn_triton import ops
 from flashattn_triton.kernels import bwd
 from flashattn_triton.kernels.bwd import ENV_FUSED_DQ, convert_dq
 from flashattn_triton.testing import make_qkv
+from _utils import ON_GPU
 from test_attention import check_against_reference
 from test_varlen import _check_varlen
 
@@ -158,7 +159,9 @@ def fused_convert(monkeypatch, kernel):
 
 
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
-    (45, 131, 6, 2, 40, True, torch.float16),     # Nq < Nk (bottom-right), GQA, odd d
+    # Nq < Nk (bottom-right), GQA, odd d (keys past a 128-key tile on the GPU; on the
+    # CPU 83, ragged in the interpreter's 16-key tiles)
+    (45, 131 if ON_GPU else 83, 6, 2, 40, True, torch.float16),
     (96, 80, 2, 2, 128, False, torch.bfloat16),   # not causal
 ])
 def test_fused_backward_with_the_kernel(device, fused_convert, n_q, n_k, h_q, h_kv, d, causal, dtype):

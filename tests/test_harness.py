@@ -1,5 +1,6 @@
 """The test harness itself: the lock that runs ``bigmem`` tests one at a time
-across processes (conftest.py, _filelock.py)."""
+across processes (conftest.py, _filelock.py), and the CPU subsets of grid
+tests (_utils.cpu_covering)."""
 
 import os
 import subprocess
@@ -71,3 +72,17 @@ def test_bigmem_test_runs_under_the_lock(tmp_path_factory):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(fd)
+
+
+def test_cpu_covering_keeps_every_pair():
+    """_utils.cpu_covering: the CPU subset of a grid must meet every pair of
+    values the grid meets (else collection fails); the GPU gets the grid."""
+    import _utils
+    grid = [pytest.param(a, b, c, id=f"{a}-{b}-{c}") for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+    dims = {"a": lambda a, b, c: a, "b": lambda a, b, c: b, "c": lambda a, b, c: c}
+    half = _utils.cpu_covering(grid, lambda a, b, c: c == a ^ b, dims)  # the 4-case pairwise covering
+    assert len(half) == (8 if _utils.ON_GPU else 4)
+    with pytest.raises(ValueError, match="lost 3 pairs"):  # a = b = 1, a = 1 & c = 0, b = 1 & c = 0
+        _utils.cpu_covering(grid, lambda a, b, c: (a, b, c) != (1, 1, 0) and c == a ^ b, dims)
+    with pytest.raises(ValueError, match="lost"):
+        _utils.cpu_covering(grid, lambda a, b, c: c == 0, dims)

@@ -7,6 +7,7 @@ import torch
 from flashattn_triton import flash_attn_func, flash_attn_varlen_func
 from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, rand,
                                       random_cu_seqlens, varlen_attention_ref)
+from _utils import cpu_covering
 
 # (query lengths, key lengths): length 0 and 1, lengths not multiple of any
 # tile, Nq != Nk per sequence, a sequence with queries and no keys.
@@ -45,9 +46,20 @@ def _check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, device, window=(-
         assert_close(name, g, r, b, 3.0, dtype)
 
 
-@pytest.mark.parametrize("lens", LENGTHS, ids=["mixed-with-empty", "nq-ne-nk", "no-keys"])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+LENGTH_IDS = ["mixed-with-empty", "nq-ne-nk", "no-keys"]
+DTYPE_IDS = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+# The grid lengths x causal x dtype on the GPU; on the CPU the six cases that
+# meet each lengths case with both causal flags and both dtypes, and each
+# causal flag with both dtypes (_utils.cpu_covering checks it).
+VARLEN_CASES = cpu_covering(
+    [pytest.param(lens, causal, dtype, id=f"{name}-{'causal' if causal else 'full'}-{DTYPE_IDS[dtype]}")
+     for name, lens in zip(LENGTH_IDS, LENGTHS) for causal in (False, True) for dtype in DTYPE_IDS],
+    lambda lens, causal, dtype: causal == ((dtype == torch.bfloat16) == (LENGTHS.index(lens) != 1)),
+    dims={"lens": lambda lens, *_: LENGTHS.index(lens), "causal": lambda _, causal, __: causal,
+          "dtype": lambda *v: v[2]})
+
+
+@pytest.mark.parametrize("lens,causal,dtype", VARLEN_CASES)
 def test_varlen_matches_reference(device, lens, causal, dtype):
     _check_varlen(*lens, 4, 2, 32, causal, dtype, device)
 
@@ -100,15 +112,22 @@ def test_strided_cu_seqlens(device):
     (50, 110, (0, 0), False),    # one key per row
 ])
 def test_window(device, n_q, n_k, window, causal):
+    """Two batch entries on the GPU; on the CPU one (windows with batches:
+    test_backward.py's whole query tiles, test_variants.py's everything at
+    once; with packed sequences: test_varlen_window)."""
     from test_attention import check_against_reference
-    q, k, v = (rand((2, n, h, 32), torch.bfloat16, device) for n, h in ((n_q, 4), (n_k, 2), (n_k, 2)))
+    b = 2 if device.type == "cuda" else 1
+    q, k, v = (rand((b, n, h, 32), torch.bfloat16, device) for n, h in ((n_q, 4), (n_k, 2), (n_k, 2)))
     check_against_reference(q, k, v, causal, window_size=window)
 
 
 @pytest.mark.parametrize("d,d_v", [(48, 32), (32, 64), (24, 40)])
 def test_value_head_dim_differs(device, d, d_v):
+    """Two batch entries on the GPU, one on the CPU (d_v != d with batches:
+    test_split_qk_forward, test_variants.py's everything at once)."""
     from test_attention import check_against_reference
-    q = rand((2, 45, 4, d), torch.float16, device)
-    k = rand((2, 60, 2, d), torch.float16, device)
-    v = rand((2, 60, 2, d_v), torch.float16, device)
+    b = 2 if device.type == "cuda" else 1
+    q = rand((b, 45, 4, d), torch.float16, device)
+    k = rand((b, 60, 2, d), torch.float16, device)
+    v = rand((b, 60, 2, d_v), torch.float16, device)
     check_against_reference(q, k, v, causal=True)
