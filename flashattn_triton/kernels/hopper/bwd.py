@@ -1383,6 +1383,8 @@ def partials_16bit(split: int) -> bool:
     if setting is True or setting is False:
         return setting and split > 1
     return split > 1 and split >= int(setting)
+
+
 # Programs wanted per SM by group_split: 4 since session 23 (2 before).
 # benchmarks/gpu_next_dropout_split.sh, rule fixed before the run, best of
 # two repeats on 5 causal GQA rows (d 64 / 128, N 2k-8k): 4 waves gave
