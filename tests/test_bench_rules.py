@@ -303,3 +303,26 @@ def test_decode_paged_verdict():
     assert "paged16: unchanged" in out and "spot check" in out, out
     out = rules.decode_paged_verdict([payload(1.10, drop=("pair", "paged16", 4, 65536)), payload(1.10)])
     assert "paged16: none" in out, out
+
+
+def test_decode_spread_verdict():
+    """"spread" is adopted only with >= 1.03x on every batch >= 64 row from 4k and
+    >= 0.98x on every other row, in every process, with the spot checks run."""
+    rules = _rules()
+    def payload(fast=1.05, other=1.0, err=1e-3, drop=None):
+        g = {}
+        for b in (16, 64, 128):
+            for n in (1024, 4096, 16384):
+                g[("default", "contiguous", b, n)] = 1000.0
+                g[("spread", "contiguous", b, n)] = 1000.0 * (fast if b >= 64 and n >= 4096 else other)
+        if drop:
+            del g[drop]
+        return _decode_payload(g, err)
+    assert "spread: adopt" in rules.decode_spread_verdict([payload(), payload(1.10)])
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(1.02)])
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(other=0.97)])
+    assert "spread: adopt" in rules.decode_spread_verdict([payload(other=0.985), payload()])
+    out = rules.decode_spread_verdict([payload(err=0.5), payload()])
+    assert "spread: unchanged" in out and "spot check" in out, out
+    out = rules.decode_spread_verdict([payload(drop=("spread", "contiguous", 128, 16384)), payload()])
+    assert "spread: unchanged" in out and "missing" in out, out

@@ -782,8 +782,16 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(1, 65536, "deep,pair").config == decode.DecodeConfig(16, 64, 4, 4)  # pair wins over deep
     assert [plan(1, n, "fill,pair").num_splits for n in (1024, 4096, 8192, 65536)] == [8, 22, 32, 32]
     assert plan(1, 65536, "fill,gather")[-2:] == (4, 16) and plan(1, 65536, "fill")[-2:] == (0, 0)
-    for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather"):  # B=8: unchanged
+    for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather", "spread"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
+    # "spread" acts once the batch alone gives two programs per SM (B >= 33 with 8 KV heads):
+    # 5 waves of 3 programs per SM, at least 8 key tiles (of 64) per split.
+    assert plan(32, 8192, "spread") == plan(32, 8192, "none")
+    assert plan(64, 8192, "none").num_splits == 1
+    assert [plan(b, n, "spread").num_splits for b, n in [(64, 1024), (64, 8192), (64, 32768), (48, 4096),
+                                                          (128, 16384), (256, 16384)]] == [2, 4, 4, 6, 2, 1]
+    assert plan(64, 8192, "spread").config == plan(64, 8192, "none").config
+    assert plan(64, 8192, "spread,deep,pair") == plan(64, 8192, "spread")  # the small-batch ones do not act
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -842,9 +850,48 @@ def test_variants_against_reference(case, device, monkeypatch):
           sinks=rnd(device, torch.float32, h_q) if with_sinks else None)
 
 
+def test_spread_against_reference(device, monkeypatch):
+    """Variant "spread" (a large batch split anyway): 16 programs on the CPU's
+    assumed 8 SMs are two per SM, so 1024 keys in 32-key tiles take 4 splits;
+    ragged lengths with an empty and a full cache, one appended token, GQA;
+    against float64."""
+    monkeypatch.setenv(decode.ENV_VARIANT, "spread")
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 8, 8, 2, 64, 1024
+    q = rnd(device, dtype, batch, 1, h_q, d)
+    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, cap, dtype, q.device)
+    if q.device.type == "cpu":
+        assert plan.num_splits == 4
+    else:  # 16 programs on a GPU are a small batch: the plan of "none"
+        monkeypatch.setenv(decode.ENV_VARIANT, "none")
+        assert plan == decode.decode_plan(batch, h_q // h_kv, h_kv, d, cap, dtype, q.device)
+        monkeypatch.setenv(decode.ENV_VARIANT, "spread")
+    k_cache, v_cache, _ = make_cache(device, batch, cap, h_kv, d, dtype, None)
+    lens = ints(device, [0, 1, 31, 300, 511, 800, cap - 2, cap - 1])
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, batch, 1, h_kv, d),
+          v=rnd(device, dtype, batch, 1, h_kv, d), seqlens=lens, causal=True, num_splits=0)
+
+
 # ---------------------------------------------------------------------------
 # GPU: realistic sizes and CUDA graphs
 # ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
+@pytest.mark.parametrize("variant", ["spread", ""], ids=["spread", "default"])
+def test_gpu_large_batch(device, variant, page, monkeypatch):
+    """Batch 64 (512 programs, two waves per SM unsplit; 4 splits with
+    "spread"): Hq=32, Hkv=8, d=128, bf16, a 4k cache, ragged lengths with
+    an empty and a full sequence, one appended token, automatic splits;
+    against float64."""
+    monkeypatch.setenv(decode.ENV_VARIANT, variant)
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 64, 32, 8, 128, 4096
+    q = rnd(device, dtype, batch, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    lens = torch.randint(0, cap, (batch,), dtype=torch.int32)
+    lens[0], lens[1] = 0, cap - 1
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, batch, 1, h_kv, d), v=rnd(device, dtype, batch, 1, h_kv, d),
+          seqlens=lens.to(device), block_table=table, causal=True, num_splits=0)
+
 
 @pytest.mark.gpu
 @pytest.mark.bigmem  # B1-32k: the reference's float64 K and V, 1 GiB each; 2-3 GiB at the peak
