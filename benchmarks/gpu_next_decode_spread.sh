@@ -11,7 +11,7 @@
 # DEFAULT_VARIANTS if the tests pass and, in both processes, its GB/s over the default's on
 # the same row is >= 1.03 on every row with B >= 64 and N >= 4k and >= 0.98 on every other
 # row (B = 16 is a guard: the variant leaves its plan alone), with every spot check run.
-# One H200, about 4 minutes.
+# Then B = 64 on 16-token pages (exploratory). One H200, about 5 minutes.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-150} -n 4 tests/test_kvcache.py -k "spread or large_batch or plan_variants"
 for i in 1 2; do
@@ -21,6 +21,11 @@ for i in 1 2; do
     --copy-gb 1 --max-seconds ${STOP:-95} --out "$R/rep$i" > "$R/rep$i.log" 2>&1
   echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
 done
+# Paged caches (exploratory, not in the rule): B = 64 on 16-token pages, both variants.
+timeout -k 5 ${T_PAGED:-60} python3 benchmarks/bench_decode.py --batches 64 --seqlens 4096,16384 \
+  --layouts paged16 --peers "" --variants default,spread --copy-gb 1 --max-seconds 45 --out "$R/paged" \
+  > "$R/paged.log" 2>&1
+echo "rc=$?" >> "$R/paged.log"; el paged; grep -E "B= *64" "$R/paged.log" | head -8
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import json, sys
 sys.path.insert(0, "benchmarks")
