@@ -306,7 +306,7 @@ def test_decode_paged_verdict():
 
 
 def test_decode_spread_verdict():
-    """"spread" is adopted only with >= 1.03x on every batch >= 64 row from 4k and
+    """"spread" is adopted only with >= 1.03x on every row of the gain batches (64, 128 here) from 4k and
     >= 0.98x on every other row, in every process, with the spot checks run."""
     rules = _rules()
     def payload(fast=1.05, other=1.0, err=1e-3, drop=None):
@@ -318,10 +318,11 @@ def test_decode_spread_verdict():
         if drop:
             del g[drop]
         return _decode_payload(g, err)
-    assert "spread: adopt" in rules.decode_spread_verdict([payload(), payload(1.10)])
-    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(1.02)])
+    assert "spread: adopt" in rules.decode_spread_verdict([payload(), payload(1.10)], gain_batches=(64, 128))
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(1.10)], gain_batches=(16, 64))
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(1.02)], gain_batches=(64, 128))
     assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(other=0.97)])
-    assert "spread: adopt" in rules.decode_spread_verdict([payload(other=0.985), payload()])
+    assert "spread: adopt" in rules.decode_spread_verdict([payload(other=0.985), payload()], gain_batches=(64, 128))
     out = rules.decode_spread_verdict([payload(err=0.5), payload()])
     assert "spread: unchanged" in out and "spot check" in out, out
     out = rules.decode_spread_verdict([payload(drop=("spread", "contiguous", 128, 16384)), payload()])

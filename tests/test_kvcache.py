@@ -784,12 +784,14 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(1, 65536, "fill,gather")[-2:] == (4, 16) and plan(1, 65536, "fill")[-2:] == (0, 0)
     for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather", "spread"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
-    # "spread" acts once the batch alone gives two programs per SM (B >= 33 with 8 KV heads):
-    # 5 waves of 3 programs per SM, at least 8 key tiles (of 64) per split.
-    assert plan(32, 8192, "spread") == plan(32, 8192, "none")
+    # "spread" acts when the batch alone makes 1-3 waves of 3 programs per SM with a last wave
+    # at most half full (8 KV heads: B = 50-74, 100-123), then splits into >= 5 waves of
+    # at least 8 key tiles (of 64) each; elsewhere the plan of "none".
     assert plan(64, 8192, "none").num_splits == 1
-    assert [plan(b, n, "spread").num_splits for b, n in [(64, 1024), (64, 8192), (64, 32768), (48, 4096),
-                                                          (128, 16384), (256, 16384)]] == [2, 4, 4, 6, 2, 1]
+    for b, n in [(32, 8192), (48, 4096), (96, 16384), (128, 16384), (256, 16384)]:
+        assert plan(b, n, "spread") == plan(b, n, "none"), (b, n)
+    assert [plan(b, n, "spread").num_splits for b, n in [(64, 1024), (64, 8192), (64, 32768), (72, 4096),
+                                                          (112, 16384)]] == [2, 4, 4, 4, 3]
     assert plan(64, 8192, "spread").config == plan(64, 8192, "none").config
     assert plan(64, 8192, "spread,deep,pair") == plan(64, 8192, "spread")  # the small-batch ones do not act
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
@@ -851,20 +853,16 @@ def test_variants_against_reference(case, device, monkeypatch):
 
 
 def test_spread_against_reference(device, monkeypatch):
-    """Variant "spread" (a large batch split anyway): 16 programs on the CPU's
-    assumed 8 SMs are two per SM, so 1024 keys in 32-key tiles take 4 splits;
-    ragged lengths with an empty and a full cache, one appended token, GQA;
-    against float64."""
+    """Variant "spread" (a large batch split anyway): 32 programs on the CPU's
+    assumed 8 SMs are 1.33 waves of three per SM, so 1024 keys in 32-key
+    tiles take 4 splits; ragged lengths with an empty and a full cache, one
+    appended token, GQA; against float64."""
     monkeypatch.setenv(decode.ENV_VARIANT, "spread")
-    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 8, 8, 2, 64, 1024
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 8, 8, 4, 64, 1024
     q = rnd(device, dtype, batch, 1, h_q, d)
     plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, cap, dtype, q.device)
     if q.device.type == "cpu":
         assert plan.num_splits == 4
-    else:  # 16 programs on a GPU are a small batch: the plan of "none"
-        monkeypatch.setenv(decode.ENV_VARIANT, "none")
-        assert plan == decode.decode_plan(batch, h_q // h_kv, h_kv, d, cap, dtype, q.device)
-        monkeypatch.setenv(decode.ENV_VARIANT, "spread")
     k_cache, v_cache, _ = make_cache(device, batch, cap, h_kv, d, dtype, None)
     lens = ints(device, [0, 1, 31, 300, 511, 800, cap - 2, cap - 1])
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, batch, 1, h_kv, d),

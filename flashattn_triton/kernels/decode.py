@@ -92,8 +92,9 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
 # Candidate of session 32 (large batch; off by default):
-#   spread: once the batch alone gives two programs per SM, split anyway, into at
-#         least SPREAD_WAVES waves of SPREAD_PER_SM programs per SM (spread_splits).
+#   spread: when the batch alone makes 1-3 waves of SPREAD_PER_SM programs per SM
+#         with a last wave at most half full, split anyway, into at least
+#         SPREAD_WAVES waves (spread_splits).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
 VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread")
 MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
@@ -103,7 +104,8 @@ MERGE_GATHER_FLOATS = 8192  # one (splits, rows, d) float32 tile of "gather": 64
 PREFETCH_TILES = 2
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
 SPREAD_PER_SM = 3  # programs resident per SM (3 stages of 64-key tiles at d = 128: 64 KiB each),
-SPREAD_MIN_TILES = 8  # and the fewest key tiles a split keeps
+SPREAD_MIN_TILES = 8  # the fewest key tiles a split keeps,
+SPREAD_MAX_WAVES = 3  # and the most waves of an unsplit launch it acts on
 # "reserve": int32 counters set aside per device for captured calls (4 MiB).
 RESERVE_COUNTERS = 1 << 20
 # Streaming multiprocessors assumed by the split heuristic for CPU tensors
@@ -671,20 +673,26 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
 
 
 def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
-    """Split count of variant "spread" for a launch whose batch alone fills
-    the GPU (``programs`` >= 2 per SM): the fewest splits that make
-    SPREAD_WAVES waves of SPREAD_PER_SM resident programs per SM, with at
-    least SPREAD_MIN_TILES key tiles per split.
+    """Split count of variant "spread", or 0 where it leaves the launch to
+    choose_num_splits: when the batch alone makes between one and
+    SPREAD_MAX_WAVES waves of SPREAD_PER_SM resident programs per SM and the
+    last wave is at most half full, the fewest splits that make SPREAD_WAVES
+    waves, with at least SPREAD_MIN_TILES key tiles per split.
 
-    Why: programs of equal length run in waves, and the last, partial wave
-    streams with fewer programs per SM.  On the H200 (session 32, B = 64,
-    Hq = 32, Hkv = 8, d = 128, bf16: 512 programs, 1.3 waves of three per SM)
-    the unsplit launch read 3830 / 3861 GB/s at 8k / 32k keys, and 2, 3 and 4
-    splits 4199 / 4265, 4269 / 4404 and 4296 / 4512 (the last 5.2 waves);
-    B = 16 (128 programs, where choose_num_splits gives 2) read best at 2.
-    Batch 64 gets 4 splits here, 128 gets 2, 256 and more 1."""
+    Why: programs of equal length run in waves, and a last wave that is
+    mostly empty streams with few programs per SM.  On the H200 (session 32,
+    Hq = 32, Hkv = 8, d = 128, bf16) batch 64 (512 programs, 1.3 waves of
+    three per SM) read 3830 / 3861 GB/s unsplit at 8k / 32k keys and 4296 /
+    4512 with 4 splits (5.2 waves); a first form that split every launch of
+    two or more programs per SM read 1.08-1.17x at batch 64 from 4k but
+    0.97-0.99x at batch 48 (0.97 waves: no tail to cut) and 0.93-1.05x at
+    batch 128 (2.6 waves: a tail 60 % full)."""
+    waves = programs / (SPREAD_PER_SM * max(1, n_sm))
+    tail = waves - int(waves)
+    if waves < 1 or waves >= SPREAD_MAX_WAVES or tail == 0 or tail > 0.5:
+        return 0
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
-    want = triton.cdiv(SPREAD_WAVES * SPREAD_PER_SM * max(1, n_sm), max(1, programs))
+    want = triton.cdiv(SPREAD_WAVES * SPREAD_PER_SM * max(1, n_sm), programs)
     return max(1, min(want, n_tiles // SPREAD_MIN_TILES, MAX_AUTO_SPLITS))
 
 
@@ -775,9 +783,9 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
         tile.update(_config_from_env() or {})
         cfg = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
-    if num_splits == 0 and "spread" in variants and programs >= 2 * n_sm:
+    if num_splits == 0 and "spread" in variants:
         num_splits = spread_splits(programs, n_cap, cfg.BLOCK_N, n_sm)
-    elif num_splits == 0:
+    if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants else 1.1
         num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
                                        per_sm=2 if pair else 0)
