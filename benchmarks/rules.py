@@ -489,13 +489,14 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
 
 def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", gain: float = 1.03,
                           floor: float = 0.98, gain_batches=(64,), gain_from: int = 4096,
-                          ours: str = "flashattn_triton") -> str:
+                          ours: str = "flashattn_triton", gain_rows=None) -> str:
     """gpu_next_decode_spread.sh's rule over bench_decode.json payloads (one per
     process, contiguous caches): ``variant`` qualifies if every spot check ran
     (an error under 1e-2), every (batch, N) row of the base has the variant's
     row in every process, and in every process its GB/s over the base's is
     >= gain on the rows with a batch in gain_batches and N >= gain_from and >=
-    floor on every other row.  Returns the per-row ratios and a last line
+    floor on every other row (``gain_rows``, a set of (batch, N), names the
+    rows that need the gain instead, when given).  Returns the per-row ratios and a last line
     "<variant>: adopt (geomean g)" or "<variant>: unchanged"."""
     checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
                     for p in reps)
@@ -513,7 +514,10 @@ def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", 
                 continue
             x = new / old
             ratios.append(x)
-            need = gain if b in gain_batches and n >= gain_from else floor
+            if gain_rows is not None:
+                need = gain if (b, n) in gain_rows else floor
+            else:
+                need = gain if b in gain_batches and n >= gain_from else floor
             ok &= x >= need
             lines.append(f"  process {i} B={b} N={n}: {x:.3f} (needs {need:.2f})")
     if not checks_ok:

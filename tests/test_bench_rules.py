@@ -323,6 +323,9 @@ def test_decode_spread_verdict():
     assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(1.02)], gain_batches=(64, 128))
     assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(other=0.97)])
     assert "spread: adopt" in rules.decode_spread_verdict([payload(other=0.985), payload()], gain_batches=(64, 128))
+    rows = {(64, 4096), (64, 16384)}
+    assert "spread: adopt" in rules.decode_spread_verdict([payload(), payload()], gain_rows=rows)
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload()], gain_rows=rows | {(16, 4096)})
     out = rules.decode_spread_verdict([payload(err=0.5), payload()])
     assert "spread: unchanged" in out and "spot check" in out, out
     out = rules.decode_spread_verdict([payload(drop=("spread", "contiguous", 128, 16384)), payload()])

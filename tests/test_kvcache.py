@@ -784,14 +784,14 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(1, 65536, "fill,gather")[-2:] == (4, 16) and plan(1, 65536, "fill")[-2:] == (0, 0)
     for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather", "spread"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
-    # "spread" acts when the batch alone makes 1-3 waves of 3 programs per SM with a last wave
-    # at most half full (8 KV heads: B = 50-74, 100-123), then splits into >= 5 waves of
-    # at least 8 key tiles (of 64) each; elsewhere the plan of "none".
+    # "spread" acts on launches the split rule leaves unsplit although the batch alone makes
+    # 1-3 waves of 3 programs per SM with a last wave at most half full, when 5 waves of at
+    # least 8 key tiles (of 64) each fit; elsewhere the plan of "none".
     assert plan(64, 8192, "none").num_splits == 1
-    for b, n in [(32, 8192), (48, 4096), (96, 16384), (128, 16384), (256, 16384)]:
+    for b, n in [(32, 8192), (48, 4096), (56, 16384), (64, 1024), (72, 1024), (72, 4096), (96, 16384),
+                 (112, 16384), (128, 16384), (256, 16384)]:
         assert plan(b, n, "spread") == plan(b, n, "none"), (b, n)
-    assert [plan(b, n, "spread").num_splits for b, n in [(64, 1024), (64, 8192), (64, 32768), (72, 4096),
-                                                          (112, 16384)]] == [2, 4, 4, 4, 3]
+    assert [plan(b, n, "spread").num_splits for b, n in [(56, 4096), (64, 4096), (64, 32768)]] == [5, 4, 4]
     assert plan(64, 8192, "spread").config == plan(64, 8192, "none").config
     assert plan(64, 8192, "spread,deep,pair") == plan(64, 8192, "spread")  # the small-batch ones do not act
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word

@@ -92,9 +92,9 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
 # Candidate of session 32 (large batch; off by default):
-#   spread: when the batch alone makes 1-3 waves of SPREAD_PER_SM programs per SM
-#         with a last wave at most half full, split anyway, into at least
-#         SPREAD_WAVES waves (spread_splits).
+#   spread: when the split rule leaves a launch unsplit although the batch alone
+#         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
+#         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
 VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread")
 MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
@@ -673,11 +673,13 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
 
 
 def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
-    """Split count of variant "spread", or 0 where it leaves the launch to
-    choose_num_splits: when the batch alone makes between one and
-    SPREAD_MAX_WAVES waves of SPREAD_PER_SM resident programs per SM and the
-    last wave is at most half full, the fewest splits that make SPREAD_WAVES
-    waves, with at least SPREAD_MIN_TILES key tiles per split.
+    """Split count of variant "spread" for a launch choose_num_splits leaves
+    unsplit, or 0 where it keeps it so: when the batch alone makes between one
+    and SPREAD_MAX_WAVES waves of SPREAD_PER_SM resident programs per SM and
+    the last wave is at most half full, the fewest splits that make
+    SPREAD_WAVES waves if each keeps at least SPREAD_MIN_TILES key tiles.
+    (choose_num_splits counts two resident programs per SM; at d = 128 three
+    fit, so 512 programs look like two full waves to it and are 1.3.)
 
     Why: programs of equal length run in waves, and a last wave that is
     mostly empty streams with few programs per SM.  On the H200 (session 32,
@@ -686,14 +688,19 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
     4512 with 4 splits (5.2 waves); a first form that split every launch of
     two or more programs per SM read 1.08-1.17x at batch 64 from 4k but
     0.97-0.99x at batch 48 (0.97 waves: no tail to cut) and 0.93-1.05x at
-    batch 128 (2.6 waves: a tail 60 % full)."""
+    batch 128 (2.6 waves: a tail 60 % full); a second, acting on the waves
+    alone, split batch 72 and 112 too (0.92-0.99x and 0.98-1.01x: there
+    choose_num_splits already splits 2 ways), and batch 64 read 1.08-1.16x
+    from 4k again."""
     waves = programs / (SPREAD_PER_SM * max(1, n_sm))
     tail = waves - int(waves)
     if waves < 1 or waves >= SPREAD_MAX_WAVES or tail == 0 or tail > 0.5:
         return 0
     n_tiles = max(1, triton.cdiv(n_keys, block_n))
     want = triton.cdiv(SPREAD_WAVES * SPREAD_PER_SM * max(1, n_sm), programs)
-    return max(1, min(want, n_tiles // SPREAD_MIN_TILES, MAX_AUTO_SPLITS))
+    if want > min(n_tiles // SPREAD_MIN_TILES, MAX_AUTO_SPLITS):
+        return 0  # too few keys for the waves (batch 72 at 1k read 0.92x with 2 splits)
+    return want
 
 
 # The variants on when ENV_VARIANT is unset or "default" ("none": none of them).
@@ -783,12 +790,12 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
         tile.update(_config_from_env() or {})
         cfg = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
-    if num_splits == 0 and "spread" in variants:
-        num_splits = spread_splits(programs, n_cap, cfg.BLOCK_N, n_sm)
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants else 1.1
         num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
                                        per_sm=2 if pair else 0)
+        if num_splits == 1 and "spread" in variants:
+            num_splits = spread_splits(programs, n_cap, cfg.BLOCK_N, n_sm) or 1
     # More splits than key tiles would only add empty ones (and grid axis 1
     # holds at most 65535).
     num_splits = min(num_splits, n_tiles, 65535)
