@@ -489,21 +489,29 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
 
 def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", gain: float = 1.03,
                           floor: float = 0.98, gain_batches=(64,), gain_from: int = 4096,
-                          ours: str = "flashattn_triton", gain_rows=None) -> str:
+                          ours: str = "flashattn_triton", gain_rows=None, gauges: bool = False,
+                          gauge_band: float = 0.06) -> str:
     """gpu_next_decode_spread.sh's rule over bench_decode.json payloads (one per
     process, contiguous caches): ``variant`` qualifies if every spot check ran
     (an error under 1e-2), every (batch, N) row of the base has the variant's
     row in every process, and in every process its GB/s over the base's is
     >= gain on the rows with a batch in gain_batches and N >= gain_from and >=
     floor on every other row (``gain_rows``, a set of (batch, N), names the
-    rows that need the gain instead, when given).  Returns the per-row ratios and a last line
-    "<variant>: adopt (geomean g)" or "<variant>: unchanged"."""
+    rows that need the gain instead, when given).  With ``gauges`` (session 33's
+    rule, fixed after session 32's call 5, where two rows with identical plans
+    read 0.961 / 0.969) the plans decide instead: a row where both variants
+    launched the same split count and config is a gauge of the timing noise,
+    with no bar of its own, but every gauge must lie within 1 +- gauge_band
+    (else no decision); every row whose plans differ needs >= gain.  Returns
+    the per-row ratios and a last line "<variant>: adopt (geomean g)" or
+    "<variant>: unchanged"."""
     checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
                     for p in reps)
     ok, ratios, lines = checks_ok and bool(reps), [], []
     for i, p in enumerate(reps, 1):
-        t = {(r.get("variant", "default"), r["batch"], r["seqlen"]): r["gbps"] for r in p["rows"]
-             if r.get("provider") == ours and r.get("layout") == "contiguous" and "gbps" in r}
+        rows = {(r.get("variant", "default"), r["batch"], r["seqlen"]): r for r in p["rows"]
+                if r.get("provider") == ours and r.get("layout") == "contiguous" and "gbps" in r}
+        t = {k: r["gbps"] for k, r in rows.items()}
         keys = sorted({(b, n) for (v, b, n) in t if v == base})
         ok &= bool(keys)
         for b, n in keys:
@@ -514,7 +522,16 @@ def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", 
                 continue
             x = new / old
             ratios.append(x)
-            if gain_rows is not None:
+            if gauges:
+                a, c = rows[(variant, b, n)], rows[(base, b, n)]
+                if (a.get("num_splits"), a.get("launch")) == (c.get("num_splits"), c.get("launch")):
+                    inside = abs(x - 1.0) <= gauge_band
+                    ok &= inside
+                    lines.append(f"  process {i} B={b} N={n}: {x:.3f} (gauge: same plan"
+                                 f"{'' if inside else ', outside the band: no decision'})")
+                    continue
+                need = gain
+            elif gain_rows is not None:
                 need = gain if (b, n) in gain_rows else floor
             else:
                 need = gain if b in gain_batches and n >= gain_from else floor

@@ -330,3 +330,28 @@ def test_decode_spread_verdict():
     assert "spread: unchanged" in out and "spot check" in out, out
     out = rules.decode_spread_verdict([payload(drop=("spread", "contiguous", 128, 16384)), payload()])
     assert "spread: unchanged" in out and "missing" in out, out
+
+
+def test_decode_spread_verdict_gauges():
+    """With gauges (session 33's rule) rows of identical plans carry no bar but
+    must lie within +-6 %; every row whose split count differs needs >= 1.03x."""
+    rules = _rules()
+    def payload(fast=1.08, gauge=0.96, changed_slow=None):
+        rows = []
+        for b in (48, 64):
+            for n in (1024, 4096):
+                changed = b == 64 and n == 4096
+                for v in ("default", "spread"):
+                    g = 1000.0 if v == "default" else 1000.0 * (fast if changed else gauge)
+                    if changed_slow and v == "spread" and (b, n) == changed_slow:
+                        g = 1000.0
+                    rows.append(dict(provider="flashattn_triton", variant=v, layout="contiguous", batch=b,
+                                     seqlen=n, gbps=g, num_splits=4 if changed and v == "spread" else 1,
+                                     launch=dict(BLOCK_N=64)))
+        return dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=1e-3)])
+    out = rules.decode_spread_verdict([payload(), payload()], gauges=True)
+    assert "spread: adopt" in out and "gauge: same plan" in out, out
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(gauge=0.93)], gauges=True)
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(fast=1.02)], gauges=True)
+    # the same payloads under the plain rule: the 0.96 gauges fail its 0.98 floor
+    assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload()], gain_rows={(64, 4096)})
