@@ -799,6 +799,11 @@ def test_decode_plan_variants(monkeypatch):
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
     with pytest.raises(ValueError, match="bogus"):
         decode.decode_variants()
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,spread")  # "default" in a list: the defaults
+    assert decode.decode_variants() == decode.DEFAULT_VARIANTS | {"spread"}
+    monkeypatch.setenv(decode.ENV_VARIANT, "none,deep")
+    with pytest.raises(ValueError, match="none"):
+        decode.decode_variants()
 
 
 # (variants, page size, num_splits, sinks): every variant at least once, paged

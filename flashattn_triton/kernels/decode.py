@@ -66,9 +66,10 @@ ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
 # DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
-# list of VARIANTS ("deep,pdl"), "default" or "none".  "deep", "wide" and "fill" act only
-# on launches of one program per SM (4 x programs < SMs, the split rule's small
-# batch); "pdl" too, and only on sm_90 and later.
+# list of VARIANTS ("deep,pdl"; "default" in it stands for the defaults),
+# "default" or "none".  "deep", "wide" and "fill" act only on launches of one
+# program per SM (4 x programs < SMs, the split rule's small batch); "pdl" too,
+# and only on sm_90 and later.
 #   deep: 5 pipeline stages of 64-key tiles (three K+V tiles in flight, 96 KiB,
 #         instead of one);
 #   wide: 128-key tiles over 3 stages (one 64 KiB K+V tile in flight);
@@ -720,16 +721,17 @@ def decode_variants() -> frozenset:
 @functools.lru_cache(maxsize=16)
 def _parse_variants(text: str) -> frozenset:
     """ENV_VARIANT's value as a set of VARIANTS (parsed once per value: the
-    plan and the counters read it on every decode call)."""
+    plan and the counters read it on every decode call); "default" in a list
+    stands for DEFAULT_VARIANTS ("default,spread": the defaults and spread)."""
     names = frozenset(x.strip() for x in text.split(",") if x.strip())
     if names <= {"default"}:
         return DEFAULT_VARIANTS
     if names == {"none"}:
         return frozenset()
-    unknown = names - set(VARIANTS)
+    unknown = names - set(VARIANTS) - {"default"}
     if unknown:
         raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}")
-    return names
+    return (names - {"default"}) | (DEFAULT_VARIANTS if "default" in names else frozenset())
 
 
 @functools.lru_cache(maxsize=None)
