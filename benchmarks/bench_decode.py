@@ -258,13 +258,14 @@ def spot_check(q, cache, lens, n, sinks=None):
     return (out - ref.transpose(1, 2)).abs().max().item()
 
 
-def num_splits_used(batch, h_q, h_kv, d, n, dtype):
+def num_splits_used(batch, h_q, h_kv, d, n, dtype, layout="contiguous"):
     """(automatic split count, launch config) of ours as decode_attention
-    plans it (with the variants of the environment)."""
+    plans it for ``layout`` (with the variants of the environment)."""
     from flashattn_triton.kernels import decode
     import torch
 
-    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE))
+    page = int(layout[len("paged"):]) if layout.startswith("paged") else 0
+    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE), 0, page)
     return plan.num_splits, plan.config
 
 
@@ -336,7 +337,7 @@ def run(args):
                     for combine in combines:
                         with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine), \
                                 env_var(VARIANT_ENV, variant.replace("+", ",")):
-                            splits_auto, cfg_used = num_splits_used(batch, h_q, h_kv, d, n, dtype)
+                            splits_auto, cfg_used = num_splits_used(batch, h_q, h_kv, d, n, dtype, layout)
                             if variant == "default" and config is None:
                                 cfg = cfg_used
                             for splits in splits_list:

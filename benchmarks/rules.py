@@ -490,9 +490,10 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
 def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", gain: float = 1.03,
                           floor: float = 0.98, gain_batches=(64,), gain_from: int = 4096,
                           ours: str = "flashattn_triton", gain_rows=None, gauges: bool = False,
-                          gauge_band: float = 0.06) -> str:
-    """gpu_next_decode_spread.sh's rule over bench_decode.json payloads (one per
-    process, contiguous caches): ``variant`` qualifies if every spot check ran
+                          gauge_band: float = 0.06, layout: str = "contiguous") -> str:
+    """gpu_next_decode_spread.sh's (and gpu_next_decode_longpages.sh's) rule over
+    bench_decode.json payloads (one per process, the rows of ``layout``):
+    ``variant`` qualifies if every spot check ran
     (an error under 1e-2), every (batch, N) row of the base has the variant's
     row in every process, and in every process its GB/s over the base's is
     >= gain on the rows with a batch in gain_batches and N >= gain_from and >=
@@ -510,7 +511,7 @@ def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", 
     ok, ratios, lines = checks_ok and bool(reps), [], []
     for i, p in enumerate(reps, 1):
         rows = {(r.get("variant", "default"), r["batch"], r["seqlen"]): r for r in p["rows"]
-                if r.get("provider") == ours and r.get("layout") == "contiguous" and "gbps" in r}
+                if r.get("provider") == ours and r.get("layout") == layout and "gbps" in r}
         t = {k: r["gbps"] for k, r in rows.items()}
         keys = sorted({(b, n) for (v, b, n) in t if v == base})
         ok &= bool(keys)

@@ -355,3 +355,18 @@ def test_decode_spread_verdict_gauges():
     assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload(fast=1.02)], gauges=True)
     # the same payloads under the plain rule: the 0.96 gauges fail its 0.98 floor
     assert "spread: unchanged" in rules.decode_spread_verdict([payload(), payload()], gain_rows={(64, 4096)})
+
+
+def test_decode_spread_verdict_layout():
+    """The rule reads the rows of the layout it is given, and only those."""
+    rules = _rules()
+    rows = []
+    for lay, fast in (("paged16", 1.10), ("paged256", 0.90)):
+        for v in ("default", "x"):
+            rows.append(dict(provider="flashattn_triton", variant=v, layout=lay, batch=1, seqlen=65536,
+                             gbps=1000.0 * (fast if v == "x" else 1.0), num_splits=29 if v == "x" else 16,
+                             launch=dict(BLOCK_N=64)))
+    p = dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=1e-3)])
+    assert "x: adopt" in rules.decode_spread_verdict([p, p], variant="x", gauges=True, layout="paged16")
+    assert "x: unchanged" in rules.decode_spread_verdict([p, p], variant="x", gauges=True, layout="paged256")
+    assert "x: unchanged" in rules.decode_spread_verdict([p, p], variant="x", gauges=True)  # no contiguous rows

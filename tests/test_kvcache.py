@@ -794,6 +794,17 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(b, n, "spread").num_splits for b, n in [(56, 4096), (64, 4096), (64, 32768)]] == [5, 4, 4]
     assert plan(64, 8192, "spread").config == plan(64, 8192, "none").config
     assert plan(64, 8192, "spread,deep,pair") == plan(64, 8192, "spread")  # the small-batch ones do not act
+    # "longpages": at batch 1 from 64k keys in pages smaller than a 64-key tile, the plan of
+    # "pair,pdl,reserve" (two programs per SM, no "fill"); other page sizes, lengths, batches unchanged.
+    def paged(batch, n_cap, variant, page):
+        monkeypatch.setenv(decode.ENV_VARIANT, variant)
+        return decode.decode_plan(batch, 4, 8, 128, n_cap, bf16, meta, 0, page)
+
+    for n in (65536, 131072):
+        assert paged(1, n, "default,longpages", 16) == paged(1, n, "pair,pdl,reserve", 16) != paged(1, n, "", 16)
+    assert paged(1, 65536, "default,longpages", 16).num_splits == 29
+    for batch, n, page in [(1, 32768, 16), (1, 65536, 64), (1, 65536, 256), (1, 65536, 0), (8, 65536, 16)]:
+        assert paged(batch, n, "default,longpages", page) == paged(batch, n, "", page), (batch, n, page)
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -874,9 +885,47 @@ def test_spread_against_reference(device, monkeypatch):
           v=rnd(device, dtype, batch, 1, h_kv, d), seqlens=lens, causal=True, num_splits=0)
 
 
+def test_longpages_against_reference(device, monkeypatch):
+    """Variant "longpages" at batch 1 on 16-token pages (its threshold lowered to
+    the test's 320-key cache, the CPU's assumed SM count raised so that batch 1
+    is a small batch): the split count of two programs per SM; ragged length,
+    one appended token, GQA, sinks; against float64."""
+    monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
+    monkeypatch.setattr(decode, "LONGPAGES_FROM", 256)
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
+    q = rnd(device, dtype, 1, 1, h_q, d)
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
+    monkeypatch.setenv(decode.ENV_VARIANT, "pair,pdl,reserve")
+    assert plan == decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
+    monkeypatch.setenv(decode.ENV_VARIANT, "default")
+    assert plan.num_splits != decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16).num_splits
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, 16)
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
+          seqlens=ints(device, [cap - 23]), block_table=table, causal=True, num_splits=0,
+          sinks=rnd(device, torch.float32, h_q))
+
+
 # ---------------------------------------------------------------------------
 # GPU: realistic sizes and CUDA graphs
 # ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.bigmem  # the reference's float64 K and V of a 64k cache, 0.5 GiB each
+def test_gpu_longpages(device, monkeypatch):
+    """Variant "longpages" where it acts: batch 1, Hq=32, Hkv=8, d=128, bf16, a
+    64k cache in 16-token pages nearly full, one appended token, rotary,
+    automatic split count; against float64."""
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 65536
+    q = rnd(device, dtype, 1, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, 16)
+    angle = torch.rand(cap, d // 2) * 2 * math.pi
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
+          cos=torch.cos(angle).to(device, dtype), sin=torch.sin(angle).to(device, dtype),
+          seqlens=ints(device, [cap - 77]), block_table=table, causal=True, num_splits=0)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])

@@ -92,17 +92,23 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         MERGE_GATHER_FLOATS registers' worth);
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
-# Candidate of session 32 (large batch; off by default):
+# Candidates of session 32 (off by default):
+#   longpages: "pair" (two programs per SM, the split rule counting two per SM, its
+#         split count without "fill") at small batch for caches of LONGPAGES_FROM keys
+#         or more in pages smaller than a tile (per-row page lookups), whose tiles each
+#         wait on a block-table load (docs/decode.md "Paged caches at small batch").
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread")
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread",
+            "longpages")
 MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
 MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
 MERGE_BUFFER_BYTES = 64 << 10
 MERGE_GATHER_FLOATS = 8192  # one (splits, rows, d) float32 tile of "gather": 64 per thread at 4 warps
 PREFETCH_TILES = 2
+LONGPAGES_FROM = 65536  # variant "longpages": cache capacities (keys) from which it acts
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
 SPREAD_PER_SM = 3  # programs resident per SM (3 stages of 64-key tiles at d = 128: 64 KiB each),
 SPREAD_MIN_TILES = 8  # the fewest key tiles a split keeps,
@@ -763,10 +769,11 @@ class DecodePlan(NamedTuple):
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
-                device: torch.device, num_splits: int = 0) -> DecodePlan:
+                device: torch.device, num_splits: int = 0, page_size: int = 0) -> DecodePlan:
     """Launch config, split count (num_splits, or chosen when 0) and PDL of one
     decode launch, from host-side numbers only, with the ENV_VARIANT switches
-    applied.  ENV_CONFIG overrides a variant's tile and pipeline choices."""
+    applied (page_size: the paged cache's page size, 0 for a contiguous cache).
+    ENV_CONFIG overrides a variant's tile and pipeline choices."""
     variants = decode_variants()
     cfg = decode_config(n_rows, head_dim, dtype, device)
     n_sm = sm_count(device)
@@ -775,8 +782,11 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     # The split rule's small batch: one program per SM, each streaming a long run.
     small = 4 * programs < n_sm
     elem = torch.finfo(dtype).bits // 8
-    pair = small and "pair" in variants
-    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and variants & {"deep", "wide", "pair"}:
+    # "longpages": "pair" (without "fill"'s split count) for long caches in pages smaller than a tile.
+    long_pages = ("longpages" in variants and 0 < page_size < cfg.BLOCK_N and n_cap >= LONGPAGES_FROM
+                  and "pair" not in variants)
+    pair = small and ("pair" in variants or long_pages)
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "wide", "pair"} or pair):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
             tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=4)
@@ -793,7 +803,7 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
         cfg = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
-        tolerance = 1.0 if small and "fill" in variants else 1.1
+        tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
         num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
                                        per_sm=2 if pair else 0)
         if num_splits == 1 and "spread" in variants:
@@ -904,7 +914,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         else:
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
-    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits)
+    plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits,
+                       page_size if paged else 0)
     cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
     # The prefetch guesses rows of a contiguous cache only.
     prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
