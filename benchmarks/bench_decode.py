@@ -188,6 +188,11 @@ def copy_ceilings(sizes_gb, reps):
 
 # --------------------------------------------------------------------------- caches
 
+def page_size(layout):
+    """Tokens per page of a "pagedP" layout; 0 for "contiguous"."""
+    return int(layout[len("paged"):]) if layout.startswith("paged") else 0
+
+
 def make_caches(batch, n, h_kv, d, dtype, layout, copies):
     """``copies`` independent caches of one layout; each a dict with k, v and block_table."""
     import torch
@@ -199,7 +204,7 @@ def make_caches(batch, n, h_kv, d, dtype, layout, copies):
             v = torch.empty_like(k).normal_()
             out.append(dict(k=k, v=v, block_table=None))
         else:
-            page = int(layout[len("paged"):])
+            page = page_size(layout)
             blocks = math.ceil(n / page)
             k = torch.empty(batch * blocks, page, h_kv, d, dtype=dtype, device=DEVICE).normal_()
             v = torch.empty_like(k).normal_()
@@ -264,8 +269,7 @@ def num_splits_used(batch, h_q, h_kv, d, n, dtype, layout="contiguous"):
     from flashattn_triton.kernels import decode
     import torch
 
-    page = int(layout[len("paged"):]) if layout.startswith("paged") else 0
-    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE), 0, page)
+    plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE), 0, page_size(layout))
     return plan.num_splits, plan.config
 
 

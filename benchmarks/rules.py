@@ -442,6 +442,13 @@ def median_split_verdict(reps, new: str) -> str:
     return "NOT met: stays False"
 
 
+def decode_checks_ok(reps) -> bool:
+    """Every bench_decode.json payload of ``reps`` ran its spot checks, each
+    with an error under 1e-2 against SDPA in float32."""
+    return all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
+               for p in reps)
+
+
 def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor: float = 0.98,
                          gain_from: int = 16384, ours: str = "flashattn_triton") -> str:
     """gpu_next_decode_paged.sh's rule over bench_decode.json payloads (one per
@@ -451,8 +458,7 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
     ran (an error under 1e-2); the best qualifying geomean wins.  One line per
     layout: "<layout>: <winner> (geomean g)" or "<layout>: unchanged"."""
     layouts = sorted({r["layout"] for p in reps for r in p["rows"] if r.get("provider") == ours})
-    checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
-                    for p in reps)
+    checks_ok = decode_checks_ok(reps)
     lines = []
     for layout in layouts:
         tables = []
@@ -506,25 +512,22 @@ def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", 
     (else no decision); every row whose plans differ needs >= gain.  Returns
     the per-row ratios and a last line "<variant>: adopt (geomean g)" or
     "<variant>: unchanged"."""
-    checks_ok = all(p.get("checks") and all(c.get("max_abs_err_vs_fp32", 1.0) < 1e-2 for c in p["checks"])
-                    for p in reps)
+    checks_ok = decode_checks_ok(reps)
     ok, ratios, lines = checks_ok and bool(reps), [], []
     for i, p in enumerate(reps, 1):
         rows = {(r.get("variant", "default"), r["batch"], r["seqlen"]): r for r in p["rows"]
                 if r.get("provider") == ours and r.get("layout") == layout and "gbps" in r}
-        t = {k: r["gbps"] for k, r in rows.items()}
-        keys = sorted({(b, n) for (v, b, n) in t if v == base})
+        keys = sorted({(b, n) for (v, b, n) in rows if v == base})
         ok &= bool(keys)
         for b, n in keys:
-            new, old = t.get((variant, b, n)), t[(base, b, n)]
-            if not new:
+            a, c = rows.get((variant, b, n)), rows[(base, b, n)]
+            if not a or not a["gbps"]:
                 ok = False
                 lines.append(f"  process {i} B={b} N={n}: {variant} missing")
                 continue
-            x = new / old
+            x = a["gbps"] / c["gbps"]
             ratios.append(x)
             if gauges:
-                a, c = rows[(variant, b, n)], rows[(base, b, n)]
                 if (a.get("num_splits"), a.get("launch")) == (c.get("num_splits"), c.get("launch")):
                     inside = abs(x - 1.0) <= gauge_band
                     ok &= inside

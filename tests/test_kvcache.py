@@ -911,16 +911,13 @@ def test_longpages_against_reference(device, monkeypatch):
 # GPU: realistic sizes and CUDA graphs
 # ---------------------------------------------------------------------------
 
-@pytest.mark.gpu
-@pytest.mark.bigmem  # the reference's float64 K and V of a 64k cache, 0.5 GiB each
-def test_gpu_longpages(device, monkeypatch):
-    """Variant "longpages" where it acts: batch 1, Hq=32, Hkv=8, d=128, bf16, a
-    64k cache in 16-token pages nearly full, one appended token, rotary,
-    automatic split count; against float64."""
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
-    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 65536
+def check_b1_rotary(device, cap, page):
+    """Batch 1 at the benchmark's shape (Hq=32, Hkv=8, d=128, bf16), a cache of
+    ``cap`` keys (``page``-token pages, or contiguous for None) nearly full,
+    one appended token, rotary, causal, automatic split count; against float64."""
+    dtype, h_q, h_kv, d = torch.bfloat16, 32, 8, 128
     q = rnd(device, dtype, 1, 1, h_q, d)
-    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, 16)
+    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
     angle = torch.rand(cap, d // 2) * 2 * math.pi
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
           cos=torch.cos(angle).to(device, dtype), sin=torch.sin(angle).to(device, dtype),
@@ -928,11 +925,21 @@ def test_gpu_longpages(device, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.bigmem  # the reference's float64 K and V of a 64k cache, 0.5 GiB each
+def test_gpu_longpages(device, monkeypatch):
+    """Variant "longpages" where it acts: batch 1, Hq=32, Hkv=8, d=128, bf16, a
+    64k cache in 16-token pages nearly full, one appended token, rotary,
+    automatic split count; against float64."""
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    check_b1_rotary(device, 65536, 16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 @pytest.mark.parametrize("variant", ["spread", ""], ids=["spread", "default"])
 def test_gpu_large_batch(device, variant, page, monkeypatch):
-    """Batch 64 (512 programs, two waves per SM unsplit; 4 splits with
-    "spread"): Hq=32, Hkv=8, d=128, bf16, a 4k cache, ragged lengths with
+    """Batch 64 (512 programs unsplit, 1.3 waves of three per SM; 4 splits
+    with "spread"): Hq=32, Hkv=8, d=128, bf16, a 4k cache, ragged lengths with
     an empty and a full sequence, one appended token, automatic splits;
     against float64."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
@@ -995,13 +1002,7 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
     Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,
     automatic split count; against float64."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
-    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 16384
-    q = rnd(device, dtype, 1, 1, h_q, d)
-    k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
-    angle = torch.rand(cap, d // 2) * 2 * math.pi
-    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
-          cos=torch.cos(angle).to(device, dtype), sin=torch.sin(angle).to(device, dtype),
-          seqlens=ints(device, [cap - 77]), block_table=table, causal=True, num_splits=0)
+    check_b1_rotary(device, 16384, page)
 
 
 @pytest.mark.gpu
