@@ -749,10 +749,13 @@ def test_validation(kwargs, exc, match):
 # Small-batch variants (decode.ENV_VARIANT; decode.DEFAULT_VARIANTS when unset)
 # ---------------------------------------------------------------------------
 
+DEFAULTS = "deep,fill,pdl,reserve,spread,longpages"
+
+
 def test_decode_plan_variants(monkeypatch):
     """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
     deep / wide / fill / pdl change batch 1 only (one program per SM), not
-    batch 8; unset or "default" is deep,fill,pdl,reserve."""
+    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages."""
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(decode, "INTERPRET", False)
     meta, bf16 = torch.device("meta"), torch.bfloat16
@@ -765,7 +768,9 @@ def test_decode_plan_variants(monkeypatch):
         cfg = decode.decode_config(4, 128, bf16, meta)
         splits = min(decode.choose_num_splits(batch * 8, n_cap, cfg.BLOCK_N, 132), n_cap // cfg.BLOCK_N)
         assert plan(batch, n_cap, "none") == decode.DecodePlan(cfg, splits, 1, False)
-        assert plan(batch, n_cap, "default") == plan(batch, n_cap, "") == plan(batch, n_cap, "deep,fill,pdl,reserve")
+        assert plan(batch, n_cap, "default") == plan(batch, n_cap, "") == plan(batch, n_cap, DEFAULTS)
+    # Of the defaults, "spread" alone acts at (64, 4096) (below); "longpages" needs pages.
+    assert plan(64, 4096, "") == plan(64, 4096, "spread") != plan(64, 4096, "deep,fill,pdl,reserve")
     assert plan(8, 8192, "") == plan(8, 8192, "none")
     assert plan(1, 65536, "none").num_splits == 15 and plan(1, 65536, "none").config.num_stages == 3
     assert plan(1, 65536, "").num_splits == 16 and plan(1, 65536, "").config.num_stages == 5 and plan(1, 65536, "").use_pdl
@@ -800,11 +805,12 @@ def test_decode_plan_variants(monkeypatch):
         monkeypatch.setenv(decode.ENV_VARIANT, variant)
         return decode.decode_plan(batch, 4, 8, 128, n_cap, bf16, meta, 0, page)
 
+    before = "deep,fill,pdl,reserve,spread"  # the defaults without "longpages"
     for n in (65536, 131072):
-        assert paged(1, n, "default,longpages", 16) == paged(1, n, "pair,pdl,reserve", 16) != paged(1, n, "", 16)
-    assert paged(1, 65536, "default,longpages", 16).num_splits == 29
+        assert paged(1, n, "", 16) == paged(1, n, "pair,pdl,reserve", 16) != paged(1, n, before, 16)
+    assert paged(1, 65536, "", 16).num_splits == 29
     for batch, n, page in [(1, 32768, 16), (1, 65536, 64), (1, 65536, 256), (1, 65536, 0), (8, 65536, 16)]:
-        assert paged(batch, n, "default,longpages", page) == paged(batch, n, "", page), (batch, n, page)
+        assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "wide").config == decode.DecodeConfig(16, 128, 8, 3)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -894,13 +900,16 @@ def test_longpages_against_reference(device, monkeypatch):
     monkeypatch.setattr(decode, "LONGPAGES_FROM", 256)
     dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
     q = rnd(device, dtype, 1, 1, h_q, d)
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)  # the defaults, "longpages" among them
     plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
     monkeypatch.setenv(decode.ENV_VARIANT, "pair,pdl,reserve")
     assert plan == decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
-    monkeypatch.setenv(decode.ENV_VARIANT, "default")
-    assert plan.num_splits != decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16).num_splits
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    monkeypatch.setenv(decode.ENV_VARIANT, "deep,fill,pdl,reserve,spread")
+    before = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
+    assert plan != before
+    if q.device.type == "cpu":  # 64 assumed SMs; on a GPU the two split counts may coincide
+        assert plan.num_splits != before.num_splits
+    monkeypatch.delenv(decode.ENV_VARIANT)
     k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, 16)
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
           seqlens=ints(device, [cap - 23]), block_table=table, causal=True, num_splits=0,
@@ -927,19 +936,19 @@ def check_b1_rotary(device, cap, page):
 @pytest.mark.gpu
 @pytest.mark.bigmem  # the reference's float64 K and V of a 64k cache, 0.5 GiB each
 def test_gpu_longpages(device, monkeypatch):
-    """Variant "longpages" where it acts: batch 1, Hq=32, Hkv=8, d=128, bf16, a
-    64k cache in 16-token pages nearly full, one appended token, rotary,
-    automatic split count; against float64."""
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longpages")
+    """Variant "longpages" (a default) where it acts: batch 1, Hq=32, Hkv=8,
+    d=128, bf16, a 64k cache in 16-token pages nearly full, one appended token,
+    rotary, automatic split count; against float64."""
+    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
     check_b1_rotary(device, 65536, 16)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
-@pytest.mark.parametrize("variant", ["spread", ""], ids=["spread", "default"])
+@pytest.mark.parametrize("variant", ["", "deep,fill,pdl,reserve"], ids=["default", "unsplit"])
 def test_gpu_large_batch(device, variant, page, monkeypatch):
     """Batch 64 (512 programs unsplit, 1.3 waves of three per SM; 4 splits
-    with "spread"): Hq=32, Hkv=8, d=128, bf16, a 4k cache, ragged lengths with
+    with the default "spread"): Hq=32, Hkv=8, d=128, bf16, a 4k cache, ragged lengths with
     an empty and a full sequence, one appended token, automatic splits;
     against float64."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)

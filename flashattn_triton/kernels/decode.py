@@ -92,7 +92,8 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         MERGE_GATHER_FLOATS registers' worth);
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
-# Candidates of session 32 (off by default):
+# Candidates of session 32, default since session 33 (two processes each on the H200,
+# docs/decode.md "Large batches" and "Paged caches at small batch"):
 #   longpages: "pair" (two programs per SM, the split rule counting two per SM, its
 #         split count without "fill") at small batch for caches of LONGPAGES_FROM keys
 #         or more in pages smaller than a tile (per-row page lookups), whose tiles each
@@ -714,8 +715,10 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # Session 16 on the H200 (benchmarks/gpu_next_decode.sh, its rule, two repeats;
 # Hq=32, Hkv=8, d=128, bf16, CUDA graphs): deep+fill+pdl+reserve read K+V at
 # 1.08-1.22x the plain launch's rate at batch 1 (N = 1k..64k) and 1.00-1.08x
-# at batch 8, where only "reserve" acts.
-DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve"})
+# at batch 8, where only "reserve" acts.  Session 33 added "spread" (B = 56-64
+# at 4k-16k keys: 1.08-1.16x) and "longpages" (B = 1, 16-token pages, 64k /
+# 128k keys: 1.12-1.29x); on every other row their plans are those of before.
+DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages"})
 
 
 def decode_variants() -> frozenset:
