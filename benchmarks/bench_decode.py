@@ -81,9 +81,10 @@ def parse_args(argv=None):
                                                        "one random logit per query head")
     p.add_argument("--combine", default="fused", help="comma list from fused,separate: where ours merges "
                                                       "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
-    p.add_argument("--variants", default="default",
+    p.add_argument("--variants", default=None,
                    help="comma list of candidate decode variants for ours (kernels/decode.py VARIANTS, "
-                        f"'+' joins several, 'default' none; {VARIANT_ENV})")
+                        f"'+' joins several, 'default' the library's defaults); each sets {VARIANT_ENV} "
+                        "while it is timed, so the variable itself must be unset (default: 'default')")
     p.add_argument("--l2-bytes", type=float, default=256e6,
                    help="cycle through cache copies until a graph reads at least this many bytes")
     p.add_argument("--copy-gb", default="0.25,1,4",
@@ -278,6 +279,11 @@ def num_splits_used(batch, h_q, h_kv, d, n, dtype, layout="contiguous"):
 def run(args):
     import torch
 
+    if args.variants is None and os.environ.get(VARIANT_ENV):
+        # Each timed variant sets the variable; a value from outside would be silently replaced.
+        raise SystemExit(f"bench_decode.py: {VARIANT_ENV}={os.environ[VARIANT_ENV]!r} is set; pass the variants "
+                         f"to time as --variants (e.g. --variants {os.environ[VARIANT_ENV].replace(',', '+')}) "
+                         "and unset the variable")
     if DEVICE == "cuda":
         C.require_cuda("bench_decode.py")
     dtype = C.torch_dtype(args.dtype)
@@ -287,7 +293,7 @@ def run(args):
     configs = [c.strip() for c in args.configs.split(";")] if args.configs else [None]
     splits_list = ints(args.splits)
     combines = [x for x in args.combine.split(",") if x]
-    variants = [x for x in args.variants.split(",") if x] or ["default"]
+    variants = [x for x in (args.variants or "default").split(",") if x] or ["default"]
     # --sinks: ours also with gpt-oss attention sinks (one logit per query head)
     sinks_list = [None] + ([torch.randn(h_q, device=DEVICE)] if args.sinks else [])
     budget = C.Budget(args.max_seconds)

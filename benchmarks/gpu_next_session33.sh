@@ -16,6 +16,8 @@ V=default
 grep -q "spread: adopt" "$OUT/spread_verdict.txt" 2>/dev/null && V="$V,spread"
 grep -q "longpages: adopt" "$OUT/longpages_verdict.txt" 2>/dev/null && V="$V,longpages"
 if [ "$V" != default ]; then
+  # (As run in session 33 call 1 this timed the old defaults: bench_decode.py set the variable from
+  # its --variants, default "default"; it now refuses an outside value. Kept as it ran.)
   FLASHATTN_TRITON_DECODE_VARIANT=$V timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py \
     --max-seconds 300 --out "$R/decode" > "$R/decode.log" 2>&1
   echo "rc=$? variants=$V" >> "$R/decode.log"; el decode; tail -40 "$R/decode/bench_decode.md" 2>/dev/null | head -40

@@ -370,3 +370,19 @@ def test_decode_spread_verdict_layout():
     assert "x: adopt" in rules.decode_spread_verdict([p, p], variant="x", gauges=True, layout="paged16")
     assert "x: unchanged" in rules.decode_spread_verdict([p, p], variant="x", gauges=True, layout="paged256")
     assert "x: unchanged" in rules.decode_spread_verdict([p, p], variant="x", gauges=True)  # no contiguous rows
+
+
+def test_bench_decode_refuses_an_outside_variant(monkeypatch):
+    """bench_decode.py sets FLASHATTN_TRITON_DECODE_VARIANT for each timed
+    variant, so a value set by the caller would be replaced without a word
+    (session 33 call 1 timed the old defaults that way): without --variants
+    it stops and names the variable and the --variants to pass."""
+    import pytest
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_decode_mod", REPO / "benchmarks" / "bench_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv(bench.VARIANT_ENV, "default,spread")
+    with pytest.raises(SystemExit, match="default\\+spread"):
+        bench.run(bench.parse_args(["--smoke-cpu"]))
