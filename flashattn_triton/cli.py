@@ -39,9 +39,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "head (default) | kind: the one launch's grid by (batch, KV head) or "
                                               "every dK/dV program before the dQ programs (read at import)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
-    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of small-batch decoding variants (deep, wide, fill, pdl, "
-                                        "reserve, merge, prefetch, pair, gather; docs/decode.md); default: "
-                                        "deep,fill,pdl,reserve; none: the plain plan"),
+    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, wide, fill, pdl, reserve, "
+                                        "merge, prefetch, pair, gather, spread, longpages; docs/decode.md); "
+                                        "default: deep,fill,pdl,reserve,spread,longpages; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
                                      "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
                                      "stays portable)"),
