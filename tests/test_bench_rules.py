@@ -10,12 +10,17 @@ REPO = Path(__file__).resolve().parent.parent
 S23 = REPO / "benchmarks" / "results" / "h200" / "session23"
 
 
-def _rules():
+def _bench_module(name):
+    """benchmarks/<name>.py as a fresh module (benchmarks/ on the path for its imports)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_rules", REPO / "benchmarks" / "rules.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _rules():
+    return _bench_module("rules")
 
 
 def test_sinks_verdicts_on_the_committed_rounds():
@@ -379,10 +384,7 @@ def test_bench_decode_refuses_an_outside_variant(monkeypatch):
     it stops and names the variable and the --variants to pass."""
     import pytest
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_decode_mod", REPO / "benchmarks" / "bench_decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module("bench_decode")
     monkeypatch.setenv(bench.VARIANT_ENV, "default,spread")
     with pytest.raises(SystemExit, match="default\\+spread"):
         bench.run(bench.parse_args(["--smoke-cpu"]))

@@ -750,6 +750,7 @@ def test_validation(kwargs, exc, match):
 # ---------------------------------------------------------------------------
 
 DEFAULTS = "deep,fill,pdl,reserve,spread,longpages"
+DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread"
 
 
 def test_decode_plan_variants(monkeypatch):
@@ -805,7 +806,7 @@ def test_decode_plan_variants(monkeypatch):
         monkeypatch.setenv(decode.ENV_VARIANT, variant)
         return decode.decode_plan(batch, 4, 8, 128, n_cap, bf16, meta, 0, page)
 
-    before = "deep,fill,pdl,reserve,spread"  # the defaults without "longpages"
+    before = DEFAULTS_BUT_LONGPAGES
     for n in (65536, 131072):
         assert paged(1, n, "", 16) == paged(1, n, "pair,pdl,reserve", 16) != paged(1, n, before, 16)
     assert paged(1, 65536, "", 16).num_splits == 29
@@ -904,7 +905,7 @@ def test_longpages_against_reference(device, monkeypatch):
     plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
     monkeypatch.setenv(decode.ENV_VARIANT, "pair,pdl,reserve")
     assert plan == decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
-    monkeypatch.setenv(decode.ENV_VARIANT, "deep,fill,pdl,reserve,spread")
+    monkeypatch.setenv(decode.ENV_VARIANT, DEFAULTS_BUT_LONGPAGES)
     before = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 16)
     assert plan != before
     if q.device.type == "cpu":  # 64 assumed SMs; on a GPU the two split counts may coincide
