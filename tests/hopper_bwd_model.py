@@ -535,7 +535,7 @@ def backward_cases(full=True):
 
 
 class BwdCTA(AsyncState):
-    def __init__(self, nc, ns, ds_bufs):
+    def __init__(self, nc, ns, ds_bufs, stage_bufs=1):
         super().__init__(nc + 1)  # (index nc: the producer's TMA reduce-adds, NAMED_BAR = 2)
         self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
         self.kv_ready = Barrier("kv_ready", 1)
@@ -559,7 +559,9 @@ class BwdCTA(AsyncState):
         # each consumer writes its own rows of the P^T / dS^T tiles
         self.pt = [[Buffer(f"Pt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
         self.ds = [[Buffer(f"dSt[{b}][{c}]") for c in range(nc)] for b in range(ds_bufs)]
-        self.stage = [Buffer(f"dQstage[{c}]") for c in range(nc)]
+        # dQ staging: stage_bufs buffers per consumer (DQ_STAGE_BUFS), stage[c] the first
+        self.stages = [[Buffer(f"dQstage[{c}][{k}]") for k in range(stage_bufs)] for c in range(nc)]
+        self.stage = [row[0] for row in self.stages]
         self.reduced = []  # tags of the completed dQ reduce-adds
 
     def write(self, buf, tag):
@@ -677,7 +679,8 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
         it += total
 
 
-def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False):
+def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
+             stage_bufs=1):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -690,7 +693,10 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     after a sync on dq_empty, then an arrival (no wait) on dq_full, the
     producer issuing the reduce-adds (broken "dq_full_early": the arrival
     before the wait for the tile's products; "no_dq_empty": no sync before
-    staging)."""
+    staging).  stage_bufs (split Q K^T; DQ_STAGE_BUFS): the dQ pieces take
+    the consumer's staging buffers in turn (piece it * dq_chunks + j), each
+    after tma.store_wait(stage_bufs - 1) (broken "stage_wait_short": after
+    store_wait(stage_bufs), so the buffer's last reduce may still read it)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -748,9 +754,14 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                         cta.wgmma_issue(c, piece(j + 1))
                     elif nb == 1:
                         cta.ds_ready[1].arrive()
-                    yield ("store_wait",)
-                    cta.write(cta.stage[c], ("dQ", it, c, j))
-                    cta.reduce(c, cta.stage[c], ("dQ", it, c, j))
+                    if stage_bufs == 1:
+                        yield ("store_wait",)
+                        buf = cta.stage[c]
+                    else:
+                        yield ("store_wait", stage_bufs - (broken != "stage_wait_short"))
+                        buf = cta.stages[c][(it * dq_chunks + j) % stage_bufs]
+                    cta.write(buf, ("dQ", it, c, j))
+                    cta.reduce(c, buf, ("dQ", it, c, j))
                     yield ("step",)
             else:
                 b = 0 if broken == "named_one_buffer" else it % 2
@@ -799,10 +810,11 @@ BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
 NAMED_BAR_BROKEN = ("named_one_buffer",)
 NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
+STAGE_BUFS_BROKEN = ("stage_wait_short",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False, named_bar=0):
+             qk1=False, named_bar=0, stage_bufs=1):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -811,7 +823,10 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     qk1: the split Q K^T's two copies / groups; SPLIT_D only; or of
     NAMED_BAR_BROKEN / NAMED_BAR2_BROKEN with named_bar).  named_bar 1: the
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
-    2: also dQ through the producer (consumer, producer)."""
+    2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
+    staging buffers per consumer (split Q K^T only; broken
+    STAGE_BUFS_BROKEN)."""
+    assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
@@ -819,11 +834,11 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     n_tiles = sum(tiles)
     assert not named_bar or not split, "NAMED_BAR: the keys-as-M path"
     assert named_bar < 2 or not persistent, "NAMED_BAR = 2: the 2-D grid"
-    cta = BwdCTA(nc, ns, ds_bufs if split else 2)
+    cta = BwdCTA(nc, ns, ds_bufs if split else 2, stage_bufs)
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar)
+                                          named_bar, stage_bufs)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -878,14 +893,16 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40):
-    """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form."""
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1):
+    """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
+    with stage_bufs > 1 a STAGE_BUFS_BROKEN one)."""
     caught = 0
     for seed in range(seeds):
         rng = random.Random(seed)
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
-            simulate(0, rng.choice((1, 2)), True, rng.choice((1, 2)), 3, seed, work=work, broken=broken, qk1=True)
+            simulate(0, rng.choice((1, 2)), True, rng.choice((1, 2)), 3, seed, work=work, broken=broken, qk1=True,
+                     stage_bufs=stage_bufs)
         except ProtocolError:
             caught += 1
     return caught
@@ -955,6 +972,16 @@ def main():
     print(f"{runs} split Q K^T protocol runs, no failure")
     for broken in QK1_PROTOCOL_BROKEN:
         print(f"split Q K^T protocol broken '{broken}': caught on {qk1_broken_caught(broken)}/40 seeds")
+    runs = 0
+    for stage_bufs in (2, 3):
+        for *case, work in qk1_protocol_cases():
+            simulate(*case, work=work, qk1=True, stage_bufs=stage_bufs)
+            runs += 1
+    print(f"{runs} split Q K^T protocol runs with 2 / 3 dQ staging buffers, no failure")
+    for stage_bufs in (2, 3):
+        for broken in STAGE_BUFS_BROKEN:
+            n = qk1_broken_caught(broken, stage_bufs=stage_bufs)
+            print(f"dQ staging broken '{broken}' ({stage_bufs} buffers): caught on {n}/40 seeds")
     for broken in BROKEN:
         for split, ds_bufs, chunks in ((False, 2, 1), (True, 1, 2), (True, 2, 1)):
             n = broken_caught(broken, split, ds_bufs, chunks)

@@ -459,6 +459,11 @@ class Buffer:
         self.name, self.content, self.writing, self.readers = name, ("fresh",), False, 0
 
 
+class _Store:
+    """One TMA store (or reduce-add) of a consumer: done once it has read its buffer."""
+    done = False
+
+
 class AsyncState:
     """The asynchronous operations of one CTA that both kernels' simulations
     share: TMA loads into buffers, wgmma groups reading buffers (retiring in
@@ -469,6 +474,7 @@ class AsyncState:
         self.events = []          # asynchronous completions that may fire: (kind, ...)
         self.wgmma = [[] for _ in range(nc)]   # per consumer: outstanding groups (buffers read, contents)
         self.stores = [0] * nc    # per consumer: TMA stores in flight
+        self.store_order = [[] for _ in range(nc)]  # per consumer: its _Store records, in issue order
 
     # TMA load: the buffer is undefined until the copy completes the barrier's transaction.
     def tma_load(self, buf, tag, bar):
@@ -494,7 +500,16 @@ class AsyncState:
         self.read(buf, tag)
         buf.readers += 1
         self.stores[c] += 1
-        self.events.append(("store", c, buf, tag))
+        record = _Store()
+        self.store_order[c].append(record)
+        self.events.append(("store", c, buf, tag, record))
+
+    def stores_done_but(self, c, n):
+        """tma.store_wait(n): every store of consumer c but its n latest has
+        read its buffer (stores may complete out of order; the wait is for
+        the older ones)."""
+        order = self.store_order[c]
+        return all(record.done for record in order[:max(len(order) - n, 0)])
 
     def stored(self, tag):
         """A store of ``tag`` completed (subclasses record it)."""
@@ -510,7 +525,8 @@ class AsyncState:
                 self.read(buf, tag)
                 buf.readers -= 1
         else:
-            _, c, buf, tag = ev
+            _, c, buf, tag, record = ev
+            record.done = True
             self.read(buf, tag)
             buf.readers -= 1
             self.stores[c] -= 1
@@ -801,7 +817,8 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
 def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
     """The random scheduler of the protocol simulations.  agents: generators
     by name, each yielding what it does next (("wait", barrier, parity,
-    completion), ("wgmma_wait", n), ("store_wait",) or ("step",));
+    completion), ("wgmma_wait", n), ("store_wait",) (every store done),
+    ("store_wait", n) (all but the consumer's n latest stores done) or ("step",));
     where(name) -> (cta, consumer index) for the waits; the CTAs'
     asynchronous events (TMA arrivals, wgmma completions, stores) are
     choices too.  Every step picks among what can proceed with the weights
@@ -819,7 +836,7 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
         if st[0] == "wgmma_wait":
             return len(cta.wgmma[c]) <= st[1]
         if st[0] == "store_wait":
-            return cta.stores[c] == 0
+            return cta.stores[c] == 0 if len(st) == 1 else cta.stores_done_but(c, st[1])
         return True
 
     steps = 0

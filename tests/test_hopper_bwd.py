@@ -1714,7 +1714,8 @@ v = torch.randn(2, 2, 1121, 128).to(torch.bfloat16)
 do = torch.randn(2, 4, 333, 128).to(torch.bfloat16)
 lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
 grads = [torch.zeros_like(t) for t in (q, k, v)]
-for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2))):
+for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2)),
+                     (True, dict(DQ_STAGE_BUFS=2))):
     with fake_cuda():
         ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
                                           **over)
@@ -1733,7 +1734,8 @@ def test_split_qk_launch_on_a_fake_driver():
     (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs
     with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
-    128 columns; d = 192 in the default table."""
+    128 columns; two dQ staging buffers (DQ_STAGE_BUFS = 2); d = 192 in
+    the default table."""
     lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
@@ -1742,6 +1744,7 @@ def test_split_qk_launch_on_a_fake_driver():
                      "sum (2, 4, 1121, 192) 2",
                      "sum (2, 4, 1121, 128) 2",
                      "False (18, 8, 1) 128 True param",
+                     "True (18, 4, 1) 128 True param",
                      "True"], lines
 
 
@@ -1799,13 +1802,17 @@ def test_causal_row_bound(d):
 @needs_hopper
 @pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
-                                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5)],
+                                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5),
+                                     dict(DQ_STAGE_BUFS=2), dict(DQ_STAGE_BUFS=3),
+                                     dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
+                                     dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)],
                          ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 def test_split_qk_variants(variant, causal):
     """The d = 192 / dv = 128 build's variants: persistent, a deeper ring,
-    one P^T / dS^T buffer, heads-first, and the group split (float32
-    partials of 192 and 128 columns)."""
+    one P^T / dS^T buffer, heads-first, the group split (partials of 192
+    and 128 columns), and two or three dQ staging buffers per consumer
+    (DQ_STAGE_BUFS; with 2 the pieces' buffers alternate across tiles)."""
     q, do = _flash_view(2, 8, 777, 192, torch.bfloat16), _flash_view(2, 8, 777, 128, torch.bfloat16)
     k, v = _flash_view(2, 2, 1500, 192, torch.bfloat16), _flash_view(2, 2, 1500, 128, torch.bfloat16)
     shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
@@ -1894,6 +1901,46 @@ def test_split_qk_protocol_simulation():
         hbm.simulate(*case, work=work, qk1=True)
     for broken in hbm.QK1_PROTOCOL_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=20) > 0, broken
+
+
+def test_split_qk_stage_buffers_protocol_simulation():
+    """DQ_STAGE_BUFS = 2 / 3 (the dQ pieces of the split Q K^T staged in a
+    consumer's buffers in turn, each after tma.store_wait(B - 1)): no hazard
+    or deadlock on the split Q K^T protocol cases, where the simulation's
+    reduce-adds finish in any order; waiting for one store fewer (the
+    buffer's previous reduce may still read it) is caught."""
+    import hopper_bwd_model as hbm
+    for stage_bufs in (2, 3):
+        for *case, work in hbm.qk1_protocol_cases(full=False):
+            hbm.simulate(*case, work=work, qk1=True, stage_bufs=stage_bufs)
+        for broken in hbm.STAGE_BUFS_BROKEN:
+            assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=stage_bufs) > 0, (broken, stage_bufs)
+
+
+def test_stage_buffers_plan_and_smem(monkeypatch):
+    """DQ_STAGE_BUFS: 1 by default at every head dim; the shared-memory
+    model counts each extra staging buffer (2 consumers x 64 rows x 32
+    float32 columns at d = 192); a build of d = dv asking for more than one
+    is declined with a reason (its step has no such form), d = 192 takes it."""
+    hbwd = _bwd_module()
+    for d in (64, 128, 256, 192):
+        assert hbwd.kernel_meta(d, True)["DQ_STAGE_BUFS"] == 1
+    meta = hbwd.kernel_meta(192, True)
+    one = hbwd.smem_bytes(192, head_dim_v=128, **meta)
+    for bufs in (2, 3):
+        assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs)) == one + (bufs - 1) * 2 * 64 * 32 * 4
+        assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs)) <= hbwd.SMEM_LIMIT
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
+    lse = torch.zeros(1, 2, 100)
+    qd = torch.randn(1, 2, 100, 128).to(torch.bfloat16)
+    reason = hbwd._make_plan(qd, qd, qd, qd, lse, lse, qd, qd, qd, 0.1, False, False, False, False,
+                             dict(DQ_STAGE_BUFS=2))
+    assert isinstance(reason, str) and "DQ_STAGE_BUFS" in reason, reason
+    q, k = torch.randn(1, 2, 100, 192).to(torch.bfloat16), torch.randn(1, 2, 100, 192).to(torch.bfloat16)
+    v, do = torch.randn(1, 2, 100, 128).to(torch.bfloat16), torch.randn(1, 2, 100, 128).to(torch.bfloat16)
+    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(DQ_STAGE_BUFS=3))
+    assert not isinstance(plan, str) and plan.kwargs["DQ_STAGE_BUFS"] == 3, plan
 
 
 @pytest.mark.parametrize("layout", ["flash", "bhnd", "padded", "bnhd_expanded"])

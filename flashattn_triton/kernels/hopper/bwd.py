@@ -415,10 +415,13 @@ def _dropout_block(drop, off_b, GROUP, key0):
 
 
 @gluon.jit
-def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
+def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr,
+               PENDING: gl.constexpr = 0):
     """This warpgroup's dQ piece (BLOCK_M rows, COLS columns from col) into
-    the staging buffer and reduced (added) into dQ by TMA."""
-    tma.store_wait(0)  # the previous reduce has read the staging buffer
+    the staging buffer and reduced (added) into dQ by TMA.  PENDING: how many
+    of this warpgroup's latest reduce-adds may still be reading their own
+    staging buffers (0 with one buffer; with B buffers used in turn, B - 1)."""
+    tma.store_wait(PENDING)  # the reduce that last used this buffer has read it
     dq_stage.store(dq)
     fence_async_shared()
     _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
@@ -875,7 +878,7 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, DS_BUFS: gl.constexpr,
                        DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                       ROW_BOUND: gl.constexpr = False):
+                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1):
     """SPLIT_D with a split Q K^T (d = HEAD_DIM + QK1 for Q and K, HEAD_DIM
     for V, O and dO; d = 192 = 128 + 64): one query tile, as
     _attn_bwd_step_split but every product that has Q or K in it comes in
@@ -894,7 +897,11 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
         dQ: the same columns of dS K0 and dS K1, DQ_CHUNK at a time.
 
     Both warpgroups hold the same shapes (VC + VC + K1C accumulator columns
-    of BLOCK_N keys each).  No dropout and no window here (declined)."""
+    of BLOCK_N keys each).  No dropout and no window here (declined).
+    DQ_STAGE_BUFS > 1: dq_stage is every consumer's staging buffers and the
+    pieces take this warpgroup's DQ_STAGE_BUFS buffers in turn (piece number
+    it * N_PIECES + j), so a piece waits only for the reduce-add issued
+    DQ_STAGE_BUFS pieces before it to have read its buffer."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, SUB_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -950,7 +957,15 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
         # the piece's dQ columns: in the first chunk, or past HEAD_DIM in the second
         dq_col = CONSUMER * VC + j * DQ_CHUNK if j < VC // DQ_CHUNK else \
             HEAD_DIM + CONSUMER * K1C + (j - VC // DQ_CHUNK) * DQ_CHUNK
-        _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK)
+        if DQ_STAGE_BUFS == 1:
+            _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK)
+        else:
+            if N_PIECES % DQ_STAGE_BUFS == 0:
+                slot = CONSUMER * DQ_STAGE_BUFS + j % DQ_STAGE_BUFS  # (it * N_PIECES + j) % B, it * N_PIECES % B = 0
+            else:
+                slot = CONSUMER * DQ_STAGE_BUFS + (it * N_PIECES + j) % DQ_STAGE_BUFS
+            _reduce_dq(dq, dq_stage.index(slot), dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK,
+                       DQ_STAGE_BUFS - 1)
     return dk, dk1, dv
 
 
@@ -963,7 +978,8 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-                        RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+                        RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
+                        DQ_STAGE_BUFS: gl.constexpr = 1):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -977,7 +993,10 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                                                        instr_shape=[16, VC, 16])
     k1_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, K1C, 16])
-    dq_stage = dq_bufs.index(CONSUMER)
+    if DQ_STAGE_BUFS == 1:
+        dq_stage = dq_bufs.index(CONSUMER)
+    else:
+        dq_stage = dq_bufs  # the step picks this consumer's buffer of each piece
     key0 = start_n + CONSUMER * SUB_N
     keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, s_layout))
     dk = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
@@ -1000,7 +1019,8 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                                                  ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                  dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale,
                                                  sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
-                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND)
+                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND,
+                                                 DQ_STAGE_BUFS)
                 it += 1
     if RELEASE_KV:
         mbarrier.arrive(kv_empty)
@@ -1034,7 +1054,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
-                      ROW_BOUND: gl.constexpr = False):
+                      ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1055,7 +1075,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                          stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                          N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND)
+                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS)
             else:
                 it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                      stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1071,7 +1091,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND)
+                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1114,7 +1134,7 @@ def _attn_bwd_hopper(
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
-    ROW_BOUND: gl.constexpr = False,
+    ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1188,7 +1208,11 @@ def _attn_bwd_hopper(
         pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
     else:
         pt_bufs = ds_bufs  # not used: P^T stays in registers
-    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS, BLOCK_M, DQ_STAGE], dq_smem_layout)
+    # DQ_STAGE_BUFS staging buffers per consumer (more than one: the split
+    # Q K^T step only, whose three dQ pieces per tile follow each other closely)
+    gl.static_assert(DQ_STAGE_BUFS == 1 or QK1 > 0, "DQ_STAGE_BUFS > 1: the split Q K^T step only")
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, BLOCK_M, DQ_STAGE],
+                                        dq_smem_layout)
     # Per ring slot: lse2 and scale * delta of the tile's rows.
     stat_bufs = gl.allocate_shared_memory(gl.float32, [2 * NUM_STAGES, BLOCK_M],
                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
@@ -1239,7 +1263,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1249,7 +1273,7 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1313,7 +1337,7 @@ CONFIGS_UNVERIFIED: dict = {}
 HEAD_DIM_V = {192: 128}
 UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
 # Meta-parameters of the SPLIT_D path (the others ignore them).
-SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0)
+SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0, DQ_STAGE_BUFS=1)
 # Per head dim, entries replacing CONFIGS' for windowed calls (HAS_WINDOW, a
 # left window bound); none: the window builds take CONFIGS (compile_check
 # --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
@@ -1490,7 +1514,7 @@ def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
-               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, **_):
+               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
@@ -1501,7 +1525,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     dq_cols = NUM_CONSUMERS * dq_block_cols(dv, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
     return (2 * (BLOCK_N * (head_dim + dv) + NUM_STAGES * BLOCK_M * (head_dim + dv)
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
-            + 4 * BLOCK_M * dq_cols + 4 * 2 * NUM_STAGES * BLOCK_M
+            + 4 * BLOCK_M * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
 
 
@@ -1699,6 +1723,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
                                 batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
+    if meta["DQ_STAGE_BUFS"] != 1 and d == d_v:
+        return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv) only"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
