@@ -907,6 +907,29 @@ def test_split_d_variants(d, variant, causal):
     _check(q, k, v, do, d ** -0.5, shift, **variant)
 
 
+STAGE_BUFS_VARIANTS = [
+    # overrides: two dQ staging buffers per consumer on the keys-as-M path
+    # (the consumers issue the reduce-adds: NAMED_BAR 0 or 1), persistent too
+    dict(DQ_STAGE_BUFS=2, NAMED_BAR=0),
+    dict(DQ_STAGE_BUFS=2, NAMED_BAR=1),
+    dict(DQ_STAGE_BUFS=2, NAMED_BAR=1, PERSISTENT=True, NUM_SMS=7),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", STAGE_BUFS_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_stage_buffers_keys_as_m(variant, d, case):
+    """DQ_STAGE_BUFS = 2 on the keys-as-M path (d = 64 / 128): step it
+    stages dQ in its consumer's buffer it % 2 and waits only for the reduce
+    of the step before last; the reference cases against float64."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
 PERSISTENT_VARIANTS = [
     dict(PERSISTENT=True),                                   # one program per SM
     dict(PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True),      # several work tiles per program
@@ -1648,7 +1671,8 @@ def test_split_qk_config_fits():
         # K 24 KB + V 16 KB, (Q, dO) 40 KB per stage, P^T / dS^T 8 KB each per buffer, dQ staging
         m = meta
         assert hbwd.smem_bytes(192, head_dim_v=128, **m) == (
-            2 * (64 * 320 + m["NUM_STAGES"] * 64 * 320 + 2 * m["DS_BUFS"] * 64 * 64) + 4 * 64 * 2 * m["DQ_CHUNK"]
+            2 * (64 * 320 + m["NUM_STAGES"] * 64 * 320 + 2 * m["DS_BUFS"] * 64 * 64)
+            + 4 * 64 * 2 * m["DQ_CHUNK"] * m["DQ_STAGE_BUFS"]
             + 8 * m["NUM_STAGES"] * 64 + 8 * (1 + 3 * m["NUM_STAGES"] + 2))
     for d in (64, 128, 256):
         meta = hbwd.kernel_meta(d, False)
@@ -1803,7 +1827,7 @@ def test_causal_row_bound(d):
 @pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
                                      dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5),
-                                     dict(DQ_STAGE_BUFS=2), dict(DQ_STAGE_BUFS=3),
+                                     dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
                                      dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
                                      dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)],
                          ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -1811,8 +1835,9 @@ def test_causal_row_bound(d):
 def test_split_qk_variants(variant, causal):
     """The d = 192 / dv = 128 build's variants: persistent, a deeper ring,
     one P^T / dS^T buffer, heads-first, the group split (partials of 192
-    and 128 columns), and two or three dQ staging buffers per consumer
-    (DQ_STAGE_BUFS; with 2 the pieces' buffers alternate across tiles)."""
+    and 128 columns), and one or two dQ staging buffers per consumer
+    instead of the default three (DQ_STAGE_BUFS; with 2 the pieces'
+    buffers alternate across tiles)."""
     q, do = _flash_view(2, 8, 777, 192, torch.bfloat16), _flash_view(2, 8, 777, 128, torch.bfloat16)
     k, v = _flash_view(2, 2, 1500, 192, torch.bfloat16), _flash_view(2, 2, 1500, 128, torch.bfloat16)
     shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
@@ -1918,14 +1943,17 @@ def test_split_qk_stage_buffers_protocol_simulation():
 
 
 def test_stage_buffers_plan_and_smem(monkeypatch):
-    """DQ_STAGE_BUFS: 1 by default at every head dim; the shared-memory
-    model counts each extra staging buffer (2 consumers x 64 rows x 32
-    float32 columns at d = 192); a build of d = dv asking for more than one
-    is declined with a reason (its step has no such form), d = 192 takes it."""
+    """DQ_STAGE_BUFS: 3 at d = 192 (one buffer per dQ piece; H200 session
+    34), 1 at the other head dims; the shared-memory model counts each extra
+    staging buffer (2 consumers x 64 rows x 32 float32 columns at d = 192);
+    d = 192 takes any count; at d = dv only the keys-as-M step with the
+    consumers' reduce-adds has the form, other builds asking for it are
+    declined with a reason."""
     hbwd = _bwd_module()
     for d in (64, 128, 256, 192):
-        assert hbwd.kernel_meta(d, True)["DQ_STAGE_BUFS"] == 1
-    meta = hbwd.kernel_meta(192, True)
+        for causal in (False, True):
+            assert hbwd.kernel_meta(d, causal)["DQ_STAGE_BUFS"] == (3 if d == 192 else 1), d
+    meta = dict(hbwd.kernel_meta(192, True), DQ_STAGE_BUFS=1)
     one = hbwd.smem_bytes(192, head_dim_v=128, **meta)
     for bufs in (2, 3):
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs)) == one + (bufs - 1) * 2 * 64 * 32 * 4
@@ -1934,9 +1962,20 @@ def test_stage_buffers_plan_and_smem(monkeypatch):
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
     lse = torch.zeros(1, 2, 100)
     qd = torch.randn(1, 2, 100, 128).to(torch.bfloat16)
-    reason = hbwd._make_plan(qd, qd, qd, qd, lse, lse, qd, qd, qd, 0.1, False, False, False, False,
-                             dict(DQ_STAGE_BUFS=2))
-    assert isinstance(reason, str) and "DQ_STAGE_BUFS" in reason, reason
+    # d = dv: the keys-as-M path takes it with NAMED_BAR 0 / 1 (the consumers'
+    # reduce-adds), not with NAMED_BAR 2 (the producer's) nor on SPLIT_D (d = 256)
+    for causal, over, takes in ((False, {}, True), (True, dict(NAMED_BAR=1), True), (True, {}, False),
+                                (False, dict(NAMED_BAR=2), False), (False, dict(SPLIT_D=True, BLOCK_N=64), False)):
+        got = hbwd._make_plan(qd, qd, qd, qd, lse, lse, qd, qd, qd, 0.1, causal, False, False, False,
+                              dict(over, DQ_STAGE_BUFS=2))
+        if takes:
+            assert not isinstance(got, str) and got.kwargs["DQ_STAGE_BUFS"] == 2, (causal, over, got)
+        else:
+            assert isinstance(got, str) and "DQ_STAGE_BUFS" in got, (causal, over, got)
+    q256 = torch.randn(1, 2, 100, 256).to(torch.bfloat16)
+    got = hbwd._make_plan(q256, q256, q256, q256, lse, lse, q256, q256, q256, 0.1, False, False, False, False,
+                          dict(DQ_STAGE_BUFS=2))
+    assert isinstance(got, str) and "DQ_STAGE_BUFS" in got, got
     q, k = torch.randn(1, 2, 100, 192).to(torch.bfloat16), torch.randn(1, 2, 100, 192).to(torch.bfloat16)
     v, do = torch.randn(1, 2, 100, 128).to(torch.bfloat16), torch.randn(1, 2, 100, 128).to(torch.bfloat16)
     plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(DQ_STAGE_BUFS=3))

@@ -504,13 +504,16 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
+                   drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
+                   DQ_STAGE_BUFS: gl.constexpr = 1):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
     to the producer warp through named barriers (_retire_dq), which also
-    frees the Q / dO slot (no qdo_empty arrival, no TMA in the consumers)."""
+    frees the Q / dO slot (no qdo_empty arrival, no TMA in the consumers).
+    DQ_STAGE_BUFS > 1 (NAMED_BAR < 2): dq_stage is every consumer's staging
+    buffers, step it stages in this warpgroup's buffer it % DQ_STAGE_BUFS."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = dk.type.layout
@@ -579,7 +582,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
         _named_bar(_DQ_FULL_ARRIVE)
     else:
         mbarrier.arrive(qdo_empty.index(s))
-        _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
+        if DQ_STAGE_BUFS == 1:
+            _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
+        else:
+            _reduce_dq(dq, dq_stage.index(CONSUMER * DQ_STAGE_BUFS + it % DQ_STAGE_BUFS), dq_desc, off_b, off_hq,
+                       start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS, DQ_STAGE_BUFS - 1)
     return dk, dv
 
 
@@ -673,7 +680,8 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                       drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
+                       drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
+                       DQ_STAGE_BUFS: gl.constexpr = 1):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -688,7 +696,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
     return dk, dv
 
 
@@ -730,7 +738,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False):
+                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
+                    DQ_STAGE_BUFS: gl.constexpr = 1):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -745,7 +754,10 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     v_c = v_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
-    dq_stage = dq_bufs.index(CONSUMER)
+    if DQ_STAGE_BUFS == 1:
+        dq_stage = dq_bufs.index(CONSUMER)
+    else:
+        dq_stage = dq_bufs  # the keys-as-M step picks this consumer's buffer of each step
     key0 = start_n + CONSUMER * SUB_N
     if DROPOUT:
         drop = _dropout_block(drop, off_b, GROUP, key0)
@@ -805,7 +817,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -813,7 +825,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
                     it += 1
     else:
         for g in range(GROUP):
@@ -824,7 +836,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -832,7 +844,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1083,7 +1095,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                                     SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
+                                     DQ_STAGE_BUFS)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1099,7 +1112,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
-                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND)
+                        SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
+                        DQ_STAGE_BUFS)
     tma.store_wait(0)
 
 
@@ -1208,9 +1222,12 @@ def _attn_bwd_hopper(
         pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
     else:
         pt_bufs = ds_bufs  # not used: P^T stays in registers
-    # DQ_STAGE_BUFS staging buffers per consumer (more than one: the split
-    # Q K^T step only, whose three dQ pieces per tile follow each other closely)
-    gl.static_assert(DQ_STAGE_BUFS == 1 or QK1 > 0, "DQ_STAGE_BUFS > 1: the split Q K^T step only")
+    # DQ_STAGE_BUFS staging buffers per consumer, used in turn (more than
+    # one: the split Q K^T step, whose three dQ pieces per tile follow each
+    # other closely, and the keys-as-M step when the consumers issue the
+    # reduce-adds, NAMED_BAR < 2)
+    gl.static_assert(DQ_STAGE_BUFS == 1 or QK1 > 0 or (not SPLIT_D and NAMED_BAR < 2),
+                     "DQ_STAGE_BUFS > 1: the split Q K^T step, or the keys-as-M one with NAMED_BAR < 2")
     dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, BLOCK_M, DQ_STAGE],
                                         dq_smem_layout)
     # Per ring slot: lse2 and scale * delta of the tile's rows.
@@ -1322,9 +1339,13 @@ CONFIGS = {
     # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
     # backward through the API, benchmarks/gpu_next_bwd192.sh).  A third ring
     # stage (0.99x) and the persistent grid (0.76x on a causal GQA row) lost
-    # in session 24 (gpu_next_bwd192_cfg.sh).
+    # in session 24 (gpu_next_bwd192_cfg.sh).  Three dQ staging buffers per
+    # consumer (DQ_STAGE_BUFS, one per piece; 206,336 B) since session 34:
+    # each piece waited for the previous piece's reduce-add to read the one
+    # buffer; kernel-only 1.076-1.114x on 5 rows, geomean 1.096, two
+    # buffers 1.078 (gpu_next_dq_stage.sh, its rule met).
     192: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
-              SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32),
+              SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3),
 }
 # Head dims whose configuration compiles (AOT, sm_90) but has not run on a
 # GPU yet: taken only when a call passes UNVERIFIED=True or the environment
@@ -1723,8 +1744,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
                                 batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
-    if meta["DQ_STAGE_BUFS"] != 1 and d == d_v:
-        return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv) only"
+    if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
+        return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
