@@ -1824,7 +1824,8 @@ def test_causal_row_bound(d):
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3), dict(DS_BUFS=1),
+@pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3, DQ_STAGE_BUFS=1),
+                                     dict(NUM_STAGES=3, DQ_STAGE_BUFS=2), dict(NUM_STAGES=3, DS_BUFS=1), dict(DS_BUFS=1),
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
                                      dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5),
                                      dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
@@ -1833,8 +1834,9 @@ def test_causal_row_bound(d):
                          ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 def test_split_qk_variants(variant, causal):
-    """The d = 192 / dv = 128 build's variants: persistent, a deeper ring,
-    one P^T / dS^T buffer, heads-first, the group split (partials of 192
+    """The d = 192 / dv = 128 build's variants: persistent, a deeper ring
+    (three stages fit with one or two dQ staging buffers, or with one P^T /
+    dS^T buffer), one P^T / dS^T buffer, heads-first, the group split (partials of 192
     and 128 columns), and one or two dQ staging buffers per consumer
     instead of the default three (DQ_STAGE_BUFS; with 2 the pieces'
     buffers alternate across tiles)."""
