@@ -907,6 +907,46 @@ def test_split_d_variants(d, variant, causal):
     _check(q, k, v, do, d ** -0.5, shift, **variant)
 
 
+def test_gqa_split_heads_first_plan(monkeypatch):
+    """HEADS_FIRST_GQA_SPLIT_MIN_N: a causal d = 128 call whose GQA group is
+    split (S > 1) with N_K >= 4096 runs heads first (grid (B * Hkv * S, key
+    blocks)); shorter keys, non-causal calls (no split), windows, dropout,
+    the persistent grid, MHA (S = 1) and an explicit HEADS_FIRST override
+    keep their order."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
+
+    def plan(n_k, causal=True, h_kv=4, windowed=False, dropped=False, over=None):
+        q = torch.empty(2, 16, 1024, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, h_kv, n_k, 128, dtype=torch.bfloat16)
+        lse = torch.empty(2, 16, 1024)
+        p = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, causal, windowed, dropped, False, over or {})
+        assert not isinstance(p, str), p
+        return p
+    p = plan(4096)
+    assert p.split > 1 and p.kwargs["HEADS_FIRST"] and p.grid == (2 * 4 * p.split, 32), (p.split, p.grid)
+    assert plan(4157).kwargs["HEADS_FIRST"]
+    assert not plan(4000).kwargs["HEADS_FIRST"]
+    assert not plan(8192, causal=False).kwargs["HEADS_FIRST"]
+    assert not plan(8192, h_kv=16).kwargs["HEADS_FIRST"]          # MHA: no split
+    assert not plan(8192, windowed=True).kwargs["HEADS_FIRST"]
+    assert not plan(8192, dropped=True).kwargs["HEADS_FIRST"]
+    assert not plan(8192, over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["HEADS_FIRST"]
+    assert not plan(8192, over=dict(HEADS_FIRST=False)).kwargs["HEADS_FIRST"]
+    assert not plan(8192, over=dict(GROUP_SPLIT=1)).kwargs["HEADS_FIRST"]
+
+
+@needs_hopper
+@pytest.mark.parametrize("n", [4096, 4157])
+def test_gqa_split_heads_first_default(n):
+    """The default plan of a causal GQA call at d = 128 from 4096 keys (the
+    group split, heads first) against float64, whole and ragged tiles."""
+    q, do = (_flash_view(1, 8, n, 128, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(1, 2, n, 128, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, 128 ** -0.5, 0)
+
+
 STAGE_BUFS_VARIANTS = [
     # overrides: two dQ staging buffers per consumer on the keys-as-M path
     # (the consumers issue the reduce-adds: NAMED_BAR 0 or 1), persistent too

@@ -1389,6 +1389,17 @@ DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not bui
 WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not built"}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
+# Per head dim, the key length from which a causal call whose GQA group is
+# split across programs (GROUP_SPLIT S > 1; no window, no dropout, not
+# persistent) runs heads first: the S programs of one key block, which read
+# the same K / V, start together, and every head's longest key block is in
+# the first waves.  d = 128 since session 34 (benchmarks/
+# gpu_next_gqa_heads_first.sh, its rule met): 1.046-1.076x kernel-only on
+# the five causal GQA rows with S = 2-8 from N = 4k (geomean 1.062); at 2k
+# 0.97x, so not there.  d = 192 (calls 5-6 of that session) 1.09-1.11x at
+# 4k but 0.92x at 2k and 0.98x at 8k: not taken; d = 64 1.05-1.09x on two
+# rows, not yet ruled on.  An override HEADS_FIRST takes precedence.
+HEADS_FIRST_GQA_SPLIT_MIN_N = {128: 4096}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
@@ -1744,6 +1755,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
                                 batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
+    min_n = HEADS_FIRST_GQA_SPLIT_MIN_N.get(d)
+    if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed and not dropped
+            and not meta["PERSISTENT"] and "HEADS_FIRST" not in (overrides or {})):
+        meta["HEADS_FIRST"] = True
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
