@@ -5,7 +5,7 @@
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_heads_first_check.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "heads_first or group_split or split_variants or gqa" -n 4
+gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "heads_first or group_split_variants or named_bar_variants" -n 4
 mkdir -p "$R/bench"
 timeout -k 5 ${T_BENCH:-170} python3 benchmarks/bench_variants.py --skip-sweep --rep ${REP:-30} --out "$R/bench" \
   > "$R/bench_variants.log" 2>&1
