@@ -910,8 +910,8 @@ def test_split_d_variants(d, variant, causal):
 def test_gqa_split_heads_first_plan(monkeypatch):
     """HEADS_FIRST_GQA_SPLIT_MIN_N: a causal d = 128 call whose GQA group is
     split (S > 1) with N_K >= 4096 runs heads first (grid (B * Hkv * S, key
-    blocks)); shorter keys, non-causal calls (no split), windows, dropout,
-    the persistent grid, MHA (S = 1) and an explicit HEADS_FIRST override
+    blocks)); shorter keys, non-causal calls (no split), windows, dropout
+    (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT, empty), the persistent grid, MHA (S = 1) and an explicit HEADS_FIRST override
     keep their order."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
@@ -931,7 +931,9 @@ def test_gqa_split_heads_first_plan(monkeypatch):
     assert not plan(8192, causal=False).kwargs["HEADS_FIRST"]
     assert not plan(8192, h_kv=16).kwargs["HEADS_FIRST"]          # MHA: no split
     assert not plan(8192, windowed=True).kwargs["HEADS_FIRST"]
-    assert not plan(8192, dropped=True).kwargs["HEADS_FIRST"]
+    assert not plan(8192, dropped=True).kwargs["HEADS_FIRST"]   # (its own table, empty)
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT", {128: 8192})
+    assert plan(8192, dropped=True).kwargs["HEADS_FIRST"] and not plan(4096, dropped=True).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(HEADS_FIRST=False)).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(GROUP_SPLIT=1)).kwargs["HEADS_FIRST"]

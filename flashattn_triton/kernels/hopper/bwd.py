@@ -1400,6 +1400,9 @@ SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # 4k but 0.92x at 2k and 0.98x at 8k: not taken; d = 64 1.05-1.09x on two
 # rows, not yet ruled on.  An override HEADS_FIRST takes precedence.
 HEADS_FIRST_GQA_SPLIT_MIN_N = {128: 4096}
+# The same for calls with dropout (their own table: the Philox draws make
+# longer programs; none measured yet, benchmarks/gpu_next_gqa_heads_first2.sh).
+HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT: dict = {}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
@@ -1755,8 +1758,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
                                 batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
-    min_n = HEADS_FIRST_GQA_SPLIT_MIN_N.get(d)
-    if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed and not dropped
+    min_n = (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT if dropped else HEADS_FIRST_GQA_SPLIT_MIN_N).get(d)
+    if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and "HEADS_FIRST" not in (overrides or {})):
         meta["HEADS_FIRST"] = True
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
