@@ -30,15 +30,8 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" \
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows
-log = open(f"{sys.argv[1]}/tests.log").read()
-tests_ok = log.rstrip().endswith("rc=0")
-print("tests:", "passed" if tests_ok else "FAILED", "|", [l for l in log.splitlines() if " passed" in l or " failed" in l][-1:])
-reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
-cands = {c: c for c in ("DQ_STAGE_BUFS=2", "DQ_STAGE_BUFS=3")}
-best, _ = best_of_reps_rule(reps, cands, 5, 0.99, 1.03)
-if not tests_ok:
-    best = None
-print("RULE: " + ("nothing changes" if best is None else f'CONFIGS[192]["DQ_STAGE_BUFS"] = {best[-1]}'))
+from rules import reps_rule_verdict
+reps_rule_verdict(sys.argv[1], {"DQ_STAGE_BUFS=2": 'CONFIGS[192]["DQ_STAGE_BUFS"] = 2',
+                               "DQ_STAGE_BUFS=3": 'CONFIGS[192]["DQ_STAGE_BUFS"] = 3'}, 5, 0.99, 1.03, "tests.log")
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

@@ -24,14 +24,10 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" \
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows
-log = open(f"{sys.argv[1]}/tests.log").read()
-tests_ok = log.rstrip().endswith("rc=0")
-print("tests:", "passed" if tests_ok else "FAILED")
-reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
-cands = {c: c for c in ("NUM_STAGES=3+DQ_STAGE_BUFS=2", "NUM_STAGES=3+DS_BUFS=1")}
-best, _ = best_of_reps_rule(reps, cands, 5, 0.99, 1.03)
-print("RULE: " + (f"CONFIGS[192] takes {best}" if best and tests_ok else "nothing changes"))
+from rules import reps_rule_verdict
+reps_rule_verdict(sys.argv[1], {c: f"CONFIGS[192] takes {c}" for c in ("NUM_STAGES=3+DQ_STAGE_BUFS=2",
+                                                                     "NUM_STAGES=3+DS_BUFS=1")},
+                  5, 0.99, 1.03, "tests.log")
 PY
 mkdir -p "$OUT/ncu"
 OUT="$OUT/ncu" ROWS="bwd:d192:4096:causal" T_ROW=${T_ROW:-120} BUDGET=${BUDGET:-180} \

@@ -19,10 +19,8 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" --variants "default,PE
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows
-reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
-best, _ = best_of_reps_rule(reps, {c: c for c in ("PERSISTENT=1", "HEADS_FIRST=1")}, 5, 0.99, 1.03)
-print("RULE: " + {None: "nothing changes", "PERSISTENT=1": "PERSISTENT_DEFAULT[192] = (True, True)",
-                  "HEADS_FIRST=1": 'CONFIGS[192]["HEADS_FIRST"] = True'}[best])
+from rules import reps_rule_verdict
+reps_rule_verdict(sys.argv[1], {"PERSISTENT=1": "PERSISTENT_DEFAULT[192] = (True, True)",
+                               "HEADS_FIRST=1": 'CONFIGS[192]["HEADS_FIRST"] = True'}, 5, 0.99, 1.03)
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

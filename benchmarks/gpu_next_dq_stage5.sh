@@ -18,12 +18,9 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" --variants "default,HE
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows
-reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
-print("rule S per row:", [(r["b"], r["hq"], r["hkv"], r["n"], r.get("rule_split")) for r in reps[0]])
-sel = [[r for r in rows if (r.get("rule_split") or 1) > 1] for rows in reps]
-n = len(sel[0])
-best, _ = best_of_reps_rule(sel, {"HEADS_FIRST=1": "HEADS_FIRST=1"}, n, 0.99, 1.03) if n >= 3 else (None, {})
-print(f"{n} rows with S > 1; RULE: " + ("d = 192 causal calls with S > 1 take HEADS_FIRST" if best else "nothing changes"))
+from rules import reps_rule_verdict
+split = lambda row: (row.get("rule_split") or 1) > 1  # noqa: E731
+reps_rule_verdict(sys.argv[1], {"HEADS_FIRST=1": "d = 192 causal calls with S > 1 take HEADS_FIRST"}, 4, 0.99, 1.03,
+                  select=split)
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

@@ -375,6 +375,23 @@ def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_
     return (max(passing, key=passing.get) if passing else None), geos
 
 
+def reps_rule_verdict(r, adopt: dict, want_rows: int, row_min: float, geo_min: float, tests_log=None,
+                      select=lambda row: True) -> str:
+    """The verdict of a probe_reps run (hopper_bwd_probe.py JSON in r/rep1,
+    r/rep2) by best_of_reps_rule over the rows select() keeps: adopt maps
+    each candidate variant to the change it makes; with tests_log, a log
+    that does not end with rc=0 (gpu_tests) adopts nothing.  Prints the
+    rule's lines and "RULE: ..."; returns the winning label or None."""
+    tests_ok = tests_log is None or tests_passed(f"{r}/{tests_log}")
+    if tests_log is not None:
+        print("tests:", "passed" if tests_ok else "FAILED")
+    reps = [[row for row in json_rows(f"{r}/rep{i}/hopper_bwd_probe.json") if select(row)] for i in (1, 2)]
+    best, _ = best_of_reps_rule(reps, {c: c for c in adopt}, want_rows, row_min, geo_min)
+    best = best if tests_ok else None
+    print("RULE: " + (adopt[best] if best else "nothing changes"))
+    return best
+
+
 def split_ratio_rows(reps, new: str, base: str = "default") -> list:
     """hopper_bwd_probe.py repeats timing ``new`` against ``base`` (a GROUP_SPLIT
     switch, e.g. mod:GROUP_PARTIALS_16BIT=True): per row, a dict of the first

@@ -388,3 +388,24 @@ def test_bench_decode_refuses_an_outside_variant(monkeypatch):
     monkeypatch.setenv(bench.VARIANT_ENV, "default,spread")
     with pytest.raises(SystemExit, match="default\\+spread"):
         bench.run(bench.parse_args(["--smoke-cpu"]))
+
+
+def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
+    """reps_rule_verdict (the d = 192 staging scripts' rule) on the committed
+    repeats of session 34 call 2: three staging buffers win (geomean 1.096 >
+    1.078, both pass); a failed test log, a stricter floor or a row filter
+    that leaves too few rows adopt nothing."""
+    import tarfile
+    rules = _rules()
+    with tarfile.open(REPO / "benchmarks/results/h200/session34/call2_dq_stage.tgz") as tar:
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    r = str(tmp_path / "r")
+    adopt = {"DQ_STAGE_BUFS=2": "two", "DQ_STAGE_BUFS=3": "three"}
+    assert rules.reps_rule_verdict(r, adopt, 5, 0.99, 1.03, "tests.log") == "DQ_STAGE_BUFS=3"
+    assert "RULE: three" in capsys.readouterr().out
+    assert rules.reps_rule_verdict(r, adopt, 5, 0.99, 1.10) is None            # geomean 1.096 < 1.10
+    assert rules.reps_rule_verdict(r, adopt, 5, 0.99, 1.03, select=lambda row: row["causal"]) is None  # 4 rows
+    log = tmp_path / "r" / "tests.log"
+    log.write_text(log.read_text().replace("rc=0", "rc=1"))
+    assert rules.reps_rule_verdict(r, adopt, 5, 0.99, 1.03, "tests.log") is None
+    assert "RULE: nothing changes" in capsys.readouterr().out

@@ -1334,7 +1334,9 @@ CONFIGS = {
     # piece (DQ_CHUNK = 32: two pieces of K's first chunk and one of its
     # second per consumer).  Shared memory (16-bit): K 24 KB + V 16 KB, the
     # (Q, dO) ring 40 KB per stage, P^T and dS^T 8 KB each per buffer, dQ
-    # staging 2 x 64 x 32 x 4: 168 KB with two stages (three: 208 KB).  No
+    # staging 2 x 64 x 32 x 4 per staging buffer: 168 KB with two stages and
+    # one staging buffer (three stages: 208 KB; two stages and three staging
+    # buffers, the default: 200 KB).  No
     # window and no dropout at d = 192 (declined: _make_plan).  In CONFIGS
     # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
     # backward through the API, benchmarks/gpu_next_bwd192.sh).  A third ring
@@ -1390,8 +1392,8 @@ WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not bui
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
 # Per head dim, the key length from which a causal call whose GQA group is
-# split across programs (GROUP_SPLIT S > 1; no window, no dropout, not
-# persistent) runs heads first: the S programs of one key block, which read
+# split across programs (GROUP_SPLIT S > 1; no window, not persistent; with
+# dropout the table below) runs heads first: the S programs of one key block, which read
 # the same K / V, start together, and every head's longest key block is in
 # the first waves.  d = 128 since session 34 (benchmarks/
 # gpu_next_gqa_heads_first.sh, its rule met): 1.046-1.076x kernel-only on
