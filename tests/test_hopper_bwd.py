@@ -937,6 +937,16 @@ def test_gqa_split_heads_first_plan(monkeypatch):
     assert not plan(8192, over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(HEADS_FIRST=False)).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(GROUP_SPLIT=1)).kwargs["HEADS_FIRST"]
+    # SLICES_FIRST (an override): grid (key blocks * S, B * Hkv), never with heads first
+    p = plan(8192, over=dict(SLICES_FIRST=True))
+    assert not p.kwargs["HEADS_FIRST"] and p.grid == (64 * p.split, 2 * 4), (p.split, p.grid)
+    for over in (dict(SLICES_FIRST=True, GROUP_SPLIT=1), dict(SLICES_FIRST=True, HEADS_FIRST=True),
+                 dict(SLICES_FIRST=True, PERSISTENT=True, NUM_SMS=7)):
+        q = torch.empty(2, 16, 1024, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, 4, 8192, 128, dtype=torch.bfloat16)
+        lse = torch.empty(2, 16, 1024)
+        got = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, False, False, False, over)
+        assert isinstance(got, str) and "SLICES_FIRST" in got, (over, got)
 
 
 @needs_hopper
@@ -1464,7 +1474,8 @@ for d, overrides, shift in [(128, {"GROUP_SPLIT": 2}, 788), (128, {"GROUP_SPLIT"
                             (256, {"GROUP_SPLIT": 4}, 788),
                             (64, {"GROUP_SPLIT": 2, "PERSISTENT": True, "NUM_SMS": 5}, 788),
                             (128, {"GROUP_SPLIT": 0}, 788), (128, {}, 788), (128, {}, None),
-                            (128, {"GROUP_SPLIT": 0, "MHA": True}, 788)]:
+                            (128, {"GROUP_SPLIT": 0, "MHA": True}, 788),
+                            (128, {"GROUP_SPLIT": 4, "SLICES_FIRST": True}, 788)]:
     mha = overrides.pop("MHA", False)
     q = torch.randn(2, 2 if mha else 8, 333, d).to(torch.bfloat16)
     k = torch.randn(2, 2, 1121, d).to(torch.bfloat16)
@@ -1491,7 +1502,8 @@ def test_group_split_launch_on_a_fake_driver():
     GROUP_SPLIT=0 takes group_split's S (36 programs for 132 SMs: the whole
     group of 4); no override takes the rule when causal (the default,
     HOPPER_BWD_GROUP_SPLIT_DEFAULT) and keeps S = 1 (one launch) when not;
-    causal MHA with GROUP_SPLIT=0 runs unsplit."""
+    causal MHA with GROUP_SPLIT=0 runs unsplit; SLICES_FIRST launches
+    (key blocks * S, batch * KV heads)."""
     lines = _fake_lines(_FAKE_GROUP_SPLIT)
     # 1121 keys: 9 blocks of 128 (d = 64, 128) or 18 of 64 (d = 256); 2 batches x 2 KV heads, groups of 4.
     assert lines == ["128 (9, 8, 1) 2 4 2 3",
@@ -1501,7 +1513,8 @@ def test_group_split_launch_on_a_fake_driver():
                      "128 (9, 16, 1) 4 8 1 3",
                      "128 (9, 16, 1) 4 8 1 3",
                      "128 (9, 4, 1) 1 2 4 1",
-                     "128 (9, 4, 1) 1 2 1 1"], lines
+                     "128 (9, 4, 1) 1 2 1 1",
+                     "128 (36, 4, 1) 4 8 1 3"], lines
 
 
 GROUP_SPLIT_CASES = [
@@ -1581,14 +1594,15 @@ def test_group_split_matches_reference(monkeypatch, split, dtype, d, case, parti
 
 @needs_hopper
 @pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=5), dict(PERSISTENT=True, NUM_SMS=7, HEADS_FIRST=True),
-                                     dict(GROUP_SPLIT=0), dict(NUM_STAGES=3)],
+                                     dict(GROUP_SPLIT=0), dict(NUM_STAGES=3), dict(SLICES_FIRST=True),
+                                     dict(SLICES_FIRST=True, GROUP_SPLIT=2)],
                          ids=lambda v: "group_split-" + ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 def test_group_split_variants(variant, d, causal):
     """GROUP_SPLIT with the persistent form (several work tiles per program,
-    slices of one group in different programs), the rule (GROUP_SPLIT=0)
-    and a deeper ring."""
+    slices of one group in different programs), the rule (GROUP_SPLIT=0),
+    a deeper ring and the slices-first grid order (SLICES_FIRST)."""
     from flashattn_triton.kernels.hopper import bwd as hbwd
     over = dict(dict(GROUP_SPLIT=4), **variant)
     if hbwd.smem_bytes(d, **hbwd.kernel_meta(d, causal is not None, over, unverified=True)) > hbwd.SMEM_LIMIT:

@@ -1148,7 +1148,7 @@ def _attn_bwd_hopper(
     SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
-    ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
+    ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1174,6 +1174,14 @@ def _attn_bwd_hopper(
             # block (the one with most query tiles) starts in the first wave.
             pid_bh = gl.program_id(0)
             pid_n = gl.program_id(1)
+        elif SLICES_FIRST:
+            # GROUP_SPLIT > 1: the slices of a KV head's group vary fastest
+            # (they read the same K and V), then its key blocks (a slice's
+            # share its Q and dO), then the heads: grid (key blocks *
+            # GROUP_SPLIT, B * KV heads), slice h * GROUP_SPLIT + s of the
+            # kernel's H_KV = KV heads * GROUP_SPLIT.
+            pid_n = gl.program_id(0) // GROUP_SPLIT
+            pid_bh = gl.program_id(1) * GROUP_SPLIT + gl.program_id(0) % GROUP_SPLIT
         else:
             # A head's key blocks run together and share its Q and dO in L2.
             pid_n = gl.program_id(0)
@@ -1390,7 +1398,10 @@ DROPOUT_CONFIGS: dict = {
 DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not built"}
 WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not built"}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
-SCHEDULE = {False: dict(HEADS_FIRST=False), True: dict(HEADS_FIRST=False)}
+SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS_FIRST=False, SLICES_FIRST=False)}
+# SLICES_FIRST (an override, untimed; benchmarks/gpu_next_slices_first.sh):
+# with GROUP_SPLIT > 1 the S programs of a key block first (as HEADS_FIRST
+# has them), then the same slices' next key block, then the next head.
 # Per head dim, the key length from which a causal call whose GQA group is
 # split across programs (GROUP_SPLIT S > 1; no window, not persistent; with
 # dropout the table below) runs heads first: the S programs of one key block, which read
@@ -1762,8 +1773,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     meta["GROUP_SPLIT"] = split
     min_n = (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT if dropped else HEADS_FIRST_GQA_SPLIT_MIN_N).get(d)
     if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed
-            and not meta["PERSISTENT"] and "HEADS_FIRST" not in (overrides or {})):
+            and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
+    if meta["SLICES_FIRST"] and (split == 1 or meta["PERSISTENT"] or meta["HEADS_FIRST"]):
+        return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
@@ -1776,7 +1789,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         # (a compile-only call, on meta tensors, launches nothing)
         grid = (min(n_programs or (1 if q.is_meta else sm_count(q.device)), n_blocks * n_bh),)
     else:
-        grid = (n_bh, n_blocks) if meta["HEADS_FIRST"] else (n_blocks, n_bh)
+        grid = ((n_bh, n_blocks) if meta["HEADS_FIRST"] else
+                (n_blocks * split, batch * h_kv) if meta["SLICES_FIRST"] else (n_blocks, n_bh))
         if grid[1] > 65535:
             return "grid"
     gdt = _GL_DTYPES[q.dtype]
