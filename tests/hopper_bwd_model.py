@@ -173,8 +173,11 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     result, if already computed.  cfg GROUP_SPLIT = S: the group split
     (module doc; broken: one of SPLIT_BROKEN).  v narrower than q (d_v <
     d): the split Q K^T (module doc; SPLIT_D only; broken: one of
-    QK1_BROKEN)."""
+    QK1_BROKEN).  cfg Q_HALVES (split Q K^T only): 128-row query tiles
+    whose scores consumer c computes for its half of the rows over every key
+    (_attn_bwd_step_qk1_halves; broken: one of Q_HALVES_BROKEN)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
+    halves = cfg.get("Q_HALVES", False)
     nc = 2
     batch, h_q, n_q, d = q.shape
     d_v = v.shape[-1]
@@ -220,11 +223,12 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
             m_hi = query_end(start_n, m_lo, n_mb, n_k, window_lo, bm, bn, broken)
             m_full, m_wide = [], []
             for c in range(nc):
-                key0 = start_n + c * sub_n
-                if key0 + sub_n > n_k:
+                # consumer c's score keys: its sub_n, or with Q_HALVES the whole block
+                key0, n_keys = (start_n, bn) if halves else (start_n + c * sub_n, sub_n)
+                if key0 + n_keys > n_k:
                     m_full.append(n_mb)
                 elif causal:
-                    m_full.append(min(max(cdiv(key0 + sub_n - 1 - shift, bm), m_lo), n_mb))
+                    m_full.append(min(max(cdiv(key0 + n_keys - 1 - shift, bm), m_lo), n_mb))
                 else:
                     m_full.append(m_lo)
                 if window_lo is None:
@@ -265,6 +269,23 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                     dl[ok] = delta[b, hq, rows[ok]] * scale
                     p = np.zeros((bm, bn))
                     ds = np.zeros((bm, bn))
+                    if halves:
+                        for c in range(nc):  # consumer c: its half of the rows, every key
+                            hr = slice(c * (bm // 2), (c + 1) * (bm // 2))
+                            keys = start_n + np.arange(bn)
+                            s_c = qt[hr, :d_v] @ kt[:, :d_v].T + qt[hr, d_v:] @ kt[:, d_v:].T
+                            p_c = np.exp2(s_c * qk_scale - l2[hr, None])
+                            if masked_at[c][mb]:
+                                vis = keys[None, :] < n_k
+                                if causal:
+                                    vis = vis & (keys[None, :] <= rows[hr, None] + shift)
+                                p_c = np.where(vis, p_c, 0.0)
+                            p[hr] = p_c
+                            ds[hr] = p_c * ((dot[hr] @ vt.T) * scale - dl[hr, None])
+                        for c in range(nc):
+                            _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm,
+                                                 n_q, d_v, qk1, broken)
+                        continue
                     for c in range(nc):  # the score keys of consumer c
                         kc = slice(c * sub_n, (c + 1) * sub_n)
                         keys = start_n + np.arange(bn)[kc]
@@ -335,6 +356,35 @@ def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, b
         src = col - d_v if broken == "qk1_dq_source" and col >= d_v else col  # (K's first chunk read)
         part = ds @ kt[:, src:src + chunk]
         dq_head[start_m:start_m + n_ok, col:col + chunk] += part[:n_ok]
+
+
+def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1,
+                         broken=""):
+    """Consumer c's products of one 128-row query tile with Q_HALVES
+    (_attn_bwd_step_qk1_halves): its vc columns of dV and dK's first chunk
+    and k1c of the second, each the sum of one product per half of the
+    rows; dQ of its own half of the rows over every column, in pieces of
+    qk1 columns (K's first chunk, then its second), clipped at N_Q."""
+    vc, k1c, half = d_v // nc, qk1 // nc, bm // 2
+    cc = slice(c * vc, (c + 1) * vc)
+    c1 = slice(d_v + c * k1c, d_v + (c + 1) * k1c)
+    for h in range(2):
+        if broken == "qh_own_half" and h != c:  # (the other consumer's rows left out)
+            continue
+        hr = slice(h * half, (h + 1) * half)
+        dv_acc[:, cc] += p[hr].T @ dot[hr, cc]
+        dk_acc[:, cc] += ds[hr].T @ qt[hr, cc]
+        dk_acc[:, c1] += ds[hr].T @ qt[hr, c1]
+    r0 = start_m + (1 - c if broken == "qh_dq_rows" else c) * half  # (dQ into the other half's rows)
+    n_ok = max(0, min(half, n_q - r0))
+    mine = slice(c * half, (c + 1) * half)
+    for col in list(range(0, d_v, qk1)) + [d_v]:
+        part = ds[mine] @ kt[:, col:col + qk1]
+        dq_head[r0:r0 + n_ok, col:col + qk1] += part[:n_ok]
+
+
+# Wrong forms of Q_HALVES; check_qk1 must reject each on some Q_HALVES cases.
+Q_HALVES_BROKEN = ("qh_own_half", "qh_dq_rows")
 
 
 def group_sum(part, h_kv, n_split, broken=""):
@@ -435,11 +485,15 @@ def qk1_cases(full=True):
     first chunk, 4 of the second, DQ_CHUNK = 4: two pieces and one, as 64,
     32 and 32 at full size), 64 keys per program, 64-row query tiles;
     ragged lengths, Nq != Nk, GQA and MQA, causal bottom-right, top-left,
-    negative and not; persistent and GROUP_SPLIT forms."""
+    negative and not; persistent and GROUP_SPLIT forms; Q_HALVES (128-row
+    tiles, dQ in pieces of the second chunk's 8 columns: 2 + 1, as 64 + 64
+    and 64 at full size)."""
     base = dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=4)
-    cfgs = [base, dict(base, GROUP_SPLIT=2)]
+    halves = dict(BLOCK_M=128, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=8, Q_HALVES=True)
+    cfgs = [base, dict(base, GROUP_SPLIT=2), halves]
     if full:
-        cfgs += [dict(base, NUM_SMS=3), dict(base, DQ_CHUNK=2), dict(base, NUM_SMS=2, GROUP_SPLIT=2)]
+        cfgs += [dict(base, NUM_SMS=3), dict(base, DQ_CHUNK=2), dict(base, NUM_SMS=2, GROUP_SPLIT=2),
+                 dict(halves, NUM_SMS=3), dict(halves, GROUP_SPLIT=2)]
     shapes = [(1, 2, 1, 333, 211), (2, 2, 2, 77, 130), (1, 4, 2, 150, 300)]
     if full:
         shapes += [(1, 1, 1, 1, 97), (1, 8, 1, 130, 33), (1, 2, 1, 257, 129)]
@@ -680,7 +734,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1):
+             stage_bufs=1, q_halves=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -696,7 +750,11 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     staging).  stage_bufs (split Q K^T; DQ_STAGE_BUFS): the dQ pieces take
     the consumer's staging buffers in turn (piece it * dq_chunks + j), each
     after tma.store_wait(stage_bufs - 1) (broken "stage_wait_short": after
-    store_wait(stage_bufs), so the buffer's last reduce may still read it)."""
+    store_wait(stage_bufs), so the buffer's last reduce may still read it).
+    q_halves (split Q K^T; _attn_bwd_step_qk1_halves): the dQ pieces read
+    K / K1 and dS from registers, so with one P^T / dS^T buffer its 'free'
+    arrival comes once the column products are done (broken
+    "qh_free_early": before they are)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -739,12 +797,17 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.wgmma_issue(c, dk1)
 
                 def piece(j):  # dQ piece j reads K, or with qk1 the last piece K1
-                    return all_ds + [(cta.k1, kk1) if qk1 and j == dq_chunks - 1 else (cta.k, kk)]
+                    src = [(cta.k1, kk1) if qk1 and j == dq_chunks - 1 else (cta.k, kk)]
+                    return src if q_halves else all_ds + src
+                if q_halves and nb == 1 and broken == "qh_free_early":
+                    cta.ds_ready[1].arrive()
                 cta.wgmma_issue(c, piece(0))                               # dQ chunk 0
                 if qk1 and broken == "qk1_dk1_late":
                     cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
+                if q_halves and nb == 1 and broken != "qh_free_early":
+                    cta.ds_ready[1].arrive()                               # the column products read them
                 for j in range(dq_chunks):
                     if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
                         cta.kv_empty.arrive()   # before the last dQ product has read K
@@ -752,7 +815,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     yield ("wgmma_wait", 0)
                     if j + 1 < dq_chunks:
                         cta.wgmma_issue(c, piece(j + 1))
-                    elif nb == 1:
+                    elif nb == 1 and not q_halves:
                         cta.ds_ready[1].arrive()
                     if stage_bufs == 1:
                         yield ("store_wait",)
@@ -811,10 +874,11 @@ NAMED_BAR_BROKEN = ("named_one_buffer",)
 NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 STAGE_BUFS_BROKEN = ("stage_wait_short",)
+Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False, named_bar=0, stage_bufs=1):
+             qk1=False, named_bar=0, stage_bufs=1, q_halves=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -827,6 +891,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     staging buffers per consumer (split Q K^T only; broken
     STAGE_BUFS_BROKEN)."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
+    assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
     assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
@@ -838,7 +903,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs)
+                                          named_bar, stage_bufs, q_halves)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -893,16 +958,17 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40, stage_bufs=1):
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False):
     """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
-    with stage_bufs > 1 a STAGE_BUFS_BROKEN one)."""
+    with stage_bufs > 1 a STAGE_BUFS_BROKEN one, with q_halves a
+    Q_HALVES_PROTOCOL_BROKEN one)."""
     caught = 0
     for seed in range(seeds):
         rng = random.Random(seed)
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
-            simulate(0, rng.choice((1, 2)), True, rng.choice((1, 2)), 3, seed, work=work, broken=broken, qk1=True,
-                     stage_bufs=stage_bufs)
+            simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), 3, seed, work=work,
+                     broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves)
         except ProtocolError:
             caught += 1
     return caught

@@ -1794,8 +1794,9 @@ v = torch.randn(2, 2, 1121, 128).to(torch.bfloat16)
 do = torch.randn(2, 4, 333, 128).to(torch.bfloat16)
 lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
 grads = [torch.zeros_like(t) for t in (q, k, v)]
+QH = dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2)
 for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2)),
-                     (True, dict(DQ_STAGE_BUFS=2))):
+                     (True, dict(DQ_STAGE_BUFS=2)), (True, QH)):
     with fake_cuda():
         ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
                                           **over)
@@ -1804,6 +1805,9 @@ for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_S
     consts = launch[0].src.constants
     print(causal, launch[1], consts.get((names.index("HEAD_DIM_V"),)), consts.get((names.index("SPLIT_D"),)),
           consts.get((names.index("q1_desc"),), "param"))
+    if over.get("Q_HALVES"):
+        plan = hb._make_plan(do, q, k, v, lse, delta, *grads, 0.07, causal, False, False, False, dict(over))
+        print("dq block", list(plan.blocks[4]))
 print(192 in hb.CONFIGS)  # the default table (GPU-validated)
 """
 
@@ -1814,8 +1818,9 @@ def test_split_qk_launch_on_a_fake_driver():
     (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs
     with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
-    128 columns; two dQ staging buffers (DQ_STAGE_BUFS = 2); d = 192 in
-    the default table."""
+    128 columns; two dQ staging buffers (DQ_STAGE_BUFS = 2); the 128-row
+    Q_HALVES step (its dQ descriptor in 64 x 64 blocks); d = 192 in the
+    default table."""
     lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
@@ -1825,6 +1830,8 @@ def test_split_qk_launch_on_a_fake_driver():
                      "sum (2, 4, 1121, 128) 2",
                      "False (18, 8, 1) 128 True param",
                      "True (18, 4, 1) 128 True param",
+                     "True (18, 4, 1) 128 True param",
+                     "dq block [1, 1, 64, 64]",
                      "True"], lines
 
 
@@ -1885,6 +1892,14 @@ def test_causal_row_bound(d):
                                      dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
                                      dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5),
                                      dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
+                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
+                                          DQ_STAGE_BUFS=2),
+                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=2, DQ_CHUNK=64,
+                                          DQ_STAGE_BUFS=1),
+                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
+                                          DQ_STAGE_BUFS=2, GROUP_SPLIT=2),
+                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
+                                          DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
                                      dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
                                      dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)],
                          ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -1895,7 +1910,9 @@ def test_split_qk_variants(variant, causal):
     dS^T buffer), one P^T / dS^T buffer, heads-first, the group split (partials of 192
     and 128 columns), and one or two dQ staging buffers per consumer
     instead of the default three (DQ_STAGE_BUFS; with 2 the pieces'
-    buffers alternate across tiles)."""
+    buffers alternate across tiles), and the 128-row Q_HALVES step
+    (each consumer's 64 query rows over all keys; not timed yet) with one
+    or two P^T / dS^T buffers, the group split and persistent."""
     q, do = _flash_view(2, 8, 777, 192, torch.bfloat16), _flash_view(2, 8, 777, 128, torch.bfloat16)
     k, v = _flash_view(2, 2, 1500, 192, torch.bfloat16), _flash_view(2, 2, 1500, 128, torch.bfloat16)
     shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
@@ -1984,6 +2001,56 @@ def test_split_qk_protocol_simulation():
         hbm.simulate(*case, work=work, qk1=True)
     for broken in hbm.QK1_PROTOCOL_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=20) > 0, broken
+
+
+@pytest.mark.parametrize("broken", ["qh_own_half", "qh_dq_rows"])
+def test_emulated_q_halves_broken_forms_are_caught(broken):
+    """Q_HALVES (128-row tiles, each consumer's half of the rows over every
+    key; tests/hopper_bwd_model.py): a consumer's dV / dK from its own half
+    only, or its dQ added into the other half's rows, fails the float64
+    check (test_emulated_split_qk_schedule runs the correct form)."""
+    import hopper_bwd_model as hbm
+    cases = [c for c in hbm.qk1_cases(full=False) if c[6].get("Q_HALVES")]
+    assert cases and broken in hbm.Q_HALVES_BROKEN
+    assert any(not hbm.check_qk1(case, broken) <= 1e-9 for case in cases), broken
+
+
+def test_q_halves_protocol_simulation():
+    """Q_HALVES's protocol (dQ from dS in registers, so with one P^T / dS^T
+    buffer its 'free' arrival follows the column products) with one and two
+    staging buffers: no hazard or deadlock; arriving before the column
+    products are done is caught."""
+    import hopper_bwd_model as hbm
+    for stage_bufs in (1, 2):
+        for *case, work in hbm.qk1_protocol_cases(full=False):
+            hbm.simulate(*case, work=work, qk1=True, stage_bufs=stage_bufs, q_halves=True)
+    for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
+        assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True) > 0, broken
+
+
+def test_q_halves_plan(monkeypatch):
+    """Q_HALVES: d = 192 / dv = 128 with 128-row tiles and 64-column dQ
+    pieces plans a dQ descriptor of 64 x 64 blocks within the shared-memory
+    limit (the model counts 64-row staging buffers); other head dims, other
+    tiles or piece widths are declined with a reason."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+    qh = dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2)
+    q, k = torch.empty(1, 2, 300, 192, dtype=torch.bfloat16), torch.empty(1, 2, 500, 192, dtype=torch.bfloat16)
+    v, do = torch.empty(1, 2, 500, 128, dtype=torch.bfloat16), torch.empty(1, 2, 300, 128, dtype=torch.bfloat16)
+    lse = torch.empty(1, 2, 300)
+    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh))
+    assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 64], plan
+    meta = dict(hbwd.kernel_meta(192, True), **qh)
+    assert hbwd.smem_bytes(192, head_dim_v=128, **meta) == 222256 <= hbwd.SMEM_LIMIT  # (222,720 compiled)
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=32)):
+        got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
+        assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
+    q128 = torch.empty(1, 2, 300, 128, dtype=torch.bfloat16)
+    got = hbwd._make_plan(q128, q128, q128, q128, lse, lse, q128, q128, q128, 0.1, True, False, False, False,
+                          dict(qh))
+    assert isinstance(got, str) and "Q_HALVES" in got, got
 
 
 def test_split_qk_stage_buffers_protocol_simulation():

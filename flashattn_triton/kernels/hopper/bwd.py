@@ -982,6 +982,120 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
 
 
 @gluon.jit
+def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                              stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
+                              off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
+                              CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
+                              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
+                              DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, MASKED: gl.constexpr,
+                              IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+    """Q_HALVES (split Q K^T, d = 192 / dv = 128; not timed yet): a query
+    tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
+    scores and dQ and columns for dK / dV, every product at least 64 wide:
+
+        S_c = Q0_c K0^T + Q1_c K1^T,  dP_c = dO_c V^T      (64 rows x BLOCK_N keys)
+        P^T_c, dS^T_c into half c of the shared P^T / dS^T tiles
+        dV[:, c VC + ...]   += P^T_0 dO_0[:, c VC + ...] + P^T_1 dO_1[...]
+        dK[:, c VC + ...]   += dS^T_0 Q0_0[...] + dS^T_1 Q0_1[...]
+        dK[:, 128 + c K1C + ...] += dS^T_0 Q1_0[...] + dS^T_1 Q1_1[...]
+        dQ_c = dS_c K      (dS_c from registers; K0's two 64-column pieces
+                            and K1's one, each reduce-added into dQ rows
+                            [start_m + 64 c, + 64) from its own staging buffer)
+
+    The accumulators are _attn_bwd_step_qk1's (dV, dK's two chunks by
+    columns over all BLOCK_N keys); dq_stage is every consumer's
+    DQ_STAGE_BUFS staging buffers, used in turn."""
+    HALF: gl.constexpr = BLOCK_M // 2
+    VC: gl.constexpr = HEAD_DIM // 2
+    K1C: gl.constexpr = QK1 // 2
+    DQW: gl.constexpr = QK1  # dQ piece width: K1's whole chunk, K0's in two
+    N_PIECES: gl.constexpr = HEAD_DIM // DQW + 1
+    gl.static_assert(HEAD_DIM % DQW == 0 and HALF == 64, "Q_HALVES: 128-row tiles, K0 in pieces of K1's width")
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQW, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_bufs.dtype
+    s = it % NUM_STAGES
+    ph = (it // NUM_STAGES) & 1
+    start_m = mb * BLOCK_M
+    z = it & (N_Q >> 31)  # 0, opaque to the compiler (see _attn_bwd_step_split)
+    q_s = q_bufs.index(s + z)
+    q1_s = q1_bufs.index(s + z)
+    do_s = do_bufs.index(s + z)
+    k_all = k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z)
+    k1_all = k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z)
+    v_all = v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z)
+    mbarrier.wait(q_ready.index(s), ph)
+    s_tok = warpgroup_mma(q_s.slice(CONSUMER * HALF, HALF, dim=0), k_all.permute((1, 0)),
+                          gl.zeros([HALF, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q1_s.slice(CONSUMER * HALF, HALF, dim=0), k1_all.permute((1, 0)), s_tok, is_async=True)
+    mbarrier.wait(do_ready.index(s), ph)
+    dp_tok = warpgroup_mma(do_s.slice(CONSUMER * HALF, HALF, dim=0), v_all.permute((1, 0)),
+                           gl.zeros([HALF, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    # Groups retire in issue order: with only dP left, both of S's are done.
+    sc = warpgroup_mma_wait(1, deps=(s_tok,))
+    lse2 = stat_bufs.index(2 * s).slice(CONSUMER * HALF, HALF).load(row_layout)
+    p = gl.exp2(sc * qk_scale - gl.expand_dims(lse2, 1))
+    if MASKED:
+        rows = start_m + CONSUMER * HALF + gl.arange(0, HALF, layout=row_layout)
+        p = gl.where(_visible(gl.expand_dims(keys, 0), gl.expand_dims(rows, 1), N_K, causal_shift, 0,
+                              IS_CAUSAL, False, ROW_BOUND), p, 0.0)
+    dp = warpgroup_mma_wait(0, deps=(dp_tok,))
+    delta = stat_bufs.index(2 * s + 1).slice(CONSUMER * HALF, HALF).load(row_layout)
+    ds = (p * (dp * sm_scale - gl.expand_dims(delta, 1))).to(dtype)
+    # P^T and dS^T of this half (keys x rows) into buffer b's half CONSUMER.
+    b = it % DS_BUFS
+    if DS_BUFS == 1:
+        # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
+        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+    pt_bufs.index(2 * b + CONSUMER).store(gl.permute(p.to(dtype), [1, 0]))
+    ds_bufs.index(2 * b + CONSUMER).store(gl.permute(ds, [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b))
+    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    # dV, dK, dK1: this warpgroup's columns, over both halves' rows (K = 64 each).
+    dv_tok = dv
+    dk_tok = dk
+    dk1_tok = dk1
+    for h in gl.static_range(2):
+        pt_h = pt_bufs.index(2 * b + h)
+        ds_h = ds_bufs.index(2 * b + h)
+        dv_tok = warpgroup_mma(pt_h, do_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dv_tok,
+                               is_async=True)
+        dk_tok = warpgroup_mma(ds_h, q_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dk_tok,
+                               is_async=True)
+        dk1_tok = warpgroup_mma(ds_h, q1_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * K1C, K1C, dim=1), dk1_tok,
+                                is_async=True)
+    # dQ of this half's rows from dS in registers: its first piece runs with
+    # the column products; Q and dO are free once those are done.
+    ds_op = gl.convert_layout(ds, op_layout)
+    dq_tok = warpgroup_mma(ds_op, k_all.slice(0, DQW, dim=1), gl.zeros([HALF, DQW], gl.float32, dq_layout),
+                           use_acc=False, is_async=True)
+    dv, dk, dk1 = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok, dk1_tok))
+    mbarrier.arrive(qdo_empty.index(s))
+    if DS_BUFS == 1:
+        mbarrier.arrive(ds_ready.index(1))  # P^T / dS^T read by this warpgroup's products
+    for j in gl.static_range(N_PIECES):
+        dq = warpgroup_mma_wait(0, deps=(dq_tok,))
+        if j + 1 < N_PIECES:
+            if j + 1 < HEAD_DIM // DQW:
+                src = k_all.slice((j + 1) * DQW, DQW, dim=1)
+            else:
+                src = k1_all
+            dq_tok = warpgroup_mma(ds_op, src, gl.zeros([HALF, DQW], gl.float32, dq_layout), use_acc=False,
+                                   is_async=True)
+        # the piece's dQ columns: K0's [j DQW, + DQW), then K1's at HEAD_DIM
+        dq_col = j * DQW
+        slot = CONSUMER * DQ_STAGE_BUFS + (it * N_PIECES + j) % DQ_STAGE_BUFS
+        _reduce_dq(dq, dq_stage.index(slot), dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, HALF, DQW,
+                   DQ_STAGE_BUFS - 1)
+    return dk, dk1, dv
+
+
+@gluon.jit
 def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                         dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                         off_b, off_hkv, start_n, m_lo, n_mb, GROUP, it, kv_phase,
@@ -991,7 +1105,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                         RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
-                        DQ_STAGE_BUFS: gl.constexpr = 1):
+                        DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -999,26 +1113,29 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     VC: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     K1C: gl.constexpr = QK1 // NUM_CONSUMERS
+    # the keys of this warpgroup's scores: its SUB_N, or with Q_HALVES all BLOCK_N
+    # (for its half of the query rows)
+    KEYS: gl.constexpr = BLOCK_N if Q_HALVES else SUB_N
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, SUB_N, 16])
+                                                      instr_shape=[16, KEYS, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, VC, 16])
     k1_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, K1C, 16])
-    if DQ_STAGE_BUFS == 1:
+    if DQ_STAGE_BUFS == 1 and not Q_HALVES:
         dq_stage = dq_bufs.index(CONSUMER)
     else:
         dq_stage = dq_bufs  # the step picks this consumer's buffer of each piece
-    key0 = start_n + CONSUMER * SUB_N
-    keys = key0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(0, s_layout))
+    key0 = start_n if Q_HALVES else start_n + CONSUMER * SUB_N
+    keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     dk = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
     dk1 = gl.zeros([BLOCK_N, K1C], gl.float32, k1_layout)
     dv = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
     # Masked query tiles [m_lo, m_full): as _attn_bwd_block.
-    if key0 + SUB_N > N_K:
+    if key0 + KEYS > N_K:
         m_full = n_mb
     elif IS_CAUSAL:
-        m_full = gl.minimum(gl.maximum(gl.cdiv(key0 + SUB_N - 1 - causal_shift, BLOCK_M), m_lo), n_mb)
+        m_full = gl.minimum(gl.maximum(gl.cdiv(key0 + KEYS - 1 - causal_shift, BLOCK_M), m_lo), n_mb)
     else:
         m_full = m_lo
     mbarrier.wait(kv_ready, kv_phase)
@@ -1027,12 +1144,18 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
         # the masked tiles [m_lo, m_full), then the whole ones [m_full, n_mb)
         for whole in gl.static_range(2):
             for mb in range(m_full if whole else m_lo, n_mb if whole else m_full):
-                dk, dk1, dv = _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs,
-                                                 ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
-                                                 dk, dk1, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale,
-                                                 sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
-                                                 HEAD_DIM, QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND,
-                                                 DQ_STAGE_BUFS)
+                if Q_HALVES:
+                    dk, dk1, dv = _attn_bwd_step_qk1_halves(
+                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
+                        N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        QK1, DS_BUFS, DQ_STAGE_BUFS, whole == 0, IS_CAUSAL, ROW_BOUND)
+                else:
+                    dk, dk1, dv = _attn_bwd_step_qk1(
+                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
+                        N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
+                        QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, DQ_STAGE_BUFS)
                 it += 1
     if RELEASE_KV:
         mbarrier.arrive(kv_empty)
@@ -1066,7 +1189,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       DQ_CHUNK: gl.constexpr, PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
-                      ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1):
+                      ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
+                      Q_HALVES: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1087,7 +1211,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                          stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                          N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS)
+                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)
             else:
                 it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                      stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1104,7 +1228,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS)
+                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1149,6 +1273,7 @@ def _attn_bwd_hopper(
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
     ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
+    Q_HALVES: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1208,7 +1333,8 @@ def _attn_bwd_hopper(
     else:
         DQ_STAGE: gl.constexpr = VDIM // NUM_CONSUMERS
         N_DS: gl.constexpr = 2
-    dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, DQ_STAGE], gl.float32)
+    DQ_ROWS: gl.constexpr = BLOCK_M // 2 if Q_HALVES else BLOCK_M  # rows of one staged dQ piece
+    dq_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([DQ_ROWS, DQ_STAGE], gl.float32)
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, VDIM], kv_layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, VDIM], kv_layout)
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, VDIM], q_layout)
@@ -1217,7 +1343,9 @@ def _attn_bwd_hopper(
         gl.static_assert(SPLIT_D, "split Q K^T: the SPLIT_D path only")
         gl.static_assert(not HAS_WINDOW and not HAS_DROPOUT, "split Q K^T: no window, no dropout")
         gl.static_assert(QK1 <= VDIM, "split Q K^T: the second chunk is the narrower one")
-        gl.static_assert((QK1 // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides QK1 / NUM_CONSUMERS")
+        # (Q_HALVES: each consumer's dQ rows over every column, in pieces of QK1)
+        gl.static_assert((QK1 // NUM_CONSUMERS) % DQ_CHUNK == 0 or (Q_HALVES and DQ_CHUNK == QK1),
+                         "DQ_CHUNK divides QK1 / NUM_CONSUMERS (Q_HALVES: equals QK1)")
         k1_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, QK1],
                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK1], dtype))
         q1_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, QK1],
@@ -1225,18 +1353,26 @@ def _attn_bwd_hopper(
     else:
         k1_smem = k_smem  # not used
         q1_bufs = q_bufs
-    ds_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
-    if SPLIT_D:
-        pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
+    if Q_HALVES:
+        # Q_HALVES (split Q K^T only): P^T / dS^T as two halves of BLOCK_M / 2
+        # query rows per buffer, and dQ staged per 64-row half
+        gl.static_assert(QK1 > 0 and BLOCK_M == 128, "Q_HALVES: the split Q K^T step with 128-row tiles")
+        half_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M // 2], dtype)
+        ds_bufs = gl.allocate_shared_memory(dtype, [2 * N_DS, BLOCK_N, BLOCK_M // 2], half_layout)
+        pt_bufs = gl.allocate_shared_memory(dtype, [2 * N_DS, BLOCK_N, BLOCK_M // 2], half_layout)
     else:
-        pt_bufs = ds_bufs  # not used: P^T stays in registers
+        ds_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
+        if SPLIT_D:
+            pt_bufs = gl.allocate_shared_memory(dtype, [N_DS, BLOCK_N, BLOCK_M], ds_layout)
+        else:
+            pt_bufs = ds_bufs  # not used: P^T stays in registers
     # DQ_STAGE_BUFS staging buffers per consumer, used in turn (more than
     # one: the split Q K^T step, whose three dQ pieces per tile follow each
     # other closely, and the keys-as-M step when the consumers issue the
     # reduce-adds, NAMED_BAR < 2)
     gl.static_assert(DQ_STAGE_BUFS == 1 or QK1 > 0 or (not SPLIT_D and NAMED_BAR < 2),
                      "DQ_STAGE_BUFS > 1: the split Q K^T step, or the keys-as-M one with NAMED_BAR < 2")
-    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, BLOCK_M, DQ_STAGE],
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, DQ_ROWS, DQ_STAGE],
                                         dq_smem_layout)
     # Per ring slot: lse2 and scale * delta of the tile's rows.
     stat_bufs = gl.allocate_shared_memory(gl.float32, [2 * NUM_STAGES, BLOCK_M],
@@ -1271,7 +1407,8 @@ def _attn_bwd_hopper(
     if SPLIT_D:
         gl.static_assert(BLOCK_M % 64 == 0, "SPLIT_D: query rows are the wgmma M dim")
         gl.static_assert(BLOCK_N % 64 == 0, "SPLIT_D: keys are the M dim of dK, dV")
-        gl.static_assert((VDIM // NUM_CONSUMERS) % DQ_CHUNK == 0, "DQ_CHUNK divides dv / NUM_CONSUMERS")
+        gl.static_assert((VDIM // NUM_CONSUMERS) % DQ_CHUNK == 0 or (Q_HALVES and VDIM % DQ_CHUNK == 0),
+                         "DQ_CHUNK divides dv / NUM_CONSUMERS (Q_HALVES: dv)")
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
@@ -1288,7 +1425,7 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1298,7 +1435,7 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1368,7 +1505,7 @@ CONFIGS_UNVERIFIED: dict = {}
 HEAD_DIM_V = {192: 128}
 UNVERIFIED_ENV = "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED"
 # Meta-parameters of the SPLIT_D path (the others ignore them).
-SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0, DQ_STAGE_BUFS=1)
+SPLIT_DEFAULTS = dict(SPLIT_D=False, DS_BUFS=2, DQ_CHUNK=0, DQ_STAGE_BUFS=1, Q_HALVES=False)
 # Per head dim, entries replacing CONFIGS' for windowed calls (HAS_WINDOW, a
 # left window bound); none: the window builds take CONFIGS (compile_check
 # --hopper-bwd --window, docs/hopper.md "Sliding windows" of the backward).
@@ -1562,7 +1699,7 @@ def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
-               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, **_):
+               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
@@ -1573,7 +1710,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     dq_cols = NUM_CONSUMERS * dq_block_cols(dv, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
     return (2 * (BLOCK_N * (head_dim + dv) + NUM_STAGES * BLOCK_M * (head_dim + dv)
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
-            + 4 * BLOCK_M * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
+            + 4 * (BLOCK_M // 2 if Q_HALVES else BLOCK_M) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
 
 
@@ -1775,6 +1912,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
+    if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] != d - d_v
+                             or not meta["SPLIT_D"]):
+        return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK = d - dv"
     if meta["SLICES_FIRST"] and (split == 1 or meta["PERSISTENT"] or meta["HEADS_FIRST"]):
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
@@ -1799,7 +1939,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # their own (descriptors q1_desc, k1_desc over the same tensors).
     q_block = [1, 1, meta["BLOCK_M"], d_v]
     kv_block = [1, 1, meta["BLOCK_N"], d_v]
-    dq_block = [1, 1, meta["BLOCK_M"], dq_block_cols(d_v, **meta)]
+    dq_block = [1, 1, meta["BLOCK_M"] // (2 if meta["Q_HALVES"] else 1), dq_block_cols(d_v, **meta)]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
