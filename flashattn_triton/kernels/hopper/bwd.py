@@ -884,6 +884,20 @@ def _issue_dq_piece(ds_t, k_all, k1_all, j: gl.constexpr, BLOCK_M: gl.constexpr,
 
 
 @gluon.jit
+def _qk1_operands(it, s, N_Q, q_bufs, q1_bufs, do_bufs, k_smem, k1_smem, v_smem):
+    """The split Q K^T steps' operands of ring slot s: Q's two chunks, dO,
+    and K's two chunks and V as rank-2 views.  z = 0, opaque to the
+    compiler (see _attn_bwd_step_split): the operand descriptors are made
+    per step instead of being hoisted into registers."""
+    dtype: gl.constexpr = q_bufs.dtype
+    z = it & (N_Q >> 31)
+    return (q_bufs.index(s + z), q1_bufs.index(s + z), do_bufs.index(s + z),
+            k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z),
+            k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z),
+            v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z))
+
+
+@gluon.jit
 def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
@@ -926,15 +940,8 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
     s = it % NUM_STAGES
     ph = (it // NUM_STAGES) & 1
     start_m = mb * BLOCK_M
-    # z = 0, opaque to the compiler (see _attn_bwd_step_split): the operand
-    # descriptors are made per step instead of being hoisted into registers.
-    z = it & (N_Q >> 31)
-    q_s = q_bufs.index(s + z)
-    q1_s = q1_bufs.index(s + z)
-    do_s = do_bufs.index(s + z)
-    k_all = k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z)
-    k1_all = k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z)
-    v_all = v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z)
+    q_s, q1_s, do_s, k_all, k1_all, v_all = _qk1_operands(it, s, N_Q, q_bufs, q1_bufs, do_bufs, k_smem, k1_smem,
+                                                          v_smem)
     mbarrier.wait(q_ready.index(s), ph)
     s_tok = warpgroup_mma(q_s, k_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                           gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
@@ -1021,13 +1028,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     s = it % NUM_STAGES
     ph = (it // NUM_STAGES) & 1
     start_m = mb * BLOCK_M
-    z = it & (N_Q >> 31)  # 0, opaque to the compiler (see _attn_bwd_step_split)
-    q_s = q_bufs.index(s + z)
-    q1_s = q1_bufs.index(s + z)
-    do_s = do_bufs.index(s + z)
-    k_all = k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z)
-    k1_all = k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z)
-    v_all = v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z)
+    q_s, q1_s, do_s, k_all, k1_all, v_all = _qk1_operands(it, s, N_Q, q_bufs, q1_bufs, do_bufs, k_smem, k1_smem,
+                                                          v_smem)
     mbarrier.wait(q_ready.index(s), ph)
     s_tok = warpgroup_mma(q_s.slice(CONSUMER * HALF, HALF, dim=0), k_all.permute((1, 0)),
                           gl.zeros([HALF, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
