@@ -429,6 +429,19 @@ def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.c
 
 
 @gluon.jit
+def _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col, it, j: gl.constexpr, N_PIECES: gl.constexpr,
+                     CONSUMER: gl.constexpr, STAGE_BUFS: gl.constexpr, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
+    """_reduce_dq of piece j of ring step it (N_PIECES per step) through this
+    warpgroup's STAGE_BUFS staging buffers of dq_bufs (DQ_STAGE_BUFS per
+    consumer), taken in turn by piece number it * N_PIECES + j."""
+    if N_PIECES % STAGE_BUFS == 0:
+        slot = CONSUMER * STAGE_BUFS + j % STAGE_BUFS  # (it * N_PIECES) % STAGE_BUFS = 0: a constant
+    else:
+        slot = CONSUMER * STAGE_BUFS + (it * N_PIECES + j) % STAGE_BUFS
+    _reduce_dq(dq, dq_bufs.index(slot), dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS, STAGE_BUFS - 1)
+
+
+@gluon.jit
 def _probs(s_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M: gl.constexpr,
            Q_DIM: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
            ROW_BOUND: gl.constexpr = False):
@@ -498,7 +511,7 @@ def _share_pt_ds(it, p, ds, pt_bufs, ds_bufs, ds_ready, CONSUMER: gl.constexpr, 
 
 
 @gluon.jit
-def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
                    q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                    off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                    CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -512,8 +525,9 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
     to the producer warp through named barriers (_retire_dq), which also
     frees the Q / dO slot (no qdo_empty arrival, no TMA in the consumers).
-    DQ_STAGE_BUFS > 1 (NAMED_BAR < 2): dq_stage is every consumer's staging
-    buffers, step it stages in this warpgroup's buffer it % DQ_STAGE_BUFS."""
+    dq_bufs: every consumer's DQ_STAGE_BUFS dQ staging buffers; more than
+    one only with NAMED_BAR < 2 (step it stages in this warpgroup's buffer
+    it % DQ_STAGE_BUFS)."""
     t_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = dk.type.layout
@@ -577,21 +591,18 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage,
         # it has read the last one, stage this one, and signal (no wait)
         # that it is staged and that Q and dO of slot s are no longer read.
         _named_bar(_DQ_EMPTY_SYNC)
-        dq_stage.store(dq)
+        dq_bufs.index(CONSUMER).store(dq)
         fence_async_shared()
         _named_bar(_DQ_FULL_ARRIVE)
     else:
         mbarrier.arrive(qdo_empty.index(s))
-        if DQ_STAGE_BUFS == 1:
-            _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS)
-        else:
-            _reduce_dq(dq, dq_stage.index(CONSUMER * DQ_STAGE_BUFS + it % DQ_STAGE_BUFS), dq_desc, off_b, off_hq,
-                       start_m, CONSUMER * DQ_COLS, BLOCK_M, DQ_COLS, DQ_STAGE_BUFS - 1)
+        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, it, 0, 1, CONSUMER,
+                         DQ_STAGE_BUFS, BLOCK_M, DQ_COLS)
     return dk, dv
 
 
 @gluon.jit
-def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage, stat_bufs,
+def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                          q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                          off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -664,16 +675,13 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                                    is_async=True)
         elif DS_BUFS == 1:
             mbarrier.arrive(ds_ready.index(1))
-        tma.store_wait(0)  # the previous reduce has read the staging buffer
-        dq_stage.store(dq)
-        fence_async_shared()
-        _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col0 + j * DQ_CHUNK],
-                        dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, DQ_CHUNK], dq_desc.layout))
+        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col0 + j * DQ_CHUNK, it, j,
+                         DQ_COLS // DQ_CHUNK, CONSUMER, 1, BLOCK_M, DQ_CHUNK)
     return dk, dv
 
 
 @gluon.jit
-def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -686,13 +694,13 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
     if SPLIT_D:
-        dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+        dk, dv = _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                       causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
                                       DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT, ROW_BOUND)
     else:
-        dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_stage, stat_bufs,
+        dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
@@ -754,10 +762,6 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     v_c = v_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
     k_cols = k_smem.slice(CONSUMER * DQ_COLS, DQ_COLS, dim=1)
-    if DQ_STAGE_BUFS == 1:
-        dq_stage = dq_bufs.index(CONSUMER)
-    else:
-        dq_stage = dq_bufs  # the keys-as-M step picks this consumer's buffer of each step
     key0 = start_n + CONSUMER * SUB_N
     if DROPOUT:
         drop = _dropout_block(drop, off_b, GROUP, key0)
@@ -813,7 +817,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                 whole_hi = m_wide if edge == 0 else m_full
                 for mb in range(masked_lo, masked_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
-                                                ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
@@ -821,7 +825,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
-                                                ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
+                                                ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
@@ -832,7 +836,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
             off_hq = off_hkv * GROUP + g
             for mb in range(m_lo, m_full):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
-                                            ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
+                                            ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
@@ -840,7 +844,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
-                                            ds_bufs, dq_stage, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
+                                            ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
@@ -898,7 +902,7 @@ def _qk1_operands(it, s, N_Q, q_bufs, q1_bufs, do_bufs, k_smem, k1_smem, v_smem)
 
 
 @gluon.jit
-def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                        stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
                        off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                        CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -924,10 +928,9 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
 
     Both warpgroups hold the same shapes (VC + VC + K1C accumulator columns
     of BLOCK_N keys each).  No dropout and no window here (declined).
-    DQ_STAGE_BUFS > 1: dq_stage is every consumer's staging buffers and the
-    pieces take this warpgroup's DQ_STAGE_BUFS buffers in turn (piece number
-    it * N_PIECES + j), so a piece waits only for the reduce-add issued
-    DQ_STAGE_BUFS pieces before it to have read its buffer."""
+    The pieces take this warpgroup's DQ_STAGE_BUFS staging buffers of
+    dq_bufs in turn (_reduce_dq_piece), so a piece waits only for the
+    reduce-add issued DQ_STAGE_BUFS pieces before it to have read its buffer."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, SUB_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -976,20 +979,13 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
         # the piece's dQ columns: in the first chunk, or past HEAD_DIM in the second
         dq_col = CONSUMER * VC + j * DQ_CHUNK if j < VC // DQ_CHUNK else \
             HEAD_DIM + CONSUMER * K1C + (j - VC // DQ_CHUNK) * DQ_CHUNK
-        if DQ_STAGE_BUFS == 1:
-            _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK)
-        else:
-            if N_PIECES % DQ_STAGE_BUFS == 0:
-                slot = CONSUMER * DQ_STAGE_BUFS + j % DQ_STAGE_BUFS  # (it * N_PIECES + j) % B, it * N_PIECES % B = 0
-            else:
-                slot = CONSUMER * DQ_STAGE_BUFS + (it * N_PIECES + j) % DQ_STAGE_BUFS
-            _reduce_dq(dq, dq_stage.index(slot), dq_desc, off_b, off_hq, start_m, dq_col, BLOCK_M, DQ_CHUNK,
-                       DQ_STAGE_BUFS - 1)
+        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, dq_col, it, j, N_PIECES, CONSUMER,
+                         DQ_STAGE_BUFS, BLOCK_M, DQ_CHUNK)
     return dk, dk1, dv
 
 
 @gluon.jit
-def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                               stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
                               off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                               CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -1010,8 +1006,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                             [start_m + 64 c, + 64) from its own staging buffer)
 
     The accumulators are _attn_bwd_step_qk1's (dV, dK's two chunks by
-    columns over all BLOCK_N keys); dq_stage is every consumer's
-    DQ_STAGE_BUFS staging buffers, used in turn."""
+    columns over all BLOCK_N keys); the pieces take this warpgroup's
+    DQ_STAGE_BUFS staging buffers of dq_bufs in turn (_reduce_dq_piece)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
@@ -1091,9 +1087,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                                    is_async=True)
         # the piece's dQ columns: K0's [j DQW, + DQW), then K1's at HEAD_DIM
         dq_col = j * DQW
-        slot = CONSUMER * DQ_STAGE_BUFS + (it * N_PIECES + j) % DQ_STAGE_BUFS
-        _reduce_dq(dq, dq_stage.index(slot), dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, HALF, DQW,
-                   DQ_STAGE_BUFS - 1)
+        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
+                         CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
     return dk, dk1, dv
 
 
@@ -1124,10 +1119,6 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                                                        instr_shape=[16, VC, 16])
     k1_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, K1C, 16])
-    if DQ_STAGE_BUFS == 1 and not Q_HALVES:
-        dq_stage = dq_bufs.index(CONSUMER)
-    else:
-        dq_stage = dq_bufs  # the step picks this consumer's buffer of each piece
     key0 = start_n if Q_HALVES else start_n + CONSUMER * SUB_N
     keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     dk = gl.zeros([BLOCK_N, VC], gl.float32, kv_layout)
@@ -1148,13 +1139,13 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
             for mb in range(m_full if whole else m_lo, n_mb if whole else m_full):
                 if Q_HALVES:
                     dk, dk1, dv = _attn_bwd_step_qk1_halves(
-                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
                         QK1, DS_BUFS, DQ_STAGE_BUFS, whole == 0, IS_CAUSAL, ROW_BOUND)
                 else:
                     dk, dk1, dv = _attn_bwd_step_qk1(
-                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_stage,
+                        it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                         QK1, DS_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, DQ_STAGE_BUFS)
