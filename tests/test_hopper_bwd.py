@@ -67,7 +67,6 @@ def test_unverified_configs_are_opt_in(monkeypatch):
     for d in hbwd.configs(True):
         for causal in (False, True):
             meta = hbwd.kernel_meta(d, causal, unverified=True)
-            assert hbwd.smem_bytes(d, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
             d_v = hbwd.HEAD_DIM_V.get(d, d)
             assert hbwd.smem_bytes(d, head_dim_v=d_v, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
             if meta["SPLIT_D"]:
@@ -421,7 +420,7 @@ def test_persistent_is_off_by_default():
         for causal in (False, True):
             assert hbwd.kernel_meta(d, causal)["PERSISTENT"] is False
             meta = hbwd.kernel_meta(d, causal, dict(PERSISTENT=True))
-            assert hbwd.smem_bytes(d, **meta) <= hbwd.SMEM_LIMIT, (d, meta)
+            assert hbwd.smem_bytes(d, head_dim_v=hbwd.HEAD_DIM_V.get(d, d), **meta) <= hbwd.SMEM_LIMIT, (d, meta)
 
 
 _FAKE_LAUNCH = r"""
@@ -908,22 +907,28 @@ def test_split_d_variants(d, variant, causal):
 
 
 def test_gqa_split_heads_first_plan(monkeypatch):
-    """HEADS_FIRST_GQA_SPLIT_MIN_N: a causal d = 128 call whose GQA group is
-    split (S > 1) with N_K >= 4096 runs heads first (grid (B * Hkv * S, key
-    blocks)); shorter keys, non-causal calls (no split), windows, dropout
-    (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT, empty), the persistent grid, MHA (S = 1) and an explicit HEADS_FIRST override
-    keep their order."""
+    """HEADS_FIRST_GQA_SPLIT_MIN_N: a causal d = 64 / 128 call whose GQA
+    group is split (S > 1) with N_K >= 4096 runs heads first (grid (B * Hkv
+    * S, key blocks)); dropout by its own table
+    (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT, 4096 at d = 64 / 128 too);
+    shorter keys, non-causal calls (no split), windows, the persistent grid,
+    MHA (S = 1), head dims outside the tables and an explicit HEADS_FIRST
+    override keep their order."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
 
-    def plan(n_k, causal=True, h_kv=4, windowed=False, dropped=False, over=None):
-        q = torch.empty(2, 16, 1024, 128, dtype=torch.bfloat16)
-        k = torch.empty(2, h_kv, n_k, 128, dtype=torch.bfloat16)
+    def plan(n_k, causal=True, h_kv=4, windowed=False, dropped=False, over=None, d=128):
+        q = torch.empty(2, 16, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(2, h_kv, n_k, d, dtype=torch.bfloat16)
         lse = torch.empty(2, 16, 1024)
         p = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, causal, windowed, dropped, False, over or {})
         assert not isinstance(p, str), p
         return p
+    for dropped in (False, True):
+        assert plan(4096, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
+        assert not plan(4000, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
+        assert not plan(8192, d=256, dropped=dropped).kwargs["HEADS_FIRST"], dropped
     p = plan(4096)
     assert p.split > 1 and p.kwargs["HEADS_FIRST"] and p.grid == (2 * 4 * p.split, 32), (p.split, p.grid)
     assert plan(4157).kwargs["HEADS_FIRST"]
@@ -931,7 +936,7 @@ def test_gqa_split_heads_first_plan(monkeypatch):
     assert not plan(8192, causal=False).kwargs["HEADS_FIRST"]
     assert not plan(8192, h_kv=16).kwargs["HEADS_FIRST"]          # MHA: no split
     assert not plan(8192, windowed=True).kwargs["HEADS_FIRST"]
-    assert not plan(8192, dropped=True).kwargs["HEADS_FIRST"]   # (its own table, empty)
+    assert plan(8192, dropped=True).kwargs["HEADS_FIRST"]   # its own table (4096 at d = 128)
     monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT", {128: 8192})
     assert plan(8192, dropped=True).kwargs["HEADS_FIRST"] and not plan(4096, dropped=True).kwargs["HEADS_FIRST"]
     assert not plan(8192, over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["HEADS_FIRST"]
@@ -950,13 +955,47 @@ def test_gqa_split_heads_first_plan(monkeypatch):
 
 
 @needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("n", [4096, 4157])
-def test_gqa_split_heads_first_default(n):
-    """The default plan of a causal GQA call at d = 128 from 4096 keys (the
-    group split, heads first) against float64, whole and ragged tiles."""
-    q, do = (_flash_view(1, 8, n, 128, torch.bfloat16) for _ in range(2))
-    k, v = (_flash_view(1, 2, n, 128, torch.bfloat16) for _ in range(2))
-    _check(q, k, v, do, 128 ** -0.5, 0)
+def test_gqa_split_heads_first_default(n, d):
+    """The default plan of a causal GQA call at d = 64 / 128 from 4096 keys
+    (the group split, heads first) against float64, whole and ragged tiles."""
+    q, do = (_flash_view(1, 8, n, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(1, 2, n, d, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, d ** -0.5, 0)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+def test_gqa_split_heads_first_dropout_default(d):
+    """With dropout, the default plan of a causal GQA call from 4096 keys
+    runs heads first (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT) and gives the
+    gradients of the same split in the other order (the same Philox keep
+    mask: the counters follow the query head and position, not the
+    program), up to float32 summation order; no NaN left in the
+    NaN-poisoned outputs."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    torch.manual_seed(0)
+    b, hq, hkv, n = 1, 8, 2, 4157
+    q, do = (_flash_view(b, hq, n, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(b, hkv, n, d, torch.bfloat16) for _ in range(2))
+    o = torch.empty_like(q)
+    lse = torch.empty((b, hq, n), device="cuda")
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, 0)
+    delta = (do.float() * o.float()).sum(-1).contiguous()
+    seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
+    grads_of = []
+    for over in ({}, dict(HEADS_FIRST=False)):
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        plan = hbwd._make_plan(do, q, k, v, lse, delta, *grads, d ** -0.5, True, False, True, False, dict(over))
+        assert not isinstance(plan, str) and plan.split > 1 and plan.kwargs["HEADS_FIRST"] == (not over), plan
+        assert hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, 0,
+                                                dropout=(seed, 0.2, 7), **over), hopper.bwd._BROKEN
+        grads_of.append(grads)
+    for name, g, r in zip(("dq", "dk", "dv"), *grads_of):
+        assert not g.isnan().any(), name
+        err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+        assert err <= 2e-2, (name, err)
 
 
 STAGE_BUFS_VARIANTS = [
@@ -1711,25 +1750,32 @@ def test_emulated_split_qk_broken_forms_are_caught(broken):
 
 def test_split_qk_config_fits():
     """d = 192 (dv = 128) is in CONFIGS (GPU-validated in session 15; it
-    was in CONFIGS_UNVERIFIED until then), on the SPLIT_D path, its
-    dQ pieces dividing both chunks' per-consumer columns, within the shared
-    memory the launcher allows; the model counts V and dO at 128 columns
-    and is the formula of before at d = dv."""
+    was in CONFIGS_UNVERIFIED until then), on the SPLIT_D path with the
+    128-row Q_HALVES step since session 35 (its dQ pieces 64 columns, a
+    whole second chunk), within the shared memory the launcher allows; the
+    64-row step of before (ROWS64_192: its pieces dividing both chunks'
+    per-consumer columns) fits too; the model counts V and dO at 128
+    columns and is the formula of before at d = dv."""
     hbwd = _bwd_module()
     assert 192 in hbwd.CONFIGS and 192 not in hbwd.CONFIGS_UNVERIFIED
     assert hbwd.HEAD_DIM_V[192] == 128 and 192 in hbwd.DROPOUT_DECLINE and 192 in hbwd.WINDOW_DECLINE
     for causal in (False, True):
-        meta = hbwd.kernel_meta(192, causal)
-        assert meta["SPLIT_D"] and meta["BLOCK_N"] == 64, meta
-        vc, k1c = 128 // meta["NUM_CONSUMERS"], 64 // meta["NUM_CONSUMERS"]
-        assert vc % meta["DQ_CHUNK"] == 0 and k1c % meta["DQ_CHUNK"] == 0, meta
-        assert hbwd.smem_bytes(192, head_dim_v=128, **meta) <= hbwd.SMEM_LIMIT
-        # K 24 KB + V 16 KB, (Q, dO) 40 KB per stage, P^T / dS^T 8 KB each per buffer, dQ staging
-        m = meta
-        assert hbwd.smem_bytes(192, head_dim_v=128, **m) == (
-            2 * (64 * 320 + m["NUM_STAGES"] * 64 * 320 + 2 * m["DS_BUFS"] * 64 * 64)
-            + 4 * 64 * 2 * m["DQ_CHUNK"] * m["DQ_STAGE_BUFS"]
-            + 8 * m["NUM_STAGES"] * 64 + 8 * (1 + 3 * m["NUM_STAGES"] + 2))
+        default = hbwd.kernel_meta(192, causal)
+        assert default["Q_HALVES"] and default["BLOCK_M"] == 128 and default["DQ_CHUNK"] == 64, default
+        for m in (default, dict(default, **ROWS64_192)):
+            assert m["SPLIT_D"] and m["BLOCK_N"] == 64, m
+            if not m["Q_HALVES"]:
+                vc, k1c = 128 // m["NUM_CONSUMERS"], 64 // m["NUM_CONSUMERS"]
+                assert vc % m["DQ_CHUNK"] == 0 and k1c % m["DQ_CHUNK"] == 0, m
+            assert hbwd.smem_bytes(192, head_dim_v=128, **m) <= hbwd.SMEM_LIMIT
+            # K 24 KB + V 16 KB, (Q, dO) BLOCK_M x 320 per stage, P^T / dS^T 64 x BLOCK_M each per
+            # buffer, dQ staging per consumer and buffer: its rows (Q_HALVES: half the tile) x DQ_CHUNK
+            bm = m["BLOCK_M"]
+            dq_rows = bm // 2 if m["Q_HALVES"] else bm
+            assert hbwd.smem_bytes(192, head_dim_v=128, **m) == (
+                2 * (64 * 320 + m["NUM_STAGES"] * bm * 320 + 2 * m["DS_BUFS"] * 64 * bm)
+                + 4 * dq_rows * 2 * m["DQ_CHUNK"] * m["DQ_STAGE_BUFS"]
+                + 8 * m["NUM_STAGES"] * bm + 8 * (1 + 3 * m["NUM_STAGES"] + 2))
     for d in (64, 128, 256):
         meta = hbwd.kernel_meta(d, False)
         assert hbwd.smem_bytes(d, head_dim_v=d, **meta) == hbwd.smem_bytes(d, **meta)
@@ -1765,8 +1811,8 @@ def test_split_qk_plan_declines_window_and_dropout(monkeypatch):
     assert "dropout" in plan_of(False, True)
     plan = plan_of(False, False)
     assert plan.qk1 and plan.kwargs["HEAD_DIM_V"] == 128 and plan.kwargs["HEAD_DIM"] == 192
-    assert [b[-1] for b in plan.blocks] == [128, 128, 128, 128, 32, 64, 64], plan.blocks
-    assert [b[-2] for b in plan.blocks[5:]] == [64, 64]
+    assert [b[-1] for b in plan.blocks] == [128, 128, 128, 128, 64, 64, 64], plan.blocks
+    assert [b[-2] for b in plan.blocks[5:]] == [128, 64]  # Q's second chunk BLOCK_M rows, K's BLOCK_N
     assert plan.acc_shape == (2, 8, 300, 192)
     split = plan_of(False, False, dict(GROUP_SPLIT=2))
     assert split.split == 2 and split.out_shape == ((2, 4, 500, 192), (2, 4, 500, 128)), split.out_shape
@@ -1796,7 +1842,8 @@ lse, delta = torch.zeros(2, 4, 333), torch.zeros(2, 4, 333)
 grads = [torch.zeros_like(t) for t in (q, k, v)]
 QH = dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2)
 for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2)),
-                     (True, dict(DQ_STAGE_BUFS=2)), (True, QH)):
+                     (True, dict(Q_HALVES=False, BLOCK_M=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32,
+                                 DQ_STAGE_BUFS=2)), (True, QH)):
     with fake_cuda():
         ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
                                           **over)
@@ -1818,9 +1865,9 @@ def test_split_qk_launch_on_a_fake_driver():
     (tests/fake_cuda.py) and launches (key blocks of 64, B * Hkv) programs
     with HEAD_DIM_V = 128 and the second chunks' descriptors as parameters;
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
-    128 columns; two dQ staging buffers (DQ_STAGE_BUFS = 2); the 128-row
-    Q_HALVES step (its dQ descriptor in 64 x 64 blocks); d = 192 in the
-    default table."""
+    128 columns; the 64-row step of before with two dQ staging buffers
+    (DQ_STAGE_BUFS = 2); the 128-row Q_HALVES step, the default (its dQ
+    descriptor in 64 x 64 blocks); d = 192 in the default table."""
     lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
@@ -1833,6 +1880,11 @@ def test_split_qk_launch_on_a_fake_driver():
                      "True (18, 4, 1) 128 True param",
                      "dq block [1, 1, 64, 64]",
                      "True"], lines
+
+
+# The 64-row split Q K^T step (_attn_bwd_step_qk1), CONFIGS[192] before
+# session 35 (then the 128-row Q_HALVES step): an override from the default.
+ROWS64_192 = dict(Q_HALVES=False, BLOCK_M=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3)
 
 
 def _inputs_192(b, hq, hkv, nq, nk, dtype, layout):
@@ -1886,33 +1938,35 @@ def test_causal_row_bound(d):
         _check(q, k, v, do, d ** -0.5, 1121 - 333, ROW_BOUND=True, **extra)
 
 
+# The 64-row step's variants (over ROWS64_192) and the 128-row default's.
+_ROWS64_VARIANTS = [{}, dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3, DQ_STAGE_BUFS=1),
+                    dict(NUM_STAGES=3, DQ_STAGE_BUFS=2), dict(NUM_STAGES=3, DS_BUFS=1, DQ_STAGE_BUFS=1),
+                    dict(DS_BUFS=1), dict(HEADS_FIRST=True), dict(GROUP_SPLIT=2),
+                    dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5), dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
+                    dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7), dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)]
+_HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dict(GROUP_SPLIT=2),
+                    dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5), dict(PERSISTENT=True, NUM_SMS=7),
+                    dict(HEADS_FIRST=True), dict(SLICES_FIRST=True, GROUP_SPLIT=2)]
+_SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
+                                                                          or "default")) for v in _ROWS64_VARIANTS]
+                      + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
+                         for v in _HALVES_VARIANTS])
+
+
 @needs_hopper
-@pytest.mark.parametrize("variant", [dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3, DQ_STAGE_BUFS=1),
-                                     dict(NUM_STAGES=3, DQ_STAGE_BUFS=2), dict(NUM_STAGES=3, DS_BUFS=1), dict(DS_BUFS=1),
-                                     dict(DQ_CHUNK=32, HEADS_FIRST=True), dict(GROUP_SPLIT=2),
-                                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5),
-                                     dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
-                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
-                                          DQ_STAGE_BUFS=2),
-                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=2, DQ_CHUNK=64,
-                                          DQ_STAGE_BUFS=1),
-                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
-                                          DQ_STAGE_BUFS=2, GROUP_SPLIT=2),
-                                     dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64,
-                                          DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
-                                     dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7),
-                                     dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)],
-                         ids=lambda v: "d192-" + ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("variant", _SPLIT_QK_VARIANTS)
 @pytest.mark.parametrize("causal", [None, "br", "tl"])
 def test_split_qk_variants(variant, causal):
-    """The d = 192 / dv = 128 build's variants: persistent, a deeper ring
-    (three stages fit with one or two dQ staging buffers, or with one P^T /
-    dS^T buffer), one P^T / dS^T buffer, heads-first, the group split (partials of 192
-    and 128 columns), and one or two dQ staging buffers per consumer
-    instead of the default three (DQ_STAGE_BUFS; with 2 the pieces'
-    buffers alternate across tiles), and the 128-row Q_HALVES step
-    (each consumer's 64 query rows over all keys; not timed yet) with one
-    or two P^T / dS^T buffers, the group split and persistent."""
+    """The d = 192 / dv = 128 build's variants.  The 128-row Q_HALVES
+    default (each consumer's 64 query rows over all keys) with two P^T /
+    dS^T buffers and one staging buffer, one staging buffer, the group
+    split (partials of 192 and 128 columns), persistent, heads-first and
+    slices-first.  The 64-row step of before (ROWS64_192) with its own
+    variants: persistent, a deeper ring (three stages fit with one or two
+    dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
+    buffer, heads-first, the group split, and one or two dQ staging
+    buffers per consumer instead of three (with 2 the pieces' buffers
+    alternate across tiles)."""
     q, do = _flash_view(2, 8, 777, 192, torch.bfloat16), _flash_view(2, 8, 777, 128, torch.bfloat16)
     k, v = _flash_view(2, 2, 1500, 192, torch.bfloat16), _flash_view(2, 2, 1500, 128, torch.bfloat16)
     shift = None if causal is None else (1500 - 777 if causal == "br" else 0)
@@ -2068,21 +2122,25 @@ def test_split_qk_stage_buffers_protocol_simulation():
 
 
 def test_stage_buffers_plan_and_smem(monkeypatch):
-    """DQ_STAGE_BUFS: 3 at d = 192 (one buffer per dQ piece; H200 session
-    34), 1 at the other head dims; the shared-memory model counts each extra
-    staging buffer (2 consumers x 64 rows x 32 float32 columns at d = 192);
-    d = 192 takes any count; at d = dv only the keys-as-M step with the
+    """DQ_STAGE_BUFS: 2 at d = 192 (the Q_HALVES default of session 35; 3,
+    one buffer per dQ piece, on the 64-row step of session 34), 1 at the
+    other head dims; the shared-memory model counts each extra staging
+    buffer (2 consumers x 64 rows x 32 float32 columns on the 64-row step,
+    x 64 columns on the 128-row one); d = 192 takes any count that fits;
+    at d = dv only the keys-as-M step with the
     consumers' reduce-adds has the form, other builds asking for it are
     declined with a reason."""
     hbwd = _bwd_module()
     for d in (64, 128, 256, 192):
         for causal in (False, True):
-            assert hbwd.kernel_meta(d, causal)["DQ_STAGE_BUFS"] == (3 if d == 192 else 1), d
-    meta = dict(hbwd.kernel_meta(192, True), DQ_STAGE_BUFS=1)
-    one = hbwd.smem_bytes(192, head_dim_v=128, **meta)
-    for bufs in (2, 3):
-        assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs)) == one + (bufs - 1) * 2 * 64 * 32 * 4
-        assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs)) <= hbwd.SMEM_LIMIT
+            assert hbwd.kernel_meta(d, causal)["DQ_STAGE_BUFS"] == (2 if d == 192 else 1), d
+    for base, cols, fits in ((ROWS64_192, 32, (2, 3)), ({}, 64, (2,))):
+        meta = dict(dict(hbwd.kernel_meta(192, True), **base), DQ_STAGE_BUFS=1)
+        one = hbwd.smem_bytes(192, head_dim_v=128, **meta)
+        for bufs in (2, 3):
+            got = hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, DQ_STAGE_BUFS=bufs))
+            assert got == one + (bufs - 1) * 2 * 64 * cols * 4, (base, bufs)
+            assert (got <= hbwd.SMEM_LIMIT) == (bufs in fits), (base, bufs, got)
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
     lse = torch.zeros(1, 2, 100)
@@ -2103,8 +2161,11 @@ def test_stage_buffers_plan_and_smem(monkeypatch):
     assert isinstance(got, str) and "DQ_STAGE_BUFS" in got, got
     q, k = torch.randn(1, 2, 100, 192).to(torch.bfloat16), torch.randn(1, 2, 100, 192).to(torch.bfloat16)
     v, do = torch.randn(1, 2, 100, 128).to(torch.bfloat16), torch.randn(1, 2, 100, 128).to(torch.bfloat16)
-    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(DQ_STAGE_BUFS=3))
+    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False,
+                           dict(ROWS64_192, DQ_STAGE_BUFS=3))
     assert not isinstance(plan, str) and plan.kwargs["DQ_STAGE_BUFS"] == 3, plan
+    got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(DQ_STAGE_BUFS=3))
+    assert got == "shared memory", got  # three 64-column buffers beside the 128-row tiles
 
 
 @pytest.mark.parametrize("layout", ["flash", "bhnd", "padded", "bnhd_expanded"])

@@ -992,7 +992,7 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                               DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, MASKED: gl.constexpr,
                               IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
-    """Q_HALVES (split Q K^T, d = 192 / dv = 128; not timed yet): a query
+    """Q_HALVES (split Q K^T, d = 192 / dv = 128; the default since session 35): a query
     tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
     scores and dQ and columns for dK / dV, every product at least 64 wide:
 
@@ -1484,8 +1484,18 @@ CONFIGS = {
     # each piece waited for the previous piece's reduce-add to read the one
     # buffer; kernel-only 1.076-1.114x on 5 rows, geomean 1.096, two
     # buffers 1.078 (gpu_next_dq_stage.sh, its rule met).
-    192: dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2, NUM_CONSUMERS=2, CONSUMER_REGS=240,
-              SPLIT_D=True, DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3),
+    # Since session 35 the 128-row step (Q_HALVES, _attn_bwd_step_qk1_halves):
+    # each consumer scores its own 64 query rows against all 64 keys (S and
+    # dP wgmmas at N = 64 instead of N = 32), dV and dK by columns over both
+    # halves, its rows' dQ from dS in registers in three 64-column pieces
+    # (two staging buffers): 56 wgmmas per 128 rows against 88, one ring
+    # stage and one P^T / dS^T buffer, 222,720 B.  Kernel-only 1.095-1.174x
+    # the three-buffer entry above on the 5 rows of gpu_next_q_halves.sh
+    # (geomean 1.142, two repeats, its rule met); the entry above stays
+    # reachable as an override (Q_HALVES=False, BLOCK_M=64, NUM_STAGES=2,
+    # DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3).
+    192: dict(BLOCK_M=128, BLOCK_N=64, NUM_STAGES=1, NUM_CONSUMERS=2, CONSUMER_REGS=240,
+              SPLIT_D=True, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2, Q_HALVES=True),
 }
 # Head dims whose configuration compiles (AOT, sm_90) but has not run on a
 # GPU yet: taken only when a call passes UNVERIFIED=True or the environment
@@ -1529,9 +1539,12 @@ DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not bui
 WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not built"}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS_FIRST=False, SLICES_FIRST=False)}
-# SLICES_FIRST (an override, untimed; benchmarks/gpu_next_slices_first.sh):
-# with GROUP_SPLIT > 1 the S programs of a key block first (as HEADS_FIRST
-# has them), then the same slices' next key block, then the next head.
+# SLICES_FIRST (an override; benchmarks/gpu_next_slices_first.sh): with
+# GROUP_SPLIT > 1 the S programs of a key block first (as HEADS_FIRST has
+# them), then the same slices' next key block, then the next head.  Session
+# 35 against the heads-first default at d = 128: 0.89-1.03x (geomean 0.98,
+# its rule not met); d = 192 1.03 / 1.10x on two rows of the old 64-row
+# step (not ruled on).
 # Per head dim, the key length from which a causal call whose GQA group is
 # split across programs (GROUP_SPLIT S > 1; no window, not persistent; with
 # dropout the table below) runs heads first: the S programs of one key block, which read
@@ -1541,11 +1554,16 @@ SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS
 # the five causal GQA rows with S = 2-8 from N = 4k (geomean 1.062); at 2k
 # 0.97x, so not there.  d = 192 (calls 5-6 of that session) 1.09-1.11x at
 # 4k but 0.92x at 2k and 0.98x at 8k: not taken; d = 64 1.05-1.09x on two
-# rows, not yet ruled on.  An override HEADS_FIRST takes precedence.
-HEADS_FIRST_GQA_SPLIT_MIN_N = {128: 4096}
+# rows; d = 64 since session 35 (benchmarks/gpu_next_gqa_heads_first2.sh,
+# its rule met): 1.078-1.098x on the four rows with S = 2-8 from 4k (geomean
+# 1.088), 1.047x at 2k (not ruled on).  An override HEADS_FIRST takes
+# precedence.
+HEADS_FIRST_GQA_SPLIT_MIN_N = {64: 4096, 128: 4096}
 # The same for calls with dropout (their own table: the Philox draws make
-# longer programs; none measured yet, benchmarks/gpu_next_gqa_heads_first2.sh).
-HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT: dict = {}
+# longer programs).  Since session 35 (gpu_next_gqa_heads_first2.sh, its
+# rule met): d = 128 1.078-1.098x on five rows from 4k (geomean 1.089), d =
+# 64 1.119-1.125x on three (geomean 1.123); 2k rows not ruled on.
+HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT = {64: 4096, 128: 4096}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
