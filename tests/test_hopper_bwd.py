@@ -913,7 +913,9 @@ def test_gqa_split_heads_first_plan(monkeypatch):
     (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT, 4096 at d = 64 / 128 too);
     shorter keys, non-causal calls (no split), windows, the persistent grid,
     MHA (S = 1), head dims outside the tables and an explicit HEADS_FIRST
-    override keep their order."""
+    override keep their order.  Unsplit GQA groups (S = 1) by a table of
+    their own (HEADS_FIRST_GQA_UNSPLIT_MIN_N, empty by default; not with
+    dropout)."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
@@ -929,6 +931,20 @@ def test_gqa_split_heads_first_plan(monkeypatch):
         assert plan(4096, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
         assert not plan(4000, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
         assert not plan(8192, d=256, dropped=dropped).kwargs["HEADS_FIRST"], dropped
+    # unsplit groups (S = 1): their own table, empty until its deciding run
+    assert plan(8192, h_kv=8, d=64).split == 1 and not plan(8192, h_kv=8, d=64).kwargs["HEADS_FIRST"]
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_UNSPLIT_MIN_N", {64: 8192})
+    p = plan(8192, h_kv=8, d=64)
+    assert p.split == 1 and p.kwargs["HEADS_FIRST"] and p.grid == (2 * 8, 64), (p.split, p.grid)
+    assert not plan(8192, h_kv=16, d=64).kwargs["HEADS_FIRST"]   # MHA: not a GQA group
+    assert not plan(8192, h_kv=8, d=64, causal=False).kwargs["HEADS_FIRST"]
+    assert not plan(8192, h_kv=8, d=64, over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["HEADS_FIRST"]
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT", {})
+    assert not plan(8192, h_kv=8, d=64, dropped=True).kwargs["HEADS_FIRST"]  # no unsplit dropout table
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT", {64: 4096, 128: 4096})
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_UNSPLIT_MIN_N", {64: 16384})
+    assert not plan(8192, h_kv=8, d=64).kwargs["HEADS_FIRST"]   # shorter than the table's length
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_UNSPLIT_MIN_N", {})
     p = plan(4096)
     assert p.split > 1 and p.kwargs["HEADS_FIRST"] and p.grid == (2 * 4 * p.split, 32), (p.split, p.grid)
     assert plan(4157).kwargs["HEADS_FIRST"]

@@ -1564,6 +1564,12 @@ HEADS_FIRST_GQA_SPLIT_MIN_N = {64: 4096, 128: 4096}
 # rule met): d = 128 1.078-1.098x on five rows from 4k (geomean 1.089), d =
 # 64 1.119-1.125x on three (geomean 1.123); 2k rows not ruled on.
 HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT = {64: 4096, 128: 4096}
+# Per head dim, the key length from which a causal GQA call whose group is
+# NOT split (S = 1: one program per key block holds the whole group) runs
+# heads first, without dropout.  Empty: session 35 call 6 read 1.054-1.090x
+# on three d = 64 rows (B, Hq 32, Hkv 8 at 2k-8k), reported only, no rule
+# fixed; benchmarks/gpu_next_gqa_unsplit_heads_first.sh is the deciding run.
+HEADS_FIRST_GQA_UNSPLIT_MIN_N: dict = {}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
@@ -1709,6 +1715,12 @@ def dq_block_cols(head_dim, NUM_CONSUMERS, SPLIT_D=False, DQ_CHUNK=0, **_):
     return DQ_CHUNK if SPLIT_D else head_dim // NUM_CONSUMERS
 
 
+def dq_block_rows(BLOCK_M, Q_HALVES=False, **_):
+    """Rows of one dQ reduce-add: the query tile's, or with Q_HALVES a
+    consumer's half of it (the kernel's DQ_ROWS)."""
+    return BLOCK_M // 2 if Q_HALVES else BLOCK_M
+
+
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
                DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
@@ -1721,7 +1733,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     dq_cols = NUM_CONSUMERS * dq_block_cols(dv, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
     return (2 * (BLOCK_N * (head_dim + dv) + NUM_STAGES * BLOCK_M * (head_dim + dv)
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
-            + 4 * (BLOCK_M // 2 if Q_HALVES else BLOCK_M) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
+            + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
 
 
@@ -1919,8 +1931,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     split = resolve_group_split(meta.pop("GROUP_SPLIT", None), causal, group, n_blocks * batch * h_kv,
                                 batch * h_kv * n_k * (d + d_v) * 4, lambda: sm_count(device), dropped)
     meta["GROUP_SPLIT"] = split
-    min_n = (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT if dropped else HEADS_FIRST_GQA_SPLIT_MIN_N).get(d)
-    if (min_n is not None and causal and split > 1 and n_k >= min_n and not windowed
+    if split > 1:
+        min_n = (HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT if dropped else HEADS_FIRST_GQA_SPLIT_MIN_N).get(d)
+    else:  # a whole GQA group per program (no dropout table: not measured)
+        min_n = HEADS_FIRST_GQA_UNSPLIT_MIN_N.get(d) if group > 1 and not dropped else None
+    if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] != d - d_v
@@ -1950,7 +1965,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     # their own (descriptors q1_desc, k1_desc over the same tensors).
     q_block = [1, 1, meta["BLOCK_M"], d_v]
     kv_block = [1, 1, meta["BLOCK_N"], d_v]
-    dq_block = [1, 1, meta["BLOCK_M"] // (2 if meta["Q_HALVES"] else 1), dq_block_cols(d_v, **meta)]
+    dq_block = [1, 1, dq_block_rows(**meta), dq_block_cols(d_v, **meta)]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
