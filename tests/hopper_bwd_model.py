@@ -284,7 +284,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                             ds[hr] = p_c * ((dot[hr] @ vt.T) * scale - dl[hr, None])
                         for c in range(nc):
                             _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm,
-                                                 n_q, d_v, qk1, broken)
+                                                 n_q, d_v, qk1, chunk, broken)
                         continue
                     for c in range(nc):  # the score keys of consumer c
                         kc = slice(c * sub_n, (c + 1) * sub_n)
@@ -358,13 +358,14 @@ def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, b
         dq_head[start_m:start_m + n_ok, col:col + chunk] += part[:n_ok]
 
 
-def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1,
+def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1, chunk,
                          broken=""):
     """Consumer c's products of one 128-row query tile with Q_HALVES
     (_attn_bwd_step_qk1_halves): its vc columns of dV and dK's first chunk
     and k1c of the second, each the sum of one product per half of the
     rows; dQ of its own half of the rows over every column, in pieces of
-    qk1 columns (K's first chunk, then its second), clipped at N_Q."""
+    chunk columns (dividing both of K's chunks: the first chunk's pieces,
+    then the second's), clipped at N_Q."""
     vc, k1c, half = d_v // nc, qk1 // nc, bm // 2
     cc = slice(c * vc, (c + 1) * vc)
     c1 = slice(d_v + c * k1c, d_v + (c + 1) * k1c)
@@ -378,9 +379,10 @@ def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, sta
     r0 = start_m + (1 - c if broken == "qh_dq_rows" else c) * half  # (dQ into the other half's rows)
     n_ok = max(0, min(half, n_q - r0))
     mine = slice(c * half, (c + 1) * half)
-    for col in list(range(0, d_v, qk1)) + [d_v]:
-        part = ds[mine] @ kt[:, col:col + qk1]
-        dq_head[r0:r0 + n_ok, col:col + qk1] += part[:n_ok]
+    assert d_v % chunk == 0 and qk1 % chunk == 0, (d_v, qk1, chunk)
+    for col in range(0, d_v + qk1, chunk):
+        part = ds[mine] @ kt[:, col:col + chunk]
+        dq_head[r0:r0 + n_ok, col:col + chunk] += part[:n_ok]
 
 
 # Wrong forms of Q_HALVES; check_qk1 must reject each on some Q_HALVES cases.
@@ -487,10 +489,10 @@ def qk1_cases(full=True):
     ragged lengths, Nq != Nk, GQA and MQA, causal bottom-right, top-left,
     negative and not; persistent and GROUP_SPLIT forms; Q_HALVES (128-row
     tiles, dQ in pieces of the second chunk's 8 columns: 2 + 1, as 64 + 64
-    and 64 at full size)."""
+    and 64 at full size; or of 4: 4 + 2, as 32-column pieces)."""
     base = dict(BLOCK_M=64, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=4)
     halves = dict(BLOCK_M=128, BLOCK_N=64, SPLIT_D=True, DQ_CHUNK=8, Q_HALVES=True)
-    cfgs = [base, dict(base, GROUP_SPLIT=2), halves]
+    cfgs = [base, dict(base, GROUP_SPLIT=2), halves, dict(halves, DQ_CHUNK=4)]
     if full:
         cfgs += [dict(base, NUM_SMS=3), dict(base, DQ_CHUNK=2), dict(base, NUM_SMS=2, GROUP_SPLIT=2),
                  dict(halves, NUM_SMS=3), dict(halves, GROUP_SPLIT=2)]
@@ -734,7 +736,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1, q_halves=False):
+             stage_bufs=1, q_halves=False, k1_pieces=1):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -754,7 +756,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     q_halves (split Q K^T; _attn_bwd_step_qk1_halves): the dQ pieces read
     K / K1 and dS from registers, so with one P^T / dS^T buffer its 'free'
     arrival comes once the column products are done (broken
-    "qh_free_early": before they are)."""
+    "qh_free_early": before they are).  k1_pieces: how many of the last dQ
+    pieces read K1 (Q_HALVES with pieces narrower than K1: 2)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -796,8 +799,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                 if qk1 and broken != "qk1_dk1_late":
                     cta.wgmma_issue(c, dk1)
 
-                def piece(j):  # dQ piece j reads K, or with qk1 the last piece K1
-                    src = [(cta.k1, kk1) if qk1 and j == dq_chunks - 1 else (cta.k, kk)]
+                def piece(j):  # dQ piece j reads K, or with qk1 the last k1_pieces K1
+                    src = [(cta.k1, kk1) if qk1 and j >= dq_chunks - k1_pieces else (cta.k, kk)]
                     return src if q_halves else all_ds + src
                 if q_halves and nb == 1 and broken == "qh_free_early":
                     cta.ds_ready[1].arrive()
@@ -878,7 +881,7 @@ Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False, named_bar=0, stage_bufs=1, q_halves=False):
+             qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -889,10 +892,10 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
     2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
     staging buffers per consumer (split Q K^T only; broken
-    STAGE_BUFS_BROKEN)."""
+    STAGE_BUFS_BROKEN).  k1_pieces: the dQ pieces read from K1 (consumer)."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
-    assert not qk1 or (split and dq_chunks >= 2), "split Q K^T: SPLIT_D, pieces from K and K1"
+    assert not qk1 or (split and dq_chunks > k1_pieces >= 1), "split Q K^T: SPLIT_D, pieces from K and K1"
     rng = random.Random(seed)
     persistent = work is not None
     tiles = list(work) if persistent else [n_tiles]
@@ -903,7 +906,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs, q_halves)
+                                          named_bar, stage_bufs, q_halves, k1_pieces)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -958,7 +961,7 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False):
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1):
     """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
     with stage_bufs > 1 a STAGE_BUFS_BROKEN one, with q_halves a
     Q_HALVES_PROTOCOL_BROKEN one)."""
@@ -967,8 +970,8 @@ def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False):
         rng = random.Random(seed)
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
-            simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), 3, seed, work=work,
-                     broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves)
+            simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), dq_chunks, seed, work=work,
+                     broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces)
         except ProtocolError:
             caught += 1
     return caught

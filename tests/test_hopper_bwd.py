@@ -1962,7 +1962,10 @@ _ROWS64_VARIANTS = [{}, dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3, DQ_
                     dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7), dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)]
 _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dict(GROUP_SPLIT=2),
                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5), dict(PERSISTENT=True, NUM_SMS=7),
-                    dict(HEADS_FIRST=True), dict(SLICES_FIRST=True, GROUP_SPLIT=2)]
+                    dict(HEADS_FIRST=True), dict(SLICES_FIRST=True, GROUP_SPLIT=2),
+                    # 32-column dQ pieces (six per tile and consumer, two of them K1's)
+                    dict(DQ_CHUNK=32, DS_BUFS=2), dict(DQ_CHUNK=32, DQ_STAGE_BUFS=4),
+                    dict(DQ_CHUNK=32, DS_BUFS=2, GROUP_SPLIT=2), dict(DQ_CHUNK=32, DS_BUFS=2, PERSISTENT=True, NUM_SMS=7)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -1976,8 +1979,9 @@ def test_split_qk_variants(variant, causal):
     """The d = 192 / dv = 128 build's variants.  The 128-row Q_HALVES
     default (each consumer's 64 query rows over all keys) with two P^T /
     dS^T buffers and one staging buffer, one staging buffer, the group
-    split (partials of 192 and 128 columns), persistent, heads-first and
-    slices-first.  The 64-row step of before (ROWS64_192) with its own
+    split (partials of 192 and 128 columns), persistent, heads-first,
+    slices-first, and 32-column dQ pieces (with two P^T / dS^T buffers, or
+    four staging buffers).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2088,21 +2092,31 @@ def test_emulated_q_halves_broken_forms_are_caught(broken):
 def test_q_halves_protocol_simulation():
     """Q_HALVES's protocol (dQ from dS in registers, so with one P^T / dS^T
     buffer its 'free' arrival follows the column products) with one and two
-    staging buffers: no hazard or deadlock; arriving before the column
-    products are done is caught."""
+    staging buffers, and with 32-column pieces (six, the last two from K1)
+    and two or four staging buffers: no hazard or deadlock; arriving before
+    the column products are done is caught."""
     import hopper_bwd_model as hbm
     for stage_bufs in (1, 2):
         for *case, work in hbm.qk1_protocol_cases(full=False):
             hbm.simulate(*case, work=work, qk1=True, stage_bufs=stage_bufs, q_halves=True)
+    for stage_bufs in (2, 4):
+        for n_tiles, ns, split, ds_bufs, _, seed, work in hbm.qk1_protocol_cases(full=False):
+            hbm.simulate(n_tiles, ns, split, ds_bufs, 6, seed, work=work, qk1=True, stage_bufs=stage_bufs,
+                         q_halves=True, k1_pieces=2)
     for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True) > 0, broken
+        assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=4, q_halves=True, dq_chunks=6, k1_pieces=2) > 0
+    for broken in hbm.STAGE_BUFS_BROKEN:
+        assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=4, q_halves=True, dq_chunks=6, k1_pieces=2) > 0
 
 
 def test_q_halves_plan(monkeypatch):
     """Q_HALVES: d = 192 / dv = 128 with 128-row tiles and 64-column dQ
     pieces plans a dQ descriptor of 64 x 64 blocks within the shared-memory
-    limit (the model counts 64-row staging buffers); other head dims, other
-    tiles or piece widths are declined with a reason."""
+    limit (the model counts 64-row staging buffers); 32-column pieces with
+    two P^T / dS^T buffers and two staging buffers, or one and four, fit the
+    same 222,256 B; other head dims, other tiles or piece widths are
+    declined with a reason."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
@@ -2114,7 +2128,11 @@ def test_q_halves_plan(monkeypatch):
     assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 64], plan
     meta = dict(hbwd.kernel_meta(192, True), **qh)
     assert hbwd.smem_bytes(192, head_dim_v=128, **meta) == 222256 <= hbwd.SMEM_LIMIT  # (222,720 compiled)
-    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=32)):
+    for narrow in (dict(qh, DQ_CHUNK=32, DS_BUFS=2), dict(qh, DQ_CHUNK=32, DQ_STAGE_BUFS=4)):
+        plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, narrow)
+        assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 32], plan
+        assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128)):
         got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
         assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
     q128 = torch.empty(1, 2, 300, 128, dtype=torch.bfloat16)

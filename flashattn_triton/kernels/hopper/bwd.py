@@ -990,8 +990,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                               off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
                               CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
-                              DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, MASKED: gl.constexpr,
-                              IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+                              DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
+                              MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """Q_HALVES (split Q K^T, d = 192 / dv = 128; the default since session 35): a query
     tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
     scores and dQ and columns for dK / dV, every product at least 64 wide:
@@ -1001,9 +1001,10 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
         dV[:, c VC + ...]   += P^T_0 dO_0[:, c VC + ...] + P^T_1 dO_1[...]
         dK[:, c VC + ...]   += dS^T_0 Q0_0[...] + dS^T_1 Q0_1[...]
         dK[:, 128 + c K1C + ...] += dS^T_0 Q1_0[...] + dS^T_1 Q1_1[...]
-        dQ_c = dS_c K      (dS_c from registers; K0's two 64-column pieces
-                            and K1's one, each reduce-added into dQ rows
-                            [start_m + 64 c, + 64) from its own staging buffer)
+        dQ_c = dS_c K      (dS_c from registers; pieces of DQ_CHUNK columns,
+                            K0's then K1's: 2 + 1 at 64, 4 + 2 at 32, each
+                            reduce-added into dQ rows [start_m + 64 c, + 64)
+                            from a staging buffer)
 
     The accumulators are _attn_bwd_step_qk1's (dV, dK's two chunks by
     columns over all BLOCK_N keys); the pieces take this warpgroup's
@@ -1011,9 +1012,11 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
-    DQW: gl.constexpr = QK1  # dQ piece width: K1's whole chunk, K0's in two
-    N_PIECES: gl.constexpr = HEAD_DIM // DQW + 1
-    gl.static_assert(HEAD_DIM % DQW == 0 and HALF == 64, "Q_HALVES: 128-row tiles, K0 in pieces of K1's width")
+    DQW: gl.constexpr = DQ_CHUNK  # dQ piece width, dividing both chunks
+    N_K0: gl.constexpr = HEAD_DIM // DQW  # K0's pieces, then K1's
+    N_PIECES: gl.constexpr = N_K0 + QK1 // DQW
+    gl.static_assert(HEAD_DIM % DQW == 0 and QK1 % DQW == 0 and HALF == 64,
+                     "Q_HALVES: 128-row tiles, dQ pieces dividing both chunks")
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -1079,13 +1082,15 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     for j in gl.static_range(N_PIECES):
         dq = warpgroup_mma_wait(0, deps=(dq_tok,))
         if j + 1 < N_PIECES:
-            if j + 1 < HEAD_DIM // DQW:
+            if j + 1 < N_K0:
                 src = k_all.slice((j + 1) * DQW, DQW, dim=1)
-            else:
+            elif QK1 == DQW:
                 src = k1_all
+            else:
+                src = k1_all.slice((j + 1 - N_K0) * DQW, DQW, dim=1)
             dq_tok = warpgroup_mma(ds_op, src, gl.zeros([HALF, DQW], gl.float32, dq_layout), use_acc=False,
                                    is_async=True)
-        # the piece's dQ columns: K0's [j DQW, + DQW), then K1's at HEAD_DIM
+        # the piece's dQ columns: K0's [j DQW, + DQW), then K1's from HEAD_DIM
         dq_col = j * DQW
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
                          CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
@@ -1142,7 +1147,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        QK1, DS_BUFS, DQ_STAGE_BUFS, whole == 0, IS_CAUSAL, ROW_BOUND)
+                        QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND)
                 else:
                     dk, dk1, dv = _attn_bwd_step_qk1(
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1336,9 +1341,9 @@ def _attn_bwd_hopper(
         gl.static_assert(SPLIT_D, "split Q K^T: the SPLIT_D path only")
         gl.static_assert(not HAS_WINDOW and not HAS_DROPOUT, "split Q K^T: no window, no dropout")
         gl.static_assert(QK1 <= VDIM, "split Q K^T: the second chunk is the narrower one")
-        # (Q_HALVES: each consumer's dQ rows over every column, in pieces of QK1)
-        gl.static_assert((QK1 // NUM_CONSUMERS) % DQ_CHUNK == 0 or (Q_HALVES and DQ_CHUNK == QK1),
-                         "DQ_CHUNK divides QK1 / NUM_CONSUMERS (Q_HALVES: equals QK1)")
+        # (Q_HALVES: each consumer's dQ rows over every column, in pieces dividing QK1)
+        gl.static_assert((QK1 // NUM_CONSUMERS) % DQ_CHUNK == 0 or (Q_HALVES and QK1 % DQ_CHUNK == 0),
+                         "DQ_CHUNK divides QK1 / NUM_CONSUMERS (Q_HALVES: QK1)")
         k1_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, QK1],
                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, QK1], dtype))
         q1_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, QK1],
@@ -1938,9 +1943,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
-    if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] != d - d_v
-                             or not meta["SPLIT_D"]):
-        return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK = d - dv"
+    if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
+                             or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
+        return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
     if meta["SLICES_FIRST"] and (split == 1 or meta["PERSISTENT"] or meta["HEADS_FIRST"]):
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
