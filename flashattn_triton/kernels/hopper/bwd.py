@@ -1498,7 +1498,9 @@ CONFIGS = {
     # the three-buffer entry above on the 5 rows of gpu_next_q_halves.sh
     # (geomean 1.142, two repeats, its rule met); the entry above stays
     # reachable as an override (Q_HALVES=False, BLOCK_M=64, NUM_STAGES=2,
-    # DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3).
+    # DS_BUFS=2, DQ_CHUNK=32, DQ_STAGE_BUFS=3).  32-column pieces (DQ_CHUNK=32
+    # with DS_BUFS=2, or with DQ_STAGE_BUFS=4: same shared memory, 24-40 B
+    # spilled instead of 96-116) read 0.956x geomean (gpu_next_q_halves2.sh).
     192: dict(BLOCK_M=128, BLOCK_N=64, NUM_STAGES=1, NUM_CONSUMERS=2, CONSUMER_REGS=240,
               SPLIT_D=True, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2, Q_HALVES=True),
 }
@@ -1557,9 +1559,9 @@ SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS
 # the first waves.  d = 128 since session 34 (benchmarks/
 # gpu_next_gqa_heads_first.sh, its rule met): 1.046-1.076x kernel-only on
 # the five causal GQA rows with S = 2-8 from N = 4k (geomean 1.062); at 2k
-# 0.97x, so not there.  d = 192 (calls 5-6 of that session) 1.09-1.11x at
-# 4k but 0.92x at 2k and 0.98x at 8k: not taken; d = 64 1.05-1.09x on two
-# rows; d = 64 since session 35 (benchmarks/gpu_next_gqa_heads_first2.sh,
+# 0.97x, so not there.  d = 192: on the 64-row step 1.09-1.11x at 4k but
+# 0.92x at 2k and 0.98x at 8k (calls 5-6 of that session), on the 128-row
+# step 0.98-1.00x (session 35 call 6): not taken.  d = 64 since session 35 (benchmarks/gpu_next_gqa_heads_first2.sh,
 # its rule met): 1.078-1.098x on the four rows with S = 2-8 from 4k (geomean
 # 1.088), 1.047x at 2k (not ruled on).  An override HEADS_FIRST takes
 # precedence.
