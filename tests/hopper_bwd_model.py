@@ -736,7 +736,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1, q_halves=False, k1_pieces=1):
+             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -756,8 +756,9 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     q_halves (split Q K^T; _attn_bwd_step_qk1_halves): the dQ pieces read
     K / K1 and dS from registers, so with one P^T / dS^T buffer its 'free'
     arrival comes once the column products are done (broken
-    "qh_free_early": before they are).  k1_pieces: how many of the last dQ
-    pieces read K1 (Q_HALVES with pieces narrower than K1: 2)."""
+    "qh_free_early": before they are), or with late_free (Q_HALVES = 2) once
+    the first dQ piece's reduce-add is issued.  k1_pieces: how many of the
+    last dQ pieces read K1 (Q_HALVES with pieces narrower than K1: 2)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -809,7 +810,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
-                if q_halves and nb == 1 and broken != "qh_free_early":
+                if q_halves and nb == 1 and broken != "qh_free_early" and not late_free:
                     cta.ds_ready[1].arrive()                               # the column products read them
                 for j in range(dq_chunks):
                     if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
@@ -828,6 +829,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                         buf = cta.stages[c][(it * dq_chunks + j) % stage_bufs]
                     cta.write(buf, ("dQ", it, c, j))
                     cta.reduce(c, buf, ("dQ", it, c, j))
+                    if q_halves and nb == 1 and late_free and j == 0 and broken != "qh_free_early":
+                        cta.ds_ready[1].arrive()                           # (Q_HALVES = 2)
                     yield ("step",)
             else:
                 b = 0 if broken == "named_one_buffer" else it % 2
@@ -881,7 +884,7 @@ Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1):
+             qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -892,7 +895,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
     2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
     staging buffers per consumer (split Q K^T only; broken
-    STAGE_BUFS_BROKEN).  k1_pieces: the dQ pieces read from K1 (consumer)."""
+    STAGE_BUFS_BROKEN).  k1_pieces, late_free: see consumer."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
     assert not qk1 or (split and dq_chunks > k1_pieces >= 1), "split Q K^T: SPLIT_D, pieces from K and K1"
@@ -906,7 +909,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs, q_halves, k1_pieces)
+                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)

@@ -991,7 +991,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                               CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                               DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
-                              MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+                              MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False,
+                              Q_HALVES: gl.constexpr = 1):
     """Q_HALVES (split Q K^T, d = 192 / dv = 128; the default since session 35): a query
     tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
     scores and dQ and columns for dK / dV, every product at least 64 wide:
@@ -1008,7 +1009,12 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
 
     The accumulators are _attn_bwd_step_qk1's (dV, dK's two chunks by
     columns over all BLOCK_N keys); the pieces take this warpgroup's
-    DQ_STAGE_BUFS staging buffers of dq_bufs in turn (_reduce_dq_piece)."""
+    DQ_STAGE_BUFS staging buffers of dq_bufs in turn (_reduce_dq_piece).
+    With one P^T / dS^T buffer this warpgroup frees it (ds_ready[1]) once
+    its column products are done, or with Q_HALVES = 2 after the first dQ
+    piece's reduce-add is issued (later, so as safe: an override whose build
+    ptxas spills 36-40 B with 0-1 local accesses per tile instead of 96-116 B
+    with 17-21, for one more bar.sync per tile; Triton 3.6)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
@@ -1077,7 +1083,7 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                            use_acc=False, is_async=True)
     dv, dk, dk1 = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok, dk1_tok))
     mbarrier.arrive(qdo_empty.index(s))
-    if DS_BUFS == 1:
+    if DS_BUFS == 1 and Q_HALVES == 1:
         mbarrier.arrive(ds_ready.index(1))  # P^T / dS^T read by this warpgroup's products
     for j in gl.static_range(N_PIECES):
         dq = warpgroup_mma_wait(0, deps=(dq_tok,))
@@ -1094,6 +1100,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
         dq_col = j * DQW
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
                          CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
+        if DS_BUFS == 1 and Q_HALVES == 2 and j == 0:
+            mbarrier.arrive(ds_ready.index(1))  # (read by the products, long done)
     return dk, dk1, dv
 
 
@@ -1147,7 +1155,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND)
+                        QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, Q_HALVES)
                 else:
                     dk, dk1, dv = _attn_bwd_step_qk1(
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1945,6 +1953,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
+    if meta["Q_HALVES"] not in (0, 1, 2):
+        return f"Q_HALVES: 0 / False, 1 / True or 2 (the late 'free' arrival), not {meta['Q_HALVES']!r}"
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
                              or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
