@@ -30,27 +30,18 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" --variants "default,HE
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows
-tests_ok = open(f"{sys.argv[1]}/tests.log").read().rstrip().endswith("rc=0")
+from rules import best_of_reps_rule, json_rows, min_n_verdict, tests_passed
+tests_ok = tests_passed(f"{sys.argv[1]}/tests.log")
 print("tests:", "passed" if tests_ok else "FAILED")
-cand = {"HEADS_FIRST=1": "HEADS_FIRST=1"}
 reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
-unsplit_gqa = lambda r, d: (r["d"] == d and r["hq"] != r["hkv"]  # noqa: E731
-                            and (r.get("rule_split") or 1) == 1)
+unsplit_gqa = lambda r: r["hq"] != r["hkv"] and (r.get("rule_split") or 1) == 1  # noqa: E731
 for d in (64, 128):
-    verdict = "nothing changes"
-    for min_n, need in ((2048, 4), (4096, 3)):
-        sel = [[r for r in rep if unsplit_gqa(r, d) and r["n"] >= min_n] for rep in reps]
-        n = len(sel[0])
-        print(f"== d={d}: {n} unsplit GQA rows with N >= {min_n}")
-        best, _ = best_of_reps_rule(sel, cand, n, 0.99, 1.03) if n else (None, {})
-        if best and n >= need and tests_ok:
-            verdict = f"HEADS_FIRST_GQA_UNSPLIT_MIN_N[{d}] = {min_n}"
-            break
-    print(f"RULE d={d}: {verdict}")
-rest = [[r for r in rep if not (unsplit_gqa(r, r["d"]) and r["n"] >= 2048)] for rep in reps]
+    print(f"== d={d}: unsplit causal GQA rows")
+    min_n = min_n_verdict(reps, "HEADS_FIRST=1", lambda r, d=d: r["d"] == d and unsplit_gqa(r), tests_ok=tests_ok)
+    print(f"RULE d={d}: " + (f"HEADS_FIRST_GQA_UNSPLIT_MIN_N[{d}] = {min_n}" if min_n else "nothing changes"))
+rest = [[r for r in rep if not (unsplit_gqa(r) and r["n"] >= 2048)] for rep in reps]
 if rest[0]:
     print("-- the other rows (reported)")
-    best_of_reps_rule(rest, cand, len(rest[0]), 0.0, 0.0)
+    best_of_reps_rule(rest, {"HEADS_FIRST=1": "HEADS_FIRST=1"}, len(rest[0]), 0.0, 0.0)
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

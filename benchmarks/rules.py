@@ -392,6 +392,23 @@ def reps_rule_verdict(r, adopt: dict, want_rows: int, row_min: float, geo_min: f
     return best
 
 
+def min_n_verdict(reps, cand: str, select, tiers=((2048, 4), (4096, 3)), row_min: float = 0.99,
+                  geo_min: float = 1.03, tests_ok: bool = True):
+    """A per-length table rule over repeated hopper_bwd_probe.py runs (reps:
+    their rows): for each (min_n, need) of tiers in turn, the rows select()
+    keeps with N >= min_n, at least need of them, must pass best_of_reps_rule
+    for cand against the default (row_min, geo_min); returns the first
+    min_n that passes (with tests_ok), else None.  Prints the rule's lines."""
+    for min_n, need in tiers:
+        sel = [[row for row in rep if select(row) and row["n"] >= min_n] for rep in reps]
+        n = len(sel[0]) if sel else 0
+        print(f"== {n} rows with N >= {min_n} (at least {need})")
+        best, _ = best_of_reps_rule(sel, {cand: cand}, n, row_min, geo_min) if n else (None, {})
+        if best and n >= need and tests_ok:
+            return min_n
+    return None
+
+
 def split_ratio_rows(reps, new: str, base: str = "default") -> list:
     """hopper_bwd_probe.py repeats timing ``new`` against ``base`` (a GROUP_SPLIT
     switch, e.g. mod:GROUP_PARTIALS_16BIT=True): per row, a dict of the first

@@ -409,3 +409,25 @@ def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
     log.write_text(log.read_text().replace("rc=0", "rc=1"))
     assert rules.reps_rule_verdict(r, adopt, 5, 0.99, 1.03, "tests.log") is None
     assert "RULE: nothing changes" in capsys.readouterr().out
+
+
+def test_min_n_verdict_on_session35_call6(tmp_path, capsys):
+    """min_n_verdict (gpu_next_gqa_unsplit_heads_first.sh's rule) on the
+    committed repeats of session 35 call 6: its three unsplit d = 64 GQA
+    rows (1.054-1.090x heads first) are too few for the 2048 tier (4) and
+    leave two for the 4096 one (3): nothing; asking fewer rows takes 2048;
+    a higher floor, a failed test run or the d = 192 rows (0.98-1.00x) take
+    nothing."""
+    import tarfile
+    rules = _rules()
+    with tarfile.open(REPO / "benchmarks/results/h200/session35/call6_heads_first192.tgz") as tar:
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    reps = [rules.json_rows(str(tmp_path / f"r/rep{i}/hopper_bwd_probe.json")) for i in (1, 2)]
+    d64 = lambda r: r["d"] == 64 and r["hq"] != r["hkv"] and (r.get("rule_split") or 1) == 1  # noqa: E731
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64) is None
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64, tiers=((2048, 3), (4096, 2))) == 2048
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64, tiers=((4096, 2),)) == 4096
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64, tiers=((2048, 3),), geo_min=1.10) is None
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64, tiers=((2048, 3),), tests_ok=False) is None
+    assert rules.min_n_verdict(reps, "HEADS_FIRST=1", lambda r: r["d"] == 192, tiers=((2048, 3),)) is None
+    assert "rows with N >= 2048" in capsys.readouterr().out
