@@ -606,6 +606,9 @@ class BwdCTA(AsyncState):
         self.consumers_bar = Barrier("consumers_bar", nc)
         self.dq_full = Barrier("dq_full", nc + 1)
         self.dq_empty = Barrier("dq_empty", nc + 1)
+        # Q_HALVES = 3: hardware barrier free[c] of consumer c's 'free' arrival
+        # (bar.arrive) and the other consumer's bar.sync before it writes
+        self.free = [Barrier(f"free[{c}]", 2) for c in range(nc)]
         self.k, self.v = Buffer("K"), Buffer("V")
         self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
         self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
@@ -736,7 +739,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False):
+             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False, named_free=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -758,7 +761,13 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     arrival comes once the column products are done (broken
     "qh_free_early": before they are), or with late_free (Q_HALVES = 2) once
     the first dQ piece's reduce-add is issued.  k1_pieces: how many of the
-    last dQ pieces read K1 (Q_HALVES with pieces narrower than K1: 2)."""
+    last dQ pieces read K1 (Q_HALVES with pieces narrower than K1: 2).
+    named_free (Q_HALVES = 3, one P^T / dS^T buffer, two consumers): the
+    exchange through hardware barriers: before writing its half of tile it
+    > 0 a bar.sync on free[other] (whose other party is the other
+    consumer's bar.arrive once its column products of tile it - 1 are
+    done), then a bar.sync of both consumers (consumers_bar) in place of
+    ds_ready (broken "named_free_skip": no sync on free[other])."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -786,12 +795,21 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
             cta.read(stat, ("stat", it))                                  # delta
             if split:
                 b = it % nb
-                if nb == 1:
+                if named_free:
+                    assert nb == 1 and nc == 2 and q_halves
+                    if it > 0 and broken != "named_free_skip":
+                        cta.free[1 - c].arrive()                           # bar.sync on free[other]
+                        yield wait_ready(cta.free[1 - c], (it - 1) & 1)
+                elif nb == 1:
                     yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
                 cta.write(cta.pt[b][c], ("Pt", it, c))
                 cta.write(cta.ds[b][c], ("dSt", it, c))
-                cta.ds_ready[b].arrive()
-                yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
+                if named_free:
+                    cta.consumers_bar.arrive()
+                    yield wait_ready(cta.consumers_bar, it & 1)
+                else:
+                    cta.ds_ready[b].arrive()
+                    yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
                 all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
                 all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
                 cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
@@ -810,8 +828,10 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
-                if q_halves and nb == 1 and broken != "qh_free_early" and not late_free:
+                if q_halves and nb == 1 and broken != "qh_free_early" and not late_free and not named_free:
                     cta.ds_ready[1].arrive()                               # the column products read them
+                if named_free:
+                    cta.free[c].arrive()                                   # bar.arrive on free[c]
                 for j in range(dq_chunks):
                     if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
                         cta.kv_empty.arrive()   # before the last dQ product has read K
@@ -881,10 +901,12 @@ NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 STAGE_BUFS_BROKEN = ("stage_wait_short",)
 Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
+NAMED_FREE_BROKEN = ("named_free_skip",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
-             qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False):
+             qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False,
+             named_free=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -895,7 +917,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
     2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
     staging buffers per consumer (split Q K^T only; broken
-    STAGE_BUFS_BROKEN).  k1_pieces, late_free: see consumer."""
+    STAGE_BUFS_BROKEN).  k1_pieces, late_free, named_free: see consumer."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
     assert not qk1 or (split and dq_chunks > k1_pieces >= 1), "split Q K^T: SPLIT_D, pieces from K and K1"
@@ -909,7 +931,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free)
+                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free, named_free)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -964,7 +986,7 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1):
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1, named_free=False):
     """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
     with stage_bufs > 1 a STAGE_BUFS_BROKEN one, with q_halves a
     Q_HALVES_PROTOCOL_BROKEN one)."""
@@ -974,7 +996,8 @@ def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=
         work = [rng.randint(1, 3) for _ in range(3)]
         try:
             simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), dq_chunks, seed, work=work,
-                     broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces)
+                     broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces,
+                     named_free=named_free)
         except ProtocolError:
             caught += 1
     return caught

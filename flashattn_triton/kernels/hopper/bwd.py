@@ -474,6 +474,13 @@ _DQ_FULL_ARRIVE = gl.constexpr(f"bar.arrive {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0
 _DQ_FULL_SYNC = gl.constexpr(f"bar.sync {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
 _DQ_EMPTY_ARRIVE = gl.constexpr(f"bar.arrive {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
 _DQ_EMPTY_SYNC = gl.constexpr(f"bar.sync {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
+# Q_HALVES = 3: consumer c's 'free' arrival (bar.arrive) on FREE_BAR_IDS[c],
+# the other consumer's bar.sync on it before writing its next P^T / dS^T half.
+FREE_BAR_IDS = (11, 12)
+_FREE0_ARRIVE = gl.constexpr(f"bar.arrive {FREE_BAR_IDS[0]}, 256;\n\tmov.u32 $0, 0;")
+_FREE0_SYNC = gl.constexpr(f"bar.sync {FREE_BAR_IDS[0]}, 256;\n\tmov.u32 $0, 0;")
+_FREE1_ARRIVE = gl.constexpr(f"bar.arrive {FREE_BAR_IDS[1]}, 256;\n\tmov.u32 $0, 0;")
+_FREE1_SYNC = gl.constexpr(f"bar.sync {FREE_BAR_IDS[1]}, 256;\n\tmov.u32 $0, 0;")
 
 
 @gluon.jit
@@ -1014,7 +1021,13 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     its column products are done, or with Q_HALVES = 2 after the first dQ
     piece's reduce-add is issued (later, so as safe: an override whose build
     ptxas spills 36-40 B with 0-1 local accesses per tile instead of 96-116 B
-    with 17-21, for one more bar.sync per tile; Triton 3.6)."""
+    with 17-21, for one more bar.sync per tile; Triton 3.6).  Q_HALVES = 3
+    (an override, DS_BUFS = 1): the exchange through hardware barriers
+    instead of ds_ready: before writing its half of tile it > 0 a bar.sync
+    on FREE_BAR_IDS[other], whose other party is the other warpgroup's
+    bar.arrive once its column products of tile it - 1 are done; after the
+    writes one bar.sync of both warpgroups (_CONSUMERS_SYNC).  Per tile two
+    mbarrier arrivals and two polled waits fewer (compile_check --sass)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
@@ -1057,12 +1070,22 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     b = it % DS_BUFS
     if DS_BUFS == 1:
         # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+        if Q_HALVES == 3:
+            if it > 0:
+                if CONSUMER == 0:
+                    _named_bar(_FREE1_SYNC)
+                else:
+                    _named_bar(_FREE0_SYNC)
+        else:
+            mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
     pt_bufs.index(2 * b + CONSUMER).store(gl.permute(p.to(dtype), [1, 0]))
     ds_bufs.index(2 * b + CONSUMER).store(gl.permute(ds, [1, 0]))
     fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b))
-    mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    if Q_HALVES == 3:
+        _named_bar(_CONSUMERS_SYNC)
+    else:
+        mbarrier.arrive(ds_ready.index(b))
+        mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
     # dV, dK, dK1: this warpgroup's columns, over both halves' rows (K = 64 each).
     dv_tok = dv
     dk_tok = dk
@@ -1085,6 +1108,11 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     mbarrier.arrive(qdo_empty.index(s))
     if DS_BUFS == 1 and Q_HALVES == 1:
         mbarrier.arrive(ds_ready.index(1))  # P^T / dS^T read by this warpgroup's products
+    if DS_BUFS == 1 and Q_HALVES == 3:
+        if CONSUMER == 0:
+            _named_bar(_FREE0_ARRIVE)
+        else:
+            _named_bar(_FREE1_ARRIVE)
     for j in gl.static_range(N_PIECES):
         dq = warpgroup_mma_wait(0, deps=(dq_tok,))
         if j + 1 < N_PIECES:
@@ -1953,8 +1981,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
-    if meta["Q_HALVES"] not in (0, 1, 2):
-        return f"Q_HALVES: 0 / False, 1 / True or 2 (the late 'free' arrival), not {meta['Q_HALVES']!r}"
+    if meta["Q_HALVES"] not in (0, 1, 2, 3) or (meta["Q_HALVES"] == 3 and meta["DS_BUFS"] != 1):
+        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival) or 3 (hardware barriers, DS_BUFS = 1), "
+                f"not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
                              or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
