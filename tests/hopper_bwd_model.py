@@ -767,7 +767,9 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     > 0 a bar.sync on free[other] (whose other party is the other
     consumer's bar.arrive once its column products of tile it - 1 are
     done), then a bar.sync of both consumers (consumers_bar) in place of
-    ds_ready (broken "named_free_skip": no sync on free[other])."""
+    ds_ready (broken "named_free_skip": no sync on free[other]); with
+    late_free too (Q_HALVES = 4) the bar.arrive comes after the first dQ
+    piece's reduce-add."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -830,7 +832,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                 cta.qdo_empty[s].arrive()
                 if q_halves and nb == 1 and broken != "qh_free_early" and not late_free and not named_free:
                     cta.ds_ready[1].arrive()                               # the column products read them
-                if named_free:
+                if named_free and not late_free:
                     cta.free[c].arrive()                                   # bar.arrive on free[c]
                 for j in range(dq_chunks):
                     if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
@@ -850,7 +852,10 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.write(buf, ("dQ", it, c, j))
                     cta.reduce(c, buf, ("dQ", it, c, j))
                     if q_halves and nb == 1 and late_free and j == 0 and broken != "qh_free_early":
-                        cta.ds_ready[1].arrive()                           # (Q_HALVES = 2)
+                        if named_free:
+                            cta.free[c].arrive()                           # (Q_HALVES = 4)
+                        else:
+                            cta.ds_ready[1].arrive()                       # (Q_HALVES = 2)
                     yield ("step",)
             else:
                 b = 0 if broken == "named_one_buffer" else it % 2

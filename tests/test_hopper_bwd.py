@@ -1969,7 +1969,8 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     # the P^T / dS^T 'free' arrival after the first dQ piece's reduce-add
                     dict(Q_HALVES=2), dict(Q_HALVES=2, GROUP_SPLIT=2), dict(Q_HALVES=2, PERSISTENT=True, NUM_SMS=7),
                     # the exchange through hardware barriers
-                    dict(Q_HALVES=3), dict(Q_HALVES=3, GROUP_SPLIT=2), dict(Q_HALVES=3, PERSISTENT=True, NUM_SMS=7)]
+                    dict(Q_HALVES=3), dict(Q_HALVES=3, GROUP_SPLIT=2), dict(Q_HALVES=3, PERSISTENT=True, NUM_SMS=7),
+                    dict(Q_HALVES=4), dict(Q_HALVES=4, GROUP_SPLIT=2), dict(Q_HALVES=4, PERSISTENT=True, NUM_SMS=7)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -1986,7 +1987,8 @@ def test_split_qk_variants(variant, causal):
     split (partials of 192 and 128 columns), persistent, heads-first,
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
     staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
-    exchange through hardware barriers (Q_HALVES = 3).  The 64-row step of before (ROWS64_192) with its own
+    exchange through hardware barriers (Q_HALVES = 3, and 4 with the late
+    arrival).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2100,7 +2102,8 @@ def test_q_halves_protocol_simulation():
     staging buffers, and with 32-column pieces (six, the last two from K1)
     and two or four staging buffers, and with the 'free' arrival after the
     first dQ piece's reduce-add (Q_HALVES = 2), and the exchange through
-    hardware barriers (Q_HALVES = 3): no hazard or deadlock; arriving
+    hardware barriers (Q_HALVES = 3, and 4 with the late arrival): no
+    hazard or deadlock; arriving
     before the column products are done, or writing without the sync on the
     other warpgroup's 'free' barrier, is caught."""
     import hopper_bwd_model as hbm
@@ -2115,10 +2118,11 @@ def test_q_halves_protocol_simulation():
         for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
             hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
                          q_halves=True, late_free=True)
-    for stage_bufs in (1, 2):  # Q_HALVES = 3: the exchange through hardware barriers
-        for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
-            hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
-                         q_halves=True, named_free=True)
+    for stage_bufs in (1, 2):  # Q_HALVES = 3 / 4: the exchange through hardware barriers (4: the late arrival)
+        for late in (False, True):
+            for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
+                hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
+                             q_halves=True, named_free=True, late_free=late)
     for broken in hbm.NAMED_FREE_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, named_free=True) > 0, broken
     for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
@@ -2152,10 +2156,11 @@ def test_q_halves_plan(monkeypatch):
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
     plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=2))
     assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == 2, plan
-    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=3))
-    assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == 3, plan
-    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=4),
-                dict(qh, Q_HALVES=3, DS_BUFS=2, DQ_STAGE_BUFS=1)):
+    for level in (3, 4):
+        plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=level))
+        assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == level, plan
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=5),
+                dict(qh, Q_HALVES=3, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(qh, Q_HALVES=4, DS_BUFS=2, DQ_STAGE_BUFS=1)):
         got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
         assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
     q128 = torch.empty(1, 2, 300, 128, dtype=torch.bfloat16)
