@@ -992,6 +992,17 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
 
 
 @gluon.jit
+def _free_pt_ds(ds_ready, CONSUMER: gl.constexpr, HW_BARS: gl.constexpr):
+    """Q_HALVES with one P^T / dS^T buffer: this warpgroup's products have
+    read it (ds_ready[1], or with HW_BARS its bar.arrive on
+    FREE_BAR_IDS[CONSUMER])."""
+    if HW_BARS:
+        _named_bar(_FREE0_ARRIVE if CONSUMER == 0 else _FREE1_ARRIVE)
+    else:
+        mbarrier.arrive(ds_ready.index(1))
+
+
+@gluon.jit
 def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                               stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
                               off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
@@ -1033,6 +1044,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
+    HW_BARS: gl.constexpr = Q_HALVES >= 3  # the exchange through hardware barriers
+    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4: 'free' after the first dQ piece
     DQW: gl.constexpr = DQ_CHUNK  # dQ piece width, dividing both chunks
     N_K0: gl.constexpr = HEAD_DIM // DQW  # K0's pieces, then K1's
     N_PIECES: gl.constexpr = N_K0 + QK1 // DQW
@@ -1072,18 +1085,14 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     b = it % DS_BUFS
     if DS_BUFS == 1:
         # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        if Q_HALVES >= 3:
-            if it > 0:
-                if CONSUMER == 0:
-                    _named_bar(_FREE1_SYNC)
-                else:
-                    _named_bar(_FREE0_SYNC)
-        else:
+        if not HW_BARS:
             mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
+        elif it > 0:
+            _named_bar(_FREE1_SYNC if CONSUMER == 0 else _FREE0_SYNC)
     pt_bufs.index(2 * b + CONSUMER).store(gl.permute(p.to(dtype), [1, 0]))
     ds_bufs.index(2 * b + CONSUMER).store(gl.permute(ds, [1, 0]))
     fence_async_shared()
-    if Q_HALVES >= 3:
+    if HW_BARS:
         _named_bar(_CONSUMERS_SYNC)
     else:
         mbarrier.arrive(ds_ready.index(b))
@@ -1108,13 +1117,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                            use_acc=False, is_async=True)
     dv, dk, dk1 = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok, dk1_tok))
     mbarrier.arrive(qdo_empty.index(s))
-    if DS_BUFS == 1 and Q_HALVES == 1:
-        mbarrier.arrive(ds_ready.index(1))  # P^T / dS^T read by this warpgroup's products
-    if DS_BUFS == 1 and Q_HALVES == 3:
-        if CONSUMER == 0:
-            _named_bar(_FREE0_ARRIVE)
-        else:
-            _named_bar(_FREE1_ARRIVE)
+    if DS_BUFS == 1 and not LATE_FREE:
+        _free_pt_ds(ds_ready, CONSUMER, HW_BARS)
     for j in gl.static_range(N_PIECES):
         dq = warpgroup_mma_wait(0, deps=(dq_tok,))
         if j + 1 < N_PIECES:
@@ -1130,13 +1134,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
         dq_col = j * DQW
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
                          CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
-        if DS_BUFS == 1 and Q_HALVES == 2 and j == 0:
-            mbarrier.arrive(ds_ready.index(1))  # (read by the products, long done)
-        if DS_BUFS == 1 and Q_HALVES == 4 and j == 0:
-            if CONSUMER == 0:
-                _named_bar(_FREE0_ARRIVE)
-            else:
-                _named_bar(_FREE1_ARRIVE)
+        if DS_BUFS == 1 and LATE_FREE and j == 0:
+            _free_pt_ds(ds_ready, CONSUMER, HW_BARS)  # (read by the products, long done)
     return dk, dk1, dv
 
 
@@ -1604,10 +1603,10 @@ SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS
 # the five causal GQA rows with S = 2-8 from N = 4k (geomean 1.062); at 2k
 # 0.97x, so not there.  d = 192: on the 64-row step 1.09-1.11x at 4k but
 # 0.92x at 2k and 0.98x at 8k (calls 5-6 of that session), on the 128-row
-# step 0.98-1.00x (session 35 call 6): not taken.  d = 64 since session 35 (benchmarks/gpu_next_gqa_heads_first2.sh,
-# its rule met): 1.078-1.098x on the four rows with S = 2-8 from 4k (geomean
-# 1.088), 1.047x at 2k (not ruled on).  An override HEADS_FIRST takes
-# precedence.
+# step 0.98-1.00x (session 35 call 6): not taken.  d = 64 since session 35
+# (benchmarks/gpu_next_gqa_heads_first2.sh, its rule met): 1.078-1.098x on
+# the four rows with S = 2-8 from 4k (geomean 1.088), 1.047x at 2k (not
+# ruled on).  An override HEADS_FIRST takes precedence.
 HEADS_FIRST_GQA_SPLIT_MIN_N = {64: 4096, 128: 4096}
 # The same for calls with dropout (their own table: the Philox draws make
 # longer programs).  Since session 35 (gpu_next_gqa_heads_first2.sh, its
