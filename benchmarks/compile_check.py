@@ -208,7 +208,12 @@ def sass_hash(compiled) -> str:
     """The first 16 hex digits of the sha256 of the kernel's SASS listing
     (cuobjdump -sass, instructions only: addresses and encodings kept, the
     file header dropped): equal hashes mean the same machine code, to check
-    that a change leaves other builds alone."""
+    that a change leaves other builds alone.  Not every different hash is a
+    code change: the line information Triton emits takes part in ptxas'
+    scheduling, so an edit that only moves a kernel's source lines (a
+    comment, a docstring line) can reorder its instructions, with the same
+    count, registers and spill (session 35: the d = 192 backward's builds
+    flipped between two orders this way); compare with lines unmoved."""
     text = _sass_listing(compiled)
     body = "\n".join(line.strip() for line in text.splitlines() if line.strip().startswith("/*"))
     return hashlib.sha256(body.encode()).hexdigest()[:16]
