@@ -823,17 +823,17 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                 def piece(j):  # dQ piece j reads K, or with qk1 the last k1_pieces K1
                     src = [(cta.k1, kk1) if qk1 and j >= dq_chunks - k1_pieces else (cta.k, kk)]
                     return src if q_halves else all_ds + src
-                if q_halves and nb == 1 and broken == "qh_free_early":
-                    cta.ds_ready[1].arrive()
+                # Q_HALVES, one buffer: the 'free' arrival on ds_ready[1] (named_free: bar.arrive on free[c])
+                free = (cta.free[c] if named_free else cta.ds_ready[1]) if q_halves and nb == 1 else None
+                if free is not None and broken == "qh_free_early":
+                    free.arrive()
                 cta.wgmma_issue(c, piece(0))                               # dQ chunk 0
                 if qk1 and broken == "qk1_dk1_late":
                     cta.wgmma_issue(c, dk1)
                 yield ("wgmma_wait", 1)
                 cta.qdo_empty[s].arrive()
-                if q_halves and nb == 1 and broken != "qh_free_early" and not late_free and not named_free:
-                    cta.ds_ready[1].arrive()                               # the column products read them
-                if named_free and not late_free:
-                    cta.free[c].arrive()                                   # bar.arrive on free[c]
+                if free is not None and broken != "qh_free_early" and not late_free:
+                    free.arrive()                                          # the column products read them
                 for j in range(dq_chunks):
                     if persistent and last and j == dq_chunks - 1 and broken == "early_kv_release":
                         cta.kv_empty.arrive()   # before the last dQ product has read K
@@ -851,11 +851,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                         buf = cta.stages[c][(it * dq_chunks + j) % stage_bufs]
                     cta.write(buf, ("dQ", it, c, j))
                     cta.reduce(c, buf, ("dQ", it, c, j))
-                    if q_halves and nb == 1 and late_free and j == 0 and broken != "qh_free_early":
-                        if named_free:
-                            cta.free[c].arrive()                           # (Q_HALVES = 4)
-                        else:
-                            cta.ds_ready[1].arrive()                       # (Q_HALVES = 2)
+                    if free is not None and late_free and j == 0 and broken != "qh_free_early":
+                        free.arrive()                                      # (Q_HALVES = 2 / 4)
                     yield ("step",)
             else:
                 b = 0 if broken == "named_one_buffer" else it % 2

@@ -2114,15 +2114,13 @@ def test_q_halves_protocol_simulation():
         for n_tiles, ns, split, ds_bufs, _, seed, work in hbm.qk1_protocol_cases(full=False):
             hbm.simulate(n_tiles, ns, split, ds_bufs, 6, seed, work=work, qk1=True, stage_bufs=stage_bufs,
                          q_halves=True, k1_pieces=2)
-    for stage_bufs in (1, 2):  # Q_HALVES = 2: the 'free' arrival after the first dQ piece's reduce-add
-        for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
-            hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
-                         q_halves=True, late_free=True)
-    for stage_bufs in (1, 2):  # Q_HALVES = 3 / 4: the exchange through hardware barriers (4: the late arrival)
-        for late in (False, True):
+    # Q_HALVES = 2 / 3 / 4: the 'free' arrival after the first dQ piece's
+    # reduce-add, the exchange through hardware barriers, both
+    for late, named in ((True, False), (False, True), (True, True)):
+        for stage_bufs in (1, 2):
             for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
                 hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
-                             q_halves=True, named_free=True, late_free=late)
+                             q_halves=True, late_free=late, named_free=named)
     for broken in hbm.NAMED_FREE_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, named_free=True) > 0, broken
     for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
@@ -2154,9 +2152,7 @@ def test_q_halves_plan(monkeypatch):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, narrow)
         assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 32], plan
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
-    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=2))
-    assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == 2, plan
-    for level in (3, 4):
+    for level in (2, 3, 4):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=level))
         assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == level, plan
     for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=5),
