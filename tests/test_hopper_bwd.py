@@ -914,16 +914,16 @@ def test_gqa_split_heads_first_plan(monkeypatch):
     shorter keys, non-causal calls (no split), windows, the persistent grid,
     MHA (S = 1), head dims outside the tables and an explicit HEADS_FIRST
     override keep their order.  Unsplit GQA groups (S = 1) by a table of
-    their own (HEADS_FIRST_GQA_UNSPLIT_MIN_N, empty by default; not with
-    dropout)."""
+    their own (HEADS_FIRST_GQA_UNSPLIT_MIN_N: d = 64 from 2048 keys; not
+    with dropout)."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
 
-    def plan(n_k, causal=True, h_kv=4, windowed=False, dropped=False, over=None, d=128):
-        q = torch.empty(2, 16, 1024, d, dtype=torch.bfloat16)
-        k = torch.empty(2, h_kv, n_k, d, dtype=torch.bfloat16)
-        lse = torch.empty(2, 16, 1024)
+    def plan(n_k, causal=True, h_kv=4, windowed=False, dropped=False, over=None, d=128, b=2):
+        q = torch.empty(b, 16, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(b, h_kv, n_k, d, dtype=torch.bfloat16)
+        lse = torch.empty(b, 16, 1024)
         p = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, causal, windowed, dropped, False, over or {})
         assert not isinstance(p, str), p
         return p
@@ -931,9 +931,16 @@ def test_gqa_split_heads_first_plan(monkeypatch):
         assert plan(4096, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
         assert not plan(4000, d=64, dropped=dropped).kwargs["HEADS_FIRST"], dropped
         assert not plan(8192, d=256, dropped=dropped).kwargs["HEADS_FIRST"], dropped
-    # unsplit groups (S = 1): their own table, empty until its deciding run
-    assert plan(8192, h_kv=8, d=64).split == 1 and not plan(8192, h_kv=8, d=64).kwargs["HEADS_FIRST"]
+    # unsplit groups (S = 1, enough programs without a split): their own table, d = 64
+    # from 2048 keys
+    for n_k in (2048, 8192):
+        p = plan(n_k, h_kv=8, d=64, b=8)
+        assert p.split == 1 and p.kwargs["HEADS_FIRST"] and p.grid == (8 * 8, n_k // 128), (n_k, p.split, p.grid)
+    p = plan(2000, h_kv=8, d=64, b=8)
+    assert p.split == 1 and not p.kwargs["HEADS_FIRST"], (p.split, p.kwargs["HEADS_FIRST"])
+    assert plan(8192, h_kv=8).split == 1 and not plan(8192, h_kv=8).kwargs["HEADS_FIRST"]  # d = 128: not in it
     monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_UNSPLIT_MIN_N", {64: 8192})
+    assert not plan(4096, h_kv=8, d=64, b=8).kwargs["HEADS_FIRST"]
     p = plan(8192, h_kv=8, d=64)
     assert p.split == 1 and p.kwargs["HEADS_FIRST"] and p.grid == (2 * 8, 64), (p.split, p.grid)
     assert not plan(8192, h_kv=16, d=64).kwargs["HEADS_FIRST"]   # MHA: not a GQA group
@@ -978,6 +985,21 @@ def test_gqa_split_heads_first_default(n, d):
     (the group split, heads first) against float64, whole and ragged tiles."""
     q, do = (_flash_view(1, 8, n, d, torch.bfloat16) for _ in range(2))
     k, v = (_flash_view(1, 2, n, d, torch.bfloat16) for _ in range(2))
+    _check(q, k, v, do, d ** -0.5, 0)
+
+
+@needs_hopper
+def test_gqa_unsplit_heads_first_default():
+    """The default plan of a causal d = 64 GQA call with enough programs to
+    keep its group whole (S = 1) from 2048 keys runs heads first
+    (HEADS_FIRST_GQA_UNSPLIT_MIN_N), against float64, ragged tiles."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    b, hq, hkv, n, d = 8, 8, 4, 2101, 64
+    q, do = (_flash_view(b, hq, n, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(b, hkv, n, d, torch.bfloat16) for _ in range(2))
+    lse = torch.empty((b, hq, n), device="cuda")
+    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, d ** -0.5, True, False, False, False, {})
+    assert not isinstance(plan, str) and plan.split == 1 and plan.kwargs["HEADS_FIRST"], plan
     _check(q, k, v, do, d ** -0.5, 0)
 
 

@@ -1615,10 +1615,12 @@ HEADS_FIRST_GQA_SPLIT_MIN_N = {64: 4096, 128: 4096}
 HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT = {64: 4096, 128: 4096}
 # Per head dim, the key length from which a causal GQA call whose group is
 # NOT split (S = 1: one program per key block holds the whole group) runs
-# heads first, without dropout.  Empty: session 35 call 6 read 1.054-1.090x
-# on three d = 64 rows (B, Hq 32, Hkv 8 at 2k-8k), reported only, no rule
-# fixed; benchmarks/gpu_next_gqa_unsplit_heads_first.sh is the deciding run.
-HEADS_FIRST_GQA_UNSPLIT_MIN_N: dict = {}
+# heads first, without dropout.  d = 64 since session 36 (benchmarks/
+# gpu_next_gqa_unsplit_heads_first.sh, its rule met at 2048): 0.992-1.092x
+# kernel-only on six rows from 2k (geomean 1.052); 1k 0.89x (not there),
+# MHA rows 0.80-0.87x (not GQA: the table does not apply).  d = 128: 0.957-
+# 1.076x (geomean 1.014 from 2k, 1.007 from 4k), its rule not met.
+HEADS_FIRST_GQA_UNSPLIT_MIN_N = {64: 2048}
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
