@@ -464,6 +464,13 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
                    "this backward")
     # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
+    if "dk_desc" in hbwd._attn_bwd_hopper.arg_names:  # TMA_DKV: dK / dV by TMA stores (16-bit)
+        if meta.get("TMA_DKV"):
+            sub_n = meta["BLOCK_N"] // meta["NUM_CONSUMERS"]
+            descs["dk_desc"] = ([1, 1, sub_n, d], tdt)
+            descs["dv_desc"] = ([1, 1, sub_n, dv], tdt)
+        else:  # None at the launch: constexprs, no parameters
+            constexprs.update(dk_desc=None, dv_desc=None)
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
                "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, constexprs, descs, scalars, d, arch)

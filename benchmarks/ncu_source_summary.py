@@ -1,7 +1,7 @@
 """Warp-state samples per SASS instruction, summed by instruction class (benchmarks/
 gpu_ncu_source.sh's exports; no GPU needed).
 
-    python benchmarks/ncu_source_summary.py DIR [--lines LINES.json] > summary.md
+    python benchmarks/ncu_source_summary.py DIR [--top N] > summary.md
 
 DIR holds ``<row>.sass.csv`` files: Nsight Compute's source page (``--page source --csv
 --print-source sass``), one table per profiled kernel, one line per SASS instruction with
@@ -10,16 +10,15 @@ its address, its text and the sampling columns (every column whose name holds
 total, the share of each instruction class (CLASSES: the first pattern that matches the
 opcode names it) and the instructions with the most samples.
 
---lines: a JSON {kernel name substring: {address (int, as in the CSV): "file:line"}} made
-from a local build of the same kernel (nvdisasm -g on the cubin: the same ptxas, so the
-same addresses), to sum the samples of our kernels by source line too.
+Where the stall_* columns are there (one per stall reason), each class and
+instruction shows its top reasons. ``<row>.src.csv`` (``--print-source cuda,sass``), when
+present, gives the same per source line of the first kernel (ours: its Python lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import sys
 from collections import defaultdict
@@ -63,22 +62,22 @@ def klass(op: str) -> str:
 
 def tables(path: Path):
     """(kernel label, header, rows) per table of one source-page CSV."""
-    label, header, rows, out = "", None, [], []
+    label, cur, header, rows, out = "", "", None, [], []
     with open(path, newline="") as f:
         for rec in csv.reader(f):
             if not rec:
                 continue
             if "Address" in rec and "Source" in rec:
                 if header is not None:
-                    out.append((label, header, rows))
-                header, rows = rec, []
+                    out.append((cur, header, rows))
+                header, rows, cur = rec, [], label
                 continue
             if header is None or len(rec) != len(header):
                 label = " ".join(x for x in rec if x)[:160] or label  # a kernel name line, if any
                 continue
             rows.append(rec)
     if header is not None:
-        out.append((label, header, rows))
+        out.append((cur, header, rows))
     return out
 
 
@@ -89,54 +88,92 @@ def num(x: str) -> float:
         return 0.0
 
 
-def summarize(path: Path, lines: dict, top: int) -> None:
+def reasons(header: list) -> list:
+    """(index, name) of the per-reason sample columns (all samples, not the 'Not Issued' ones)."""
+    return [(j, h[len("stall_"):]) for j, h in enumerate(header) if h.startswith("stall_") and "(" not in h]
+
+
+def top_reasons(vals: dict, total: float, k: int = 3) -> str:
+    best = sorted(vals.items(), key=lambda kv: -kv[1])[:k]
+    return ", ".join(f"{n} {100 * v / max(total, 1):.0f} %" for n, v in best if v > 0)
+
+
+def summarize(path: Path, top: int) -> None:
     for i, (label, header, rows) in enumerate(tables(path)):
         cols = [j for j, h in enumerate(header) if "Sampling" in h]
         if not cols:
             print(f"\n## {path.name} table {i}: no sampling column ({header[:8]})")
             continue
         a, s, c = header.index("Address"), header.index("Source"), cols[0]
+        why = reasons(header)
         total = sum(num(r[c]) for r in rows)
         print(f"\n## {path.name}, kernel {i}: {label}")
-        print(f"{len(rows)} instructions, {total:.0f} samples ({header[c]}); other sampling columns: "
-              + ", ".join(header[j] for j in cols[1:]))
-        by = defaultdict(lambda: [0.0] * len(cols))
+        print(f"{len(rows)} instructions, {total:.0f} samples ({header[c]})")
+        by = defaultdict(lambda: defaultdict(float))
         for r in rows:
             k = klass(opcode(r[s]))
-            for t, j in enumerate(cols):
-                by[k][t] += num(r[j])
-        print("\n| class | " + " | ".join(header[j] for j in cols) + " | share |")
-        print("|---|" + "---|" * (len(cols) + 1))
-        for k, v in sorted(by.items(), key=lambda kv: -kv[1][0]):
-            print(f"| {k} | " + " | ".join(f"{x:.0f}" for x in v) + f" | {100 * v[0] / max(total, 1):.1f} % |")
-        print(f"\nTop {top} instructions:\n\n| address | SASS | samples | share |\n|---|---|---|---|")
+            by[k]["samples"] += num(r[c])
+            for j, n in why:
+                by[k][n] += num(r[j])
+        mix = defaultdict(float)
+        for r in rows:
+            for j, n in why:
+                mix[n] += num(r[j])
+        print(f"Stall reasons, whole kernel: {top_reasons(mix, total, 6)}")
+        print("\n| class | samples | share | top reasons (share of the class) |\n|---|---|---|---|")
+        for k, v in sorted(by.items(), key=lambda kv: -kv[1]["samples"]):
+            t = v.pop("samples")
+            print(f"| {k} | {t:.0f} | {100 * t / max(total, 1):.1f} % | {top_reasons(v, t)} |")
+        print(f"\nTop {top} instructions:\n\n| address | SASS | samples | share | top reasons |\n|---|---|---|---|---|")
         for r in sorted(rows, key=lambda r: -num(r[c]))[:top]:
-            print(f"| {r[a]} | `{r[s].strip()[:90]}` | {num(r[c]):.0f} | {100 * num(r[c]) / max(total, 1):.1f} % |")
-        table = next((m for key, m in lines.items() if key in label), None)
-        if table:
-            per = defaultdict(float)
-            for r in rows:
-                addr = int(r[a], 16) if r[a].startswith("0x") else int(num(r[a]))
-                per[table.get(str(addr), "?")] += num(r[c])
-            print(f"\nBy source line (top {top}):\n\n| line | samples | share |\n|---|---|---|")
-            for ln, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]:
-                print(f"| {ln} | {v:.0f} | {100 * v / max(total, 1):.1f} % |")
+            t = num(r[c])
+            print(f"| {r[a][-5:]} | `{r[s].strip()[:80]}` | {t:.0f} | {100 * t / max(total, 1):.1f} % | "
+                  f"{top_reasons({n: num(r[j]) for j, n in why}, t)} |")
+
+
+def summarize_lines(path: Path, top: int) -> None:
+    """Per source line, from the ``cuda,sass`` export: its file blocks hold one row per
+    line (Line No, its text, then the line's sums) followed by its instructions."""
+    per, header, file = {}, None, ""
+    with open(path, newline="") as f:
+        for rec in csv.reader(f):
+            if not rec:
+                continue
+            if rec[0] == "File Path":
+                file = Path(rec[1]).name
+            elif rec[0] == "Line No":
+                header = rec
+            elif header and rec[0] and len(rec) == len(header):
+                per[(file, rec[0])] = (rec[1].strip(), rec)
+    if not header:
+        print(f"\n## {path.name}: no source lines")
+        return
+    cols = [j for j, h in enumerate(header) if "Sampling" in h]
+    why = reasons(header)
+    total = sum(num(r[cols[0]]) for _, r in per.values())
+    print(f"\n## {path.name}: {len(per)} source lines, {total:.0f} samples (the first kernel of the report)")
+    print(f"\nTop {top} lines:\n\n| line | source | samples | share | top reasons |\n|---|---|---|---|---|")
+    for (file, ln), (text, r) in sorted(per.items(), key=lambda kv: -num(kv[1][1][cols[0]]))[:top]:
+        t = num(r[cols[0]])
+        print(f"| {file}:{ln} | `{text[:70]}` | {t:.0f} | {100 * t / max(total, 1):.1f} % | "
+              f"{top_reasons({n: num(r[j]) for j, n in why}, t)} |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--lines", type=Path)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    lines = json.loads(args.lines.read_text()) if args.lines else {}
     files = sorted(args.dir.glob("*.sass.csv"))
     if not files:
         print(f"no *.sass.csv in {args.dir}", file=sys.stderr)
         return 1
     print("# Warp-state samples per instruction class (benchmarks/ncu_source_summary.py)")
     for p in files:
-        summarize(p, lines, args.top)
+        summarize(p, args.top)
+        src = p.with_name(p.name.replace(".sass.csv", ".src.csv"))
+        if src.exists():
+            summarize_lines(src, args.top)
     return 0
 
 

@@ -827,6 +827,70 @@ def test_matches_reference(dtype, d, case, named_bar):
     _check(q, k, v, do, d ** -0.5, shift, **(dict(NAMED_BAR=named_bar) if named_bar else {}))
 
 
+TMA_DKV_VARIANTS = [
+    # d, causal, overrides beside TMA_DKV, window left (None: none), dropout
+    (128, "br", dict(GROUP_SPLIT=3), None, False),  # 16-bit partials of three slices
+    (128, "tl", dict(NAMED_BAR=2), None, False),
+    (128, None, dict(HEADS_FIRST=True, NAMED_BAR=0), None, False),
+    (64, "br", {}, 200, False),
+    (128, "tl", {}, 100, False),
+    (128, "br", {}, None, True),
+    (64, None, {}, None, True),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_tma_dkv_matches_reference(d, case):
+    """TMA_DKV: dK / dV staged in the (Q, dO) ring and written by TMA stores
+    (rows past N_K dropped by the descriptor's bounds), every reference
+    case against float64 on NaN-poisoned outputs."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, TMA_DKV=True)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,causal,variant,left,dropped", TMA_DKV_VARIANTS,
+                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else str(x))
+def test_tma_dkv_variants(d, causal, variant, left, dropped):
+    """TMA_DKV with a GQA group split (16-bit partials), NAMED_BAR 0 / 2,
+    heads first, sliding windows (key blocks with no query tile store zeros)
+    and dropout (the gradients of the gl.store build, same Philox mask, up
+    to summation order); the plan took it (plan.kwargs)."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
+    shift = None if causal is None else (1121 - 333 if causal == "br" else 0)
+    over = dict(variant, TMA_DKV=True)
+    lse = torch.empty((2, 6, 333), device="cuda")
+    plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, d ** -0.5, causal is not None, left is not None,
+                           dropped, True, dict(over))
+    assert not isinstance(plan, str) and plan.kwargs["TMA_DKV"], plan
+    if dropped:
+        o = torch.empty_like(q)
+        lse = torch.empty((2, 6, 333), device="cuda")
+        assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)
+        delta = (do.float() * o.float()).sum(-1).contiguous()
+        seed = torch.tensor([99], device="cuda", dtype=torch.int64)
+        grads_of = []
+        for ov in (over, dict(variant, TMA_DKV=False)):
+            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            assert hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, shift,
+                                                    dropout=(seed, 0.2, 3), UNVERIFIED=True, **ov), hbwd._BROKEN
+            grads_of.append(grads)
+        for name, g, r in zip(("dq", "dk", "dv"), *grads_of):
+            assert not g.isnan().any(), name
+            err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+            assert err <= 2e-2, (name, err)
+    elif left is None:
+        _check(q, k, v, do, d ** -0.5, shift, **over)
+    else:
+        _window_check(q, k, v, do, d ** -0.5, shift, (left, shift), **over)
+
+
 NAMED_BAR_VARIANTS = [
     # d, causal, overrides (with the NAMED_BAR level), window left (None: none)
     (64, "br", dict(NAMED_BAR=1, PERSISTENT=True, NUM_SMS=7), None),
@@ -975,6 +1039,41 @@ def test_gqa_split_heads_first_plan(monkeypatch):
         lse = torch.empty(2, 16, 1024)
         got = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, False, False, False, over)
         assert isinstance(got, str) and "SLICES_FIRST" in got, (over, got)
+
+
+def test_tma_dkv_plan(monkeypatch):
+    """TMA_DKV (an override; TMA_DKV_DEFAULT per head dim): taken by the
+    keys-as-M step at d = 64 / 128 with TMA-compatible 16-bit dK / dV or
+    16-bit group partials, with the descriptors' blocks (a consumer's keys x
+    d); turned off for SPLIT_D (d = 256), the persistent grid, a one-slot
+    ring, float32 partials and dK / dV off 16-byte alignment."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
+
+    def plan(d=128, h_kv=4, over=None, dk=None):
+        q = torch.empty(2, 16, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(2, h_kv, 1024, d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 16, 1024)
+        p = hbwd._make_plan(q, q, k, k, lse, lse, q, k if dk is None else dk, k, 0.1, True, False, False, False,
+                            dict(dict(TMA_DKV=True), **(over or {})))
+        assert not isinstance(p, str), p
+        return p
+    for d in (64, 128):
+        p = plan(d, h_kv=16)
+        assert p.split == 1 and p.kwargs["TMA_DKV"], d
+        assert p.dkv_blocks == ([1, 1, 64, d], [1, 1, 64, d]) and p.dkv_dims[0][1] == list(torch.empty(
+            2, 16, 1024, d).stride()), (p.dkv_blocks, p.dkv_dims)
+    p = plan(128, h_kv=4, over=dict(GROUP_SPLIT=2))
+    assert p.split == 2 and p.kwargs["TMA_DKV"] == hbwd.partials_16bit(2)
+    assert p.dkv_dims[0][0] == [2, 8, 1024, 128], p.dkv_dims
+    assert not plan(256).kwargs["TMA_DKV"]                       # SPLIT_D
+    assert not plan(over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["TMA_DKV"]
+    assert not plan(over=dict(NUM_STAGES=1)).kwargs["TMA_DKV"]
+    odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)
+    assert not plan(h_kv=4, dk=odd, over=dict(GROUP_SPLIT=1)).kwargs["TMA_DKV"]   # 2-byte offset
+    assert not plan(over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
+    assert not hbwd.kernel_meta(128, True)["TMA_DKV"] or hbwd.TMA_DKV_DEFAULT.get(128, (0, 0))[1]
 
 
 @needs_hopper

@@ -744,6 +744,18 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 
 
 @gluon.jit
+def _store_tile_tma(x, buf, desc, off_b, off_h, row):
+    """x (rows, cols; float32) in desc's dtype through the free shared buffer
+    buf (at least as large) to rows [row, + rows) of head off_h of batch
+    entry off_b by a TMA store (its completion: the caller's store_wait)."""
+    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]], buf.layout)
+    stage.store(x.to(desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, 0],
+                                    stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
+
+
+@gluon.jit
 def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                     kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                     off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, it, kv_phase,
@@ -754,7 +766,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     IS_CAUSAL: gl.constexpr, SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr,
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                    DQ_STAGE_BUFS: gl.constexpr = 1):
+                    DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
+                    TMA_DKV: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -763,7 +776,10 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     program's slice of a group, DK / DV its partials: 16-bit with
     GROUP_PARTIALS_16BIT, else float32).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
-    longer read.  drop: the kernel's dropout arguments (DROPOUT only)."""
+    longer read.  drop: the kernel's dropout arguments (DROPOUT only).
+    TMA_DKV (not SPLIT_D, not persistent): dK / dV leave through shared
+    memory and a TMA store (dk_desc, dv_desc: their descriptors) instead of
+    gl.store."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
@@ -863,6 +879,18 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         mbarrier.arrive(kv_empty)
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
+    if TMA_DKV:
+        # Once both consumers are here no product reads a (Q, dO) slot any
+        # more (each step waited for its wgmmas, and the producer loads no
+        # tile past the last): this consumer's dK goes to its Q slot, dV to
+        # its dO slot, and a TMA store each writes them (the descriptor's
+        # bounds drop keys past N_K).  gl.store's form below writes 16-bit
+        # elements one by one, each behind a branch of its own.
+        gl.static_assert(not SPLIT_D and NUM_STAGES >= NUM_CONSUMERS, "TMA_DKV: the keys-as-M step, a slot each")
+        _named_bar(_CONSUMERS_SYNC)
+        _store_tile_tma(dk, q_bufs.index(CONSUMER), dk_desc, off_b, off_hkv, out_key0)
+        _store_tile_tma(dv, do_bufs.index(CONSUMER), dv_desc, off_b, off_hkv, out_key0)
+        return it
     rows = out_key0 + gl.arange(0, dk.shape[0], layout=gl.SliceLayout(1, kv_layout))
     dcols = out_col0 + gl.arange(0, dk.shape[1], layout=gl.SliceLayout(0, kv_layout))
     keep = gl.expand_dims(rows < N_K, 1)
@@ -1230,7 +1258,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
-                      Q_HALVES: gl.constexpr = False):
+                      Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None,
+                      TMA_DKV: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1277,7 +1306,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                        DQ_STAGE_BUFS)
+                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV)
     tma.store_wait(0)
 
 
@@ -1289,7 +1318,8 @@ def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     # q1_desc, k1_desc: Q's and K's columns [HEAD_DIM_V, HEAD_DIM) when they
     # differ (split Q K^T, d = 192 with dv = 128), else None (no parameters)
-    q_desc, k_desc, v_desc, do_desc, dq_desc, q1_desc, k1_desc, LSE, DELTA, DK, DV,
+    # dk_desc, dv_desc: with TMA_DKV the descriptors of DK, DV (else None)
+    q_desc, k_desc, v_desc, do_desc, dq_desc, q1_desc, k1_desc, dk_desc, dv_desc, LSE, DELTA, DK, DV,
     # strides
     stride_lz, stride_lh, stride_dz, stride_dh,
     stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
@@ -1313,7 +1343,7 @@ def _attn_bwd_hopper(
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
     ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
-    Q_HALVES: gl.constexpr = False,
+    Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1465,7 +1495,8 @@ def _attn_bwd_hopper(
                              0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
+                             dk_desc, dv_desc, TMA_DKV)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1475,7 +1506,8 @@ def _attn_bwd_hopper(
                              1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, VDIM, IS_CAUSAL, SPLIT_D,
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
-                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)),
+                             DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
+                             dk_desc, dv_desc, TMA_DKV)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1703,6 +1735,15 @@ DQ_ACC_LIKE_DQ: Any = False
 # e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import) and the
 # override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
+# TMA_DKV per head dim, (not causal, causal): dK / dV written through the
+# free (Q, dO) ring slots and TMA stores (_store_tile_tma) instead of
+# gl.store, whose build writes 16-bit elements one at a time, each behind a
+# branch: in session 36's warp-state sampling (benchmarks/gpu_ncu_source.sh,
+# d = 128 N = 2k) those two gl.store lines held 9-12 % of the kernel's
+# samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step only
+# (not SPLIT_D), not persistent, 16-bit outputs with TMA-compatible strides
+# (_make_plan turns it off otherwise).  Off until timed on the H200.
+TMA_DKV_DEFAULT: dict = {}
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
@@ -1739,7 +1780,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
     (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
-                HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False)
+                HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False,
+                TMA_DKV=TMA_DKV_DEFAULT.get(head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
     dropout_part = DROPOUT_CONFIGS.get(head_dim, {}) if dropout else {}
     for part in (configs(unverified)[head_dim], window_part, dropout_part, SCHEDULE[causal], overrides or {}):
@@ -1942,7 +1984,8 @@ class _Plan:
     """What the calls of one signature launch (hopper_attention_backward)."""
 
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
-                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1")
+                 "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1",
+                 "dkv_dims", "dkv_blocks", "dkv_layouts")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -1956,7 +1999,8 @@ def _bwd_signature(do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, droppe
             lse.shape, lse.stride(), delta.shape, delta.stride(), dq.shape, dk.shape, dk.stride(),
             dv.shape, dv.stride(), q.dtype, k.dtype, v.dtype, do.dtype, dq.dtype, dk.dtype, dv.dtype,
             lse.dtype, delta.dtype, q.device, causal, windowed, dropped, unverified,
-            (q.data_ptr() | k.data_ptr() | v.data_ptr() | do.data_ptr()) & 15)
+            (q.data_ptr() | k.data_ptr() | v.data_ptr() | do.data_ptr()) & 15,
+            (dk.data_ptr() | dv.data_ptr()) & 15)
 
 
 def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified, overrides):
@@ -2001,6 +2045,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
+    if meta["TMA_DKV"] and (meta["SPLIT_D"] or meta["PERSISTENT"] or meta["NUM_STAGES"] < meta["NUM_CONSUMERS"]
+                            or (split > 1 and not partials_16bit(split))
+                            or (split == 1 and not (_tma_ok(dk) and _tma_ok(dv)))):
+        meta["TMA_DKV"] = False  # (a slot per consumer to stage in; 16-bit, TMA-aligned outputs)
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     n_bh = batch * h_kv * split
     if meta["PERSISTENT"]:
@@ -2059,6 +2107,12 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
     plan.split, plan.h_kv = split, h_kv
     plan.out_shape = ((batch, h_kv * split, n_k, d), (batch, h_kv * split, n_k, d_v))  # dK's, dV's partials
+    if meta["TMA_DKV"]:
+        sub_n = meta["BLOCK_N"] // meta["NUM_CONSUMERS"]
+        plan.dkv_dims = tuple((list(shape), list(out_strides[3 * i:3 * i + 3]) + [1])
+                              for i, shape in enumerate(plan.out_shape))
+        plan.dkv_blocks = ([1, 1, sub_n, d], [1, 1, sub_n, d_v])
+        plan.dkv_layouts = tuple(gl.NVMMASharedLayout.get_default_for(b, gdt) for b in plan.dkv_blocks)
     return plan
 
 
@@ -2081,6 +2135,12 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         dk_out, dv_out = (fastlaunch.empty_scratch(shape, part_dtype, q.device) for shape in plan.out_shape)
     else:
         dk_out, dv_out = dk, dv
+    if plan.kwargs["TMA_DKV"]:
+        args += tuple(_descriptor(t, dims, block, layout, validated)
+                      for t, dims, block, layout in zip((dk_out, dv_out), plan.dkv_dims, plan.dkv_blocks,
+                                                        plan.dkv_layouts))
+    else:
+        args += (None, None)  # dk_desc, dv_desc
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
         sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
         *dropout_args(dropout, plan.n_q, plan.n_k, lse))
