@@ -1042,7 +1042,8 @@ def test_gqa_split_heads_first_plan(monkeypatch):
 
 
 def test_tma_dkv_plan(monkeypatch):
-    """TMA_DKV (an override; TMA_DKV_DEFAULT per head dim): taken by the
+    """TMA_DKV (TMA_DKV_DEFAULT per head dim and causal flag, or an
+    override): taken by the
     keys-as-M step at d = 64 / 128 with TMA-compatible 16-bit dK / dV or
     16-bit group partials, with the descriptors' blocks (a consumer's keys x
     d); turned off for SPLIT_D (d = 256), the persistent grid, a one-slot
@@ -1073,7 +1074,12 @@ def test_tma_dkv_plan(monkeypatch):
     odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)
     assert not plan(h_kv=4, dk=odd, over=dict(GROUP_SPLIT=1)).kwargs["TMA_DKV"]   # 2-byte offset
     assert not plan(over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
-    assert not hbwd.kernel_meta(128, True)["TMA_DKV"] or hbwd.TMA_DKV_DEFAULT.get(128, (0, 0))[1]
+    # the defaults: d = 64 both ways, d = 128 not causal; never with a window or dropout
+    assert [hbwd.kernel_meta(d, c)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
+        True, True, True, False, False, False]
+    assert not hbwd.kernel_meta(64, True, windowed=True)["TMA_DKV"]
+    assert not hbwd.kernel_meta(64, True, dropout=True)["TMA_DKV"]
+    assert hbwd.kernel_meta(64, True, dict(TMA_DKV=True), dropout=True)["TMA_DKV"]
 
 
 @needs_hopper

@@ -1742,8 +1742,14 @@ NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 # d = 128 N = 2k) those two gl.store lines held 9-12 % of the kernel's
 # samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step only
 # (not SPLIT_D), not persistent, 16-bit outputs with TMA-compatible strides
-# (_make_plan turns it off otherwise).  Off until timed on the H200.
-TMA_DKV_DEFAULT: dict = {}
+# (_make_plan turns it off otherwise); by default for calls without a
+# window or dropout (those builds were tested with it, not timed).  Session
+# 36 call 4 (benchmarks/gpu_next_tma_dkv.sh, rule per class in its header),
+# kernel-only TMA_DKV / gl.store, N 2k / 4k / 8k, B*N = 16k: d = 64 causal
+# 1.146 / 1.092 / 1.025x, full 1.121 / 1.054 / 1.027x; d = 128 full 1.119 /
+# 1.048 / 1.045x (adopted); d = 128 causal 1.147 / 1.049 / 0.984x (its 8k
+# row under the rule's 0.99: not adopted).
+TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
@@ -1781,7 +1787,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False,
-                TMA_DKV=TMA_DKV_DEFAULT.get(head_dim, (False, False))[causal])
+                TMA_DKV=not (windowed or dropout) and TMA_DKV_DEFAULT.get(head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
     dropout_part = DROPOUT_CONFIGS.get(head_dim, {}) if dropout else {}
     for part in (configs(unverified)[head_dim], window_part, dropout_part, SCHEDULE[causal], overrides or {}):
