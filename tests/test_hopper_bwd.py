@@ -1057,7 +1057,7 @@ def test_tma_dkv_plan(monkeypatch):
         k = torch.empty(2, h_kv, 1024, d, dtype=torch.bfloat16)
         lse = torch.empty(2, 16, 1024)
         p = hbwd._make_plan(q, q, k, k, lse, lse, q, k if dk is None else dk, k, 0.1, True, False, False, False,
-                            dict(dict(TMA_DKV=True), **(over or {})))
+                            {} if over == {} else dict(dict(TMA_DKV=True), **(over or {})))  # {}: no override
         assert not isinstance(p, str), p
         return p
     for d in (64, 128):
@@ -1080,6 +1080,13 @@ def test_tma_dkv_plan(monkeypatch):
     assert not hbwd.kernel_meta(64, True, windowed=True)["TMA_DKV"]
     assert not hbwd.kernel_meta(64, True, dropout=True)["TMA_DKV"]
     assert hbwd.kernel_meta(64, True, dict(TMA_DKV=True), dropout=True)["TMA_DKV"]
+    # causal calls up to TMA_DKV_CAUSAL_MAX_N[d] keys
+    assert not plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]
+    monkeypatch.setattr(hbwd, "TMA_DKV_CAUSAL_MAX_N", {128: 1024})
+    assert plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]
+    assert not plan(128, h_kv=16, over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
+    monkeypatch.setattr(hbwd, "TMA_DKV_CAUSAL_MAX_N", {128: 1000})
+    assert not plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]
 
 
 @needs_hopper

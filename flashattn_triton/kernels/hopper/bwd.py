@@ -1750,6 +1750,11 @@ NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 # 1.048 / 1.045x (adopted); d = 128 causal 1.147 / 1.049 / 0.984x (its 8k
 # row under the rule's 0.99: not adopted).
 TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
+# Per head dim, the longest key length up to which a causal call takes
+# TMA_DKV where TMA_DKV_DEFAULT leaves it off (same conditions; an override
+# TMA_DKV takes precedence).  Empty until benchmarks/gpu_next_tma_dkv2.sh
+# decides d = 128 (its 2k / 4k rows read 1.147 / 1.049x in call 4).
+TMA_DKV_CAUSAL_MAX_N: dict = {}
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
@@ -2051,6 +2056,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
+    if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)
+            and "TMA_DKV" not in (overrides or {})):
+        meta["TMA_DKV"] = True
     if meta["TMA_DKV"] and (meta["SPLIT_D"] or meta["PERSISTENT"] or meta["NUM_STAGES"] < meta["NUM_CONSUMERS"]
                             or (split > 1 and not partials_16bit(split))
                             or (split == 1 and not (_tma_ok(dk) and _tma_ok(dv)))):
