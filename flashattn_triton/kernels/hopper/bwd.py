@@ -1752,9 +1752,11 @@ NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
 # Per head dim, the longest key length up to which a causal call takes
 # TMA_DKV where TMA_DKV_DEFAULT leaves it off (same conditions; an override
-# TMA_DKV takes precedence).  Empty until benchmarks/gpu_next_tma_dkv2.sh
-# decides d = 128 (its 2k / 4k rows read 1.147 / 1.049x in call 4).
-TMA_DKV_CAUSAL_MAX_N: dict = {}
+# TMA_DKV takes precedence).  d = 128 since session 36 call 6
+# (benchmarks/gpu_next_tma_dkv2.sh, its rule met at its 4096 tier): 1.021-
+# 1.145x on four causal rows from 2k to 4k (MHA and GQA, geomean 1.086);
+# longer rows 1.015x (6k), 1.051x (8k; 0.984x in call 4), 0.939x (16k).
+TMA_DKV_CAUSAL_MAX_N = {128: 4096}
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
