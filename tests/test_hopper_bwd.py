@@ -1081,6 +1081,8 @@ def test_tma_dkv_plan(monkeypatch):
     assert not hbwd.kernel_meta(64, True, dropout=True)["TMA_DKV"]
     assert hbwd.kernel_meta(64, True, dict(TMA_DKV=True), dropout=True)["TMA_DKV"]
     # causal calls up to TMA_DKV_CAUSAL_MAX_N[d] keys
+    assert plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]     # 1024 keys: within {128: 4096}
+    monkeypatch.setattr(hbwd, "TMA_DKV_CAUSAL_MAX_N", {})
     assert not plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]
     monkeypatch.setattr(hbwd, "TMA_DKV_CAUSAL_MAX_N", {128: 1024})
     assert plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]
