@@ -26,6 +26,7 @@ from pathlib import Path
 
 # (class, regex on the opcode with its modifiers), the first match wins
 CLASSES = [
+    ("NOP (ours: mostly the worker warps' register re-allocation wait)", r"^NOP"),
     ("mbarrier wait (SYNCS try-wait)", r"^SYNCS\..*TRYWAIT|^SYNCS\.PHASECHK"),
     ("mbarrier arrive / other SYNCS", r"^SYNCS"),
     ("named / CTA barrier (BAR)", r"^BAR"),
