@@ -1079,6 +1079,16 @@ def test_tma_dkv_plan(monkeypatch):
         True, True, True, False, False, False]
     assert not hbwd.kernel_meta(64, True, windowed=True)["TMA_DKV"]
     assert not hbwd.kernel_meta(64, True, dropout=True)["TMA_DKV"]
+    monkeypatch.setattr(hbwd, "TMA_DKV_DROPOUT", {128: (False, True)})
+    monkeypatch.setattr(hbwd, "TMA_DKV_WINDOW", {64: (True, True)})
+    assert hbwd.kernel_meta(128, True, dropout=True)["TMA_DKV"]
+    assert hbwd.kernel_meta(128, True, windowed=True, dropout=True)["TMA_DKV"]   # dropout's table
+    assert not hbwd.kernel_meta(128, False, dropout=True)["TMA_DKV"]
+    assert not hbwd.kernel_meta(128, True, windowed=True)["TMA_DKV"]
+    assert hbwd.kernel_meta(64, True, windowed=True)["TMA_DKV"] and not hbwd.kernel_meta(64, True, dropout=True)[
+        "TMA_DKV"]
+    monkeypatch.setattr(hbwd, "TMA_DKV_DROPOUT", {})
+    monkeypatch.setattr(hbwd, "TMA_DKV_WINDOW", {})
     assert hbwd.kernel_meta(64, True, dict(TMA_DKV=True), dropout=True)["TMA_DKV"]
     # causal calls up to TMA_DKV_CAUSAL_MAX_N[d] keys
     assert plan(128, h_kv=16, over={}).kwargs["TMA_DKV"]     # 1024 keys: within {128: 4096}

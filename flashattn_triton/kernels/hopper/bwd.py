@@ -1742,8 +1742,8 @@ NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 # d = 128 N = 2k) those two gl.store lines held 9-12 % of the kernel's
 # samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step only
 # (not SPLIT_D), not persistent, 16-bit outputs with TMA-compatible strides
-# (_make_plan turns it off otherwise); by default for calls without a
-# window or dropout (those builds were tested with it, not timed).  Session
+# (_make_plan turns it off otherwise); for calls without a window or
+# dropout by this table (the others: TMA_DKV_DROPOUT / TMA_DKV_WINDOW).  Session
 # 36 call 4 (benchmarks/gpu_next_tma_dkv.sh, rule per class in its header),
 # kernel-only TMA_DKV / gl.store, N 2k / 4k / 8k, B*N = 16k: d = 64 causal
 # 1.146 / 1.092 / 1.025x, full 1.121 / 1.054 / 1.027x; d = 128 full 1.119 /
@@ -1757,6 +1757,12 @@ TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
 # 1.145x on four causal rows from 2k to 4k (MHA and GQA, geomean 1.086);
 # longer rows 1.015x (6k), 1.051x (8k; 0.984x in call 4), 0.939x (16k).
 TMA_DKV_CAUSAL_MAX_N = {128: 4096}
+# TMA_DKV for calls with dropout (with or without a window) and for windowed
+# calls without dropout, per head dim, (not causal, causal): their builds
+# passed the GPU tests with TMA_DKV (session 36 call 4) but were not timed;
+# empty until benchmarks/gpu_next_tma_dkv_variants.sh decides them.
+TMA_DKV_DROPOUT: dict = {}
+TMA_DKV_WINDOW: dict = {}
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
 HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
     os.environ.get(NAMED_BAR_ENV, "").strip())
@@ -1794,7 +1800,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False,
-                TMA_DKV=not (windowed or dropout) and TMA_DKV_DEFAULT.get(head_dim, (False, False))[causal])
+                TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
+                    head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
     dropout_part = DROPOUT_CONFIGS.get(head_dim, {}) if dropout else {}
     for part in (configs(unverified)[head_dim], window_part, dropout_part, SCHEDULE[causal], overrides or {}):
