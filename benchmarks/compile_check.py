@@ -273,6 +273,19 @@ SYNC_CLASSES = (("BAR.SYNC", "BAR.SYNC"), ("BAR.ARV", "BAR.ARV"), ("ARRIVE", "SY
                 ("TRYWAIT", "SYNCS.PHASECHK"))
 
 
+def store_report(ops) -> str:
+    """'stores STG.E.U16 n STG.E n ... RED n; BSSY n': the global stores by
+    access width, the reductions / atomics, and the branch-region starts
+    (BSSY): a masked store the compiler could not vectorize shows as many
+    16-bit stores, each in a branch region of its own (session 36: the
+    Hopper backward's dK / dV gl.store)."""
+    count = collections.Counter(op for _, op, _ in ops)
+    stg = sorted((op, n) for op, n in count.items() if op.startswith("STG"))
+    other = sum(n for op, n in count.items() if op.startswith(("RED", "ATOM", "UBLKRED", "UTMAREDG", "UTMASTG")))
+    return ("stores " + " ".join(f"{op} {n}" for op, n in stg) + f" RED/ATOM/TMA {other}; BSSY "
+            f"{sum(n for op, n in count.items() if op.startswith('BSSY'))}")
+
+
 def sync_report(ops) -> str:
     """'sync BAR.SYNC n BAR.ARV n ARRIVE n TRYWAIT n; per GEMM loop a/b/c/d ...':
     the synchronisation instructions of the kernel, then of each innermost
@@ -506,6 +519,7 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
                     if args.sass:
                         print(f"    {instruction_report(k)}")
                         print(f"    {sync_report(ops)}")
+                        print(f"    {store_report(ops)}")
                         print(f"    sass sha256 {sass_hash(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
@@ -745,6 +759,7 @@ def decode_sweep(args, names) -> int:
                 print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
                 if args.sass:
                     print(f"    {instruction_report(k)}; sass sha256 {sass_hash(k)}")
+                    print(f"    {store_report(sass_ops(k))}")
             except Exception as exc:  # noqa: BLE001
                 failures += 1
                 print(f"{line}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -901,6 +916,7 @@ def portable_sweep(args, names) -> int:
                     print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
                     if args.sass:
                         print(f"    {instruction_report(k)}")
+                        print(f"    {store_report(sass_ops(k))}")
                         print(f"    sass sha256 {sass_hash(k)}")
                 except Exception as exc:  # noqa: BLE001
                     failures += 1
