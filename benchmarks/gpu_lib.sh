@@ -91,3 +91,18 @@ sinks_rounds() {
     el "round $round"
   done
 }
+# flex_warm DTYPE MODES HEAD_DIMS...: FlexAttention's compiles of bench_attention.py's --full rows
+# (every config, --flex-all) in untimed processes, one per (head dim, causal), side by side (Inductor's
+# and Triton's on-disk caches keep them for the timed run); T_WARM seconds each, logs $R/warm_<d>_<c>.log.
+flex_warm() {
+  local dtype=$1 modes=$2 d c pids=(); shift 2
+  for d in "$@"; do
+    for c in yes no; do
+      timeout -k 5 ${T_WARM:-100} python3 benchmarks/bench_attention.py --full --modes "$modes" --dtype "$dtype" \
+        --providers flex --flex-all --head-dims $d --causal $c --warmup 1 --rep 1 --no-progress --no-plot \
+        --out "/tmp/flexwarm_${d}_$c" > "$R/warm_${d}_$c.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for d in "${pids[@]}"; do wait "$d"; done; el warm
+}

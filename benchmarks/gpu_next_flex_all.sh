@@ -18,16 +18,7 @@ if [ "${WARM:-1}" = 1 ]; then
   # FlexAttention compiles each shape (torch.compile; Inductor's and Triton's on-disk caches
   # keep the results): six untimed processes, one per (d, causal), compile them side by side
   # first, so that the timed run below mostly loads them (WARM=0 skips this).
-  pids=()
-  for d in 64 128 256; do
-    for c in yes no; do
-      timeout -k 5 ${T_WARM:-100} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
-        --providers flex --flex-all --head-dims $d --causal $c --warmup 1 --rep 1 --no-progress --no-plot \
-        --out "/tmp/flexwarm_${d}_$c" > "$R/warm_${d}_$c.log" 2>&1 &
-      pids+=($!)
-    done
-  done
-  for p in "${pids[@]}"; do wait "$p"; done; el warm
+  flex_warm "$DTYPE" fwd,bwd 64 128 256
 fi
 timeout -k 5 ${T_BENCH:-460} python3 benchmarks/bench_attention.py --full --modes fwd,bwd --dtype "$DTYPE" \
   --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex,flashattn_triton_portable --flex-all \

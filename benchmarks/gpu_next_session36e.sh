@@ -8,16 +8,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_next_session36e.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-100} tests/test_hopper_bwd.py -k "default or tma_dkv_plan" -n 4
-pids=()
-for d in 64 128; do
-  for c in yes no; do
-    timeout -k 5 ${T_WARM:-90} python3 benchmarks/bench_attention.py --full --modes bwd --dtype bf16 \
-      --providers flex --flex-all --head-dims $d --causal $c --warmup 1 --rep 1 --no-progress --no-plot \
-      --out "/tmp/flexwarm_${d}_$c" > "$R/warm_${d}_$c.log" 2>&1 &
-    pids+=($!)
-  done
-done
-for p in "${pids[@]}"; do wait "$p"; done; el warm
+T_WARM=${T_WARM:-90} flex_warm bf16 bwd 64 128
 timeout -k 5 ${T_BENCH:-250} python3 benchmarks/bench_attention.py --full --modes bwd --dtype bf16 --head-dims 64,128 \
   --providers flashattn_triton,sdpa_flash,sdpa_cudnn,flex --flex-all --max-seconds ${B_BENCH:-220} \
   --no-progress --no-plot --out "$R/bench" > "$R/bench.log" 2>&1

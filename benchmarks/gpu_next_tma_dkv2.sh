@@ -24,10 +24,8 @@ probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" --variants "default,TM
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows, tests_passed
-tests_ok = tests_passed(f"{sys.argv[1]}/tests.log")
-print("tests:", "passed" if tests_ok else "FAILED")
-reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+from rules import best_of_reps_rule, probe_run
+tests_ok, reps = probe_run(sys.argv[1])
 chosen = None
 for tier, want in ((4096, 4), (2048, 2)):
     print(f"== rows with N <= {tier} (want {want})")

@@ -36,11 +36,9 @@ done
 python3 - "$R" "$WV" <<'PY' | tee "$OUT/verdict.txt"
 import math, sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, json_rows, load_reps, tests_passed
+from rules import best_of_reps_rule, load_reps, probe_run
 r, wv = sys.argv[1], sys.argv[2]
-tests_ok = tests_passed(f"{r}/tests.log")
-print("tests:", "passed" if tests_ok else "FAILED")
-reps = [json_rows(f"{r}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+tests_ok, reps = probe_run(r)
 for d in (64, 128):
     for causal, want in ((1, 4), (0, 2)):
         print(f"== dropout d={d} causal={causal}")

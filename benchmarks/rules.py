@@ -68,6 +68,15 @@ def tests_passed(path) -> bool:
     return bool(lines) and lines[-1].startswith("rc=0")
 
 
+def probe_run(r, tests_log="tests.log") -> tuple:
+    """(tests_ok, reps) of a device script's run folder r: whether its gpu_tests
+    log passed (printed as "tests: passed / FAILED") and the rows of the two
+    probe_reps repeats (r/rep1, r/rep2 hopper_bwd_probe.json)."""
+    tests_ok = tests_passed(f"{r}/{tests_log}")
+    print("tests:", "passed" if tests_ok else "FAILED")
+    return tests_ok, [json_rows(f"{r}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+
+
 def tests_state(path, skipped: bool = False) -> tuple:
     """(ok, cut, label) of a gpu_tests log for a verdict: ok when it passed or
     skipped (a timing rerun, SKIP_TESTS: the first run's tests decide); cut

@@ -431,3 +431,25 @@ def test_min_n_verdict_on_session35_call6(tmp_path, capsys):
     assert rules.min_n_verdict(reps, "HEADS_FIRST=1", d64, tiers=((2048, 3),), tests_ok=False) is None
     assert rules.min_n_verdict(reps, "HEADS_FIRST=1", lambda r: r["d"] == 192, tiers=((2048, 3),)) is None
     assert "rows with N >= 2048" in capsys.readouterr().out
+
+
+def test_probe_run_on_session36_call6(tmp_path, capsys):
+    """probe_run on the committed run of session 36 call 6
+    (gpu_next_tma_dkv2.sh): its tests passed, two repeats of seven rows;
+    and the rule that run applied to them: the four rows up to 4096 keys
+    pass (1.021-1.145x), a higher floor does not; a failed log reads as
+    failed."""
+    import tarfile
+    rules = _rules()
+    with tarfile.open(REPO / "benchmarks/results/h200/session36/call6_tma_dkv2.tgz") as tar:
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    r = tmp_path / "r"
+    tests_ok, reps = rules.probe_run(str(r))
+    assert tests_ok and [len(rep) for rep in reps] == [7, 7]
+    short = [[x for x in rep if x["n"] <= 4096] for rep in reps]
+    best, geos = rules.best_of_reps_rule(short, {"TMA_DKV=1": "TMA_DKV=1"}, 4, 0.99, 1.02)
+    assert best == "TMA_DKV=1" and 1.08 < geos["TMA_DKV=1"] < 1.09, geos
+    assert rules.best_of_reps_rule(short, {"TMA_DKV=1": "TMA_DKV=1"}, 4, 1.05, 1.02)[0] is None  # 1.021x row
+    (r / "tests.log").write_text("1 failed\nrc=1\n")
+    assert not rules.probe_run(str(r))[0]
+    assert "tests: FAILED" in capsys.readouterr().out
