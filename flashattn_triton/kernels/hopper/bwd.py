@@ -1735,6 +1735,9 @@ DQ_ACC_LIKE_DQ: Any = False
 # e.g. from FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR read at import) and the
 # override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
+NAMED_BAR_BY_SHAPE = {128: (0, 2)}
+HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
+    os.environ.get(NAMED_BAR_ENV, "").strip())
 # TMA_DKV per head dim, (not causal, causal): dK / dV written through the
 # free (Q, dO) ring slots and TMA stores (_store_tile_tma) instead of
 # gl.store, whose build writes 16-bit elements one at a time, each behind a
@@ -1763,9 +1766,6 @@ TMA_DKV_CAUSAL_MAX_N = {128: 4096}
 # empty until benchmarks/gpu_next_tma_dkv_variants.sh decides them.
 TMA_DKV_DROPOUT: dict = {}
 TMA_DKV_WINDOW: dict = {}
-NAMED_BAR_BY_SHAPE = {128: (0, 2)}
-HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
-    os.environ.get(NAMED_BAR_ENV, "").strip())
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
@@ -1797,7 +1797,9 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
     with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1): the
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
-    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT."""
+    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT;
+    TMA_DKV from TMA_DKV_DROPOUT, TMA_DKV_WINDOW or TMA_DKV_DEFAULT by the
+    call's variant (_make_plan adds TMA_DKV_CAUSAL_MAX_N and the conditions)."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False,
                 TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
