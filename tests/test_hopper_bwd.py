@@ -836,11 +836,13 @@ TMA_DKV_VARIANTS = [
     (128, "tl", {}, 100, False),
     (128, "br", {}, None, True),
     (64, None, {}, None, True),
+    (256, "br", dict(GROUP_SPLIT=3), None, False),  # SPLIT_D: both consumers' tiles in the one ring slot
+    (256, None, {}, None, True),
 ]
 
 
 @needs_hopper
-@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("d", [64, 128, 256], ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_tma_dkv_matches_reference(d, case):
     """TMA_DKV: dK / dV staged in the (Q, dO) ring and written by TMA stores
@@ -1068,7 +1070,8 @@ def test_tma_dkv_plan(monkeypatch):
     p = plan(128, h_kv=4, over=dict(GROUP_SPLIT=2))
     assert p.split == 2 and p.kwargs["TMA_DKV"] == hbwd.partials_16bit(2)
     assert p.dkv_dims[0][0] == [2, 8, 1024, 128], p.dkv_dims
-    assert not plan(256).kwargs["TMA_DKV"]                       # SPLIT_D
+    p = plan(256)                                                 # SPLIT_D: every key x d / 2 columns
+    assert p.kwargs["TMA_DKV"] and p.dkv_blocks == ([1, 1, 64, 128], [1, 1, 64, 128]), p.dkv_blocks
     assert not plan(over=dict(PERSISTENT=True, NUM_SMS=7)).kwargs["TMA_DKV"]
     assert not plan(over=dict(NUM_STAGES=1)).kwargs["TMA_DKV"]
     odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)

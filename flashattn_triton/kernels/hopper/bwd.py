@@ -744,14 +744,14 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 
 
 @gluon.jit
-def _store_tile_tma(x, buf, desc, off_b, off_h, row):
-    """x (rows, cols; float32) in desc's dtype through the free shared buffer
-    buf (at least as large) to rows [row, + rows) of head off_h of batch
-    entry off_b by a TMA store (its completion: the caller's store_wait)."""
+def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
+    """x (rows, cols; float32) in desc's dtype through the free shared buffer buf (at least
+    as large) to rows [row, + rows), columns [col, + cols) of head off_h of batch entry
+    off_b by a TMA store (its completion: the caller's store_wait)."""
     stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]], buf.layout)
     stage.store(x.to(desc.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, 0],
+    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
                                     stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
 
 
@@ -777,9 +777,9 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     GROUP_PARTIALS_16BIT, else float32).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
     longer read.  drop: the kernel's dropout arguments (DROPOUT only).
-    TMA_DKV (not SPLIT_D, not persistent): dK / dV leave through shared
-    memory and a TMA store (dk_desc, dv_desc: their descriptors) instead of
-    gl.store."""
+    TMA_DKV (not persistent; SPLIT_D at d = 256 only): dK / dV leave through
+    shared memory and a TMA store (dk_desc, dv_desc: their descriptors)
+    instead of gl.store."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
@@ -886,10 +886,10 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         # its dO slot, and a TMA store each writes them (the descriptor's
         # bounds drop keys past N_K).  gl.store's form below writes 16-bit
         # elements one by one, each behind a branch of its own.
-        gl.static_assert(not SPLIT_D and NUM_STAGES >= NUM_CONSUMERS, "TMA_DKV: the keys-as-M step, a slot each")
         _named_bar(_CONSUMERS_SYNC)
-        _store_tile_tma(dk, q_bufs.index(CONSUMER), dk_desc, off_b, off_hkv, out_key0)
-        _store_tile_tma(dv, do_bufs.index(CONSUMER), dv_desc, off_b, off_hkv, out_key0)
+        dk_stage, dv_stage = _dkv_stages(q_bufs, do_bufs, dk, CONSUMER, NUM_CONSUMERS, NUM_STAGES, SPLIT_D)
+        _store_tile_tma(dk, dk_stage, dk_desc, off_b, off_hkv, out_key0, out_col0)
+        _store_tile_tma(dv, dv_stage, dv_desc, off_b, off_hkv, out_key0, out_col0)
         return it
     rows = out_key0 + gl.arange(0, dk.shape[0], layout=gl.SliceLayout(1, kv_layout))
     dcols = out_col0 + gl.arange(0, dk.shape[1], layout=gl.SliceLayout(0, kv_layout))
@@ -1518,6 +1518,24 @@ def _attn_bwd_hopper(
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
+@gluon.jit
+def _dkv_stages(q_bufs, do_bufs, x, CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                SPLIT_D: gl.constexpr):
+    """TMA_DKV (_attn_bwd_block, every product done): where consumer CONSUMER
+    stages its dK and dV tiles (x's shape) in the free (Q, dO) ring: its own
+    slot of each, or with SPLIT_D (d = 256: one slot of 64 x 256) its part of
+    the ring seen as NUM_CONSUMERS tiles of x's shape."""
+    if SPLIT_D:
+        gl.static_assert(q_bufs.shape[0] * q_bufs.shape[1] * q_bufs.shape[2] >= NUM_CONSUMERS * x.shape[0] * x.shape[1],
+                         "TMA_DKV: the ring holds every consumer's dK / dV tile")
+        shape: gl.constexpr = [NUM_CONSUMERS, x.shape[0], x.shape[1]]
+        return (q_bufs._reinterpret(q_bufs.dtype, shape, q_bufs.layout).index(CONSUMER),
+                do_bufs._reinterpret(do_bufs.dtype, shape, do_bufs.layout).index(CONSUMER))
+    else:
+        gl.static_assert(NUM_STAGES >= NUM_CONSUMERS, "TMA_DKV: a ring slot per consumer")
+        return q_bufs.index(CONSUMER), do_bufs.index(CONSUMER)
+
+
 # ---------------------------------------------------------------------------
 # Host side
 # ---------------------------------------------------------------------------
@@ -2070,7 +2088,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)
             and "TMA_DKV" not in (overrides or {})):
         meta["TMA_DKV"] = True
-    if meta["TMA_DKV"] and (meta["SPLIT_D"] or meta["PERSISTENT"] or meta["NUM_STAGES"] < meta["NUM_CONSUMERS"]
+    if meta["TMA_DKV"] and ((meta["SPLIT_D"] and d != d_v) or meta["PERSISTENT"]
+                            or (not meta["SPLIT_D"] and meta["NUM_STAGES"] < meta["NUM_CONSUMERS"])
                             or (split > 1 and not partials_16bit(split))
                             or (split == 1 and not (_tma_ok(dk) and _tma_ok(dv)))):
         meta["TMA_DKV"] = False  # (a slot per consumer to stage in; 16-bit, TMA-aligned outputs)
@@ -2133,10 +2152,12 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.split, plan.h_kv = split, h_kv
     plan.out_shape = ((batch, h_kv * split, n_k, d), (batch, h_kv * split, n_k, d_v))  # dK's, dV's partials
     if meta["TMA_DKV"]:
-        sub_n = meta["BLOCK_N"] // meta["NUM_CONSUMERS"]
+        # a consumer's tile: its keys x d, or with SPLIT_D every key x its d / 2 columns
+        rows, cols = ((meta["BLOCK_N"], d // meta["NUM_CONSUMERS"]) if meta["SPLIT_D"]
+                      else (meta["BLOCK_N"] // meta["NUM_CONSUMERS"], d))
         plan.dkv_dims = tuple((list(shape), list(out_strides[3 * i:3 * i + 3]) + [1])
                               for i, shape in enumerate(plan.out_shape))
-        plan.dkv_blocks = ([1, 1, sub_n, d], [1, 1, sub_n, d_v])
+        plan.dkv_blocks = ([1, 1, rows, cols], [1, 1, rows, cols])
         plan.dkv_layouts = tuple(gl.NVMMASharedLayout.get_default_for(b, gdt) for b in plan.dkv_blocks)
     return plan
 
