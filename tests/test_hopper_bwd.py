@@ -1045,11 +1045,11 @@ def test_gqa_split_heads_first_plan(monkeypatch):
 
 def test_tma_dkv_plan(monkeypatch):
     """TMA_DKV (TMA_DKV_DEFAULT per head dim and causal flag, or an
-    override): taken by the
-    keys-as-M step at d = 64 / 128 with TMA-compatible 16-bit dK / dV or
-    16-bit group partials, with the descriptors' blocks (a consumer's keys x
-    d); turned off for SPLIT_D (d = 256), the persistent grid, a one-slot
-    ring, float32 partials and dK / dV off 16-byte alignment."""
+    override): taken at d = 64 / 128 / 256 with TMA-compatible 16-bit dK /
+    dV or 16-bit group partials, with the descriptors' blocks (a consumer's
+    keys x d, or at d = 256 every key x d / 2 columns); turned off for the
+    split Q K^T (d = 192), the persistent grid, a one-slot ring (keys-as-M
+    step), float32 partials and dK / dV off 16-byte alignment."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones

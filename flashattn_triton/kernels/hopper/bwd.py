@@ -1761,8 +1761,9 @@ HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
 # gl.store, whose build writes 16-bit elements one at a time, each behind a
 # branch: in session 36's warp-state sampling (benchmarks/gpu_ncu_source.sh,
 # d = 128 N = 2k) those two gl.store lines held 9-12 % of the kernel's
-# samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step only
-# (not SPLIT_D), not persistent, 16-bit outputs with TMA-compatible strides
+# samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step (d =
+# 64 / 128) and d = 256's SPLIT_D step (not in this table until timed: benchmarks/
+# gpu_next_tma_dkv256.sh), not persistent, 16-bit outputs with TMA-compatible strides
 # (_make_plan turns it off otherwise); for calls without a window or
 # dropout by this table (the others: TMA_DKV_DROPOUT / TMA_DKV_WINDOW).  Session
 # 36 call 4 (benchmarks/gpu_next_tma_dkv.sh, rule per class in its header),
