@@ -3,7 +3,8 @@
 #   1. GPU tests: tests/test_hopper_bwd.py -k "test_variants or named_bar_variants or group_split or
 #      tma_dkv or split_qk" (the override combinations with the TMA_DKV defaults, session 36 call 9 ran
 #      about 90 % of them before its time limit, 303 passed, none failed; the d = 256 TMA_DKV tests; the
-#      d = 192 default, whose build changed with the kernel's new parameters after call 1 ran it);
+#      d = 192 default, last GPU-tested in session 36 call 1, before the kernel took its TMA_DKV
+#      parameters, and whose SASS hash is two-valued (compile_check.sass_hash));
 #   2. the variant table (bench_variants.py --skip-sweep; its plain causal GQA row takes TMA_DKV since
 #      session 36: kernel-only 1.116x on that shape in call 6);
 #   3. compute-sanitizer memcheck of the d = 64 / 128 dense cases on the Hopper tier (memcheck_cases.py:
