@@ -882,8 +882,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     if TMA_DKV:
         # Once both consumers are here no product reads a (Q, dO) slot any
         # more (each step waited for its wgmmas, and the producer loads no
-        # tile past the last): this consumer's dK goes to its Q slot, dV to
-        # its dO slot, and a TMA store each writes them (the descriptor's
+        # tile past the last): this consumer's dK goes to its part of the Q
+        # ring, dV of dO's (_dkv_stages), a TMA store each writes them (the descriptor's
         # bounds drop keys past N_K).  gl.store's form below writes 16-bit
         # elements one by one, each behind a branch of its own.
         _named_bar(_CONSUMERS_SYNC)
