@@ -13,6 +13,7 @@
 #   samples), <row>.src.csv (the same with the source lines, where ncu resolves them),
 #   <row>.txt (details page). benchmarks/ncu_source_summary.py then sums the samples by
 #   instruction class (mbarrier waits, named-barrier syncs, wgmma waits, ...) and by source line.
+# PROVIDERS (numeric rows; default ours,cudnn) and KERNELS (the ncu -k filter) may be set by a caller.
 # No rule: a record for the next kernel change (docs/performance.md).
 #
 #     OUT=/tmp/out bash benchmarks/gpu_ncu_source.sh
@@ -27,7 +28,7 @@ for r in $ROWS; do
   IFS=: read -r mode d n mask <<< "$r"
   case "$d" in
     [0-9]*) name="${mode}_d${d}_$((n / 1024))k_${mask}"
-            args=(--case "$mode" --d "$d" --n "$n" --providers ours,cudnn); [ "$mask" = causal ] && args+=(--causal) ;;
+            args=(--case "$mode" --d "$d" --n "$n" --providers "${PROVIDERS:-ours,cudnn}"); [ "$mask" = causal ] && args+=(--causal) ;;
     *) name="${mode}_variant_${d}_$((n / 1024))k"; args=(--case "$mode" --variant "$d" --n "$n" --providers ours,peer) ;;
   esac
   timeout -k 5 "$T_ROW" "$NCU" --clock-control none --target-processes all --profile-from-start off \
