@@ -482,10 +482,7 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
     if "dk_desc" in hbwd._attn_bwd_hopper.arg_names:  # TMA_DKV: dK / dV by TMA stores (16-bit)
         if meta.get("TMA_DKV"):
-            rows, cols = ((meta["BLOCK_N"], d // meta["NUM_CONSUMERS"]) if meta["SPLIT_D"]
-                          else (meta["BLOCK_N"] // meta["NUM_CONSUMERS"], d))
-            descs["dk_desc"] = ([1, 1, rows, cols], tdt)
-            descs["dv_desc"] = ([1, 1, rows, cols], tdt)
+            descs["dk_desc"] = descs["dv_desc"] = (hbwd.dkv_block(d, **meta), tdt)
         else:  # None at the launch: constexprs, no parameters
             constexprs.update(dk_desc=None, dv_desc=None)
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",

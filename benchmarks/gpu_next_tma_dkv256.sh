@@ -22,14 +22,12 @@ probe_reps ${T_PROBE:-120} --head-dims none --gqa "$ROWS" --variants "default,TM
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, probe_run
-tests_ok, reps = probe_run(sys.argv[1])
+from rules import reps_rule_verdict
 for causal in (1, 0):
     print(f"== d=256 causal={causal}")
-    sel = [[x for x in rep if bool(x["causal"]) == bool(causal) and x["hq"] == x["hkv"]] for rep in reps]
-    best, _ = best_of_reps_rule(sel, {"TMA_DKV=1": "TMA_DKV=1"}, 3, 0.99, 1.02)
-    print("RULE: " + (f"TMA_DKV_DEFAULT[256][{causal}] = True" if best and tests_ok else "nothing changes"))
+    reps_rule_verdict(sys.argv[1], {"TMA_DKV=1": f"TMA_DKV_DEFAULT[256][{causal}] = True"}, 3, 0.99, 1.02,
+                      "tests.log", select=lambda r, c=causal: bool(r["causal"]) == bool(c) and r["hq"] == r["hkv"])
 print("== the GQA row (reported)")
-best_of_reps_rule([[x for x in rep if x["hq"] != x["hkv"]] for rep in reps], {"TMA_DKV=1": "TMA_DKV=1"}, 1, 0.0, 0.0)
+reps_rule_verdict(sys.argv[1], {"TMA_DKV=1": "(reported)"}, 1, 0.0, 0.0, None, select=lambda r: r["hq"] != r["hkv"])
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

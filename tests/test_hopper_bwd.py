@@ -872,21 +872,7 @@ def test_tma_dkv_variants(d, causal, variant, left, dropped):
                            dropped, True, dict(over))
     assert not isinstance(plan, str) and plan.kwargs["TMA_DKV"], plan
     if dropped:
-        o = torch.empty_like(q)
-        lse = torch.empty((2, 6, 333), device="cuda")
-        assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, shift)
-        delta = (do.float() * o.float()).sum(-1).contiguous()
-        seed = torch.tensor([99], device="cuda", dtype=torch.int64)
-        grads_of = []
-        for ov in (over, dict(variant, TMA_DKV=False)):
-            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-            assert hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, shift,
-                                                    dropout=(seed, 0.2, 3), UNVERIFIED=True, **ov), hbwd._BROKEN
-            grads_of.append(grads)
-        for name, g, r in zip(("dq", "dk", "dv"), *grads_of):
-            assert not g.isnan().any(), name
-            err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
-            assert err <= 2e-2, (name, err)
+        _dropout_grads_agree(q, k, v, do, shift, (over, dict(variant, TMA_DKV=False)), 99, 3, unverified=True)
     elif left is None:
         _check(q, k, v, do, d ** -0.5, shift, **over)
     else:
@@ -1139,28 +1125,45 @@ def test_gqa_split_heads_first_dropout_default(d):
     mask: the counters follow the query head and position, not the
     program), up to float32 summation order; no NaN left in the
     NaN-poisoned outputs."""
-    from flashattn_triton.kernels.hopper import bwd as hbwd
     torch.manual_seed(0)
     b, hq, hkv, n = 1, 8, 2, 4157
     q, do = (_flash_view(b, hq, n, d, torch.bfloat16) for _ in range(2))
     k, v = (_flash_view(b, hkv, n, d, torch.bfloat16) for _ in range(2))
-    o = torch.empty_like(q)
-    lse = torch.empty((b, hq, n), device="cuda")
-    assert hopper.hopper_attention_forward(q, k, v, o, lse, d ** -0.5, 0)
-    delta = (do.float() * o.float()).sum(-1).contiguous()
-    seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
-    grads_of = []
-    for over in ({}, dict(HEADS_FIRST=False)):
-        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-        plan = hbwd._make_plan(do, q, k, v, lse, delta, *grads, d ** -0.5, True, False, True, False, dict(over))
+
+    def check(plan, over):
         assert not isinstance(plan, str) and plan.split > 1 and plan.kwargs["HEADS_FIRST"] == (not over), plan
-        assert hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5, 0,
-                                                dropout=(seed, 0.2, 7), **over), hopper.bwd._BROKEN
+    _dropout_grads_agree(q, k, v, do, 0, ({}, dict(HEADS_FIRST=False)), 1234, 7, plan_check=check)
+
+
+def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=None, unverified=False):
+    """The Hopper backward with dropout (p = 0.2, one seed and counter offset:
+    the same Philox keep mask) under each override set of overs, into
+    NaN-poisoned gradients after the Hopper forward: none left NaN, and
+    every set's gradients equal the first's up to float32 summation order
+    (max |diff| / max |ref| <= 2e-2).  plan_check(plan, over), if given,
+    sees each set's launch plan."""
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    scale = q.shape[-1] ** -0.5
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device="cuda")
+    assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift)
+    delta = (do.float() * o.float()).sum(-1).contiguous()
+    seed_t = torch.tensor([seed], device="cuda", dtype=torch.int64)
+    grads_of = []
+    for over in overs:
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        if plan_check is not None:
+            plan_check(hbwd._make_plan(do, q, k, v, lse, delta, *grads, scale, shift is not None, False, True,
+                                       unverified, dict(over)), over)
+        assert hopper.hopper_attention_backward(do, q, k, v, lse, delta, *grads, scale, shift,
+                                                dropout=(seed_t, 0.2, offset), UNVERIFIED=unverified,
+                                                **over), hbwd._BROKEN
         grads_of.append(grads)
-    for name, g, r in zip(("dq", "dk", "dv"), *grads_of):
-        assert not g.isnan().any(), name
-        err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
-        assert err <= 2e-2, (name, err)
+    for grads in grads_of[1:]:
+        for name, g, r in zip(("dq", "dk", "dv"), grads_of[0], grads):
+            assert not g.isnan().any() and not r.isnan().any(), name
+            err = ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+            assert err <= 2e-2, (name, err)
 
 
 STAGE_BUFS_VARIANTS = [

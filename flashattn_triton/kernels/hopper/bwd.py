@@ -1855,6 +1855,14 @@ def dq_block_rows(BLOCK_M, Q_HALVES=False, **_):
     return BLOCK_M // 2 if Q_HALVES else BLOCK_M
 
 
+def dkv_block(head_dim, BLOCK_N, NUM_CONSUMERS, SPLIT_D=False, **_):
+    """The TMA_DKV descriptors' block (1, 1, rows, cols): a consumer's dK /
+    dV tile, its keys x d, or with SPLIT_D every key x its d / 2 columns."""
+    if SPLIT_D:
+        return [1, 1, BLOCK_N, head_dim // NUM_CONSUMERS]
+    return [1, 1, BLOCK_N // NUM_CONSUMERS, head_dim]
+
+
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
                DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
@@ -2153,12 +2161,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan.split, plan.h_kv = split, h_kv
     plan.out_shape = ((batch, h_kv * split, n_k, d), (batch, h_kv * split, n_k, d_v))  # dK's, dV's partials
     if meta["TMA_DKV"]:
-        # a consumer's tile: its keys x d, or with SPLIT_D every key x its d / 2 columns
-        rows, cols = ((meta["BLOCK_N"], d // meta["NUM_CONSUMERS"]) if meta["SPLIT_D"]
-                      else (meta["BLOCK_N"] // meta["NUM_CONSUMERS"], d))
         plan.dkv_dims = tuple((list(shape), list(out_strides[3 * i:3 * i + 3]) + [1])
                               for i, shape in enumerate(plan.out_shape))
-        plan.dkv_blocks = ([1, 1, rows, cols], [1, 1, rows, cols])
+        plan.dkv_blocks = (dkv_block(d, **meta), dkv_block(d, **meta))
         plan.dkv_layouts = tuple(gl.NVMMASharedLayout.get_default_for(b, gdt) for b in plan.dkv_blocks)
     return plan
 
