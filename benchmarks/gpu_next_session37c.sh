@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next session's third call (one H200, about 8 minutes), after 37a / 37b's adoptions:
 #   1. GPU tests: tests/test_hopper_bwd.py -k "test_variants or named_bar_variants or group_split or
-#      tma_dkv or split_qk" (the override combinations with the TMA_DKV defaults, session 36 call 9 ran
+#      tma_dkv or split_qk or heads_first" (the override combinations with the TMA_DKV defaults, session 36 call 9 ran
 #      about 90 % of them before its time limit, 303 passed, none failed; the d = 256 TMA_DKV tests; the
 #      d = 192 default, last GPU-tested in session 36 call 1, before the kernel took its TMA_DKV
 #      parameters, and whose SASS hash is two-valued (compile_check.sass_hash));
@@ -13,7 +13,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_next_session37c.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-300} tests/test_hopper_bwd.py \
-  -k "test_variants or named_bar_variants or group_split or tma_dkv or split_qk" -n 4
+  -k "test_variants or named_bar_variants or group_split or tma_dkv or split_qk or heads_first" -n 4
 mkdir -p "$R/bench"
 timeout -k 5 ${T_BENCH:-170} python3 benchmarks/bench_variants.py --skip-sweep --rep ${REP:-30} --out "$R/bench" \
   > "$R/bench_variants.log" 2>&1
