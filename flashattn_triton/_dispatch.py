@@ -117,11 +117,15 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     d = 256 moved to the Hopper backward (0.85x the portable time).  Session
     28 (the same script and rule, after the causal dQ conversion kernel):
     causal N = 1024 at d = 128 moved to the Hopper backward (0.963x bf16,
-    0.952x fp16 the portable time); d = 64 there stays portable (1.12x)."""
-    if seqlen <= 512:
-        return head_dim >= 256 or (head_dim > 128 and not causal)
-    if seqlen <= 1024:
-        return not (causal and head_dim < 128)
+    0.952x fp16 the portable time); d = 64 there stays portable (1.12x).
+    Session 37 (the same script and rule, after the Hopper backward's dK / dV
+    TMA stores): every cell but causal N = 512 at d = 64 (1.008x / 1.007x)
+    moved to the Hopper backward: d = 64 full N = 512 0.909x / 0.869x (bf16 /
+    fp16 the portable time), causal N = 1024 0.914x / 0.925x; d = 128 N = 512
+    full 0.828x / 0.826x, causal 0.976x / 0.833x.  d = 192 is not in that
+    script's sweep: its causal N <= 512 stays portable, as session 11 had it."""
+    if seqlen <= 512 and causal:
+        return 64 < head_dim <= 128 or head_dim >= 256
     return True
 
 

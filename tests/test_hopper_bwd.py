@@ -84,9 +84,9 @@ def test_dispatch_keeps_short_sequences_on_the_portable_backward(monkeypatch):
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     dev, full, causal = torch.device("cuda", 0), (-1, -1), (-1, 0)
     want = {  # (N, d, causal): Hopper backward?
-        (512, 64, False): False, (512, 128, False): False, (512, 256, False): True,
-        (512, 64, True): False, (512, 256, True): True, (512, 192, True): False,
-        (1024, 64, True): False, (1024, 128, True): True, (1024, 256, True): True,
+        (512, 64, False): True, (512, 128, False): True, (512, 256, False): True, (256, 64, False): True,
+        (512, 64, True): False, (512, 128, True): True, (512, 256, True): True, (512, 192, True): False,
+        (1024, 64, True): True, (1024, 128, True): True, (1024, 256, True): True,
         (1024, 64, False): True, (1024, 128, False): True,
         (2048, 64, True): True, (2048, 128, True): True, (16384, 256, False): True, (100, 256, False): True,
     }
@@ -1063,11 +1063,14 @@ def test_tma_dkv_plan(monkeypatch):
     odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)
     assert not plan(h_kv=4, dk=odd, over=dict(GROUP_SPLIT=1)).kwargs["TMA_DKV"]   # 2-byte offset
     assert not plan(over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
-    # the defaults: d = 64 both ways, d = 128 not causal; never with a window or dropout
+    # the defaults: d = 64 / 256 both ways, d = 128 not causal (causal by length, below); with
+    # dropout d = 64 / 128 both ways; with a window causal only
     assert [hbwd.kernel_meta(d, c)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
-        True, True, True, False, False, False]
-    assert not hbwd.kernel_meta(64, True, windowed=True)["TMA_DKV"]
-    assert not hbwd.kernel_meta(64, True, dropout=True)["TMA_DKV"]
+        True, True, True, False, True, True]
+    assert [hbwd.kernel_meta(d, c, dropout=True)["TMA_DKV"] for d in (64, 128, 192) for c in (False, True)] == [
+        True, True, True, True, False, False]
+    assert [hbwd.kernel_meta(d, c, windowed=True)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
+        False, True, False, True, False, False]
     monkeypatch.setattr(hbwd, "TMA_DKV_DROPOUT", {128: (False, True)})
     monkeypatch.setattr(hbwd, "TMA_DKV_WINDOW", {64: (True, True)})
     assert hbwd.kernel_meta(128, True, dropout=True)["TMA_DKV"]

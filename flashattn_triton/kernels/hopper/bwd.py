@@ -1762,16 +1762,19 @@ HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
 # branch: in session 36's warp-state sampling (benchmarks/gpu_ncu_source.sh,
 # d = 128 N = 2k) those two gl.store lines held 9-12 % of the kernel's
 # samples, 89-91 % of them long-scoreboard waits.  The keys-as-M step (d =
-# 64 / 128) and d = 256's SPLIT_D step (not in this table until timed: benchmarks/
-# gpu_next_tma_dkv256.sh), not persistent, 16-bit outputs with TMA-compatible strides
+# 64 / 128) and d = 256's SPLIT_D step (both consumers' 64 x 128 tiles staged in
+# the one 64 x 256 ring slot, _dkv_stages), not persistent, 16-bit outputs with TMA-compatible strides
 # (_make_plan turns it off otherwise); for calls without a window or
 # dropout by this table (the others: TMA_DKV_DROPOUT / TMA_DKV_WINDOW).  Session
 # 36 call 4 (benchmarks/gpu_next_tma_dkv.sh, rule per class in its header),
 # kernel-only TMA_DKV / gl.store, N 2k / 4k / 8k, B*N = 16k: d = 64 causal
 # 1.146 / 1.092 / 1.025x, full 1.121 / 1.054 / 1.027x; d = 128 full 1.119 /
 # 1.048 / 1.045x (adopted); d = 128 causal 1.147 / 1.049 / 0.984x (its 8k
-# row under the rule's 0.99: not adopted).
-TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
+# row under the rule's 0.99: not adopted).  d = 256 since session 37 call 2
+# (benchmarks/gpu_next_tma_dkv256.sh, 13 GPU tests passed): causal 1.155 /
+# 1.054 / 1.018x (geomean 1.074), full 1.172 / 1.030 / 1.036x (1.077), a
+# causal GQA row at 4k 1.098x.
+TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False), 256: (True, True)}
 # Per head dim, the longest key length up to which a causal call takes
 # TMA_DKV where TMA_DKV_DEFAULT leaves it off (same conditions; an override
 # TMA_DKV takes precedence).  d = 128 since session 36 call 6
@@ -1780,11 +1783,16 @@ TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False)}
 # longer rows 1.015x (6k), 1.051x (8k; 0.984x in call 4), 0.939x (16k).
 TMA_DKV_CAUSAL_MAX_N = {128: 4096}
 # TMA_DKV for calls with dropout (with or without a window) and for windowed
-# calls without dropout, per head dim, (not causal, causal): their builds
-# passed the GPU tests with TMA_DKV (session 36 call 4) but were not timed;
-# empty until benchmarks/gpu_next_tma_dkv_variants.sh decides them.
-TMA_DKV_DROPOUT: dict = {}
-TMA_DKV_WINDOW: dict = {}
+# calls without dropout, per head dim, (not causal, causal).  Session 37 call 2
+# (benchmarks/gpu_next_tma_dkv_variants.sh, rule in its header, 37 GPU tests
+# passed), kernel-only TMA_DKV / gl.store at B*N = 16k: dropout d = 64 causal
+# 1.014-1.069x (geomean 1.034, 2k-8k, a GQA row among them), full 1.060 /
+# 1.023x (2k / 8k); d = 128 causal 1.042-1.109x (1.074), full 1.100 / 1.045x.
+# Causal windows of 256 / 1024 keys at 2k / 8k, two processes each: d = 64
+# 1.145-1.234x (geomean 1.200), d = 128 1.161-1.330x (1.250).  Windows that
+# are not causal were not timed (off).
+TMA_DKV_DROPOUT = {64: (True, True), 128: (True, True)}
+TMA_DKV_WINDOW = {64: (False, True), 128: (False, True)}
 SMEM_LIMIT = 227 * 1024
 _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 
