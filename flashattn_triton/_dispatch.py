@@ -12,8 +12,8 @@ for tests and benchmarks; "hopper" raises if the Hopper tier cannot run.
 Sliding windows (left >= 0, causal or not) take the Hopper forward by
 default (its window path passed on the H200, session 13); the Hopper
 backward's window path with FLASHATTN_TRITON_HOPPER_WINDOW=1, or, with the
-variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (1023
-since session 29, 2047 before); "0": the portable kernels for windows in both directions.
+variable unset, for left bounds of at least HOPPER_BWD_WINDOW_MIN_LEFT (511
+since session 37, 1023 from session 29, 2047 before); "0": the portable kernels for windows in both directions.
 Head dims d = 192 with dv = 128 take the Hopper forward and backward (split
 Q K^T; the backward GPU-validated in session 15) unless
 FLASHATTN_TRITON_HOPPER_SPLIT_QK=0.
@@ -165,7 +165,11 @@ HOPPER_BWD_WINDOW_DEFAULT = "0"
 # programs per SM since session 23): from left = 1024 every row was 1.05-1.59x
 # the portable backward in both repeats (the variant table's B=2 Hq 16 / Hkv 4
 # N=4k row 1.59 / 1.33x); at 512 two MHA rows were 0.96x: the rule chose 1023.
-HOPPER_BWD_WINDOW_MIN_LEFT: Optional[int] = 1023
+# Session 37 call 4 (the same script and rule, after the window calls took
+# TMA_DKV: kernels/hopper/bwd.py TMA_DKV_WINDOW): all 33 rows in both repeats,
+# every check ok; from left = 512 every row 1.10-1.47x the portable backward
+# (1.18-1.59x FlexAttention's): the rule chose 511.
+HOPPER_BWD_WINDOW_MIN_LEFT: Optional[int] = 511
 
 
 def hopper_backward_window(window) -> bool:

@@ -59,7 +59,7 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
-                                       "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (1023; not reliably faster than the "
+                                       "_dispatch.HOPPER_BWD_WINDOW_MIN_LEFT (511; not measured faster than the "
                                        "portable one at smaller windows), else the portable one; 1: the Hopper "
                                        "forward and backward; 0: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "

@@ -4,7 +4,7 @@ FlexAttention (torch.compile) and a naive PyTorch implementation.
 Forward, backward and forward+backward TFLOP/s. The full sweep follows the
 FlashAttention papers (bf16/fp16, d in {64, 128, 256}, causal and not,
 N = 512..16384 with B*N = 16384 tokens and H = 2048/d) plus GQA (Hq=32, Hkv=8,
-d=128, causal, bf16); the quick preset measures bf16, d=128, N in {2048, 8192}.
+d=128, causal, each dtype); the quick preset measures bf16, d=128, N in {2048, 8192}.
 Writes bench_attention.json, bench_attention.md and bench_attention.png into --out
 and prints the summary tables.
 
@@ -195,11 +195,12 @@ def build_configs(s: dict) -> list[C.AttnConfig]:
                     heads = max(1, s["model_dim"] // d)
                     configs.append(C.AttnConfig(dtype, d, causal, max(1, s["tokens"] // n),
                                                 heads, heads, n, n))
-    if s["gqa"] and "bf16" in s["dtypes"] and 128 in s["head_dims"] and True in s["causal"]:
+    if s["gqa"] and 128 in s["head_dims"] and True in s["causal"]:
         hq, hkv = GQA_HEADS
-        for n in GQA_SEQLENS:
-            if n in s["seqlens"]:
-                configs.append(C.AttnConfig("bf16", 128, True, max(1, s["tokens"] // n), hq, hkv, n, n))
+        for dtype in s["dtypes"]:   # d = 128 causal GQA rows in every dtype of the sweep
+            for n in GQA_SEQLENS:
+                if n in s["seqlens"]:
+                    configs.append(C.AttnConfig(dtype, 128, True, max(1, s["tokens"] // n), hq, hkv, n, n))
     return configs
 
 
