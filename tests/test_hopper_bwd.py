@@ -125,8 +125,8 @@ def test_dispatch_takes_windows_only_when_opted_in(monkeypatch, window):
         assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (window, opt_in)
         assert _dispatch.hopper_backward_window(window) == takes
         assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
-        if right == 0:  # causal N = 1024 at d = 64: the portable backward, window or not
-            assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 64)
+        if right == 0:  # causal N = 512 at d = 64: the portable backward, window or not
+            assert not _dispatch.use_hopper_backward(dev, window, False, 512, 64)
     # The forward taking windows by default (its opt-in gone) leaves the backward's.
     monkeypatch.delenv("FLASHATTN_TRITON_HOPPER_WINDOW", raising=False)
     monkeypatch.setattr(_dispatch, "hopper_forward_window", lambda window: window[1] in (-1, 0))
@@ -164,8 +164,8 @@ def test_dispatch_window_size_rule(monkeypatch, min_left):
                 assert _dispatch.hopper_backward_window(window) == takes, (opt_in, window, min_left)
                 assert _dispatch.use_hopper_backward(dev, window, False, 8192, 128) == takes, (opt_in, window)
                 assert not _dispatch.use_hopper_backward(dev, window, True, 8192, 128), "deterministic"
-                if right == 0:  # causal N = 1024 at d = 64: the portable backward, window or not
-                    assert not _dispatch.use_hopper_backward(dev, window, False, 1024, 64)
+                if right == 0:  # causal N = 512 at d = 64: the portable backward, window or not
+                    assert not _dispatch.use_hopper_backward(dev, window, False, 512, 64)
                 source = _dispatch.backward_window_source(window)
                 assert source == (None if not takes else "env" if opt_in == "1" else "rule"), (opt_in, window)
                 # the forward: its own default ("1"), whatever the rule
