@@ -28,6 +28,17 @@ probe_reps() {
     echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
   done
 }
+# dropout_probe_reps VARIANTS: probe_reps of the dropout backward rows (p = 0.1; T_PROBE seconds, REP
+# reps): causal (B, Hq, Hkv, N, d) (8,16,16,2048,128), (4,16,16,4096,128), (2,16,4,4096,128),
+# (2,16,16,8192,128), (8,32,32,2048,64), (4,32,32,4096,64), (4,32,8,4096,64), (2,32,32,8192,64);
+# non-causal (8,16,16,2048,128), (2,16,16,8192,128), (8,32,32,2048,64), (2,32,32,8192,64).
+dropout_probe_reps() {
+  local rows="8,16,16,2048,128,1;4,16,16,4096,128,1;2,16,4,4096,128,1;2,16,16,8192,128,1"
+  rows="$rows;8,32,32,2048,64,1;4,32,32,4096,64,1;4,32,8,4096,64,1;2,32,32,8192,64,1"
+  rows="$rows;8,16,16,2048,128,0;2,16,16,8192,128,0;8,32,32,2048,64,0;2,32,32,8192,64,0"
+  probe_reps ${T_PROBE:-150} --head-dims none --gqa "$rows" --dropout 0.1 --variants "$1" \
+    --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
+}
 # probe_alternated SECONDS RUNS A B PROBE_ARGS...: hopper_bwd_probe.py RUNS times, into
 # $R/rep1 .. $R/repRUNS, with --variants "A,B" in odd runs and "B,A" in even ones (a
 # variant's place in the order moved the timing by up to 6 % in session 30).

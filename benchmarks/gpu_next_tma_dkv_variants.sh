@@ -20,11 +20,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_next_tma_dkv_variants.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "tma_dkv" -n 4
-ROWS="8,16,16,2048,128,1;4,16,16,4096,128,1;2,16,4,4096,128,1;2,16,16,8192,128,1"
-ROWS="$ROWS;8,32,32,2048,64,1;4,32,32,4096,64,1;4,32,8,4096,64,1;2,32,32,8192,64,1"
-ROWS="$ROWS;8,16,16,2048,128,0;2,16,16,8192,128,0;8,32,32,2048,64,0;2,32,32,8192,64,0"
-probe_reps ${T_PROBE:-150} --head-dims none --gqa "$ROWS" --dropout 0.1 --variants "default,TMA_DKV=1" \
-  --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
+dropout_probe_reps "default,TMA_DKV=1"
 WV="mod:TMA_DKV_WINDOW={64: (False, True), 128: (False, True)}"
 for i in 1 2; do
   mkdir -p "$R/win$i"
