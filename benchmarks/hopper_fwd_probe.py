@@ -117,6 +117,14 @@ VARIANTS = {
     "nc2_causal_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2}}}, (64,)),
     "nc2_sec16_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2},
                                             "SECTION_MB_DEFAULT": {**hf.SECTION_MB_DEFAULT, 64: (0, 16)}}}, (64,)),
+    # One exponential in every 8 (4) of a thread's on the FMA pipe (fwd.py
+    # EXP2_POLY): as an override (correctness) and through the cached plans
+    # (CONFIGS[64] with it; the d = 64 softmax waits on MUFU's queue).
+    "exp2_poly8": ({"EXP2_POLY": 8}, (64, 128, 256)),
+    "exp2_poly8_plans": ({"mod": lambda hf: {"CONFIGS": {**hf.CONFIGS, 64: {**hf.CONFIGS[64], "EXP2_POLY": 8}}}},
+                         (64,)),
+    "exp2_poly4_plans": ({"mod": lambda hf: {"CONFIGS": {**hf.CONFIGS, 64: {**hf.CONFIGS[64], "EXP2_POLY": 4}}}},
+                         (64,)),
     # d = 64 non-causal short calls on two 240-register consumers (fwd.py
     # SHORT_CONFIGS: 128-row programs instead of 192), as an override (the
     # correctness stage) and through the cached plans up to N = 2048.
