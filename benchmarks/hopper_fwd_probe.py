@@ -200,6 +200,9 @@ ROWS = {
     # d = 64 non-causal at the short lengths (SHORT_CONFIGS' candidate), GQA at 1k too
     "full64_short": [(64, n, False, 1) for n in (512, 1024, 1536, 2048)] + [(64, 1024, False, 8)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
+    # d = 64 causal (with a GQA row) and not: EXP2_POLY's rows (key rows by causal too)
+    "softmax64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)] + [(64, 4096, True, 8)]
+    + [(64, n, False, 1) for n in (1024, 2048, 4096)],
     # Those and a GQA row per head dim (Hq / Hkv 4): the head-section order's rows.
     "sections": [(d, n, True, 1) for d in (128, 64) for n in (2048, 1024, 4096, 8192)]
     + [(128, 4096, True, 4), (64, 4096, True, 4)],
