@@ -131,7 +131,7 @@ from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (keep_from_shared_bits, negate_dropped, philox_keys, select_kept, tile_halves_keys_first,
                       tile_halves_rows_first, tile_keep_bits_keys_first_shared, tile_keep_keys_first_shared)
-from .fwd import _descriptor, dropout_args, lower_diagonal
+from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -757,18 +757,6 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                        BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1,
                        dq_desc, dq_bufs, NAMED_BAR)
-
-
-@gluon.jit
-def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
-    """x (rows, cols; float32) in desc's dtype through the free shared buffer buf (at least
-    as large) to rows [row, + rows), columns [col, + cols) of head off_h of batch entry
-    off_b by a TMA store (its completion: the caller's store_wait)."""
-    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]], buf.layout)
-    stage.store(x.to(desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
-                                    stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
 
 
 @gluon.jit
@@ -1498,11 +1486,10 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).
-    # DROPOUT_SHARED_CALLS = 2 (3 here, an override): those draws made at the start of each step, before
-    # its products (_attn_bwd_step).
-    DROPOUT: gl.constexpr = (((3 if DROPOUT_SHARED_CALLS == 2 else 2) if DROPOUT_SHARED_CALLS else 1)
-                             if HAS_DROPOUT else 0)
+    # (DROPOUT_SHARED_CALLS True; dropout.tile_keep_keys_first_shared), 3 those
+    # draws made at the start of each step, before its products
+    # (DROPOUT_SHARED_CALLS = 2, an override; _attn_bwd_step).
+    DROPOUT: gl.constexpr = 1 + DROPOUT_SHARED_CALLS if HAS_DROPOUT else 0
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,

@@ -317,6 +317,19 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
                      off_hkv, j, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
 
 
+@gluon.jit
+def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
+    """x (rows, cols; float32) in desc's dtype through the free shared buffer buf (at least
+    as large) to rows [row, + rows), columns [col, + cols) of head off_h of batch entry
+    off_b by a TMA store (its completion: the caller's store_wait).  The forward's O and
+    the backward's dK / dV (TMA_DKV) leave this way."""
+    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]], buf.layout)
+    stage.store(x.to(desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
+                                    stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
+
+
 def _exp2_part_poly_asm(n: int) -> str:
     """PTX of n exponentials 2^x (x <= 0, -inf allowed): n - 1 on the MUFU
     unit (ex2.approx), the last on the FMA pipe.  There x is clamped to -127
@@ -355,12 +368,9 @@ def _exp2_part_poly(x, N: gl.constexpr):
     at d = 64 the exponentials' MUFU queue is where the forward's softmax
     stalls (docs/performance.md, "Session 37")."""
     gl.static_assert(N == 4 or N == 8, "EXP2_POLY: 0, 4 or 8")
-    if N == 4:
-        return gl.inline_asm_elementwise(_EXP2_POLY_ASM4, _EXP2_POLY_CONSTRAINTS4, [x], dtype=gl.float32,
-                                         is_pure=True, pack=4)
-    else:
-        return gl.inline_asm_elementwise(_EXP2_POLY_ASM8, _EXP2_POLY_CONSTRAINTS8, [x], dtype=gl.float32,
-                                         is_pure=True, pack=8)
+    asm: gl.constexpr = _EXP2_POLY_ASM4 if N == 4 else _EXP2_POLY_ASM8
+    constraints: gl.constexpr = _EXP2_POLY_CONSTRAINTS4 if N == 4 else _EXP2_POLY_CONSTRAINTS8
+    return gl.inline_asm_elementwise(asm, constraints, [x], dtype=gl.float32, is_pure=True, pack=N)
 
 
 @gluon.jit
@@ -832,10 +842,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     else:
         # Q's buffer is free now (the last wgmma reading it has completed): stage
         # O there and store it with TMA, which clips rows past N_Q.
-        q.store(o_tile.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [off_b, off_hq, row0, 0],
-                                        q._reinterpret(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout))
+        _store_tile_tma(o_tile, q, o_desc, off_b, off_hq, row0, 0)
         tma.store_wait(0)
 
 
