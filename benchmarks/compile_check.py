@@ -416,8 +416,6 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta.setdefault("HEAD_SECTION", 0)
     if "ROW_BOUND" in hfwd._attn_fwd_hopper.arg_names:  # likewise
         meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
-    if "EXP2_POLY" in hfwd._attn_fwd_hopper.arg_names:  # likewise
-        meta["EXP2_POLY"] = int(meta.get("EXP2_POLY", 0))
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     tdt = getattr(torch, _TORCH_DTYPES[dtype])

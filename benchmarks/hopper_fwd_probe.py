@@ -117,14 +117,6 @@ VARIANTS = {
     "nc2_causal_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2}}}, (64,)),
     "nc2_sec16_plans": ({"mod": lambda hf: {"CAUSAL_CONFIGS": {**hf.CAUSAL_CONFIGS, 64: _NC2},
                                             "SECTION_MB_DEFAULT": {**hf.SECTION_MB_DEFAULT, 64: (0, 16)}}}, (64,)),
-    # One exponential in every 8 (4) of a thread's on the FMA pipe (fwd.py
-    # EXP2_POLY): as an override (correctness) and through the cached plans
-    # (CONFIGS[64] with it; the d = 64 softmax waits on MUFU's queue).
-    "exp2_poly8": ({"EXP2_POLY": 8}, (64, 128, 256)),
-    "exp2_poly8_plans": ({"mod": lambda hf: {"CONFIGS": {**hf.CONFIGS, 64: {**hf.CONFIGS[64], "EXP2_POLY": 8}}}},
-                         (64,)),
-    "exp2_poly4_plans": ({"mod": lambda hf: {"CONFIGS": {**hf.CONFIGS, 64: {**hf.CONFIGS[64], "EXP2_POLY": 4}}}},
-                         (64,)),
     # d = 64 non-causal short calls on two 240-register consumers (fwd.py
     # SHORT_CONFIGS: 128-row programs instead of 192), as an override (the
     # correctness stage) and through the cached plans up to N = 2048.
@@ -200,7 +192,7 @@ ROWS = {
     # d = 64 non-causal at the short lengths (SHORT_CONFIGS' candidate), GQA at 1k too
     "full64_short": [(64, n, False, 1) for n in (512, 1024, 1536, 2048)] + [(64, 1024, False, 8)],
     "causal64_128": [(d, n, True, 1) for d in (64, 128) for n in (1024, 2048, 4096, 8192)],
-    # d = 64 causal (with a GQA row) and not: EXP2_POLY's rows (key rows by causal too)
+    # d = 64 causal (with a GQA row) and not, the softmax-bound forward rows (session 38: EXP2_POLY)
     "softmax64": [(64, n, True, 1) for n in (1024, 2048, 4096, 8192)] + [(64, 4096, True, 8)]
     + [(64, n, False, 1) for n in (1024, 2048, 4096)],
     # Those and a GQA row per head dim (Hq / Hkv 4): the head-section order's rows.

@@ -732,55 +732,6 @@ def test_causal_row_bound(d, dv, dtype):
         _check(q, k, v, o, lse, 0.09, shift, window)
 
 
-@needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("exp2_poly", [4, 8])
-def test_exp2_poly(exp2_poly, d, dtype):
-    """EXP2_POLY (an override): one exponential in every 4 or 8 of a
-    thread's on the FMA pipe (a polynomial of 2^f, relative error 1.2e-4)
-    computes the same attention as MUFU's: every CASES entry (causal and
-    not, GQA, rows that see no key give zeros, a single row, NaN past N)
-    against float64."""
-    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
-    for b, hq, hkv, nq, nk, causal, layout in CASES:
-        q, k, v, o, lse = _inputs(b, hq, hkv, nq, nk, d, dtype, layout)
-        shift, scale = (None if causal is None else nk - nq if causal == "br" else 0), d ** -0.5
-        assert hopper.hopper_attention_forward(q, k, v, o, lse, scale, shift, EXP2_POLY=exp2_poly), \
-            f"declined: {hopper.unsupported_reason(q, k, v, o, lse, scale)!r}, build errors {hopper_fwd._BROKEN}"
-        _check(q, k, v, o, lse, scale, shift)
-
-
-def test_exp2_poly_asm():
-    """The polynomial half of EXP2_POLY, emulated in float32 with the
-    kernel's PTX constants (fwd._exp2_part_poly_asm): within 1.3e-4 of 2^x
-    for x in [-126, 0], exactly 0 at -inf and 1 at 0, and the PTX has n - 1
-    MUFU exponentials and one polynomial per pack."""
-    import re
-    import struct
-    from flashattn_triton.kernels.hopper import fwd as hopper_fwd
-    for n in (4, 8):
-        asm = hopper_fwd._exp2_part_poly_asm(n)
-        assert asm.count("ex2.approx") == n - 1 and asm.count("fma.rn") == 3, asm
-    asm = hopper_fwd._exp2_part_poly_asm(8)
-    consts = {m: struct.unpack("<f", bytes.fromhex(m[2:])[::-1])[0] for m in re.findall(r"0f[0-9A-F]{8}", asm)}
-    c = [consts["0f3F317739"], consts["0f3E781CCF"], consts["0f3D62A71A"]]
-    f32 = torch.float32
-    x = torch.cat([torch.linspace(-126, 0, 200001, dtype=f32), torch.tensor([-float("inf"), 0.0, -130.0])])
-    xc = torch.clamp(x, min=consts["0fC2FE0000"])
-    t = xc + consts["0f4B400000"]
-    frac = xc - (t - consts["0f4B400000"])
-    q = (frac * c[2] + c[1]) * frac + c[0]
-    q = q * frac + 1.0
-    bits = (q.view(torch.int32).to(torch.int64) + ((t.view(torch.int32).to(torch.int64) << 23) & 0xFFFFFFFF))
-    bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits)
-    got = bits.to(torch.int32).view(f32)
-    ref = torch.exp2(x.double())
-    rel = ((got[:-3].double() - ref[:-3]) / ref[:-3]).abs().max().item()
-    assert rel <= 1.3e-4, rel
-    assert got[-3].item() == 0.0 and got[-2].item() == 1.0 and 0 <= got[-1].item() < 1.2e-38
-
-
 def test_row_bound_meta(monkeypatch):
     """ROW_BOUND is always passed (a build leaving it to the kernel's default
     differs; compile_check passes it likewise): the forward's default_meta

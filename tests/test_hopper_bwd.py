@@ -1169,24 +1169,6 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
             assert err <= 2e-2, (name, err)
 
 
-@needs_hopper
-@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
-@pytest.mark.parametrize("causal", [None, "br"])
-def test_dropout_early_draws(d, causal):
-    """DROPOUT_SHARED_CALLS = 2 (an override): the dropout backward draws each
-    step's keep bits before its products instead of while dP^T runs; the
-    same Philox mask, so the default build's gradients up to summation order
-    (GQA group of 3, ragged lengths, flash-layout views); the plan took it."""
-    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
-    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
-    shift = None if causal is None else 1121 - 333
-
-    def took(plan, over):
-        assert not isinstance(plan, str), plan
-        assert plan.kwargs["DROPOUT_SHARED_CALLS"] == over.get("DROPOUT_SHARED_CALLS", True), (plan.kwargs, over)
-    _dropout_grads_agree(q, k, v, do, shift, ({}, dict(DROPOUT_SHARED_CALLS=2)), 11, 5, plan_check=took)
-
-
 STAGE_BUFS_VARIANTS = [
     # overrides: two dQ staging buffers per consumer on the keys-as-M path
     # (the consumers issue the reduce-adds: NAMED_BAR 0 or 1), persistent too

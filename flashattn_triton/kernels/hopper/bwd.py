@@ -97,14 +97,9 @@ so without it both lanes make every Philox call and keep their halves (two
 calls per eight scores); with it each lane makes the calls of one of its two
 query groups, packs each call's eight keep flags into one register and a
 layout conversion (a warp shuffle per call) hands the partner its calls
-(dropout.tile_keep_keys_first_shared).  = 2 (an override since session
-37, untimed) makes those draws at the start of each step, while only dK
-and dV are live, and holds the packed flags (a register per call) through
-the step's products: the d = 128 causal build spills 492 B with 76 local
-stores in its GEMM loops instead of 568 B with 119
-(benchmarks/gpu_next_dropout_early.sh decides it).  The SPLIT_D path
-(dropout at d = 256) draws queries x keys tiles, one call per eight scores,
-and does not read it.
+(dropout.tile_keep_keys_first_shared).  The SPLIT_D path (dropout at
+d = 256) draws queries x keys tiles, one call per eight scores, and does
+not read it.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -129,8 +124,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
-from .dropout import (keep_from_shared_bits, negate_dropped, philox_keys, select_kept, tile_halves_keys_first,
-                      tile_halves_rows_first, tile_keep_bits_keys_first_shared, tile_keep_keys_first_shared)
+from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
+                      tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -552,15 +547,6 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     start_m = mb * BLOCK_M
     q_s = q_bufs.index(s)
     do_s = do_bufs.index(s)
-    if DROPOUT:
-        k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
-        rng_head = base_b + off_hq.to(gl.int64) * rows_cols
-    if DROPOUT == 3:
-        # The draws before this step's products, while only dK and dV are
-        # live (and the Q / dO loads may still be in flight): one register
-        # per Philox call (its keep bits) held through them, expanded below.
-        keep_bits = tile_keep_bits_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N,
-                                                     BLOCK_M, 4)
     mbarrier.wait(q_ready.index(s), ph)
     st_tok = warpgroup_mma(k_c, q_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
                            use_acc=False, is_async=True)
@@ -571,15 +557,13 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     pt = _probs(st_tok, stat_bufs, s, start_m, keys, N_K, qk_scale, causal_shift, window_lo, BLOCK_M, 1, MASKED,
                 IS_CAUSAL, HAS_WINDOW, ROW_BOUND)
     if DROPOUT:
-        # The keep mask of this tile (keys x queries), drawn while dP^T runs
-        # (DROPOUT 3: drawn above).
+        # The keep mask of this tile (keys x queries), drawn while dP^T runs.
+        k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = drop
+        rng_head = base_b + off_hq.to(gl.int64) * rows_cols
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
         # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
-        if DROPOUT == 3:
-            pt = negate_dropped(pt, gl.convert_layout(keep_from_shared_bits(keep_bits, SUB_N, BLOCK_M), t_layout,
-                                                      assert_trivial=True), 1)
-        elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
+        if DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
         else:
@@ -1486,10 +1470,8 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS True; dropout.tile_keep_keys_first_shared), 3 those
-    # draws made at the start of each step, before its products
-    # (DROPOUT_SHARED_CALLS = 2, an override; _attn_bwd_step).
-    DROPOUT: gl.constexpr = 1 + DROPOUT_SHARED_CALLS if HAS_DROPOUT else 0
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).
+    DROPOUT: gl.constexpr = (2 if DROPOUT_SHARED_CALLS else 1) if HAS_DROPOUT else 0
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,

@@ -278,31 +278,13 @@ def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
     parity (one warp shuffle per call: each lane gets its partner's calls);
     each lane then reads the bits of its parity.  Half the Philox rounds,
     and one register per call in place of four halves (BLOCK_M >= 32)."""
-    bits = tile_keep_bits_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi, BLOCK_N, BLOCK_M,
-                                            NUM_WARPS)
-    return keep_from_shared_bits(bits, BLOCK_N, BLOCK_M)
-
-
-@gluon.jit
-def tile_keep_bits_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
-                                     BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """The draws of tile_keep_keys_first_shared: each call's eight keep bits
-    (call_keep_bits), one uint32 register per call, already moved to the
-    lanes whose scores read them (keep_from_shared_bits expands them)."""
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 32 == 0, "query tiles of pairs of 16-row groups")
     LW: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 3, 1, 2, 0])
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
     ic, ie, ia, ir = _keys_first_aranges(LW, BLOCK_N, BLOCK_M)
     w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
-    return gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
-
-
-@gluon.jit
-def keep_from_shared_bits(bits, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
-    """The (BLOCK_N, BLOCK_M) keep flags (1 kept, 0 dropped) of
-    tile_keep_bits_keys_first_shared's bits: no data movement."""
-    L: gl.constexpr = bits.type.layout
+    bits = gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
     return keep_keys_first_from_bits(bits, _key_parity(L), BLOCK_N, BLOCK_M)
 
 

@@ -330,54 +330,10 @@ def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
                                     stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
 
 
-def _exp2_part_poly_asm(n: int) -> str:
-    """PTX of n exponentials 2^x (x <= 0, -inf allowed): n - 1 on the MUFU
-    unit (ex2.approx), the last on the FMA pipe.  There x is clamped to -127
-    and split as x = k + f with k = round(x) (adding 1.5 * 2^23 leaves k in
-    the low bits of t: t's bit pattern is that of 1.5 * 2^23 plus k, and
-    that pattern shifted left by 23 is k << 23, mod 2^32) and f in [-1/2,
-    1/2]; 2^f = 1 + f (c1 + f (c2 + f c3)), coefficients fitted for the
-    least maximum relative error on [-1/2, 1/2] (1.2e-4, below a 16-bit P's
-    rounding); k is added to the exponent field.  -inf gives exactly 0 (f =
-    0, 2^f = 1.0, exponent 127 - 127); x < -126 gives subnormals of the
-    right size."""
-    outs = [f"ex2.approx.ftz.f32 ${i}, ${n + i};" for i in range(n - 1)]
-    last_in, last_out = f"${2 * n - 1}", f"${n - 1}"
-    return "\n".join(["{", ".reg .f32 x, t, k, f, q;", ".reg .b32 ti, qi;", *outs,
-                      f"max.ftz.f32 x, {last_in}, 0fC2FE0000;",        # -127.0
-                      "add.rn.ftz.f32 t, x, 0f4B400000;",                # + 1.5 * 2^23
-                      "sub.rn.ftz.f32 k, t, 0f4B400000;",
-                      "sub.rn.ftz.f32 f, x, k;",
-                      "fma.rn.ftz.f32 q, f, 0f3D62A71A, 0f3E781CCF;",    # c3, c2
-                      "fma.rn.ftz.f32 q, q, f, 0f3F317739;",             # c1
-                      "fma.rn.ftz.f32 q, q, f, 0f3F800000;",             # 1
-                      "mov.b32 ti, t;", "shl.b32 ti, ti, 23;", "mov.b32 qi, q;", "add.s32 qi, qi, ti;",
-                      f"mov.b32 {last_out}, qi;", "}"])
-
-
-_EXP2_POLY_ASM4: gl.constexpr = gl.constexpr(_exp2_part_poly_asm(4))
-_EXP2_POLY_ASM8: gl.constexpr = gl.constexpr(_exp2_part_poly_asm(8))
-_EXP2_POLY_CONSTRAINTS4: gl.constexpr = gl.constexpr(",".join(["=r"] * 4 + ["r"] * 4))
-_EXP2_POLY_CONSTRAINTS8: gl.constexpr = gl.constexpr(",".join(["=r"] * 8 + ["r"] * 8))
-
-
-@gluon.jit
-def _exp2_part_poly(x, N: gl.constexpr):
-    """2^x of a float32 tile (x <= 0), one element in every N (4 or 8) of
-    each thread's on the FMA pipe (_exp2_part_poly_asm), the others on MUFU:
-    at d = 64 the exponentials' MUFU queue is where the forward's softmax
-    stalls (docs/performance.md, "Session 37")."""
-    gl.static_assert(N == 4 or N == 8, "EXP2_POLY: 0, 4 or 8")
-    asm: gl.constexpr = _EXP2_POLY_ASM4 if N == 4 else _EXP2_POLY_ASM8
-    constraints: gl.constexpr = _EXP2_POLY_CONSTRAINTS4 if N == 4 else _EXP2_POLY_CONSTRAINTS8
-    return gl.inline_asm_elementwise(asm, constraints, [x], dtype=gl.float32, is_pure=True, pack=N)
-
-
 @gluon.jit
 def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, window_lo,
                     MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                    mbits=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False,
-                    EXP2_POLY: gl.constexpr = 0):
+                    mbits=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Fold the score tile of keys [start_n, start_n + BLOCK_N) into the
     running (max, sum); returns p (fp32) and alpha.  A masked tile keeps
     key j of row i where j < N_K, j <= i + causal_shift (IS_CAUSAL) and
@@ -411,10 +367,7 @@ def _softmax_update(s, m_i, l_i, rows, start_n, N_K, qk_scale, causal_shift, win
     else:
         m_ref = m_new
     m_scaled = m_ref * qk_scale
-    if EXP2_POLY:
-        p = _exp2_part_poly(s * qk_scale - gl.expand_dims(m_scaled, 1), EXP2_POLY)
-    else:
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_scaled, 1))
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_scaled, 1))
     alpha = gl.exp2(m_i * qk_scale - m_scaled)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
@@ -507,8 +460,7 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False,
-                   EXP2_POLY: gl.constexpr = 0):
+                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Iteration j (a tile after the first): issue S_j = Q K_j^T and
     O += P_{j-1} V_{j-1}, softmax S_j under P V.
 
@@ -546,7 +498,7 @@ def _attn_fwd_step(j, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, 
     mbarrier.arrive(k_empty.index(sk))
     p_new, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, j * BLOCK_N, N_K, qk_scale,
                                              causal_shift, window_lo, MASKED, IS_CAUSAL, HAS_WINDOW,
-                                             mbits, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                             mbits, HAS_MASK, ROW_BOUND)
     if HAS_DROPOUT:
         p_new = _dropout_drop(p_new, drop, j * BLOCK_N, BLOCK_M, BLOCK_N)
     # The next P is packed to 16 bits while P V still runs (fresh registers:
@@ -566,8 +518,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, QK1: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                    PAIRED: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False,
-                   EXP2_POLY: gl.constexpr = 0):
+                   mtile=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """Iterations [lo, hi), two per trip when PAIRED.
 
     P is loop-carried; were it rewritten every trip, the register allocator
@@ -582,7 +533,7 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         return acc, p, m_i, l_i
     n = gl.maximum(hi - lo, 0)
     for j in range(lo, lo + n - 1, 2):
@@ -591,20 +542,20 @@ def _attn_fwd_loop(lo, hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_em
                                               acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                               CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                               MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         acc, p, m_i, l_i = _attn_fwd_step(j + 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty, v_ready,
                                           v_empty, turn,
                                           acc, p_odd, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     if n % 2 == 1:
         acc, p, m_i, l_i = _attn_fwd_step(lo + n - 1, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           MASKED, IS_CAUSAL, PINGPONG, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     return acc, p, m_i, l_i
 
 
@@ -652,8 +603,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
                    mask=None, HAS_MASK: gl.constexpr = False, q_empty=None, out=None, EARLY_Q: gl.constexpr = False,
-                   ROW_BOUND: gl.constexpr = False,
-                   EXP2_POLY: gl.constexpr = 0):
+                   ROW_BOUND: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -751,8 +701,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     p0, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, rows, first * BLOCK_N, N_K, qk_scale, causal_shift,
-                                          window_lo, True, IS_CAUSAL, HAS_WINDOW, mbits, HAS_MASK, ROW_BOUND,
-                                          EXP2_POLY)
+                                          window_lo, True, IS_CAUSAL, HAS_WINDOW, mbits, HAS_MASK, ROW_BOUND)
     if HAS_DROPOUT:
         p0 = _dropout_drop(p0, drop, first * BLOCK_N, BLOCK_M, BLOCK_N)
     p = gl.convert_layout(p0.to(dtype), p_layout)
@@ -776,25 +725,25 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
             acc, p, m_i, l_i = _attn_fwd_loop(full_lo, whole_hi, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                               k_empty,
                                               v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                               causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                                               BLOCK_M, BLOCK_N, QK1, False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                              HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
     else:
         acc, p, m_i, l_i = _attn_fwd_loop(1, n_full, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready, k_empty,
                                           v_ready, v_empty,
                                           turn, acc, p, m_i, l_i, rows, N_K, qk_scale, causal_shift, window_lo,
                                           CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, QK1,
                                           False, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
         acc, p, m_i, l_i = _attn_fwd_loop(gl.maximum(n_full, 1), n_own, g0, t0, q, k_bufs, v_bufs, q1, k1_bufs, k_ready,
                                           k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, rows, N_K, qk_scale,
                                           causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M,
                                           BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
-                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND, EXP2_POLY)
+                                          HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
 
     if EARLY_Q:
         # Every S group has retired (each step waited for it): nothing reads
@@ -858,8 +807,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop,
                       HAS_DROPOUT: gl.constexpr,
                       mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr,
-                      ROW_BOUND: gl.constexpr = False,
-                      EXP2_POLY: gl.constexpr = 0):
+                      ROW_BOUND: gl.constexpr = False):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -880,7 +828,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND, EXP2_POLY)
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
             if not EARLY_Q:
                 mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
@@ -906,7 +854,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND, EXP2_POLY)
+                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
             if not EARLY_Q:
                 # O has left this consumer's Q buffer (store_wait): the producer
                 # may load the next tile's Q there.
@@ -919,7 +867,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                        BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND, EXP2_POLY)
+                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
@@ -957,7 +905,7 @@ def _attn_fwd_hopper(
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
     HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
-    ROW_BOUND: gl.constexpr = False, EXP2_POLY: gl.constexpr = 0,
+    ROW_BOUND: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -1050,7 +998,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -1069,7 +1017,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1079,7 +1027,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -1099,7 +1047,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1109,7 +1057,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1119,7 +1067,7 @@ def _attn_fwd_hopper(
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
                                  HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND, EXP2_POLY)),
+                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
@@ -1451,7 +1399,6 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     # the kernel's default was not the build of before in compile_check's
     # direct compile (a runtime branch over both mask forms; Triton 3.6).
     meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
-    meta["EXP2_POLY"] = int(meta.get("EXP2_POLY", 0))  # passed always, as ROW_BOUND (an override: 4 or 8)
     # Not a kernel parameter: the persistent grid's size (tests use a few
     # programs to give each several work tiles).
     n_programs = meta.pop("NUM_SMS", None)
