@@ -33,6 +33,9 @@ case "$PART" in
   *) FILES="tests/" ;;
 esac
 echo "part $PART: $FILES" | tee -a "$LOG"
+# -q -vv: one line per test in tests_main_$PART.log ("[gwN] [ p%] PASSED / FAILED name"), so a
+# step cut by its time limit still names its failures (session 38's PART=a1 showed three F's at
+# 52-56 % and, cut at 60 %, no names).
 PY="python3 -m pytest -q -p no:cacheprovider -rfE"
 GRAPH="tests/test_ops.py::test_cuda_graph_capture"
 if [ "$PART" != b ] && [ "$PART" != a2 ] && [ "$PART" != a3 ]; then
@@ -41,7 +44,7 @@ timeout -k 5 ${T1:-120} $PY --tb=long $GRAPH tests/test_variants.py::test_gpu_dr
 fi
 if [ -n "$FILES" ]; then
 echo "== every test but the gpu-marked (-n ${N1:-8})" | tee -a "$LOG"
-timeout -k 5 ${T2:-260} $PY --tb=short -v -n ${N1:-8} -m "not gpu" --deselect $GRAPH $FILES 2>&1 | tee "$OUT/tests_main_$PART.log" | grep -E "FAILED|ERROR|passed|failed|Timeout" | head -60 >> "$LOG"
+timeout -k 5 ${T2:-260} $PY -vv --tb=short -n ${N1:-8} -m "not gpu" --deselect $GRAPH $FILES 2>&1 | tee "$OUT/tests_main_$PART.log" | grep -E "FAILED|ERROR|passed|failed|Timeout" | head -60 >> "$LOG"
 fi
 if [ "$PART" = b ] || [ "$PART" = all ]; then
 echo "== gpu-marked (-n ${N2:-2})" | tee -a "$LOG"
