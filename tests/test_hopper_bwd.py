@@ -1169,6 +1169,55 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
             assert err <= 2e-2, (name, err)
 
 
+def test_dropout_rng_warps_plan(monkeypatch):
+    """DROPOUT_RNG_WARPS (an override): taken for dropout calls on the
+    keys-as-M step (d = 64 / 128, BLOCK_M 64), its shared memory counted;
+    declined (a reason, no launch) without dropout, with a window, on
+    SPLIT_D (d = 256) and on the persistent grid."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
+
+    def plan(d=128, dropped=True, windowed=False, **over):
+        q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 6, 1024)
+        return hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, windowed, dropped, False,
+                               dict(over, DROPOUT_RNG_WARPS=True))
+    for d in (64, 128):
+        p = plan(d)
+        assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"], (d, p)
+        meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=True), dropout=True)
+        base = hbwd.kernel_meta(d, True, dropout=True)
+        assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (
+            meta["BLOCK_N"] * meta["BLOCK_M"] + 16)
+    for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7)):
+        assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
+    assert not hbwd.kernel_meta(128, True, dropout=True)["DROPOUT_RNG_WARPS"]  # off by default
+
+
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("causal", [None, "br"])
+@pytest.mark.parametrize("split", [1, 3])
+def test_dropout_rng_warps(d, causal, split):
+    """DROPOUT_RNG_WARPS (an override): four RNG warps draw each step's keep
+    flags into shared memory and the consumers read them; the same Philox
+    mask as the default's draws, so the default build's gradients up to
+    summation order (GQA group of 3, whole or split across 3 programs,
+    ragged lengths, flash-layout views); the plan took it."""
+    q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
+    k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
+    shift = None if causal is None else 1121 - 333
+
+    def took(plan, over):
+        assert not isinstance(plan, str), plan
+        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over.get("DROPOUT_RNG_WARPS", False), (plan.kwargs, over)
+        assert plan.split == split, plan.split
+    overs = (dict(GROUP_SPLIT=split), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=True))
+    _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
+
+
 STAGE_BUFS_VARIANTS = [
     # overrides: two dQ staging buffers per consumer on the keys-as-M path
     # (the consumers issue the reduce-adds: NAMED_BAR 0 or 1), persistent too

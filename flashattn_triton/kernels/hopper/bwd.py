@@ -99,7 +99,13 @@ query groups, packs each call's eight keep flags into one register and a
 layout conversion (a warp shuffle per call) hands the partner its calls
 (dropout.tile_keep_keys_first_shared).  The SPLIT_D path (dropout at
 d = 256) draws queries x keys tiles, one call per eight scores, and does
-not read it.
+not read it.  ``DROPOUT_RNG_WARPS`` (an override since session 38, not yet
+timed) moves the draws off the consumers: a fourth partition of four warps
+(_attn_bwd_rng, the registers the others leave: 24) makes every Philox
+call of each step's keys x queries tile once and writes the keep flags as
+bytes to a two-slot shared ring (keep_ready / keep_empty barriers); each
+consumer loads its 64 x 64 flags in the accumulator's layout
+(benchmarks/gpu_next_dropout_rng.sh decides it).
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -125,7 +131,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
-                      tile_keep_keys_first_shared)
+                      tile_keep_keys_first_rng, tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -525,9 +531,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                   DQ_STAGE_BUFS: gl.constexpr = 1):
+                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
-    drop: the block's dropout state (_dropout_block; DROPOUT only).
+    drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
+    (DROPOUT 3): the RNG warps' keep flags, their ready and free barriers
+    (_attn_bwd_rng).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
     to the producer warp through named barriers (_retire_dq), which also
@@ -563,7 +571,13 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
         # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
-        if DROPOUT == 2:  # keep flags (0 / 1) compared against 1
+        if DROPOUT == 3:  # the RNG warps' flags (0 / 1) of this warpgroup's keys, compared against 1
+            keep_bufs, keep_ready, keep_empty = rng
+            mbarrier.wait(keep_ready.index(s), ph)
+            keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
+            mbarrier.arrive(keep_empty.index(s))
+            pt = negate_dropped(pt, keep.to(gl.uint32), 1)
+        elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
         else:
@@ -696,7 +710,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                        drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                       DQ_STAGE_BUFS: gl.constexpr = 1):
+                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -711,7 +725,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
+                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
     return dk, dv
 
 
@@ -744,6 +758,37 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 
 
 @gluon.jit
+def _attn_bwd_rng(keep_bufs, keep_ready, keep_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
+    """RNG partition (4 warps; DROPOUT_RNG_WARPS, not persistent): the keep
+    flags (uint8, 1 kept) of every step's keys x queries tile, both
+    consumers' keys, into slot it % NUM_STAGES of keep_bufs, in the steps'
+    order (the producer's: every query head of the group, query tiles
+    [m_lo, m_hi)).  Each Philox call is made once, one per thread per
+    16-key slab, on warps that are otherwise idle; the consumers read their
+    rows (_attn_bwd_step, DROPOUT 3) in place of drawing them between their
+    products.  A slot is refilled once both consumers have read it.  (The
+    tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N, BLOCK_M):
+    a constexpr in a conditionally added partition's arguments arrives as
+    a plain int, which the partition call cannot take.)"""
+    NUM_STAGES: gl.constexpr = keep_bufs.shape[0]
+    BLOCK_N: gl.constexpr = keep_bufs.shape[1]
+    BLOCK_M: gl.constexpr = keep_bufs.shape[2]
+    k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = _dropout_block(drop, off_b, GROUP, start_n)
+    it = 0
+    for g in range(GROUP):
+        rng_head = base_b + (off_hkv * GROUP + g).to(gl.int64) * rows_cols
+        for mb in range(m_lo, m_hi):
+            s = it % NUM_STAGES
+            mbarrier.wait(keep_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+            for c in gl.static_range(BLOCK_N // 16):
+                keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
+                                                16, BLOCK_M, 4)
+                keep_bufs.index(s).slice(16 * c, 16, dim=0).store(keep.to(gl.uint8))
+            mbarrier.arrive(keep_ready.index(s))  # (a partition-wide bar.sync, then one thread's arrive)
+            it += 1
+
+
+@gluon.jit
 def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                     kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                     off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, it, kv_phase,
@@ -755,7 +800,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
                     DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
-                    TMA_DKV: gl.constexpr = False):
+                    TMA_DKV: gl.constexpr = False, rng=None):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -832,7 +877,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -840,7 +885,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
                     it += 1
     else:
         for g in range(GROUP):
@@ -851,7 +896,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -859,7 +904,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1247,7 +1292,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
                       Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None,
-                      TMA_DKV: gl.constexpr = False):
+                      TMA_DKV: gl.constexpr = False, rng=None):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1294,7 +1339,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV)
+                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng)
     tma.store_wait(0)
 
 
@@ -1331,7 +1376,7 @@ def _attn_bwd_hopper(
     PERSISTENT: gl.constexpr = False, HAS_WINDOW: gl.constexpr = False, HAS_DROPOUT: gl.constexpr = False,
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
     ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
-    Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False,
+    Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False, DROPOUT_RNG_WARPS: gl.constexpr = False,
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1470,8 +1515,24 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared).
-    DROPOUT: gl.constexpr = (2 if DROPOUT_SHARED_CALLS else 1) if HAS_DROPOUT else 0
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 dropout
+    # whose flags four RNG warps draw into shared memory (DROPOUT_RNG_WARPS,
+    # an override; _attn_bwd_rng).
+    DRAWS: gl.constexpr = 3 if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
+    DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
+    if DROPOUT == 3:
+        gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64,
+                         "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles")
+        keep_bufs = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK_N, BLOCK_M],
+                                              gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        keep_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+        keep_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+        for s in gl.static_range(NUM_STAGES):
+            mbarrier.init(keep_ready.index(s), count=1)
+            mbarrier.init(keep_empty.index(s), count=NUM_CONSUMERS)
+        rng = (keep_bufs, keep_ready, keep_empty)
+    else:
+        rng = (stat_bufs, kv_ready, kv_ready)  # not used (None does not pass through a partition's arguments)
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1484,7 +1545,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, TMA_DKV)),
+                             dk_desc, dv_desc, TMA_DKV, rng)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1495,7 +1556,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, TMA_DKV)),
+                             dk_desc, dv_desc, TMA_DKV, rng)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1503,7 +1564,12 @@ def _attn_bwd_hopper(
                               window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
                               HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1, dq_desc, dq_bufs,
                               NAMED_BAR)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    ] + ([(_attn_bwd_rng, (keep_bufs, keep_ready, keep_empty,
+                           (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
+                           off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
+         if DROPOUT == 3 else []),
+        # (the RNG warps: the registers the others leave, 24 with consumers at 240)
+        [4, 1, 4] if DROPOUT == 3 else [4, 1], [CONSUMER_REGS, 24, 24] if DROPOUT == 3 else [CONSUMER_REGS, 24])
 
 
 @gluon.jit
@@ -1816,7 +1882,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     TMA_DKV from TMA_DKV_DROPOUT, TMA_DKV_WINDOW or TMA_DKV_DEFAULT by the
     call's variant (_make_plan adds TMA_DKV_CAUSAL_MAX_N and the conditions)."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
-                HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False,
+                HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False, DROPOUT_RNG_WARPS=False,
                 TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
                     head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -1860,19 +1926,22 @@ def dkv_block(head_dim, BLOCK_N, NUM_CONSUMERS, SPLIT_D=False, **_):
 
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
-               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False, **_):
+               DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False,
+               DROPOUT_RNG_WARPS=False, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
-    does not fit fails to build and is declined).  head_dim: Q's and K's
-    width, head_dim_v V's and dO's (default head_dim)."""
+    does not fit fails to build and is declined; DROPOUT_RNG_WARPS: the RNG
+    warps' uint8 keep flags per slot).  head_dim: Q's and K's width,
+    head_dim_v V's and dO's (default head_dim)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     n_ds = DS_BUFS if SPLIT_D else 2
     dq_cols = NUM_CONSUMERS * dq_block_cols(dv, NUM_CONSUMERS, SPLIT_D, DQ_CHUNK)
     return (2 * (BLOCK_N * (head_dim + dv) + NUM_STAGES * BLOCK_M * (head_dim + dv)
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
-            + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT)))
+            + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT))
+            + (NUM_STAGES * (BLOCK_N * BLOCK_M + 16) if DROPOUT_RNG_WARPS else 0))  # keep flags, barriers
 
 
 @functools.lru_cache(maxsize=None)
@@ -2088,6 +2157,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
+    if meta["DROPOUT_RNG_WARPS"] and not (dropped and not windowed and not meta["SPLIT_D"] and not meta["PERSISTENT"]
+                                          and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240):
+        return "DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64"
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)

@@ -39,6 +39,9 @@ Three parts:
   eight keep flags into one register, a layout conversion hands each lane
   its partner's calls, and ``keep_keys_first_from_bits`` reads the bits of
   the lane's key parity (tested in the interpreter without the layouts).
+  ``tile_keep_keys_first_rng`` draws a 16-key slab's flags once per call
+  for the backward's RNG warps (DROPOUT_RNG_WARPS, an override), which
+  hand them to the consumers through shared memory.
   ``select_kept`` / ``negate_dropped`` apply the mask (asm blocks).
 """
 
@@ -286,6 +289,23 @@ def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
     w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
     bits = gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
     return keep_keys_first_from_bits(bits, _key_parity(L), BLOCK_N, BLOCK_M)
+
+
+@gluon.jit
+def tile_keep_keys_first_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
+                             CHUNK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """keep_keys_first_from_bits of keys [col0, col0 + CHUNK_N) x query rows
+    [row0, row0 + BLOCK_M) (1 kept, 0 dropped; t_hi = t << 16), for the
+    backward's RNG warps (DROPOUT_RNG_WARPS): every Philox call of the chunk
+    made once, by one thread of NUM_WARPS warps (calls (c, e, 1, a, r) with
+    e, r on the lanes and a on the warps).  The flags go to shared memory,
+    so no layout has to match an accumulator."""
+    gl.static_assert(CHUNK_N == 16, "one 16-key slab per chunk")
+    gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one call per thread: a 16-row group per warp")
+    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 1], [1, 4, 1, 1, 8], [1, 1, 1, NUM_WARPS, 1], [4, 1, 3, 2, 0])
+    ic, ie, ia, ir = _keys_first_aranges(L, CHUNK_N, BLOCK_M)
+    w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
+    return keep_keys_first_from_bits(call_keep_bits(w0, w1, w2, w3, t_hi), _key_parity(L), CHUNK_N, BLOCK_M)
 
 
 @gluon.jit
