@@ -1531,6 +1531,11 @@ def _attn_bwd_hopper(
             mbarrier.init(keep_ready.index(s), count=1)
             mbarrier.init(keep_empty.index(s), count=NUM_CONSUMERS)
         rng = (keep_bufs, keep_ready, keep_empty)
+        # The RNG warps' registers: what the consumers (NUM_CONSUMERS x 128
+        # threads) and the producer warp (24) leave of the SM's 65,536, in
+        # steps of 8 (24 with consumers at 240, 40 at 232).
+        RNG_REGS: gl.constexpr = (65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // 128 // 8 * 8
+        gl.static_assert(RNG_REGS >= 24, "DROPOUT_RNG_WARPS: no registers left for the RNG warps")
     else:
         rng = (stat_bufs, kv_ready, kv_ready)  # not used (None does not pass through a partition's arguments)
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
@@ -1568,8 +1573,7 @@ def _attn_bwd_hopper(
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
          if DROPOUT == 3 else []),
-        # (the RNG warps: the registers the others leave, 24 with consumers at 240)
-        [4, 1, 4] if DROPOUT == 3 else [4, 1], [CONSUMER_REGS, 24, 24] if DROPOUT == 3 else [CONSUMER_REGS, 24])
+        [4, 1, 4] if DROPOUT == 3 else [4, 1], [CONSUMER_REGS, 24, RNG_REGS] if DROPOUT == 3 else [CONSUMER_REGS, 24])
 
 
 @gluon.jit
