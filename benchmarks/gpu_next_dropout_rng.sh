@@ -8,12 +8,12 @@
 # The RNG warps make each Philox call once (one per thread per 16-key slab) and hand the flags
 # through shared memory (uint8 per score, 16 KB for two slots); the consumers load their 32 flags.
 # Compile facts (compile_check --hopper-bwd --dropout --sass --hopper-variants
-# default,DROPOUT_RNG_WARPS=1, Triton 3.6): d = 128 causal SASS 6808 -> 6024, spill 568 -> 496 B
-# (local accesses in GEMM loops 119 -> 103); d = 128 full 6248 -> 5528, 312 -> 508 B (33 -> 135);
-# d = 64 causal 5848 -> 5144; shared memory d = 128 198,080 -> 214,568 B. The RNG warps get the
+# default,DROPOUT_RNG_WARPS=1, Triton 3.6): d = 128 causal SASS 6808 -> 6000, spill 568 -> 500 B
+# (local accesses in GEMM loops 119 -> 105); d = 128 full 6248 -> 5488, 312 -> 464 B (33 -> 115);
+# d = 64 causal 5848 -> 5120; shared memory d = 128 198,080 -> 214,536 B. The RNG warps get the
 # registers the others leave: 24 with the consumers at 240; with CONSUMER_REGS=232 they get 40
-# (d = 64 causal spill 148 -> 104 B, none in the GEMM loops either way; d = 128 causal 496 -> 772
-# B, 103 -> 231 local accesses in the GEMM loops), a second candidate.
+# (d = 64 causal spill 148 -> 104 B, none in the GEMM loops either way; d = 128 causal 500 -> 776
+# B, 105 -> 230 local accesses in the GEMM loops), a second candidate.
 #   1. GPU tests: tests/test_hopper_bwd.py -k "dropout" (test_dropout_rng_warps among them: the
 #      override's gradients equal the default's, the same Philox mask, GQA group of 3 whole and
 #      split across 3 programs, causal and not, d 64 / 128).

@@ -103,7 +103,8 @@ not read it.  ``DROPOUT_RNG_WARPS`` (an override since session 38, not yet
 timed) moves the draws off the consumers: a fourth partition of four warps
 (_attn_bwd_rng, the registers the others leave: 24) makes every Philox
 call of each step's keys x queries tile once and writes the keep flags as
-bytes to a two-slot shared ring (keep_ready / keep_empty barriers); each
+bytes to a two-slot shared ring (keep_ready; a slot is free again at the
+step's qdo_empty arrivals, as its Q and dO are); each
 consumer loads its 64 x 64 flags in the accumulator's layout
 (benchmarks/gpu_next_dropout_rng.sh decides it).
 
@@ -534,8 +535,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
-    (DROPOUT 3): the RNG warps' keep flags, their ready and free barriers
-    (_attn_bwd_rng).
+    (DROPOUT 3): the RNG warps' keep flags and their ready barriers
+    (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
     to the producer warp through named barriers (_retire_dq), which also
@@ -572,10 +573,10 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
         # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
         if DROPOUT == 3:  # the RNG warps' flags (0 / 1) of this warpgroup's keys, compared against 1
-            keep_bufs, keep_ready, keep_empty = rng
+            # (the slot is released with Q and dO's, qdo_empty, at the step's end)
+            keep_bufs, keep_ready = rng
             mbarrier.wait(keep_ready.index(s), ph)
             keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
-            mbarrier.arrive(keep_empty.index(s))
             pt = negate_dropped(pt, keep.to(gl.uint32), 1)
         elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
@@ -758,7 +759,7 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 
 
 @gluon.jit
-def _attn_bwd_rng(keep_bufs, keep_ready, keep_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
+def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
     """RNG partition (4 warps; DROPOUT_RNG_WARPS, not persistent): the keep
     flags (uint8, 1 kept) of every step's keys x queries tile, both
     consumers' keys, into slot it % NUM_STAGES of keep_bufs, in the steps'
@@ -766,7 +767,9 @@ def _attn_bwd_rng(keep_bufs, keep_ready, keep_empty, drop, off_b, off_hkv, start
     [m_lo, m_hi)).  Each Philox call is made once, one per thread per
     16-key slab, on warps that are otherwise idle; the consumers read their
     rows (_attn_bwd_step, DROPOUT 3) in place of drawing them between their
-    products.  A slot is refilled once both consumers have read it.  (The
+    products.  A slot is refilled once both consumers are done with the
+    step that read it: their qdo_empty arrivals, which also free its Q and
+    dO (no arrival of their own, no bar.sync more per step).  (The
     tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N, BLOCK_M):
     a constexpr in a conditionally added partition's arguments arrives as
     a plain int, which the partition call cannot take.)"""
@@ -779,7 +782,7 @@ def _attn_bwd_rng(keep_bufs, keep_ready, keep_empty, drop, off_b, off_hkv, start
         rng_head = base_b + (off_hkv * GROUP + g).to(gl.int64) * rows_cols
         for mb in range(m_lo, m_hi):
             s = it % NUM_STAGES
-            mbarrier.wait(keep_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
+            mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
             for c in gl.static_range(BLOCK_N // 16):
                 keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
                                                 16, BLOCK_M, 4)
@@ -1521,23 +1524,21 @@ def _attn_bwd_hopper(
     DRAWS: gl.constexpr = 3 if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT == 3:
-        gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64,
-                         "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles")
+        gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64 and NAMED_BAR < 2,
+                         "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles, qdo_empty")
         keep_bufs = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK_N, BLOCK_M],
                                               gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         keep_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
-        keep_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
         for s in gl.static_range(NUM_STAGES):
             mbarrier.init(keep_ready.index(s), count=1)
-            mbarrier.init(keep_empty.index(s), count=NUM_CONSUMERS)
-        rng = (keep_bufs, keep_ready, keep_empty)
+        rng = (keep_bufs, keep_ready)
         # The RNG warps' registers: what the consumers (NUM_CONSUMERS x 128
         # threads) and the producer warp (24) leave of the SM's 65,536, in
         # steps of 8 (24 with consumers at 240, 40 at 232).
         RNG_REGS: gl.constexpr = (65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // 128 // 8 * 8
         gl.static_assert(RNG_REGS >= 24, "DROPOUT_RNG_WARPS: no registers left for the RNG warps")
     else:
-        rng = (stat_bufs, kv_ready, kv_ready)  # not used (None does not pass through a partition's arguments)
+        rng = (stat_bufs, kv_ready)  # not used (None does not pass through a partition's arguments)
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1569,7 +1570,7 @@ def _attn_bwd_hopper(
                               window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
                               HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1, dq_desc, dq_bufs,
                               NAMED_BAR)),
-    ] + ([(_attn_bwd_rng, (keep_bufs, keep_ready, keep_empty,
+    ] + ([(_attn_bwd_rng, (keep_bufs, keep_ready, qdo_empty,
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
          if DROPOUT == 3 else []),
@@ -1945,7 +1946,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT))
-            + (NUM_STAGES * (BLOCK_N * BLOCK_M + 16) if DROPOUT_RNG_WARPS else 0))  # keep flags, barriers
+            + (NUM_STAGES * (BLOCK_N * BLOCK_M + 8) if DROPOUT_RNG_WARPS else 0))  # keep flags, barriers
 
 
 @functools.lru_cache(maxsize=None)
@@ -2162,8 +2163,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if meta["DROPOUT_RNG_WARPS"] and not (dropped and not windowed and not meta["SPLIT_D"] and not meta["PERSISTENT"]
-                                          and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240):
-        return "DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64"
+                                          and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240
+                                          and meta["NAMED_BAR"] < 2):
+        return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
+                "NAMED_BAR < 2")
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)
