@@ -1170,8 +1170,9 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
 
 
 def test_dropout_rng_warps_plan(monkeypatch):
-    """DROPOUT_RNG_WARPS (an override): taken for dropout calls on the
-    keys-as-M step (d = 64 / 128, BLOCK_M 64), its shared memory counted;
+    """DROPOUT_RNG_WARPS (an override; 1: a byte per score, 2: each call's
+    eight bits): taken for dropout calls on the keys-as-M step (d = 64 /
+    128, BLOCK_M 64), its shared memory counted; other values declined;
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
     qdo_empty arrivals, which free the flags' slots)."""
@@ -1179,21 +1180,22 @@ def test_dropout_rng_warps_plan(monkeypatch):
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
 
-    def plan(d=128, dropped=True, windowed=False, **over):
+    def plan(d=128, dropped=True, windowed=False, rng=1, **over):
         q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
         k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
         lse = torch.empty(2, 6, 1024)
         return hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, windowed, dropped, False,
-                               dict(over, DROPOUT_RNG_WARPS=True))
+                               dict(over, DROPOUT_RNG_WARPS=rng))
     for d in (64, 128):
-        p = plan(d)
-        assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"], (d, p)
-        meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=True), dropout=True)
-        base = hbwd.kernel_meta(d, True, dropout=True)
-        assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (
-            meta["BLOCK_N"] * meta["BLOCK_M"] + 8)
+        for rng, slot_bytes in ((1, 128 * 64), (2, 128 * 64 // 8 * 4)):  # a byte per score; 4 per call of 8
+            p = plan(d, rng=rng)
+            assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"] == rng, (d, p)
+            meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=rng), dropout=True)
+            base = hbwd.kernel_meta(d, True, dropout=True)
+            assert (meta["BLOCK_N"], meta["BLOCK_M"]) == (128, 64), meta
+            assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (slot_bytes + 8)
     for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7),
-                   plan(NAMED_BAR=2)):
+                   plan(NAMED_BAR=2), plan(rng=3)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
     assert not hbwd.kernel_meta(128, True, dropout=True)["DROPOUT_RNG_WARPS"]  # off by default
 
@@ -1202,9 +1204,11 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 @pytest.mark.parametrize("split", [1, 3])
-def test_dropout_rng_warps(d, causal, split):
+@pytest.mark.parametrize("rng", [1, 2], ids=["bytes", "call_bits"])
+def test_dropout_rng_warps(d, causal, split, rng):
     """DROPOUT_RNG_WARPS (an override): four RNG warps draw each step's keep
-    flags into shared memory and the consumers read them; the same Philox
+    flags (1: a byte per score; 2: each call's eight bits, expanded by the
+    consumers) into shared memory and the consumers read them; the same Philox
     mask as the default's draws, so the default build's gradients up to
     summation order (GQA group of 3, whole or split across 3 programs,
     ragged lengths, flash-layout views); the plan took it."""
@@ -1214,9 +1218,9 @@ def test_dropout_rng_warps(d, causal, split):
 
     def took(plan, over):
         assert not isinstance(plan, str), plan
-        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over.get("DROPOUT_RNG_WARPS", False), (plan.kwargs, over)
+        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over.get("DROPOUT_RNG_WARPS", 0), (plan.kwargs, over)
         assert plan.split == split, plan.split
-    overs = (dict(GROUP_SPLIT=split), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=True))
+    overs = (dict(GROUP_SPLIT=split), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=rng))
     _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
 
 

@@ -102,11 +102,12 @@ d = 256) draws queries x keys tiles, one call per eight scores, and does
 not read it.  ``DROPOUT_RNG_WARPS`` (an override since session 38, not yet
 timed) moves the draws off the consumers: a fourth partition of four warps
 (_attn_bwd_rng, the registers the others leave: 24) makes every Philox
-call of each step's keys x queries tile once and writes the keep flags as
-bytes to a two-slot shared ring (keep_ready; a slot is free again at the
-step's qdo_empty arrivals, as its Q and dO are); each
-consumer loads its 64 x 64 flags in the accumulator's layout
-(benchmarks/gpu_next_dropout_rng.sh decides it).
+call of each step's keys x queries tile once and writes the keep flags to
+a two-slot shared ring (keep_ready; a slot is free again at the step's
+qdo_empty arrivals, as its Q and dO are): = 1 a byte per score, which each
+consumer loads in the accumulator's layout; = 2 each call's eight bits,
+which each consumer loads and expands as the shared calls' path does
+(benchmarks/gpu_next_dropout_rng.sh decides between them and the default).
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -132,7 +133,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
-                      tile_keep_keys_first_rng, tile_keep_keys_first_shared)
+                      keep_keys_first_from_call_bits, tile_call_bits_rng, tile_keep_keys_first_rng,
+                      tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -578,6 +580,12 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
             mbarrier.wait(keep_ready.index(s), ph)
             keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
             pt = negate_dropped(pt, keep.to(gl.uint32), 1)
+        elif DROPOUT == 4:  # the RNG warps' call bits, expanded here as DROPOUT 2 does
+            keep_bufs, keep_ready = rng
+            mbarrier.wait(keep_ready.index(s), ph)
+            keep = keep_keys_first_from_call_bits(
+                keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
+            pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
         elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
@@ -774,8 +782,9 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
     a constexpr in a conditionally added partition's arguments arrives as
     a plain int, which the partition call cannot take.)"""
     NUM_STAGES: gl.constexpr = keep_bufs.shape[0]
-    BLOCK_N: gl.constexpr = keep_bufs.shape[1]
-    BLOCK_M: gl.constexpr = keep_bufs.shape[2]
+    BITS: gl.constexpr = len(keep_bufs.shape) > 3  # DROPOUT_RNG_WARPS = 2: (c, e, 1, a, r) call bits per slot
+    BLOCK_N: gl.constexpr = keep_bufs.shape[1] * 16 if BITS else keep_bufs.shape[1]
+    BLOCK_M: gl.constexpr = keep_bufs.shape[4] * 16 if BITS else keep_bufs.shape[2]
     k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = _dropout_block(drop, off_b, GROUP, start_n)
     it = 0
     for g in range(GROUP):
@@ -784,9 +793,14 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
             s = it % NUM_STAGES
             mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
             for c in gl.static_range(BLOCK_N // 16):
-                keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
-                                                16, BLOCK_M, 4)
-                keep_bufs.index(s).slice(16 * c, 16, dim=0).store(keep.to(gl.uint8))
+                if BITS:
+                    bits = tile_call_bits_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
+                                              16, BLOCK_M, 4)
+                    keep_bufs.index(s).slice(c, 1, dim=0).store(bits)
+                else:
+                    keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
+                                                    16, BLOCK_M, 4)
+                    keep_bufs.index(s).slice(16 * c, 16, dim=0).store(keep.to(gl.uint8))
             mbarrier.arrive(keep_ready.index(s))  # (a partition-wide bar.sync, then one thread's arrive)
             it += 1
 
@@ -1521,13 +1535,17 @@ def _attn_bwd_hopper(
     # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 dropout
     # whose flags four RNG warps draw into shared memory (DROPOUT_RNG_WARPS,
     # an override; _attn_bwd_rng).
-    DRAWS: gl.constexpr = 3 if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
+    DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
-    if DROPOUT == 3:
+    if DROPOUT >= 3:
         gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64 and NAMED_BAR < 2,
                          "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles, qdo_empty")
-        keep_bufs = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK_N, BLOCK_M],
-                                              gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        if DROPOUT == 4:  # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
+            keep_bufs = gl.allocate_shared_memory(gl.uint32, [NUM_STAGES, BLOCK_N // 16, 4, 1, BLOCK_M // 16, 8],
+                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
+        else:  # a byte per score
+            keep_bufs = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK_N, BLOCK_M],
+                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         keep_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
         for s in gl.static_range(NUM_STAGES):
             mbarrier.init(keep_ready.index(s), count=1)
@@ -1573,8 +1591,8 @@ def _attn_bwd_hopper(
     ] + ([(_attn_bwd_rng, (keep_bufs, keep_ready, qdo_empty,
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
-         if DROPOUT == 3 else []),
-        [4, 1, 4] if DROPOUT == 3 else [4, 1], [CONSUMER_REGS, 24, RNG_REGS] if DROPOUT == 3 else [CONSUMER_REGS, 24])
+         if DROPOUT >= 3 else []),
+        [4, 1, 4] if DROPOUT >= 3 else [4, 1], [CONSUMER_REGS, 24, RNG_REGS] if DROPOUT >= 3 else [CONSUMER_REGS, 24])
 
 
 @gluon.jit
@@ -1932,7 +1950,7 @@ def dkv_block(head_dim, BLOCK_N, NUM_CONSUMERS, SPLIT_D=False, **_):
 
 def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=False, DS_BUFS=2,
                DQ_CHUNK=0, PERSISTENT=False, head_dim_v=None, DQ_STAGE_BUFS=1, Q_HALVES=False,
-               DROPOUT_RNG_WARPS=False, **_):
+               DROPOUT_RNG_WARPS=0, **_):
     """K, V, the (Q, dO) ring, dS^T (and P^T when SPLIT_D; 16-bit), the
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
@@ -1946,7 +1964,9 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT))
-            + (NUM_STAGES * (BLOCK_N * BLOCK_M + 8) if DROPOUT_RNG_WARPS else 0))  # keep flags, barriers
+            # the RNG warps' keep flags (a byte per score, or 4 bytes per call of 8) and barriers
+            + (NUM_STAGES * (BLOCK_N * BLOCK_M // (2 if DROPOUT_RNG_WARPS == 2 else 1) + 8) if DROPOUT_RNG_WARPS
+               else 0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -2162,6 +2182,8 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
+    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
+        return f"DROPOUT_RNG_WARPS: 0, 1 (a byte per score) or 2 (a call's bits), not {meta['DROPOUT_RNG_WARPS']!r}"
     if meta["DROPOUT_RNG_WARPS"] and not (dropped and not windowed and not meta["SPLIT_D"] and not meta["PERSISTENT"]
                                           and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240
                                           and meta["NAMED_BAR"] < 2):

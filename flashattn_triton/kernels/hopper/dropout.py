@@ -41,7 +41,9 @@ Three parts:
   the lane's key parity (tested in the interpreter without the layouts).
   ``tile_keep_keys_first_rng`` draws a 16-key slab's flags once per call
   for the backward's RNG warps (DROPOUT_RNG_WARPS, an override), which
-  hand them to the consumers through shared memory.
+  hand them to the consumers through shared memory; ``tile_call_bits_rng``
+  stops at each call's eight bits, which the consumers expand
+  (``keep_keys_first_from_call_bits``).
   ``select_kept`` / ``negate_dropped`` apply the mask (asm blocks).
 """
 
@@ -300,12 +302,35 @@ def tile_keep_keys_first_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
     made once, by one thread of NUM_WARPS warps (calls (c, e, 1, a, r) with
     e, r on the lanes and a on the warps).  The flags go to shared memory,
     so no layout has to match an accumulator."""
+    bits = tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi, CHUNK_N, BLOCK_M, NUM_WARPS)
+    L: gl.constexpr = bits.type.layout
+    return keep_keys_first_from_bits(bits, _key_parity(L), CHUNK_N, BLOCK_M)
+
+
+@gluon.jit
+def tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
+                       CHUNK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """The calls of tile_keep_keys_first_rng's slab reduced to their eight
+    keep bits (call_keep_bits), shaped (c, e, 1, a, r) = (1, 4, 1, BLOCK_M /
+    16, 8), one call per thread."""
     gl.static_assert(CHUNK_N == 16, "one 16-key slab per chunk")
     gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one call per thread: a 16-row group per warp")
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 1], [1, 4, 1, 1, 8], [1, 1, 1, NUM_WARPS, 1], [4, 1, 3, 2, 0])
     ic, ie, ia, ir = _keys_first_aranges(L, CHUNK_N, BLOCK_M)
     w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
-    return keep_keys_first_from_bits(call_keep_bits(w0, w1, w2, w3, t_hi), _key_parity(L), CHUNK_N, BLOCK_M)
+    return call_keep_bits(w0, w1, w2, w3, t_hi)
+
+
+@gluon.jit
+def keep_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                                   NUM_WARPS: gl.constexpr):
+    """The (BLOCK_N, BLOCK_M) keep flags of a keys x queries tile from its
+    calls' keep bits in shared memory (shaped (c, e, 1, a, r), as
+    tile_call_bits_rng writes them), loaded in tile_keep_keys_first_shared's
+    layout (both lanes of a pair read each call, lane bit 2 the key parity)
+    so that the flags convert to the accumulator without data movement."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    return keep_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
 
 
 @gluon.jit
