@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The dropout backward with its keep flags drawn by four RNG warps (DROPOUT_RNG_WARPS, an override;
 # kernels/hopper/bwd.py _attn_bwd_rng) against the default (each consumer draws its flags while
-# dP^T runs), on one H200, about 4-5 minutes. Why: issue 10's dropout row reads 0.89x SDPA
+# dP^T runs), on one H200, about 5-6 minutes. Why: issue 10's dropout row reads 0.89x SDPA
 # (session 37 call 3); session 38's warp-state profile of that row (results/h200/session38/
 # call3_ncu_dropout.tgz) has the Philox draws at about 20 % of the dropout kernel's samples, all on
 # the consumer warps, whose stalls (barrier 30 %, long scoreboard 19 %) leave issue slots free.
