@@ -232,6 +232,16 @@ def tile_halves_rows_first(k0, k1, rng_base, row0, col0, rng_cols,
     return halves_rows_first(w0, w1, w2, w3, BLOCK_M, BLOCK_N)
 
 
+@gluon.constexpr_function
+def _keys_first_layout(num_warps):
+    """The 5-d layout of a keys x queries tile's calls (c, e, k0, a, r) whose
+    flags convert to the NVMMA accumulator (keys as the wgmma M dim,
+    warps_per_cta [num_warps, 1]) without data movement: k0 a broadcast dim
+    on lane bit 2, e on lane bits 3-4, r as one register bit and lane bits
+    0-1, c on the warps, a in registers (tile_halves_keys_first)."""
+    return gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [num_warps, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+
+
 @gluon.jit
 def _keys_first_aranges(L: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
     """The aranges (ic, ie, ia, ir) of a keys x queries tile's calls
@@ -265,7 +275,7 @@ def tile_halves_keys_first(k0, k1, rng_base, row0, col0, rng_cols,
     NUM_WARPS), a in registers."""
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 16 == 0, "query tiles of multiples of 16")
-    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
     ic, ie, ia, ir = _keys_first_aranges(L, BLOCK_N, BLOCK_M)
     return tile_halves_keys_first_from(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir, _key_parity(L),
                                        BLOCK_N, BLOCK_M)
@@ -286,7 +296,7 @@ def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
     gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key slab per warp")
     gl.static_assert(BLOCK_M % 32 == 0, "query tiles of pairs of 16-row groups")
     LW: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 1, 2, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 3, 1, 2, 0])
-    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
     ic, ie, ia, ir = _keys_first_aranges(LW, BLOCK_N, BLOCK_M)
     w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
     bits = gl.convert_layout(call_keep_bits(w0, w1, w2, w3, t_hi), L)
@@ -329,7 +339,7 @@ def keep_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl
     tile_call_bits_rng writes them), loaded in tile_keep_keys_first_shared's
     layout (both lanes of a pair read each call, lane bit 2 the key parity)
     so that the flags convert to the accumulator without data movement."""
-    L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 2], [1, 4, 2, 1, 4], [NUM_WARPS, 1, 1, 1, 1], [4, 2, 1, 3, 0])
+    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
     return keep_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
 
 
