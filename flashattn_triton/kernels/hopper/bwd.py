@@ -537,7 +537,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
-    (DROPOUT 3): the RNG warps' keep flags and their ready barriers
+    (DROPOUT 3 / 4): the RNG warps' keep flags and their ready barriers
     (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
@@ -574,18 +574,17 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
         # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
-        if DROPOUT == 3:  # the RNG warps' flags (0 / 1) of this warpgroup's keys, compared against 1
+        if DROPOUT >= 3:  # the RNG warps' flags of this warpgroup's keys (0 / 1), compared against 1
             # (the slot is released with Q and dO's, qdo_empty, at the step's end)
             keep_bufs, keep_ready = rng
             mbarrier.wait(keep_ready.index(s), ph)
-            keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
-            pt = negate_dropped(pt, keep.to(gl.uint32), 1)
-        elif DROPOUT == 4:  # the RNG warps' call bits, expanded here as DROPOUT 2 does
-            keep_bufs, keep_ready = rng
-            mbarrier.wait(keep_ready.index(s), ph)
-            keep = keep_keys_first_from_call_bits(
-                keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
-            pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
+            if DROPOUT == 3:  # a byte per score
+                keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
+                pt = negate_dropped(pt, keep.to(gl.uint32), 1)
+            else:  # each call's eight bits, expanded here as DROPOUT 2 does
+                keep = keep_keys_first_from_call_bits(
+                    keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
+                pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
         elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
@@ -769,7 +768,8 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 @gluon.jit
 def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
     """RNG partition (4 warps; DROPOUT_RNG_WARPS, not persistent): the keep
-    flags (uint8, 1 kept) of every step's keys x queries tile, both
+    flags (a uint8 per score, 1 kept; with BITS each call's eight bits,
+    call_keep_bits) of every step's keys x queries tile, both
     consumers' keys, into slot it % NUM_STAGES of keep_bufs, in the steps'
     order (the producer's: every query head of the group, query tiles
     [m_lo, m_hi)).  Each Philox call is made once, one per thread per
@@ -778,9 +778,10 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
     products.  A slot is refilled once both consumers are done with the
     step that read it: their qdo_empty arrivals, which also free its Q and
     dO (no arrival of their own, no bar.sync more per step).  (The
-    tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N, BLOCK_M):
-    a constexpr in a conditionally added partition's arguments arrives as
-    a plain int, which the partition call cannot take.)"""
+    tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N, BLOCK_M)
+    or (NUM_STAGES, BLOCK_N / 16, 4, 1, BLOCK_M / 16, 8): a constexpr in a
+    conditionally added partition's arguments arrives as a plain int, which
+    the partition call cannot take.)"""
     NUM_STAGES: gl.constexpr = keep_bufs.shape[0]
     BITS: gl.constexpr = len(keep_bufs.shape) > 3  # DROPOUT_RNG_WARPS = 2: (c, e, 1, a, r) call bits per slot
     BLOCK_N: gl.constexpr = keep_bufs.shape[1] * 16 if BITS else keep_bufs.shape[1]
@@ -1532,9 +1533,10 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 dropout
-    # whose flags four RNG warps draw into shared memory (DROPOUT_RNG_WARPS,
-    # an override; _attn_bwd_rng).
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4
+    # dropout whose flags four RNG warps draw into shared memory, a byte per
+    # score / each call's eight bits (DROPOUT_RNG_WARPS 1 / 2, an override;
+    # _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
@@ -1955,7 +1957,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
     does not fit fails to build and is declined; DROPOUT_RNG_WARPS: the RNG
-    warps' uint8 keep flags per slot).  head_dim: Q's and K's width,
+    warps' keep flags per slot, 1: a byte per score, 2: 4 bytes per call).  head_dim: Q's and K's width,
     head_dim_v V's and dO's (default head_dim)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     n_ds = DS_BUFS if SPLIT_D else 2
