@@ -1170,12 +1170,17 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
 
 
 def test_dropout_rng_warps_plan(monkeypatch):
-    """DROPOUT_RNG_WARPS (an override; 1: a byte per score, 2: each call's
-    eight bits): taken for dropout calls on the keys-as-M step (d = 64 /
+    """DROPOUT_RNG_WARPS (1: a byte per score, 2: each call's eight bits):
+    as an override taken for dropout calls on the keys-as-M step (d = 64 /
     128, BLOCK_M 64), its shared memory counted; other values declined;
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
-    qdo_empty arrivals, which free the flags' slots)."""
+    qdo_empty arrivals, which free the flags' slots).  By default
+    (DROPOUT_RNG_CONFIGS) = 2 for dropout at d = 64 (consumers at 232
+    registers) and 128; not where a build cannot take it (a window, the
+    persistent grid, NAMED_BAR = 2: those builds draw as before rather than
+    declining), not without dropout, not at d = 256, and an override of it
+    or of CONSUMER_REGS stands."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
@@ -1191,13 +1196,31 @@ def test_dropout_rng_warps_plan(monkeypatch):
             p = plan(d, rng=rng)
             assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"] == rng, (d, p)
             meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=rng), dropout=True)
-            base = hbwd.kernel_meta(d, True, dropout=True)
+            base = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=0), dropout=True)
             assert (meta["BLOCK_N"], meta["BLOCK_M"]) == (128, 64), meta
             assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (slot_bytes + 8)
     for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7),
                    plan(NAMED_BAR=2), plan(rng=3)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
-    assert not hbwd.kernel_meta(128, True, dropout=True)["DROPOUT_RNG_WARPS"]  # off by default
+    # the default: DROPOUT_RNG_CONFIGS where the build can take it
+    for d, regs in ((64, 232), (128, 240)):
+        for causal in (False, True):
+            meta = hbwd.kernel_meta(d, causal, dropout=True)
+            assert (meta["DROPOUT_RNG_WARPS"], meta["CONSUMER_REGS"]) == (2, regs), (d, causal, meta)
+            p = plan(d, **{"rng": 2})
+            assert not isinstance(p, str) and p.kwargs["CONSUMER_REGS"] == 240, p  # (an override: 240 stands)
+        for over, windowed in ((dict(DROPOUT_RNG_WARPS=0), False), ({}, True), (dict(PERSISTENT=True), False),
+                               (dict(NAMED_BAR=2), False)):
+            meta = hbwd.kernel_meta(d, True, over, windowed=windowed, dropout=True)
+            assert not meta["DROPOUT_RNG_WARPS"] and meta["CONSUMER_REGS"] == 240, (d, over, windowed, meta)
+        q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 6, 1024)
+        p = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, True, True, False, {})
+        assert not isinstance(p, str) and not p.kwargs["DROPOUT_RNG_WARPS"], p  # window + dropout: still built
+        assert hbwd.kernel_meta(d, True, dict(CONSUMER_REGS=224), dropout=True)["CONSUMER_REGS"] == 224
+        assert not hbwd.kernel_meta(d, True)["DROPOUT_RNG_WARPS"]  # no dropout
+    assert not hbwd.kernel_meta(256, True, dropout=True)["DROPOUT_RNG_WARPS"]
 
 
 @needs_hopper
@@ -1206,11 +1229,11 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("rng", [1, 2], ids=["bytes", "call_bits"])
 def test_dropout_rng_warps(d, causal, split, rng):
-    """DROPOUT_RNG_WARPS (an override): four RNG warps draw each step's keep
-    flags (1: a byte per score; 2: each call's eight bits, expanded by the
-    consumers) into shared memory and the consumers read them; the same Philox
-    mask as the default's draws, so the default build's gradients up to
-    summation order (GQA group of 3, whole or split across 3 programs,
+    """DROPOUT_RNG_WARPS (= 2 the default at d = 64 / 128): four RNG warps
+    draw each step's keep flags (1: a byte per score; 2: each call's eight
+    bits, expanded by the consumers) into shared memory and the consumers
+    read them; the same Philox mask as the consumers' own draws
+    (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation order (GQA group of 3, whole or split across 3 programs,
     ragged lengths, flash-layout views); the plan took it."""
     q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
     k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
@@ -1218,9 +1241,9 @@ def test_dropout_rng_warps(d, causal, split, rng):
 
     def took(plan, over):
         assert not isinstance(plan, str), plan
-        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over.get("DROPOUT_RNG_WARPS", 0), (plan.kwargs, over)
+        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over["DROPOUT_RNG_WARPS"], (plan.kwargs, over)
         assert plan.split == split, plan.split
-    overs = (dict(GROUP_SPLIT=split), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=rng))
+    overs = (dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=0), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=rng))
     _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
 
 

@@ -99,15 +99,19 @@ query groups, packs each call's eight keep flags into one register and a
 layout conversion (a warp shuffle per call) hands the partner its calls
 (dropout.tile_keep_keys_first_shared).  The SPLIT_D path (dropout at
 d = 256) draws queries x keys tiles, one call per eight scores, and does
-not read it.  ``DROPOUT_RNG_WARPS`` (an override since session 38, not yet
-timed) moves the draws off the consumers: a fourth partition of four warps
-(_attn_bwd_rng, the registers the others leave: 24) makes every Philox
+not read it.  ``DROPOUT_RNG_WARPS`` (built in session 38; = 2 the
+default at d = 64 / 128 since session 39's H200 run: DROPOUT_RNG_CONFIGS)
+moves the draws off the consumers: a fourth partition of four warps
+(_attn_bwd_rng, the registers the others leave: 24, 40 at d = 64 with its
+consumers at 232) makes every Philox
 call of each step's keys x queries tile once and writes the keep flags to
 a two-slot shared ring (keep_ready; a slot is free again at the step's
 qdo_empty arrivals, as its Q and dO are): = 1 a byte per score, which each
 consumer loads in the accumulator's layout; = 2 each call's eight bits,
 which each consumer loads and expands as the shared calls' path does
-(benchmarks/gpu_next_dropout_rng.sh decides between them and the default).
+(benchmarks/gpu_next_dropout_rng.sh timed both: = 2 1.03-1.09x, = 1
+slower).  Builds that cannot take it (a window, SPLIT_D, persistent) draw
+as before.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -1535,8 +1539,8 @@ def _attn_bwd_hopper(
     # queries draws make each Philox call once per lane pair
     # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4
     # dropout whose flags four RNG warps draw into shared memory, a byte per
-    # score / each call's eight bits (DROPOUT_RNG_WARPS 1 / 2, an override;
-    # _attn_bwd_rng).
+    # score / each call's eight bits (DROPOUT_RNG_WARPS 1 / 2; 2 by
+    # DROPOUT_RNG_CONFIGS at d = 64 / 128; _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
@@ -1710,6 +1714,32 @@ DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
     128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
 }
+# The dropout RNG warps (DROPOUT_RNG_WARPS = 2: a fourth partition draws each
+# call's eight keep bits into shared memory, the consumers expand them), per
+# head dim, added by kernel_meta where the call's build can take them (no
+# window, the keys-as-M step with 64-row query tiles, not persistent,
+# NAMED_BAR < 2; an override of DROPOUT_RNG_WARPS wins).  Session 39's H200
+# run (benchmarks/gpu_next_dropout_rng.sh, two repeats, six rows per d,
+# against the shared-calls entry above; rule: every row >= 0.99x and geomean
+# >= 1.02): d = 64 with 232 consumer registers (40 left for the RNG warps)
+# 1.080-1.097x, geomean 1.090 (1.050-1.095x / 1.077 at 240); d = 128
+# 1.007-1.059x, geomean 1.034 (0.78-0.84x at 232).  The byte-per-score form
+# (= 1) was slower at both (0.886-0.910x / 0.958-0.992x).
+DROPOUT_RNG_CONFIGS: dict = {
+    64: dict(DROPOUT_RNG_WARPS=2, CONSUMER_REGS=232),
+    128: dict(DROPOUT_RNG_WARPS=2),
+}
+
+
+def rng_warps_fit(meta: dict, dropped: bool, windowed: bool) -> bool:
+    """Whether a build of meta can take DROPOUT_RNG_WARPS: dropout without a
+    window on the keys-as-M step (not SPLIT_D) with 64-row query tiles, not
+    persistent, the consumers at most 240 registers and NAMED_BAR < 2 (its =
+    2 form has no qdo_empty arrivals, which free the flags' slots)."""
+    return bool(dropped and not windowed and not meta["SPLIT_D"] and not meta["PERSISTENT"]
+                and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240 and meta["NAMED_BAR"] < 2)
+
+
 # Head dims whose dropout build is declined (the portable kernels run):
 # the split Q K^T step (_attn_bwd_step_qk1) has no dropout, as the
 # forward's has none; windows are declined there too (_make_plan).
@@ -1901,7 +1931,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
                 windowed: bool = False, dropout: bool = False) -> dict:
     """Every meta-parameter of _attn_bwd_hopper but HEAD_DIM, HEAD_DIM_V and IS_CAUSAL;
     windowed: HAS_WINDOW, with WINDOW_CONFIGS' entries; dropout: HAS_DROPOUT,
-    with DROPOUT_CONFIGS' entries; NAMED_BAR (0, 1, 2; True counts as 1): the
+    with DROPOUT_CONFIGS' entries and, where the build can take them
+    (rng_warps_fit), DROPOUT_RNG_CONFIGS'; NAMED_BAR (0, 1, 2; True counts as 1): the
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
     (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT;
     TMA_DKV from TMA_DKV_DROPOUT, TMA_DKV_WINDOW or TMA_DKV_DEFAULT by the
@@ -1928,6 +1959,13 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     # and by default not with dropout (its d = 128 build spills more with it).
     default = head_dim in ROW_BOUND_DIMS and not dropout
     meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND", default)) and causal
+    # The RNG warps where this build can take them, unless overridden (an
+    # override of CONSUMER_REGS also stands).
+    rng_part = DROPOUT_RNG_CONFIGS.get(head_dim, {}) if dropout else {}
+    if rng_part and "DROPOUT_RNG_WARPS" not in (overrides or {}):
+        taken = dict(meta, **{k: v for k, v in rng_part.items() if k not in (overrides or {})})
+        if rng_warps_fit(taken, dropout, windowed):
+            meta = taken
     return meta
 
 
@@ -2186,9 +2224,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
         return f"DROPOUT_RNG_WARPS: 0, 1 (a byte per score) or 2 (a call's bits), not {meta['DROPOUT_RNG_WARPS']!r}"
-    if meta["DROPOUT_RNG_WARPS"] and not (dropped and not windowed and not meta["SPLIT_D"] and not meta["PERSISTENT"]
-                                          and meta["BLOCK_M"] == 64 and meta["CONSUMER_REGS"] <= 240
-                                          and meta["NAMED_BAR"] < 2):
+    if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
@@ -2353,6 +2389,7 @@ _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_
 
 
 __all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
-           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_DECLINE",
+           "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_RNG_CONFIGS",
+           "rng_warps_fit", "DROPOUT_DECLINE",
            "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "HOPPER_BWD_NAMED_BAR_DEFAULT", "group_split", "resolve_group_split",
            "split_divisor"]

@@ -40,7 +40,7 @@ Three parts:
   its partner's calls, and ``keep_keys_first_from_bits`` reads the bits of
   the lane's key parity (tested in the interpreter without the layouts).
   ``tile_keep_keys_first_rng`` draws a 16-key slab's flags once per call
-  for the backward's RNG warps (DROPOUT_RNG_WARPS, an override), which
+  for the backward's RNG warps (DROPOUT_RNG_WARPS; the default at d = 64 / 128), which
   hand them to the consumers through shared memory; ``tile_call_bits_rng``
   stops at each call's eight bits, which the consumers expand
   (``keep_keys_first_from_call_bits``).

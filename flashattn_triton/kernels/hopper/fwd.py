@@ -322,8 +322,11 @@ def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
     """x (rows, cols; float32) in desc's dtype through the free shared buffer buf (at least
     as large) to rows [row, + rows), columns [col, + cols) of head off_h of batch entry
     off_b by a TMA store (its completion: the caller's store_wait).  The forward's O and
-    the backward's dK / dV (TMA_DKV) leave this way."""
-    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]], buf.layout)
+    the backward's dK / dV (TMA_DKV) leave this way.  The staged tile takes the swizzle of
+    its own width, not buf's: a 32-column bf16 tile (SPLIT_D's dK / dV at d = 64) is 64
+    bytes wide, too narrow for a 128-byte swizzle."""
+    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]],
+                             gl.NVMMASharedLayout.get_default_for([x.shape[0], x.shape[1]], desc.dtype))
     stage.store(x.to(desc.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
