@@ -137,7 +137,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
-                      keep_keys_first_from_call_bits, tile_call_bits_rng, tile_keep_keys_first_rng,
+                      keep_keys_first_from_call_bits, keep_keys_first_from_loaded_bits, load_call_bits,
+                      tile_call_bits_rng, tile_keep_keys_first_rng,
                       tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
@@ -585,10 +586,12 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
             if DROPOUT == 3:  # a byte per score
                 keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
                 pt = negate_dropped(pt, keep.to(gl.uint32), 1)
-            else:  # each call's eight bits, expanded here as DROPOUT 2 does
+            elif DROPOUT == 4:  # each call's eight bits, expanded here as DROPOUT 2 does
                 keep = keep_keys_first_from_call_bits(
                     keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
                 pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
+            else:  # the same bits, loaded and applied after the wait
+                bits_smem = keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0)
         elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
@@ -597,7 +600,14 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
             pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=True), t_hi)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
-    if DROPOUT:
+    if DROPOUT == 5:
+        # As below, the keep flags a predicate per score rather than P^T's
+        # sign, and dV's r applied once to the block's sum (_attn_bwd_compute).
+        kept = gl.convert_layout(keep_keys_first_from_call_bits(bits_smem, SUB_N, BLOCK_M, 4), t_layout,
+                                 assert_trivial=True) != 0
+        dst = (pt * (gl.where(kept, dpt * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 0))).to(dtype)
+        pt = gl.where(kept, pt, 0.0)
+    elif DROPOUT:
         # dV = (P Z r)^T dO and dP = Z r (dO V^T) (kernels/bwd.py); delta is
         # still rowsum(dO * O) (the forward's O is the dropped one).
         dst = (gl.abs(pt) * (gl.where(pt >= 0.0, dpt * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 0)))
@@ -934,6 +944,10 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         mbarrier.arrive(kv_empty)
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
+    if DROPOUT == 5:
+        # dV summed (P Z)^T dO: the keep scale r = 1 / (1 - p) once here
+        _k0, _k1, _base_b, _rows_cols, _rng_cols, _t_hi, drop_scale, _key0 = drop
+        dv = dv * drop_scale
     if TMA_DKV:
         # Once both consumers are here no product reads a (Q, dO) slot any
         # more (each step waited for its wgmmas, and the producer loads no
@@ -1537,16 +1551,18 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4 / 5
     # dropout whose flags four RNG warps draw into shared memory, a byte per
-    # score / each call's eight bits (DROPOUT_RNG_WARPS 1 / 2; 2 by
-    # DROPOUT_RNG_CONFIGS at d = 64 / 128; _attn_bwd_rng).
+    # score / each call's eight bits / the same bits applied as predicates
+    # after the dP^T wait with dV's keep scale once per block
+    # (DROPOUT_RNG_WARPS 1 / 2 / 3; 2 by DROPOUT_RNG_CONFIGS at d = 64 / 128;
+    # _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
         gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64 and NAMED_BAR < 2,
                          "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles, qdo_empty")
-        if DROPOUT == 4:  # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
+        if DROPOUT >= 4:  # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
             keep_bufs = gl.allocate_shared_memory(gl.uint32, [NUM_STAGES, BLOCK_N // 16, 4, 1, BLOCK_M // 16, 8],
                                                   gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
         else:  # a byte per score
@@ -1995,7 +2011,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
     does not fit fails to build and is declined; DROPOUT_RNG_WARPS: the RNG
-    warps' keep flags per slot, 1: a byte per score, 2: 4 bytes per call).  head_dim: Q's and K's width,
+    warps' keep flags per slot, 1: a byte per score, 2 / 3: 4 bytes per call).  head_dim: Q's and K's width,
     head_dim_v V's and dO's (default head_dim)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     n_ds = DS_BUFS if SPLIT_D else 2
@@ -2005,7 +2021,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
             + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT))
             # the RNG warps' keep flags (a byte per score, or 4 bytes per call of 8) and barriers
-            + (NUM_STAGES * (BLOCK_N * BLOCK_M // (2 if DROPOUT_RNG_WARPS == 2 else 1) + 8) if DROPOUT_RNG_WARPS
+            + (NUM_STAGES * (BLOCK_N * BLOCK_M // (2 if DROPOUT_RNG_WARPS >= 2 else 1) + 8) if DROPOUT_RNG_WARPS
                else 0))
 
 
@@ -2222,8 +2238,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
-    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
-        return f"DROPOUT_RNG_WARPS: 0, 1 (a byte per score) or 2 (a call's bits), not {meta['DROPOUT_RNG_WARPS']!r}"
+    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2, 3):  # (True / False compare equal to 1 / 0)
+        return ("DROPOUT_RNG_WARPS: 0, 1 (a byte per score), 2 (a call's bits) or 3 (the bits applied late), "
+                f"not {meta['DROPOUT_RNG_WARPS']!r}")
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")
