@@ -1177,8 +1177,8 @@ def test_dropout_rng_warps_plan(monkeypatch):
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
     qdo_empty arrivals, which free the flags' slots).  By default
-    (DROPOUT_RNG_CONFIGS) = 2 for dropout at d = 64 (consumers at 232
-    registers) and 128; not where a build cannot take it (a window, the
+    (DROPOUT_RNG_CONFIGS) = 3 for dropout at d = 64 (consumers at 232
+    registers), = 2 at 128; not where a build cannot take it (a window, the
     persistent grid, NAMED_BAR = 2: those builds draw as before rather than
     declining), not without dropout, not at d = 256, and an override of it
     or of CONSUMER_REGS stands."""
@@ -1205,10 +1205,10 @@ def test_dropout_rng_warps_plan(monkeypatch):
                    plan(NAMED_BAR=2), plan(rng=4)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
     # the default: DROPOUT_RNG_CONFIGS where the build can take it
-    for d, regs in ((64, 232), (128, 240)):
+    for d, rng, regs in ((64, 3, 232), (128, 2, 240)):
         for causal in (False, True):
             meta = hbwd.kernel_meta(d, causal, dropout=True)
-            assert (meta["DROPOUT_RNG_WARPS"], meta["CONSUMER_REGS"]) == (2, regs), (d, causal, meta)
+            assert (meta["DROPOUT_RNG_WARPS"], meta["CONSUMER_REGS"]) == (rng, regs), (d, causal, meta)
             p = plan(d, **{"rng": 2})
             assert not isinstance(p, str) and p.kwargs["CONSUMER_REGS"] == 240, p  # (an override: 240 stands)
         for over, windowed in ((dict(DROPOUT_RNG_WARPS=0), False), ({}, True), (dict(PERSISTENT=True), False),
@@ -1231,7 +1231,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("rng", [1, 2, 3], ids=["bytes", "call_bits", "late_bits"])
 def test_dropout_rng_warps(d, causal, split, rng):
-    """DROPOUT_RNG_WARPS (= 2 the default at d = 64 / 128): four RNG warps
+    """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG warps
     draw each step's keep flags (1: a byte per score; 2: each call's eight
     bits, expanded by the consumers; 3: those bits applied as predicates
     after the dP^T wait, dV scaled once per block) into shared memory and

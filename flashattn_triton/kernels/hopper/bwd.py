@@ -99,19 +99,20 @@ query groups, packs each call's eight keep flags into one register and a
 layout conversion (a warp shuffle per call) hands the partner its calls
 (dropout.tile_keep_keys_first_shared).  The SPLIT_D path (dropout at
 d = 256) draws queries x keys tiles, one call per eight scores, and does
-not read it.  ``DROPOUT_RNG_WARPS`` (built in session 38; = 2 the
-default at d = 64 / 128 since session 39's H200 run: DROPOUT_RNG_CONFIGS)
-moves the draws off the consumers: a fourth partition of four warps
-(_attn_bwd_rng, the registers the others leave: 24, 40 at d = 64 with its
-consumers at 232) makes every Philox
-call of each step's keys x queries tile once and writes the keep flags to
-a two-slot shared ring (keep_ready; a slot is free again at the step's
-qdo_empty arrivals, as its Q and dO are): = 1 a byte per score, which each
-consumer loads in the accumulator's layout; = 2 each call's eight bits,
-which each consumer loads and expands as the shared calls' path does
-(benchmarks/gpu_next_dropout_rng.sh timed both: = 2 1.03-1.09x, = 1
-slower).  Builds that cannot take it (a window, SPLIT_D, persistent) draw
-as before.
+not read it.  ``DROPOUT_RNG_WARPS`` (built in session 38; the default at
+d = 64 / 128 since session 39's H200 runs: DROPOUT_RNG_CONFIGS) moves the
+draws off the consumers: a fourth partition of four warps (_attn_bwd_rng,
+the registers the others leave: 24, 40 at d = 64 with its consumers at
+232) makes every Philox call of each step's keys x queries tile once and
+writes the keep flags to a two-slot shared ring (keep_ready; a slot is free
+again at the step's qdo_empty arrivals, as its Q and dO are): = 1 a byte
+per score, which each consumer loads in the accumulator's layout; = 2 each
+call's eight bits, which each consumer loads and expands as the shared
+calls' path does (benchmarks/gpu_next_dropout_rng.sh timed both: = 2
+1.03-1.09x, = 1 slower); = 3 loads those bits after the dP^T wait and
+applies them as a predicate per score, with dV's keep scale once per key
+block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2).
+Builds that cannot take it (a window, SPLIT_D, persistent) draw as before.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -1555,8 +1556,8 @@ def _attn_bwd_hopper(
     # dropout whose flags four RNG warps draw into shared memory, a byte per
     # score / each call's eight bits / the same bits applied as predicates
     # after the dP^T wait with dV's keep scale once per block
-    # (DROPOUT_RNG_WARPS 1 / 2 / 3; 2 by DROPOUT_RNG_CONFIGS at d = 64 / 128;
-    # _attn_bwd_rng).
+    # (DROPOUT_RNG_WARPS 1 / 2 / 3; DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at
+    # d = 128; _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
@@ -1730,8 +1731,8 @@ DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
     128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
 }
-# The dropout RNG warps (DROPOUT_RNG_WARPS = 2: a fourth partition draws each
-# call's eight keep bits into shared memory, the consumers expand them), per
+# The dropout RNG warps (DROPOUT_RNG_WARPS = 2 / 3: a fourth partition draws
+# each call's eight keep bits into shared memory, the consumers expand them), per
 # head dim, added by kernel_meta where the call's build can take them (no
 # window, the keys-as-M step with 64-row query tiles, not persistent,
 # NAMED_BAR < 2; an override of DROPOUT_RNG_WARPS wins).  Session 39's H200
@@ -1740,9 +1741,13 @@ DROPOUT_CONFIGS: dict = {
 # >= 1.02): d = 64 with 232 consumer registers (40 left for the RNG warps)
 # 1.080-1.097x, geomean 1.090 (1.050-1.095x / 1.077 at 240); d = 128
 # 1.007-1.059x, geomean 1.034 (0.78-0.84x at 232).  The byte-per-score form
-# (= 1) was slower at both (0.886-0.910x / 0.958-0.992x).
+# (= 1) was slower at both (0.886-0.910x / 0.958-0.992x).  Then the same bits
+# applied late (= 3: a predicate per score after the dP^T wait, dV's keep
+# scale once per block; benchmarks/gpu_next_dropout_late.sh, same rule,
+# against = 2): d = 64 at 232 registers 1.016-1.035x, geomean 1.026 (adopted;
+# 1.025 at 240); d = 128 0.992-1.029x, geomean 1.019 (not met: stays = 2).
 DROPOUT_RNG_CONFIGS: dict = {
-    64: dict(DROPOUT_RNG_WARPS=2, CONSUMER_REGS=232),
+    64: dict(DROPOUT_RNG_WARPS=3, CONSUMER_REGS=232),
     128: dict(DROPOUT_RNG_WARPS=2),
 }
 
