@@ -481,10 +481,15 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     # GROUP_SPLIT = S > 1: dK / dV are the float32 partials of a group's slices
     out = "fp32" if meta.get("GROUP_SPLIT", 1) > 1 else dtype
     if "dk_desc" in hbwd._attn_bwd_hopper.arg_names:  # TMA_DKV: dK / dV by TMA stores (16-bit)
+        has_dk1 = "dk1_desc" in hbwd._attn_bwd_hopper.arg_names  # (a checkout from before the split Q K^T's)
         if meta.get("TMA_DKV"):
-            descs["dk_desc"] = descs["dv_desc"] = (hbwd.dkv_block(d, **meta), tdt)
+            descs["dk_desc"] = descs["dv_desc"] = (hbwd.dkv_block(dv, **meta), tdt)
+            if dv != d:  # the split Q K^T: dK's second chunk
+                descs["dk1_desc"] = (hbwd.dkv_block(d - dv, **meta), tdt)
+            elif has_dk1:
+                constexprs.update(dk1_desc=None)
         else:  # None at the launch: constexprs, no parameters
-            constexprs.update(dk_desc=None, dv_desc=None)
+            constexprs.update(dk_desc=None, dv_desc=None, **({"dk1_desc": None} if has_dk1 else {}))
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
                "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, constexprs, descs, scalars, d, arch)

@@ -842,14 +842,16 @@ TMA_DKV_VARIANTS = [
 
 
 @needs_hopper
-@pytest.mark.parametrize("d", [64, 128, 256], ids=_d_id)
+@pytest.mark.parametrize("d", [64, 128, 256, 192], ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_tma_dkv_matches_reference(d, case):
     """TMA_DKV: dK / dV staged in the (Q, dO) ring and written by TMA stores
     (rows past N_K dropped by the descriptor's bounds), every reference
-    case against float64 on NaN-poisoned outputs."""
+    case against float64 on NaN-poisoned outputs; d = 192 with dv = 128
+    (split Q K^T: dK's second chunk through a third descriptor)."""
     b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    q, k, v, do = (_inputs_192(b, hq, hkv, nq, nk, torch.bfloat16, layout) if d == 192
+                   else _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout))
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, TMA_DKV=True)
 
@@ -1033,9 +1035,11 @@ def test_tma_dkv_plan(monkeypatch):
     """TMA_DKV (TMA_DKV_DEFAULT per head dim and causal flag, or an
     override): taken at d = 64 / 128 / 256 with TMA-compatible 16-bit dK /
     dV or 16-bit group partials, with the descriptors' blocks (a consumer's
-    keys x d, or at d = 256 every key x d / 2 columns); turned off for the
-    split Q K^T (d = 192), the persistent grid, a one-slot ring (keys-as-M
-    step), float32 partials and dK / dV off 16-byte alignment."""
+    keys x d, or at d = 256 every key x d / 2 columns), and as an override
+    for the split Q K^T (d = 192 / dv = 128: dK's chunks and dV, every key
+    x 64, 64 and 32 columns); turned off for the persistent grid, a
+    one-slot ring (keys-as-M step), float32 partials and dK / dV off
+    16-byte alignment."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
@@ -1063,6 +1067,17 @@ def test_tma_dkv_plan(monkeypatch):
     odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)
     assert not plan(h_kv=4, dk=odd, over=dict(GROUP_SPLIT=1)).kwargs["TMA_DKV"]   # 2-byte offset
     assert not plan(over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
+    # the split Q K^T (d = 192 / dv = 128): dK's first chunk, dV, dK's second chunk; not by default
+    q, k = torch.empty(2, 16, 1024, 192, dtype=torch.bfloat16), torch.empty(2, 4, 1024, 192, dtype=torch.bfloat16)
+    v, do = torch.empty(2, 4, 1024, 128, dtype=torch.bfloat16), torch.empty(2, 16, 1024, 128, dtype=torch.bfloat16)
+    lse = torch.empty(2, 16, 1024)
+    for over, taken in ((dict(TMA_DKV=True, GROUP_SPLIT=1), True), ({}, False),
+                        (dict(TMA_DKV=True, PERSISTENT=True, NUM_SMS=7), False)):
+        p = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, over)
+        assert not isinstance(p, str) and p.kwargs["TMA_DKV"] == taken, (over, p)
+        if taken:
+            assert p.dkv_blocks == ([1, 1, 64, 64], [1, 1, 64, 64], [1, 1, 64, 32]), p.dkv_blocks
+            assert p.dkv_dims[2] == p.dkv_dims[0] and p.dkv_dims[1][0] == [2, 4, 1024, 128], p.dkv_dims
     # the defaults: d = 64 / 256 both ways, d = 128 not causal (causal by length, below); with
     # dropout d = 64 / 128 both ways; with a window causal only
     assert [hbwd.kernel_meta(d, c)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
@@ -2095,7 +2110,8 @@ grads = [torch.zeros_like(t) for t in (q, k, v)]
 QH = dict(Q_HALVES=True, BLOCK_M=128, NUM_STAGES=1, DS_BUFS=1, DQ_CHUNK=64, DQ_STAGE_BUFS=2)
 for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_SMS=7)), (False, dict(GROUP_SPLIT=2)),
                      (True, dict(Q_HALVES=False, BLOCK_M=64, NUM_STAGES=2, DS_BUFS=2, DQ_CHUNK=32,
-                                 DQ_STAGE_BUFS=2)), (True, QH)):
+                                 DQ_STAGE_BUFS=2)), (True, QH),
+                     (True, dict(QH, TMA_DKV=True)), (False, dict(TMA_DKV=True, GROUP_SPLIT=2))):
     with fake_cuda():
         ok = hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, 0.07, 788 if causal else None,
                                           **over)
@@ -2104,9 +2120,13 @@ for causal, over in ((False, {}), (True, {}), (True, dict(PERSISTENT=True, NUM_S
     consts = launch[0].src.constants
     print(causal, launch[1], consts.get((names.index("HEAD_DIM_V"),)), consts.get((names.index("SPLIT_D"),)),
           consts.get((names.index("q1_desc"),), "param"))
-    if over.get("Q_HALVES"):
+    if over.get("Q_HALVES") and not over.get("TMA_DKV"):
         plan = hb._make_plan(do, q, k, v, lse, delta, *grads, 0.07, causal, False, False, False, dict(over))
         print("dq block", list(plan.blocks[4]))
+    if over.get("TMA_DKV"):
+        plan = hb._make_plan(do, q, k, v, lse, delta, *grads, 0.07, causal, False, False, False, dict(over))
+        print("tma", plan.kwargs["TMA_DKV"], [b[3] for b in plan.dkv_blocks],
+              consts.get((names.index("dk1_desc"),), "param"))
 print(192 in hb.CONFIGS)  # the default table (GPU-validated)
 """
 
@@ -2119,7 +2139,9 @@ def test_split_qk_launch_on_a_fake_driver():
     the persistent form; GROUP_SPLIT = 2 with dK / dV partials of 192 and
     128 columns; the 64-row step of before with two dQ staging buffers
     (DQ_STAGE_BUFS = 2); the 128-row Q_HALVES step, the default (its dQ
-    descriptor in 64 x 64 blocks); d = 192 in the default table."""
+    descriptor in 64 x 64 blocks); TMA_DKV (dK / dV by TMA stores: dK's
+    two chunks and dV through three descriptors of 64, 64 and 32 columns,
+    also with 16-bit group partials); d = 192 in the default table."""
     lines = _fake_lines(_FAKE_LAUNCH_192)
     # 1121 keys / 64 = 18 key blocks, 2 batches * 2 KV heads (x 2 slices with GROUP_SPLIT = 2)
     assert lines == ["False (18, 4, 1) 128 True param",
@@ -2131,6 +2153,12 @@ def test_split_qk_launch_on_a_fake_driver():
                      "True (18, 4, 1) 128 True param",
                      "True (18, 4, 1) 128 True param",
                      "dq block [1, 1, 64, 64]",
+                     "True (18, 4, 1) 128 True param",
+                     "tma True [64, 64, 32] param",
+                     "sum (2, 4, 1121, 192) 2",
+                     "sum (2, 4, 1121, 128) 2",
+                     "False (18, 8, 1) 128 True param",
+                     "tma True [64, 64, 32] param",
                      "True"], lines
 
 
@@ -2195,8 +2223,11 @@ _ROWS64_VARIANTS = [{}, dict(PERSISTENT=True, NUM_SMS=7), dict(NUM_STAGES=3, DQ_
                     dict(NUM_STAGES=3, DQ_STAGE_BUFS=2), dict(NUM_STAGES=3, DS_BUFS=1, DQ_STAGE_BUFS=1),
                     dict(DS_BUFS=1), dict(HEADS_FIRST=True), dict(GROUP_SPLIT=2),
                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5), dict(DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=2),
-                    dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7), dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1)]
+                    dict(DQ_STAGE_BUFS=2, PERSISTENT=True, NUM_SMS=7), dict(DQ_STAGE_BUFS=2, GROUP_SPLIT=2, DS_BUFS=1),
+                    dict(TMA_DKV=True)]
 _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dict(GROUP_SPLIT=2),
+                    # dK / dV by TMA stores (three descriptors; 16-bit group partials)
+                    dict(TMA_DKV=True), dict(TMA_DKV=True, GROUP_SPLIT=2),
                     dict(GROUP_SPLIT=4, PERSISTENT=True, NUM_SMS=5), dict(PERSISTENT=True, NUM_SMS=7),
                     dict(HEADS_FIRST=True), dict(SLICES_FIRST=True, GROUP_SPLIT=2),
                     # 32-column dQ pieces (six per tile and consumer, two of them K1's)
@@ -2220,7 +2251,8 @@ def test_split_qk_variants(variant, causal):
     """The d = 192 / dv = 128 build's variants.  The 128-row Q_HALVES
     default (each consumer's 64 query rows over all keys) with two P^T /
     dS^T buffers and one staging buffer, one staging buffer, the group
-    split (partials of 192 and 128 columns), persistent, heads-first,
+    split (partials of 192 and 128 columns), dK / dV by TMA stores
+    (TMA_DKV, also with the group split), persistent, heads-first,
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
     staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
     exchange through hardware barriers (Q_HALVES = 3, and 4 with the late

@@ -843,7 +843,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     GROUP_PARTIALS_16BIT, else float32).  it: ring steps before this block; returns it after
     it.  RELEASE_KV (persistent): arrive on kv_empty once K and V are no
     longer read.  drop: the kernel's dropout arguments (DROPOUT only).
-    TMA_DKV (not persistent; SPLIT_D at d = 256 only): dK / dV leave through
+    TMA_DKV (not persistent; SPLIT_D at d = 256 here, the split Q K^T in
+    _attn_bwd_block_qk1): dK / dV leave through
     shared memory and a TMA store (dk_desc, dv_desc: their descriptors)
     instead of gl.store."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
@@ -1247,11 +1248,14 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                         RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
-                        DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False):
+                        DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False,
+                        dk_desc=None, dv_desc=None, dk1_desc=None, TMA_DKV: gl.constexpr = False):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
-    chunks) and dV of all BLOCK_N keys."""
+    chunks) and dV of all BLOCK_N keys; with TMA_DKV (not persistent) by
+    TMA stores through the free (Q, dO) and Q1 rings (dk_desc, dk1_desc:
+    dK's blocks of the two chunks' widths, dv_desc: dV's)."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     VC: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     K1C: gl.constexpr = QK1 // NUM_CONSUMERS
@@ -1300,6 +1304,18 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
 
     # dK in two column ranges (c VC of the first chunk, HEAD_DIM + c K1C of
     # the second), dV in one; rows past N_K are dropped.
+    if TMA_DKV:
+        # As _attn_bwd_block's: once both consumers are here no product
+        # reads the rings; each consumer stages its dK / dV tiles in its part
+        # of the Q / dO ring and dK's second chunk in its part of Q1's (the
+        # descriptors' bounds drop keys past N_K).
+        _named_bar(_CONSUMERS_SYNC)
+        dk_stage, dv_stage = _dkv_stages(q_bufs, do_bufs, dk, CONSUMER, NUM_CONSUMERS, NUM_STAGES, True)
+        dk1_stage, _unused = _dkv_stages(q1_bufs, q1_bufs, dk1, CONSUMER, NUM_CONSUMERS, NUM_STAGES, True)
+        _store_tile_tma(dk, dk_stage, dk_desc, off_b, off_hkv, start_n, CONSUMER * VC)
+        _store_tile_tma(dk1, dk1_stage, dk1_desc, off_b, off_hkv, start_n, HEAD_DIM + CONSUMER * K1C)
+        _store_tile_tma(dv, dv_stage, dv_desc, off_b, off_hkv, start_n, CONSUMER * VC)
+        return it
     rows = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))
     rows1 = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, k1_layout))
     cols = CONSUMER * VC + gl.arange(0, VC, layout=gl.SliceLayout(0, kv_layout))
@@ -1328,7 +1344,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
-                      Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None,
+                      Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None, dk1_desc=None,
                       TMA_DKV: gl.constexpr = False, rng=None):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
@@ -1367,7 +1383,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)
+                            IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
+                            dk_desc, dv_desc, dk1_desc, TMA_DKV)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1388,8 +1405,9 @@ def _attn_bwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers
     # q1_desc, k1_desc: Q's and K's columns [HEAD_DIM_V, HEAD_DIM) when they
     # differ (split Q K^T, d = 192 with dv = 128), else None (no parameters)
-    # dk_desc, dv_desc: with TMA_DKV the descriptors of DK, DV (else None)
-    q_desc, k_desc, v_desc, do_desc, dq_desc, q1_desc, k1_desc, dk_desc, dv_desc, LSE, DELTA, DK, DV,
+    # dk_desc, dv_desc: with TMA_DKV the descriptors of DK, DV (else None);
+    # dk1_desc: with TMA_DKV and a split Q K^T, DK's second chunk's (else None)
+    q_desc, k_desc, v_desc, do_desc, dq_desc, q1_desc, k1_desc, dk_desc, dv_desc, dk1_desc, LSE, DELTA, DK, DV,
     # strides
     stride_lz, stride_lh, stride_dz, stride_dh,
     stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
@@ -1592,7 +1610,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, TMA_DKV, rng)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1603,7 +1621,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, TMA_DKV, rng)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -2254,7 +2272,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)
             and "TMA_DKV" not in (overrides or {})):
         meta["TMA_DKV"] = True
-    if meta["TMA_DKV"] and ((meta["SPLIT_D"] and d != d_v) or meta["PERSISTENT"]
+    if meta["TMA_DKV"] and (meta["PERSISTENT"]
                             or (not meta["SPLIT_D"] and meta["NUM_STAGES"] < meta["NUM_CONSUMERS"])
                             or (split > 1 and not partials_16bit(split))
                             or (split == 1 and not (_tma_ok(dk) and _tma_ok(dv)))):
@@ -2320,7 +2338,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if meta["TMA_DKV"]:
         plan.dkv_dims = tuple((list(shape), list(out_strides[3 * i:3 * i + 3]) + [1])
                               for i, shape in enumerate(plan.out_shape))
-        plan.dkv_blocks = (dkv_block(d, **meta), dkv_block(d, **meta))
+        if plan.qk1:  # dK's first chunk, dV, dK's second chunk (dk1_desc: over dK too)
+            plan.dkv_dims += plan.dkv_dims[:1]
+            plan.dkv_blocks = (dkv_block(d_v, **meta), dkv_block(d_v, **meta), dkv_block(d - d_v, **meta))
+        else:
+            plan.dkv_blocks = (dkv_block(d, **meta), dkv_block(d, **meta))
         plan.dkv_layouts = tuple(gl.NVMMASharedLayout.get_default_for(b, gdt) for b in plan.dkv_blocks)
     return plan
 
@@ -2346,10 +2368,12 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
         dk_out, dv_out = dk, dv
     if plan.kwargs["TMA_DKV"]:
         args += tuple(_descriptor(t, dims, block, layout, validated)
-                      for t, dims, block, layout in zip((dk_out, dv_out), plan.dkv_dims, plan.dkv_blocks,
+                      for t, dims, block, layout in zip((dk_out, dv_out, dk_out), plan.dkv_dims, plan.dkv_blocks,
                                                         plan.dkv_layouts))
+        if not plan.qk1:
+            args += (None,)  # dk1_desc
     else:
-        args += (None, None)  # dk_desc, dv_desc
+        args += (None, None, None)  # dk_desc, dv_desc, dk1_desc
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
         sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
         *dropout_args(dropout, plan.n_q, plan.n_k, lse))
