@@ -13,7 +13,9 @@
 # the forced Hopper tier alone (T4 300 s: session 22 cut it at 36% after a2's
 # files); PART=b
 # the non-gpu tests of every other file, the gpu-marked tests and the forced
-# portable tier; PART=all (default) everything: two or three device calls of
+# portable tier (PART=b1: its non-gpu tests and the forced portable tier, PART=b2:
+# its gpu-marked tests, T3 420 s: part b has not fitted one call since session 32);
+# PART=all (default) everything: two or three device calls of
 # under 10 minutes each at one commit when the whole does not fit one call.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,7 +31,8 @@ case "$PART" in
   a1) FILES="tests/test_hopper.py tests/test_hopper_bwd.py tests/test_hopper_dropout.py" ;;
   a2) FILES="tests/test_attention.py tests/test_backward.py tests/test_ops.py tests/test_varlen.py" ;;
   a3) FILES="" ;;
-  b) FILES=$(ls tests/test_*.py | grep -v -x -F -f <(tr ' ' '\n' <<< "$PART_A") | tr '\n' ' ') ;;
+  b|b1) FILES=$(ls tests/test_*.py | grep -v -x -F -f <(tr ' ' '\n' <<< "$PART_A") | tr '\n' ' ') ;;
+  b2) FILES="" ;;
   *) FILES="tests/" ;;
 esac
 echo "part $PART: $FILES" | tee -a "$LOG"
@@ -38,22 +41,24 @@ echo "part $PART: $FILES" | tee -a "$LOG"
 # 52-56 % and, cut at 60 %, no names).
 PY="python3 -m pytest -q -p no:cacheprovider -rfE"
 GRAPH="tests/test_ops.py::test_cuda_graph_capture"
-if [ "$PART" != b ] && [ "$PART" != a2 ] && [ "$PART" != a3 ]; then
+case "$PART" in b|b1|b2|a2|a3) ;; *)
 echo "== graph capture alone" | tee -a "$LOG"
 timeout -k 5 ${T1:-120} $PY --tb=long $GRAPH tests/test_variants.py::test_gpu_dropout_cuda_graph_fresh_mask 2>&1 | tail -${GRAPH_TAIL:-60} >> "$LOG"
-fi
+esac
 if [ -n "$FILES" ]; then
 echo "== every test but the gpu-marked (-n ${N1:-8})" | tee -a "$LOG"
 timeout -k 5 ${T2:-260} $PY -vv --tb=short -n ${N1:-8} -m "not gpu" --deselect $GRAPH $FILES 2>&1 | tee "$OUT/tests_main_$PART.log" | grep -E "FAILED|ERROR|passed|failed|Timeout" | head -60 >> "$LOG"
 fi
-if [ "$PART" = b ] || [ "$PART" = all ]; then
+if [ "$PART" = b ] || [ "$PART" = all ] || [ "$PART" = b2 ]; then
 echo "== gpu-marked (-n ${N2:-2})" | tee -a "$LOG"
-timeout -k 5 ${T3:-150} $PY --tb=short -n ${N2:-2} -m gpu -k "not cuda_graph" tests/ 2>&1 | tail -${TAIL3:-50} >> "$LOG"
+timeout -k 5 ${T3:-$([ "$PART" = b2 ] && echo 420 || echo 150)} $PY -vv --tb=short -n ${N2:-2} -m gpu -k "not cuda_graph" tests/ 2>&1 | tee "$OUT/tests_gpu_$PART.log" | grep -E "FAILED|ERROR|passed|failed|Timeout" | head -60 >> "$LOG"
+fi
+if [ "$PART" = b ] || [ "$PART" = all ] || [ "$PART" = b1 ]; then
 echo "== forced portable tier: test_attention + test_backward" | tee -a "$LOG"
 FLASHATTN_TRITON_BACKEND=portable timeout -k 5 ${T5:-90} $PY --tb=short -n ${N1:-8} -m "not gpu" tests/test_attention.py tests/test_backward.py 2>&1 | tail -20 >> "$LOG"
 fi
-if [ "$PART" != b ] && [ "$PART" != a1 ]; then
+case "$PART" in b|b1|b2|a1) ;; *)
 echo "== forced hopper tier: test_attention + test_hopper" | tee -a "$LOG"
 FLASHATTN_TRITON_BACKEND=hopper timeout -k 5 ${T4:-$([ "$PART" = a3 ] && echo 300 || echo 60)} $PY --tb=short -n 8 -m "not gpu" tests/test_attention.py tests/test_hopper.py 2>&1 | tail -20 >> "$LOG"
-fi
+esac
 tail -40 "$LOG"
