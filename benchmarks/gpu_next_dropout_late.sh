@@ -25,15 +25,9 @@ dropout_probe_reps "default,DROPOUT_RNG_WARPS=3,DROPOUT_RNG_WARPS=3+CONSUMER_REG
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, probe_run
-tests_ok, reps = probe_run(sys.argv[1])
-for d in (64, 128):
-    print(f"== dropout d={d}")
-    sel = [[x for x in rep if x["d"] == d] for rep in reps]
-    cands = {"late": "DROPOUT_RNG_WARPS=3", "late232": "DROPOUT_RNG_WARPS=3+CONSUMER_REGS=232"}
-    best, _ = best_of_reps_rule(sel, cands, 6, 0.99, 1.02)
-    what = {"late": "dict(DROPOUT_RNG_WARPS=3)",
-            "late232": "dict(DROPOUT_RNG_WARPS=3, CONSUMER_REGS=232)"}.get(best)
-    print("RULE: " + (f"DROPOUT_RNG_CONFIGS[{d}] = {what}" if best and tests_ok else "nothing changes"))
+from rules import dropout_probe_verdict
+dropout_probe_verdict(sys.argv[1], {"late": "DROPOUT_RNG_WARPS=3", "late232": "DROPOUT_RNG_WARPS=3+CONSUMER_REGS=232"},
+                      {"late": " = dict(DROPOUT_RNG_WARPS=3)",
+                       "late232": " = dict(DROPOUT_RNG_WARPS=3, CONSUMER_REGS=232)"}, "DROPOUT_RNG_CONFIGS")
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

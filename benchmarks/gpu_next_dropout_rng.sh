@@ -35,16 +35,10 @@ dropout_probe_reps "default,DROPOUT_RNG_WARPS=1,DROPOUT_RNG_WARPS=2,DROPOUT_RNG_
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import sys
 sys.path.insert(0, "benchmarks")
-from rules import best_of_reps_rule, probe_run
-tests_ok, reps = probe_run(sys.argv[1])
-for d in (64, 128):
-    print(f"== dropout d={d}")
-    sel = [[x for x in rep if x["d"] == d] for rep in reps]
-    cands = {"bytes": "DROPOUT_RNG_WARPS=1", "bits": "DROPOUT_RNG_WARPS=2",
-             "bits232": "DROPOUT_RNG_WARPS=2+CONSUMER_REGS=232"}
-    best, _ = best_of_reps_rule(sel, cands, 6, 0.99, 1.02)
-    what = {"bytes": "['DROPOUT_RNG_WARPS'] = 1", "bits": "['DROPOUT_RNG_WARPS'] = 2",
-            "bits232": "['DROPOUT_RNG_WARPS'] = 2 and ['CONSUMER_REGS'] = 232"}.get(best)
-    print("RULE: " + (f"DROPOUT_CONFIGS[{d}]{what}" if best and tests_ok else "nothing changes"))
+from rules import dropout_probe_verdict
+dropout_probe_verdict(sys.argv[1], {"bytes": "DROPOUT_RNG_WARPS=1", "bits": "DROPOUT_RNG_WARPS=2",
+                                    "bits232": "DROPOUT_RNG_WARPS=2+CONSUMER_REGS=232"},
+                      {"bytes": "['DROPOUT_RNG_WARPS'] = 1", "bits": "['DROPOUT_RNG_WARPS'] = 2",
+                       "bits232": "['DROPOUT_RNG_WARPS'] = 2 and ['CONSUMER_REGS'] = 232"}, "DROPOUT_CONFIGS")
 PY
 tar czf "$OUT/results.tgz" -C "$OUT" r

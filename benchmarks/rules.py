@@ -384,6 +384,24 @@ def best_of_reps_rule(reps, variants: dict, want_rows: int, row_min: float, geo_
     return (max(passing, key=passing.get) if passing else None), geos
 
 
+def dropout_probe_verdict(r, cands: dict, adopt: dict, table: str, dims=(64, 128)) -> dict:
+    """The per-head-dim verdict of a dropout_probe_reps run (gpu_lib.sh; r/tests.log,
+    r/rep1, r/rep2): for each d of dims, best_of_reps_rule over its 6 rows (every
+    row >= 0.99x the default, geometric mean >= 1.02) among cands (label ->
+    variant spec); adopt maps a label to the change, printed as "RULE:
+    {table}[d]{adopt[label]}" when the tests passed, else "RULE: nothing
+    changes".  Returns {d: the winning label or None}."""
+    tests_ok, reps = probe_run(r)
+    won = {}
+    for d in dims:
+        print(f"== dropout d={d}")
+        sel = [[x for x in rep if x["d"] == d] for rep in reps]
+        best, _ = best_of_reps_rule(sel, cands, 6, 0.99, 1.02)
+        won[d] = best if tests_ok else None
+        print("RULE: " + (f"{table}[{d}]{adopt[best]}" if won[d] else "nothing changes"))
+    return won
+
+
 def reps_rule_verdict(r, adopt: dict, want_rows: int, row_min: float, geo_min: float, tests_log=None,
                       select=lambda row: True) -> str:
     """The verdict of a probe_reps run (hopper_bwd_probe.py JSON in r/rep1,

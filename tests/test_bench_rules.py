@@ -453,3 +453,29 @@ def test_probe_run_on_session36_call6(tmp_path, capsys):
     (r / "tests.log").write_text("1 failed\nrc=1\n")
     assert not rules.probe_run(str(r))[0]
     assert "tests: FAILED" in capsys.readouterr().out
+
+
+def test_dropout_probe_verdict_on_session39(tmp_path, capsys):
+    """dropout_probe_verdict (gpu_next_dropout_rng.sh's and
+    gpu_next_dropout_late.sh's rule) on the committed runs of session 39
+    calls 2 and 7: the bits at 232 registers win at d = 64 (geomean 1.090)
+    and the bits at 240 at d = 128 (1.034; the bytes and the bits at 232 at
+    d = 128 fail); the late bits win at d = 64 (232 registers, 1.026 over
+    1.025) and miss at d = 128 (1.019 < 1.02); a failed test log adopts
+    nothing."""
+    import tarfile
+    rules = _rules()
+    for call, name in ((2, "call2_dropout_rng.tgz"), (7, "call7_dropout_late.tgz")):
+        with tarfile.open(REPO / "benchmarks/results/h200/session39" / name) as tar:
+            tar.extractall(tmp_path / str(call), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    rng = {"bytes": "DROPOUT_RNG_WARPS=1", "bits": "DROPOUT_RNG_WARPS=2",
+           "bits232": "DROPOUT_RNG_WARPS=2+CONSUMER_REGS=232"}
+    assert rules.dropout_probe_verdict(str(tmp_path / "2/r"), rng, {k: f" {k}" for k in rng}, "T") == {
+        64: "bits232", 128: "bits"}
+    assert "RULE: T[64] bits232" in capsys.readouterr().out
+    late = {"late": "DROPOUT_RNG_WARPS=3", "late232": "DROPOUT_RNG_WARPS=3+CONSUMER_REGS=232"}
+    r = tmp_path / "7/r"
+    assert rules.dropout_probe_verdict(str(r), late, {k: k for k in late}, "T") == {64: "late232", 128: None}
+    (r / "tests.log").write_text("1 failed\nrc=1\n")
+    assert rules.dropout_probe_verdict(str(r), late, {k: k for k in late}, "T") == {64: None, 128: None}
+    assert "RULE: nothing changes" in capsys.readouterr().out
