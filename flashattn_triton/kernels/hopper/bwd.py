@@ -1311,7 +1311,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
         # descriptors' bounds drop keys past N_K).
         _named_bar(_CONSUMERS_SYNC)
         dk_stage, dv_stage = _dkv_stages(q_bufs, do_bufs, dk, CONSUMER, NUM_CONSUMERS, NUM_STAGES, True)
-        dk1_stage, _unused = _dkv_stages(q1_bufs, q1_bufs, dk1, CONSUMER, NUM_CONSUMERS, NUM_STAGES, True)
+        dk1_stage, _same = _dkv_stages(q1_bufs, q1_bufs, dk1, CONSUMER, NUM_CONSUMERS, NUM_STAGES, True)  # (Q1's twice)
         _store_tile_tma(dk, dk_stage, dk_desc, off_b, off_hkv, start_n, CONSUMER * VC)
         _store_tile_tma(dk1, dk1_stage, dk1_desc, off_b, off_hkv, start_n, HEAD_DIM + CONSUMER * K1C)
         _store_tile_tma(dv, dv_stage, dv_desc, off_b, off_hkv, start_n, CONSUMER * VC)
@@ -1750,8 +1750,8 @@ DROPOUT_CONFIGS: dict = {
     128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
 }
 # The dropout RNG warps (DROPOUT_RNG_WARPS = 2 / 3: a fourth partition draws
-# each call's eight keep bits into shared memory, the consumers expand them), per
-# head dim, added by kernel_meta where the call's build can take them (no
+# each call's eight keep bits into shared memory, the consumers expand them),
+# per head dim, added by kernel_meta where the call's build can take them (no
 # window, the keys-as-M step with 64-row query tiles, not persistent,
 # NAMED_BAR < 2; an override of DROPOUT_RNG_WARPS wins).  Session 39's H200
 # run (benchmarks/gpu_next_dropout_rng.sh, two repeats, six rows per d,
