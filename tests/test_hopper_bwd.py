@@ -2518,3 +2518,55 @@ def test_dq_acc_strides_follow_dq(layout):
     assert sorted(range(3), key=lambda i: -strides[i]) == order
     if layout in ("flash", "bhnd", "bnhd_expanded"):
         assert tuple(strides) == dq.stride()
+
+
+_FAKE_SWEEP = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda
+from flashattn_triton.kernels.hopper import bwd as hb
+hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+for d, dv, causal, over, dropped in json.loads(sys.argv[2] if len(sys.argv) > 2 else CASES):
+    b16 = torch.bfloat16
+    q, k = torch.randn(2, 6, 333, d).to(b16), torch.randn(2, 2, 1121, d).to(b16)
+    v, do = torch.randn(2, 2, 1121, dv).to(b16), torch.randn(2, 6, 333, dv).to(b16)
+    lse, delta = torch.zeros(2, 6, 333), torch.zeros(2, 6, 333)
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    shift = 788 if causal else None
+    drop = (torch.tensor([7], dtype=torch.int64), 0.1, 0) if dropped else None
+    with fake_cuda():
+        plan = hb._make_plan(do, q, k, v, lse, delta, *grads, d ** -0.5, causal, False, bool(dropped), False,
+                             dict(over))
+        ok = isinstance(plan, str) or hb.hopper_attention_backward(do, q, k, v, lse, delta, *grads, d ** -0.5,
+                                                                   shift, dropout=drop, **over)
+    print(d, causal, json.dumps(over), dropped,
+          f"declined: {plan}" if isinstance(plan, str) else "ok" if ok else "BUILD FAILED", flush=True)
+"""
+
+
+def _sweep_cases():
+    """(d, dv, causal, overrides, dropout) of every override build the GPU
+    tests of this file run (their variant lists), one causal flag each."""
+    cases = [(d, d, causal, v, False) for d, v in SPLIT_VARIANTS for causal in (False, True)]
+    cases += [(d, d, c is not None, dict(v, TMA_DKV=True), dr) for d, c, v, left, dr in TMA_DKV_VARIANTS
+              if left is None]
+    cases += [(d, d, True, v, False) for v in STAGE_BUFS_VARIANTS for d in (64, 128)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3)]
+    cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
+    return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
+
+
+@pytest.mark.skipif(os.environ.get("FLASHATTN_TRITON_COMPILE_SWEEP") != "1",
+                    reason="opt-in (FLASHATTN_TRITON_COMPILE_SWEEP=1): minutes of sm_90 compiles")
+def test_override_builds_compile():
+    """Every override build this file's GPU tests run compiles for sm_90
+    without a GPU (Triton 3.6, fake driver) or is declined by the plan with a
+    reason: a build error (session 38's three unnamed failures were one, a
+    32-column tile staged with a 128-byte swizzle) shows here before a
+    device call does.  Opt-in: FLASHATTN_TRITON_COMPILE_SWEEP=1."""
+    import json
+    cases = _sweep_cases()
+    lines = _fake_lines(_FAKE_SWEEP.replace("CASES", repr(json.dumps(cases))), timeout=3600)
+    assert len(lines) == len(cases), lines
+    failed = [ln for ln in lines if "BUILD FAILED" in ln]
+    assert not failed, failed
