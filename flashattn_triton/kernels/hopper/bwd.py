@@ -138,8 +138,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
-                      keep_keys_first_from_call_bits, keep_keys_first_from_loaded_bits, load_call_bits,
-                      tile_call_bits_rng, tile_keep_keys_first_rng,
+                      keep_keys_first_from_call_bits, tile_call_bits_rng, tile_keep_keys_first_rng,
                       tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile

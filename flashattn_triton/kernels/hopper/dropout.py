@@ -339,21 +339,8 @@ def keep_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl
     tile_call_bits_rng writes them), loaded in tile_keep_keys_first_shared's
     layout (both lanes of a pair read each call, lane bit 2 the key parity)
     so that the flags convert to the accumulator without data movement."""
-    return keep_keys_first_from_loaded_bits(load_call_bits(bits_smem, NUM_WARPS), BLOCK_N, BLOCK_M, NUM_WARPS)
-
-
-@gluon.jit
-def load_call_bits(bits_smem, NUM_WARPS: gl.constexpr):
-    """The calls' keep bits of keep_keys_first_from_call_bits, loaded and
-    not yet expanded (a consumer may hold the words across a wait and expand
-    them after it)."""
-    return bits_smem.load(_keys_first_layout(NUM_WARPS))
-
-
-@gluon.jit
-def keep_keys_first_from_loaded_bits(bits, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """keep_keys_first_from_call_bits' flags from load_call_bits' words."""
-    return keep_keys_first_from_bits(bits, _key_parity(_keys_first_layout(NUM_WARPS)), BLOCK_N, BLOCK_M)
+    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
+    return keep_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
 
 
 @gluon.jit
