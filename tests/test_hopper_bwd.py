@@ -1206,7 +1206,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
         k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
         lse = torch.empty(2, 6, 1024)
         return hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, windowed, dropped, False,
-                               dict(over, DROPOUT_RNG_WARPS=rng))
+                               dict(over, **({} if rng is None else dict(DROPOUT_RNG_WARPS=rng))))
     for d in (64, 128):
         for rng, slot_bytes in ((1, 128 * 64), (2, 128 * 64 // 8 * 4), (3, 128 * 64 // 8 * 4)):
             # a byte per score; 4 per call of 8 (3: the same bits, applied late)
@@ -1230,10 +1230,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
                                (dict(NAMED_BAR=2), False)):
             meta = hbwd.kernel_meta(d, True, over, windowed=windowed, dropout=True)
             assert not meta["DROPOUT_RNG_WARPS"] and meta["CONSUMER_REGS"] == 240, (d, over, windowed, meta)
-        q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
-        k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
-        lse = torch.empty(2, 6, 1024)
-        p = hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, True, True, False, {})
+        p = plan(d, windowed=True, rng=None)
         assert not isinstance(p, str) and not p.kwargs["DROPOUT_RNG_WARPS"], p  # window + dropout: still built
         assert hbwd.kernel_meta(d, True, dict(CONSUMER_REGS=224), dropout=True)["CONSUMER_REGS"] == 224
         assert not hbwd.kernel_meta(d, True)["DROPOUT_RNG_WARPS"]  # no dropout
