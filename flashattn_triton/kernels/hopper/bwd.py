@@ -1920,8 +1920,12 @@ HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
 # row under the rule's 0.99: not adopted).  d = 256 since session 37 call 2
 # (benchmarks/gpu_next_tma_dkv256.sh, 13 GPU tests passed): causal 1.155 /
 # 1.054 / 1.018x (geomean 1.074), full 1.172 / 1.030 / 1.036x (1.077), a
-# causal GQA row at 4k 1.098x.
-TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False), 256: (True, True)}
+# causal GQA row at 4k 1.098x.  d = 192 / dv = 128 (the split Q K^T; dK's two
+# chunks and dV through three descriptors) since session 40 call 1
+# (benchmarks/gpu_next_tma_dkv192.sh, 18 GPU tests passed): causal 1.151 /
+# 1.079 / 1.054x at 2k / 4k / 8k, causal GQA 16/4 at 4k 1.049x, full 4k
+# 1.055x (geomean 1.077).
+TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False), 256: (True, True), 192: (True, True)}
 # Per head dim, the longest key length up to which a causal call takes
 # TMA_DKV where TMA_DKV_DEFAULT leaves it off (same conditions; an override
 # TMA_DKV takes precedence).  d = 128 since session 36 call 6
