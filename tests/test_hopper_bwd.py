@@ -1035,9 +1035,9 @@ def test_tma_dkv_plan(monkeypatch):
     """TMA_DKV (TMA_DKV_DEFAULT per head dim and causal flag, or an
     override): taken at d = 64 / 128 / 256 with TMA-compatible 16-bit dK /
     dV or 16-bit group partials, with the descriptors' blocks (a consumer's
-    keys x d, or at d = 256 every key x d / 2 columns), and as an override
-    for the split Q K^T (d = 192 / dv = 128: dK's chunks and dV, every key
-    x 64, 64 and 32 columns); turned off for the persistent grid, a
+    keys x d, or at d = 256 every key x d / 2 columns), and for the split
+    Q K^T (d = 192 / dv = 128: dK's chunks and dV, every key x 64, 64 and
+    32 columns); turned off for the persistent grid, a
     one-slot ring (keys-as-M step), float32 partials and dK / dV off
     16-byte alignment."""
     hbwd = _bwd_module()
@@ -1067,21 +1067,22 @@ def test_tma_dkv_plan(monkeypatch):
     odd = torch.empty(2 * 4 * 1024 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 1024, 128)
     assert not plan(h_kv=4, dk=odd, over=dict(GROUP_SPLIT=1)).kwargs["TMA_DKV"]   # 2-byte offset
     assert not plan(over=dict(TMA_DKV=False)).kwargs["TMA_DKV"]
-    # the split Q K^T (d = 192 / dv = 128): dK's first chunk, dV, dK's second chunk; not by default
+    # the split Q K^T (d = 192 / dv = 128): dK's first chunk, dV, dK's second chunk; by default
     q, k = torch.empty(2, 16, 1024, 192, dtype=torch.bfloat16), torch.empty(2, 4, 1024, 192, dtype=torch.bfloat16)
     v, do = torch.empty(2, 4, 1024, 128, dtype=torch.bfloat16), torch.empty(2, 16, 1024, 128, dtype=torch.bfloat16)
     lse = torch.empty(2, 16, 1024)
-    for over, taken in ((dict(TMA_DKV=True, GROUP_SPLIT=1), True), ({}, False),
+    for over, taken in ((dict(TMA_DKV=True, GROUP_SPLIT=1), True), (dict(GROUP_SPLIT=1), True),
+                        (dict(TMA_DKV=False, GROUP_SPLIT=1), False),
                         (dict(TMA_DKV=True, PERSISTENT=True, NUM_SMS=7), False)):
         p = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, over)
         assert not isinstance(p, str) and p.kwargs["TMA_DKV"] == taken, (over, p)
         if taken:
             assert p.dkv_blocks == ([1, 1, 64, 64], [1, 1, 64, 64], [1, 1, 64, 32]), p.dkv_blocks
             assert p.dkv_dims[2] == p.dkv_dims[0] and p.dkv_dims[1][0] == [2, 4, 1024, 128], p.dkv_dims
-    # the defaults: d = 64 / 256 both ways, d = 128 not causal (causal by length, below); with
-    # dropout d = 64 / 128 both ways; with a window causal only
-    assert [hbwd.kernel_meta(d, c)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
-        True, True, True, False, True, True]
+    # the defaults: d = 64 / 256 / 192 both ways, d = 128 not causal (causal by length, below);
+    # with dropout d = 64 / 128 both ways; with a window causal only
+    assert [hbwd.kernel_meta(d, c)["TMA_DKV"] for d in (64, 128, 256, 192) for c in (False, True)] == [
+        True, True, True, False, True, True, True, True]
     assert [hbwd.kernel_meta(d, c, dropout=True)["TMA_DKV"] for d in (64, 128, 192) for c in (False, True)] == [
         True, True, True, True, False, False]
     assert [hbwd.kernel_meta(d, c, windowed=True)["TMA_DKV"] for d in (64, 128, 256) for c in (False, True)] == [
