@@ -262,6 +262,16 @@ def gemm_loops(ops):
     return [(lo, hi) for lo, hi in loops if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops)]
 
 
+def gemm_loop_report(ops) -> str:
+    """'gemm loops n:l ...': per innermost HGMMA loop (gemm_loops, in code
+    order: each partition's step loops), its instructions n and its local
+    loads / stores l."""
+    return "gemm loops " + " ".join(
+        f"{sum(1 for a, _, _ in ops if lo <= a <= hi)}:"
+        f"{sum(1 for a, op, _ in ops if lo <= a <= hi and op.startswith(('LDL', 'STL')))}"
+        for lo, hi in gemm_loops(ops))
+
+
 def local_in_gemm_loops(ops) -> int:
     """Local loads / stores (spills) inside the innermost loops that issue
     HGMMA (gemm_loops): the per-tile cost of spilling, as opposed to spills
@@ -524,6 +534,7 @@ def _gluon_sweep(args, title: str, specs, build, describe) -> int:
                           f"sass {len(ops)}{tail}", flush=True)
                     if args.sass:
                         print(f"    {instruction_report(k)}")
+                        print(f"    {gemm_loop_report(ops)}")
                         print(f"    {sync_report(ops)}")
                         print(f"    {store_report(ops)}")
                         print(f"    sass sha256 {sass_hash(k)}")

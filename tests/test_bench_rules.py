@@ -479,3 +479,27 @@ def test_dropout_probe_verdict_on_session39(tmp_path, capsys):
     (r / "tests.log").write_text("1 failed\nrc=1\n")
     assert rules.dropout_probe_verdict(str(r), late, {k: k for k in late}, "T") == {64: None, 128: None}
     assert "RULE: nothing changes" in capsys.readouterr().out
+
+
+def test_gemm_loop_report_counts_each_innermost_loop():
+    """compile_check.gemm_loop_report: per innermost loop that issues HGMMA
+    (a backward branch's span holding no other such loop; spans with an EXIT
+    are not loops), its instructions and local loads / stores, in code order;
+    a loop without HGMMA and the outer loop around two step loops are left out."""
+    cc = _bench_module("compile_check")
+    ops = [(0x00, "MOV", " R0, RZ"),
+           (0x10, "HGMMA.64x64x16.F32.BF16", " R8, gdesc[UR4], RZ"),   # step loop 1: 0x10-0x30
+           (0x20, "STL", " [R1], R2"),
+           (0x30, "BRA", " 0x10"),
+           (0x40, "HGMMA.64x64x16.F32.BF16", " R8, gdesc[UR4], RZ"),   # step loop 2: 0x40-0x70
+           (0x50, "LDL", " R2, [R1]"),
+           (0x60, "LDL", " R3, [R1+0x4]"),
+           (0x70, "BRA", " 0x40"),
+           (0x80, "BRA", " 0x10"),                                      # the loop around both
+           (0x90, "IADD3", " R4, R4, 0x1, RZ"),                          # a loop without HGMMA
+           (0xa0, "BRA", " 0x90"),
+           (0xb0, "EXIT", ""),
+           (0xc0, "BRA", " 0x40")]                                      # a retry block's branch back
+    assert cc.gemm_loops(ops) == [(0x10, 0x30), (0x40, 0x70)]
+    assert cc.gemm_loop_report(ops) == "gemm loops 3:1 4:2"
+    assert cc.local_in_gemm_loops(ops) == 3

@@ -1188,8 +1188,9 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
 def test_dropout_rng_warps_plan(monkeypatch):
     """DROPOUT_RNG_WARPS (1: a byte per score, 2: each call's eight bits, 3:
     those bits applied as predicates after the dP^T wait, dV's keep scale
-    once per block): as an override taken for dropout calls on the keys-as-M step (d = 64 /
-    128, BLOCK_M 64), its shared memory counted; other values declined;
+    once per block, 4: as 3 with each bit tested in place): as an override
+    taken for dropout calls on the keys-as-M step (d = 64 / 128, BLOCK_M
+    64), its shared memory counted; other values declined;
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
     qdo_empty arrivals, which free the flags' slots).  By default
@@ -1209,8 +1210,9 @@ def test_dropout_rng_warps_plan(monkeypatch):
         return hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, windowed, dropped, False,
                                dict(over, **({} if rng is None else dict(DROPOUT_RNG_WARPS=rng))))
     for d in (64, 128):
-        for rng, slot_bytes in ((1, 128 * 64), (2, 128 * 64 // 8 * 4), (3, 128 * 64 // 8 * 4)):
-            # a byte per score; 4 per call of 8 (3: the same bits, applied late)
+        for rng, slot_bytes in ((1, 128 * 64), (2, 128 * 64 // 8 * 4), (3, 128 * 64 // 8 * 4),
+                                (4, 128 * 64 // 8 * 4)):
+            # a byte per score; 4 per call of 8 (3, 4: the same bits, applied late)
             p = plan(d, rng=rng)
             assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"] == rng, (d, p)
             meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=rng), dropout=True)
@@ -1218,7 +1220,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
             assert (meta["BLOCK_N"], meta["BLOCK_M"]) == (128, 64), meta
             assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (slot_bytes + 8)
     for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7),
-                   plan(NAMED_BAR=2), plan(rng=4)):
+                   plan(NAMED_BAR=2), plan(rng=5)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
     # the default: DROPOUT_RNG_CONFIGS where the build can take it
     for d, rng, regs in ((64, 3, 232), (128, 2, 240)):
@@ -1242,12 +1244,13 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 @pytest.mark.parametrize("split", [1, 3])
-@pytest.mark.parametrize("rng", [1, 2, 3], ids=["bytes", "call_bits", "late_bits"])
+@pytest.mark.parametrize("rng", [1, 2, 3, 4], ids=["bytes", "call_bits", "late_bits", "bits_in_place"])
 def test_dropout_rng_warps(d, causal, split, rng):
     """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG warps
     draw each step's keep flags (1: a byte per score; 2: each call's eight
     bits, expanded by the consumers; 3: those bits applied as predicates
-    after the dP^T wait, dV scaled once per block) into shared memory and
+    after the dP^T wait, dV scaled once per block; 4: as 3, each bit tested
+    in place) into shared memory and
     the consumers read them; the same Philox mask as the consumers' own draws
     (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation order (GQA group of 3, whole or split across 3 programs,
     ragged lengths, flash-layout views); the plan took it."""
@@ -2549,7 +2552,7 @@ def _sweep_cases():
     cases += [(d, d, c is not None, dict(v, TMA_DKV=True), dr) for d, c, v, left, dr in TMA_DKV_VARIANTS
               if left is None]
     cases += [(d, d, True, v, False) for v in STAGE_BUFS_VARIANTS for d in (64, 128)]
-    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3, 4)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 

@@ -82,7 +82,10 @@ def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
                 k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
                 tl.arange(0, BLOCK_M // 16), tl.arange(0, 8))
             bits = hd.call_keep_bits(w0, w1, w2, w3, thresh.to(tl.uint32) << 16)
-            keep = hd.keep_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) == 1
+            if BITS == 2:  # the flags left in their bits (DROPOUT_RNG_WARPS = 3's test)
+                keep = hd.kept_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) != 0
+            else:
+                keep = hd.keep_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) == 1
         else:
             halves = hd.tile_halves_keys_first_from(
                 k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
@@ -97,15 +100,15 @@ def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
     tl.store(OUT + idx, keep.to(tl.int8))
 
 
-@pytest.mark.parametrize("keys_first,bits", [(False, False), (True, False), (True, True)],
-                         ids=["rows-first", "keys-first", "keys-first-bits"])
+@pytest.mark.parametrize("keys_first,bits", [(False, 0), (True, 0), (True, 1), (True, 2)],
+                         ids=["rows-first", "keys-first", "keys-first-bits", "keys-first-bits-in-place"])
 @pytest.mark.parametrize("tile", [(64, 128), (64, 64), (64, 32)], ids=lambda t: f"{t[0]}x{t[1]}")
 def test_tile_keep_matches_the_rule(keys_first, bits, tile, device):
     """The tile assembly the Gluon kernels call (hd.tile_words_rows_first /
     hd.halves_rows_first: forward and SPLIT_D backward; hd.
     tile_halves_keys_first_from: the backward's keys x queries tiles; hd.
     call_keep_bits / keep_keys_first_from_bits: those tiles with shared
-    calls), with
+    calls; kept_keys_first_from_bits: the flags tested in their bits), with
     plain aranges for its layouts, draws reference.dropout_keep's mask (the
     portable kernels' rule) for a tile of a (batch entry, head) that is not
     the first, with a philox_offset, at p = 0.3 and a threshold near 2^16."""

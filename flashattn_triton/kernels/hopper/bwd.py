@@ -111,8 +111,12 @@ call's eight bits, which each consumer loads and expands as the shared
 calls' path does (benchmarks/gpu_next_dropout_rng.sh timed both: = 2
 1.03-1.09x, = 1 slower); = 3 loads those bits after the dP^T wait and
 applies them as a predicate per score, with dV's keep scale once per key
-block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2).
-Builds that cannot take it (a window, SPLIT_D, persistent) draw as before.
+block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2);
+= 4 (session 40, an override until timed) is = 3 with each bit tested where
+it lies, one LOP3 to a predicate, and the predicate used by one select
+(dS^T from P^T Z: 22 % fewer instructions in the unmasked step's loop than
+= 3 at d = 64 and d = 128, compile facts).  Builds that cannot take it
+(a window, SPLIT_D, persistent) draw as before.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
 another order): this is the non-deterministic form; a deterministic
@@ -137,9 +141,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
-from .dropout import (negate_dropped, philox_keys, select_kept, tile_halves_keys_first, tile_halves_rows_first,
-                      keep_keys_first_from_call_bits, tile_call_bits_rng, tile_keep_keys_first_rng,
-                      tile_keep_keys_first_shared)
+from .dropout import (keep_keys_first_from_call_bits, kept_keys_first_from_call_bits, negate_dropped, philox_keys,
+                      select_kept, select_nonzero, tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first,
+                      tile_keep_keys_first_rng, tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -542,7 +546,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
-    (DROPOUT 3 / 4): the RNG warps' keep flags and their ready barriers
+    (DROPOUT 3 - 6): the RNG warps' keep flags and their ready barriers
     (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
@@ -600,7 +604,15 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
             pt = negate_dropped(pt, gl.convert_layout(halves, t_layout, assert_trivial=True), t_hi)
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
-    if DROPOUT == 5:
+    if DROPOUT == 6:
+        # As DROPOUT 5, each flag tested in its bit (one LOP3 to a predicate)
+        # and used once, by one select: P^T Z; then dS^T = P^T Z dP^T r -
+        # P^T delta, a product and an FMA on top of the plain step's.
+        pzt = select_nonzero(pt, gl.convert_layout(kept_keys_first_from_call_bits(bits_smem, SUB_N, BLOCK_M, 4),
+                                                   t_layout, assert_trivial=True))
+        dst = ((pzt * dpt) * (sm_scale * scale) - pt * gl.expand_dims(delta, 0)).to(dtype)
+        pt = pzt
+    elif DROPOUT == 5:
         # As below, the keep flags a predicate per score rather than P^T's
         # sign, and dV's r applied once to the block's sum (_attn_bwd_compute).
         kept = gl.convert_layout(keep_keys_first_from_call_bits(bits_smem, SUB_N, BLOCK_M, 4), t_layout,
@@ -945,7 +957,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         mbarrier.arrive(kv_empty)
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
-    if DROPOUT == 5:
+    if DROPOUT >= 5:
         # dV summed (P Z)^T dO: the keep scale r = 1 / (1 - p) once here
         _k0, _k1, _base_b, _rows_cols, _rng_cols, _t_hi, drop_scale, _key0 = drop
         dv = dv * drop_scale
@@ -1572,9 +1584,9 @@ def _attn_bwd_hopper(
     # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4 / 5
     # dropout whose flags four RNG warps draw into shared memory, a byte per
     # score / each call's eight bits / the same bits applied as predicates
-    # after the dP^T wait with dV's keep scale once per block
-    # (DROPOUT_RNG_WARPS 1 / 2 / 3; DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at
-    # d = 128; _attn_bwd_rng).
+    # after the dP^T wait with dV's keep scale once per block / as 3, each
+    # bit tested in place and used by one select (DROPOUT_RNG_WARPS 1 / 2 /
+    # 3 / 4; DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at d = 128; _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
@@ -2264,9 +2276,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
     if meta["DQ_STAGE_BUFS"] != 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
-    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2, 3):  # (True / False compare equal to 1 / 0)
-        return ("DROPOUT_RNG_WARPS: 0, 1 (a byte per score), 2 (a call's bits) or 3 (the bits applied late), "
-                f"not {meta['DROPOUT_RNG_WARPS']!r}")
+    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2, 3, 4):  # (True / False compare equal to 1 / 0)
+        return ("DROPOUT_RNG_WARPS: 0, 1 (a byte per score), 2 (a call's bits), 3 (the bits applied late) or 4 "
+                f"(3 with each bit tested in place), not {meta['DROPOUT_RNG_WARPS']!r}")
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")

@@ -205,6 +205,19 @@ def keep_keys_first_from_bits(bits, i0, BLOCK_N: tl.constexpr, BLOCK_M: tl.const
     return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
 
 
+@triton.jit
+def kept_keys_first_from_bits(bits, i0, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """keep_keys_first_from_bits with each flag left in its bit: nonzero
+    where kept, zero where dropped.  Each word is shifted once by the key
+    parity k0 (one shift per call, not per score), then its bits 0, 2, 4,
+    6 masked in place, so that a score's test != 0 is one LOP3 with a
+    predicate result instead of a shift, a mask and a compare."""
+    k0 = tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims(i0, 0), 1), 3), 4).to(tl.uint32)
+    w = bits >> k0
+    h = tl.join(tl.join(w & 1, w & 4), tl.join(w & 16, w & 64))
+    return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
+
+
 # ---------------------------------------------------------------------------
 # Gluon: the aranges of a tile in the layouts above
 # ---------------------------------------------------------------------------
@@ -344,6 +357,15 @@ def keep_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl
 
 
 @gluon.jit
+def kept_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                                   NUM_WARPS: gl.constexpr):
+    """keep_keys_first_from_call_bits in kept_keys_first_from_bits' form
+    (nonzero where kept, zero where dropped)."""
+    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
+    return kept_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
+
+
+@gluon.jit
 def select_kept(x, halves, t_hi):
     """x (float32) where its score is kept, i.e. halves >= t_hi = t << 16
     (unsigned; t the 16-bit threshold), else 0; halves in x's layout.  One
@@ -355,6 +377,16 @@ def select_kept(x, halves, t_hi):
     return gl.inline_asm_elementwise(
         "{ .reg .pred keep; setp.hs.u32 keep, $2, $3; selp.f32 $0, $1, 0f00000000, keep; }",
         "=r,r,r,r", [x, halves, t], dtype=gl.float32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def select_nonzero(x, flags):
+    """x (float32) where flags (uint32, x's layout) is nonzero, else 0: one
+    bit test with a predicate result and one select per element, in an asm
+    block so that the select stays on the float32 value (as select_kept)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred keep; setp.ne.u32 keep, $2, 0; selp.f32 $0, $1, 0f00000000, keep; }",
+        "=r,r,r", [x, flags], dtype=gl.float32, is_pure=True, pack=1)
 
 
 @gluon.jit
