@@ -5,12 +5,12 @@
 # keep scale once per key block) with each loaded word shifted once by the lane's key parity and
 # its four bits masked in place, so a score's test is one LOP3 with a predicate result, used by
 # one select (P^T Z); dS^T = P^T Z dP^T r - P^T delta. Compile facts (compile_check --hopper-bwd
-# --dropout --d 64,128 --sass, Triton 3.6, sm_90; "loops": the consumer's masked / unmasked step
-# loop, instructions): causal d = 64 at 232 registers (the default's = 3) 802 / 596 -> 669 / 465,
-# whole kernel 4968 -> 4432, spill 68 -> 92 B, none in the GEMM loops; causal d = 128 (the
-# default's = 2: 919 / 740; = 3: 882 / 696) -> 721 / 541 (the plain causal d = 128 build: 575 / 374),
-# whole kernel 6088 -> 5304, spill 468 -> 332 B, local accesses in the GEMM loops 121 -> 60; full
-# d = 128 5496 -> 4760, spill 340 -> 292 B.
+# --dropout --d 64,128 --sass, Triton 3.6, sm_90; "gemm loops": each consumer's masked / unmasked
+# step loop, instructions : local accesses): causal d = 64 at 232 registers (the default's = 3)
+# 802:0 596:0 791:0 594:0 -> 669:0 465:0 661:0 463:0, whole kernel 4968 -> 4432, spill 68 -> 92 B;
+# causal d = 128 (the default's = 2) 919:7 740:1 986:46 805:67 -> 721:1 541:3 765:30 573:26 (the
+# plain causal d = 128 build: 575:0 374:0 564:0 377:0), whole kernel 6088 -> 5304, spill 468 ->
+# 332 B; full d = 128 5496 -> 4760, spill 340 -> 292 B.
 #   1. GPU tests: tests/test_hopper_bwd.py -k "rng_warps" (each form's gradients equal those of the
 #      consumers' own draws: GQA group of 3 whole and split, causal and not, d 64 / 128), and
 #      tests/test_hopper_dropout.py -k "tile_keep" (the in-place bits against the mask rule).
