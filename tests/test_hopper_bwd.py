@@ -1222,6 +1222,14 @@ def test_dropout_rng_warps_plan(monkeypatch):
     for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7),
                    plan(NAMED_BAR=2), plan(rng=5)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
+    # RNG_REGS (the RNG warps' registers, by default what the consumers leave): a multiple of 8
+    # from 24 that fits beside the consumers, with the RNG warps only
+    p = plan(rng=4, CONSUMER_REGS=232, RNG_REGS=24)
+    assert not isinstance(p, str) and p.kwargs["RNG_REGS"] == 24, p
+    for over in (dict(rng=4, CONSUMER_REGS=232, RNG_REGS=48), dict(rng=4, RNG_REGS=28), dict(rng=4, RNG_REGS=16),
+                 dict(rng=0, RNG_REGS=24), dict(rng=None, dropped=False, RNG_REGS=24)):
+        reason = plan(**over)
+        assert isinstance(reason, str) and "RNG_REGS" in reason, (over, reason)
     # the default: DROPOUT_RNG_CONFIGS where the build can take it
     for d, rng, regs in ((64, 3, 232), (128, 2, 240)):
         for causal in (False, True):
@@ -1244,13 +1252,16 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 @pytest.mark.parametrize("split", [1, 3])
-@pytest.mark.parametrize("rng", [1, 2, 3, 4], ids=["bytes", "call_bits", "late_bits", "bits_in_place"])
+@pytest.mark.parametrize("rng", [dict(DROPOUT_RNG_WARPS=1), dict(DROPOUT_RNG_WARPS=2), dict(DROPOUT_RNG_WARPS=3),
+                                 dict(DROPOUT_RNG_WARPS=4),
+                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24)],
+                         ids=["bytes", "call_bits", "late_bits", "bits_in_place", "bits_in_place_232"])
 def test_dropout_rng_warps(d, causal, split, rng):
     """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG warps
     draw each step's keep flags (1: a byte per score; 2: each call's eight
     bits, expanded by the consumers; 3: those bits applied as predicates
     after the dP^T wait, dV scaled once per block; 4: as 3, each bit tested
-    in place) into shared memory and
+    in place; with RNG_REGS = 24 at 232 consumer registers) into shared memory and
     the consumers read them; the same Philox mask as the consumers' own draws
     (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation order (GQA group of 3, whole or split across 3 programs,
     ragged lengths, flash-layout views); the plan took it."""
@@ -1260,9 +1271,9 @@ def test_dropout_rng_warps(d, causal, split, rng):
 
     def took(plan, over):
         assert not isinstance(plan, str), plan
-        assert plan.kwargs["DROPOUT_RNG_WARPS"] == over["DROPOUT_RNG_WARPS"], (plan.kwargs, over)
+        assert all(plan.kwargs[key] == x for key, x in over.items() if key != "GROUP_SPLIT"), (plan.kwargs, over)
         assert plan.split == split, plan.split
-    overs = (dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=0), dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=rng))
+    overs = (dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=0), dict(rng, GROUP_SPLIT=split))
     _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
 
 
@@ -2553,6 +2564,8 @@ def _sweep_cases():
               if left is None]
     cases += [(d, d, True, v, False) for v in STAGE_BUFS_VARIANTS for d in (64, 128)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3, 4)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, GROUP_SPLIT=3), True)
+              for d in (64, 128)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 

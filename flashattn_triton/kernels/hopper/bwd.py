@@ -1443,6 +1443,7 @@ def _attn_bwd_hopper(
     GROUP_SPLIT: gl.constexpr = 1, NAMED_BAR: gl.constexpr = 0, DROPOUT_SHARED_CALLS: gl.constexpr = 0,
     ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
     Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False, DROPOUT_RNG_WARPS: gl.constexpr = False,
+    RNG_REGS: gl.constexpr = 0,  # 0: what the consumers and the producer leave (kernel_meta passes it)
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1602,11 +1603,18 @@ def _attn_bwd_hopper(
         for s in gl.static_range(NUM_STAGES):
             mbarrier.init(keep_ready.index(s), count=1)
         rng = (keep_bufs, keep_ready)
-        # The RNG warps' registers: what the consumers (NUM_CONSUMERS x 128
-        # threads) and the producer warp (24) leave of the SM's 65,536, in
-        # steps of 8 (24 with consumers at 240, 40 at 232).
-        RNG_REGS: gl.constexpr = (65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // 128 // 8 * 8
-        gl.static_assert(RNG_REGS >= 24, "DROPOUT_RNG_WARPS: no registers left for the RNG warps")
+        # The RNG warps' registers: by default what the consumers (NUM_CONSUMERS
+        # x 128 threads) and the producer warp (24) leave of the SM's 65,536,
+        # in steps of 8 (24 with consumers at 240, 40 at 232).  The 13 warps
+        # are rounded up to 16, and the three idle ones (24 each, 2,304) come
+        # out of the first consumer, the default partition, which gets the
+        # rest (setmaxnreg in the SASS: 224 at 240, 216 at 232); with
+        # RNG_REGS = 24 at 232 both consumers get 232.
+        if RNG_REGS:
+            rng_regs: gl.constexpr = RNG_REGS
+        else:
+            rng_regs: gl.constexpr = (65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // 128 // 8 * 8
+        gl.static_assert(rng_regs >= 24, "DROPOUT_RNG_WARPS: no registers left for the RNG warps")
     else:
         rng = (stat_bufs, kv_ready)  # not used (None does not pass through a partition's arguments)
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
@@ -1644,7 +1652,7 @@ def _attn_bwd_hopper(
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
          if DROPOUT >= 3 else []),
-        [4, 1, 4] if DROPOUT >= 3 else [4, 1], [CONSUMER_REGS, 24, RNG_REGS] if DROPOUT >= 3 else [CONSUMER_REGS, 24])
+        [4, 1, 4] if DROPOUT >= 3 else [4, 1], [CONSUMER_REGS, 24, rng_regs] if DROPOUT >= 3 else [CONSUMER_REGS, 24])
 
 
 @gluon.jit
@@ -1993,6 +2001,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     call's variant (_make_plan adds TMA_DKV_CAUSAL_MAX_N and the conditions)."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False, DROPOUT_RNG_WARPS=False,
+                RNG_REGS=0,  # (always passed: left at its default it failed to build as a constexpr, Triton 3.6)
                 TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
                     head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -2282,6 +2291,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")
+    rng_regs = meta.get("RNG_REGS", 0)
+    if rng_regs and (not (meta["DROPOUT_RNG_WARPS"] and dropped) or rng_regs % 8 or not 24 <= rng_regs <= 256
+                     or 128 * (meta["NUM_CONSUMERS"] * meta["CONSUMER_REGS"] + rng_regs) + 32 * 24 > 65536):
+        return ("RNG_REGS: the RNG warps' registers (DROPOUT_RNG_WARPS, dropout), a multiple of 8 from 24 that the "
+                f"consumers at {meta['CONSUMER_REGS']} leave, not {rng_regs!r}")
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:
         return "shared memory"
     if (causal and not meta["TMA_DKV"] and n_k <= TMA_DKV_CAUSAL_MAX_N.get(d, -1) and not (windowed or dropped)
