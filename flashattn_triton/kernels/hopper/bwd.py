@@ -1582,10 +1582,10 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 / 4 / 5
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 - 6
     # dropout whose flags four RNG warps draw into shared memory, a byte per
     # score / each call's eight bits / the same bits applied as predicates
-    # after the dP^T wait with dV's keep scale once per block / as 3, each
+    # after the dP^T wait with dV's keep scale once per block / that, each
     # bit tested in place and used by one select (DROPOUT_RNG_WARPS 1 / 2 /
     # 3 / 4; DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at d = 128; _attn_bwd_rng).
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
