@@ -9,7 +9,9 @@ without a GPU, and a sha256 of the SASS listing (sass_hash; equal hashes:
 the same machine code, e.g. a change that must leave other builds alone).
 For the Gluon kernels it also counts the synchronisation instructions
 (sync_report: BAR.SYNC, BAR.ARV, mbarrier arrivals and polls), in the whole
-kernel and per query-tile loop.
+kernel and per query-tile loop, and each query-tile loop's instructions and
+local loads / stores (gemm_loop_report, "gemm loops n:l ...", one pair per
+partition's masked / unmasked step loop: which consumer spills, and where).
 
     python benchmarks/compile_check.py [--arch 90] [--d 64,128,256]   (d:dv, e.g. 192:128, for a value head dim of its own)
     python benchmarks/compile_check.py --d 128 --cases causal --mods HAS_DROPOUT --sass \
