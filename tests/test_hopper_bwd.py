@@ -1254,17 +1254,21 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("rng", [dict(DROPOUT_RNG_WARPS=1), dict(DROPOUT_RNG_WARPS=2), dict(DROPOUT_RNG_WARPS=3),
                                  dict(DROPOUT_RNG_WARPS=4),
-                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24)],
-                         ids=["bytes", "call_bits", "late_bits", "bits_in_place", "bits_in_place_232"])
+                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
+                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, NAMED_BAR=1)],
+                         ids=["bytes", "call_bits", "late_bits", "bits_in_place", "bits_in_place_232",
+                              "bits_in_place_232_nb1"])
 def test_dropout_rng_warps(d, causal, split, rng):
-    """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG warps
-    draw each step's keep flags (1: a byte per score; 2: each call's eight
-    bits, expanded by the consumers; 3: those bits applied as predicates
-    after the dP^T wait, dV scaled once per block; 4: as 3, each bit tested
-    in place; with RNG_REGS = 24 at 232 consumer registers) into shared memory and
-    the consumers read them; the same Philox mask as the consumers' own draws
-    (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation order (GQA group of 3, whole or split across 3 programs,
-    ragged lengths, flash-layout views); the plan took it."""
+    """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG
+    warps draw each step's keep flags into shared memory (1: a byte per
+    score; 2: each call's eight bits, expanded by the consumers; 3: those
+    bits applied as predicates after the dP^T wait, dV scaled once per
+    block; 4: as 3, each bit tested in place; also at 232 consumer
+    registers with RNG_REGS = 24, and with NAMED_BAR = 1) and the consumers
+    read them: the same Philox mask as the consumers' own draws
+    (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation
+    order (GQA group of 3, whole or split across 3 programs, ragged
+    lengths, flash-layout views); the plan took it."""
     q, do = (_flash_view(2, 6, 333, d, torch.bfloat16) for _ in range(2))
     k, v = (_flash_view(2, 2, 1121, d, torch.bfloat16) for _ in range(2))
     shift = None if causal is None else 1121 - 333
@@ -2564,8 +2568,8 @@ def _sweep_cases():
               if left is None]
     cases += [(d, d, True, v, False) for v in STAGE_BUFS_VARIANTS for d in (64, 128)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3, 4)]
-    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, GROUP_SPLIT=3), True)
-              for d in (64, 128)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, GROUP_SPLIT=3, **nb), True)
+              for d in (64, 128) for nb in ({}, dict(NAMED_BAR=1))]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 
