@@ -5,18 +5,18 @@
 # keep scale once per key block) with each loaded word shifted once by the lane's key parity and
 # its four bits masked in place, so a score's test is one LOP3 with a predicate result, used by
 # one select (P^T Z); dS^T = P^T Z dP^T r - P^T delta. Compile facts (compile_check --hopper-bwd
-# --dropout --d 64,128 --sass, Triton 3.6, sm_90; "gemm loops": each consumer's masked / unmasked
-# step loop, instructions : local accesses): causal d = 64 at 232 registers (the default's = 3)
-# 802:0 596:0 791:0 594:0 -> 669:0 465:0 661:0 463:0, whole kernel 4968 -> 4432, spill 68 -> 92 B;
-# causal d = 128 (the default's = 2) 919:7 740:1 986:46 805:67 -> 721:1 541:3 765:30 573:26 (the
-# plain causal d = 128 build: 575:0 374:0 564:0 377:0), whole kernel 6088 -> 5304, spill 468 ->
-# 332 B; full d = 128 5496 -> 4760, spill 340 -> 292 B. The first consumer is the default
-# partition, which gets what the others leave after the CTA's 13 warps are rounded up to 16
-# (setmaxnreg in the SASS: 224 at CONSUMER_REGS 240, 216 at 232 where the RNG warps take 40);
-# RNG_REGS = 24 at 232 gives both consumers 232: causal d = 128 727:7 554:13 747:15 569:19 (spill
-# 328 B), d = 64 the same loops as at 240 (672:0 468:0 664:0 466:0); with NAMED_BAR = 1 too (the
-# dS^T exchange through a hardware barrier) 724:7 545:13 728:11 549:5 (spill 300 B), d = 64
-# 667:0 465:0 664:0 463:0.
+# --dropout --d 64,128 --sass, Triton 3.6, sm_90; "gemm loops": each consumer's masked /
+# unmasked step loop in code order, instructions : local accesses): causal d = 64 at 232
+# registers (the default's = 3) 802:0 596:0 791:0 594:0 -> 669:0 465:0 661:0 463:0, whole
+# kernel 4968 -> 4432, spill 68 -> 92 B; causal d = 128 (the default's = 2) 919:7 740:1 986:46
+# 805:67 -> 721:1 541:3 765:30 573:26 (the plain causal d = 128 build: 575:0 374:0 564:0 377:0),
+# whole kernel 6088 -> 5304, spill 468 -> 332 B; full d = 128 5496 -> 4760, spill 340 -> 292 B.
+# Consumer 0 (the second pair of loops) is the default partition, which gets what the others
+# leave after the CTA's 13 warps are rounded up to 16 (setmaxnreg in the SASS: 224 at
+# CONSUMER_REGS 240, 216 at 232 where the RNG warps take 40); RNG_REGS = 24 at 232 gives both
+# consumers 232: causal d = 128 727:7 554:13 747:15 569:19 (spill 328 B), d = 64 the same loops
+# as at 240 (672:0 468:0 664:0 466:0); with NAMED_BAR = 1 too (the dS^T exchange through a
+# hardware barrier) 724:7 545:13 728:11 549:5 (spill 300 B), d = 64 667:0 465:0 664:0 463:0.
 #   1. GPU tests: tests/test_hopper_bwd.py -k "rng_warps" (each form's gradients equal those of the
 #      consumers' own draws, = 4 at 240 and at 232 with RNG_REGS 24 among them: GQA group of 3 whole
 #      and split, causal and not, d 64 / 128), and
