@@ -130,9 +130,22 @@ def halves_keys_first(w0, w1, w2, w3, k0_shift, BLOCK_N: tl.constexpr, BLOCK_M: 
     (1, 1, 2, 1, 1), is 16 for key bit 0 clear and 0 for it set: the half
     of each word a key reads, in the high bits (the keys' dim 2 is
     broadcast to it)."""
-    h = tl.join(tl.join(w0 << k0_shift, w1 << k0_shift), tl.join(w2 << k0_shift, w3 << k0_shift))
+    return keys_first_tile(w0 << k0_shift, w1 << k0_shift, w2 << k0_shift, w3 << k0_shift, BLOCK_N, BLOCK_M)
+
+
+@triton.jit
+def keys_first_tile(x0, x1, x2, x3, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The (BLOCK_N, BLOCK_M) keys x queries tile of the per-call values
+    x_i (word i of each call, shaped (c, e, k0, a, r)): word i = k3 + 2 q3."""
+    h = tl.join(tl.join(x0, x1), tl.join(x2, x3))
     # (c, e, k0, a, r, k3, q3) -> keys 16c + 8k3 + 2e + k0, queries 16a + 8q3 + r
     return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
+
+
+@triton.jit
+def key_parity_dim(i0):
+    """The key bit 0 index i0 (an arange of 2) shaped (1, 1, 2, 1, 1), uint32."""
+    return tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims(i0, 0), 1), 3), 4).to(tl.uint32)
 
 
 @triton.jit
@@ -199,10 +212,9 @@ def keep_keys_first_from_bits(bits, i0, BLOCK_N: tl.constexpr, BLOCK_M: tl.const
     key bit 0 index i0 (an arange of 2) shaped (1, 1, 2, 1, 1): key parity
     k0 and word i = k3 + 2 q3 read bit 2 i + k0, joined and permuted as
     halves_keys_first."""
-    k0 = tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims(i0, 0), 1), 3), 4).to(tl.uint32)
-    h = tl.join(tl.join((bits >> k0) & 1, (bits >> (k0 + 2)) & 1),
-                tl.join((bits >> (k0 + 4)) & 1, (bits >> (k0 + 6)) & 1))
-    return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
+    k0 = key_parity_dim(i0)
+    return keys_first_tile((bits >> k0) & 1, (bits >> (k0 + 2)) & 1, (bits >> (k0 + 4)) & 1, (bits >> (k0 + 6)) & 1,
+                           BLOCK_N, BLOCK_M)
 
 
 @triton.jit
@@ -212,10 +224,8 @@ def kept_keys_first_from_bits(bits, i0, BLOCK_N: tl.constexpr, BLOCK_M: tl.const
     parity k0 (one shift per call, not per score), then its bits 0, 2, 4,
     6 masked in place, so that a score's test != 0 is one LOP3 with a
     predicate result instead of a shift, a mask and a compare."""
-    k0 = tl.expand_dims(tl.expand_dims(tl.expand_dims(tl.expand_dims(i0, 0), 1), 3), 4).to(tl.uint32)
-    w = bits >> k0
-    h = tl.join(tl.join(w & 1, w & 4), tl.join(w & 16, w & 64))
-    return tl.reshape(tl.permute(h, (0, 5, 1, 2, 3, 6, 4)), (BLOCK_N, BLOCK_M))
+    w = bits >> key_parity_dim(i0)
+    return keys_first_tile(w & 1, w & 4, w & 16, w & 64, BLOCK_N, BLOCK_M)
 
 
 # ---------------------------------------------------------------------------
