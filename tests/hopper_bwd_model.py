@@ -739,7 +739,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False, named_free=False):
+             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False, named_free=False, own_first=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -769,7 +769,11 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     done), then a bar.sync of both consumers (consumers_bar) in place of
     ds_ready (broken "named_free_skip": no sync on free[other]); with
     late_free too (Q_HALVES = 4) the bar.arrive comes after the first dQ
-    piece's reduce-add."""
+    piece's reduce-add.  own_first (Q_HALVES = 5 / 6, through ds_ready):
+    the column products over this consumer's own half are issued right
+    after its arrival on ds_ready[b], the wait for that barrier only before
+    the other half's (broken "own_first_no_wait": every half's products
+    before the wait)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -806,19 +810,32 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
                 cta.write(cta.pt[b][c], ("Pt", it, c))
                 cta.write(cta.ds[b][c], ("dSt", it, c))
+                all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
+                all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
+
+                def column_products(halves):  # dV, dK, dK1 over these halves' rows
+                    cta.wgmma_issue(c, [all_pt[x] for x in halves] + [(do, ("dO", it))])
+                    cta.wgmma_issue(c, [all_ds[x] for x in halves] + [(q, ("Q", it))])
+                    if qk1 and broken != "qk1_dk1_late":
+                        cta.wgmma_issue(c, [all_ds[x] for x in halves] + [(cta.q1[s], ("Q1", it))])
                 if named_free:
                     cta.consumers_bar.arrive()
                     yield wait_ready(cta.consumers_bar, it & 1)
+                    column_products(range(nc))
+                elif own_first:
+                    assert q_halves and nc == 2
+                    cta.ds_ready[b].arrive()
+                    early = [c, 1 - c] if broken == "own_first_no_wait" else [c]
+                    for x in early:                                        # behind this consumer's arrival
+                        column_products([x])
+                    yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
+                    for x in {0, 1} - set(early):                          # the other half's
+                        column_products([x])
                 else:
                     cta.ds_ready[b].arrive()
                     yield wait_ready(cta.ds_ready[b], (it // nb) & 1)
-                all_pt = [(cta.pt[b][x], ("Pt", it, x)) for x in range(nc)]
-                all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
-                cta.wgmma_issue(c, all_pt + [(do, ("dO", it))])            # dV
-                cta.wgmma_issue(c, all_ds + [(q, ("Q", it))])              # dK
-                dk1 = all_ds + [(cta.q1[s], ("Q1", it))]                   # dK's second chunk
-                if qk1 and broken != "qk1_dk1_late":
-                    cta.wgmma_issue(c, dk1)
+                    column_products(range(nc))
+                dk1 = all_ds + [(cta.q1[s], ("Q1", it))]                   # dK's second chunk (qk1_dk1_late)
 
                 def piece(j):  # dQ piece j reads K, or with qk1 the last k1_pieces K1
                     src = [(cta.k1, kk1) if qk1 and j >= dq_chunks - k1_pieces else (cta.k, kk)]
@@ -903,12 +920,13 @@ NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 STAGE_BUFS_BROKEN = ("stage_wait_short",)
 Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
+OWN_FIRST_BROKEN = ("own_first_no_wait",)
 NAMED_FREE_BROKEN = ("named_free_skip",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
              qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False,
-             named_free=False):
+             named_free=False, own_first=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -919,7 +937,8 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
     2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
     staging buffers per consumer (split Q K^T only; broken
-    STAGE_BUFS_BROKEN).  k1_pieces, late_free, named_free: see consumer."""
+    STAGE_BUFS_BROKEN).  k1_pieces, late_free, named_free, own_first: see
+    consumer."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
     assert not qk1 or (split and dq_chunks > k1_pieces >= 1), "split Q K^T: SPLIT_D, pieces from K and K1"
@@ -933,7 +952,8 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free, named_free)
+                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free, named_free,
+                                          own_first)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -988,7 +1008,8 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1, named_free=False):
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1, named_free=False,
+                      own_first=False):
     """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
     with stage_bufs > 1 a STAGE_BUFS_BROKEN one, with q_halves a
     Q_HALVES_PROTOCOL_BROKEN one)."""
@@ -999,7 +1020,7 @@ def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=
         try:
             simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), dq_chunks, seed, work=work,
                      broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces,
-                     named_free=named_free)
+                     named_free=named_free, own_first=own_first)
         except ProtocolError:
             caught += 1
     return caught

@@ -1227,9 +1227,20 @@ def test_dropout_rng_warps_plan(monkeypatch):
     p = plan(rng=4, CONSUMER_REGS=232, RNG_REGS=24)
     assert not isinstance(p, str) and p.kwargs["RNG_REGS"] == 24, p
     for over in (dict(rng=4, CONSUMER_REGS=232, RNG_REGS=48), dict(rng=4, RNG_REGS=28), dict(rng=4, RNG_REGS=16),
-                 dict(rng=0, RNG_REGS=24), dict(rng=None, dropped=False, RNG_REGS=24)):
+                 dict(rng=0, RNG_REGS=24), dict(rng=None, dropped=False, RNG_REGS=24),
+                 dict(rng=4, RNG_NUM_WARPS=2, RNG_REGS=96)):
         reason = plan(**over)
         assert isinstance(reason, str) and "RNG_REGS" in reason, (over, reason)
+    # RNG_NUM_WARPS = 2 (two RNG warps: with RNG_REGS 24 the CTA's 12 warps leave both consumers
+    # 240): with the call-bits forms only
+    for rng in (2, 3, 4):
+        p = plan(rng=rng, RNG_NUM_WARPS=2, RNG_REGS=24)
+        assert not isinstance(p, str) and (p.kwargs["RNG_NUM_WARPS"], p.kwargs["RNG_REGS"]) == (2, 24), p
+    assert plan(rng=4).kwargs["RNG_NUM_WARPS"] == 4
+    for over in (dict(rng=1, RNG_NUM_WARPS=2), dict(rng=0, RNG_NUM_WARPS=2), dict(rng=4, RNG_NUM_WARPS=1),
+                 dict(rng=4, RNG_NUM_WARPS=8), dict(rng=None, dropped=False, RNG_NUM_WARPS=2)):
+        reason = plan(**over)
+        assert isinstance(reason, str) and "RNG_NUM_WARPS" in reason, (over, reason)
     # the default: DROPOUT_RNG_CONFIGS where the build can take it
     for d, rng, regs in ((64, 3, 232), (128, 2, 240)):
         for causal in (False, True):
@@ -1255,16 +1266,19 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("rng", [dict(DROPOUT_RNG_WARPS=1), dict(DROPOUT_RNG_WARPS=2), dict(DROPOUT_RNG_WARPS=3),
                                  dict(DROPOUT_RNG_WARPS=4),
                                  dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
-                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, NAMED_BAR=1)],
+                                 dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, NAMED_BAR=1),
+                                 dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24),
+                                 dict(DROPOUT_RNG_WARPS=2, RNG_NUM_WARPS=2, RNG_REGS=24)],
                          ids=["bytes", "call_bits", "late_bits", "bits_in_place", "bits_in_place_232",
-                              "bits_in_place_232_nb1"])
+                              "bits_in_place_232_nb1", "bits_in_place_rng2", "call_bits_rng2"])
 def test_dropout_rng_warps(d, causal, split, rng):
     """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG
     warps draw each step's keep flags into shared memory (1: a byte per
     score; 2: each call's eight bits, expanded by the consumers; 3: those
     bits applied as predicates after the dP^T wait, dV scaled once per
     block; 4: as 3, each bit tested in place; also at 232 consumer
-    registers with RNG_REGS = 24, and with NAMED_BAR = 1) and the consumers
+    registers with RNG_REGS = 24, and with NAMED_BAR = 1; 4 and 2 with two
+    RNG warps, RNG_NUM_WARPS = 2, two calls per thread) and the consumers
     read them: the same Philox mask as the consumers' own draws
     (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation
     order (GQA group of 3, whole or split across 3 programs, ragged
@@ -2253,7 +2267,11 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     dict(Q_HALVES=2), dict(Q_HALVES=2, GROUP_SPLIT=2), dict(Q_HALVES=2, PERSISTENT=True, NUM_SMS=7),
                     # the exchange through hardware barriers
                     dict(Q_HALVES=3), dict(Q_HALVES=3, GROUP_SPLIT=2), dict(Q_HALVES=3, PERSISTENT=True, NUM_SMS=7),
-                    dict(Q_HALVES=4), dict(Q_HALVES=4, GROUP_SPLIT=2), dict(Q_HALVES=4, PERSISTENT=True, NUM_SMS=7)]
+                    dict(Q_HALVES=4), dict(Q_HALVES=4, GROUP_SPLIT=2), dict(Q_HALVES=4, PERSISTENT=True, NUM_SMS=7),
+                    # this half's column products before the exchange wait
+                    dict(Q_HALVES=5), dict(Q_HALVES=5, GROUP_SPLIT=2), dict(Q_HALVES=5, PERSISTENT=True, NUM_SMS=7),
+                    dict(Q_HALVES=5, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(Q_HALVES=6),
+                    dict(Q_HALVES=6, PERSISTENT=True, NUM_SMS=7)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -2272,7 +2290,8 @@ def test_split_qk_variants(variant, causal):
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
     staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
     exchange through hardware barriers (Q_HALVES = 3, and 4 with the late
-    arrival).  The 64-row step of before (ROWS64_192) with its own
+    arrival), this half's column products before the exchange wait
+    (Q_HALVES = 5, and 6 with the late arrival).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2385,11 +2404,13 @@ def test_q_halves_protocol_simulation():
     buffer its 'free' arrival follows the column products) with one and two
     staging buffers, and with 32-column pieces (six, the last two from K1)
     and two or four staging buffers, and with the 'free' arrival after the
-    first dQ piece's reduce-add (Q_HALVES = 2), and the exchange through
-    hardware barriers (Q_HALVES = 3, and 4 with the late arrival): no
-    hazard or deadlock; arriving
-    before the column products are done, or writing without the sync on the
-    other warpgroup's 'free' barrier, is caught."""
+    first dQ piece's reduce-add (Q_HALVES = 2), the exchange through
+    hardware barriers (Q_HALVES = 3, and 4 with the late arrival), and this
+    half's column products issued before the exchange wait (Q_HALVES = 5,
+    and 6 with the late arrival): no hazard or deadlock; arriving before
+    the column products are done, writing without the sync on the other
+    warpgroup's 'free' barrier, or issuing the other half's products before
+    the exchange wait, is caught."""
     import hopper_bwd_model as hbm
     for stage_bufs in (1, 2):
         for *case, work in hbm.qk1_protocol_cases(full=False):
@@ -2405,6 +2426,14 @@ def test_q_halves_protocol_simulation():
             for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
                 hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
                              q_halves=True, late_free=late, named_free=named)
+    # Q_HALVES = 5 / 6: this half's column products before the exchange wait
+    for late in (False, True):
+        for ds_bufs, stage_bufs in ((1, 2), (2, 1)):
+            for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
+                hbm.simulate(n_tiles, ns, split, ds_bufs, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
+                             q_halves=True, late_free=late, own_first=True)
+    for broken in hbm.OWN_FIRST_BROKEN:
+        assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, own_first=True) > 0, broken
     for broken in hbm.NAMED_FREE_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, named_free=True) > 0, broken
     for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
@@ -2436,10 +2465,10 @@ def test_q_halves_plan(monkeypatch):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, narrow)
         assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 32], plan
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
-    for level in (2, 3, 4):
+    for level in (2, 3, 4, 5, 6):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=level))
         assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == level, plan
-    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=5),
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=7),
                 dict(qh, Q_HALVES=3, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(qh, Q_HALVES=4, DS_BUFS=2, DQ_STAGE_BUFS=1)):
         got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
         assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
@@ -2570,6 +2599,8 @@ def _sweep_cases():
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (1, 2, 3, 4)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, GROUP_SPLIT=3, **nb), True)
               for d in (64, 128) for nb in ({}, dict(NAMED_BAR=1))]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, RNG_NUM_WARPS=2, RNG_REGS=24, GROUP_SPLIT=3), True)
+              for d in (64, 128) for rng in (2, 4)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 

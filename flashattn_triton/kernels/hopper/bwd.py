@@ -793,7 +793,7 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 
 @gluon.jit
 def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
-    """RNG partition (4 warps; DROPOUT_RNG_WARPS, not persistent): the keep
+    """RNG partition (RNG_NUM_WARPS warps, 4 or 2; DROPOUT_RNG_WARPS, not persistent): the keep
     flags (a uint8 per score, 1 kept; with BITS each call's eight bits,
     call_keep_bits) of every step's keys x queries tile, both
     consumers' keys, into slot it % NUM_STAGES of keep_bufs, in the steps'
@@ -812,6 +812,7 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
     BITS: gl.constexpr = len(keep_bufs.shape) > 3  # DROPOUT_RNG_WARPS = 2: (c, e, 1, a, r) call bits per slot
     BLOCK_N: gl.constexpr = keep_bufs.shape[1] * 16 if BITS else keep_bufs.shape[1]
     BLOCK_M: gl.constexpr = keep_bufs.shape[4] * 16 if BITS else keep_bufs.shape[2]
+    RNG_W: gl.constexpr = gl.num_warps()  # this partition's (RNG_NUM_WARPS)
     k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = _dropout_block(drop, off_b, GROUP, start_n)
     it = 0
     for g in range(GROUP):
@@ -822,11 +823,11 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
             for c in gl.static_range(BLOCK_N // 16):
                 if BITS:
                     bits = tile_call_bits_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
-                                              16, BLOCK_M, 4)
+                                              16, BLOCK_M, RNG_W)
                     keep_bufs.index(s).slice(c, 1, dim=0).store(bits)
                 else:
                     keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
-                                                    16, BLOCK_M, 4)
+                                                    16, BLOCK_M, RNG_W)
                     keep_bufs.index(s).slice(16 * c, 16, dim=0).store(keep.to(gl.uint8))
             mbarrier.arrive(keep_ready.index(s))  # (a partition-wide bar.sync, then one thread's arrive)
             it += 1
@@ -1150,12 +1151,17 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     writes one bar.sync of both warpgroups (_CONSUMERS_SYNC).  Per tile two
     mbarrier arrivals and two polled waits fewer (compile_check --sass).
     Q_HALVES = 4: 3 with the bar.arrive where 2 puts its arrival (both
-    builds' gains: spill 36-40 B, 1 arrival and 2 polled waits per tile)."""
+    builds' gains: spill 36-40 B, 1 arrival and 2 polled waits per tile).
+    Q_HALVES = 5 (an override, through ds_ready): the column products over
+    this warpgroup's own half are issued right after its arrival, the wait
+    for the other half's only before those (the wgmma pipe busy during the
+    exchange wait); 6: 5 with 2's late arrival."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
-    HW_BARS: gl.constexpr = Q_HALVES >= 3  # the exchange through hardware barriers
-    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4: 'free' after the first dQ piece
+    HW_BARS: gl.constexpr = Q_HALVES == 3 or Q_HALVES == 4  # the exchange through hardware barriers
+    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4 / 6: 'free' after the first dQ piece
+    OWN_FIRST: gl.constexpr = Q_HALVES >= 5  # 5 / 6: this half's column products before the exchange wait
     DQW: gl.constexpr = DQ_CHUNK  # dQ piece width, dividing both chunks
     N_K0: gl.constexpr = HEAD_DIM // DQW  # K0's pieces, then K1's
     N_PIECES: gl.constexpr = N_K0 + QK1 // DQW
@@ -1206,20 +1212,27 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
         _named_bar(_CONSUMERS_SYNC)
     else:
         mbarrier.arrive(ds_ready.index(b))
-        mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
-    # dV, dK, dK1: this warpgroup's columns, over both halves' rows (K = 64 each).
+        if not OWN_FIRST:
+            mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    # dV, dK, dK1: this warpgroup's columns, over both halves' rows (K = 64
+    # each).  OWN_FIRST: this half's products first (the arrival above came
+    # after a bar.sync of this warpgroup, so its own writes are visible to
+    # its wgmmas), the wait for the other half's only before that half's.
     dv_tok = dv
     dk_tok = dk
     dk1_tok = dk1
-    for h in gl.static_range(2):
-        pt_h = pt_bufs.index(2 * b + h)
-        ds_h = ds_bufs.index(2 * b + h)
-        dv_tok = warpgroup_mma(pt_h, do_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dv_tok,
+    FIRST: gl.constexpr = CONSUMER if OWN_FIRST else 0
+    for j in gl.static_range(FIRST, FIRST + 2):  # half j % 2 (constexpr only inline)
+        if OWN_FIRST and j > FIRST:
+            mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+        pt_h = pt_bufs.index(2 * b + j % 2)
+        ds_h = ds_bufs.index(2 * b + j % 2)
+        dv_tok = warpgroup_mma(pt_h, do_s.slice(j % 2 * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dv_tok,
                                is_async=True)
-        dk_tok = warpgroup_mma(ds_h, q_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dk_tok,
+        dk_tok = warpgroup_mma(ds_h, q_s.slice(j % 2 * HALF, HALF, dim=0).slice(CONSUMER * VC, VC, dim=1), dk_tok,
                                is_async=True)
-        dk1_tok = warpgroup_mma(ds_h, q1_s.slice(h * HALF, HALF, dim=0).slice(CONSUMER * K1C, K1C, dim=1), dk1_tok,
-                                is_async=True)
+        dk1_tok = warpgroup_mma(ds_h, q1_s.slice(j % 2 * HALF, HALF, dim=0).slice(CONSUMER * K1C, K1C, dim=1),
+                                dk1_tok, is_async=True)
     # dQ of this half's rows from dS in registers: its first piece runs with
     # the column products; Q and dO are free once those are done.
     ds_op = gl.convert_layout(ds, op_layout)
@@ -1444,6 +1457,7 @@ def _attn_bwd_hopper(
     ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1, SLICES_FIRST: gl.constexpr = False,
     Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False, DROPOUT_RNG_WARPS: gl.constexpr = False,
     RNG_REGS: gl.constexpr = 0,  # 0: what the consumers and the producer leave (kernel_meta passes it)
+    RNG_NUM_WARPS: gl.constexpr = 4,  # the RNG partition's warps, 4 or 2 (kernel_meta passes it)
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1609,11 +1623,14 @@ def _attn_bwd_hopper(
         # are rounded up to 16, and the three idle ones (24 each, 2,304) come
         # out of the first consumer, the default partition, which gets the
         # rest (setmaxnreg in the SASS: 224 at 240, 216 at 232); with
-        # RNG_REGS = 24 at 232 both consumers get 232.
+        # RNG_REGS = 24 at 232 both consumers get 232.  With RNG_NUM_WARPS = 2
+        # the CTA has 11 warps, one idle: RNG_REGS = 40 at 240 leaves both
+        # consumers 240 (each RNG thread then makes two calls per slab).
         if RNG_REGS:
             rng_regs: gl.constexpr = RNG_REGS
         else:
-            rng_regs: gl.constexpr = (65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // 128 // 8 * 8
+            rng_regs: gl.constexpr = ((65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // (32 * RNG_NUM_WARPS)
+                                      // 8 * 8)
         gl.static_assert(rng_regs >= 24, "DROPOUT_RNG_WARPS: no registers left for the RNG warps")
     else:
         rng = (stat_bufs, kv_ready)  # not used (None does not pass through a partition's arguments)
@@ -1652,7 +1669,8 @@ def _attn_bwd_hopper(
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
          if DROPOUT >= 3 else []),
-        [4, 1, 4] if DROPOUT >= 3 else [4, 1], [CONSUMER_REGS, 24, rng_regs] if DROPOUT >= 3 else [CONSUMER_REGS, 24])
+        [4, 1, RNG_NUM_WARPS] if DROPOUT >= 3 else [4, 1],
+        [CONSUMER_REGS, 24, rng_regs] if DROPOUT >= 3 else [CONSUMER_REGS, 24])
 
 
 @gluon.jit
@@ -2002,6 +2020,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False, DROPOUT_RNG_WARPS=False,
                 RNG_REGS=0,  # (always passed: left at its default it failed to build as a constexpr, Triton 3.6)
+                RNG_NUM_WARPS=4,  # (likewise)
                 TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
                     head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -2275,9 +2294,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
-    if meta["Q_HALVES"] not in (0, 1, 2, 3, 4) or (meta["Q_HALVES"] >= 3 and meta["DS_BUFS"] != 1):
-        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival), 3 (hardware barriers, DS_BUFS = 1) "
-                f"or 4 (both), not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
+    if meta["Q_HALVES"] not in (0, 1, 2, 3, 4, 5, 6) or (meta["Q_HALVES"] in (3, 4) and meta["DS_BUFS"] != 1):
+        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival), 3 (hardware barriers, DS_BUFS = 1), "
+                "4 (both), 5 (this half's column products before the exchange wait) or 6 (5 with the late "
+                f"arrival), not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
                              or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
@@ -2291,9 +2311,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")
-    rng_regs = meta.get("RNG_REGS", 0)
+    rng_regs, rng_w = meta.get("RNG_REGS", 0), meta.get("RNG_NUM_WARPS", 4)
+    if rng_w != 4 and (rng_w != 2 or meta["DROPOUT_RNG_WARPS"] < 2 or not dropped):
+        return f"RNG_NUM_WARPS: 4, or 2 with DROPOUT_RNG_WARPS 2-4 (each call's bits; dropout), not {rng_w!r}"
     if rng_regs and (not (meta["DROPOUT_RNG_WARPS"] and dropped) or rng_regs % 8 or not 24 <= rng_regs <= 256
-                     or 128 * (meta["NUM_CONSUMERS"] * meta["CONSUMER_REGS"] + rng_regs) + 32 * 24 > 65536):
+                     or 128 * meta["NUM_CONSUMERS"] * meta["CONSUMER_REGS"] + 32 * (rng_w * rng_regs + 24) > 65536):
         return ("RNG_REGS: the RNG warps' registers (DROPOUT_RNG_WARPS, dropout), a multiple of 8 from 24 that the "
                 f"consumers at {meta['CONSUMER_REGS']} leave, not {rng_regs!r}")
     if smem_bytes(d, head_dim_v=d_v, **meta) > SMEM_LIMIT:

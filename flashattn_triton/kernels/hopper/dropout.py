@@ -345,9 +345,10 @@ def tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
                        CHUNK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
     """The calls of tile_keep_keys_first_rng's slab reduced to their eight
     keep bits (call_keep_bits), shaped (c, e, 1, a, r) = (1, 4, 1, BLOCK_M /
-    16, 8), one call per thread."""
+    16, 8), one call per thread per 16 NUM_WARPS rows (a 16-row group per
+    warp, the groups wrapping over the warps)."""
     gl.static_assert(CHUNK_N == 16, "one 16-key slab per chunk")
-    gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one call per thread: a 16-row group per warp")
+    gl.static_assert(BLOCK_M % (16 * NUM_WARPS) == 0, "16-row groups spread evenly over the warps")
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 1], [1, 4, 1, 1, 8], [1, 1, 1, NUM_WARPS, 1], [4, 1, 3, 2, 0])
     ic, ie, ia, ir = _keys_first_aranges(L, CHUNK_N, BLOCK_M)
     w0, w1, w2, w3 = tile_words_keys_first(k0, k1, rng_base, row0, col0, rng_cols, ic, ie, ia, ir)
