@@ -769,11 +769,12 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     done), then a bar.sync of both consumers (consumers_bar) in place of
     ds_ready (broken "named_free_skip": no sync on free[other]); with
     late_free too (Q_HALVES = 4) the bar.arrive comes after the first dQ
-    piece's reduce-add.  own_first (Q_HALVES = 5 / 6, through ds_ready):
-    the column products over this consumer's own half are issued right
-    after its arrival on ds_ready[b], the wait for that barrier only before
-    the other half's (broken "own_first_no_wait": every half's products
-    before the wait)."""
+    piece's reduce-add.  own_first (OWN_FIRST, through ds_ready): with
+    q_halves the column products over this consumer's own half are issued
+    right after its arrival on ds_ready[b], the wait for that barrier only
+    before the other half's; on the keys-as-M path likewise dQ's product
+    over this consumer's keys, then the other's (broken
+    "own_first_no_wait": every half's products before the wait)."""
     ns, nc, nb = cta.ns, cta.nc, cta.ds_bufs
     wait_ready = _waiter(1)   # the n-th wait on a 'ready' barrier needs n + 1 completions
     wait_free = _waiter(0)
@@ -823,7 +824,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     yield wait_ready(cta.consumers_bar, it & 1)
                     column_products(range(nc))
                 elif own_first:
-                    assert q_halves and nc == 2
+                    assert q_halves and nc == 2  # (the split Q K^T's 128-row step)
                     cta.ds_ready[b].arrive()
                     early = [c, 1 - c] if broken == "own_first_no_wait" else [c]
                     for x in early:                                        # behind this consumer's arrival
@@ -876,13 +877,24 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                 cta.wgmma_issue(c, [(do, ("dO", it))])                     # dV (P^T in registers)
                 cta.wgmma_issue(c, [(q, ("Q", it))])                       # dK
                 cta.write(cta.ds[b][c], ("dSt", it, c))
+                all_ds = [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)]
                 if named_bar:
                     cta.consumers_bar.arrive()
                     yield wait_ready(cta.consumers_bar, it & 1)
+                    cta.wgmma_issue(c, all_ds + [(cta.k, kk)])                 # dQ
+                elif own_first:
+                    assert nc == 2
+                    cta.ds_ready[b].arrive()
+                    early = [c, 1 - c] if broken == "own_first_no_wait" else [c]
+                    for x in early:                                        # dQ over these keys
+                        cta.wgmma_issue(c, [all_ds[x], (cta.k, kk)])
+                    yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
+                    for x in {0, 1} - set(early):
+                        cta.wgmma_issue(c, [all_ds[x], (cta.k, kk)])
                 else:
                     cta.ds_ready[b].arrive()
                     yield wait_ready(cta.ds_ready[b], (it // 2) & 1)
-                cta.wgmma_issue(c, [(cta.ds[b][x], ("dSt", it, x)) for x in range(nc)] + [(cta.k, kk)])
+                    cta.wgmma_issue(c, all_ds + [(cta.k, kk)])                 # dQ
                 if persistent and last and broken == "early_kv_release":
                     cta.kv_empty.arrive()       # before the last dQ product has read K
                     released = True

@@ -16,6 +16,7 @@ written, CONFIGS since session 15): ``-k 192``.
 
 import math
 import os
+import random
 
 import pytest
 import torch
@@ -1268,9 +1269,12 @@ def test_dropout_rng_warps_plan(monkeypatch):
                                  dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
                                  dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, NAMED_BAR=1),
                                  dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24),
-                                 dict(DROPOUT_RNG_WARPS=2, RNG_NUM_WARPS=2, RNG_REGS=24)],
+                                 dict(DROPOUT_RNG_WARPS=2, RNG_NUM_WARPS=2, RNG_REGS=24),
+                                 dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24, OWN_FIRST=True),
+                                 dict(DROPOUT_RNG_WARPS=4, OWN_FIRST=True)],
                          ids=["bytes", "call_bits", "late_bits", "bits_in_place", "bits_in_place_232",
-                              "bits_in_place_232_nb1", "bits_in_place_rng2", "call_bits_rng2"])
+                              "bits_in_place_232_nb1", "bits_in_place_rng2", "call_bits_rng2",
+                              "bits_in_place_rng2_own_first", "bits_in_place_own_first"])
 def test_dropout_rng_warps(d, causal, split, rng):
     """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG
     warps draw each step's keep flags into shared memory (1: a byte per
@@ -1278,7 +1282,9 @@ def test_dropout_rng_warps(d, causal, split, rng):
     bits applied as predicates after the dP^T wait, dV scaled once per
     block; 4: as 3, each bit tested in place; also at 232 consumer
     registers with RNG_REGS = 24, and with NAMED_BAR = 1; 4 and 2 with two
-    RNG warps, RNG_NUM_WARPS = 2, two calls per thread) and the consumers
+    RNG warps, RNG_NUM_WARPS = 2, two calls per thread; 4 with OWN_FIRST,
+    the dQ product over this warpgroup's keys before the dS^T exchange
+    wait) and the consumers
     read them: the same Philox mask as the consumers' own draws
     (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation
     order (GQA group of 3, whole or split across 3 programs, ragged
@@ -1293,6 +1299,81 @@ def test_dropout_rng_warps(d, causal, split, rng):
         assert plan.split == split, plan.split
     overs = (dict(GROUP_SPLIT=split, DROPOUT_RNG_WARPS=0), dict(rng, GROUP_SPLIT=split))
     _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
+
+
+OWN_FIRST_VARIANTS = [
+    # overrides: dQ as two products over the key halves, this warpgroup's
+    # before the dS^T exchange wait (keys-as-M, the ds_ready exchange)
+    dict(OWN_FIRST=True, NAMED_BAR=0),
+    dict(OWN_FIRST=True, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
+    dict(OWN_FIRST=True, NAMED_BAR=0, GROUP_SPLIT=3),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", OWN_FIRST_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_own_first_keys_as_m(variant, d, case):
+    """OWN_FIRST on the keys-as-M path (d = 64 / 128): dQ = dS K as two
+    products over the key halves, this warpgroup's issued before the wait
+    for the other's dS^T; the reference cases against float64."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+def test_own_first_keys_as_m_protocol_simulation():
+    """OWN_FIRST on the keys-as-M path (dQ's product over this consumer's
+    keys issued after its ds_ready arrival, the other's after the wait): no
+    hazard or deadlock on the 2-D grid and persistent cases; issuing both
+    before the wait is caught."""
+    import hopper_bwd_model as hbm
+    for n_tiles, ns, split, ds_bufs, chunks, seed in hbm.protocol_cases(full=False):
+        if not split:
+            hbm.simulate(n_tiles, ns, split, ds_bufs, chunks, seed, own_first=True)
+    for n_tiles, ns, split, ds_bufs, chunks, seed, work in hbm.persistent_protocol_cases(full=False):
+        if not split:
+            hbm.simulate(n_tiles, ns, split, ds_bufs, chunks, seed, work=work, own_first=True)
+    for broken in hbm.OWN_FIRST_BROKEN:
+        caught = 0
+        for seed in range(60):
+            try:
+                hbm.simulate(random.Random(seed).randint(2, 6), 2, False, 2, 1, seed, own_first=True, broken=broken)
+            except hbm.ProtocolError:
+                caught += 1
+        assert caught > 0, broken
+
+
+def test_own_first_plan(monkeypatch):
+    """OWN_FIRST (an override) plans with two consumers on the 128-row
+    split Q K^T step (Q_HALVES 1 or 2) and on the keys-as-M step with the
+    ds_ready exchange (NAMED_BAR 0; with dropout too); it is declined with
+    a reason on the hardware-barrier exchanges (Q_HALVES 3 / 4, NAMED_BAR
+    1 / 2: the d = 128 causal default), on SPLIT_D (d = 256) and on the
+    64-row split Q K^T step; off by default."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+
+    def plan(d, causal=True, dv=None, dropped=False, **over):
+        q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
+        v = torch.empty(2, 2, 1024, dv or d, dtype=torch.bfloat16)
+        do = torch.empty(2, 6, 1024, dv or d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 6, 1024)
+        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, dropped, False, over)
+    for args, over in (((192, True, 128), {}), ((192, False, 128), dict(Q_HALVES=2)), ((128, False), {}),
+                       ((64, True), dict(NAMED_BAR=0)), ((128, True), dict(NAMED_BAR=0)),
+                       ((128, True, None, True), {})):
+        p = plan(*args, **dict(over, OWN_FIRST=True))
+        assert not isinstance(p, str) and p.kwargs["OWN_FIRST"], (args, over, p)
+        assert not plan(*args, **over).kwargs["OWN_FIRST"]  # off by default
+    for args, over in (((192, True, 128), dict(Q_HALVES=3)), ((128, True), {}), ((128, True), dict(NAMED_BAR=1)),
+                       ((256, True), {}), ((192, True, 128), ROWS64_192)):
+        reason = plan(*args, **dict(over, OWN_FIRST=True))
+        assert isinstance(reason, str) and "OWN_FIRST" in reason, (args, over, reason)
 
 
 STAGE_BUFS_VARIANTS = [
@@ -2269,9 +2350,9 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     dict(Q_HALVES=3), dict(Q_HALVES=3, GROUP_SPLIT=2), dict(Q_HALVES=3, PERSISTENT=True, NUM_SMS=7),
                     dict(Q_HALVES=4), dict(Q_HALVES=4, GROUP_SPLIT=2), dict(Q_HALVES=4, PERSISTENT=True, NUM_SMS=7),
                     # this half's column products before the exchange wait
-                    dict(Q_HALVES=5), dict(Q_HALVES=5, GROUP_SPLIT=2), dict(Q_HALVES=5, PERSISTENT=True, NUM_SMS=7),
-                    dict(Q_HALVES=5, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(Q_HALVES=6),
-                    dict(Q_HALVES=6, PERSISTENT=True, NUM_SMS=7)]
+                    dict(OWN_FIRST=True), dict(OWN_FIRST=True, GROUP_SPLIT=2),
+                    dict(OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7), dict(OWN_FIRST=True, DS_BUFS=2, DQ_STAGE_BUFS=1),
+                    dict(Q_HALVES=2, OWN_FIRST=True), dict(Q_HALVES=2, OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -2291,7 +2372,7 @@ def test_split_qk_variants(variant, causal):
     staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
     exchange through hardware barriers (Q_HALVES = 3, and 4 with the late
     arrival), this half's column products before the exchange wait
-    (Q_HALVES = 5, and 6 with the late arrival).  The 64-row step of before (ROWS64_192) with its own
+    (OWN_FIRST, also with the late arrival).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2406,8 +2487,8 @@ def test_q_halves_protocol_simulation():
     and two or four staging buffers, and with the 'free' arrival after the
     first dQ piece's reduce-add (Q_HALVES = 2), the exchange through
     hardware barriers (Q_HALVES = 3, and 4 with the late arrival), and this
-    half's column products issued before the exchange wait (Q_HALVES = 5,
-    and 6 with the late arrival): no hazard or deadlock; arriving before
+    half's column products issued before the exchange wait (OWN_FIRST,
+    also with the late arrival): no hazard or deadlock; arriving before
     the column products are done, writing without the sync on the other
     warpgroup's 'free' barrier, or issuing the other half's products before
     the exchange wait, is caught."""
@@ -2426,7 +2507,7 @@ def test_q_halves_protocol_simulation():
             for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
                 hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
                              q_halves=True, late_free=late, named_free=named)
-    # Q_HALVES = 5 / 6: this half's column products before the exchange wait
+    # OWN_FIRST: this half's column products before the exchange wait (Q_HALVES 1 / 2)
     for late in (False, True):
         for ds_bufs, stage_bufs in ((1, 2), (2, 1)):
             for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
@@ -2465,10 +2546,10 @@ def test_q_halves_plan(monkeypatch):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, narrow)
         assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 32], plan
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
-    for level in (2, 3, 4, 5, 6):
+    for level in (2, 3, 4):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=level))
         assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == level, plan
-    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=7),
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=5),
                 dict(qh, Q_HALVES=3, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(qh, Q_HALVES=4, DS_BUFS=2, DQ_STAGE_BUFS=1)):
         got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
         assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
@@ -2601,6 +2682,9 @@ def _sweep_cases():
               for d in (64, 128) for nb in ({}, dict(NAMED_BAR=1))]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, RNG_NUM_WARPS=2, RNG_REGS=24, GROUP_SPLIT=3), True)
               for d in (64, 128) for rng in (2, 4)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, GROUP_SPLIT=3, OWN_FIRST=True, **r2), True)
+              for d in (64, 128) for r2 in ({}, dict(RNG_NUM_WARPS=2, RNG_REGS=24))]
+    cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS for d in (64, 128) for c in (False, True)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 

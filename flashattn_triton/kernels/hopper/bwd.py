@@ -543,7 +543,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
+                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
     (DROPOUT 3 - 6): the RNG warps' keep flags and their ready barriers
@@ -634,12 +634,27 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).store(dst)
     fence_async_shared()
     if NAMED_BAR >= 1:
+        gl.static_assert(not OWN_FIRST, "OWN_FIRST: the exchange through ds_ready")
         _named_bar(_CONSUMERS_SYNC)  # every consumer's rows of buffer b written
+        dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
+                               gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+    elif OWN_FIRST:
+        # dQ = dS K as two products over the key halves: this warpgroup's
+        # half (written by it, visible after the bar.sync that precedes its
+        # arrival) while the other warpgroup's is awaited, then that one.
+        gl.static_assert(ds_bufs.shape[1] == 2 * SUB_N, "OWN_FIRST: two warpgroups' keys")
+        mbarrier.arrive(ds_ready.index(b))
+        dq_tok = warpgroup_mma(ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                               k_cols.slice(CONSUMER * SUB_N, SUB_N, dim=0),
+                               gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+        mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
+        dq_tok = warpgroup_mma(ds_bufs.index(b).slice((1 - CONSUMER) * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                               k_cols.slice((1 - CONSUMER) * SUB_N, SUB_N, dim=0), dq_tok, is_async=True)
     else:
         mbarrier.arrive(ds_ready.index(b))
         mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
-    dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
-                           gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+        dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
+                               gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
     if NAMED_BAR == 2:
         # The producer warp adds dQ into the buffer (_retire_dq): wait until
@@ -744,7 +759,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                        drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None):
+                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -759,7 +774,8 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
-                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
+                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
+                                OWN_FIRST=OWN_FIRST)
     return dk, dv
 
 
@@ -845,7 +861,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
                     DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
-                    TMA_DKV: gl.constexpr = False, rng=None):
+                    TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -923,7 +939,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
+                                                OWN_FIRST=OWN_FIRST)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -931,7 +948,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
-                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
+                                                HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
+                                                OWN_FIRST=OWN_FIRST)
                     it += 1
     else:
         for g in range(GROUP):
@@ -942,7 +960,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
+                                            OWN_FIRST=OWN_FIRST)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -950,7 +969,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
-                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng)
+                                            drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
+                                            OWN_FIRST=OWN_FIRST)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1121,7 +1141,7 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                               DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                               MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False,
-                              Q_HALVES: gl.constexpr = 1):
+                              Q_HALVES: gl.constexpr = 1, OWN_FIRST: gl.constexpr = False):
     """Q_HALVES (split Q K^T, d = 192 / dv = 128; the default since session 35): a query
     tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
     scores and dQ and columns for dK / dV, every product at least 64 wide:
@@ -1152,16 +1172,16 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     mbarrier arrivals and two polled waits fewer (compile_check --sass).
     Q_HALVES = 4: 3 with the bar.arrive where 2 puts its arrival (both
     builds' gains: spill 36-40 B, 1 arrival and 2 polled waits per tile).
-    Q_HALVES = 5 (an override, through ds_ready): the column products over
-    this warpgroup's own half are issued right after its arrival, the wait
-    for the other half's only before those (the wgmma pipe busy during the
-    exchange wait); 6: 5 with 2's late arrival."""
+    OWN_FIRST (an override, Q_HALVES 1 / 2): the column products over this
+    warpgroup's own half are issued right after its arrival on ds_ready,
+    the wait for the other half only before that half's (the wgmma pipe
+    busy during the exchange wait)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
-    HW_BARS: gl.constexpr = Q_HALVES == 3 or Q_HALVES == 4  # the exchange through hardware barriers
-    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4 / 6: 'free' after the first dQ piece
-    OWN_FIRST: gl.constexpr = Q_HALVES >= 5  # 5 / 6: this half's column products before the exchange wait
+    HW_BARS: gl.constexpr = Q_HALVES >= 3  # the exchange through hardware barriers
+    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4: 'free' after the first dQ piece
+    gl.static_assert(not (OWN_FIRST and HW_BARS), "OWN_FIRST: the exchange through ds_ready")
     DQW: gl.constexpr = DQ_CHUNK  # dQ piece width, dividing both chunks
     N_K0: gl.constexpr = HEAD_DIM // DQW  # K0's pieces, then K1's
     N_PIECES: gl.constexpr = N_K0 + QK1 // DQW
@@ -1273,7 +1293,8 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         IS_CAUSAL: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                         RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
                         DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False,
-                        dk_desc=None, dv_desc=None, dk1_desc=None, TMA_DKV: gl.constexpr = False):
+                        dk_desc=None, dv_desc=None, dk1_desc=None, TMA_DKV: gl.constexpr = False,
+                        OWN_FIRST: gl.constexpr = False):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -1315,7 +1336,8 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, Q_HALVES)
+                        QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, Q_HALVES,
+                        OWN_FIRST=OWN_FIRST)
                 else:
                     dk, dk1, dv = _attn_bwd_step_qk1(
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1369,7 +1391,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
                       Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None, dk1_desc=None,
-                      TMA_DKV: gl.constexpr = False, rng=None):
+                      TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1390,7 +1412,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                          stride_dkz, stride_dkh, stride_dkn, stride_dvz, stride_dvh, stride_dvn,
                                          N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
-                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES)
+                                         IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
+                                         OWN_FIRST=OWN_FIRST)
             else:
                 it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                      stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1399,7 +1422,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                                      SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                                     DQ_STAGE_BUFS)
+                                     DQ_STAGE_BUFS, OWN_FIRST=OWN_FIRST)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1408,7 +1431,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
                             IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                            dk_desc, dv_desc, dk1_desc, TMA_DKV)
+                            dk_desc, dv_desc, dk1_desc, TMA_DKV, OWN_FIRST=OWN_FIRST)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1417,7 +1440,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng)
+                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST)
     tma.store_wait(0)
 
 
@@ -1458,6 +1481,7 @@ def _attn_bwd_hopper(
     Q_HALVES: gl.constexpr = False, TMA_DKV: gl.constexpr = False, DROPOUT_RNG_WARPS: gl.constexpr = False,
     RNG_REGS: gl.constexpr = 0,  # 0: what the consumers and the producer leave (kernel_meta passes it)
     RNG_NUM_WARPS: gl.constexpr = 4,  # the RNG partition's warps, 4 or 2 (kernel_meta passes it)
+    OWN_FIRST: gl.constexpr = False,  # this consumer's half of a product before the exchange wait (kernel_meta)
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1646,7 +1670,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1657,7 +1681,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -2020,7 +2044,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
                 HAS_WINDOW=windowed, HAS_DROPOUT=dropout, DROPOUT_SHARED_CALLS=False, DROPOUT_RNG_WARPS=False,
                 RNG_REGS=0,  # (always passed: left at its default it failed to build as a constexpr, Triton 3.6)
-                RNG_NUM_WARPS=4,  # (likewise)
+                RNG_NUM_WARPS=4, OWN_FIRST=False,  # (likewise)
                 TMA_DKV=(TMA_DKV_DROPOUT if dropout else TMA_DKV_WINDOW if windowed else TMA_DKV_DEFAULT).get(
                     head_dim, (False, False))[causal])
     window_part = WINDOW_CONFIGS.get(head_dim, {}) if windowed else {}
@@ -2294,10 +2318,15 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
-    if meta["Q_HALVES"] not in (0, 1, 2, 3, 4, 5, 6) or (meta["Q_HALVES"] in (3, 4) and meta["DS_BUFS"] != 1):
-        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival), 3 (hardware barriers, DS_BUFS = 1), "
-                "4 (both), 5 (this half's column products before the exchange wait) or 6 (5 with the late "
-                f"arrival), not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
+    if meta["Q_HALVES"] not in (0, 1, 2, 3, 4) or (meta["Q_HALVES"] >= 3 and meta["DS_BUFS"] != 1):
+        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival), 3 (hardware barriers, DS_BUFS = 1) "
+                f"or 4 (both), not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
+    if meta["OWN_FIRST"] and (meta["NUM_CONSUMERS"] != 2 or not (
+            meta["Q_HALVES"] in (1, 2) or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0))):
+        return ("OWN_FIRST: two consumers on the 128-row split Q K^T step with Q_HALVES 1 or 2, or on the "
+                f"keys-as-M step with NAMED_BAR 0 (the exchanges through ds_ready), not Q_HALVES "
+                f"{meta['Q_HALVES']!r}, SPLIT_D {meta['SPLIT_D']!r}, NAMED_BAR {meta['NAMED_BAR']!r}, "
+                f"NUM_CONSUMERS {meta['NUM_CONSUMERS']!r}")
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
                              or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
