@@ -943,6 +943,8 @@ SPLIT_VARIANTS = [
     (128, dict(SPLIT_D=True, BLOCK_N=128, DS_BUFS=2, DQ_CHUNK=64)),
     (128, dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=1, DQ_CHUNK=32)),
     (64, dict(SPLIT_D=True, BLOCK_N=64, BLOCK_M=64, DS_BUFS=2, DQ_CHUNK=32)),
+    # dQ added from registers by atomics (DQ_STAGE_BUFS = 0: no staging buffers)
+    (256, dict(DQ_STAGE_BUFS=0)),
 ]
 
 
@@ -1322,6 +1324,60 @@ def test_own_first_keys_as_m(variant, d, case):
     q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
     _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+DQ_ATOMIC_VARIANTS = [
+    # overrides: dQ added from registers by atomics (DQ_STAGE_BUFS = 0) on
+    # the keys-as-M path, with either dS^T exchange the consumers add dQ in
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=1),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, GROUP_SPLIT=3),
+]
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", DQ_ATOMIC_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_dq_atomic_keys_as_m(variant, d, case):
+    """DQ_STAGE_BUFS = 0 on the keys-as-M path (d = 64 / 128): each step's
+    dQ added into the float32 buffer from registers (no staging, no TMA;
+    the rows past N_Q, zeros, into the last row); the reference cases
+    against float64."""
+    b, hq, hkv, nq, nk, causal, layout = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
+    shift = None if causal is None else (nk - nq if causal == "br" else 0)
+    _check(q, k, v, do, d ** -0.5, shift, **variant)
+
+
+def test_dq_atomic_plan(monkeypatch):
+    """DQ_STAGE_BUFS = 0 (an override) plans on every path whose consumers
+    add dQ, with no staging buffer counted in its shared memory, and passes
+    the float32 buffer with its (B, H, N) strides; it is declined where the
+    producer adds dQ (NAMED_BAR = 2, the d = 128 causal default)."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+
+    def plan(d, causal=True, dv=None, **over):
+        q = torch.empty(2, 6, 1000, d, dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 1000, d, dtype=torch.bfloat16)
+        v = torch.empty(2, 2, 1000, dv or d, dtype=torch.bfloat16)
+        do = torch.empty(2, 6, 1000, dv or d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 6, 1000)
+        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, False, False, over)
+    for args, over in (((192, True, 128), {}), ((192, True, 128), dict(DS_BUFS=2)), ((128, False), {}),
+                       ((128, True), dict(NAMED_BAR=1)), ((64, True), {}), ((256, False), {})):
+        p = plan(*args, **dict(over, DQ_STAGE_BUFS=0))
+        assert not isinstance(p, str) and p.kwargs["DQ_STAGE_BUFS"] == 0, (args, over, p)
+        d, dv = args[0], (args[2] if len(args) > 2 else None) or args[0]
+        meta = dict(p.kwargs)
+        staged = hbwd.smem_bytes(d, head_dim_v=dv, **dict(meta, DQ_STAGE_BUFS=1))
+        assert hbwd.smem_bytes(d, head_dim_v=dv, **meta) < staged, (args, over)
+        assert len(p.acc_strides) == 4 and p.acc_strides[3] == 1
+    reason = plan(128, True, DQ_STAGE_BUFS=0)
+    assert isinstance(reason, str) and "DQ_STAGE_BUFS = 0" in reason, reason
 
 
 def test_own_first_keys_as_m_protocol_simulation():
@@ -2352,7 +2408,12 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     # this half's column products before the exchange wait
                     dict(OWN_FIRST=True), dict(OWN_FIRST=True, GROUP_SPLIT=2),
                     dict(OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7), dict(OWN_FIRST=True, DS_BUFS=2, DQ_STAGE_BUFS=1),
-                    dict(Q_HALVES=2, OWN_FIRST=True), dict(Q_HALVES=2, OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7)]
+                    dict(Q_HALVES=2, OWN_FIRST=True), dict(Q_HALVES=2, OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7),
+                    # dQ added from registers by atomics (no staging buffers; with the freed
+                    # shared memory a second P^T / dS^T buffer)
+                    dict(DQ_STAGE_BUFS=0), dict(DQ_STAGE_BUFS=0, DS_BUFS=2), dict(DQ_STAGE_BUFS=0, GROUP_SPLIT=2),
+                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, PERSISTENT=True, NUM_SMS=7),
+                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, OWN_FIRST=True)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -2372,7 +2433,9 @@ def test_split_qk_variants(variant, causal):
     staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
     exchange through hardware barriers (Q_HALVES = 3, and 4 with the late
     arrival), this half's column products before the exchange wait
-    (OWN_FIRST, also with the late arrival).  The 64-row step of before (ROWS64_192) with its own
+    (OWN_FIRST, also with the late arrival), dQ added from registers by
+    atomics (DQ_STAGE_BUFS = 0; also with two P^T / dS^T buffers, the group
+    split, persistent).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2684,7 +2747,8 @@ def _sweep_cases():
               for d in (64, 128) for rng in (2, 4)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, GROUP_SPLIT=3, OWN_FIRST=True, **r2), True)
               for d in (64, 128) for r2 in ({}, dict(RNG_NUM_WARPS=2, RNG_REGS=24))]
-    cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS for d in (64, 128) for c in (False, True)]
+    cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS + DQ_ATOMIC_VARIANTS for d in (64, 128)
+              for c in (False, True)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]
 
