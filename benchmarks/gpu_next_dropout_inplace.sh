@@ -29,11 +29,11 @@
 # product over this consumer's keys, issued right after its ds_ready arrival, and the other's after
 # the wait (session 36 put 11 % of the d = 128 full backward's samples on that wait): with two RNG
 # warps causal d = 128 725:1 537:1 737:1 557:4, d = 64 671:0 475:0 668:0 472:0.
-#   1. GPU tests: tests/test_hopper_bwd.py -k "rng_warps" (each form's gradients equal those of the
-#      consumers' own draws, = 4 at 240, at 232 with RNG_REGS 24 and with two RNG warps (= 2 and
-#      = 4) among them: GQA group of 3 whole
-#      and split, causal and not, d 64 / 128), and
-#      tests/test_hopper_dropout.py -k "tile_keep" (the in-place bits against the mask rule).
+#   1. GPU tests: tests/test_hopper_bwd.py -k "rng_warps and bits_in_place or rng_warps_plan" (each
+#      = 4 form's gradients equal those of the consumers' own draws: at 240, at 232 with RNG_REGS 24
+#      (and NAMED_BAR 1), with two RNG warps, with those and OWN_FIRST, with OWN_FIRST alone; GQA
+#      group of 3 whole and split, causal and not, d 64 / 128), and tests/test_hopper_dropout.py
+#      -k "tile_keep" (the in-place bits against the mask rule).
 #   2. dropout_probe_reps (gpu_lib.sh, T_PROBE 240 s a repeat): 12 rows, two repeats; variants
 #      default, DROPOUT_RNG_WARPS=4 (consumers at 240), DROPOUT_RNG_WARPS=4+RNG_NUM_WARPS=2+RNG_REGS=24
 #      (two RNG warps, both consumers at 240), the same +OWN_FIRST=1,
@@ -46,7 +46,8 @@
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_dropout_inplace.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests tests ${T_TESTS:-200} tests/test_hopper_bwd.py tests/test_hopper_dropout.py -k "rng_warps or tile_keep" -n 4
+gpu_tests tests ${T_TESTS:-200} tests/test_hopper_bwd.py tests/test_hopper_dropout.py \
+  -k "rng_warps and bits_in_place or rng_warps_plan or tile_keep" -n 4
 A=DROPOUT_RNG_WARPS=4; B=$A+CONSUMER_REGS=232
 C=$A+RNG_NUM_WARPS=2+RNG_REGS=24
 T_PROBE=${T_PROBE:-240} dropout_probe_reps "default,$A,$C,$C+OWN_FIRST=1,$B+RNG_REGS=24"
