@@ -1681,13 +1681,17 @@ def _attn_bwd_hopper(
         rng = (keep_bufs, keep_ready)
         # The RNG warps' registers: by default what the consumers (NUM_CONSUMERS
         # x 128 threads) and the producer warp (24) leave of the SM's 65,536,
-        # in steps of 8 (24 with consumers at 240, 40 at 232).  The 13 warps
-        # are rounded up to 16, and the three idle ones (24 each, 2,304) come
-        # out of the first consumer, the default partition, which gets the
-        # rest (setmaxnreg in the SASS: 224 at 240, 216 at 232); with
-        # RNG_REGS = 24 at 232 both consumers get 232.  With RNG_NUM_WARPS = 2
-        # the CTA has 11 warps, one idle: RNG_REGS = 40 at 240 leaves both
-        # consumers 240 (each RNG thread then makes two calls per slab).
+        # in steps of 8 (24 with consumers at 240, 40 at 232).  Triton sets
+        # registers per warpgroup of four warps (the largest request of the
+        # partitions in it; AllocateWarpGroups) and gives the first consumer,
+        # the default partition, what the warpgroups leave: with four RNG
+        # warps the CTA's 13 warps are padded to 16, the producer's warpgroup
+        # (with three padding warps) and the RNG one take 24 x 128 each or
+        # more, and that consumer gets 224 at 240 and 216 at 232 (setmaxnreg
+        # in the SASS); RNG_REGS = 24 at 232 gives both consumers 232.  With
+        # RNG_NUM_WARPS = 2 the RNG warps, the producer and one padding warp
+        # make one warpgroup: RNG_REGS = 24 at 240 gives both consumers 240
+        # (each RNG thread then makes two Philox calls per 16-key slab).
         if RNG_REGS:
             rng_regs: gl.constexpr = RNG_REGS
         else:
