@@ -606,9 +606,6 @@ class BwdCTA(AsyncState):
         self.consumers_bar = Barrier("consumers_bar", nc)
         self.dq_full = Barrier("dq_full", nc + 1)
         self.dq_empty = Barrier("dq_empty", nc + 1)
-        # Q_HALVES = 3: hardware barrier free[c] of consumer c's 'free' arrival
-        # (bar.arrive) and the other consumer's bar.sync before it writes
-        self.free = [Barrier(f"free[{c}]", 2) for c in range(nc)]
         self.k, self.v = Buffer("K"), Buffer("V")
         self.k1 = Buffer("K1")  # split Q K^T: K's and Q's second column chunks
         self.q1 = [Buffer(f"Q1[{s}]") for s in range(ns)]
@@ -739,7 +736,7 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
 
 
 def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=False, named_bar=False,
-             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False, named_free=False, own_first=False):
+             stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False, own_first=False):
     """qk1 (split Q K^T, SPLIT_D only; _attn_bwd_step_qk1): S as two wgmma
     groups (Q K and Q1 K1), dK as two (Q and Q1), the dQ pieces from K then
     K1 (the last piece K1's); the Q / dO slot is released once every group
@@ -762,14 +759,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     "qh_free_early": before they are), or with late_free (Q_HALVES = 2) once
     the first dQ piece's reduce-add is issued.  k1_pieces: how many of the
     last dQ pieces read K1 (Q_HALVES with pieces narrower than K1: 2).
-    named_free (Q_HALVES = 3, one P^T / dS^T buffer, two consumers): the
-    exchange through hardware barriers: before writing its half of tile it
-    > 0 a bar.sync on free[other] (whose other party is the other
-    consumer's bar.arrive once its column products of tile it - 1 are
-    done), then a bar.sync of both consumers (consumers_bar) in place of
-    ds_ready (broken "named_free_skip": no sync on free[other]); with
-    late_free too (Q_HALVES = 4) the bar.arrive comes after the first dQ
-    piece's reduce-add.  own_first (OWN_FIRST, through ds_ready): with
+    own_first (OWN_FIRST, through ds_ready): with
     q_halves the column products over this consumer's own half are issued
     right after its arrival on ds_ready[b], the wait for that barrier only
     before the other half's; on the keys-as-M path likewise dQ's product
@@ -802,12 +792,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
             cta.read(stat, ("stat", it))                                  # delta
             if split:
                 b = it % nb
-                if named_free:
-                    assert nb == 1 and nc == 2 and q_halves
-                    if it > 0 and broken != "named_free_skip":
-                        cta.free[1 - c].arrive()                           # bar.sync on free[other]
-                        yield wait_ready(cta.free[1 - c], (it - 1) & 1)
-                elif nb == 1:
+                if nb == 1:
                     yield wait_free(cta.ds_ready[1], (it & 1) ^ 1)
                 cta.write(cta.pt[b][c], ("Pt", it, c))
                 cta.write(cta.ds[b][c], ("dSt", it, c))
@@ -819,11 +804,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                     cta.wgmma_issue(c, [all_ds[x] for x in halves] + [(q, ("Q", it))])
                     if qk1 and broken != "qk1_dk1_late":
                         cta.wgmma_issue(c, [all_ds[x] for x in halves] + [(cta.q1[s], ("Q1", it))])
-                if named_free:
-                    cta.consumers_bar.arrive()
-                    yield wait_ready(cta.consumers_bar, it & 1)
-                    column_products(range(nc))
-                elif own_first:
+                if own_first:
                     assert q_halves and nc == 2  # (the split Q K^T's 128-row step)
                     cta.ds_ready[b].arrive()
                     early = [c, 1 - c] if broken == "own_first_no_wait" else [c]
@@ -841,8 +822,8 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                 def piece(j):  # dQ piece j reads K, or with qk1 the last k1_pieces K1
                     src = [(cta.k1, kk1) if qk1 and j >= dq_chunks - k1_pieces else (cta.k, kk)]
                     return src if q_halves else all_ds + src
-                # Q_HALVES, one buffer: the 'free' arrival on ds_ready[1] (named_free: bar.arrive on free[c])
-                free = (cta.free[c] if named_free else cta.ds_ready[1]) if q_halves and nb == 1 else None
+                # Q_HALVES, one buffer: the 'free' arrival on ds_ready[1]
+                free = cta.ds_ready[1] if q_halves and nb == 1 else None
                 if free is not None and broken == "qh_free_early":
                     free.arrive()
                 cta.wgmma_issue(c, piece(0))                               # dQ chunk 0
@@ -933,12 +914,11 @@ QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 STAGE_BUFS_BROKEN = ("stage_wait_short",)
 Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
 OWN_FIRST_BROKEN = ("own_first_no_wait",)
-NAMED_FREE_BROKEN = ("named_free_skip",)
 
 
 def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 ** 6, work=None, broken="",
              qk1=False, named_bar=0, stage_bufs=1, q_halves=False, k1_pieces=1, late_free=False,
-             named_free=False, own_first=False):
+             own_first=False):
     """One CTA over n_tiles query tiles, or when work (a list of query-tile
     counts, one per work tile; 0 allowed) is given the persistent loop over
     those work tiles; returns the scheduler steps, raises ProtocolError on a
@@ -949,8 +929,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     keys-as-M path's dS^T exchange through the consumers' hardware barrier;
     2: also dQ through the producer (consumer, producer).  stage_bufs: dQ
     staging buffers per consumer (split Q K^T only; broken
-    STAGE_BUFS_BROKEN).  k1_pieces, late_free, named_free, own_first: see
-    consumer."""
+    STAGE_BUFS_BROKEN).  k1_pieces, late_free, own_first: see consumer."""
     assert stage_bufs == 1 or qk1, "DQ_STAGE_BUFS > 1: the split Q K^T step"
     assert not q_halves or qk1, "Q_HALVES: the split Q K^T step"
     assert not qk1 or (split and dq_chunks > k1_pieces >= 1), "split Q K^T: SPLIT_D, pieces from K and K1"
@@ -964,8 +943,7 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
-                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free, named_free,
-                                          own_first)
+                                          named_bar, stage_bufs, q_halves, k1_pieces, late_free, own_first)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
     steps = run_agents(agents, [cta], lambda name: (cta, int(name[8:]) if name != "producer" else nc),
                        weight, weight["async"], rng, max_steps)
@@ -1020,8 +998,7 @@ def qk1_protocol_cases(full=True):
     return cases
 
 
-def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1, named_free=False,
-                      own_first=False):
+def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=3, k1_pieces=1, own_first=False):
     """Seeds on which the simulation rejects a QK1_PROTOCOL_BROKEN form (or
     with stage_bufs > 1 a STAGE_BUFS_BROKEN one, with q_halves a
     Q_HALVES_PROTOCOL_BROKEN one)."""
@@ -1032,7 +1009,7 @@ def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=
         try:
             simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), dq_chunks, seed, work=work,
                      broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces,
-                     named_free=named_free, own_first=own_first)
+                     own_first=own_first)
         except ProtocolError:
             caught += 1
     return caught

@@ -1406,9 +1406,9 @@ def test_own_first_plan(monkeypatch):
     """OWN_FIRST (an override) plans with two consumers on the 128-row
     split Q K^T step (Q_HALVES 1 or 2) and on the keys-as-M step with the
     ds_ready exchange (NAMED_BAR 0; with dropout too); it is declined with
-    a reason on the hardware-barrier exchanges (Q_HALVES 3 / 4, NAMED_BAR
-    1 / 2: the d = 128 causal default), on SPLIT_D (d = 256) and on the
-    64-row split Q K^T step; off by default."""
+    a reason on the hardware-barrier exchanges (NAMED_BAR 1 / 2: the d = 128
+    causal default), on SPLIT_D (d = 256) and on the 64-row split Q K^T
+    step; off by default."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
@@ -1426,7 +1426,7 @@ def test_own_first_plan(monkeypatch):
         p = plan(*args, **dict(over, OWN_FIRST=True))
         assert not isinstance(p, str) and p.kwargs["OWN_FIRST"], (args, over, p)
         assert not plan(*args, **over).kwargs["OWN_FIRST"]  # off by default
-    for args, over in (((192, True, 128), dict(Q_HALVES=3)), ((128, True), {}), ((128, True), dict(NAMED_BAR=1)),
+    for args, over in (((128, True), {}), ((128, True), dict(NAMED_BAR=1)),
                        ((256, True), {}), ((192, True, 128), ROWS64_192)):
         reason = plan(*args, **dict(over, OWN_FIRST=True))
         assert isinstance(reason, str) and "OWN_FIRST" in reason, (args, over, reason)
@@ -2402,9 +2402,6 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     dict(DQ_CHUNK=32, DS_BUFS=2, GROUP_SPLIT=2), dict(DQ_CHUNK=32, DS_BUFS=2, PERSISTENT=True, NUM_SMS=7),
                     # the P^T / dS^T 'free' arrival after the first dQ piece's reduce-add
                     dict(Q_HALVES=2), dict(Q_HALVES=2, GROUP_SPLIT=2), dict(Q_HALVES=2, PERSISTENT=True, NUM_SMS=7),
-                    # the exchange through hardware barriers
-                    dict(Q_HALVES=3), dict(Q_HALVES=3, GROUP_SPLIT=2), dict(Q_HALVES=3, PERSISTENT=True, NUM_SMS=7),
-                    dict(Q_HALVES=4), dict(Q_HALVES=4, GROUP_SPLIT=2), dict(Q_HALVES=4, PERSISTENT=True, NUM_SMS=7),
                     # this half's column products before the exchange wait
                     dict(OWN_FIRST=True), dict(OWN_FIRST=True, GROUP_SPLIT=2),
                     dict(OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7), dict(OWN_FIRST=True, DS_BUFS=2, DQ_STAGE_BUFS=1),
@@ -2430,9 +2427,8 @@ def test_split_qk_variants(variant, causal):
     split (partials of 192 and 128 columns), dK / dV by TMA stores
     (TMA_DKV, also with the group split), persistent, heads-first,
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
-    staging buffers), the late 'free' arrival (Q_HALVES = 2) and the
-    exchange through hardware barriers (Q_HALVES = 3, and 4 with the late
-    arrival), this half's column products before the exchange wait
+    staging buffers), the late 'free' arrival (Q_HALVES = 2), this half's
+    column products before the exchange wait
     (OWN_FIRST, also with the late arrival), dQ added from registers by
     atomics (DQ_STAGE_BUFS = 0; also with two P^T / dS^T buffers, the group
     split, persistent).  The 64-row step of before (ROWS64_192) with its own
@@ -2548,13 +2544,11 @@ def test_q_halves_protocol_simulation():
     buffer its 'free' arrival follows the column products) with one and two
     staging buffers, and with 32-column pieces (six, the last two from K1)
     and two or four staging buffers, and with the 'free' arrival after the
-    first dQ piece's reduce-add (Q_HALVES = 2), the exchange through
-    hardware barriers (Q_HALVES = 3, and 4 with the late arrival), and this
-    half's column products issued before the exchange wait (OWN_FIRST,
-    also with the late arrival): no hazard or deadlock; arriving before
-    the column products are done, writing without the sync on the other
-    warpgroup's 'free' barrier, or issuing the other half's products before
-    the exchange wait, is caught."""
+    first dQ piece's reduce-add (Q_HALVES = 2), and this half's column
+    products issued before the exchange wait (OWN_FIRST, also with the late
+    arrival): no hazard or deadlock; arriving before the column products
+    are done, or issuing the other half's products before the exchange
+    wait, is caught."""
     import hopper_bwd_model as hbm
     for stage_bufs in (1, 2):
         for *case, work in hbm.qk1_protocol_cases(full=False):
@@ -2563,13 +2557,11 @@ def test_q_halves_protocol_simulation():
         for n_tiles, ns, split, ds_bufs, _, seed, work in hbm.qk1_protocol_cases(full=False):
             hbm.simulate(n_tiles, ns, split, ds_bufs, 6, seed, work=work, qk1=True, stage_bufs=stage_bufs,
                          q_halves=True, k1_pieces=2)
-    # Q_HALVES = 2 / 3 / 4: the 'free' arrival after the first dQ piece's
-    # reduce-add, the exchange through hardware barriers, both
-    for late, named in ((True, False), (False, True), (True, True)):
-        for stage_bufs in (1, 2):
-            for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
-                hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
-                             q_halves=True, late_free=late, named_free=named)
+    # Q_HALVES = 2: the 'free' arrival after the first dQ piece's reduce-add
+    for stage_bufs in (1, 2):
+        for n_tiles, ns, split, _, chunks, seed, work in hbm.qk1_protocol_cases(full=False):
+            hbm.simulate(n_tiles, ns, split, 1, chunks, seed, work=work, qk1=True, stage_bufs=stage_bufs,
+                         q_halves=True, late_free=True)
     # OWN_FIRST: this half's column products before the exchange wait (Q_HALVES 1 / 2)
     for late in (False, True):
         for ds_bufs, stage_bufs in ((1, 2), (2, 1)):
@@ -2578,8 +2570,6 @@ def test_q_halves_protocol_simulation():
                              q_halves=True, late_free=late, own_first=True)
     for broken in hbm.OWN_FIRST_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, own_first=True) > 0, broken
-    for broken in hbm.NAMED_FREE_BROKEN:
-        assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True, named_free=True) > 0, broken
     for broken in hbm.Q_HALVES_PROTOCOL_BROKEN:
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=2, q_halves=True) > 0, broken
         assert hbm.qk1_broken_caught(broken, seeds=80, stage_bufs=4, q_halves=True, dq_chunks=6, k1_pieces=2) > 0
@@ -2609,11 +2599,11 @@ def test_q_halves_plan(monkeypatch):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, narrow)
         assert not isinstance(plan, str) and list(plan.blocks[4]) == [1, 1, 64, 32], plan
         assert hbwd.smem_bytes(192, head_dim_v=128, **dict(meta, **narrow)) == 222256
-    for level in (2, 3, 4):
+    for level in (2,):
         plan = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, dict(qh, Q_HALVES=level))
         assert not isinstance(plan, str) and plan.kwargs["Q_HALVES"] == level, plan
-    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=5),
-                dict(qh, Q_HALVES=3, DS_BUFS=2, DQ_STAGE_BUFS=1), dict(qh, Q_HALVES=4, DS_BUFS=2, DQ_STAGE_BUFS=1)):
+    for bad in (dict(qh, BLOCK_M=64), dict(qh, DQ_CHUNK=16), dict(qh, DQ_CHUNK=128), dict(qh, Q_HALVES=3),
+                dict(qh, Q_HALVES=4)):  # (3 / 4, the exchange through hardware barriers: removed)
         got = hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, True, False, False, False, bad)
         assert isinstance(got, str) and "Q_HALVES" in got, (bad, got)
     q128 = torch.empty(1, 2, 300, 128, dtype=torch.bfloat16)

@@ -516,13 +516,6 @@ _DQ_FULL_ARRIVE = gl.constexpr(f"bar.arrive {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0
 _DQ_FULL_SYNC = gl.constexpr(f"bar.sync {DQ_FULL_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
 _DQ_EMPTY_ARRIVE = gl.constexpr(f"bar.arrive {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
 _DQ_EMPTY_SYNC = gl.constexpr(f"bar.sync {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
-# Q_HALVES = 3: consumer c's 'free' arrival (bar.arrive) on FREE_BAR_IDS[c],
-# the other consumer's bar.sync on it before writing its next P^T / dS^T half.
-FREE_BAR_IDS = (11, 12)
-_FREE0_ARRIVE = gl.constexpr(f"bar.arrive {FREE_BAR_IDS[0]}, 256;\n\tmov.u32 $0, 0;")
-_FREE0_SYNC = gl.constexpr(f"bar.sync {FREE_BAR_IDS[0]}, 256;\n\tmov.u32 $0, 0;")
-_FREE1_ARRIVE = gl.constexpr(f"bar.arrive {FREE_BAR_IDS[1]}, 256;\n\tmov.u32 $0, 0;")
-_FREE1_SYNC = gl.constexpr(f"bar.sync {FREE_BAR_IDS[1]}, 256;\n\tmov.u32 $0, 0;")
 
 
 @gluon.jit
@@ -1151,17 +1144,6 @@ def _attn_bwd_step_qk1(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs
 
 
 @gluon.jit
-def _free_pt_ds(ds_ready, CONSUMER: gl.constexpr, HW_BARS: gl.constexpr):
-    """Q_HALVES with one P^T / dS^T buffer: this warpgroup's products have
-    read it (ds_ready[1], or with HW_BARS its bar.arrive on
-    FREE_BAR_IDS[CONSUMER])."""
-    if HW_BARS:
-        _named_bar(_FREE0_ARRIVE if CONSUMER == 0 else _FREE1_ARRIVE)
-    else:
-        mbarrier.arrive(ds_ready.index(1))
-
-
-@gluon.jit
 def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                               stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc,
                               off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift,
@@ -1191,25 +1173,16 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     its column products are done, or with Q_HALVES = 2 after the first dQ
     piece's reduce-add is issued (later, so as safe: an override whose build
     ptxas spills 36-40 B with 0-1 local accesses per tile instead of 96-116 B
-    with 17-21, for one more bar.sync per tile; Triton 3.6).  Q_HALVES = 3
-    (an override, DS_BUFS = 1): the exchange through hardware barriers
-    instead of ds_ready: before writing its half of tile it > 0 a bar.sync
-    on FREE_BAR_IDS[other], whose other party is the other warpgroup's
-    bar.arrive once its column products of tile it - 1 are done; after the
-    writes one bar.sync of both warpgroups (_CONSUMERS_SYNC).  Per tile two
-    mbarrier arrivals and two polled waits fewer (compile_check --sass).
-    Q_HALVES = 4: 3 with the bar.arrive where 2 puts its arrival (both
-    builds' gains: spill 36-40 B, 1 arrival and 2 polled waits per tile).
-    OWN_FIRST (an override, Q_HALVES 1 / 2): the column products over this
+    with 17-21, for one more bar.sync per tile; Triton 3.6).  (Q_HALVES = 3
+    / 4, the exchange through hardware barriers, read 0.994 / 1.004x on the
+    H200 in session 36 and were removed in session 41.)  OWN_FIRST (an override, Q_HALVES 1 / 2): the column products over this
     warpgroup's own half are issued right after its arrival on ds_ready,
     the wait for the other half only before that half's (the wgmma pipe
     busy during the exchange wait)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
-    HW_BARS: gl.constexpr = Q_HALVES >= 3  # the exchange through hardware barriers
-    LATE_FREE: gl.constexpr = Q_HALVES % 2 == 0  # 2 / 4: 'free' after the first dQ piece
-    gl.static_assert(not (OWN_FIRST and HW_BARS), "OWN_FIRST: the exchange through ds_ready")
+    LATE_FREE: gl.constexpr = Q_HALVES == 2  # 'free' after the first dQ piece
     DQW: gl.constexpr = DQ_CHUNK  # dQ piece width, dividing both chunks
     N_K0: gl.constexpr = HEAD_DIM // DQW  # K0's pieces, then K1's
     N_PIECES: gl.constexpr = N_K0 + QK1 // DQW
@@ -1249,19 +1222,13 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     b = it % DS_BUFS
     if DS_BUFS == 1:
         # Both warpgroups have finished reading the previous tile's (ds_ready[1]).
-        if not HW_BARS:
-            mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
-        elif it > 0:
-            _named_bar(_FREE1_SYNC if CONSUMER == 0 else _FREE0_SYNC)
+        mbarrier.wait(ds_ready.index(1), (it & 1) ^ 1)
     pt_bufs.index(2 * b + CONSUMER).store(gl.permute(p.to(dtype), [1, 0]))
     ds_bufs.index(2 * b + CONSUMER).store(gl.permute(ds, [1, 0]))
     fence_async_shared()
-    if HW_BARS:
-        _named_bar(_CONSUMERS_SYNC)
-    else:
-        mbarrier.arrive(ds_ready.index(b))
-        if not OWN_FIRST:
-            mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
+    mbarrier.arrive(ds_ready.index(b))
+    if not OWN_FIRST:
+        mbarrier.wait(ds_ready.index(b), (it // DS_BUFS) & 1)
     # dV, dK, dK1: this warpgroup's columns, over both halves' rows (K = 64
     # each).  OWN_FIRST: this half's products first (the arrival above came
     # after a bar.sync of this warpgroup, so its own writes are visible to
@@ -1289,7 +1256,7 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     dv, dk, dk1 = warpgroup_mma_wait(1, deps=(dv_tok, dk_tok, dk1_tok))
     mbarrier.arrive(qdo_empty.index(s))
     if DS_BUFS == 1 and not LATE_FREE:
-        _free_pt_ds(ds_ready, CONSUMER, HW_BARS)
+        mbarrier.arrive(ds_ready.index(1))  # this warpgroup's products have read the one buffer
     for j in gl.static_range(N_PIECES):
         dq = warpgroup_mma_wait(0, deps=(dq_tok,))
         if j + 1 < N_PIECES:
@@ -1306,7 +1273,7 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
                          CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
         if DS_BUFS == 1 and LATE_FREE and j == 0:
-            _free_pt_ds(ds_ready, CONSUMER, HW_BARS)  # (read by the products, long done)
+            mbarrier.arrive(ds_ready.index(1))  # (read by the products, long done)
     return dk, dk1, dv
 
 
@@ -2360,14 +2327,13 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
-    if meta["Q_HALVES"] not in (0, 1, 2, 3, 4) or (meta["Q_HALVES"] >= 3 and meta["DS_BUFS"] != 1):
-        return ("Q_HALVES: 0 / False, 1 / True, 2 (the late 'free' arrival), 3 (hardware barriers, DS_BUFS = 1) "
-                f"or 4 (both), not {meta['Q_HALVES']!r} with DS_BUFS = {meta['DS_BUFS']}")
+    if meta["Q_HALVES"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
+        return f"Q_HALVES: 0 / False, 1 / True or 2 (the late 'free' arrival), not {meta['Q_HALVES']!r}"
     if meta["OWN_FIRST"] and (meta["NUM_CONSUMERS"] != 2 or not (
-            meta["Q_HALVES"] in (1, 2) or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0))):
-        return ("OWN_FIRST: two consumers on the 128-row split Q K^T step with Q_HALVES 1 or 2, or on the "
-                f"keys-as-M step with NAMED_BAR 0 (the exchanges through ds_ready), not Q_HALVES "
-                f"{meta['Q_HALVES']!r}, SPLIT_D {meta['SPLIT_D']!r}, NAMED_BAR {meta['NAMED_BAR']!r}, "
+            meta["Q_HALVES"] or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0))):
+        return ("OWN_FIRST: two consumers on the 128-row split Q K^T step (Q_HALVES), or on the keys-as-M "
+                f"step with NAMED_BAR 0 (the exchanges through ds_ready), not Q_HALVES {meta['Q_HALVES']!r}, "
+                f"SPLIT_D {meta['SPLIT_D']!r}, NAMED_BAR {meta['NAMED_BAR']!r}, "
                 f"NUM_CONSUMERS {meta['NUM_CONSUMERS']!r}")
     if meta["Q_HALVES"] and (d == d_v or meta["BLOCK_M"] != 128 or meta["DQ_CHUNK"] not in (32, 64)
                              or (d - d_v) % meta["DQ_CHUNK"] or not meta["SPLIT_D"]):
