@@ -1408,7 +1408,8 @@ def test_own_first_plan(monkeypatch):
     ds_ready exchange (NAMED_BAR 0; with dropout too); it is declined with
     a reason on the hardware-barrier exchanges (NAMED_BAR 1 / 2: the d = 128
     causal default), on SPLIT_D (d = 256) and on the 64-row split Q K^T
-    step; off by default."""
+    step; off by default; from a table it is dropped where it cannot be
+    built rather than declining the call."""
     hbwd = _bwd_module()
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
@@ -1430,6 +1431,12 @@ def test_own_first_plan(monkeypatch):
                        ((256, True), {}), ((192, True, 128), ROWS64_192)):
         reason = plan(*args, **dict(over, OWN_FIRST=True))
         assert isinstance(reason, str) and "OWN_FIRST" in reason, (args, over, reason)
+    # from a table (here the dropout RNG table) it stands where the build can take it, and is
+    # dropped, not declined, where the exchange is not through ds_ready (NAMED_BAR = 1)
+    monkeypatch.setitem(hbwd.DROPOUT_RNG_CONFIGS, 128, dict(DROPOUT_RNG_WARPS=4, OWN_FIRST=True))
+    assert plan(128, True, None, True).kwargs["OWN_FIRST"]
+    p = plan(128, True, None, True, NAMED_BAR=1)
+    assert not isinstance(p, str) and not p.kwargs["OWN_FIRST"] and p.kwargs["DROPOUT_RNG_WARPS"] == 4, p
 
 
 STAGE_BUFS_VARIANTS = [

@@ -2081,6 +2081,11 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         taken = dict(meta, **{k: v for k, v in rng_part.items() if k not in (overrides or {})})
         if rng_warps_fit(taken, dropout, windowed):
             meta = taken
+    # A table's OWN_FIRST stands only where the exchange is through ds_ready
+    # (an override of it stands, and the plan declines where it cannot).
+    if meta["OWN_FIRST"] and "OWN_FIRST" not in (overrides or {}) and not (
+            meta["Q_HALVES"] or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0)):
+        meta["OWN_FIRST"] = False
     return meta
 
 
