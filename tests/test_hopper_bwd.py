@@ -1326,6 +1326,22 @@ def test_own_first_keys_as_m(variant, d, case):
     _check(q, k, v, do, d ** -0.5, shift, **variant)
 
 
+def _cpu_planner(hbwd, monkeypatch):
+    """plan(d, causal=True, dv=None, dropped=False, **overrides): _make_plan
+    of a GQA call (B 2, Hq 6 / Hkv 2, N 1000) on CPU tensors standing for
+    CUDA ones (132 SMs), its _Plan or the reason it declines."""
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+
+    def plan(d, causal=True, dv=None, dropped=False, **over):
+        q, k = torch.empty(2, 6, 1000, d, dtype=torch.bfloat16), torch.empty(2, 2, 1000, d, dtype=torch.bfloat16)
+        v = torch.empty(2, 2, 1000, dv or d, dtype=torch.bfloat16)
+        do = torch.empty(2, 6, 1000, dv or d, dtype=torch.bfloat16)
+        lse = torch.empty(2, 6, 1000)
+        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, dropped, False, over)
+    return plan
+
+
 DQ_ATOMIC_VARIANTS = [
     # overrides: dQ added from registers by atomics (DQ_STAGE_BUFS = 0) on
     # the keys-as-M path, with either dS^T exchange the consumers add dQ in
@@ -1357,16 +1373,7 @@ def test_dq_atomic_plan(monkeypatch):
     the float32 buffer with its (B, H, N) strides; it is declined where the
     producer adds dQ (NAMED_BAR = 2, the d = 128 causal default)."""
     hbwd = _bwd_module()
-    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
-    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
-
-    def plan(d, causal=True, dv=None, **over):
-        q = torch.empty(2, 6, 1000, d, dtype=torch.bfloat16)
-        k = torch.empty(2, 2, 1000, d, dtype=torch.bfloat16)
-        v = torch.empty(2, 2, 1000, dv or d, dtype=torch.bfloat16)
-        do = torch.empty(2, 6, 1000, dv or d, dtype=torch.bfloat16)
-        lse = torch.empty(2, 6, 1000)
-        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, False, False, over)
+    plan = _cpu_planner(hbwd, monkeypatch)
     for args, over in (((192, True, 128), {}), ((192, True, 128), dict(DS_BUFS=2)), ((128, False), {}),
                        ((128, True), dict(NAMED_BAR=1)), ((64, True), {}), ((256, False), {})):
         p = plan(*args, **dict(over, DQ_STAGE_BUFS=0))
@@ -1411,16 +1418,7 @@ def test_own_first_plan(monkeypatch):
     step; off by default; from a table it is dropped where it cannot be
     built rather than declining the call."""
     hbwd = _bwd_module()
-    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
-    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
-
-    def plan(d, causal=True, dv=None, dropped=False, **over):
-        q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
-        k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
-        v = torch.empty(2, 2, 1024, dv or d, dtype=torch.bfloat16)
-        do = torch.empty(2, 6, 1024, dv or d, dtype=torch.bfloat16)
-        lse = torch.empty(2, 6, 1024)
-        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, dropped, False, over)
+    plan = _cpu_planner(hbwd, monkeypatch)
     for args, over in (((192, True, 128), {}), ((192, False, 128), dict(Q_HALVES=2)), ((128, False), {}),
                        ((64, True), dict(NAMED_BAR=0)), ((128, True), dict(NAMED_BAR=0)),
                        ((128, True, None, True), {})):
