@@ -143,7 +143,7 @@ from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (keep_keys_first_from_call_bits, kept_keys_first_from_call_bits, negate_dropped, philox_keys,
                       select_kept, select_nonzero, tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first,
-                      tile_keep_keys_first_rng, tile_keep_keys_first_shared)
+                      tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -604,10 +604,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
             # (the slot is released with Q and dO's, qdo_empty, at the step's end)
             keep_bufs, keep_ready = rng
             mbarrier.wait(keep_ready.index(s), ph)
-            if DROPOUT == 3:  # a byte per score
-                keep = keep_bufs.index(s).slice(CONSUMER * SUB_N, SUB_N, dim=0).load(t_layout)
-                pt = negate_dropped(pt, keep.to(gl.uint32), 1)
-            elif DROPOUT == 4:  # each call's eight bits, expanded here as DROPOUT 2 does
+            if DROPOUT == 4:  # each call's eight bits, expanded here as DROPOUT 2 does
                 keep = keep_keys_first_from_call_bits(
                     keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
                 pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
@@ -831,24 +828,24 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
 @gluon.jit
 def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_n, m_lo, m_hi, GROUP):
     """RNG partition (RNG_NUM_WARPS warps, 4 or 2; DROPOUT_RNG_WARPS, not persistent): the keep
-    flags (a uint8 per score, 1 kept; with BITS each call's eight bits,
-    call_keep_bits) of every step's keys x queries tile, both
+    bits of every step's keys x queries tile (each Philox call's eight,
+    call_keep_bits; 1 kept), both
     consumers' keys, into slot it % NUM_STAGES of keep_bufs, in the steps'
     order (the producer's: every query head of the group, query tiles
     [m_lo, m_hi)).  Each Philox call is made once, one per thread per
     16-key slab, on warps that are otherwise idle; the consumers read their
-    rows (_attn_bwd_step, DROPOUT 3) in place of drawing them between their
+    rows (_attn_bwd_step, DROPOUT 4 - 6) in place of drawing them between their
     products.  A slot is refilled once both consumers are done with the
     step that read it: their qdo_empty arrivals, which also free its Q and
     dO (no arrival of their own, no bar.sync more per step).  (The
-    tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N, BLOCK_M)
-    or (NUM_STAGES, BLOCK_N / 16, 4, 1, BLOCK_M / 16, 8): a constexpr in a
-    conditionally added partition's arguments arrives as a plain int, which
-    the partition call cannot take.)"""
+    tile sizes come from keep_bufs' shape, (NUM_STAGES, BLOCK_N / 16, 4, 1,
+    BLOCK_M / 16, 8): a constexpr in a conditionally added partition's
+    arguments arrives as a plain int, which the partition call cannot take.
+    The byte-per-score form, DROPOUT_RNG_WARPS = 1, lost in session 39 and
+    was removed in session 41.)"""
     NUM_STAGES: gl.constexpr = keep_bufs.shape[0]
-    BITS: gl.constexpr = len(keep_bufs.shape) > 3  # DROPOUT_RNG_WARPS = 2: (c, e, 1, a, r) call bits per slot
-    BLOCK_N: gl.constexpr = keep_bufs.shape[1] * 16 if BITS else keep_bufs.shape[1]
-    BLOCK_M: gl.constexpr = keep_bufs.shape[4] * 16 if BITS else keep_bufs.shape[2]
+    BLOCK_N: gl.constexpr = keep_bufs.shape[1] * 16
+    BLOCK_M: gl.constexpr = keep_bufs.shape[4] * 16
     RNG_W: gl.constexpr = gl.num_warps()  # this partition's (RNG_NUM_WARPS)
     k0, k1, base_b, rows_cols, rng_cols, t_hi, scale, key0 = _dropout_block(drop, off_b, GROUP, start_n)
     it = 0
@@ -858,14 +855,9 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
             s = it % NUM_STAGES
             mbarrier.wait(qdo_empty.index(s), ((it // NUM_STAGES) & 1) ^ 1)
             for c in gl.static_range(BLOCK_N // 16):
-                if BITS:
-                    bits = tile_call_bits_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
-                                              16, BLOCK_M, RNG_W)
-                    keep_bufs.index(s).slice(c, 1, dim=0).store(bits)
-                else:
-                    keep = tile_keep_keys_first_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
-                                                    16, BLOCK_M, RNG_W)
-                    keep_bufs.index(s).slice(16 * c, 16, dim=0).store(keep.to(gl.uint8))
+                bits = tile_call_bits_rng(k0, k1, rng_head, mb * BLOCK_M, key0 + 16 * c, rng_cols, t_hi,
+                                          16, BLOCK_M, RNG_W)
+                keep_bufs.index(s).slice(c, 1, dim=0).store(bits)
             mbarrier.arrive(keep_ready.index(s))  # (a partition-wide bar.sync, then one thread's arrive)
             it += 1
 
@@ -1625,23 +1617,22 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 3 - 6
-    # dropout whose flags four RNG warps draw into shared memory, a byte per
-    # score / each call's eight bits / the same bits applied as predicates
-    # after the dP^T wait with dV's keep scale once per block / that, each
-    # bit tested in place and used by one select (DROPOUT_RNG_WARPS 1 / 2 /
-    # 3 / 4; DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at d = 128; _attn_bwd_rng).
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 4 - 6
+    # dropout whose keep bits RNG warps draw into shared memory, each call's
+    # eight bits expanded / the same bits applied as predicates after the
+    # dP^T wait with dV's keep scale once per block / that, each bit tested
+    # in place and used by one select (DROPOUT_RNG_WARPS 2 / 3 / 4;
+    # DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at d = 128; _attn_bwd_rng).  (3,
+    # a byte per score, DROPOUT_RNG_WARPS 1, was removed in session 41.)
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
         gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64 and NAMED_BAR < 2,
                          "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles, qdo_empty")
-        if DROPOUT >= 4:  # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
-            keep_bufs = gl.allocate_shared_memory(gl.uint32, [NUM_STAGES, BLOCK_N // 16, 4, 1, BLOCK_M // 16, 8],
-                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
-        else:  # a byte per score
-            keep_bufs = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK_N, BLOCK_M],
-                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        gl.static_assert(DROPOUT >= 4, "DROPOUT_RNG_WARPS: 2, 3 or 4")
+        # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
+        keep_bufs = gl.allocate_shared_memory(gl.uint32, [NUM_STAGES, BLOCK_N // 16, 4, 1, BLOCK_M // 16, 8],
+                                              gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
         keep_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
         for s in gl.static_range(NUM_STAGES):
             mbarrier.init(keep_ready.index(s), count=1)
@@ -2115,7 +2106,7 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
     float32 dQ staging, the per-slot lse2 / delta rows and the barriers (the
     compiler may add a few hundred bytes of alignment: a config that still
     does not fit fails to build and is declined; DROPOUT_RNG_WARPS: the RNG
-    warps' keep flags per slot, 1: a byte per score, 2 / 3: 4 bytes per call).  head_dim: Q's and K's width,
+    warps' keep bits per slot, 4 bytes per Philox call of 8 scores).  head_dim: Q's and K's width,
     head_dim_v V's and dO's (default head_dim)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     n_ds = DS_BUFS if SPLIT_D else 2
@@ -2124,9 +2115,8 @@ def smem_bytes(head_dim, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS=2, SPLIT_D=
                  + (2 if SPLIT_D else 1) * n_ds * BLOCK_N * BLOCK_M)
             + 4 * dq_block_rows(BLOCK_M, Q_HALVES) * dq_cols * DQ_STAGE_BUFS + 4 * 2 * NUM_STAGES * BLOCK_M
             + 8 * (1 + 3 * NUM_STAGES + 2 + bool(PERSISTENT))
-            # the RNG warps' keep flags (a byte per score, or 4 bytes per call of 8) and barriers
-            + (NUM_STAGES * (BLOCK_N * BLOCK_M // (2 if DROPOUT_RNG_WARPS >= 2 else 1) + 8) if DROPOUT_RNG_WARPS
-               else 0))
+            # the RNG warps' keep bits (4 bytes per call of 8 scores) and barriers
+            + (NUM_STAGES * (BLOCK_N * BLOCK_M // 2 + 8) if DROPOUT_RNG_WARPS else 0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -2349,15 +2339,15 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "DQ_STAGE_BUFS = 0 (dQ added by atomics): the consumers add dQ, NAMED_BAR < 2"
     if meta["DQ_STAGE_BUFS"] > 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
-    if meta["DROPOUT_RNG_WARPS"] not in (0, 1, 2, 3, 4):  # (True / False compare equal to 1 / 0)
-        return ("DROPOUT_RNG_WARPS: 0, 1 (a byte per score), 2 (a call's bits), 3 (the bits applied late) or 4 "
-                f"(3 with each bit tested in place), not {meta['DROPOUT_RNG_WARPS']!r}")
+    if meta["DROPOUT_RNG_WARPS"] not in (0, 2, 3, 4):  # (False compares equal to 0)
+        return ("DROPOUT_RNG_WARPS: 0, 2 (a call's bits), 3 (the bits applied late) or 4 (3 with each bit tested "
+                f"in place), not {meta['DROPOUT_RNG_WARPS']!r} (1, a byte per score, was removed)")
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")
     rng_regs, rng_w = meta.get("RNG_REGS", 0), meta.get("RNG_NUM_WARPS", 4)
-    if rng_w != 4 and (rng_w != 2 or meta["DROPOUT_RNG_WARPS"] < 2 or not dropped):
-        return f"RNG_NUM_WARPS: 4, or 2 with DROPOUT_RNG_WARPS 2-4 (each call's bits; dropout), not {rng_w!r}"
+    if rng_w != 4 and (rng_w != 2 or not meta["DROPOUT_RNG_WARPS"] or not dropped):
+        return f"RNG_NUM_WARPS: 4, or 2 with DROPOUT_RNG_WARPS (dropout), not {rng_w!r}"
     if rng_regs and (not (meta["DROPOUT_RNG_WARPS"] and dropped) or rng_regs % 8 or not 24 <= rng_regs <= 256
                      or 128 * meta["NUM_CONSUMERS"] * meta["CONSUMER_REGS"] + 32 * (rng_w * rng_regs + 24) > 65536):
         return ("RNG_REGS: the RNG warps' registers (DROPOUT_RNG_WARPS, dropout), a multiple of 8 from 24 that the "

@@ -39,11 +39,11 @@ Three parts:
   eight keep flags into one register, a layout conversion hands each lane
   its partner's calls, and ``keep_keys_first_from_bits`` reads the bits of
   the lane's key parity (tested in the interpreter without the layouts).
-  ``tile_keep_keys_first_rng`` draws a 16-key slab's flags once per call
-  for the backward's RNG warps (DROPOUT_RNG_WARPS; the default at d = 64 / 128), which
-  hand them to the consumers through shared memory; ``tile_call_bits_rng``
-  stops at each call's eight bits, which the consumers expand
-  (``keep_keys_first_from_call_bits``).
+  ``tile_call_bits_rng`` makes a 16-key slab's calls once each, for the
+  backward's RNG warps (DROPOUT_RNG_WARPS; the default at d = 64 / 128),
+  and stops at each call's eight keep bits, which the RNG warps hand to the
+  consumers through shared memory and the consumers expand
+  (``keep_keys_first_from_call_bits``) or test in place.
   ``select_kept`` / ``negate_dropped`` apply the mask (asm blocks).
 """
 
@@ -327,26 +327,16 @@ def tile_keep_keys_first_shared(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
 
 
 @gluon.jit
-def tile_keep_keys_first_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
-                             CHUNK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """keep_keys_first_from_bits of keys [col0, col0 + CHUNK_N) x query rows
-    [row0, row0 + BLOCK_M) (1 kept, 0 dropped; t_hi = t << 16), for the
-    backward's RNG warps (DROPOUT_RNG_WARPS): every Philox call of the chunk
-    made once, by one thread of NUM_WARPS warps (calls (c, e, 1, a, r) with
-    e, r on the lanes and a on the warps).  The flags go to shared memory,
-    so no layout has to match an accumulator."""
-    bits = tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi, CHUNK_N, BLOCK_M, NUM_WARPS)
-    L: gl.constexpr = bits.type.layout
-    return keep_keys_first_from_bits(bits, _key_parity(L), CHUNK_N, BLOCK_M)
-
-
-@gluon.jit
 def tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
                        CHUNK_N: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """The calls of tile_keep_keys_first_rng's slab reduced to their eight
-    keep bits (call_keep_bits), shaped (c, e, 1, a, r) = (1, 4, 1, BLOCK_M /
-    16, 8), one call per thread per 16 NUM_WARPS rows (a 16-row group per
-    warp, the groups wrapping over the warps)."""
+    """The Philox calls of keys [col0, col0 + CHUNK_N) x query rows [row0,
+    row0 + BLOCK_M), each made once and reduced to its eight keep bits
+    (call_keep_bits; t_hi = t << 16), for the backward's RNG warps
+    (DROPOUT_RNG_WARPS): shaped (c, e, 1, a, r) = (1, 4, 1, BLOCK_M / 16,
+    8), e and r on the lanes, a on the NUM_WARPS warps, one call per thread
+    per 16 NUM_WARPS rows (a 16-row group per warp, the groups wrapping over
+    the warps).  The bits go to shared memory, so no layout has to match an
+    accumulator."""
     gl.static_assert(CHUNK_N == 16, "one 16-key slab per chunk")
     gl.static_assert(BLOCK_M % (16 * NUM_WARPS) == 0, "16-row groups spread evenly over the warps")
     L: gl.constexpr = gl.BlockedLayout([1, 1, 1, 1, 1], [1, 4, 1, 1, 8], [1, 1, 1, NUM_WARPS, 1], [4, 1, 3, 2, 0])
