@@ -324,6 +324,28 @@ def test_emulated_schedule():
     assert len(cases) >= 100
 
 
+def test_emulated_dq_atomics():
+    """DQ_STAGE_BUFS = 0 (tests/hopper_bwd_model.py): dQ pieces added by
+    atomics, the rows past N_Q into row N_Q - 1 instead of clipped, give the
+    dense gradients on every path (keys-as-M, SPLIT_D, the split Q K^T and
+    its 128-row step, persistent, the group split), because those rows'
+    stats (lse2 +inf, delta 0) and zero-filled Q / dO make their dS zero;
+    given finite stats there (atomic_tail_stats) the clamped adds are wrong,
+    which clipping would have hidden."""
+    import hopper_bwd_model as hbm
+    cases = [c + (16, 16) for c in hbm.backward_cases(full=False)[::3]] + hbm.qk1_cases(full=False)[::2]
+    for *args, cfg, d, d_v in cases:
+        err = hbm.check_backward(*args, dict(cfg, DQ_STAGE_BUFS=0), d=d, d_v=d_v)
+        assert err <= 1e-9, (args, cfg, err)
+    for broken in hbm.DQ_ATOMIC_BROKEN:
+        caught = [hbm.check_backward(*args, dict(cfg, DQ_STAGE_BUFS=0), d=d, d_v=d_v, broken=broken) > 1e-6
+                  for *args, cfg, d, d_v in cases]
+        assert any(caught), broken
+        hidden = [hbm.check_backward(*args, cfg, d=d, d_v=d_v, broken=broken) <= 1e-9
+                  for *args, cfg, d, d_v in cases]
+        assert all(hidden), broken  # (clipped at N_Q, the tail's dS never lands)
+
+
 def test_protocol_simulation():
     """tests/hopper_bwd_model.py (reduced sweep): one CTA's mbarrier protocol,
     keys-as-M and SPLIT_D (one or two P^T / dS^T buffers, 1-4 dQ chunks),
