@@ -32,7 +32,7 @@
 # passing, all 5 rows in both repeats, every check "ok", no row below 0.99 and a geometric mean
 # >= 1.02; the passing one with the highest mean goes into CONFIGS[192] (OWN_FIRST=True, or
 # DQ_STAGE_BUFS=0, or DQ_STAGE_BUFS=0 with DS_BUFS=2, and OWN_FIRST=True). Otherwise nothing changes. If an atomic form
-# wins, the keys-as-M forms (test_dq_atomic_keys_as_m, d = 64 / 128) are the next question.
+# wins, the keys-as-M forms (test_keys_as_m_variants, d = 64 / 128) are the next question.
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_d192_forms.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"

@@ -1323,29 +1323,6 @@ def test_dropout_rng_warps(d, causal, split, rng):
     _dropout_grads_agree(q, k, v, do, shift, overs, 11, 5, plan_check=took)
 
 
-OWN_FIRST_VARIANTS = [
-    # overrides: dQ as two products over the key halves, this warpgroup's
-    # before the dS^T exchange wait (keys-as-M, the ds_ready exchange)
-    dict(OWN_FIRST=True, NAMED_BAR=0),
-    dict(OWN_FIRST=True, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
-    dict(OWN_FIRST=True, NAMED_BAR=0, GROUP_SPLIT=3),
-]
-
-
-@needs_hopper
-@pytest.mark.parametrize("variant", OWN_FIRST_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
-@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_own_first_keys_as_m(variant, d, case):
-    """OWN_FIRST on the keys-as-M path (d = 64 / 128): dQ = dS K as two
-    products over the key halves, this warpgroup's issued before the wait
-    for the other's dS^T; the reference cases against float64."""
-    b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    _check(q, k, v, do, d ** -0.5, shift, **variant)
-
-
 def _cpu_planner(hbwd, monkeypatch):
     """plan(d, causal=True, dv=None, dropped=False, **overrides): _make_plan
     of a GQA call (B 2, Hq 6 / Hkv 2, N 1000) on CPU tensors standing for
@@ -1360,31 +1337,6 @@ def _cpu_planner(hbwd, monkeypatch):
         lse = torch.empty(2, 6, 1000)
         return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, dropped, False, over)
     return plan
-
-
-DQ_ATOMIC_VARIANTS = [
-    # overrides: dQ added from registers by atomics (DQ_STAGE_BUFS = 0) on
-    # the keys-as-M path, with either dS^T exchange the consumers add dQ in
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=1),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, GROUP_SPLIT=3),
-]
-
-
-@needs_hopper
-@pytest.mark.parametrize("variant", DQ_ATOMIC_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
-@pytest.mark.parametrize("d", [64, 128], ids=_d_id)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_dq_atomic_keys_as_m(variant, d, case):
-    """DQ_STAGE_BUFS = 0 on the keys-as-M path (d = 64 / 128): each step's
-    dQ added into the float32 buffer from registers (no staging, no TMA;
-    the rows past N_Q, zeros, into the last row); the reference cases
-    against float64."""
-    b, hq, hkv, nq, nk, causal, layout = case
-    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
-    shift = None if causal is None else (nk - nq if causal == "br" else 0)
-    _check(q, k, v, do, d ** -0.5, shift, **variant)
 
 
 def test_dq_atomic_plan(monkeypatch):
@@ -1466,14 +1418,39 @@ STAGE_BUFS_VARIANTS = [
 ]
 
 
+OWN_FIRST_VARIANTS = [
+    # overrides: dQ as two products over the key halves, this warpgroup's
+    # before the dS^T exchange wait (keys-as-M, the ds_ready exchange)
+    dict(OWN_FIRST=True, NAMED_BAR=0),
+    dict(OWN_FIRST=True, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
+    dict(OWN_FIRST=True, NAMED_BAR=0, GROUP_SPLIT=3),
+]
+
+
+DQ_ATOMIC_VARIANTS = [
+    # overrides: dQ added from registers by atomics (DQ_STAGE_BUFS = 0) on
+    # the keys-as-M path, with either dS^T exchange the consumers add dQ in
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=1),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
+    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, GROUP_SPLIT=3),
+]
+
+
 @needs_hopper
-@pytest.mark.parametrize("variant", STAGE_BUFS_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("variant", STAGE_BUFS_VARIANTS + OWN_FIRST_VARIANTS + DQ_ATOMIC_VARIANTS,
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_stage_buffers_keys_as_m(variant, d, case):
-    """DQ_STAGE_BUFS = 2 on the keys-as-M path (d = 64 / 128): step it
-    stages dQ in its consumer's buffer it % 2 and waits only for the reduce
-    of the step before last; the reference cases against float64."""
+def test_keys_as_m_variants(variant, d, case):
+    """Overrides of the keys-as-M path (d = 64 / 128) on the reference
+    cases against float64: DQ_STAGE_BUFS = 2 (step it stages dQ in its
+    consumer's buffer it % 2 and waits only for the reduce of the step
+    before last); OWN_FIRST (dQ = dS K as two products over the key halves,
+    this warpgroup's issued before the wait for the other's dS^T);
+    DQ_STAGE_BUFS = 0 (each step's dQ added into the float32 buffer from
+    registers, no staging or TMA, the rows past N_Q, zeros, into the last
+    row)."""
     b, hq, hkv, nq, nk, causal, layout = case
     q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)

@@ -563,7 +563,7 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
-    (DROPOUT 3 - 6): the RNG warps' keep flags and their ready barriers
+    (DROPOUT 4 - 6): the RNG warps' keep bits and their ready barriers
     (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
     NAMED_BAR >= 1: the dS^T exchange through a hardware barrier of both
     consumer warpgroups instead of the ds_ready mbarrier; 2: dQ also handed
@@ -650,14 +650,13 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     if NAMED_BAR >= 1:
         gl.static_assert(not OWN_FIRST, "OWN_FIRST: the exchange through ds_ready")
         _named_bar(_CONSUMERS_SYNC)  # every consumer's rows of buffer b written
-        dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
-                               gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
-    elif OWN_FIRST:
+    else:
+        mbarrier.arrive(ds_ready.index(b))
+    if OWN_FIRST:
         # dQ = dS K as two products over the key halves: this warpgroup's
         # half (written by it, visible after the bar.sync that precedes its
         # arrival) while the other warpgroup's is awaited, then that one.
         gl.static_assert(ds_bufs.shape[1] == 2 * SUB_N, "OWN_FIRST: two warpgroups' keys")
-        mbarrier.arrive(ds_ready.index(b))
         dq_tok = warpgroup_mma(ds_bufs.index(b).slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                                k_cols.slice(CONSUMER * SUB_N, SUB_N, dim=0),
                                gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
@@ -665,8 +664,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         dq_tok = warpgroup_mma(ds_bufs.index(b).slice((1 - CONSUMER) * SUB_N, SUB_N, dim=0).permute((1, 0)),
                                k_cols.slice((1 - CONSUMER) * SUB_N, SUB_N, dim=0), dq_tok, is_async=True)
     else:
-        mbarrier.arrive(ds_ready.index(b))
-        mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
+        if NAMED_BAR == 0:
+            mbarrier.wait(ds_ready.index(b), (it // 2) & 1)
         dq_tok = warpgroup_mma(ds_bufs.index(b).permute((1, 0)), k_cols,
                                gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
     dv, dk, dq = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, dq_tok))
@@ -1167,10 +1166,11 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     ptxas spills 36-40 B with 0-1 local accesses per tile instead of 96-116 B
     with 17-21, for one more bar.sync per tile; Triton 3.6).  (Q_HALVES = 3
     / 4, the exchange through hardware barriers, read 0.994 / 1.004x on the
-    H200 in session 36 and were removed in session 41.)  OWN_FIRST (an override, Q_HALVES 1 / 2): the column products over this
-    warpgroup's own half are issued right after its arrival on ds_ready,
-    the wait for the other half only before that half's (the wgmma pipe
-    busy during the exchange wait)."""
+    H200 in session 36 and were removed in session 41.)  OWN_FIRST (an
+    override, Q_HALVES 1 / 2): the column products over this warpgroup's
+    own half are issued right after its arrival on ds_ready, the wait for
+    the other half only before that half's (the wgmma pipe busy during the
+    exchange wait)."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
@@ -1831,6 +1831,13 @@ DROPOUT_RNG_CONFIGS: dict = {
 }
 
 
+def own_first_fits(meta: dict) -> bool:
+    """Whether a build of meta can take OWN_FIRST: two consumers exchanging
+    through ds_ready, on the 128-row split Q K^T step (Q_HALVES) or on the
+    keys-as-M step with NAMED_BAR 0."""
+    return meta["NUM_CONSUMERS"] == 2 and bool(meta["Q_HALVES"] or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0))
+
+
 def rng_warps_fit(meta: dict, dropped: bool, windowed: bool) -> bool:
     """Whether a build of meta can take DROPOUT_RNG_WARPS: dropout without a
     window on the keys-as-M step (not SPLIT_D) with 64-row query tiles, not
@@ -2072,10 +2079,9 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         taken = dict(meta, **{k: v for k, v in rng_part.items() if k not in (overrides or {})})
         if rng_warps_fit(taken, dropout, windowed):
             meta = taken
-    # A table's OWN_FIRST stands only where the exchange is through ds_ready
-    # (an override of it stands, and the plan declines where it cannot).
-    if meta["OWN_FIRST"] and "OWN_FIRST" not in (overrides or {}) and not (
-            meta["Q_HALVES"] or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0)):
+    # A table's OWN_FIRST stands only where the build can take it (an
+    # override of it stands, and the plan declines where it cannot).
+    if meta["OWN_FIRST"] and "OWN_FIRST" not in (overrides or {}) and not own_first_fits(meta):
         meta["OWN_FIRST"] = False
     return meta
 
@@ -2324,8 +2330,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         meta["HEADS_FIRST"] = True
     if meta["Q_HALVES"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
         return f"Q_HALVES: 0 / False, 1 / True or 2 (the late 'free' arrival), not {meta['Q_HALVES']!r}"
-    if meta["OWN_FIRST"] and (meta["NUM_CONSUMERS"] != 2 or not (
-            meta["Q_HALVES"] or (not meta["SPLIT_D"] and meta["NAMED_BAR"] == 0))):
+    if meta["OWN_FIRST"] and not own_first_fits(meta):
         return ("OWN_FIRST: two consumers on the 128-row split Q K^T step (Q_HALVES), or on the keys-as-M "
                 f"step with NAMED_BAR 0 (the exchanges through ds_ready), not Q_HALVES {meta['Q_HALVES']!r}, "
                 f"SPLIT_D {meta['SPLIT_D']!r}, NAMED_BAR {meta['NAMED_BAR']!r}, "
