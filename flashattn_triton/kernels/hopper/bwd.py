@@ -1649,9 +1649,13 @@ def _attn_bwd_hopper(
         # in the SASS); RNG_REGS = 24 at 232 gives both consumers 232.  With
         # RNG_NUM_WARPS = 2 the RNG warps, the producer and one padding warp
         # make one warpgroup: RNG_REGS = 24 at 240 gives both consumers 240
-        # (each RNG thread then makes two Philox calls per 16-key slab).
+        # (each RNG thread then makes two Philox calls per 16-key slab), and
+        # that is its default: 12 warps get maxnreg 168, 168 x 384 threads =
+        # 504 x 128, so the first consumer gets 504 - 240 - RNG_REGS (at most 240).
         if RNG_REGS:
             rng_regs: gl.constexpr = RNG_REGS
+        elif RNG_NUM_WARPS == 2:
+            rng_regs: gl.constexpr = 24
         else:
             rng_regs: gl.constexpr = ((65536 - NUM_CONSUMERS * 128 * CONSUMER_REGS - 32 * 24) // (32 * RNG_NUM_WARPS)
                                       // 8 * 8)
