@@ -101,16 +101,15 @@ layout conversion (a warp shuffle per call) hands the partner its calls
 d = 256) draws queries x keys tiles, one call per eight scores, and does
 not read it.  ``DROPOUT_RNG_WARPS`` (built in session 38; the default at
 d = 64 / 128 since session 39's H200 runs: DROPOUT_RNG_CONFIGS) moves the
-draws off the consumers: a fourth partition of four warps (_attn_bwd_rng,
-the registers the others leave: 24, 40 at d = 64 with its consumers at
-232) makes every Philox call of each step's keys x queries tile once and
-writes the keep flags to a two-slot shared ring (keep_ready; a slot is free
-again at the step's qdo_empty arrivals, as its Q and dO are): = 1 a byte
-per score, which each consumer loads in the accumulator's layout; = 2 each
-call's eight bits, which each consumer loads and expands as the shared
-calls' path does (benchmarks/gpu_next_dropout_rng.sh timed both: = 2
-1.03-1.09x, = 1 slower); = 3 loads those bits after the dP^T wait and
-applies them as a predicate per score, with dV's keep scale once per key
+draws off the consumers: a fourth partition of four warps (RNG_NUM_WARPS;
+_attn_bwd_rng, the registers the others leave: 24, 40 at d = 64 with its
+consumers at 232) makes every Philox call of each step's keys x queries
+tile once and writes each call's eight keep bits to a two-slot shared ring
+(keep_ready; a slot is free again at the step's qdo_empty arrivals, as its
+Q and dO are): = 2 each consumer loads and expands them as the shared
+calls' path does (benchmarks/gpu_next_dropout_rng.sh: 1.03-1.09x; a form
+with a byte per score, = 1, was slower and is gone); = 3 loads those bits
+after the dP^T wait and applies them as a predicate per score, with dV's keep scale once per key
 block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2);
 = 4 (session 40, an override until timed) is = 3 with each bit tested where
 it lies, one LOP3 to a predicate, and the predicate used by one select
