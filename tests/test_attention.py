@@ -46,8 +46,10 @@ FLASH_CASES = cpu_covering(
           "d": lambda *v: v[4], "causal": lambda *v: v[5], "dtype": lambda *v: v[6]})
 
 
-def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True, window_size=(-1, -1)):
-    """Run ours (flash layout), float64 and in-dtype PyTorch; compare all outputs and grads."""
+def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=True, window_size=(-1, -1),
+                            grad_factor=3.0):
+    """Run ours (flash layout), float64 and in-dtype PyTorch; compare all outputs and grads
+    (gradients within grad_factor times PyTorch's error)."""
     dtype = q.dtype
     do = rand(q.shape[:-1] + (v.shape[-1],), dtype, q.device)
     dlse = rand(q.shape[:1] + (q.shape[2], q.shape[1]), torch.float32, q.device) if with_lse_grad else None
@@ -73,7 +75,7 @@ def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=T
     assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
     assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
     for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
-        assert_close(name, g, r, b, 3.0, dtype)
+        assert_close(name, g, r, b, grad_factor, dtype)
     return got, ref
 
 
