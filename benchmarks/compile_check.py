@@ -120,7 +120,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from flashattn_triton.kernels import bwd, fwd
-from flashattn_triton.kernels.launch import CANDIDATES, RESIDENT, fits, head_dim_pad, make_config
+from flashattn_triton.kernels.launch import (CANDIDATES, RESIDENT, SMEM_LIMIT_BY_ARCH, arch_budget, fits,
+                                             head_dim_pad, make_config)
 
 
 def _sig(kernel, dtype: str, constexprs: dict):
@@ -683,14 +684,16 @@ def _decode_mod_kwargs(mods, h_q: int, d: int, cap: int, batch: int) -> dict:
 
 
 def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtype: str, mods=(),
-                    variant: str = ""):
+                    variant: str = "", arch: int = 90):
     """The kernel launches (kernel, args, kwargs) of one decode step as
     decode.decode_attention makes them on a GPU: meta-device tensors (so
     decode_config picks the GPU config), one query token per sequence and
     ``rows`` query heads per KV head (8 KV heads), a 4k-token cache
     (contiguous or paged) with one token appended, cache_seqlens given,
     causal.  ``variant`` (a decode.ENV_VARIANT value, '+' for ','): batch 1
-    on 132 SMs (the H200) with those variants on."""
+    on 132 SMs (the H200) with those variants on.  The plan sees a GPU of
+    this arch: its shared-memory budget (launch.arch_budget) and PDL from
+    sm_90 only."""
     import torch
     from flashattn_triton.kernels import combine as combine_mod, decode as decode_mod
 
@@ -720,15 +723,18 @@ def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtyp
     if variant:
         env[decode_mod.ENV_VARIANT] = variant.replace("+", ",")
     saved_env = {name: os.environ.get(name) for name in env}
-    saved_sm = decode_mod.sm_count
+    saved = {name: getattr(decode_mod, name) for name in ("sm_count", "device_smem_budget", "pdl_supported")}
     os.environ.update(env)
     if variant:
         decode_mod.sm_count = lambda device: 132
+    decode_mod.device_smem_budget = lambda device: arch_budget(f"sm{arch}")
+    decode_mod.pdl_supported = lambda device, _pdl=saved["pdl_supported"]: arch >= 90 and _pdl(device)
     try:
         with recorded_launches(owners) as launches:
             decode_mod.decode_attention(q, k_cache, torch.empty_like(k_cache), out, lse, **kw)
     finally:
-        decode_mod.sm_count = saved_sm
+        for name, value in saved.items():
+            setattr(decode_mod, name, value)
         for name, value in saved_env.items():
             if value is None:
                 del os.environ[name]
@@ -767,7 +773,7 @@ def decode_sweep(args, names) -> int:
         if variant:
             label = f"{variant:14s} {label}"
         try:
-            launches = decode_launches(d, cache, sinks, split, int(rows), args.dtype, mods, variant)
+            launches = decode_launches(d, cache, sinks, split, int(rows), args.dtype, mods, variant, args.arch)
         except Exception as exc:  # noqa: BLE001
             failures += 1
             print(f"DECODE    {label}: FAILED to launch: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -783,7 +789,10 @@ def decode_sweep(args, names) -> int:
             line = f"{name:9s} {where} {_launch_tag(kwargs)}" + (" pdl" if kwargs.get("launch_pdl") else "")
             try:
                 k = compile_launch(kernel, kargs, kwargs, target)
-                print(f"{line}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}", flush=True)
+                over = over_limit(k.metadata.shared, args.arch)
+                failures += bool(over)
+                print(f"{line}: {over or 'ok'}, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}",
+                      flush=True)
                 if args.sass:
                     print(f"    {instruction_report(k)}; sass sha256 {sass_hash(k)}")
                     print(f"    {store_report(sass_ops(k))}")
@@ -799,6 +808,10 @@ def main():
     ap.add_argument("--d", default="64,128,256", help="comma-separated head dims, d or d:dv")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--all-configs", action="store_true")
+    ap.add_argument("--chosen", action="store_true",
+                    help="the entry the launchers choose on a GPU of --arch (its table and shared-memory "
+                         "budget; a 4096-key call) instead of the first candidate; a build over the arch's "
+                         "shared-memory limit counts as a failure (any sweep)")
     ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
     ap.add_argument("--mods", default="", help="comma-separated switches to turn on, e.g. "
                     "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window)")
@@ -865,6 +878,30 @@ def main():
     return failures
 
 
+def over_limit(shared: int, arch: int) -> str:
+    """'' if a build's shared memory loads on a GPU of this arch (the
+    per-block limit, launch.SMEM_LIMIT_BY_ARCH), else the reason."""
+    limit = SMEM_LIMIT_BY_ARCH.get(f"sm{arch}")
+    return "" if limit is None or shared <= limit else f"OVER the sm_{arch} limit of {limit} B"
+
+
+def chosen_entry(name: str, arch: int, dtype: str, d_pad: int, dv_pad: int, causal: bool) -> tuple:
+    """The entry the launchers choose on a GPU of this arch (its table and its
+    shared-memory budget, launch.arch_budget) for a call of 4096 keys: as
+    Launcher.entry_for, and for BWD_ONE the parts' entries combined as
+    PairLauncher.config does without a table entry."""
+    import torch
+    launchers = {"FWD": fwd._launch_fwd, "BWD_DKDV": bwd._launch_dkdv, "BWD_DQ": bwd._launch_dq,
+                 "BWD_FUSED": bwd._launch_fused}
+    tdt = getattr(torch, _TORCH_DTYPES.get(dtype, "float32"))
+    budget, sm = arch_budget(f"sm{arch}"), f"sm{arch}"
+    dv = None if dv_pad == d_pad else dv_pad
+    if name == "BWD_ONE":
+        a, b = (make_config(p.entry_for(sm, budget, tdt, d_pad, causal, 4096, "", dv)) for p in bwd._launch_one.parts)
+        return bwd._launch_one.combine(a, b, d_pad, tdt.itemsize, dv, budget)
+    return launchers[name].entry_for(sm, budget, tdt, d_pad, causal, 4096, "", dv)
+
+
 def portable_sweep(args, names) -> int:
     """The portable kernels among ``names`` per head dim, case and config;
     returns the failure count."""
@@ -894,6 +931,8 @@ def portable_sweep(args, names) -> int:
             if name == "BWD_ONE" and args.all_configs:
                 table = bwd._launch_one.pair_candidates(d_pad, elem, dv_pad)
             cands = table if args.all_configs else table[:1]
+            if args.chosen:
+                cands = [chosen_entry(name, args.arch, args.dtype, d_pad, dv_pad, causal)]
             if args.configs:
                 cands = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
             for cand in cands:
@@ -946,7 +985,9 @@ def portable_sweep(args, names) -> int:
                     if name == "BWD_FUSED":
                         ov["DQ"] = "*fp32"  # the float32 dQ buffer
                     k = compile_one(kernel, args.dtype, meta, target, w, s, ov)
-                    print(f"{label}: ok, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
+                    over = over_limit(k.metadata.shared, args.arch)
+                    failures += bool(over)
+                    print(f"{label}: {over or 'ok'}, smem {k.metadata.shared}, {ptxas_report(k, args.arch)}")
                     if args.sass:
                         print(f"    {instruction_report(k)}")
                         print(f"    {store_report(sass_ops(k))}")

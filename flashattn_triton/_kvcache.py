@@ -400,6 +400,12 @@ def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
     return torch.empty_like(q), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
 
 
+def _no_backward(grad):
+    raise NotImplementedError("flash_attn_with_kvcache has no backward (it is for inference, as flash-attn's); "
+                              "call it under torch.no_grad() / torch.inference_mode(), or use flash_attn_func "
+                              "for a step that needs gradients")
+
+
 # ---------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------
@@ -518,10 +524,13 @@ def flash_attn_with_kvcache(
         cache_batch_idx [optional]: (batch_size,) torch.int32, the row of the
             (non-paged) cache of each sequence; default 0..batch_size-1.  With
             duplicate indices and k/v given, which append wins is unspecified.
+            Values are not checked (no sync): each must lie in [0, batch_size_cache).
         cache_leftpad [optional]: (batch_size,) torch.int32, index of the first
             valid key of each sequence (keys before it are ignored); default 0.
         block_table [optional]: (batch_size, max_num_blocks_per_seq) torch.int32:
             logical page p of sequence b is physical page block_table[b, p].
+            Entries a sequence reads or appends to must lie in [0, num_blocks)
+            (not checked: an entry outside reads or writes out of bounds).
         softmax_scale: scaling of q k^T before the softmax; default 1/sqrt(headdim).
         causal: causal mask, bottom-right aligned (see above).
         window_size: (left, right); not (-1, -1) restricts query i to key positions
@@ -570,4 +579,9 @@ def flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
         rotary_interleaved, int(num_splits), sinks)
+    if out.requires_grad and not torch.compiler.is_compiling():
+        # A backward through the outputs says what it is instead of autograd's
+        # "no autograd formula was registered" (a mutating op cannot have one).
+        out.register_hook(_no_backward)
+        lse.register_hook(_no_backward)
     return (out, lse) if return_softmax_lse else out

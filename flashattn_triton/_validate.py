@@ -257,8 +257,9 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                 raise ValueError(f"{name}[0] must be 0, got {offs[0]}")
             if any(n < 0 for n in lengths):
                 raise ValueError(f"{name} must be non-decreasing, got {offs}")
-            if offs[-1] > total:
-                raise ValueError(f"{name}[-1]={offs[-1]} exceeds the {total} packed rows")
+            if offs[-1] != total:
+                raise ValueError(f"{name}[-1]={offs[-1]} must equal the {total} packed rows (rows past "
+                                 f"it would be neither read nor written: pass q[:{offs[-1]}] or the like)")
             if lengths and max(lengths) > m:
                 raise ValueError(f"a sequence of {max(lengths)} rows exceeds "
                                  f"max_seqlen_{name[-1]}={m}")

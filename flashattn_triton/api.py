@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, Literal, Optional, Tuple, Union, overload
 
+import math
+
 import torch
 
 from . import ops
@@ -458,9 +460,13 @@ def flash_attn_varlen_func(
             sequence's lengths.  Sequences of length 0
             are allowed; a sequence with queries and no keys outputs zeros.
         check_inputs: if True, also check the values of cu_seqlens (start at 0,
-            non-decreasing, within total_q / total_k, lengths <= max_seqlen).
+            non-decreasing, ending at total_q / total_k, lengths <= max_seqlen).
             This reads them on the host, a device synchronisation; by default
-            only shapes, dtypes and devices are checked and the call makes no sync.
+            only shapes, dtypes and devices are checked and the call makes no
+            sync.  Unchecked, offsets past the packed rows read and write out
+            of bounds (on CPU they can crash the process), and rows past
+            cu_seqlens[-1] (q.shape[0] must equal it, as in flash-attn) are
+            neither read nor written: their out, LSE and gradients are undefined.
 
     Each sequence attends only within itself.  GQA as in :func:`flash_attn_func`.
 
@@ -671,6 +677,7 @@ def _sdpa_inputs(query, key, value, is_causal, enable_gqa):
             if tuple(t.shape[:-3]) != lead:
                 raise ValueError(f"{name} must have the leading (batch) dims of query {lead}, got "
                                  f"{tuple(t.shape[:-3])}")
-        q4, k4, v4 = (t.reshape((-1,) + tuple(t.shape[-3:])) if t.dim() != 4 else t
+        batch = math.prod(lead)  # (not -1: a zero-size dim elsewhere leaves -1 ambiguous)
+        q4, k4, v4 = (t.reshape((batch,) + tuple(t.shape[-3:])) if t.dim() != 4 else t
                       for t in (query, key, value))
     return q4, k4, v4, lead, is_causal, enable_gqa

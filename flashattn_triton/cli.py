@@ -142,9 +142,12 @@ def table_tag(variants: Tuple[str, ...], window_left: int) -> str:
 
 
 def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
-                    bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Tuple[str, str]:
-    """(config, where it comes from) of one portable kernel on a GPU of ``arch``,
-    in the order of kernels/launch.py (environment, autotune, table, model)."""
+                    bucket: int, tag: str = "", dv_pad: Optional[int] = None,
+                    budget: Optional[int] = None) -> Tuple[str, str]:
+    """(config, where it comes from) of one portable kernel on a GPU of ``arch``
+    with ``budget`` bytes of shared memory for the model (None: the arch's,
+    launch.arch_budget), in the order of kernels/launch.py (environment,
+    autotune, table, model)."""
     import torch
     from .kernels import launch
 
@@ -155,14 +158,16 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     if launch.autotune_enabled():
         return "autotuned on first use", f"{launch.ENV_AUTOTUNE}=1 (cached on disk)"
     elem = torch.tensor([], dtype=dtype).element_size()
+    budget = launch.arch_budget(arch) if budget is None else budget
     entry = launch.table_lookup(launcher.name, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
     key = launch.table_key(launcher.name, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem, dv_pad):
+    if entry is not None and launch.fits(entry, launcher.resident, d_pad, elem, dv_pad, budget):
         exact = key in launch.load_table(arch)
         return _fmt_entry(entry), (f"tuned table {arch}.json, key {key}" if exact else
                                    f"tuned table {arch}.json, nearest entry to {key}")
     why = f"no entry in {arch}.json" if launch.load_table(arch) else f"no tuned table for {arch}"
-    return _fmt_entry(launcher.default_entry(d_pad, elem, dv_pad)), f"{why}: first candidate that fits the model"
+    return (_fmt_entry(launcher.default_entry(d_pad, elem, dv_pad, budget)),
+            f"{why}: first candidate that fits the model in {budget // 1024} KiB of shared memory")
 
 
 def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False,
@@ -317,7 +322,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
     chunks = len(_batch_chunks(batch, h_q))
     takes, how = hopper_plan(arch, on_gpu, device_index, dtype, batch, h_q, h_kv, n_q, d, d_v, window,
                              variants)
-    fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
+    budget = launch.smem_budget(device_index) if on_gpu else None
+    fwd_cfg, fwd_src = portable_config(_launch_fwd, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad, budget)
     from ._dispatch import short_forward_portable
     fwd_takes, fwd_how = takes, how
     # (sinks folded in after the forward leave it a plain call, as in ops._fwd_into)
@@ -333,8 +339,9 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
         lines.append(f"          Hopper tier not used: {fwd_how}")
     group = h_q // h_kv
     split = group_split(group, batch * n_k, h_kv, d_pad + dv_pad)
-    dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
-    dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad)
+    dkdv_cfg, dkdv_src = portable_config(_launch_dkdv, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad,
+                                         budget)
+    dq_cfg, dq_src = portable_config(_launch_dq, arch, dtype, d_pad, masked_right, bucket, tag, dv_pad, budget)
     head = "backward: portable kernels"
     # What the Hopper backward may take: sinks reach the backward only through
     # the LSE (ops._bwd_into launches it without them): the call's other variants decide.

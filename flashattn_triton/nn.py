@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import check_offsets
 from .api import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 
 __all__ = ["MultiheadAttention", "Attention", "RotaryEmbedding"]
@@ -233,6 +234,11 @@ def _merge_masks(attn_mask, key_padding_mask, is_causal, bsz, heads, n_q, n_k, e
     """PyTorch MHA masks (True / -inf = masked) -> one SDPA mask (B, 1 or H, L, S + extra):
     boolean (True = attend) when both are boolean, else additive float."""
     parts = []
+    for name, m in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
+        if m is not None and not isinstance(m, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor or None, got {type(m).__name__}")
+        if m is not None and m.dtype != torch.bool and not m.is_floating_point():
+            raise TypeError(f"{name} must be a bool (True = masked) or floating (added) tensor, got {m.dtype}")
     if attn_mask is not None:
         if attn_mask.dim() == 2:
             if tuple(attn_mask.shape) != (n_q, n_k):
@@ -309,6 +315,13 @@ class RotaryEmbedding(nn.Module):
         """x (..., seqlen, nheads, headdim); positions broadcastable to x.shape[:-2]."""
         if x.shape[-1] < self.dim:
             raise ValueError(f"head dim {x.shape[-1]} is smaller than the rotary dim {self.dim}")
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be a tensor, got {type(positions).__name__}")
+        try:
+            torch.broadcast_shapes(positions.shape, x.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to x's leading "
+                             f"dims {tuple(x.shape[:-2])} (x: {tuple(x.shape)})") from None
         cos, sin = self.cos_sin(positions)
         cos, sin = cos[..., None, :], sin[..., None, :]  # broadcast over heads
         rot, rest = x[..., :self.dim].float(), x[..., self.dim:]
@@ -423,12 +436,13 @@ class Attention(nn.Module):
         if x.dim() != 2:
             raise ValueError(f"with cu_seqlens, x must be (total_tokens, dim), got shape {tuple(x.shape)}")
         total = x.shape[0]
+        check_offsets("cu_seqlens", cu_seqlens, x.device)
         q, k, v = self.qkv(x).view(total, h + 2 * g, d).split((h, g, g), dim=1)
         if self.rotary is not None:
             if positions is None:
                 positions = _positions_in_sequences(cu_seqlens, total)
             q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
-        n_max = total if max_seqlen is None else int(max_seqlen)
+        n_max = total if max_seqlen is None else max_seqlen  # (flash_attn_varlen_func checks it)
         out = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, n_max, n_max,
                                      dropout_p=self.dropout if self.training else 0.0,
                                      softmax_scale=self.softmax_scale, causal=self.causal,

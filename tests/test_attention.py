@@ -215,6 +215,17 @@ def test_return_attn_probs(device):
     assert_close("lse", lse, ref_lse, atol=1e-3)
 
 
+@pytest.mark.parametrize("n_q,n_k", [(0, 7), (5, 0)])
+def test_sdpa_5d_empty_sequences(device, n_q, n_k):
+    """The SDPA entry with two leading dims and an empty query or key length
+    gives PyTorch's result: an empty output, or zeros (no key to attend)."""
+    q = torch.randn(2, 3, 4, n_q, 16, device=device)
+    k, v = (torch.randn(2, 3, 4, n_k, 16, device=device) for _ in range(2))
+    out = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 3, 4, n_q, 16)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
 def test_empty_sequences(device):
     q, k, v = make_qkv(2, 0, 5, 2, 2, 16, torch.float16, device)
     out = flash_attn_func(q, k, v)

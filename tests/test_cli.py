@@ -61,11 +61,12 @@ def test_info_shape_on_the_cpu(capsys):
 def _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag):
     """What Launcher.choose picks on a GPU of `arch` (the GPU query patched out)."""
     monkeypatch.setattr(launch, "_arch", lambda index: arch)
+    monkeypatch.setattr(launch, "smem_budget", lambda index: launch.arch_budget(arch))
     cfg = launcher.choose.__wrapped__(launcher, 0, dtype, d_pad, masked_right, bucket, tag)
     return cli._fmt_entry((cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages))
 
 
-@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+@pytest.mark.parametrize("arch", ["sm90", "sm80", "sm89"])
 @pytest.mark.parametrize("dtype,d_pad,masked_right,n,variants,left", [
     (torch.bfloat16, 128, True, 4096, (), -1),
     (torch.float16, 64, False, 700, (), -1),
@@ -82,7 +83,8 @@ def test_info_configs_are_the_launchers(monkeypatch, arch, dtype, d_pad, masked_
         described, source = cli.portable_config(launcher, arch, dtype, d_pad, masked_right, bucket, tag)
         assert described == _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag)
         if not launch.load_table(arch):
-            assert source == f"no tuned table for {arch}: first candidate that fits the model"
+            kib = launch.arch_budget(arch) // 1024
+            assert source == f"no tuned table for {arch}: first candidate that fits the model in {kib} KiB of shared memory"
         elif (dtype, d_pad, masked_right, n, tag) == (torch.bfloat16, 128, True, 4096, ""):
             assert source == f"tuned table {arch}.json, key {launcher.name}|bfloat16|d128|causal|n4096"
 

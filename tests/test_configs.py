@@ -263,3 +263,60 @@ def test_kernels_pass_both_padded_head_dims(device, monkeypatch):
     fat.flash_attn_func(q, k, v, causal=True).sum().backward()
     assert {s[0] for s in seen} == {"FWD", "BWD_DKDV", "BWD_DQ"}
     assert all(s[1:] == (64, 16, True, "") for s in seen), seen
+
+
+# ---------------------------------------------------------------------------
+# GPUs with less shared memory than Hopper's 227 KiB
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm80", "sm89", "sm90"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_chosen_configs_fit_the_gpus_budget(arch, dtype):
+    """On a GPU of each arch the launchers choose entries whose modelled
+    shared memory fits that GPU's budget (99 KiB on sm_89, 163 KiB on sm_80):
+    the H200's first choices (e.g. the dK/dV kernel's (64, 128, 8, 3) at d = 128,
+    132 KiB compiled for sm_89) do not load there."""
+    from flashattn_triton.kernels import launch
+    from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq, _launch_fused, _launch_one
+    from flashattn_triton.kernels.fwd import _launch_fwd
+    budget = launch.arch_budget(arch)
+    assert budget == launch.SMEM_LIMIT_BY_ARCH[arch] - launch.SMEM_SCRATCH
+    for d_pad, dv_pad in [(32, 32), (64, 64), (128, 128), (256, 128), (256, 256), (512, 512)]:
+        dv = None if dv_pad == d_pad else dv_pad
+        for launcher in (_launch_fwd, _launch_dkdv, _launch_dq, _launch_fused):
+            entry = launcher.entry_for(arch, budget, dtype, d_pad, True, 4096, "", dv)
+            smem, _ = launch.footprint(entry, launcher.resident, d_pad, dtype.itemsize, dv)
+            assert smem <= budget or entry == launcher.candidates[-1], (arch, launcher.name, d_pad, entry, smem)
+        parts = [launch.make_config(p.entry_for(arch, budget, dtype, d_pad, True, 4096, "", dv))
+                 for p in _launch_one.parts]
+        pair = _launch_one.combine(*parts, d_pad, dtype.itemsize, dv, budget)
+        assert _launch_one.entry_fits(pair, d_pad, dtype.itemsize, dv, budget) or pair[-1] == 1, (arch, d_pad, pair)
+    if arch == "sm89":  # the H200's choice is not taken where it does not fit
+        assert _launch_dkdv.entry_for(arch, budget, torch.bfloat16, 128, True, 4096) != \
+            _launch_dkdv.entry_for("sm90", launch.arch_budget("sm90"), torch.bfloat16, 128, True, 4096)
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm89", "sm90"])
+def test_decode_plans_fit_the_gpus_budget(monkeypatch, arch):
+    """Decode plans on GPUs with less shared memory: the batch-1 variants
+    measured on the H200 (5 pipeline stages: 137 KiB at d = 128; two programs
+    per SM) are taken only where they fit, 64-row tiles at d = 256 get fewer
+    rows per tile on 99 KiB GPUs, and every plan's modelled footprint fits.
+    The H200's plans are unchanged (sm90)."""
+    from flashattn_triton.kernels import decode, launch
+    budget = launch.arch_budget(arch)
+    monkeypatch.setattr(decode, "device_smem_budget", lambda device: budget)
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    meta = torch.device("meta")
+    for batch, rows, d, dtype, cap, page in [(1, 4, 128, torch.bfloat16, 8192, 0), (1, 4, 128, torch.bfloat16, 65536, 16),
+                                             (1, 64, 256, torch.bfloat16, 4096, 0), (8, 4, 64, torch.float16, 4096, 0),
+                                             (1, 32, 128, torch.float32, 4096, 0), (2, 16, 256, torch.float32, 4096, 0)]:
+        plan = decode.decode_plan(batch, rows, 8, d, cap, dtype, meta, 0, page)
+        elem = dtype.itemsize
+        assert decode.decode_smem(plan.config, d, elem) <= budget, (arch, batch, rows, d, dtype, plan.config)
+        if (batch, rows, d, dtype) == (1, 4, 128, torch.bfloat16) and page == 0:
+            # 5 stages (deep) where its 137 KiB fit, else the plain 3 (71 KiB)
+            assert plan.config.num_stages == (3 if arch == "sm89" else 5), (arch, plan.config)
+        if (rows, d) == (64, 256):
+            assert plan.config.BLOCK_M == {"sm90": 64, "sm80": 32, "sm89": 16}[arch], \
+                (arch, plan.config)

@@ -367,6 +367,35 @@ def test_rotary_float32_tables_bf16(device):
           cos=torch.cos(angle), sin=torch.sin(angle), seqlens=17, interleaved=False)
 
 
+@pytest.mark.parametrize("strided", ["sin", "cos"])
+def test_rotary_tables_with_different_row_strides(device, strided):
+    """cos and sin slices of wider tables, each with a row stride of its own
+    (the kernels take one row stride): the same as contiguous tables, for
+    the appended keys written to the cache and for the output."""
+    dtype = torch.float16
+    q = rnd(device, dtype, 2, 2, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 48, 2, 32, dtype)
+    angle = torch.rand(48, 16, device=device) * 2 * math.pi
+    wide = torch.full((48, 24), float("nan"), device=device, dtype=dtype)
+    wide[:, :16] = (torch.sin if strided == "sin" else torch.cos)(angle).to(dtype)
+    cos = wide[:, :16] if strided == "cos" else torch.cos(angle).to(dtype)
+    sin = wide[:, :16] if strided == "sin" else torch.sin(angle).to(dtype)
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 2, 2, 2, 32), v=rnd(device, dtype, 2, 2, 2, 32),
+          cos=cos, sin=sin, seqlens=ints(device, [5, 30]), causal=True, num_splits=2)
+
+
+def test_backward_raises_a_clear_error(device):
+    """No backward (an inference op): a backward through its output says so,
+    and under no_grad the output needs none."""
+    q = rnd(device, torch.float32, 2, 1, 4, 16).requires_grad_()
+    caches = [rnd(device, torch.float32, 2, 32, 2, 16) for _ in range(2)]
+    out = flash_attn_with_kvcache(q, *caches, cache_seqlens=5)
+    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache has no backward"):
+        out.sum().backward()
+    with torch.no_grad():
+        assert not flash_attn_with_kvcache(q, *caches, cache_seqlens=5).requires_grad
+
+
 def test_cache_batch_idx(device):
     """Sequences read (and append to) the cache rows named by cache_batch_idx;
     other rows are left untouched."""

@@ -154,6 +154,19 @@ def test_need_weights_and_bad_input_raise():
         MultiheadAttention(E, H, kdim=16, vdim=16, batch_first=True)(x, x, x)
 
 
+def test_integer_masks_raise():
+    """Masks that are neither bool nor floating are refused (as torch's MHA
+    does) rather than added to the scores as a float bias."""
+    mha = MultiheadAttention(E, H, batch_first=True)
+    x = torch.randn(2, 6, E)
+    with pytest.raises(TypeError, match="attn_mask must be a bool .* got torch.int32"):
+        mha(x, x, x, attn_mask=torch.zeros(6, 6, dtype=torch.int32))
+    with pytest.raises(TypeError, match="key_padding_mask must be a bool .* got torch.uint8"):
+        mha(x, x, x, key_padding_mask=torch.zeros(2, 6, dtype=torch.uint8))
+    with pytest.raises(TypeError, match="attn_mask must be a tensor or None, got list"):
+        mha(x, x, x, attn_mask=[[True] * 6] * 6)
+
+
 @pytest.mark.parametrize("kind", ["bool", "float"])
 def test_key_padding_mask_matches_torch(kind):
     ours, base, ref = _pair(torch.float32, batch_first=True)
@@ -280,6 +293,21 @@ def test_attention_packed_sequences_match_separate_calls():
     packed = block(torch.cat([x[0] for x in xs]), cu_seqlens=cu, max_seqlen=9)
     for i, x in enumerate(xs):
         torch.testing.assert_close(packed[cu[i]:cu[i + 1]], block(x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_bad_offsets_and_positions_raise():
+    """cu_seqlens and positions are checked before the rotary embedding uses them."""
+    block = Attention(32, 4, rotary=True)
+    with pytest.raises(ValueError, match="cu_seqlens must be 1-D"):
+        block(torch.randn(9, 32), cu_seqlens=torch.tensor([[0, 4, 9]], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cu_seqlens must be 1-D"):
+        block(torch.randn(9, 32), cu_seqlens=torch.zeros(0, dtype=torch.int32))
+    with pytest.raises(TypeError, match="cu_seqlens must be int32"):
+        block(torch.randn(9, 32), cu_seqlens=torch.tensor([0, 4, 9]))
+    with pytest.raises(ValueError, match="positions of shape \\(6,\\) do not broadcast"):
+        block(torch.randn(2, 5, 32), positions=torch.arange(6))
+    with pytest.raises(ValueError, match="positions of shape \\(4,\\) do not broadcast"):
+        RotaryEmbedding(8).rotate(torch.randn(1, 3, 2, 8), torch.arange(4))
 
 
 def test_attention_bad_heads():

@@ -215,6 +215,9 @@ def test_varlen_cu_seqlens_checks(device):
         flash_attn_varlen_func(q, k, v, cu, cu, 6, 0)
     with pytest.raises(ValueError, match=r"a sequence of 6 rows exceeds max_seqlen_q=5"):
         flash_attn_varlen_func(q, k, v, cu, cu, 5, 6, check_inputs=True)
+    short = torch.tensor([0, 4, 8], dtype=torch.int32, device=device)  # 2 trailing rows in no sequence
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\]=8 must equal the 10 packed rows"):
+        flash_attn_varlen_func(q, k, v, short, cu, 6, 6, check_inputs=True)
     bad = torch.tensor([0, 7, 4], dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match=r"cu_seqlens_k must be non-decreasing"):
         flash_attn_varlen_func(q, k, v, cu, bad, 6, 7, check_inputs=True)

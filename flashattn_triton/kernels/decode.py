@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GDC = False
 
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import INTERPRET, dot_precision, head_dim_pad
+from .launch import INTERPRET, SMEM_BUDGET, dot_precision, head_dim_pad, smem_budget
 from .tiles import mma
 
 # Environment override of the launch config, read at call time, e.g.
@@ -637,6 +637,52 @@ def decode_config(n_rows: int, head_dim: int, dtype: torch.dtype, device: torch.
     return DecodeConfig(**cfg)
 
 
+def decode_smem(cfg: DecodeConfig, head_dim: int, elem: int) -> int:
+    """Modelled shared memory of a decode launch (bytes): the num_stages - 1
+    K + V tiles Triton's pipeliner buffers, (elem + 8) bytes per element of
+    a (BLOCK_M, d) tile (the rows' tile in the cache's dtype and float32
+    scratch, which Triton sizes by the largest layout change it makes), and
+    1 KiB.  At least what the builds take (compile_check --kernels DECODE,
+    Triton 3.6: bf16, 16-row tiles, 3 stages, 36,864 / 71,680 / 74,752 B at
+    d = 64 / 128 / 256, model 44,032 / 87,040 / 107,520; 64 rows at d = 256
+    132,096 with 32-key tiles and 3 stages, 132,096 with 16-key tiles and 2,
+    model 230,400 / 181,248; 5 stages at d = 128 137,216, model 152,576;
+    float32 at d = 128 143,424, model 156,672).  compile_check.py --kernels
+    DECODE --arch 89 builds the plans for a GPU and fails a build over its
+    limit."""
+    d_pad = head_dim_pad(head_dim)
+    return (max(cfg.num_stages - 1, 1) * cfg.BLOCK_N * 2 * d_pad * elem + cfg.BLOCK_M * d_pad * (elem + 8)
+            + 1024)
+
+
+def fit_decode_config(cfg: DecodeConfig, head_dim: int, elem: int, budget: int) -> DecodeConfig:
+    """cfg with fewer pipeline stages (down to 2), then fewer rows per tile
+    (more row tiles), then narrower key tiles (each down to 16), until
+    decode_smem fits budget: 64-row tiles at d = 256 need more than the 99
+    KiB of sm_86 / sm_89, the defaults at d = 128 more than sm_75's 64."""
+    while decode_smem(cfg, head_dim, elem) > budget and cfg.num_stages > 2:
+        cfg = cfg._replace(num_stages=cfg.num_stages - 1)
+    while decode_smem(cfg, head_dim, elem) > budget and cfg.BLOCK_M > 16:
+        cfg = cfg._replace(BLOCK_M=cfg.BLOCK_M // 2)
+    while decode_smem(cfg, head_dim, elem) > budget and cfg.BLOCK_N > 16:
+        cfg = cfg._replace(BLOCK_N=cfg.BLOCK_N // 2)
+    return cfg
+
+
+# The shared-memory budget from which "pair" (two programs per SM) plans:
+# Hopper's 227 KiB, where it was measured; GPUs with 163 KiB or less fit one.
+PAIR_MIN_BUDGET = 200 * 1024
+
+
+def device_smem_budget(device: torch.device) -> int:
+    """The shared-memory budget of a launch on device (launch.smem_budget for
+    a CUDA device; Hopper's, launch.SMEM_BUDGET, for the meta device that
+    compile_check.py compiles for, and on CPU)."""
+    if device.type != "cuda":
+        return SMEM_BUDGET
+    return smem_budget(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -778,13 +824,17 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     applied (page_size: the paged cache's page size, 0 for a contiguous cache).
     ENV_CONFIG overrides a variant's tile and pipeline choices."""
     variants = decode_variants()
+    elem = torch.finfo(dtype).bits // 8
+    budget = device_smem_budget(device)
     cfg = decode_config(n_rows, head_dim, dtype, device)
+    forced = _config_from_env()
+    if not forced:
+        cfg = fit_decode_config(cfg, head_dim, elem, budget)
     n_sm = sm_count(device)
     row_tiles = triton.cdiv(n_rows, cfg.BLOCK_M)
     programs = batch * h_kv * row_tiles
     # The split rule's small batch: one program per SM, each streaming a long run.
     small = 4 * programs < n_sm
-    elem = torch.finfo(dtype).bits // 8
     # "longpages": "pair" (without "fill"'s split count) for long caches in pages smaller than a tile.
     long_pages = ("longpages" in variants and 0 < page_size < cfg.BLOCK_N and n_cap >= LONGPAGES_FROM
                   and "pair" not in variants)
@@ -802,8 +852,17 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
             tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=5)
         if device.type == "cpu":  # the interpreter has no pipeline: only the tile size matters
             tile["num_stages"] = cfg.num_stages
-        tile.update(_config_from_env() or {})
-        cfg = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
+        tile.update(forced or {})
+        wider = cfg._replace(**{k: v for k, v in tile.items() if k in cfg._fields})
+        # Measured on the H200 (227 KiB): where the GPU has less shared memory
+        # (163 KiB on A100, 99 on sm_86 / sm_89) a tile that does not fit, or
+        # a pair of programs without Hopper's room for two per SM, keeps the
+        # plain plan.
+        if forced or (decode_smem(wider, head_dim, elem) <= budget
+                      and (not pair or budget >= PAIR_MIN_BUDGET)):
+            cfg = wider
+        else:
+            pair = False
     n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
@@ -936,6 +995,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         qk_scale, cap2 = softmax_scale / softcap, softcap * 1.4426950408889634
     else:
         qk_scale, cap2 = softmax_scale * 1.4426950408889634, 0.0
+    rotary_cos, rotary_sin = same_row_stride(rotary_cos, rotary_sin)
     rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
     bt_strides = block_table.stride() if paged else (0, 0)
     al_strides = ((alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0, alibi_slopes.stride(-1))
@@ -977,6 +1037,15 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     return num_splits
 
 
+def same_row_stride(cos: Optional[torch.Tensor], sin: Optional[torch.Tensor]):
+    """The rotary tables with one row stride (the kernels take one, stride_cs):
+    as given when they share it, else both contiguous (a copy of two small
+    tables, only for such calls)."""
+    if cos is None or cos.stride(0) == sin.stride(0):
+        return cos, sin
+    return cos.contiguous(), sin.contiguous()
+
+
 def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_table,
               rotary_cos, rotary_sin, rotary_interleaved: bool) -> None:
     """Write k, v (B, N_new, Hkv, d) into the cache at cache_seqlens[b] + t, in place."""
@@ -986,6 +1055,7 @@ def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_t
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else 1
     n_cap = block_table.shape[1] * page_size if paged else k_cache.shape[1]
+    rotary_cos, rotary_sin = same_row_stride(rotary_cos, rotary_sin)
     rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
     block_t = 16 if n_new <= 16 else 32
     any_ptr = _dummy(k)

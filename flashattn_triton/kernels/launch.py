@@ -73,10 +73,39 @@ CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
 PREFERRED = {"FWD": {64: (128, 64, 4, 3)}, "BWD_DKDV": {64: (32, 64, 4, 2)}, "BWD_DQ": {64: (64, 64, 4, 3)}}
 INTERPRET_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
 
-# Shared memory per multiprocessor a block may use on Hopper (227 KiB), less
-# a little for Triton's own scratch.
-SMEM_BUDGET = 227 * 1024 - 1024
+# The model's shared-memory budget: what a block may use on the GPU (the
+# opt-in per-block limit Triton checks when it loads a kernel: 227 KiB on
+# Hopper, 163 KiB on A100, 99 KiB on sm_86 / sm_89 / sm_120), less a little
+# for Triton's own scratch.  SMEM_BUDGET is Hopper's, for callers that name no
+# device (tools, tests); a launch takes its device's (smem_budget).
+SMEM_SCRATCH = 1024
+SMEM_BUDGET = 227 * 1024 - SMEM_SCRATCH
 MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
+
+
+# Per-block shared-memory limits (bytes, opt-in) of CUDA architectures, for
+# answering without the GPU (``flashattn-triton info --arch``, the opt-in
+# compile test); a launch asks the device itself (smem_budget).
+SMEM_LIMIT_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448,
+                      "sm100": 232448, "sm103": 232448, "sm120": 101376}
+
+
+def arch_budget(arch: str) -> int:
+    """The model's budget on a GPU of this arch ("sm89"); Hopper's for an
+    arch not in SMEM_LIMIT_BY_ARCH."""
+    return SMEM_LIMIT_BY_ARCH.get(arch, SMEM_BUDGET + SMEM_SCRATCH) - SMEM_SCRATCH
+
+
+@functools.lru_cache(maxsize=None)
+def smem_budget(device_index: int) -> int:
+    """SMEM_BUDGET for the CUDA device of this index: its per-block shared
+    memory limit (Triton's driver, max_shared_mem) less SMEM_SCRATCH; Hopper's
+    where no GPU driver is active (tools and tests that simulate a GPU)."""
+    try:
+        props = triton.runtime.driver.active.utils.get_device_properties(device_index)
+    except RuntimeError:  # no active driver: no GPU here
+        return SMEM_BUDGET
+    return int(props["max_shared_mem"]) - SMEM_SCRATCH
 
 
 def head_dim_pad(head_dim: int) -> int:
@@ -155,9 +184,18 @@ def footprint(entry, resident, d_pad: int, elem_bytes: int, dv_pad: Optional[int
     return smem, regs
 
 
-def fits(entry, resident, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> bool:
+def fits(entry, resident, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None,
+         budget: int = SMEM_BUDGET) -> bool:
+    """Whether entry's modelled footprint fits budget bytes of shared memory
+    and MAX_ACC_REGS accumulator registers.  The model holds num_stages tiles
+    of the streamed block where Triton's pipeliner keeps num_stages - 1 (and
+    some scratch): for the plain kernels it overestimates, so an entry it
+    accepts loads (benchmarks/compile_check.py --arch 89 --chosen compiles
+    the chosen entries for a GPU and fails a build over its limit).  Builds
+    with every score variant on at once can exceed it (docs/api.md, "GPUs
+    other than Hopper")."""
     smem, regs = footprint(entry, resident, d_pad, elem_bytes, dv_pad)
-    return smem <= SMEM_BUDGET and regs <= MAX_ACC_REGS
+    return smem <= budget and regs <= MAX_ACC_REGS
 
 
 _ENV_KEYS: Dict[str, object] = {}
@@ -350,31 +388,41 @@ class Launcher:
         return self._tuned
 
     def _prune(self, configs, nargs, **kwargs):
-        elem = nargs["Q"].element_size()
+        q = nargs["Q"]
+        budget = smem_budget(q.device.index if q.device.index is not None else torch.cuda.current_device())
         kept = [c for c in configs if fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                                            c.num_stages), self.resident, kwargs["HEAD_DIM_PAD"], elem,
-                                           kwargs["HEAD_DIM_V_PAD"])]
+                                            c.num_stages), self.resident, kwargs["HEAD_DIM_PAD"],
+                                           q.element_size(), kwargs["HEAD_DIM_V_PAD"], budget)]
         return kept or configs[-1:]
 
-    def default_entry(self, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None):
+    def default_entry(self, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None,
+                      budget: int = SMEM_BUDGET):
         """The preferred config of the head-dim class (the larger padded head
-        dim) if it fits, else the first that fits."""
+        dim) if it fits budget, else the first that fits."""
         widest = d_pad if dv_pad is None else max(d_pad, dv_pad)
         preferred = [e for bound, e in sorted(PREFERRED.get(self.name, {}).items()) if widest <= bound][:1]
         ordered = preferred + self.candidates
         for entry in ordered:
-            if fits(entry, self.resident, d_pad, elem_bytes, dv_pad):
+            if fits(entry, self.resident, d_pad, elem_bytes, dv_pad, budget):
                 return entry
         return ordered[-1]
+
+    def entry_for(self, arch: str, budget: int, dtype: torch.dtype, d_pad: int, causal: bool,
+                  bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Tuple[int, ...]:
+        """The entry of 4-5 in the module doc for a GPU of this arch
+        ("sm90") and shared-memory budget: the table's if it fits, else
+        default_entry."""
+        elem = dtype.itemsize
+        entry = table_lookup(self.name, arch, dtype, d_pad, causal, bucket, tag, dv_pad)
+        if entry is None or not fits(entry, self.resident, d_pad, elem, dv_pad, budget):
+            entry = self.default_entry(d_pad, elem, dv_pad, budget)
+        return entry
 
     @functools.lru_cache(maxsize=1024)
     def choose(self, device_index: int, dtype: torch.dtype, d_pad: int, causal: bool,
                bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> triton.Config:
-        elem = dtype.itemsize
-        entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
-        if entry is None or not fits(entry, self.resident, d_pad, elem, dv_pad):
-            entry = self.default_entry(d_pad, elem, dv_pad)
-        return make_config(entry)
+        return make_config(self.entry_for(_arch(device_index), smem_budget(device_index), dtype, d_pad,
+                                          causal, bucket, tag, dv_pad))
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
                bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[triton.Config]:
@@ -442,10 +490,11 @@ class PairLauncher(Launcher):
     def tuned(self):
         raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
 
-    def entry_fits(self, entry, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> bool:
+    def entry_fits(self, entry, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None,
+                   budget: int = SMEM_BUDGET) -> bool:
         """Both parts of a six-field entry fit the model at its warps and stages."""
         bm1, bn1, bm2, bn2, warps, stages = entry
-        return all(fits(part, p.resident, d_pad, elem_bytes, dv_pad)
+        return all(fits(part, p.resident, d_pad, elem_bytes, dv_pad, budget)
                    for part, p in zip(((bm1, bn1, warps, stages), (bm2, bn2, warps, stages)), self.parts))
 
     def pair_candidates(self, d_pad: int, elem_bytes: int, dv_pad: Optional[int] = None) -> List[tuple]:
@@ -468,11 +517,11 @@ class PairLauncher(Launcher):
         return out
 
     def combine(self, a: triton.Config, b: triton.Config, d_pad: int, elem_bytes: int,
-                dv_pad: Optional[int] = None) -> tuple:
+                dv_pad: Optional[int] = None, budget: int = SMEM_BUDGET) -> tuple:
         """The six fields of the parts' configs a and b combined (4 in the class doc)."""
         warps, stages = max(a.num_warps, b.num_warps), a.num_stages
         entry = (a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"])
-        while stages > 1 and not self.entry_fits((*entry, warps, stages), d_pad, elem_bytes, dv_pad):
+        while stages > 1 and not self.entry_fits((*entry, warps, stages), d_pad, elem_bytes, dv_pad, budget):
             stages -= 1
         return (*entry, warps, stages)
 
@@ -482,7 +531,8 @@ class PairLauncher(Launcher):
         """The table's entry for this key (3 in the class doc), or None."""
         entry = table_lookup(self.name, _arch(device_index), dtype, d_pad, causal, bucket, tag, dv_pad)
         elem = dtype.itemsize
-        return entry if entry is not None and self.entry_fits(entry, d_pad, elem, dv_pad) else None
+        fit = entry is not None and self.entry_fits(entry, d_pad, elem, dv_pad, smem_budget(device_index))
+        return entry if fit else None
 
     def config(self, device: torch.device, dtype: torch.dtype, d_pad: int, causal: bool,
                bucket: int, tag: str = "", dv_pad: Optional[int] = None) -> Optional[triton.Config]:
@@ -490,17 +540,20 @@ class PairLauncher(Launcher):
         if a is None or b is None:
             raise RuntimeError(f"{self.name}: the one-launch form is not autotuned")
         entry = None
-        if not INTERPRET and device.type == "cuda" and not any(env_snapshot(self._forced)):
-            entry = self.table_entry(device.index if device.index is not None else torch.cuda.current_device(),
-                                     dtype, d_pad, causal, bucket, tag, dv_pad)
+        budget = SMEM_BUDGET
+        if not INTERPRET and device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            budget = smem_budget(index)
+            if not any(env_snapshot(self._forced)):
+                entry = self.table_entry(index, dtype, d_pad, causal, bucket, tag, dv_pad)
         fields = env_fields(self.name)
         key = (entry, a.kwargs["BLOCK_M"], a.kwargs["BLOCK_N"], a.num_warps, a.num_stages,
                b.kwargs["BLOCK_M"], b.kwargs["BLOCK_N"], b.num_warps, b.num_stages,
-               None if fields is None else tuple(sorted(fields.items())), dtype, d_pad, dv_pad)
+               None if fields is None else tuple(sorted(fields.items())), dtype, d_pad, dv_pad, budget)
         cfg = self._configs.get(key)
         if cfg is None:
             if entry is None:
-                entry = self.combine(a, b, d_pad, dtype.itemsize, dv_pad)
+                entry = self.combine(a, b, d_pad, dtype.itemsize, dv_pad, budget)
             meta = dict(zip(PAIR_FIELDS, entry))
             unknown = set(fields or ()) - set(meta)
             if unknown:
