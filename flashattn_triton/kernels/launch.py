@@ -84,8 +84,9 @@ MAX_ACC_REGS = 128  # float32 accumulator registers per thread before spilling
 
 
 # Per-block shared-memory limits (bytes, opt-in) of CUDA architectures, for
-# answering without the GPU (``flashattn-triton info --arch``, the opt-in
-# compile test); a launch asks the device itself (smem_budget).
+# answering without the GPU (``flashattn-triton info --arch``,
+# benchmarks/compile_check.py --chosen); a launch asks the device itself
+# (smem_budget).
 SMEM_LIMIT_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448,
                       "sm100": 232448, "sm103": 232448, "sm120": 101376}
 
