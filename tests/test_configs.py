@@ -320,3 +320,82 @@ def test_decode_plans_fit_the_gpus_budget(monkeypatch, arch):
         if (rows, d) == (64, 256):
             assert plan.config.BLOCK_M == {"sm90": 64, "sm80": 32, "sm89": 16}[arch], \
                 (arch, plan.config)
+
+
+def test_smaller_config_sequence_shrinks_to_the_smallest_tiles():
+    """What a launch tries when the GPU refuses a config for shared memory:
+    stages down to two, then the widest tile halved (each step smaller in the
+    model), down to 16-wide tiles at one stage, then nothing."""
+    import triton
+    from flashattn_triton.kernels.launch import RESIDENT, footprint, smaller_config
+    cfg = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=4)
+    seen = []
+    while cfg is not None:
+        seen.append((cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages))
+        cfg = smaller_config(cfg)
+    assert seen == [(128, 64, 8, 4), (128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 8, 2), (32, 64, 8, 2),
+                    (32, 32, 8, 2), (16, 32, 8, 2), (16, 16, 8, 2), (16, 16, 8, 1)]
+    smem = [footprint(e, RESIDENT["FWD"], 128, 2)[0] for e in seen]
+    assert all(a > b for a, b in zip(smem, smem[1:])), smem
+    # the one-launch backward's four tiles and the other kernels' extra meta-parameters
+    pair = triton.Config({"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32, "X": 3},
+                         num_warps=4, num_stages=2)
+    nxt = smaller_config(pair)
+    assert nxt.kwargs == {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 128, "BLOCK_N2": 32, "X": 3}
+    assert (nxt.num_warps, nxt.num_stages) == (4, 2)
+
+
+def test_launch_takes_a_smaller_config_when_the_gpu_refuses_one(monkeypatch):
+    """A config the GPU will not load (OutOfResources at the first launch,
+    before the kernel runs) is replaced by the first smaller one that loads,
+    with one warning; later launches go straight to it.  Simulated: a launch
+    "loads" only configs whose modelled footprint fits 99 KiB."""
+    import triton
+    from triton.runtime.errors import OutOfResources
+    from flashattn_triton.kernels.fwd import _launch_fwd
+    from flashattn_triton.kernels.launch import RESIDENT, footprint
+    big = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=4)
+    launched = []
+
+    def fake_launch(cfg, grid, args, kwargs):
+        entry = (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages)
+        launched.append(entry)
+        smem = footprint(entry, RESIDENT["FWD"], 128, 2)[0]
+        if smem > 99 * 1024:
+            raise OutOfResources(smem, 99 * 1024, "shared memory")
+        return entry
+
+    monkeypatch.setattr(_launch_fwd, "_launch", fake_launch)
+    monkeypatch.setattr(_launch_fwd, "config", lambda device, *key: big)
+    monkeypatch.setattr(_launch_fwd, "_smaller", {})
+    x = torch.empty(1)
+    with pytest.warns(RuntimeWarning, match=r"FWD config BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=4 needs "
+                                            r"more shared memory.*using BLOCK_M=64,BLOCK_N=64,"):
+        assert _launch_fwd(None, (), x) == (64, 64, 8, 2)
+    assert launched == [(128, 128, 8, 4), (128, 128, 8, 3), (128, 128, 8, 2), (64, 128, 8, 2), (64, 64, 8, 2)]
+    launched.clear()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _launch_fwd(None, (), x) == (64, 64, 8, 2)
+    assert launched == [(64, 64, 8, 2)]
+
+    def refuse_all(cfg, grid, args, kwargs):
+        raise OutOfResources(10**6, 1, "shared memory")
+    monkeypatch.setattr(_launch_fwd, "_launch", refuse_all)
+    monkeypatch.setattr(_launch_fwd, "_smaller", {})
+    with pytest.raises(OutOfResources):
+        _launch_fwd(None, (), x)
+
+
+def test_a_config_too_large_for_the_gpu_falls_back_and_computes(device, monkeypatch):
+    """On the GPU: a forced forward config far over the shared-memory limit
+    (128 x 128 tiles, 4 stages at d = 256: ~450 KiB modelled) launches a
+    smaller one with a warning, and the result is exact."""
+    if device.type != "cuda":
+        pytest.skip("shared-memory limits apply to compiled kernels only")
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "portable")
+    monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_FWD", "BLOCK_M=128,BLOCK_N=128,num_warps=8,num_stages=4")
+    q, k, v = make_qkv(1, 300, 300, 2, 2, 256, torch.bfloat16, device, requires_grad=False)
+    with pytest.warns(RuntimeWarning, match="needs more shared memory"):
+        check_against_reference(q, k, v, causal=True)

@@ -16,7 +16,11 @@ How a kernel's (BLOCK_M, BLOCK_N, num_warps, num_stages) is chosen, first match 
   5. the preferred config of the head-dim class, else the first candidate that
      fits the model.
 A call never tunes unless asked (3).  Choices are cached per key, so the host
-cost of a call is a dict lookup.  The one-launch backward (PairLauncher,
+cost of a call is a dict lookup.  A config that the GPU refuses to load for
+want of shared memory (Triton's OutOfResources, raised before the kernel runs:
+a GPU whose limit the model misjudges, or a build the model undercounts, such
+as every score variant at once) is replaced at that first launch by the next
+of ``smaller_config`` that loads, remembered for later calls, with a warning.  The one-launch backward (PairLauncher,
 "BWD_ONE") combines two kernels' configs; its table entries hold six fields
 (PAIR_FIELDS).
 """
@@ -26,11 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from . import fastlaunch
 
@@ -367,6 +373,32 @@ def _config_kwargs(cfg: triton.Config) -> dict:
     return hit[1]
 
 
+def smaller_config(cfg: triton.Config) -> Optional[triton.Config]:
+    """The next config to try when cfg needs more shared memory than the GPU
+    has, None when nothing is left: one pipeline stage fewer down to two
+    (each stage holds one streamed tile of each head dim); then the widest
+    BLOCK_* tile halved, down to 16 (every kernel takes power-of-two tiles of
+    16 and up; the dropout bits need multiples of 16); then one stage (no
+    pipelining)."""
+    stages = cfg.num_stages
+    blocks = {k: v for k, v in cfg.kwargs.items() if k.startswith("BLOCK_")}
+    widest = max(blocks, key=lambda k: blocks[k], default=None)
+    if stages > 2:
+        stages -= 1
+    elif widest is not None and blocks[widest] > 16:
+        blocks[widest] //= 2
+    elif stages > 1:
+        stages = 1
+    else:
+        return None
+    return triton.Config({**cfg.kwargs, **blocks}, num_warps=cfg.num_warps, num_stages=stages)
+
+
+def _describe(cfg: triton.Config) -> str:
+    fields = [f"{k}={v}" for k, v in cfg.kwargs.items()]
+    return ",".join(fields + [f"num_warps={cfg.num_warps}", f"num_stages={cfg.num_stages}"])
+
+
 class Launcher:
     """Launches one kernel with the config chosen as the module doc says."""
 
@@ -377,6 +409,8 @@ class Launcher:
         self.resident = RESIDENT[name] if resident is None else resident
         self.candidates = CANDIDATES[name]
         self._tuned = None
+        # configs the GPU refused (OutOfResources) -> the smaller one launched instead
+        self._smaller: Dict[tuple, Tuple[triton.Config, triton.Config]] = {}
 
     def tuned(self):
         if self._tuned is None:
@@ -449,10 +483,38 @@ class Launcher:
                 return None  # autotuning needs real launches
             fastlaunch.not_replayable()  # benchmarks, then the tuned config: nothing to repeat as is
             return self.tuned()[grid](*args, **kwargs)
+        if self._smaller:
+            cfg = self._smaller.get((id(cfg), device.index), (cfg, cfg))[1]
+        try:
+            return self._launch(cfg, grid, args, kwargs)
+        except OutOfResources as exc:
+            return self._launch_smaller(cfg, device, exc, grid, args, kwargs)
+
+    def _launch(self, cfg: triton.Config, grid, args, kwargs):
         run = self.kernel.run
         if fastlaunch.SUPPORTED and isinstance(run, fastlaunch.FastRun):
             return run.launch(args, {**kwargs, **_config_kwargs(cfg)}, grid)
         return run(*args, grid=grid, warmup=False, **kwargs, **_config_kwargs(cfg))
+
+    def _launch_smaller(self, cfg: triton.Config, device, exc: OutOfResources, grid, args, kwargs):
+        """Launch with the first of smaller_config(cfg), smaller_config of that,
+        ... that the GPU loads (OutOfResources is raised when the compiled
+        kernel is loaded, before it runs); later launches of cfg on this device
+        take it (__call__).  Re-raises when nothing smaller is left."""
+        tried = cfg
+        while True:
+            smaller = smaller_config(tried)
+            if smaller is None:
+                raise exc
+            try:
+                out = self._launch(smaller, grid, args, kwargs)
+            except OutOfResources:
+                tried = smaller
+                continue
+            self._smaller[(id(cfg), device.index)] = (cfg, smaller)  # cfg kept alive: its id stays unique
+            warnings.warn(f"flashattn_triton: {self.name} config {_describe(cfg)} needs more shared memory "
+                          f"than this GPU has ({exc}); using {_describe(smaller)}", RuntimeWarning, stacklevel=2)
+            return out
 
 
 class PairLauncher(Launcher):
@@ -486,6 +548,7 @@ class PairLauncher(Launcher):
         self.candidates = []
         self._tuned = None
         self._configs: Dict[tuple, triton.Config] = {}
+        self._smaller = {}
         self._forced = tuple(ENV_CONFIG_PREFIX + p.name for p in self.parts)
 
     def tuned(self):
