@@ -95,6 +95,30 @@ def test_fused_equals_separate_with_variants(device, monkeypatch):
         assert err <= 1e-5 * max(1.0, a.abs().max().item()), f"{name}: fused vs separate differ by {err:.3g}"
 
 
+def test_fused_form_the_gpu_refuses_falls_back_to_separate_kernels(device, monkeypatch):
+    """When even the smallest config of the fused form exceeds the GPU's
+    shared memory (float32 at d = 512 on an A100: 193 KiB against 163 KiB;
+    simulated here by a launch that raises Triton's OutOfResources before
+    writing anything), the backward runs the separate dK/dV and dQ kernels
+    and the gradients are exact."""
+    from triton.runtime.errors import OutOfResources
+    from flashattn_triton.kernels import bwd
+    from _utils import call_spy
+    monkeypatch.setenv(ENV_FUSED_DQ, "1")
+    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
+    refused = []
+
+    def refuse(*args, **kwargs):
+        refused.append(kwargs["FUSED_DQ"])
+        raise OutOfResources(197632, 166912, "shared memory")
+    monkeypatch.setattr(bwd, "_launch_fused", refuse)
+    dq_launches = call_spy(monkeypatch, bwd, "_launch_dq", lambda *a, **m: True)
+    q, k, v = make_qkv(1, 45, 70, 4, 2, 40, torch.float16, device, requires_grad=False)
+    check_against_reference(q, k, v, causal=True)
+    assert refused and all(refused), refused
+    assert dq_launches, "the separate dQ kernel did not run"
+
+
 def test_fused_form_choice(monkeypatch):
     monkeypatch.setenv(ENV_FUSED_DQ, "1")
     assert use_fused_dq(deterministic=False, has_dbias=False)

@@ -60,6 +60,7 @@ from typing import Any, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from ..reference import sinks_grad_torch
 from . import fastlaunch
@@ -1234,14 +1235,25 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             **meta, HEADS_PER_PROGRAM=group // split, HEAD_MAJOR=ONE_LAUNCH_HEAD_MAJOR, EVEN_M=even_m,
         )
     else:
-        (_launch_fused if fused else _launch_dkdv)(
-            lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
-            q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
-            *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
-            h_kv, n_q, n_k, group, split, rng_rows,
-            *scalars,
-            **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused, EVEN_M=even_m,
-        )
+        def dkdv(fused_dq: bool, dq_acc: torch.Tensor):
+            (_launch_fused if fused_dq else _launch_dkdv)(
+                lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
+                q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
+                *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
+                h_kv, n_q, n_k, group, split, rng_rows,
+                *scalars,
+                **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused_dq, EVEN_M=even_m,
+            )
+        try:
+            dkdv(fused, dq_acc)
+        except OutOfResources:
+            # even the fused form's smallest config exceeds this GPU's shared
+            # memory (float32 at d = 512 on A100: the launcher's smaller
+            # configs are spent); nothing was written: the separate kernels
+            if not fused:
+                raise
+            fused = False
+            dkdv(False, dk_out)
     if split > 1:
         _sum_group_partials(dk, dk_out, h_kv, split)
         _sum_group_partials(dv, dv_out, h_kv, split)
