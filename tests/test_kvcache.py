@@ -17,7 +17,7 @@ import flashattn_triton._kvcache as kvc
 import flashattn_triton.kernels.decode as decode
 from flashattn_triton._kvcache import flash_attn_with_kvcache
 from flashattn_triton.kernels.combine import combine_attention_states, merge_attention_states
-from _utils import DTYPES, assert_close
+from _utils import DTYPES, assert_close, call_spy
 
 
 @pytest.fixture(autouse=True)
@@ -816,7 +816,9 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(1, 65536, "pdl,prefetch").prefetch_rows == 128 and plan(1, 65536, "prefetch").prefetch_rows == 0
     assert plan(1, 65536, "deep,pair").config == decode.DecodeConfig(16, 64, 4, 4)  # pair wins over deep
     assert [plan(1, n, "fill,pair").num_splits for n in (1024, 4096, 8192, 65536)] == [8, 22, 32, 32]
-    assert plan(1, 65536, "fill,gather")[-2:] == (4, 16) and plan(1, 65536, "fill")[-2:] == (0, 0)
+    def gather(p):
+        return p.merge_rows, p.merge_chunk
+    assert gather(plan(1, 65536, "fill,gather")) == (4, 16) and gather(plan(1, 65536, "fill")) == (0, 0)
     for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather", "spread"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
     # "spread" acts on launches the split rule leaves unsplit although the batch alone makes
@@ -902,6 +904,77 @@ def test_variants_against_reference(case, device, monkeypatch):
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
           seqlens=ints(device, [cap - 23]), block_table=table, causal=True, num_splits=splits,
           sinks=rnd(device, torch.float32, h_q) if with_sinks else None)
+
+
+# (B, Nq, Hq, Hkv, d, capacity, cache_seqlens, n_new, num_splits, extras): the whole tiles
+# by TMA and the partial last one by masked loads, NaN past each sequence's keys.
+TMA_CASES = [
+    (2, 1, 8, 2, 64, 200, [0, 199], 1, 3, {}),               # empty and (after the append) full caches, GQA
+    (3, 1, 4, 4, 72, 150, [31, 63, 95], 1, 0, {}),            # odd d (block 128, zero-filled columns), MHA
+    (2, 3, 8, 1, 64, 130, [60, 126], 3, 2, dict(window=(40, 0))),  # speculative, MQA, causal window
+    (2, 1, 4, 2, 32, 100, [64, 99], 1, 1, dict(softcap=5.0, alibi=True, sinks=True)),
+    (2, 1, 4, 2, 64, 96, [50, 70], 1, 2, dict(batch_idx=[2, 0])),  # cache_batch_idx into 3 caches
+]
+
+
+@pytest.mark.parametrize("case", TMA_CASES, ids=lambda c: f"b{c[0]}q{c[1]}h{c[2]}-{c[3]}d{c[4]}-{c[5]}")
+def test_tma_against_reference(case, device, monkeypatch):
+    """Variant "tma" (contiguous caches): every program's tiles below its
+    sequence's end by tensor descriptors, the rest by masked loads; entries
+    past each sequence's keys hold NaN, so a tile taken whole where it should
+    have been masked shows.  Against float64; the descriptors are checked to
+    be used (under the interpreter they are emulated)."""
+    batch, n_q, h_q, h_kv, d, cap, lens, n_new, splits, extra = case
+    monkeypatch.setenv(decode.ENV_VARIANT, "tma")
+    made = call_spy(monkeypatch, decode, "tma_descriptors", lambda *a, **k: True)
+    dtype = torch.bfloat16
+    n_caches = 3 if "batch_idx" in extra else batch
+    q = rnd(device, dtype, batch, n_q, h_q, d)
+    k_cache, v_cache, _ = make_cache(device, batch, cap, h_kv, d, dtype, batch_cache=n_caches)
+    idx = extra.get("batch_idx", list(range(batch)))
+    for b in range(batch):  # NaN from each sequence's end (after the append) on
+        end = lens[b] + n_new
+        k_cache[idx[b], end:] = float("nan")
+        v_cache[idx[b], end:] = float("nan")
+    # (always an append: check() compares caches holding NaN only then)
+    kw = dict(seqlens=ints(device, lens), causal=True, num_splits=splits,
+              k=rnd(device, dtype, batch, n_new, h_kv, d), v=rnd(device, dtype, batch, n_new, h_kv, d))
+    if "batch_idx" in extra:
+        kw["batch_idx"] = ints(device, extra["batch_idx"])
+    if "window" in extra:
+        kw["window"] = extra["window"]
+    if "softcap" in extra:
+        kw["softcap"] = extra["softcap"]
+    if extra.get("alibi"):
+        kw["alibi"] = torch.rand(h_q, device=device) * 0.3
+    if extra.get("sinks"):
+        kw["sinks"] = rnd(device, torch.float32, h_q)
+    check(q, k_cache, v_cache, dtype, **kw)
+    assert made, "the TMA descriptors were not made"
+
+
+def test_tma_plan_and_descriptors(monkeypatch):
+    """"tma" acts on contiguous caches only (never pages), on sm_90 and later
+    (and the interpreter); a cache that breaks TMA's rules (a stride not a
+    multiple of 16 bytes, head dims past 256) gets no descriptors and the
+    launch reads it by pointers."""
+    meta, bf16 = torch.device("meta"), torch.bfloat16
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    monkeypatch.setenv(decode.ENV_VARIANT, "tma")
+    assert decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta).use_tma
+    assert not decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta, 0, 16).use_tma
+    monkeypatch.setattr(decode, "_capability", lambda index: 8)
+    assert not decode.tma_supported(torch.device("cuda", 0))
+    monkeypatch.setenv(decode.ENV_VARIANT, "deep")
+    assert not decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta).use_tma
+    cache = torch.zeros(2, 64, 2, 128, dtype=bf16)
+    k_desc, v_desc = decode.tma_descriptors(cache, cache, 64, 128)
+    assert k_desc.block_shape == [1, 64, 1, 128] and k_desc.strides == [64 * 256, 256, 128, 1]
+    assert decode.tma_descriptors(cache[..., :100], cache, 64, 128) is not None  # row stride 256 B: fine
+    odd = torch.zeros(2, 64, 1, 36, dtype=bf16)[..., :35]  # 72-byte rows
+    assert decode.tma_descriptors(odd, odd, 64, 64) is None
+    wide = torch.zeros(1, 16, 1, 512, dtype=bf16)
+    assert decode.tma_descriptors(wide, wide, 16, 512) is None
 
 
 def test_spread_against_reference(device, monkeypatch):

@@ -47,6 +47,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # host-side tensor descriptors (variant "tma")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
+
 try:  # programmatic dependent launch (variant "pdl"); absent from some Triton releases
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     HAVE_GDC = True
@@ -101,9 +106,15 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
+# Candidate of session 43 (off by default; docs/decode.md "Batch 1 on the H200"):
+#   tma: contiguous caches without left padding on sm_90 and later read their whole
+#         K / V tiles by TMA (tensor descriptors; the last partial tile by masked
+#         loads): one copy per tile instead of 16 per thread and their address
+#         arithmetic (sm_90 SASS of a 16 x 64-key, d = 128 prototype loop: 238
+#         instructions against 311).  Every batch size.
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
 VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread",
-            "longpages")
+            "longpages", "tma")
 MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
 MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
 MERGE_BUFFER_BYTES = 64 << 10
@@ -256,10 +267,38 @@ def merge_gather(m, l, acc, op_rows, lp_rows, row_ok, offs_d, stride_ps, stride_
 # Kernels
 # ---------------------------------------------------------------------------
 
+@triton.jit
+def tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale, softcap, window_left, window_right,
+                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr,
+                 HAS_WINDOW_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """One key tile's step of the online softmax (base 2): the tile's
+    probabilities p against the new running max, the factor alpha that
+    rescales what came before, the new max and the new running sum."""
+    s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
+    if HAS_SOFTCAP:
+        s = softcap * tanh_f32(s)
+    if HAS_ALIBI:
+        s = s - slope[:, None] * tl.abs(diag[:, None] - cols[None, :]).to(tl.float32)
+    keep = col_ok[None, :] & row_ok[:, None]
+    if HAS_WINDOW_LEFT:
+        keep = keep & (cols[None, :] >= diag[:, None] - window_left)
+    if HAS_WINDOW_RIGHT:
+        keep = keep & (cols[None, :] <= diag[:, None] + window_right)
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # Rows that have seen no key yet keep m = -inf: subtract 0 instead.
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_ref[:, None])
+    alpha = tl.math.exp2(m_i - m_ref)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
 @triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right"])
 def _decode_fwd(
     # pointers
     Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI, SINKS,
+    K_DESC, V_DESC,
     # strides
     stride_qz, stride_qm, stride_qh, stride_qk,
     stride_kb, stride_kn, stride_kh, stride_kk,
@@ -282,7 +321,7 @@ def _decode_fwd(
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH_ROWS: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -313,7 +352,14 @@ def _decode_fwd(
     PREFETCH_ROWS > 0 (with USE_PDL, a contiguous cache without batch index):
     before the wait, the first PREFETCH_ROWS keys this split would read if
     its sequence filled the cache are requested into L2 (a hint: the loads
-    after the wait still read whatever the previous kernel wrote)."""
+    after the wait still read whatever the previous kernel wrote).
+
+    USE_TMA (variant "tma": a contiguous cache, no left padding): K_DESC /
+    V_DESC are tensor descriptors of the caches (B_cache, N_cap, H_kv, d) with
+    (1, BLOCK_N, 1, HEAD_DIM_PAD) blocks; the tiles wholly below kv_end are
+    read by TMA (one copy per tile, no per-thread addresses), the last partial
+    one by masked loads (V rows past kv_end may hold anything, and 0 * NaN is
+    NaN).  Otherwise K_DESC / V_DESC are unused."""
     if USE_PDL:
         gdc_launch_dependents()
     pid_zh = tl.program_id(0)
@@ -409,7 +455,23 @@ def _decode_fwd(
     # The sink is the first term of the running softmax (one split: here;
     # several: in the merge).
     m_i, l_i, acc = merge_init(SINKS, head, row_ok, HAS_SINKS and SPLIT_MODE == 0, BLOCK_M, HEAD_DIM_PAD)
-    for start in range(start0, end_col, BLOCK_N):
+    if not HAS_ALIBI:
+        slope = 0.0  # unused
+    tail = start0
+    if USE_TMA:
+        # Whole tiles below kv_end (kv_lo = 0): every row a key of the cache.
+        tail = tl.maximum(tl.minimum(end_col, (kv_end // BLOCK_N) * BLOCK_N), start0)
+        kb32 = kb.to(tl.int32)
+        for start in range(start0, tail, BLOCK_N):
+            cols = start + offs_n
+            k = K_DESC.load([kb32, start, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+            p, alpha, m_new, l_i = tile_softmax(q, k, cols, cols < kv_end, row_ok, diag, slope, m_i, l_i, qk_scale,
+                                                softcap, window_left, window_right, HAS_SOFTCAP, HAS_ALIBI,
+                                                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, DOT_PRECISION, INTERPRET)
+            v = V_DESC.load([kb32, start, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+            acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)
+            m_i = m_new
+    for start in range(tail, end_col, BLOCK_N):
         cols = start + offs_n
         col_ok = (cols >= kv_lo) & (cols < kv_end)
         if PAGED:
@@ -427,23 +489,9 @@ def _decode_fwd(
         else:
             k = tl.load(k_head + k_off[:, None] + offs_d[None, :] * stride_kk,
                         mask=col_ok[:, None] & d_ok, other=0.0)
-        s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
-        if HAS_SOFTCAP:
-            s = softcap * tanh_f32(s)
-        if HAS_ALIBI:
-            s = s - slope[:, None] * tl.abs(diag[:, None] - cols[None, :]).to(tl.float32)
-        keep = col_ok[None, :] & row_ok[:, None]
-        if HAS_WINDOW_LEFT:
-            keep = keep & (cols[None, :] >= diag[:, None] - window_left)
-        if HAS_WINDOW_RIGHT:
-            keep = keep & (cols[None, :] <= diag[:, None] + window_right)
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # Rows that have seen no key yet keep m = -inf: subtract 0 instead.
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_ref[:, None])
-        alpha = tl.math.exp2(m_i - m_ref)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale,
+                                            softcap, window_left, window_right, HAS_SOFTCAP, HAS_ALIBI,
+                                            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, DOT_PRECISION, INTERPRET)
         if EVEN_D:
             v = tl.load(v_head + v_off[:, None] + offs_d[None, :] * stride_vk,
                         mask=col_ok[:, None], other=0.0)
@@ -795,6 +843,35 @@ def _capability(device_index: int) -> int:
     return major
 
 
+def tma_supported(device: torch.device) -> bool:
+    """Tensor-descriptor (TMA) loads in the decode kernel: compiled code on
+    sm_90 or later (the meta device stands for the GPU in compile_check.py),
+    or Triton's interpreter, which emulates them (the CPU tests)."""
+    if TensorDescriptor is None:
+        return False
+    if device.type in ("cpu", "meta"):
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index) >= 9
+
+
+def tma_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int, d_pad: int):
+    """(K, V) descriptors of a contiguous cache (B_cache, N_cap, H_kv, d) in
+    (1, block_n, 1, d_pad) blocks (columns past d read as zeros), or None when
+    a cache breaks TMA's rules: 16-byte aligned base and strides, unit last
+    stride, at most 256 elements per block dimension."""
+    if d_pad > 256:
+        return None
+    out = []
+    for cache in (k_cache, v_cache):
+        elem = cache.element_size()
+        if (cache.stride(-1) != 1 or cache.data_ptr() % 16
+                or any(st * elem % 16 for st in cache.stride()[:-1]) or min(cache.shape) == 0):
+            return None
+        out.append(TensorDescriptor(cache, list(cache.shape), list(cache.stride()), [1, block_n, 1, d_pad]))
+    return tuple(out)
+
+
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: compiled code on sm_90 or later (the
     meta device stands for the GPU in compile_check.py); never interpreted."""
@@ -815,6 +892,7 @@ class DecodePlan(NamedTuple):
     prefetch_rows: int = 0  # keys per split prefetched before the PDL wait (contiguous caches)
     merge_rows: int = 0  # "gather": the rows and splits per load of the fused merge (0: its loop)
     merge_chunk: int = 0
+    use_tma: bool = False  # "tma": whole K / V tiles of a contiguous cache by TMA (decode_attention decides)
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
@@ -887,7 +965,9 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
         chunk = min(triton.next_power_of_2(num_splits), MERGE_GATHER_FLOATS // (rows * head_dim_pad(head_dim)))
         if chunk >= 4:
             merge_rows, merge_chunk = rows, chunk
-    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows, merge_rows, merge_chunk)
+    use_tma = "tma" in variants and page_size == 0 and tma_supported(device)
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows, merge_rows, merge_chunk,
+                      use_tma)
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
@@ -982,6 +1062,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     # The prefetch guesses rows of a contiguous cache only.
     prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
     d_pad = head_dim_pad(d)
+    descs = None
+    if plan.use_tma and not paged and cache_leftpad is None:
+        descs = tma_descriptors(k_cache, v_cache, cfg.BLOCK_N, d_pad)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
     if split_mode:
@@ -1012,6 +1095,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
         alibi_slopes if alibi_slopes is not None else any_ptr,
         sinks if sinks is not None else any_ptr,
+        *(descs or (k_cache, v_cache)),
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
         *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
         *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
@@ -1027,7 +1111,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
         MERGE_STAGES=plan.merge_stages, MERGE_ROWS=plan.merge_rows, MERGE_CHUNK=plan.merge_chunk,
-        PREFETCH_ROWS=prefetch_rows,
+        PREFETCH_ROWS=prefetch_rows, USE_TMA=descs is not None,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
