@@ -1219,8 +1219,8 @@ def test_dropout_rng_warps_plan(monkeypatch):
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
     qdo_empty arrivals, which free the flags' slots).  By default
-    (DROPOUT_RNG_CONFIGS) = 3 for dropout at d = 64 (consumers at 232
-    registers), = 2 at 128; not where a build cannot take it (a window, the
+    (DROPOUT_RNG_CONFIGS, session 43) = 4 for dropout at d = 64 (consumers at
+    232 registers, RNG_REGS 24) and at 128 (240); not where a build cannot take it (a window, the
     persistent grid, NAMED_BAR = 2: those builds draw as before rather than
     declining), not without dropout, not at d = 256, and an override of it
     or of CONSUMER_REGS stands."""
@@ -1266,10 +1266,11 @@ def test_dropout_rng_warps_plan(monkeypatch):
         reason = plan(**over)
         assert isinstance(reason, str) and "RNG_NUM_WARPS" in reason, (over, reason)
     # the default: DROPOUT_RNG_CONFIGS where the build can take it
-    for d, rng, regs in ((64, 3, 232), (128, 2, 240)):
+    for d, rng, regs, rng_regs in ((64, 4, 232, 24), (128, 4, 240, 0)):
         for causal in (False, True):
             meta = hbwd.kernel_meta(d, causal, dropout=True)
             assert (meta["DROPOUT_RNG_WARPS"], meta["CONSUMER_REGS"]) == (rng, regs), (d, causal, meta)
+            assert meta.get("RNG_REGS", 0) == rng_regs, (d, causal, meta)
             p = plan(d, **{"rng": 2})
             assert not isinstance(p, str) and p.kwargs["CONSUMER_REGS"] == 240, p  # (an override: 240 stands)
         for over, windowed in ((dict(DROPOUT_RNG_WARPS=0), False), ({}, True), (dict(PERSISTENT=True), False),

@@ -1828,9 +1828,15 @@ DROPOUT_CONFIGS: dict = {
 # scale once per block; benchmarks/gpu_next_dropout_late.sh, same rule,
 # against = 2): d = 64 at 232 registers 1.016-1.035x, geomean 1.026 (adopted;
 # 1.025 at 240); d = 128 0.992-1.029x, geomean 1.019 (not met: stays = 2).
+# Session 43 (benchmarks/gpu_next_dropout_inplace.sh, same rule, against
+# those): = 4 (each loaded word shifted once by the lane's key parity, a
+# score's test one LOP3 in place) at d = 64 with 232 consumer registers and
+# RNG_REGS 24 1.052-1.073x, geomean 1.061 (= 4 at 240: 1.054); d = 128 at 240
+# 1.075-1.154x, geomean 1.126 (at 232 with RNG_REGS 24: 1.117).  Two RNG
+# warps (RNG_NUM_WARPS = 2) lost at both: 0.66-0.83x.
 DROPOUT_RNG_CONFIGS: dict = {
-    64: dict(DROPOUT_RNG_WARPS=3, CONSUMER_REGS=232),
-    128: dict(DROPOUT_RNG_WARPS=2),
+    64: dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
+    128: dict(DROPOUT_RNG_WARPS=4),
 }
 
 
