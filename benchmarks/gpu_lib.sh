@@ -117,3 +117,15 @@ flex_warm() {
   done
   for d in "${pids[@]}"; do wait "$d"; done; el warm
 }
+# decode_reps VARIANTS BENCH_ARGS...: bench_decode.py twice (processes rep1, rep2; the comma list
+# of decode variants in the second reversed), --peers "" --copy-gb 1 --reps 30, T_BENCH seconds a
+# process, stopping new shapes after STOP; results in $R/repN/bench_decode.json, logs $R/repN.log.
+decode_reps() {
+  local vs=$1 i order; shift
+  for i in 1 2; do
+    order=$vs; [ $i = 2 ] && order=$(tr ',' '\n' <<< "$vs" | tac | paste -sd, -)
+    timeout -k 5 ${T_BENCH:-110} python3 benchmarks/bench_decode.py "$@" --peers "" --variants "$order" \
+      --copy-gb 1 --reps 30 --max-seconds ${STOP:-95} --out "$R/rep$i" > "$R/rep$i.log" 2>&1
+    echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
+  done
+}

@@ -15,19 +15,13 @@
 # Rule, fixed before the run (rules.decode_spread_verdict, gain_batches=(1,), gain_from=4096):
 # "tma" joins DEFAULT_VARIANTS if the tests pass, every spot check ran, and in both processes
 # every B = 1 row reads >= 1.03x the default and every B = 8 row >= 0.98x. Otherwise nothing
-# changes. One H200, about 3-4 minutes.
+# changes. One H200, about 3-4 minutes. Session 43 call 2 ran it (verdict: unchanged, 0.87-0.97x
+# at B = 1) with the two bench processes written out; gpu_lib.sh's decode_reps runs the same commands.
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_decode_tma.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-150} -n 2 tests/test_kvcache.py -k "tma or variants_against or garbage or plan_variants"
-V="default,default+tma"; VR="default+tma,default"
-for i in 1 2; do
-  vs=$V; [ $i = 2 ] && vs=$VR
-  timeout -k 5 ${T_BENCH:-110} python3 benchmarks/bench_decode.py --batches 1,8 --seqlens 4096,16384,65536 \
-    --layouts contiguous --peers "" --variants "$vs" --copy-gb 1 --reps 30 --max-seconds ${STOP:-95} \
-    --out "$R/rep$i" > "$R/rep$i.log" 2>&1
-  echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
-done
+decode_reps "default,default+tma" --batches 1,8 --seqlens 4096,16384,65536 --layouts contiguous
 python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
 import json, sys
 sys.path.insert(0, "benchmarks")
