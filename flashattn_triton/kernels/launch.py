@@ -20,9 +20,9 @@ cost of a call is a dict lookup.  A config that the GPU refuses to load for
 want of shared memory (Triton's OutOfResources, raised before the kernel runs:
 a GPU whose limit the model misjudges, or a build the model undercounts, such
 as every score variant at once) is replaced at that first launch by the next
-of ``smaller_config`` that loads, remembered for later calls, with a warning.  The one-launch backward (PairLauncher,
-"BWD_ONE") combines two kernels' configs; its table entries hold six fields
-(PAIR_FIELDS).
+of ``smaller_config`` that loads, remembered for later calls, with a warning.
+The one-launch backward (PairLauncher, "BWD_ONE") combines two kernels'
+configs; its table entries hold six fields (PAIR_FIELDS).
 """
 
 from __future__ import annotations
