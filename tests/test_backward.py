@@ -112,11 +112,16 @@ def test_fused_form_the_gpu_refuses_falls_back_to_separate_kernels(device, monke
         refused.append(kwargs["FUSED_DQ"])
         raise OutOfResources(197632, 166912, "shared memory")
     monkeypatch.setattr(bwd, "_launch_fused", refuse)
+    monkeypatch.setattr(bwd, "_FUSED_REFUSED", set())
     dq_launches = call_spy(monkeypatch, bwd, "_launch_dq", lambda *a, **m: True)
     q, k, v = make_qkv(1, 45, 70, 4, 2, 40, torch.float16, device, requires_grad=False)
     check_against_reference(q, k, v, causal=True)
     assert refused and all(refused), refused
     assert dq_launches, "the separate dQ kernel did not run"
+    # remembered: the next call of that key does not try the fused form again
+    refused.clear()
+    check_against_reference(q, k, v, causal=True)
+    assert not refused, "the refused fused form was tried again"
 
 
 def test_fused_form_choice(monkeypatch):

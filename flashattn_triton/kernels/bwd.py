@@ -1101,6 +1101,10 @@ def use_fused_dq(deterministic: bool, has_dbias: bool) -> bool:
 
 _PREPROCESS_BLOCK_M = 64
 
+# (device index, config key) of fused-form launches the GPU refused at every
+# config (attention_backward): those calls run the separate kernels.
+_FUSED_REFUSED: set = set()
+
 
 # Budget of the float32 dK/dV partials of grouped-query heads.
 GROUP_SPLIT_BYTES = 1 << 30
@@ -1217,7 +1221,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         dk_out, dv_out = dk, dv
     if fused_dq is None:
         fused_dq = use_fused_dq(False, dbias is not None)
-    fused = fused_dq and dbias is None
+    fused = fused_dq and dbias is None and (q.device.index, key) not in _FUSED_REFUSED
     # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
     # per call (a role of its own in a recording: ops.BwdPlan)
     dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
@@ -1252,6 +1256,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             # configs are spent); nothing was written: the separate kernels
             if not fused:
                 raise
+            _FUSED_REFUSED.add((q.device.index, key))  # later calls go straight to the separate kernels
             fused = False
             dkdv(False, dk_out)
     if split > 1:
