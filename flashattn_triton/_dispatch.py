@@ -40,7 +40,7 @@ from typing import Optional
 
 import torch
 
-from .kernels.launch import INTERPRET, env_value
+from .kernels.launch import INTERPRET, cuda_index, env_value
 
 ENV_BACKEND = "FLASHATTN_TRITON_BACKEND"
 BACKENDS = ("auto", "portable", "hopper")
@@ -397,7 +397,7 @@ def _hopper_tier(device: torch.device) -> bool:
     choice = backend()
     if choice == "portable" or device.type != "cuda":
         return False
-    ok = hopper_available(device.index if device.index is not None else torch.cuda.current_device())
+    ok = hopper_available(cuda_index(device))
     if choice == "hopper" and not ok:
         raise RuntimeError(f"{ENV_BACKEND}=hopper but the Hopper tier is not available on this "
                            "GPU / Triton version")

@@ -3,9 +3,8 @@ parameter record and calls the op layer (ops.py); none has its own autograd."""
 
 from __future__ import annotations
 
-from typing import Dict, Literal, Optional, Tuple, Union, overload
-
 import math
+from typing import Dict, Literal, Optional, Tuple, Union, overload
 
 import torch
 

@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GDC = False
 
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import INTERPRET, SMEM_BUDGET, dot_precision, head_dim_pad, smem_budget
+from .launch import INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
 from .tiles import mma
 
 # Environment override of the launch config, read at call time, e.g.
@@ -728,7 +728,7 @@ def device_smem_budget(device: torch.device) -> int:
     compile_check.py compiles for, and on CPU)."""
     if device.type != "cuda":
         return SMEM_BUDGET
-    return smem_budget(device.index if device.index is not None else torch.cuda.current_device())
+    return smem_budget(cuda_index(device))
 
 
 @functools.lru_cache(maxsize=None)
@@ -740,7 +740,7 @@ def sm_count(device: torch.device) -> int:
     """Multiprocessors of a CUDA device (host-side properties, cached); a constant on CPU."""
     if device.type != "cuda":
         return CPU_SM_COUNT
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     return _sm_count(index)
 
 
@@ -851,7 +851,7 @@ def tma_supported(device: torch.device) -> bool:
         return False
     if device.type in ("cpu", "meta"):
         return True
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     return _capability(index) >= 9
 
 
@@ -879,7 +879,7 @@ def pdl_supported(device: torch.device) -> bool:
         return False
     if device.type == "meta":
         return True
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = cuda_index(device)
     return _capability(index) >= 9
 
 
@@ -1063,7 +1063,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
     d_pad = head_dim_pad(d)
     descs = None
-    if plan.use_tma and not paged and cache_leftpad is None:
+    if plan.use_tma and cache_leftpad is None:  # (the plan's: contiguous caches only)
         descs = tma_descriptors(k_cache, v_cache, cfg.BLOCK_N, d_pad)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)

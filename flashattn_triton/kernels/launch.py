@@ -115,6 +115,11 @@ def smem_budget(device_index: int) -> int:
     return int(props["max_shared_mem"]) - SMEM_SCRATCH
 
 
+def cuda_index(device: torch.device) -> int:
+    """The CUDA device index of ``device`` (the current device for a bare "cuda")."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def head_dim_pad(head_dim: int) -> int:
     """Tiles are a power of two wide along d (at least 16, the smallest dot K)."""
     return max(16, 1 << (head_dim - 1).bit_length())  # next power of two (triton's is slower to call)
@@ -424,7 +429,7 @@ class Launcher:
 
     def _prune(self, configs, nargs, **kwargs):
         q = nargs["Q"]
-        budget = smem_budget(q.device.index if q.device.index is not None else torch.cuda.current_device())
+        budget = smem_budget(cuda_index(q.device))
         kept = [c for c in configs if fits((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
                                             c.num_stages), self.resident, kwargs["HEAD_DIM_PAD"],
                                            q.element_size(), kwargs["HEAD_DIM_V_PAD"], budget)]
@@ -469,7 +474,7 @@ class Launcher:
             return INTERPRET_CONFIG
         if autotune_enabled():
             return None
-        return self.choose(device.index if device.index is not None else torch.cuda.current_device(),
+        return self.choose(cuda_index(device),
                            dtype, d_pad, causal, bucket, tag, dv_pad)
 
     def __call__(self, grid, key, *args, **kwargs):
@@ -606,7 +611,7 @@ class PairLauncher(Launcher):
         entry = None
         budget = SMEM_BUDGET
         if not INTERPRET and device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
+            index = cuda_index(device)
             budget = smem_budget(index)
             if not any(env_snapshot(self._forced)):
                 entry = self.table_entry(index, dtype, d_pad, causal, bucket, tag, dv_pad)
