@@ -611,7 +611,7 @@ def backward_cases(full=True):
 class BwdCTA(AsyncState):
     def __init__(self, nc, ns, ds_bufs, stage_bufs=1):
         super().__init__(nc + 1)  # (index nc: the producer's TMA reduce-adds, NAMED_BAR = 2)
-        self.nc, self.ns, self.ds_bufs = nc, ns, ds_bufs
+        self.nc, self.ns, self.ds_bufs, self.stage_bufs = nc, ns, ds_bufs, stage_bufs
         self.kv_ready = Barrier("kv_ready", 1)
         self.kv_empty = Barrier("kv_empty", nc)  # persistent: both consumers are done with K / V
         self.q_ready = [Barrier(f"q_ready[{s}]", 1) for s in range(ns)]
@@ -636,6 +636,10 @@ class BwdCTA(AsyncState):
         # dQ staging: stage_bufs buffers per consumer (DQ_STAGE_BUFS), stage[c] the first
         self.stages = [[Buffer(f"dQstage[{c}][{k}]") for k in range(stage_bufs)] for c in range(nc)]
         self.stage = [row[0] for row in self.stages]
+        # NAMED_BAR = 2 on the 128-row step: per consumer and staging slot a dQ-full and a
+        # dQ-empty hardware barrier of that consumer and the producer (2 parties)
+        self.piece_full = [[Barrier(f"piece_full[{c}][{k}]", 2) for k in range(stage_bufs)] for c in range(nc)]
+        self.piece_empty = [[Barrier(f"piece_empty[{c}][{k}]", 2) for k in range(stage_bufs)] for c in range(nc)]
         self.reduced = []  # tags of the completed dQ reduce-adds
 
     def write(self, buf, tag):
@@ -660,7 +664,7 @@ def _waiter(offset):
     return wait
 
 
-def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
+def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0, dq_chunks=1):
     """tiles: the query-tile count of each work tile (one work tile unless
     persistent).  Persistent: per work tile the first ns query tiles, then
     K / V once both consumers released the previous tile's (kv_empty), then
@@ -691,6 +695,60 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
         if t + 1 < total:
             cta.dq_empty.arrive()
 
+    def load_qdo(it):
+        s = it % ns
+        yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
+        cta.write(cta.stat[s], ("stat", it))
+        if qk1:
+            cta.q_ready[s].expect(1 if broken == "qk1_expect_short" else 2)
+            cta.tma_load(cta.q1[s], ("Q1", it), cta.q_ready[s])
+            yield ("step",)
+        else:
+            cta.q_ready[s].expect(1)
+        cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
+        yield ("step",)
+        cta.do_ready[s].expect(1)
+        cta.tma_load(cta.do[s], ("dO", it), cta.do_ready[s])
+        yield ("step",)
+
+    def retire_pieces(t, chunks, total_pieces):
+        for j in range(chunks):
+            q = t * chunks + j
+            k = q % cta.stage_bufs
+            for c in range(nc):
+                cta.piece_full[c][k].arrive()
+                yield wait_full(cta.piece_full[c][k], (q // cta.stage_bufs) & 1)
+                buf = cta.stages[c][k]
+                if buf.content != ("dQ", t, c, j):
+                    raise ProtocolError(f"reduce-add of piece {j} of step {t} reads {buf.content} from {buf.name}")
+                cta.reduce(nc, buf, ("dQ", t, c, j))
+            yield ("step",)
+            if broken != "piece_free_early":
+                yield ("store_wait",)
+            if q + cta.stage_bufs < total_pieces:
+                for c in range(nc):
+                    cta.piece_empty[c][k].arrive()
+
+    if named_bar == 2 and qk1:  # the 128-row step's dQ pieces (Q_HALVES)
+        assert not persistent
+        total, chunks = tiles[0], dq_chunks
+        for k in range(cta.stage_bufs):
+            if k < total * chunks:
+                for c in range(nc):
+                    cta.piece_empty[c][k].arrive()  # the slots start free
+        cta.kv_ready.expect(3)
+        cta.tma_load(cta.k1, ("K1", 0), cta.kv_ready)
+        cta.tma_load(cta.k, ("K", 0), cta.kv_ready)
+        cta.tma_load(cta.v, ("V", 0), cta.kv_ready)
+        yield ("step",)
+        for it in range(total):
+            yield from load_qdo(it)
+            if it > 0:
+                yield from retire_pieces(it - 1, chunks, total * chunks)
+        if total > 0:
+            yield from retire_pieces(total - 1, chunks, total * chunks)
+        return
+
     if named_bar == 2:
         assert not persistent and not qk1
         total = tiles[0]
@@ -716,22 +774,6 @@ def producer(cta, tiles, persistent=False, broken="", qk1=False, named_bar=0):
             yield from retire(t)
             yield from release(t, total)
         return
-
-    def load_qdo(it):
-        s = it % ns
-        yield wait(cta.qdo_empty[s], ((it // ns) & 1) ^ 1)
-        cta.write(cta.stat[s], ("stat", it))
-        if qk1:
-            cta.q_ready[s].expect(1 if broken == "qk1_expect_short" else 2)
-            cta.tma_load(cta.q1[s], ("Q1", it), cta.q_ready[s])
-            yield ("step",)
-        else:
-            cta.q_ready[s].expect(1)
-        cta.tma_load(cta.q[s], ("Q", it), cta.q_ready[s])
-        yield ("step",)
-        cta.do_ready[s].expect(1)
-        cta.tma_load(cta.do[s], ("dO", it), cta.do_ready[s])
-        yield ("step",)
 
     for i, total in enumerate(tiles):
         n_first = min(total, ns) if persistent else 0
@@ -767,7 +809,12 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
     after a sync on dq_empty, then an arrival (no wait) on dq_full, the
     producer issuing the reduce-adds (broken "dq_full_early": the arrival
     before the wait for the tile's products; "no_dq_empty": no sync before
-    staging).  stage_bufs (split Q K^T; DQ_STAGE_BUFS): the dQ pieces take
+    staging); on the 128-row split Q K^T step (q_halves) 2 hands each dQ
+    piece to the producer through its slot's two barriers of this consumer
+    and the producer: a sync on piece_empty, the staging store, an arrival
+    on piece_full (broken "piece_no_empty": no sync; the producer's
+    "piece_free_early": its empty arrival before its reduce-adds have read
+    the slot).  stage_bufs (split Q K^T; DQ_STAGE_BUFS): the dQ pieces take
     the consumer's staging buffers in turn (piece it * dq_chunks + j), each
     after tma.store_wait(stage_bufs - 1) (broken "stage_wait_short": after
     store_wait(stage_bufs), so the buffer's last reduce may still read it).
@@ -860,6 +907,18 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
                         cta.wgmma_issue(c, piece(j + 1))
                     elif nb == 1 and not q_halves:
                         cta.ds_ready[1].arrive()
+                    if named_bar == 2:  # the producer adds it (retire_pieces)
+                        q = it * dq_chunks + j
+                        k = q % stage_bufs
+                        if broken != "piece_no_empty":
+                            cta.piece_empty[c][k].arrive()
+                            yield wait_ready(cta.piece_empty[c][k], (q // stage_bufs) & 1)
+                        cta.write(cta.stages[c][k], ("dQ", it, c, j))
+                        cta.piece_full[c][k].arrive()
+                        if free is not None and late_free and j == 0 and broken != "qh_free_early":
+                            free.arrive()
+                        yield ("step",)
+                        continue
                     if stage_bufs == 1:
                         yield ("store_wait",)
                         buf = cta.stage[c]
@@ -928,6 +987,7 @@ def consumer(cta, c, tiles, split, dq_chunks, persistent=False, broken="", qk1=F
 BROKEN = ("no_kv_empty", "early_kv_release", "kv_phase_fixed", "reset_phases")
 NAMED_BAR_BROKEN = ("named_one_buffer",)
 NAMED_BAR2_BROKEN = ("dq_full_early", "no_dq_empty")
+PIECES_BROKEN = ("piece_no_empty", "piece_free_early")
 QK1_PROTOCOL_BROKEN = ("qk1_expect_short", "qk1_dk1_late")
 STAGE_BUFS_BROKEN = ("stage_wait_short",)
 Q_HALVES_PROTOCOL_BROKEN = ("qh_free_early",)
@@ -955,10 +1015,11 @@ def simulate(n_tiles, ns, split, ds_bufs, dq_chunks, seed, nc=2, max_steps=10 **
     persistent = work is not None
     tiles = list(work) if persistent else [n_tiles]
     n_tiles = sum(tiles)
-    assert not named_bar or not split, "NAMED_BAR: the keys-as-M path"
+    assert not named_bar or not split or (named_bar == 2 and q_halves), \
+        "NAMED_BAR: the keys-as-M path, or 2 on the 128-row split Q K^T step"
     assert named_bar < 2 or not persistent, "NAMED_BAR = 2: the 2-D grid"
     cta = BwdCTA(nc, ns, ds_bufs if split else 2, stage_bufs)
-    agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar)}
+    agents = {"producer": producer(cta, tiles, persistent, broken, qk1, named_bar, dq_chunks)}
     for c in range(nc):
         agents[f"consumer{c}"] = consumer(cta, c, tiles, split, dq_chunks if split else 1, persistent, broken, qk1,
                                           named_bar, stage_bufs, q_halves, k1_pieces, late_free, own_first)
@@ -1028,6 +1089,40 @@ def qk1_broken_caught(broken, seeds=40, stage_bufs=1, q_halves=False, dq_chunks=
             simulate(0, rng.choice((1, 2)), True, 1 if q_halves else rng.choice((1, 2)), dq_chunks, seed, work=work,
                      broken=broken, qk1=True, stage_bufs=stage_bufs, q_halves=q_halves, k1_pieces=k1_pieces,
                      own_first=own_first)
+        except ProtocolError:
+            caught += 1
+    return caught
+
+
+def pieces_protocol_cases(full=True):
+    """(n_tiles, stages, stage_bufs, dq_chunks, late_free, own_first, seed)
+    of NAMED_BAR = 2 on the 128-row split Q K^T step: one or two staging
+    slots, three pieces (two from K, one from K1, as at d = 192) or six
+    (32-column pieces), 1-2 ring stages, 0-7 query tiles."""
+    cases = []
+    for seed in range(24 if full else 6):
+        rng = random.Random(3000 + seed)
+        for stage_bufs in (1, 2):
+            cases.append((rng.randint(0, 7), rng.choice((1, 2)), stage_bufs, rng.choice((3, 3, 6)),
+                          rng.random() < 0.3, rng.random() < 0.3, seed))
+    return cases
+
+
+def simulate_pieces(case, broken=""):
+    n_tiles, ns, stage_bufs, chunks, late_free, own_first, seed = case
+    return simulate(n_tiles, ns, True, 1, chunks, seed, broken=broken, qk1=True, named_bar=2,
+                    stage_bufs=stage_bufs, q_halves=True, k1_pieces=chunks // 3, late_free=late_free,
+                    own_first=own_first)
+
+
+def pieces_broken_caught(broken, seeds=40):
+    """Seeds on which the simulation rejects a PIECES_BROKEN form (2-6 query
+    tiles, two slots, three pieces)."""
+    caught = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        try:
+            simulate_pieces((rng.randint(2, 6), rng.choice((1, 2)), 2, 3, False, False, seed), broken)
         except ProtocolError:
             caught += 1
     return caught

@@ -401,11 +401,30 @@ def test_named_bar_protocol_simulation():
         assert hbm.broken_caught(broken, False, seeds=80, named_bar=2) > 0, broken
 
 
+def test_dq_pieces_protocol_simulation():
+    """NAMED_BAR = 2 on the 128-row split Q K^T step (tests/hopper_bwd_model.py):
+    each consumer's dQ pieces handed to the producer through a dQ-full and a
+    dQ-empty barrier per staging slot (one or two slots, three or six pieces
+    per step, the late 'free' arrival, OWN_FIRST), the producer retiring
+    step it - 1's pieces after loading step it: no deadlock, no slot written
+    while a reduce-add reads it, every piece added once.  Caught: a piece
+    staged without the empty sync, the empty arrival before the reads."""
+    import hopper_bwd_model as hbm
+    cases = hbm.pieces_protocol_cases(full=False)
+    for case in cases:
+        hbm.simulate_pieces(case)
+    assert len(cases) >= 12
+    for broken in hbm.PIECES_BROKEN:
+        assert hbm.pieces_broken_caught(broken, seeds=40) > 0, broken
+
+
 def test_named_bar_default_by_shape():
     """NAMED_BAR: the override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set (the
     environment variable), else NAMED_BAR_BY_SHAPE (causal d = 128: 2,
     others 0; 0 with a window or dropout); 0 on the SPLIT_D paths
-    (d = 256, 192), at most 1 with PERSISTENT; other values are refused."""
+    (d = 256, 192) but for an override 2 on d = 192's 128-row step (its dQ
+    pieces through the producer) when not persistent, at most 1 with
+    PERSISTENT; other values are refused."""
     hbwd = _bwd_module()
     env = os.environ.get(hbwd.NAMED_BAR_ENV, "").strip()
     assert hbwd.HOPPER_BWD_NAMED_BAR_DEFAULT == (int(env) if env in ("0", "1", "2") else None)
@@ -427,12 +446,16 @@ def test_named_bar_default_by_shape():
     for d in hbwd.CONFIGS:
         for causal in (False, True):
             split = hbwd.kernel_meta(d, causal)["SPLIT_D"]
+            # the 128-row split Q K^T step (d = 192) takes an override 2: its dQ pieces through the producer
+            halves = bool(hbwd.kernel_meta(d, causal)["Q_HALVES"])
             for level in (0, 1, 2, False, True):
-                assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=level))["NAMED_BAR"] == (0 if split else level)
+                want = (2 if halves and level == 2 else 0) if split else level
+                assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=level))["NAMED_BAR"] == want, (d, causal, level)
                 assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=level, PERSISTENT=True))["NAMED_BAR"] == \
                     (0 if split else min(level, 1))
+            dropout_meta = hbwd.kernel_meta(d, causal, dropout=True)  # (d = 192's dropout is declined by the plan)
             assert hbwd.kernel_meta(d, causal, dict(NAMED_BAR=2), dropout=True)["NAMED_BAR"] == \
-                (0 if hbwd.kernel_meta(d, causal, dropout=True)["SPLIT_D"] else 2)
+                (0 if dropout_meta["SPLIT_D"] and not dropout_meta["Q_HALVES"] else 2)
     with pytest.raises(ValueError, match="NAMED_BAR"):
         hbwd.kernel_meta(128, False, dict(NAMED_BAR=3))
 
@@ -1358,6 +1381,24 @@ def test_dq_atomic_plan(monkeypatch):
         assert len(p.acc_strides) == 4 and p.acc_strides[3] == 1
     reason = plan(128, True, DQ_STAGE_BUFS=0)
     assert isinstance(reason, str) and "DQ_STAGE_BUFS = 0" in reason, reason
+
+
+def test_dq_pieces_plan(monkeypatch):
+    """NAMED_BAR = 2 at d = 192 / dv = 128 (an override; the 128-row step's
+    dQ pieces through the producer) plans with one or two staging slots and
+    the group split; PERSISTENT leaves it at 0 (no form there); three slots
+    would need barrier 8, taken by the TMA_DKV epilogue: declined, naming
+    the value; d = 256 (SPLIT_D, not the 128-row step) stays at 0."""
+    hbwd = _bwd_module()
+    plan = _cpu_planner(hbwd, monkeypatch)
+    for over in (dict(NAMED_BAR=2), dict(NAMED_BAR=2, DQ_STAGE_BUFS=1), dict(NAMED_BAR=2, GROUP_SPLIT=3)):
+        p = plan(192, True, 128, **over)
+        assert not isinstance(p, str) and p.kwargs["NAMED_BAR"] == 2, (over, p)
+    assert plan(192, True, 128, NAMED_BAR=2, PERSISTENT=True).kwargs["NAMED_BAR"] == 0
+    assert plan(192, False, 128).kwargs["NAMED_BAR"] == 0
+    reason = plan(192, True, 128, NAMED_BAR=2, DQ_STAGE_BUFS=3)
+    assert isinstance(reason, str) and "DQ_STAGE_BUFS 1 or 2, not 3" in reason, reason
+    assert plan(256, True, NAMED_BAR=2).kwargs["NAMED_BAR"] == 0
 
 
 def test_own_first_keys_as_m_protocol_simulation():
@@ -2413,7 +2454,12 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     # shared memory a second P^T / dS^T buffer)
                     dict(DQ_STAGE_BUFS=0), dict(DQ_STAGE_BUFS=0, DS_BUFS=2), dict(DQ_STAGE_BUFS=0, GROUP_SPLIT=2),
                     dict(DQ_STAGE_BUFS=0, DS_BUFS=2, PERSISTENT=True, NUM_SMS=7),
-                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, OWN_FIRST=True)]
+                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, OWN_FIRST=True),
+                    # dQ pieces through the producer warp (named barriers per consumer and slot)
+                    dict(NAMED_BAR=2), dict(NAMED_BAR=2, GROUP_SPLIT=2), dict(NAMED_BAR=2, TMA_DKV=False),
+                    dict(NAMED_BAR=2, DQ_STAGE_BUFS=1), dict(NAMED_BAR=2, Q_HALVES=2),
+                    dict(NAMED_BAR=2, OWN_FIRST=True), dict(NAMED_BAR=2, DQ_CHUNK=32, DS_BUFS=2),
+                    dict(NAMED_BAR=2, HEADS_FIRST=True)]
 _SPLIT_QK_VARIANTS = ([pytest.param(dict(ROWS64_192, **v), id="rows64-" + (",".join(f"{k}={x}" for k, x in v.items())
                                                                           or "default")) for v in _ROWS64_VARIANTS]
                       + [pytest.param(v, id="halves-" + ",".join(f"{k}={x}" for k, x in v.items()))
@@ -2427,7 +2473,8 @@ def test_split_qk_variants(variant, causal):
     """The d = 192 / dv = 128 build's variants.  The 128-row Q_HALVES
     default (each consumer's 64 query rows over all keys) with two P^T /
     dS^T buffers and one staging buffer, one staging buffer, the group
-    split (partials of 192 and 128 columns), dK / dV by TMA stores
+    split (partials of 192 and 128 columns), the dQ pieces through the
+    producer warp (NAMED_BAR = 2, with those forms), dK / dV by TMA stores
     (TMA_DKV, also with the group split), persistent, heads-first,
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
     staging buffers), the late 'free' arrival (Q_HALVES = 2), this half's

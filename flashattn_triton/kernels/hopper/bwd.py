@@ -368,34 +368,60 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
     (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice).
     NAMED_BAR = 2: before loading ring step it >= NUM_STAGES it retires step
     it - NUM_STAGES (_retire_dq: its slot is then free), after the load it
-    releases the dQ staging buffers; the last steps are retired at the end."""
+    releases the dQ staging buffers; the last steps are retired at the end.
+    NAMED_BAR = 2 with QK1 > 0 (the 128-row step, Q_HALVES): the Q / dO
+    slots are freed by qdo_empty as without it, and after loading step it
+    the producer retires step it - 1's dQ pieces (_retire_dq_pieces; the
+    consumers stage them after their qdo_empty arrival), the last step's
+    after the loop."""
     _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
                    GROUP_SPLIT, k1_desc, k1_smem, QK1)
     n_m = m_hi - m_lo
     total = GROUP * n_m
     DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    if NAMED_BAR == 2:
+    PIECES: gl.constexpr = NAMED_BAR == 2 and QK1 > 0
+    if PIECES:
+        N_PIECES: gl.constexpr = (HEAD_DIM + QK1) // dq_bufs.shape[2]
+        _free_dq_slots(total * N_PIECES, dq_bufs.shape[0] // 2)
+        prev_hq = off_hkv * GROUP
+        prev_m = m_lo * BLOCK_M
+        it = 0
+        for g in range(GROUP):
+            for mb in range(m_lo, m_hi):
+                _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+                          off_b, off_hkv * GROUP + g, mb, it,
+                          stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
+                          q1_desc, q1_bufs, QK1)
+                if it > 0:
+                    _retire_dq_pieces(it - 1, total * N_PIECES, dq_desc, dq_bufs, off_b, prev_hq, prev_m, N_PIECES)
+                prev_hq = off_hkv * GROUP + g
+                prev_m = mb * BLOCK_M
+                it += 1
         if total > 0:
-            _named_bar(_DQ_EMPTY_ARRIVE)  # the staging buffers start free
-    it = 0
-    for g in range(GROUP):
-        for mb in range(m_lo, m_hi):
-            if NAMED_BAR == 2:
-                if it >= NUM_STAGES:
-                    _retire_dq(it - NUM_STAGES, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M,
-                               DQ_COLS)
-            _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
-                      off_b, off_hkv * GROUP + g, mb, it,
-                      stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
-                      q1_desc, q1_bufs, QK1, NAMED_BAR != 2)
-            if NAMED_BAR == 2:
-                if it >= NUM_STAGES:
-                    _release_dq_stage(it - NUM_STAGES, total)
-            it += 1
-    if NAMED_BAR == 2:
-        for t in range(gl.maximum(total - NUM_STAGES, 0), total):
-            _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M, DQ_COLS)
-            _release_dq_stage(t, total)
+            _retire_dq_pieces(total - 1, total * N_PIECES, dq_desc, dq_bufs, off_b, prev_hq, prev_m, N_PIECES)
+    else:
+        if NAMED_BAR == 2:
+            if total > 0:
+                _named_bar(_DQ_EMPTY_ARRIVE)  # the staging buffers start free
+        it = 0
+        for g in range(GROUP):
+            for mb in range(m_lo, m_hi):
+                if NAMED_BAR == 2:
+                    if it >= NUM_STAGES:
+                        _retire_dq(it - NUM_STAGES, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M,
+                                   DQ_COLS)
+                _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
+                          off_b, off_hkv * GROUP + g, mb, it,
+                          stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
+                          q1_desc, q1_bufs, QK1, NAMED_BAR != 2)
+                if NAMED_BAR == 2:
+                    if it >= NUM_STAGES:
+                        _release_dq_stage(it - NUM_STAGES, total)
+                it += 1
+        if NAMED_BAR == 2:
+            for t in range(gl.maximum(total - NUM_STAGES, 0), total):
+                _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M, DQ_COLS)
+                _release_dq_stage(t, total)
 
 
 @gluon.jit
@@ -529,6 +555,81 @@ def _named_bar(ASM: gl.constexpr):
     alternate so).  Gluon's mbarrier.arrive is one thread's arrival after a
     bar.sync of its warpgroup, and its wait polls; this is one instruction."""
     gl.inline_asm_elementwise(ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# NAMED_BAR = 2 on the 128-row split Q K^T step (Q_HALVES): dQ pieces through
+# the producer warp, per consumer c and staging slot k the dQ-full barrier
+# DQ_PIECE_BAR_BASE + 6 c + 2 k and the dQ-empty barrier one above, 160
+# threads each (that consumer warpgroup and the producer warp): ids 4-7 and
+# 10-13 for two slots, around CONSUMERS_BAR_ID (8: the TMA_DKV epilogue's
+# sync of both consumers, which may run while the producer has yet to sync
+# on a consumer's last dQ-full arrival) and above Triton's 0-3 (two worker
+# partitions; this build has no third).  The ids are a register operand
+# (bar.sync a, b takes a = 0-15 as an immediate or a register,
+# warp-uniform): the slot of a piece is a run-time value.
+DQ_PIECE_BAR_BASE = gl.constexpr(4)
+_PIECE_SYNC = gl.constexpr("bar.sync $1, 160;\n\tmov.u32 $0, 0;")
+_PIECE_ARRIVE = gl.constexpr("bar.arrive $1, 160;\n\tmov.u32 $0, 0;")
+
+
+@gluon.jit
+def _named_bar_at(ASM: gl.constexpr, bar_id):
+    """_named_bar with the barrier's id a run-time scalar (ASM's $1)."""
+    gl.inline_asm_elementwise(ASM, "=r,r", [bar_id], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _stage_dq_piece(dq, dq_bufs, piece, CONSUMER: gl.constexpr):
+    """NAMED_BAR = 2 on the 128-row step, consumer: this warpgroup's dQ piece
+    number `piece` (counted over its steps) into its staging slot piece %
+    STAGE_BUFS once the producer has read that slot's previous piece (the
+    dQ-empty sync), then the dQ-full arrival, which does not wait: the
+    producer issues the reduce-add (_retire_dq_pieces).  No TMA issue, no
+    store_wait and no warpgroup barrier before an issue in the consumer."""
+    STAGE_BUFS: gl.constexpr = dq_bufs.shape[0] // 2
+    slot = piece % STAGE_BUFS
+    bar = DQ_PIECE_BAR_BASE + 6 * CONSUMER + 2 * slot
+    _named_bar_at(_PIECE_SYNC, bar + 1)
+    dq_bufs.index(CONSUMER * STAGE_BUFS + slot).store(dq)
+    fence_async_shared()
+    _named_bar_at(_PIECE_ARRIVE, bar)
+
+
+@gluon.jit
+def _free_dq_slots(total_pieces, STAGE_BUFS: gl.constexpr):
+    """NAMED_BAR = 2 on the 128-row step, producer: the staging slots start
+    free (one dQ-empty arrival per consumer and slot that a piece will use)."""
+    for k in gl.static_range(STAGE_BUFS):
+        if k < total_pieces:
+            for c in gl.static_range(2):
+                _named_bar_at(_PIECE_ARRIVE, gl.to_tensor(DQ_PIECE_BAR_BASE + 6 * c + 2 * k + 1))
+
+
+@gluon.jit
+def _retire_dq_pieces(t, total_pieces, dq_desc, dq_bufs, off_b, off_hq, start_m, N_PIECES: gl.constexpr):
+    """NAMED_BAR = 2 on the 128-row step, producer: the N_PIECES dQ pieces of
+    ring step t (query head off_hq, rows from start_m; consumer c's rows
+    [start_m + 64 c, + 64), piece j's columns [j DQW, + DQW)): per piece and
+    consumer the dQ-full sync, the reduce-add from that consumer's slot;
+    then the wait for both reads and, where a later piece takes the slot,
+    the dQ-empty arrivals.  Each barrier's arrivals and syncs alternate: a
+    consumer's full arrival for a slot's next piece follows its empty sync
+    for it, which needs this arrival, which follows this full sync."""
+    STAGE_BUFS: gl.constexpr = dq_bufs.shape[0] // 2
+    HALF: gl.constexpr = dq_bufs.shape[1]
+    DQW: gl.constexpr = dq_bufs.shape[2]
+    box: gl.constexpr = [1, 1, HALF, DQW]
+    for j in gl.static_range(N_PIECES):
+        piece = t * N_PIECES + j
+        slot = piece % STAGE_BUFS
+        for c in gl.static_range(2):
+            _named_bar_at(_PIECE_SYNC, DQ_PIECE_BAR_BASE + 6 * c + 2 * slot)
+            _tma_reduce_add(dq_desc, [off_b, off_hq, start_m + c * HALF, j * DQW],
+                            dq_bufs.index(c * STAGE_BUFS + slot)._reinterpret(gl.float32, box, dq_desc.layout))
+        tma.store_wait(0)
+        if piece + STAGE_BUFS < total_pieces:
+            for c in gl.static_range(2):
+                _named_bar_at(_PIECE_ARRIVE, DQ_PIECE_BAR_BASE + 6 * c + 2 * slot + 1)
 
 
 @gluon.jit
@@ -1141,7 +1242,8 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                               DS_BUFS: gl.constexpr, DQ_STAGE_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                               MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, ROW_BOUND: gl.constexpr = False,
-                              Q_HALVES: gl.constexpr = 1, OWN_FIRST: gl.constexpr = False):
+                              Q_HALVES: gl.constexpr = 1, OWN_FIRST: gl.constexpr = False,
+                              NAMED_BAR: gl.constexpr = 0):
     """Q_HALVES (split Q K^T, d = 192 / dv = 128; the default since session 35): a query
     tile of BLOCK_M = 128 rows, consumer c owning rows [64 c, + 64) for the
     scores and dQ and columns for dK / dV, every product at least 64 wide:
@@ -1169,7 +1271,9 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
     override, Q_HALVES 1 / 2): the column products over this warpgroup's
     own half are issued right after its arrival on ds_ready, the wait for
     the other half only before that half's (the wgmma pipe busy during the
-    exchange wait)."""
+    exchange wait).  NAMED_BAR = 2 (an override): the pieces go to the
+    producer warp through named barriers (_stage_dq_piece), which issues
+    their reduce-adds."""
     HALF: gl.constexpr = BLOCK_M // 2
     VC: gl.constexpr = HEAD_DIM // 2
     K1C: gl.constexpr = QK1 // 2
@@ -1261,8 +1365,11 @@ def _attn_bwd_step_qk1_halves(it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, 
                                    is_async=True)
         # the piece's dQ columns: K0's [j DQW, + DQW), then K1's from HEAD_DIM
         dq_col = j * DQW
-        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j, N_PIECES,
-                         CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
+        if NAMED_BAR == 2:
+            _stage_dq_piece(dq, dq_bufs, it * N_PIECES + j, CONSUMER)
+        else:
+            _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m + CONSUMER * HALF, dq_col, it, j,
+                             N_PIECES, CONSUMER, DQ_STAGE_BUFS, HALF, DQW)
         if DS_BUFS == 1 and LATE_FREE and j == 0:
             mbarrier.arrive(ds_ready.index(1))  # (read by the products, long done)
     return dk, dk1, dv
@@ -1280,7 +1387,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
                         DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False,
                         dk_desc=None, dv_desc=None, dk1_desc=None, TMA_DKV: gl.constexpr = False,
-                        OWN_FIRST: gl.constexpr = False):
+                        OWN_FIRST: gl.constexpr = False, NAMED_BAR: gl.constexpr = 0):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -1323,7 +1430,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dk1, dv, keys, dq_desc, off_b, off_hq,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, CONSUMER, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM,
                         QK1, DS_BUFS, DQ_STAGE_BUFS, DQ_CHUNK, whole == 0, IS_CAUSAL, ROW_BOUND, Q_HALVES,
-                        OWN_FIRST=OWN_FIRST)
+                        OWN_FIRST=OWN_FIRST, NAMED_BAR=NAMED_BAR)
                 else:
                     dk, dk1, dv = _attn_bwd_step_qk1(
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1417,7 +1524,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
                             IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                            dk_desc, dv_desc, dk1_desc, TMA_DKV, OWN_FIRST=OWN_FIRST)
+                            dk_desc, dv_desc, dk1_desc, TMA_DKV, OWN_FIRST=OWN_FIRST, NAMED_BAR=NAMED_BAR)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1606,7 +1713,10 @@ def _attn_bwd_hopper(
         mbarrier.init(ds_ready.index(b), count=NUM_CONSUMERS)
 
     gl.static_assert(NUM_CONSUMERS == 2, "two consumer warpgroups")
-    gl.static_assert(NAMED_BAR == 0 or not SPLIT_D, "NAMED_BAR: the keys-as-M path only")
+    gl.static_assert(NAMED_BAR == 0 or not SPLIT_D or (NAMED_BAR == 2 and Q_HALVES > 0),
+                     "NAMED_BAR: the keys-as-M path, or 2 on the 128-row split Q K^T step")
+    gl.static_assert(not (QK1 > 0 and NAMED_BAR == 2) or (DQ_STAGE_BUFS >= 1 and DQ_STAGE_BUFS <= 2),
+                     "NAMED_BAR = 2 on the 128-row step: one or two staging slots per consumer (barriers 4-7, 10-13)")
     gl.static_assert(NAMED_BAR < 2 or not PERSISTENT, "NAMED_BAR = 2: not persistent")
     if SPLIT_D:
         gl.static_assert(BLOCK_M % 64 == 0, "SPLIT_D: query rows are the wgmma M dim")
@@ -2054,7 +2164,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     with DROPOUT_CONFIGS' entries and, where the build can take them
     (rng_warps_fit), DROPOUT_RNG_CONFIGS'; NAMED_BAR (0, 1, 2; True counts as 1): the
     override, else HOPPER_BWD_NAMED_BAR_DEFAULT when set, else NAMED_BAR_BY_SHAPE
-    (0 with a window or dropout); 0 with SPLIT_D, at most 1 with PERSISTENT;
+    (0 with a window or dropout); 0 with SPLIT_D (an override 2 stands on the
+    128-row split Q K^T step, Q_HALVES, not persistent), at most 1 with PERSISTENT;
     TMA_DKV from TMA_DKV_DROPOUT, TMA_DKV_WINDOW or TMA_DKV_DEFAULT by the
     call's variant (_make_plan adds TMA_DKV_CAUSAL_MAX_N and the conditions)."""
     meta = dict(SPLIT_DEFAULTS, PERSISTENT=PERSISTENT_DEFAULT.get(head_dim, (False, False))[causal],
@@ -2074,8 +2185,14 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         level = 0 if windowed or dropout else NAMED_BAR_BY_SHAPE.get(head_dim, (0, 0))[causal]
     if level not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
         raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
-    # (the SPLIT_D paths have no named-barrier form: one build for any setting)
-    meta["NAMED_BAR"] = 0 if meta["SPLIT_D"] else min(int(level), 1 if meta["PERSISTENT"] else 2)
+    # (the SPLIT_D paths have no named-barrier form, one build for any
+    # setting, but the 128-row split Q K^T step's dQ pieces through the
+    # producer: 2 as an override only, not persistent)
+    if meta["SPLIT_D"]:
+        taken = meta["Q_HALVES"] and not meta["PERSISTENT"] and (overrides or {}).get("NAMED_BAR") == 2
+        meta["NAMED_BAR"] = 2 if taken else 0
+    else:
+        meta["NAMED_BAR"] = min(int(level), 1 if meta["PERSISTENT"] else 2)
     # Always passed, as the forward's (a build left to the kernel's default is
     # not the build of before in compile_check's direct compile); causal only,
     # and by default not with dropout (its d = 128 build spills more with it).
@@ -2349,6 +2466,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
     if meta["SLICES_FIRST"] and (split == 1 or meta["PERSISTENT"] or meta["HEADS_FIRST"]):
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
+    if meta["SPLIT_D"] and meta["NAMED_BAR"] == 2 and meta["DQ_STAGE_BUFS"] not in (1, 2):
+        return ("NAMED_BAR = 2 on the 128-row split Q K^T step (dQ pieces through the producer, barriers 4-7 and "
+                f"10-13): DQ_STAGE_BUFS 1 or 2, not {meta['DQ_STAGE_BUFS']!r}")
     if meta["DQ_STAGE_BUFS"] == 0 and meta["NAMED_BAR"] == 2:
         return "DQ_STAGE_BUFS = 0 (dQ added by atomics): the consumers add dQ, NAMED_BAR < 2"
     if meta["DQ_STAGE_BUFS"] > 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
