@@ -2187,9 +2187,10 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
         raise ValueError(f"NAMED_BAR must be 0, 1 or 2, got {level!r}")
     # (the SPLIT_D paths have no named-barrier form, one build for any
     # setting, but the 128-row split Q K^T step's dQ pieces through the
-    # producer: 2 as an override only, not persistent)
+    # producer: 2 from an override or a CONFIGS entry, not the environment
+    # or NAMED_BAR_BY_SHAPE, and not persistent)
     if meta["SPLIT_D"]:
-        taken = meta["Q_HALVES"] and not meta["PERSISTENT"] and (overrides or {}).get("NAMED_BAR") == 2
+        taken = meta["Q_HALVES"] and not meta["PERSISTENT"] and meta.get("NAMED_BAR") == 2
         meta["NAMED_BAR"] = 2 if taken else 0
     else:
         meta["NAMED_BAR"] = min(int(level), 1 if meta["PERSISTENT"] else 2)
