@@ -28,6 +28,18 @@ probe_reps() {
     echo "rc=$?" >> "$R/rep$i/log.txt"; el "rep$i"
   done
 }
+# reps_verdict WANT_ROWS ROW_MIN GEO_MIN "VARIANT=>CHANGE"...: rules.reps_rule_verdict over the two
+# probe_reps repeats in $R with $R/tests.log (the tests must have passed), each candidate VARIANT
+# mapped to the change it makes; printed and written to $OUT/verdict.txt.
+reps_verdict() {
+  python3 - "$R" "$@" <<'PY' | tee "$OUT/verdict.txt"
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import reps_rule_verdict
+r, rows, row_min, geo_min, *pairs = sys.argv[1:]
+reps_rule_verdict(r, dict(p.split("=>", 1) for p in pairs), int(rows), float(row_min), float(geo_min), "tests.log")
+PY
+}
 # dropout_probe_reps VARIANTS: probe_reps of the dropout backward rows (p = 0.1; T_PROBE seconds, REP
 # reps): causal (B, Hq, Hkv, N, d) (8,16,16,2048,128), (4,16,16,4096,128), (2,16,4,4096,128),
 # (2,16,16,8192,128), (8,32,32,2048,64), (4,32,32,4096,64), (4,32,8,4096,64), (2,32,32,8192,64);

@@ -21,11 +21,5 @@ gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "split_qk_variants a
 ROWS="2,16,4,4096,192,1;4,16,4,2048,192,1;1,16,4,8192,192,1;4,16,2,4096,192,1;1,16,2,16384,192,1"
 probe_reps ${T_PROBE:-110} --head-dims none --gqa "$ROWS" --variants "default,SLICES_FIRST=1" \
   --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
-python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
-import sys
-sys.path.insert(0, "benchmarks")
-from rules import reps_rule_verdict
-reps_rule_verdict(sys.argv[1], {"SLICES_FIRST=1": "d = 192 causal split groups take SLICES_FIRST"},
-                  5, 0.99, 1.02, "tests.log")
-PY
+reps_verdict 5 0.99 1.02 "SLICES_FIRST=1=>d = 192 causal split groups take SLICES_FIRST"
 tar czf "$OUT/results.tgz" -C "$OUT" r

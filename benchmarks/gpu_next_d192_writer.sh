@@ -37,13 +37,8 @@ ROWS="8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1
 probe_reps ${T_PROBE:-140} --head-dims none --gqa "$ROWS" \
   --variants "default,NAMED_BAR=2,NAMED_BAR=2+Q_HALVES=2,NAMED_BAR=2+DQ_CHUNK=32+DS_BUFS=2" \
   --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
-python3 - "$R" <<'PY' | tee "$OUT/verdict.txt"
-import sys
-sys.path.insert(0, "benchmarks")
-from rules import reps_rule_verdict
-reps_rule_verdict(sys.argv[1], {c: f"CONFIGS[192] takes {c}"
-                                for c in ("NAMED_BAR=2", "NAMED_BAR=2+Q_HALVES=2", "NAMED_BAR=2+DQ_CHUNK=32+DS_BUFS=2")},
-                  5, 0.99, 1.02, "tests.log")
-PY
+reps_verdict 5 0.99 1.02 "NAMED_BAR=2=>CONFIGS[192] takes NAMED_BAR=2" \
+  "NAMED_BAR=2+Q_HALVES=2=>CONFIGS[192] takes NAMED_BAR=2+Q_HALVES=2" \
+  "NAMED_BAR=2+DQ_CHUNK=32+DS_BUFS=2=>CONFIGS[192] takes NAMED_BAR=2+DQ_CHUNK=32+DS_BUFS=2"
 gpu_tests host ${T_HOST:-70} tests/test_kvcache.py tests/test_configs.py -m "not gpu" -n 8 -x
 tar czf "$OUT/results.tgz" -C "$OUT" r
