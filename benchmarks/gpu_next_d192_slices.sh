@@ -12,8 +12,8 @@
 #      variants default, SLICES_FIRST=1; cuDNN beside.
 # Rule, fixed before the run (rules.reps_rule_verdict): SLICES_FIRST passes with the tests passing,
 # all 5 rows in both repeats, every check "ok", no row below 0.99 and a geometric mean >= 1.02; then
-# d = 192's causal calls with a split group take it by default (a table beside
-# HEADS_FIRST_GQA_SPLIT_MIN_N). Otherwise nothing changes.
+# d = 192's causal calls with a split group take it by default (SLICES_FIRST_GQA_SPLIT_DIMS in
+# kernels/hopper/bwd.py takes 192). Otherwise nothing changes.
 #
 #     OUT=/tmp/out bash benchmarks/gpu_next_d192_slices.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
@@ -21,5 +21,5 @@ gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "split_qk_variants a
 ROWS="2,16,4,4096,192,1;4,16,4,2048,192,1;1,16,4,8192,192,1;4,16,2,4096,192,1;1,16,2,16384,192,1"
 probe_reps ${T_PROBE:-110} --head-dims none --gqa "$ROWS" --variants "default,SLICES_FIRST=1" \
   --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
-reps_verdict 5 0.99 1.02 "SLICES_FIRST=1=>d = 192 causal split groups take SLICES_FIRST"
+reps_verdict 5 0.99 1.02 "SLICES_FIRST=1=>SLICES_FIRST_GQA_SPLIT_DIMS takes 192"
 tar czf "$OUT/results.tgz" -C "$OUT" r

@@ -1079,6 +1079,34 @@ def test_gqa_split_heads_first_plan(monkeypatch):
         assert isinstance(got, str) and "SLICES_FIRST" in got, (over, got)
 
 
+def test_slices_first_table(monkeypatch):
+    """SLICES_FIRST_GQA_SPLIT_DIMS (empty by default): a listed head dim's
+    causal calls whose GQA group the planner splits run slices first (grid
+    (key blocks * S, B * Hkv)); not unsplit, not non-causal, not with a
+    schedule override, not persistent; a heads-first table wins."""
+    hbwd = _bwd_module()
+    monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")
+
+    def plan(b, hq, hkv, n, causal=True, **over):
+        q, k = (torch.empty(b, h, n, 192, dtype=torch.bfloat16) for h in (hq, hkv))
+        v, do = torch.empty(b, hkv, n, 128, dtype=torch.bfloat16), torch.empty(b, hq, n, 128, dtype=torch.bfloat16)
+        lse = torch.empty(b, hq, n)
+        return hbwd._make_plan(do, q, k, v, lse, lse, q, k, v, 0.1, causal, False, False, False, over)
+    row = (2, 16, 4, 4096)   # the variant table's d = 192 row: its group split in two
+    assert plan(*row).split == 2 and not plan(*row).kwargs["SLICES_FIRST"]
+    monkeypatch.setattr(hbwd, "SLICES_FIRST_GQA_SPLIT_DIMS", frozenset({192}))
+    p = plan(*row)
+    assert p.kwargs["SLICES_FIRST"] and not p.kwargs["HEADS_FIRST"] and p.grid == (64 * 2, 2 * 4), p.grid
+    assert not plan(2, 16, 4, 4096, causal=False).kwargs["SLICES_FIRST"]
+    assert not plan(2, 16, 4, 8192).kwargs["SLICES_FIRST"]            # not split there (split 1)
+    assert not plan(*row, HEADS_FIRST=True).kwargs["SLICES_FIRST"]
+    assert not plan(*row, SLICES_FIRST=False).kwargs["SLICES_FIRST"]
+    assert not plan(*row, PERSISTENT=True, NUM_SMS=7).kwargs["SLICES_FIRST"]
+    monkeypatch.setattr(hbwd, "HEADS_FIRST_GQA_SPLIT_MIN_N", {192: 4096})
+    assert plan(*row).kwargs["HEADS_FIRST"] and not plan(*row).kwargs["SLICES_FIRST"]
+
+
 def test_tma_dkv_plan(monkeypatch):
     """TMA_DKV (TMA_DKV_DEFAULT per head dim and causal flag, or an
     override): taken at d = 64 / 128 / 256 with TMA-compatible 16-bit dK /

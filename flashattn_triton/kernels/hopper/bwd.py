@@ -2006,6 +2006,13 @@ HEADS_FIRST_GQA_SPLIT_MIN_N_DROPOUT = {64: 4096, 128: 4096}
 # MHA rows 0.80-0.87x (not GQA: the table does not apply).  d = 128: 0.957-
 # 1.076x (geomean 1.014 from 2k, 1.007 from 4k), its rule not met.
 HEADS_FIRST_GQA_UNSPLIT_MIN_N = {64: 2048}
+# Head dims whose causal calls with a split GQA group (GROUP_SPLIT > 1; no
+# window, no dropout, not persistent, no heads-first table or override of
+# the order) run slices first (SLICES_FIRST: the S programs of a KV head's
+# key block adjacent in the grid).  Empty: d = 192's 128-row step has not
+# been timed with it (benchmarks/gpu_next_d192_slices.sh decides; on the
+# 64-row step of before it read 1.03 / 1.10x on two rows).
+SLICES_FIRST_GQA_SPLIT_DIMS: frozenset = frozenset()
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under
 # the dK / dV stores of the last.  Off: correct on the H200 but no faster
@@ -2455,6 +2462,10 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if (min_n is not None and causal and n_k >= min_n and not windowed
             and not meta["PERSISTENT"] and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
         meta["HEADS_FIRST"] = True
+    if (split > 1 and d in SLICES_FIRST_GQA_SPLIT_DIMS and causal and not windowed and not dropped
+            and not meta["PERSISTENT"] and not meta["HEADS_FIRST"]
+            and not {"HEADS_FIRST", "SLICES_FIRST"} & set(overrides or {})):
+        meta["SLICES_FIRST"] = True
     if meta["Q_HALVES"] not in (0, 1, 2):  # (True / False compare equal to 1 / 0)
         return f"Q_HALVES: 0 / False, 1 / True or 2 (the late 'free' arrival), not {meta['Q_HALVES']!r}"
     if meta["OWN_FIRST"] and not own_first_fits(meta):
