@@ -843,16 +843,19 @@ def _capability(device_index: int) -> int:
     return major
 
 
+def _sm90_or_later(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9 or more, or the meta device
+    (compile_check.py's stand-in for the GPU it compiles for)."""
+    return device.type == "meta" or _capability(cuda_index(device)) >= 9
+
+
 def tma_supported(device: torch.device) -> bool:
     """Tensor-descriptor (TMA) loads in the decode kernel: compiled code on
     sm_90 or later (the meta device stands for the GPU in compile_check.py),
     or Triton's interpreter, which emulates them (the CPU tests)."""
     if TensorDescriptor is None:
         return False
-    if device.type in ("cpu", "meta"):
-        return True
-    index = cuda_index(device)
-    return _capability(index) >= 9
+    return device.type == "cpu" or _sm90_or_later(device)
 
 
 def tma_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int, d_pad: int):
@@ -877,10 +880,7 @@ def pdl_supported(device: torch.device) -> bool:
     meta device stands for the GPU in compile_check.py); never interpreted."""
     if INTERPRET or device.type == "cpu" or not HAVE_GDC:
         return False
-    if device.type == "meta":
-        return True
-    index = cuda_index(device)
-    return _capability(index) >= 9
+    return _sm90_or_later(device)
 
 
 class DecodePlan(NamedTuple):

@@ -388,13 +388,14 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
         it = 0
         for g in range(GROUP):
             for mb in range(m_lo, m_hi):
+                off_hq = off_hkv * GROUP + g
                 _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
-                          off_b, off_hkv * GROUP + g, mb, it,
+                          off_b, off_hq, mb, it,
                           stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
                           q1_desc, q1_bufs, QK1)
                 if it > 0:
                     _retire_dq_pieces(it - 1, total * N_PIECES, dq_desc, dq_bufs, off_b, prev_hq, prev_m, N_PIECES)
-                prev_hq = off_hkv * GROUP + g
+                prev_hq = off_hq
                 prev_m = mb * BLOCK_M
                 it += 1
         if total > 0:
@@ -573,6 +574,12 @@ _PIECE_ARRIVE = gl.constexpr("bar.arrive $1, 160;\n\tmov.u32 $0, 0;")
 
 
 @gluon.jit
+def _piece_full_bar(CONSUMER: gl.constexpr, slot):
+    """The dQ-full barrier id of a consumer's staging slot (its dQ-empty one: + 1)."""
+    return DQ_PIECE_BAR_BASE + 6 * CONSUMER + 2 * slot
+
+
+@gluon.jit
 def _named_bar_at(ASM: gl.constexpr, bar_id):
     """_named_bar with the barrier's id a run-time scalar (ASM's $1)."""
     gl.inline_asm_elementwise(ASM, "=r,r", [bar_id], dtype=gl.int32, is_pure=False, pack=1)
@@ -588,7 +595,7 @@ def _stage_dq_piece(dq, dq_bufs, piece, CONSUMER: gl.constexpr):
     store_wait and no warpgroup barrier before an issue in the consumer."""
     STAGE_BUFS: gl.constexpr = dq_bufs.shape[0] // 2
     slot = piece % STAGE_BUFS
-    bar = DQ_PIECE_BAR_BASE + 6 * CONSUMER + 2 * slot
+    bar = _piece_full_bar(CONSUMER, slot)
     _named_bar_at(_PIECE_SYNC, bar + 1)
     dq_bufs.index(CONSUMER * STAGE_BUFS + slot).store(dq)
     fence_async_shared()
@@ -602,7 +609,7 @@ def _free_dq_slots(total_pieces, STAGE_BUFS: gl.constexpr):
     for k in gl.static_range(STAGE_BUFS):
         if k < total_pieces:
             for c in gl.static_range(2):
-                _named_bar_at(_PIECE_ARRIVE, gl.to_tensor(DQ_PIECE_BAR_BASE + 6 * c + 2 * k + 1))
+                _named_bar_at(_PIECE_ARRIVE, gl.to_tensor(_piece_full_bar(c, k) + 1))
 
 
 @gluon.jit
@@ -623,13 +630,13 @@ def _retire_dq_pieces(t, total_pieces, dq_desc, dq_bufs, off_b, off_hq, start_m,
         piece = t * N_PIECES + j
         slot = piece % STAGE_BUFS
         for c in gl.static_range(2):
-            _named_bar_at(_PIECE_SYNC, DQ_PIECE_BAR_BASE + 6 * c + 2 * slot)
+            _named_bar_at(_PIECE_SYNC, _piece_full_bar(c, slot))
             _tma_reduce_add(dq_desc, [off_b, off_hq, start_m + c * HALF, j * DQW],
                             dq_bufs.index(c * STAGE_BUFS + slot)._reinterpret(gl.float32, box, dq_desc.layout))
         tma.store_wait(0)
         if piece + STAGE_BUFS < total_pieces:
             for c in gl.static_range(2):
-                _named_bar_at(_PIECE_ARRIVE, DQ_PIECE_BAR_BASE + 6 * c + 2 * slot + 1)
+                _named_bar_at(_PIECE_ARRIVE, _piece_full_bar(c, slot) + 1)
 
 
 @gluon.jit
