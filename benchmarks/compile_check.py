@@ -505,8 +505,8 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
             constexprs.update(dk_desc=None, dv_desc=None, **({"dk1_desc": None} if has_dk1 else {}))
     scalars = {"LSE": "*fp32", "DELTA": "*fp32", "DK": f"*{out}", "DV": f"*{out}",
                "qk_scale": "fp32", "sm_scale": "fp32", "SEED": "*i64", "dropout_scale": "fp32"}
-    divisible = ()
-    if "DQ_ACC" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before DQ_STAGE_BUFS = 0)
+    divisible: tuple = ()
+    if "DQ_ACC" in hbwd._attn_bwd_hopper.arg_names:  # (sessions 41-44's checkouts: DQ_STAGE_BUFS = 0)
         dq_args = ("DQ_ACC", "stride_qaz", "stride_qah", "stride_qam")
         if meta.get("DQ_STAGE_BUFS") == 0:  # dQ by atomics: the buffer and its strides (16-divisible, as a launch's)
             scalars["DQ_ACC"] = "*fp32"

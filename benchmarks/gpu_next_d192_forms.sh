@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 43 (call 3): nothing adopted. DQ_STAGE_BUFS = 0 was removed in session 45 (last in 385b20b):
+# _make_plan declines its three variants now, so a run of this script at a later commit fails them.
 # Forms of the d = 192 / dv = 128 backward's 128-row step (CONFIGS[192], Q_HALVES=1) against the
 # default, on one H200, about 7-8 minutes. Why: the row reads 0.86x SDPA (session 40 call 3); session
 # 36's warp-state samples (h200/session36/call3_ncu_source_summary.md) put about a fifth of the main

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Record: its candidates measured slower and were removed in session 45 (last in 385b20b); at a later
+# commit FLASHATTN_TRITON_DECODE_VARIANT refuses their names (ValueError), so this script no longer runs.
 # Batch-1 decoding, second round (kernels/decode.py VARIANTS, FLASHATTN_TRITON_DECODE_VARIANT):
 # four candidates, each off by default, timed on top of today's default (deep+fill+pdl+reserve),
 # on one H200: about 2.5 minutes, at most 5.5 under the timeouts.  docs/decode.md, "Batch 1 on the H200".

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Record: its candidates measured slower and were removed in session 45 (last in 385b20b); at a later
+# commit FLASHATTN_TRITON_DECODE_VARIANT refuses their names (ValueError), so this script no longer runs.
 # Decoding with TMA tile reads: variant "tma" (kernels/decode.py, session 43; off by default).
 # Contiguous caches without left padding, sm_90: the whole K / V tiles below a sequence's end are
 # read through tensor descriptors (one copy per tile, issued by one thread, completion on an

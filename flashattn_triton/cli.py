@@ -40,7 +40,7 @@ ENVIRONMENT = [
                                               "every dK/dV program before the dQ programs (read at import)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, wide, fill, pdl, reserve, "
-                                        "merge, prefetch, pair, gather, spread, longpages; docs/decode.md); "
+                                        "pair, spread, longpages; docs/decode.md); "
                                         "default: deep,fill,pdl,reserve,spread,longpages; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
                                      "attn_mask alone takes the Hopper forward (GPU-validated; the backward "

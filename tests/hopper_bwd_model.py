@@ -175,12 +175,9 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     d): the split Q K^T (module doc; SPLIT_D only; broken: one of
     QK1_BROKEN).  cfg Q_HALVES (split Q K^T only): 128-row query tiles
     whose scores consumer c computes for its half of the rows over every key
-    (_attn_bwd_step_qk1_halves; broken: one of Q_HALVES_BROKEN).  cfg
-    DQ_STAGE_BUFS = 0: dQ pieces added by atomics, rows past N_Q into row
-    N_Q - 1 (_add_dq; broken: one of DQ_ATOMIC_BROKEN)."""
+    (_attn_bwd_step_qk1_halves; broken: one of Q_HALVES_BROKEN)."""
     bm, bn, split, chunk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_D"], cfg.get("DQ_CHUNK", 0)
     halves = cfg.get("Q_HALVES", False)
-    atomic = cfg.get("DQ_STAGE_BUFS", 1) == 0
     nc = 2
     batch, h_q, n_q, d = q.shape
     d_v = v.shape[-1]
@@ -270,8 +267,6 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                     l2[ok] = lse2[b, hq, rows[ok]]
                     l2 = np.where(l2 == -np.inf, np.inf, l2)
                     dl[ok] = delta[b, hq, rows[ok]] * scale
-                    if broken == "atomic_tail_stats":  # rows past N_Q with finite stats
-                        l2[~ok], dl[~ok] = 0.0, 1.0
                     p = np.zeros((bm, bn))
                     ds = np.zeros((bm, bn))
                     if halves:
@@ -289,7 +284,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                             ds[hr] = p_c * ((dot[hr] @ vt.T) * scale - dl[hr, None])
                         for c in range(nc):
                             _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm,
-                                                 n_q, d_v, qk1, chunk, broken, atomic)
+                                                 n_q, d_v, qk1, chunk, broken)
                         continue
                     for c in range(nc):  # the score keys of consumer c
                         kc = slice(c * sub_n, (c + 1) * sub_n)
@@ -314,7 +309,7 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                     for c in range(nc):
                         if qk1:
                             _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq[b, hq], start_m, bm, n_q,
-                                          d_v, qk1, chunk, broken, atomic)
+                                          d_v, qk1, chunk, broken)
                             continue
                         if split:  # consumer c: head-dim columns of every key
                             cc = slice(c * cols, (c + 1) * cols)
@@ -324,9 +319,9 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
                             kc = slice(c * sub_n, (c + 1) * sub_n)
                             dv_acc[kc] += p[:, kc].T @ dot
                             dk_acc[kc] += ds[:, kc].T @ qt
-                        for j in range(cols // chunk):  # dQ reduce-adds, clipped at N_Q (or atomics)
+                        for j in range(cols // chunk):  # dQ reduce-adds, clipped at N_Q
                             c0 = c * cols + j * chunk
-                            _add_dq(dq[b, hq], ds @ kt[:, c0:c0 + chunk], start_m, c0, n_q, atomic)
+                            _add_dq(dq[b, hq], ds @ kt[:, c0:c0 + chunk], start_m, c0, n_q)
             n_ok = max(0, min(bn, n_k - start_n))
             written[b, hp, start_n:start_n + n_ok] += 1
             dk[b, hp, start_n:start_n + n_ok] = dk_acc[:n_ok]
@@ -338,27 +333,15 @@ def emulate_backward(q, k, v, do, scale, shift, cfg, window_lo=None, broken="", 
     return dq, dk, dv
 
 
-def _add_dq(dq_head, part, r0, col, n_q, atomic):
-    """A dQ piece (rows from r0, columns from col) into one head's dQ:
-    clipped at N_Q, as a TMA reduce-add is, or with atomic (DQ_STAGE_BUFS =
-    0, _atomic_dq) every row added, those past N_Q into row N_Q - 1 (the
-    kernel relies on them being zeros)."""
-    if atomic:
-        rows = np.minimum(r0 + np.arange(part.shape[0]), n_q - 1)
-        np.add.at(dq_head[:, col:col + part.shape[1]], rows, part)
-    else:
-        n_ok = max(0, min(part.shape[0], n_q - r0))
-        dq_head[r0:r0 + n_ok, col:col + part.shape[1]] += part[:n_ok]
-
-
-# Wrong forms of DQ_STAGE_BUFS = 0: rows past N_Q given finite stats (lse2 0, delta 1,
-# where the producer gives +inf and 0), so their dS, and the dQ added into row N_Q - 1,
-# are not zero; check_backward must reject it with atomics (and cannot see it without).
-DQ_ATOMIC_BROKEN = ("atomic_tail_stats",)
+def _add_dq(dq_head, part, r0, col, n_q):
+    """A dQ piece (rows from r0, columns from col) into one head's dQ,
+    clipped at N_Q as a TMA reduce-add is."""
+    n_ok = max(0, min(part.shape[0], n_q - r0))
+    dq_head[r0:r0 + n_ok, col:col + part.shape[1]] += part[:n_ok]
 
 
 def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1, chunk,
-                  broken="", atomic=False):
+                  broken=""):
     """Consumer c's products of one query tile with a split Q K^T
     (_attn_bwd_step_qk1): its vc = d_v / nc columns of dV and of dK's first
     chunk, its k1c = qk1 / nc columns of dK's second chunk (at d_v + c k1c),
@@ -375,11 +358,11 @@ def _qk1_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, b
     pieces = [c * vc + j * chunk for j in range(vc // chunk)] + [c1 + j * chunk for j in range(k1c // chunk)]
     for col in pieces:
         src = col - d_v if broken == "qk1_dq_source" and col >= d_v else col  # (K's first chunk read)
-        _add_dq(dq_head, ds @ kt[:, src:src + chunk], start_m, col, n_q, atomic)
+        _add_dq(dq_head, ds @ kt[:, src:src + chunk], start_m, col, n_q)
 
 
 def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, start_m, bm, n_q, d_v, qk1, chunk,
-                         broken="", atomic=False):
+                         broken=""):
     """Consumer c's products of one 128-row query tile with Q_HALVES
     (_attn_bwd_step_qk1_halves): its vc columns of dV and dK's first chunk
     and k1c of the second, each the sum of one product per half of the
@@ -400,7 +383,7 @@ def _qk1_halves_products(c, nc, p, ds, qt, dot, kt, dk_acc, dv_acc, dq_head, sta
     mine = slice(c * half, (c + 1) * half)
     assert d_v % chunk == 0 and qk1 % chunk == 0, (d_v, qk1, chunk)
     for col in range(0, d_v + qk1, chunk):
-        _add_dq(dq_head, ds[mine] @ kt[:, col:col + chunk], r0, col, n_q, atomic)
+        _add_dq(dq_head, ds[mine] @ kt[:, col:col + chunk], r0, col, n_q)
 
 
 # Wrong forms of Q_HALVES; check_qk1 must reject each on some Q_HALVES cases.

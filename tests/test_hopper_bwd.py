@@ -324,28 +324,6 @@ def test_emulated_schedule():
     assert len(cases) >= 100
 
 
-def test_emulated_dq_atomics():
-    """DQ_STAGE_BUFS = 0 (tests/hopper_bwd_model.py): dQ pieces added by
-    atomics, the rows past N_Q into row N_Q - 1 instead of clipped, give the
-    dense gradients on every path (keys-as-M, SPLIT_D, the split Q K^T and
-    its 128-row step, persistent, the group split), because those rows'
-    stats (lse2 +inf, delta 0) and zero-filled Q / dO make their dS zero;
-    given finite stats there (atomic_tail_stats) the clamped adds are wrong,
-    which clipping would have hidden."""
-    import hopper_bwd_model as hbm
-    cases = [c + (16, 16) for c in hbm.backward_cases(full=False)[::3]] + hbm.qk1_cases(full=False)[::2]
-    for *args, cfg, d, d_v in cases:
-        err = hbm.check_backward(*args, dict(cfg, DQ_STAGE_BUFS=0), d=d, d_v=d_v)
-        assert err <= 1e-9, (args, cfg, err)
-    for broken in hbm.DQ_ATOMIC_BROKEN:
-        caught = [hbm.check_backward(*args, dict(cfg, DQ_STAGE_BUFS=0), d=d, d_v=d_v, broken=broken) > 1e-6
-                  for *args, cfg, d, d_v in cases]
-        assert any(caught), broken
-        hidden = [hbm.check_backward(*args, cfg, d=d, d_v=d_v, broken=broken) <= 1e-9
-                  for *args, cfg, d, d_v in cases]
-        assert all(hidden), broken  # (clipped at N_Q, the tail's dS never lands)
-
-
 def test_protocol_simulation():
     """tests/hopper_bwd_model.py (reduced sweep): one CTA's mbarrier protocol,
     keys-as-M and SPLIT_D (one or two P^T / dS^T buffers, 1-4 dQ chunks),
@@ -988,8 +966,6 @@ SPLIT_VARIANTS = [
     (128, dict(SPLIT_D=True, BLOCK_N=128, DS_BUFS=2, DQ_CHUNK=64)),
     (128, dict(SPLIT_D=True, BLOCK_N=64, DS_BUFS=1, DQ_CHUNK=32)),
     (64, dict(SPLIT_D=True, BLOCK_N=64, BLOCK_M=64, DS_BUFS=2, DQ_CHUNK=32)),
-    # dQ added from registers by atomics (DQ_STAGE_BUFS = 0: no staging buffers)
-    (256, dict(DQ_STAGE_BUFS=0)),
 ]
 
 
@@ -1391,26 +1367,6 @@ def _cpu_planner(hbwd, monkeypatch):
     return plan
 
 
-def test_dq_atomic_plan(monkeypatch):
-    """DQ_STAGE_BUFS = 0 (an override) plans on every path whose consumers
-    add dQ, with no staging buffer counted in its shared memory, and passes
-    the float32 buffer with its (B, H, N) strides; it is declined where the
-    producer adds dQ (NAMED_BAR = 2, the d = 128 causal default)."""
-    hbwd = _bwd_module()
-    plan = _cpu_planner(hbwd, monkeypatch)
-    for args, over in (((192, True, 128), {}), ((192, True, 128), dict(DS_BUFS=2)), ((128, False), {}),
-                       ((128, True), dict(NAMED_BAR=1)), ((64, True), {}), ((256, False), {})):
-        p = plan(*args, **dict(over, DQ_STAGE_BUFS=0))
-        assert not isinstance(p, str) and p.kwargs["DQ_STAGE_BUFS"] == 0, (args, over, p)
-        d, dv = args[0], (args[2] if len(args) > 2 else None) or args[0]
-        meta = dict(p.kwargs)
-        staged = hbwd.smem_bytes(d, head_dim_v=dv, **dict(meta, DQ_STAGE_BUFS=1))
-        assert hbwd.smem_bytes(d, head_dim_v=dv, **meta) < staged, (args, over)
-        assert len(p.acc_strides) == 4 and p.acc_strides[3] == 1
-    reason = plan(128, True, DQ_STAGE_BUFS=0)
-    assert isinstance(reason, str) and "DQ_STAGE_BUFS = 0" in reason, reason
-
-
 def test_dq_pieces_plan(monkeypatch):
     """NAMED_BAR = 2 at d = 192 / dv = 128 (an override; the 128-row step's
     dQ pieces through the producer) plans with one or two staging slots and
@@ -1497,18 +1453,8 @@ OWN_FIRST_VARIANTS = [
 ]
 
 
-DQ_ATOMIC_VARIANTS = [
-    # overrides: dQ added from registers by atomics (DQ_STAGE_BUFS = 0) on
-    # the keys-as-M path, with either dS^T exchange the consumers add dQ in
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=1),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, PERSISTENT=True, NUM_SMS=7),
-    dict(DQ_STAGE_BUFS=0, NAMED_BAR=0, GROUP_SPLIT=3),
-]
-
-
 @needs_hopper
-@pytest.mark.parametrize("variant", STAGE_BUFS_VARIANTS + OWN_FIRST_VARIANTS + DQ_ATOMIC_VARIANTS,
+@pytest.mark.parametrize("variant", STAGE_BUFS_VARIANTS + OWN_FIRST_VARIANTS,
                          ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
@@ -1517,10 +1463,7 @@ def test_keys_as_m_variants(variant, d, case):
     cases against float64: DQ_STAGE_BUFS = 2 (step it stages dQ in its
     consumer's buffer it % 2 and waits only for the reduce of the step
     before last); OWN_FIRST (dQ = dS K as two products over the key halves,
-    this warpgroup's issued before the wait for the other's dS^T);
-    DQ_STAGE_BUFS = 0 (each step's dQ added into the float32 buffer from
-    registers, no staging or TMA, the rows past N_Q, zeros, into the last
-    row)."""
+    this warpgroup's issued before the wait for the other's dS^T)."""
     b, hq, hkv, nq, nk, causal, layout = case
     q, k, v, do = _inputs(b, hq, hkv, nq, nk, d, torch.bfloat16, layout)
     shift = None if causal is None else (nk - nq if causal == "br" else 0)
@@ -2478,11 +2421,6 @@ _HALVES_VARIANTS = [dict(DS_BUFS=2, DQ_STAGE_BUFS=1), dict(DQ_STAGE_BUFS=1), dic
                     dict(OWN_FIRST=True), dict(OWN_FIRST=True, GROUP_SPLIT=2),
                     dict(OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7), dict(OWN_FIRST=True, DS_BUFS=2, DQ_STAGE_BUFS=1),
                     dict(Q_HALVES=2, OWN_FIRST=True), dict(Q_HALVES=2, OWN_FIRST=True, PERSISTENT=True, NUM_SMS=7),
-                    # dQ added from registers by atomics (no staging buffers; with the freed
-                    # shared memory a second P^T / dS^T buffer)
-                    dict(DQ_STAGE_BUFS=0), dict(DQ_STAGE_BUFS=0, DS_BUFS=2), dict(DQ_STAGE_BUFS=0, GROUP_SPLIT=2),
-                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, PERSISTENT=True, NUM_SMS=7),
-                    dict(DQ_STAGE_BUFS=0, DS_BUFS=2, OWN_FIRST=True),
                     # dQ pieces through the producer warp (named barriers per consumer and slot)
                     dict(NAMED_BAR=2), dict(NAMED_BAR=2, GROUP_SPLIT=2), dict(NAMED_BAR=2, TMA_DKV=False),
                     dict(NAMED_BAR=2, DQ_STAGE_BUFS=1), dict(NAMED_BAR=2, Q_HALVES=2),
@@ -2507,9 +2445,7 @@ def test_split_qk_variants(variant, causal):
     slices-first, 32-column dQ pieces (with two P^T / dS^T buffers, or four
     staging buffers), the late 'free' arrival (Q_HALVES = 2), this half's
     column products before the exchange wait
-    (OWN_FIRST, also with the late arrival), dQ added from registers by
-    atomics (DQ_STAGE_BUFS = 0; also with two P^T / dS^T buffers, the group
-    split, persistent).  The 64-row step of before (ROWS64_192) with its own
+    (OWN_FIRST, also with the late arrival).  The 64-row step of before (ROWS64_192) with its own
     variants: persistent, a deeper ring (three stages fit with one or two
     dQ staging buffers, or with one P^T / dS^T buffer), one P^T / dS^T
     buffer, heads-first, the group split, and one or two dQ staging
@@ -2815,7 +2751,7 @@ def _sweep_cases():
               for d in (64, 128) for rng in (2, 4)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, GROUP_SPLIT=3, OWN_FIRST=True, **r2), True)
               for d in (64, 128) for r2 in ({}, dict(RNG_NUM_WARPS=2, RNG_REGS=24))]
-    cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS + DQ_ATOMIC_VARIANTS for d in (64, 128)
+    cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS for d in (64, 128)
               for c in (False, True)]
     cases += [(192, 128, True, p.values[0], False) for p in _SPLIT_QK_VARIANTS]
     return [(d, dv, c, {k: x for k, x in v.items()}, dr) for d, dv, c, v, dr in cases]

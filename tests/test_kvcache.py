@@ -17,7 +17,7 @@ import flashattn_triton._kvcache as kvc
 import flashattn_triton.kernels.decode as decode
 from flashattn_triton._kvcache import flash_attn_with_kvcache
 from flashattn_triton.kernels.combine import combine_attention_states, merge_attention_states
-from _utils import DTYPES, assert_close, call_spy
+from _utils import DTYPES, assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -809,17 +809,9 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "none").use_pdl
     assert plan(1, 65536, "reserve") == plan(1, 65536, "none")  # counters only
-    assert plan(1, 65536, "none").merge_stages == 3 and plan(1, 65536, "merge").merge_stages == 8
-    # The merge's buffered partials stay within 64 KiB: (16, 256) tiles 4 deep, (64, 128) ones 2 (as before).
-    assert decode.decode_plan(1, 4, 8, 256, 65536, bf16, meta).merge_stages == 5
-    assert decode.decode_plan(1, 64, 1, 128, 65536, bf16, meta).merge_stages == 3
-    assert plan(1, 65536, "pdl,prefetch").prefetch_rows == 128 and plan(1, 65536, "prefetch").prefetch_rows == 0
     assert plan(1, 65536, "deep,pair").config == decode.DecodeConfig(16, 64, 4, 4)  # pair wins over deep
     assert [plan(1, n, "fill,pair").num_splits for n in (1024, 4096, 8192, 65536)] == [8, 22, 32, 32]
-    def gather(p):
-        return p.merge_rows, p.merge_chunk
-    assert gather(plan(1, 65536, "fill,gather")) == (4, 16) and gather(plan(1, 65536, "fill")) == (0, 0)
-    for variant in ("deep", "wide", "fill", "pdl", "merge", "pdl,prefetch", "pair", "gather", "spread"):  # B=8: unchanged
+    for variant in ("deep", "wide", "fill", "pdl", "pair", "spread"):  # B=8: unchanged
         assert plan(8, 8192, variant) == plan(8, 8192, "none")
     # "spread" acts on launches the split rule leaves unsplit although the batch alone makes
     # 1-3 waves of 3 programs per SM with a last wave at most half full, when 5 waves of at
@@ -848,6 +840,10 @@ def test_decode_plan_variants(monkeypatch):
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
     with pytest.raises(ValueError, match="bogus"):
         decode.decode_variants()
+    for removed in decode.REMOVED_VARIANTS:  # measured slower, removed: named as such
+        monkeypatch.setenv(decode.ENV_VARIANT, f"deep,{removed}")
+        with pytest.raises(ValueError, match=f"{removed}.*removed in session 45"):
+            decode.decode_variants()
     monkeypatch.setenv(decode.ENV_VARIANT, "default,spread")  # "default" in a list: the defaults
     assert decode.decode_variants() == decode.DEFAULT_VARIANTS | {"spread"}
     monkeypatch.setenv(decode.ENV_VARIANT, "none,deep")
@@ -859,8 +855,7 @@ def test_decode_plan_variants(monkeypatch):
 # through the per-row (16) and per-tile (64) lookups, automatic and fixed splits.
 VARIANT_CASES = [("deep,fill", None, 0, False), ("wide", 16, 3, True), ("wide,fill", 64, 0, False),
                  ("deep,fill,pdl", 16, 0, True), ("pdl,reserve", None, 3, False),
-                 ("deep,fill,pdl,reserve,merge", None, 0, True), ("merge,pair", 16, 0, False),
-                 ("pdl,prefetch", None, 0, False), ("deep,fill,gather", None, 0, True), ("gather", 16, 3, False)]
+                 ("deep,fill,pdl,reserve", None, 0, True), ("pair", 16, 0, False), ("pdl", None, 0, False)]
 
 
 def test_reserve_counters(monkeypatch):
@@ -892,13 +887,10 @@ def test_variants_against_reference(case, device, monkeypatch):
     variant, page, splits, with_sinks = case
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
     monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
-    # "gather": 4 splits per load, so that 10 splits take three loads, the last one part empty.
-    monkeypatch.setattr(decode, "MERGE_GATHER_FLOATS", 4 * 4 * 64)
     dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
     q = rnd(device, dtype, 1, 1, h_q, d)
     k_cache, v_cache, table = make_cache(device, 1, cap, h_kv, d, dtype, page)
     plan = decode.decode_plan(1, h_q // h_kv, h_kv, d, cap, dtype, q.device, splits)
-    assert (plan.merge_rows, plan.merge_chunk) == ((4, 4) if "gather" in variant else (0, 0))
     if "wide" in variant:
         assert plan.config.BLOCK_N == 2 * decode.decode_config(h_q // h_kv, d, dtype, q.device).BLOCK_N
     check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 1, 1, h_kv, d), v=rnd(device, dtype, 1, 1, h_kv, d),
@@ -906,9 +898,9 @@ def test_variants_against_reference(case, device, monkeypatch):
           sinks=rnd(device, torch.float32, h_q) if with_sinks else None)
 
 
-# (B, Nq, Hq, Hkv, d, capacity, cache_seqlens, n_new, num_splits, extras): the whole tiles
-# by TMA and the partial last one by masked loads, NaN past each sequence's keys.
-TMA_CASES = [
+# (B, Nq, Hq, Hkv, d, capacity, cache_seqlens, n_new, num_splits, extras): NaN past each
+# sequence's keys, which only the masked loads of the last partial tile keep out.
+NAN_TAIL_CASES = [
     (2, 1, 8, 2, 64, 200, [0, 199], 1, 3, {}),               # empty and (after the append) full caches, GQA
     (3, 1, 4, 4, 72, 150, [31, 63, 95], 1, 0, {}),            # odd d (block 128, zero-filled columns), MHA
     (2, 3, 8, 1, 64, 130, [60, 126], 3, 2, dict(window=(40, 0))),  # speculative, MQA, causal window
@@ -917,16 +909,13 @@ TMA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", TMA_CASES, ids=lambda c: f"b{c[0]}q{c[1]}h{c[2]}-{c[3]}d{c[4]}-{c[5]}")
-def test_tma_against_reference(case, device, monkeypatch):
-    """Variant "tma" (contiguous caches): every program's tiles below its
-    sequence's end by tensor descriptors, the rest by masked loads; entries
-    past each sequence's keys hold NaN, so a tile taken whole where it should
-    have been masked shows.  Against float64; the descriptors are checked to
-    be used (under the interpreter they are emulated)."""
+@pytest.mark.parametrize("case", NAN_TAIL_CASES, ids=lambda c: f"b{c[0]}q{c[1]}h{c[2]}-{c[3]}d{c[4]}-{c[5]}")
+def test_nan_past_end_against_reference(case, device):
+    """Cache entries past each sequence's keys hold NaN (as a reused or
+    uninitialised cache may): a key tile read whole where it should have been
+    masked, or a masked-out key given 0 x NaN, shows.  Empty and full caches,
+    odd d, windows, softcap, ALiBi, sinks, a batch index; against float64."""
     batch, n_q, h_q, h_kv, d, cap, lens, n_new, splits, extra = case
-    monkeypatch.setenv(decode.ENV_VARIANT, "tma")
-    made = call_spy(monkeypatch, decode, "tma_descriptors", lambda *a, **k: True)
     dtype = torch.bfloat16
     n_caches = 3 if "batch_idx" in extra else batch
     q = rnd(device, dtype, batch, n_q, h_q, d)
@@ -950,31 +939,6 @@ def test_tma_against_reference(case, device, monkeypatch):
     if extra.get("sinks"):
         kw["sinks"] = rnd(device, torch.float32, h_q)
     check(q, k_cache, v_cache, dtype, **kw)
-    assert made, "the TMA descriptors were not made"
-
-
-def test_tma_plan_and_descriptors(monkeypatch):
-    """"tma" acts on contiguous caches only (never pages), on sm_90 and later
-    (and the interpreter); a cache that breaks TMA's rules (a stride not a
-    multiple of 16 bytes, head dims past 256) gets no descriptors and the
-    launch reads it by pointers."""
-    meta, bf16 = torch.device("meta"), torch.bfloat16
-    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
-    monkeypatch.setenv(decode.ENV_VARIANT, "tma")
-    assert decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta).use_tma
-    assert not decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta, 0, 16).use_tma
-    monkeypatch.setattr(decode, "_capability", lambda index: 8)
-    assert not decode.tma_supported(torch.device("cuda", 0))
-    monkeypatch.setenv(decode.ENV_VARIANT, "deep")
-    assert not decode.decode_plan(1, 4, 8, 128, 4096, bf16, meta).use_tma
-    cache = torch.zeros(2, 64, 2, 128, dtype=bf16)
-    k_desc, v_desc = decode.tma_descriptors(cache, cache, 64, 128)
-    assert k_desc.block_shape == [1, 64, 1, 128] and k_desc.strides == [64 * 256, 256, 128, 1]
-    assert decode.tma_descriptors(cache[..., :100], cache, 64, 128) is not None  # row stride 256 B: fine
-    odd = torch.zeros(2, 64, 1, 36, dtype=bf16)[..., :35]  # 72-byte rows
-    assert decode.tma_descriptors(odd, odd, 64, 64) is None
-    wide = torch.zeros(1, 16, 1, 512, dtype=bf16)
-    assert decode.tma_descriptors(wide, wide, 16, 512) is None
 
 
 def test_spread_against_reference(device, monkeypatch):
@@ -1106,9 +1070,7 @@ def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
 @pytest.mark.parametrize("variant", ["deep", "wide", "fill", "pdl", "deep,fill,pdl", "wide,fill,pdl",
-                                     "deep,fill,pdl,reserve,merge", "deep,fill,pdl,reserve,prefetch",
-                                     "deep,fill,pdl,reserve,pair,merge", "deep,fill,pdl,reserve,gather",
-                                     "deep,fill,pdl,reserve,pair,gather"])
+                                     "deep,fill,pdl,reserve", "deep,fill,pdl,reserve,pair"])
 def test_gpu_variants_b1(device, variant, page, monkeypatch):
     """The candidate variants compiled, at batch 1 (where they apply): Hq=32,
     Hkv=8, d=128, bf16, a 16k cache nearly full, one appended token, rotary,
@@ -1118,10 +1080,8 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", "", "deep,fill,pdl,reserve,merge,prefetch,pair",
-                                     "deep,fill,pdl,reserve,gather,prefetch"],
-                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,merge,prefetch,pair",
-                              "deep,fill,pdl,reserve,gather,prefetch"])
+@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", "", "deep,fill,pdl,reserve,pair"],
+                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,pair"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_cuda_graph(device, page, variant, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then

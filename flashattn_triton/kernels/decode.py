@@ -47,11 +47,6 @@ import torch
 import triton
 import triton.language as tl
 
-try:  # host-side tensor descriptors (variant "tma")
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - depends on the installed Triton
-    TensorDescriptor = None
-
 try:  # programmatic dependent launch (variant "pdl"); absent from some Triton releases
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     HAVE_GDC = True
@@ -83,18 +78,11 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #         128 programs instead of 120);
 #   pdl:  programmatic dependent launch: the grid may be scheduled while the
 #         previous kernel on the stream finishes; it reads and writes global
-#         memory only after griddepcontrol.wait ("prefetch"'s L2 hints aside).
+#         memory only after griddepcontrol.wait.
 #   reserve: a decode call captured in a CUDA graph takes its merge counters
 #         from a reserve zeroed by an earlier eager call, instead of a fresh
 #         torch.zeros captured with it (one kernel node less per call).
-# Candidates after session 16 (off by default; docs/decode.md, "Batch 1 on the H200"):
-#   merge: the fused merge keeps up to 7 partials in flight instead of 2 (small
-#         batch; as many as fit in 64 KiB: 7 at d = 128 with 4 query heads per KV head);
-#   prefetch: with pdl, before its wait each program asks L2 for the first
-#         PREFETCH_TILES tiles its split would read in a full contiguous cache;
-#   gather: the fused merge loads the partials of up to 16 splits at once, for
-#         the tile's real rows only (small batch; when at least 4 splits fit in
-#         MERGE_GATHER_FLOATS registers' worth);
+# Candidate after session 16 (off by default; docs/decode.md, "Batch 1 on the H200"):
 #   pair: two programs per SM at small batch: 64-key tiles over 4 stages (two
 #         fit in an SM's shared memory) and the split rule counts two per SM.
 # Candidates of session 32, default since session 33 (two processes each on the H200,
@@ -106,20 +94,14 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
-# Candidate of session 43 (off by default; docs/decode.md "Batch 1 on the H200"):
-#   tma: contiguous caches without left padding on sm_90 and later read their whole
-#         K / V tiles by TMA (tensor descriptors; the last partial tile by masked
-#         loads): one copy per tile instead of 16 per thread and their address
-#         arithmetic (sm_90 SASS of a 16 x 64-key, d = 128 prototype loop: 238
-#         instructions against 311).  Every batch size.
+# Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
+# docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
+# merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
+# "tma" (tiles read by tensor descriptors).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "merge", "prefetch", "pair", "gather", "spread",
-            "longpages", "tma")
-MERGE_STAGES = 3  # the fused merge's loop stages (variant "merge": up to MERGE_STAGES_DEEP,
-MERGE_STAGES_DEEP = 8  # with at most MERGE_BUFFER_BYTES of float32 partial tiles buffered)
-MERGE_BUFFER_BYTES = 64 << 10
-MERGE_GATHER_FLOATS = 8192  # one (splits, rows, d) float32 tile of "gather": 64 per thread at 4 warps
-PREFETCH_TILES = 2
+VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "pair", "spread", "longpages")
+REMOVED_VARIANTS = ("merge", "prefetch", "gather", "tma")
+MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
 LONGPAGES_FROM = 65536  # variant "longpages": cache capacities (keys) from which it acts
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
 SPREAD_PER_SM = 3  # programs resident per SM (3 stages of 64-key tiles at d = 128: 64 KiB each),
@@ -219,50 +201,6 @@ def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stri
     return off
 
 
-@triton.jit
-def prefetch_rows(base, first, n_rows, stride_n, stride_d, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                  ROWS: tl.constexpr, INTERPRET: tl.constexpr):
-    """Request rows [first, first + ROWS) (clamped to n_rows - 1) of a
-    (row, HEAD_DIM) slice at ``base`` into L2, one prefetch per 128-byte line
-    (prefetch.global.L2: no register receives data, nothing waits).  A no-op
-    under the interpreter."""
-    if not INTERPRET:
-        LINE: tl.constexpr = 128 * 8 // base.dtype.element_ty.primitive_bitwidth  # elements per line
-        LINES: tl.constexpr = HEAD_DIM_PAD // LINE if HEAD_DIM_PAD > LINE else 1
-        rows = tl.minimum(first + tl.arange(0, ROWS), n_rows - 1).to(tl.int64)
-        cols = tl.minimum(tl.arange(0, LINES) * LINE, HEAD_DIM - 1)
-        ptrs = base + rows[:, None] * stride_n + cols[None, :] * stride_d
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def merge_gather(m, l, acc, op_rows, lp_rows, row_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS,
-                 HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
-    """Fold the float32 partials of NUM_SPLITS splits into (m, l, acc), CHUNK
-    splits per load: a (CHUNK, rows) tile of LSEs and a (CHUNK, rows, d) tile
-    of outputs (op_rows / lp_rows: split 0's row pointers), all in flight at
-    once instead of a few per loop step."""
-    offs_s = tl.arange(0, CHUNK)
-    d_ok = offs_d < HEAD_DIM
-    for c in range(0, NUM_SPLITS, CHUNK):
-        sp = (c + offs_s).to(tl.int64)
-        ok = (sp < NUM_SPLITS)[:, None] & row_ok[None, :]
-        # .cg: read the other splits' partials from L2, never from a stale L1 line.
-        lse = tl.load(lp_rows[None, :] + sp[:, None] * stride_qls, mask=ok, other=float("-inf"),
-                      cache_modifier=".cg") * 1.4426950408889634
-        out = tl.load(op_rows[None, :, None] + sp[:, None, None] * stride_ps + offs_d[None, None, :] * stride_pk,
-                      mask=ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
-        m_new = tl.maximum(m, tl.max(lse, 0))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m - m_ref)
-        w = tl.math.exp2(lse - m_ref[None, :])
-        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * out, 0)
-        l = l * alpha + tl.sum(w, 0)
-        m = m_new
-    return m, l, acc
-
-
 # ---------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------
@@ -298,7 +236,6 @@ def tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale, so
 def _decode_fwd(
     # pointers
     Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI, SINKS,
-    K_DESC, V_DESC,
     # strides
     stride_qz, stride_qm, stride_qh, stride_qk,
     stride_kb, stride_kn, stride_kh, stride_kk,
@@ -320,8 +257,7 @@ def _decode_fwd(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     ROTARY_DIM: tl.constexpr, ROTARY_INTERLEAVED: tl.constexpr, ROTARY_Q_PER_TOKEN: tl.constexpr,
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    PREFETCH_ROWS: tl.constexpr, USE_TMA: tl.constexpr,
+    USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
@@ -342,24 +278,11 @@ def _decode_fwd(
 
     USE_PDL (launched with launch_pdl=True): the next kernel on the stream may
     be scheduled at once (it waits in its own griddepcontrol.wait for this
-    grid to finish), and this one touches global memory (PREFETCH_ROWS's L2
-    hints aside) only after its wait for the previous kernel (whose writes,
-    e.g. the append or the last launch's counter resets, are then visible).
+    grid to finish), and this one touches global memory only after its wait
+    for the previous kernel (whose writes, e.g. the append or the last
+    launch's counter resets, are then visible).
 
-    MERGE_STAGES: partials in flight in the fused merge's loop, plus one.
-    MERGE_CHUNK > 0: the fused merge folds MERGE_CHUNK splits per load over
-    the tile's first MERGE_ROWS rows (all its real ones) instead.
-    PREFETCH_ROWS > 0 (with USE_PDL, a contiguous cache without batch index):
-    before the wait, the first PREFETCH_ROWS keys this split would read if
-    its sequence filled the cache are requested into L2 (a hint: the loads
-    after the wait still read whatever the previous kernel wrote).
-
-    USE_TMA (variant "tma": a contiguous cache, no left padding): K_DESC /
-    V_DESC are tensor descriptors of the caches (B_cache, N_cap, H_kv, d) with
-    (1, BLOCK_N, 1, HEAD_DIM_PAD) blocks; the tiles wholly below kv_end are
-    read by TMA (one copy per tile, no per-thread addresses), the last partial
-    one by masked loads (V rows past kv_end may hold anything, and 0 * NaN is
-    NaN).  Otherwise K_DESC / V_DESC are unused."""
+    MERGE_STAGES: partials in flight in the fused merge's loop, plus one."""
     if USE_PDL:
         gdc_launch_dependents()
     pid_zh = tl.program_id(0)
@@ -367,13 +290,6 @@ def _decode_fwd(
     pid_m = tl.program_id(2)
     z = (pid_zh // H_KV).to(tl.int64)
     hk = pid_zh % H_KV
-    if PREFETCH_ROWS > 0:
-        cap_tiles = (N_CAP + BLOCK_N - 1) // BLOCK_N
-        first = split * ((cap_tiles + NUM_SPLITS - 1) // NUM_SPLITS) * BLOCK_N
-        prefetch_rows(K + z * stride_kb + hk.to(tl.int64) * stride_kh, first, N_CAP, stride_kn, stride_kk,
-                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
-        prefetch_rows(V + z * stride_vb + hk.to(tl.int64) * stride_vh, first, N_CAP, stride_vn, stride_vk,
-                      HEAD_DIM, HEAD_DIM_PAD, PREFETCH_ROWS, INTERPRET)
     if USE_PDL:
         gdc_wait()
 
@@ -457,21 +373,7 @@ def _decode_fwd(
     m_i, l_i, acc = merge_init(SINKS, head, row_ok, HAS_SINKS and SPLIT_MODE == 0, BLOCK_M, HEAD_DIM_PAD)
     if not HAS_ALIBI:
         slope = 0.0  # unused
-    tail = start0
-    if USE_TMA:
-        # Whole tiles below kv_end (kv_lo = 0): every row a key of the cache.
-        tail = tl.maximum(tl.minimum(end_col, (kv_end // BLOCK_N) * BLOCK_N), start0)
-        kb32 = kb.to(tl.int32)
-        for start in range(start0, tail, BLOCK_N):
-            cols = start + offs_n
-            k = K_DESC.load([kb32, start, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-            p, alpha, m_new, l_i = tile_softmax(q, k, cols, cols < kv_end, row_ok, diag, slope, m_i, l_i, qk_scale,
-                                                softcap, window_left, window_right, HAS_SOFTCAP, HAS_ALIBI,
-                                                HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, DOT_PRECISION, INTERPRET)
-            v = V_DESC.load([kb32, start, hk, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-            acc = mma(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, INTERPRET)
-            m_i = m_new
-    for start in range(tail, end_col, BLOCK_N):
+    for start in range(start0, end_col, BLOCK_N):
         cols = start + offs_n
         col_ok = (cols >= kv_lo) & (cols < kv_end)
         if PAGED:
@@ -533,38 +435,22 @@ def _decode_fwd(
                 # Every split of this tile has counted: reset the counter for the
                 # next launch on the stream (kernel boundaries order it after).
                 tl.store(COUNTERS + pid_zh * tl.num_programs(2) + pid_m, 0)
-                if MERGE_CHUNK > 0:  # "gather": the tile's real rows only (e.g. 4 of 16)
-                    m_rows = row0 + tl.arange(0, MERGE_ROWS)
-                    m_ok = m_rows < n_rows
-                    m_head = hk * GROUP_SIZE + m_rows % GROUP_SIZE
-                    m_tok64 = (m_rows // GROUP_SIZE).to(tl.int64)
-                    m_head64 = m_head.to(tl.int64)
-                    m_mask = m_ok[:, None] & d_ok
-                else:
-                    m_ok, m_head, m_tok64, m_head64, m_mask = row_ok, head, tok64, head64, o_mask
-                MERGE_M: tl.constexpr = MERGE_ROWS if MERGE_CHUNK > 0 else BLOCK_M
                 # The sink as one more part: lse = sink, output 0.
-                m_c, l_c, acc_c = merge_init(SINKS, m_head, m_ok, HAS_SINKS, MERGE_M, HEAD_DIM_PAD)
-                if MERGE_CHUNK > 0:
-                    m_c, l_c, acc_c = merge_gather(
-                        m_c, l_c, acc_c, OP + z * stride_pz + m_tok64 * stride_pm + m_head64 * stride_ph,
-                        LP + z * stride_qlz + m_head64 * stride_qlh + m_tok64 * stride_qlm,
-                        m_ok, offs_d, stride_ps, stride_pk, stride_qls, NUM_SPLITS, HEAD_DIM, MERGE_CHUNK)
-                else:
-                    for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
-                        # .cg: read the other splits' partials from L2, never from a stale L1 line.
-                        lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
-                                        cache_modifier=".cg") * 1.4426950408889634
-                        out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
-                        m_c, l_c, acc_c = merge_part(m_c, l_c, acc_c, lse_s, out_s)
+                m_c, l_c, acc_c = merge_init(SINKS, head, row_ok, HAS_SINKS, BLOCK_M, HEAD_DIM_PAD)
+                for sp in tl.range(0, NUM_SPLITS, num_stages=MERGE_STAGES):
+                    # .cg: read the other splits' partials from L2, never from a stale L1 line.
+                    lse_s = tl.load(pl_ptrs + sp * stride_qls, mask=row_ok, other=float("-inf"),
+                                    cache_modifier=".cg") * 1.4426950408889634
+                    out_s = tl.load(p_ptrs + sp * stride_ps, mask=o_mask, other=0.0, cache_modifier=".cg")
+                    m_c, l_c, acc_c = merge_part(m_c, l_c, acc_c, lse_s, out_s)
                 empty_c = l_c == 0.0
                 l_safe_c = tl.where(empty_c, 1.0, l_c)
-                o_ptrs = (O + z * stride_oz + m_tok64[:, None] * stride_om + m_head64[:, None] * stride_oh
+                o_ptrs = (O + z * stride_oz + tok64[:, None] * stride_om + head64[:, None] * stride_oh
                           + offs_d[None, :] * stride_ok)
-                tl.store(o_ptrs, cast_rtne(acc_c / l_safe_c[:, None], O.dtype.element_ty, INTERPRET), mask=m_mask)
-                tl.store(LSE + z * stride_lz + m_head64 * stride_lh + m_tok64 * stride_lm,
+                tl.store(o_ptrs, cast_rtne(acc_c / l_safe_c[:, None], O.dtype.element_ty, INTERPRET), mask=o_mask)
+                tl.store(LSE + z * stride_lz + head64 * stride_lh + tok64 * stride_lm,
                          tl.where(empty_c, float("-inf"), (m_c + tl.math.log2(l_safe_c)) * 0.6931471805599453),
-                         mask=m_ok)
+                         mask=row_ok)
 
 
 @triton.jit(do_not_specialize=["N_NEW", "N_CAP", "N_RO"])
@@ -833,7 +719,9 @@ def _parse_variants(text: str) -> frozenset:
         return frozenset()
     unknown = names - set(VARIANTS) - {"default"}
     if unknown:
-        raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}")
+        removed = sorted(unknown & set(REMOVED_VARIANTS))
+        note = f" ({removed} measured slower and were removed in session 45)" if removed else ""
+        raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}{note}")
     return (names - {"default"}) | (DEFAULT_VARIANTS if "default" in names else frozenset())
 
 
@@ -849,32 +737,6 @@ def _sm90_or_later(device: torch.device) -> bool:
     return device.type == "meta" or _capability(cuda_index(device)) >= 9
 
 
-def tma_supported(device: torch.device) -> bool:
-    """Tensor-descriptor (TMA) loads in the decode kernel: compiled code on
-    sm_90 or later (the meta device stands for the GPU in compile_check.py),
-    or Triton's interpreter, which emulates them (the CPU tests)."""
-    if TensorDescriptor is None:
-        return False
-    return device.type == "cpu" or _sm90_or_later(device)
-
-
-def tma_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int, d_pad: int):
-    """(K, V) descriptors of a contiguous cache (B_cache, N_cap, H_kv, d) in
-    (1, block_n, 1, d_pad) blocks (columns past d read as zeros), or None when
-    a cache breaks TMA's rules: 16-byte aligned base and strides, unit last
-    stride, at most 256 elements per block dimension."""
-    if d_pad > 256:
-        return None
-    out = []
-    for cache in (k_cache, v_cache):
-        elem = cache.element_size()
-        if (cache.stride(-1) != 1 or cache.data_ptr() % 16
-                or any(st * elem % 16 for st in cache.stride()[:-1]) or min(cache.shape) == 0):
-            return None
-        out.append(TensorDescriptor(cache, list(cache.shape), list(cache.stride()), [1, block_n, 1, d_pad]))
-    return tuple(out)
-
-
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: compiled code on sm_90 or later (the
     meta device stands for the GPU in compile_check.py); never interpreted."""
@@ -888,11 +750,6 @@ class DecodePlan(NamedTuple):
     num_splits: int
     row_tiles: int
     use_pdl: bool
-    merge_stages: int = MERGE_STAGES
-    prefetch_rows: int = 0  # keys per split prefetched before the PDL wait (contiguous caches)
-    merge_rows: int = 0  # "gather": the rows and splits per load of the fused merge (0: its loop)
-    merge_chunk: int = 0
-    use_tma: bool = False  # "tma": whole K / V tiles of a contiguous cache by TMA (decode_attention decides)
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
@@ -953,21 +810,7 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     num_splits = min(num_splits, n_tiles, 65535)
     # PDL only at small batch: session 16 measured it at 0.93-0.99x at B = 8.
     use_pdl = small and "pdl" in variants and pdl_supported(device)
-    merge_stages = MERGE_STAGES
-    if small and "merge" in variants:
-        # Each stage past the first buffers one float32 (BLOCK_M, d) partial in shared memory.
-        fit = 1 + MERGE_BUFFER_BYTES // (cfg.BLOCK_M * head_dim_pad(head_dim) * 4)
-        merge_stages = max(MERGE_STAGES, min(MERGE_STAGES_DEEP, fit))
-    prefetch_rows = PREFETCH_TILES * cfg.BLOCK_N if use_pdl and "prefetch" in variants else 0
-    merge_rows = merge_chunk = 0
-    if small and "gather" in variants and num_splits > 1:
-        rows = min(cfg.BLOCK_M, triton.next_power_of_2(n_rows))
-        chunk = min(triton.next_power_of_2(num_splits), MERGE_GATHER_FLOATS // (rows * head_dim_pad(head_dim)))
-        if chunk >= 4:
-            merge_rows, merge_chunk = rows, chunk
-    use_tma = "tma" in variants and page_size == 0 and tma_supported(device)
-    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, merge_stages, prefetch_rows, merge_rows, merge_chunk,
-                      use_tma)
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl)
 
 
 _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
@@ -1059,12 +902,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits,
                        page_size if paged else 0)
     cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
-    # The prefetch guesses rows of a contiguous cache only.
-    prefetch_rows = 0 if paged or cache_batch_idx is not None else plan.prefetch_rows
     d_pad = head_dim_pad(d)
-    descs = None
-    if plan.use_tma and cache_leftpad is None:  # (the plan's: contiguous caches only)
-        descs = tma_descriptors(k_cache, v_cache, cfg.BLOCK_N, d_pad)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
     if split_mode:
@@ -1095,7 +933,6 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
         alibi_slopes if alibi_slopes is not None else any_ptr,
         sinks if sinks is not None else any_ptr,
-        *(descs or (k_cache, v_cache)),
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
         *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
         *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
@@ -1110,8 +947,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
         ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
-        MERGE_STAGES=plan.merge_stages, MERGE_ROWS=plan.merge_rows, MERGE_CHUNK=plan.merge_chunk,
-        PREFETCH_ROWS=prefetch_rows, USE_TMA=descs is not None,
+        MERGE_STAGES=MERGE_STAGES,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )

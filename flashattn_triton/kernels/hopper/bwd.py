@@ -477,36 +477,12 @@ def _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col, it, j: g
                      CONSUMER: gl.constexpr, STAGE_BUFS: gl.constexpr, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
     """_reduce_dq of piece j of ring step it (N_PIECES per step) through this
     warpgroup's STAGE_BUFS staging buffers of dq_bufs (DQ_STAGE_BUFS per
-    consumer), taken in turn by piece number it * N_PIECES + j; with
-    STAGE_BUFS = 0 dq_desc is (DQ_ACC, strides, N_Q) and the piece is added
-    by atomics (_atomic_dq)."""
-    if STAGE_BUFS == 0:  # dq_desc: (DQ_ACC, its three strides, N_Q)
-        _atomic_dq(dq, dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS)
+    consumer), taken in turn by piece number it * N_PIECES + j."""
+    if N_PIECES % STAGE_BUFS == 0:
+        slot = CONSUMER * STAGE_BUFS + j % STAGE_BUFS  # (it * N_PIECES) % STAGE_BUFS = 0: a constant
     else:
-        if N_PIECES % STAGE_BUFS == 0:
-            slot = CONSUMER * STAGE_BUFS + j % STAGE_BUFS  # (it * N_PIECES) % STAGE_BUFS = 0: a constant
-        else:
-            slot = CONSUMER * STAGE_BUFS + (it * N_PIECES + j) % STAGE_BUFS
-        _reduce_dq(dq, dq_bufs.index(slot), dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS, STAGE_BUFS - 1)
-
-
-@gluon.jit
-def _atomic_dq(dq, dq_acc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
-    """DQ_STAGE_BUFS = 0: dQ rows [start_m, + BLOCK_M) x columns [col, +
-    COLS) of query head off_hq added into the float32 buffer from registers
-    (relaxed atomic adds, no result: RED, two adjacent columns per
-    instruction as the accumulator layout holds them).  No staging buffer,
-    fence, barrier or TMA issue; the adds reach L2 on their own.  Rows past
-    N_Q are added into row N_Q - 1 rather than masked (a mask wraps each add
-    in a branch region): they are zeros, since the producer gives such rows
-    an LSE of +inf, so P, dS and their dQ are 0 (Q and dO zero-filled)."""
-    DQ_ACC, stride_qaz, stride_qah, stride_qam, N_Q = dq_acc
-    layout: gl.constexpr = dq.type.layout
-    rows = gl.minimum(start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout)), N_Q - 1)
-    cols = col + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    base = DQ_ACC + off_b.to(gl.int64) * stride_qaz + off_hq.to(gl.int64) * stride_qah
-    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_qam, 1) + gl.expand_dims(cols, 0)
-    gl.atomic_add(ptrs, dq, sem="relaxed")
+        slot = CONSUMER * STAGE_BUFS + (it * N_PIECES + j) % STAGE_BUFS
+    _reduce_dq(dq, dq_bufs.index(slot), dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS, STAGE_BUFS - 1)
 
 
 @gluon.jit
@@ -798,15 +774,12 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
                          CONSUMER: gl.constexpr, NUM_STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
                          SUB_N: gl.constexpr, DQ_COLS: gl.constexpr, DS_BUFS: gl.constexpr,
                          DQ_CHUNK: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                         HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr, ROW_BOUND: gl.constexpr = False,
-                         DQ_STAGE_BUFS: gl.constexpr = 1):
+                         HAS_WINDOW: gl.constexpr, drop, DROPOUT: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """SPLIT_D: one query tile.  This warpgroup's scores are those of its
     SUB_N keys, with the query rows as the wgmma M dim (S = Q K_c^T); P^T and
     dS^T go through shared memory, and its dK, dV and dQ are the head-dim
     columns [CONSUMER * DQ_COLS, + DQ_COLS) of all keys / rows, dQ made and
-    reduced DQ_CHUNK columns at a time (one staging buffer, or with
-    DQ_STAGE_BUFS = 0 none: added by atomics)."""
-    STAGE_BUFS: gl.constexpr = 1 if DQ_STAGE_BUFS else 0
+    reduced DQ_CHUNK columns at a time (one staging buffer)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, SUB_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -869,7 +842,7 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
         elif DS_BUFS == 1:
             mbarrier.arrive(ds_ready.index(1))
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col0 + j * DQ_CHUNK, it, j,
-                         DQ_COLS // DQ_CHUNK, CONSUMER, STAGE_BUFS, BLOCK_M, DQ_CHUNK)
+                         DQ_COLS // DQ_CHUNK, CONSUMER, 1, BLOCK_M, DQ_CHUNK)
     return dk, dv
 
 
@@ -891,8 +864,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                       stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk, dv,
                                       keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
                                       causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, DQ_COLS,
-                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT, ROW_BOUND,
-                                      DQ_STAGE_BUFS=DQ_STAGE_BUFS)
+                                      DS_BUFS, DQ_CHUNK, MASKED, IS_CAUSAL, HAS_WINDOW, drop, DROPOUT, ROW_BOUND)
     else:
         dk, dv = _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, stat_bufs,
                                 q_ready, do_ready, qdo_empty, ds_ready, dk, dv, keys, dq_desc,
@@ -1570,9 +1542,6 @@ def _attn_bwd_hopper(
     # 16-bit threshold, the scale of kept probabilities and the counters'
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
-    # DQ_STAGE_BUFS = 0 only: the float32 dQ buffer and its (B, H, N) strides,
-    # dQ added from registers by atomics (else None: no parameters)
-    DQ_ACC, stride_qaz, stride_qah, stride_qam,
     # meta-parameters
     HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -1683,15 +1652,8 @@ def _attn_bwd_hopper(
     # reduce-adds, NAMED_BAR < 2)
     gl.static_assert(DQ_STAGE_BUFS <= 1 or QK1 > 0 or (not SPLIT_D and NAMED_BAR < 2),
                      "DQ_STAGE_BUFS > 1: the split Q K^T step, or the keys-as-M one with NAMED_BAR < 2")
-    if DQ_STAGE_BUFS == 0:
-        # No staging: each piece added into DQ_ACC from registers (_atomic_dq).
-        gl.static_assert(NAMED_BAR < 2, "DQ_STAGE_BUFS = 0: the consumers add dQ (NAMED_BAR < 2)")
-        dq_bufs = q_bufs  # not used
-        dq_out = (DQ_ACC, stride_qaz, stride_qah, stride_qam, N_Q)
-    else:
-        dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, DQ_ROWS, DQ_STAGE],
-                                            dq_smem_layout)
-        dq_out = dq_desc
+    dq_bufs = gl.allocate_shared_memory(gl.float32, [NUM_CONSUMERS * DQ_STAGE_BUFS, DQ_ROWS, DQ_STAGE],
+                                        dq_smem_layout)
     # Per ring slot: lse2 and scale * delta of the tile's rows.
     stat_bufs = gl.allocate_shared_memory(gl.float32, [2 * NUM_STAGES, BLOCK_M],
                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
@@ -1780,7 +1742,7 @@ def _attn_bwd_hopper(
         rng = (stat_bufs, kv_ready)  # not used (None does not pass through a partition's arguments)
     # Partition arguments inline (a named tuple loses constexpr-ness in 3.6).
     gl.warp_specialize([
-        (_attn_bwd_compute, (DK, DV, dq_out, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -1791,7 +1753,7 @@ def _attn_bwd_hopper(
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
                              dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST)),
-        (_attn_bwd_compute, (DK, DV, dq_out, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
+        (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                              off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -2485,11 +2447,12 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         return "Q_HALVES: the split Q K^T step, BLOCK_M = 128, DQ_CHUNK 32 or 64 dividing d - dv"
     if meta["SLICES_FIRST"] and (split == 1 or meta["PERSISTENT"] or meta["HEADS_FIRST"]):
         return "SLICES_FIRST: a 2-D grid of a split group (GROUP_SPLIT > 1), not heads first"
+    if meta["DQ_STAGE_BUFS"] < 1:  # (False compares equal to 0)
+        return (f"DQ_STAGE_BUFS: 1 or more staging buffers per consumer, not {meta['DQ_STAGE_BUFS']!r} (0, dQ "
+                "added by atomics from registers, measured 0.66-0.71x in session 43, was removed)")
     if meta["SPLIT_D"] and meta["NAMED_BAR"] == 2 and meta["DQ_STAGE_BUFS"] not in (1, 2):
         return ("NAMED_BAR = 2 on the 128-row split Q K^T step (dQ pieces through the producer, barriers 4-7 and "
                 f"10-13): DQ_STAGE_BUFS 1 or 2, not {meta['DQ_STAGE_BUFS']!r}")
-    if meta["DQ_STAGE_BUFS"] == 0 and meta["NAMED_BAR"] == 2:
-        return "DQ_STAGE_BUFS = 0 (dQ added by atomics): the consumers add dQ, NAMED_BAR < 2"
     if meta["DQ_STAGE_BUFS"] > 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
     if meta["DROPOUT_RNG_WARPS"] not in (0, 2, 3, 4):  # (False compares equal to 0)
@@ -2615,8 +2578,6 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
         sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
         *dropout_args(dropout, plan.n_q, plan.n_k, lse))
-    # DQ_STAGE_BUFS = 0: the buffer and its (B, H, N) strides, else constexpr None (no parameters)
-    args += (dq_acc, *plan.acc_strides[:3]) if plan.kwargs["DQ_STAGE_BUFS"] == 0 else (None,) * 4
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
