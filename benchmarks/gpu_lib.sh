@@ -1,4 +1,4 @@
-# Common start of the device scripts (source it from a script in benchmarks/):
+# Common start of the device scripts (source it from a script in benchmarks/ or benchmarks/history/):
 # strict mode, the repository root as working directory and on PYTHONPATH,
 # results under $OUT/r ($R), el() printing the elapsed seconds, and the GPU,
 # driver, clock, torch and Triton versions in $R/env.txt.
@@ -68,12 +68,13 @@ probe_alternated() {
 # printed), then its /tmp/NAME/results.tgz (and verdict.txt, if any) copied to
 # $OUT/NAME.tgz (NAME_verdict.txt): one file per script, as the device returns at most 8.
 run_each() {
-  local s n
+  local s n f
   for s in "$@"; do
     n=${s%%:*}; s=${s#*:}
     echo "== $s"
     rm -rf "/tmp/$n"
-    OUT="/tmp/$n" bash "benchmarks/$s.sh" 2>&1 | tail -${TAIL:-60} | cut -c1-400
+    f="benchmarks/$s.sh"; [ -f "$f" ] || f="benchmarks/history/$s.sh"  # (a decided run's script)
+    OUT="/tmp/$n" bash "$f" 2>&1 | tail -${TAIL:-60} | cut -c1-400
     cp "/tmp/$n/results.tgz" "$OUT/$n.tgz" 2>/dev/null || echo "no results.tgz from $s"
     cp "/tmp/$n/verdict.txt" "$OUT/${n}_verdict.txt" 2>/dev/null
     el "$n"

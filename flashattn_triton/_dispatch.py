@@ -111,7 +111,7 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
     (session 11 call 3, bf16 and fp16, B*N = 16k tokens): causal N = 512 at
     every head dim (1.4-2.3x), causal N = 1024 at d <= 128 (1.03-1.17x), and
     not causal N = 512 at d <= 128 (1.1-1.4x).  Session 26
-    (benchmarks/gpu_next_short_bwd.sh, its rule fixed before the run, bf16
+    (benchmarks/history/gpu_next_short_bwd.sh, its rule fixed before the run, bf16
     and fp16): the portable backward still won every d <= 128 cell here
     (1.03-1.73x) and the Hopper one every longer cell; causal N = 512 at
     d = 256 moved to the Hopper backward (0.85x the portable time).  Session
@@ -131,7 +131,7 @@ def hopper_backward_pays(seqlen: int, head_dim: int, causal: bool) -> bool:
 
 ENV_HOPPER_WINDOW = "FLASHATTN_TRITON_HOPPER_WINDOW"  # "1" / "0": windows take the Hopper tier or not
 # The forward's window path when FLASHATTN_TRITON_HOPPER_WINDOW is unset: "1"
-# since session 13 (benchmarks/gpu_next_window.sh: 118 GPU tests passed, 1.40-1.98x
+# since session 13 (benchmarks/history/gpu_next_window.sh: 118 GPU tests passed, 1.40-1.98x
 # the portable forward on every causal row, the rule in its header met).
 HOPPER_FWD_WINDOW_DEFAULT = "1"
 
@@ -146,7 +146,7 @@ def hopper_forward_window(window) -> bool:
 
 # The Hopper backward's window path (kernels/hopper/bwd.py HAS_WINDOW) when
 # FLASHATTN_TRITON_HOPPER_WINDOW is unset: "0" (not taken). Its GPU tests
-# passed (session 13) but benchmarks/gpu_next_window_bwd.sh's timing rule did
+# passed (session 13) but benchmarks/history/gpu_next_window_bwd.sh's timing rule did
 # not (0.53-1.05x the portable backward through the API: host-bound at small
 # windows, docs/hopper.md); kept apart from the forward's default, "1".
 HOPPER_BWD_WINDOW_DEFAULT = "0"
@@ -155,9 +155,9 @@ HOPPER_BWD_WINDOW_DEFAULT = "0"
 # path whatever HOPPER_BWD_WINDOW_DEFAULT says (None: no rule).  Session 15 call 2
 # (bf16, B*N = 16k, causal) had the Hopper window backward at 0.75-0.92x the
 # portable one for windows of 128 / 256 keys, 0.96-1.12x at 512 and
-# 1.03-1.11x at 1024; benchmarks/gpu_next_window_rule.sh sets the value by
+# 1.03-1.11x at 1024; benchmarks/history/gpu_next_window_rule.sh sets the value by
 # the rule in its header.
-# Session 16 (benchmarks/gpu_next_window_rule.sh, two repeats, 33 rows):
+# Session 16 (benchmarks/history/gpu_next_window_rule.sh, two repeats, 33 rows):
 # from left = 2047 every row was >= 1.12x the portable backward in both
 # repeats (1.12-1.36x); at 1023 one row fell to 0.73x in one repeat, at 511
 # several were below 1.0x.
@@ -219,7 +219,7 @@ def _takes_window(window, default: str) -> bool:
 
 ENV_HOPPER_SPLIT_QK = "FLASHATTN_TRITON_HOPPER_SPLIT_QK"  # "0": d != dv (d = 192, dv = 128) stays portable
 # The switch when the variable is unset: "1" since session 13
-# (benchmarks/gpu_next_mla.sh: 67 GPU tests passed, 1.22-1.51x the portable
+# (benchmarks/history/gpu_next_mla.sh: 67 GPU tests passed, 1.22-1.51x the portable
 # forward on every row, the rule in its header met).
 HOPPER_SPLIT_QK_DEFAULT = "1"
 
@@ -239,7 +239,7 @@ ENV_HOPPER_DROPOUT = "FLASHATTN_TRITON_HOPPER_DROPOUT"  # "1" / "0": dropout tak
 # portable kernels).  GPU-validated (tests/test_hopper_dropout.py, sessions
 # 13 and 15) and 1.19x / 1.21x the portable forward / backward on
 # bench_variants' dropout row (session 13 call 4), but below SDPA's backward
-# there; benchmarks/gpu_next_dropout_default.sh's rule, in its header,
+# there; benchmarks/history/gpu_next_dropout_default.sh's rule, in its header,
 # decides whether it turns "1".
 HOPPER_DROPOUT_DEFAULT = "0"
 # The backward's switch when the variable is unset: "1" since session 16
@@ -263,7 +263,7 @@ HOPPER_DROPOUT_BWD_DEFAULT = "1"
 # (then the default decides).
 # Session 16 call 2 measured the Hopper dropout forward at 1.03-1.73x the
 # portable one on every row but N = 2k causal (0.82-0.98x);
-# benchmarks/gpu_next_dropout_fwd.sh's rule, in its header, sets the
+# benchmarks/history/gpu_next_dropout_fwd.sh's rule, in its header, sets the
 # entries: session 18 call 2 first, session 23 call 5 now (two repeats, 28
 # rows each, portable / Hopper forward time): non-causal 1.12-1.26x at
 # d = 64 / 128 and 1.60-1.64x at d = 256; causal d = 128 MHA 1.055-1.18x
@@ -305,7 +305,7 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
 
 ENV_HOPPER_MASK = "FLASHATTN_TRITON_HOPPER_MASK"  # "1" / "0": a boolean attn_mask may take the Hopper forward
 # The switch when the variable is unset: "1" since session 16 (H200,
-# benchmarks/gpu_next_mask.sh: 71 GPU tests passed; B=2 N=4k Hq=16 d=128 causal
+# benchmarks/history/gpu_next_mask.sh: 71 GPU tests passed; B=2 N=4k Hq=16 d=128 causal
 # + key-padding mask, forward 0.613 ms, 1.37x SDPA's masked attention and
 # 1.44x the portable forward; its rule asked >= 1.0x and >= 1.1x).
 HOPPER_MASK_DEFAULT = "1"
@@ -331,12 +331,12 @@ ENV_HOPPER_SINKS = "FLASHATTN_TRITON_HOPPER_SINKS"  # "1" / "0": sinks may take 
 # and the LSE afterwards, in place
 # (ops.py _fold_sinks: kernels/combine.py's merge with the sink as a second
 # part of output 0); the backward reads sinks only through the LSE, so it is
-# unchanged.  Session 23 call 1 (benchmarks/gpu_next_sinks_fwd.sh, 3
+# unchanged.  Session 23 call 1 (benchmarks/history/gpu_next_sinks_fwd.sh, 3
 # rounds, causal B=2 N=4k, forward time on / off): d = 128 (Hq16 Hkv4)
 # 0.708-0.721x, d = 64 (Hq64 Hkv8) 0.960-0.969x; the rule asked <= 0.95x on
 # every row and round and a backward <= 1.03x (one round read 1.30x on the
 # unchanged backward), so the default stayed "0".  Call 6
-# (benchmarks/gpu_next_sinks_d128.sh, its rule per head dim: forward <= 0.95x
+# (benchmarks/history/gpu_next_sinks_d128.sh, its rule per head dim: forward <= 0.95x
 # in every round, median backward <= 1.03x) read d = 128 0.707 / 0.711 /
 # 0.929x forward, backward median 1.010x: d = 128 takes the fold by default;
 # d = 64 0.972-0.974x stays off (its Hopper causal forward is the weaker
@@ -360,7 +360,7 @@ def sinks_after_hopper_forward(sinks, varlen: bool, head_dim: Optional[int] = No
 # The session 18 sweeps (bf16 and fp16, B*N = 16k) had the portable forward
 # ahead at d = 64 only: causal N = 512 / 1k 1.15-1.19x, non-causal N = 512
 # 1.11-1.13x (2k and d >= 128: the Hopper forward at or ahead).
-# benchmarks/gpu_next_short_fwd.sh's rule, fixed in its header, set the
+# benchmarks/history/gpu_next_short_fwd.sh's rule, fixed in its header, set the
 # entries: non-causal 512 in session 18 call 9 (1.12 / 1.18x in two repeats;
 # 1k 1.04 / 1.05, under the rule's 1.05), causal 1k in session 19 call 1
 # (512: 1.18 / 1.17x, 1k: 1.15 / 1.15x; 2k 0.97 / 0.96x stays on Hopper;

@@ -809,7 +809,7 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 # The backward plans (BwdPlan) of planned calls; False: every backward runs
 # _attention_bwd_impl.  Off with the forward plans too (PLANS_ENABLED).  On
-# since session 19 call 1-2 (benchmarks/gpu_next_bwd_plan.sh on the H200: 69
+# since session 19 call 1-2 (benchmarks/history/gpu_next_bwd_plan.sh on the H200: 69
 # GPU tests passed; off/replay 0.99-1.50x over 8 short rows, d = 128 N = 512
 # 1.50x causal and 1.20x non-causal, the rest 0.99-1.04x).
 BWD_PLANS = True

@@ -930,7 +930,7 @@ ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL o
 # the Hopper backward's kernels/hopper/bwd.py _launch) by _bwd_dq_convert in one
 # pass (convert_dq) instead of torch's multiply and strided copy.  A bool, or
 # {causal: bool} per causal flag (by_causal); read at each call.  On for
-# non-causal calls since session 18 call 9 (benchmarks/gpu_next_dq_convert2.sh:
+# non-causal calls since session 18 call 9 (benchmarks/history/gpu_next_dq_convert2.sh:
 # 0.990-1.044x the default on the 6 non-causal rows, geometric means 1.026 /
 # 1.013 over two repeats).  On for causal calls too since session 27: that
 # run's causal rows had 0.977 / 0.984 in one repeat, but session 18 call 1
@@ -1048,7 +1048,7 @@ ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on /
 # (use_one_launch); the others keep the two launches.  A bool, {causal:
 # bool} per causal flag (by_causal), or {(padded head dim, causal): bool}
 # (absent keys: off); read at each call.  On at d = 128 non-causal only:
-# on the H200 (session 20, benchmarks/gpu_next_one_launch2.sh, bf16, N 512-2k)
+# on the H200 (session 20, benchmarks/history/gpu_next_one_launch2.sh, bf16, N 512-2k)
 # it took 1.046-1.058x there (grid by head), but 0.52-0.98x at d = 64 and
 # 0.57-0.65x at causal d = 128 N <= 1k (configs of the parts that differ in
 # num_warps or tile shape there; one launch runs both with one setting).
@@ -1081,7 +1081,7 @@ ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES o
 # the causal masked loop 995 -> 718 SASS instructions and 612 -> 204 B of
 # spills at 64 x 128 tiles (d = 128), 467 -> 361 and 20 -> 8 B at 32 x 64.
 # A bool or {causal: bool} (by_causal), read at each call.  On for causal
-# calls since session 21 (benchmarks/gpu_next_whole_q.sh on the H200: wall
+# calls since session 21 (benchmarks/history/gpu_next_whole_q.sh on the H200: wall
 # off/on 1.009-1.060 on the 6 causal rows, geomean 1.030; the non-causal
 # rows, which have no masked query tile, read 0.988-1.049 and stay off).
 WHOLE_Q_TILES: Any = {"1": True, "0": False}.get(os.environ.get(ENV_WHOLE_Q_TILES, "").strip(),

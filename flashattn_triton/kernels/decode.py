@@ -692,7 +692,7 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 
 
 # The variants on when ENV_VARIANT is unset or "default" ("none": none of them).
-# Session 16 on the H200 (benchmarks/gpu_next_decode.sh, its rule, two repeats;
+# Session 16 on the H200 (benchmarks/history/gpu_next_decode.sh, its rule, two repeats;
 # Hq=32, Hkv=8, d=128, bf16, CUDA graphs): deep+fill+pdl+reserve read K+V at
 # 1.08-1.22x the plain launch's rate at batch 1 (N = 1k..64k) and 1.00-1.08x
 # at batch 8, where only "reserve" acts.  Session 33 added "spread" (B = 56-64

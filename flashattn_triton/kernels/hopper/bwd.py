@@ -107,7 +107,7 @@ consumers at 232) makes every Philox call of each step's keys x queries
 tile once and writes each call's eight keep bits to a two-slot shared ring
 (keep_ready; a slot is free again at the step's qdo_empty arrivals, as its
 Q and dO are): = 2 each consumer loads and expands them as the shared
-calls' path does (benchmarks/gpu_next_dropout_rng.sh: 1.03-1.09x; a form
+calls' path does (benchmarks/history/gpu_next_dropout_rng.sh: 1.03-1.09x; a form
 with a byte per score, = 1, was slower and is gone); = 3 loads those bits
 after the dP^T wait and applies them as a predicate per score, with dV's keep scale once per key
 block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2);
@@ -1835,7 +1835,7 @@ CONFIGS = {
     # buffers, the default: 200 KB).  No
     # window and no dropout at d = 192 (declined: _make_plan).  In CONFIGS
     # since session 15 (H200: its GPU tests passed, 1.16-1.29x the portable
-    # backward through the API, benchmarks/gpu_next_bwd192.sh).  A third ring
+    # backward through the API, benchmarks/history/gpu_next_bwd192.sh).  A third ring
     # stage (0.99x) and the persistent grid (0.76x on a causal GQA row) lost
     # in session 24 (gpu_next_bwd192_cfg.sh).  Three dQ staging buffers per
     # consumer (DQ_STAGE_BUFS, one per piece; 206,336 B) since session 34:
@@ -1897,17 +1897,17 @@ DROPOUT_CONFIGS: dict = {
 # per head dim, added by kernel_meta where the call's build can take them (no
 # window, the keys-as-M step with 64-row query tiles, not persistent,
 # NAMED_BAR < 2; an override of DROPOUT_RNG_WARPS wins).  Session 39's H200
-# run (benchmarks/gpu_next_dropout_rng.sh, two repeats, six rows per d,
+# run (benchmarks/history/gpu_next_dropout_rng.sh, two repeats, six rows per d,
 # against the shared-calls entry above; rule: every row >= 0.99x and geomean
 # >= 1.02): d = 64 with 232 consumer registers (40 left for the RNG warps)
 # 1.080-1.097x, geomean 1.090 (1.050-1.095x / 1.077 at 240); d = 128
 # 1.007-1.059x, geomean 1.034 (0.78-0.84x at 232).  The byte-per-score form
 # (= 1) was slower at both (0.886-0.910x / 0.958-0.992x).  Then the same bits
 # applied late (= 3: a predicate per score after the dP^T wait, dV's keep
-# scale once per block; benchmarks/gpu_next_dropout_late.sh, same rule,
+# scale once per block; benchmarks/history/gpu_next_dropout_late.sh, same rule,
 # against = 2): d = 64 at 232 registers 1.016-1.035x, geomean 1.026 (adopted;
 # 1.025 at 240); d = 128 0.992-1.029x, geomean 1.019 (not met: stays = 2).
-# Session 43 (benchmarks/gpu_next_dropout_inplace.sh, same rule, against
+# Session 43 (benchmarks/history/gpu_next_dropout_inplace.sh, same rule, against
 # those): = 4 (each loaded word shifted once by the lane's key parity, a
 # score's test one LOP3 in place) at d = 64 with 232 consumer registers and
 # RNG_REGS 24 1.052-1.073x, geomean 1.061 (= 4 at 240: 1.054); d = 128 at 240
@@ -1942,7 +1942,7 @@ DROPOUT_DECLINE: dict = {192: "dropout with the split Q K^T (d = 192) is not bui
 WINDOW_DECLINE: dict = {192: "a window with the split Q K^T (d = 192) is not built"}
 # Grid order per causal flag (module doc of _attn_bwd_hopper's program decode).
 SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS_FIRST=False, SLICES_FIRST=False)}
-# SLICES_FIRST (an override; benchmarks/gpu_next_slices_first.sh): with
+# SLICES_FIRST (an override; benchmarks/history/gpu_next_slices_first.sh): with
 # GROUP_SPLIT > 1 the S programs of a key block first (as HEADS_FIRST has
 # them), then the same slices' next key block, then the next head.  Session
 # 35 against the heads-first default at d = 128: 0.89-1.03x (geomean 0.98,
@@ -1958,7 +1958,7 @@ SCHEDULE = {False: dict(HEADS_FIRST=False, SLICES_FIRST=False), True: dict(HEADS
 # 0.97x, so not there.  d = 192: on the 64-row step 1.09-1.11x at 4k but
 # 0.92x at 2k and 0.98x at 8k (calls 5-6 of that session), on the 128-row
 # step 0.98-1.00x (session 35 call 6): not taken.  d = 64 since session 35
-# (benchmarks/gpu_next_gqa_heads_first2.sh, its rule met): 1.078-1.098x on
+# (benchmarks/history/gpu_next_gqa_heads_first2.sh, its rule met): 1.078-1.098x on
 # the four rows with S = 2-8 from 4k (geomean 1.088), 1.047x at 2k (not
 # ruled on).  An override HEADS_FIRST takes precedence.
 HEADS_FIRST_GQA_SPLIT_MIN_N = {64: 4096, 128: 4096}
@@ -1993,7 +1993,7 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, Fals
 # True takes group_split's S, False S = 1 unless the overrides set GROUP_SPLIT
 # = S (the largest divisor of the group not above S; 0: the rule).  On for
 # causal since session 15: through the cached plans, as a user's call runs
-# (benchmarks/gpu_next_gqa_split.sh, two repeats, its rule met), the rule's S
+# (benchmarks/history/gpu_next_gqa_split.sh, two repeats, its rule met), the rule's S
 # gave 1.13-2.38x the unsplit kernel on the 9 causal GQA rows where S > 1
 # and 0.99-1.02x where S = 1 (causal MHA: unchanged); session 14 measured
 # 0.89-1.00x on non-causal rows, so non-causal stays off; docs/hopper.md,
@@ -2024,7 +2024,7 @@ def partials_16bit(split: int) -> bool:
 
 
 # Programs wanted per SM by group_split: 4 since session 23 (2 before).
-# benchmarks/gpu_next_dropout_split.sh, rule fixed before the run, best of
+# benchmarks/history/gpu_next_dropout_split.sh, rule fixed before the run, best of
 # two repeats on 5 causal GQA rows (d 64 / 128, N 2k-8k): 4 waves gave
 # 1.012-1.051x the 2-wave rule without dropout (geomean 1.030) and
 # 1.052-1.078x with dropout 0.1 (geomean 1.064); 8 waves failed without
@@ -2036,7 +2036,7 @@ GROUP_SPLIT_WAVES = 4
 GROUP_SPLIT_WAVES_DROPOUT = 4
 # The float32 dQ buffer in dq's memory order (dq_acc_strides), not (B, H,
 # N, d): its final conversion into dq becomes a dense copy.  Off: on the
-# H200 (session 15 call 1, benchmarks/gpu_next_dq_layout.sh, two repeats)
+# H200 (session 15 call 1, benchmarks/history/gpu_next_dq_layout.sh, two repeats)
 # it was 1.007-1.042x the contiguous buffer on 7 of 8 rows (mean 1.021x)
 # but 0.996x / 0.988x at N = 8k d = 128 causal, below the rule's 0.99x
 # floor; True takes it (its GPU tests passed).  A bool or {causal: bool}
@@ -2077,29 +2077,29 @@ HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
 # the one 64 x 256 ring slot, _dkv_stages), not persistent, 16-bit outputs with TMA-compatible strides
 # (_make_plan turns it off otherwise); for calls without a window or
 # dropout by this table (the others: TMA_DKV_DROPOUT / TMA_DKV_WINDOW).  Session
-# 36 call 4 (benchmarks/gpu_next_tma_dkv.sh, rule per class in its header),
+# 36 call 4 (benchmarks/history/gpu_next_tma_dkv.sh, rule per class in its header),
 # kernel-only TMA_DKV / gl.store, N 2k / 4k / 8k, B*N = 16k: d = 64 causal
 # 1.146 / 1.092 / 1.025x, full 1.121 / 1.054 / 1.027x; d = 128 full 1.119 /
 # 1.048 / 1.045x (adopted); d = 128 causal 1.147 / 1.049 / 0.984x (its 8k
 # row under the rule's 0.99: not adopted).  d = 256 since session 37 call 2
-# (benchmarks/gpu_next_tma_dkv256.sh, 13 GPU tests passed): causal 1.155 /
+# (benchmarks/history/gpu_next_tma_dkv256.sh, 13 GPU tests passed): causal 1.155 /
 # 1.054 / 1.018x (geomean 1.074), full 1.172 / 1.030 / 1.036x (1.077), a
 # causal GQA row at 4k 1.098x.  d = 192 / dv = 128 (the split Q K^T; dK's two
 # chunks and dV through three descriptors) since session 40 call 1
-# (benchmarks/gpu_next_tma_dkv192.sh, 18 GPU tests passed): causal 1.151 /
+# (benchmarks/history/gpu_next_tma_dkv192.sh, 18 GPU tests passed): causal 1.151 /
 # 1.079 / 1.054x at 2k / 4k / 8k, causal GQA 16/4 at 4k 1.049x, full 4k
 # 1.055x (geomean 1.077).
 TMA_DKV_DEFAULT = {64: (True, True), 128: (True, False), 256: (True, True), 192: (True, True)}
 # Per head dim, the longest key length up to which a causal call takes
 # TMA_DKV where TMA_DKV_DEFAULT leaves it off (same conditions; an override
 # TMA_DKV takes precedence).  d = 128 since session 36 call 6
-# (benchmarks/gpu_next_tma_dkv2.sh, its rule met at its 4096 tier): 1.021-
+# (benchmarks/history/gpu_next_tma_dkv2.sh, its rule met at its 4096 tier): 1.021-
 # 1.145x on four causal rows from 2k to 4k (MHA and GQA, geomean 1.086);
 # longer rows 1.015x (6k), 1.051x (8k; 0.984x in call 4), 0.939x (16k).
 TMA_DKV_CAUSAL_MAX_N = {128: 4096}
 # TMA_DKV for calls with dropout (with or without a window) and for windowed
 # calls without dropout, per head dim, (not causal, causal).  Session 37 call 2
-# (benchmarks/gpu_next_tma_dkv_variants.sh, rule in its header, 37 GPU tests
+# (benchmarks/history/gpu_next_tma_dkv_variants.sh, rule in its header, 37 GPU tests
 # passed), kernel-only TMA_DKV / gl.store at B*N = 16k: dropout d = 64 causal
 # 1.014-1.069x (geomean 1.034, 2k-8k, a GQA row among them), full 1.060 /
 # 1.023x (2k / 8k); d = 128 causal 1.042-1.109x (1.074), full 1.100 / 1.045x.
@@ -2129,7 +2129,7 @@ def configs(unverified: bool = False) -> dict:
 # (588; its spill loads / stores in the GEMM loops 32 -> 17), 425 -> 402 at
 # d = 256, 475 -> 451 at d = 192; with dropout at d = 128 the spills grow
 # (496 -> 596 B), so dropout calls keep _visible.  Empty (the build of
-# before) until an H200 run: benchmarks/gpu_next_row_bound.sh.
+# before) until an H200 run: benchmarks/history/gpu_next_row_bound.sh.
 ROW_BOUND_DIMS: frozenset = frozenset()
 
 

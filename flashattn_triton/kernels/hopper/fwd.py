@@ -1144,7 +1144,7 @@ CAUSAL_CONFIGS: dict = {}
 # two consumers at causal N = 1k at 1.11x three.  Compile facts (Triton 3.6,
 # sm_90, bf16, compile_check --hopper --d 64 --cases full): three consumers
 # 6,264 SASS instructions, 12 B spilled (none in the GEMM loops); two 0 B,
-# 4,208.  Session 28 (benchmarks/gpu_next_short64.sh, rule in its header):
+# 4,208.  Session 28 (benchmarks/history/gpu_next_short64.sh, rule in its header):
 # two consumers read 0.95-0.98x three's TFLOP/s at N 512 / 1k and 0.84-0.88x at
 # 1.5k / 2k in both repeats (the rule asked >= 1.02), so it stays empty.
 SHORT_CONFIGS: dict = {}
@@ -1156,7 +1156,7 @@ SHORT_CONFIGS: dict = {}
 # (spills 108 -> 84 B, local loads / stores in the GEMM loops 20 -> 10), 762
 # -> 671 at d = 128 (unmasked step 457 / 496); whole causal kernels 7-8%
 # shorter at d = 64 / 128 / 192.  Empty (the build of before) until an H200
-# run: benchmarks/gpu_next_row_bound.sh.
+# run: benchmarks/history/gpu_next_row_bound.sh.
 ROW_BOUND_DIMS: frozenset = frozenset({128})
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
@@ -1188,13 +1188,13 @@ SCHEDULE = {
 }
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_work_tile).  On where the H200 measured >= 1.02x at
-# both N = 2k and 8k (benchmarks/gpu_hopper_persistent.sh, session 10 call 4):
+# both N = 2k and 8k (benchmarks/history/gpu_hopper_persistent.sh, session 10 call 4):
 # d = 128 causal 1.03x / 1.13x; elsewhere mixed or below (docs/hopper.md).
 PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False), 192: (False, False)}
 # DYNAMIC per head dim, (not causal, causal): the persistent grid with tiles
 # handed out by an atomic counter instead of the static snake (greedy, in the
 # longest-first order when causal); DYNAMIC implies PERSISTENT.  On where
-# the H200 met the rule of benchmarks/gpu_hopper_dynamic.sh (session 11 call
+# the H200 met the rule of benchmarks/history/gpu_hopper_dynamic.sh (session 11 call
 # 1, docs/hopper.md "Dynamic tile scheduler"): d = 64 causal 1.054x / 1.033x
 # the default at N = 2k / 8k, d = 128 not causal 1.039x / 1.048x; elsewhere
 # below the rule.  Each launch zeroes a fresh int32 counter from the caching
@@ -1207,7 +1207,7 @@ DYNAMIC_DEFAULT = {64: (False, True), 128: (True, True), 256: (False, False), 19
 # registers, so the next tile's Q loads under this one's last P V and
 # epilogue instead of after its O store (docs/hopper.md "Early Q release").
 # Off: GPU-tested but slower on the H200 (session 17 call 1,
-# benchmarks/gpu_next_early_q.sh: 0.83-1.00x causal, 0.89-1.03x not causal).
+# benchmarks/history/gpu_next_early_q.sh: 0.83-1.00x causal, 0.89-1.03x not causal).
 EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
 # SECTION_MB per head dim, (not causal, causal): with the DYNAMIC scheduler
 # and HEADS_FIRST, the causal tiles go in sections of (batch, head)s whose
@@ -1219,7 +1219,7 @@ EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False),
 # dynamic scheduler's balance unchanged, while the static snake loses its
 # balance over sections (1.25-1.67x the ideal at d = 128), hence DYNAMIC
 # only.  On at d = 128 causal with 16 MiB since session 18 call 1
-# (benchmarks/gpu_next_sections.sh through the cached plans: geometric mean
+# (benchmarks/history/gpu_next_sections.sh through the cached plans: geometric mean
 # 1.091 / 1.059 over its 5 causal rows in two repeats, none below 0.98; with
 # DYNAMIC_DEFAULT[128] causal on; d = 64 gained 1.01-1.02, under the rule's
 # 1.03, and stays off).  The override SECTION_MB=n (with DYNAMIC) takes it.
