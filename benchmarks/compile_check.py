@@ -418,6 +418,7 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta.setdefault("HAS_DROPOUT", False)
     if "HAS_MASK" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before the mask)
         meta.setdefault("HAS_MASK", False)
+    # (checkouts of sessions 17-44 have the early Q release, EARLY_Q, and its O arguments)
     early_q = bool(meta.get("EARLY_Q", getattr(hfwd, "EARLY_Q_DEFAULT", {}).get(d, (False, False))[causal]))
     if "EARLY_Q" in hfwd._attn_fwd_hopper.arg_names:  # (nor one from before the early Q release)
         meta["EARLY_Q"] = early_q

@@ -86,15 +86,8 @@ VARIANTS = {
     # Split Q K^T (d = 192, dv = 128; CONFIGS[192]: 128-key tiles, 2 stages):
     # the other tile config that fits shared memory, 64-key tiles in 3 stages.
     "bn64": ({"BLOCK_N": 64, "NUM_STAGES": 3}, (192,)),
-    # Early Q release (EARLY_Q_DEFAULT in fwd.py): the consumers free their Q
-    # buffer after a work tile's last S and store O from registers, so the
-    # next tile's Q loads under the last P V and the epilogue.  With each
-    # head dim's default schedule, and on the persistent / dynamic grids.
-    "early_q": ({"EARLY_Q": True}, (64, 128, 256, 192)),
-    "early_q_persistent": ({"EARLY_Q": True, "PERSISTENT": True}, (64, 128, 256, 192)),
-    "early_q_dynamic": ({"EARLY_Q": True, "DYNAMIC": True}, (64, 128, 256, 192)),
-    "early_q_persistent_g7": ({"EARLY_Q": True, "PERSISTENT": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
-    "early_q_dynamic_g7": ({"EARLY_Q": True, "DYNAMIC": True, "NUM_SMS": 7}, (64, 128, 256, 192)),
+    # (The early Q release, variants early_q*, measured slower in session 17 and
+    # was removed in session 45; docs/hopper.md "Early Q release".)
     # Causal tiles by head sections whose K / V fill SECTION_MB MiB of L2
     # (SECTION_MB_DEFAULT in fwd.py; the dynamic scheduler only).
     "sec16": ({"SECTION_MB": 16, "DYNAMIC": True}, (64, 128)),

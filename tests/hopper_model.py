@@ -567,11 +567,9 @@ def _wait(bar, parity, expected):
     return ("wait", bar, parity, expected)
 
 
-def producer(cta, tiles, persistent, broken=None, early_q=False):
-    """broken: 'split_expect_one' expects only one chunk's bytes per Q / K load.
-    early_q (EARLY_Q): one K/V tile fewer before each work tile's Q."""
+def producer(cta, tiles, persistent, broken=None):
+    """broken: 'split_expect_one' expects only one chunk's bytes per Q / K load."""
     ns, nc = cta.ns, cta.nc
-    ahead = ns - 1 if early_q else ns
     waits = {}
     chunks = 2 if cta.split else 1
     expect = 1 if broken == "split_expect_one" else chunks
@@ -612,7 +610,7 @@ def producer(cta, tiles, persistent, broken=None, early_q=False):
         sched, g, i, t = tiles, 0, 0, cta.pid
         while t < len(sched.work):
             n_tiles = sched.work[t]
-            n_first = min(n_tiles, ahead)
+            n_first = min(n_tiles, ns)
             for j in range(n_first):
                 yield from load_kv(t, j, g + j)
             yield from load_q(t, i & 1, True)
@@ -629,7 +627,7 @@ def producer(cta, tiles, persistent, broken=None, early_q=False):
     elif persistent:
         g = 0
         for i, n_tiles in enumerate(tiles):
-            n_first = min(n_tiles, ahead)   # the ring's worth of K/V before Q (the kernel's order)
+            n_first = min(n_tiles, ns)   # the ring's worth of K/V before Q (the kernel's order)
             for j in range(n_first):
                 yield from load_kv(i, j, g + j)
             yield from load_q(i, i & 1, True)
@@ -667,12 +665,10 @@ def own_tiles(seed, tail=True, head=False):
     return own
 
 
-def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q=False):
+def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
     """One consumer warpgroup; own(t, c, n_tiles) -> (first, n_own), the key
     tiles [first, n_own) it reads (the rest it releases unread, as
-    _attn_fwd_skip), all of them when None.  early_q (EARLY_Q): Q's buffer
-    released after the last S, O stored from registers (EARLY_Q_BROKEN:
-    released as the first S is issued)."""
+    _attn_fwd_skip), all of them when None."""
     ns, nc = cta.ns, cta.nc
     waits = {}
 
@@ -732,8 +728,6 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
         issue_s(t, first, s0, q, q1)
         if pingpong:
             cta.turn[(c + 1) % nc].arrive()
-        if broken == "early_q_at_first_s":
-            cta.q_empty[c].arrive()   # while this S, and every later one, still reads Q
         yield ("wgmma_wait", 0)
         cta.k_empty[s0].arrive()
         yield ("step",)
@@ -756,10 +750,6 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
             yield ("wgmma_wait", 0)
             cta.v_empty[sv].arrive()
             yield ("step",)
-        if early_q and broken != "early_q_at_first_s":
-            if any(buf is q for group in cta.wgmma[c] for buf, _ in group):
-                raise ProtocolError(f"consumer {c}: Q released while a wgmma reads it")
-            cta.q_empty[c].arrive()
         sv = (g0 + n_own - 1) % ns
         yield wait(cta.v_ready[sv], ((g0 + n_own - 1) // ns) & 1)
         if pingpong:
@@ -771,9 +761,6 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
         cta.v_empty[sv].arrive()
         yield ("step",)
         yield from skip(n_own, n_tiles, g0, t0, head=False)
-        if early_q:  # O from registers to global memory: no buffer involved
-            cta.outputs.append((t, c))
-            return
         # Epilogue: O staged in Q's buffer (a generic write: nothing may be
         # reading or loading it), TMA store, store_wait.
         if q.readers or q.writing:
@@ -788,8 +775,7 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
         while t < len(sched.work):
             n_tiles = sched.work[t]
             yield from tile(t, n_tiles, g, g + i, i & 1)
-            if not early_q:
-                cta.q_empty[c].arrive()
+            cta.q_empty[c].arrive()
             g += n_tiles
             if sched.broken == "consumer_claims":   # each warpgroup asks the counter itself
                 t = sched.claim()
@@ -807,8 +793,7 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, early_q
         g = 0
         for i, n_tiles in enumerate(tiles):
             yield from tile(i, n_tiles, g, g + i, i & 1)
-            if not early_q:
-                cta.q_empty[c].arrive()
+            cta.q_empty[c].arrive()
             g += n_tiles
     else:
         yield from tile(0, tiles[0], 0, 0, 0)
@@ -869,30 +854,26 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
 # expecting one chunk's bytes for two copies, the consumer waiting for all
 # but two wgmma groups (S's second chunk may still read K1 when K is released).
 SPLIT_PROTOCOL_BROKEN = ("split_expect_one", "split_wait_2")
-# ... and of the early Q release: the buffer released as the work tile's
-# first S is issued (the next Q may land while this tile's S products read it).
-EARLY_Q_BROKEN = ("early_q_at_first_s",)
 
 
 def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None,
-                      head=False, split=False, early_q=False):
+                      head=False, split=False):
     """Run one CTA's protocol over work tiles with the given key-tile counts;
     skip: each warpgroup releases the tiles past its own_tiles(seed) share
     unread (causal), head: also the ones before it (a window); split: Q and
-    K loaded and read as two column chunks each (split Q K^T); early_q: the
-    early Q release (EARLY_Q); broken one of SKIP_BROKEN, HEAD_BROKEN,
-    SPLIT_PROTOCOL_BROKEN or EARLY_Q_BROKEN (with early_q).  Returns the number of
+    K loaded and read as two column chunks each (split Q K^T); broken one of
+    SKIP_BROKEN, HEAD_BROKEN or SPLIT_PROTOCOL_BROKEN.  Returns the number of
     scheduler steps; raises ProtocolError on a deadlock, a wrong phase or a
     buffer hazard."""
-    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN + SPLIT_PROTOCOL_BROKEN + EARLY_Q_BROKEN, broken
+    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN + SPLIT_PROTOCOL_BROKEN, broken
     own = own_tiles(seed, skip, head) if skip or head else None
     rng = random.Random(seed)
     cta = CTA(nc, ns, split=split)
     if pingpong:
         cta.turn[0].arrive()
-    agents = {"producer": producer(cta, tiles, persistent, broken, early_q)}
+    agents = {"producer": producer(cta, tiles, persistent, broken)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken, early_q)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken)
     # Per run, a random bias: some agents (or the asynchronous engines) run
     # much more often than others, so that every one of them gets far ahead.
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
@@ -921,7 +902,7 @@ DYNAMIC_BROKEN = ("one_slot", "consumer_claims", "no_wait", "no_reset")
 
 
 def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_steps=10 ** 6, skip=False,
-                     head=False, early_q=False):
+                     head=False):
     """The DYNAMIC protocol of min(n_programs, len(work)) CTAs sharing one
     counter, under one random scheduler; work: key-tile count per tile t.
     skip / head: the warpgroups' shares as simulate_protocol's.  Returns
@@ -939,10 +920,10 @@ def simulate_dynamic(work, n_programs, nc, ns, pingpong, seed, broken=None, max_
         ctas.append(cta)
         if pingpong:
             cta.turn[0].arrive()
-        agents[(p, "producer")] = producer(cta, sched, True, early_q=early_q)
+        agents[(p, "producer")] = producer(cta, sched, True)
         for c in range(nc):
             agents[(p, c)] = consumer(cta, c, sched, True, pingpong,
-                                      own_tiles(seed, skip, head) if skip or head else None, early_q=early_q)
+                                      own_tiles(seed, skip, head) if skip or head else None)
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in agents}
     w_async = rng.choice((0.05, 1.0, 20.0))
     steps = run_agents(agents, ctas, lambda name: (ctas[name[0]], name[1]), weight, w_async, rng, max_steps)

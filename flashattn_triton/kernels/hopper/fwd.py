@@ -229,23 +229,18 @@ def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_
                     pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                     NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                    HAS_WINDOW: gl.constexpr, EARLY_Q: gl.constexpr = False):
+                    HAS_WINDOW: gl.constexpr):
     """The loads of a persistent program's i-th work tile (m-block pid_m of
     head pid_bh); g: K/V tiles the program loaded before it.  Returns g plus
     this tile's.  The first K/V tiles (as many as the ring holds) go before
     Q: their slots are freed by the previous tile's GEMMs, while the Q
     buffers are free only once the consumers have stored that tile's O from
     them; so the ring is full when Q is waited for.  Key tiles [t_lo, t_n)
-    (_key_start: t_lo = 0 without a window) go to ring uses g, g + 1, ...
-    With EARLY_Q the consumers release Q after their last S, before the last
-    P V frees the ring's last slot, so one K/V tile fewer goes before Q."""
+    (_key_start: t_lo = 0 without a window) go to ring uses g, g + 1, ..."""
     t_b, t_hq, t_hkv, t_m, t_n = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift,
                                               BLOCK_M * NUM_CONSUMERS, BLOCK_N, IS_CAUSAL)
     t_lo = _key_start(t_m, t_n, window_lo, BLOCK_N, HAS_WINDOW)
-    if EARLY_Q:
-        n_first = gl.minimum(t_n - t_lo, NUM_STAGES - 1)
-    else:
-        n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
+    n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
     for j in range(n_first):
         _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
                  t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
@@ -265,8 +260,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                   HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                   EARLY_Q: gl.constexpr):
+                   HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
     DYNAMIC, the tiles it claims from TILE_COUNTER, published to the
@@ -284,8 +278,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW,
-                                EARLY_Q)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
             # Every load of tile i is issued: claim the next tile (programs
             # [0, G) took tiles [0, G) without a claim) and publish it in
             # slot i % 2.  That slot last held the tile of iteration i - 1,
@@ -306,8 +299,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
             g = _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
-                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW,
-                                EARLY_Q)
+                                BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
     else:
         _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
                 BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, False)
@@ -605,8 +597,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mask=None, HAS_MASK: gl.constexpr = False, q_empty=None, out=None, EARLY_Q: gl.constexpr = False,
-                   ROW_BOUND: gl.constexpr = False):
+                   mask=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -614,10 +605,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
     Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
     and k1_bufs are None).  drop: the kernel's dropout arguments (HAS_DROPOUT
-    only); mask: its boolean mask's (HAS_MASK only).  EARLY_Q: Q's buffer is
-    released (q_empty) as soon as the last S has retired, and O is stored
-    from registers through out = (O, stride_oz, stride_oh, stride_om)
-    instead of being staged in that buffer."""
+    only); mask: its boolean mask's (HAS_MASK only)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -748,12 +736,6 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                                           BLOCK_N, QK1, True, IS_CAUSAL, PINGPONG, PAIRED, HAS_WINDOW, drop,
                                           HAS_DROPOUT, mtile, HAS_MASK, ROW_BOUND)
 
-    if EARLY_Q:
-        # Every S group has retired (each step waited for it): nothing reads
-        # Q any more, so the producer may load the next work tile's Q while
-        # this one's last P V, softmax normalisation and store run.
-        mbarrier.arrive(q_empty.index(CONSUMER))
-
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
     mbarrier.wait(v_ready.index(sv), ((g0 + n_own - 1) // NUM_STAGES) & 1)
@@ -782,20 +764,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     lse_ptrs = LSE + off_b.to(gl.int64) * stride_lz + off_hq.to(gl.int64) * stride_lh + rows
     gl.store(lse_ptrs, lse2, mask=rows < N_Q)
 
-    if EARLY_Q:
-        # Q's buffer may already hold the next tile's Q: O goes from the
-        # accumulator's registers to global memory (rows past N_Q masked).
-        O, stride_oz, stride_oh, stride_om = out
-        o_rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        o_ptrs = (O + off_b.to(gl.int64) * stride_oz + off_hq.to(gl.int64) * stride_oh
-                  + gl.expand_dims(o_rows.to(gl.int64) * stride_om, 1) + gl.expand_dims(o_cols, 0))
-        gl.store(o_ptrs, o_tile.to(dtype), mask=gl.expand_dims(o_rows < N_Q, 1))
-    else:
-        # Q's buffer is free now (the last wgmma reading it has completed): stage
-        # O there and store it with TMA, which clips rows past N_Q.
-        _store_tile_tma(o_tile, q, o_desc, off_b, off_hq, row0, 0)
-        tma.store_wait(0)
+    # Q's buffer is free now (the last wgmma reading it has completed): stage
+    # O there and store it with TMA, which clips rows past N_Q.
+    _store_tile_tma(o_tile, q, o_desc, off_b, off_hq, row0, 0)
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -809,8 +781,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop,
                       HAS_DROPOUT: gl.constexpr,
-                      mask, HAS_MASK: gl.constexpr, out, EARLY_Q: gl.constexpr,
-                      ROW_BOUND: gl.constexpr = False):
+                      mask, HAS_MASK: gl.constexpr, ROW_BOUND: gl.constexpr = False):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
     publishes them: the consumers never touch the tile counter)."""
@@ -831,9 +802,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
-            if not EARLY_Q:
-                mbarrier.arrive(q_empty.index(CONSUMER))
+                           HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND)
+            mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
             # The next tile, as the producer claimed it (published once per
             # iteration: parity (i // 2) & 1 of slot i % 2).
@@ -857,11 +827,10 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            t_b, t_hq, stride_lz, stride_lh, t_m, t_lo, t_n, g, g + i, i & 1,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
-            if not EARLY_Q:
-                # O has left this consumer's Q buffer (store_wait): the producer
-                # may load the next tile's Q there.
-                mbarrier.arrive(q_empty.index(CONSUMER))
+                           HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND)
+            # O has left this consumer's Q buffer (store_wait): the producer
+            # may load the next tile's Q there.
+            mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
     else:
         lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
@@ -870,7 +839,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                        off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                        N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                        BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                       HAS_DROPOUT, mask, HAS_MASK, q_empty, out, EARLY_Q, ROW_BOUND)
+                       HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND)
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
@@ -898,16 +867,13 @@ def _attn_fwd_hopper(
     # (b, h, i, j) at MASK + b * stride_mz + h * stride_mh + i * stride_mm + j,
     # strides 0 on broadcast dims (else any pointer, unused)
     MASK, stride_mz, stride_mh, stride_mm,
-    # EARLY_Q only: O (B, H, N, dv) as a pointer and its strides (the last is 1;
-    # else any pointer, unused): O is stored from registers, not through o_desc
-    O, stride_oz, stride_oh, stride_om,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PAIRED: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
-    HAS_MASK: gl.constexpr = False, EARLY_Q: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
+    HAS_MASK: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
     ROW_BOUND: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
@@ -1000,14 +966,13 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
@@ -1019,8 +984,7 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1029,14 +993,13 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -1049,8 +1012,7 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1059,8 +1021,7 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1069,14 +1030,13 @@ def _attn_fwd_hopper(
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK,
-                                 (O, stride_oz, stride_oh, stride_om), EARLY_Q, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
                               n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, EARLY_Q)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -1202,13 +1162,6 @@ PERSISTENT_DEFAULT = {64: (False, False), 128: (False, True), 256: (False, False
 # ordered, so concurrent launches on other streams get their own counter,
 # and captured into CUDA graphs as a memset node that every replay repeats.
 DYNAMIC_DEFAULT = {64: (False, True), 128: (True, True), 256: (False, False), 192: (False, False)}
-# EARLY_Q per head dim, (not causal, causal): a persistent program's consumers
-# release their Q buffer after the work tile's last S and store O from
-# registers, so the next tile's Q loads under this one's last P V and
-# epilogue instead of after its O store (docs/hopper.md "Early Q release").
-# Off: GPU-tested but slower on the H200 (session 17 call 1,
-# benchmarks/history/gpu_next_early_q.sh: 0.83-1.00x causal, 0.89-1.03x not causal).
-EARLY_Q_DEFAULT = {64: (False, False), 128: (False, False), 256: (False, False), 192: (False, False)}
 # SECTION_MB per head dim, (not causal, causal): with the DYNAMIC scheduler
 # and HEADS_FIRST, the causal tiles go in sections of (batch, head)s whose
 # K and V fill about this many MiB of L2 (HEAD_SECTION; 0: one section of
@@ -1299,8 +1252,7 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split",
-                 "early_q")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
 
 
 def _signature(q, k, v, o, lse, causal, windowed, dropout=False, mask=None):
@@ -1343,12 +1295,12 @@ def mask_unsupported_reason(mask, q, k) -> str:
 def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = False, masked: bool = False,
                  n_q: Optional[int] = None) -> dict:
     """The launch switches of a call without overrides: CONFIGS[d] and
-    SCHEDULE[causal], the per-(d, causal) defaults (PERSISTENT, DYNAMIC,
-    EARLY_Q), then the entries that replace CONFIGS' for causal calls, for
+    SCHEDULE[causal], the per-(d, causal) defaults (PERSISTENT, DYNAMIC),
+    then the entries that replace CONFIGS' for causal calls, for
     plain calls of at most SHORT_CONFIGS' n_max query rows (n_q given), a
     window, dropout and a mask, in that order (later ones win)."""
     meta = dict(CONFIGS[d], **SCHEDULE[causal], PERSISTENT=PERSISTENT_DEFAULT[d][causal],
-                DYNAMIC=DYNAMIC_DEFAULT[d][causal], EARLY_Q=EARLY_Q_DEFAULT[d][causal])
+                DYNAMIC=DYNAMIC_DEFAULT[d][causal])
     n_max, short = SHORT_CONFIGS.get((d, causal), (-1, {}))
     plain_short = n_q is not None and n_q <= n_max and not (windowed or dropout or masked)
     for on, entries in ((causal, CAUSAL_CONFIGS.get(d, {})), (plain_short, short),
@@ -1396,8 +1348,10 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     if section_mb and meta["DYNAMIC"] and meta["HEADS_FIRST"] and not windowed:
         heads = section_heads(section_mb, n_k, d, dv, q.element_size(), h_q // h_kv)
         meta["HEAD_SECTION"] = heads if heads < batch * h_q else 0
-    if not meta["EARLY_Q"]:  # (absent when off: the keys and kwargs of before)
-        del meta["EARLY_Q"]
+    if meta.get("EARLY_Q"):
+        return ("EARLY_Q: the early Q release (measured 0.83-1.03x on the H200 in session 17) was removed in "
+                f"session 45, not {meta['EARLY_Q']!r}")
+    meta.pop("EARLY_Q", None)
     # ROW_BOUND is always passed, as HEAD_SECTION below: a build leaving it to
     # the kernel's default was not the build of before in compile_check's
     # direct compile (a runtime branch over both mask forms; Triton 3.6).
@@ -1445,7 +1399,6 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=dv, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.dynamic = bool(meta["DYNAMIC"])
-    plan.early_q = bool(meta.get("EARLY_Q"))
     return plan
 
 
@@ -1612,9 +1565,6 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=Non
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
     args += dropout_args(dropout, plan.tail[4], plan.tail[5], lse)
     args += mask_args(mask, lse)
-    # EARLY_Q's O pointer and (B, H, N) strides (o's view; the flash-layout
-    # tensor has the same data pointer), else placeholders.
-    args += (tensors[3],) + tuple(plan.dims[3][1][:3]) if plan.early_q else (lse, 0, 0, 0)
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -1648,4 +1598,4 @@ __all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reas
            "HEAD_DIM_V", "CAUSAL_CONFIGS", "SHORT_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS",
            "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
-           "mask_unsupported_reason", "EARLY_Q_DEFAULT", "SECTION_MB_DEFAULT", "section_heads"]
+           "mask_unsupported_reason", "SECTION_MB_DEFAULT", "section_heads"]
