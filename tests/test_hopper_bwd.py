@@ -1238,11 +1238,10 @@ def _dropout_grads_agree(q, k, v, do, shift, overs, seed, offset, plan_check=Non
 
 
 def test_dropout_rng_warps_plan(monkeypatch):
-    """DROPOUT_RNG_WARPS (2: each call's eight bits, 3: those bits applied as
-    predicates after the dP^T wait, dV's keep scale once per block, 4: as 3
-    with each bit tested in place): as an override taken for dropout calls
-    on the keys-as-M step (d = 64 / 128, BLOCK_M 64), its shared memory
-    counted; other values (1, the byte-per-score form, removed) declined;
+    """DROPOUT_RNG_WARPS (4: each call's eight keep bits, tested in place
+    after the dP^T wait, dV's keep scale once per block): as an override
+    taken for dropout calls on the keys-as-M step (d = 64 / 128, BLOCK_M
+    64), its shared memory counted; other values (1 - 3, removed) declined;
     declined (a reason, no launch) without dropout, with a window, on
     SPLIT_D (d = 256), on the persistent grid and with NAMED_BAR = 2 (no
     qdo_empty arrivals, which free the flags' slots).  By default
@@ -1255,15 +1254,14 @@ def test_dropout_rng_warps_plan(monkeypatch):
     monkeypatch.setattr(hbwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(hbwd, "unsupported_reason", lambda *a: "")  # CPU tensors stand for CUDA ones
 
-    def plan(d=128, dropped=True, windowed=False, rng=2, **over):
+    def plan(d=128, dropped=True, windowed=False, rng=4, **over):
         q = torch.empty(2, 6, 1024, d, dtype=torch.bfloat16)
         k = torch.empty(2, 2, 1024, d, dtype=torch.bfloat16)
         lse = torch.empty(2, 6, 1024)
         return hbwd._make_plan(q, q, k, k, lse, lse, q, k, k, 0.1, True, windowed, dropped, False,
                                dict(over, **({} if rng is None else dict(DROPOUT_RNG_WARPS=rng))))
     for d in (64, 128):
-        for rng, slot_bytes in ((2, 128 * 64 // 8 * 4), (3, 128 * 64 // 8 * 4), (4, 128 * 64 // 8 * 4)):
-            # 4 bytes per call of 8 (3, 4: the same bits, applied late)
+        for rng, slot_bytes in ((4, 128 * 64 // 8 * 4),):  # 4 bytes per call of 8
             p = plan(d, rng=rng)
             assert not isinstance(p, str) and p.kwargs["DROPOUT_RNG_WARPS"] == rng, (d, p)
             meta = hbwd.kernel_meta(d, True, dict(DROPOUT_RNG_WARPS=rng), dropout=True)
@@ -1271,7 +1269,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
             assert (meta["BLOCK_N"], meta["BLOCK_M"]) == (128, 64), meta
             assert hbwd.smem_bytes(d, **meta) - hbwd.smem_bytes(d, **base) == meta["NUM_STAGES"] * (slot_bytes + 8)
     for reason in (plan(dropped=False), plan(windowed=True), plan(256), plan(PERSISTENT=True, NUM_SMS=7),
-                   plan(NAMED_BAR=2), plan(rng=5), plan(rng=1)):
+                   plan(NAMED_BAR=2), plan(rng=5), plan(rng=1), plan(rng=2), plan(rng=3)):
         assert isinstance(reason, str) and "DROPOUT_RNG_WARPS" in reason, reason
     # RNG_REGS (the RNG warps' registers, by default what the consumers leave): a multiple of 8
     # from 24 that fits beside the consumers, with the RNG warps only
@@ -1284,9 +1282,8 @@ def test_dropout_rng_warps_plan(monkeypatch):
         assert isinstance(reason, str) and "RNG_REGS" in reason, (over, reason)
     # RNG_NUM_WARPS = 2 (two RNG warps: with RNG_REGS 24 the CTA's 12 warps leave both consumers
     # 240)
-    for rng in (2, 3, 4):
-        p = plan(rng=rng, RNG_NUM_WARPS=2, RNG_REGS=24)
-        assert not isinstance(p, str) and (p.kwargs["RNG_NUM_WARPS"], p.kwargs["RNG_REGS"]) == (2, 24), p
+    p = plan(rng=4, RNG_NUM_WARPS=2, RNG_REGS=24)
+    assert not isinstance(p, str) and (p.kwargs["RNG_NUM_WARPS"], p.kwargs["RNG_REGS"]) == (2, 24), p
     assert plan(rng=4).kwargs["RNG_NUM_WARPS"] == 4
     for over in (dict(rng=0, RNG_NUM_WARPS=2), dict(rng=4, RNG_NUM_WARPS=1),
                  dict(rng=4, RNG_NUM_WARPS=8), dict(rng=None, dropped=False, RNG_NUM_WARPS=2)):
@@ -1298,7 +1295,7 @@ def test_dropout_rng_warps_plan(monkeypatch):
             meta = hbwd.kernel_meta(d, causal, dropout=True)
             assert (meta["DROPOUT_RNG_WARPS"], meta["CONSUMER_REGS"]) == (rng, regs), (d, causal, meta)
             assert meta.get("RNG_REGS", 0) == rng_regs, (d, causal, meta)
-            p = plan(d, **{"rng": 2})
+            p = plan(d, **{"rng": 4})
             assert not isinstance(p, str) and p.kwargs["CONSUMER_REGS"] == 240, p  # (an override: 240 stands)
         for over, windowed in ((dict(DROPOUT_RNG_WARPS=0), False), ({}, True), (dict(PERSISTENT=True), False),
                                (dict(NAMED_BAR=2), False)):
@@ -1315,25 +1312,22 @@ def test_dropout_rng_warps_plan(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128], ids=_d_id)
 @pytest.mark.parametrize("causal", [None, "br"])
 @pytest.mark.parametrize("split", [1, 3])
-@pytest.mark.parametrize("rng", [dict(DROPOUT_RNG_WARPS=2), dict(DROPOUT_RNG_WARPS=3),
-                                 dict(DROPOUT_RNG_WARPS=4),
+@pytest.mark.parametrize("rng", [dict(DROPOUT_RNG_WARPS=4),
                                  dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
                                  dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, NAMED_BAR=1),
                                  dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24),
-                                 dict(DROPOUT_RNG_WARPS=2, RNG_NUM_WARPS=2, RNG_REGS=24),
                                  dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24, OWN_FIRST=True),
                                  dict(DROPOUT_RNG_WARPS=4, OWN_FIRST=True)],
-                         ids=["call_bits", "late_bits", "bits_in_place", "bits_in_place_232",
-                              "bits_in_place_232_nb1", "bits_in_place_rng2", "call_bits_rng2",
+                         ids=["bits_in_place", "bits_in_place_232",
+                              "bits_in_place_232_nb1", "bits_in_place_rng2",
                               "bits_in_place_rng2_own_first", "bits_in_place_own_first"])
 def test_dropout_rng_warps(d, causal, split, rng):
-    """DROPOUT_RNG_WARPS (= 3 the default at d = 64, = 2 at 128): four RNG
-    warps draw each step's keep bits into shared memory (2: each call's
-    eight bits, expanded by the consumers; 3: those bits applied as
-    predicates after the dP^T wait, dV scaled once per block; 4: as 3, each
-    bit tested in place; also at 232 consumer registers with RNG_REGS = 24,
-    and with NAMED_BAR = 1; 4 and 2 with two RNG warps, RNG_NUM_WARPS = 2,
-    two calls per thread; 4 with OWN_FIRST, the dQ product over this
+    """DROPOUT_RNG_WARPS = 4 (the default at d = 64 / 128): four RNG warps
+    draw each step's keep bits into shared memory, each call's eight bits,
+    and the consumers test each bit in place after the dP^T wait (dV scaled
+    once per block); also at 232 consumer registers with RNG_REGS = 24, and
+    with NAMED_BAR = 1; with two RNG warps, RNG_NUM_WARPS = 2, two calls per
+    thread; with OWN_FIRST, the dQ product over this
     warpgroup's keys before the dS^T exchange wait) and the consumers read
     them: the same Philox mask as the consumers' own draws
     (DROPOUT_RNG_WARPS = 0), so that build's gradients up to summation
@@ -2744,11 +2738,11 @@ def _sweep_cases():
     cases += [(d, d, c is not None, dict(v, TMA_DKV=True), dr) for d, c, v, left, dr in TMA_DKV_VARIANTS
               if left is None]
     cases += [(d, d, True, v, False) for v in STAGE_BUFS_VARIANTS for d in (64, 128)]
-    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, GROUP_SPLIT=3), True) for d in (64, 128) for rng in (2, 3, 4)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, GROUP_SPLIT=3), True) for d in (64, 128)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24, GROUP_SPLIT=3, **nb), True)
               for d in (64, 128) for nb in ({}, dict(NAMED_BAR=1))]
-    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=rng, RNG_NUM_WARPS=2, RNG_REGS=24, GROUP_SPLIT=3), True)
-              for d in (64, 128) for rng in (2, 4)]
+    cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, RNG_NUM_WARPS=2, RNG_REGS=24, GROUP_SPLIT=3), True)
+              for d in (64, 128)]
     cases += [(d, d, True, dict(DROPOUT_RNG_WARPS=4, GROUP_SPLIT=3, OWN_FIRST=True, **r2), True)
               for d in (64, 128) for r2 in ({}, dict(RNG_NUM_WARPS=2, RNG_REGS=24))]
     cases += [(d, d, c, v, False) for v in OWN_FIRST_VARIANTS for d in (64, 128)

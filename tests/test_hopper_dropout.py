@@ -82,7 +82,7 @@ def _tile_keep_kernel(SEED, OUT, rng_base, row0, col0, rng_cols, thresh,
                 k0, k1, rng_base, row0, col0, rng_cols, tl.arange(0, BLOCK_N // 16), tl.arange(0, 4),
                 tl.arange(0, BLOCK_M // 16), tl.arange(0, 8))
             bits = hd.call_keep_bits(w0, w1, w2, w3, thresh.to(tl.uint32) << 16)
-            if BITS == 2:  # the flags left in their bits (DROPOUT_RNG_WARPS = 3's test)
+            if BITS == 2:  # the flags left in their bits (the RNG warps' test, DROPOUT_RNG_WARPS = 4)
                 keep = hd.kept_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) != 0
             else:
                 keep = hd.keep_keys_first_from_bits(bits, tl.arange(0, 2), BLOCK_N, BLOCK_M) == 1

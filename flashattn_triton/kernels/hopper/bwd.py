@@ -106,15 +106,15 @@ _attn_bwd_rng, the registers the others leave: 24, 40 at d = 64 with its
 consumers at 232) makes every Philox call of each step's keys x queries
 tile once and writes each call's eight keep bits to a two-slot shared ring
 (keep_ready; a slot is free again at the step's qdo_empty arrivals, as its
-Q and dO are): = 2 each consumer loads and expands them as the shared
-calls' path does (benchmarks/history/gpu_next_dropout_rng.sh: 1.03-1.09x; a form
-with a byte per score, = 1, was slower and is gone); = 3 loads those bits
-after the dP^T wait and applies them as a predicate per score, with dV's keep scale once per key
-block (1.026x over = 2 at d = 64, its default there; d = 128 keeps = 2);
-= 4 (session 40, an override until timed) is = 3 with each bit tested where
-it lies, one LOP3 to a predicate, and the predicate used by one select
-(dS^T from P^T Z: 22 % fewer instructions in the unmasked step's loop than
-= 3 at d = 64 and d = 128, compile facts).  Builds that cannot take it
+Q and dO are), and each consumer, after its dP^T wait, tests each score's
+bit where it lies (one LOP3 to a predicate) and uses the predicate in one
+select, P^T Z, with dV's keep scale applied once per key block
+(DROPOUT_RNG_WARPS = 4, the default since session 43: 1.06 / 1.13x over
+the forms before it at d = 64 / 128).  Those forms, = 1 (a byte per
+score), = 2 (the consumers expand each call's bits as the shared calls'
+path does) and = 3 (the bits applied late as a predicate per score), were
+removed in sessions 41 and 45 (benchmarks/history/gpu_next_dropout_rng.sh,
+gpu_next_dropout_late.sh, gpu_next_dropout_inplace.sh).  Builds that cannot take it
 (a window, SPLIT_D, persistent) draw as before.
 
 The dQ adds arrive in an order that varies run to run (float32 sums in
@@ -140,9 +140,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
-from .dropout import (keep_keys_first_from_call_bits, kept_keys_first_from_call_bits, negate_dropped, philox_keys,
-                      select_kept, select_nonzero, tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first,
-                      tile_keep_keys_first_shared)
+from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
+                      tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
 from .schedule import snake_count, snake_tile
 
@@ -683,16 +682,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         # P^T with the dropped scores negated: no register set more than
         # P^T itself through the wait for dP^T (the mask's 32-64 registers
         # on top of dK, dV, S^T and dP^T spilled 2 KB at d = 128).
-        if DROPOUT >= 3:  # the RNG warps' flags of this warpgroup's keys (0 / 1), compared against 1
+        if DROPOUT >= 3:  # the RNG warps' keep bits of this warpgroup's keys, tested after the dP^T wait
             # (the slot is released with Q and dO's, qdo_empty, at the step's end)
             keep_bufs, keep_ready = rng
             mbarrier.wait(keep_ready.index(s), ph)
-            if DROPOUT == 4:  # each call's eight bits, expanded here as DROPOUT 2 does
-                keep = keep_keys_first_from_call_bits(
-                    keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0), SUB_N, BLOCK_M, 4)
-                pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
-            else:  # the same bits, loaded and applied after the wait
-                bits_smem = keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0)
+            bits_smem = keep_bufs.index(s).slice(CONSUMER * (SUB_N // 16), SUB_N // 16, dim=0)
         elif DROPOUT == 2:  # keep flags (0 / 1) compared against 1
             keep = tile_keep_keys_first_shared(k0, k1, rng_head, start_m, key0, rng_cols, t_hi, SUB_N, BLOCK_M, 4)
             pt = negate_dropped(pt, gl.convert_layout(keep, t_layout, assert_trivial=True), 1)
@@ -702,20 +696,14 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
     delta = stat_bufs.index(2 * s + 1).load(col_layout)
     if DROPOUT == 6:
-        # As DROPOUT 5, each flag tested in its bit (one LOP3 to a predicate)
-        # and used once, by one select: P^T Z; then dS^T = P^T Z dP^T r -
-        # P^T delta, a product and an FMA on top of the plain step's.
+        # Each keep flag tested in its bit (one LOP3 to a predicate) and used
+        # once, by one select: P^T Z; then dS^T = P^T Z dP^T r - P^T delta, a
+        # product and an FMA on top of the plain step's; dV's keep scale r is
+        # applied once to the block's sum (_attn_bwd_compute).
         pzt = select_nonzero(pt, gl.convert_layout(kept_keys_first_from_call_bits(bits_smem, SUB_N, BLOCK_M, 4),
                                                    t_layout, assert_trivial=True))
         dst = ((pzt * dpt) * (sm_scale * scale) - pt * gl.expand_dims(delta, 0)).to(dtype)
         pt = pzt
-    elif DROPOUT == 5:
-        # As below, the keep flags a predicate per score rather than P^T's
-        # sign, and dV's r applied once to the block's sum (_attn_bwd_compute).
-        kept = gl.convert_layout(keep_keys_first_from_call_bits(bits_smem, SUB_N, BLOCK_M, 4), t_layout,
-                                 assert_trivial=True) != 0
-        dst = (pt * (gl.where(kept, dpt * (sm_scale * scale), 0.0) - gl.expand_dims(delta, 0))).to(dtype)
-        pt = gl.where(kept, pt, 0.0)
     elif DROPOUT:
         # dV = (P Z r)^T dO and dP = Z r (dO V^T) (kernels/bwd.py); delta is
         # still rowsum(dO * O) (the forward's O is the dropped one).
@@ -912,7 +900,7 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
     order (the producer's: every query head of the group, query tiles
     [m_lo, m_hi)).  Each Philox call is made once, one per thread per
     16-key slab, on warps that are otherwise idle; the consumers read their
-    rows (_attn_bwd_step, DROPOUT 4 - 6) in place of drawing them between their
+    rows (_attn_bwd_step, DROPOUT 6) in place of drawing them between their
     products.  A slot is refilled once both consumers are done with the
     step that read it: their qdo_empty arrivals, which also free its Q and
     dO (no arrival of their own, no bar.sync more per step).  (The
@@ -1069,7 +1057,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         mbarrier.arrive(kv_empty)
 
     # dK already carries the scale (through dS); rows past N_K are dropped.
-    if DROPOUT >= 5:
+    if DROPOUT == 6:
         # dV summed (P Z)^T dO: the keep scale r = 1 / (1 - p) once here
         _k0, _k1, _base_b, _rows_cols, _rng_cols, _t_hi, drop_scale, _key0 = drop
         dv = dv * drop_scale
@@ -1695,19 +1683,18 @@ def _attn_bwd_hopper(
         gl.static_assert(DS_BUFS == 1 or DS_BUFS == 2, "one or two P^T / dS^T buffers")
     # The consumers' dropout mode: 0 none, 1 dropout, 2 dropout whose keys x
     # queries draws make each Philox call once per lane pair
-    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 4 - 6
-    # dropout whose keep bits RNG warps draw into shared memory, each call's
-    # eight bits expanded / the same bits applied as predicates after the
-    # dP^T wait with dV's keep scale once per block / that, each bit tested
-    # in place and used by one select (DROPOUT_RNG_WARPS 2 / 3 / 4;
-    # DROPOUT_RNG_CONFIGS: 3 at d = 64, 2 at d = 128; _attn_bwd_rng).  (3,
-    # a byte per score, DROPOUT_RNG_WARPS 1, was removed in session 41.)
+    # (DROPOUT_SHARED_CALLS; dropout.tile_keep_keys_first_shared), 6 dropout
+    # whose keep bits RNG warps draw into shared memory, each bit tested in
+    # place after the dP^T wait and used by one select, dV's keep scale once
+    # per block (DROPOUT_RNG_WARPS 4, DROPOUT_RNG_CONFIGS; _attn_bwd_rng).
+    # (DROPOUT_RNG_WARPS 1 / 2 / 3, modes 3 / 4 / 5, were removed in
+    # sessions 41 and 45.)
     DRAWS: gl.constexpr = 2 + DROPOUT_RNG_WARPS if DROPOUT_RNG_WARPS else 2 if DROPOUT_SHARED_CALLS else 1
     DROPOUT: gl.constexpr = DRAWS if HAS_DROPOUT else 0
     if DROPOUT >= 3:
         gl.static_assert(not SPLIT_D and not PERSISTENT and BLOCK_M == 64 and NAMED_BAR < 2,
                          "DROPOUT_RNG_WARPS: the keys-as-M step, not persistent, 64-row query tiles, qdo_empty")
-        gl.static_assert(DROPOUT >= 4, "DROPOUT_RNG_WARPS: 2, 3 or 4")
+        gl.static_assert(DROPOUT == 6, "DROPOUT_RNG_WARPS: 4")
         # each call's eight keep bits, the calls shaped (c, e, 1, a, r)
         keep_bufs = gl.allocate_shared_memory(gl.uint32, [NUM_STAGES, BLOCK_N // 16, 4, 1, BLOCK_M // 16, 8],
                                               gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
@@ -1892,8 +1879,8 @@ DROPOUT_CONFIGS: dict = {
     64: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
     128: dict(SPLIT_D=False, BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2, DQ_CHUNK=0, DROPOUT_SHARED_CALLS=True),
 }
-# The dropout RNG warps (DROPOUT_RNG_WARPS = 2 / 3: a fourth partition draws
-# each call's eight keep bits into shared memory, the consumers expand them),
+# The dropout RNG warps (DROPOUT_RNG_WARPS = 4: a fourth partition draws
+# each call's eight keep bits into shared memory, the consumers test them),
 # per head dim, added by kernel_meta where the call's build can take them (no
 # window, the keys-as-M step with 64-row query tiles, not persistent,
 # NAMED_BAR < 2; an override of DROPOUT_RNG_WARPS wins).  Session 39's H200
@@ -1912,7 +1899,8 @@ DROPOUT_CONFIGS: dict = {
 # score's test one LOP3 in place) at d = 64 with 232 consumer registers and
 # RNG_REGS 24 1.052-1.073x, geomean 1.061 (= 4 at 240: 1.054); d = 128 at 240
 # 1.075-1.154x, geomean 1.126 (at 232 with RNG_REGS 24: 1.117).  Two RNG
-# warps (RNG_NUM_WARPS = 2) lost at both: 0.66-0.83x.
+# warps (RNG_NUM_WARPS = 2) lost at both: 0.66-0.83x.  = 2 and = 3, which
+# = 4 replaced at both head dims, were removed in session 45.
 DROPOUT_RNG_CONFIGS: dict = {
     64: dict(DROPOUT_RNG_WARPS=4, CONSUMER_REGS=232, RNG_REGS=24),
     128: dict(DROPOUT_RNG_WARPS=4),
@@ -2455,9 +2443,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
                 f"10-13): DQ_STAGE_BUFS 1 or 2, not {meta['DQ_STAGE_BUFS']!r}")
     if meta["DQ_STAGE_BUFS"] > 1 and d == d_v and (meta["SPLIT_D"] or meta["NAMED_BAR"] == 2):
         return "DQ_STAGE_BUFS > 1: the split Q K^T step (d != dv), or the keys-as-M one with NAMED_BAR < 2"
-    if meta["DROPOUT_RNG_WARPS"] not in (0, 2, 3, 4):  # (False compares equal to 0)
-        return ("DROPOUT_RNG_WARPS: 0, 2 (a call's bits), 3 (the bits applied late) or 4 (3 with each bit tested "
-                f"in place), not {meta['DROPOUT_RNG_WARPS']!r} (1, a byte per score, was removed)")
+    if meta["DROPOUT_RNG_WARPS"] not in (0, 4):  # (False compares equal to 0)
+        return ("DROPOUT_RNG_WARPS: 0 or 4 (each call's keep bits tested in place), not "
+                f"{meta['DROPOUT_RNG_WARPS']!r} (1 - 3, slower on the H200, were removed in sessions 41 and 45)")
     if meta["DROPOUT_RNG_WARPS"] and not rng_warps_fit(meta, dropped, windowed):
         return ("DROPOUT_RNG_WARPS: dropout without a window on the keys-as-M step, not persistent, BLOCK_M = 64, "
                 "NAMED_BAR < 2")

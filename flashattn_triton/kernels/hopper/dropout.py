@@ -42,8 +42,8 @@ Three parts:
   ``tile_call_bits_rng`` makes a 16-key slab's calls once each, for the
   backward's RNG warps (DROPOUT_RNG_WARPS; the default at d = 64 / 128),
   and stops at each call's eight keep bits, which the RNG warps hand to the
-  consumers through shared memory and the consumers expand
-  (``keep_keys_first_from_call_bits``) or test in place.
+  consumers through shared memory and the consumers test in place
+  (``kept_keys_first_from_call_bits``).
   ``select_kept`` / ``negate_dropped`` apply the mask (asm blocks).
 """
 
@@ -346,22 +346,14 @@ def tile_call_bits_rng(k0, k1, rng_base, row0, col0, rng_cols, t_hi,
 
 
 @gluon.jit
-def keep_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+def kept_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                                    NUM_WARPS: gl.constexpr):
     """The (BLOCK_N, BLOCK_M) keep flags of a keys x queries tile from its
     calls' keep bits in shared memory (shaped (c, e, 1, a, r), as
     tile_call_bits_rng writes them), loaded in tile_keep_keys_first_shared's
     layout (both lanes of a pair read each call, lane bit 2 the key parity)
-    so that the flags convert to the accumulator without data movement."""
-    L: gl.constexpr = _keys_first_layout(NUM_WARPS)
-    return keep_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
-
-
-@gluon.jit
-def kept_keys_first_from_call_bits(bits_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                                   NUM_WARPS: gl.constexpr):
-    """keep_keys_first_from_call_bits in kept_keys_first_from_bits' form
-    (nonzero where kept, zero where dropped)."""
+    so that the flags convert to the accumulator without data movement, in
+    kept_keys_first_from_bits' form: nonzero where kept, zero where dropped."""
     L: gl.constexpr = _keys_first_layout(NUM_WARPS)
     return kept_keys_first_from_bits(bits_smem.load(L), _key_parity(L), BLOCK_N, BLOCK_M)
 
