@@ -132,7 +132,7 @@ def _plannable() -> bool:
 
 def _qkv_key(q, k, v) -> Optional[tuple]:
     """What the checks and the dispatch read of q, k, v; None unless all are plain tensors."""
-    if not (q.__class__ is torch.Tensor and k.__class__ is torch.Tensor and v.__class__ is torch.Tensor):
+    if not ops.eager_tensors(q, k, v):  # (meta tensors: the op's fake implementation)
         return None
     try:
         return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,

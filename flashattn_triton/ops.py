@@ -924,11 +924,21 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     params: AttnParams) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc).
     Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not eager_tensors(q, k, v):
         return attention_fwd(q, k, v, *params.op_args())
     if not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
         return _attention_fwd_impl(q, k, v, *params.op_args())
     return _EagerAttention.apply(q, k, v, params.alibi_slopes, params.sinks, params.attn_bias, params.op_args())
+
+
+def eager_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether q, k, v can take the direct eager path (the impls and the
+    autograd Function below, which launch kernels): plain tensors with data.
+    Meta tensors and tensor subclasses (FakeTensorMode's, tracers') go through
+    the custom op instead, whose dispatcher gives them the fake implementation
+    (shapes only) or the subclass's own handling."""
+    return (q.__class__ is torch.Tensor and k.__class__ is torch.Tensor and v.__class__ is torch.Tensor
+            and not (q.is_meta or k.is_meta or v.is_meta))
 
 
 def _needs_autograd(q, k, v, params: AttnParams) -> bool:

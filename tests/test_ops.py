@@ -89,6 +89,54 @@ def test_compile_fullgraph(device, entry, dynamic):
             assert_close(f"grad {i} n={n}", g, r.double(), atol=1e-4 * max(1.0, r.abs().max().item()))
 
 
+def _shape_only_calls(device):
+    """Every entry point on tensors of `device`, with the shapes and dtypes
+    each call must return (flash_attn_func with a backward)."""
+    def mk(*shape):
+        return torch.randn(*shape, dtype=torch.float16, device=device)
+    q, k, v = mk(2, 5, 4, 16).requires_grad_(), mk(2, 7, 2, 16).requires_grad_(), mk(2, 7, 2, 8).requires_grad_()
+    out, lse = fat.flash_attn_func(q, k, v, causal=True, window_size=(3, 0), softcap=5.0, return_lse=True)
+    out.float().sum().backward()
+    yield "flash_attn_func out / lse / dq / dk / dv", (out, lse, q.grad, k.grad, v.grad), \
+        [((2, 5, 4, 8), torch.float16), ((2, 4, 5), torch.float32), ((2, 5, 4, 16), torch.float16),
+         ((2, 7, 2, 16), torch.float16), ((2, 7, 2, 8), torch.float16)]
+    mask = torch.ones(5, 7, dtype=torch.bool, device=device)
+    out = fat.scaled_dot_product_attention(mk(2, 4, 5, 16), mk(2, 4, 7, 16), mk(2, 4, 7, 16), attn_mask=mask)
+    yield "scaled_dot_product_attention", (out,), [((2, 4, 5, 16), torch.float16)]
+    cu = torch.tensor([0, 3, 9], dtype=torch.int32, device=device)
+    out = fat.flash_attn_varlen_func(mk(9, 4, 16), mk(9, 2, 16), mk(9, 2, 16), cu, cu, 6, 6, causal=True)
+    yield "flash_attn_varlen_func", (out,), [((9, 4, 16), torch.float16)]
+    out = fat.flash_attn_qkvpacked_func(mk(2, 5, 3, 4, 16))
+    yield "flash_attn_qkvpacked_func", (out,), [((2, 5, 4, 16), torch.float16)]
+    out, lse = fat.flash_attn_with_kvcache(mk(2, 1, 4, 16), mk(2, 32, 2, 16), mk(2, 32, 2, 16), k=mk(2, 1, 2, 16),
+                                           v=mk(2, 1, 2, 16), return_softmax_lse=True,
+                                           cache_seqlens=torch.tensor([3, 5], dtype=torch.int32, device=device))
+    yield "flash_attn_with_kvcache", (out, lse), [((2, 1, 4, 16), torch.float16), ((2, 4, 1), torch.float32)]
+
+
+@pytest.mark.parametrize("mode", ["meta", "fake"])
+def test_shape_only_tensors(device, mode):
+    """Meta tensors and FakeTensorMode (shape inference, init on the meta
+    device, tracers) get outputs of the right shapes and dtypes from the
+    ops' fake implementations, with no kernel launched, outside
+    torch.compile too."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    if mode == "meta":
+        calls = list(_shape_only_calls("meta"))
+        kind = "meta"
+    else:
+        with FakeTensorMode():
+            calls = list(_shape_only_calls(device))
+        kind = str(torch.device(device).type)
+    for name, outs, expected in calls:
+        for i, (t, (shape, dtype)) in enumerate(zip(outs, expected)):
+            assert t is not None, f"{name}: output {i} is None"
+            assert (tuple(t.shape), t.dtype) == (shape, dtype), \
+                f"{name}: output {i} is {tuple(t.shape)} {t.dtype}, expected {shape} {dtype}"
+            assert t.device.type == kind, f"{name}: output {i} on {t.device}, expected {kind}"
+            assert (mode == "fake") == isinstance(t, FakeTensor), f"{name}: output {i} is a {type(t).__name__}"
+
+
 @pytest.mark.parametrize("blockwise", [False, True])
 def test_autocast(device, monkeypatch, blockwise):
     """Under autocast, float32 inputs are cast to the autocast dtype first (as

@@ -868,6 +868,25 @@ def test_sdpa_finfo_min_rows_attend_uniformly(device, path):
     assert_close("out", out, ref, atol=1e-5)
 
 
+def test_sdpa_nan_in_float_mask_gives_nan_rows(device, path):
+    """A NaN in an additive mask makes its row NaN, as in PyTorch (a NaN
+    bias is a bug upstream; it is not silently read as a mask), and leaves
+    the other rows as they are."""
+    q, k, v = (rand((1, 2, 20, 16), torch.float32, device) for _ in range(3))
+    mask = torch.randn(1, 1, 20, 20, device=device)
+    mask[..., 3, 5] = float("nan")
+    mask[..., 9, :] = float("nan")
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           attn_mask=mask.double())
+    nan_rows = torch.isnan(ref).any(-1)
+    assert nan_rows[..., [3, 9]].all() and nan_rows.sum() == 4, "PyTorch's semantics changed"
+    assert torch.equal(torch.isnan(out).any(-1), nan_rows), \
+        f"NaN rows {torch.isnan(out).any(-1).nonzero().tolist()}, PyTorch's {nan_rows.nonzero().tolist()}"
+    clean = [i for i in range(20) if i not in (3, 9)]
+    assert_close("out (rows without NaN)", out[:, :, clean], ref[:, :, clean], atol=1e-5)
+
+
 def test_sdpa_mask_and_dropout(device, path):
     q = rand((2, 2, 40, 16), torch.float16, device)
     k, v = (rand((2, 2, 52, 16), torch.float16, device) for _ in range(2))

@@ -148,7 +148,8 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
             b = b.to(tl.float32)
             # A finite bias stays finite (PyTorch's rows of finfo.min attend
             # uniformly); only -inf masks.  b * log2(e) would overflow at finfo.min.
-            b2 = tl.maximum(b * 1.4426950408889634, -1.0e38)
+            # A NaN bias stays NaN and makes its row NaN, as in PyTorch.
+            b2 = tl.maximum(b * 1.4426950408889634, -1.0e38, propagate_nan=tl.PropagateNan.ALL)
             s = s + tl.where(b == float("-inf"), b, b2)
     if MASKED:
         s = mask_scores(s, rows, cols, n_k, shift, window_left, window_right, MASK_LEFT, MASK_RIGHT)
