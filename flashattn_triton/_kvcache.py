@@ -214,12 +214,15 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         raise ValueError(f"window_size entries must be >= -1 (-1: unbounded), got {tuple(window_size)}")
     if causal:
         window_right = 0
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not math.isfinite(softcap):
-        raise TypeError(f"softcap must be a finite float, got {softcap!r}")
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0 disables it), got {softcap}")
-    if not _is_int(num_splits) or num_splits < 0:
-        raise ValueError(f"num_splits must be an int >= 0 (0: chosen automatically), got {num_splits!r}")
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap must be finite and >= 0 (0 disables it), got {softcap}")
+    if not _is_int(num_splits):
+        raise TypeError(f"num_splits must be an int (0: chosen automatically), got {type(num_splits).__name__} "
+                        f"{num_splits!r}")
+    if num_splits < 0:
+        raise ValueError(f"num_splits must be >= 0 (0: chosen automatically), got {num_splits}")
     if not isinstance(return_softmax_lse, bool):
         raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
     return scale, window_left, window_right, float(softcap), n_cap
