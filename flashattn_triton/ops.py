@@ -928,7 +928,23 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return attention_fwd(q, k, v, *params.op_args())
     if not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
         return _attention_fwd_impl(q, k, v, *params.op_args())
+    if transforms_active():
+        _reject_transforms(q, k, v, params)
     return _EagerAttention.apply(q, k, v, params.alibi_slopes, params.sinks, params.attn_bias, params.op_args())
+
+
+def _reject_transforms(q, k, v, params: AttnParams) -> None:
+    """Say plainly what is not supported, instead of autograd.Function's
+    errors about setup_context / jvp: functorch transforms, and forward-mode
+    AD with a dual input.  (A dual level with no dual input runs as usual.)"""
+    if torch._C._are_functorch_transforms_active():
+        raise NotImplementedError(
+            "flashattn_triton attention does not support torch.func transforms (vmap, grad, vjp, jvp, "
+            "jacrev, functionalize); call it outside the transform (torch.autograd computes its gradients)")
+    tensors = [q, k, v, params.alibi_slopes, params.sinks, params.attn_bias]
+    if any(t is not None and _fwd_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise NotImplementedError("flashattn_triton attention has no forward-mode AD (jvp): "
+                                  "an input is a dual tensor of torch.autograd.forward_ad")
 
 
 def eager_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

@@ -137,6 +137,29 @@ def test_shape_only_tensors(device, mode):
             assert (mode == "fake") == isinstance(t, FakeTensor), f"{name}: output {i} is a {type(t).__name__}"
 
 
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jvp", "forward_ad"])
+def test_transforms_raise_clearly(device, transform):
+    """torch.func transforms and forward-mode AD are not supported: they raise
+    NotImplementedError saying so (never a silent zero tangent), and a dual
+    level with no dual input runs as usual."""
+    import torch.autograd.forward_ad as fwAD
+    q, k, v = make_qkv(2, 9, 9, 2, 1, 16, torch.float32, device, requires_grad=False)
+    calls = {
+        "vmap": lambda: torch.func.vmap(lambda a: fat.flash_attn_func(a[None], k[:1], v[:1]))(q[:1]),
+        "grad": lambda: torch.func.grad(lambda a: fat.flash_attn_func(a, k, v).sum())(q),
+        "jvp": lambda: torch.func.jvp(lambda a: fat.flash_attn_func(a, k, v), (q,), (torch.ones_like(q),)),
+    }
+    if transform == "forward_ad":
+        with fwAD.dual_level():
+            out = fat.flash_attn_func(q, k, v, causal=True)
+            assert_close("out under a dual level", out, flash_attention_ref(q, k, v, True)[0], atol=1e-5)
+            with pytest.raises(NotImplementedError, match=r"no forward-mode AD \(jvp\)"):
+                fat.flash_attn_func(fwAD.make_dual(q, torch.ones_like(q)), k, v)
+        return
+    with pytest.raises(NotImplementedError, match=r"does not support torch.func transforms \(vmap, grad"):
+        calls[transform]()
+
+
 @pytest.mark.parametrize("blockwise", [False, True])
 def test_autocast(device, monkeypatch, blockwise):
     """Under autocast, float32 inputs are cast to the autocast dtype first (as
