@@ -120,8 +120,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from flashattn_triton.kernels import bwd, fwd
-from flashattn_triton.kernels.launch import (CANDIDATES, RESIDENT, SMEM_LIMIT_BY_ARCH, arch_budget, fits,
-                                             head_dim_pad, make_config)
+from flashattn_triton.kernels.launch import (CANDIDATES, COMPILE_OPTIONS, RESIDENT, SMEM_LIMIT_BY_ARCH,
+                                             arch_budget, fits, head_dim_pad, make_config)
 
 
 def _sig(kernel, dtype: str, constexprs: dict):
@@ -167,7 +167,8 @@ def compile_one(kernel, dtype, constexprs, target, num_warps=4, num_stages=2, ov
     sig.update(overrides or {})
     sig, constexprs, attrs = specialize(kernel, sig, constexprs)
     src = ASTSource(fn=kernel, signature=sig, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+    return triton.compile(src, target=target, options=dict(num_warps=num_warps, num_stages=num_stages,
+                                                           **COMPILE_OPTIONS))
 
 
 def ptxas_report(compiled, arch: int) -> str:

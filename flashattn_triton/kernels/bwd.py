@@ -66,8 +66,8 @@ from ..reference import sinks_grad_torch
 from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import split_qk
-from .launch import (INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision, head_dim_pad,
-                     seq_bucket, variant_tag)
+from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
+                     head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -790,7 +790,7 @@ def _sum_group_partials(out: torch.Tensor, part: torch.Tensor, h_kv: int, split:
         part.stride(0), part.stride(1), part.stride(2), *out.stride(),
         h_kv, n,
         GROUP_SPLIT=split, HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), BLOCK_N=_GROUP_SUM_BLOCK_N,
-        num_warps=4,
+        num_warps=4, **COMPILE_OPTIONS,
     )
 
 
@@ -870,9 +870,9 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
         lse.stride(0), lse.stride(1),
         h, n, z * n,
         BLOCK=_SINKS_GRAD_BLOCK,
-        num_warps=4,
+        num_warps=4, **COMPILE_OPTIONS,
     )
-    _bwd_sinks_grad_sum[(h,)](part, dsinks, h, blocks, BLOCK=_SINKS_SUM_BLOCK, num_warps=4)
+    _bwd_sinks_grad_sum[(h,)](part, dsinks, h, blocks, BLOCK=_SINKS_SUM_BLOCK, num_warps=4, **COMPILE_OPTIONS)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -1022,7 +1022,7 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
             n,
             float(scale),
             BLOCK=_DQ_CONVERT_FLAT_BLOCK, INTERPRET=INTERPRET,
-            num_warps=8,
+            num_warps=8, **COMPILE_OPTIONS,
         )
         return
     dq, acc = dq.permute(order), acc.permute(order)
@@ -1033,7 +1033,7 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
         h, n,
         float(scale),
         BLOCK_M=_DQ_CONVERT_BLOCK_M, HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), INTERPRET=INTERPRET,
-        num_warps=4,
+        num_warps=4, **COMPILE_OPTIONS,
     )
 
 
@@ -1188,7 +1188,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         *_flat_strides((o, do), varlen), *lse_strides,
         h_q, n_q,
         HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
-        HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M,
+        HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M, **COMPILE_OPTIONS,
     )
     if hopper:
         from .hopper import hopper_attention_backward

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, head_dim_pad
+from .launch import COMPILE_OPTIONS, INTERPRET, head_dim_pad
 
 
 def merge_attention_states(out_a: torch.Tensor, lse_a: torch.Tensor,
@@ -171,7 +171,7 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         h, m, n_parts,
         HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
         BLOCK_M=block_m, LSE_BASE2=base2,
-        num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2,
+        num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2, **COMPILE_OPTIONS,
     )
 
 

@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GDC = False
 
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
+from .launch import COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
 from .tiles import mma
 
 # Environment override of the launch config, read at call time, e.g.
@@ -949,7 +949,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
         MERGE_STAGES=MERGE_STAGES,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"launch_pdl": True} if use_pdl else {}),
+        **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
     )
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
@@ -992,7 +992,7 @@ def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_t
         HAS_BATCH_IDX=cache_batch_idx is not None,
         ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved), INTERPRET=INTERPRET,
         BLOCK_T=block_t,
-        num_warps=4,
+        num_warps=4, **COMPILE_OPTIONS,
     )
 
 

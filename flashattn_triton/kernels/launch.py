@@ -78,6 +78,12 @@ CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
 # when the table has no entry: tune_sweep_1.log on the H200.
 PREFERRED = {"FWD": {64: (128, 64, 4, 3)}, "BWD_DKDV": {64: (32, 64, 4, 2)}, "BWD_DQ": {64: (64, 64, 4, 3)}}
 INTERPRET_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+# Compile options that every portable launch passes (the decode, combine and
+# helper kernels too).  enable_fp_fusion: the kernels were written, tuned and
+# validated with multiply-adds contracted into FMAs (e.g. the exp2 argument
+# s * scale - m), Triton's default up to 3.9; 3.9 warns that the default turns
+# off in 3.10, so it is asked for by name.  Same compiled code on 3.4-3.9.
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 # The model's shared-memory budget: what a block may use on the GPU (the
 # opt-in per-block limit Triton checks when it loads a kernel: 227 KiB on
@@ -369,12 +375,13 @@ _CONFIG_KWARGS: Dict[int, Tuple[triton.Config, dict]] = {}
 
 
 def _config_kwargs(cfg: triton.Config) -> dict:
-    """cfg.all_kwargs(), built once per config object (choose() returns the same objects)."""
+    """cfg.all_kwargs() and COMPILE_OPTIONS, built once per config object
+    (choose() returns the same objects)."""
     hit = _CONFIG_KWARGS.get(id(cfg))
     if hit is None or hit[0] is not cfg:
         if len(_CONFIG_KWARGS) > 256:  # configs from the environment are new objects per call
             _CONFIG_KWARGS.clear()
-        hit = _CONFIG_KWARGS[id(cfg)] = (cfg, cfg.all_kwargs())
+        hit = _CONFIG_KWARGS[id(cfg)] = (cfg, {**cfg.all_kwargs(), **COMPILE_OPTIONS})
     return hit[1]
 
 
@@ -487,7 +494,7 @@ class Launcher:
             if fastlaunch.compile_only_device() is not None:
                 return None  # autotuning needs real launches
             fastlaunch.not_replayable()  # benchmarks, then the tuned config: nothing to repeat as is
-            return self.tuned()[grid](*args, **kwargs)
+            return self.tuned()[grid](*args, **kwargs, **COMPILE_OPTIONS)
         if self._smaller:
             cfg = self._smaller.get((id(cfg), device.index), (cfg, cfg))[1]
         try:
