@@ -79,6 +79,22 @@ def call_spy(monkeypatch, owner, name, record=None) -> list:
     return seen
 
 
+def hopper_module(name: str, module_level: bool = False):
+    """flashattn_triton.kernels.hopper.<name>, or a skip of the test (of the
+    test module with module_level) where that Gluon module does not import:
+    Triton releases whose Gluon API lacks what it uses (3.4), on which the
+    library runs the portable kernels (kernels/hopper/__init__.py)."""
+    import importlib
+
+    import pytest
+    import triton
+    try:
+        return importlib.import_module(f"flashattn_triton.kernels.hopper.{name}")
+    except Exception as exc:  # noqa: BLE001 - any import problem: the tier is not there
+        pytest.skip(f"kernels/hopper/{name}.py does not import with Triton {triton.__version__}: "
+                    f"{type(exc).__name__}: {exc}", allow_module_level=module_level)
+
+
 def fake_launch(script: str, timeout: int = 600) -> str:
     """Run ``script`` (python -c) in a subprocess without Triton's
     interpreter (its triton.jit functions do not compile), with this tests

@@ -23,6 +23,9 @@ from _utils import call_spy, restore_language
 from fake_cuda import LAUNCHES, FakeLauncher, fake_cuda
 from flashattn_triton.kernels import fastlaunch
 
+if not fastlaunch._IMPORTED:  # (a Triton without the JIT internals the fast path mirrors: it is off there)
+    pytest.skip(f"kernels/fastlaunch.py has no fast path with Triton {triton.__version__}", allow_module_level=True)
+
 
 def _copy_rows(X, Y, stride_x, stride_y, n, scale, unit, flag, BLOCK: tl.constexpr, HAS_SCALE: tl.constexpr):
     pid = tl.program_id(0)

@@ -15,7 +15,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
-from _utils import check_sink_only_rows, fake_launch, window_shifts
+from _utils import check_sink_only_rows, fake_launch, hopper_module, window_shifts
 from hopper_model import HEAD_BROKEN, SKIP_BROKEN
 
 LN2 = math.log(2.0)
@@ -1099,7 +1099,7 @@ def test_default_meta_short_configs(monkeypatch):
     without n_q (info of a length-free call), not with a window, dropout or a
     mask, not for the other causal flag or head dim (the launcher's plan:
     test_short_configs_launch_on_a_fake_driver)."""
-    from flashattn_triton.kernels.hopper import fwd as hf
+    hf = hopper_module("fwd")
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     # (NUM_STAGES marks the entry: the window, dropout and mask tables set two consumers as well)
@@ -1128,7 +1128,7 @@ def test_default_meta_layers_the_variant_tables(monkeypatch):
     """fwd.default_meta: CONFIGS and SCHEDULE, then the causal, window,
     dropout and mask tables in that order (later ones win), each only for its
     own kind of call; the launcher's plan and `info` read it."""
-    from flashattn_triton.kernels.hopper import fwd as hf
+    hf = hopper_module("fwd")
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     monkeypatch.setattr(hf, "CAUSAL_CONFIGS", {64: dict(NUM_CONSUMERS=2, CONSUMER_REGS=240, NUM_STAGES=2)})
@@ -1148,7 +1148,7 @@ def test_default_meta_layers_the_variant_tables(monkeypatch):
 def test_split_config_fits():
     """CONFIGS[192] (and the probe's bn64 variant) fit the shared memory the
     launcher allows, with V / O of HEAD_DIM_V[192] = 128 columns."""
-    from flashattn_triton.kernels.hopper import fwd as hf
+    hf = hopper_module("fwd")
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     assert hf.value_head_dim(192) == 128 and hf.value_head_dim(128) == 128 and hf.value_head_dim(96) is None

@@ -25,7 +25,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err, tolerance
 
-from _utils import fake_launch, window_shifts
+from _utils import fake_launch, hopper_module, window_shifts
 from test_hopper import _hopper_gpu
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -186,6 +186,7 @@ def test_info_says_which_backward_a_window_takes(capsys, monkeypatch):
     """`flashattn_triton info` with a sliding window where the Hopper forward
     takes it (stood in): the backward line names the opt-in when it is off,
     and says the Hopper backward (its window an opt-in) when on."""
+    hopper_module("bwd")  # (info imports it)
     from flashattn_triton import _dispatch, cli
     monkeypatch.setattr(cli, "hopper_plan", lambda *a, **kw: (True, "stub"))
     monkeypatch.setattr(_dispatch, "HOPPER_BWD_WINDOW_MIN_LEFT", None)

@@ -22,11 +22,12 @@ import triton.language as tl
 
 from flashattn_triton import reference
 from flashattn_triton.kernels import hopper
-from flashattn_triton.kernels.hopper import dropout as hd
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch, forward_tier_calls
+from _utils import fake_launch, forward_tier_calls, hopper_module
 from test_hopper import _hopper_gpu
+
+hd = hopper_module("dropout", module_level=True)
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
 OPT_IN = "FLASHATTN_TRITON_HOPPER_DROPOUT"

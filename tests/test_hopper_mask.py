@@ -20,7 +20,7 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch, forward_tier_calls
+from _utils import fake_launch, forward_tier_calls, hopper_module
 from test_hopper import LN2, _hopper_gpu, _inputs, max_abs_err
 
 needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
@@ -106,7 +106,7 @@ def test_backward_of_a_masked_call_stays_portable(monkeypatch, device):
 def test_mask_checks_and_arguments():
     """mask_unsupported_reason names what it declines; mask_args passes the
     bytes and zero strides on broadcast dims (any stride a size-1 dim has)."""
-    from flashattn_triton.kernels.hopper import fwd as hf
+    hf = hopper_module("fwd")
     q = torch.zeros(2, 4, 100, 64, dtype=torch.bfloat16)
     k = torch.zeros(2, 2, 130, 64, dtype=torch.bfloat16)
     ok = torch.ones(2, 4, 100, 130, dtype=torch.bool)

@@ -14,7 +14,7 @@ import flashattn_triton as fat
 from flashattn_triton import _dispatch, api, ops
 from flashattn_triton.testing import make_qkv, random_cu_seqlens
 
-from _utils import call_spy, fake_launch
+from _utils import call_spy, fake_launch, hopper_module
 
 
 @pytest.fixture(autouse=True)
@@ -465,7 +465,7 @@ def test_dispatch_tables_are_part_of_the_forward_world(monkeypatch, table, value
 def test_group_partials_switch_is_part_of_the_backward_world(monkeypatch):
     """The Hopper backward's GROUP_PARTIALS_16BIT changes the scratch buffers
     of its recorded launches: a backward replay must not outlive a change."""
-    from flashattn_triton.kernels.hopper import bwd as hbwd
+    hbwd = hopper_module("bwd")
     if ops._kernels.forward is None:  # (the world reads the kernel modules once loaded, as a replay has them)
         ops._kernels.load()
     before = ops._bwd_world()
