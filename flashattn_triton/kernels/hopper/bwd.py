@@ -1966,9 +1966,9 @@ HEADS_FIRST_GQA_UNSPLIT_MIN_N = {64: 2048}
 # Head dims whose causal calls with a split GQA group (GROUP_SPLIT > 1; no
 # window, no dropout, not persistent, no heads-first table or override of
 # the order) run slices first (SLICES_FIRST: the S programs of a KV head's
-# key block adjacent in the grid).  Empty: d = 192's 128-row step has not
-# been timed with it (benchmarks/gpu_next_d192_slices.sh decides; on the
-# 64-row step of before it read 1.03 / 1.10x on two rows).
+# key block adjacent in the grid).  Empty: on d = 192's 128-row step it read
+# 0.922-1.067x (geomean 1.011; session 46, H100, history/gpu_next_d192_slices.sh,
+# rule >= 0.99 per row and 1.02 geomean not met).
 SLICES_FIRST_GQA_SPLIT_DIMS: frozenset = frozenset()
 # PERSISTENT per head dim, (not causal, causal): one program per SM looping
 # over the work tiles (_bwd_work_tile), K / V of the next tile loading under

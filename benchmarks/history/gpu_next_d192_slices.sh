@@ -15,8 +15,8 @@
 # d = 192's causal calls with a split group take it by default (SLICES_FIRST_GQA_SPLIT_DIMS in
 # kernels/hopper/bwd.py takes 192). Otherwise nothing changes.
 #
-#     OUT=/tmp/out bash benchmarks/gpu_next_d192_slices.sh
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+#     OUT=/tmp/out bash benchmarks/history/gpu_next_d192_slices.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-150} tests/test_hopper_bwd.py -k "split_qk_variants and SLICES_FIRST" -n 4
 ROWS="2,16,4,4096,192,1;4,16,4,2048,192,1;1,16,4,8192,192,1;4,16,2,4096,192,1;1,16,2,16384,192,1"
 probe_reps ${T_PROBE:-110} --head-dims none --gqa "$ROWS" --variants "default,SLICES_FIRST=1" \

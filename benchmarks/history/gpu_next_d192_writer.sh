@@ -30,8 +30,8 @@
 # per-head-dim default, with Q_HALVES=2 or DQ_CHUNK=32 and DS_BUFS=2 where that form wins).
 # Otherwise nothing changes.
 #
-#     OUT=/tmp/out bash benchmarks/gpu_next_d192_writer.sh
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+#     OUT=/tmp/out bash benchmarks/history/gpu_next_d192_writer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-200} tests/test_hopper_bwd.py -k "split_qk_variants and NAMED_BAR" -n 4
 ROWS="8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1;4,16,16,4096,192,0"
 probe_reps ${T_PROBE:-140} --head-dims none --gqa "$ROWS" \
