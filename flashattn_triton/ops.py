@@ -926,10 +926,10 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
     if torch.compiler.is_compiling() or not eager_tensors(q, k, v):
         return attention_fwd(q, k, v, *params.op_args())
-    if not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
-        return _attention_fwd_impl(q, k, v, *params.op_args())
     if transforms_active():
-        _reject_transforms(q, k, v, params)
+        _reject_transforms(q, k, v, params)  # (returns for a dual level with no dual input)
+    elif not _needs_autograd(q, k, v, params):  # no graph to record: skip the Function's cost
+        return _attention_fwd_impl(q, k, v, *params.op_args())
     return _EagerAttention.apply(q, k, v, params.alibi_slopes, params.sinks, params.attn_bias, params.op_args())
 
 
@@ -959,10 +959,8 @@ def eager_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 def _needs_autograd(q, k, v, params: AttnParams) -> bool:
     """Whether the call must go through the autograd Function: grad mode on
-    and a tensor input that requires grad, or a forward-AD level or functorch
-    transform active (which the Function handles or rejects as before)."""
-    if transforms_active():
-        return True
+    and a tensor input that requires grad (the caller has dealt with a
+    forward-AD level or functorch transform, which always takes it)."""
     if not torch.is_grad_enabled():
         return False
     if q.requires_grad or k.requires_grad or v.requires_grad:
