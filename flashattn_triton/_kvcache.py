@@ -21,7 +21,7 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import check_sinks
+from ._validate import check_sinks, finite_float, short_repr, unbounded_side
 from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -201,9 +201,10 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     else:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
             raise TypeError(f"softmax_scale must be a Python float or None, got {type(softmax_scale).__name__}")
-        if not math.isfinite(softmax_scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
-        scale = float(softmax_scale)
+        value = finite_float(softmax_scale)
+        if value is None:
+            raise ValueError(f"softmax_scale must be finite, got {short_repr(softmax_scale)}")
+        scale = value
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
@@ -212,12 +213,13 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     window_left, window_right = int(window_size[0]), int(window_size[1])
     if window_left < -1 or window_right < -1:
         raise ValueError(f"window_size entries must be >= -1 (-1: unbounded), got {tuple(window_size)}")
+    window_left, window_right = unbounded_side(window_left), unbounded_side(window_right)
     if causal:
         window_right = 0
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
-    if not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap must be finite and >= 0 (0 disables it), got {softcap}")
+    if finite_float(softcap) is None or softcap < 0:
+        raise ValueError(f"softcap must be finite and >= 0 (0 disables it), got {short_repr(softcap)}")
     if not _is_int(num_splits):
         raise TypeError(f"num_splits must be an int (0: chosen automatically), got {type(num_splits).__name__} "
                         f"{num_splits!r}")
@@ -581,7 +583,7 @@ def flash_attn_with_kvcache(
     out, lse = torch.ops.flashattn_triton.kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
-        rotary_interleaved, int(num_splits), sinks)
+        rotary_interleaved, min(int(num_splits), 2 ** 30), sinks)  # (splits past the key tiles: one per tile)
     if out.requires_grad and not torch.compiler.is_compiling():
         # A backward through the outputs says what it is instead of autograd's
         # "no autograd formula was registered" (a mutating op cannot have one).

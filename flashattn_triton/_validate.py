@@ -34,16 +34,46 @@ def check_scale(scale, name: str, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a Python float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise ValueError(f"{name} must be finite, got {scale}")
-    return float(scale)
+    value = finite_float(scale)
+    if value is None:
+        raise ValueError(f"{name} must be finite, got {short_repr(scale)}")
+    return value
+
+
+def finite_float(x) -> Optional[float]:
+    """float(x) for a real x, or None where it is not finite as a float
+    (inf, NaN, or an int too large for a float: float() would raise OverflowError)."""
+    try:
+        value = float(x)
+    except OverflowError:
+        return None
+    return value if -math.inf < value < math.inf else None
+
+
+def short_repr(x) -> str:
+    """repr(x), its middle cut where long (a 400-digit int)."""
+    text = repr(x)
+    return text if len(text) <= 40 else f"{text[:18]}...{text[-18:]} ({len(text)} characters)"
+
+
+# A window side at or above this many tokens reaches past either end of any
+# sequence this library can hold (offsets are int32), so it means unbounded
+# (-1): the kernels add sides to positions in 32-bit integers, where a side
+# near 2**31 (a common "infinite" sentinel) would wrap around.
+WINDOW_UNBOUNDED_FROM = 2 ** 30
+
+
+def unbounded_side(w: int) -> int:
+    """A window side as the kernels take it: -1 for any side that covers every key."""
+    return -1 if w >= WINDOW_UNBOUNDED_FROM else w
 
 
 def check_window(window_size, causal: bool) -> Tuple[int, int]:
     """flash-attn's window_size=(left, right), -1 = unbounded; causal sets right = 0."""
     if type(window_size) is tuple and len(window_size) == 2:  # fast accept of plain ints
         left, right = window_size
-        if type(left) is int and type(right) is int and left >= -1 and right >= -1:
+        if (type(left) is int and type(right) is int and -1 <= left < WINDOW_UNBOUNDED_FROM
+                and -1 <= right < WINDOW_UNBOUNDED_FROM):
             if causal:
                 right = 0 if right < 0 else min(right, 0)
             return left, right
@@ -55,7 +85,7 @@ def check_window(window_size, causal: bool) -> Tuple[int, int]:
             raise TypeError(f"window_size {side} must be an int, got {type(w).__name__} {w!r}")
         if w < -1:
             raise ValueError(f"window_size {side} must be >= -1 (-1 = unbounded), got {w}")
-    left, right = int(left), int(right)
+    left, right = unbounded_side(int(left)), unbounded_side(int(right))
     if causal:
         right = 0 if right < 0 else min(right, 0)
     return left, right
@@ -67,9 +97,10 @@ def check_softcap(softcap) -> float:
         return softcap
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
-    if not (0 <= softcap < math.inf):  # comparisons, not math.isfinite: traceable by torch.compile
-        raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {softcap}")
-    return float(softcap)
+    value = finite_float(softcap)
+    if value is None or value < 0:
+        raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {short_repr(softcap)}")
+    return value
 
 
 def check_dropout(dropout_p) -> float:

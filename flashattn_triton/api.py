@@ -492,6 +492,15 @@ def flash_attn_varlen_func(
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
 
+def _check_packed(t, name: str, layout: str) -> None:
+    """A packed argument: a tensor (TypeError) of the 5-D layout (ValueError)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(t).__name__}")
+    parts = int(layout.split(", ")[2])
+    if t.dim() != 5 or t.shape[2] != parts:
+        raise ValueError(f"{name} must be a 5-D tensor {layout}, got shape {tuple(t.shape)}")
+
+
 @overload
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
@@ -511,9 +520,7 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
                               deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
     """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest as :func:`flash_attn_func`.
     The three slices are used in place (no copy)."""
-    if not isinstance(qkv, torch.Tensor) or qkv.dim() != 5 or qkv.shape[2] != 3:
-        raise ValueError(f"qkv must be a 5-D tensor (batch, seqlen, 3, nheads, headdim), got "
-                         f"{tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__}")
+    _check_packed(qkv, "qkv", "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs)
@@ -537,9 +544,7 @@ def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float
                              alibi_slopes: Optional[torch.Tensor] = None,
                              deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
     """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_func`."""
-    if not isinstance(kv, torch.Tensor) or kv.dim() != 5 or kv.shape[2] != 2:
-        raise ValueError(f"kv must be a 5-D tensor (batch, seqlen_k, 2, nheads_k, headdim), got "
-                         f"{tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__}")
+    _check_packed(kv, "kv", "(batch, seqlen_k, 2, nheads_k, headdim)")
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs)

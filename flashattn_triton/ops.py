@@ -620,7 +620,39 @@ def _backward_with(bwd, ctx, dout, dlse, saved=None):
         grads[_SINKS - 3] = dsinks
     if ctx.want_dbias:
         grads[_BIAS - 3] = dbias
-    return (dq, dk, dv, *grads)
+    return no_double_backward((dq, dk, dv, *grads), (q, k, v))
+
+
+class _DoubleBackwardError(torch.autograd.Function):
+    """Identity on the gradients, whose own backward raises: a gradient taken
+    with create_graph=True stays usable as a value, and differentiating it
+    (a gradient penalty, a Hessian product) raises instead of silently
+    treating the backward as constant."""
+
+    @staticmethod
+    def forward(ctx, n_grads, *tensors):
+        """tensors: the gradients, then the inputs they depend on (so that
+        the outputs join the graph of those that require grad)."""
+        return tuple(g.view_as(g) if g is not None else None for g in tensors[:n_grads])
+
+    @staticmethod
+    def backward(ctx, *ggrads):
+        raise NotImplementedError(
+            "flashattn_triton attention has no double backward: a gradient taken with "
+            "create_graph=True was differentiated again (gradient penalty, Hessian-vector product)")
+
+
+def no_double_backward(grads: tuple, inputs: tuple) -> tuple:
+    """grads as they are, unless the backward runs with create_graph=True
+    (grad mode on) in eager mode and an input requires grad: then routed
+    through _DoubleBackwardError.  Under torch.compile, AOTAutograd traces
+    the backward and itself declines double backward through a compiled
+    region."""
+    if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return grads
+    if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        return grads
+    return _DoubleBackwardError.apply(len(grads), *grads, *inputs)
 
 
 def _backward(ctx, dout, dlse):
@@ -665,7 +697,8 @@ class _EagerAttention(torch.autograd.Function):
         if plan is not None and BWD_PLANS and PLANS_ENABLED:
             grads, saved = plan_backward(plan.backward, ctx, dout, dlse, plan.extras)
             if grads is not None:  # (dq, dk, dv, dsinks or None)
-                return grads[:3] + (None, grads[3], None, None, None)
+                dq, dk, dv, dsinks = no_double_backward(tuple(grads), saved[:3])
+                return dq, dk, dv, None, dsinks, None, None, None
         grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse, saved)
         return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
 

@@ -160,6 +160,33 @@ def test_transforms_raise_clearly(device, transform):
         calls[transform]()
 
 
+@pytest.mark.parametrize("entry", ["func", "func_again", "varlen", "qkvpacked"])
+def test_double_backward_raises(device, entry):
+    """A gradient taken with create_graph=True has the first-order value and is
+    part of the graph; differentiating it again (a gradient penalty) raises
+    NotImplementedError instead of silently treating the backward as a
+    constant (the penalty term dropped)."""
+    q, k, v = make_qkv(1, 11, 11, 2, 2, 16, torch.float32, device, requires_grad=True)
+    cu = torch.tensor([0, 11], dtype=torch.int32, device=device)
+    calls = {
+        "func": lambda: fat.flash_attn_func(q, k, v, causal=True),
+        "varlen": lambda: fat.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 11, 11, causal=True)[None],
+        "qkvpacked": lambda: fat.flash_attn_qkvpacked_func(torch.stack([q, k, v], dim=2), causal=True),
+    }
+    calls["func_again"] = calls["func"]
+    if entry == "func_again":  # a second call of the signature (a call plan where recorded)
+        calls["func"]().sum().backward()
+        q.grad = k.grad = v.grad = None
+    out = calls[entry]()
+    g, = torch.autograd.grad(out.sum(), q, create_graph=True)
+    assert g.requires_grad, "the gradient left the graph: a second differentiation would be silently wrong"
+    ref_out = flash_attention_ref(q, k, v, True)[0]
+    ref_g, = torch.autograd.grad(ref_out.sum(), q)
+    assert_close("dq with create_graph=True", g.detach(), ref_g, atol=1e-4)
+    with pytest.raises(NotImplementedError, match="no double backward"):
+        (out.sum() + (g ** 2).sum()).backward()
+
+
 @pytest.mark.parametrize("blockwise", [False, True])
 def test_autocast(device, monkeypatch, blockwise):
     """Under autocast, float32 inputs are cast to the autocast dtype first (as

@@ -538,6 +538,31 @@ def test_deterministic_reaches_every_block(monkeypatch, deterministic, packed):
         assert_close("d" + name_, g, w.float(), atol=1e-5)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "varlen"])
+def test_double_backward_raises(packed):
+    """As the single-device functions: a gradient taken with create_graph=True
+    stays in the graph, and differentiating it again raises NotImplementedError
+    (before, it was silently a constant).  A gloo group of one rank, in process."""
+    import torch.distributed as dist
+    from flashattn_triton.distributed import ring_flash_attn_func, ring_flash_attn_varlen_func
+    if dist.is_initialized() or not dist.is_gloo_available():
+        pytest.skip("needs a fresh gloo process group")
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        q, k, v = (t.requires_grad_() for t in _qkv())
+        if packed:
+            cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+            out = ring_flash_attn_varlen_func(q[0], k[0], v[0], cu, 5, causal=True)
+        else:
+            out = ring_flash_attn_func(q, k, v, causal=True)
+        g, = torch.autograd.grad(out.sum(), q, create_graph=True)
+        assert g.requires_grad, "the gradient left the graph"
+        with pytest.raises(NotImplementedError, match="no double backward"):
+            (out.sum() + (g ** 2).sum()).backward()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_deterministic_must_be_a_bool():
     """ring_flash_attn_func(deterministic=...) and its varlen form check the
     flag like flash_attn_func (before asking for a process group)."""

@@ -159,6 +159,25 @@ def test_bad_scale(device):
         flash_attn_func(q, k, v, softmax_scale=torch.tensor(0.1))
     with pytest.raises(ValueError, match=r"softmax_scale must be finite, got nan"):
         flash_attn_func(q, k, v, softmax_scale=float("nan"))
+    # an int too large for a float: ValueError (float() would raise OverflowError)
+    with pytest.raises(ValueError, match=r"softmax_scale must be finite, got 100000.*\(401 characters\)"):
+        flash_attn_func(q, k, v, softmax_scale=10 ** 400)
+    with pytest.raises(ValueError, match=r"softcap must be finite and >= 0 \(0 = off\), got 100000"):
+        flash_attn_func(q, k, v, softcap=10 ** 400)
+
+
+def test_packed_arguments(device):
+    """The packed entries: a non-tensor is a TypeError, a wrong layout a ValueError."""
+    from flashattn_triton import flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+    q, k, v = qkv(device)
+    with pytest.raises(TypeError, match=r"qkv must be a torch.Tensor \(batch, seqlen, 3, nheads, headdim\), got list"):
+        flash_attn_qkvpacked_func([[1.0]])
+    with pytest.raises(TypeError, match=r"kv must be a torch.Tensor .*got NoneType"):
+        flash_attn_kvpacked_func(q, None)
+    with pytest.raises(ValueError, match=r"qkv must be a 5-D tensor .*got shape \(1, 8, 2, 2, 16\)"):
+        flash_attn_qkvpacked_func(torch.stack([q, k], dim=2))
+    with pytest.raises(ValueError, match=r"kv must be a 5-D tensor .*got shape \(1, 8, 2, 16\)"):
+        flash_attn_kvpacked_func(q, k)
 
 
 def test_too_many_heads(device):

@@ -934,6 +934,28 @@ def test_causal_window_gqa(device, path):
     check_flash(q, k, v, causal=True, window=(17, -1))
 
 
+@pytest.mark.parametrize("big", [2 ** 30, 2 ** 31 - 1, 2 ** 63 - 1, 2 ** 70])
+def test_window_sentinels_mean_unbounded(device, path, big):
+    """A window side past any sequence (2**31 - 1 and sys.maxsize are common
+    "infinite" sentinels) is the unbounded side: the same results as -1 in
+    every entry, not a 32-bit wrap-around that masks every key."""
+    q, k, v = make_qkv(1, 19, 13, 2, 1, 16, torch.float16, device, requires_grad=False)
+    cu = torch.tensor([0, 6, 13], dtype=torch.int32, device=device)
+    for causal, window, same in ((False, (big, big), (-1, -1)), (False, (-1, big), (-1, -1)),
+                                 (True, (big, 0), (-1, -1)), (False, (big, 3), (-1, 3))):
+        got = fat.flash_attn_func(q, k, v, causal=causal, window_size=window)
+        want = fat.flash_attn_func(q, k, v, causal=causal, window_size=same)
+        assert torch.equal(got, want), f"flash_attn_func window {window} causal={causal}"
+        got = fat.flash_attn_varlen_func(k[0], k[0], v[0], cu, cu, 7, 7, causal=causal, window_size=window)
+        want = fat.flash_attn_varlen_func(k[0], k[0], v[0], cu, cu, 7, 7, causal=causal, window_size=same)
+        assert torch.equal(got, want), f"flash_attn_varlen_func window {window} causal={causal}"
+        got = fat.flash_attn_with_kvcache(q[:, :3], k, v, cache_seqlens=11, causal=causal, window_size=window)
+        want = fat.flash_attn_with_kvcache(q[:, :3], k, v, cache_seqlens=11, causal=causal, window_size=same)
+        assert torch.equal(got, want), f"flash_attn_with_kvcache window {window} causal={causal}"
+    ref = flash_attention_ref(q, k, v, False)[0]
+    assert_close("out, window (big, big)", fat.flash_attn_func(q, k, v, window_size=(big, big)), ref)
+
+
 def test_alibi_causal_softcap(device, path):
     q, k, v = make_qkv(1, 64, 64, 4, 4, 32, torch.float16, device, scale=2.0, requires_grad=False)
     check_flash(q, k, v, causal=True, softcap=10.0, alibi_slopes=alibi_slopes(4, device))

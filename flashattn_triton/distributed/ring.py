@@ -574,7 +574,7 @@ def _backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_bwd(dout, q, k, v, out, lse, *ctx.args)
-    return (dq, dk, dv) + (None,) * len(ctx.args)
+    return ops.no_double_backward((dq, dk, dv), (q, k, v)) + (None,) * len(ctx.args)
 
 
 _ring_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -1080,7 +1080,7 @@ def _varlen_backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.args)
-    return (dq, dk, dv, None) + (None,) * len(ctx.args)
+    return ops.no_double_backward((dq, dk, dv), (q, k, v)) + (None,) + (None,) * len(ctx.args)
 
 
 _ring_attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
