@@ -21,7 +21,7 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import check_sinks, finite_float, short_repr, unbounded_side
+from ._validate import autocast_inputs, check_sinks, finite_float, short_repr, unbounded_side
 from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -559,12 +559,18 @@ def flash_attn_with_kvcache(
             merge.  The LSE includes it; a row that sees no key outputs zeros
             and has LSE = sinks[h].  No gradient (this function has no backward).
 
+    Under ``torch.autocast``, q, k and v are cast to the autocast dtype; the caches
+    are not (they are written in place) and must already have it.
+
     Returns:
         out: (batch_size, seqlen, nheads, headdim), the dtype of q.
         softmax_lse [if return_softmax_lse]: (batch_size, nheads, seqlen) float32,
             natural-log log-sum-exp of each row of the (scaled, capped, biased) scores
             (and of the sink logit, if given).
     """
+    # Under autocast, q and the new k, v take the autocast dtype; the caches are
+    # state written in place, never cast, so they must already have it.
+    q, k, v = autocast_inputs(q, k, v)
     scale, window_left, window_right, softcap, _ = _validate(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,

@@ -1148,3 +1148,25 @@ def test_gpu_torch_compile_inductor(device):
     out_c = torch.compile(step, fullgraph=True)(q, k_cache, v_cache, k, v, lens)
     assert torch.equal(out_c, out_e)
     assert torch.equal(k_cache, kc_e) and torch.equal(v_cache, vc_e)
+
+
+def test_autocast_casts_new_tokens(device):
+    """Under autocast, q and the new k, v are cast to the autocast dtype (the
+    api.md convention); the caches are written in place, never cast: the
+    result equals the call with q, k, v cast by hand, caches included."""
+    dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
+    q = rnd(device, torch.float32, 2, 3, 4, 32)
+    k_new, v_new = rnd(device, torch.float32, 2, 2, 2, 32), rnd(device, torch.float32, 2, 2, 2, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 40, 2, 32, dtype)
+    lens = ints(device, [17, 30])
+    kc, vc = k_cache.clone(), v_cache.clone()
+    with torch.autocast(device.type, dtype=dtype):
+        out = flash_attn_with_kvcache(q, kc, vc, k=k_new, v=v_new, cache_seqlens=lens, causal=True)
+    assert out.dtype == dtype
+    kc2, vc2 = k_cache.clone(), v_cache.clone()
+    want = flash_attn_with_kvcache(q.to(dtype), kc2, vc2, k=k_new.to(dtype), v=v_new.to(dtype),
+                                   cache_seqlens=lens, causal=True)
+    assert torch.equal(out, want), "autocast result differs from the call with q, k, v cast by hand"
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2), "the appended tokens differ"
+    with torch.autocast(device.type, dtype=dtype), pytest.raises(TypeError, match="dtype"):
+        flash_attn_with_kvcache(q, kc.float(), vc.float(), cache_seqlens=lens)  # a cache of another dtype
