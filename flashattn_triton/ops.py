@@ -568,7 +568,9 @@ def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
               else q.new_empty(0, dtype=torch.float32))
     dbias = (q.new_empty(attn_bias.shape, dtype=attn_bias.dtype) if want_dbias
              else q.new_empty(0, dtype=torch.float32))
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, dbias
+    # contiguous, as _attention_bwd_impl makes them (not empty_like: a transposed q
+    # would give dq its strides, which inductor then asserts against the real ones)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsinks, dbias
 
 
 # ---------------------------------------------------------------------------

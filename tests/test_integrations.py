@@ -64,6 +64,11 @@ def _config(kind, **over):
         cfg = transformers.Gemma2Config(**{**_COMMON, "head_dim": 16, "attn_logit_softcapping": 5.0,
                                            "final_logit_softcapping": None, "query_pre_attn_scalar": 16,
                                            "sliding_window": 64})
+    elif kind == "llama4":  # chunked attention (attention_chunk_size): 4-token chunks, both layers
+        cfg = transformers.Llama4TextConfig(**{**_COMMON, "num_hidden_layers": 2, "head_dim": 16,
+                                               "intermediate_size_mlp": 96, "attention_chunk_size": 4,
+                                               "num_local_experts": 1, "no_rope_layers": [1, 1],
+                                               "use_qk_norm": False})
     else:
         raise ValueError(kind)
     for key, value in over.items():
@@ -431,3 +436,27 @@ def test_packed_sequences_match_sdpa():
     ids = torch.randint(0, VOCAB, (1, SEQ))
     pos = torch.cat([torch.arange(5), torch.arange(SEQ - 5)])[None]
     _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, label="packed", position_ids=pos)
+
+
+def test_llama4_chunked_attention_matches_sdpa():
+    """Chunked attention (Llama 4): the mask builder is called with local_size =
+    the chunk size, as for a sliding window, but no window expresses chunks:
+    it must build the 4-D mask (before, it returned None and the layers ran
+    plain causal attention, silently)."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    _compare(_models("llama4", "sdpa", torch.float32), ids, torch.float32, label="llama4 chunked")
+
+
+def test_mask_builder_tells_windows_from_chunks():
+    """local_size with a sliding-window mask function keeps the fast path (None:
+    the window comes from the layer's sliding_window); with a chunked one, or any
+    other function, the 4-D boolean mask."""
+    from transformers import masking_utils as mu
+    kw = dict(batch_size=1, q_length=8, kv_length=8, attention_mask=None, local_size=4, allow_is_causal_skip=True)
+    assert hf.attention_mask(mask_function=mu.sliding_window_causal_mask_function(4), **kw) is None
+    chunked = mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long))
+    got = hf.attention_mask(mask_function=chunked, **kw)
+    want = mu.sdpa_mask(mask_function=chunked, **{**kw, "allow_is_causal_skip": False})
+    assert got is not None and torch.equal(got, want)
+    assert got[0, 0, 5].tolist() == [False] * 4 + [True, True, False, False]

@@ -36,6 +36,33 @@ def test_opcheck(device, varlen):
     torch.library.opcheck(ops.attention_bwd, bwd_args)
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fake_strides_match_real(device, varlen):
+    """The fake implementations give the outputs the real ones' strides, also
+    for transposed (SDPA-layout) inputs: inductor asserts each custom op's
+    output strides against its fake's (torch.compile's default backend failed
+    in the backward on every SDPA call before)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    if varlen:
+        cu = random_cu_seqlens([9, 0, 5], device)
+        q, k, v = (rand((h, 14, 16), torch.float16, device).transpose(0, 1) for h in (2, 1, 1))
+        args = _op_args(q, k, v, cu=cu, max_q=9, max_k=9)
+    else:
+        q, k, v = (rand((1, h, n, 16), torch.float16, device).transpose(1, 2) for h, n in ((2, 9), (1, 13), (1, 13)))
+        args = _op_args(q, k, v)
+    out, lse = ops.attention_fwd(*args)
+    bwd_args = (torch.randn_like(out).transpose(-2, -3).contiguous().transpose(-2, -3), q, k, v, out, lse,
+                torch.randn_like(lse)) + args[3:]
+    real = {"fwd": (out, lse), "bwd": ops.attention_bwd(*bwd_args)}
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake_in = lambda a: mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+        fake = {"fwd": ops.attention_fwd(*map(fake_in, args)), "bwd": ops.attention_bwd(*map(fake_in, bwd_args))}
+    for op in ("fwd", "bwd"):
+        for i, (r, f) in enumerate(zip(real[op], fake[op])):
+            assert (f.shape, f.stride(), f.dtype) == (r.shape, r.stride(), r.dtype), \
+                f"{op} output {i}: fake {tuple(f.shape)} {f.stride()} {f.dtype}, real {tuple(r.shape)} {r.stride()} {r.dtype}"
+
+
 class TinyAttentionModel(torch.nn.Module):
     """Projections + our attention (causal, GQA): what a transformer layer does."""
 

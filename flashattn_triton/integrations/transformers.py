@@ -145,7 +145,9 @@ def attention_mask(
         or mask_function is mu.bidirectional_mask_function
         # A sliding-window pattern: Transformers sets allow_is_causal_skip=False
         # when it adds packing or block overlays (and for compiled decoding, q_length 1).
-        or (local_size is not None and (allow_is_causal_skip or q_length == 1))
+        # local_size also comes with chunked attention (Llama 4), which no window expresses.
+        or (local_size is not None and (allow_is_causal_skip or q_length == 1)
+            and _is_sliding_window_causal(mask_function, mu))
     )
     if not standard:
         return mu.sdpa_mask(
@@ -160,6 +162,19 @@ def attention_mask(
     if mask.shape[1] == kv_length and bool(mask.all()):
         return None
     return mask
+
+
+def _is_sliding_window_causal(mask_function, mu) -> bool:
+    """Whether mask_function is Transformers' sliding_window_causal_mask_function(W):
+    and_masks(sliding_window_overlay(W), causal_mask_function), recognised by the
+    functions it combines.  Anything else (chunked attention's overlay, overlays
+    a model adds) is not a window: the caller builds the 4-D mask instead."""
+    if getattr(mask_function, "__qualname__", "") != f"{mu.and_masks.__name__}.<locals>.and_mask":
+        return False
+    parts = next((cell.cell_contents for cell in mask_function.__closure__ or ()
+                  if isinstance(cell.cell_contents, tuple)), ())
+    return (len(parts) == 2 and parts[1] is mu.causal_mask_function
+            and getattr(parts[0], "__qualname__", "") == f"{mu.sliding_window_overlay.__name__}.<locals>.inner_mask")
 
 
 # ---------------------------------------------------------------------------
