@@ -21,7 +21,7 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import autocast_inputs, check_sinks, finite_float, short_repr, unbounded_side
+from ._validate import autocast_inputs, check_sinks, finite_float, shape_is, short_repr, unbounded_side
 from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -190,7 +190,7 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
             raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
         if alibi_slopes.dtype != torch.float32:
             raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
-        if tuple(alibi_slopes.shape) not in ((h_q,), (batch, h_q)):
+        if not shape_is(alibi_slopes, (h_q,), (batch, h_q)):
             raise ValueError(f"alibi_slopes must have shape (nheads,) = ({h_q},) or (batch_size, nheads) "
                              f"= ({batch}, {h_q}), got {tuple(alibi_slopes.shape)}")
         if alibi_slopes.device != q.device:

@@ -120,6 +120,13 @@ def _check_vector(name: str, t, q: torch.Tensor):
         raise ValueError(f"{name} must be on {q.device} like q, got {t.device}")
 
 
+def shape_is(t: torch.Tensor, *shapes: tuple) -> bool:
+    """t's shape equals one of shapes.  Compares with ==, never tuple `in`: under
+    torch.compile(dynamic=True) a static size equal to a symbolic one (a buffer's
+    (4,) against q's s0 heads) fails `in` but passes == (with a guard)."""
+    return any(len(t.shape) == len(s) and all(a == b for a, b in zip(t.shape, s)) for s in shapes)
+
+
 def check_alibi(alibi_slopes, q: torch.Tensor, batch: int, heads: int) -> Optional[torch.Tensor]:
     """float32 (nheads,) or (batch, nheads), as flash-attn requires."""
     if alibi_slopes is None:
@@ -127,7 +134,7 @@ def check_alibi(alibi_slopes, q: torch.Tensor, batch: int, heads: int) -> Option
     _check_vector("alibi_slopes", alibi_slopes, q)
     if alibi_slopes.dtype != torch.float32:
         raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
-    if tuple(alibi_slopes.shape) not in ((heads,), (batch, heads)):
+    if not shape_is(alibi_slopes, (heads,), (batch, heads)):
         raise ValueError(f"alibi_slopes must have shape ({heads},) or ({batch}, {heads}) "
                          f"(nheads,) / (batch, nheads), got {tuple(alibi_slopes.shape)}")
     return alibi_slopes
@@ -167,7 +174,9 @@ def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], bat
     if attn_mask.device != query.device:
         raise ValueError(f"attn_mask must be on {query.device} like query, got {attn_mask.device}")
     shape = tuple(attn_mask.shape)
-    if len(shape) > len(target) or any(m not in (1, t) for m, t in
+    # (== tests, not `in`: under torch.compile(dynamic=True) `m in (1, s0)` is False
+    # for a static m equal to a symbolic s0, where m == s0 is True and guarded)
+    if len(shape) > len(target) or any(not (m == 1 or m == t) for m, t in
                                        zip(shape[::-1], target[::-1])):
         raise ValueError(f"attn_mask of shape {shape} is not broadcastable to {target}")
     mask = attn_mask.reshape((1,) * (len(target) - len(shape)) + shape)
@@ -304,7 +313,7 @@ def autocast_active() -> bool:
     return _ANY_AUTOCAST is None or _ANY_AUTOCAST()
 
 
-def autocast_inputs(*tensors: torch.Tensor):
+def autocast_inputs(*tensors: Optional[torch.Tensor]):
     """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA does."""
     if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST() and not torch.compiler.is_compiling():
         return tensors  # no autocast anywhere (one call instead of a per-device query)

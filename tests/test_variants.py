@@ -1044,6 +1044,43 @@ def test_compile_fullgraph_with_variants(device):
     assert not torch.equal(out, fat.flash_attn_func(q, k, v)), "dropout had no effect under compile"
 
 
+def test_compile_dynamic_with_module_tensors(device):
+    """torch.compile(dynamic=True) keeps a module's parameter and buffer shapes
+    static while q's sizes are symbolic: a learned (H, N, N) bias and ALiBi
+    slopes in a buffer must pass the shape checks (a tuple `in` test said
+    "not broadcastable" / "must have shape" there) and equal eager."""
+    import os
+    backend = os.environ.get("FLASHATTN_TRITON_TEST_COMPILE_BACKEND",
+                             "inductor" if torch.cuda.is_available() else "aot_eager")
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.randn(4, 12, 12, device=device))
+            self.register_buffer("slopes", alibi_slopes(4, device))
+
+        def forward(self, q, k, v, k_cache, v_cache):
+            a = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 attn_mask=self.bias, enable_gqa=True).transpose(1, 2)
+            b = fat.flash_attn_func(q, k, v, causal=True, alibi_slopes=self.slopes)
+            c = fat.flash_attn_with_kvcache(q[:, -1:].detach(), k_cache, v_cache, cache_seqlens=7,
+                                            alibi_slopes=self.slopes)
+            return a + b, c
+
+    torch._dynamo.reset()
+    layer = Layer()
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend=backend)
+    q, k, v = make_qkv(2, 12, 12, 4, 2, 16, torch.float32, device)
+    cache = make_qkv(2, 9, 9, 2, 2, 16, torch.float32, device, requires_grad=False)[1:]
+    (want, want_c), (got, got_c) = layer(q, k, v, *cache), compiled(q, k, v, *cache)
+    assert_close("out", got, want.double(), atol=1e-5)
+    assert_close("kvcache out", got_c, want_c.double(), atol=1e-5)
+    g_want = torch.autograd.grad(want.square().sum(), (q, layer.bias))
+    g_got = torch.autograd.grad(got.square().sum(), (q, layer.bias))
+    for name, g, r in zip(("dq", "dbias"), g_got, g_want):
+        assert_close(name, g, r.double(), atol=1e-4 * max(1.0, r.abs().max().item()))
+
+
 # ---------------------------------------------------------------------------
 # GPU sizes (FLASHATTN_TRITON_TEST_DEVICE=cuda)
 # ---------------------------------------------------------------------------
