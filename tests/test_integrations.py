@@ -453,9 +453,11 @@ def test_mask_builder_tells_windows_from_chunks():
     the window comes from the layer's sliding_window); with a chunked one, or any
     other function, the 4-D boolean mask."""
     from transformers import masking_utils as mu
-    kw = dict(batch_size=1, q_length=8, kv_length=8, attention_mask=None, local_size=4, allow_is_causal_skip=True)
+    dev = torch.get_default_device()  # (the test device: sdpa_mask's aranges and the chunks' padding on one)
+    kw = dict(batch_size=1, q_length=8, kv_length=8, attention_mask=None, local_size=4, allow_is_causal_skip=True,
+              device=dev)
     assert hf.attention_mask(mask_function=mu.sliding_window_causal_mask_function(4), **kw) is None
-    chunked = mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long))
+    chunked = mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long, device=dev))
     got = hf.attention_mask(mask_function=chunked, **kw)
     want = mu.sdpa_mask(mask_function=chunked, **{**kw, "allow_is_causal_skip": False})
     assert got is not None and torch.equal(got, want)

@@ -227,7 +227,7 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
         s_t, t_t = score_tile(qk_t, rows[None, :], offs_n[:, None], n_q, n_k, shift, window_left,
                               window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                               MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                              HAS_MASK, MASK_BOOL)
+                              HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         p_t = tl.math.exp2(s_t - lse2[None, :])
         do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, CHECK_ROWS, EVEN_DV)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
@@ -481,7 +481,7 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
         s, t = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
                           window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                           MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                          HAS_MASK, MASK_BOOL)
+                          HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:

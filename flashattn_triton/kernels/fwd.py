@@ -87,7 +87,7 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
         s, _ = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
                           window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                           MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                          HAS_MASK, MASK_BOOL)
+                          HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED or HAS_MASK:
             # A row may have seen no key yet (m_new = -inf): subtract 0 instead,

@@ -113,9 +113,19 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
                qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
-               HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr):
+               HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, ROUND_SCALED: tl.constexpr = False):
     """(s2, t): base-2 scores of a tile of products qk (module doc), and the
     tanh of the softcap (t = qk when HAS_SOFTCAP is off; unused then).
+
+    ROUND_SCALED (the float32 builds): qk * qk_scale is rounded to float32
+    before anything subtracts from it.  A plain product lets the compiler
+    contract it with the caller's `s - m` / `s - lse2` into one FMA (exact
+    product), while the row max and the LSE hold the rounded one: at scores
+    of ~1e4 the two differ by up to half an ulp of s (2^-9 at 5e4), so a
+    dominant key's P = exp2(s - lse2) was off by up to 0.14 % on the GPU
+    (the interpreter never contracts).  An FMA with a zero addend is
+    rounded once and is not contracted further.  16-bit builds keep the
+    plain product: their inputs' rounding is far larger.
 
     rows, cols: broadcastable index tensors as in visible().
     qk_scale: scale * log2(e), or scale / softcap with HAS_SOFTCAP.
@@ -126,6 +136,9 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
     if HAS_SOFTCAP:
         t = tanh(qk * qk_scale, FAST_TANH)
         s = t * softcap2
+    elif ROUND_SCALED:
+        t = qk
+        s = tl.fma(qk, qk_scale, 0.0)
     else:
         t = qk
         s = qk * qk_scale
