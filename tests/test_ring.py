@@ -386,6 +386,10 @@ def test_shard_errors():
         zigzag_unshard([torch.randn(1, 3), torch.randn(1, 3)])
     with pytest.raises(ValueError, match="share one shape"):
         zigzag_unshard([torch.randn(1, 4), torch.randn(1, 6)])
+    with pytest.raises(ValueError, match="share one shape"):  # (contiguous shards were joined as they came)
+        unshard_sequence([torch.randn(1, 4), torch.randn(1, 6)], 1, "contiguous")
+    with pytest.raises(ValueError, match=r"rank must be an int in \[0, 2\), got True"):
+        shard_sequence(x, True, 2, 1, "contiguous")
 
 
 @pytest.mark.parametrize("sharding", ["zigzag", "contiguous"])
@@ -437,6 +441,9 @@ def test_varlen_shard_errors():
         shard_varlen(x, cu, 2, 2, "contiguous")
     with pytest.raises(ValueError, match="share one shape"):
         unshard_varlen([torch.randn(7, 2), torch.randn(6, 2)], cu, "contiguous")
+    with pytest.raises(ValueError, match=r"each shard has 6 rows along dim 0, but cu_seqlens\[-1\] = 14 "
+                                         r"\(/ 2 ranks = 7\)"):
+        unshard_varlen([torch.randn(6, 2), torch.randn(6, 2)], cu, "contiguous")
 
 
 # ---------------------------------------------------------------------------
@@ -717,6 +724,7 @@ class VarlenCase(NamedTuple):
     window: tuple = (-1, -1)  # window_size over each document's global positions
     alibi: str = ""  # "h": slopes (H,), "bh": slopes (documents, H) (see _slopes)
     dropout_p: float = 0.0  # compared with the masks rebuilt from each rank's seed
+    extra_max: int = 0  # max_seqlen passed above the longest local document (it moves the dropout counters)
 
     @property
     def batch(self) -> int:
@@ -736,6 +744,8 @@ class VarlenCase(NamedTuple):
             parts.append(f"softcap{self.softcap}-amp{self.amp}")
         if self.compiled:
             parts.append("compiled")
+        if self.extra_max:
+            parts.append(f"max+{self.extra_max}")
         return "-".join(parts)
 
 
@@ -783,6 +793,10 @@ POSITIONAL = [
     Case(1, 64, 64, 4, 2, 16, True, F32, "contiguous", alibi="bh"),
     Case(2, 64, 64, 4, 1, 16, True, BF16, window=(12, 0), alibi="bh", softcap=5.0, amp=6.0),
     Case(1, 64, 64, 4, 2, 16, False, F32, "contiguous", window=(7, 3), alibi="h", softcap=5.0, amp=6.0),
+    # more queries than keys, bottom-right aligned: every query of a rank sees no key,
+    # so that rank has no block to compute (zeros, LSE -inf; it raised before)
+    Case(1, 64, 32, 2, 1, 16, False, F32, "contiguous", window=(-1, 0)),
+    Case(1, 64, 16, 2, 1, 16, False, F32, window=(-1, 0)),
 ]
 # Dropout: the reference uses the ring's own mask (ring_dropout_keep_mask).
 DROPOUT = [
@@ -806,6 +820,8 @@ VARLEN_DROPOUT = [
     VarlenCase((16, 8, 24), 2, 1, 16, True, F32, dropout_p=0.3),
     VarlenCase((16, 24), 2, 2, 16, False, F32, dropout_p=0.2),  # no mask: whole shards as blocks
     VarlenCase((16, 8), 4, 2, 16, True, F32, "contiguous", window=(6, 0), alibi="h", dropout_p=0.25),
+    # max_seqlen above the longest local document: the helper rebuilds the call's counters
+    VarlenCase((8, 16), 2, 1, 16, True, F32, dropout_p=0.3, extra_max=4),
 ]
 WORLDS = {
     # name: (processes, TRITON_INTERPRET, cases)
@@ -895,7 +911,7 @@ def _dense_on_rank(case, full, group, r, size):
 def _varlen_on_rank(case, full, group, r, size):
     cu = full[4]  # the global offsets
     q, k, v, do = (shard_varlen(t, cu, r, size, case.sharding) for t in full[:4])
-    cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size
+    cu_local, max_local = local_cu_seqlens(cu, size, case.sharding), max(case.lengths) // size + case.extra_max
     kw = _variant_kwargs(case)
 
     def run(torch_seed):
@@ -1053,7 +1069,8 @@ def test_ring_varlen_matches_single_device(worlds, world, case_id):
     kw = {}
     if case.dropout_p:
         masks = ring_varlen_dropout_keep_mask([res["seed"] for res in ranks], case.dropout_p, case.h_q, cu,
-                                              case.causal, case.window, bool(case.alibi), case.sharding)
+                                              case.causal, case.window, bool(case.alibi), case.sharding,
+                                              max_seqlen=max(case.lengths) // len(ranks) + case.extra_max)
         kw = dict(dropout_masks=masks, dropout_p=case.dropout_p)
 
     def reference(dtype):

@@ -435,6 +435,10 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, co
                 lse[:, :, b.q0:b.q1] = lse_m
         if pending is not None:
             kv = pending.wait()
+    if out is None:  # no block on this rank (every local query hidden by a window, or no keys):
+        # rows that see no key give zeros and LSE -inf, as flash_attn_func's do
+        out = torch.zeros(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+        lse = torch.full((q.shape[0], q.shape[2], n_q), float("-inf"), dtype=torch.float32, device=q.device)
     return out.to(q.dtype).contiguous(), lse.contiguous()
 
 
@@ -792,7 +796,7 @@ def ring_varlen_positional_schedule(rank: int, world_size: int, window: Tuple[in
 def ring_varlen_dropout_keep_mask(seeds: Sequence[torch.Tensor], dropout_p: float, heads: int,
                                   cu_seqlens: torch.Tensor, causal: bool = False,
                                   window_size: Tuple[int, int] = (-1, -1), alibi: bool = False,
-                                  sharding: str = "zigzag") -> List[torch.Tensor]:
+                                  sharding: str = "zigzag", max_seqlen: Optional[int] = None) -> List[torch.Tensor]:
     """Per document b, the keep mask (heads, L_b, L_b) over the document's
     global positions, True = kept, of a ``ring_flash_attn_varlen_func`` call
     with dropout on ``P = len(seeds)`` ranks, given each rank's seed (the
@@ -803,7 +807,9 @@ def ring_varlen_dropout_keep_mask(seeds: Sequence[torch.Tensor], dropout_p: floa
     packed call on the chunks' rows (T_A packed query rows, the longest key
     chunk m_B) with the counters shifted by ``pair * heads * T_A * m_B``
     (kernels/score.py's packed layout); ``causal``, ``window_size`` and
-    ``alibi`` only pick the chunking, as the call did."""
+    ``alibi`` only pick the chunking, as the call did.  ``max_seqlen``: the
+    call's (local) max_seqlen where it passed more than the longest local
+    document (the counters' row length m_B follows it); None: that longest."""
     from ..reference import dropout_keep
     from .sharding import local_cu_seqlens, position_ids
     world_size = len(seeds)
@@ -819,6 +825,8 @@ def ring_varlen_dropout_keep_mask(seeds: Sequence[torch.Tensor], dropout_p: floa
     unit_cu = [x // parts for x in local]  # packed offsets of every document's chunk in a block
     total = unit_cu[-1]
     longest = max([e - a for a, e in zip(unit_cu[:-1], unit_cu[1:])], default=0)
+    if max_seqlen is not None:  # as _PackedRows.max: the call's bound, halved for chunks
+        longest = max_seqlen if parts == 1 else (max_seqlen + 1) // 2
     masks = [torch.zeros(heads, n, n, dtype=torch.bool) for n in lengths]
     for d, n in enumerate(lengths):
         c = n // (world_size * parts)
@@ -950,6 +958,9 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
             lse.index_copy_(1, idx, lse_m)
         if pending is not None:
             kv = pending.wait()
+    if out is None:  # no block on this rank: zeros and LSE -inf, as in the dense ring
+        out = torch.zeros(q.shape[:2] + (v.shape[2],), dtype=q.dtype, device=q.device)
+        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
     return out.to(q.dtype).contiguous(), lse.contiguous()
 
 

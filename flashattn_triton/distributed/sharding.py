@@ -47,9 +47,9 @@ def _check_split(name: str, n: int, parts: int, what: str) -> int:
 
 
 def _check_rank(rank: int, world_size: int) -> None:
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    if not isinstance(rank, int) or not 0 <= rank < world_size:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
 
 
@@ -133,7 +133,12 @@ def unshard_sequence(shards: Sequence[torch.Tensor], dim: int = 1,
     check_sharding(sharding)
     if sharding == "zigzag":
         return zigzag_unshard(shards, dim)
-    return torch.cat(list(shards), dim=dim)
+    shards = list(shards)
+    for r, s in enumerate(shards):  # (as zigzag_unshard: every rank holds an equal part)
+        if s.shape != shards[0].shape:
+            raise ValueError(f"shards must share one shape, got {tuple(shards[0].shape)} (rank 0) "
+                             f"and {tuple(s.shape)} (rank {r})")
+    return torch.cat(shards, dim=dim)
 
 
 def position_ids(seqlen: int, rank: int, world_size: int, sharding: str = "zigzag",
@@ -166,7 +171,7 @@ def _doc_offsets(cu_seqlens: torch.Tensor, world_size: int, sharding: str) -> Li
     """The global offsets on the host, checked: int32 1-D from 0, non-decreasing,
     every document's length divisible by 2P (zigzag) or P (contiguous)."""
     check_sharding(sharding)
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     check_offsets("cu_seqlens", cu_seqlens)
     offs = cu_seqlens.tolist()
@@ -199,9 +204,11 @@ def _varlen_rows(offs: List[int], rank: int, world_size: int, sharding: str,
     return torch.cat(rows), torch.cat(pos)
 
 
-def _check_total(x: torch.Tensor, dim: int, total: int, what: str) -> None:
-    if x.shape[dim] != total:
-        raise ValueError(f"{what} has {x.shape[dim]} rows along dim {dim}, but cu_seqlens[-1] = {total}")
+def _check_total(x: torch.Tensor, dim: int, total: int, what: str, world_size: int = 1) -> None:
+    """x holds total / world_size rows along dim (total: cu_seqlens[-1])."""
+    if x.shape[dim] != total // world_size:
+        per_rank = "" if world_size == 1 else f" (/ {world_size} ranks = {total // world_size})"
+        raise ValueError(f"{what} has {x.shape[dim]} rows along dim {dim}, but cu_seqlens[-1] = {total}{per_rank}")
 
 
 def local_cu_seqlens(cu_seqlens: torch.Tensor, world_size: int, sharding: str = "zigzag") -> torch.Tensor:
@@ -249,7 +256,7 @@ def unshard_varlen(shards: Sequence[torch.Tensor], cu_seqlens: torch.Tensor, sha
                              f"and {tuple(s.shape)} (rank {r})")
     world_size = len(shards)
     offs = _doc_offsets(cu_seqlens, world_size, sharding)
-    _check_total(shards[0], dim, offs[-1] // world_size, "each shard")
+    _check_total(shards[0], dim, offs[-1], "each shard", world_size)
     shape = list(shards[0].shape)
     shape[dim] = offs[-1]
     full = shards[0].new_empty(shape)
