@@ -15,13 +15,12 @@ semantics (``_kvcache_torch``).
 """
 
 import contextlib
-import math
 import numbers
 from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import autocast_inputs, check_sinks, finite_float, shape_is, short_repr, unbounded_side
+from ._validate import autocast_inputs, check_scale, check_sinks, finite_float, shape_is, short_repr, unbounded_side
 from .kernels.launch import INTERPRET
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -196,15 +195,7 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
 
-    if softmax_scale is None:
-        scale = 1.0 / math.sqrt(d)
-    else:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-            raise TypeError(f"softmax_scale must be a Python float or None, got {type(softmax_scale).__name__}")
-        value = finite_float(softmax_scale)
-        if value is None:
-            raise ValueError(f"softmax_scale must be finite, got {short_repr(softmax_scale)}")
-        scale = value
+    scale = check_scale(softmax_scale, "softmax_scale", d)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
