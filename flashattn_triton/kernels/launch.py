@@ -80,9 +80,11 @@ PREFERRED = {"FWD": {64: (128, 64, 4, 3)}, "BWD_DKDV": {64: (32, 64, 4, 2)}, "BW
 INTERPRET_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
 # Compile options that every portable launch passes (the decode, combine and
 # helper kernels too).  enable_fp_fusion: the kernels were written, tuned and
-# validated with multiply-adds contracted into FMAs (e.g. the exp2 argument
-# s * scale - m), Triton's default up to 3.9; 3.9 warns that the default turns
-# off in 3.10, so it is asked for by name.  Same compiled code on 3.4-3.9.
+# validated with multiply-adds contracted into FMAs (e.g. the 16-bit builds'
+# exp2 argument s * scale - m; the float32 builds round s * scale first,
+# score.score_tile's ROUND_SCALED), Triton's default up to 3.9; 3.9 warns that
+# the default turns off in 3.10, so it is asked for by name.  Same compiled
+# code on 3.4-3.9.
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 # The model's shared-memory budget: what a block may use on the GPU (the
