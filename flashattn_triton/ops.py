@@ -741,9 +741,12 @@ class FwdPlan:
         self.extras = tuple(i for i in (OPT_ALIBI, OPT_SINKS, OPT_SEED) if options[i] is not None)
         self.out_shape = q.shape[:-1] + (v.shape[-1],)
         self.lse_shape = _lse_shape(q, options[0] is not None)
-        sinks = options[OPT_SINKS]
-        self.grad = (q.requires_grad or k.requires_grad or v.requires_grad
-                     or (sinks is not None and sinks.requires_grad))
+        # as _needs_autograd: a tensor that requires grad sends the call through
+        # the op's autograd (slopes too: they get no gradient, but the output
+        # requires grad, as on the full path, and the blockwise CPU code must
+        # not record a graph through them)
+        self.grad = any(t is not None and t.requires_grad
+                        for t in (q, k, v, options[OPT_SINKS], options[OPT_ALIBI]))
         try:
             self.prefetch = _prefetch._key(q, k, v, self.options)
         except Exception:  # noqa: BLE001 - then maybe_prefetch decides on every call

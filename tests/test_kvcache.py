@@ -303,6 +303,38 @@ def test_split_counters_reset(device, monkeypatch):
             assert buf is not None and int(buf.count_nonzero()) == 0, f"counters left set after call {rep}"
 
 
+def test_interrupted_launch_leaves_no_counters_set(device, monkeypatch):
+    """A decode launch that stops part-way (here: a stand-in that counts one
+    split in and raises, as an interrupt of the interpreter can) must not
+    make later calls merge early: they match the reference."""
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
+    monkeypatch.setenv(decode.ENV_COMBINE, "fused")
+    dtype = torch.float32
+    q = rnd(device, dtype, 2, 1, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 2, 96, 2, 32, dtype)
+    lens = ints(device, [96, 70])
+    ref = reference(q, k_cache, v_cache, seqlens=lens)
+    base = reference(q, k_cache, v_cache, seqlens=lens, dtype=dtype)
+    if not kvc._use_triton(q):
+        pytest.skip("the blockwise path has no split counters")
+    real = decode._decode_fwd
+
+    class _StopsPartWay:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                args[7].add_(1)  # the counters: as if one split of each tile had finished
+                raise KeyboardInterrupt
+            return launch
+
+    monkeypatch.setattr(decode, "_decode_fwd", _StopsPartWay())
+    with pytest.raises(KeyboardInterrupt):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, num_splits=4)
+    monkeypatch.setattr(decode, "_decode_fwd", real)
+    for rep in range(2):
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, num_splits=4)
+        assert_close(f"call {rep} after the interrupted one", out, ref[0], base[0], 2.0, dtype)
+
+
 def test_strided_index_vectors(device):
     """cache_seqlens, cache_batch_idx and cache_leftpad given as strided views
     give the results of their contiguous copies."""

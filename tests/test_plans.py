@@ -233,6 +233,26 @@ def test_gradients_through_a_plan(device, monkeypatch):
         assert fat.flash_attn_func(q, k, v, causal=True).grad_fn is None
 
 
+def test_slopes_that_require_grad_get_none_on_both_paths(device, monkeypatch):
+    """ALiBi slopes are constants: with only the slopes requiring grad, the
+    planned call (first and repeated) gives what the full path gives, an
+    output that requires grad and a backward that leaves the slopes' grad
+    None (before: the planned call's output did not require grad in the
+    kernels, and the blockwise CPU code gave the slopes a gradient)."""
+    q, k, v = _qkv(device, dtype=torch.float32)
+    slopes = torch.rand(q.shape[2], device=device).requires_grad_()
+    results = []
+    for plans in (False, True, True):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        out = fat.flash_attn_func(q, k, v, alibi_slopes=slopes, window_size=(-1, -1))
+        assert out.requires_grad, f"plans={plans}: output does not require grad"
+        out.sum().backward()
+        assert slopes.grad is None, f"plans={plans}: slopes got a gradient {slopes.grad}"
+        results.append(out.detach())
+    for r in results[1:]:
+        assert torch.equal(results[0], r)
+
+
 PER_CALL_OPTIONS = {
     "sinks": lambda b, h, dev: dict(sinks=torch.randn(h, device=dev).requires_grad_()),
     "sinks bfloat16, no grad": lambda b, h, dev: dict(sinks=torch.randn(h, device=dev).bfloat16()),

@@ -849,7 +849,6 @@ def split_counters(numel: int, device: torch.device) -> torch.Tensor:
     captured the counters are a fresh zeroed buffer of the graph's own (the
     memset is captured with it), so no graph holds a buffer that eager calls
     also use."""
-    key: object = device.type
     if device.type == "cuda":
         capturing = torch.cuda.is_current_stream_capturing()
         if "reserve" in decode_variants():
@@ -858,7 +857,7 @@ def split_counters(numel: int, device: torch.device) -> torch.Tensor:
                 return reserved
         if capturing:
             return torch.zeros(numel, device=device, dtype=torch.int32)
-        key = torch.cuda.current_stream(device).cuda_stream  # unique across devices
+    key = _counters_key(device)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < numel:
         if len(_COUNTERS) >= 64:  # streams come and go: forget old buffers (freed in stream order)
@@ -866,6 +865,17 @@ def split_counters(numel: int, device: torch.device) -> torch.Tensor:
         buf = torch.zeros(max(numel, 1024), device=device, dtype=torch.int32)
         _COUNTERS[key] = buf
     return buf[:numel]
+
+
+def _counters_key(device: torch.device) -> object:
+    """split_counters' buffer key: the current stream on CUDA, else the device type."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else device.type
+
+
+def discard_split_counters(device: torch.device) -> None:
+    """Forget the current stream's counter buffer (after a launch that may
+    have stopped part-way: its counters need not be 0 any more)."""
+    _COUNTERS.pop(_counters_key(device), None)
 
 
 def _dummy(t: torch.Tensor) -> torch.Tensor:
@@ -924,33 +934,41 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     any_ptr = _dummy(q)
 
     grid = (batch * h_kv, num_splits, m_blocks)
-    _decode_fwd[grid](
-        q, k_cache, v_cache, out, lse, o_part, l_part, counters,
-        cache_seqlens if cache_seqlens is not None else any_ptr,
-        cache_batch_idx if cache_batch_idx is not None else any_ptr,
-        cache_leftpad if cache_leftpad is not None else any_ptr,
-        block_table if paged else any_ptr,
-        rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
-        alibi_slopes if alibi_slopes is not None else any_ptr,
-        sinks if sinks is not None else any_ptr,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
-        *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
-        *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
-        n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
-        qk_scale, cap2, max(window_left, 0), max(window_right, 0),
-        HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
-        PAGED=paged, PAGE_SIZE=page_size, TILE_IN_PAGE=paged and page_size % cfg.BLOCK_N == 0,
-        HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
-        HAS_LEFTPAD=cache_leftpad is not None,
-        HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
-        HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
-        ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
-        ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
-        DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
-        MERGE_STAGES=MERGE_STAGES,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
-    )
+    try:
+        _decode_fwd[grid](
+            q, k_cache, v_cache, out, lse, o_part, l_part, counters,
+            cache_seqlens if cache_seqlens is not None else any_ptr,
+            cache_batch_idx if cache_batch_idx is not None else any_ptr,
+            cache_leftpad if cache_leftpad is not None else any_ptr,
+            block_table if paged else any_ptr,
+            rotary_cos if rotary_dim else any_ptr, rotary_sin if rotary_dim else any_ptr,
+            alibi_slopes if alibi_slopes is not None else any_ptr,
+            sinks if sinks is not None else any_ptr,
+            *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *lse.stride(),
+            *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
+            *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
+            n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
+            qk_scale, cap2, max(window_left, 0), max(window_right, 0),
+            HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
+            PAGED=paged, PAGE_SIZE=page_size, TILE_IN_PAGE=paged and page_size % cfg.BLOCK_N == 0,
+            HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
+            HAS_LEFTPAD=cache_leftpad is not None,
+            HAS_WINDOW_LEFT=window_left >= 0, HAS_WINDOW_RIGHT=window_right >= 0,
+            HAS_SOFTCAP=softcap > 0.0, HAS_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
+            ROTARY_DIM=rotary_dim, ROTARY_INTERLEAVED=bool(rotary_interleaved),
+            ROTARY_Q_PER_TOKEN=bool(rotary_q_per_token), SPLIT_MODE=split_mode,
+            DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
+            MERGE_STAGES=MERGE_STAGES,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
+        )
+    except BaseException:
+        # A launch that stopped part-way (an error, or an interrupt of the
+        # interpreter) may leave counters set, and the next call would merge
+        # early: start the next call from a fresh, zeroed buffer.
+        if split_mode == 2:
+            discard_split_counters(q.device)
+        raise
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
         combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks)
