@@ -125,9 +125,10 @@ class _CallPlan:
 
 
 def _plannable() -> bool:
-    """Plans on, and no autocast, forward-AD level or functorch transform active
-    (the callers checked that no compile is)."""
-    return ops.PLANS_ENABLED and not autocast_active() and not ops.transforms_active()
+    """Plans on, and no autocast, forward-AD level, functorch transform or
+    torch.jit.trace active (the callers checked that no compile is)."""
+    return (ops.PLANS_ENABLED and not autocast_active() and not ops.transforms_active()
+            and not torch.jit.is_tracing())
 
 
 def _qkv_key(q, k, v) -> Optional[tuple]:

@@ -962,7 +962,8 @@ def attention_base2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     params: AttnParams) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse2): the forward op with autograd; lse2 in base 2 (see module doc).
     Differentiable in q, k, v, lse2 and, when given, sinks and a float attn_bias."""
-    if torch.compiler.is_compiling() or not eager_tensors(q, k, v):
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not eager_tensors(q, k, v):
+        # (torch.jit.trace records the op as one node, not the launches inside it)
         return attention_fwd(q, k, v, *params.op_args())
     if transforms_active():
         _reject_transforms(q, k, v, params)  # (returns for a dual level with no dual input)

@@ -187,6 +187,37 @@ def test_transforms_raise_clearly(device, transform):
         calls[transform]()
 
 
+@pytest.mark.parametrize("entry", ["func", "sdpa"])
+def test_jit_trace_records_the_op(device, entry):
+    """torch.jit.trace records the attention as the custom op (one node), not
+    the launches inside it: the traced module gives the eager result and its
+    gradients on fresh inputs of another sequence length (before: the kernel
+    path raised AttributeError from inside the launcher)."""
+    calls = {
+        "func": lambda q, k, v: fat.flash_attn_func(q, k, v, causal=True),
+        "sdpa": lambda q, k, v: fat.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True),
+    }
+    fn = calls[entry]
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return fn(q, k, v)
+
+    example = make_qkv(1, 8, 8, 2, 1, 16, torch.float32, device)
+    traced = torch.jit.trace(Attend(), example)
+    assert "flashattn_triton::fwd" in str(traced.graph), "the trace does not hold the op"
+    q, k, v = make_qkv(2, 13, 13, 2, 1, 16, torch.float32, device, requires_grad=True)
+    do = torch.randn_like(fn(q, k, v))
+    got = traced(q, k, v)
+    got_grads = torch.autograd.grad(got, (q, k, v), do)
+    want = fn(q, k, v)
+    want_grads = torch.autograd.grad(want, (q, k, v), do)
+    assert_close("traced out", got, want, atol=1e-6)
+    for name, a, b in zip("qkv", got_grads, want_grads):
+        assert_close(f"traced d{name}", a, b, atol=1e-6)
+
+
 @pytest.mark.parametrize("entry", ["func", "func_again", "varlen", "qkvpacked"])
 def test_double_backward_raises(device, entry):
     """A gradient taken with create_graph=True has the first-order value and is
