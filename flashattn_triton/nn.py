@@ -58,9 +58,19 @@ class MultiheadAttention(nn.Module):
     * ``need_weights`` defaults to False, and True raises NotImplementedError:
       the (L, S) probability matrix is never formed.  The second output is None.
     * ``is_causal=True`` needs no ``attn_mask``: it applies the causal mask
-      (query i attends keys j <= i, aligned top-left as in PyTorch).  With
-      ``attn_mask`` and no ``key_padding_mask`` the mask is taken to be that
-      causal mask and not read, as PyTorch does.
+      (query i attends keys j <= i, aligned top-left as in PyTorch).  An
+      ``attn_mask`` passed with it is, as in PyTorch, a mask that the hint
+      says is causal: with no ``key_padding_mask`` and no appended tokens it
+      is not read (the causal kernel runs); otherwise it is used as given
+      (merged with ``key_padding_mask``), and no causal mask is added to it.
+      A wrong hint (a mask that is not causal) is undefined in PyTorch; here
+      the mask is then ignored in the first case and applied in the second.
+    * With ``add_bias_kv`` / ``add_zero_attn``, ``is_causal=True`` masks the
+      real keys causally and every query attends the appended tokens: the
+      result of PyTorch's default ``need_weights=True`` path, and of
+      ``is_causal=False`` with the causal ``attn_mask``.  PyTorch's
+      ``need_weights=False`` path instead applies its causal hint to the keys
+      *with* the appended tokens, so that query i < S does not attend them.
     * A query that may attend no key outputs zeros (PyTorch: NaN with its
       default need_weights=True, zeros with need_weights=False).
     * ``key_padding_mask`` / ``attn_mask`` are merged into one mask and go
@@ -161,7 +171,9 @@ class MultiheadAttention(nn.Module):
             attn_mask: (L, S) or (B * num_heads, L, S); bool (True = not
                 allowed) or float (added to the scores).
             average_attn_weights: ignored (no weights are returned).
-            is_causal: causal self-attention, query i attends keys j <= i.
+            is_causal: causal attention, query i attends keys j <= i (and the
+                appended bias / zero tokens).  A hint about ``attn_mask``
+                when one is given (see the class doc).
 
         Returns:
             (attn_output, None): attn_output shaped like query with E features.
@@ -208,12 +220,9 @@ class MultiheadAttention(nn.Module):
         q, k, v = q.view(bsz, n_q, h, d), k.view(bsz, n_k, h, d), v.view(bsz, n_k, h, d)
         dropout_p = self.dropout if self.training else 0.0
 
-        if is_causal and key_padding_mask is None:
-            attn_mask = None  # PyTorch's reading of the is_causal hint
-        if attn_mask is None and key_padding_mask is None:
-            if is_causal and extra:
-                raise NotImplementedError("is_causal with add_bias_kv / add_zero_attn: pass the causal mask as "
-                                          "attn_mask together with is_causal=False")
+        if is_causal and key_padding_mask is None and not extra:
+            attn_mask = None  # PyTorch's reading of the is_causal hint: the mask is causal, not read
+        if attn_mask is None and key_padding_mask is None and not (is_causal and extra):
             if not is_causal or n_q == n_k:  # top-left == bottom-right alignment when square
                 out = flash_attn_func(q, k, v, dropout_p=dropout_p, causal=is_causal)
             else:
@@ -255,7 +264,7 @@ def _merge_masks(attn_mask, key_padding_mask, is_causal, bsz, heads, n_q, n_k, e
         if tuple(key_padding_mask.shape) != (bsz, n_k):
             raise ValueError(f"key_padding_mask must be (B, S) = {(bsz, n_k)}, got {tuple(key_padding_mask.shape)}")
         parts.append(key_padding_mask.view(bsz, 1, 1, n_k))
-    if is_causal:  # with a key_padding_mask PyTorch applies the causal attn_mask; build it if absent
+    if is_causal and attn_mask is None:  # a given attn_mask is used as given (PyTorch); else build it
         parts.append(torch.ones(n_q, n_k, dtype=torch.bool, device=device).triu(1).view(1, 1, n_q, n_k))
     if all(p.dtype == torch.bool for p in parts):
         blocked = parts[0]
@@ -312,16 +321,20 @@ class RotaryEmbedding(nn.Module):
         return angles.cos(), angles.sin()
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x (..., seqlen, nheads, headdim); positions broadcastable to x.shape[:-2]."""
+        """x (..., seqlen, nheads, headdim); positions broadcastable to x.shape[:-2]
+        (the output has x's shape: positions that would broadcast it larger raise ValueError)."""
         if x.shape[-1] < self.dim:
             raise ValueError(f"head dim {x.shape[-1]} is smaller than the rotary dim {self.dim}")
         if not isinstance(positions, torch.Tensor):
             raise TypeError(f"positions must be a tensor, got {type(positions).__name__}")
+        lead = tuple(x.shape[:-2])
         try:
-            torch.broadcast_shapes(positions.shape, x.shape[:-2])
+            fits = tuple(torch.broadcast_shapes(positions.shape, lead)) == lead
         except RuntimeError:
+            fits = False
+        if not fits:
             raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to x's leading "
-                             f"dims {tuple(x.shape[:-2])} (x: {tuple(x.shape)})") from None
+                             f"dims {lead} (x: {tuple(x.shape)})")
         cos, sin = self.cos_sin(positions)
         cos, sin = cos[..., None, :], sin[..., None, :]  # broadcast over heads
         rot, rest = x[..., :self.dim].float(), x[..., self.dim:]
@@ -409,7 +422,8 @@ class Attention(nn.Module):
                                softmax_scale=self.softmax_scale, causal=self.causal, window_size=self.window_size)
 
     def forward(self, x: torch.Tensor, *, positions: Optional[torch.Tensor] = None,
-                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None) -> torch.Tensor:
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
+                check_inputs: bool = False) -> torch.Tensor:
         """
         Arguments:
             x: (batch, seqlen, dim); or (total_tokens, dim) with ``cu_seqlens``.
@@ -418,7 +432,18 @@ class Attention(nn.Module):
             cu_seqlens: (n_seqs + 1,) int32 offsets of packed sequences in x
                 (flash-attn's varlen convention); each sequence attends only to itself.
             max_seqlen: an upper bound of the packed sequence lengths (an int;
-                default total_tokens, which needs no device sync).
+                default total_tokens, always a bound).  The caller guarantees
+                it, as for ``flash_attn_varlen_func``'s max_seqlen_q/k: it
+                sizes the launch grid and is not checked by default, and a
+                smaller value than the longest sequence leaves rows of the
+                output undefined.
+            check_inputs: with cu_seqlens, check the values of cu_seqlens
+                (from 0, non-decreasing, ending at total_tokens, lengths <=
+                max_seqlen) by passing ``check_inputs=True`` to
+                ``flash_attn_varlen_func``.  This reads them on the host, a
+                device sync (a graph break under torch.compile): a testing
+                aid, off by default.  Without cu_seqlens there is nothing to
+                check and it is ignored.
 
         Returns:
             the shape of x.
@@ -442,11 +467,12 @@ class Attention(nn.Module):
             if positions is None:
                 positions = _positions_in_sequences(cu_seqlens, total)
             q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
-        n_max = total if max_seqlen is None else max_seqlen  # (flash_attn_varlen_func checks it)
+        # max_seqlen: the caller's upper bound, unchecked unless check_inputs (no sync by default)
+        n_max = max(total, 1) if max_seqlen is None else max_seqlen  # (0 tokens: a bound of 1)
         out = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, n_max, n_max,
                                      dropout_p=self.dropout if self.training else 0.0,
                                      softmax_scale=self.softmax_scale, causal=self.causal,
-                                     window_size=self.window_size)
+                                     window_size=self.window_size, check_inputs=check_inputs)
         return self.out(out.reshape(total, h * d))
 
 

@@ -295,6 +295,14 @@ def test_attention_packed_sequences_match_separate_calls():
         torch.testing.assert_close(packed[cu[i]:cu[i + 1]], block(x)[0], rtol=1e-5, atol=1e-5)
 
 
+def test_attention_packed_with_no_tokens():
+    """A packed batch of no tokens (every sequence empty) gives an empty output
+    (before: the default max_seqlen, total_tokens = 0, was refused)."""
+    block = Attention(32, 4, 2, causal=True, rotary=True)
+    out = block(torch.randn(0, 32), cu_seqlens=torch.tensor([0, 0], dtype=torch.int32))
+    assert out.shape == (0, 32)
+
+
 def test_attention_bad_offsets_and_positions_raise():
     """cu_seqlens and positions are checked before the rotary embedding uses them."""
     block = Attention(32, 4, rotary=True)
@@ -313,3 +321,82 @@ def test_attention_bad_offsets_and_positions_raise():
 def test_attention_bad_heads():
     with pytest.raises(ValueError, match="n_heads \\(6\\) must be a positive multiple of n_kv_heads \\(4\\)"):
         Attention(48, 6, 4)
+
+
+# ---------------------------------------------------------------------------
+# Contract edges (fuzzing pass, session 48)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, n_k, same", [
+    ({"add_bias_kv": True}, 10, "self"),
+    ({"add_zero_attn": True}, 7, "kv"),                        # L > S: top-left over the real keys
+    ({"add_bias_kv": True, "add_zero_attn": True}, 10, "self"),
+], ids=["bias_kv", "zero_attn_cross", "both"])
+def test_is_causal_with_appended_tokens_matches_torch(kw, n_k, same):
+    """is_causal=True with add_bias_kv / add_zero_attn, with or without the
+    causal attn_mask: the causal mask covers the real keys and every query
+    attends the appended tokens, as torch.nn.MultiheadAttention computes it
+    with the causal attn_mask and need_weights=True (its default) or
+    is_causal=False."""
+    ours, base, ref = _pair(torch.float32, batch_first=True, **kw)
+    inputs = _inputs(torch.float32, n_k=n_k, same=same)
+    causal = torch.ones(10, n_k, dtype=torch.bool).triu(1)
+    # the reference reading: PyTorch's need_weights=True path equals is_causal=False with the mask
+    q, k, v = (t.detach() for t in inputs)
+    want_nw = ref(q, k, v, attn_mask=causal, is_causal=True, need_weights=True)[0]
+    torch.testing.assert_close(want_nw, ref(q, k, v, attn_mask=causal, need_weights=False)[0], rtol=0, atol=1e-12)
+    _check("causal+mask", ours, base, ref, inputs, torch.float32, grad=True, is_causal=True, attn_mask=causal,
+           ref_kw={"attn_mask": causal})
+    _check("causal, no mask", ours, base, ref, inputs, torch.float32, is_causal=True,
+           ref_kw={"attn_mask": causal})
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_is_causal_hint_with_key_padding_mask_uses_attn_mask_as_given(kind):
+    """With a key_padding_mask, an attn_mask passed with is_causal=True is used
+    as given (is_causal is a hint, as in PyTorch): no causal mask is added to it."""
+    ours, base, ref = _pair(torch.float32, batch_first=True)
+    kpm = torch.zeros(2, 10, dtype=torch.bool)
+    kpm[0, 7:] = True
+    kpm[1, :2] = True
+    if kind == "bool":
+        attn_mask = torch.zeros(10, 10, dtype=torch.bool)   # attend everything: not causal
+    else:
+        attn_mask = torch.randn(10, 10, dtype=torch.float64)
+        kpm = torch.zeros(2, 10, dtype=torch.float64).masked_fill(kpm, float("-inf"))
+    _check("kpm+mask+hint", ours, base, ref, _inputs(torch.float32), torch.float32, grad=True,
+           key_padding_mask=kpm, attn_mask=attn_mask, is_causal=True)
+
+
+@pytest.mark.parametrize("dim", [8, 4], ids=["full", "partial"])
+def test_rotary_positions_must_broadcast_to_x_leading_dims(dim):
+    """positions must broadcast *to* x.shape[:-2]: positions that would make
+    the output larger than x raise a ValueError naming both shapes."""
+    rope = RotaryEmbedding(dim)
+    x = torch.randn(1, 5, 2, 8)
+    msg = r"positions of shape \(3, 5\) do not broadcast to x's leading dims \(1, 5\) \(x: \(1, 5, 2, 8\)\)"
+    with pytest.raises(ValueError, match=msg):
+        rope.rotate(x, torch.arange(5).expand(3, 5))
+    with pytest.raises(ValueError, match=msg):
+        rope(x, x, positions=torch.arange(5).expand(3, 5))
+    # what does broadcast to x's leading dims is fine, and keeps x's shape
+    assert rope.rotate(x, torch.arange(5)).shape == x.shape
+    assert rope.rotate(x, torch.arange(5)[None]).shape == x.shape
+
+
+def test_attention_packed_max_seqlen_is_checked_with_check_inputs():
+    """max_seqlen is an upper bound the caller guarantees, as in
+    flash_attn_varlen_func: check_inputs=True checks it (and cu_seqlens)
+    against the values of cu_seqlens (a host sync) and raises when it is too
+    small; a larger bound gives the same output as the default."""
+    block = Attention(16, 2, causal=False)
+    x = torch.randn(9, 16)
+    cu = torch.tensor([0, 2, 9], dtype=torch.int32)   # lengths 2 and 7
+    with pytest.raises(ValueError, match="a sequence of 7 rows exceeds max_seqlen"):
+        block(x, cu_seqlens=cu, max_seqlen=2, check_inputs=True)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0"):
+        block(x, cu_seqlens=torch.tensor([1, 2, 9], dtype=torch.int32), check_inputs=True)
+    want = block(x, cu_seqlens=cu)
+    for m in (7, 8):
+        torch.testing.assert_close(block(x, cu_seqlens=cu, max_seqlen=m, check_inputs=True), want,
+                                   rtol=1e-6, atol=1e-6)
