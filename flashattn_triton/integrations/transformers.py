@@ -29,17 +29,26 @@ padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the pa
                                             (:func:`unpad` / :func:`pad`, no host sync)
 any other pattern (packed sequences by      the 4-D boolean mask of Transformers' SDPA builder,
 position_ids, or/and mask overlays,         given to ``scaled_dot_product_attention(attn_mask=)``
-chunked attention, a user 4-D mask)
+chunked attention, a user 4-D mask), and
+a materialised mask asked for
+(``allow_is_causal_skip=False``)
 sliding window (``sliding_window`` kwarg)   ``window_size=(W - 1, 0)`` causal, ``(W, W)`` not
 softcap (``softcap`` kwarg)                 ``softcap`` (also with a 4-D mask)
 attention sinks (``s_aux`` kwarg, gpt-oss)  ``sinks`` (every mask form)
 dropout (``dropout`` kwarg, training)       ``dropout_p``
 ==========================================  =====================================================
 
-A layer argument flashattn_triton does not take (``position_bias``, T5's
-relative-position bias) raises ``NotImplementedError``; nothing is silently
-dropped.  ``output_attentions``
-returns ``None`` weights (they are never materialised).
+A layer argument that changes the result and that flashattn_triton does not
+take raises ``NotImplementedError``: ``position_bias`` (T5's relative-position
+bias), ``indices`` (the sparse indexer's top-k selection of DeepSeek-V3.2,
+GLM-MoE-DSA, Mistral-Large-4 and kin), ``block_indices`` (MiniMax-M3) and
+``sinks`` (Inkling-2's per-token sinks); nothing is silently dropped.
+``output_attentions`` returns ``None`` weights (they are never materialised).
+
+A model that asks for a materialised mask (``allow_is_causal_skip=False``,
+e.g. Doge, Falcon with ALiBi, the sparse indexers, T5Gemma2) gets the 4-D mask
+in every forward, decode steps included, as does a decode step against a
+static cache; it then takes the 4-D path above.
 
 The registered name must not contain "flash": Transformers 5.x sends any such
 name to its flash-attn / hub-kernel loader, which fails without the
@@ -129,39 +138,73 @@ def attention_mask(
 
     Returns ``None`` when the pattern is plain causal / bidirectional / sliding
     window without padding (the attention function then takes ``is_causal``
-    from the module and the window from its ``sliding_window`` argument); the
-    (B, kv_length) boolean padding mask (True = real token) when there is
-    padding; and Transformers' 4-D boolean SDPA mask (B, 1, q_length,
-    kv_length) for every other pattern (packed sequences, mask overlays).
+    from the module and the window from its ``sliding_window`` argument) and,
+    if causal, the keys end at the last query (bottom-right alignment; not so
+    at a static cache's prefill); the (B, kv_length) boolean padding mask
+    (True = real token) when there is padding; and Transformers' 4-D boolean
+    SDPA mask (B, 1, q_length, kv_length) for every other pattern (packed
+    sequences, mask overlays).
+
+    ``allow_is_causal_skip=False`` (for a bidirectional pattern,
+    ``allow_is_bidirectional_skip=False``) always gets the 4-D mask, as from
+    Transformers' SDPA builder, at every q_length, decode steps (q_length 1)
+    included: models ask for it because they add to the mask or index it as
+    4-D (Doge's dynamic mask, Falcon's ALiBi, the sparse indexers of
+    DeepSeek-V3.2 and kin, T5Gemma2's merged self/cross mask), and Transformers
+    asks for it at a decode step against a static (compileable) cache, whose
+    unfilled slots the mask hides.  Neither can be told from the other here.
 
     Checking whether a padding mask is all ones costs one host sync per
     model forward (not per layer).
     """
     from transformers import masking_utils as mu
 
-    standard = not use_vmap and (
+    if mask_function is mu.bidirectional_mask_function:
+        # create_bidirectional_mask always passes allow_is_causal_skip=False;
+        # its own switch is allow_is_bidirectional_skip (older Transformers
+        # do not pass it: the pattern then stays skippable, as before).
+        skip = bool(kwargs.get("allow_is_bidirectional_skip", True))
+    else:
+        skip = bool(allow_is_causal_skip)
+    standard = skip and not use_vmap and (
         mask_function is None
         or mask_function is mu.causal_mask_function
         or mask_function is mu.bidirectional_mask_function
-        # A sliding-window pattern: Transformers sets allow_is_causal_skip=False
-        # when it adds packing or block overlays (and for compiled decoding, q_length 1).
-        # local_size also comes with chunked attention (Llama 4), which no window expresses.
-        or (local_size is not None and (allow_is_causal_skip or q_length == 1)
-            and _is_sliding_window_causal(mask_function, mu))
+        # A sliding-window pattern.  local_size also comes with chunked
+        # attention (Llama 4), which no window expresses.
+        or (local_size is not None and _is_sliding_window_causal(mask_function, mu))
     )
-    if not standard:
-        return mu.sdpa_mask(
-            batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-            local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
-    if attention_mask is None:
+    if mask_function is None:
+        mask_function = mu.causal_mask_function
+    if standard and attention_mask is not None:
+        mask = attention_mask[:, -kv_length:]
+        if mask.dtype != torch.bool:
+            mask = mask.bool()
+        if mask.shape[1] != kv_length or not bool(mask.all()):
+            return mask
+    # None means the kernels' own causal masking, aligned bottom-right: right
+    # when the keys end at the last query, not against a static cache's
+    # kv_length slots with unfilled ones at the end (a prefill there).
+    if standard and (mask_function is mu.bidirectional_mask_function
+                     or _bottom_right(q_length, kv_length, q_offset, kv_offset)):
         return None
-    mask = attention_mask[:, -kv_length:]
-    if mask.dtype != torch.bool:
-        mask = mask.bool()
-    if mask.shape[1] == kv_length and bool(mask.all()):
-        return None
-    return mask
+    return mu.sdpa_mask(
+        batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+        kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+        local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+
+
+def _bottom_right(q_length: int, kv_length: int, q_offset, kv_offset) -> bool:
+    """Whether Transformers' causal pattern (query q_offset + i sees key
+    kv_offset + j iff kv_offset + j <= q_offset + i) is flash-attn's
+    bottom-right one (j <= i + kv_length - q_length).  True for a dynamic
+    cache, False for a static cache's prefill (kv_length = its size).  Static
+    caches keep q_offset in a tensor: False without reading it (a host sync,
+    and a graph break under compile), since the 4-D mask is right either way."""
+    shift = q_offset - kv_offset
+    if isinstance(shift, torch.Tensor):
+        return False
+    return shift == kv_length - q_length
 
 
 def _is_sliding_window_causal(mask_function, mu) -> bool:
@@ -267,6 +310,17 @@ def _window(sliding_window: Optional[int], causal: bool, n_k: int) -> Tuple[int,
 
 _warned_weights = False
 
+# Layer arguments that change the result and that flashattn_triton does not
+# take: (keyword, what it is, the implementation to use instead).  The models
+# fold them into the mask only for 'eager' / 'sdpa'; others get them as
+# arguments, so ignoring them would silently compute dense attention.
+_UNSUPPORTED = (
+    ("indices", "a sparse indexer's top-k key selection: DeepSeek-V3.2, GLM-MoE-DSA, Mistral-Large-4 and "
+     "kin", "'sdpa' or 'eager'"),
+    ("block_indices", "a sparse indexer's top-k key-block selection: MiniMax-M3", "'sdpa' or 'eager'"),
+    ("sinks", "per-token attention-sink logits: Inkling-2", "'eager'"),
+)
+
 
 def attention_forward(
     module: torch.nn.Module,
@@ -302,6 +356,12 @@ def attention_forward(
         s_aux (keyword, gpt-oss): None or (nheads,) learnable attention
             sinks, one extra logit per head in each row's softmax
             denominator (flash_attn_func's ``sinks``).
+        position_bias, indices, block_indices, sinks (keywords): raise
+            ``NotImplementedError`` when not None (they change the result and
+            no kernel argument takes them); other keywords Transformers passes
+            (position_ids, cu_seq_lens_q / _k, max_length_q / _k,
+            output_attentions, ...) repeat what the mask already says, or ask
+            for nothing that changes the output.
 
     Returns:
         (out, None): out (batch, seqlen_q, nheads, headdim), the layout
@@ -317,6 +377,10 @@ def attention_forward(
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError("position_bias (additive relative-position biases, e.g. T5) is not "
                                   "supported by the flashattn_triton attention implementation; use 'sdpa'")
+    for name, what, use in _UNSUPPORTED:
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"{name} ({what}) is not supported by the flashattn_triton attention "
+                                      f"implementation; use attn_implementation={use}")
     # gpt-oss: one learnable logit per head in each row's softmax denominator.
     sinks = kwargs.get("s_aux")
     if query.dim() != 4 or key.dim() != 4:
@@ -353,7 +417,10 @@ def attention_forward(
 
 def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None):
     """q (B, Nq, Hq, d), k, v (B, Nk, Hkv, d); mask (B, L) bool, L <= Nk (a
-    static cache holds Nk slots of which the first L are filled)."""
+    static cache holds Nk slots of which the first L are filled).  Causal: L >=
+    Nq, the last Nq columns being the queries' own.  Not causal the mask is the
+    keys' only and Nq is free (cross-attention: a decoder longer than its
+    padded encoder input)."""
     import flashattn_triton as fat
 
     varlen = getattr(fat, "flash_attn_varlen_func", None)
@@ -363,7 +430,9 @@ def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, si
             "which is not available yet; run unpadded batches, or use attn_implementation='sdpa' for this call")
     batch, n_q = q.shape[0], q.shape[1]
     n_k = k.shape[1]
-    if mask.shape[0] != batch or mask.shape[1] > n_k or mask.shape[1] < n_q:
+    # Causal, the mask also gives the queries' padding (its last n_q columns);
+    # not causal (cross-attention: n_q need not relate to n_k), it is the keys' only.
+    if mask.shape[0] != batch or mask.shape[1] > n_k or (causal and mask.shape[1] < n_q):
         raise ValueError(f"padding mask of shape {tuple(mask.shape)} does not fit batch={batch}, "
                          f"seqlen_q={n_q}, seqlen_k={n_k}")
     keep_k = mask
