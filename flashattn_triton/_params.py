@@ -69,6 +69,13 @@ def has_variants(softcap: float, alibi_slopes, sinks, attn_bias, dropout_p: floa
             or dropout_p > 0)
 
 
+def compensated_lse(attn_bias, varlen: bool = False) -> bool:
+    """Whether a call's forward returns the compensated LSE (ops.py module
+    doc): dense calls with a floating-point attn_bias, whose rows of one huge
+    finite value (-1e9, finfo.min) need the residual in the backward."""
+    return attn_bias is not None and not varlen and attn_bias.is_floating_point()
+
+
 def draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """The Philox seed of one call: a (1,) int64 tensor drawn from torch's
     default generator of `device` (so torch.manual_seed makes calls

@@ -36,6 +36,7 @@ from typing import Any, List, Sequence
 
 import torch
 
+from ._params import compensated_lse
 from .kernels import fastlaunch
 from .kernels.launch import autotune_enabled
 
@@ -151,7 +152,10 @@ def _stand_ins(q, k, v, options, want_dbias: bool):
     opts = [_meta_like(o) if isinstance(o, torch.Tensor) else o for o in options]
     varlen = opts[0] is not None
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device="meta")
-    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    if compensated_lse(opts[11], varlen):  # a float bias: the compensated LSE (ops.py module doc)
+        lse_shape = (q.shape[0], q.shape[2], 2, q.shape[1])
+    else:
+        lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
     # torch.empty, not empty_like: empty_like on meta tensors runs a Python
     # reference (torch._refs) whose first use imports sympy and the symbolic

@@ -13,6 +13,19 @@ Op conventions (see _params.py for the option record):
   the kernels use.  The public functions convert it to natural log; the
   backward takes it back unchanged, so it recomputes exactly the forward's
   exponent.
+* Compensated LSE (dense calls with a floating-point attn_bias only,
+  _params.compensated_lse): lse2 is float32 (B, Hq, 2, Nq) instead, [:, :, 0]
+  the usual lse2 = fl(m + log2(l)) and [:, :, 1] its residual
+  lo = (m - lse2) + log2(l) (0 for rows that saw no key), and the backward
+  forms P = exp2((s - lse2) - lo).  A bias row of one huge finite value
+  (-1e9, finfo.min) and no moderate one puts m where a float32 ulp is 128
+  or more: lse2 == m there, and exp2(s - lse2) would give every key 1
+  instead of 1 / l.  The two planes travel as one tensor (autograd's saved
+  tensors, saved-tensor hooks, torch.compile's fake implementation, batch
+  chunks all see one output); the backward takes any layout of it (a copy
+  where it is not contiguous), and only plane 0's gradient (lo is a
+  rounding residual: hi + lo varies as hi does).  The only caller that
+  passes attn_bias (api.scaled_dot_product_attention) discards the LSE.
 
 Variants (after the options above; every one off by default): softcap,
 alibi_slopes (Hq,) / (B, Hq), sinks (Hq,) float32, attn_bias (4-D,
@@ -51,7 +64,7 @@ from . import _dispatch, _prefetch, reference
 from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, sinks_after_hopper_forward,
                         use_hopper_backward, use_hopper_forward,
                         use_triton)
-from ._params import AttnParams, has_variants, window_bounds
+from ._params import AttnParams, compensated_lse, has_variants, window_bounds
 from .kernels import fastlaunch
 from .kernels.launch import env_snapshot
 from .kernels.score import NO_MODS, KernelMods
@@ -95,8 +108,25 @@ def _varlen_chunks(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, heads
         yield b, (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
 
 
-def _lse_shape(q: torch.Tensor, varlen: bool):
+def _lse_shape(q: torch.Tensor, varlen: bool, lo: bool = False):
+    """The forward's lse2: (B, Hq, Nq), packed (Hq, total_q); lo: the
+    compensated LSE's (B, Hq, 2, Nq) (module doc)."""
+    if lo:
+        return (q.shape[0], q.shape[2], 2, q.shape[1])
     return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _split_lse(lse: torch.Tensor):
+    """(lse2, lo): the compensated LSE's planes (module doc) as (B, Hq, Nq)
+    views, lo Nq elements after lse2 as the kernels read it (a contiguous
+    copy first where a saved-tensor hook gave it another layout); (lse, None)
+    for the usual LSE."""
+    if lse.dim() != 4:
+        return lse, None
+    n = lse.shape[3]
+    if not (lse.is_contiguous() and lse.stride(3) == 1 and lse.stride(2) == n):
+        lse = torch.empty(lse.shape, dtype=torch.float32, device=lse.device).copy_(lse)
+    return lse[:, :, 0], lse[:, :, 1]
 
 
 _NO_GUARD = contextlib.nullcontext()
@@ -230,7 +260,7 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     shift, philox_offset, doc_shift: see _fwd_into (internal; the ops never pass them)."""
     varlen = cu_seqlens_q is not None
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
-    lse = _new(_lse_shape(q, varlen), q, torch.float32)
+    lse = _new(_lse_shape(q, varlen, compensated_lse(attn_bias, varlen)), q, torch.float32)
     _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
               rng_seed, shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
@@ -241,7 +271,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
               softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
               alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
               deterministic=False, *, shift=None, philox_offset=0, doc_shift=None):
-    """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them).
+    """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them;
+    a 4-D lse: the compensated LSE, module doc).
 
     Internal keyword arguments of composite algorithms (ring attention):
     shift (dense batches), the diagonal of the mask and of ALiBi given
@@ -256,8 +287,11 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     window = (window_left, window_right)
     if out.numel() == 0:
         return
+    lse, lse_lo = _split_lse(lse)  # (fresh buffers: views, no copy)
     if k.shape[-3] == 0:  # no key at all: every row is fully masked (but for a sink)
         out.zero_()
+        if lse_lo is not None:
+            lse_lo.zero_()
         if sinks is not None:
             lse.copy_(_sinks_lse2(sinks, lse, varlen))
         else:
@@ -282,7 +316,7 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 # argument; a boolean mask alone (opt-in), as mask=.
                 masked = kernel_variants and hopper_forward_takes_mask(softcap, alibi_slopes, kernel_sinks,
                                                                        attn_bias, dropout_p)
-                if ((not kernel_variants or masked
+                if lse_lo is None and ((not kernel_variants or masked
                      or hopper_takes_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p, window,
                                               n_q=q.shape[1], head_dim=q.shape[-1], gqa=k.shape[2] != q.shape[2]))
                         and use_hopper_forward(q, k, v, window, offset, plain=not kernel_variants)
@@ -312,24 +346,26 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, offset, window_bounds(*window),
-                                      mods=mods)
+                                      mods=mods, **({} if lse_lo is None else {"lse_lo": lse_lo}))
                     return
                 for b in chunks:
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
-                                      window_bounds(*window), mods=mods.chunk(b, per_entry))
+                                      window_bounds(*window), mods=mods.chunk(b, per_entry),
+                                      **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
     else:
         qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
         lh = _lse_bhn(lse, varlen)
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                           rng_seed, shift, philox_offset, doc_shift)
+                           rng_seed, shift, philox_offset, doc_shift, lse_lo)
 
 
 def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                    window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed,
-                   shift=None, philox_offset=0, doc_shift=None):
-    """The blockwise PyTorch path (CPU without the interpreter), one call per sequence."""
+                   shift=None, philox_offset=0, doc_shift=None, lse_lo=None):
+    """The blockwise PyTorch path (CPU without the interpreter), one call per
+    sequence; lse_lo: the compensated LSE's residual plane (dense), or None."""
     if cu_seqlens_q is not None:
         seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
         alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
@@ -350,10 +386,12 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
             shift = n_k - n_q + _causal_offset(n_q, n_k, bottom_right)
         mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), sinks, attn_bias,
                          dropout_p, rng_seed, rng_offset=philox_offset)
-        o_ref, l_ref = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window,
-                                                         mods=mods)
-        oh.copy_(o_ref)
-        lh.copy_(l_ref)
+        res = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window, mods=mods,
+                                                with_lo=lse_lo is not None)
+        oh.copy_(res[0])
+        lh.copy_(res[1])
+        if lse_lo is not None:
+            lse_lo.copy_(res[2])
 
 
 @attention_fwd.register_fake
@@ -362,7 +400,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
       attn_bias=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
+    lse = q.new_empty(_lse_shape(q, varlen, compensated_lse(attn_bias, varlen)), dtype=torch.float32)
     return out, lse
 
 
@@ -424,9 +462,15 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
     _attention_bwd_impl makes them; dsinks / dbias may be None where no sinks
     / no dbias are wanted).  want_dbias: already resolved (a float bias whose
     gradient is wanted).  delta: the kernels' rowsum(dO * O) buffer laid out
-    like lse, made here if None (the backward plans pass their own)."""
+    like lse, made here if None (the backward plans pass their own).  A 4-D
+    lse (and dlse): the compensated LSE (module doc)."""
     varlen = cu_seqlens_q is not None
     fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
+    lse, lse_lo = _split_lse(lse)
+    if lse_lo is not None and dlse is not None:
+        # plane 0's gradient only (lo is a rounding residual), laid out like lse2's view
+        dlse = torch.empty_strided(lse.shape, lse.stride(), dtype=torch.float32,
+                                   device=lse.device).copy_(dlse[:, :, 0])
     if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows back
         if sinks is not None and dlse is not None and dq.numel() > 0:
             # no key: lse2 = sink * log2(e), so d sink = log2(e) * sum of d lse2 over the rows
@@ -436,7 +480,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
         return
     if dout.stride(-1) != 1:  # e.g. the expanded gradient of out.sum()
         dout = dout.contiguous()
-    if dlse is not None:
+    if dlse is not None and lse_lo is None:  # (with lse_lo: laid out above)
         dlse = dlse.to(torch.float32).contiguous()
         if dlse.stride() != lse.stride():
             dlse = dlse.as_strided(lse.shape, lse.stride()).copy_(dlse)
@@ -492,7 +536,8 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
-                                       delta=deltah, fused_dq=fused_dq, hopper=hopper)
+                                       delta=deltah, fused_dq=fused_dq, hopper=hopper,
+                                       **({} if lse_lo is None else {"lse_lo": lse_lo}))
                     chunks = []
                 for b in chunks:
                     attention_backward(
@@ -500,28 +545,29 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                         softmax_scale, offset, window_bounds(*window),
                         None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
                         dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b],
-                        fused_dq=fused_dq, hopper=hopper)
+                        fused_dq=fused_dq, hopper=hopper, **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
                                               cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                                               window, bottom_right, softcap, alibi_slopes, attn_bias,
                                               dropout_p, rng_seed, want_dbias, shift, philox_offset,
-                                              doc_shift)
+                                              doc_shift, lse_lo)
         if want_dbias:
             dbias_full = dbias_blk
     if sinks is not None and kernels_ran:
-        _kernels.bwd.sinks_grad(dsinks, sinks, lse, delta)
+        _kernels.bwd.sinks_grad(dsinks, sinks, lse, delta, lse_lo)
     elif sinks is not None:
-        reference.sinks_grad_torch(dsinks, sinks, lse, delta)
+        reference.sinks_grad_torch(dsinks, sinks, lse, delta, lse_lo)
     if want_dbias:
         dbias.copy_(_reduce_to(dbias_full, attn_bias.shape))
 
 
 def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
                    max_seqlen_k, softmax_scale, window, bottom_right, softcap, alibi_slopes, attn_bias,
-                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0, doc_shift=None):
-    """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None)."""
+                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0, doc_shift=None, lse_lo=None):
+    """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None).
+    lse_lo: the compensated LSE's residual plane (dense), or None."""
     if cu_seqlens_q is not None:
         dkh.zero_()
         dvh.zero_()
@@ -553,7 +599,7 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
     mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), None, attn_bias,
                      dropout_p, rng_seed, rng_offset=philox_offset)
     grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
-                                              window, dlh, mods=mods, want_dbias=want_dbias)
+                                              window, dlh, mods=mods, want_dbias=want_dbias, lse2_lo=lse_lo)
     for dst, src in zip((dqh, dkh, dvh), grads):
         dst.copy_(src)
     return grads[3], grads[4]

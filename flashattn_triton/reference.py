@@ -447,11 +447,14 @@ class _TileScores:
 
 
 def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-1, -1),
-                            block: int = _CPU_BLOCK, mods: Optional[BlockMods] = None):
+                            block: int = _CPU_BLOCK, mods: Optional[BlockMods] = None, with_lo: bool = False):
     """Online-softmax forward in base 2.  q (B, Hq, Nq, d), k (B, Hkv, Nk, d), v (B, Hkv, Nk, dv).
 
     Returns out (B, Hq, Nq, dv) in q's dtype and lse2 (B, Hq, Nq) float32 in
-    base 2 (lse2 = lse * log2(e)).  Accumulates in float32 (float64 for float64 inputs)."""
+    base 2 (lse2 = lse * log2(e)).  Accumulates in float32 (float64 for float64 inputs).
+    with_lo: also return the compensated LSE's residual lo (B, Hq, Nq) float32,
+    (m + log2(l)) - lse2 formed before rounding to float32 (0 for rows that
+    saw no key), as kernels/fwd.py's LSE_LO: blockwise_attention_bwd's lse2_lo."""
     mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
@@ -461,6 +464,8 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
     out = torch.empty(b, hq, n_q, dv, dtype=q.dtype, device=q.device)
     lse = torch.empty(b, hq, n_q, dtype=torch.float32, device=q.device)
     out_g, lse_g = _grouped(out, n_kv), lse.view(b, n_kv, hq // n_kv, n_q)
+    lse_lo = torch.empty_like(lse) if with_lo else None
+    lo_g = None if lse_lo is None else lse_lo.view(b, n_kv, hq // n_kv, n_q)
     scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device)
     dropout = mods.dropout_p > 0
     for q0 in range(0, n_q, block):
@@ -495,27 +500,34 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
         if dropout:
             o = o * dropout_scale(mods.dropout_p)
         out_g[:, :, :, q0:q1] = o.to(q.dtype)
-        lse_g[:, :, :, q0:q1] = torch.where(empty, torch.full_like(m, float("-inf")),
-                                            m + torch.log2(l_safe)).float()
-    return out, lse
+        hi = torch.where(empty, torch.full_like(m, float("-inf")), m + torch.log2(l_safe)).float()
+        lse_g[:, :, :, q0:q1] = hi
+        if lo_g is not None:  # (m - hi) is exact; its sum with log2(l) rounds once
+            lo_g[:, :, :, q0:q1] = torch.where(empty, torch.zeros_like(m),
+                                               (m - hi.to(m.dtype)) + torch.log2(l_safe)).float()
+    return (out, lse, lse_lo) if with_lo else (out, lse)
 
 
 def sinks_grad_torch(dsinks: torch.Tensor, sinks: torch.Tensor, lse2: torch.Tensor,
-                     delta: torch.Tensor) -> None:
+                     delta: torch.Tensor, lse2_lo: Optional[torch.Tensor] = None) -> None:
     """dsinks (Hq,) <- d sink_h = -sum over the rows (and batch) of head h of
     P_sink * delta, P_sink = exp2(sink_h * log2(e) - lse2) (0 where lse2 is
     -inf), given the base-2 LSE and delta (rowsum(dO * O), less dlse), both
     (B, Hq, N) or packed (Hq, T).  The CPU path's form; kernels/bwd.py
-    sinks_grad is the kernel one."""
+    sinks_grad is the kernel one.  lse2_lo: the compensated LSE's residual
+    (dense calls with a float bias), laid out like lse2: P_sink =
+    exp2((sink_h * log2(e) - lse2) - lse2_lo)."""
     lse_h, delta_h = (lse2, delta) if lse2.dim() == 2 else (lse2.transpose(0, 1), delta.transpose(0, 1))
     expo = sinks.float().view(-1, *([1] * (lse_h.dim() - 1))) * LOG2E - lse_h
+    if lse2_lo is not None:
+        expo = expo - (lse2_lo if lse2_lo.dim() == 2 else lse2_lo.transpose(0, 1))
     p_sink = torch.where(torch.isinf(lse_h), torch.zeros_like(lse_h), torch.exp2(expo))
     dsinks.copy_(-(p_sink * delta_h).flatten(1).sum(1))
 
 
 def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift: int,
                             window=(-1, -1), dlse2=None, block: int = _CPU_BLOCK,
-                            mods: Optional[BlockMods] = None, want_dbias: bool = False):
+                            mods: Optional[BlockMods] = None, want_dbias: bool = False, lse2_lo=None):
     """Recomputing backward.  Returns (dq, dk, dv, delta, dbias): the gradients
     in the input dtypes, delta (B, Hq, Nq) and, with want_dbias, dS
     (B, Hq, Nq, Nk) float32 (the gradient of an additive bias before any
@@ -524,7 +536,9 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
     lse2 is the forward's base-2 LSE.  dS = P * (dP - delta) with
     delta = rowsum(dO * O) - dlse2 * log2(e): the optional gradient of lse2
     enters only through delta, because d lse2_i / d s_ij = P_ij * log2(e).
-    Variants as in kernels/bwd.py."""
+    Variants as in kernels/bwd.py.  lse2_lo: None, or the forward's
+    compensated-LSE residual (blockwise_attention_fwd's with_lo): P =
+    exp2((s2 - lse2) - lse2_lo)."""
     mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
@@ -539,6 +553,7 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
     # Rows with lse2 = -inf saw no key: +inf makes exp2(s - lse2) = 0 for them.
     lse_g = lse2.to(acc_dtype).reshape(b, n_kv, group, n_q)
     lse_g = torch.where(torch.isinf(lse_g), torch.full_like(lse_g, float("inf")), lse_g)
+    lo_g = None if lse2_lo is None else lse2_lo.to(acc_dtype).reshape(b, n_kv, group, n_q)
     kf, vf = k.to(acc_dtype)[:, :, None], v.to(acc_dtype)[:, :, None]
     dq = torch.zeros_like(qg)
     dk = torch.zeros(b, n_kv, n_k, d, dtype=acc_dtype, device=q.device)
@@ -556,7 +571,10 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
             k1 = min(n_k, k0 + block)
             kb, vb = kf[..., k0:k1, :], vf[..., k0:k1, :]
             s, t = scores(qb2, kb, q0, q1, k0, k1)
-            p = torch.exp2(s - lse_g[:, :, :, q0:q1, None])
+            if lo_g is None:
+                p = torch.exp2(s - lse_g[:, :, :, q0:q1, None])
+            else:
+                p = torch.exp2((s - lse_g[:, :, :, q0:q1, None]) - lo_g[:, :, :, q0:q1, None])
             dp = torch.matmul(dob, vb.transpose(-1, -2))
             pd = p
             if dropout:

@@ -868,6 +868,102 @@ def test_sdpa_finfo_min_rows_attend_uniformly(device, path):
     assert_close("out", out, ref, atol=1e-5)
 
 
+def _huge_rows_mask(b, n_q, n_k, device):
+    """A moderate float mask with rows of one huge finite value: -1e9,
+    finfo(float32).min, and a row mixing -1e9 and -2e9 (PyTorch attends its
+    -1e9 keys only), in each batch entry at other rows."""
+    mask = 0.5 * rand((b, 1, n_q, n_k), torch.float32, device)
+    for i in range(b):
+        mask[i, :, 3 + i] = -1e9
+        mask[i, :, 5 + i] = torch.finfo(torch.float32).min
+        mask[i, :, 9 + i, :n_k // 3] = -1e9
+        mask[i, :, 9 + i, n_k // 3:] = -2e9
+    mask[..., 12, 7:] = torch.finfo(torch.float32).min  # (an ordinary row: finfo.min masks some keys)
+    return mask
+
+
+@pytest.mark.parametrize("form", ["dbias", "separate", "one_launch", "fused_dq", "chunked", "hooks"])
+def test_sdpa_huge_finite_mask_rows_exact_gradients(device, path, form, monkeypatch):
+    """Rows that a float mask fills with one huge finite value (-1e9,
+    finfo.min; or -1e9 and -2e9: the -1e9 keys only) attend uniformly, and
+    their gradients dq, dk, dv and d(mask) are PyTorch's (float32 math SDPA),
+    not seqlen_k times too large: the float32 LSE m + log2(l) rounds to m at
+    such scores, and the backward takes its residual (the compensated LSE,
+    ops.py module doc) from the forward.  Every backward form a float mask
+    reaches: with the mask's gradient (dK/dV and dQ kernels), without it
+    (separate kernels, one launch, fused dQ), in batch chunks, and through
+    saved-tensor hooks that copy the LSE into another layout."""
+    if path == "blockwise" and form not in ("dbias", "separate", "hooks"):
+        pytest.skip("kernel forms")
+    from flashattn_triton.kernels import bwd
+    monkeypatch.setattr(bwd, "ONE_LAUNCH", form == "one_launch")
+    monkeypatch.setenv("FLASHATTN_TRITON_FUSED_DQ", "1" if form == "fused_dq" else "0")
+    if form == "chunked":
+        monkeypatch.setattr(ops, "MAX_GRID_Y", 2)  # one batch entry per launch
+    b, h, n_q, n_k = 2, 2, 20, 24
+    q = rand((b, h, n_q, 16), torch.float32, device)
+    k, v = (rand((b, h, n_k, 16), torch.float32, device) for _ in range(2))
+    mask = _huge_rows_mask(b, n_q, n_k, device)
+    do = rand((b, h, n_q, 16), torch.float32, device)
+    mask_grad = form in ("dbias", "chunked", "hooks")
+
+    def run(fn, hooks=False):
+        ins = [t.clone().requires_grad_(i < 3 or mask_grad) for i, t in enumerate((q, k, v, mask))]
+        if hooks:  # the compensated LSE (B, Hq, 2, Nq) comes back in another layout
+            def pack(t):
+                return t.transpose(-1, -2).contiguous().transpose(-1, -2) if t.shape == (b, h, 2, n_q) else t
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = fn(*ins[:3], attn_mask=ins[3])
+        else:
+            out = fn(*ins[:3], attn_mask=ins[3])
+        grads = torch.autograd.grad(out, ins if mask_grad else ins[:3], do)
+        return (out,) + grads
+
+    got = run(fat.scaled_dot_product_attention, hooks=form == "hooks")
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        want = run(torch.nn.functional.scaled_dot_product_attention)
+    # PyTorch's semantics: the -1e9 / finfo.min rows attend uniformly
+    uniform = want[0][0, :, 3] - v[0].mean(-2)
+    assert uniform.abs().max() < 1e-5, "PyTorch's semantics changed"
+    for name, g, r in zip(("out", "dq", "dk", "dv", "dmask"), got, want):
+        assert_close(name, g, r.double(), atol=2e-5 * max(1.0, r.abs().max().item()))
+
+
+def test_sdpa_huge_finite_mask_rows_with_sinks(device, path):
+    """With sinks (the Transformers integration's _sdpa(..., sinks=...)):
+    a head whose sink is -1e9 shares the -1e9 rows evenly between its keys and
+    the sink, and d sinks, dq, dk, dv and d(mask) match a float64 reference of
+    PyTorch's rounding (scores and mask added in float32); the other head's
+    moderate sink takes those rows whole."""
+    from flashattn_triton.api import _sdpa
+    b, h, n_q, n_k = 2, 2, 20, 24
+    scale = 0.25
+    q = rand((b, h, n_q, 16), torch.float32, device)
+    k, v = (rand((b, h, n_k, 16), torch.float32, device) for _ in range(2))
+    mask = _huge_rows_mask(b, n_q, n_k, device)
+    sinks = torch.tensor([0.5, -1e9], device=device)
+    do = rand((b, h, n_q, 16), torch.float32, device)
+    ins = [t.clone().requires_grad_(True) for t in (q, k, v, mask, sinks)]
+    out = _sdpa(*ins[:4], 0.0, False, None, False, sinks=ins[4])
+    got = (out,) + torch.autograd.grad(out, ins, do)
+
+    # reference: logits rounded as PyTorch's float32 math, the rest in float64
+    s = ((q @ k.transpose(-1, -2)) * scale + mask).double()
+    logits = torch.cat([s, sinks.double()[None, :, None, None].expand(b, h, n_q, 1)], -1)
+    p_all = torch.softmax(logits, -1)
+    p, p_sink = p_all[..., :n_k], p_all[..., n_k]
+    qd, kd, vd, dod = q.double(), k.double(), v.double(), do.double()
+    o = p @ vd
+    dp = dod @ vd.transpose(-1, -2)
+    delta = (dod * o).sum(-1)
+    ds = p * (dp - delta[..., None])
+    want = (o, scale * ds @ kd, scale * ds.transpose(-1, -2) @ qd, p.transpose(-1, -2) @ dod,
+            ds.sum(1, keepdim=True), -(p_sink * delta).sum((0, 2)))
+    assert abs(p_sink[0, 1, 3].item() - 1 / (n_k + 1)) < 1e-12, "reference: -1e9 row and sink not even"
+    for name, g, r in zip(("out", "dq", "dk", "dv", "dmask", "dsinks"), got, want):
+        assert_close(name, g, r, atol=2e-5 * max(1.0, r.abs().max().item()))
+
+
 def test_sdpa_nan_in_float_mask_gives_nan_rows(device, path):
     """A NaN in an additive mask makes its row NaN, as in PyTorch (a NaN
     bias is a bug upstream; it is not silently read as a mask), and leaves

@@ -65,7 +65,7 @@ from triton.runtime.errors import OutOfResources
 from ..reference import sinks_grad_torch
 from . import fastlaunch
 from .combine import cast_rtne
-from .fwd import split_qk
+from .fwd import check_lse_lo, split_qk
 from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
                      head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
@@ -143,6 +143,18 @@ def _load_row_stats(LSE, DELTA, rows, n_q, CHECK_ROWS: tl.constexpr):
 
 
 @triton.jit
+def _load_lse_lo(LSE, rows, n_q, CHECK_ROWS: tl.constexpr):
+    """The compensated LSE's residual lo of a set of query rows (LSE_LO: dense
+    calls with a float bias), n_q elements past their lse2 (the op layer's
+    (B, Hq, 2, Nq) buffer); 0 past n_q.  P = exp2((s2 - lse2) - lo)."""
+    if CHECK_ROWS:
+        lse_lo = tl.load(LSE + n_q + rows, mask=rows < n_q, other=0.0)
+    else:
+        lse_lo = tl.load(LSE + n_q + rows)
+    return lse_lo
+
+
+@triton.jit
 def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, stride_bz, stride_bh,
                H_Q, RNG_ROWS, N_K, philox_offset,
                IS_VARLEN: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr):
@@ -183,7 +195,8 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                 FUSED_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+                 FUSED_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+                 LSE_LO: tl.constexpr = False):
     """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m);
     with FUSED_DQ also add each tile's dS^T K (float32, unscaled) into DQ.
 
@@ -228,7 +241,11 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                               window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                               MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                               HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
-        p_t = tl.math.exp2(s_t - lse2[None, :])
+        if LSE_LO:  # the compensated LSE (_load_lse_lo)
+            lse_lo = _load_lse_lo(LSE, rows, n_q, CHECK_ROWS)
+            p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
+        else:
+            p_t = tl.math.exp2(s_t - lse2[None, :])
         do = load_tile(do_ptrs, rows, n_q, offs_dv, HEAD_DIM_V, CHECK_ROWS, EVEN_DV)
         dp_t = mma(v, tl.trans(do), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
@@ -285,6 +302,7 @@ def _dkdv_program(
     HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    LSE_LO: tl.constexpr = False,
 ):
     # The work of one _bwd_dkdv program: key tile pid_n of (batch, KV head,
     # slice of its query-head group) pid_bh.
@@ -369,15 +387,18 @@ def _dkdv_program(
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, lo, full_lo, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
+                                     LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_lo, full_hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, False, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
+                                     LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_hi, hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
+                                     LSE_LO)
 
     off_out = off_out.to(tl.int64)
     DK += off_z * stride_dkz + off_out * stride_dkh + k_start * stride_dkn
@@ -420,7 +441,7 @@ def _bwd_dkdv(
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
     # One program per (key tile, batch, KV head, slice of its query-head group).
     _dkdv_program(tl.program_id(0), tl.program_id(1),
@@ -435,7 +456,7 @@ def _bwd_dkdv(
                   stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
                   HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                   MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                  HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N)
+                  HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
 
 
 @triton.jit
@@ -446,7 +467,7 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
                 HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                 HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 HAS_DBIAS: tl.constexpr,
-                DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+                DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, LSE_LO: tl.constexpr = False):
     """Accumulate dQ of the owned rows over K/V tiles [start_n, end_n); the
     tile split is the forward's (kv_tile_range).  With HAS_DBIAS, dS (the
     gradient of the additive bias) is stored to DBIAS (row stride stride_dbm,
@@ -455,8 +476,12 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
     within HEAD_DIM); otherwise q, dq hold offs_d and q_hi, dq_hi, offs_d_hi
     are unused.  As in _dkdv_q_loop, the arguments that do not change from one
     call to the next come in tuples: rows (the owned query rows), kv (K and V)
-    and scores."""
-    q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm = rows
+    and scores.  LSE_LO: rows also holds the compensated LSE's residual
+    (_load_lse_lo), P = exp2((s2 - lse2) - lo)."""
+    if LSE_LO:
+        q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm, lse_lo = rows
+    else:
+        q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm = rows
     K, V, stride_kn, stride_kk, stride_vn, stride_vk = kv
     (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
      seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
@@ -482,7 +507,10 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
                           window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                           MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                           HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
-        p = tl.math.exp2(s - lse2[:, None])
+        if LSE_LO:
+            p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
+        else:
+            p = tl.math.exp2(s - lse2[:, None])
         dp = mma(do, tl.trans(v), None, DOT_PRECISION, INTERPRET)
         if HAS_DROPOUT:
             keep = dropout_keep(seed, rng_base, tl.min(offs_m, 0), start, rng_cols, dropout_thresh,
@@ -520,7 +548,7 @@ def _dq_program(
     MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HAS_DBIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
     # The work of one _bwd_dq program: query tile pid_m of (batch, query head) pid_bh.
     Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED = inputs
@@ -584,7 +612,11 @@ def _dq_program(
 
     lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
                                              BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
-    rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm)
+    if LSE_LO:
+        rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm,
+                _load_lse_lo(LSE + row_base, offs_m, n_q, True))
+    else:
+        rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm)
     kv = (K, V, stride_kn, stride_kk, stride_vn, stride_vk)
     scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm,
               stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
@@ -592,15 +624,15 @@ def _dq_program(
         dq, dq_hi = _dq_kv_loop(dq, dq_hi, lo, full_lo, rows, kv, scores,
                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
                                 even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+                                HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
     dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_lo, full_hi, rows, kv, scores,
                             HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
     dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_hi, hi, rows, kv, scores,
                             HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET)
+                            HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
 
     store_tile(tile_ptrs(DQ, start_m.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d),
                (dq * sm_scale).to(DQ.dtype.element_ty), offs_m, n_q, offs_d, HEAD_DIM, even_lo)
@@ -637,7 +669,7 @@ def _bwd_dq(
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HAS_DBIAS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
     _dq_program(tl.program_id(0), tl.program_id(1),
                 (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
@@ -650,7 +682,7 @@ def _bwd_dq(
                 DQ, DBIAS, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_dbz, stride_dbh, stride_dbm, H_Q,
                 HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                 MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N)
+                HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
 
 
 @triton.jit(do_not_specialize=["N_BATCH", "N_Q", "N_K", "causal_offset", "shift_mul", "window_left",
@@ -683,6 +715,7 @@ def _bwd_dkdv_dq(
     HEADS_PER_PROGRAM: tl.constexpr, HEAD_MAJOR: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    LSE_LO: tl.constexpr = False,
 ):
     # _bwd_dkdv's and _bwd_dq's programs in one launch (ONE_LAUNCH), on a 1-D
     # grid (dense batches only: N_Q, N_K are every sequence's lengths).
@@ -734,7 +767,7 @@ def _bwd_dkdv_dq(
                       stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
                       HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                       MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                      HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1)
+                      HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1, LSE_LO)
     else:
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
         _dq_program(pid_n, pid_bh,
@@ -748,7 +781,7 @@ def _bwd_dkdv_dq(
                     DQ, LSE, stride_dqz, stride_dqh, stride_dqm, stride_dqk, 0, 0, 0, H_KV * GROUP_SIZE,
                     HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                     MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                    False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2)
+                    False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2, LSE_LO)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -803,7 +836,7 @@ def _bwd_sinks_grad(
     # shapes
     H_Q, N, ROWS,
     # meta-parameters
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
     # d sink_h = -sum over the rows r of head h of P_sink[r] * delta[r], where
     # P_sink[r] = exp2(sink_h * log2(e) - lse2[r]) is the sink's share of row
@@ -812,7 +845,9 @@ def _bwd_sinks_grad(
     # Rows are the flattened (batch, query) pairs, r = z * N + m; program
     # (i, h) writes minus the sum over rows [i * BLOCK, (i + 1) * BLOCK) into
     # PART[i, h], which _bwd_sinks_grad_sum adds over i (a fixed order:
-    # deterministic).
+    # deterministic).  LSE_LO: the compensated LSE's residual lo lies N
+    # elements past each row's lse2 (kernels/bwd.py _load_lse_lo), and
+    # P_sink[r] = exp2((sink_h * log2(e) - lse2[r]) - lo[r]).
     pid = tl.program_id(0)
     off_h = tl.program_id(1).to(tl.int64)
     rows = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -822,7 +857,11 @@ def _bwd_sinks_grad(
     lse = tl.load(LSE + off, mask=valid, other=float("-inf"))
     delta = tl.load(DELTA + off, mask=valid, other=0.0)
     s2 = tl.load(SINKS + off_h) * 1.4426950408889634
-    p = tl.where(lse == float("-inf"), 0.0, tl.exp2(s2 - lse))
+    if LSE_LO:
+        lse_lo = tl.load(LSE + N + off, mask=valid, other=0.0)
+        p = tl.where(lse == float("-inf"), 0.0, tl.exp2((s2 - lse) - lse_lo))
+    else:
+        p = tl.where(lse == float("-inf"), 0.0, tl.exp2(s2 - lse))
     tl.store(PART + pid * H_Q + off_h, -tl.sum(p * delta, 0))
 
 
@@ -849,16 +888,19 @@ _SINKS_GRAD_BLOCK = 1024
 _SINKS_SUM_BLOCK = 256
 
 
-def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> None:
+def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor,
+               lse_lo: Optional[torch.Tensor] = None) -> None:
     """dsinks (Hq,) float32 <- the gradient of the sinks, given the forward's
     base-2 LSE and the preprocess's delta (rowsum(dO * O), less dlse when the
     LSE is differentiated), both laid out alike: (B, Hq, N) or packed
     (Hq, total), the last stride 1.  One kernel writes per-block partial sums
     and a second kernel adds them (two launches, both recordable by the call
     plans' backward: ops.plan_backward), where the torch expression takes
-    about ten launches."""
+    about ten launches.  lse_lo: None, or the compensated LSE's residual laid
+    out as kernels.fwd.attention_forward takes it (dense calls with a float bias)."""
+    check_lse_lo(lse, lse_lo, None)
     if lse.stride(-1) != 1 or delta.stride() != lse.stride() or lse.numel() == 0:
-        sinks_grad_torch(dsinks, sinks, lse, delta)  # rows not contiguous: the torch expression
+        sinks_grad_torch(dsinks, sinks, lse, delta, lse_lo)  # rows not contiguous: the torch expression
         return
     if lse.dim() == 2:  # packed rows: one "batch" of all of them
         lse, delta = lse.unsqueeze(0), delta.unsqueeze(0)
@@ -869,7 +911,7 @@ def sinks_grad(dsinks: torch.Tensor, sinks: torch.Tensor, lse: torch.Tensor, del
         sinks.float().contiguous(), lse, delta, part,
         lse.stride(0), lse.stride(1),
         h, n, z * n,
-        BLOCK=_SINKS_GRAD_BLOCK,
+        BLOCK=_SINKS_GRAD_BLOCK, **({"LSE_LO": True} if lse_lo is not None else {}),
         num_warps=4, **COMPILE_OPTIONS,
     )
     _bwd_sinks_grad_sum[(h,)](part, dsinks, h, blocks, BLOCK=_SINKS_SUM_BLOCK, num_warps=4, **COMPILE_OPTIONS)
@@ -1138,7 +1180,7 @@ def _dropout_only(mods) -> bool:
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, fused_dq=None, hopper=False, shift_mul=0):
+                       delta=None, split_group=True, fused_dq=None, hopper=False, shift_mul=0, lse_lo=None):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -1159,8 +1201,11 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     without variants (or with dropout alone) and with no mask or a causal
     one, either with or without a left window bound; the caller decides
     (_dispatch.use_hopper_backward), the kernel may still decline.
+    lse_lo: None, or the forward's compensated-LSE residual (dense calls;
+    layout: kernels.fwd.attention_forward): P = exp2((s2 - lse2) - lse_lo).
     """
     mods = mods or NO_MODS
+    check_lse_lo(lse, lse_lo, cu_seqlens)
     h_q, d, d_v = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     varlen = cu_seqlens is not None
@@ -1178,7 +1223,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     left, right = window
     dv_pad = head_dim_pad(d_v)
     hopper = (hopper and not varlen and dbias is None and (mods is NO_MODS or _dropout_only(mods))
-              and right in (None, 0))
+              and right in (None, 0) and lse_lo is None)
     if delta is None:
         # lse's layout (delta shares its strides); not empty_like, which on the
         # prefetch's meta tensors imports sympy (_prefetch._stand_ins).
@@ -1210,6 +1255,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                 IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
                 **mods.switches(q, with_sinks=False),
                 DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
+    if lse_lo is not None:
+        meta["LSE_LO"] = True
     alibi, _, bias, seed = mods.pointers(lse)
     group = h_q // h_kv
     split = group_split(group, batch * n_k if not varlen else k.shape[2], h_kv, d_pad + dv_pad) \

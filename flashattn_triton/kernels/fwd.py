@@ -138,7 +138,7 @@ def _attn_fwd(
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_SINKS: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
     REVERSE_M: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
     # Causal programs run longest first: query tile order reversed.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0) if REVERSE_M else tl.program_id(0)
@@ -241,13 +241,21 @@ def _attn_fwd(
     store_tile(tile_ptrs(O, start_m.to(tl.int64), stride_om, stride_ok, BLOCK_M, offs_dv),
                out.to(O.dtype.element_ty), offs_m, n_q, offs_dv, HEAD_DIM_V, EVEN_DV)
     tl.store(LSE + offs_m, lse2, mask=offs_m < n_q)
+    if LSE_LO:
+        # The compensated LSE's residual (dense calls with a float bias): what
+        # rounding lse2 = fl(m + log2(l)) dropped, lo = (m - lse2) + log2(l)
+        # (m - lse2 is exact), 0 for rows that saw no key; stored N_Q elements
+        # after lse2.  At m ~ -1.4e9 (a row of bias -1e9) lse2 == m and lo =
+        # log2(l): the backward's P = exp2((s - lse2) - lo) is 1 / l there.
+        lse_lo = tl.where(empty, 0.0, (m_i - lse2) + tl.math.log2(l_safe))
+        tl.store(LSE + N_Q + offs_m, lse_lo, mask=offs_m < n_q)
 
 
 _launch_fwd = Launcher(_attn_fwd, "FWD")
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
-                      max_seqlen=None, mods=None, shift_mul=0):
+                      max_seqlen=None, mods=None, shift_mul=0, lse_lo=None):
     """Launch the forward on (B, H, N, d)-indexed views (any strides, last one 1).
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv); o: (B, Hq, Nq, dv),
@@ -259,8 +267,14 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     sequence b (Nk_b its key count): shift_b = Nk_b - Nq_b + causal_offset + shift_mul * Nk_b.
     window: (left, right), each None for unbounded.
     mods: the score modifications (kernels.score.KernelMods), None for none.
+    lse_lo: None, or the compensated LSE's residual (dense calls only; the op
+    layer passes it with a float bias): a (B, Hq, Nq) float32 view with lse's
+    strides, Nq elements after lse (lse = buf[:, :, 0], lse_lo = buf[:, :, 1]
+    of a (B, Hq, 2, Nq) buffer), written with lse2 + lse_lo = m + log2(l)
+    (kernels/bwd.py takes it back).
     """
     mods = mods or NO_MODS
+    check_lse_lo(lse, lse_lo, cu_seqlens)
     h_q, d, dv = q.shape[1], q.shape[3], v.shape[3]
     h_kv = k.shape[1]
     if cu_seqlens is None:
@@ -302,7 +316,20 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         IS_VARLEN=cu_seqlens is not None, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
         **mods.switches(q, with_sinks=True),
         REVERSE_M=right is not None, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
+        **({"LSE_LO": True} if lse_lo is not None else {}),
     )
 
 
-__all__ = ["attention_forward", "split_qk"]
+def check_lse_lo(lse, lse_lo, cu_seqlens) -> None:
+    """lse_lo (when given) lies where the kernels read it: lse's layout, Nq
+    (lse's last dim) float32 elements after lse, dense batches only."""
+    if lse_lo is None:
+        return
+    if (cu_seqlens is not None or lse.dim() != 3 or lse_lo.shape != lse.shape or lse_lo.stride() != lse.stride()
+            or lse.stride(-1) != 1 or lse_lo.dtype != torch.float32
+            or lse_lo.data_ptr() != lse.data_ptr() + lse.shape[-1] * 4):
+        raise ValueError("lse_lo must be the (B, Hq, Nq) float32 view buf[:, :, 1] of a (B, Hq, 2, Nq) "
+                         "buffer whose buf[:, :, 0] is lse (dense calls only)")
+
+
+__all__ = ["attention_forward", "check_lse_lo", "split_qk"]
