@@ -579,12 +579,11 @@ def scaled_dot_product_attention(
             requires grad receives its gradient, summed over its broadcast
             dims.  A row that the mask removes entirely (all False, or all
             -inf) outputs zeros with zero gradients, as PyTorch's SDPA does;
-            a row of finite very negative values (finfo.min) attends
-            uniformly, also as PyTorch, but its gradients are not exact
-            (the float32 LSE cannot hold the row's normaliser beside scores
-            that large: they come out up to seqlen_k times too large; zero,
-            as they should be, when the loss ignores the row, as it does
-            padding).  Cannot be combined with is_causal
+            a row of finite very negative values (-1e9, finfo.min) attends
+            uniformly, also as PyTorch, with PyTorch's gradients (a float
+            mask's calls carry the LSE's float32 rounding residual from the
+            forward to the backward, which the row's normaliser needs beside
+            scores that large).  Cannot be combined with is_causal
             (ValueError, as in PyTorch).
         dropout_p: float in [0, 1), as in :func:`flash_attn_func`; applied
             whenever > 0 (like PyTorch's function, which has no training flag).
