@@ -19,6 +19,11 @@ Variants (compile-time switches, as in the forward):
   16-bit threshold of kernels/score.py): dV = Pd^T dO and
   dP = Z * (dO V^T) * r; delta = rowsum(dO * O) still equals
   rowsum(P * dP).  Z is regenerated from the same Philox counters.
+* LSE_LO (the op layer passes it with a float bias: ops.py's compensated
+  LSE): the forward's residual lo = (m - lse2) + log2(l) lies Nq elements
+  past each row's lse2, and every kernel here forms P = exp2((s2 - lse2) - lo)
+  (at m ~ -1.4e9, a bias row of -1e9, lse2 == m in float32 and exp2(s2 - lse2)
+  would be 1, not 1 / l).  Off: the builds are those without the switch.
 * sinks: P (and so dQ, dK, dV) comes from the LSE, which includes the sink;
   d sink_h = -sum_i exp(sink_h - lse_i) * delta_i is formed from the delta
   this module returns by sinks_grad (_bwd_sinks_grad's per-block partial

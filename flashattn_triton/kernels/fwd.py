@@ -8,6 +8,9 @@ float32 per row; the accumulator is rescaled by exp2(m2_old - m2_new)
 whenever the max grows.  Only O and the base-2 LSE, lse2 = m2 + log2(l), are
 written (the op layer converts it to natural log at the API boundary; the
 backward reuses lse2 as is, so it recomputes exactly the forward's exponent).
+With LSE_LO (dense calls with a float bias) it also writes the residual
+lo = (m2 - lse2) + log2(l) that rounding lse2 dropped, Nq elements after lse2
+(the op layer's compensated LSE, ops.py module doc).
 
 Works for dense batches (B, N, H, d) and packed ones (cu_seqlens), causal or
 sliding-window masks, GQA, value head dims that differ from the query's, and
