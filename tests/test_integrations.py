@@ -516,6 +516,21 @@ def test_mask_builder_materialises_when_asked(q_length, kv_length, q_offset, pad
     assert got is None if not padded else got.shape == (2, kv_length)
 
 
+def _needs_mask_asking(kind):
+    """Skip unless this Transformers' model asks for the materialised mask
+    (allow_is_causal_skip=False) through the attention interface: Transformers
+    5.17's Doge does not ask (the GPU run of session 48: logits off by 0.46)
+    and its Falcon picks attention classes by name (KeyError for a custom one)."""
+    import importlib
+    import inspect
+    _needs({"doge": "DogeConfig", "falcon_alibi": "FalconConfig"}[kind])
+    name = {"doge": "doge", "falcon_alibi": "falcon"}[kind]
+    src = inspect.getsource(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
+    if "allow_is_causal_skip=False" not in src or "ALL_ATTENTION_FUNCTIONS" not in src:
+        pytest.skip(f"transformers {transformers.__version__}: {name} does not ask for the materialised mask "
+                    "through the attention interface")
+
+
 @pytest.mark.parametrize("kind", ["doge", "falcon_alibi"])
 @pytest.mark.parametrize("side", [None, "right"])
 def test_model_adding_to_the_mask_matches_eager(kind, side):
@@ -525,7 +540,7 @@ def test_model_adding_to_the_mask_matches_eager(kind, side):
     non-causal attention, position 0 seeing later tokens; Falcon crashed).
     (Right padding: with left padding the float64 eager reference's padded rows,
     whose keys are all masked, come out NaN; left padding is in the generate test.)"""
-    _needs({"doge": "DogeConfig", "falcon_alibi": "FalconConfig"}[kind])
+    _needs_mask_asking(kind)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     mask = None if side is None else _padding_mask(side)
     # Doge's A gets its gradient only through the mask: the sum over every (b, i, j) of the bias gradient,
@@ -539,7 +554,7 @@ def test_model_adding_to_the_mask_matches_eager(kind, side):
 def test_generate_adding_to_the_mask_matches_eager(kind):
     """Decode steps (q_length 1) of a model that adds to the mask get the 4-D
     mask too: greedy tokens and every step's logits match eager."""
-    _needs({"doge": "DogeConfig", "falcon_alibi": "FalconConfig"}[kind])
+    _needs_mask_asking(kind)
     ours, base, _ = _models(kind, "eager", torch.float32)
     _compare_generate(ours, base, BATCH, 8, new=4, mask=_padding_mask("left", seq=8))
 

@@ -861,7 +861,10 @@ def _bwd_sinks_grad(
     off = z * stride_lz + off_h * stride_lh + (rows - z * N)
     lse = tl.load(LSE + off, mask=valid, other=float("-inf"))
     delta = tl.load(DELTA + off, mask=valid, other=0.0)
-    s2 = tl.load(SINKS + off_h) * 1.4426950408889634
+    # the rounded product, as the forward's row max holds it: a plain product
+    # may be contracted with the `- lse` below into one FMA of the exact one,
+    # which at a sink of -1e9 is off by up to 64 (GPU builds only)
+    s2 = tl.fma(tl.load(SINKS + off_h), 1.4426950408889634, 0.0)
     if LSE_LO:
         lse_lo = tl.load(LSE + N + off, mask=valid, other=0.0)
         p = tl.where(lse == float("-inf"), 0.0, tl.exp2((s2 - lse) - lse_lo))
