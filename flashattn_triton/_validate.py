@@ -191,6 +191,15 @@ def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], bat
     return mask.reshape((lead_n,) + tuple(mask.shape[-3:]))
 
 
+def check_dense(name: str, t: torch.Tensor) -> None:
+    """A nested or sparse tensor raises TypeError naming it (PyTorch's own
+    errors on reading its shape say nothing of the argument)."""
+    if t.is_nested or t.layout != torch.strided:
+        kind = "a nested" if t.is_nested else f"a {t.layout}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind} tensor: pad the sequences, or "
+                        "pack them for flash_attn_varlen_func")
+
+
 def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str,
               rank: int, head_axis: int) -> None:
     """q, k, v of one layout: `rank`-D, heads on `head_axis`, the head dim last,
@@ -200,6 +209,7 @@ def check_qkv(names: Sequence[str], tensors: Sequence[torch.Tensor], layout: str
     for name, t in zip(names, tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        check_dense(name, t)
         if t.dim() != rank:
             raise ValueError(f"{name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
@@ -240,6 +250,8 @@ def _qkv_ok(q, k, v, rank: int, head_axis: int) -> bool:
     """True only if every check of check_qkv passes (False: let them run)."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return False
+    if q.is_nested or k.is_nested or v.is_nested:  # (their shape cannot be read)
+        return False
     qs, ks, vs = q.shape, k.shape, v.shape
     dt = q.dtype
     if (len(qs) != rank or len(ks) != rank or len(vs) != rank or dt not in SUPPORTED_DTYPES
@@ -258,6 +270,9 @@ def _qkv_ok(q, k, v, rank: int, head_axis: int) -> bool:
         return False
     return ((q.stride(-1) == 1 or d == 1) and (k.stride(-1) == 1 or d == 1)
             and (v.stride(-1) == 1 or dv == 1))
+
+
+MAX_SEQLEN = 2 ** 31 - 1
 
 
 def check_offsets(name: str, cu, device: Optional[torch.device] = None) -> None:
@@ -288,6 +303,9 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
             raise TypeError(f"{name} must be an int, got {type(m).__name__}")
         if m < 1:
             raise ValueError(f"{name} must be positive, got {m}")
+        if m > MAX_SEQLEN:  # (lengths are 32-bit in the kernels; the grid grows with the bound)
+            raise ValueError(f"{name}={m} exceeds the largest supported sequence length {MAX_SEQLEN} "
+                             "(2**31 - 1)")
     if check_inputs:
         for name, cu, total, m in (("cu_seqlens_q", cu_q, q.shape[0], max_q),
                                    ("cu_seqlens_k", cu_k, k.shape[0], max_k)):

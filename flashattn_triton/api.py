@@ -13,7 +13,7 @@ from ._params import AttnParams, draw_dropout_seed
 from .kernels.launch import env_snapshot
 from .reference import LN2
 from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
-                        check_dropout, check_flag, check_qkv, check_scale, check_sinks,
+                        check_dense, check_dropout, check_flag, check_qkv, check_scale, check_sinks,
                         check_softcap, check_window, sinks_for_kernels)
 
 from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
@@ -447,8 +447,9 @@ def flash_attn_varlen_func(
         cu_seqlens_q: (batch_size + 1,) int32, on q's device: sequence b owns query
             rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1.  Starts at 0.
         cu_seqlens_k: (batch_size + 1,) int32, the same for key/value rows.
-        max_seqlen_q, max_seqlen_k: ints, upper bounds of the sequence lengths
-            (they size the launch grid; programs past a sequence's end exit at once).
+        max_seqlen_q, max_seqlen_k: ints, upper bounds of the sequence lengths,
+            1 .. 2**31 - 1 (they size the launch grid; programs past a
+            sequence's end exit at once).
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, sinks: as in :func:`flash_attn_func`,
             applied per sequence: causal, the window and ALiBi distances are
@@ -619,6 +620,7 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     of Gemma-2 / gpt-oss layers); plan_key: the public entry's plan key."""
     query, key, value = autocast_inputs(query, key, value)
     if (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
+            and not (query.is_nested or key.is_nested or value.is_nested)
             and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
             and query.shape[0] == key.shape[0] == value.shape[0]):
         # The common case, which every check of the general path below passes.
@@ -669,6 +671,7 @@ def _sdpa_inputs(query, key, value, is_causal, enable_gqa):
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        check_dense(name, t)
         if t.dim() < 3:
             raise ValueError(f"{name} must have at least 3 dims (..., seqlen, headdim), got shape "
                              f"{tuple(t.shape)}")

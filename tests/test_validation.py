@@ -38,6 +38,29 @@ def test_not_a_tensor(device):
         flash_attn_func(q, k, [1, 2])
 
 
+@pytest.mark.parametrize("layout", ["strided", "jagged"])
+def test_nested_tensors_raise_type_error(device, layout):
+    """A nested tensor raises TypeError naming the argument (before: PyTorch's
+    internal errors on reading its shape)."""
+    nt = torch.nested.nested_tensor([torch.randn(3, 2, 16), torch.randn(5, 2, 16)],
+                                    layout=getattr(torch, layout), device=device)
+    with pytest.raises(TypeError, match=r"q must be a dense \(strided\) tensor, got a nested tensor"):
+        flash_attn_func(nt, nt, nt)
+    with pytest.raises(TypeError, match=r"query must be a dense \(strided\) tensor, got a nested tensor"):
+        scaled_dot_product_attention(nt, nt, nt)
+
+
+def test_varlen_max_seqlen_bound(device):
+    """max_seqlen past 2**31 - 1 raises ValueError naming it (the kernels'
+    lengths are 32-bit; before, the grid grew with the bound: a hang or a
+    failed launch)."""
+    from flashattn_triton import flash_attn_varlen_func
+    q = torch.randn(3, 2, 16, device=device)
+    cu = torch.tensor([0, 3], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"max_seqlen_k=1099511627776 exceeds the largest supported"):
+        flash_attn_varlen_func(q, q, q, cu, cu, 3, 2 ** 40)
+
+
 def test_wrong_rank(device):
     q, k, v = qkv(device)
     with pytest.raises(ValueError, match=r"q must be 4-D \(batch, seqlen, nheads, headdim\), got shape \(8, 2, 16\)"):
