@@ -11,7 +11,7 @@
 #     after the other (the LSE_LO builds spill more: 660 -> 1016 B in the
 #     causal dK/dV build at d = 128, compile_check).
 # Rule: every test passes (a failure is a bug to fix, not a result).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests lse_lo 150 -n 8 tests/test_variants.py \
   -k "huge_finite or float_bias or sdpa_mask or fully_masked or nan_in_float or mask_gqa or sinks or opcheck or compile_fullgraph"
 gpu_tests host 120 -n 8 tests/test_integrations.py tests/test_nn.py tests/test_plans.py tests/test_ops.py tests/test_kvcache.py \

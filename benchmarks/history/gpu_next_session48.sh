@@ -9,7 +9,7 @@
 #     module's mask / slopes, the Transformers mask builder (Llama 4 chunks).
 # Rule: every test passes (a failure is a bug to fix, not a result).  Then run
 # gpu_tests.sh parts a3, b1, b2 (each its own call).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests fp32 200 -n 8 tests/test_ops.py tests/test_attention.py tests/test_backward.py tests/test_varlen.py \
   -k "huge_scores or float32 or fp32"
 gpu_tests session47 200 -n 8 tests/test_ops.py tests/test_variants.py tests/test_kvcache.py tests/test_integrations.py \
