@@ -55,6 +55,7 @@ __all__ = [
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+_F32_MAX = 3.4028234663852886e38  # finfo(float32).max: finite biases in base 2 are held within it
 
 
 def visible_mask(n_q: int, n_k: int, shift: int, window=(-1, -1), device=None,
@@ -430,9 +431,10 @@ class _TileScores:
                 s = s.masked_fill(~tile, float("-inf"))
             else:
                 tile = tile.to(s.dtype)
-                # kernels/score.py: finite biases stay finite in base 2, -inf masks
-                b2 = torch.clamp_min(tile * LOG2E, -1.0e38)
-                s = s + torch.where(torch.isneginf(tile), tile, b2)
+                # kernels/score.py: finite biases stay finite in base 2 (held to
+                # +-finfo(float32).max), +-inf and NaN stay as they are
+                b2 = torch.clamp(tile * LOG2E, -_F32_MAX, _F32_MAX)
+                s = s + torch.where(torch.isinf(tile), tile, b2)
         if self.masked:
             keep = visible_mask(q1 - q0, k1 - k0, self.shift, self.window, self.device, q0, k0)
             s = s.masked_fill(~keep, float("-inf"))

@@ -868,6 +868,32 @@ def test_sdpa_finfo_min_rows_attend_uniformly(device, path):
     assert_close("out", out, ref, atol=1e-5)
 
 
+def test_sdpa_extreme_finite_mask_values_as_pytorch(device, path):
+    """Finite mask values at the ends of float32 keep their meaning, as in
+    PyTorch's math SDPA: a key at finfo.max takes its row alone (before: the
+    base-2 scaling overflowed to +inf and the row was NaN), and values below
+    -6.9e37 stay ordered (before: all were clamped to one value, so a row of
+    finfo.min and finfo.min / 2 attended every key instead of the latter)."""
+    f32 = torch.finfo(torch.float32)
+    q, k, v = (rand((1, 2, 6, 16), torch.float32, device).requires_grad_() for _ in range(3))
+    mask = 0.5 * rand((1, 1, 6, 6), torch.float32, device)
+    mask[..., 1, 2] = f32.max
+    mask[..., 2, :] = f32.min
+    mask[..., 2, 4:] = f32.min / 2
+    mask[..., 3, :3] = -1e38
+    mask[..., 3, 3:] = -2e38
+    do = rand((1, 2, 6, 16), torch.float32, device)
+    out = fat.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        ref_grads = torch.autograd.grad(ref, (q, k, v), do)
+    assert torch.isfinite(out).all(), "a finite mask gave a non-finite output"
+    assert_close("out", out, ref, atol=1e-5)
+    for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads):
+        assert_close(name, g, r, atol=1e-5)
+
+
 def _huge_rows_mask(b, n_q, n_k, device):
     """A moderate float mask with rows of one huge finite value: -1e9,
     finfo(float32).min, and a row mixing -1e9 and -2e9 (PyTorch attends its

@@ -160,10 +160,14 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
         else:
             b = b.to(tl.float32)
             # A finite bias stays finite (PyTorch's rows of finfo.min attend
-            # uniformly); only -inf masks.  b * log2(e) would overflow at finfo.min.
-            # A NaN bias stays NaN and makes its row NaN, as in PyTorch.
-            b2 = tl.maximum(b * 1.4426950408889634, -1.0e38, propagate_nan=tl.PropagateNan.ALL)
-            s = s + tl.where(b == float("-inf"), b, b2)
+            # uniformly, a row with one key at finfo.max attends it alone);
+            # only -inf masks.  b * log2(e) overflows past |b| ~ 2.36e38: it is
+            # held to +-finfo(float32).max, so values down to that stay ordered.
+            # +-inf and NaN biases stay as they are (NaN rows, as in PyTorch).
+            b2 = tl.minimum(tl.maximum(b * 1.4426950408889634, -3.4028234663852886e38,
+                                       propagate_nan=tl.PropagateNan.ALL),
+                            3.4028234663852886e38, propagate_nan=tl.PropagateNan.ALL)
+            s = s + tl.where(tl.abs(b) == float("inf"), b, b2)
     if MASKED:
         s = mask_scores(s, rows, cols, n_k, shift, window_left, window_right, MASK_LEFT, MASK_RIGHT)
     return s, t
