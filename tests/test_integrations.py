@@ -683,3 +683,40 @@ def test_bart_padded_encoder_longer_decoder_matches_eager():
         if gr[name] is not None:
             assert_close(f"bart grad {name}", go[name].double(), gr[name], baseline=gb[name].double(), factor=3.0,
                          dtype=torch.float32)
+
+
+def test_sliding_window_with_padding_inside_rows_matches_sdpa():
+    """A sliding window with padding inside a row (a batched multi-turn
+    continuation whose new turn is left-padded): Transformers counts the
+    window over positions, padding included, so the mask builder gives the
+    4-D mask there (before: the varlen path counted it over the packed real
+    tokens, logits off by 0.3 past the gap).  Logits and gradients match."""
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask[0, 3:6] = 0
+    mask[1, :2] = 0  # (ordinary left padding in the other row)
+    _compare(_models("mistral", "sdpa", torch.float32, sliding_window=4), ids, torch.float32, mask=mask,
+             label="window, gap in a row")
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_mask_longer_than_the_keys_is_read_from_position_0(cache):
+    """A 2-D mask longer than the keys (made up to a cache's size, zeros for
+    the slots still to come) is read at absolute key positions, as
+    Transformers reads it (before: its last kv_length columns, all zeros, so
+    every query was taken for padding and output zeros)."""
+    from transformers import DynamicCache, StaticCache
+    ours, base, _ = _models("llama", "sdpa", torch.float32)
+    n, total = 6, 12
+    ids = torch.randint(0, VOCAB, (BATCH, n))
+    mask = torch.zeros(BATCH, total, dtype=torch.long)
+    mask[:, :n] = 1
+    mask[1, :2] = 0
+    logits = []
+    for m in (ours, base):
+        past = (StaticCache(config=m.config, max_cache_len=total) if cache == "static"
+                else DynamicCache(config=m.config))
+        with torch.no_grad():
+            logits.append(m(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True).logits)
+    keep = mask[:, :n].bool()
+    assert_close(f"{cache} cache logits", logits[0][keep], logits[1][keep], atol=1e-5)

@@ -176,22 +176,44 @@ def attention_mask(
     )
     if mask_function is None:
         mask_function = mu.causal_mask_function
-    if standard and attention_mask is not None:
-        mask = attention_mask[:, -kv_length:]
+    # None (and the 2-D padding mask) mean the kernels' own causal masking,
+    # aligned bottom-right: right when the keys end at the last query, not
+    # against a static cache's kv_length slots with unfilled ones at the end.
+    aligned = standard and not isinstance(kv_offset, torch.Tensor) and (
+        mask_function is mu.bidirectional_mask_function
+        or _bottom_right(q_length, kv_length, q_offset, kv_offset))
+    if aligned and attention_mask is not None:
+        # Transformers reads the 2-D mask at absolute key positions kv_offset + j,
+        # zeros past its end (masking_utils.prepare_padding_mask): a mask made
+        # longer than the keys (up to a cache's size) has its tail past them.
+        mask = attention_mask[:, kv_offset:kv_offset + kv_length]
         if mask.dtype != torch.bool:
             mask = mask.bool()
-        if mask.shape[1] != kv_length or not bool(mask.all()):
+        if mask.shape[1] < kv_length:
+            mask = torch.nn.functional.pad(mask, (0, kv_length - mask.shape[1]), value=False)
+        all_ones, one_run = _padding_pattern(mask, windowed=local_size is not None)
+        if all_ones:
+            return None
+        if one_run:
             return mask
-    # None means the kernels' own causal masking, aligned bottom-right: right
-    # when the keys end at the last query, not against a static cache's
-    # kv_length slots with unfilled ones at the end (a prefill there).
-    if standard and (mask_function is mu.bidirectional_mask_function
-                     or _bottom_right(q_length, kv_length, q_offset, kv_offset)):
+        # A window with padding inside a row: Transformers counts the window
+        # over positions, the varlen path over the real tokens it packs.
+    elif aligned:
         return None
     return mu.sdpa_mask(
         batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
         kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
         local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+
+
+def _padding_pattern(mask: torch.Tensor, windowed: bool) -> Tuple[bool, bool]:
+    """(every entry is True, each row's True entries form one run), read in
+    one host sync; rows with padding inside them matter only to a window."""
+    if not windowed:
+        return bool(mask.all()), True
+    starts = mask[:, :1].sum(1) + (mask[:, 1:] & ~mask[:, :-1]).sum(1)
+    all_ones, one_run = torch.stack((mask.all(), (starts <= 1).all())).tolist()
+    return bool(all_ones), bool(one_run)
 
 
 def _bottom_right(q_length: int, kv_length: int, q_offset, kv_offset) -> bool:
