@@ -76,6 +76,15 @@ def compensated_lse(attn_bias, varlen: bool = False) -> bool:
     return attn_bias is not None and not varlen and attn_bias.is_floating_point()
 
 
+def lse_shape(q: torch.Tensor, varlen: bool, attn_bias=None) -> tuple:
+    """The forward op's lse2 for q (B, Nq, Hq, d), packed (total_q, Hq, d):
+    (B, Hq, Nq), packed (Hq, total_q); with a float attn_bias the compensated
+    LSE's (B, Hq, 2, Nq) (ops.py module doc)."""
+    if compensated_lse(attn_bias, varlen):
+        return (q.shape[0], q.shape[2], 2, q.shape[1])
+    return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+
+
 def draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """The Philox seed of one call: a (1,) int64 tensor drawn from torch's
     default generator of `device` (so torch.manual_seed makes calls

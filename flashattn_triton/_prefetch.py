@@ -36,7 +36,7 @@ from typing import Any, List, Sequence
 
 import torch
 
-from ._params import compensated_lse
+from ._params import lse_shape
 from .kernels import fastlaunch
 from .kernels.launch import autotune_enabled
 
@@ -152,18 +152,14 @@ def _stand_ins(q, k, v, options, want_dbias: bool):
     opts = [_meta_like(o) if isinstance(o, torch.Tensor) else o for o in options]
     varlen = opts[0] is not None
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device="meta")
-    if compensated_lse(opts[11], varlen):  # a float bias: the compensated LSE (ops.py module doc)
-        lse_shape = (q.shape[0], q.shape[2], 2, q.shape[1])
-    else:
-        lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
-    lse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
+    lse = torch.empty(lse_shape(q, varlen, opts[11]), dtype=torch.float32, device="meta")
     # torch.empty, not empty_like: empty_like on meta tensors runs a Python
     # reference (torch._refs) whose first use imports sympy and the symbolic
     # shapes machinery, seconds of a first call (session 11 call 2).
     dout = torch.empty(out.shape, dtype=out.dtype, device="meta")
     # The eager Function materializes the gradient of an unused lse as zeros,
     # so the backward always gets a dlse (float32, laid out like lse).
-    dlse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
+    dlse = torch.empty(lse.shape, dtype=torch.float32, device="meta")
     return (dout, _meta_like(q), _meta_like(k), _meta_like(v), out, lse, dlse, *opts, want_dbias)
 
 

@@ -64,7 +64,7 @@ from . import _dispatch, _prefetch, reference
 from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, sinks_after_hopper_forward,
                         use_hopper_backward, use_hopper_forward,
                         use_triton)
-from ._params import AttnParams, compensated_lse, has_variants, window_bounds
+from ._params import AttnParams, has_variants, lse_shape, window_bounds
 from .kernels import fastlaunch
 from .kernels.launch import env_snapshot
 from .kernels.score import NO_MODS, KernelMods
@@ -106,14 +106,6 @@ def _varlen_chunks(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, heads
     sliced views, so chunking needs no copy and no host sync."""
     for b in _batch_chunks(cu_seqlens_q.shape[0] - 1, heads):
         yield b, (cu_seqlens_q[b.start:b.stop + 1], cu_seqlens_k[b.start:b.stop + 1])
-
-
-def _lse_shape(q: torch.Tensor, varlen: bool, lo: bool = False):
-    """The forward's lse2: (B, Hq, Nq), packed (Hq, total_q); lo: the
-    compensated LSE's (B, Hq, 2, Nq) (module doc)."""
-    if lo:
-        return (q.shape[0], q.shape[2], 2, q.shape[1])
-    return (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
 
 
 def _split_lse(lse: torch.Tensor):
@@ -260,7 +252,7 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     shift, philox_offset, doc_shift: see _fwd_into (internal; the ops never pass them)."""
     varlen = cu_seqlens_q is not None
     out = _new(q.shape[:-1] + (v.shape[-1],), q)
-    lse = _new(_lse_shape(q, varlen, compensated_lse(attn_bias, varlen)), q, torch.float32)
+    lse = _new(lse_shape(q, varlen, attn_bias), q, torch.float32)
     _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
               rng_seed, shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
@@ -400,7 +392,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
       attn_bias=None, dropout_p=0.0, rng_seed=None, deterministic=False):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    lse = q.new_empty(_lse_shape(q, varlen, compensated_lse(attn_bias, varlen)), dtype=torch.float32)
+    lse = q.new_empty(lse_shape(q, varlen, attn_bias), dtype=torch.float32)
     return out, lse
 
 
@@ -786,13 +778,12 @@ class FwdPlan:
         self.options = tuple(options)
         self.extras = tuple(i for i in (OPT_ALIBI, OPT_SINKS, OPT_SEED) if options[i] is not None)
         self.out_shape = q.shape[:-1] + (v.shape[-1],)
-        self.lse_shape = _lse_shape(q, options[0] is not None)
+        self.lse_shape = lse_shape(q, options[0] is not None)
         # as _needs_autograd: a tensor that requires grad sends the call through
         # the op's autograd (slopes too: they get no gradient, but the output
         # requires grad, as on the full path, and the blockwise CPU code must
         # not record a graph through them)
-        self.grad = any(t is not None and t.requires_grad
-                        for t in (q, k, v, options[OPT_SINKS], options[OPT_ALIBI]))
+        self.grad = _requires_grad(q, k, v, options[OPT_SINKS], options[OPT_ALIBI])
         try:
             self.prefetch = _prefetch._key(q, k, v, self.options)
         except Exception:  # noqa: BLE001 - then maybe_prefetch decides on every call
@@ -1048,11 +1039,12 @@ def _needs_autograd(q, k, v, params: AttnParams) -> bool:
     forward-AD level or functorch transform, which always takes it)."""
     if not torch.is_grad_enabled():
         return False
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        return True
-    a, s, b = params.alibi_slopes, params.sinks, params.attn_bias
-    return ((a is not None and a.requires_grad) or (s is not None and s.requires_grad)
-            or (b is not None and b.requires_grad))
+    return _requires_grad(q, k, v, params.alibi_slopes, params.sinks, params.attn_bias)
+
+
+def _requires_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether any of the tensors (None for an absent option) requires grad."""
+    return any(t is not None and t.requires_grad for t in tensors)
 
 
 def transforms_active() -> bool:

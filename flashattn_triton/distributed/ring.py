@@ -945,8 +945,7 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                 if b.q_rows == "all":
                     out, lse = o_b, lse_b
                     continue
-                out = torch.zeros(q.shape[:2] + (v.shape[2],), dtype=torch.float32, device=q.device)
-                lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+                out, lse = _no_key_rows(q, v)
             idx = rows.idx[b.q_rows]
             if idx is None:
                 out, lse = merge_attention_states(out, lse, o_b, lse_b)
@@ -959,9 +958,15 @@ def ring_varlen_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         if pending is not None:
             kv = pending.wait()
     if out is None:  # no block on this rank: zeros and LSE -inf, as in the dense ring
-        out = torch.zeros(q.shape[:2] + (v.shape[2],), dtype=q.dtype, device=q.device)
-        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        out, lse = _no_key_rows(q, v)
     return out.to(q.dtype).contiguous(), lse.contiguous()
+
+
+def _no_key_rows(q: torch.Tensor, v: torch.Tensor):
+    """Packed rows that have seen no key yet: float32 zeros (total_q, Hq, dv)
+    and LSE -inf (Hq, total_q), what merging a block into them starts from."""
+    return (torch.zeros(q.shape[:2] + (v.shape[2],), dtype=torch.float32, device=q.device),
+            torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device))
 
 
 def ring_varlen_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -337,6 +337,7 @@ _warned_weights = False
 # fold them into the mask only for 'eager' / 'sdpa'; others get them as
 # arguments, so ignoring them would silently compute dense attention.
 _UNSUPPORTED = (
+    ("position_bias", "an additive relative-position bias: T5 and kin", "'sdpa'"),
     ("indices", "a sparse indexer's top-k key selection: DeepSeek-V3.2, GLM-MoE-DSA, Mistral-Large-4 and "
      "kin", "'sdpa' or 'eager'"),
     ("block_indices", "a sparse indexer's top-k key-block selection: MiniMax-M3", "'sdpa' or 'eager'"),
@@ -396,9 +397,6 @@ def attention_forward(
         warnings.warn("flashattn_triton never materialises attention weights: output_attentions "
                       "returns None for them", stacklevel=2)
         _warned_weights = True
-    if kwargs.get("position_bias") is not None:
-        raise NotImplementedError("position_bias (additive relative-position biases, e.g. T5) is not "
-                                  "supported by the flashattn_triton attention implementation; use 'sdpa'")
     for name, what, use in _UNSUPPORTED:
         if kwargs.get(name) is not None:
             raise NotImplementedError(f"{name} ({what}) is not supported by the flashattn_triton attention "
