@@ -720,3 +720,30 @@ def test_mask_longer_than_the_keys_is_read_from_position_0(cache):
             logits.append(m(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True).logits)
     keep = mask[:, :n].bool()
     assert_close(f"{cache} cache logits", logits[0][keep], logits[1][keep], atol=1e-5)
+
+
+@pytest.mark.parametrize("gap", [True, False], ids=["gap_in_a_row", "end_padding"])
+def test_modernbert_local_window_with_padding_matches_sdpa(gap):
+    """An encoder's bidirectional local window (ModernBERT: |i - j| <= W on
+    its sliding layers) with padding at the end of one row and, with `gap`,
+    inside the other: Transformers never lets that pattern be skipped, so the
+    layers get the 4-D mask (the window kwarg, read as (W, W) for a bidirectional layer,
+    only narrows the tiles visited; the mask decides).  Logits and gradients
+    match SDPA's against a float64 SDPA reference."""
+    cfg = transformers.ModernBertConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        global_attn_every_n_layers=2, local_attention=4, max_position_embeddings=64, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, embedding_dropout=0.0,
+        attention_dropout=0.0, mlp_dropout=0.0)
+    assert "sliding_attention" in cfg.layer_types
+    made = [transformers.ModernBertForMaskedLM._from_config(copy.deepcopy(cfg), attn_implementation=attn)
+            for attn in (NAME, "sdpa", "sdpa")]
+    for m in made[:2]:
+        m.load_state_dict(made[2].state_dict())
+    ours, base, ref = made[0].eval(), made[1].eval(), made[2].double().eval()
+    ids = torch.randint(3, VOCAB, (BATCH, SEQ + 2))
+    mask = torch.ones(BATCH, SEQ + 2, dtype=torch.long)
+    if gap:
+        mask[0, 4:7] = 0
+    mask[1, -3:] = 0
+    _compare((ours, base, ref), ids, torch.float32, mask=mask, label="modernbert local window")
