@@ -508,24 +508,42 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                              return_attn_probs: Literal[False] = ...) -> torch.Tensor: ...
+                              return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                              sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                              return_attn_probs: bool = ...) -> AttnOutput: ...
+                              return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                              sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
+                              softmax_scale: Optional[float] = ..., causal: bool = ...,
+                              window_size: Tuple[int, int] = ..., softcap: float = ...,
+                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                              *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                              sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
+                              softmax_scale: Optional[float] = ..., causal: bool = ...,
+                              window_size: Tuple[int, int] = ..., softcap: float = ...,
+                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                              return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                              sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
                               softmax_scale: Optional[float] = None, causal: bool = False,
                               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                               alibi_slopes: Optional[torch.Tensor] = None,
-                              deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
-    """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest as :func:`flash_attn_func`.
-    The three slices are used in place (no copy)."""
+                              deterministic: bool = False, return_attn_probs: bool = False, *,
+                              return_lse: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+    """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest (``return_lse``
+    and ``sinks`` included) as :func:`flash_attn_func`.  The three slices are
+    used in place (no copy)."""
     _check_packed(qkv, "qkv", "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs)
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
 
 
 @overload
@@ -533,23 +551,41 @@ def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float
                              softmax_scale: Optional[float] = ..., causal: bool = ...,
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                             return_attn_probs: Literal[False] = ...) -> torch.Tensor: ...
+                             return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                             sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
                              softmax_scale: Optional[float] = ..., causal: bool = ...,
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                             return_attn_probs: bool = ...) -> AttnOutput: ...
+                             return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                             sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
+                             softmax_scale: Optional[float] = ..., causal: bool = ...,
+                             window_size: Tuple[int, int] = ..., softcap: float = ...,
+                             alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                             *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                             sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
+                             softmax_scale: Optional[float] = ..., causal: bool = ...,
+                             window_size: Tuple[int, int] = ..., softcap: float = ...,
+                             alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                             return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                             sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
                              softmax_scale: Optional[float] = None, causal: bool = False,
                              window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                              alibi_slopes: Optional[torch.Tensor] = None,
-                             deterministic: bool = False, return_attn_probs: bool = False) -> AttnOutput:
-    """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_func`."""
+                             deterministic: bool = False, return_attn_probs: bool = False, *,
+                             return_lse: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+    """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest (``return_lse``
+    and ``sinks`` included) as :func:`flash_attn_func`."""
     _check_packed(kv, "kv", "(batch, seqlen_k, 2, nheads_k, headdim)")
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs)
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
 
 
 def scaled_dot_product_attention(

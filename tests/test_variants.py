@@ -214,6 +214,34 @@ def test_sinks(device, path, dtype, causal, n_q, n_k, sink_scale):
         check_sink_only_rows(got[0], got[1], sinks, n_q - n_k)
 
 
+@pytest.mark.parametrize("form", ["qkvpacked", "kvpacked"])
+def test_packed_wrappers_take_sinks_and_return_lse(device, form):
+    """The packed forms pass ``sinks=`` and ``return_lse=`` through: the same
+    output, LSE and gradients (q / k / v through the packed tensor, and the
+    sinks') as flash_attn_func on the slices, which test_sinks checks against
+    the float64 reference."""
+    torch.manual_seed(0)
+    q, k, v = make_qkv(2, 37, 37, 2, 2, 24, torch.float16, device, requires_grad=False)
+    sinks = torch.randn(2, device=device)
+    outs = []
+    for packed in (True, False):
+        qkv = torch.stack([q, k, v], dim=2).requires_grad_()
+        s = sinks.clone().requires_grad_()
+        qs, ks, vs = qkv.unbind(2)
+        if not packed:
+            out, lse = fat.flash_attn_func(qs, ks, vs, causal=True, return_lse=True, sinks=s)
+        elif form == "qkvpacked":
+            out, lse = fat.flash_attn_qkvpacked_func(qkv, causal=True, return_lse=True, sinks=s)
+        else:
+            out, lse = fat.flash_attn_kvpacked_func(qs, qkv[:, :, 1:], causal=True, return_lse=True, sinks=s)
+        (out.float().square().sum() + lse.sum()).backward()
+        outs.append((out, lse, qkv.grad, s.grad))
+    for name, got, want in zip(("out", "lse", "dqkv", "dsinks"), *outs):
+        assert got is not None and want is not None, name
+        assert torch.equal(got, want), f"{form} {name}: max |diff| {(got.float() - want.float()).abs().max():.3g}"
+    assert outs[0][3].abs().sum() > 0, "the sinks got no gradient"
+
+
 @pytest.mark.parametrize("dtype,causal,n_q,n_k,sink_scale,window", [
     (torch.bfloat16, True, 48, 48, 3.0, (-1, -1)),    # sinks that dominate some rows
     (torch.float16, True, 64, 30, 1.0, (-1, -1)),     # Nq > Nk: rows that see only the sink

@@ -25,7 +25,12 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
     sdpa: torch.Tensor = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     packed: torch.Tensor = flash_attn_qkvpacked_func(torch.stack([q, k, v], dim=2), causal=True)
     kvp: torch.Tensor = flash_attn_kvpacked_func(q, torch.stack([k, v], dim=2))
-    return float((out + pair[1].sum() + triple[0] + out_p + lse.sum() + sdpa + packed + kvp).sum())
+    kvp_lse: Tuple[torch.Tensor, torch.Tensor] = flash_attn_kvpacked_func(
+        q, torch.stack([k, v], dim=2), return_lse=True, sinks=torch.zeros(q.shape[2]))
+    qkvp_lse: Tuple[torch.Tensor, torch.Tensor] = flash_attn_qkvpacked_func(
+        torch.stack([q, k, v], dim=2), return_lse=True)
+    return float((out + pair[1].sum() + triple[0] + out_p + lse.sum() + sdpa + packed + kvp + kvp_lse[0]
+                  + qkvp_lse[1].sum()).sum())
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
