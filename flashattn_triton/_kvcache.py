@@ -292,9 +292,13 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
     if cache_leftpad is not None:
         valid = valid & (cols >= cache_leftpad.long()[:, None])
     where, off = locate(cols.expand(batch, n_cap))
-    # Entries outside the valid range may be garbage (even NaN): never use them.
-    kk = k_cache[where, off].float().masked_fill(~valid[..., None, None], 0.0)  # (B, n_cap, Hkv, d)
-    vv = v_cache[where, off].float().masked_fill(~valid[..., None, None], 0.0)
+    # Only the valid positions are read, as the kernels do: the cache outside
+    # them may be garbage (even NaN), and block-table entries no sequence
+    # reaches may name no page at all.
+    kk = k_cache.new_zeros(batch, n_cap, h_kv, d, dtype=torch.float32)  # (B, n_cap, Hkv, d)
+    vv = v_cache.new_zeros(batch, n_cap, h_kv, v_cache.shape[-1], dtype=torch.float32)
+    kk[valid] = k_cache[where[valid], off[valid]].float()
+    vv[valid] = v_cache[where[valid], off[valid]].float()
     group = h_q // h_kv
     kk = kk.repeat_interleave(group, dim=2)
     vv = vv.repeat_interleave(group, dim=2)

@@ -45,10 +45,15 @@ def rope_ref(x, cos, sin, pos, interleaved):
 
 
 def logical_cache(cache, b, seq_rows, block_table):
-    """The (capacity, Hkv, d) keys of sequence b (a copy)."""
+    """The (capacity, Hkv, d) keys of sequence b (a copy); NaN in the pages of
+    table entries that name no page (-1, past the pool)."""
     if block_table is None:
         return cache[seq_rows[b]].clone()
-    return cache[block_table[b].long()].flatten(0, 1)
+    idx = block_table[b].long()
+    none = (idx < 0) | (idx >= cache.shape[0])
+    pages = cache[idx.clamp(0, cache.shape[0] - 1)].clone()
+    pages[none] = float("nan")
+    return pages.flatten(0, 1)
 
 
 def write_cache(cache, b, seq_rows, block_table, pos, values):
@@ -489,7 +494,9 @@ def test_seqlens_int_and_none(device):
 @pytest.mark.parametrize("fallback", [False, True], ids=["kernel", "torch-fallback"])
 def test_garbage_outside_valid_range_is_not_read(page, fallback, device, monkeypatch):
     """Cache entries before cache_leftpad or past the valid length hold NaN,
-    and block-table entries past a sequence's pages are -1: never read."""
+    and block-table entries past a sequence's pages are -1 or a page number
+    far past the pool: never read (the PyTorch fallback indexed the pool
+    through them: IndexError)."""
     if fallback:
         monkeypatch.setattr(kvc, "INTERPRET", False)
         device = torch.device("cpu")
@@ -505,7 +512,7 @@ def test_garbage_outside_valid_range_is_not_read(page, fallback, device, monkeyp
     if table is not None:
         used = [math.ceil((n + n_new) / page) for n in lens]
         for b in range(2):
-            table[b, used[b]:] = -1
+            table[b, used[b]:] = -1 if b == 0 else 10**6
     check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(device, lens), leftpad=ints(device, pad),
           k=rnd(device, dtype, 2, n_new, 2, 32), v=rnd(device, dtype, 2, n_new, 2, 32), causal=True,
           num_splits=2)
