@@ -700,6 +700,15 @@ def test_combine_kernel(device):
     o_m, l_m = merge_attention_states(o_parts[0], l_parts[0], o_parts[1], l_parts[1])
     assert_close("vs merge_attention_states", o2, o_m, atol=1e-6)
     assert_close("lse vs merge_attention_states", l2, l_m, atol=1e-6)
+    # Bad input: a clear error naming the argument.
+    with pytest.raises(TypeError, match="lse_parts must be float32.*int32"):
+        combine_attention_states(o_parts, l_parts.int())
+    with pytest.raises(TypeError, match="lse_parts must be float32.*float16"):
+        combine_attention_states(o_parts, l_parts.half())
+    with pytest.raises(TypeError, match="out_parts must be a floating-point tensor"):
+        combine_attention_states(o_parts.int(), l_parts)
+    with pytest.raises(ValueError, match="lse_parts must have shape"):
+        combine_attention_states(o_parts, l_parts[:, :, :1])
 
 
 # ---------------------------------------------------------------------------

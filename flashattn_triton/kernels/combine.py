@@ -189,6 +189,17 @@ def combine_attention_states(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         float32.  Rows that no part saw get out = 0, lse = -inf.
     Runs the Triton kernel on CUDA (and on CPU under Triton's interpreter),
     else the same arithmetic in PyTorch."""
+    for name, t in (("out_parts", out_parts), ("lse_parts", lse_parts)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not out_parts.is_floating_point():
+        raise TypeError(f"out_parts must be a floating-point tensor, got {out_parts.dtype}")
+    if lse_parts.dtype != torch.float32:
+        raise TypeError(f"lse_parts must be float32 (the LSEs the attention functions return), "
+                        f"got {lse_parts.dtype}")
+    if out_parts.device != lse_parts.device:
+        raise ValueError(f"out_parts and lse_parts must be on one device, got {out_parts.device} "
+                         f"and {lse_parts.device}")
     if out_parts.dim() != 5 or lse_parts.dim() != 4:
         raise ValueError(f"out_parts must be 5-D (S, B, N, H, d) and lse_parts 4-D (S, B, H, N), got "
                          f"{tuple(out_parts.shape)} and {tuple(lse_parts.shape)}")
