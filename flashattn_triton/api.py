@@ -495,12 +495,14 @@ def flash_attn_varlen_func(
 
 
 def _check_packed(t, name: str, layout: str) -> None:
-    """A packed argument: a tensor (TypeError) of the 5-D layout (ValueError)."""
+    """A packed argument: a tensor (TypeError) of the layout (ValueError), whose
+    one numeric dim (3 or 2) is the packed axis."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(t).__name__}")
-    parts = int(layout.split(", ")[2])
-    if t.dim() != 5 or t.shape[2] != parts:
-        raise ValueError(f"{name} must be a 5-D tensor {layout}, got shape {tuple(t.shape)}")
+    dims = layout.strip("()").split(", ")
+    axis = next(i for i, n in enumerate(dims) if n.isdigit())
+    if t.dim() != len(dims) or t.shape[axis] != int(dims[axis]):
+        raise ValueError(f"{name} must be a {len(dims)}-D tensor {layout}, got shape {tuple(t.shape)}")
 
 
 @overload
@@ -586,6 +588,100 @@ def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
+
+
+@overload
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                     *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                     return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                     dropout_p: float = 0.0, softmax_scale: Optional[float] = None, causal: bool = False,
+                                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                     alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                                     return_attn_probs: bool = False, *, return_lse: bool = False,
+                                     check_inputs: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+    """qkv: (total, 3, nheads, headdim), the packed rows of every sequence;
+    cu_seqlens (batch_size + 1,) int32 and max_seqlen serve queries and keys
+    alike; the rest as :func:`flash_attn_varlen_func`.  The three slices are
+    used in place (no copy)."""
+    _check_packed(qkv, "qkv", "(total, 3, nheads, headdim)")
+    q, k, v = qkv.unbind(1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, return_lse=return_lse, check_inputs=check_inputs,
+                                  sinks=sinks)
+
+
+@overload
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                    return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+@overload
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                    return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                    *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+@overload
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
+                                    window_size: Tuple[int, int] = ..., softcap: float = ...,
+                                    alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
+                                    return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                    dropout_p: float = 0.0, softmax_scale: Optional[float] = None, causal: bool = False,
+                                    window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                    alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                                    return_attn_probs: bool = False, *, return_lse: bool = False,
+                                    check_inputs: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+    """kv: (total_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_varlen_func`."""
+    _check_packed(kv, "kv", "(total_k, 2, nheads_k, headdim)")
+    k, v = kv.unbind(1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, return_lse=return_lse, check_inputs=check_inputs,
+                                  sinks=sinks)
 
 
 def scaled_dot_product_attention(

@@ -201,6 +201,15 @@ def test_packed_arguments(device):
         flash_attn_qkvpacked_func(torch.stack([q, k], dim=2))
     with pytest.raises(ValueError, match=r"kv must be a 5-D tensor .*got shape \(1, 8, 2, 16\)"):
         flash_attn_kvpacked_func(q, k)
+    from flashattn_triton import flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func
+    cu = torch.tensor([0, 8], dtype=torch.int32, device=device)
+    with pytest.raises(TypeError, match=r"qkv must be a torch.Tensor \(total, 3, nheads, headdim\), got list"):
+        flash_attn_varlen_qkvpacked_func([[1.0]], cu, 8)
+    with pytest.raises(ValueError, match=r"qkv must be a 4-D tensor .*got shape \(8, 2, 2, 16\)"):
+        flash_attn_varlen_qkvpacked_func(torch.stack([q[0], k[0]], dim=1), cu, 8)
+    with pytest.raises(ValueError, match=r"kv must be a 4-D tensor \(total_k, 2, nheads_k, headdim\), got shape "
+                                         r"\(1, 8, 2, 2, 16\)"):
+        flash_attn_varlen_kvpacked_func(q[0], torch.stack([k, v], dim=2), cu, cu, 8, 8)
 
 
 def test_too_many_heads(device):

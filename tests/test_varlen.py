@@ -4,6 +4,7 @@ against per-sequence float64 references, forward and gradients."""
 import pytest
 import torch
 
+import flashattn_triton as fat
 from flashattn_triton import flash_attn_func, flash_attn_varlen_func
 from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, rand,
                                       random_cu_seqlens, varlen_attention_ref)
@@ -81,6 +82,43 @@ def test_varlen_equals_dense_calls(device):
     for b, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         dense = flash_attn_func(q[None, s:e], k[None, s:e], v[None, s:e], causal=True)[0]
         assert_close(f"sequence {b}", out[s:e], dense.double(), atol=1e-3)
+
+
+@pytest.mark.parametrize("form", ["qkvpacked", "kvpacked"])
+def test_varlen_packed_forms(device, form):
+    """flash_attn_varlen_qkvpacked_func / _kvpacked_func (flash-attn's names):
+    the same output, LSE and gradients (through the packed tensor, and the
+    sinks') as flash_attn_varlen_func on the slices, which the tests above
+    check against float64 references."""
+    lens_q, lens_k = [37, 0, 20], [37, 5, 44]
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    torch.manual_seed(0)
+    sinks = torch.randn(2, device=device)
+    if form == "qkvpacked":
+        packed0 = rand((sum(lens_q), 3, 2, 24), torch.float16, device)
+        q0 = None
+    else:
+        packed0 = rand((sum(lens_k), 2, 1, 24), torch.float16, device)
+        q0 = rand((sum(lens_q), 2, 24), torch.float16, device)
+    outs = []
+    for packed_call in (True, False):
+        packed = packed0.clone().requires_grad_()
+        s = sinks.clone().requires_grad_()
+        kw = dict(causal=True, return_lse=True, sinks=s)
+        if form == "qkvpacked":
+            q, k, v = packed.unbind(1)
+            out, lse = (fat.flash_attn_varlen_qkvpacked_func(packed, cu_q, 37, **kw) if packed_call else
+                        flash_attn_varlen_func(q, k, v, cu_q, cu_q, 37, 37, **kw))
+        else:
+            k, v = packed.unbind(1)
+            out, lse = (fat.flash_attn_varlen_kvpacked_func(q0, packed, cu_q, cu_k, 37, 44, **kw) if packed_call
+                        else flash_attn_varlen_func(q0, k, v, cu_q, cu_k, 37, 44, **kw))
+        (out.float().square().sum() + lse.sum()).backward()
+        outs.append((out, lse, packed.grad, s.grad))
+    for name, got, want in zip(("out", "lse", "dpacked", "dsinks"), *outs):
+        assert got is not None and want is not None, name
+        assert torch.equal(got, want), f"{form} {name}: max |diff| {(got.float() - want.float()).abs().max():.3g}"
+    assert outs[0][2].abs().sum() > 0 and outs[0][3].abs().sum() > 0
 
 
 def test_strided_cu_seqlens(device):

@@ -36,7 +36,10 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
     out: torch.Tensor = flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, causal=True)
     out2, lse = flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, return_lse=True)
-    return out + out2 + lse.sum()
+    out3: torch.Tensor = flashattn_triton.flash_attn_varlen_qkvpacked_func(torch.stack([q, k, v], dim=1), cu, 128)
+    out4, lse4 = flashattn_triton.flash_attn_varlen_kvpacked_func(q, torch.stack([k, v], dim=1), cu, cu, 128, 128,
+                                                                  return_lse=True)
+    return out + out2 + lse.sum() + out3 + out4 + lse4.sum()
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
