@@ -626,6 +626,16 @@ OPT_SINKS = _OPTION_NAMES.index("sinks")
 OPT_SEED = _OPTION_NAMES.index("rng_seed")
 
 
+def save_with_options(ctx, tensors: tuple, options) -> None:
+    """ctx.save_for_backward(*tensors) and every tensor among options: the
+    backward re-reads the options (sinks, ALiBi slopes, the mask or bias,
+    cu_seqlens), so autograd's version check on unpacking must cover them
+    too: one modified in place after the forward raises, as q / k / v do,
+    instead of silently giving other gradients.  Unpack with
+    ctx.saved_tensors[:len(tensors)]."""
+    ctx.save_for_backward(*tensors, *[t for t in options if isinstance(t, torch.Tensor)])
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     out, lse = output
@@ -634,7 +644,7 @@ def _setup_context(ctx, inputs, output):
     bias = inputs[_BIAS] if len(inputs) > _BIAS else None
     ctx.want_dbias = bool(bias is not None and bias.is_floating_point()
                           and ctx.needs_input_grad[_BIAS])
-    ctx.save_for_backward(q, k, v, out, lse)
+    save_with_options(ctx, (q, k, v, out, lse), ctx.options)
 
 
 def _with_defaults(options) -> list:
@@ -649,7 +659,7 @@ def _with_defaults(options) -> list:
 
 def _backward_with(bwd, ctx, dout, dlse, saved=None):
     """saved: ctx.saved_tensors if already unpacked (a saved-tensor hook unpacks on each access)."""
-    q, k, v, out, lse = ctx.saved_tensors if saved is None else saved
+    q, k, v, out, lse = (ctx.saved_tensors if saved is None else saved)[:5]
     if dout is None:  # only the LSE was differentiated
         dout = torch.zeros_like(out)
     options = _with_defaults(ctx.options)
@@ -660,7 +670,8 @@ def _backward_with(bwd, ctx, dout, dlse, saved=None):
         grads[_SINKS - 3] = dsinks
     if ctx.want_dbias:
         grads[_BIAS - 3] = dbias
-    return no_double_backward((dq, dk, dv, *grads), (q, k, v))
+    # (the inputs that get gradients: differentiating those again must raise)
+    return no_double_backward((dq, dk, dv, *grads), (q, k, v, options[_SINKS - 3], options[_BIAS - 3]))
 
 
 class _DoubleBackwardError(torch.autograd.Function):
@@ -728,7 +739,7 @@ class _EagerAttention(torch.autograd.Function):
         ctx.n_options = len(options)
         ctx.want_dbias = want_dbias
         ctx.plan = plan
-        ctx.save_for_backward(q, k, v, out, lse)
+        save_with_options(ctx, (q, k, v, out, lse), options)
         return out, lse
 
     @staticmethod
@@ -737,7 +748,7 @@ class _EagerAttention(torch.autograd.Function):
         if plan is not None and BWD_PLANS and PLANS_ENABLED:
             grads, saved = plan_backward(plan.backward, ctx, dout, dlse, plan.extras)
             if grads is not None:  # (dq, dk, dv, dsinks or None)
-                dq, dk, dv, dsinks = no_double_backward(tuple(grads), saved[:3])
+                dq, dk, dv, dsinks = no_double_backward(tuple(grads), (*saved[:3], ctx.options[OPT_SINKS]))
                 return dq, dk, dv, None, dsinks, None, None, None
         grads = _backward_with(_attention_bwd_impl, ctx, dout, dlse, saved)
         return grads[:3] + (None, grads[_SINKS], grads[_BIAS], None, None)
@@ -943,7 +954,7 @@ def plan_backward(bp: BwdPlan, ctx, dout: Optional[torch.Tensor], dlse: Optional
                            or _attention_bwd_impl is not _BWD_IMPL or ctx.want_dbias):
         return None, None
     saved = ctx.saved_tensors
-    q, k, v, out, lse = saved
+    q, k, v, out, lse = saved[:5]
     # (autograd gives dout and dlse the outputs' shapes and dtypes; the saved
     # tensors are keyed too, as a saved-tensor hook may unpack another layout)
     key = (dout.stride(), None if dlse is None else dlse.stride(), _layouts(q, k, v, out, lse))

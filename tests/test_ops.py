@@ -245,6 +245,66 @@ def test_double_backward_raises(device, entry):
         (out.sum() + (g ** 2).sum()).backward()
 
 
+@pytest.mark.parametrize("only", ["sinks", "float_mask"])
+def test_double_backward_through_options_raises(device, only):
+    """The same with only the sinks or a float mask requiring grad (q, k, v
+    frozen): the first-order gradient stays in the graph and differentiating
+    it raises (before: it came back detached, so a penalty on it was
+    silently dropped)."""
+    q, k, v = make_qkv(1, 11, 11, 2, 2, 16, torch.float32, device, requires_grad=False)
+    if only == "sinks":
+        x = torch.randn(2, device=device, requires_grad=True)
+        out = fat.flash_attn_func(q, k, v, causal=True, sinks=x)
+    else:
+        x = torch.randn(11, 11, device=device, requires_grad=True)
+        out = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=x)
+    g, = torch.autograd.grad(out.square().sum(), x, create_graph=True)
+    assert g.requires_grad, f"d{only} left the graph: a penalty on it would be silently dropped"
+    with pytest.raises(NotImplementedError, match="no double backward"):
+        (g ** 2).sum().backward()
+
+
+@pytest.mark.parametrize("option", ["sinks", "alibi_slopes", "float_mask", "bool_mask", "cu_seqlens"])
+@pytest.mark.parametrize("call", ["first", "again"])
+def test_options_modified_in_place_before_backward_raise(device, option, call):
+    """The backward re-reads the call's tensor options (sinks, ALiBi slopes,
+    the mask, cu_seqlens): one modified in place between the forward and the
+    backward raises autograd's in-place error, as q / k / v do (and as
+    PyTorch's SDPA does for its mask), instead of silently giving the
+    gradients of other values.  'again': the second call of a signature (a
+    call plan where recorded)."""
+    n, h = 12, 2
+    q, k, v = make_qkv(1, n, n, h, h, 16, torch.float32, device, requires_grad=True)
+    cu = torch.tensor([0, 5, n], dtype=torch.int32, device=device)
+
+    def run():
+        t = {"sinks": torch.randn(h, device=device), "alibi_slopes": torch.rand(h, device=device),
+             "float_mask": torch.randn(n, n, device=device), "bool_mask": torch.rand(n, n, device=device) > 0.3,
+             "cu_seqlens": cu.clone()}[option]
+        if option in ("sinks", "alibi_slopes"):
+            out = fat.flash_attn_func(q, k, v, **{option: t})
+        elif option == "cu_seqlens":
+            out = fat.flash_attn_varlen_func(q[0], k[0], v[0], t, t, n, n, causal=True)
+        else:
+            out = fat.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                   attn_mask=t)
+        return out, t
+
+    if call == "again":
+        run()[0].sum().backward()
+    out, t = run()
+    with torch.no_grad():
+        if t.dtype == torch.bool:
+            t.logical_not_()
+        elif option == "cu_seqlens":
+            t[1] = 7
+        else:
+            t.add_(3.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.square().sum().backward()
+
+
 @pytest.mark.parametrize("blockwise", [False, True])
 def test_autocast(device, monkeypatch, blockwise):
     """Under autocast, float32 inputs are cast to the autocast dtype first (as

@@ -564,7 +564,7 @@ def _(dout, q, k, v, out, lse, group_name, softmax_scale, causal, sharding, soft
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ops.save_with_options(ctx, (q, k, v, out, lse), inputs[3:])
     # group name, scale, causal, sharding, then the variants (alibi_slopes and
     # rng_seed are inputs the backward reads, never differentiated)
     ctx.args = tuple(inputs[3:])
@@ -574,7 +574,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse = ctx.saved_tensors[:5]
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_bwd(dout, q, k, v, out, lse, *ctx.args)
@@ -1084,7 +1084,7 @@ def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, group_name, softmax_scale
 def _varlen_setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens = inputs[:4]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
+    ops.save_with_options(ctx, (q, k, v, out, lse, cu_seqlens), inputs[4:])
     # max_seqlen, group name, scale, causal, sharding, then the variants
     # (alibi_slopes and rng_seed are read, never differentiated)
     ctx.args = tuple(inputs[4:])
@@ -1092,7 +1092,7 @@ def _varlen_setup_context(ctx, inputs, output):
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, out, lse, cu_seqlens = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens = ctx.saved_tensors[:6]
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _ring_attn_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.args)
