@@ -747,3 +747,56 @@ def test_modernbert_local_window_with_padding_matches_sdpa(gap):
         mask[0, 4:7] = 0
     mask[1, -3:] = 0
     _compare((ours, base, ref), ids, torch.float32, mask=mask, label="modernbert local window")
+
+
+def test_flash_kwargs_pack_documents_in_one_row():
+    """One row of documents packed end to end, described only by the flash
+    kwargs (DataCollatorWithFlattening(return_flash_attn_kwargs=True,
+    return_position_ids=False): cu_seq_lens_q / _k, max_length_q / _k): each
+    document attends within itself, as with flash_attention_2 (before: the
+    kwargs were ignored and the documents attended each other, logits off by
+    ~10).  Logits and gradients match SDPA given the block-diagonal causal
+    mask, against its float64 copy."""
+    lens = [5, 9, 7]
+    n = sum(lens)
+    ids = torch.randint(0, VOCAB, (1, n))
+    flat = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=False)
+    batch = flat([{"input_ids": ids[0, s:s + m].tolist()} for s, m in
+                  zip(torch.tensor([0] + lens[:-1]).cumsum(0).tolist(), lens)], return_tensors="pt")
+    fk = {key: (val.to(ids.device) if isinstance(val, torch.Tensor) else val) for key, val in batch.items()
+          if key.startswith(("cu_seq_lens", "max_length"))}
+    assert fk["cu_seq_lens_q"].tolist() == [0, 5, 14, 21] and fk["max_length_q"] == 9
+    doc = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens)).to(ids.device)
+    pos = torch.arange(n, device=ids.device)
+    block = ((doc[:, None] == doc[None, :]) & (pos[None, :] <= pos[:, None]))[None, None]
+    ours, base, ref = _models("llama", "sdpa", torch.float32)
+    weight = torch.randn(1, n, VOCAB, dtype=torch.float64)
+    outs = []
+    for m, kw in ((ours, fk), (base, {"attention_mask": block}), (ref, {"attention_mask": block})):
+        m.train()  # (a training step: Transformers makes a cache unless told not to)
+        logits = m(input_ids=ids, **kw).logits
+        (logits.double() * weight).sum().backward()
+        outs.append((logits, {name: p.grad for name, p in m.named_parameters()}))
+    (lo, go), (lb, gb), (lr, gr) = outs
+    assert_close("packed logits", lo.double(), lr, baseline=lb.double(), dtype=torch.float32)
+    for name in gr:
+        if gr[name] is not None:
+            assert_close(f"packed grad {name}", go[name].double(), gr[name], baseline=gb[name].double(),
+                         factor=3.0, dtype=torch.float32)
+
+
+def test_flash_kwargs_checked_and_ignored_where_they_do_not_apply():
+    """cu_seq_lens of two lengths is a ValueError naming both; with a batch of
+    two rows, or queries that are not the keys (a decode step), the kwargs
+    are not used (flash_attention_2 packs only a prefill's single row)."""
+    class Layer(torch.nn.Module):
+        is_causal = True
+    q = torch.randn(1, 2, 6, 16)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"cu_seq_lens_q and cu_seq_lens_k .*\(3,\) and \(2,\)"):
+        hf.attention_forward(Layer(), q, q, q, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu[:2])
+    kv = torch.randn(1, 2, 9, 16)
+    dense, _ = hf.attention_forward(Layer(), q, kv, kv, None)
+    got, _ = hf.attention_forward(Layer(), q, kv, kv, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                                  max_length_q=4, max_length_k=4)
+    assert torch.equal(got, dense)

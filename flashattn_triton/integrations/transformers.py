@@ -381,10 +381,14 @@ def attention_forward(
             denominator (flash_attn_func's ``sinks``).
         position_bias, indices, block_indices, sinks (keywords): raise
             ``NotImplementedError`` when not None (they change the result and
-            no kernel argument takes them); other keywords Transformers passes
-            (position_ids, cu_seq_lens_q / _k, max_length_q / _k,
-            output_attentions, ...) repeat what the mask already says, or ask
-            for nothing that changes the output.
+            no kernel argument takes them).
+        cu_seq_lens_q / _k, max_length_q / _k (keywords, the flash kwargs of
+            DataCollatorWithFlattening): with no mask and one row whose
+            queries are its keys, the row holds documents packed end to end
+            and each attends within itself (``flash_attn_varlen_func``), as
+            with flash_attention_2.  Other keywords Transformers passes
+            (position_ids, output_attentions, ...) repeat what the mask
+            already says, or ask for nothing that changes the output.
 
     Returns:
         (out, None): out (batch, seqlen_q, nheads, headdim), the layout
@@ -417,6 +421,17 @@ def attention_forward(
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
 
     if attention_mask is None:
+        packed = _packed_documents(kwargs, batch, n_q, n_k)
+        if packed is not None:
+            # One row of documents packed end to end (DataCollatorWithFlattening's
+            # flash kwargs): each attends within itself, as flash_attention_2 does,
+            # though no mask says so (Transformers detects packing from position_ids
+            # only without a cache, and not in every model).
+            cu_q, cu_k, max_q, max_k = packed
+            out = fat.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, max_q, max_k, dropout_p=dropout_p,
+                                             softmax_scale=scaling, causal=causal, window_size=window,
+                                             softcap=cap, sinks=sinks)
+            return out[None], None
         out = fat.flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=scaling, causal=causal,
                                   window_size=window, softcap=cap, sinks=sinks)
         return out, None
@@ -433,6 +448,25 @@ def attention_forward(
 
     raise ValueError(f"attention_mask must be None, 2-D (batch, seqlen_k) or 4-D, got shape "
                      f"{tuple(attention_mask.shape)}")
+
+
+def _packed_documents(kwargs, batch: int, n_q: int, n_k: int):
+    """(cu_seqlens_q, cu_seqlens_k int32, max_seqlen_q, max_seqlen_k) from the
+    flash kwargs (cu_seq_lens_q / _k, max_length_q / _k) of a single packed
+    row whose queries are its keys (training, a prefill), else None.  The
+    maxima are taken as given when ints; a tensor one is replaced by the row
+    length, an upper bound (reading it would be a host sync)."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if batch != 1 or n_q != n_k or not isinstance(cu_q, torch.Tensor) or not isinstance(cu_k, torch.Tensor):
+        return None
+    if cu_q.dim() != 1 or cu_k.shape != cu_q.shape:
+        raise ValueError(f"cu_seq_lens_q and cu_seq_lens_k must be 1-D of one length (documents + 1), got "
+                         f"shapes {tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    maxima = []
+    for name, n in (("max_length_q", n_q), ("max_length_k", n_k)):
+        m = kwargs.get(name)
+        maxima.append(int(m) if isinstance(m, int) and 0 < m <= n else n)
+    return cu_q.to(torch.int32), cu_k.to(torch.int32), maxima[0], maxima[1]
 
 
 def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None):
