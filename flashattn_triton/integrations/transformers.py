@@ -477,11 +477,6 @@ def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, si
     padded encoder input)."""
     import flashattn_triton as fat
 
-    varlen = getattr(fat, "flash_attn_varlen_func", None)
-    if varlen is None:
-        raise NotImplementedError(
-            "a padded batch (an attention_mask with zeros) needs flashattn_triton.flash_attn_varlen_func, "
-            "which is not available yet; run unpadded batches, or use attn_implementation='sdpa' for this call")
     batch, n_q = q.shape[0], q.shape[1]
     n_k = k.shape[1]
     # Causal, the mask also gives the queries' padding (its last n_q columns);
@@ -500,6 +495,7 @@ def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, si
     order_k, cu_k = _segments(keep_k, batch, n_k, k.device)
     q_p, k_p, v_p = _gather(q, order_q), _gather(k, order_k), _gather(v, order_k)
     # max_seqlen as upper bounds from the shapes: exact maxima would need a sync.
-    out = varlen(q_p, k_p, v_p, cu_q, cu_k, n_q, n_k, dropout_p=dropout_p, softmax_scale=scaling,
-                 causal=causal, window_size=window, softcap=cap, sinks=sinks)
+    out = fat.flash_attn_varlen_func(q_p, k_p, v_p, cu_q, cu_k, n_q, n_k, dropout_p=dropout_p,
+                                     softmax_scale=scaling, causal=causal, window_size=window, softcap=cap,
+                                     sinks=sinks)
     return pad(out, order_q, keep_q, batch, n_q)
