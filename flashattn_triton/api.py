@@ -390,7 +390,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            dropout_p: float = ..., softmax_scale: Optional[float] = ...,
                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                           return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
+                           return_attn_probs: Literal[False] = ...,
+                           block_table: Optional[torch.Tensor] = ..., *, return_lse: Literal[False] = ...,
                            check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -398,7 +399,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            dropout_p: float = ..., softmax_scale: Optional[float] = ...,
                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                           return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
+                           return_attn_probs: Literal[False] = ...,
+                           block_table: Optional[torch.Tensor] = ..., *, return_lse: Literal[True],
                            check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -406,7 +408,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            dropout_p: float = ..., softmax_scale: Optional[float] = ...,
                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                           *, return_attn_probs: Literal[True], return_lse: bool = ...,
+                           *, return_attn_probs: Literal[True], block_table: Optional[torch.Tensor] = ..., return_lse: bool = ...,
                            check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -414,7 +416,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            dropout_p: float = ..., softmax_scale: Optional[float] = ...,
                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
-                           return_attn_probs: bool = ..., *, return_lse: bool = ...,
+                           return_attn_probs: bool = ..., block_table: Optional[torch.Tensor] = ...,
+                           *, return_lse: bool = ...,
                            check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
 def flash_attn_varlen_func(
     q: torch.Tensor,
@@ -432,6 +435,7 @@ def flash_attn_varlen_func(
     alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    block_table: Optional[torch.Tensor] = None,
     *,
     return_lse: bool = False,
     check_inputs: bool = False,
@@ -460,6 +464,9 @@ def flash_attn_varlen_func(
             (batch_size, nheads, max_seqlen_q, max_seqlen_k), zero past each
             sequence's lengths.  Sequences of length 0
             are allowed; a sequence with queries and no keys outputs zeros.
+        block_table: flash-attn's paged K / V argument, accepted so that calls
+            passing it positionally or as None keep working; a tensor raises
+            NotImplementedError (paged caches: :func:`flash_attn_with_kvcache`).
         check_inputs: if True, also check the values of cu_seqlens (start at 0,
             non-decreasing, ending at total_q / total_k, lengths <= max_seqlen).
             This reads them on the host, a device synchronisation; by default
@@ -476,6 +483,10 @@ def flash_attn_varlen_func(
         softmax_lse (with return_lse / return_attn_probs): (nheads, total_q) float32,
             natural log, packed like q (flash-attn's varlen layout).
     """
+    if block_table is not None:
+        raise NotImplementedError(
+            f"flash_attn_varlen_func: block_table (a paged K / V) is not supported, got a "
+            f"{type(block_table).__name__}; pass None, or attend to a paged cache with flash_attn_with_kvcache")
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _VARLEN_LAYOUT, 3, 1)
     causal = check_flag(causal, "causal")

@@ -928,6 +928,37 @@ def test_reserve_counters(monkeypatch):
     assert decode.reserve_counters(1, cpu, capturing=True) is None
 
 
+def test_reserve_counters_threads(monkeypatch):
+    """Threads capturing at once (each its own graph) never get the same
+    reserve slice: the hand-out is one step under a lock.  The entry's read
+    of its next free counter is slowed so that, without the lock, every
+    thread would read it before any advanced it."""
+    import threading
+    import time
+
+    class SlowEntry(list):
+        def __getitem__(self, i):
+            if i == 1:
+                time.sleep(0.002)
+            return super().__getitem__(i)
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(decode, "_RESERVE", {str(cpu): SlowEntry([torch.zeros(64, dtype=torch.int32), 0])})
+    starts, barrier = [], threading.Barrier(4)
+
+    def worker():
+        barrier.wait()
+        for _ in range(4):
+            starts.append(decode.reserve_counters(2, cpu, capturing=True).data_ptr())
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(starts) == 16 and len(set(starts)) == 16, f"{16 - len(set(starts))} of 16 slices handed out twice"
+
+
 @pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: f"{c[0]}-{c[1] or 'contiguous'}-s{c[2]}"
                          + ("-sinks" if c[3] else ""))
 def test_variants_against_reference(case, device, monkeypatch):

@@ -84,6 +84,21 @@ def test_varlen_equals_dense_calls(device):
         assert_close(f"sequence {b}", out[s:e], dense.double(), atol=1e-3)
 
 
+def test_varlen_block_table_argument(device):
+    """flash-attn's 16 positional arguments, the last its block_table: None
+    gives the plain call's result; a paged K / V is refused, named."""
+    lens = [9, 30]
+    cu = random_cu_seqlens(lens, device)
+    q, k, v = (rand((sum(lens), 2, 16), torch.float16, device) for _ in range(3))
+    want = flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True)
+    got, lse, probs = flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, 0.0, None, True, (-1, -1), 0.0, None,
+                                             False, True, None)
+    assert torch.equal(got, want) and lse.shape == (2, sum(lens)) and probs is None
+    pages = torch.zeros(2, 2, dtype=torch.int32, device=device)
+    with pytest.raises(NotImplementedError, match="block_table .*flash_attn_with_kvcache"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, block_table=pages)
+
+
 @pytest.mark.parametrize("form", ["qkvpacked", "kvpacked"])
 def test_varlen_packed_forms(device, form):
     """flash_attn_varlen_qkvpacked_func / _kvpacked_func (flash-attn's names):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import NamedTuple, Optional
 
 import torch
@@ -817,6 +818,7 @@ _COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launc
 
 
 _RESERVE: dict = {}  # device -> [zeroed int32 buffer, first counter not handed out]
+_RESERVE_LOCK = threading.Lock()  # two threads capturing at once must not get one slice
 
 
 def reserve_counters(numel: int, device: torch.device, capturing: bool) -> Optional[torch.Tensor]:
@@ -828,16 +830,17 @@ def reserve_counters(numel: int, device: torch.device, capturing: bool) -> Optio
     (the last split resets it).  torch.cuda.graph synchronizes the device
     before it captures, so the zeroing has finished before any replay."""
     key = str(device)
-    entry = _RESERVE.get(key)
-    if not capturing:
-        if entry is None:
-            _RESERVE[key] = [torch.zeros(RESERVE_COUNTERS, device=device, dtype=torch.int32), 0]
-        return None
-    if entry is None or entry[1] + numel > entry[0].numel():
-        return None
-    start = entry[1]
-    entry[1] += numel
-    return entry[0][start:start + numel]
+    with _RESERVE_LOCK:
+        entry = _RESERVE.get(key)
+        if not capturing:
+            if entry is None:
+                _RESERVE[key] = [torch.zeros(RESERVE_COUNTERS, device=device, dtype=torch.int32), 0]
+            return None
+        if entry is None or entry[1] + numel > entry[0].numel():
+            return None
+        start = entry[1]
+        entry[1] += numel
+        return entry[0][start:start + numel]
 
 
 def split_counters(numel: int, device: torch.device) -> torch.Tensor:
