@@ -93,13 +93,25 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     h_kv = k_cache.shape[2]
     if k_cache.shape[3] != d:
         raise ValueError(f"head dims differ: q.shape[3]={d}, k_cache.shape[3]={k_cache.shape[3]}")
-    if not 1 <= d <= MAX_HEAD_DIM:
+    if d < 1:
+        raise ValueError(f"q.shape[3] (the head dim) must be at least 1, got {d}")
+    if d > MAX_HEAD_DIM:
         raise NotImplementedError(f"head dim {d} (from q.shape[3]) is not supported; supported: 1..{MAX_HEAD_DIM}")
     if h_kv == 0 or h_q % h_kv != 0:
         raise ValueError(f"the number of query heads (q.shape[2]={h_q}) must be a multiple of the "
                          f"number of key/value heads (k_cache.shape[2]={h_kv})")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _last_stride_one(name, t)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.is_neg():  # the kernels read and write raw memory; a copy would not be the caller's cache
+            raise ValueError(f"{name} has PyTorch's lazy negation bit set (a negated view): pass "
+                             f"{name}.resolve_neg(), a cache whose memory holds its values")
+        if k is not None:
+            shared = [i for i in range(3) if t.stride(i) == 0 and t.shape[i] > 1]
+            if shared:
+                raise ValueError(f"{name} has stride 0 in dim {shared[0]} (an expanded tensor, "
+                                 f"stride {tuple(t.stride())}): appending k, v would write one memory "
+                                 "location for several sequences; pass a cache with memory of its own")
 
     if paged:
         _tensor("block_table", block_table, 2, "(batch_size, max_num_blocks_per_seq)")

@@ -25,7 +25,9 @@ MAX_HEADS = 65535
 def check_flag(value, name: str) -> bool:
     """Flags must be real booleans: "False" or a tensor would silently be truthy."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+        kind = type(value)
+        kind_name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"{name} must be a bool, got {kind_name} {value!r}")
     return value
 
 
@@ -137,7 +139,7 @@ def check_alibi(alibi_slopes, q: torch.Tensor, batch: int, heads: int) -> Option
     if not shape_is(alibi_slopes, (heads,), (batch, heads)):
         raise ValueError(f"alibi_slopes must have shape ({heads},) or ({batch}, {heads}) "
                          f"(nheads,) / (batch, nheads), got {tuple(alibi_slopes.shape)}")
-    return alibi_slopes
+    return plain(alibi_slopes)
 
 
 def check_sinks(sinks, q: torch.Tensor, heads: int) -> Optional[torch.Tensor]:
@@ -155,7 +157,7 @@ def check_sinks(sinks, q: torch.Tensor, heads: int) -> Optional[torch.Tensor]:
 def sinks_for_kernels(sinks: torch.Tensor) -> torch.Tensor:
     """Checked sinks as the kernels read them (sinks[h] at SINKS + h): float32,
     contiguous; also what a planned call (api._CallPlan) passes per call."""
-    return sinks.float().contiguous()
+    return plain(sinks.float().contiguous())
 
 
 def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], batch: int,
@@ -173,6 +175,7 @@ def check_attn_mask(attn_mask, query: torch.Tensor, target: Tuple[int, ...], bat
         raise TypeError(f"attn_mask must be bool or float16/bfloat16/float32, got {attn_mask.dtype}")
     if attn_mask.device != query.device:
         raise ValueError(f"attn_mask must be on {query.device} like query, got {attn_mask.device}")
+    attn_mask = plain(attn_mask)
     shape = tuple(attn_mask.shape)
     # (== tests, not `in`: under torch.compile(dynamic=True) `m in (1, s0)` is False
     # for a static m equal to a symbolic s0, where m == s0 is True and guarded)
@@ -315,9 +318,13 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                 raise ValueError(f"{name}[0] must be 0, got {offs[0]}")
             if any(n < 0 for n in lengths):
                 raise ValueError(f"{name} must be non-decreasing, got {offs}")
+            if offs[-1] > total:
+                raise ValueError(f"{name}[-1]={offs[-1]} must equal the {total} packed rows: it points "
+                                 f"past them (the kernels would read and write out of bounds)")
             if offs[-1] != total:
                 raise ValueError(f"{name}[-1]={offs[-1]} must equal the {total} packed rows (rows past "
-                                 f"it would be neither read nor written: pass q[:{offs[-1]}] or the like)")
+                                 f"it would be neither read nor written: pass {'qk'[name[-1] == 'k']}"
+                                 f"[:{offs[-1]}] or the like)")
             if lengths and max(lengths) > m:
                 raise ValueError(f"a sequence of {max(lengths)} rows exceeds "
                                  f"max_seqlen_{name[-1]}={m}")
@@ -331,8 +338,18 @@ def autocast_active() -> bool:
     return _ANY_AUTOCAST is None or _ANY_AUTOCAST()
 
 
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """t without PyTorch's lazy negation bit (torch._neg_view, or the imaginary
+    part of a conjugated complex tensor): the kernels read raw memory, so a
+    tensor whose bit is set is materialised first, as PyTorch's own ops do."""
+    return t.resolve_neg() if t.is_neg() else t
+
+
 def autocast_inputs(*tensors: Optional[torch.Tensor]):
-    """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA does."""
+    """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA
+    does; every tensor comes back without a lazy negation bit (plain)."""
+    if any(isinstance(t, torch.Tensor) and t.is_neg() for t in tensors):
+        tensors = tuple(plain(t) if isinstance(t, torch.Tensor) else t for t in tensors)
     if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST() and not torch.compiler.is_compiling():
         return tensors  # no autocast anywhere (one call instead of a per-device query)
     t0 = tensors[0]

@@ -133,8 +133,8 @@ def _plannable() -> bool:
 
 def _qkv_key(q, k, v) -> Optional[tuple]:
     """What the checks and the dispatch read of q, k, v; None unless all are plain tensors."""
-    if not ops.eager_tensors(q, k, v):  # (meta tensors: the op's fake implementation)
-        return None
+    if not ops.eager_tensors(q, k, v) or q.is_neg() or k.is_neg() or v.is_neg():
+        return None  # (meta tensors: the op's fake implementation; a negation bit: the full path resolves it)
     try:
         return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
                 q.device, k.device, v.device, q.requires_grad, k.requires_grad, v.requires_grad,
@@ -149,7 +149,7 @@ def _option_key(t) -> Optional[tuple]:
     plain tensor."""
     if t is None:
         return ()
-    if t.__class__ is not torch.Tensor:
+    if t.__class__ is not torch.Tensor or t.is_neg():
         return None
     try:
         return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
@@ -453,7 +453,9 @@ def flash_attn_varlen_func(
         cu_seqlens_k: (batch_size + 1,) int32, the same for key/value rows.
         max_seqlen_q, max_seqlen_k: ints, upper bounds of the sequence lengths,
             1 .. 2**31 - 1 (they size the launch grid; programs past a
-            sequence's end exit at once).
+            sequence's end exit at once).  Below a sequence's length (not
+            checked, but by check_inputs) that sequence's query rows past
+            max_seqlen_q are not written: undefined, as in flash-attn.
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, sinks: as in :func:`flash_attn_func`,
             applied per sequence: causal, the window and ALiBi distances are

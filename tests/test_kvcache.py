@@ -809,6 +809,8 @@ def _args():
     (dict(causal=1), TypeError, r"causal must be a bool"),
     (dict(q=torch.randn(2, 1, 4, 300).half(), k_cache=torch.randn(2, 32, 2, 300).half(),
           v_cache=torch.randn(2, 32, 2, 300).half()), NotImplementedError, r"head dim 300"),
+    (dict(q=torch.randn(2, 1, 4, 0).half(), k_cache=torch.randn(2, 32, 2, 0).half(),
+          v_cache=torch.randn(2, 32, 2, 0).half()), ValueError, r"q.shape\[3\] \(the head dim\) must be at least 1, got 0"),
     (dict(k_cache=torch.randn(2, 16, 32, 2).half().transpose(1, 3)), ValueError, r"k_cache and v_cache must have the same shape"),
     (dict(q=torch.randn(2, 1, 16, 4).half().transpose(-1, -2)),
      ValueError, r"q must have stride 1 in its last dimension"),

@@ -220,7 +220,8 @@ def test_too_many_heads(device):
 
 @pytest.mark.parametrize("kwargs,name", [
     (dict(causal="False"), "causal must be a bool, got str 'False'"),
-    (dict(causal=torch.tensor(True)), "causal must be a bool, got Tensor"),
+    (dict(causal=torch.tensor(True)), "causal must be a bool, got torch.Tensor"),
+    (dict(causal=__import__("numpy").bool_(True)), r"causal must be a bool, got numpy\.bool_? (np\.)?True"),
     (dict(return_lse="no"), "return_lse must be a bool, got str"),
     (dict(deterministic=1), "deterministic must be a bool, got int"),
 ])
@@ -267,6 +268,9 @@ def test_varlen_cu_seqlens_checks(device):
     with pytest.raises(ValueError, match=r"a sequence of 6 rows exceeds max_seqlen_q=5"):
         flash_attn_varlen_func(q, k, v, cu, cu, 5, 6, check_inputs=True)
     short = torch.tensor([0, 4, 8], dtype=torch.int32, device=device)  # 2 trailing rows in no sequence
+    past = torch.tensor([0, 4, 11], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k\[-1\]=11 must equal the 10 packed rows: it points past"):
+        flash_attn_varlen_func(q, k, v, cu, past, 6, 7, check_inputs=True)
     with pytest.raises(ValueError, match=r"cu_seqlens_q\[-1\]=8 must equal the 10 packed rows"):
         flash_attn_varlen_func(q, k, v, short, cu, 6, 6, check_inputs=True)
     bad = torch.tensor([0, 7, 4], dtype=torch.int32, device=device)
@@ -274,3 +278,76 @@ def test_varlen_cu_seqlens_checks(device):
         flash_attn_varlen_func(q, k, v, cu, bad, 6, 7, check_inputs=True)
     with pytest.raises(ValueError, match=r"q must be 3-D \(total_tokens, nheads, headdim\)"):
         flash_attn_varlen_func(q[None], k, v, cu, cu, 6, 6)
+
+
+def _negated(t):
+    """A tensor whose values are -t held as t's memory with PyTorch's lazy
+    negation bit (what `z.conj().imag` of a complex z gives)."""
+    n = torch._neg_view(t.neg())
+    assert n.is_neg() and torch.equal(n, t)
+    return n
+
+
+def test_negated_views_are_read_as_their_values(device):
+    """Tensors with the lazy negation bit set mean their values, not their
+    memory: every entry point gives what the same values without the bit give
+    (forward and gradients; twice, so a call plan's replay is checked too)."""
+    from flashattn_triton import flash_attn_varlen_func
+    from flashattn_triton.kernels.combine import combine_attention_states
+    q, k, v = qkv(device, n_q=9, n_k=13, h_q=4, h_kv=2)
+    slopes = torch.rand(4, device=device)
+    sinks = torch.randn(4, device=device)
+    for _ in range(2):
+        for neg in range(3):
+            args = [q, k, v]
+            args[neg] = _negated(args[neg])
+            leaves = [a.detach().requires_grad_() for a in args]
+            out = flash_attn_func(*leaves, causal=True, alibi_slopes=_negated(slopes), sinks=_negated(sinks))
+            out.float().square().sum().backward()
+            plain = [a.detach().clone().requires_grad_() for a in (q, k, v)]
+            want = flash_attn_func(*plain, causal=True, alibi_slopes=slopes, sinks=sinks)
+            want.float().square().sum().backward()
+            assert torch.equal(out, want), f"input {'qkv'[neg]} negated: max |diff| {(out - want).abs().max():.3g}"
+            for name, g, w in zip("qkv", leaves, plain):
+                assert torch.equal(g.grad, w.grad), f"input {'qkv'[neg]} negated: d{name} differs"
+    mask = torch.randn(1, 1, 9, 13, device=device)
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    got = scaled_dot_product_attention(t(_negated(q)), t(k), t(v), attn_mask=_negated(mask), enable_gqa=True)
+    want = scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=mask, enable_gqa=True)
+    assert torch.equal(got, want), "SDPA with a negated query and mask"
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32, device=device)
+    got = flash_attn_varlen_func(_negated(q[0]), k[0, :9], v[0, :9], cu, cu, 5, 5)
+    assert torch.equal(got, flash_attn_varlen_func(q[0], k[0, :9], v[0, :9], cu, cu, 5, 5)), "varlen"
+    parts = torch.randn(2, 1, 9, 4, 16, device=device)
+    lses = torch.randn(2, 1, 4, 9, device=device)
+    got = combine_attention_states(_negated(parts), _negated(lses))
+    want = combine_attention_states(parts, lses)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), "combine_attention_states"
+
+
+def test_combine_out_dtype(device):
+    from flashattn_triton.kernels.combine import combine_attention_states
+    parts, lses = torch.randn(2, 1, 3, 2, 8, device=device), torch.randn(2, 1, 2, 3, device=device)
+    for bad in (torch.int32, torch.bool, torch.complex64, "float16"):
+        with pytest.raises(TypeError, match=r"out_dtype must be None or torch.float16 / bfloat16 / float32, got"):
+            combine_attention_states(parts, lses, bad)
+
+
+def test_kvcache_caches_it_cannot_write(device):
+    """A negated cache view is refused (its memory is not its values); an
+    expanded (stride 0) cache is refused for appends, which would write one
+    location for several sequences, and read correctly otherwise."""
+    from flashattn_triton import flash_attn_with_kvcache
+    q = torch.randn(2, 1, 2, 16, device=device)
+    k_cache, v_cache = torch.randn(2, 8, 2, 16, device=device), torch.randn(2, 8, 2, 16, device=device)
+    with pytest.raises(ValueError, match=r"k_cache has PyTorch's lazy negation bit set"):
+        flash_attn_with_kvcache(q, _negated(k_cache), v_cache, cache_seqlens=5)
+    shared_k, shared_v = k_cache[:1].expand(2, -1, -1, -1), v_cache[:1].expand(2, -1, -1, -1)
+    new = torch.randn(2, 1, 2, 16, device=device)
+    with pytest.raises(ValueError, match=r"k_cache has stride 0 in dim 0 \(an expanded tensor"):
+        flash_attn_with_kvcache(q, shared_k, shared_v, new, new, cache_seqlens=5)
+    got = flash_attn_with_kvcache(q, shared_k, shared_v, cache_seqlens=torch.tensor([5, 8], dtype=torch.int32,
+                                                                                      device=device))
+    want = flash_attn_with_kvcache(q, shared_k.contiguous(), shared_v.contiguous(),
+                                   cache_seqlens=torch.tensor([5, 8], dtype=torch.int32, device=device))
+    assert torch.equal(got, want)

@@ -207,7 +207,11 @@ def combine_attention_states(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     if tuple(lse_parts.shape) != (s, b, h, n):
         raise ValueError(f"lse_parts must have shape (S, B, H, N) = {(s, b, h, n)}, "
                          f"got {tuple(lse_parts.shape)}")
+    if out_dtype is not None and out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"out_dtype must be None or torch.float16 / bfloat16 / float32, got {out_dtype!r}")
     out_dtype = out_dtype or out_parts.dtype
+    out_parts = out_parts.resolve_neg() if out_parts.is_neg() else out_parts
+    lse_parts = lse_parts.resolve_neg() if lse_parts.is_neg() else lse_parts
     out = torch.empty((b, n, h, d), dtype=out_dtype, device=out_parts.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=out_parts.device)
     if s == 0:
