@@ -341,14 +341,18 @@ def autocast_active() -> bool:
 def plain(t: torch.Tensor) -> torch.Tensor:
     """t without PyTorch's lazy negation bit (torch._neg_view, or the imaginary
     part of a conjugated complex tensor): the kernels read raw memory, so a
-    tensor whose bit is set is materialised first, as PyTorch's own ops do."""
+    tensor whose bit is set is materialised first, as PyTorch's own ops do.
+    (Under torch.compile the custom ops receive tensors through the
+    dispatcher, which resolves the bit itself; dynamo cannot trace is_neg.)"""
+    if torch.compiler.is_compiling():
+        return t
     return t.resolve_neg() if t.is_neg() else t
 
 
 def autocast_inputs(*tensors: Optional[torch.Tensor]):
     """Under torch.autocast, float inputs are cast to the autocast dtype, as SDPA
     does; every tensor comes back without a lazy negation bit (plain)."""
-    if any(isinstance(t, torch.Tensor) and t.is_neg() for t in tensors):
+    if not torch.compiler.is_compiling() and any(isinstance(t, torch.Tensor) and t.is_neg() for t in tensors):
         tensors = tuple(plain(t) if isinstance(t, torch.Tensor) else t for t in tensors)
     if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST() and not torch.compiler.is_compiling():
         return tensors  # no autocast anywhere (one call instead of a per-device query)

@@ -20,7 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_offsets
+import math
+import numbers
+
+from ._validate import check_dropout, check_flag, check_offsets, check_scale, check_window
 from .api import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 
 __all__ = ["MultiheadAttention", "Attention", "RotaryEmbedding"]
@@ -29,6 +32,24 @@ __all__ = ["MultiheadAttention", "Attention", "RotaryEmbedding"]
 # ---------------------------------------------------------------------------
 # torch.nn.MultiheadAttention drop-in
 # ---------------------------------------------------------------------------
+
+def _size(name: str, value, minimum: int = 1) -> int:
+    """A module size argument: an int (TypeError) of at least minimum (ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _module_dropout(dropout) -> float:
+    """The modules' dropout probability, checked when the module is built
+    (the functions' check, under the module's argument name)."""
+    try:
+        return check_dropout(dropout)
+    except (TypeError, ValueError) as e:
+        raise type(e)(str(e).replace("dropout_p", "dropout", 1)) from None
+
 
 class MultiheadAttention(nn.Module):
     """Multi-head attention with the interface of ``torch.nn.MultiheadAttention``.
@@ -84,6 +105,14 @@ class MultiheadAttention(nn.Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
                  vdim: Optional[int] = None, batch_first: bool = False,
                  device: Optional[Union[str, torch.device]] = None, dtype: Optional[torch.dtype] = None) -> None:
+        for name, size in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {type(size).__name__} {size!r}")
+        for name, size in (("kdim", kdim), ("vdim", vdim)):
+            if size is not None:
+                _size(name, size)
+        dropout = _module_dropout(dropout)
+        check_flag(batch_first, "batch_first")
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} "
                              f"and num_heads={num_heads}")
@@ -304,9 +333,17 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False) -> None:
         super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+            raise TypeError(f"dim must be an int, got {type(dim).__name__} {dim!r}")
         if dim <= 0 or dim % 2:
             raise ValueError(f"dim must be a positive even number, got {dim}")
-        self.dim, self.base, self.interleaved = dim, float(base), interleaved
+        if isinstance(base, bool) or not isinstance(base, numbers.Real):
+            raise TypeError(f"base must be a float, got {type(base).__name__} {base!r}")
+        if not 0 < float(base) < math.inf:
+            raise ValueError(f"base must be finite and positive (the frequencies are base**(-2i/dim)), "
+                             f"got {base!r}")
+        check_flag(interleaved, "interleaved")
+        self.dim, self.base, self.interleaved = int(dim), float(base), interleaved
         # No buffer: the frequencies are recomputed in float32 per call (dim / 2
         # values), so module.to(bfloat16) cannot round them.
 
@@ -397,6 +434,22 @@ class Attention(nn.Module):
                  dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        _size("dim", dim)
+        _size("n_heads", n_heads, 0)
+        _size("n_kv_heads", n_kv_heads, 0)
+        if head_dim is not None:
+            _size("head_dim", head_dim)
+        if rotary_dim is not None:
+            _size("rotary_dim", rotary_dim)
+        for name, flag in (("causal", causal), ("bias", bias), ("rotary", rotary)):
+            check_flag(flag, name)
+        window_size = check_window(window_size, False)  # (causal clips the right side per call)
+        if softmax_scale is not None:
+            softmax_scale = check_scale(softmax_scale, "softmax_scale", 1)
+        dropout = _module_dropout(dropout)
+        if rotary and not (isinstance(rope_base, numbers.Real) and not isinstance(rope_base, bool)
+                           and 0 < float(rope_base) < math.inf):
+            raise ValueError(f"rope_base must be a finite positive float, got {rope_base!r}")
         if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a positive multiple of n_kv_heads ({n_kv_heads})")
         if head_dim is None:

@@ -1111,6 +1111,33 @@ def dropout_pattern(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: A
         return pattern
 
 
+def _check_raw(q, k, v, varlen: bool, grads: Optional[tuple] = None) -> None:
+    """The raw ops' layout checks (the public functions' q, k, v checks, and
+    for a backward the shapes of dout, out and the LSE), so that a wrong shape
+    raises instead of reading or writing out of bounds.  Values (window,
+    shift, cu_seqlens) stay the caller's."""
+    from ._validate import check_qkv
+    rank, heads = (3, 1) if varlen else (4, 2)
+    check_qkv(("q", "k", "v"), (q, k, v), "(total, H, d)" if varlen else "(B, N, H, d)", rank, heads)
+    if grads is None:
+        return
+    dout, out, lse = grads
+    want = tuple(q.shape[:-1]) + (v.shape[-1],)
+    lse_want = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    for name, t, shape in (("dout", dout, want), ("out", out, want), ("lse", lse, lse_want)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} like q, got {t.device}")
+    for name, t in (("dout", dout), ("out", out)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.stride(-1) != 1 and t.shape[-1] != 1:
+            raise ValueError(f"{name} must have stride 1 in its last dimension, got strides {tuple(t.stride())}")
+
+
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
               window_size: Tuple[int, int] = (-1, -1),
               softcap: float = 0.0, *, shift: Optional[int] = None,
@@ -1128,8 +1155,9 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     alibi_slopes (Hq,) / (B, Hq) float32; dropout_p with rng_seed ((1,) int64)
     and philox_offset, added to every dropout counter (kernels/score.py), so
     that blocks drawn with one seed and disjoint counter ranges get
-    independent masks.  These skip the op layer's validation: callers pass
-    checked values."""
+    independent masks.  The layouts are checked (as the public functions');
+    values (window, shift, dropout) are the caller's."""
+    _check_raw(q, k, v, False)
     left, right = window_size
     right = 0 if causal else right
     if shift is None and philox_offset == 0:
@@ -1153,6 +1181,7 @@ def flash_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     log); the keyword arguments as in flash_fwd (the same values regenerate
     the forward's dropout mask); deterministic as flash_attn_func's (True:
     no atomics, bit-identical run to run)."""
+    _check_raw(q, k, v, False, (dout, out, lse))
     left, right = window_size
     right = 0 if causal else right
     lse2 = (lse.float() * LOG2E).contiguous()
@@ -1180,7 +1209,9 @@ def flash_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     right, ALiBi -slope * |i + shift_b - j|); None = (0, 0).  A block of
     chunks of equal length c_b of longer documents, query chunk A and key
     chunk B, takes (A - B, 0).  alibi_slopes (Hq,) / (B, Hq); dropout as in
-    flash_fwd (the counters of a packed call: kernels/score.py).  Unchecked."""
+    flash_fwd (the counters of a packed call: kernels/score.py).  Layouts
+    checked; cu_seqlens values unchecked."""
+    _check_raw(q, k, v, True)
     left, right = window_size
     right = 0 if causal else right
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), left, right,
@@ -1203,6 +1234,7 @@ def flash_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     """Raw packed backward, no autograd: (dq, dk, dv) given the rows' LSE
     (natural log, (Hq, total_q)); keywords as in flash_varlen_fwd;
     deterministic as in flash_bwd."""
+    _check_raw(q, k, v, True, (dout, out, lse))
     left, right = window_size
     right = 0 if causal else right
     lse2 = (lse.float() * LOG2E).contiguous()

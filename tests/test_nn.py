@@ -400,3 +400,28 @@ def test_attention_packed_max_seqlen_is_checked_with_check_inputs():
     for m in (7, 8):
         torch.testing.assert_close(block(x, cu_seqlens=cu, max_seqlen=m, check_inputs=True), want,
                                    rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("build,exc,match", [
+    (lambda: MultiheadAttention(16, 2, dropout=1.5), ValueError, r"dropout must be in \[0, 1\), got 1.5"),
+    (lambda: MultiheadAttention(16, 2, dropout="0.1"), TypeError, r"dropout must be a Python float, got str"),
+    (lambda: MultiheadAttention(8.0, 2), TypeError, r"embed_dim must be an int, got float 8.0"),
+    (lambda: MultiheadAttention(16, 2, kdim=0), ValueError, r"kdim must be at least 1, got 0"),
+    (lambda: MultiheadAttention(16, 2, batch_first=1), TypeError, r"batch_first must be a bool, got int"),
+    (lambda: Attention(16, 4, head_dim=-2), ValueError, r"head_dim must be at least 1, got -2"),
+    (lambda: Attention(16, 2, dropout=-0.1), ValueError, r"dropout must be in \[0, 1\), got -0.1"),
+    (lambda: Attention(16, 2, window_size=(-3, 0)), ValueError, r"window_size left must be >= -1"),
+    (lambda: Attention(16, 2, softmax_scale=float("nan")), ValueError, r"softmax_scale must be finite"),
+    (lambda: Attention(16, 2, causal=1), TypeError, r"causal must be a bool, got int"),
+    (lambda: Attention(16, 2, rotary=True, rope_base=-1.0), ValueError,
+     r"rope_base must be a finite positive float, got -1.0"),
+    (lambda: RotaryEmbedding(8, base=0.0), ValueError, r"base must be finite and positive"),
+    (lambda: RotaryEmbedding(4.0), TypeError, r"dim must be an int, got float 4.0"),
+    (lambda: RotaryEmbedding(8, interleaved=1), TypeError, r"interleaved must be a bool, got int"),
+], ids=lambda x: None)
+def test_bad_constructor_arguments_raise(build, exc, match):
+    """Bad module arguments are refused when the module is built, named as
+    the constructor names them (not at the first forward, under the
+    functions' names, nor silently: a base of 0 gave NaN rotations)."""
+    with pytest.raises(exc, match=match):
+        build()

@@ -351,3 +351,23 @@ def test_kvcache_caches_it_cannot_write(device):
     want = flash_attn_with_kvcache(q, shared_k.contiguous(), shared_v.contiguous(),
                                    cache_seqlens=torch.tensor([5, 8], dtype=torch.int32, device=device))
     assert torch.equal(got, want)
+
+
+def test_raw_ops_check_layouts(device):
+    """ops.flash_fwd / flash_bwd / the varlen pair check shapes as the public
+    functions do (a short LSE read past its end: heap corruption on CPU)."""
+    from flashattn_triton import ops
+    q, k, v = qkv(device, n_q=6, n_k=10)
+    with pytest.raises(ValueError, match=r"q must be 4-D \(B, N, H, d\), got shape \(6, 2, 16\)"):
+        ops.flash_fwd(q[0], k, v, 0.25, False)
+    out, lse = ops.flash_fwd(q, k, v, 0.25, False)
+    with pytest.raises(ValueError, match=r"lse must have shape \(1, 2, 6\), got \(1, 2, 3\)"):
+        ops.flash_bwd(out, q, k, v, out, lse[..., :3], 0.25, False)
+    with pytest.raises(ValueError, match=r"dout must have shape \(1, 6, 2, 16\), got \(1, 5, 2, 16\)"):
+        ops.flash_bwd(out[:, :5], q, k, v, out, lse, 0.25, False)
+    with pytest.raises(TypeError, match=r"out must have q's dtype torch.float16, got torch.float32"):
+        ops.flash_bwd(out, q, k, v, out.float(), lse, 0.25, False)
+    cu = torch.tensor([0, 6], dtype=torch.int32, device=device)
+    out, lse = ops.flash_varlen_fwd(q[0], k[0, :6], v[0, :6], cu, cu, 6, 6, 0.25, True)
+    with pytest.raises(ValueError, match=r"lse must have shape \(2, 6\), got \(6, 2\)"):
+        ops.flash_varlen_bwd(out, q[0], k[0, :6], v[0, :6], out, lse.t(), cu, cu, 6, 6, 0.25, True)
