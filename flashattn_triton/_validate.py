@@ -31,14 +31,31 @@ def check_flag(value, name: str) -> bool:
     return value
 
 
+# The kernels hold the scale and the softcap as float32 and multiply them by
+# log2(e) (base-2 scores): past FLOAT32_LIMIT that product overflows, and below
+# float32's smallest normal the value is a denormal that GPUs flush to 0 (and
+# Triton's interpreter types as float64 instead).
+FLOAT32_TINY = 2.0 ** -126
+FLOAT32_LIMIT = 3.4028234663852886e38 / 1.4426950408889634
+
+
 def check_scale(scale, name: str, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
+    if type(scale) is float and FLOAT32_TINY <= abs(scale) < FLOAT32_LIMIT:  # fast accept
+        return scale
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a Python float or None, got {type(scale).__name__}")
     value = finite_float(scale)
     if value is None:
         raise ValueError(f"{name} must be finite, got {short_repr(scale)}")
+    if abs(value) >= FLOAT32_LIMIT:
+        raise ValueError(f"{name}={value!r} is too large: the kernels' base-2 scores need |{name}| * log2(e) "
+                         f"below float32's max, |{name}| < {FLOAT32_LIMIT:.4g}")
+    if abs(value) < FLOAT32_TINY:
+        # Every score is 0 to float precision (exp(scale * s) = 1): uniform
+        # attention, exactly what a scale of 0 gives.
+        return 0.0
     return value
 
 
@@ -95,13 +112,16 @@ def check_window(window_size, causal: bool) -> Tuple[int, int]:
 
 def check_softcap(softcap) -> float:
     """flash-attn's softcap: 0 = off, else a positive cap."""
-    if type(softcap) is float and 0 <= softcap < math.inf:  # fast accept
+    if type(softcap) is float and (softcap == 0.0 or FLOAT32_TINY <= softcap < FLOAT32_LIMIT):  # fast accept
         return softcap
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
     value = finite_float(softcap)
     if value is None or value < 0:
         raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {short_repr(softcap)}")
+    if value != 0 and not FLOAT32_TINY <= value < FLOAT32_LIMIT:
+        raise ValueError(f"softcap={value!r} is outside what the kernels' float32 arithmetic holds: "
+                         f"0 (off) or {FLOAT32_TINY:.4g} <= softcap < {FLOAT32_LIMIT:.4g}")
     return value
 
 

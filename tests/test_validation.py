@@ -187,6 +187,33 @@ def test_bad_scale(device):
         flash_attn_func(q, k, v, softmax_scale=10 ** 400)
     with pytest.raises(ValueError, match=r"softcap must be finite and >= 0 \(0 = off\), got 100000"):
         flash_attn_func(q, k, v, softcap=10 ** 400)
+    # past float32 once scaled by log2(e) (base-2 scores), or a float32 denormal
+    with pytest.raises(ValueError, match=r"softmax_scale=1e\+39 is too large: .* < 2.359e\+38"):
+        flash_attn_func(q, k, v, softmax_scale=1e39)
+    with pytest.raises(ValueError, match=r"scale=-3e\+38 is too large"):
+        scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=-3e38)
+    for cap in (1e-40, 3e38):
+        with pytest.raises(ValueError, match=r"softcap=.* is outside what the kernels' float32 arithmetic holds"):
+            flash_attn_func(q, k, v, softcap=cap)
+    from flashattn_triton import flash_attn_with_kvcache
+    with pytest.raises(ValueError, match=r"softcap=1e-40 is outside"):
+        flash_attn_with_kvcache(q, k, v, softcap=1e-40)
+    with pytest.raises(ValueError, match=r"softmax_scale=1e\+39 is too large"):
+        flash_attn_with_kvcache(q, k, v, softmax_scale=1e39)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_denormal_scale_is_uniform_attention(device, dtype):
+    """A scale below float32's smallest normal makes every score 0 to float
+    precision: the output is the mean of the visible values (it was computed
+    in float64 by the interpreter, whose bf16 cast of P then went wrong)."""
+    q, k, v = qkv(device, n_q=7, n_k=20, dtype=dtype)
+    got = flash_attn_func(q, k, v, softmax_scale=1e-40, causal=True)
+    visible = torch.arange(7, device=device)[:, None] + 13 >= torch.arange(20, device=device)[None]
+    want = (visible[None, :, None, :, None] * v.double()[:, None].transpose(2, 3)).sum(3) / visible.sum(1)[
+        None, :, None, None]
+    err = (got.double() - want).abs().max().item()
+    assert err < 2e-2 if dtype == torch.bfloat16 else err < 1e-5, f"max |out - mean of the visible values| = {err:.3g}"
 
 
 def test_packed_arguments(device):
