@@ -104,7 +104,8 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _last_stride_one(name, t)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not torch.compiler.is_compiling() and t.is_neg():  # the kernels read and write raw memory; a copy would not be the caller's cache
+        # The kernels read and write raw memory; a resolved copy would not be the caller's cache.
+        if not torch.compiler.is_compiling() and t.is_neg():
             raise ValueError(f"{name} has PyTorch's lazy negation bit set (a negated view): pass "
                              f"{name}.resolve_neg(), a cache whose memory holds its values")
         if k is not None:

@@ -14,14 +14,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import math
-import numbers
 
 from ._validate import check_dropout, check_flag, check_offsets, check_scale, check_window
 from .api import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
@@ -108,9 +107,9 @@ class MultiheadAttention(nn.Module):
         for name, size in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(size, bool) or not isinstance(size, numbers.Integral):
                 raise TypeError(f"{name} must be an int, got {type(size).__name__} {size!r}")
-        for name, size in (("kdim", kdim), ("vdim", vdim)):
-            if size is not None:
-                _size(name, size)
+        for name, other in (("kdim", kdim), ("vdim", vdim)):
+            if other is not None:
+                _size(name, other)
         dropout = _module_dropout(dropout)
         check_flag(batch_first, "batch_first")
         if embed_dim <= 0 or num_heads <= 0:
@@ -343,7 +342,9 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"base must be finite and positive (the frequencies are base**(-2i/dim)), "
                              f"got {base!r}")
         check_flag(interleaved, "interleaved")
-        self.dim, self.base, self.interleaved = int(dim), float(base), interleaved
+        self.dim: int = int(dim)
+        self.base: float = float(base)
+        self.interleaved: bool = interleaved
         # No buffer: the frequencies are recomputed in float32 per call (dim / 2
         # values), so module.to(bfloat16) cannot round them.
 
