@@ -72,6 +72,51 @@ def test_table_loader_checks_entry_lengths(monkeypatch, tmp_path):
     assert launch.load_table("sm90") is launch._read_table(launch.TABLE_DIR / "sm90.json")
 
 
+@pytest.mark.parametrize("value,match", [
+    ("BLOCK_M=-16,BLOCK_N=16", r"BLOCK_M must be a power of two, got -16"),
+    ("BLOCK_M=0,BLOCK_N=16", r"BLOCK_M must be a power of two, got 0"),
+    ("BLOCK_M=48,BLOCK_N=16", r"BLOCK_M must be a power of two, got 48"),
+    ("BLOCK_M=64,BLOCK_N=16,num_stages=0", r"num_stages must be a positive integer, got 0"),
+    ("garbage", r"'garbage' is not KEY=INTEGER"),
+    ("BLOCK_M=64,BLOCK_N=16,", r"'' is not KEY=INTEGER"),
+    ("BLOCK_M=abc,BLOCK_N=16", r"'BLOCK_M=abc' is not KEY=INTEGER"),
+    ("BLOCK_M=64,BLOCK_N=16,num_warp=8", r"unknown fields \['num_warp'\]"),
+    ("BLOCK_M=64", r"must set BLOCK_M and BLOCK_N"),
+])
+def test_forced_config_is_checked(monkeypatch, value, match):
+    """FLASHATTN_TRITON_CONFIG_<KERNEL>: anything but KEY=positive integer
+    pairs of the kernel's fields (tiles and warps powers of two) is a
+    ValueError naming the variable (a negative tile computed NaN, a typo'd
+    field was dropped)."""
+    from flashattn_triton.kernels import launch
+    monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_FWD", value)
+    with pytest.raises(ValueError, match="FLASHATTN_TRITON_CONFIG_FWD=.*" + match):
+        launch.config_from_env("FWD")
+    monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_FWD", "BLOCK_M=64, BLOCK_N=32 ,num_warps=8")
+    cfg = launch.config_from_env("FWD")
+    assert cfg.kwargs == {"BLOCK_M": 64, "BLOCK_N": 32} and cfg.num_warps == 8 and cfg.num_stages == 2
+
+
+def test_malformed_tables_name_the_file(monkeypatch, tmp_path):
+    """A table that is not {"configs": {...}} JSON, or a table folder that is
+    not a folder, is a ValueError naming it (were KeyError, AttributeError,
+    a JSON error without the path, or a silent fallback)."""
+    from flashattn_triton.kernels import launch
+    for i, (text, match) in enumerate([("", r"cannot be read as JSON"), ("[1, 2]", r"got list"),
+                                       ('{"config": {}}', r"got dict with keys \['config'\]"),
+                                       (b"\xff\xfe", r"cannot be read as JSON")]):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        table = folder / "sm90.json"
+        table.write_bytes(text) if isinstance(text, bytes) else table.write_text(text)
+        monkeypatch.setenv(launch.ENV_TABLE_DIR, str(folder))
+        with pytest.raises(ValueError, match=f"config table {table}: .*{match}"):
+            launch.load_table("sm90")
+    monkeypatch.setenv(launch.ENV_TABLE_DIR, str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"FLASHATTN_TRITON_TABLE_DIR=.*missing' is not a directory"):
+        launch.load_table("sm90")
+
+
 def test_one_launch_tuning_candidates():
     """PairLauncher.pair_candidates: a dK/dV candidate's tiles and a dQ
     candidate's of the same num_warps, at 2 or 3 stages, both parts fitting

@@ -261,25 +261,41 @@ def env_value(name: str) -> Optional[str]:
 
 
 def env_fields(name: str) -> Optional[Dict[str, int]]:
-    """FLASHATTN_TRITON_CONFIG_<name> ("KEY=VALUE,...") as a dict, None if unset."""
-    text = env_value(ENV_CONFIG_PREFIX + name)
+    """FLASHATTN_TRITON_CONFIG_<name> ("KEY=VALUE,...") as a dict, None if
+    unset; ValueError naming the variable for anything but KEY=positive int
+    pairs, with tiles (BLOCK_*) and num_warps powers of two."""
+    var = ENV_CONFIG_PREFIX + name
+    text = env_value(var)
     if not text:
         return None
     fields: Dict[str, int] = {}
     for part in text.split(","):
-        key, _, value = part.partition("=")
-        fields[key.strip()] = int(value)
+        key, eq, value = (s.strip() for s in part.partition("="))
+        try:
+            number = int(value) if eq and key else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise ValueError(f"{var}={text!r}: {part.strip()!r} is not KEY=INTEGER (for example "
+                             f"BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2)")
+        if number < 1 or ((key.startswith("BLOCK") or key == "num_warps") and number & (number - 1)):
+            kind = "a power of two" if key.startswith("BLOCK") or key == "num_warps" else "a positive integer"
+            raise ValueError(f"{var}={text!r}: {key} must be {kind}, got {number}")
+        fields[key] = number
     return fields
 
 
 def config_from_env(name: str) -> Optional[triton.Config]:
-    """Parse FLASHATTN_TRITON_CONFIG_<name>."""
+    """Parse FLASHATTN_TRITON_CONFIG_<name> (ENTRY_FIELDS; BLOCK_M and BLOCK_N required)."""
     fields = env_fields(name)
     if fields is None:
         return None
+    var = ENV_CONFIG_PREFIX + name
+    unknown = sorted(set(fields) - set(ENTRY_FIELDS))
+    if unknown:
+        raise ValueError(f"{var}={env_value(var)!r}: unknown fields {unknown} (allowed: {list(ENTRY_FIELDS)})")
     if "BLOCK_M" not in fields or "BLOCK_N" not in fields:
-        text = env_value(ENV_CONFIG_PREFIX + name)
-        raise ValueError(f"{ENV_CONFIG_PREFIX + name}={text!r} must set BLOCK_M and BLOCK_N")
+        raise ValueError(f"{var}={env_value(var)!r} must set BLOCK_M and BLOCK_N")
     return make_config((fields["BLOCK_M"], fields["BLOCK_N"], fields.get("num_warps", 4),
                         fields.get("num_stages", 2)))
 
@@ -295,15 +311,28 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def load_table(arch: str) -> Dict[str, Tuple[int, ...]]:
     """{key: config} of a GPU (arch "sm90"), {} if none is committed (or in
     FLASHATTN_TRITON_TABLE_DIR, when set)."""
-    return _read_table(Path(env_value(ENV_TABLE_DIR) or TABLE_DIR) / f"{arch}.json")
+    folder = env_value(ENV_TABLE_DIR)
+    if folder and not Path(folder).is_dir():
+        raise ValueError(f"{ENV_TABLE_DIR}={folder!r} is not a directory (it names the folder of the per-GPU "
+                         "tables, e.g. sm90.json)")
+    return _read_table(Path(folder or TABLE_DIR) / f"{arch}.json")
 
 
 @functools.lru_cache(maxsize=None)
 def _read_table(path: Path) -> Dict[str, Tuple[int, ...]]:
+    """A committed table's entries; {} if the file does not exist; ValueError
+    naming the file for one that cannot be read as {"configs": {key: entry}}."""
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
-    return {k: check_entry(k, v, str(path)) for k, v in data["configs"].items()}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"config table {path}: cannot be read as JSON ({type(e).__name__}: {e})") from None
+    configs = data.get("configs") if isinstance(data, dict) else None
+    if not isinstance(configs, dict):
+        raise ValueError(f"config table {path}: expected an object with a 'configs' object of entries, got "
+                         f"{type(data).__name__}" + (f" with keys {sorted(data)}" if isinstance(data, dict) else ""))
+    return {k: check_entry(k, v, str(path)) for k, v in configs.items()}
 
 
 # Variants that change a kernel's register pressure enough to want configs of
