@@ -92,10 +92,21 @@ class MultiheadAttention(nn.Module):
       ``need_weights=False`` path instead applies its causal hint to the keys
       *with* the appended tokens, so that query i < S does not attend them.
     * A query that may attend no key outputs zeros (PyTorch: NaN with its
-      default need_weights=True, zeros with need_weights=False).
+      default need_weights=True and on its inference fast path (eval, no
+      grad), zeros otherwise with need_weights=False).
     * ``key_padding_mask`` / ``attn_mask`` are merged into one mask and go
       through ``flashattn_triton.scaled_dot_product_attention(attn_mask=...)``
-      (boolean when both are boolean, else additive float).
+      (boolean when both are boolean, else additive float, in float32 when a
+      float mask's dtype is not the query's).
+    * float16, bfloat16 and float32 only (PyTorch's module also runs float64);
+      arguments are checked when the module is built, and more strictly
+      (``dropout`` in [0, 1), ``batch_first`` a bool, sizes >= 1); masks of
+      another float dtype than the query are accepted (PyTorch refuses some);
+      ``torch.jit.script`` is not supported (``torch.compile`` is).
+    * Inside ``torch.nn.TransformerEncoderLayer`` / ``TransformerEncoder``, the
+      inference fast path (eval, no grad) calls :meth:`merge_masks` and then
+      PyTorch's fused kernel with this module's weights: those calls do not
+      run this library's kernels.
     """
 
     __constants__ = ["batch_first"]
@@ -264,7 +275,15 @@ class MultiheadAttention(nn.Module):
         out = self.out_proj(out.reshape(bsz, n_q, e))
         if not batched:
             return out.squeeze(0), None
-        return (out if self.batch_first else out.transpose(0, 1)), None
+        # (L, B, E) in memory too, as PyTorch's module returns it (out.view(L * B, E) works)
+        return (out if self.batch_first else out.transpose(0, 1).contiguous()), None
+
+    def merge_masks(self, attn_mask: Optional[torch.Tensor], key_padding_mask: Optional[torch.Tensor],
+                    query: torch.Tensor) -> Tuple[Optional[torch.Tensor], Optional[int]]:
+        """PyTorch's ``MultiheadAttention.merge_masks`` (the same arguments and
+        result), which ``torch.nn.TransformerEncoderLayer``'s inference fast
+        path calls on its ``self_attn``."""
+        return nn.MultiheadAttention.merge_masks(self, attn_mask, key_padding_mask, query)  # type: ignore[arg-type]
 
 
 def _merge_masks(attn_mask, key_padding_mask, is_causal, bsz, heads, n_q, n_k, extra, dtype, device):
@@ -300,6 +319,12 @@ def _merge_masks(attn_mask, key_padding_mask, is_causal, bsz, heads, n_q, n_k, e
             blocked = blocked | p
         keep = ~blocked
         return F.pad(keep, (0, extra), value=True) if extra else keep
+    # A float mask is added in float32 unless every float mask already has the
+    # query's dtype: cast to float16 / bfloat16, a row of one finite large
+    # value (-1e5, finfo(float32).min) became -inf, and zeros instead of
+    # PyTorch's uniform attention.
+    if any(p.is_floating_point() and p.dtype != dtype for p in parts):
+        dtype = torch.float32
     bias = None
     for p in parts:
         p = torch.zeros(p.shape, dtype=dtype, device=device).masked_fill(p, float("-inf")) \
@@ -522,7 +547,8 @@ class Attention(nn.Module):
                 positions = _positions_in_sequences(cu_seqlens, total)
             q, k = self.rotary.rotate(q, positions), self.rotary.rotate(k, positions)
         # max_seqlen: the caller's upper bound, unchecked unless check_inputs (no sync by default)
-        n_max = max(total, 1) if max_seqlen is None else max_seqlen  # (0 tokens: a bound of 1)
+        # (0 tokens, or a bound of 0 for sequences all empty: the kernels take a bound of 1)
+        n_max = max(total, 1) if max_seqlen is None else max_seqlen if max_seqlen != 0 or total else 1
         out = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, n_max, n_max,
                                      dropout_p=self.dropout if self.training else 0.0,
                                      softmax_scale=self.softmax_scale, causal=self.causal,

@@ -425,3 +425,60 @@ def test_bad_constructor_arguments_raise(build, exc, match):
     functions' names, nor silently: a base of 0 gave NaN rotations)."""
     with pytest.raises(exc, match=match):
         build()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_float32_mask_on_a_half_module(dtype):
+    """A float32 key_padding_mask given to a float16 / bfloat16 module is
+    added in float32, as PyTorch's module does: a row masked by one finite
+    large value attends uniformly (cast to the module's dtype it became -inf
+    and the row gave zeros, 0.25-0.32 off)."""
+    torch.manual_seed(0)
+    ref_mod = torch.nn.MultiheadAttention(16, 2, batch_first=True).double()
+    mod = MultiheadAttention(16, 2, batch_first=True)
+    mod.load_state_dict(ref_mod.state_dict())
+    x = torch.randn(2, 5, 16)
+    fill = -1e5 if dtype == torch.float16 else torch.finfo(torch.float32).min
+    kpm = torch.zeros(2, 5)
+    kpm[1] = fill
+    want = ref_mod(x.double(), x.double(), x.double(), key_padding_mask=kpm.double(), need_weights=False)[0]
+    mod = mod.to(dtype)
+    got = mod(x.to(dtype), x.to(dtype), x.to(dtype), key_padding_mask=kpm)[0]
+    err = (got.double() - want).abs().max().item()
+    assert err < 1e-2, f"{dtype}: max |ours - float64 PyTorch| = {err:.3g}"
+
+
+def test_seq_first_output_is_contiguous_and_transformer_fast_path_runs():
+    """batch_first=False returns (L, B, E) in memory, as PyTorch (out.view(L * B, E)
+    works); torch's TransformerEncoderLayer runs with this module as its
+    self_attn, in training and on its inference fast path (merge_masks)."""
+    torch.manual_seed(0)
+    mod = MultiheadAttention(16, 2)
+    x = torch.randn(5, 3, 16)
+    out = mod(x, x, x)[0]
+    assert out.shape == (5, 3, 16) and out.is_contiguous()
+    out.view(15, 16)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    want_layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    want_layer.load_state_dict(layer.state_dict())
+    ours = MultiheadAttention(16, 2, batch_first=True)
+    ours.load_state_dict(layer.self_attn.state_dict())
+    layer.self_attn = ours
+    src = torch.randn(2, 6, 16)
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    for train in (True, False):
+        layer.train(train)
+        want_layer.train(train)
+        with torch.set_grad_enabled(train):
+            got = layer(src, src_key_padding_mask=pad)
+            want = want_layer(src, src_key_padding_mask=pad)
+        # (the fast path gives padded rows as zeros in a nested layout; compare the real rows)
+        keep = ~pad
+        assert torch.allclose(got[keep], want[keep], atol=1e-5), f"train={train}"
+
+
+def test_attention_packed_all_empty_with_a_zero_bound():
+    """A packed batch whose sequences are all empty, with max_seqlen=0 (a valid bound)."""
+    attn = Attention(16, 2)
+    out = attn(torch.randn(0, 16), cu_seqlens=torch.zeros(3, dtype=torch.int32), max_seqlen=0)
+    assert out.shape == (0, 16)
