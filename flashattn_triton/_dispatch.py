@@ -40,7 +40,7 @@ from typing import Optional
 
 import torch
 
-from .kernels.launch import INTERPRET, cuda_index, env_value
+from .kernels.launch import INTERPRET, cuda_index, env_switch, env_value
 
 ENV_BACKEND = "FLASHATTN_TRITON_BACKEND"
 BACKENDS = ("auto", "portable", "hopper")
@@ -93,7 +93,7 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     CONFIGS_UNVERIFIED only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1)."""
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
-    if os.environ.get(ENV_HOPPER_BWD, "1") == "0":
+    if env_switch(ENV_HOPPER_BWD) is False:
         return False
     if head_dim_v is not None and head_dim_v != head_dim and not _switch(ENV_HOPPER_SPLIT_QK,
                                                                           HOPPER_SPLIT_QK_DEFAULT):
@@ -195,18 +195,19 @@ def backward_window_source(window) -> Optional[str]:
         return None
     if left < 0:
         return "no window"
-    value = env_value(ENV_HOPPER_WINDOW)
+    value = env_switch(ENV_HOPPER_WINDOW)
     if value is not None:
-        return "env" if value == "1" else None
+        return "env" if value else None
     if HOPPER_BWD_WINDOW_MIN_LEFT is not None and left >= HOPPER_BWD_WINDOW_MIN_LEFT:
         return "rule"
     return "default" if HOPPER_BWD_WINDOW_DEFAULT == "1" else None
 
 
 def _switch(name: str, default: str) -> bool:
-    """An on/off variable: its value, or ``default`` when unset, is "1"."""
-    value = env_value(name)
-    return (default if value is None else value) == "1"
+    """An on/off variable (launch.env_switch): its value, or ``default`` ("0" /
+    "1") when unset."""
+    value = env_switch(name)
+    return default == "1" if value is None else value
 
 
 def _takes_window(window, default: str) -> bool:
@@ -293,7 +294,7 @@ def hopper_takes_variants(softcap, alibi_slopes, sinks, attn_bias, dropout_p, wi
         return False
     if backward:
         return _switch(ENV_HOPPER_DROPOUT, HOPPER_DROPOUT_BWD_DEFAULT)
-    if env_value(ENV_HOPPER_DROPOUT) is None and HOPPER_DROPOUT_FWD_MIN_N is not None and n_q is not None:
+    if env_switch(ENV_HOPPER_DROPOUT) is None and HOPPER_DROPOUT_FWD_MIN_N is not None and n_q is not None:
         causal = window[1] == 0
         gqa_key = (head_dim, causal, "gqa")
         least = (HOPPER_DROPOUT_FWD_MIN_N[gqa_key] if gqa and gqa_key in HOPPER_DROPOUT_FWD_MIN_N

@@ -38,7 +38,7 @@ import torch
 
 from ._params import lse_shape
 from .kernels import fastlaunch
-from .kernels.launch import autotune_enabled
+from .kernels.launch import autotune_enabled, env_switch
 
 ENV_PREFETCH = "FLASHATTN_TRITON_PREFETCH_BWD"  # "0": off
 ENV_WARM_KEY = "FLASHATTN_TRITON_WARM_KEY"  # "0": off
@@ -87,7 +87,7 @@ def start_key_warmup() -> bool:
     with a GPU visible and outside the interpreter (nothing is compiled
     otherwise); FLASHATTN_TRITON_WARM_KEY=0 turns it off.  Returns whether a
     thread was started."""
-    if os.environ.get(ENV_WARM_KEY, "1") == "0" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if env_switch(ENV_WARM_KEY) is False or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False
     if not torch.cuda.is_available():
         return False
@@ -96,8 +96,8 @@ def start_key_warmup() -> bool:
 
 
 def enabled() -> bool:
-    return (fastlaunch.SUPPORTED and os.environ.get(ENV_PREFETCH, "1") != "0"
-            and not autotune_enabled())
+    switch = env_switch(ENV_PREFETCH)  # (checked on every machine)
+    return fastlaunch.SUPPORTED and switch is not False and not autotune_enabled()
 
 
 def _on_gpu(t: torch.Tensor) -> bool:

@@ -760,7 +760,7 @@ class _EagerAttention(torch.autograd.Function):
 
 # FLASHATTN_TRITON_FAST_LAUNCH=0 also turns the call plans off (read at import;
 # PLANS_ENABLED switches them at run time).
-PLANS_ENABLED = os.environ.get(fastlaunch.ENV_FAST_LAUNCH, "1") != "0"
+PLANS_ENABLED = os.environ.get(fastlaunch.ENV_FAST_LAUNCH, "").strip() != "0"  # (checked by fastlaunch)
 MAX_RECORD_TRIES = 3  # first calls of a signature that try to record its launches
 
 

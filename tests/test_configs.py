@@ -444,3 +444,42 @@ def test_a_config_too_large_for_the_gpu_falls_back_and_computes(device, monkeypa
     q, k, v = make_qkv(1, 300, 300, 2, 2, 256, torch.bfloat16, device, requires_grad=False)
     with pytest.warns(RuntimeWarning, match="needs more shared memory"):
         check_against_reference(q, k, v, causal=True)
+
+
+def test_switches_accept_only_0_and_1(monkeypatch):
+    """The on/off variables take 0 / 1 (spaces ignored) or nothing; any other
+    value is a ValueError naming the variable (before, "true" / "on" turned
+    some switches off and others on, and "false" left some on)."""
+    from flashattn_triton import _dispatch, _prefetch
+    from flashattn_triton.kernels import bwd, launch
+    assert [launch.parse_switch("X", v) for v in (None, "", " ", "0", " 1 ")] == [None, None, None, False, True]
+    for bad in ("true", "on", "2", "yes"):
+        with pytest.raises(ValueError, match=f"X='{bad}': must be 0 \\(off\\) or 1 \\(on\\), or unset"):
+            launch.parse_switch("X", bad)
+    calls = [("FLASHATTN_TRITON_FUSED_DQ", lambda: bwd.use_fused_dq(False, False)),
+             ("FLASHATTN_TRITON_AUTOTUNE", launch.autotune_enabled),
+             ("FLASHATTN_TRITON_HOPPER_MASK", lambda: _dispatch._switch("FLASHATTN_TRITON_HOPPER_MASK", "1")),
+             ("FLASHATTN_TRITON_PREFETCH_BWD", _prefetch.enabled)]
+    for name, call in calls:
+        monkeypatch.setenv(name, "true")
+        with pytest.raises(ValueError, match=f"{name}='true'"):
+            call()
+        monkeypatch.setenv(name, " 1")
+        call()
+        monkeypatch.delenv(name)
+    assert bwd.use_fused_dq(False, False) is False and _dispatch._switch("FLASHATTN_TRITON_HOPPER_MASK", "1")
+
+
+@pytest.mark.parametrize("name,value,module", [
+    ("FLASHATTN_TRITON_FAST_LAUNCH", "off", "flashattn_triton"),
+    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "true", "flashattn_triton.kernels.bwd"),
+    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "garbage", "flashattn_triton.kernels.bwd"),
+])
+def test_switches_read_at_import(name, value, module):
+    """Switches read when their module is imported say what is wrong there."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, **{name: value})
+    run = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and f"ValueError: {name}='{value}'" in run.stderr, run.stderr[-500:]

@@ -127,7 +127,10 @@ _RECORD: contextvars.ContextVar = contextvars.ContextVar("flashattn_triton_recor
 
 
 # Read once: the fast path is on the critical path of every launch.
-ENABLED = SUPPORTED and os.environ.get(ENV_FAST_LAUNCH, "1") != "0"
+_FAST_LAUNCH = os.environ.get(ENV_FAST_LAUNCH, "").strip()
+if _FAST_LAUNCH not in ("", "0", "1"):  # (launch.parse_switch's rule; launch imports this module)
+    raise ValueError(f"{ENV_FAST_LAUNCH}={os.environ[ENV_FAST_LAUNCH]!r}: must be 0 (off) or 1 (on), or unset")
+ENABLED = SUPPORTED and _FAST_LAUNCH != "0"
 
 
 def enabled() -> bool:

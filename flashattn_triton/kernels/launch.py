@@ -260,6 +260,23 @@ def env_value(name: str) -> Optional[str]:
     return os.environ.decodevalue(raw)  # type: ignore[attr-defined]
 
 
+def parse_switch(name: str, value: Optional[str]) -> Optional[bool]:
+    """An on/off variable's value: None when unset or empty, True for "1",
+    False for "0" (spaces ignored); anything else ValueError naming it (a
+    "true" or "off" read as one or the other would differ per variable)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text in ("", "0", "1"):
+        return None if not text else text == "1"
+    raise ValueError(f"{name}={value!r}: must be 0 (off) or 1 (on), or unset")
+
+
+def env_switch(name: str) -> Optional[bool]:
+    """parse_switch of the variable's current value."""
+    return parse_switch(name, env_value(name))
+
+
 def env_fields(name: str) -> Optional[Dict[str, int]]:
     """FLASHATTN_TRITON_CONFIG_<name> ("KEY=VALUE,...") as a dict, None if
     unset; ValueError naming the variable for anything but KEY=positive int
@@ -301,7 +318,7 @@ def config_from_env(name: str) -> Optional[triton.Config]:
 
 
 def autotune_enabled() -> bool:
-    return not INTERPRET and env_value(ENV_AUTOTUNE) == "1"
+    return env_switch(ENV_AUTOTUNE) is True and not INTERPRET
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -139,6 +139,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma, warpgroup_mma_wait)
 
 from .. import fastlaunch
+from ..launch import env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
@@ -2053,8 +2054,10 @@ DQ_ACC_LIKE_DQ: Any = False
 # override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
-HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = {"0": 0, "1": 1, "2": 2}.get(
-    os.environ.get(NAMED_BAR_ENV, "").strip())
+_NAMED_BAR = os.environ.get(NAMED_BAR_ENV, "").strip()
+if _NAMED_BAR not in ("", "0", "1", "2"):
+    raise ValueError(f"{NAMED_BAR_ENV}={os.environ[NAMED_BAR_ENV]!r}: must be 0, 1 or 2, or unset")
+HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = int(_NAMED_BAR) if _NAMED_BAR else None
 # TMA_DKV per head dim, (not causal, causal): dK / dV written through the
 # free (Q, dO) ring slots and TMA stores (_store_tile_tma) instead of
 # gl.store, whose build writes 16-bit elements one at a time, each behind a
@@ -2103,7 +2106,7 @@ _BROKEN = {}  # compile key -> error text, for configs that failed to build here
 def configs(unverified: bool = False) -> dict:
     """CONFIGS, with CONFIGS_UNVERIFIED's head dims added when unverified
     (or the UNVERIFIED_ENV variable is 1)."""
-    if unverified or os.environ.get(UNVERIFIED_ENV) == "1":
+    if unverified or env_switch(UNVERIFIED_ENV) is True:
         return {**CONFIGS_UNVERIFIED, **CONFIGS}
     return CONFIGS
 
@@ -2351,7 +2354,7 @@ def hopper_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     causal = causal_shift is not None
     windowed = window is not None
     dropped = dropout is not None
-    unverified = bool(UNVERIFIED) or os.environ.get(UNVERIFIED_ENV) == "1"
+    unverified = bool(UNVERIFIED) or env_switch(UNVERIFIED_ENV) is True
     if overrides or q.is_meta:
         plan = _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified,
                           overrides)
