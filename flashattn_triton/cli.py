@@ -21,13 +21,18 @@ ENVIRONMENT = [
                                   "Default: the committed per-GPU table"),
     ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3; BWD_ONE (the "
-                                         "one-launch backward): num_warps, num_stages, BLOCK_M1/N1, BLOCK_M2/N2"),
+                                         "one-launch backward): num_warps, num_stages, BLOCK_M1/N1, BLOCK_M2/N2; "
+                                         "DECODE (flash_attn_with_kvcache's kernel): BLOCK_M, BLOCK_N, num_warps, "
+                                         "num_stages"),
     ("FLASHATTN_TRITON_TABLE_DIR", "a directory whose sm<major><minor>.json replaces the committed launch-config "
                                    "table (e.g. one that benchmarks/tune.py --merge extended); set it before the "
                                    "first call"),
     ("FLASHATTN_TRITON_HOPPER_BWD", "0: the portable backward on Hopper too (default: the Gluon backward "
                                     "where it applies; its dQ adds are not bit-reproducible, "
                                     "deterministic=True always takes the portable kernels)"),
+    ("FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "1: the Hopper backward also takes head dims whose build compiles "
+                                               "but has not passed on a GPU (kernels/hopper/bwd.py "
+                                               "CONFIGS_UNVERIFIED; tests and the probe)"),
     ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
                                   "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "1 / 0: the portable deterministic backward's dK/dV and dQ programs in "
@@ -42,20 +47,6 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, wide, fill, pdl, reserve, "
                                         "pair, spread, longpages; docs/decode.md); "
                                         "default: deep,fill,pdl,reserve,spread,longpages; none: the plain plan"),
-    ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
-                                     "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
-                                     "stays portable)"),
-    ("FLASHATTN_TRITON_HOPPER_SINKS", "1: learnable sinks take the Hopper forward at every head dim, run "
-                                      "without them and folded into O and the LSE after it (GPU-validated); "
-                                      "0: never. Default: the fold at d = 128 (_dispatch.HOPPER_SINKS_DIMS), "
-                                      "the portable forward with sinks elsewhere"),
-    ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "0, 1 or 2 for every call (read at import): 1, the Hopper backward's "
-                                              "consumer warpgroups exchange dS through one hardware barrier; 2, also "
-                                              "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
-                                              "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
-    ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
-                                    "Triton kernel (the same bits) / by torch's copy, for every call (read at "
-                                    "import). Default: the kernel for every call (causal ones since session 27)"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "
@@ -71,6 +62,20 @@ ENVIRONMENT = [
                                         "HOPPER_DROPOUT_DEFAULT \"0\")"),
     ("FLASHATTN_TRITON_DROPOUT_ROUNDS", "Philox rounds of the dropout draws, 7-10 (read at import; default 10, "
                                         "as tl.randint4x): both kernel tiers and the reference mask follow it"),
+    ("FLASHATTN_TRITON_HOPPER_MASK", "0: a boolean attn_mask keeps the portable forward. Default (1): a boolean "
+                                     "attn_mask alone takes the Hopper forward (GPU-validated; the backward "
+                                     "stays portable)"),
+    ("FLASHATTN_TRITON_HOPPER_SINKS", "1: learnable sinks take the Hopper forward at every head dim, run "
+                                      "without them and folded into O and the LSE after it (GPU-validated); "
+                                      "0: never. Default: the fold at d = 128 (_dispatch.HOPPER_SINKS_DIMS), "
+                                      "the portable forward with sinks elsewhere"),
+    ("FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR", "0, 1 or 2 for every call (read at import): 1, the Hopper backward's "
+                                              "consumer warpgroups exchange dS through one hardware barrier; 2, also "
+                                              "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
+                                              "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
+    ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
+                                    "Triton kernel (the same bits) / by torch's copy, for every call (read at "
+                                    "import). Default: the kernel for every call (causal ones since session 27)"),
     ("FLASHATTN_TRITON_FAST_LAUNCH", "0: launch through Triton's own path every time and turn the call plans "
                                      "off (default: a call signature seen before launches the compiled kernel "
                                      "directly, and a repeated call with the same signature replays its "
@@ -81,14 +86,17 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_WARM_KEY", "0: no background computation of Triton's compiler cache key at import "
                                   "(default: with a GPU visible, a thread hashes Triton's compiler while the "
                                   "program goes on; read at import)"),
-    ("FLASHATTN_TRITON_TEST_DEVICE", "tests only: cuda runs the test suite compiled on the GPU"),
-    ("FLASHATTN_TRITON_DIFF_CASES", "tests only: cases of the randomized differential test (default 6)"),
     ("TRITON_INTERPRET", "1: run the kernels in Triton's interpreter (set by the tests; never by the library)"),
 ]
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 VARIANTS = ("softcap", "alibi", "sinks", "mask", "dropout")
 DEFAULT_BENCH_OUT = Path("bench_results")
+INFO_DTYPE = "bf16"  # info --dtype when not given
+# info's options that describe the call of --shape (dest: option), an error without it
+CALL_OPTIONS = {"kv_heads": "--kv-heads", "seqlen_k": "--seqlen-k", "head_dim_v": "--head-dim-v",
+                "dtype": "--dtype", "causal": "--causal", "window": "--window", "variant": "--variant",
+                "arch": "--arch"}
 
 
 def env_help() -> str:
@@ -113,6 +121,17 @@ def _shape(text: str) -> Tuple[int, ...]:
     if min(values) < 1:
         raise argparse.ArgumentTypeError(f"--shape B,N,H,d: every value must be >= 1, got {text!r}")
     return values
+
+
+def _positive(text: str) -> int:
+    """argparse type of an option that takes one integer >= 1 (argparse names the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def _window(text: str) -> Tuple[int, ...]:
@@ -168,6 +187,26 @@ def portable_config(launcher, arch: str, dtype, d_pad: int, masked_right: bool,
     why = f"no entry in {arch}.json" if launch.load_table(arch) else f"no tuned table for {arch}"
     return (_fmt_entry(launcher.default_entry(d_pad, elem, dv_pad, budget)),
             f"{why}: first candidate that fits the model in {budget // 1024} KiB of shared memory")
+
+
+def interpreter_configs() -> List[str]:
+    """Lines naming the tiles each portable kernel launches with in Triton's
+    interpreter, in the order of Launcher.config in kernels/launch.py: a
+    config forced by the environment, else the interpreter's fixed one."""
+    from .kernels import launch
+    from .kernels.bwd import _launch_dkdv, _launch_dq
+    from .kernels.fwd import _launch_fwd
+
+    fixed = launch.INTERPRET_CONFIG
+    lines = []
+    for launcher in (_launch_fwd, _launch_dkdv, _launch_dq):
+        forced = launch.config_from_env(launcher.name)
+        cfg = fixed if forced is None else forced
+        where = ("the interpreter's fixed config (launch.INTERPRET_CONFIG)" if forced is None
+                 else f"forced by {launch.ENV_CONFIG_PREFIX}{launcher.name}")
+        lines.append(f"          {launcher.name:<8} BLOCK_M={cfg.kwargs['BLOCK_M']} BLOCK_N={cfg.kwargs['BLOCK_N']}"
+                     f"  [{where}]")
+    return lines
 
 
 def _hopper_variants(variants: Tuple[str, ...], window: Tuple[int, int], backward: bool = False,
@@ -297,9 +336,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
         arch = f"sm{major}{minor}"
     if arch is None:
         if launch.INTERPRET:
-            cfg = launch.INTERPRET_CONFIG
-            lines.append(f"CPU tensors, TRITON_INTERPRET=1: the portable kernels in Triton's interpreter, "
-                         f"fixed config BLOCK_M={cfg.kwargs['BLOCK_M']} BLOCK_N={cfg.kwargs['BLOCK_N']}")
+            lines.append("CPU tensors, TRITON_INTERPRET=1: the portable kernels in Triton's interpreter")
+            lines.extend(interpreter_configs())
         else:
             from .reference import _CPU_BLOCK
             lines.append(f"CPU tensors: the blockwise PyTorch path (reference.py), {_CPU_BLOCK}x{_CPU_BLOCK} "
@@ -430,7 +468,8 @@ def info(args: Optional[argparse.Namespace] = None) -> int:
     if args is None or args.shape is None:
         return 0
     try:
-        lines = explain_shape(tuple(args.shape), args.dtype, args.causal, tuple(args.window),
+        window = (-1, -1) if args.window is None else tuple(args.window)
+        lines = explain_shape(tuple(args.shape), args.dtype or INFO_DTYPE, args.causal, window,
                               args.kv_heads, args.seqlen_k, args.head_dim_v, tuple(args.variant), args.arch)
     except ValueError as exc:
         print(f"flashattn-triton info: {exc}", file=sys.stderr)
@@ -467,12 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     inf.add_argument("--shape", type=_shape, metavar="B,N,H,d",
                      help="q of shape (batch, seqlen, heads, head_dim) in flash_attn_func's layout")
-    inf.add_argument("--kv-heads", type=int, metavar="HKV", help="K/V heads (GQA; default H)")
-    inf.add_argument("--seqlen-k", type=int, metavar="NK", help="key length (default N)")
-    inf.add_argument("--head-dim-v", type=int, metavar="DV", help="head dim of V (default d)")
-    inf.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: %(default)s")
+    inf.add_argument("--kv-heads", type=_positive, metavar="HKV", help="K/V heads (GQA; default H)")
+    inf.add_argument("--seqlen-k", type=_positive, metavar="NK", help="key length (default N)")
+    inf.add_argument("--head-dim-v", type=_positive, metavar="DV", help="head dim of V (default d)")
+    # --dtype and --window default to None so that main can tell them given (they need --shape)
+    inf.add_argument("--dtype", choices=sorted(DTYPES), help=f"default: {INFO_DTYPE}")
     inf.add_argument("--causal", action="store_true", help="causal (bottom-right aligned)")
-    inf.add_argument("--window", type=_window, default=(-1, -1), metavar="LEFT,RIGHT",
+    inf.add_argument("--window", type=_window, metavar="LEFT,RIGHT",
                      help="window_size, -1 = unbounded (default -1,-1; write --window=-1,R when LEFT is -1)")
     inf.add_argument("--variant", action="append", choices=VARIANTS, default=[],
                      help="a variant the call uses (repeat for several)")
@@ -489,9 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "info":
-        if args.shape is None and any(getattr(args, k) for k in
-                                      ("kv_heads", "seqlen_k", "head_dim_v", "arch", "causal", "variant")):
-            print("flashattn-triton info: these options describe a call: add --shape B,N,H,d",
+        given = [option for dest, option in CALL_OPTIONS.items()
+                 if getattr(args, dest) not in (None, False, [])]
+        if args.shape is None and given:
+            verb = "describes" if len(given) == 1 else "describe"
+            print(f"flashattn-triton info: {', '.join(given)} {verb} a call: add --shape B,N,H,d",
                   file=sys.stderr)
             return 2
         return info(args)

@@ -42,6 +42,24 @@ def test_help_lists_the_commands_and_the_environment(capsys):
         assert option in out
 
 
+def test_help_lists_the_readme_table_but_its_test_rows(capsys):
+    """README: "`--help` prints the table above but its test-only rows" (those
+    whose description starts with "tests:"), in the table's order; the
+    CONFIG_<KERNEL> row names every kernel the README's row does."""
+    import re
+    readme = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `([A-Z_<>]+)` \| (.*) \|$", readme, re.M)
+    assert len(rows) > 20 and any(text.startswith("tests:") for _, text in rows)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = re.findall(r"^  ((?:FLASHATTN_)?TRITON_[A-Z_<>]+)  ", capsys.readouterr().out, re.M)
+    assert listed == [name for name, text in rows if not text.startswith("tests:")]
+    config_row = dict(rows)["FLASHATTN_TRITON_CONFIG_<KERNEL>"]
+    for kernel in ("FWD", "BWD_DKDV", "BWD_DQ", "BWD_FUSED", "BWD_ONE", "DECODE"):
+        assert f"`{kernel}`" in config_row
+        assert kernel in dict(cli.ENVIRONMENT)["FLASHATTN_TRITON_CONFIG_<KERNEL>"]
+
+
 def test_info_without_a_shape(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
@@ -56,6 +74,22 @@ def test_info_shape_on_the_cpu(capsys):
     assert "call: q (2, 100, 4, 64), k, v (2, 100, 4, 64), bf16, causal" in out
     # conftest sets TRITON_INTERPRET=1: the kernels run in the interpreter with its fixed config
     assert "interpreter" in out and "--arch sm90" in out
+
+
+@pytest.mark.skipif(ON_GPU or not launch.INTERPRET, reason="describes the interpreter")
+def test_info_names_the_interpreters_configs(capsys, monkeypatch):
+    """Under TRITON_INTERPRET=1, `info` names for each portable kernel the
+    tiles its launcher uses in the interpreter: a FLASHATTN_TRITON_CONFIG_<KERNEL>
+    config where one is forced, else the interpreter's fixed one."""
+    monkeypatch.setenv("FLASHATTN_TRITON_CONFIG_FWD", "BLOCK_M=64,BLOCK_N=32,num_warps=4,num_stages=2")
+    assert cli.main(["info", "--shape", "1,64,2,64"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for launcher in (_launch_fwd, _launch_dkdv, _launch_dq):
+        cfg = launcher.config(torch.device("cpu"), torch.bfloat16, 64, False, launch.seq_bucket(64))
+        line = next(ln for ln in lines if ln.split()[:1] == [launcher.name])
+        assert f"BLOCK_M={cfg.kwargs['BLOCK_M']} BLOCK_N={cfg.kwargs['BLOCK_N']}" in line, line
+        assert ("forced by FLASHATTN_TRITON_CONFIG_FWD" in line) == (launcher.name == "FWD"), line
+    assert "BLOCK_M=64 BLOCK_N=32" in next(ln for ln in lines if ln.split()[:1] == ["FWD"])
 
 
 def _launcher_choice(launcher, monkeypatch, arch, dtype, d_pad, masked_right, bucket, tag):
@@ -203,6 +237,12 @@ def _assert_hopper_forward(capsys, argv, detail):
     (["info", "--shape", "1,0,2,64"], "must be >= 1"),
     (["info", "--shape", "1,8,2,64", "--arch", "hopper"], "expected smXY"),
     (["info", "--shape", "1,8,2,64", "--window=-2,0"], "-1 (unbounded) or >= 0"),
+    (["info", "--shape", "1,64,4,64", "--kv-heads", "-2"], "argument --kv-heads: expected an integer >= 1"),
+    (["info", "--shape", "1,64,4,64", "--kv-heads", "0"], "argument --kv-heads: expected an integer >= 1"),
+    (["info", "--shape", "1,64,4,64", "--seqlen-k", "-5"], "argument --seqlen-k: expected an integer >= 1"),
+    (["info", "--shape", "1,64,4,64", "--seqlen-k", "0"], "argument --seqlen-k: expected an integer >= 1"),
+    (["info", "--shape", "1,64,4,64", "--head-dim-v", "-8"], "argument --head-dim-v: expected an integer >= 1"),
+    (["info", "--shape", "1,64,4,64", "--head-dim-v", "x"], "argument --head-dim-v: expected an integer >= 1"),
 ])
 def test_info_rejects_bad_options(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
@@ -215,6 +255,11 @@ def test_info_rejects_bad_options(capsys, argv, message):
     (["info", "--shape", "1,8,6,64", "--kv-heads", "4", "--arch", "sm90"], "--kv-heads 4 must divide H=6"),
     (["info", "--shape", "1,8,6,1024", "--arch", "sm90"], "at most 512"),
     (["info", "--causal"], "add --shape"),
+    # every option that describes the call needs --shape, --dtype and --window too
+    (["info", "--kv-heads", "2"], "--kv-heads describes a call: add --shape"),
+    (["info", "--window", "4,0"], "--window describes a call: add --shape"),
+    (["info", "--dtype", "fp16"], "--dtype describes a call: add --shape"),
+    (["info", "--dtype", "bf16", "--seqlen-k", "8"], "--seqlen-k, --dtype describe a call: add --shape"),
 ])
 def test_info_rejects_bad_calls(capsys, argv, message):
     assert cli.main(argv) == 2
@@ -231,6 +276,92 @@ def test_bench_dry_run_presets(capsys):
     assert "fp16" not in full and "d=64" in full and "d=256" in full
     with pytest.raises(SystemExit, match="unknown peer: nope"):
         cli.main(["bench", "--dry-run", "--peers", "nope"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--head-dims", "abc"], ["--head-dims", "0"], ["--head-dims", "-64"], ["--head-dims", "64,x"],
+    ["--seqlens", "0"], ["--seqlens", "-512"], ["--seqlens", ","],
+])
+def test_bench_lists_of_sizes_take_positive_integers(capsys, argv):
+    """--head-dims and --seqlens: comma lists of integers >= 1, else a usage
+    error (exit status 2) naming the option, from either entry point."""
+    from flashattn_triton.bench import attention
+    for run in (lambda: cli.main(["bench", "--dry-run"] + argv), lambda: attention.parse_args(argv)):
+        with pytest.raises(SystemExit) as exc:
+            run()
+        assert exc.value.code == 2
+        assert f"argument {argv[0]}: expected a comma list of integers >= 1" in capsys.readouterr().err
+
+
+def test_bench_lists_of_sizes_parse_to_ints(capsys):
+    from flashattn_triton.bench import attention
+    args = attention.parse_args(["--head-dims", "64, 128", "--seqlens", "512"])
+    assert (args.head_dims, args.seqlens) == ([64, 128], [512])
+    assert cli.main(["bench", "--dry-run", "--head-dims", "64, 128", "--seqlens", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "d=64" in out and "d=128" in out and "N=512" in out
+
+
+def _bad_bench_inputs(tmp_path):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    (tmp_path / "rows.json").write_text('{"rows": [{"provider": "naive"}]}')
+    return [
+        (["--smoke", "--out", "o2", "--compare", "nope.json"], "--compare nope.json: cannot read it"),
+        (["--smoke", "--out", "o2", "--compare", "bad.json"], "--compare bad.json: not a JSON file"),
+        (["--smoke", "--out", "o2", "--compare", "rows.json"], "--compare rows.json: not a bench_attention.json"),
+        (["--smoke", "--out", "o2", "--compare", "."], "--compare .: cannot read it"),
+        (["--smoke", "--out", "afile"], "--out afile: exists and is not a folder"),
+        (["--smoke", "--out", os.path.join("afile", "sub")],
+         f"--out {os.path.join('afile', 'sub')}: afile is not a folder"),
+        (["--render", "nope.json", "--out", "o2"], "--render nope.json: cannot read it"),
+        (["--render", "bad.json", "--out", "o2"], "--render bad.json: not a JSON file"),
+        (["--render", "other.json", "--out", "o2"], "--render other.json: not a bench_attention.json"),
+        (["--render", str(REPO / "benchmarks" / "results" / "h200" / "bench_attention.json"), "--out", "afile"],
+         "--out afile: exists and is not a folder"),
+        (["--compare", "bad.json", "--against", "other.json"], "--compare bad.json: not a JSON file"),
+        (["--against", "other.json"], "--against needs --compare"),
+    ]
+
+
+def test_bench_checks_files_and_folder_before_measuring(capsys, monkeypatch, tmp_path):
+    """--compare / --against / --render must name readable results JSON and
+    --out a folder (or a path where one can be made), else a usage error
+    (exit status 2) before anything is measured or written."""
+    from flashattn_triton.bench import attention
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("measured or wrote despite a bad option")
+    monkeypatch.setattr(attention, "run", must_not_run)
+    monkeypatch.setattr(attention, "write_outputs", must_not_run)
+    monkeypatch.chdir(tmp_path)
+    for argv, message in _bad_bench_inputs(tmp_path):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["bench", "--no-progress"] + argv)
+        assert exc.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert "flashattn-triton bench: error: " + message in err, (argv, err)
+        assert "Traceback" not in err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_bench_reads_compare_before_running_and_renders(capsys, monkeypatch, tmp_path):
+    """A good --compare file is read before the run, which gets its rows;
+    --render of a committed results file rewrites its JSON and markdown."""
+    from flashattn_triton.bench import attention
+    results = REPO / "benchmarks" / "results" / "h200" / "bench_attention.json"
+    seen = {}
+
+    def run(args, s, prog, prev_rows=None):
+        seen["rows"] = prev_rows
+        return 0
+    monkeypatch.setattr(attention, "run", run)
+    assert cli.main(["bench", "--smoke", "--compare", str(results), "--out", str(tmp_path / "new")]) == 0
+    assert seen["rows"] == json.loads(results.read_text())["rows"]
+    assert cli.main(["bench", "--render", str(results), "--out", str(tmp_path / "r"), "--no-plot"]) == 0
+    assert json.loads((tmp_path / "r" / "bench_attention.json").read_text())["rows"]
+    assert "Rows per provider" in (tmp_path / "r" / "bench_attention.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")

@@ -107,8 +107,8 @@ def add_arguments(p: argparse.ArgumentParser, default_preset: str = "full",
                                    "(a peer this GPU or PyTorch lacks gives error rows)")
     p.add_argument("--providers", help=f"comma list from {','.join(C.PROVIDERS)} (ours included or not)")
     p.add_argument("--modes", help=f"comma list from {','.join(C.MODES)}")
-    p.add_argument("--head-dims", help="comma list, e.g. 64,128,256")
-    p.add_argument("--seqlens", help="comma list, e.g. 512,1024")
+    p.add_argument("--head-dims", type=C.positive_int_list, help="comma list, e.g. 64,128,256")
+    p.add_argument("--seqlens", type=C.positive_int_list, help="comma list, e.g. 512,1024")
     p.add_argument("--causal", choices=["both", "yes", "no"], help="default: both")
     p.add_argument("--no-gqa", action="store_true", help="skip the GQA configs")
     p.add_argument("--tokens", type=int, help="B*N per config (default 16384)")
@@ -129,8 +129,9 @@ def add_arguments(p: argparse.ArgumentParser, default_preset: str = "full",
     p.add_argument("--flex-dynamic", action="store_true",
                    help="compile flex with dynamic shapes (fewer compiles, possibly slower kernels)")
     p.add_argument("--no-autotune", action="store_true",
-                   help="run flashattn_triton with its first valid config (FLASHATTN_TRITON_AUTOTUNE=0): "
-                        "no per-key tuning/compiles of every config, at some cost in speed")
+                   help="set FLASHATTN_TRITON_AUTOTUNE=0 for the run, overriding a 1 in the environment: "
+                        "flashattn_triton launches the committed per-GPU table's configs (or the shared-memory "
+                        "model's), as it does by default; autotuning is opt-in (FLASHATTN_TRITON_AUTOTUNE=1)")
     p.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
     p.add_argument("--compare", type=Path, metavar="PREV.json",
                    help="print the run-to-run spread of our TFLOP/s against a previous JSON")
@@ -141,6 +142,7 @@ def add_arguments(p: argparse.ArgumentParser, default_preset: str = "full",
                    help="rewrite the markdown and plot of an existing JSON into --out (no GPU needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(usage_error=p.error)  # execute's checks of files and folders report as argparse does
 
 
 def parse_args(argv=None, default_out: Path | None = None) -> argparse.Namespace:
@@ -159,8 +161,8 @@ def resolve_settings(args) -> dict:
         or (None if peers is None else [C.OURS] + peers),
         "modes": C.parse_list(args.modes, str, C.MODES, "mode"),
         "dtypes": C.parse_list(args.dtypes, str, C.DTYPE_NAMES, "dtype"),
-        "head_dims": C.parse_list(args.head_dims, int),
-        "seqlens": C.parse_list(args.seqlens, int),
+        "head_dims": args.head_dims,  # lists already (C.positive_int_list)
+        "seqlens": args.seqlens,
         "causal": None if args.causal is None else
                   {"both": [False, True], "yes": [True], "no": [False]}[args.causal],
         "max_seconds": args.max_seconds,
@@ -694,7 +696,9 @@ NO_GPU = ("needs a CUDA GPU, and torch sees none here (torch {torch}, CUDA build
           "  --dry-run lists the configurations of a run")
 
 
-def run(args, s: dict, prog: str = "bench_attention.py") -> int:
+def run(args, s: dict, prog: str = "bench_attention.py", prev_rows: list[dict] | None = None) -> int:
+    """The measurements, then the outputs in args.out (prev_rows: --compare's
+    rows, read by execute before anything runs; read here when None)."""
     import torch
 
     if s["device"] == "cuda" and not torch.cuda.is_available():
@@ -750,7 +754,8 @@ def run(args, s: dict, prog: str = "bench_attention.py") -> int:
     run_info["wall_s"] = round(budget.elapsed(), 1)
     compare = None
     if args.compare:
-        compare = compare_markdown(load_rows(args.compare), runner.rows, args.compare.name)
+        prev_rows = load_rows(args.compare) if prev_rows is None else prev_rows
+        compare = compare_markdown(prev_rows, runner.rows, args.compare.name)
         print("\n\n".join(compare))
     write_outputs(args.out, env, s, runner.rows, run_info, not args.no_plot, compare)
     signal.signal(signal.SIGTERM, previous_handler)
@@ -765,17 +770,71 @@ def main(argv=None, default_out: Path | None = None) -> int:
     return execute(parse_args(argv, default_out), "bench_attention.py")
 
 
+def usage_error(args: argparse.Namespace, message: str):
+    """Exit with status 2 and ``message``, as argparse does for a bad option."""
+    error = getattr(args, "usage_error", None)
+    if error is not None:
+        error(message)  # prints the usage and "prog: error: message", exits 2
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_results(args: argparse.Namespace, option: str, path: Path, render: bool = False) -> dict:
+    """The JSON of an earlier run named by ``option`` (--compare, --against,
+    --render) as {"rows": [...], ...}; a file that is missing, unreadable,
+    not JSON or not a results file is a usage error."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        usage_error(args, f"{option} {path}: cannot read it ({exc.strerror or exc})")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        usage_error(args, f"{option} {path}: not a JSON file ({exc})")
+    if not render and isinstance(data, list):
+        data = {"rows": data}  # load_rows takes a bare list of rows too
+    need = ("env", "run", "rows") if render else ("rows",)
+    row_fields = ("provider", "mode", "status") + C.CONFIG_KEYS
+    ok = (isinstance(data, dict) and all(k in data for k in need) and isinstance(data["rows"], list)
+          and all(isinstance(r, dict) and all(f in r for f in row_fields) for r in data["rows"]))
+    if ok and render:
+        settings = data["run"].get("settings") if isinstance(data["run"], dict) else None
+        ok = isinstance(data["env"], dict) and isinstance(settings, dict) and "math_max_gb" in settings
+    if not ok:
+        usage_error(args, f"{option} {path}: not a bench_attention.json of this benchmark (expected "
+                          + ("env, run.settings and rows" if render else "rows") + ")")
+    return data
+
+
+def check_out(args: argparse.Namespace, out: Path) -> None:
+    """--out must be a folder, or a path where one can be made, with write
+    access: checked before any measurement, so that a bad path does not cost
+    the run. (Its bench_attention.* files are replaced; other files stay.)"""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        usage_error(args, f"--out {out}: exists and is not a folder (the results are files in a folder)")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        usage_error(args, f"--out {out}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        usage_error(args, f"--out {out}: {parent} is not writable")
+
+
 def execute(args: argparse.Namespace, prog: str = "flashattn-triton bench") -> int:
-    """Run what the parsed options of add_arguments ask for."""
+    """Run what the parsed options of add_arguments ask for. Input files and
+    --out are checked first: a usage error (exit status 2) before anything runs."""
     if args.out is None:
         args.out = Path("bench_results")
     if args.against and not args.compare:
-        sys.exit("--against needs --compare PREV.json")
+        usage_error(args, "--against needs --compare PREV.json")
     if args.compare and args.against:
-        print("\n\n".join(compare_markdown(load_rows(args.compare), load_rows(args.against), args.compare.name)))
+        prev = read_results(args, "--compare", args.compare)["rows"]
+        cur = read_results(args, "--against", args.against)["rows"]
+        print("\n\n".join(compare_markdown(prev, cur, args.compare.name)))
         return 0
     if args.render:
-        data = json.loads(args.render.read_text())
+        data = read_results(args, "--render", args.render, render=True)
+        check_out(args, args.out)
         s = dict(data["run"]["settings"])
         s["math_max_bytes"] = s["math_max_gb"] * 1e9
         args.out.mkdir(parents=True, exist_ok=True)
@@ -786,7 +845,9 @@ def execute(args: argparse.Namespace, prog: str = "flashattn-triton bench") -> i
     if args.dry_run:
         print_dry_run(build_plan(s), s)
         return 0
-    return run(args, s, prog)
+    prev_rows = read_results(args, "--compare", args.compare)["rows"] if args.compare else None
+    check_out(args, args.out)
+    return run(args, s, prog, prev_rows)
 
 
 if __name__ == "__main__":

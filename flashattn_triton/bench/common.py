@@ -579,3 +579,23 @@ def parse_list(text: str | None, cast=str, allowed=None, what: str = "value") ->
             raise SystemExit(f"unknown {what}: {', '.join(map(str, bad))} "
                              f"(choose from {', '.join(map(str, allowed))})")
     return items
+
+
+def positive_int_list(text: str) -> list[int]:
+    """argparse ``type=`` of a comma list of integers >= 1 ("512,1024"): a
+    bad list is a usage error naming the option (exit status 2)."""
+    import argparse
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    values = []
+    for t in items:
+        try:
+            value = int(t)
+        except ValueError:
+            value = 0
+        if value < 1:
+            bad = "" if t == text.strip() else f": {t!r}"
+            raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 1, got {text!r}{bad}")
+        values.append(value)
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 1, got {text!r}")
+    return values
