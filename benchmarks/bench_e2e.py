@@ -566,7 +566,8 @@ def main(argv=None):
     save()
     short, _ = markdown(payload)
     print("\n" + short)
-    print(f"\nwrote {out / 'bench_e2e.json'}, bench_e2e.md, bench_e2e.png in {budget.elapsed():.0f} s")
+    png = ", bench_e2e.png" if (out / "bench_e2e.png").exists() else " (no plot written)"
+    print(f"\nwrote {out / 'bench_e2e.json'}, bench_e2e.md{png} in {budget.elapsed():.0f} s")
     return 0
 
 
