@@ -72,7 +72,7 @@ from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import check_lse_lo, split_qk
 from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
-                     env_switch, head_dim_pad, seq_bucket, variant_tag)
+                     env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -992,7 +992,7 @@ ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL o
 # H = 16, d = 128).  With it the causal Hopper backward's recording is clean,
 # so its backward plans replay (ops.BwdPlan).
 _DQ_CONVERT_DEFAULT = {False: True, True: True}
-DQ_CONVERT_KERNEL: Any = _DQ_CONVERT_DEFAULT if env_switch(ENV_DQ_CONVERT) is None else env_switch(ENV_DQ_CONVERT)
+DQ_CONVERT_KERNEL: Any = env_switch_or(ENV_DQ_CONVERT, _DQ_CONVERT_DEFAULT)
 
 
 def by_causal(switch: Any, causal: bool, d_pad: Optional[int] = None) -> bool:
@@ -1101,7 +1101,7 @@ ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on /
 # it took 1.046-1.058x there (grid by head), but 0.52-0.98x at d = 64 and
 # 0.57-0.65x at causal d = 128 N <= 1k (configs of the parts that differ in
 # num_warps or tile shape there; one launch runs both with one setting).
-ONE_LAUNCH: Any = {(128, False): True} if env_switch(ENV_ONE_LAUNCH) is None else env_switch(ENV_ONE_LAUNCH)
+ONE_LAUNCH: Any = env_switch_or(ENV_ONE_LAUNCH, {(128, False): True})
 
 
 # The one launch's grid order (_bwd_dkdv_dq HEAD_MAJOR): by (batch, KV head)
@@ -1135,8 +1135,7 @@ ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES o
 # calls since session 21 (benchmarks/history/gpu_next_whole_q.sh on the H200: wall
 # off/on 1.009-1.060 on the 6 causal rows, geomean 1.030; the non-causal
 # rows, which have no masked query tile, read 0.988-1.049 and stay off).
-WHOLE_Q_TILES: Any = ({False: False, True: True} if env_switch(ENV_WHOLE_Q_TILES) is None
-                      else env_switch(ENV_WHOLE_Q_TILES))
+WHOLE_Q_TILES: Any = env_switch_or(ENV_WHOLE_Q_TILES, {False: False, True: True})
 
 ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
 

@@ -277,6 +277,12 @@ def env_switch(name: str) -> Optional[bool]:
     return parse_switch(name, env_value(name))
 
 
+def env_switch_or(name: str, default):
+    """The switch's value where set, else ``default`` (any object: a rule by shape)."""
+    value = env_switch(name)
+    return default if value is None else value
+
+
 def env_fields(name: str) -> Optional[Dict[str, int]]:
     """FLASHATTN_TRITON_CONFIG_<name> ("KEY=VALUE,...") as a dict, None if
     unset; ValueError naming the variable for anything but KEY=positive int
