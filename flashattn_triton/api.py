@@ -759,10 +759,13 @@ def scaled_dot_product_attention(
 
 
 def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, softcap=0.0, sinks=None,
-          plan_key=None) -> torch.Tensor:
+          plan_key=None, causal_and_mask=False) -> torch.Tensor:
     """The SDPA entry's full path, and the same call with flash_attn_func's
     softcap and sinks (internal: the Transformers integration's masked calls
-    of Gemma-2 / gpt-oss layers); plan_key: the public entry's plan key."""
+    of Gemma-2 / gpt-oss layers); plan_key: the public entry's plan key;
+    causal_and_mask (internal: nn.MultiheadAttention's padding mask under its
+    is_causal): the top-left causal mask and attn_mask together, which the
+    public entry refuses as PyTorch does."""
     query, key, value = autocast_inputs(query, key, value)
     if (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
             and not (query.is_nested or key.is_nested or value.is_nested)
@@ -778,7 +781,7 @@ def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
     if q4.shape[1] != k4.shape[1] and not enable_gqa:
         raise ValueError(f"query has {q4.shape[1]} heads and key/value have {k4.shape[1]}: "
                          "pass enable_gqa=True for grouped-query attention")
-    if attn_mask is not None and is_causal:
+    if attn_mask is not None and is_causal and not causal_and_mask:
         raise ValueError("attn_mask and is_causal=True cannot be combined (as in PyTorch): put the "
                          "causal mask into attn_mask")
     bias = None if attn_mask is None else check_attn_mask(

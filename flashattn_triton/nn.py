@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_dropout, check_flag, check_offsets, check_scale, check_window
-from .api import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+from .api import _sdpa, flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 
 __all__ = ["MultiheadAttention", "Attention", "RotaryEmbedding"]
 
@@ -97,7 +97,10 @@ class MultiheadAttention(nn.Module):
     * ``key_padding_mask`` / ``attn_mask`` are merged into one mask and go
       through ``flashattn_triton.scaled_dot_product_attention(attn_mask=...)``
       (boolean when both are boolean, else additive float, in float32 when a
-      float mask's dtype is not the query's).
+      float mask's dtype is not the query's): an ``attn_mask`` with a
+      ``key_padding_mask``, or ``is_causal`` with appended tokens, becomes one
+      (B, 1 or H, L, S) mask; ``is_causal`` with a ``key_padding_mask`` alone
+      passes the (B, 1, 1, S) padding mask and the kernels' causal mask (O(N)).
     * float16, bfloat16 and float32 only (PyTorch's module also runs float64);
       arguments are checked when the module is built, and more strictly
       (``dropout`` in [0, 1), ``batch_first`` a bool, sizes >= 1); masks of
@@ -267,6 +270,12 @@ class MultiheadAttention(nn.Module):
             else:
                 out = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                    dropout_p=dropout_p, is_causal=True).transpose(1, 2)
+        elif is_causal and attn_mask is None and not extra:
+            # The padding mask (B, 1, 1, S) with the kernels' own causal mask (top-left):
+            # no dense (B, 1, L, S) mask built from O(N) inputs.
+            mask = _merge_masks(None, key_padding_mask, False, bsz, h, n_q, n_k, 0, q.dtype, q.device)
+            out = _sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, dropout_p, True, None,
+                        False, causal_and_mask=True).transpose(1, 2)
         else:
             mask = _merge_masks(attn_mask, key_padding_mask, is_causal, bsz, h, n_q, n_k - extra, extra,
                                 q.dtype, q.device)

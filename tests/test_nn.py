@@ -482,3 +482,30 @@ def test_attention_packed_all_empty_with_a_zero_bound():
     attn = Attention(16, 2)
     out = attn(torch.randn(0, 16), cu_seqlens=torch.zeros(3, dtype=torch.int32), max_seqlen=0)
     assert out.shape == (0, 16)
+
+
+def test_causal_padding_mask_stays_o_of_n(monkeypatch):
+    """is_causal with a key_padding_mask: the kernels get the (B, 1, 1, S)
+    padding mask and apply the causal mask themselves (a dense (B, 1, L, S)
+    mask was built from O(N) inputs), top-left as PyTorch's when L != S."""
+    import flashattn_triton.nn as fnn
+    seen = []
+    real = fnn._sdpa
+
+    def spy(q, k, v, mask, *args, **kwargs):
+        seen.append(tuple(mask.shape))
+        return real(q, k, v, mask, *args, **kwargs)
+    monkeypatch.setattr(fnn, "_sdpa", spy)
+    torch.manual_seed(0)
+    ref_mod = torch.nn.MultiheadAttention(16, 2, batch_first=True).double()
+    mod = MultiheadAttention(16, 2, batch_first=True)
+    mod.load_state_dict(ref_mod.state_dict())
+    q, kv = torch.randn(2, 6, 16), torch.randn(2, 9, 16)
+    kpm = torch.zeros(2, 9, dtype=torch.bool)
+    kpm[1, 3:5] = True
+    got = mod(q, kv, kv, key_padding_mask=kpm, is_causal=True)[0]
+    causal = torch.ones(6, 9, dtype=torch.bool).triu(1)  # top-left: query i sees keys j <= i
+    want = ref_mod(q.double(), kv.double(), kv.double(), key_padding_mask=kpm, attn_mask=causal,
+                   need_weights=False)[0]
+    assert seen == [(2, 1, 1, 9)], seen
+    assert torch.allclose(got.double(), want, atol=1e-5), (got.double() - want).abs().max()
