@@ -20,7 +20,7 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import (FLOAT32_LIMIT, FLOAT32_TINY, autocast_inputs, check_scale, check_sinks, finite_float, shape_is,
+from ._validate import (autocast_inputs, check_scale, check_sinks, check_softcap_range, finite_float, shape_is,
                         short_repr, unbounded_side)
 from .kernels.launch import INTERPRET
 
@@ -225,9 +225,7 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
     if finite_float(softcap) is None or softcap < 0:
         raise ValueError(f"softcap must be finite and >= 0 (0 disables it), got {short_repr(softcap)}")
-    if softcap != 0 and not FLOAT32_TINY <= softcap < FLOAT32_LIMIT:
-        raise ValueError(f"softcap={float(softcap)!r} is outside what the kernels' float32 arithmetic holds: "
-                         f"0 (off) or {FLOAT32_TINY:.4g} <= softcap < {FLOAT32_LIMIT:.4g}")
+    check_softcap_range(float(softcap))
     if not _is_int(num_splits):
         raise TypeError(f"num_splits must be an int (0: chosen automatically), got {type(num_splits).__name__} "
                         f"{num_splits!r}")

@@ -119,10 +119,16 @@ def check_softcap(softcap) -> float:
     value = finite_float(softcap)
     if value is None or value < 0:
         raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {short_repr(softcap)}")
+    check_softcap_range(value)
+    return value
+
+
+def check_softcap_range(value: float) -> None:
+    """A finite softcap >= 0 that the kernels' float32 arithmetic holds:
+    0 (off), or a normal float32 whose product with log2(e) is finite."""
     if value != 0 and not FLOAT32_TINY <= value < FLOAT32_LIMIT:
         raise ValueError(f"softcap={value!r} is outside what the kernels' float32 arithmetic holds: "
                          f"0 (off) or {FLOAT32_TINY:.4g} <= softcap < {FLOAT32_LIMIT:.4g}")
-    return value
 
 
 def check_dropout(dropout_p) -> float:

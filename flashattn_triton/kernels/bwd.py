@@ -59,7 +59,6 @@ chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 import torch
@@ -72,7 +71,7 @@ from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import check_lse_lo, split_qk
 from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
-                     env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
+                     env_choice, env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -1111,10 +1110,7 @@ ONE_LAUNCH: Any = env_switch_or(ENV_ONE_LAUNCH, {(128, False): True})
 # one process): by head 1.022 / 1.012 / 1.038x faster than by kind at N 512 /
 # 1k / 2k.
 ENV_ONE_LAUNCH_ORDER = "FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER"
-_ORDER = os.environ.get(ENV_ONE_LAUNCH_ORDER, "").strip() or "head"
-if _ORDER not in ("head", "kind"):
-    raise ValueError(f"{ENV_ONE_LAUNCH_ORDER}={os.environ[ENV_ONE_LAUNCH_ORDER]!r}: must be head or kind, or unset")
-ONE_LAUNCH_HEAD_MAJOR = _ORDER == "head"
+ONE_LAUNCH_HEAD_MAJOR = env_choice(ENV_ONE_LAUNCH_ORDER, ("head", "kind")) != "kind"
 
 
 def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> bool:

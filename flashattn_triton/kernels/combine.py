@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._validate import plain
 from .launch import COMPILE_OPTIONS, INTERPRET, head_dim_pad
 
 
@@ -210,8 +211,7 @@ def combine_attention_states(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     if out_dtype is not None and out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"out_dtype must be None or torch.float16 / bfloat16 / float32, got {out_dtype!r}")
     out_dtype = out_dtype or out_parts.dtype
-    out_parts = out_parts.resolve_neg() if out_parts.is_neg() else out_parts
-    lse_parts = lse_parts.resolve_neg() if lse_parts.is_neg() else lse_parts
+    out_parts, lse_parts = plain(out_parts), plain(lse_parts)
     out = torch.empty((b, n, h, d), dtype=out_dtype, device=out_parts.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=out_parts.device)
     if s == 0:

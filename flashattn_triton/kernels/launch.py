@@ -260,6 +260,16 @@ def env_value(name: str) -> Optional[str]:
     return os.environ.decodevalue(raw)  # type: ignore[attr-defined]
 
 
+def env_choice(name: str, choices: Tuple[str, ...]) -> Optional[str]:
+    """A variable that takes one of ``choices`` (spaces ignored): its value,
+    None when unset or empty; anything else ValueError naming it."""
+    value = env_value(name)
+    text = "" if value is None else value.strip()
+    if text and text not in choices:
+        raise ValueError(f"{name}={value!r}: must be {', '.join(choices[:-1])} or {choices[-1]}, or unset")
+    return text or None
+
+
 def parse_switch(name: str, value: Optional[str]) -> Optional[bool]:
     """An on/off variable's value: None when unset or empty, True for "1",
     False for "0" (spaces ignored); anything else ValueError naming it (a

@@ -126,7 +126,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from typing import Any, Optional, Union
 
 import torch
@@ -139,7 +138,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma, warpgroup_mma_wait)
 
 from .. import fastlaunch
-from ..launch import env_switch
+from ..launch import env_choice, env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
@@ -2054,10 +2053,8 @@ DQ_ACC_LIKE_DQ: Any = False
 # override NAMED_BAR take precedence, in that order reversed.
 NAMED_BAR_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NAMED_BAR"
 NAMED_BAR_BY_SHAPE = {128: (0, 2)}
-_NAMED_BAR = os.environ.get(NAMED_BAR_ENV, "").strip()
-if _NAMED_BAR not in ("", "0", "1", "2"):
-    raise ValueError(f"{NAMED_BAR_ENV}={os.environ[NAMED_BAR_ENV]!r}: must be 0, 1 or 2, or unset")
-HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = int(_NAMED_BAR) if _NAMED_BAR else None
+_NAMED_BAR = env_choice(NAMED_BAR_ENV, ("0", "1", "2"))
+HOPPER_BWD_NAMED_BAR_DEFAULT: Optional[int] = None if _NAMED_BAR is None else int(_NAMED_BAR)
 # TMA_DKV per head dim, (not causal, causal): dK / dV written through the
 # free (Q, dO) ring slots and TMA stores (_store_tile_tma) instead of
 # gl.store, whose build writes 16-bit elements one at a time, each behind a
