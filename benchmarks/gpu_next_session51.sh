@@ -7,12 +7,14 @@
 #  2. Session 50's host changes after its call 3 (368e58d), which no GPU ran (the device would not
 #     start for its last call): nn.MultiheadAttention's is_causal + key_padding_mask through the
 #     kernels' causal mask and a (B, 1, 1, S) padding mask (33ec4fa), the import-time switches'
-#     helper (bebff35), test_cli's results-file tests (skip without benchmarks/results).
+#     helpers (bebff35, 00efcf1: env_switch_or, env_choice, check_softcap_range, parsed when
+#     kernels/bwd.py and kernels/hopper/bwd.py are imported), test_cli's results-file tests (skip
+#     without benchmarks/results).
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment beside the previous H200 ones: results/h200/session51/).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests session50_host 200 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
-  tests/test_cli.py
+gpu_tests session50_host 300 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
+  tests/test_cli.py tests/test_backward.py
 mkdir -p "$R/bench"
 T_BENCH=${T_BENCH:-240} timeout -k 5 ${T_BENCH:-240} python3 benchmarks/bench_variants.py --skip-sweep --rep 30 \
   --out "$R/bench" > "$R/bench_variants.log" 2>&1
