@@ -38,14 +38,21 @@ import common as C  # noqa: E402
 def timer(device: str, warmup: int, rep: int):
     """ms per call of fn: triton's do_bench (CUDA events, median) on the GPU,
     a wall-clock mean on the CPU (--smoke only)."""
-    def ms(fn):
+    def ms(fn, grad_to_none=None):
+        # grad_to_none: the leaves' .grad reset before each timed call (as the
+        # harness's bench_attention does), so that a timed backward does not also
+        # run AccumulateGrad's in-place add over dQ, dK, dV (and a bias's gradient).
         if device == "cuda":
-            return C.bench_ms(fn, warmup=warmup, rep=rep)
+            return C.bench_ms(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none)
         fn()
-        t0 = time.perf_counter()
+        total = 0.0
         for _ in range(2):
+            for t in grad_to_none or ():
+                t.grad = None
+            t0 = time.perf_counter()
             fn()
-        return (time.perf_counter() - t0) / 2 * 1e3
+            total += time.perf_counter() - t0
+        return total / 2 * 1e3
     return ms
 
 
@@ -66,9 +73,17 @@ class Case:
         leaves = [t.clone().requires_grad_() for t in (self.q, self.k, self.v)]
         return leaves, self.do
 
-    def bhnd(self):
-        """Fresh leaves in SDPA / Flex layout (B, H, N, d) and the cotangent."""
-        leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (self.q, self.k, self.v)]
+    def bhnd(self, repeat_kv: bool = False):
+        """Fresh leaves in SDPA / Flex layout (B, H, N, d) and the cotangent.
+        repeat_kv: K and V repeated to Hq heads before timing (the leaves are
+        the repeated tensors), for SDPA rows whose fused kernels do not take
+        enable_gqa's grouped heads with the case (a float bias with its
+        gradient, d = 512): with enable_gqa SDPA falls back to its unfused
+        math path there, which is not the peer a user would pick."""
+        k, v = self.k, self.v
+        if repeat_kv and self.hq != self.hkv:
+            k, v = (t.repeat_interleave(self.hq // self.hkv, 2) for t in (k, v))
+        leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (self.q, k, v)]
         return leaves, self.do.transpose(1, 2).contiguous()
 
     def flops(self, causal: bool, window: int | None = None) -> float:
@@ -94,11 +109,25 @@ def run_provider(ms, make, row, key, flops):
     def bwd():
         out.backward(dout, retain_graph=True)
     try:
-        bwd_ms = ms(bwd)
+        bwd_ms = ms(bwd, grad_to_none=list(leaves))
         row.update({f"{key}_bwd_ms": bwd_ms, f"{key}_bwd_tflops": 2.5 * flops / bwd_ms * 1e-9})
+        if key == "peer" and "sdpa" in row.get("peer_provider", "") and out.is_cuda:
+            row["peer_kernels"] = cuda_kernels(fn)  # which backend SDPA's default dispatch picked
     finally:
         for t in leaves:
             t.grad = None
+
+
+def cuda_kernels(fn) -> list:
+    """The CUDA kernels one call of fn runs (torch.profiler): an unforced SDPA's
+    backend (flash / cuDNN / efficient, or the unfused math path's GEMMs and
+    softmax), recorded next to the row it is compared with."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.key for e in prof.key_averages() if e.device_type.name == "CUDA"})[:8]
 
 
 def flex_fn(compiled):
@@ -188,10 +217,11 @@ def variant_rows(args, ms, device):
 
     def with_bias(fn_name):
         def make():
-            (q, k, v), do = case.bhnd()
+            ours = fn_name == "ours"
+            (q, k, v), do = case.bhnd(repeat_kv=not ours)
             bb = bias.clone().requires_grad_()
-            f = fat.scaled_dot_product_attention if fn_name == "ours" else F.scaled_dot_product_attention
-            return (lambda: f(q, k, v, attn_mask=bb, enable_gqa=True)), (q, k, v, bb), do
+            f = fat.scaled_dot_product_attention if ours else F.scaled_dot_product_attention
+            return (lambda: f(q, k, v, attn_mask=bb, enable_gqa=ours)), (q, k, v, bb), do
         return make
 
     variants = [
@@ -211,7 +241,7 @@ def variant_rows(args, ms, device):
          "eager PyTorch", eager_sinks(0.1)),
         ("bool mask (B,1,N,N)", dict(causal=False), ours_sdpa(attn_mask=bool_mask), "sdpa attn_mask",
          sdpa_make(attn_mask=bool_mask)),
-        ("float bias (1,H,N,N) + grad", dict(causal=False), with_bias("ours"), "sdpa attn_mask",
+        ("float bias (1,H,N,N) + grad", dict(causal=False), with_bias("ours"), "sdpa attn_mask, K/V repeated",
          with_bias("sdpa")),
     ]
     for name, shape, ours, peer_name, peer in variants:
@@ -234,14 +264,18 @@ def variant_rows(args, ms, device):
                 return (lambda: fat.flash_attn_func(q, k, v, causal=True)), (q, k, v), do
             return make
 
-        def peer_make(c=c2):
+        # d = 512: no fused SDPA kernel takes enable_gqa there (see Case.bhnd).
+        repeat = d_ > 256
+
+        def peer_make(c=c2, repeat=repeat):
             def make():
-                (q, k, v), do = c.bhnd()
-                return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), \
+                (q, k, v), do = c.bhnd(repeat_kv=repeat)
+                return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=not repeat)), \
                     (q, k, v), do
             return make
+        peer_name = "sdpa (default backend, K/V repeated)" if repeat else "sdpa (default backend)"
         rows.append(measure(ms, f"d={d_}, dv={dv_}", c2, dict(causal=True),
-                            [("flashattn_triton", ours_make()), ("sdpa (default backend)", peer_make())]))
+                            [("flashattn_triton", ours_make()), (peer_name, peer_make())]))
         del c2
     return rows
 

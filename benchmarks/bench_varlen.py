@@ -46,7 +46,6 @@ def main():
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
-    import triton.testing
     import flashattn_triton as fat
 
     hq, hkv = (int(x) for x in args.heads.split(","))
@@ -55,14 +54,15 @@ def main():
     for seed in range(args.batches):
         lens = doc_lengths(args.tokens, seed)
         total, nmax, b = sum(lens), max(lens), len(lens)
-        useful = sum(4 * hq * n * n * d / 2 for n in lens)
+        useful = sum(C.attn_flops(1, hq, n, n, d, True) for n in lens)  # the one convention
         cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device=dev)
         q = torch.randn(total, hq, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
         v = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
         do = torch.randn_like(q)
         providers = {}
-        providers["ours varlen"] = lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True)
+        providers["ours varlen"] = (lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True),
+                                    do, (q, k, v))
 
         # Padded to the longest document: (B, nmax, H, d), our dense kernel.
         qp = torch.zeros(b, nmax, hq, d, device=dev, dtype=dt)
@@ -75,7 +75,7 @@ def main():
         # Causal aligned top-left, as the documents start at row 0 of their pad.
         providers["ours padded"] = (lambda: fat.scaled_dot_product_attention(
             qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2), is_causal=True,
-            enable_gqa=True), dop.transpose(1, 2))
+            enable_gqa=True), dop.transpose(1, 2), (qp, kp, vp))
 
         try:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -87,7 +87,7 @@ def main():
             flex = torch.compile(flex_attention)
             qf, kf, vf = (t.detach().transpose(0, 1)[None].requires_grad_() for t in (q, k, v))
             providers["flex doc mask"] = (lambda: flex(qf, kf, vf, block_mask=bm, enable_gqa=True),
-                                          do.transpose(0, 1)[None])
+                                          do.transpose(0, 1)[None], (qf, kf, vf))
         except Exception as exc:  # noqa: BLE001
             rows.append(dict(seed=seed, provider="flex doc mask", error=C.short_error(exc)))
         try:
@@ -96,17 +96,19 @@ def main():
                           for t in (q, k, v))
             dn = torch.nested.nested_tensor_from_jagged(do, offs).transpose(1, 2)
             providers["sdpa nested"] = (lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=True,
-                                                                               enable_gqa=True), dn)
+                                                                               enable_gqa=True), dn, (qn, kn, vn))
         except Exception as exc:  # noqa: BLE001
             rows.append(dict(seed=seed, provider="sdpa nested", error=C.short_error(exc)))
 
         for name, spec in providers.items():
-            fn, grad = (spec, do) if callable(spec) else spec
+            fn, grad, leaves = spec
             try:
                 out = fn()
-                fwd_ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-                bwd_ms = triton.testing.do_bench(lambda: out.backward(grad, retain_graph=True), warmup=10,
-                                                 rep=40, return_mode="median")
+                # C.bench_ms: waits for ours' backward prefetch first; grad_to_none: no
+                # AccumulateGrad add over dQ/dK/dV inside the timed backward.
+                fwd_ms = C.bench_ms(fn, warmup=10, rep=40)
+                bwd_ms = C.bench_ms(lambda: out.backward(grad, retain_graph=True), warmup=10, rep=40,
+                                    grad_to_none=list(leaves))
                 rows.append(dict(seed=seed, provider=name, docs=b, max_len=nmax, fwd_ms=fwd_ms, bwd_ms=bwd_ms,
                                  fwd_tflops=useful / fwd_ms * 1e-9, bwd_tflops=2.5 * useful / bwd_ms * 1e-9))
             except Exception as exc:  # noqa: BLE001

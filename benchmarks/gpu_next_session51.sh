@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Queued by session 50 (H100 only there, like sessions 47-49): what an H200 owes the issues.
+#  0. Session 51 (no GPU lent): bench_variants.py's float-bias and d = 512 SDPA peers with K/V repeated
+#     (they ran SDPA's math path before), gradients reset before each timed backward, peer_kernels.
 #  1. The variant table at today's defaults (issue 10's benchmark; last on an H200 in session 43:
 #     d = 192 backward 0.87x SDPA; session 50 on an H100: 0.83x) and the decode table (issue 11;
 #     last in session 33) after the host changes of sessions 47-50 and the float-bias LSE_LO builds.

@@ -487,6 +487,28 @@ def test_benchmark_scripts_use_the_package_harness():
     assert common.attn_flops(2, 4, 8, 8, 16, causal=True, mode="bwd") == 2.5 * 4 * 2 * 4 * 8 * 8 * 16 / 2
 
 
+@pytest.mark.parametrize("n_q,n_k,causal,window", [
+    (5, 13, True, (-1, -1)), (13, 5, True, (-1, -1)), (1, 9, True, (-1, -1)), (9, 9, False, (3, 0)),
+    (7, 11, False, (2, 4)), (11, 7, True, (4, -1)), (6, 6, False, (-1, 2)), (8, 3, False, (0, 0)),
+])
+def test_attn_flops_counts_attended_pairs(n_q, n_k, causal, window):
+    """The benchmarks' FLOP count is 2 * B * Hq * pairs * (d + dv), the pairs
+    those of flash-attn's bottom-right mask (a halved Nq * Nk only for square
+    causal calls, the papers' convention), checked against a brute-force mask."""
+    i = torch.arange(n_q)[:, None] + n_k - n_q
+    j = torch.arange(n_k)[None, :]
+    left, right = window
+    keep = torch.ones(n_q, n_k, dtype=torch.bool)
+    if causal or right >= 0:
+        keep &= j <= i + (0 if causal else right)
+    if left >= 0:
+        keep &= j >= i - left
+    pairs = int(keep.sum())
+    assert common.attended_pairs(n_q, n_k, causal, window) == pairs
+    assert common.attn_flops(2, 3, n_q, n_k, 16, causal, window=window, head_dim_v=8) == 2.0 * 2 * 3 * pairs * 24
+    assert common.attn_flops(2, 3, n_q, n_k, 16, causal, "bwd", window=window) == 2.5 * 4.0 * 2 * 3 * pairs * 16
+
+
 def test_info_names_the_row_bound_switch(capsys, monkeypatch):
     """`info` names ROW_BOUND on the Hopper forward and backward lines of a
     causal call exactly when each module's ROW_BOUND_DIMS holds the head dim

@@ -56,16 +56,40 @@ SHORT_END = "<!-- short:end -->"
 
 # --------------------------------------------------------------------------- FLOPs
 
+def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1, -1)) -> int:
+    """(query, key) pairs a mask keeps, flash-attn semantics: bottom-right
+    aligned, key j visible from row i iff i + Nk - Nq - left <= j <= i + Nk - Nq
+    + right (causal: right = 0; -1: unbounded).  Rows with no key count 0."""
+    left, right = window
+    if causal:
+        right = 0
+    shift, total = seqlen_k - seqlen_q, 0
+    for i in range(seqlen_q):
+        hi = seqlen_k - 1 if right < 0 else min(seqlen_k - 1, i + shift + right)
+        lo = 0 if left < 0 else max(0, i + shift - left)
+        total += max(0, hi - lo + 1)
+    return total
+
+
 def attn_flops(batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, head_dim: int,
-               causal: bool, mode: str = "fwd") -> float:
+               causal: bool, mode: str = "fwd", window=(-1, -1), head_dim_v: int | None = None) -> float:
     """The single FLOP convention used by every benchmark.
 
     fwd = 4 * B * Hq * Nq * Nk * d (two matmuls, 2 FLOPs per multiply-add),
-    halved when causal; bwd = 2.5 x fwd; fwd_bwd = 3.5 x fwd.
+    halved when causal; bwd = 2.5 x fwd; fwd_bwd = 3.5 x fwd.  The halving is
+    the papers' convention for square causal shapes (Nq = Nk, no window);
+    otherwise the count is the attended pairs (bottom-right causal, sliding
+    window), as a halved Nq * Nk is wrong by up to Nq / Nk there.  With
+    head_dim_v (MLA, d != dv) fwd = 2 * B * Hq * pairs * (d + dv).
     """
-    fwd = 4.0 * batch * heads_q * seqlen_q * seqlen_k * head_dim
-    if causal:
-        fwd /= 2
+    dv = head_dim if head_dim_v is None else head_dim_v
+    if causal and seqlen_q == seqlen_k and tuple(window) == (-1, -1):
+        pairs = seqlen_q * seqlen_k / 2
+    elif not causal and tuple(window) == (-1, -1):
+        pairs = seqlen_q * seqlen_k
+    else:
+        pairs = attended_pairs(seqlen_q, seqlen_k, causal, window)
+    fwd = 2.0 * batch * heads_q * pairs * (head_dim + dv)
     factor = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}[mode]
     return fwd * factor
 
@@ -535,6 +559,11 @@ def build_attention(provider: str, cfg: AttnConfig, flex_dynamic: bool = False):
             (lambda: env_set("FLASHATTN_TRITON_BACKEND", tier))
     if provider in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if cfg.causal and cfg.seqlen_q != cfg.seqlen_k:
+            # SDPA's is_causal is top-left aligned, ours, flex's and naive's bottom-right:
+            # the row would time a different mask (and other FLOPs) for this provider.
+            raise ValueError(f"{provider}: is_causal is top-left aligned; Nq != Nk needs a lower-right mask")
 
         kwargs = {"is_causal": cfg.causal}
         if cfg.gqa:
