@@ -5,7 +5,8 @@ devices; never tensor values, so nothing waits for the GPU), then calls the
 custom op ``torch.ops.flashattn_triton.kvcache_fwd``.  The op appends the new
 keys/values to the cache in place (declared as a mutation of k_cache and
 v_cache) and runs split-KV attention (kernels/decode.py) with the combine
-kernel (kernels/combine.py).  Being one opaque op with a fake (meta)
+kernel (kernels/combine.py); a call without new keys/values takes
+``kvcache_attn``, the same computation declared with no mutation.  Being one opaque op with a fake (meta)
 implementation, it traces under ``torch.compile(fullgraph=True)``, and since it
 never synchronises it can be captured in a CUDA graph.
 
@@ -23,6 +24,7 @@ import torch
 from ._validate import (autocast_inputs, check_scale, check_sinks, check_softcap_range, finite_float, shape_is,
                         short_repr, unbounded_side)
 from .kernels.launch import INTERPRET
+from .ops import eager_tensors
 
 __all__ = ["flash_attn_with_kvcache"]
 
@@ -415,6 +417,51 @@ def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
     return torch.empty_like(q), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
 
 
+@torch.library.custom_op("flashattn_triton::kvcache_attn", mutates_args=())
+def kvcache_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                 rotary_cos: Optional[torch.Tensor], rotary_sin: Optional[torch.Tensor],
+                 cache_seqlens: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
+                 cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                 alibi_slopes: Optional[torch.Tensor], softmax_scale: float, causal: bool,
+                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
+                 num_splits: int, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """kvcache_fwd without k / v (k and v must be None): attends, writes nothing."""
+    assert k is None and v is None
+    return _kvcache_impl(q, k_cache, v_cache, None, None, rotary_cos, rotary_sin, cache_seqlens,
+                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
+                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks)
+
+
+kvcache_attn.register_fake(_kvcache_fwd_fake)
+
+
+def _check_append_target(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """The caches that an append writes in place: no autograd history to
+    corrupt, and no memory shared between them."""
+    if torch.is_grad_enabled() and (k_cache.requires_grad or v_cache.requires_grad):
+        # As PyTorch's in-place ops on a tensor that requires grad, which this op
+        # (no autograd formula: it cannot rebase the cache's history) would
+        # otherwise write silently: a leaf raises there, and a non-leaf cache
+        # would keep its old grad_fn, giving wrong gradients through it later.
+        raise RuntimeError(
+            "flash_attn_with_kvcache appends k, v into k_cache / v_cache in place and has no backward, but "
+            f"k_cache.requires_grad={k_cache.requires_grad}, v_cache.requires_grad={v_cache.requires_grad}: "
+            "call it under torch.no_grad() / torch.inference_mode(), or pass caches that do not require grad")
+    # Plain tensors with data only (meta / fake tensors have no addresses to compare).
+    if not torch.compiler.is_compiling() and eager_tensors(k_cache, v_cache, k_cache):
+        if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
+            raise ValueError("k_cache and v_cache start at the same memory (the same tensor, or two views of "
+                             "one): appending v would overwrite the appended k; pass two caches, or the two "
+                             "halves of a packed (..., 2, nheads_k, headdim) cache")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.is_inference() and not torch.is_inference_mode_enabled():
+                # what PyTorch's own in-place ops (and the blockwise CPU path) raise
+                raise RuntimeError(f"{name} is an inference tensor and k, v would be appended to it in place "
+                                   "outside InferenceMode, which PyTorch does not allow; call this under "
+                                   "torch.inference_mode() or make the cache outside it")
+
+
 def _no_backward(grad):
     raise NotImplementedError("flash_attn_with_kvcache has no backward (it is for inference, as flash-attn's); "
                               "call it under torch.no_grad() / torch.inference_mode(), or use flash_attn_func "
@@ -586,6 +633,8 @@ def flash_attn_with_kvcache(
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
     sinks = check_sinks(sinks, q, q.shape[2])
+    if k is not None:
+        _check_append_target(k_cache, v_cache)
     # The kernels read these per-sequence vectors at PTR + b (a strided view would be misread).
     if isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = cache_seqlens.contiguous()
@@ -596,7 +645,12 @@ def flash_attn_with_kvcache(
     if _is_int(cache_seqlens):
         cache_seqlens = torch.full((q.shape[0],), int(cast(int, cache_seqlens)), dtype=_INDEX_DTYPE,
                                    device=q.device)
-    out, lse = torch.ops.flashattn_triton.kvcache_fwd(
+    # Only a call that appends mutates the caches: a read-only call goes through
+    # an op that declares no mutation, so it leaves their version counters alone
+    # (a cache saved by an earlier autograd op stays usable) and torch.compile
+    # need not functionalize a whole-cache copy for it.
+    op = torch.ops.flashattn_triton.kvcache_fwd if k is not None else torch.ops.flashattn_triton.kvcache_attn
+    out, lse = op(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
         rotary_interleaved, min(int(num_splits), 2 ** 30), sinks)  # (splits past the key tiles: one per tile)

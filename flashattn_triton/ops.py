@@ -684,7 +684,11 @@ class _DoubleBackwardError(torch.autograd.Function):
     def forward(ctx, n_grads, *tensors):
         """tensors: the gradients, then the inputs they depend on (so that
         the outputs join the graph of those that require grad)."""
-        return tuple(g.view_as(g) if g is not None else None for g in tensors[:n_grads])
+        # detach(), not view_as(): a view made inside a Function that returns
+        # several outputs may not be modified in place, so view_as() made
+        # torch.autograd.grad(..., create_graph=True)[0].mul_(2) raise; the
+        # gradients are fresh buffers, so an alias of them is safe to return.
+        return tuple(g.detach() if g is not None else None for g in tensors[:n_grads])
 
     @staticmethod
     def backward(ctx, *ggrads):

@@ -756,6 +756,79 @@ def test_custom_op_registered(device):
         test_utils=("test_schema", "test_faketensor"))
 
 
+def test_read_only_op_registered(device):
+    """A call without k / v goes through an op that declares no mutation, so
+    it leaves the caches' version counters alone: a cache an earlier autograd
+    op saved stays usable for that op's backward."""
+    schema = str(torch.ops.flashattn_triton.kvcache_attn.default._schema)
+    assert "!" not in schema, schema
+    r = lambda *shape: torch.randn(*shape, device=device)  # noqa: E731
+    torch.library.opcheck(
+        torch.ops.flashattn_triton.kvcache_attn,
+        (r(1, 1, 2, 16), r(1, 32, 1, 16), r(1, 32, 1, 16), None, None, None, None, ints(device, [5]),
+         None, None, None, None, 0.25, True, -1, 0, 0.0, True, 2),
+        test_utils=("test_schema", "test_faketensor"))
+    p = torch.randn(2, 32, 2, 16, device=device, requires_grad=True)
+    cache = p * 1.0
+    w = torch.randn(32, device=device, requires_grad=True)
+    y = (cache * w[None, :, None, None]).sum()  # saves cache for w's gradient
+    version = cache._version
+    with torch.no_grad():
+        flash_attn_with_kvcache(torch.randn(2, 1, 2, 16, device=device), cache.detach(), cache.detach(),
+                                cache_seqlens=ints(device, [5, 9]))
+    assert cache._version == version, "a read-only call bumped the cache's version counter"
+    y.backward()
+    assert_close("dw", w.grad, p.detach().sum((0, 2, 3)), atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["leaf", "non_leaf"])
+def test_append_into_a_cache_that_requires_grad_raises(device, which):
+    """The append writes the caches in place and has no backward: with grad
+    enabled and a cache that requires grad it raises (a non-leaf cache would
+    otherwise keep its old grad_fn: wrong gradients through it later, as
+    PyTorch's own index_put_ would not give); under no_grad it appends."""
+    b, n, h, d = 2, 32, 2, 16
+    p = torch.randn(b, n, h, d, device=device, requires_grad=True)
+    k_cache = p if which == "leaf" else p * 1.0
+    v_cache = torch.zeros(b, n, h, d, device=device)
+    q, k, v = (torch.randn(b, 1, h, d, device=device) for _ in range(3))
+    with pytest.raises(RuntimeError, match=r"k_cache.requires_grad=True.*torch.no_grad\(\)"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=ints(device, [3, 7]))
+    assert torch.equal(k_cache.detach(), p.detach()), "the refused call wrote the cache"
+    with torch.no_grad():
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=ints(device, [3, 7]))
+    assert torch.equal(k_cache[0, 3].detach(), k[0, 0]) and torch.equal(v_cache[1, 7], v[1, 0])
+
+
+def test_append_into_one_cache_for_k_and_v_raises(device):
+    """k_cache and v_cache starting at the same memory: the appended v would
+    overwrite the appended k, so an append refuses it; the two halves of a
+    packed (..., 2, nheads_k, headdim) cache are two caches and append."""
+    b, n, h, d = 2, 32, 2, 16
+    q, k, v = (torch.randn(b, 1, h, d, device=device) for _ in range(3))
+    cache = torch.randn(b, n, h, d, device=device)
+    with pytest.raises(ValueError, match="k_cache and v_cache start at the same memory"):
+        flash_attn_with_kvcache(q, cache, cache, k, v, cache_seqlens=ints(device, [3, 7]))
+    flash_attn_with_kvcache(q, cache, cache, cache_seqlens=ints(device, [3, 7]))  # read-only: fine
+    packed = torch.randn(b, n, 2, h, d, device=device)
+    flash_attn_with_kvcache(q, packed[:, :, 0], packed[:, :, 1], k, v, cache_seqlens=ints(device, [3, 7]))
+    assert torch.equal(packed[0, 3, 0], k[0, 0]) and torch.equal(packed[0, 3, 1], v[0, 0])
+
+
+def test_append_into_an_inference_cache_outside_inference_mode_raises(device):
+    """As PyTorch's in-place ops: a cache made under inference_mode takes an
+    append only inside inference_mode (the kernels would write it silently)."""
+    b, n, h, d = 1, 32, 2, 16
+    with torch.inference_mode():
+        k_cache, v_cache = torch.zeros(b, n, h, d, device=device), torch.zeros(b, n, h, d, device=device)
+    q, k, v = (torch.randn(b, 1, h, d, device=device) for _ in range(3))
+    with pytest.raises(RuntimeError, match="k_cache is an inference tensor"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=ints(device, [3]))
+    with torch.inference_mode():
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=ints(device, [3]))
+    assert torch.equal(k_cache[0, 3], k[0, 0])
+
+
 def _args():
     q = torch.randn(2, 1, 4, 16, dtype=torch.float16)
     kc = torch.randn(2, 32, 2, 16, dtype=torch.float16)

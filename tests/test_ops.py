@@ -241,6 +241,11 @@ def test_double_backward_raises(device, entry):
     ref_out = flash_attention_ref(q, k, v, True)[0]
     ref_g, = torch.autograd.grad(ref_out.sum(), q)
     assert_close("dq with create_graph=True", g.detach(), ref_g, atol=1e-4)
+    # Such a gradient is an ordinary tensor: scaling it in place (gradient
+    # penalties, clipping) works as with PyTorch's attention.
+    h, = torch.autograd.grad(calls[entry]().sum(), q, create_graph=True)
+    h.mul_(2)
+    assert_close("2 * dq, scaled in place", h.detach(), 2 * ref_g, atol=2e-4)
     with pytest.raises(NotImplementedError, match="no double backward"):
         (out.sum() + (g ** 2).sum()).backward()
 
