@@ -21,8 +21,8 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import (autocast_inputs, check_scale, check_sinks, check_softcap_range, finite_float, shape_is,
-                        short_repr, unbounded_side)
+from ._validate import (autocast_inputs, check_alibi, check_flag, check_scale, check_sinks, check_softcap,
+                        check_window)
 from .kernels.launch import INTERPRET
 from .ops import eager_tensors
 
@@ -200,34 +200,12 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     if not isinstance(rotary_interleaved, bool):
         raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
 
-    if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, torch.Tensor):
-            raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
-        if alibi_slopes.dtype != torch.float32:
-            raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
-        if not shape_is(alibi_slopes, (h_q,), (batch, h_q)):
-            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({h_q},) or (batch_size, nheads) "
-                             f"= ({batch}, {h_q}), got {tuple(alibi_slopes.shape)}")
-        if alibi_slopes.device != q.device:
-            raise ValueError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
+    check_alibi(alibi_slopes, q, batch, h_q)
 
     scale = check_scale(softmax_scale, "softmax_scale", d)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(_is_int(w) for w in window_size)):
-        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    window_left, window_right = int(window_size[0]), int(window_size[1])
-    if window_left < -1 or window_right < -1:
-        raise ValueError(f"window_size entries must be >= -1 (-1: unbounded), got {tuple(window_size)}")
-    window_left, window_right = unbounded_side(window_left), unbounded_side(window_right)
-    if causal:
-        window_right = 0
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
-    if finite_float(softcap) is None or softcap < 0:
-        raise ValueError(f"softcap must be finite and >= 0 (0 disables it), got {short_repr(softcap)}")
-    check_softcap_range(float(softcap))
+    check_flag(causal, "causal")
+    window_left, window_right = check_window(window_size, causal)
+    softcap = check_softcap(softcap)
     if not _is_int(num_splits):
         raise TypeError(f"num_splits must be an int (0: chosen automatically), got {type(num_splits).__name__} "
                         f"{num_splits!r}")

@@ -153,9 +153,6 @@ def philox_randint(seed: torch.Tensor, offsets: torch.Tensor, n_rounds: int = 10
     return philox_randint4x(seed, offsets, n_rounds)[0]
 
 
-DROPOUT_BITS = 16  # each keep decision reads a 16-bit half of a Philox word
-
-
 def dropout_threshold(p: float) -> int:
     """The 16-bit threshold t of dropout probability p: a score is kept iff
     its 16-bit random half is >= t, so it is dropped with probability

@@ -2116,8 +2116,9 @@ def configs(unverified: bool = False) -> dict:
 # 448 SASS instructions at d = 128 (unmasked 374), 1,035 -> 744 at d = 64
 # (588; its spill loads / stores in the GEMM loops 32 -> 17), 425 -> 402 at
 # d = 256, 475 -> 451 at d = 192; with dropout at d = 128 the spills grow
-# (496 -> 596 B), so dropout calls keep _visible.  Empty (the build of
-# before) until an H200 run: benchmarks/history/gpu_next_row_bound.sh.
+# (496 -> 596 B), so dropout calls keep _visible.  Empty: timed in session
+# 25 (benchmarks/history/gpu_next_row_bound.sh) at 0.999 / 0.998 geomean, not
+# adopted (docs/hopper.md "One compare per score in the masked steps").
 ROW_BOUND_DIMS: frozenset = frozenset()
 
 

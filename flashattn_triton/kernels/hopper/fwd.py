@@ -1115,8 +1115,9 @@ SHORT_CONFIGS: dict = {}
 # 3.6, sm_90, bf16): the masked step 792 -> 698 SASS instructions at d = 64
 # (spills 108 -> 84 B, local loads / stores in the GEMM loops 20 -> 10), 762
 # -> 671 at d = 128 (unmasked step 457 / 496); whole causal kernels 7-8%
-# shorter at d = 64 / 128 / 192.  Empty (the build of before) until an H200
-# run: benchmarks/history/gpu_next_row_bound.sh.
+# shorter at d = 64 / 128 / 192.  d = 128 since session 25
+# (benchmarks/history/gpu_next_row_bound.sh, its rule met: 1.017 / 1.010
+# geomean; docs/hopper.md "One compare per score in the masked causal step").
 ROW_BOUND_DIMS: frozenset = frozenset({128})
 # Entries of CONFIGS replaced for calls with a window (HAS_WINDOW; not yet
 # measured on a GPU): at d = 64 three 160-register consumers spill 20 local
