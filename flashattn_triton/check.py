@@ -137,7 +137,13 @@ def run_check(no_bench: bool = False, child: bool = False) -> int:
         if not no_bench:
             benchmark(torch.device("cuda"))
     elif os.environ.get("TRITON_INTERPRET") == "1":
-        ok = run_checks(CPU_CASES, torch.device("cpu"), "CPU, Triton kernels in the interpreter")
+        from .testing import interpreter_problem
+        problem = interpreter_problem()
+        if problem:
+            print(f"\nCPU, Triton kernels in the interpreter: cannot run here: {problem}")
+            ok = False
+        else:
+            ok = run_checks(CPU_CASES, torch.device("cpu"), "CPU, Triton kernels in the interpreter")
     else:
         ok = run_checks(CPU_CASES, torch.device("cpu"), "CPU, blockwise PyTorch path")
         env = dict(os.environ, TRITON_INTERPRET="1")

@@ -115,6 +115,36 @@ def varlen_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool,
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
+def interpreter_problem() -> Optional[str]:
+    """None when Triton's interpreter (TRITON_INTERPRET=1 before triton was
+    imported) runs a loop over a runtime bound, as every kernel has; else why
+    not.  The interpreters of Triton 3.4-3.6 turn a scalar argument into a
+    Python int with int() of a one-element array, which NumPy 2.4 refuses
+    ("only 0-dimensional arrays can be converted"); newer ones squeeze the
+    array first."""
+    import numpy
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def count(OUT, n):
+        total = 0
+        for _ in range(0, n):
+            total += 1
+        tl.store(OUT, total)
+
+    out = torch.zeros(1, dtype=torch.int32)
+    try:
+        count[(1,)](out, 3)
+    except Exception as exc:  # noqa: BLE001 - any failure of the interpreter itself
+        return (f"Triton {triton.__version__}'s interpreter cannot run this project's kernels with NumPy "
+                f"{numpy.__version__} ({type(exc).__name__}: {str(exc)[:200]}); install numpy<2.4 or a "
+                f"newer Triton")
+    if out.item() != 3:
+        return f"Triton {triton.__version__}'s interpreter counted {out.item()} iterations of range(0, 3)"
+    return None
+
+
 def tolerance(base_err: float, ref: torch.Tensor, dtype: torch.dtype, factor: float) -> float:
     """The pass mark: factor * (PyTorch's own error + floor); see module doc."""
     finite = ref[torch.isfinite(ref)]

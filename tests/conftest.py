@@ -47,31 +47,11 @@ def pytest_configure(config):
 
 def _check_interpreter():
     """Stop the run with a clear message when this Triton's interpreter cannot
-    run a loop over a runtime bound, as every kernel has: Triton 3.6's
-    interpreter turns a scalar argument into a Python int with int() of a
-    one-element array, which NumPy 2.4 refuses ("only 0-dimensional arrays
-    can be converted"); newer interpreters squeeze the array first."""
-    import numpy
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def count(OUT, n):
-        total = 0
-        for _ in range(0, n):
-            total += 1
-        tl.store(OUT, total)
-
-    out = torch.zeros(1, dtype=torch.int32)
-    try:
-        count[(1,)](out, 3)
-    except Exception as exc:  # noqa: BLE001 - any failure of the interpreter itself
-        pytest.exit(f"Triton {triton.__version__}'s interpreter cannot run this project's kernels with NumPy "
-                    f"{numpy.__version__} ({type(exc).__name__}: {str(exc)[:200]}); install numpy<2.4 or a "
-                    f"newer Triton", returncode=4)
-    if out.item() != 3:
-        pytest.exit(f"Triton {triton.__version__}'s interpreter counted {out.item()} iterations of range(0, 3)",
-                    returncode=4)
+    run the kernels (flashattn_triton.testing.interpreter_problem)."""
+    from flashattn_triton.testing import interpreter_problem
+    problem = interpreter_problem()
+    if problem:
+        pytest.exit(problem, returncode=4)
 
 
 def pytest_collection_modifyitems(config, items):
