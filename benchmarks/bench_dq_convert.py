@@ -3,12 +3,10 @@ kernel (default), the conversion kernel after the Hopper backward for causal cal
 (kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch one-launch, the portable backward's
 dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[(padded head dim, causal)]
 of each row; rows that take the Hopper backward do not reach it: run with
-FLASHATTN_TRITON_HOPPER_BWD=0); --switch one-launch-order, the one launch on for every
-row, its grid by (batch, KV head) (on, ONE_LAUNCH_HEAD_MAJOR) against by kind (off);
---switch whole-q, the dK/dV kernel built without the masked loops' row checks for query
+FLASHATTN_TRITON_HOPPER_BWD=0); --switch whole-q, the dK/dV kernel built without the masked loops' row checks for query
 lengths that are multiples of 128 (kernels/bwd.py WHOLE_Q_TILES[causal]; portable rows).
 
-    python benchmarks/bench_dq_convert.py [--switch kernel|one-launch|one-launch-order|whole-q]
+    python benchmarks/bench_dq_convert.py [--switch kernel|one-launch|whole-q]
         [--causal causal|full|both]
         [--head-dims 64,128] [--seqlens 2048,4096,8192]
         [--gqa 128:4096:4] [--tokens 16384] [--dtype bf16] [--repeats 3] [--rep-ms 40]
@@ -31,8 +29,7 @@ the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
 launched a _bwd_dq_convert kernel and the off one did not; with --switch
-one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with
-one-launch-order, both launched it; with whole-q, both launched a portable dK/dV kernel.
+one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with whole-q, both launched a portable dK/dV kernel.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
 --dry-run prints the rows and exits (no GPU needed).
@@ -87,19 +84,12 @@ class Switch:
         self.module = bwd
         self.attr, self.kernel = {"kernel": ("DQ_CONVERT_KERNEL", "_bwd_dq_convert"),
                                   "one-launch": ("ONE_LAUNCH", "_bwd_dkdv_dq"),
-                                  # the one launch on for the row, by head (on) or by kind
-                                  "one-launch-order": ("ONE_LAUNCH_HEAD_MAJOR", "_bwd_dkdv_dq"),
                                   # dense calls with whole query tiles: EVEN_M builds of the dK/dV kernel
                                   "whole-q": ("WHOLE_Q_TILES", None)}[name]
         self.base = getattr(self.module, self.attr)
-        self.one_launch = bwd.ONE_LAUNCH
 
     def set(self, on: bool, causal: bool, d: int):
         """The switch on or off for rows of this causal flag and head dim d."""
-        if self.name == "one-launch-order":
-            self.module.ONE_LAUNCH = True  # (restored with the order)
-            setattr(self.module, self.attr, on)
-            return
         if self.name == "one-launch":  # the row's entry only (what its backward reads)
             from flashattn_triton.kernels.launch import head_dim_pad
             self.module.ONE_LAUNCH = {(head_dim_pad(d), causal): on}
@@ -108,18 +98,14 @@ class Switch:
 
     def restore(self):
         setattr(self.module, self.attr, self.base)
-        if self.name == "one-launch-order":
-            self.module.ONE_LAUNCH = self.one_launch
 
     def reached(self, names: dict) -> bool:
         """The on setting launched the switch's kernel and the off one did not
-        (one-launch-order: both launched it; whole-q: both launched a portable
-        dK/dV program, which the kernel names do not tell apart)."""
+        (whole-q: both launched a portable dK/dV program, which the kernel
+        names do not tell apart)."""
         if self.name == "whole-q":
             return all(any("_bwd_dkdv" in name for name in names.get(m, {})) for m in ("on", "off"))
         ran = lambda m: any(self.kernel in name for name in names.get(m, {}))  # noqa: E731
-        if self.name == "one-launch-order":
-            return ran("on") and ran("off")
         return ran("on") and not ran("off")
 
 
@@ -181,7 +167,7 @@ def time_row(r: dict, dtype, repeats: int, rep_ms: int, calls: int, switch: Swit
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=("kernel", "one-launch", "one-launch-order", "whole-q"), default="kernel")
+    ap.add_argument("--switch", choices=("kernel", "one-launch", "whole-q"), default="kernel")
     ap.add_argument("--causal", choices=tuple(CAUSAL), default="causal")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,4096,8192")

@@ -957,7 +957,6 @@ def portable_sweep(args, names) -> int:
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
                             HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED",
-                            HEAD_MAJOR=bwd.ONE_LAUNCH_HEAD_MAJOR,
                             EVEN_M=not varlen and (args.whole_q or bwd.by_causal(bwd.WHOLE_Q_TILES, causal)),
                             BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2,
                             LSE_LO=False)

@@ -41,8 +41,6 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_BWD_WHOLE_Q", "1 / 0: the portable dK/dV kernel without the row checks of its masked "
                                      "loops when the query length is a multiple of 128 (read at import; "
                                      "dense calls). Default: on for causal calls, off otherwise"),
-    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "head (default) | kind: the one launch's grid by (batch, KV head) or "
-                                              "every dK/dV program before the dQ programs (read at import)"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, wide, fill, pdl, reserve, "
                                         "pair, spread, longpages; docs/decode.md); "

@@ -922,7 +922,7 @@ def _bwd_world() -> tuple:
             torch.are_deterministic_algorithms_enabled(),
             None if bwd is None else (bwd.DQ_CONVERT_KERNEL, bwd.SPLIT_QK, bwd.SPLIT_QK_MIN_PAD,
                                       bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq, bwd._launch_fused,
-                                      repr(bwd.ONE_LAUNCH), bwd.ONE_LAUNCH_HEAD_MAJOR, repr(bwd.WHOLE_Q_TILES),
+                                      repr(bwd.ONE_LAUNCH), repr(bwd.WHOLE_Q_TILES),
                                       bwd._launch_one,
                                       bwd._bwd_dq_convert, bwd._bwd_dq_convert_flat,
                                       getattr(_kernels.hopper, "hopper_attention_backward", None),

@@ -259,23 +259,19 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
 # The separate form's dK/dV and dQ programs in one launch (kernels/bwd.py
 # ONE_LAUNCH, _bwd_dkdv_dq): ragged lengths that are no multiple of the tiles,
 # MHA / GQA (float32 partials of the group slices) / MQA, d 64 and odd d
-# (40: 8 padded columns; 96: Q K^T in two column chunks); its grid by kind
-# (every dK/dV program first) and by KV head (ONE_LAUNCH_HEAD_MAJOR).  (29 x 51
+# (40: 8 padded columns; 96: Q K^T in two column chunks).  (29 x 51
 # on the GPU; on the CPU 29 x 35, three of the interpreter's 16-key tiles, the
 # last ragged.)
-@pytest.mark.parametrize("head_major", [False, True], ids=["by_kind", "by_head"])
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
     (37, 45, 2, 2, 64, True, torch.bfloat16),
     (45, 29, 4, 2, 40, False, torch.float16),
     (29, 51 if ON_GPU else 35, 6, 2, 96, True, torch.float32),
     (33, 19, 2, 1, 64, False, torch.bfloat16),
 ])
-def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, head_major):
+def test_one_launch_backward(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype):
     """dq, dk, dv of the one-launch form against float64 on NaN-padded views,
     one launch instead of two, and (interpreter: the same bodies and tiles)
-    the two-launch form's bits, in either grid order."""
-    from flashattn_triton.kernels import bwd
-    monkeypatch.setattr(bwd, "ONE_LAUNCH_HEAD_MAJOR", head_major)
+    the two-launch form's bits."""
     got, ours = _check_one_launch(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype)
     two, names = ours({causal: False, not causal: True})  # (per causal flag)
     assert names == {"_launch_dkdv", "_launch_dq"}, names

@@ -473,7 +473,6 @@ def test_switches_accept_only_0_and_1(monkeypatch):
 @pytest.mark.parametrize("name,value,module", [
     ("FLASHATTN_TRITON_FAST_LAUNCH", "off", "flashattn_triton"),
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "true", "flashattn_triton.kernels.bwd"),
-    ("FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER", "garbage", "flashattn_triton.kernels.bwd"),
 ])
 def test_switches_read_at_import(name, value, module):
     """Switches read when their module is imported say what is wrong there."""

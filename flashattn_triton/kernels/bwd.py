@@ -39,7 +39,7 @@ Deterministic form, three launches and no atomics:
   With ONE_LAUNCH (on at d = 128 without a causal mask), 2 and 3 are one
   launch of _bwd_dkdv_dq for dense calls without a bias gradient: a 1-D
   grid of _bwd_dkdv's and _bwd_dq's programs, by (batch, KV head)
-  (HEAD_MAJOR: programs that read the same Q, K, V and dO run together),
+  (programs that read the same Q, K, V and dO run together),
   each running the same program body (_dkdv_program, _dq_program) with its
   own tiles, so the gradients are the same.  One launch has one num_warps
   and num_stages (launch.PairLauncher: the table's BWD_ONE entry, tuned by
@@ -71,7 +71,7 @@ from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import check_lse_lo, split_qk
 from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
-                     env_choice, env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
+                     env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -716,7 +716,7 @@ def _bwd_dkdv_dq(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, HEAD_MAJOR: tl.constexpr, EVEN_M: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     LSE_LO: tl.constexpr = False,
@@ -724,40 +724,26 @@ def _bwd_dkdv_dq(
     # _bwd_dkdv's and _bwd_dq's programs in one launch (ONE_LAUNCH), on a 1-D
     # grid (dense batches only: N_Q, N_K are every sequence's lengths).
     # BLOCK_M1 / BLOCK_N1: the dK/dV tiles, BLOCK_M2 / BLOCK_N2: the dQ tiles.
-    # HEAD_MAJOR (the default): by (batch, KV head), each KV head's dK/dV
-    # programs (key tile fastest: with a causal mask key tile 0, the longest,
-    # leads) and then the dQ programs of its query heads, so the programs
-    # that read the same Q, K, V and dO run at about the same time and share
-    # them in L2.  Otherwise by kind: every dK/dV program in _bwd_dkdv's
-    # order, then the dQ programs in _bwd_dq's order (the scheduler hands out
-    # low ids first, so the shorter dQ programs fill the SMs the dK/dV
-    # programs leave idle at the end), but they read Q, K, V and dO again
-    # from memory.
+    # By (batch, KV head): each KV head's dK/dV programs (key tile fastest:
+    # with a causal mask key tile 0, the longest, leads) and then the dQ
+    # programs of its query heads, so the programs that read the same Q, K,
+    # V and dO run at about the same time and share them in L2.  (Every
+    # dK/dV program first, "by kind", read 0.96-0.99x of this on the H200 in
+    # session 20 and was removed: docs/performance.md.)
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N_K, BLOCK_N1)
     tiles_m = tl.cdiv(N_Q, BLOCK_M2)
-    if HEAD_MAJOR:
-        per_kv = tiles_n * GROUP_SPLIT  # dK/dV programs of one (batch, KV head)
-        unit = pid // (per_kv + tiles_m * GROUP_SIZE)  # batch * H_KV + KV head
-        pid -= unit * (per_kv + tiles_m * GROUP_SIZE)
-        is_dkdv = pid < per_kv
-        if is_dkdv:
-            pid_n = pid % tiles_n
-            pid_bh = unit * GROUP_SPLIT + pid // tiles_n
-        else:
-            pid -= per_kv
-            pid_n = pid % tiles_m  # the Q tile
-            pid_bh = unit * GROUP_SIZE + pid // tiles_m  # batch * H_Q + query head
+    per_kv = tiles_n * GROUP_SPLIT  # dK/dV programs of one (batch, KV head)
+    unit = pid // (per_kv + tiles_m * GROUP_SIZE)  # batch * H_KV + KV head
+    pid -= unit * (per_kv + tiles_m * GROUP_SIZE)
+    is_dkdv = pid < per_kv
+    if is_dkdv:
+        pid_n = pid % tiles_n
+        pid_bh = unit * GROUP_SPLIT + pid // tiles_n
     else:
-        n_dkdv = tiles_n * N_BATCH * H_KV * GROUP_SPLIT
-        is_dkdv = pid < n_dkdv
-        if is_dkdv:
-            pid_n = pid % tiles_n
-            pid_bh = pid // tiles_n
-        else:
-            pid -= n_dkdv
-            pid_n = pid % tiles_m
-            pid_bh = pid // tiles_m
+        pid -= per_kv
+        pid_n = pid % tiles_m  # the Q tile
+        pid_bh = unit * GROUP_SIZE + pid // tiles_m  # batch * H_Q + query head
     if is_dkdv:
         _dkdv_program(pid_n, pid_bh,
                       (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
@@ -1103,16 +1089,6 @@ ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on /
 ONE_LAUNCH: Any = env_switch_or(ENV_ONE_LAUNCH, {(128, False): True})
 
 
-# The one launch's grid order (_bwd_dkdv_dq HEAD_MAJOR): by (batch, KV head)
-# (default), or the dK/dV programs of every head before the dQ programs.  Read
-# at each call; FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER=head / kind sets it at
-# import.  H200 (session 20, gpu_next_one_launch_order.sh, d = 128 non-causal,
-# one process): by head 1.022 / 1.012 / 1.038x faster than by kind at N 512 /
-# 1k / 2k.
-ENV_ONE_LAUNCH_ORDER = "FLASHATTN_TRITON_BWD_ONE_LAUNCH_ORDER"
-ONE_LAUNCH_HEAD_MAJOR = env_choice(ENV_ONE_LAUNCH_ORDER, ("head", "kind")) != "kind"
-
-
 def use_one_launch(causal: bool, varlen: bool, has_dbias: bool, d_pad: int) -> bool:
     """Whether the separate form's dK/dV and dQ kernels run as one launch
     (ONE_LAUNCH, for this causal flag and padded head dim): dense batches
@@ -1287,7 +1263,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             *_flat_strides((q, k, v, do, dk_out, dv_out, dq), varlen), *lse_strides, *mods.strides(),
             batch, h_kv, n_q, n_k, group, split, rng_rows,
             *scalars,
-            **meta, HEADS_PER_PROGRAM=group // split, HEAD_MAJOR=ONE_LAUNCH_HEAD_MAJOR, EVEN_M=even_m,
+            **meta, HEADS_PER_PROGRAM=group // split, EVEN_M=even_m,
         )
     else:
         def dkdv(fused_dq: bool, dq_acc: torch.Tensor):
