@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Queued by session 50 (H100 only there, like sessions 47-49): what an H200 owes the issues.
 #  0. Session 51 (no GPU lent): bench_variants.py's float-bias and d = 512 SDPA peers with K/V repeated
-#     (they ran SDPA's math path before), gradients reset before each timed backward, peer_kernels.
+#     (they ran SDPA's math path before), gradients reset before each timed backward, peer_kernels
+#     (read which SDPA kernels those two peers ran: a fused one, or the math path again); the KV
+#     cache's append checks and read-only op kvcache_attn (its CUDA-graph tests are gpu-marked),
+#     create_graph gradients by detach, the one-launch backward without its by-kind order, the
+#     self-check's interpreter probe, the removals of FUSED_DQ / decode `wide` if they landed.
 #  1. The variant table at today's defaults (issue 10's benchmark; last on an H200 in session 43:
 #     d = 192 backward 0.87x SDPA; session 50 on an H100: 0.83x) and the decode table (issue 11;
 #     last in session 33) after the host changes of sessions 47-50 and the float-bias LSE_LO builds.
@@ -17,6 +21,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests session50_host 300 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
   tests/test_cli.py tests/test_backward.py
+gpu_tests session51_host 240 -n 8 tests/test_kvcache.py tests/test_ops.py tests/test_plans.py
+python3 -m flashattn_triton check --no-bench > "$R/check.log" 2>&1; echo "rc=$?" >> "$R/check.log"; tail -3 "$R/check.log"
 mkdir -p "$R/bench"
 T_BENCH=${T_BENCH:-240} timeout -k 5 ${T_BENCH:-240} python3 benchmarks/bench_variants.py --skip-sweep --rep 30 \
   --out "$R/bench" > "$R/bench_variants.log" 2>&1
