@@ -6,9 +6,10 @@ custom op ``torch.ops.flashattn_triton.kvcache_fwd``.  The op appends the new
 keys/values to the cache in place (declared as a mutation of k_cache and
 v_cache) and runs split-KV attention (kernels/decode.py) with the combine
 kernel (kernels/combine.py); a call without new keys/values takes
-``kvcache_attn``, the same computation declared with no mutation.  Being one opaque op with a fake (meta)
-implementation, it traces under ``torch.compile(fullgraph=True)``, and since it
-never synchronises it can be captured in a CUDA graph.
+``kvcache_attn``, the same computation declared with no mutation.  Being one
+opaque op with a fake (meta) implementation, it traces under
+``torch.compile(fullgraph=True)``, and since it never synchronises it can be
+captured in a CUDA graph.
 
 CPU tensors run the Triton kernels under Triton's interpreter
 (``TRITON_INTERPRET=1``), otherwise a dense PyTorch implementation of the same
@@ -24,7 +25,6 @@ import torch
 from ._validate import (autocast_inputs, check_alibi, check_flag, check_scale, check_sinks, check_softcap,
                         check_window)
 from .kernels.launch import INTERPRET
-from .ops import eager_tensors
 
 __all__ = ["flash_attn_with_kvcache"]
 
@@ -405,7 +405,8 @@ def kvcache_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
                  num_splits: int, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """kvcache_fwd without k / v (k and v must be None): attends, writes nothing."""
-    assert k is None and v is None
+    if k is not None or v is not None:
+        raise ValueError("kvcache_attn writes nothing: k and v must be None (kvcache_fwd appends them)")
     return _kvcache_impl(q, k_cache, v_cache, None, None, rotary_cos, rotary_sin, cache_seqlens,
                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
                          causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks)
@@ -427,7 +428,8 @@ def _check_append_target(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
             f"k_cache.requires_grad={k_cache.requires_grad}, v_cache.requires_grad={v_cache.requires_grad}: "
             "call it under torch.no_grad() / torch.inference_mode(), or pass caches that do not require grad")
     # Plain tensors with data only (meta / fake tensors have no addresses to compare).
-    if not torch.compiler.is_compiling() and eager_tensors(k_cache, v_cache, k_cache):
+    plain = all(t.__class__ is torch.Tensor and not t.is_meta for t in (k_cache, v_cache))
+    if plain and not torch.compiler.is_compiling():
         if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
             raise ValueError("k_cache and v_cache start at the same memory (the same tensor, or two views of "
                              "one): appending v would overwrite the appended k; pass two caches, or the two "
