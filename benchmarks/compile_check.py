@@ -97,7 +97,7 @@ they launch at batch 1 on the H200's 132 SMs, where they apply (every
 --decode-variants build, 'default' included, is made at batch 1, 132 SMs):
 
     python benchmarks/compile_check.py --kernels DECODE --d 128 --decode-caches contiguous,paged16 \
-        --decode-splits fused --decode-variants default,deep,wide,fill,pdl --sass
+        --decode-splits fused --decode-variants default,deep,fill,pdl --sass
 
 (--sass also prints each build's SASS hash, sass_hash.)
 """
@@ -822,7 +822,7 @@ def main():
                     "instead of the first candidate; for BWD_ONE also BM1,BN1,BM2,BN2,W,S (a table "
                     "entry: the dK/dV tiles, the dQ tiles, one num_warps and num_stages)")
     ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ",
-                    help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_FUSED, BWD_ONE (both backward "
+                    help="portable kernels FWD, BWD_DKDV, BWD_DQ, BWD_ONE (both backward "
                     "kernels in one launch: a BM,BN,W,S config is the dK/dV part, with the first dQ candidate's "
                     "tiles, as launch.PairLauncher combines them; --all-configs: its tuning candidates, "
                     "PairLauncher.pair_candidates); the KV-cache decode "
@@ -894,8 +894,7 @@ def chosen_entry(name: str, arch: int, dtype: str, d_pad: int, dv_pad: int, caus
     Launcher.entry_for, and for BWD_ONE the parts' entries combined as
     PairLauncher.config does without a table entry."""
     import torch
-    launchers = {"FWD": fwd._launch_fwd, "BWD_DKDV": bwd._launch_dkdv, "BWD_DQ": bwd._launch_dq,
-                 "BWD_FUSED": bwd._launch_fused}
+    launchers = {"FWD": fwd._launch_fwd, "BWD_DKDV": bwd._launch_dkdv, "BWD_DQ": bwd._launch_dq}
     tdt = getattr(torch, _TORCH_DTYPES.get(dtype, "float32"))
     budget, sm = arch_budget(f"sm{arch}"), f"sm{arch}"
     dv = None if dv_pad == d_pad else dv_pad
@@ -909,8 +908,7 @@ def portable_sweep(args, names) -> int:
     """The portable kernels among ``names`` per head dim, case and config;
     returns the failure count."""
     target = GPUTarget("cuda", args.arch, 32)
-    kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq,
-               "BWD_FUSED": bwd._bwd_dkdv}
+    kernels = {"FWD": fwd._attn_fwd, "BWD_DKDV": bwd._bwd_dkdv, "BWD_DQ": bwd._bwd_dq}
     if hasattr(bwd, "_bwd_dkdv_dq"):
         kernels["BWD_ONE"] = bwd._bwd_dkdv_dq
     kernels = {k: v for k, v in kernels.items() if k in names}
@@ -956,7 +954,7 @@ def portable_sweep(args, names) -> int:
                             DOT_PRECISION="tf32", INTERPRET=False, BLOCK_M=bm, BLOCK_N=bn,
                             HAS_SOFTCAP=False, FAST_TANH=False, HAS_ALIBI=False, HAS_MASK=False,
                             MASK_BOOL=False, HAS_SINKS=False, HAS_DROPOUT=False, HAS_DBIAS=False,
-                            HEADS_PER_PROGRAM=1, FUSED_DQ=name == "BWD_FUSED",
+                            HEADS_PER_PROGRAM=1,
                             EVEN_M=not varlen and (args.whole_q or bwd.by_causal(bwd.WHOLE_Q_TILES, causal)),
                             BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2,
                             LSE_LO=False)
@@ -985,8 +983,6 @@ def portable_sweep(args, names) -> int:
                          f"varlen={varlen!s:5} ({tiles},{w},{s}) model {model:5s}")
                 try:
                     ov = {n: t for n, t in overrides.items() if n in kernel.arg_names}
-                    if name == "BWD_FUSED":
-                        ov["DQ"] = "*fp32"  # the float32 dQ buffer
                     k = compile_one(kernel, args.dtype, meta, target, w, s, ov)
                     over = over_limit(k.metadata.shared, args.arch)
                     failures += bool(over)

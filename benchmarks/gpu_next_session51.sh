@@ -21,7 +21,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 gpu_tests session50_host 300 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
   tests/test_cli.py tests/test_backward.py
-gpu_tests session51_host 240 -n 8 tests/test_kvcache.py tests/test_ops.py tests/test_plans.py
+gpu_tests session51_host 300 -n 8 tests/test_kvcache.py tests/test_ops.py tests/test_plans.py tests/test_fastlaunch.py
 python3 -m flashattn_triton check --no-bench > "$R/check.log" 2>&1; echo "rc=$?" >> "$R/check.log"; tail -3 "$R/check.log"
 mkdir -p "$R/bench"
 T_BENCH=${T_BENCH:-240} timeout -k 5 ${T_BENCH:-240} python3 benchmarks/bench_variants.py --skip-sweep --rep 30 \

@@ -14,7 +14,7 @@ a compile for another count would not serve the timed calls.
 
     python benchmarks/tune.py --out flashattn_triton/kernels/configs/sm90.json \
         [--head-dims 64,128,256] [--seqlens 1024,4096,16384] [--dtype bfloat16] [--jobs 12]
-        [--variants mask,dropout,softcap,alibi,window] [--kernels FWD,BWD_DKDV,BWD_DQ,BWD_FUSED] [--merge]
+        [--variants mask,dropout,softcap,alibi,window] [--kernels FWD,BWD_DKDV,BWD_DQ] [--merge]
 
 --kernels BWD_ONE tunes the one-launch backward (kernels/bwd.py _bwd_dkdv_dq,
 ONE_LAUNCH on for its timed calls only): its candidates pair a BWD_DKDV
@@ -141,9 +141,7 @@ def _runner(kernel, q, k, v, do, causal, tag="", packed=None):
     if kernel == "FWD":
         return lambda: attention_forward(q, k, v, o, lse, scale, 0, window, mods=mods, **var)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    fused = kernel == "BWD_FUSED"  # the dK/dV kernel that also adds dQ (no dQ kernel)
-    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods,
-                                      fused_dq=fused, **var)
+    return lambda: attention_backward(do, q, k, v, o, lse, dq, dk, dv, scale, 0, window, mods=mods, **var)
 
 
 def _compile_job(job):
@@ -175,8 +173,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=12, help="compile workers (0: compile in this process)")
     ap.add_argument("--log", default=None)
     ap.add_argument("--variants", default="", help="comma-separated variant tags to tune instead")
-    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ,BWD_FUSED",
-                    help="comma-separated, of FWD, BWD_DKDV, BWD_DQ, BWD_FUSED, BWD_ONE")
+    ap.add_argument("--kernels", default="FWD,BWD_DKDV,BWD_DQ",
+                    help="comma-separated, of FWD, BWD_DKDV, BWD_DQ, BWD_ONE")
     ap.add_argument("--causal", default="both", choices=("both", "causal", "full"))
     ap.add_argument("--merge", action="store_true", help="add to the existing table at --out")
     args = ap.parse_args()

@@ -14,8 +14,8 @@ Conventions shared by every layer:
   full, bool (True = attend) or float (added to the scores); dropout_p with
   rng_seed, a (1,) int64 tensor on the device drawn per call (see
   draw_dropout_seed).
-* deterministic: the backward adds dQ without atomics whatever
-  FLASHATTN_TRITON_FUSED_DQ says (kernels/bwd.py use_fused_dq).
+* deterministic: the backward adds dQ without atomics (never the Hopper
+  backward: _dispatch.use_hopper_backward).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class AttnParams:
     attn_bias: Optional[torch.Tensor] = None
     dropout_p: float = 0.0
     rng_seed: Optional[torch.Tensor] = None
-    deterministic: bool = False  # the backward never uses the fused dQ form (atomics)
+    deterministic: bool = False  # the backward never uses the Hopper backward (dQ by atomics)
 
     @property
     def causal(self) -> bool:

@@ -124,7 +124,7 @@ _DETERMINISTIC = 14
 def _key(q, k, v, options):
     """The signature a prefetch is done once for: what picks the backward's
     kernels and configs (dtype, head dims, group size, length bucket, masks,
-    which variants, deterministic: never the fused dQ form), not the exact
+    which variants, deterministic: never the Hopper backward), not the exact
     shapes.  A later call of another shape whose strides or alignment happen
     to need other specializations compiles those on demand, as without the
     prefetch."""

@@ -315,9 +315,7 @@ def flash_attn_func(
             are constants: no gradient flows to them (as in flash-attn).
         deterministic: as in flash-attn, False (the default) lets the
             backward use atomics: on Hopper (sm_90) the Gluon backward adds
-            dQ in float32 in an order that varies run to run, and so does
-            the opt-in fused form of the portable backward
-            (FLASHATTN_TRITON_FUSED_DQ=1).  True (or
+            dQ in float32 in an order that varies run to run.  True (or
             torch.use_deterministic_algorithms) runs the portable
             three-kernel backward, which has no atomics: bit-identical
             gradients run to run.

@@ -19,7 +19,7 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_BACKEND", "portable | hopper | auto (default): force a kernel tier (tests, benchmarks)"),
     ("FLASHATTN_TRITON_AUTOTUNE", "1: autotune launch configs (opt-in; results cached on disk). "
                                   "Default: the committed per-GPU table"),
-    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV, BWD_DQ or BWD_FUSED, e.g. "
+    ("FLASHATTN_TRITON_CONFIG_<KERNEL>", "force a launch config of FWD, BWD_DKDV or BWD_DQ, e.g. "
                                          "BLOCK_M=128,BLOCK_N=64,num_warps=8,num_stages=3; BWD_ONE (the "
                                          "one-launch backward): num_warps, num_stages, BLOCK_M1/N1, BLOCK_M2/N2; "
                                          "DECODE (flash_attn_with_kvcache's kernel): BLOCK_M, BLOCK_N, num_warps, "
@@ -33,8 +33,6 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "1: the Hopper backward also takes head dims whose build compiles "
                                                "but has not passed on a GPU (kernels/hopper/bwd.py "
                                                "CONFIGS_UNVERIFIED; tests and the probe)"),
-    ("FLASHATTN_TRITON_FUSED_DQ", "1: the portable backward adds dQ from the dK/dV kernel with float32 atomics "
-                                  "(opt-in, not bit-reproducible). Default 0: its deterministic three-kernel form"),
     ("FLASHATTN_TRITON_BWD_ONE_LAUNCH", "1 / 0: the portable deterministic backward's dK/dV and dQ programs in "
                                         "one launch / two, for every call (read at import; dense calls without "
                                         "a bias gradient). Default: one launch at d = 128 non-causal, two elsewhere"),
@@ -42,7 +40,7 @@ ENVIRONMENT = [
                                      "loops when the query length is a multiple of 128 (read at import; "
                                      "dense calls). Default: on for causal calls, off otherwise"),
     ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
-    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, wide, fill, pdl, reserve, "
+    ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, fill, pdl, reserve, "
                                         "pair, spread, longpages; docs/decode.md); "
                                         "default: deep,fill,pdl,reserve,spread,longpages; none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),

@@ -433,8 +433,8 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                         doc_shift=None):
     """The backward.  Positional arguments follow the forward op's (the
     options, deterministic last), then want_dbias (the backward prefetch,
-    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in _fwd_into.  deterministic: never the fused dQ form
-    (kernels/bwd.py use_fused_dq), whatever FLASHATTN_TRITON_FUSED_DQ says."""
+    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in _fwd_into.  deterministic: never the
+    Hopper backward (its dQ adds by atomics): the portable kernels, bit-reproducible."""
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
@@ -457,7 +457,6 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
     like lse, made here if None (the backward plans pass their own).  A 4-D
     lse (and dlse): the compensated LSE (module doc)."""
     varlen = cu_seqlens_q is not None
-    fused_dq = False if deterministic else None  # None: kernels/bwd.py decides
     lse, lse_lo = _split_lse(lse)
     if lse_lo is not None and dlse is not None:
         # plane 0's gradient only (lo is a rounding residual), laid out like lse2's view
@@ -509,7 +508,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, add,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
                                        mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
-                                       fused_dq=fused_dq, shift_mul=mul)
+                                       shift_mul=mul)
             else:
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
@@ -528,7 +527,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
-                                       delta=deltah, fused_dq=fused_dq, hopper=hopper,
+                                       delta=deltah, hopper=hopper,
                                        **({} if lse_lo is None else {"lse_lo": lse_lo}))
                     chunks = []
                 for b in chunks:
@@ -537,7 +536,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                         softmax_scale, offset, window_bounds(*window),
                         None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
                         dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b],
-                        fused_dq=fused_dq, hopper=hopper, **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
+                        hopper=hopper, **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
@@ -827,7 +826,7 @@ class BwdPlan:
     recorded layouts, in the recorded dispatch world (_bwd_world) and with
     no backward prefetch pending, allocate the four buffers and replay.  A
     recording that saw a PyTorch operation (a dout made contiguous, the
-    Hopper backward's or the fused form's torch dQ copy without
+    Hopper backward's torch dQ copy without
     DQ_CONVERT_KERNEL, ...) is not kept; every call that cannot replay runs
     today's backward (_attention_bwd_impl)."""
 
@@ -904,11 +903,11 @@ def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 # 1.50x causal and 1.20x non-causal, the rest 0.99-1.04x).
 BWD_PLANS = True
 # Environment switches that the backward's launches depend on (read per call).
-BWD_PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_HOPPER_BWD", "FLASHATTN_TRITON_FUSED_DQ",
-                "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
+BWD_PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_HOPPER_BWD", "FLASHATTN_TRITON_HOPPER_WINDOW",
+                "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
                 "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "FLASHATTN_TRITON_AUTOTUNE",
                 "FLASHATTN_TRITON_CONFIG_BWD_DKDV", "FLASHATTN_TRITON_CONFIG_BWD_DQ",
-                "FLASHATTN_TRITON_CONFIG_BWD_FUSED", "FLASHATTN_TRITON_CONFIG_BWD_ONE")
+                "FLASHATTN_TRITON_CONFIG_BWD_ONE")
 _BWD_IMPL = _attention_bwd_impl
 
 
@@ -921,7 +920,7 @@ def _bwd_world() -> tuple:
             d.HOPPER_SPLIT_QK_DEFAULT, d.HOPPER_DROPOUT_BWD_DEFAULT, MAX_GRID_Y, _kernels.backward,
             torch.are_deterministic_algorithms_enabled(),
             None if bwd is None else (bwd.DQ_CONVERT_KERNEL, bwd.SPLIT_QK, bwd.SPLIT_QK_MIN_PAD,
-                                      bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq, bwd._launch_fused,
+                                      bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq,
                                       repr(bwd.ONE_LAUNCH), repr(bwd.WHOLE_Q_TILES),
                                       bwd._launch_one,
                                       bwd._bwd_dq_convert, bwd._bwd_dq_convert_flat,

@@ -1,25 +1,17 @@
-"""The two forms of the backward (kernels/bwd.py): the deterministic one
-(separate dQ kernel, no atomics) and the fused one (dQ added from the dK/dV
-kernel through float32 atomics, FLASHATTN_TRITON_FUSED_DQ=1).  Both must
-give the float64 reference's gradients within the usual tolerance, on the
-same shapes that stress tile edges: ragged lengths, GQA / MQA, odd head
-dims, windows, packed batches and the score variants."""
+"""The portable backward (kernels/bwd.py: the dK/dV and dQ kernels, in two
+launches or one, no atomics) against the float64 reference's gradients
+within the usual tolerance, on shapes that stress tile edges: ragged
+lengths, GQA / MQA, odd head dims, windows, packed batches and the score
+variants."""
 
 import pytest
 import torch
 
 from flashattn_triton import flash_attn_func
-from flashattn_triton.kernels.bwd import ENV_FUSED_DQ, use_fused_dq
 from flashattn_triton.testing import alibi_slopes, make_qkv, rand
 from _utils import ON_GPU, cpu_covering
 from test_attention import check_against_reference
 from test_varlen import _check_varlen
-
-
-@pytest.fixture(params=["separate", "fused"])
-def form(request, monkeypatch):
-    monkeypatch.setenv(ENV_FUSED_DQ, "1" if request.param == "fused" else "0")
-    return request.param
 
 
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
@@ -30,7 +22,7 @@ def form(request, monkeypatch):
     (130, 33, 4, 1, 72, True, torch.float32),     # Nq > Nk: rows that see no key, MQA
     (96, 80, 2, 2, 128, False, torch.bfloat16),   # not causal
 ])
-def test_backward_matches_reference(device, form, n_q, n_k, h_q, h_kv, d, causal, dtype):
+def test_backward_matches_reference(device, n_q, n_k, h_q, h_kv, d, causal, dtype):
     q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
     check_against_reference(q, k, v, causal)
 
@@ -51,98 +43,31 @@ def test_backward_matches_reference(device, form, n_q, n_k, h_q, h_kv, d, causal
     (128, 96, 2, 2, 96, False, torch.bfloat16, (-1, -1)),
     (128, 150, 2, 1, 64, True, torch.float16, (40, 0)),
 ])
-def test_backward_whole_query_tiles(device, form, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, window):
+def test_backward_whole_query_tiles(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype, window):
     from flashattn_triton.kernels import bwd
     from _utils import call_spy
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     monkeypatch.setattr(bwd, "WHOLE_Q_TILES", True)
     seen = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["EVEN_M"])
-            for name in ("_launch_dkdv", "_launch_fused", "_launch_one")]
+            for name in ("_launch_dkdv", "_launch_one")]
     q, k, v = make_qkv(2 if ON_GPU else 1, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
     check_against_reference(q, k, v, causal, window_size=window)
     assert [m for spy in seen for m in spy] and all(m for spy in seen for m in spy), seen
 
 
 @pytest.mark.parametrize("window", [(16, 0), (20, 7)])
-def test_backward_window(device, form, window):
+def test_backward_window(device, window):
     q, k, v = make_qkv(1, 77, 90, 4, 2, 64, torch.float16, device, requires_grad=False)
     check_against_reference(q, k, v, causal=window[1] == 0, window_size=window)
 
 
-def test_backward_varlen(device, form):
+def test_backward_varlen(device):
     _check_varlen([0, 1, 37, 70], [5, 1, 37, 90], 4, 2, 64, True, torch.bfloat16, device)
-
-
-def test_fused_equals_separate_with_variants(device, monkeypatch):
-    """Dropout, softcap, ALiBi and sinks in one call: both forms give the same
-    gradients (the same dS, summed in another order).  70 x 70 on the GPU (past
-    a 64-row tile); on the CPU 37 x 50, two of the interpreter's 32-row query
-    tiles and four 16-key tiles, the last ragged."""
-    n_q, n_k = (70, 70) if device.type == "cuda" else (37, 50)
-    q, k, v = make_qkv(2, n_q, n_k, 4, 2, 64, torch.float32, device, requires_grad=False)
-    sinks = rand((4,), torch.float32, device)
-    do = rand(q.shape, torch.float32, device)
-    grads = {}
-    for f in ("0", "1"):
-        monkeypatch.setenv(ENV_FUSED_DQ, f)
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
-        torch.manual_seed(7)  # the dropout seed is drawn from torch's generator
-        out = flash_attn_func(*leaves[:3], dropout_p=0.2, causal=True, softcap=5.0,
-                              alibi_slopes=alibi_slopes(4, device), sinks=leaves[3])
-        grads[f] = torch.autograd.grad(out, leaves, do)
-    for name, a, b in zip(("dq", "dk", "dv", "dsinks"), grads["0"], grads["1"]):
-        err = (a - b).abs().max().item()
-        assert err <= 1e-5 * max(1.0, a.abs().max().item()), f"{name}: fused vs separate differ by {err:.3g}"
-
-
-def test_fused_form_the_gpu_refuses_falls_back_to_separate_kernels(device, monkeypatch):
-    """When even the smallest config of the fused form exceeds the GPU's
-    shared memory (float32 at d = 512 on an A100: 193 KiB against 163 KiB;
-    simulated here by a launch that raises Triton's OutOfResources before
-    writing anything), the backward runs the separate dK/dV and dQ kernels
-    and the gradients are exact."""
-    from triton.runtime.errors import OutOfResources
-    from flashattn_triton.kernels import bwd
-    from _utils import call_spy
-    monkeypatch.setenv(ENV_FUSED_DQ, "1")
-    monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
-    refused = []
-
-    def refuse(*args, **kwargs):
-        refused.append(kwargs["FUSED_DQ"])
-        raise OutOfResources(197632, 166912, "shared memory")
-    monkeypatch.setattr(bwd, "_launch_fused", refuse)
-    monkeypatch.setattr(bwd, "_FUSED_REFUSED", set())
-    dq_launches = call_spy(monkeypatch, bwd, "_launch_dq", lambda *a, **m: True)
-    q, k, v = make_qkv(1, 45, 70, 4, 2, 40, torch.float16, device, requires_grad=False)
-    check_against_reference(q, k, v, causal=True)
-    assert refused and all(refused), refused
-    assert dq_launches, "the separate dQ kernel did not run"
-    # remembered: the next call of that key does not try the fused form again
-    refused.clear()
-    check_against_reference(q, k, v, causal=True)
-    assert not refused, "the refused fused form was tried again"
-
-
-def test_fused_form_choice(monkeypatch):
-    monkeypatch.setenv(ENV_FUSED_DQ, "1")
-    assert use_fused_dq(deterministic=False, has_dbias=False)
-    assert not use_fused_dq(deterministic=True, has_dbias=False)
-    assert not use_fused_dq(deterministic=False, has_dbias=True)  # dS itself is an output then
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        assert not use_fused_dq(deterministic=False, has_dbias=False)
-    finally:
-        torch.use_deterministic_algorithms(previous)
-    monkeypatch.setenv(ENV_FUSED_DQ, "0")
-    assert not use_fused_dq(deterministic=False, has_dbias=False)
 
 
 def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
     """The default (separate) backward has no atomics: two runs give the same bits
     (on the GPU the programs' order varies from run to run; on CPU it cannot)."""
-    monkeypatch.delenv(ENV_FUSED_DQ, raising=False)
     # the interpreter is slow (and runs the programs in order); the claim is for GPUs
     n, b, h = (1000, 2, 8) if device.type == "cuda" else (40, 1, 4)
     q, k, v = make_qkv(b, n, n, h, 2, 64, torch.bfloat16, device, requires_grad=False)
@@ -160,12 +85,12 @@ def test_default_backward_is_bitwise_reproducible(device, monkeypatch):
 # split_qk): d=96 -> 64 + 32, d=160 -> 128 + 64 (32 padded), d=192 -> 128 + 64,
 # d=40 -> 32 + 16 (8 padded).  GQA groups of 2 write float32 partials per chunk.
 SPLIT_QK_SHAPES = [
-    (96, 96, 4, 2, False, torch.bfloat16, {}, False),
-    (160, 160, 3, 1, True, torch.float16, {}, True),
-    (192, 128, 4, 2, True, torch.bfloat16, {}, False),
-    (192, 128, 2, 2, False, torch.float16, {"softcap": 5.0}, True),
-    (96, 96, 4, 1, True, torch.float32, {"window_size": (20, 0)}, False),
-    (40, 40, 4, 2, True, torch.float16, {}, False),
+    (96, 96, 4, 2, False, torch.bfloat16, {}),
+    (160, 160, 3, 1, True, torch.float16, {}),
+    (192, 128, 4, 2, True, torch.bfloat16, {}),
+    (192, 128, 2, 2, False, torch.float16, {"softcap": 5.0}),
+    (96, 96, 4, 1, True, torch.float32, {"window_size": (20, 0)}),
+    (40, 40, 4, 2, True, torch.float16, {}),
 ]
 _DT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # Each shape with the split on and off on the GPU; on the CPU the two
@@ -177,17 +102,17 @@ SPLIT_QK_CASES = cpu_covering(
     [pytest.param(split, *shape, id=f"d{shape[0]}-dv{shape[1]}-h{shape[2]}/{shape[3]}-"
                   f"{'causal' if shape[4] else 'full'}-{_DT[shape[5]]}-"
                   f"{'softcap' if 'softcap' in shape[6] else 'window' if shape[6] else 'plain'}-"
-                  f"{'fused' if shape[7] else 'separate'}-{'split' if split else 'nosplit'}")
+                  f"{'split' if split else 'nosplit'}")
      for shape in SPLIT_QK_SHAPES for split in (True, False)],
-    lambda split, d, d_v, h_q, h_kv, causal, dtype, kw, fused: dtype != torch.bfloat16 or split == (d == 96),
+    lambda split, d, d_v, h_q, h_kv, causal, dtype, kw: dtype != torch.bfloat16 or split == (d == 96),
     dims={"split": lambda *v: v[0], "d": lambda *v: v[1:3], "heads": lambda *v: v[3:5], "causal": lambda *v: v[5],
-          "dtype": lambda *v: v[6], "kw": lambda *v: sorted(v[7]), "fused": lambda *v: v[8]})
+          "dtype": lambda *v: v[6], "kw": lambda *v: sorted(v[7])})
 
 
-@pytest.mark.parametrize("split,d,d_v,h_q,h_kv,causal,dtype,kw,fused", SPLIT_QK_CASES)
-def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal, dtype, kw, fused):
+@pytest.mark.parametrize("split,d,d_v,h_q,h_kv,causal,dtype,kw", SPLIT_QK_CASES)
+def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal, dtype, kw):
     """dq, dk, dv (and the forward) with the split on and off against float64
-    (odd lengths, GQA / MQA, the separate and the fused dQ).  q, k, v are
+    (odd lengths, GQA / MQA).  q, k, v are
     views of NaN-padded rows: a padded column read unmasked shows.  Two batch
     entries on the GPU, one on the CPU (the column chunks share each row's
     base pointer; the split backward with batches: test_one_launch_backward's
@@ -200,10 +125,9 @@ def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal
     monkeypatch.setattr(bwd, "SPLIT_QK", split)
     monkeypatch.setattr(bwd, "SPLIT_QK_MIN_PAD", 0)  # d=40, 96 too (off there by default)
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)  # a plan would replay the other split's launch
-    monkeypatch.setenv(ENV_FUSED_DQ, "1" if fused else "0")
     monkeypatch.setattr(bwd, "ONE_LAUNCH", False)  # the two launches are the subject
     launched = []
-    for name in ("_launch_dkdv", "_launch_dq", "_launch_fused"):
+    for name in ("_launch_dkdv", "_launch_dq"):
         launched += [call_spy(monkeypatch, bwd, name, lambda *a, name=name, **m: (name, m["SPLIT_QK"]))]
     b = 2 if ON_GPU else 1
     q, k, v = make_qkv(b, 37, 83, h_q, h_kv, d, dtype, device, requires_grad=False, d_v=d_v)
@@ -225,7 +149,7 @@ def test_split_qk_backward(device, monkeypatch, split, d, d_v, h_q, h_kv, causal
     for name, g, r, b in zip(("dq", "dk", "dv"), got, ref, base):
         assert_close(name, g, r, b, 3.0, dtype)
     seen = [x for spy in launched for x in spy]
-    assert {n for n, _ in seen} == ({"_launch_fused"} if fused else {"_launch_dkdv", "_launch_dq"}), seen
+    assert {n for n, _ in seen} == {"_launch_dkdv", "_launch_dq"}, seen
     assert {s for _, s in seen} == {split}, seen
 
 
@@ -240,7 +164,6 @@ def test_split_qk_backward_choice(device, monkeypatch, d):
     from _utils import call_spy
     monkeypatch.setattr(fwd, "SPLIT_QK", False)
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
-    monkeypatch.setenv(ENV_FUSED_DQ, "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     monkeypatch.setattr(bwd, "ONE_LAUNCH", False)  # (their two launches)
     launched = [call_spy(monkeypatch, bwd, name, lambda *a, **m: m["SPLIT_QK"])
@@ -289,7 +212,6 @@ def _check_one_launch(device, monkeypatch, n_q, n_k, h_q, h_kv, d, causal, dtype
     from flashattn_triton.reference import flash_attention_ref as flash_ref
     from _utils import assert_close, call_spy
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
-    monkeypatch.setenv(ENV_FUSED_DQ, "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_BWD", "0")  # the portable kernels are the subject
     launched = {name: call_spy(monkeypatch, bwd, name) for name in ("_launch_one", "_launch_dkdv", "_launch_dq")}
     q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
@@ -423,7 +345,6 @@ def test_one_launch_with_variants(device, monkeypatch):
     from flashattn_triton import ops
     from flashattn_triton.kernels import bwd
     monkeypatch.setattr(ops, "PLANS_ENABLED", False)
-    monkeypatch.setenv(ENV_FUSED_DQ, "0")
     q, k, v = make_qkv(1, 41, 35, 4, 2, 64, torch.float32, device, requires_grad=False)
     sinks = rand((4,), torch.float32, device)
     do = rand(q.shape, torch.float32, device)

@@ -55,7 +55,7 @@ def test_help_lists_the_readme_table_but_its_test_rows(capsys):
     listed = re.findall(r"^  ((?:FLASHATTN_)?TRITON_[A-Z_<>]+)  ", capsys.readouterr().out, re.M)
     assert listed == [name for name, text in rows if not text.startswith("tests:")]
     config_row = dict(rows)["FLASHATTN_TRITON_CONFIG_<KERNEL>"]
-    for kernel in ("FWD", "BWD_DKDV", "BWD_DQ", "BWD_FUSED", "BWD_ONE", "DECODE"):
+    for kernel in ("FWD", "BWD_DKDV", "BWD_DQ", "BWD_ONE", "DECODE"):
         assert f"`{kernel}`" in config_row
         assert kernel in dict(cli.ENVIRONMENT)["FLASHATTN_TRITON_CONFIG_<KERNEL>"]
 

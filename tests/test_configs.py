@@ -322,13 +322,13 @@ def test_chosen_configs_fit_the_gpus_budget(arch, dtype):
     the H200's first choices (e.g. the dK/dV kernel's (64, 128, 8, 3) at d = 128,
     132 KiB compiled for sm_89) do not load there."""
     from flashattn_triton.kernels import launch
-    from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq, _launch_fused, _launch_one
+    from flashattn_triton.kernels.bwd import _launch_dkdv, _launch_dq, _launch_one
     from flashattn_triton.kernels.fwd import _launch_fwd
     budget = launch.arch_budget(arch)
     assert budget == launch.SMEM_LIMIT_BY_ARCH[arch] - launch.SMEM_SCRATCH
     for d_pad, dv_pad in [(32, 32), (64, 64), (128, 128), (256, 128), (256, 256), (512, 512)]:
         dv = None if dv_pad == d_pad else dv_pad
-        for launcher in (_launch_fwd, _launch_dkdv, _launch_dq, _launch_fused):
+        for launcher in (_launch_fwd, _launch_dkdv, _launch_dq):
             entry = launcher.entry_for(arch, budget, dtype, d_pad, True, 4096, "", dv)
             smem, _ = launch.footprint(entry, launcher.resident, d_pad, dtype.itemsize, dv)
             assert smem <= budget or entry == launcher.candidates[-1], (arch, launcher.name, d_pad, entry, smem)
@@ -451,13 +451,12 @@ def test_switches_accept_only_0_and_1(monkeypatch):
     value is a ValueError naming the variable (before, "true" / "on" turned
     some switches off and others on, and "false" left some on)."""
     from flashattn_triton import _dispatch, _prefetch
-    from flashattn_triton.kernels import bwd, launch
+    from flashattn_triton.kernels import launch
     assert [launch.parse_switch("X", v) for v in (None, "", " ", "0", " 1 ")] == [None, None, None, False, True]
     for bad in ("true", "on", "2", "yes"):
         with pytest.raises(ValueError, match=f"X='{bad}': must be 0 \\(off\\) or 1 \\(on\\), or unset"):
             launch.parse_switch("X", bad)
-    calls = [("FLASHATTN_TRITON_FUSED_DQ", lambda: bwd.use_fused_dq(False, False)),
-             ("FLASHATTN_TRITON_AUTOTUNE", launch.autotune_enabled),
+    calls = [("FLASHATTN_TRITON_AUTOTUNE", launch.autotune_enabled),
              ("FLASHATTN_TRITON_HOPPER_MASK", lambda: _dispatch._switch("FLASHATTN_TRITON_HOPPER_MASK", "1")),
              ("FLASHATTN_TRITON_PREFETCH_BWD", _prefetch.enabled)]
     for name, call in calls:
@@ -467,7 +466,7 @@ def test_switches_accept_only_0_and_1(monkeypatch):
         monkeypatch.setenv(name, " 1")
         call()
         monkeypatch.delenv(name)
-    assert bwd.use_fused_dq(False, False) is False and _dispatch._switch("FLASHATTN_TRITON_HOPPER_MASK", "1")
+    assert launch.autotune_enabled() is False and _dispatch._switch("FLASHATTN_TRITON_HOPPER_MASK", "1")
 
 
 @pytest.mark.parametrize("name,value,module", [

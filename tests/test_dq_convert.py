@@ -1,19 +1,14 @@
 """The one-pass float32 -> dq conversion (kernels/bwd.py convert_dq,
 _bwd_dq_convert): bit for bit the torch expression ``dq.copy_(acc * scale)``
-on NaN-poisoned outputs, whatever the layouts; and the fused backward with
-the switch DQ_CONVERT_KERNEL on against the float64 reference.  The Hopper
-backward's use of it is a GPU test of tests/test_hopper_bwd.py (``-k dq_convert``)."""
+on NaN-poisoned outputs, whatever the layouts.  The Hopper backward's use
+of it is a GPU test of tests/test_hopper_bwd.py (``-k dq_convert``)."""
 
 import pytest
 import torch
 
 from flashattn_triton import ops
 from flashattn_triton.kernels import bwd
-from flashattn_triton.kernels.bwd import ENV_FUSED_DQ, convert_dq
-from flashattn_triton.testing import make_qkv
-from _utils import ON_GPU
-from test_attention import check_against_reference
-from test_varlen import _check_varlen
+from flashattn_triton.kernels.bwd import convert_dq
 
 _INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -148,28 +143,3 @@ def test_other_layouts_take_the_torch_expression(device, kernel):
     assert kernel.grids == []
     with pytest.raises(ValueError, match="shape"):
         convert_dq(torch.empty(2, 3, 5, 8, device=device), torch.empty(2, 3, 6, 8, device=device), 1.0)
-
-
-@pytest.fixture
-def fused_convert(monkeypatch, kernel):
-    """The fused backward form with DQ_CONVERT_KERNEL on."""
-    monkeypatch.setenv(ENV_FUSED_DQ, "1")
-    monkeypatch.setattr(bwd, "DQ_CONVERT_KERNEL", True)
-    return kernel
-
-
-@pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", [
-    # Nq < Nk (bottom-right), GQA, odd d (keys past a 128-key tile on the GPU; on the
-    # CPU 83, ragged in the interpreter's 16-key tiles)
-    (45, 131 if ON_GPU else 83, 6, 2, 40, True, torch.float16),
-    (96, 80, 2, 2, 128, False, torch.bfloat16),   # not causal
-])
-def test_fused_backward_with_the_kernel(device, fused_convert, n_q, n_k, h_q, h_kv, d, causal, dtype):
-    q, k, v = make_qkv(2, n_q, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
-    check_against_reference(q, k, v, causal)
-    assert fused_convert.grids, "the fused backward did not convert dQ with the kernel"
-
-
-def test_fused_varlen_backward_with_the_kernel(device, fused_convert):
-    _check_varlen([0, 1, 37, 70], [5, 1, 37, 90], 4, 2, 64, True, torch.bfloat16, device)
-    assert fused_convert.grids, "the fused backward did not convert dQ with the kernel"

@@ -279,7 +279,7 @@ def test_prefetch_once_per_signature_and_switch(monkeypatch):
     dout, qm, km, vm, out, lse, dlse = runs[0][:7]
     assert qm.device.type == "meta" and qm.shape == q.shape and qm.stride() == q.stride()
     assert out.shape == q.shape and lse.shape == (1, 2, 16) and dlse.shape == lse.shape
-    # deterministic=True picks other backward kernels (never the fused dQ form): its own prefetch
+    # deterministic=True may pick other backward kernels (never the Hopper backward): its own prefetch
     deterministic = options[:-1] + (True,)
     _prefetch.maybe_prefetch(impl, q, q, q, deterministic, False)
     _prefetch.wait_pending()

@@ -518,24 +518,28 @@ def test_plans_off_switch(device, checks, monkeypatch):
 
 
 # ---------------------------------------------------------------------------
-# deterministic=True: never the fused dQ backward
+# deterministic=True reaches the backward (which then never takes the Hopper
+# backward, whose dQ adds by atomics arrive in a varying order)
 # ---------------------------------------------------------------------------
 
 @pytest.fixture
-def fused_dq_requests(monkeypatch):
-    """FLASHATTN_TRITON_FUSED_DQ=1, and the fused_dq argument of each backward launch."""
+def deterministic_requests(monkeypatch):
+    """The deterministic argument of each backward (ops._bwd_into)."""
+    import inspect
     from flashattn_triton import _prefetch
-    from flashattn_triton.kernels.bwd import ENV_FUSED_DQ
-    monkeypatch.setenv(ENV_FUSED_DQ, "1")
     monkeypatch.setenv(_prefetch.ENV_PREFETCH, "0")  # its compile-only backward would call the spy too
     monkeypatch.setattr(ops, "BWD_PLANS", False)  # a replayed backward would not (tests/fake test below)
-    if ops._kernels.forward is None:
-        ops._kernels.load()
-    return call_spy(monkeypatch, ops._kernels, "backward", lambda *args, **kwargs: kwargs.get("fused_dq"))
+    signature = inspect.signature(ops._bwd_into)
+
+    def deterministic(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments["deterministic"]
+    return call_spy(monkeypatch, ops, "_bwd_into", deterministic)
 
 
 @pytest.mark.parametrize("entry", ["flash", "varlen"])
-def test_deterministic_forces_the_separate_dq_backward(device, monkeypatch, fused_dq_requests, entry):
+def test_deterministic_reaches_the_backward(device, monkeypatch, deterministic_requests, entry):
     if not ops.use_triton(torch.empty(0, device=device)):
         pytest.skip("the kernels' backward (interpreter or GPU) only")
     q, k, v = make_qkv(2, 24, 24, 2, 1, 16, torch.float16, device)
@@ -551,13 +555,12 @@ def test_deterministic_forces_the_separate_dq_backward(device, monkeypatch, fuse
     do = torch.randn_like(q)
     results = {}
     for det in (False, True, True):  # the second deterministic call is planned (flash)
-        fused_dq_requests.clear()
+        deterministic_requests.clear()
         q.grad = k.grad = v.grad = None
         call(det).backward(do)
-        assert fused_dq_requests and all(r is (False if det else None) for r in fused_dq_requests)
+        assert deterministic_requests and all(r is det for r in deterministic_requests)
         results.setdefault(det, []).append(tuple(t.grad.clone() for t in (q, k, v)))
-    # deterministic: the default (separate dQ) backward, bit for bit
-    monkeypatch.setenv("FLASHATTN_TRITON_FUSED_DQ", "0")
+    # deterministic: the portable backward, bit for bit that of a default call here (no Hopper backward at d = 16)
     q.grad = k.grad = v.grad = None
     call(False).backward(do)
     for got in results[True]:
@@ -565,7 +568,7 @@ def test_deterministic_forces_the_separate_dq_backward(device, monkeypatch, fuse
             assert torch.equal(a, b)
 
 
-def test_deterministic_through_the_custom_ops(device, fused_dq_requests):
+def test_deterministic_through_the_custom_ops(device, deterministic_requests):
     """The op schema carries deterministic from the forward to the backward
     (torch.compile's path), and opcheck accepts it."""
     if not ops.use_triton(torch.empty(0, device=device)):
@@ -574,9 +577,9 @@ def test_deterministic_through_the_custom_ops(device, fused_dq_requests):
     args = (q, k, v, None, None, 0, 0, 0.25, -1, 0, True, 0.0, None, None, None, 0.0, None, True)
     torch.library.opcheck(ops.attention_fwd, args)
     out, lse = ops.attention_fwd(*args)
-    fused_dq_requests.clear()
+    deterministic_requests.clear()
     torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-    assert fused_dq_requests == [False]
+    assert deterministic_requests == [True]
     plain = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in args)
     bwd_args = ((torch.randn_like(out), *plain[:3], out.detach(), lse.detach(), None) + plain[3:17]
                 + (False, True))
@@ -791,10 +794,6 @@ with fake_cuda():
     check("GQA", qkv(h=4, h_kv=2), causal)  # its float32 partials: scratch buffers of the replay
     check("dout stride 0", qkv(), causal, replays=False, record_env={},
           dout_of=lambda out: torch.ones((), dtype=out.dtype).expand(out.shape))
-    check("fused dQ", qkv(), causal, replays=False, record_env={"FLASHATTN_TRITON_FUSED_DQ": "1"})
-    bwd.DQ_CONVERT_KERNEL = True  # the fused form's dQ conversion by a kernel: clean
-    bwd._dq_convert_launches = lambda dq: True  # (CPU tensors stand for CUDA ones)
-    check("fused dQ, conversion kernel", qkv(), causal, record_env={"FLASHATTN_TRITON_FUSED_DQ": "1"})
     bwd.ONE_LAUNCH = True  # dK/dV and dQ programs in one launch (_bwd_dkdv_dq)
     check("one launch", qkv(), causal)
     check("one launch GQA not causal", qkv(h=4, h_kv=2), lambda q, k, v: fat.flash_attn_func(q, k, v))
@@ -920,9 +919,9 @@ def test_backward_plans_on_a_fake_driver():
     buffers (named by first use) in the same places; it declines for another
     dout layout, a changed environment switch, deterministic algorithms or
     saved tensors that a saved-tensor hook unpacks in another layout,
-    and recordings that saw a PyTorch operation (a dout made contiguous, the
-    fused dQ's torch conversion) are never replayed.  GQA's float32 partials
-    and the fused dQ's buffer are scratch buffers, made anew by each replay.
+    and recordings that saw a PyTorch operation (a dout made contiguous) are
+    never replayed.  GQA's float32 partials are scratch buffers, made anew by
+    each replay.
     With ONE_LAUNCH the dK/dV and dQ programs are one recorded launch.
     Lines: case, backward launches, replayed, recorded."""
     from flashattn_triton.kernels import fastlaunch
@@ -934,7 +933,7 @@ def test_backward_plans_on_a_fake_driver():
         "deterministic 3 True True", "dout strides 3 False True", "env HOPPER_BWD 3 False True",
         "env CONFIG_BWD_DQ 3 False True", "deterministic algorithms 3 False True",
         "saved tensors unpacked in another layout 3 False True", "GQA 5 True True",
-        "dout stride 0 3 False False", "fused dQ 2 False False", "fused dQ, conversion kernel 3 True True",
+        "dout stride 0 3 False False",
         "one launch 2 True True", "one launch GQA not causal 4 True True",
         "one launch, env CONFIG_BWD_ONE 2 False True",
     ], lines

@@ -46,12 +46,9 @@ Deterministic form, three launches and no atomics:
   benchmarks/tune.py --kernels BWD_ONE, else the parts' configs combined);
   at d = 64 the combined config makes the dQ programs hold the dK/dV
   programs' registers (one block per SM instead of two).
-Fused form (``fused_dq``; 5 tile products per score tile instead of 7, one
-exp2 pass instead of two): _bwd_dkdv with FUSED_DQ also forms dQ's share of
-each tile, dS^T K, and adds it into a float32 buffer with atomic adds; the
-buffer is scaled and cast into dq at the end (torch's multiply and copy, or
-with DQ_CONVERT_KERNEL _bwd_dq_convert's one pass, convert_dq).  The order of the
-float32 adds varies from run to run, so dq is not bit-reproducible.
+(A fused form, _bwd_dkdv also adding dQ's share of each tile into a float32
+buffer by atomics, measured 0.71-0.84x of this on the H200 in session 7 and
+was removed in session 51: docs/performance.md.)
 Head dims with a quarter of the padded width unused (kernels/fwd.py split_qk,
 here from d_pad = 256 up, use_split_qk) hold Q, K, dQ and dK as two column
 chunks of d_pad/2 and d_pad/4, and sum Q K^T in the forward's chunk order.
@@ -64,14 +61,13 @@ from typing import Any, Optional
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.errors import OutOfResources
 
 from ..reference import sinks_grad_torch
 from . import fastlaunch
 from .combine import cast_rtne
 from .fwd import check_lse_lo, split_qk
 from .launch import (COMPILE_OPTIONS, INTERPRET, Launcher, PairLauncher, autotune_enabled, cdiv, dot_precision,
-                     env_switch, env_switch_or, head_dim_pad, seq_bucket, variant_tag)
+                     env_switch_or, head_dim_pad, seq_bucket, variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
 from .tiles import (aligned_start, head_row_tile, kv_tile_range, load_qk_operand, load_tile, mma, q_tile_range,
                     qk_columns, seq_bounds, store_tile, tile_ptrs)
@@ -177,21 +173,6 @@ def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, s
 
 
 @triton.jit
-def _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """DQ[rows, offs_d] += (dS^T K)[:, offs_d] (float32 atomic adds; k holds
-    the key tile's columns offs_d)."""
-    dq = mma(tl.trans(ds_t), k, None, DOT_PRECISION, INTERPRET)
-    dq_ptrs = tile_ptrs(DQ, start.to(tl.int64), stride_dqm, stride_dqk, BLOCK_M, offs_d)
-    if MASKED:
-        dq_mask = (rows[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
-    else:
-        dq_mask = offs_d[None, :] < HEAD_DIM
-    tl.atomic_add(dq_ptrs, dq, mask=dq_mask, sem="relaxed")
-
-
-@triton.jit
 def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, CHECK_ROWS: tl.constexpr, MASK_LEFT: tl.constexpr,
@@ -199,10 +180,8 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                 FUSED_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-                 LSE_LO: tl.constexpr = False):
-    """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m);
-    with FUSED_DQ also add each tile's dS^T K (float32, unscaled) into DQ.
+                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, LSE_LO: tl.constexpr = False):
+    """Accumulate dK, dV of the owned keys over query tiles [start_m, end_m).
 
     Works on the transposed scores s^T (keys x queries) so that dV += P^T dO
     and dK += dS^T Q need no transposed accumulator.  Q, DO, LSE, DELTA point
@@ -220,7 +199,7 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
     strides) and scores (score_tile's and the dropout's, as _dq_kv_loop
     takes them)."""
     k, k_hi, v, offs_n, offs_d, offs_d_hi, offs_dv = keys
-    Q, DO, LSE, DELTA, DQ, stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk = queries
+    Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_dom, stride_dok = queries
     (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
      seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
     offs_m = tl.arange(0, BLOCK_M)
@@ -268,14 +247,6 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
         dk = mma(ds_t, q, dk, DOT_PRECISION, INTERPRET)
         if SPLIT_QK:
             dk_hi = mma(ds_t, q_hi, dk_hi, DOT_PRECISION, INTERPRET)
-        if FUSED_DQ:
-            # This key tile's share of dQ; the shares of all key tiles meet in
-            # DQ through float32 atomic adds, in an order that varies run to run.
-            _dq_share_add(DQ, ds_t, k, start, rows, n_q, offs_d, stride_dqm, stride_dqk,
-                          HEAD_DIM, BLOCK_M, CHECK_ROWS, DOT_PRECISION, INTERPRET)
-            if SPLIT_QK:
-                _dq_share_add(DQ, ds_t, k_hi, start, rows, n_q, offs_d_hi, stride_dqm, stride_dqk,
-                              HEAD_DIM, BLOCK_M, CHECK_ROWS, DOT_PRECISION, INTERPRET)
         q_ptrs += BLOCK_M * stride_qm
         if SPLIT_QK:
             q_hi_ptrs += BLOCK_M * stride_qm
@@ -294,17 +265,16 @@ def _dkdv_program(
     # vectorization when it did so.
     inputs, strides, shapes, scalars,
     # outputs
-    DK, DV, DQ,
+    DK, DV,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
-    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
     H_KV, GROUP_SPLIT,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
     HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr,
     MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     LSE_LO: tl.constexpr = False,
 ):
@@ -376,14 +346,12 @@ def _dkdv_program(
         off_h = off_hkv * GROUP_SIZE + g_lo + g  # the query heads that read this KV head
         Qh = Q + off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
         DOh = DO + off_z * stride_doz + off_h * stride_doh + q_start * stride_dom
-        DQh = DQ + off_z * stride_dqz + off_h * stride_dqh + q_start * stride_dqm
         row_base = off_z * stride_lz + off_h * stride_lh + q_start
         alibi2, BIASh, seed, rng_base = _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start,
                                                    stride_az, stride_ah, stride_bz, stride_bh,
                                                    H_KV * GROUP_SIZE, RNG_ROWS, N_K, philox_offset,
                                                    IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
-        queries = (Qh, DOh, LSE + row_base, DELTA + row_base, DQh,
-                   stride_qm, stride_qk, stride_dom, stride_dok, stride_dqm, stride_dqk)
+        queries = (Qh, DOh, LSE + row_base, DELTA + row_base, stride_qm, stride_qk, stride_dom, stride_dok)
         scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIASh, stride_bm,
                   stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
         # Masked head (diagonal / right window edge), unmasked middle, masked
@@ -391,18 +359,15 @@ def _dkdv_program(
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, lo, full_lo, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
-                                     LSE_LO)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_lo, full_hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, False, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
-                                     LSE_LO)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_hi, hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
                                      even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, FUSED_DQ, DOT_PRECISION, INTERPRET,
-                                     LSE_LO)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
 
     off_out = off_out.to(tl.int64)
     DK += off_z * stride_dkz + off_out * stride_dkh + k_start * stride_dkn
@@ -419,7 +384,9 @@ def _dkdv_program(
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
                                "RNG_ROWS", "philox_offset", "dropout_thresh"])
 def _bwd_dkdv(
-    # pointers
+    # pointers (DQ and its strides are unused: the launches pass dK's buffer
+    # and strides, as the removed fused form's placeholder, which keeps the
+    # kernel's parameter list and so its machine code as before)
     Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
     # strides
     stride_qz, stride_qh, stride_qm, stride_qk,
@@ -443,7 +410,7 @@ def _bwd_dkdv(
     SPLIT_QK: tl.constexpr, IS_VARLEN: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    HEADS_PER_PROGRAM: tl.constexpr, FUSED_DQ: tl.constexpr, EVEN_M: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
 ):
@@ -456,11 +423,11 @@ def _bwd_dkdv(
                   (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                   (sm_scale, causal_offset, shift_mul, window_left, window_right,
                    softcap, dropout_scale, dropout_thresh, philox_offset),
-                  DK, DV, DQ, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn,
-                  stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
+                  DK, DV, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn,
+                  stride_dvk, H_KV, GROUP_SPLIT,
                   HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                   MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                  HEADS_PER_PROGRAM, FUSED_DQ, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
+                  HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
 
 
 @triton.jit
@@ -753,11 +720,11 @@ def _bwd_dkdv_dq(
                       (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                       (sm_scale, causal_offset, shift_mul, window_left, window_right,
                        softcap, dropout_scale, dropout_thresh, philox_offset),
-                      DK, DV, DQ, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh,
-                      stride_dvn, stride_dvk, stride_dqz, stride_dqh, stride_dqm, stride_dqk, H_KV, GROUP_SPLIT,
+                      DK, DV, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh,
+                      stride_dvn, stride_dvk, H_KV, GROUP_SPLIT,
                       HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                       MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                      HEADS_PER_PROGRAM, False, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1, LSE_LO)
+                      HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1, LSE_LO)
     else:
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
         _dq_program(pid_n, pid_bh,
@@ -961,8 +928,8 @@ _DQ_CONVERT_FLAT_BLOCK = 4096
 _MAX_GRID_Y = 65535
 
 ENV_DQ_CONVERT = "FLASHATTN_TRITON_DQ_CONVERT"  # "1" / "0": DQ_CONVERT_KERNEL on / off for every call
-# The float32 dQ buffer's final scale and cast into dq (the fused form here,
-# the Hopper backward's kernels/hopper/bwd.py _launch) by _bwd_dq_convert in one
+# The float32 dQ buffer's final scale and cast into dq (the Hopper backward's,
+# kernels/hopper/bwd.py _launch) by _bwd_dq_convert in one
 # pass (convert_dq) instead of torch's multiply and strided copy.  A bool, or
 # {causal: bool} per causal flag (by_causal); read at each call.  On for
 # non-causal calls since session 18 call 9 (benchmarks/history/gpu_next_dq_convert2.sh:
@@ -1073,7 +1040,6 @@ def convert_dq(dq: torch.Tensor, acc: torch.Tensor, scale: float) -> None:
 
 _launch_dkdv = Launcher(_bwd_dkdv, "BWD_DKDV")
 _launch_dq = Launcher(_bwd_dq, "BWD_DQ")
-_launch_fused = Launcher(_bwd_dkdv, "BWD_FUSED")  # dK/dV + dQ adds
 _launch_one = PairLauncher(_bwd_dkdv_dq, "BWD_ONE", _launch_dkdv, _launch_dq)  # both, one launch
 
 ENV_ONE_LAUNCH = "FLASHATTN_TRITON_BWD_ONE_LAUNCH"  # "1" / "0": ONE_LAUNCH on / off for every call
@@ -1109,23 +1075,7 @@ ENV_WHOLE_Q_TILES = "FLASHATTN_TRITON_BWD_WHOLE_Q"  # "1" / "0": WHOLE_Q_TILES o
 # rows, which have no masked query tile, read 0.988-1.049 and stay off).
 WHOLE_Q_TILES: Any = env_switch_or(ENV_WHOLE_Q_TILES, {False: False, True: True})
 
-ENV_FUSED_DQ = "FLASHATTN_TRITON_FUSED_DQ"  # "1" / "0": force the fused / separate dQ
-
-
-def use_fused_dq(deterministic: bool, has_dbias: bool) -> bool:
-    """Whether a backward adds dQ from the dK/dV kernel (fused form, module doc).
-    Never for deterministic calls (or under torch.use_deterministic_algorithms),
-    nor when dS itself is wanted (a float bias's gradient, written by the dQ
-    kernel); FLASHATTN_TRITON_FUSED_DQ=1/0 forces the choice for the others."""
-    if deterministic or has_dbias or torch.are_deterministic_algorithms_enabled():
-        return False
-    return env_switch(ENV_FUSED_DQ) is True
-
 _PREPROCESS_BLOCK_M = 64
-
-# (device index, config key) of fused-form launches the GPU refused at every
-# config (attention_backward): those calls run the separate kernels.
-_FUSED_REFUSED: set = set()
 
 
 # Budget of the float32 dK/dV partials of grouped-query heads.
@@ -1160,7 +1110,7 @@ def _dropout_only(mods) -> bool:
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, fused_dq=None, hopper=False, shift_mul=0, lse_lo=None):
+                       delta=None, split_group=True, hopper=False, shift_mul=0, lse_lo=None):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -1174,9 +1124,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     sinks; pass ``delta`` (laid out like lse) to have it written there.
     split_group=False keeps dK/dV of grouped-query heads in one program per
     KV head (required when a packed batch is launched in several chunks, as
-    the partial buffers cover every row).  fused_dq: dQ from the dK/dV
-    kernel through float32 atomic adds (module doc; ignored with dbias);
-    None: use_fused_dq(deterministic=False, ...).  hopper: try the Hopper
+    the partial buffers cover every row).  hopper: try the Hopper
     backward (kernels/hopper/bwd.py) after the preprocess, for a dense call
     without variants (or with dropout alone) and with no mask or a causal
     one, either with or without a left window bound; the caller decides
@@ -1246,13 +1194,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
                                                    torch.float32, g.device) for g in (dk, dv))
     else:
         dk_out, dv_out = dk, dv
-    if fused_dq is None:
-        fused_dq = use_fused_dq(False, dbias is not None)
-    fused = fused_dq and dbias is None and (q.device.index, key) not in _FUSED_REFUSED
-    # float32 buffer of the fused form's dQ adds (a placeholder otherwise); zeroed
-    # per call (a role of its own in a recording: ops.BwdPlan)
-    dq_acc = fastlaunch.zeroed_scratch(dq.shape, torch.float32, dq.device) if fused else dk_out
-    one = not fused and use_one_launch(right == 0, varlen, dbias is not None, d_pad)
+    one = use_one_launch(right == 0, varlen, dbias is not None, d_pad)
     # whole query tiles (_dkdv_program's EVEN_M), where the switch is on
     even_m = by_causal(WHOLE_Q_TILES, right == 0) and not varlen and n_q % 128 == 0
     if one:  # dK/dV programs, then dQ programs (_bwd_dkdv_dq)
@@ -1266,36 +1208,19 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
             **meta, HEADS_PER_PROGRAM=group // split, EVEN_M=even_m,
         )
     else:
-        def dkdv(fused_dq: bool, dq_acc: torch.Tensor):
-            (_launch_fused if fused_dq else _launch_dkdv)(
-                lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
-                q, k, v, do, lse, delta, dk_out, dv_out, dq_acc, cu_q, cu_k, alibi, bias, seed,
-                *_flat_strides((q, k, v, do, dk_out, dv_out, dq_acc), varlen), *lse_strides, *mods.strides(),
-                h_kv, n_q, n_k, group, split, rng_rows,
-                *scalars,
-                **meta, HEADS_PER_PROGRAM=group // split, FUSED_DQ=fused_dq, EVEN_M=even_m,
-            )
-        try:
-            dkdv(fused, dq_acc)
-        except OutOfResources:
-            # even the fused form's smallest config exceeds this GPU's shared
-            # memory (float32 at d = 512 on A100: the launcher's smaller
-            # configs are spent); nothing was written: the separate kernels
-            if not fused:
-                raise
-            _FUSED_REFUSED.add((q.device.index, key))  # later calls go straight to the separate kernels
-            fused = False
-            dkdv(False, dk_out)
+        # (dk_out in the unused DQ slot: _bwd_dkdv's pointer list)
+        _launch_dkdv(
+            lambda m: (cdiv(n_k, m["BLOCK_N"]), batch * h_kv * split), key,
+            q, k, v, do, lse, delta, dk_out, dv_out, dk_out, cu_q, cu_k, alibi, bias, seed,
+            *_flat_strides((q, k, v, do, dk_out, dv_out, dk_out), varlen), *lse_strides, *mods.strides(),
+            h_kv, n_q, n_k, group, split, rng_rows,
+            *scalars,
+            **meta, HEADS_PER_PROGRAM=group // split, EVEN_M=even_m,
+        )
     if split > 1:
         _sum_group_partials(dk, dk_out, h_kv, split)
         _sum_group_partials(dv, dv_out, h_kv, split)
     if one:
-        return delta
-    if fused:
-        if by_causal(DQ_CONVERT_KERNEL, right == 0):
-            convert_dq(dq, dq_acc, sm_scale)
-        else:
-            dq.copy_(dq_acc.mul_(sm_scale))
         return delta
     _launch_dq(
         lambda m: (cdiv(n_q, m["BLOCK_M"]), batch * h_q), key,

@@ -68,12 +68,11 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
 # DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
 # list of VARIANTS ("deep,pdl"; "default" in it stands for the defaults),
-# "default" or "none".  "deep", "wide" and "fill" act only on launches of one
+# "default" or "none".  "deep" and "fill" act only on launches of one
 # program per SM (4 x programs < SMs, the split rule's small batch); "pdl" too,
 # and only on sm_90 and later.
 #   deep: 5 pipeline stages of 64-key tiles (three K+V tiles in flight, 96 KiB,
 #         instead of one);
-#   wide: 128-key tiles over 3 stages (one 64 KiB K+V tile in flight);
 #   fill: the split count of least modelled cost, not the smallest within 10%
 #         of it (16 splits instead of 15 at batch 1 from 4k keys on 132 SMs:
 #         128 programs instead of 120);
@@ -98,10 +97,13 @@ ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
-# "tma" (tiles read by tensor descriptors).
+# "tma" (tiles read by tensor descriptors); in session 51 "wide" (128-key tiles
+# over 3 stages, a candidate of session 16 that lost to "deep"; still in commit
+# 0f7d7f6).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "wide", "fill", "pdl", "reserve", "pair", "spread", "longpages")
-REMOVED_VARIANTS = ("merge", "prefetch", "gather", "tma")
+VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages")
+# Removed variants -> the session that removed them (named so by the ValueError).
+REMOVED_VARIANTS = {"merge": 45, "prefetch": 45, "gather": 45, "tma": 45, "wide": 51}
 MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
 LONGPAGES_FROM = 65536  # variant "longpages": cache capacities (keys) from which it acts
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
@@ -720,8 +722,9 @@ def _parse_variants(text: str) -> frozenset:
         return frozenset()
     unknown = names - set(VARIANTS) - {"default"}
     if unknown:
-        removed = sorted(unknown & set(REMOVED_VARIANTS))
-        note = f" ({removed} measured slower and were removed in session 45)" if removed else ""
+        sessions = sorted({REMOVED_VARIANTS[name] for name in unknown if name in REMOVED_VARIANTS})
+        note = "".join(f" ({sorted(n for n in unknown if REMOVED_VARIANTS.get(n) == s)} measured slower and "
+                       f"were removed in session {s})" for s in sessions)
         raise ValueError(f"{ENV_VARIANT}={text!r}: unknown variants {sorted(unknown)}; known: {VARIANTS}{note}")
     return (names - {"default"}) | (DEFAULT_VARIANTS if "default" in names else frozenset())
 
@@ -775,13 +778,10 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     long_pages = ("longpages" in variants and 0 < page_size < cfg.BLOCK_N and n_cap >= LONGPAGES_FROM
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
-    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "wide", "pair"} or pair):
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
             tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=4)
-        elif "wide" in variants:
-            # Twice the keys per tile: each buffered K+V tile is 64 KiB at d = 128.
-            tile = dict(BLOCK_N=2 * cfg.BLOCK_N, num_stages=cfg.num_stages)
         else:
             # Two more buffers of 64-key tiles (Triton keeps num_stages - 1 in
             # shared memory, 70 -> 134 KiB at d = 128): three tiles in flight.

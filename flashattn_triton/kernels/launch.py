@@ -45,7 +45,7 @@ from . import fastlaunch
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 ENV_AUTOTUNE = "FLASHATTN_TRITON_AUTOTUNE"  # "1": autotune (opt-in)
-ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_FUSED / BWD_ONE
+ENV_CONFIG_PREFIX = "FLASHATTN_TRITON_CONFIG_"  # + FWD / BWD_DKDV / BWD_DQ / BWD_ONE
 # A directory whose sm<major><minor>.json replaces the committed table (e.g. a
 # copy that benchmarks/tune.py --merge added entries to); read at each table
 # lookup, and a kernel's choice is cached per key: set it before the first call.
@@ -65,10 +65,6 @@ CANDIDATES: Dict[str, List[Tuple[int, int, int, int]]] = {
     "BWD_DKDV": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 128, 4, 2),
                  (64, 64, 4, 3), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 8, 2), (16, 64, 4, 2),
                  (16, 32, 4, 2), (16, 32, 8, 2), (16, 16, 8, 1)],  # last two: head dim 512
-    # dK/dV kernel that also adds dQ (kernels/bwd.py, fused form): the dQ tile
-    # adds registers, so smaller tiles come first
-    "BWD_FUSED": [(32, 128, 8, 2), (32, 64, 8, 2), (64, 128, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2),
-                  (64, 128, 8, 3), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 8, 1)],
     # BLOCK_M: owned queries, BLOCK_N: key loop
     "BWD_DQ": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2),
                (128, 32, 8, 2), (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2),
@@ -184,7 +180,6 @@ RESIDENT = {
     "FWD": ("BLOCK_M", ("d",), ("v",)),  # Q; O
     "BWD_DKDV": ("BLOCK_N", ("d", "v"), ("d", "v")),  # K, V; dK, dV
     "BWD_DQ": ("BLOCK_M", ("d", "v"), ("d",)),  # Q, dO; dQ
-    "BWD_FUSED": ("BLOCK_N", ("d", "v"), ("d", "v")),  # as BWD_DKDV, plus a transient dQ tile
 }
 
 
