@@ -179,7 +179,9 @@ def assert_close(name, got, ref, baseline=None, factor=2.0, dtype=None, atol=Non
         base = max_abs_err(baseline, ref) if baseline is not None else 0.0
         atol = tolerance(base, ref, dtype or got.dtype, factor)
     if not err <= atol:
-        diff = (got.double() - ref.double()).abs().nan_to_num(nan=float("inf"))
+        g64, r64 = got.double(), ref.double()
+        # equal infinities are no error (max_abs_err): their NaN difference must not win the argmax
+        diff = (g64 - r64).abs().masked_fill(torch.isinf(g64) & (g64 == r64), 0.0).nan_to_num(nan=float("inf"))
         i = int(torch.argmax(diff.flatten()).item())
         where = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), got.shape))
         raise AssertionError(

@@ -12,7 +12,7 @@ import torch
 
 from flashattn_triton import flash_attn_func, scaled_dot_product_attention
 from flashattn_triton.reference import flash_attention_ref as flash_ref
-from _utils import DTYPES, assert_close, assert_rel, call_spy, cpu_covering, leaf, make_qkv, rand
+from _utils import ON_GPU, DTYPES, assert_close, assert_rel, call_spy, cpu_covering, leaf, make_qkv, rand
 
 SEQ_PAIRS = [(1, 1), (1, 77), (113, 203), (200, 64), (64, 200), (96, 96)]
 HEADS = [(2, 2), (4, 2), (3, 1)]  # MHA, GQA, MQA
@@ -77,6 +77,18 @@ def check_against_reference(q, k, v, causal, softmax_scale=None, with_lse_grad=T
     for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
         assert_close(name, g, r, b, grad_factor, dtype)
     return got, ref
+
+
+# The causal diagonal of a query tile's last row lands on the first key of a
+# key tile only when n_k - n_q = 1 (mod BLOCK_N), or n_k = 1 (mod BLOCK_N) for
+# a ragged last query tile; the size grids meet that phase rarely.  Every phase
+# of a key tile (16 keys in the interpreter's tiles; every offset up to 128 on
+# the GPU) for a whole and a ragged query tile (40 rows: 32 + 8; 200 on the GPU).
+@pytest.mark.parametrize("extra", range(129) if ON_GPU else range(16), ids=lambda s: f"nk=nq+{s}")
+def test_causal_diagonal_every_key_tile_phase(device, extra):
+    n_q = 200 if ON_GPU else 40
+    q, k, v = make_qkv(1, n_q, n_q + extra, 1, 1, 16, torch.float32, device, requires_grad=False)
+    check_against_reference(q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("n_q,n_k,h_q,h_kv,d,causal,dtype", FLASH_CASES)

@@ -86,3 +86,16 @@ def test_cpu_covering_keeps_every_pair():
         _utils.cpu_covering(grid, lambda a, b, c: (a, b, c) != (1, 1, 0) and c == a ^ b, dims)
     with pytest.raises(ValueError, match="lost"):
         _utils.cpu_covering(grid, lambda a, b, c: c == 0, dims)
+
+
+def test_assert_close_names_the_largest_error_past_equal_infinities():
+    """A failure message names where the largest error is: positions where
+    got and ref hold the same infinity (fully masked rows' LSE) are no error
+    and must not be reported as the place of one."""
+    import torch
+    from flashattn_triton.testing import assert_close
+    got = torch.tensor([-float("inf"), 1.0, 2.0])
+    ref = torch.tensor([-float("inf"), 1.0, 2.5])
+    with pytest.raises(AssertionError, match=r"at index \(2,\) \(got 2, ref 2.5\) exceeds tolerance 1.000e-01 \(5.00x\)"):
+        assert_close("lse", got, ref, atol=0.1)
+    assert_close("lse", got, got.clone(), atol=0.0)

@@ -74,14 +74,16 @@ def test_varlen_window(device):
 
 
 def test_varlen_equals_dense_calls(device):
-    """Packed results equal one dense call per sequence (same kernels, exact same math)."""
+    """Packed results equal one dense call per sequence: bit for bit in the
+    interpreter (the same kernels and math); on a GPU the dense call may take
+    another tier or config (summation order), so within fp16 rounding."""
     lens = [33, 70]
     cu = random_cu_seqlens(lens, device)
     q, k, v = (rand((sum(lens), 2, 32), torch.float16, device) for _ in range(3))
     out = flash_attn_varlen_func(q, k, v, cu, cu, 70, 70, causal=True)
     for b, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         dense = flash_attn_func(q[None, s:e], k[None, s:e], v[None, s:e], causal=True)[0]
-        assert_close(f"sequence {b}", out[s:e], dense.double(), atol=1e-3)
+        assert_close(f"sequence {b}", out[s:e], dense.double(), atol=0.0 if device.type == "cpu" else 1e-3)
 
 
 def test_varlen_block_table_argument(device):

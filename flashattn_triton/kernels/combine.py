@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .._validate import plain
+from . import fastlaunch
 from .launch import COMPILE_OPTIONS, INTERPRET, head_dim_pad
 
 
@@ -212,8 +213,8 @@ def combine_attention_states(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         raise TypeError(f"out_dtype must be None or torch.float16 / bfloat16 / float32, got {out_dtype!r}")
     out_dtype = out_dtype or out_parts.dtype
     out_parts, lse_parts = plain(out_parts), plain(lse_parts)
-    out = torch.empty((b, n, h, d), dtype=out_dtype, device=out_parts.device)
-    lse = torch.empty((b, h, n), dtype=torch.float32, device=out_parts.device)
+    out = fastlaunch.empty((b, n, h, d), out_dtype, out_parts.device)
+    lse = fastlaunch.empty((b, h, n), torch.float32, out_parts.device)
     if s == 0:
         return out.zero_(), lse.fill_(float("-inf"))
     if out_parts.is_cuda or (INTERPRET and out_parts.device.type == "cpu"):

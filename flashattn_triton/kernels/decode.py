@@ -55,6 +55,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     gdc_launch_dependents = gdc_wait = None
     HAVE_GDC = False
 
+from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
 from .tiles import mma
@@ -919,8 +920,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
     if split_mode:
-        o_part = torch.empty((num_splits, batch, n_q, h_q, d), device=q.device, dtype=torch.float32)
-        l_part = torch.empty((num_splits, batch, h_q, n_q), device=q.device, dtype=torch.float32)
+        o_part = fastlaunch.empty((num_splits, batch, n_q, h_q, d), torch.float32, q.device)
+        l_part = fastlaunch.empty((num_splits, batch, h_q, n_q), torch.float32, q.device)
     else:
         o_part, l_part = out, lse  # unused
     counters = split_counters(batch * h_kv * m_blocks, q.device) if split_mode == 2 else lse

@@ -552,8 +552,22 @@ def empty_scratch(shape, dtype: torch.dtype, device) -> torch.Tensor:
     return _scratch(shape, dtype, device, False)
 
 
+# Tests set POISON: buffers the kernels must fill completely (empty, and
+# empty_scratch outside a recording) then start as NaN, so a program that skips
+# part of its writes fails a comparison instead of passing on leftover memory.
+POISON = False
+
+
+def empty(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """torch.empty, or NaN-filled under POISON (tests): a buffer the kernels
+    write completely before anything reads it."""
+    if POISON:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _scratch(shape, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
-    make = torch.zeros if zeroed else torch.empty
+    make = torch.zeros if zeroed else empty
     rec = _RECORD.get()
     if rec is None:
         return make(shape, dtype=dtype, device=device)
