@@ -663,8 +663,9 @@ def test_dropout_kernel_masks_exact(device, path, case, monkeypatch):
 ])
 def test_dropout_same_mask_as_reference(device, path, dtype, causal, p):
     """Forward and gradients equal the reference computed with the mask the
-    call used (regenerated in the backward: dq, dk, dv match too)."""
-    q, k, v = make_qkv(1, 45, 70, 4, 2, 32, dtype, device, requires_grad=False)
+    call used (regenerated in the backward: dq, dk, dv match too); two batch
+    entries, so a mask repeated across the batch fails."""
+    q, k, v = make_qkv(2, 45, 70, 4, 2, 32, dtype, device, requires_grad=False)
     check_flash(q, k, v, causal=causal, dropout=(p, 1234))
 
 
