@@ -5,7 +5,8 @@
 #     (read which SDPA kernels those two peers ran: a fused one, or the math path again); the KV
 #     cache's append checks and read-only op kvcache_attn (its CUDA-graph tests are gpu-marked),
 #     create_graph gradients by detach, the one-launch backward without its by-kind order, the
-#     self-check's interpreter probe, the removals of FUSED_DQ / decode `wide` if they landed.
+#     self-check's interpreter probe, the removals of FUSED_DQ / decode `wide` (0378f21) and
+#     the test-rigor commit's NaN-poisoned scratch (fastlaunch.POISON) under the GPU tests.
 #  1. The variant table at today's defaults (issue 10's benchmark; last on an H200 in session 43:
 #     d = 192 backward 0.87x SDPA; session 50 on an H100: 0.83x) and the decode table (issue 11;
 #     last in session 33) after the host changes of sessions 47-50 and the float-bias LSE_LO builds.
