@@ -658,7 +658,7 @@ class Replay:
                  zeroed: Sequence[bool] = ()):
         self.steps = steps
         self.scratch = tuple(scratch)  # (numel, dtype) of each scratch buffer of the recording
-        self.makers = tuple(torch.zeros if z else torch.empty for z in (tuple(zeroed) or (True,) * len(scratch)))
+        self.makers = tuple(torch.zeros if z else empty for z in (tuple(zeroed) or (True,) * len(scratch)))
         self.kernels = [step.run.kernel for step in steps]
         self.device = device
         self.aligned = aligned
