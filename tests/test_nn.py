@@ -235,8 +235,10 @@ def test_rotary_scores_depend_on_relative_position():
 # Attention block
 # ---------------------------------------------------------------------------
 
-def _attention_ref(block, x, dtype, positions=None):
-    """The block's computation in plain PyTorch (dtype), K/V heads repeated."""
+def _attention_ref(block, x, dtype, positions=None, base=None):
+    """The block's computation in plain PyTorch (dtype), K/V heads repeated;
+    RoPE at ``base`` when given (the constructor's argument, not the value the
+    module stored), else at block.rotary.base."""
     x = x.to(dtype)
     wq = block.qkv.weight.to(dtype)
     bq = None if block.qkv.bias is None else block.qkv.bias.to(dtype)
@@ -245,8 +247,9 @@ def _attention_ref(block, x, dtype, positions=None):
     q, k, v = torch.nn.functional.linear(x, wq, bq).view(b, n, h + 2 * g, d).split((h, g, g), dim=2)
     if block.rotary is not None:
         pos = torch.arange(n) if positions is None else positions
-        q = _rope_complex(q, pos, block.rotary.dim, block.rotary.base, False).to(dtype)
-        k = _rope_complex(k, pos, block.rotary.dim, block.rotary.base, False).to(dtype)
+        rope_base = block.rotary.base if base is None else base
+        q = _rope_complex(q, pos, block.rotary.dim, rope_base, False).to(dtype)
+        k = _rope_complex(k, pos, block.rotary.dim, rope_base, False).to(dtype)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     k, v = k.repeat_interleave(h // g, 1), v.repeat_interleave(h // g, 1)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=block.causal)
@@ -282,6 +285,45 @@ def test_attention_block_matches_reference(dtype, heads, causal, rotary, bias):
     block.float()  # the baseline's gradient in the test dtype
     (_attention_ref(block.to(dtype), xb, dtype).double() * w).sum().backward()
     assert_close("grad x", xin.grad.double(), xr.grad, baseline=xb.grad.double(), factor=3.0, dtype=dtype)
+
+
+def _random_block(dtype, **kw):
+    block = Attention(48, 4, 2, rotary=True, **kw)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(std=0.3)
+    return block
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("base", [100.0, 1e6])
+def test_attention_block_rope_base(dtype, base):
+    """rope_base reaches the rotation (a base far from the default 10000:
+    low and high frequencies)."""
+    dtype = DTYPES[dtype]
+    block = _random_block(dtype, causal=True, rope_base=base)
+    assert block.rotary.base == base
+    x = torch.randn(2, 11, 48, dtype=torch.float64)
+    pos = torch.arange(11) * 7  # spread positions: a wrong base changes the angles a lot
+    got = block.to(dtype)(x.to(dtype), positions=pos)
+    want = _attention_ref(block.double(), x, torch.float64, pos, base)
+    base_out = _attention_ref(block.to(dtype), x, dtype, pos, base)
+    assert_close("out", got.double(), want, baseline=base_out.double(), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_block_per_row_positions(dtype, causal):
+    """(B, N) positions: each batch row rotated at its own positions (with
+    gaps, as for packed or left-padded rows), not row 0's for all."""
+    dtype = DTYPES[dtype]
+    block = _random_block(dtype, causal=causal)
+    x = torch.randn(3, 9, 48, dtype=torch.float64)
+    pos = torch.stack([torch.arange(9), torch.arange(9) * 3 + 5, torch.randperm(40)[:9].sort().values])
+    got = block.to(dtype)(x.to(dtype), positions=pos)
+    want = _attention_ref(block.double(), x, torch.float64, pos)
+    base_out = _attention_ref(block.to(dtype), x, dtype, pos)
+    assert_close("out", got.double(), want, baseline=base_out.double(), dtype=dtype)
 
 
 def test_attention_packed_sequences_match_separate_calls():
