@@ -3,8 +3,9 @@ kernel (default), the conversion kernel after the Hopper backward for causal cal
 (kernels/bwd.py DQ_CONVERT_KERNEL[True]); --switch one-launch, the portable backward's
 dK/dV and dQ programs in one launch (kernels/bwd.py ONE_LAUNCH[(padded head dim, causal)]
 of each row; rows that take the Hopper backward do not reach it: run with
-FLASHATTN_TRITON_HOPPER_BWD=0); --switch whole-q, the dK/dV kernel built without the masked loops' row checks for query
-lengths that are multiples of 128 (kernels/bwd.py WHOLE_Q_TILES[causal]; portable rows).
+FLASHATTN_TRITON_HOPPER_BWD=0); --switch whole-q, the dK/dV kernel built without the masked
+loops' row checks for query lengths that are multiples of 128 (kernels/bwd.py
+WHOLE_Q_TILES[causal]; portable rows).
 
     python benchmarks/bench_dq_convert.py [--switch kernel|one-launch|whole-q]
         [--causal causal|full|both]
@@ -29,7 +30,8 @@ the medians over the rounds (above 1: the conversion kernel is faster). Each
 setting's kernels of the last round are kept by name, and ``convert_ran`` says
 whether the switch reached the row's backward: with --switch kernel, the on setting
 launched a _bwd_dq_convert kernel and the off one did not; with --switch
-one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with whole-q, both launched a portable dK/dV kernel.
+one-launch, the on setting launched _bwd_dkdv_dq and the off one did not; with whole-q,
+both launched a portable dK/dV kernel.
 
 Writes bench_dq_convert.json (after every row) and prints one line per row.
 --dry-run prints the rows and exits (no GPU needed).

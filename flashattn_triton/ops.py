@@ -433,8 +433,9 @@ def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_
                         doc_shift=None):
     """The backward.  Positional arguments follow the forward op's (the
     options, deterministic last), then want_dbias (the backward prefetch,
-    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in _fwd_into.  deterministic: never the
-    Hopper backward (its dQ adds by atomics): the portable kernels, bit-reproducible."""
+    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in
+    _fwd_into.  deterministic: never the Hopper backward (its dQ adds by
+    atomics): the portable kernels, bit-reproducible."""
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
