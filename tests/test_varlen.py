@@ -73,6 +73,13 @@ def test_varlen_window(device):
     _check_varlen([60, 9], [75, 20], 2, 2, 16, True, torch.float16, device, window=(13, -1))
 
 
+@pytest.mark.parametrize("d,d_v", [(48, 16), (16, 64)])
+def test_varlen_value_head_dim_differs_default_scale(device, d, d_v):
+    """headdim_v != headdim with the default softmax_scale: 1 / sqrt(headdim),
+    not of headdim_v."""
+    _check_varlen([23, 40], [31, 17], 2, 1, d, False, torch.float16, device, d_v=d_v)
+
+
 def test_varlen_equals_dense_calls(device):
     """Packed results equal one dense call per sequence: bit for bit in the
     interpreter (the same kernels and math); on a GPU the dense call may take
