@@ -70,19 +70,16 @@ from .kernels.launch import env_snapshot
 from .kernels.score import NO_MODS, KernelMods
 from .reference import LN2, LOG2E, BlockMods
 
-# Debug aid for tests: fill every output buffer with NaN before the kernels
-# write it, so an element they miss cannot pass as a plausible value.
-_POISON = False
-
 # CUDA caps the second grid axis, which holds batch x heads, at 65535 programs;
 # larger batches are launched in chunks of whole batch entries.
 MAX_GRID_Y = 65535
 
 
 def _new(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
-    if _POISON:
-        return torch.full(shape, float("nan"), dtype=dtype or like.dtype, device=like.device)
-    return like.new_empty(shape, dtype=dtype)  # like's device (and dtype unless given)
+    """An output buffer on like's device (and in its dtype unless given): NaN
+    under fastlaunch.POISON (tests), so an element the kernels miss cannot
+    pass as a plausible value."""
+    return fastlaunch.empty(shape, dtype or like.dtype, like.device)
 
 
 def _bhnd(x: torch.Tensor, varlen: bool) -> torch.Tensor:

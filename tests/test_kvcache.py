@@ -20,11 +20,6 @@ from flashattn_triton.kernels.combine import combine_attention_states, merge_att
 from _utils import DTYPES, assert_close
 
 
-@pytest.fixture(autouse=True)
-def poison_kvcache(monkeypatch):
-    monkeypatch.setattr(kvc, "_POISON", True)
-
-
 # ---------------------------------------------------------------------------
 # Reference
 # ---------------------------------------------------------------------------

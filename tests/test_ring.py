@@ -933,8 +933,8 @@ def _varlen_on_rank(case, full, group, r, size):
 
 def _worker(rank: int, world_size: int, workdir: str) -> None:
     torch.set_num_threads(1)
-    import flashattn_triton.ops as ops
-    ops._POISON = True  # buffers the kernels should fill start as NaN
+    from flashattn_triton.kernels import fastlaunch
+    fastlaunch.POISON = True  # buffers the kernels should fill start as NaN
     dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=WORLD_TIMEOUT_S))
     try:

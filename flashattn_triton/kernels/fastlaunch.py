@@ -552,9 +552,10 @@ def empty_scratch(shape, dtype: torch.dtype, device) -> torch.Tensor:
     return _scratch(shape, dtype, device, False)
 
 
-# Tests set POISON: buffers the kernels must fill completely (empty, and
-# empty_scratch outside a recording) then start as NaN, so a program that skips
-# part of its writes fails a comparison instead of passing on leftover memory.
+# Tests set POISON: buffers the kernels must fill completely (the op layer's
+# outputs, empty / empty_like, and empty_scratch) then start as NaN, so a
+# program that skips part of its writes fails a comparison instead of passing
+# on leftover memory.
 POISON = False
 
 
@@ -564,6 +565,11 @@ def empty(shape, dtype: torch.dtype, device) -> torch.Tensor:
     if POISON:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def empty_like(t: torch.Tensor) -> torch.Tensor:
+    """torch.empty_like (t's layout), or NaN-filled under POISON (tests)."""
+    return torch.full_like(t, float("nan")) if POISON else torch.empty_like(t)
 
 
 def _scratch(shape, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
