@@ -817,7 +817,7 @@ def main():
     ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
     ap.add_argument("--mods", default="", help="comma-separated switches to turn on, e.g. "
                     "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window), "
-                    "HAS_MASK,LSE_LO (a float bias: the compensated LSE)")
+                    "HAS_MASK,LSE_LO (a float bias: the compensated LSE), MASK_CHUNK (chunked attention)")
     ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
                     "instead of the first candidate; for BWD_ONE also BM1,BN1,BM2,BN2,W,S (a table "
                     "entry: the dK/dV tiles, the dQ tiles, one num_warps and num_stages)")
@@ -957,7 +957,7 @@ def portable_sweep(args, names) -> int:
                             HEADS_PER_PROGRAM=1,
                             EVEN_M=not varlen and (args.whole_q or bwd.by_causal(bwd.WHOLE_Q_TILES, causal)),
                             BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                            LSE_LO=False)
+                            LSE_LO=False, MASK_CHUNK=False)
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)

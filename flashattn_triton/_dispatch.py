@@ -30,6 +30,9 @@ Short sequences: the backward keeps the portable kernels where
 hopper_backward_pays says so (session 11), the forward of plain calls where
 HOPPER_FWD_SHORT does (session 18); FLASHATTN_TRITON_BACKEND=hopper forces
 the Hopper tier for both.
+Chunked attention (attention_chunk > 0) always takes the portable kernels,
+forward and backward, whatever the switches say: the Hopper tier has no
+chunk mask (takes_chunk).
 """
 
 from __future__ import annotations
@@ -73,8 +76,21 @@ def hopper_available(device_index: int) -> bool:
 ENV_HOPPER_BWD = "FLASHATTN_TRITON_HOPPER_BWD"  # "0": the portable backward even where Hopper runs
 
 
+def takes_chunk(attention_chunk: int) -> bool:
+    """Whether the Hopper tier (forward and backward) can run a call with
+    this attention_chunk: only without one (0).  Its kernels have no chunk
+    mask, and their tile schedules (the window paths' key start and query
+    end, kernels/hopper/) know the causal / window band only; a chunked call
+    taken there would attend across chunk boundaries.  So chunked calls run
+    the portable kernels, whose shared range helpers skip the tiles outside
+    the chunks (kernels/tiles.py), even under FLASHATTN_TRITON_BACKEND=hopper
+    (as a window the Hopper switches turn away does)."""
+    return attention_chunk == 0
+
+
 def use_hopper_backward(device: torch.device, window, deterministic: bool,
-                        seqlen: int = 1 << 30, head_dim: int = 128, head_dim_v: Optional[int] = None) -> bool:
+                        seqlen: int = 1 << 30, head_dim: int = 128, head_dim_v: Optional[int] = None,
+                        attention_chunk: int = 0) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py; it may still
     decline a case) for tensors on ``device`` (the real device also for the
     backward prefetch's meta tensors): the Hopper tier is chosen (as for the
@@ -90,7 +106,10 @@ def use_hopper_backward(device: torch.device, window, deterministic: bool,
     FLASHATTN_TRITON_HOPPER_SPLIT_QK allows it (hopper_forward_dims); the
     kernel itself takes only head dims whose config is verified (in
     kernels/hopper/bwd.py's CONFIGS, d = 192 since session 15; those of
-    CONFIGS_UNVERIFIED only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1)."""
+    CONFIGS_UNVERIFIED only with FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED=1).
+    A chunked call (attention_chunk > 0) never does (takes_chunk)."""
+    if not takes_chunk(attention_chunk):  # no chunk mask in the Hopper tier: portable
+        return False
     if deterministic or torch.are_deterministic_algorithms_enabled():
         return False
     if env_switch(ENV_HOPPER_BWD) is False:
@@ -384,11 +403,14 @@ def short_forward_portable(seqlen: int, head_dim: int, window, plain: bool) -> b
             and not hopper_forward_pays(seqlen, head_dim, window[1] == 0))
 
 
-def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False) -> bool:
+def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False, attention_chunk: int = 0) -> bool:
     """Whether to try the Hopper forward (it may still decline a case) for
     dense (B, N, H, d) q, k, v; plain: a call without variants, which
-    short_forward_portable may keep on the portable forward."""
-    return (_hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v)
+    short_forward_portable may keep on the portable forward.  A chunked call
+    (attention_chunk > 0) never does (takes_chunk)."""
+    # (chunk first: no chunk mask in the Hopper forward, the portable one runs it)
+    return (takes_chunk(attention_chunk) and _hopper_tier(q.device) and hopper_forward_window(window)
+            and hopper_forward_dims(q, v)
             and not short_forward_portable(max(q.shape[1], k.shape[1]), q.shape[-1], window, plain))
 
 

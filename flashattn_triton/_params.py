@@ -16,6 +16,10 @@ Conventions shared by every layer:
   draw_dropout_seed).
 * deterministic: the backward adds dQ without atomics (never the Hopper
   backward: _dispatch.use_hopper_backward).
+* attention_chunk: chunked attention (Llama 4), 0 = off.  With C > 0, row i
+  (key position p = i + shift) sees key j only if j // C == p // C (floor;
+  p < 0 sees nothing), on top of the window rule above.  The portable
+  kernels only (_dispatch.use_hopper_forward / use_hopper_backward).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class AttnParams:
     dropout_p: float = 0.0
     rng_seed: Optional[torch.Tensor] = None
     deterministic: bool = False  # the backward never uses the Hopper backward (dQ by atomics)
+    attention_chunk: int = 0  # chunked attention's chunk size, 0 = off (module doc)
 
     @property
     def causal(self) -> bool:
@@ -60,7 +65,7 @@ class AttnParams:
         return (self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k,
                 self.softmax_scale, self.window_left, self.window_right, self.bottom_right,
                 self.softcap, self.alibi_slopes, self.sinks, self.attn_bias, self.dropout_p,
-                self.rng_seed, self.deterministic)
+                self.rng_seed, self.deterministic, self.attention_chunk)
 
 
 def has_variants(softcap: float, alibi_slopes, sinks, attn_bias, dropout_p: float) -> bool:

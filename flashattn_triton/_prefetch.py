@@ -119,12 +119,14 @@ def wait_pending() -> None:
 # Option positions in the op's argument list after (q, k, v) (ops._OPTION_NAMES).
 _SOFTCAP = 8
 _DETERMINISTIC = 14
+_CHUNK = 15
 
 
 def _key(q, k, v, options):
     """The signature a prefetch is done once for: what picks the backward's
     kernels and configs (dtype, head dims, group size, length bucket, masks,
-    which variants, deterministic: never the Hopper backward), not the exact
+    which variants, deterministic: never the Hopper backward, chunked or
+    not: its own kernels, MASK_CHUNK), not the exact
     shapes.  A later call of another shape whose strides or alignment happen
     to need other specializations compiles those on demand, as without the
     prefetch."""
@@ -134,7 +136,7 @@ def _key(q, k, v, options):
     return (q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[-2] // max(k.shape[-2], 1),
             int(n).bit_length(), varlen, o[5], o[6], o[7],
             o[9] is None, o[10] is None, o[11] is None or (o[11].dtype, o[11].dim()), o[12] > 0,
-            bool(o[_DETERMINISTIC]))
+            bool(o[_DETERMINISTIC]), len(o) > _CHUNK and bool(o[_CHUNK]))
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:

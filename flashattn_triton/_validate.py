@@ -110,6 +110,27 @@ def check_window(window_size, causal: bool) -> Tuple[int, int]:
     return left, right
 
 
+# A chunk of this many keys or more holds every key of any sequence the
+# kernels can hold as one chunk in practice (a sequence of 2^30 tokens does
+# not fit a GPU); held there, as the window's sides are, so that chunk
+# arithmetic stays within int32 (kernels/tiles.py chunk_end).
+CHUNK_MAX = 2 ** 30
+
+
+def check_attention_chunk(attention_chunk) -> int:
+    """Chunked attention's chunk size: an int >= 0 (0 = off), TypeError for
+    anything else (a bool or a float among them), ValueError for a negative
+    one; sizes of CHUNK_MAX and more are held at CHUNK_MAX."""
+    if type(attention_chunk) is int and 0 <= attention_chunk < CHUNK_MAX:  # fast accept
+        return attention_chunk
+    if isinstance(attention_chunk, bool) or not isinstance(attention_chunk, numbers.Integral):
+        raise TypeError(f"attention_chunk must be an int (the chunk size, 0 = off), got "
+                        f"{type(attention_chunk).__name__} {short_repr(attention_chunk)}")
+    if attention_chunk < 0:
+        raise ValueError(f"attention_chunk must be >= 0 (0 = off), got {attention_chunk}")
+    return min(int(attention_chunk), CHUNK_MAX)
+
+
 def check_softcap(softcap) -> float:
     """flash-attn's softcap: 0 = off, else a positive cap."""
     if type(softcap) is float and (softcap == 0.0 or FLOAT32_TINY <= softcap < FLOAT32_LIMIT):  # fast accept

@@ -12,9 +12,9 @@ from . import ops
 from ._params import AttnParams, draw_dropout_seed
 from .kernels.launch import env_snapshot
 from .reference import LN2
-from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attn_mask, check_cu_seqlens,
-                        check_dense, check_dropout, check_flag, check_qkv, check_scale, check_sinks,
-                        check_softcap, check_window, sinks_for_kernels)
+from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attention_chunk, check_attn_mask,
+                        check_cu_seqlens, check_dense, check_dropout, check_flag, check_qkv, check_scale,
+                        check_sinks, check_softcap, check_window, sinks_for_kernels)
 
 from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
 
@@ -32,14 +32,16 @@ _SDPA_LAYOUT = "(batch, nheads, seqlen, headdim)"
 
 
 def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0,
-            batch, heads, varlen=None, attn_bias=None, bottom_right=True, deterministic=False) -> AttnParams:
+            batch, heads, varlen=None, attn_bias=None, bottom_right=True, deterministic=False,
+            attention_chunk=0) -> AttnParams:
     """The parameter record of a call, every variant validated."""
     dropout_p = check_dropout(dropout_p)
+    attention_chunk = check_attention_chunk(attention_chunk)
     cu_q, cu_k, max_q, max_k = varlen or (None, None, 0, 0)
     return AttnParams(scale, window[0], window[1], bottom_right, cu_q, cu_k, max_q, max_k,
                       check_softcap(softcap), check_alibi(alibi_slopes, q, batch, heads),
                       check_sinks(sinks, q, heads), attn_bias, dropout_p,
-                      draw_dropout_seed(q.device) if dropout_p > 0 else None, deterministic)
+                      draw_dropout_seed(q.device) if dropout_p > 0 else None, deterministic, attention_chunk)
 
 
 # ---------------------------------------------------------------------------
@@ -158,10 +160,11 @@ def _option_key(t) -> Optional[tuple]:
 
 
 def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
-               return_attn_probs, return_lse, alibi_slopes=None, sinks=None) -> Optional[tuple]:
+               return_attn_probs, return_lse, alibi_slopes=None, sinks=None, attention_chunk=0) -> Optional[tuple]:
     """flash_attn_func's plan key, None if the call cannot be planned."""
     if not (causal.__class__ is bool and deterministic.__class__ is bool and return_attn_probs.__class__ is bool
             and return_lse.__class__ is bool and window_size.__class__ is tuple and len(window_size) == 2
+            and attention_chunk.__class__ is int
             and dropout_p.__class__ in _NUMBER and softcap.__class__ in _NUMBER
             and (softmax_scale is None or softmax_scale.__class__ in _NUMBER)):
         return None
@@ -175,7 +178,7 @@ def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     if tensors is None or alibi is None or sink is None:
         return None
     return ("flash", causal, deterministic, return_attn_probs, return_lse, left, right, softmax_scale, softcap,
-            dropout_p, tensors, alibi, sink, env_snapshot(PLAN_ENV))
+            dropout_p, tensors, alibi, sink, attention_chunk, env_snapshot(PLAN_ENV))
 
 
 def _new_plan(q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
@@ -212,21 +215,24 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
-                    sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                    sinks: Optional[torch.Tensor] = ...,
+                    attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
                     softmax_scale: Optional[float] = ..., causal: bool = ...,
                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
-                    sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                    sinks: Optional[torch.Tensor] = ...,
+                    attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
                     softmax_scale: Optional[float] = ..., causal: bool = ...,
                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                     *, return_attn_probs: Literal[True], return_lse: bool = ...,
-                    sinks: Optional[torch.Tensor] = ...
+                    sinks: Optional[torch.Tensor] = ...,
+                    attention_chunk: int = ...
                     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = ...,
@@ -234,7 +240,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                     return_attn_probs: bool = ..., *, return_lse: bool = ...,
-                    sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                    sinks: Optional[torch.Tensor] = ...,
+                    attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -250,6 +257,7 @@ def flash_attn_func(
     *,
     return_lse: bool = False,
     sinks: Optional[torch.Tensor] = None,
+    attention_chunk: int = 0,
 ) -> AttnOutput:
     """Exact attention ``softmax(q k^T * softmax_scale) v``, call-compatible with
     ``flash_attn.flash_attn_func``.
@@ -334,6 +342,17 @@ def flash_attn_func(
             includes it; a row that sees no key outputs zeros and has
             LSE = sinks[h].  Computed in float32 and differentiable
             (d sinks[h] = -sum_i P_sink,i * (sum_d dO_id O_id - dlse_i)).
+        attention_chunk: keyword-only int >= 0, chunked attention (Llama 4's
+            local layers, FlashAttention-3's ``attention_chunk``); 0 (the
+            default) turns it off.  With C > 0 the keys are cut into chunks
+            [c * C, (c + 1) * C) and query i, at key position
+            p = i + seqlen_k - seqlen_q, attends only keys j with
+            j // C == p // C (floor division; a query with p < 0 attends
+            nothing and outputs zeros).  It combines with causal and
+            window_size by intersection: Llama 4 passes causal=True, each
+            query then attends the keys from its chunk's start up to itself.
+            Key tiles outside a query tile's chunks are skipped: O(seqlen * C).
+            Runs on the portable kernels (never the Hopper tier).
 
     Every variant combines with the others, with causal / window masks, GQA
     and headdim_v != headdim, forward and backward; docs/variants.md has the
@@ -357,7 +376,7 @@ def flash_attn_func(
     key = None
     if not torch.compiler.is_compiling():
         key = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
-                         return_attn_probs, return_lse, alibi_slopes, sinks)
+                         return_attn_probs, return_lse, alibi_slopes, sinks, attention_chunk)
         if key is not None:
             plan = _PLANS.get(key)
             if plan is not None:
@@ -369,7 +388,8 @@ def flash_attn_func(
     window = check_window(window_size, causal)
     params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
-                     batch=q.shape[0], heads=q.shape[2], deterministic=deterministic)
+                     batch=q.shape[0], heads=q.shape[2], deterministic=deterministic,
+                     attention_chunk=attention_chunk)
     if key is not None:
         check_flag(return_lse, "return_lse")
         check_flag(return_attn_probs, "return_attn_probs")
@@ -390,7 +410,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                            return_attn_probs: Literal[False] = ...,
                            block_table: Optional[torch.Tensor] = ..., *, return_lse: Literal[False] = ...,
-                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                           attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -399,7 +420,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                            return_attn_probs: Literal[False] = ...,
                            block_table: Optional[torch.Tensor] = ..., *, return_lse: Literal[True],
-                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                           attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -407,7 +429,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                            *, return_attn_probs: Literal[True], block_table: Optional[torch.Tensor] = ..., return_lse: bool = ...,
-                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                           attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -416,7 +439,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                            return_attn_probs: bool = ..., block_table: Optional[torch.Tensor] = ...,
                            *, return_lse: bool = ...,
-                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                           check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                           attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_varlen_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -438,6 +462,7 @@ def flash_attn_varlen_func(
     return_lse: bool = False,
     check_inputs: bool = False,
     sinks: Optional[torch.Tensor] = None,
+    attention_chunk: int = 0,
 ) -> AttnOutput:
     """Attention over a packed batch of variable-length sequences, call-compatible
     with ``flash_attn.flash_attn_varlen_func``.
@@ -455,10 +480,12 @@ def flash_attn_varlen_func(
             checked, but by check_inputs) that sequence's query rows past
             max_seqlen_q are not written: undefined, as in flash-attn.
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        deterministic, return_attn_probs, return_lse, sinks: as in :func:`flash_attn_func`,
-            applied per sequence: causal, the window and ALiBi distances are
-            aligned bottom-right within each sequence (query i of a sequence
-            with n_q queries and n_k keys attends key j iff j <= i + n_k - n_q);
+        deterministic, return_attn_probs, return_lse, sinks, attention_chunk: as in
+            :func:`flash_attn_func`, applied per sequence: causal, the window,
+            ALiBi distances and the chunks are aligned bottom-right within
+            each sequence (query i of a sequence with n_q queries and n_k keys
+            attends key j iff j <= i + n_k - n_q; the chunks count the keys
+            from the sequence's first, j // C == (i + n_k - n_q) // C);
             alibi_slopes of shape (batch_size, nheads) give sequence b the
             slopes of row b.  With return_attn_probs and dropout, S_dmask is
             (batch_size, nheads, max_seqlen_q, max_seqlen_k), zero past each
@@ -500,7 +527,7 @@ def flash_attn_varlen_func(
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
                      batch=cu_seqlens_q.shape[0] - 1, heads=q.shape[1],
                      varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)),
-                     deterministic=deterministic)
+                     deterministic=deterministic, attention_chunk=attention_chunk)
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 
@@ -522,41 +549,47 @@ def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                               return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
-                              sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                              sinks: Optional[torch.Tensor] = ...,
+                              attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                               return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
-                              sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                              sinks: Optional[torch.Tensor] = ...,
+                              attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                               *, return_attn_probs: Literal[True], return_lse: bool = ...,
-                              sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+                              sinks: Optional[torch.Tensor] = ...,
+                              attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = ...,
                               softmax_scale: Optional[float] = ..., causal: bool = ...,
                               window_size: Tuple[int, int] = ..., softcap: float = ...,
                               alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                               return_attn_probs: bool = ..., *, return_lse: bool = ...,
-                              sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                              sinks: Optional[torch.Tensor] = ...,
+                              attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_qkvpacked_func(qkv: torch.Tensor, dropout_p: float = 0.0,
                               softmax_scale: Optional[float] = None, causal: bool = False,
                               window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                               alibi_slopes: Optional[torch.Tensor] = None,
                               deterministic: bool = False, return_attn_probs: bool = False, *,
-                              return_lse: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
-    """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest (``return_lse``
-    and ``sinks`` included) as :func:`flash_attn_func`.  The three slices are
+                              return_lse: bool = False, sinks: Optional[torch.Tensor] = None,
+                              attention_chunk: int = 0) -> AttnOutput:
+    """qkv: (batch_size, seqlen, 3, nheads, headdim); the rest (``return_lse``,
+    ``sinks`` and ``attention_chunk`` included) as :func:`flash_attn_func`.  The three slices are
     used in place (no copy)."""
     _check_packed(qkv, "qkv", "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks,
+                           attention_chunk=attention_chunk)
 
 
 @overload
@@ -565,40 +598,46 @@ def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                              return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
-                             sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                             sinks: Optional[torch.Tensor] = ...,
+                             attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
                              softmax_scale: Optional[float] = ..., causal: bool = ...,
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                              return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
-                             sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                             sinks: Optional[torch.Tensor] = ...,
+                             attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
                              softmax_scale: Optional[float] = ..., causal: bool = ...,
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                              *, return_attn_probs: Literal[True], return_lse: bool = ...,
-                             sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+                             sinks: Optional[torch.Tensor] = ...,
+                             attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = ...,
                              softmax_scale: Optional[float] = ..., causal: bool = ...,
                              window_size: Tuple[int, int] = ..., softcap: float = ...,
                              alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                              return_attn_probs: bool = ..., *, return_lse: bool = ...,
-                             sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                             sinks: Optional[torch.Tensor] = ...,
+                             attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
                              softmax_scale: Optional[float] = None, causal: bool = False,
                              window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                              alibi_slopes: Optional[torch.Tensor] = None,
                              deterministic: bool = False, return_attn_probs: bool = False, *,
-                             return_lse: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
-    """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest (``return_lse``
-    and ``sinks`` included) as :func:`flash_attn_func`."""
+                             return_lse: bool = False, sinks: Optional[torch.Tensor] = None,
+                             attention_chunk: int = 0) -> AttnOutput:
+    """kv: (batch_size, seqlen_k, 2, nheads_k, headdim); the rest (``return_lse``,
+    ``sinks`` and ``attention_chunk`` included) as :func:`flash_attn_func`."""
     _check_packed(kv, "kv", "(batch, seqlen_k, 2, nheads_k, headdim)")
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks,
+                           attention_chunk=attention_chunk)
 
 
 @overload
@@ -607,34 +646,39 @@ def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor
                                      window_size: Tuple[int, int] = ..., softcap: float = ...,
                                      alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                      return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
-                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                     attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
                                      dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
                                      window_size: Tuple[int, int] = ..., softcap: float = ...,
                                      alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                      return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
-                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                     attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
                                      dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
                                      window_size: Tuple[int, int] = ..., softcap: float = ...,
                                      alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                      *, return_attn_probs: Literal[True], return_lse: bool = ...,
-                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                     attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
                                      dropout_p: float = ..., softmax_scale: Optional[float] = ..., causal: bool = ...,
                                      window_size: Tuple[int, int] = ..., softcap: float = ...,
                                      alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                      return_attn_probs: bool = ..., *, return_lse: bool = ...,
-                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                                     check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                     attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
                                      dropout_p: float = 0.0, softmax_scale: Optional[float] = None, causal: bool = False,
                                      window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                                      alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
                                      return_attn_probs: bool = False, *, return_lse: bool = False,
-                                     check_inputs: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+                                     check_inputs: bool = False, sinks: Optional[torch.Tensor] = None,
+                                     attention_chunk: int = 0) -> AttnOutput:
     """qkv: (total, 3, nheads, headdim), the packed rows of every sequence;
     cu_seqlens (batch_size + 1,) int32 and max_seqlen serve queries and keys
     alike; the rest as :func:`flash_attn_varlen_func`.  The three slices are
@@ -644,7 +688,7 @@ def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs, return_lse=return_lse, check_inputs=check_inputs,
-                                  sinks=sinks)
+                                  sinks=sinks, attention_chunk=attention_chunk)
 
 
 @overload
@@ -654,7 +698,8 @@ def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlen
                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[False] = ...,
-                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                    attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -662,7 +707,8 @@ def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlen
                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                     return_attn_probs: Literal[False] = ..., *, return_lse: Literal[True],
-                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                    attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -670,7 +716,8 @@ def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlen
                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                     *, return_attn_probs: Literal[True], return_lse: bool = ...,
-                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                    attention_chunk: int = ...) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]: ...
 @overload
 def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
@@ -678,21 +725,23 @@ def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlen
                                     window_size: Tuple[int, int] = ..., softcap: float = ...,
                                     alibi_slopes: Optional[torch.Tensor] = ..., deterministic: bool = ...,
                                     return_attn_probs: bool = ..., *, return_lse: bool = ...,
-                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...) -> AttnOutput: ...
+                                    check_inputs: bool = ..., sinks: Optional[torch.Tensor] = ...,
+                                    attention_chunk: int = ...) -> AttnOutput: ...
 def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                                     dropout_p: float = 0.0, softmax_scale: Optional[float] = None, causal: bool = False,
                                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                                     alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
                                     return_attn_probs: bool = False, *, return_lse: bool = False,
-                                    check_inputs: bool = False, sinks: Optional[torch.Tensor] = None) -> AttnOutput:
+                                    check_inputs: bool = False, sinks: Optional[torch.Tensor] = None,
+                                    attention_chunk: int = 0) -> AttnOutput:
     """kv: (total_k, 2, nheads_k, headdim); the rest as :func:`flash_attn_varlen_func`."""
     _check_packed(kv, "kv", "(total_k, 2, nheads_k, headdim)")
     k, v = kv.unbind(1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs, return_lse=return_lse, check_inputs=check_inputs,
-                                  sinks=sinks)
+                                  sinks=sinks, attention_chunk=attention_chunk)
 
 
 def scaled_dot_product_attention(

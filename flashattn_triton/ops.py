@@ -30,7 +30,9 @@ Op conventions (see _params.py for the option record):
 Variants (after the options above; every one off by default): softcap,
 alibi_slopes (Hq,) / (B, Hq), sinks (Hq,) float32, attn_bias (4-D,
 broadcastable to (B, Hq, Nq, Nk), bool or float; dense batches only),
-dropout_p with rng_seed ((1,) int64 on the device, _params.draw_dropout_seed).
+dropout_p with rng_seed ((1,) int64 on the device, _params.draw_dropout_seed);
+after deterministic, attention_chunk (chunked attention's chunk size, 0 =
+off: _params.py; the portable kernels only).
 The backward returns (dq, dk, dv, dsinks, dbias): dsinks (Hq,) float32 when
 sinks are given, dbias shaped like attn_bias when want_dbias, else empty.
 
@@ -234,17 +236,18 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
                   sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
-                  deterministic: bool = False,
+                  deterministic: bool = False, attention_chunk: int = 0,
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     return _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, window_left, window_right, bottom_right, softcap,
-                               alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic)
+                               alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic,
+                               attention_chunk)
 
 
 def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
                         alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-                        deterministic=False, *, shift=None, philox_offset=0, doc_shift=None):
+                        deterministic=False, attention_chunk=0, *, shift=None, philox_offset=0, doc_shift=None):
     """(out, lse2) in fresh buffers.  deterministic concerns the backward only.
     shift, philox_offset, doc_shift: see _fwd_into (internal; the ops never pass them)."""
     varlen = cu_seqlens_q is not None
@@ -252,16 +255,17 @@ def _attention_fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     lse = _new(lse_shape(q, varlen, attn_bias), q, torch.float32)
     _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               window_left, window_right, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-              rng_seed, shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
+              rng_seed, False, attention_chunk, shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
     return out, lse
 
 
 def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, window_left, window_right, bottom_right, softcap=0.0,
               alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-              deterministic=False, *, shift=None, philox_offset=0, doc_shift=None):
+              deterministic=False, attention_chunk=0, *, shift=None, philox_offset=0, doc_shift=None):
     """The forward into out and lse (fresh buffers shaped as _attention_fwd_impl makes them;
-    a 4-D lse: the compensated LSE, module doc).
+    a 4-D lse: the compensated LSE, module doc).  attention_chunk: chunked
+    attention's chunk size (0: off; _params.py), relative to the mask's diagonal.
 
     Internal keyword arguments of composite algorithms (ring attention):
     shift (dense batches), the diagonal of the mask and of ALiBi given
@@ -308,7 +312,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 if lse_lo is None and ((not kernel_variants or masked
                      or hopper_takes_variants(softcap, alibi_slopes, kernel_sinks, attn_bias, dropout_p, window,
                                               n_q=q.shape[1], head_dim=q.shape[-1], gqa=k.shape[2] != q.shape[2]))
-                        and use_hopper_forward(q, k, v, window, offset, plain=not kernel_variants)
+                        and use_hopper_forward(q, k, v, window, offset, plain=not kernel_variants,
+                                               attention_chunk=attention_chunk)
                         and _kernels.hopper_forward(
                             q, k, v, out, lse, softmax_scale, None if window_right < 0 else diagonal,
                             None if window_left < 0 else (window_left, diagonal),
@@ -327,7 +332,8 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 mul, add = doc_shift or (0, 0)
                 for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]):
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, add, window_bounds(*window),
-                                      cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0), shift_mul=mul)
+                                      cu, (max_seqlen_q, max_seqlen_k), mods.chunk(b, 0), shift_mul=mul,
+                                      chunk=attention_chunk)
             else:
                 mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, q.shape[0], q.shape[2]), sinks,
                                     attn_bias, dropout_p, rng_seed, philox_offset)
@@ -335,11 +341,12 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                 chunks = _batch_chunks(q.shape[0], q.shape[2])
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_forward(qh, kh, vh, oh, lh, softmax_scale, offset, window_bounds(*window),
-                                      mods=mods, **({} if lse_lo is None else {"lse_lo": lse_lo}))
+                                      mods=mods, chunk=attention_chunk,
+                                      **({} if lse_lo is None else {"lse_lo": lse_lo}))
                     return
                 for b in chunks:
                     attention_forward(qh[b], kh[b], vh[b], oh[b], lh[b], softmax_scale, offset,
-                                      window_bounds(*window), mods=mods.chunk(b, per_entry),
+                                      window_bounds(*window), mods=mods.chunk(b, per_entry), chunk=attention_chunk,
                                       **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
     else:
         qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
@@ -347,14 +354,15 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                            window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                           rng_seed, shift, philox_offset, doc_shift, lse_lo)
+                           rng_seed, shift, philox_offset, doc_shift, lse_lo, attention_chunk)
 
 
 def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                    window, bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p, rng_seed,
-                   shift=None, philox_offset=0, doc_shift=None, lse_lo=None):
+                   shift=None, philox_offset=0, doc_shift=None, lse_lo=None, chunk=0):
     """The blockwise PyTorch path (CPU without the interpreter), one call per
-    sequence; lse_lo: the compensated LSE's residual plane (dense), or None."""
+    sequence; lse_lo: the compensated LSE's residual plane (dense), or None;
+    chunk: attention_chunk."""
     if cu_seqlens_q is not None:
         seqs = list(zip(_seq_slices(cu_seqlens_q), _seq_slices(cu_seqlens_k)))
         alibi = _alibi_bh(alibi_slopes, len(seqs), qh.shape[1])
@@ -366,7 +374,7 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
                              dropout_p, rng_seed, qh.shape[2], max_seqlen_k, q0, philox_offset)
             o_ref, l_ref = reference.blockwise_attention_fwd(
                 qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], softmax_scale,
-                (k1 - k0) - (q1 - q0) + mul * (k1 - k0) + add, window, mods=mods)
+                (k1 - k0) - (q1 - q0) + mul * (k1 - k0) + add, window, mods=mods, chunk=chunk)
             oh[:, :, q0:q1].copy_(o_ref)
             lh[:, :, q0:q1].copy_(l_ref)
     else:
@@ -376,7 +384,7 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
         mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), sinks, attn_bias,
                          dropout_p, rng_seed, rng_offset=philox_offset)
         res = reference.blockwise_attention_fwd(qh, kh, vh, softmax_scale, shift, window, mods=mods,
-                                                with_lo=lse_lo is not None)
+                                                with_lo=lse_lo is not None, chunk=chunk)
         oh.copy_(res[0])
         lh.copy_(res[1])
         if lse_lo is not None:
@@ -386,7 +394,7 @@ def _blockwise_fwd(qh, kh, vh, oh, lh, cu_seqlens_q, cu_seqlens_k, max_seqlen_k,
 @attention_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None, sinks=None,
-      attn_bias=None, dropout_p=0.0, rng_seed=None, deterministic=False):
+      attn_bias=None, dropout_p=0.0, rng_seed=None, deterministic=False, attention_chunk=0):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     lse = q.new_empty(lse_shape(q, varlen, attn_bias), dtype=torch.float32)
@@ -415,39 +423,39 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
                   sinks: Optional[torch.Tensor] = None, attn_bias: Optional[torch.Tensor] = None,
                   dropout_p: float = 0.0, rng_seed: Optional[torch.Tensor] = None,
-                  want_dbias: bool = False, deterministic: bool = False,
+                  want_dbias: bool = False, deterministic: bool = False, attention_chunk: int = 0,
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k,
                                max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
                                bottom_right, softcap, alibi_slopes, sinks, attn_bias, dropout_p,
-                               rng_seed, deterministic, want_dbias)
+                               rng_seed, deterministic, attention_chunk, want_dbias)
 
 
 def _attention_bwd_impl(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
                         softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0,
-                        rng_seed=None, deterministic=False, want_dbias=False, *, shift=None, philox_offset=0,
-                        doc_shift=None):
+                        rng_seed=None, deterministic=False, attention_chunk=0, want_dbias=False, *, shift=None,
+                        philox_offset=0, doc_shift=None):
     """The backward.  Positional arguments follow the forward op's (the
-    options, deterministic last), then want_dbias (the backward prefetch,
-    _prefetch.py, calls it so); shift, philox_offset and doc_shift as in
-    _fwd_into.  deterministic: never the Hopper backward (its dQ adds by
-    atomics): the portable kernels, bit-reproducible."""
+    options in _OPTION_NAMES order, attention_chunk last), then want_dbias
+    (the backward prefetch, _prefetch.py, calls it so); shift, philox_offset
+    and doc_shift as in _fwd_into.  deterministic: never the Hopper backward
+    (its dQ adds by atomics): the portable kernels, bit-reproducible."""
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dq, dk, dv = _new(q.shape, q), _new(k.shape, k), _new(v.shape, v)
     dsinks, dbias = _bwd_extras(q, sinks, attn_bias, want_dbias)
     _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqlens_q, cu_seqlens_k,
               max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, bottom_right, softcap,
-              alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic, want_dbias, shift=shift,
-              philox_offset=philox_offset, doc_shift=doc_shift)
+              alibi_slopes, sinks, attn_bias, dropout_p, rng_seed, deterministic, attention_chunk, want_dbias,
+              shift=shift, philox_offset=philox_offset, doc_shift=doc_shift)
     return dq, dk, dv, dsinks, dbias
 
 
 def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqlens_q, cu_seqlens_k,
               max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, bottom_right,
               softcap=0.0, alibi_slopes=None, sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None,
-              deterministic=False, want_dbias=False, *, shift=None, philox_offset=0, doc_shift=None,
-              delta=None):
+              deterministic=False, attention_chunk=0, want_dbias=False, *, shift=None, philox_offset=0,
+              doc_shift=None, delta=None):
     """The backward into dq, dk, dv, dsinks, dbias (fresh buffers shaped as
     _attention_bwd_impl makes them; dsinks / dbias may be None where no sinks
     / no dbias are wanted).  want_dbias: already resolved (a float bias whose
@@ -480,7 +488,8 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
     dbias_full = None
     if want_dbias:
         shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
-        windowed = window_left >= 0 or window_right >= 0  # tiles outside the band are skipped
+        # tiles outside the band or the chunks are skipped
+        windowed = window_left >= 0 or window_right >= 0 or attention_chunk > 0
         dbias_full = (torch.zeros(shape, dtype=torch.float32, device=q.device) if windowed
                       else _new(shape, q, torch.float32))
     compile_only = fastlaunch.compile_only_device() is not None  # a backward prefetch (_prefetch.py)
@@ -506,7 +515,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, add,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
                                        mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
-                                       shift_mul=mul)
+                                       shift_mul=mul, chunk=attention_chunk)
             else:
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))
@@ -521,11 +530,11 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                                                     backward=True))
                           and use_hopper_backward(fastlaunch.compile_only_device() if compile_only else q.device,
                                                   window, deterministic, max(q.shape[1], k.shape[1]), q.shape[-1],
-                                                  v.shape[-1]))
+                                                  v.shape[-1], attention_chunk=attention_chunk))
                 if len(chunks) == 1:  # one launch: the views themselves (what slicing would give)
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, offset,
                                        window_bounds(*window), dlh, mods=mods, dbias=dbias_full,
-                                       delta=deltah, hopper=hopper,
+                                       delta=deltah, hopper=hopper, chunk=attention_chunk,
                                        **({} if lse_lo is None else {"lse_lo": lse_lo}))
                     chunks = []
                 for b in chunks:
@@ -534,14 +543,14 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                         softmax_scale, offset, window_bounds(*window),
                         None if dlh is None else dlh[b], mods=mods.chunk(b, per_entry),
                         dbias=None if dbias_full is None else dbias_full[b], delta=deltah[b],
-                        hopper=hopper, **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
+                        hopper=hopper, chunk=attention_chunk, **({} if lse_lo is None else {"lse_lo": lse_lo[b]}))
     else:
         with torch.autocast(q.device.type, enabled=False):  # the math is fixed by the dtypes
             delta, dbias_blk = _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse,
                                               cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale,
                                               window, bottom_right, softcap, alibi_slopes, attn_bias,
                                               dropout_p, rng_seed, want_dbias, shift, philox_offset,
-                                              doc_shift, lse_lo)
+                                              doc_shift, lse_lo, attention_chunk)
         if want_dbias:
             dbias_full = dbias_blk
     if sinks is not None and kernels_ran:
@@ -554,9 +563,10 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
 
 def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_q, cu_seqlens_k,
                    max_seqlen_k, softmax_scale, window, bottom_right, softcap, alibi_slopes, attn_bias,
-                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0, doc_shift=None, lse_lo=None):
+                   dropout_p, rng_seed, want_dbias, shift=None, philox_offset=0, doc_shift=None, lse_lo=None,
+                   chunk=0):
     """The blockwise PyTorch backward; returns (delta laid out like lse, dbias (B, Hq, Nq, Nk) or None).
-    lse_lo: the compensated LSE's residual plane (dense), or None."""
+    lse_lo: the compensated LSE's residual plane (dense), or None; chunk: attention_chunk."""
     if cu_seqlens_q is not None:
         dkh.zero_()
         dvh.zero_()
@@ -576,7 +586,7 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
             grads = reference.blockwise_attention_bwd(
                 doh[:, :, q0:q1], qh[:, :, q0:q1], kh[:, :, k0:k1], vh[:, :, k0:k1], oh[:, :, q0:q1],
                 lh[:, :, q0:q1], softmax_scale, (k1 - k0) - (q1 - q0) + mul * (k1 - k0) + add, window,
-                None if dlh is None else dlh[:, :, q0:q1], mods=mods)
+                None if dlh is None else dlh[:, :, q0:q1], mods=mods, chunk=chunk)
             dqh[:, :, q0:q1].copy_(grads[0])
             dkh[:, :, k0:k1].copy_(grads[1])
             dvh[:, :, k0:k1].copy_(grads[2])
@@ -588,7 +598,8 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
     mods = BlockMods(softcap, _alibi_bh(alibi_slopes, qh.shape[0], qh.shape[1]), None, attn_bias,
                      dropout_p, rng_seed, rng_offset=philox_offset)
     grads = reference.blockwise_attention_bwd(doh, qh, kh, vh, oh, lh, softmax_scale, shift,
-                                              window, dlh, mods=mods, want_dbias=want_dbias, lse2_lo=lse_lo)
+                                              window, dlh, mods=mods, want_dbias=want_dbias, lse2_lo=lse_lo,
+                                              chunk=chunk)
     for dst, src in zip((dqh, dkh, dvh), grads):
         dst.copy_(src)
     return grads[3], grads[4]
@@ -597,7 +608,8 @@ def _blockwise_bwd(doh, qh, kh, vh, oh, lh, dlh, dqh, dkh, dvh, lse, cu_seqlens_
 @attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, window_left, window_right, bottom_right, softcap=0.0, alibi_slopes=None,
-      sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None, want_dbias=False, deterministic=False):
+      sinks=None, attn_bias=None, dropout_p=0.0, rng_seed=None, want_dbias=False, deterministic=False,
+      attention_chunk=0):
     want_dbias = want_dbias and attn_bias is not None and attn_bias.is_floating_point()
     dsinks = (q.new_empty(sinks.shape, dtype=torch.float32) if sinks is not None
               else q.new_empty(0, dtype=torch.float32))
@@ -614,7 +626,7 @@ def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
 
 _OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale",
                  "window_left", "window_right", "bottom_right", "softcap", "alibi_slopes", "sinks",
-                 "attn_bias", "dropout_p", "rng_seed", "deterministic")
+                 "attn_bias", "dropout_p", "rng_seed", "deterministic", "attention_chunk")
 _SINKS = 3 + _OPTION_NAMES.index("sinks")
 _BIAS = 3 + _OPTION_NAMES.index("attn_bias")
 # Options that a call plan takes from each call (FwdPlan.extras): their index among the options.
@@ -646,9 +658,10 @@ def _setup_context(ctx, inputs, output):
 
 def _with_defaults(options) -> list:
     """The op's options with the schema defaults where a call left the
-    variants out (None): softcap and dropout_p 0.0, deterministic False."""
+    variants out (None): softcap and dropout_p 0.0, deterministic False,
+    attention_chunk 0."""
     options = list(options)
-    for i, default in ((8, 0.0), (12, 0.0), (14, False)):
+    for i, default in ((8, 0.0), (12, 0.0), (14, False), (15, 0)):
         if options[i] is None:
             options[i] = default
     return options
@@ -661,7 +674,7 @@ def _backward_with(bwd, ctx, dout, dlse, saved=None):
         dout = torch.zeros_like(out)
     options = _with_defaults(ctx.options)
     dq, dk, dv, dsinks, dbias = bwd(dout, q, k, v, out, lse, dlse, *options[:14], want_dbias=ctx.want_dbias,
-                                    deterministic=options[14])
+                                    deterministic=options[14], attention_chunk=options[15])
     grads = [None] * ctx.n_options
     if options[_SINKS - 3] is not None:
         grads[_SINKS - 3] = dsinks
@@ -841,9 +854,9 @@ class BwdPlan:
 def _bwd_args(options) -> tuple:
     """_bwd_into's arguments after the buffers for a call's options: the
     options (schema defaults for None, as _backward_with), deterministic,
-    want_dbias (False: planned calls have no bias)."""
+    attention_chunk, want_dbias (False: planned calls have no bias)."""
     args = _with_defaults(options)
-    return tuple(args[:14]) + (bool(args[14]), False)
+    return tuple(args[:14]) + (bool(args[14]), int(args[15]), False)
 
 
 _FWD_IMPL = _attention_fwd_impl
@@ -1079,7 +1092,7 @@ def dropout_pattern(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: A
     (B, Hq, max_seqlen_q, max_seqlen_k), zero beyond each sequence.
     P is exp(s - lse) before dropout (flash-attn's may differ by scaling)."""
     with torch.no_grad():
-        kw: Dict[str, Any] = dict(softcap=params.softcap, sinks=params.sinks)
+        kw: Dict[str, Any] = dict(softcap=params.softcap, sinks=params.sinks, attention_chunk=params.attention_chunk)
         if not params.varlen:
             qh, kh, vh = (t.transpose(1, 2).float() for t in (q, k, v))
             n_q, n_k = qh.shape[2], kh.shape[2]

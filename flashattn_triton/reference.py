@@ -6,7 +6,9 @@ layout the kernels see after the public functions have permuted strides.
 Visibility: query row i may attend key j iff
     j <= i + shift + right  (if right >= 0)   and   j >= i + shift - left  (if left >= 0).
 Causal masking is right = 0.  flash-attn's bottom-right alignment is
-shift = Nk - Nq; SDPA's top-left alignment is shift = 0.
+shift = Nk - Nq; SDPA's top-left alignment is shift = 0.  Chunked attention
+(chunk = C > 0, Llama 4's attention_chunk) also asks
+    j // C == (i + shift) // C   (floor division; i + shift < 0 sees nothing).
 
 * :func:`attention_ref` materialises the full score matrix (O(N^2) memory).  It
   is the ground truth for tests when called on float64 inputs.
@@ -37,6 +39,7 @@ __all__ = [
     "flash_attention_ref",
     "causal_mask",
     "visible_mask",
+    "chunk_mask",
     "blockwise_attention_fwd",
     "blockwise_attention_bwd",
     "sinks_grad_torch",
@@ -59,9 +62,9 @@ _F32_MAX = 3.4028234663852886e38  # finfo(float32).max: finite biases in base 2 
 
 
 def visible_mask(n_q: int, n_k: int, shift: int, window=(-1, -1), device=None,
-                 q_start: int = 0, k_start: int = 0) -> torch.Tensor:
+                 q_start: int = 0, k_start: int = 0, chunk: int = 0) -> torch.Tensor:
     """Boolean mask (True = attend) of rows [q_start, q_start+n_q) and columns
-    [k_start, k_start+n_k) under the rule of the module doc."""
+    [k_start, k_start+n_k) under the rule of the module doc (chunk 0: no chunks)."""
     left, right = window
     i = torch.arange(q_start, q_start + n_q, device=device)[:, None]
     j = torch.arange(k_start, k_start + n_k, device=device)[None, :]
@@ -70,7 +73,17 @@ def visible_mask(n_q: int, n_k: int, shift: int, window=(-1, -1), device=None,
         keep &= j <= i + shift + right
     if left >= 0:
         keep &= j >= i + shift - left
+    if chunk > 0:
+        keep &= chunk_mask(i + shift, j, chunk)
     return keep
+
+
+def chunk_mask(pos: torch.Tensor, j: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Chunked attention's rule: key j in the chunk of key position pos (the
+    query's position i + shift), j // chunk == pos // chunk with floor
+    division, and nothing for pos < 0 (broadcastable int tensors)."""
+    same = torch.div(j, chunk, rounding_mode="floor") == torch.div(pos, chunk, rounding_mode="floor")
+    return same & (pos >= 0)
 
 
 def causal_mask(n_q: int, n_k: int, causal_shift: int, device=None,
@@ -257,7 +270,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   attn_mask: Optional[torch.Tensor] = None,
                   sinks: Optional[torch.Tensor] = None,
                   dropout_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                  return_probs: bool = False):
+                  return_probs: bool = False, attention_chunk: int = 0):
     """Dense attention in the dtype of the inputs.
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv), Hq % Hkv == 0.
@@ -273,6 +286,9 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             dropout_p: P * mask * dropout_scale(p) multiplies V (the LSE is
             unchanged); dropout_scale(p) = 1 / (1 - p) up to the kernels'
             16-bit quantisation of p (dropout_threshold).
+    attention_chunk C > 0 (chunked attention, module doc) keeps only keys
+    with j // C == (i + shift) // C, shift as the window's; intersected with
+    the causal mask and the window.
     Returns ``(out, lse)``: out (B, Hq, Nq, dv), lse (B, Hq, Nq) natural-log
     log-sum-exp of the modified, masked scores (and the sink).  Rows that see
     no key (and have no sink) give out = 0 and lse = -inf.  With
@@ -298,8 +314,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if causal_shift is not None:
         c = causal_mask(n_q, n_k, causal_shift, device=q.device)
         keep = c if keep is None else keep & c
-    if tuple(window) != (-1, -1):
-        band = visible_mask(n_q, n_k, band_shift, window, q.device)
+    if tuple(window) != (-1, -1) or attention_chunk > 0:
+        band = visible_mask(n_q, n_k, band_shift, window, q.device, chunk=attention_chunk)
         keep = band if keep is None else keep & band
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
@@ -329,7 +345,7 @@ def flash_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     q: (B, Nq, Hq, d); k: (B, Nk, Hkv, d); v: (B, Nk, Hkv, dv); causal and the
     window aligned bottom-right.  ``variants``: the keyword arguments of
     attention_ref (softcap, alibi_slopes, attn_mask, sinks, dropout_mask,
-    dropout_p); tensors among them are cast to ``dtype`` too (bool masks
+    dropout_p, attention_chunk); tensors among them are cast to ``dtype`` too (bool masks
     stay bool).  Returns (out (B, Nq, Hq, dv), lse (B, Hq, Nq)), both differentiable."""
     qh, kh, vh = (t.to(dtype or t.dtype).transpose(1, 2) for t in (q, k, v))
     for name in ("alibi_slopes", "sinks", "attn_mask"):
@@ -398,10 +414,10 @@ class _TileScores:
     in the order of kernels/score.py; shared by the blockwise forward and backward."""
 
     def __init__(self, mods: BlockMods, b: int, hq: int, n_kv: int, n_q: int, n_k: int,
-                 shift: int, window, acc_dtype, device):
-        self.mods, self.shift, self.window = mods, shift, window
+                 shift: int, window, acc_dtype, device, chunk: int = 0):
+        self.mods, self.shift, self.window, self.chunk = mods, shift, window, chunk
         self.b, self.hq, self.n_kv = b, hq, n_kv
-        self.masked = tuple(window) != (-1, -1)
+        self.masked = tuple(window) != (-1, -1) or chunk > 0
         self.alibi2 = None
         if mods.alibi is not None:
             self.alibi2 = _grouped(mods.alibi.to(acc_dtype).expand(b, hq) * LOG2E, n_kv)[..., None, None]
@@ -433,7 +449,7 @@ class _TileScores:
                 b2 = torch.clamp(tile * LOG2E, -_F32_MAX, _F32_MAX)
                 s = s + torch.where(torch.isinf(tile), tile, b2)
         if self.masked:
-            keep = visible_mask(q1 - q0, k1 - k0, self.shift, self.window, self.device, q0, k0)
+            keep = visible_mask(q1 - q0, k1 - k0, self.shift, self.window, self.device, q0, k0, self.chunk)
             s = s.masked_fill(~keep, float("-inf"))
         return s, t
 
@@ -446,14 +462,17 @@ class _TileScores:
 
 
 def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-1, -1),
-                            block: int = _CPU_BLOCK, mods: Optional[BlockMods] = None, with_lo: bool = False):
+                            block: int = _CPU_BLOCK, mods: Optional[BlockMods] = None, with_lo: bool = False,
+                            chunk: int = 0):
     """Online-softmax forward in base 2.  q (B, Hq, Nq, d), k (B, Hkv, Nk, d), v (B, Hkv, Nk, dv).
 
     Returns out (B, Hq, Nq, dv) in q's dtype and lse2 (B, Hq, Nq) float32 in
     base 2 (lse2 = lse * log2(e)).  Accumulates in float32 (float64 for float64 inputs).
     with_lo: also return the compensated LSE's residual lo (B, Hq, Nq) float32,
     (m + log2(l)) - lse2 formed before rounding to float32 (0 for rows that
-    saw no key), as kernels/fwd.py's LSE_LO: blockwise_attention_bwd's lse2_lo."""
+    saw no key), as kernels/fwd.py's LSE_LO: blockwise_attention_bwd's lse2_lo.
+    chunk: chunked attention's chunk size (module doc), 0 for none: masked
+    per tile (the blocks outside the chunks are visited, all -inf)."""
     mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
@@ -465,7 +484,7 @@ def blockwise_attention_fwd(q, k, v, softmax_scale: float, shift: int, window=(-
     out_g, lse_g = _grouped(out, n_kv), lse.view(b, n_kv, hq // n_kv, n_q)
     lse_lo = torch.empty_like(lse) if with_lo else None
     lo_g = None if lse_lo is None else lse_lo.view(b, n_kv, hq // n_kv, n_q)
-    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device)
+    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device, chunk)
     dropout = mods.dropout_p > 0
     for q0 in range(0, n_q, block):
         q1 = min(n_q, q0 + block)
@@ -526,7 +545,8 @@ def sinks_grad_torch(dsinks: torch.Tensor, sinks: torch.Tensor, lse2: torch.Tens
 
 def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift: int,
                             window=(-1, -1), dlse2=None, block: int = _CPU_BLOCK,
-                            mods: Optional[BlockMods] = None, want_dbias: bool = False, lse2_lo=None):
+                            mods: Optional[BlockMods] = None, want_dbias: bool = False, lse2_lo=None,
+                            chunk: int = 0):
     """Recomputing backward.  Returns (dq, dk, dv, delta, dbias): the gradients
     in the input dtypes, delta (B, Hq, Nq) and, with want_dbias, dS
     (B, Hq, Nq, Nk) float32 (the gradient of an additive bias before any
@@ -537,7 +557,7 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
     enters only through delta, because d lse2_i / d s_ij = P_ij * log2(e).
     Variants as in kernels/bwd.py.  lse2_lo: None, or the forward's
     compensated-LSE residual (blockwise_attention_fwd's with_lo): P =
-    exp2((s2 - lse2) - lse2_lo)."""
+    exp2((s2 - lse2) - lse2_lo).  chunk: as blockwise_attention_fwd's."""
     mods = mods or BlockMods()
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, hq, n_q, d = q.shape
@@ -559,7 +579,7 @@ def blockwise_attention_bwd(do, q, k, v, out, lse2, softmax_scale: float, shift:
     dv = torch.zeros(b, n_kv, n_k, v.shape[3], dtype=acc_dtype, device=q.device)
     dbias = torch.zeros(b, hq, n_q, n_k, dtype=torch.float32, device=q.device) if want_dbias else None
     dbias_g = None if dbias is None else _grouped(dbias, n_kv)
-    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device)
+    scores = _TileScores(mods, b, hq, n_kv, n_q, n_k, shift, window, acc_dtype, q.device, chunk)
     dropout = mods.dropout_p > 0
     for q0 in range(0, n_q, block):
         q1 = min(n_q, q0 + block)

@@ -29,12 +29,14 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
         q, torch.stack([k, v], dim=2), return_lse=True, sinks=torch.zeros(q.shape[2]))
     qkvp_lse: Tuple[torch.Tensor, torch.Tensor] = flash_attn_qkvpacked_func(
         torch.stack([q, k, v], dim=2), return_lse=True)
+    chunked: Tuple[torch.Tensor, torch.Tensor] = flash_attn_func(q, k, v, causal=True, return_lse=True,
+                                                                 attention_chunk=8192)
     return float((out + pair[1].sum() + triple[0] + out_p + lse.sum() + sdpa + packed + kvp + kvp_lse[0]
-                  + qkvp_lse[1].sum()).sum())
+                  + qkvp_lse[1].sum() + chunked[0]).sum())
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
-    out: torch.Tensor = flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, causal=True)
+    out: torch.Tensor = flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, causal=True, attention_chunk=64)
     out2, lse = flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, return_lse=True)
     out3: torch.Tensor = flashattn_triton.flash_attn_varlen_qkvpacked_func(torch.stack([q, k, v], dim=1), cu, 128)
     out4, lse4 = flashattn_triton.flash_attn_varlen_kvpacked_func(q, torch.stack([k, v], dim=1), cu, cu, 128, 128,

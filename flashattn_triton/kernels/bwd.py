@@ -176,7 +176,7 @@ def _head_mods(ALIBI, BIAS, SEED, off_z, off_h, q_start, stride_az, stride_ah, s
 def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, CHECK_ROWS: tl.constexpr, MASK_LEFT: tl.constexpr,
-                 MASK_RIGHT: tl.constexpr,
+                 MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -200,7 +200,7 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
     takes them)."""
     k, k_hi, v, offs_n, offs_d, offs_d_hi, offs_dv = keys
     Q, DO, LSE, DELTA, stride_qm, stride_qk, stride_dom, stride_dok = queries
-    (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+    (n_q, n_k, qk_scale, shift, window_left, window_right, chunk, softcap2, alibi2, BIAS, stride_bm, stride_bn,
      seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
     offs_m = tl.arange(0, BLOCK_M)
     q_ptrs = tile_ptrs(Q, start_m.to(tl.int64), stride_qm, stride_qk, BLOCK_M, offs_d)
@@ -221,8 +221,8 @@ def _dkdv_q_loop(dk, dk_hi, dv, start_m, end_m, keys, queries, scores,
             qk_t = mma(k_hi, tl.trans(q_hi), qk_t, DOT_PRECISION, INTERPRET)
         # masked before exp2: masked scores may exceed the LSE
         s_t, t_t = score_tile(qk_t, rows[None, :], offs_n[:, None], n_q, n_k, shift, window_left,
-                              window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                              MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                              window_right, chunk, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                              MASKED, MASK_LEFT, MASK_RIGHT, MASK_CHUNK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                               HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         if LSE_LO:  # the compensated LSE (_load_lse_lo)
             lse_lo = _load_lse_lo(LSE, rows, n_q, CHECK_ROWS)
@@ -276,7 +276,7 @@ def _dkdv_program(
     HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    LSE_LO: tl.constexpr = False,
+    LSE_LO: tl.constexpr = False, MASK_CHUNK: tl.constexpr = False,
 ):
     # The work of one _bwd_dkdv program: key tile pid_n of (batch, KV head,
     # slice of its query-head group) pid_bh.
@@ -292,7 +292,7 @@ def _dkdv_program(
      stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn) = strides
     N_Q, N_K, GROUP_SIZE, RNG_ROWS = shapes
     (sm_scale, causal_offset, shift_mul, window_left, window_right,
-     softcap, dropout_scale, dropout_thresh, philox_offset) = scalars
+     softcap, dropout_scale, dropout_thresh, philox_offset, chunk) = scalars
     off_z = pid_bh // (H_KV * GROUP_SPLIT)
     off_out = pid_bh % (H_KV * GROUP_SPLIT)  # head of DK/DV this program writes
     off_hkv = off_out // GROUP_SPLIT
@@ -336,8 +336,8 @@ def _dkdv_program(
         qk_scale = sm_scale * 1.4426950408889634
     softcap2 = softcap * 1.4426950408889634
 
-    lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
-                                            BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
+    lo, full_lo, full_hi, hi = q_tile_range(start_n, n_q, n_k, shift, window_left, window_right, chunk,
+                                            BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT, MASK_CHUNK)
     # EVEN_M: N_Q is a multiple of 128, so of BLOCK_M where BLOCK_M divides 128:
     # no query tile has rows past n_q and the masked loops skip the row checks.
     check_rows: tl.constexpr = not (EVEN_M and 128 % BLOCK_M == 0)
@@ -352,21 +352,21 @@ def _dkdv_program(
                                                    H_KV * GROUP_SIZE, RNG_ROWS, N_K, philox_offset,
                                                    IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
         queries = (Qh, DOh, LSE + row_base, DELTA + row_base, stride_qm, stride_qk, stride_dom, stride_dok)
-        scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIASh, stride_bm,
-                  stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
-        # Masked head (diagonal / right window edge), unmasked middle, masked
-        # tail (left window edge, ragged end of Q).
+        scores = (n_q, n_k, qk_scale, shift, window_left, window_right, chunk, softcap2, alibi2, BIASh,
+                  stride_bm, stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
+        # Masked head (diagonal / right window edge, the keys' chunk start),
+        # unmasked middle, masked tail (left window edge, chunk end, ragged end of Q).
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, lo, full_lo, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
-                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     MASK_CHUNK, even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_lo, full_hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, False, False, MASK_LEFT, MASK_RIGHT,
-                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     MASK_CHUNK, even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
         dk, dk_hi, dv = _dkdv_q_loop(dk, dk_hi, dv, full_hi, hi, keys, queries, scores,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_M, True, check_rows, MASK_LEFT, MASK_RIGHT,
-                                     even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                                     MASK_CHUNK, even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, LSE_LO)
 
     off_out = off_out.to(tl.int64)
@@ -382,7 +382,7 @@ def _dkdv_program(
 
 
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
-                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
+                               "RNG_ROWS", "philox_offset", "dropout_thresh", "chunk"])
 def _bwd_dkdv(
     # pointers (DQ and its strides are unused: the launches pass dK's buffer
     # and strides, as the removed fused form's placeholder, which keeps the
@@ -403,7 +403,7 @@ def _bwd_dkdv(
     H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    softcap, dropout_scale, dropout_thresh, philox_offset, chunk,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -413,6 +413,7 @@ def _bwd_dkdv(
     HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
+    MASK_CHUNK: tl.constexpr = False,
 ):
     # One program per (key tile, batch, KV head, slice of its query-head group).
     _dkdv_program(tl.program_id(0), tl.program_id(1),
@@ -422,18 +423,18 @@ def _bwd_dkdv(
                    stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
                   (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                   (sm_scale, causal_offset, shift_mul, window_left, window_right,
-                   softcap, dropout_scale, dropout_thresh, philox_offset),
+                   softcap, dropout_scale, dropout_thresh, philox_offset, chunk),
                   DK, DV, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh, stride_dvn,
                   stride_dvk, H_KV, GROUP_SPLIT,
                   HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                   MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                  HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
+                  HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO, MASK_CHUNK)
 
 
 @triton.jit
 def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+                MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr,
                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                 HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -454,7 +455,7 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
     else:
         q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm = rows
     K, V, stride_kn, stride_kk, stride_vn, stride_vk = kv
-    (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+    (n_q, n_k, qk_scale, shift, window_left, window_right, chunk, softcap2, alibi2, BIAS, stride_bm, stride_bn,
      seed, rng_base, rng_cols, dropout_thresh, dropout_scale) = scores
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
@@ -475,8 +476,8 @@ def _dq_kv_loop(dq, dq_hi, start_n, end_n, rows, kv, scores,
             qk = mma(q_hi, tl.trans(k_hi), qk, DOT_PRECISION, INTERPRET)
         # masked before exp2: masked scores may exceed the LSE
         s, t = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
-                          window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                          MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                          window_right, chunk, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                          MASKED, MASK_LEFT, MASK_RIGHT, MASK_CHUNK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                           HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         if LSE_LO:
             p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
@@ -520,6 +521,7 @@ def _dq_program(
     HAS_ALIBI: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     HAS_DBIAS: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
+    MASK_CHUNK: tl.constexpr = False,
 ):
     # The work of one _bwd_dq program: query tile pid_m of (batch, query head) pid_bh.
     Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED = inputs
@@ -528,7 +530,7 @@ def _dq_program(
      stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn) = strides
     N_Q, N_K, GROUP_SIZE, RNG_ROWS = shapes
     (sm_scale, causal_offset, shift_mul, window_left, window_right,
-     softcap, dropout_scale, dropout_thresh, philox_offset) = scalars
+     softcap, dropout_scale, dropout_thresh, philox_offset, chunk) = scalars
     off_z = pid_bh // H_Q
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP_SIZE
@@ -581,27 +583,27 @@ def _dq_program(
                                               H_Q, RNG_ROWS, N_K, philox_offset,
                                               IS_VARLEN, HAS_ALIBI, HAS_DROPOUT)
 
-    lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
-                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
+    lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right, chunk,
+                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT, MASK_CHUNK)
     if LSE_LO:
         rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm,
                 _load_lse_lo(LSE + row_base, offs_m, n_q, True))
     else:
         rows = (q, q_hi, do, lse2, delta, offs_m, offs_d, offs_d_hi, offs_dv, DBIAS, stride_dbm)
     kv = (K, V, stride_kn, stride_kk, stride_vn, stride_vk)
-    scores = (n_q, n_k, qk_scale, shift, window_left, window_right, softcap2, alibi2, BIAS, stride_bm,
+    scores = (n_q, n_k, qk_scale, shift, window_left, window_right, chunk, softcap2, alibi2, BIAS, stride_bm,
               stride_bn, seed, rng_base, N_K, dropout_thresh, dropout_scale)
-    if MASK_LEFT:
+    if MASK_LEFT or MASK_CHUNK:  # the masked head: left window edge, chunk start
         dq, dq_hi = _dq_kv_loop(dq, dq_hi, lo, full_lo, rows, kv, scores,
-                                HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                                HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                 even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
     dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_lo, full_hi, rows, kv, scores,
-                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
+                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                             HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
     dq, dq_hi = _dq_kv_loop(dq, dq_hi, full_hi, hi, rows, kv, scores,
-                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                            HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                             even_hi, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                             HAS_MASK, MASK_BOOL, HAS_DROPOUT, HAS_DBIAS, DOT_PRECISION, INTERPRET, LSE_LO)
 
@@ -613,7 +615,7 @@ def _dq_program(
 
 
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
-                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
+                               "RNG_ROWS", "philox_offset", "dropout_thresh", "chunk"])
 def _bwd_dq(
     # pointers
     Q, K, V, DO, LSE, DELTA, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED, DBIAS,
@@ -631,7 +633,7 @@ def _bwd_dq(
     H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    softcap, dropout_scale, dropout_thresh, philox_offset, chunk,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -641,6 +643,7 @@ def _bwd_dq(
     HAS_DBIAS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
+    MASK_CHUNK: tl.constexpr = False,
 ):
     _dq_program(tl.program_id(0), tl.program_id(1),
                 (Q, K, V, DO, LSE, DELTA, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED),
@@ -649,15 +652,16 @@ def _bwd_dq(
                  stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
                 (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                 (sm_scale, causal_offset, shift_mul, window_left, window_right,
-                 softcap, dropout_scale, dropout_thresh, philox_offset),
+                 softcap, dropout_scale, dropout_thresh, philox_offset, chunk),
                 DQ, DBIAS, stride_dqz, stride_dqh, stride_dqm, stride_dqk, stride_dbz, stride_dbh, stride_dbm, H_Q,
                 HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                 MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO)
+                HAS_DBIAS, DOT_PRECISION, INTERPRET, BLOCK_M, BLOCK_N, LSE_LO, MASK_CHUNK)
 
 
 @triton.jit(do_not_specialize=["N_BATCH", "N_Q", "N_K", "causal_offset", "shift_mul", "window_left",
-                               "window_right", "RNG_ROWS", "philox_offset", "dropout_thresh"])
+                               "window_right", "RNG_ROWS", "philox_offset", "dropout_thresh",
+                               "chunk"])
 def _bwd_dkdv_dq(
     # pointers
     Q, K, V, DO, LSE, DELTA, DK, DV, DQ, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, BIAS, SEED,
@@ -676,7 +680,7 @@ def _bwd_dkdv_dq(
     N_BATCH, H_KV, N_Q, N_K, GROUP_SIZE, GROUP_SPLIT, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    softcap, dropout_scale, dropout_thresh, philox_offset, chunk,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -686,7 +690,7 @@ def _bwd_dkdv_dq(
     HEADS_PER_PROGRAM: tl.constexpr, EVEN_M: tl.constexpr,
     DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    LSE_LO: tl.constexpr = False,
+    LSE_LO: tl.constexpr = False, MASK_CHUNK: tl.constexpr = False,
 ):
     # _bwd_dkdv's and _bwd_dq's programs in one launch (ONE_LAUNCH), on a 1-D
     # grid (dense batches only: N_Q, N_K are every sequence's lengths).
@@ -719,12 +723,12 @@ def _bwd_dkdv_dq(
                        stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
                       (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                       (sm_scale, causal_offset, shift_mul, window_left, window_right,
-                       softcap, dropout_scale, dropout_thresh, philox_offset),
+                       softcap, dropout_scale, dropout_thresh, philox_offset, chunk),
                       DK, DV, stride_dkz, stride_dkh, stride_dkn, stride_dkk, stride_dvz, stride_dvh,
                       stride_dvn, stride_dvk, H_KV, GROUP_SPLIT,
                       HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                       MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                      HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1, LSE_LO)
+                      HEADS_PER_PROGRAM, EVEN_M, DOT_PRECISION, INTERPRET, BLOCK_M1, BLOCK_N1, LSE_LO, MASK_CHUNK)
     else:
         # no bias gradient (HAS_DBIAS False): LSE stands in for DBIAS
         _dq_program(pid_n, pid_bh,
@@ -734,11 +738,11 @@ def _bwd_dkdv_dq(
                      stride_lz, stride_lh, stride_az, stride_ah, stride_bz, stride_bh, stride_bm, stride_bn),
                     (N_Q, N_K, GROUP_SIZE, RNG_ROWS),
                     (sm_scale, causal_offset, shift_mul, window_left, window_right,
-                     softcap, dropout_scale, dropout_thresh, philox_offset),
+                     softcap, dropout_scale, dropout_thresh, philox_offset, chunk),
                     DQ, LSE, stride_dqz, stride_dqh, stride_dqm, stride_dqk, 0, 0, 0, H_KV * GROUP_SIZE,
                     HEAD_DIM, HEAD_DIM_PAD, EVEN_D, HEAD_DIM_V, HEAD_DIM_V_PAD, EVEN_DV, SPLIT_QK, IS_VARLEN,
                     MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_MASK, MASK_BOOL, HAS_DROPOUT,
-                    False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2, LSE_LO)
+                    False, DOT_PRECISION, INTERPRET, BLOCK_M2, BLOCK_N2, LSE_LO, MASK_CHUNK)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -1110,7 +1114,7 @@ def _dropout_only(mods) -> bool:
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, hopper=False, shift_mul=0, lse_lo=None):
+                       delta=None, split_group=True, hopper=False, shift_mul=0, lse_lo=None, chunk=0):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -1131,6 +1135,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     (_dispatch.use_hopper_backward), the kernel may still decline.
     lse_lo: None, or the forward's compensated-LSE residual (dense calls;
     layout: kernels.fwd.attention_forward): P = exp2((s2 - lse2) - lse_lo).
+    chunk: chunked attention's chunk size, 0 for none (as the forward's);
+    never the Hopper backward.
     """
     mods = mods or NO_MODS
     check_lse_lo(lse, lse_lo, cu_seqlens)
@@ -1151,7 +1157,7 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     left, right = window
     dv_pad = head_dim_pad(d_v)
     hopper = (hopper and not varlen and dbias is None and (mods is NO_MODS or _dropout_only(mods))
-              and right in (None, 0) and lse_lo is None)
+              and right in (None, 0) and lse_lo is None and not chunk)
     if delta is None:
         # lse's layout (delta shares its strides); not empty_like, which on the
         # prefetch's meta tensors imports sympy (_prefetch._stand_ins).
@@ -1175,14 +1181,14 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     # The portable kernels' set-up (after the Hopper backward, which needs none of it).
     d_pad = head_dim_pad(d)
     bucket = seq_bucket(max(n_q, n_k))
-    key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen), dv_pad)
-    scalars = (sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars())
+    key = (q.dtype, d_pad, right is not None, bucket, variant_tag(mods, left, varlen, chunk), dv_pad)
+    scalars = (sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars(), chunk)
     meta = dict(HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
                 HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad,
                 SPLIT_QK=use_split_qk(d, d_pad),
                 IS_VARLEN=varlen, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
                 **mods.switches(q, with_sinks=False),
-                DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET)
+                DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, MASK_CHUNK=chunk > 0)
     if lse_lo is not None:
         meta["LSE_LO"] = True
     alibi, _, bias, seed = mods.pointers(lse)

@@ -53,11 +53,12 @@ def split_qk(d: int, d_pad: int) -> bool:
 @triton.jit
 def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                  offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
-                 shift, window_left, window_right,
+                 shift, window_left, window_right, chunk,
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                  seed, rng_base, rng_cols, dropout_thresh,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+                 MASK_CHUNK: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -65,8 +66,8 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
     """Fold K/V tiles [start_n, end_n) into (acc, l_i, m_i).
 
     MASKED tiles may hold keys past n_k or keys outside the causal / window
-    band; unmasked tiles are whole and visible to every row of the tile
-    (up to a user mask, HAS_MASK).  K, V point at key row 0 of this
+    band or the rows' chunks (MASK_CHUNK); unmasked tiles are whole and
+    visible to every row of the tile (up to a user mask, HAS_MASK).  K, V point at key row 0 of this
     (batch entry, KV head).  SPLIT_QK: q holds query columns offs_d (all
     within HEAD_DIM), q_hi columns offs_d_hi (EVEN_D: all within HEAD_DIM);
     otherwise q holds offs_d and q_hi, offs_d_hi are unused."""
@@ -88,8 +89,8 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
             k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, EVEN_D)
             qk = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET)
         s, _ = score_tile(qk, offs_m[:, None], cols[None, :], n_q, n_k, shift, window_left,
-                          window_right, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                          MASKED, MASK_LEFT, MASK_RIGHT, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                          window_right, chunk, qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
+                          MASKED, MASK_LEFT, MASK_RIGHT, MASK_CHUNK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                           HAS_MASK, MASK_BOOL, q.dtype == tl.float32)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASKED or HAS_MASK:
@@ -113,10 +114,10 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
     return acc, l_i, m_i
 
 
-# Lengths, window, shift and the dropout counters stay runtime values: no
-# specialisation on 1 or on divisibility, so one binary serves every length.
+# Lengths, window, chunk, shift and the dropout counters stay runtime values:
+# no specialisation on 1 or on divisibility, so one binary serves every length.
 @triton.jit(do_not_specialize=["N_Q", "N_K", "causal_offset", "shift_mul", "window_left", "window_right",
-                               "RNG_ROWS", "philox_offset", "dropout_thresh"])
+                               "RNG_ROWS", "philox_offset", "dropout_thresh", "chunk"])
 def _attn_fwd(
     # pointers
     Q, K, V, O, LSE, CU_SEQLENS_Q, CU_SEQLENS_K, ALIBI, SINKS, BIAS, SEED,
@@ -132,7 +133,7 @@ def _attn_fwd(
     H_Q, N_Q, N_K, GROUP_SIZE, RNG_ROWS,
     # scalars
     sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
-    softcap, dropout_scale, dropout_thresh, philox_offset,
+    softcap, dropout_scale, dropout_thresh, philox_offset, chunk,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -142,6 +143,7 @@ def _attn_fwd(
     HAS_DROPOUT: tl.constexpr,
     REVERSE_M: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
+    MASK_CHUNK: tl.constexpr = False,
 ):
     # Causal programs run longest first: query tile order reversed.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0) if REVERSE_M else tl.program_id(0)
@@ -203,33 +205,33 @@ def _attn_fwd(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_V_PAD], dtype=tl.float32)
 
-    lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
-                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT)
-    # Masked head (left window edge), unmasked middle, masked tail (diagonal,
-    # right window edge, ragged end of K).
-    if MASK_LEFT:
+    lo, full_lo, full_hi, hi = kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right, chunk,
+                                             BLOCK_M, BLOCK_N, MASK_LEFT, MASK_RIGHT, MASK_CHUNK)
+    # Masked head (left window edge, chunk start), unmasked middle, masked
+    # tail (diagonal, right window edge, chunk end, ragged end of K).
+    if MASK_LEFT or MASK_CHUNK:
         acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                                      offs_m, offs_d, offs_d_hi, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
-                                     shift, window_left, window_right,
+                                     shift, window_left, window_right, chunk,
                                      softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                      seed, rng_base, N_K, dropout_thresh,
-                                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                                     HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                      even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                      HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                                  offs_m, offs_d, offs_d_hi, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
-                                 shift, window_left, window_right,
+                                 shift, window_left, window_right, chunk,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                  seed, rng_base, N_K, dropout_thresh,
-                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT,
+                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                  even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                  HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                                  offs_m, offs_d, offs_d_hi, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
-                                 shift, window_left, window_right,
+                                 shift, window_left, window_right, chunk,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
                                  seed, rng_base, N_K, dropout_thresh,
-                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT,
+                                 HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                  even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
                                  HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
 
@@ -258,7 +260,7 @@ _launch_fwd = Launcher(_attn_fwd, "FWD")
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
-                      max_seqlen=None, mods=None, shift_mul=0, lse_lo=None):
+                      max_seqlen=None, mods=None, shift_mul=0, lse_lo=None, chunk=0):
     """Launch the forward on (B, H, N, d)-indexed views (any strides, last one 1).
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv); o: (B, Hq, Nq, dv),
@@ -269,6 +271,9 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     shift_mul: packed batches only, adds shift_mul * Nk_b to the diagonal of
     sequence b (Nk_b its key count): shift_b = Nk_b - Nq_b + causal_offset + shift_mul * Nk_b.
     window: (left, right), each None for unbounded.
+    chunk: chunked attention's chunk size (kernels/tiles.py), 0 for none:
+    row i sees only keys j with j // chunk == (i + shift) // chunk (besides
+    the window), a runtime value (MASK_CHUNK is the compile-time switch).
     mods: the score modifications (kernels.score.KernelMods), None for none.
     lse_lo: None, or the compensated LSE's residual (dense calls only; the op
     layer passes it with a float bias): a (B, Hq, Nq) float32 view with lse's
@@ -303,7 +308,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     bucket = seq_bucket(max(n_q, n_k))
     _launch_fwd(
         grid, (q.dtype, d_pad, right is not None, bucket,
-              variant_tag(mods, left, cu_seqlens is not None), dv_pad),
+              variant_tag(mods, left, cu_seqlens is not None, chunk), dv_pad),
         # pointers
         q, k, v, o, lse, cu_q, cu_k, *mods.pointers(q),
         # strides
@@ -311,7 +316,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         # shapes
         h_q, n_q, n_k, h_q // h_kv, rng_rows,
         # scalars
-        sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars(),
+        sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars(), chunk,
         # meta-parameters
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
         HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad,
@@ -319,7 +324,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         IS_VARLEN=cu_seqlens is not None, MASK_LEFT=left is not None, MASK_RIGHT=right is not None,
         **mods.switches(q, with_sinks=True),
         REVERSE_M=right is not None, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
-        **({"LSE_LO": True} if lse_lo is not None else {}),
+        **({"LSE_LO": True} if lse_lo is not None else {}), MASK_CHUNK=chunk > 0,
     )
 
 

@@ -53,7 +53,8 @@ ENV_TABLE_DIR = "FLASHATTN_TRITON_TABLE_DIR"
 TABLE_DIR = Path(__file__).with_name("configs")
 
 # Names of the arguments the autotuner keys on (besides the tensor dtypes).
-AUTOTUNE_KEYS = ["HEAD_DIM_PAD", "HEAD_DIM_V_PAD", "MASK_LEFT", "MASK_RIGHT", "IS_VARLEN", "SEQ_BUCKET"]
+AUTOTUNE_KEYS = ["HEAD_DIM_PAD", "HEAD_DIM_V_PAD", "MASK_LEFT", "MASK_RIGHT", "MASK_CHUNK", "IS_VARLEN",
+                 "SEQ_BUCKET"]
 
 # Candidates per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), in order of
 # preference (the H200 sweeps in benchmarks/results/h200/ ranked them).
@@ -371,10 +372,11 @@ def _read_table(path: Path) -> Dict[str, Tuple[int, ...]]:
 VARIANT_TAGS = ("mask", "dropout", "softcap", "alibi", "window", "varlen")
 
 
-def variant_tag(mods, window_left, varlen: bool = False) -> str:
+def variant_tag(mods, window_left, varlen: bool = False, chunk: int = 0) -> str:
     """The table's variant of a launch: "" (plain) or the first of VARIANT_TAGS
     that the score modifications (kernels.score.KernelMods), a left window
-    edge or a packed batch turn on."""
+    edge (or chunked attention's chunks, whose starts are left edges too) or
+    a packed batch turn on."""
     # in VARIANT_TAGS order (a chain of tests: this runs on every launch)
     if mods.bias is not None:
         return "mask"
@@ -384,7 +386,7 @@ def variant_tag(mods, window_left, varlen: bool = False) -> str:
         return "softcap"
     if mods.alibi is not None:
         return "alibi"
-    if window_left is not None:
+    if window_left is not None or chunk:
         return "window"
     return "varlen" if varlen else ""
 

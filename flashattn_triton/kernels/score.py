@@ -10,6 +10,7 @@ modifications are applied in this order (flash-attn's order):
     s = s - slope_h * |i + shift - j|           HAS_ALIBI
     s = s + bias_ij   or   -inf where !mask_ij  HAS_MASK (float / MASK_BOOL)
     s = -inf outside the causal / window band   MASKED tiles only
+        (and outside the row's chunk: MASK_CHUNK)
 
 Each switch is a compile-time constant: with every switch off the tile costs
 one multiply, as before the variants existed.  The backward recomputes the
@@ -46,6 +47,7 @@ import triton
 import triton.language as tl
 
 from ..reference import DROPOUT_ROUNDS, dropout_scale, dropout_threshold
+from .tiles import chunk_start
 
 LOG2E = 1.4426950408889634
 # Philox rounds of the dropout draws (reference.DROPOUT_ROUNDS: 10 unless
@@ -55,8 +57,8 @@ PHILOX_ROUNDS: tl.constexpr = tl.constexpr(DROPOUT_ROUNDS)
 
 
 @triton.jit
-def visible(rows, cols, n_k, shift, window_left, window_right,
-            MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+def visible(rows, cols, n_k, shift, window_left, window_right, chunk,
+            MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr):
     """Key cols visible to query rows (rule in kernels/tiles.py).  rows and
     cols are broadcastable index tensors: rows[:, None] and cols[None, :] for
     a score tile, rows[None, :] and cols[:, None] for a transposed one."""
@@ -65,15 +67,26 @@ def visible(rows, cols, n_k, shift, window_left, window_right,
         keep = keep & (cols <= rows + (shift + window_right))
     if MASK_LEFT:
         keep = keep & (cols >= rows + (shift - window_left))
+    if MASK_CHUNK:
+        # j // C == p // C (floor) <=> first <= j < first + C with first the
+        # start of p's chunk: one division per row instead of one per score;
+        # `cols - first < chunk` does not form first + C (no int32 overflow).
+        # Rows with p < 0 (before key 0) see nothing: the test p >= 0 removes
+        # them, and p is clamped at 0 for the division, which so only ever
+        # divides non-negative numbers (Triton's `//` truncates toward zero
+        # on the GPU: not the floor for negative ones).
+        pos = rows + shift
+        first = chunk_start(tl.maximum(pos, 0), chunk)
+        keep = keep & (pos >= 0) & (cols >= first) & (cols - first < chunk)
     return keep
 
 
 @triton.jit
-def mask_scores(s, rows, cols, n_k, shift, window_left, window_right,
-                MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+def mask_scores(s, rows, cols, n_k, shift, window_left, window_right, chunk,
+                MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr):
     """s with invisible entries set to -inf (exp2 gives exactly 0 there);
     rows, cols broadcastable as in visible()."""
-    keep = visible(rows, cols, n_k, shift, window_left, window_right, MASK_LEFT, MASK_RIGHT)
+    keep = visible(rows, cols, n_k, shift, window_left, window_right, chunk, MASK_LEFT, MASK_RIGHT, MASK_CHUNK)
     return tl.where(keep, s, float("-inf"))
 
 
@@ -109,9 +122,10 @@ def tanh(x, FAST: tl.constexpr):
 
 
 @triton.jit
-def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
+def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right, chunk,
                qk_scale, softcap2, alibi2, BIAS, stride_bm, stride_bn,
                MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
+               MASK_CHUNK: tl.constexpr,
                HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, ROUND_SCALED: tl.constexpr = False):
     """(s2, t): base-2 scores of a tile of products qk (module doc), and the
@@ -128,6 +142,7 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
     plain product: their inputs' rounding is far larger.
 
     rows, cols: broadcastable index tensors as in visible().
+    chunk: the chunk size of chunked attention (read with MASK_CHUNK only).
     qk_scale: scale * log2(e), or scale / softcap with HAS_SOFTCAP.
     softcap2: softcap * log2(e).  alibi2: this head's slope * log2(e).
     BIAS: the mask / bias of this (batch entry, head), element (i, j) at
@@ -169,7 +184,8 @@ def score_tile(qk, rows, cols, n_q, n_k, shift, window_left, window_right,
                             3.4028234663852886e38, propagate_nan=tl.PropagateNan.ALL)
             s = s + tl.where(tl.abs(b) == float("inf"), b, b2)
     if MASKED:
-        s = mask_scores(s, rows, cols, n_k, shift, window_left, window_right, MASK_LEFT, MASK_RIGHT)
+        s = mask_scores(s, rows, cols, n_k, shift, window_left, window_right, chunk,
+                        MASK_LEFT, MASK_RIGHT, MASK_CHUNK)
     return s, t
 
 

@@ -11,10 +11,20 @@
 Visibility of key j to query row i (all kernels):
     j < n_k,  and  j <= i + shift + window_right   (if MASK_RIGHT; causal is right = 0),
               and  j >= i + shift - window_left    (if MASK_LEFT),
+              and  j // chunk == (i + shift) // chunk,  i + shift >= 0   (if MASK_CHUNK),
 with shift = n_k - n_q + causal_offset (bottom-right alignment for
 causal_offset = 0; the SDPA entry passes n_q - n_k for top-left), plus
 shift_mul * n_k in packed batches (0 but for blocks of ring attention,
 whose diagonal is proportional to each document's chunk length).
+
+Chunked attention (MASK_CHUNK, Llama 4's attention_chunk): the keys are cut
+into chunks [c * chunk, (c + 1) * chunk) and row i, at key position
+p = i + shift, sees only keys of p's own chunk (floor division; a row with
+p < 0 lies before key 0 and sees nothing).  It intersects with the rules
+above.  The kernels never divide a negative number (Triton's integer `//`
+truncates toward zero on the GPU, which is not the floor there): positions
+are clamped at 0 first and rows with p < 0 are removed by a comparison of
+their own (chunk_start, score.visible).
 """
 
 from __future__ import annotations
@@ -45,16 +55,33 @@ def seq_bounds(off_z, CU_SEQLENS_Q, CU_SEQLENS_K, N_Q, N_K, IS_VARLEN: tl.conste
 
 
 @triton.jit
-def kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
+def chunk_start(pos, chunk):
+    """First key of the chunk that holds key position pos >= 0 (pos // chunk
+    is the floor for pos >= 0; callers clamp negative positions first)."""
+    return (pos // chunk) * chunk
+
+
+@triton.jit
+def chunk_end(start, chunk, bound):
+    """min(start + chunk, bound), the end of the chunk at ``start`` held at
+    ``bound``, without forming start + chunk (chunks of up to 2^30 keys
+    after a start near 2^31 would overflow int32)."""
+    return start + tl.minimum(chunk, bound - start)
+
+
+@triton.jit
+def kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right, chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+                  MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr):
     """Key range of query tile [start_m, start_m + BLOCK_M) as (lo, full_lo, full_hi, hi).
 
     Tiles in [lo, full_lo) and [full_hi, hi) need the mask; tiles in
     [full_lo, full_hi) are whole and visible to every valid row of the tile.
-    lo, full_lo, full_hi are multiples of BLOCK_N; hi is exact (the last tile
-    may be ragged).  The first row bounds the right edge of the unmasked part
-    (its right limit is the smallest), the last valid row its left edge."""
+    lo, full_lo, full_hi are multiples of BLOCK_N (or equal to hi, where
+    nothing is left); hi is exact (the last tile may be ragged).  The first row bounds the right edge of the unmasked part
+    (its right limit is the smallest), the last valid row its left edge.
+    Key tiles outside [lo, hi) are skipped: with MASK_CHUNK, every tile
+    outside the chunks of the tile's rows."""
     last_row = tl.minimum(start_m + BLOCK_M, n_q) - 1
     hi = n_k
     full_hi = n_k
@@ -66,6 +93,23 @@ def kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
     if MASK_LEFT:
         lo = tl.maximum(start_m + shift - window_left, 0)
         full_lo = tl.maximum(last_row + shift - window_left, 0)
+    if MASK_CHUNK:
+        # Row positions p grow with the row, and so do their chunks: the rows
+        # see keys from the first row's chunk start (the first row with
+        # p >= 0 has p = 0 when the first row's p is negative) to the last
+        # row's chunk end, and every row sees the keys from the last row's
+        # chunk start to the first row's chunk end (none when the tile spans
+        # two chunks: full_lo >= full_hi).  Rows with p < 0 see nothing: a
+        # tile of such rows only has an empty range (hi = 0), a tile with
+        # some no unmasked middle (full_hi = 0).
+        p_first = start_m + shift
+        p_last = last_row + shift
+        first_chunk = chunk_start(tl.maximum(p_first, 0), chunk)
+        last_chunk = chunk_start(tl.maximum(p_last, 0), chunk)
+        lo = tl.maximum(lo, first_chunk)
+        full_lo = tl.maximum(full_lo, last_chunk)
+        hi = tl.where(p_last < 0, 0, tl.minimum(hi, chunk_end(last_chunk, chunk, n_k)))
+        full_hi = tl.where(p_first < 0, 0, tl.minimum(full_hi, chunk_end(first_chunk, chunk, n_k)))
     hi = tl.maximum(hi, 0)
     lo = tl.minimum((lo // BLOCK_N) * BLOCK_N, hi)
     full_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), hi)
@@ -74,13 +118,15 @@ def kv_tile_range(start_m, n_q, n_k, shift, window_left, window_right,
 
 
 @triton.jit
-def q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
+def q_tile_range(start_n, n_q, n_k, shift, window_left, window_right, chunk,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr):
+                 MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr):
     """Query range of key tile [start_n, start_n + BLOCK_N) as (lo, full_lo, full_hi, hi),
     the mirror of kv_tile_range: row i sees key j for
-    j - shift - right <= i <= j - shift + left.  A ragged key tile (keys past
-    n_k) is masked whole; the unmasked part also stops at the last whole query tile."""
+    j - shift - right <= i <= j - shift + left, and with MASK_CHUNK for
+    chunk_start(j) - shift <= i < chunk_start(j) + chunk - shift.  A ragged
+    key tile (keys past n_k) is masked whole; the unmasked part also stops at
+    the last whole query tile."""
     last_key = tl.minimum(start_n + BLOCK_N, n_k) - 1
     lo = 0
     full_lo = 0
@@ -92,6 +138,17 @@ def q_tile_range(start_n, n_q, n_k, shift, window_left, window_right,
     if MASK_LEFT:
         hi = tl.minimum(n_q, last_key - shift + window_left + 1)
         full_hi = tl.minimum(n_q, start_n - shift + window_left + 1)
+    if MASK_CHUNK:
+        # The rows of the first key's chunk start the range, those of the
+        # last key's chunk end it; every row of the last key's chunk start to
+        # the first key's chunk end sees the whole tile (none when the tile
+        # spans two chunks).  Keys are >= 0: no negative division.
+        first_rows = chunk_start(start_n, chunk) - shift
+        last_rows = chunk_start(last_key, chunk) - shift
+        lo = tl.maximum(lo, first_rows)
+        full_lo = tl.maximum(full_lo, last_rows)
+        hi = tl.minimum(hi, chunk_end(last_rows, chunk, n_q))
+        full_hi = tl.minimum(full_hi, chunk_end(first_rows, chunk, n_q))
     hi = tl.maximum(hi, 0)
     lo = tl.minimum((lo // BLOCK_M) * BLOCK_M, hi)
     full_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_M) * BLOCK_M, lo), hi)
