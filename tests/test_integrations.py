@@ -449,30 +449,83 @@ def test_packed_sequences_match_sdpa():
     _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, label="packed", position_ids=pos)
 
 
-def test_llama4_chunked_attention_matches_sdpa():
-    """Chunked attention (Llama 4): the mask builder is called with local_size =
-    the chunk size, as for a sliding window, but no window expresses chunks:
-    it must build the 4-D mask (before, it returned None and the layers ran
-    plain causal attention, silently)."""
+def _spy_chunks(monkeypatch):
+    """The attention_chunk of every flash_attn_func / flash_attn_varlen_func call."""
+    chunks = []
+    for name in ("flash_attn_func", "flash_attn_varlen_func"):
+        real = getattr(flashattn_triton, name)
+
+        def spy(*args, _real=real, **kw):
+            chunks.append(kw.get("attention_chunk", 0))
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(flashattn_triton, name, spy)
+    return chunks
+
+
+@pytest.mark.parametrize("side", [None, "left", "right"])
+def test_llama4_chunked_attention_matches_sdpa(side, monkeypatch):
+    """Chunked attention (Llama 4, 4-token chunks over 12 tokens): the mask
+    builder recognises Transformers' chunked mask and the layers pass
+    attention_chunk to the kernels (dense, or varlen over the real tokens of a
+    padded batch, whose chunks count from each row's first real token, as
+    Transformers' left_padding does); before session 52 the layers took the
+    4-D mask, and before that plain causal attention, silently."""
     torch.manual_seed(0)
+    chunks = _spy_chunks(monkeypatch)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
-    _compare(_models("llama4", "sdpa", torch.float32), ids, torch.float32, label="llama4 chunked")
+    mask = None if side is None else _padding_mask(side)
+    _compare(_models("llama4", "sdpa", torch.float32), ids, torch.float32, mask=mask,
+             label=f"llama4 chunked {side or 'unpadded'}")
+    assert chunks and set(chunks) == {4}, f"the chunked layers' kernel calls: attention_chunk {chunks}"
+
+
+def test_llama4_chunked_generate_matches_sdpa(monkeypatch):
+    """Greedy decoding past the chunk size: the prefill runs the chunk kernels;
+    decode steps, whose chunked-layer cache (a sliding one) has dropped keys
+    (kv_offset > 0), take the 4-D mask."""
+    chunks = _spy_chunks(monkeypatch)
+    ours, base, _ = _models("llama4", "sdpa", torch.float32)
+    _compare_generate(ours, base, BATCH, 6, new=5, mask=_padding_mask("left", seq=6))
+    assert 4 in chunks, "the prefill did not pass attention_chunk"
 
 
 def test_mask_builder_tells_windows_from_chunks():
     """local_size with a sliding-window mask function keeps the fast path (None:
-    the window comes from the layer's sliding_window); with a chunked one, or any
-    other function, the 4-D boolean mask."""
+    the window comes from the layer's sliding_window); with a chunked one also
+    None (the layer passes attention_chunk) when the keys start at position 0,
+    Transformers' 4-D boolean mask after a sliding cache dropped keys
+    (kv_offset > 0); with any other function the 4-D mask."""
     from transformers import masking_utils as mu
     dev = torch.get_default_device()  # (the test device: sdpa_mask's aranges and the chunks' padding on one)
     kw = dict(batch_size=1, q_length=8, kv_length=8, attention_mask=None, local_size=4, allow_is_causal_skip=True,
               device=dev)
     assert hf.attention_mask(mask_function=mu.sliding_window_causal_mask_function(4), **kw) is None
     chunked = mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long, device=dev))
-    got = hf.attention_mask(mask_function=chunked, **kw)
-    want = mu.sdpa_mask(mask_function=chunked, **{**kw, "allow_is_causal_skip": False})
+    assert hf._chunked_causal_size(chunked, mu) == 4
+    assert hf._chunked_causal_size(mu.sliding_window_causal_mask_function(4), mu) is None
+    assert hf.attention_mask(mask_function=chunked, **kw) is None
+    later = dict(kw, q_length=1, kv_length=4, q_offset=9, kv_offset=6)
+    got = hf.attention_mask(mask_function=chunked, **later)
+    want = mu.sdpa_mask(mask_function=chunked, **{**later, "allow_is_causal_skip": False})
     assert got is not None and torch.equal(got, want)
-    assert got[0, 0, 5].tolist() == [False] * 4 + [True, True, False, False]
+    assert got[0, 0, 0].tolist() == [False, False, True, True]  # keys 6..9, query 9: chunk [8, 12)
+    other = mu.and_masks(mu.causal_mask_function, lambda b, h, q, k: k >= 0)
+    got = hf.attention_mask(mask_function=other, **kw)
+    assert got is not None and got.shape == (1, 1, 8, 8)
+
+
+def test_layer_chunk_reads_the_layer_type():
+    cfg = _config("llama4")
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=NAME)
+    attn = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
+    assert attn and all(hf._layer_chunk(m) == 4 for m in attn)
+    cfg_full = _config("llama4", layer_types=["full_attention", "chunked_attention"])
+    model = transformers.AutoModelForCausalLM.from_config(cfg_full, attn_implementation=NAME)
+    attn = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
+    assert [hf._layer_chunk(m) for m in attn] == [0, 4]
+    llama = transformers.AutoModelForCausalLM.from_config(_config("llama"), attn_implementation=NAME)
+    assert all(hf._layer_chunk(m) == 0 for m in llama.modules() if hasattr(m, "q_proj"))
 
 
 # ---------------------------------------------------------------------------

@@ -28,11 +28,15 @@ no padding (mask builder returns None)      ``flash_attn_func`` (causal bottom-r
 padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the packed tokens
                                             (:func:`unpad` / :func:`pad`, no host sync)
 any other pattern (packed sequences by      the 4-D boolean mask of Transformers' SDPA builder,
-position_ids, or/and mask overlays,         given to ``scaled_dot_product_attention(attn_mask=)``
-chunked attention, a user 4-D mask), and
-a materialised mask asked for
+position_ids, or/and mask overlays, a       given to ``scaled_dot_product_attention(attn_mask=)``
+user 4-D mask, chunked attention after a
+sliding cache dropped keys), and a
+materialised mask asked for
 (``allow_is_causal_skip=False``)
 sliding window (``sliding_window`` kwarg)   ``window_size=(W - 1, 0)`` causal, ``(W, W)`` not
+chunked attention (Llama 4's layers of      ``attention_chunk=config.attention_chunk_size``
+type "chunked_attention")                   (dense or padded as above) while the keys start at
+                                            position 0 (no sliding-cache offset)
 softcap (``softcap`` kwarg)                 ``softcap`` (also with a 4-D mask)
 attention sinks (``s_aux`` kwarg, gpt-oss)  ``sinks`` (every mask form)
 dropout (``dropout`` kwarg, training)       ``dropout_p``
@@ -171,8 +175,13 @@ def attention_mask(
         or mask_function is mu.causal_mask_function
         or mask_function is mu.bidirectional_mask_function
         # A sliding-window pattern.  local_size also comes with chunked
-        # attention (Llama 4), which no window expresses.
+        # attention (Llama 4), which no window expresses: it is a pattern of
+        # its own (the layer passes attention_chunk) where its chunks start at
+        # key 0 of the rows' real tokens, which is the case without a cache
+        # offset (kv_offset = 0; a sliding cache past its size has one).
         or (local_size is not None and _is_sliding_window_causal(mask_function, mu))
+        or (_chunked_causal_size(mask_function, mu) is not None and not isinstance(kv_offset, torch.Tensor)
+            and kv_offset == 0)
     )
     if mask_function is None:
         mask_function = mu.causal_mask_function
@@ -229,15 +238,41 @@ def _bottom_right(q_length: int, kv_length: int, q_offset, kv_offset) -> bool:
     return shift == kv_length - q_length
 
 
+def _and_mask_parts(mask_function, mu) -> tuple:
+    """The mask functions that Transformers' and_masks(*fns) combined, () for
+    any other function (read from the closure: and_masks keeps them in a tuple)."""
+    if getattr(mask_function, "__qualname__", "") != f"{mu.and_masks.__name__}.<locals>.and_mask":
+        return ()
+    return next((cell.cell_contents for cell in mask_function.__closure__ or ()
+                 if isinstance(cell.cell_contents, tuple)), ())
+
+
+def _chunked_causal_size(mask_function, mu) -> Optional[int]:
+    """The chunk size C if mask_function is Transformers'
+    chunked_causal_mask_function(C, left_padding): and_masks(chunked_overlay(C,
+    left_padding), causal_mask_function), else None.  Its rule, key kv_idx
+    visible from query q_idx iff (kv_idx - lp) // C == (q_idx - lp) // C with
+    lp the row's left padding, is attention_chunk=C over each row's real
+    tokens counted from the first (the varlen path packs them from 0)."""
+    parts = _and_mask_parts(mask_function, mu)
+    if len(parts) != 2 or parts[1] is not mu.causal_mask_function:
+        return None
+    overlay = parts[0]
+    if getattr(overlay, "__qualname__", "") != f"{mu.chunked_overlay.__name__}.<locals>.inner_mask":
+        return None
+    names = overlay.__code__.co_freevars
+    if "chunk_size" not in names:
+        return None
+    size = overlay.__closure__[names.index("chunk_size")].cell_contents
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def _is_sliding_window_causal(mask_function, mu) -> bool:
     """Whether mask_function is Transformers' sliding_window_causal_mask_function(W):
     and_masks(sliding_window_overlay(W), causal_mask_function), recognised by the
-    functions it combines.  Anything else (chunked attention's overlay, overlays
-    a model adds) is not a window: the caller builds the 4-D mask instead."""
-    if getattr(mask_function, "__qualname__", "") != f"{mu.and_masks.__name__}.<locals>.and_mask":
-        return False
-    parts = next((cell.cell_contents for cell in mask_function.__closure__ or ()
-                  if isinstance(cell.cell_contents, tuple)), ())
+    functions it combines.  Anything else (chunked attention's overlay, which
+    _chunked_causal_size recognises, overlays a model adds) is not a window."""
+    parts = _and_mask_parts(mask_function, mu)
     return (len(parts) == 2 and parts[1] is mu.causal_mask_function
             and getattr(parts[0], "__qualname__", "") == f"{mu.sliding_window_overlay.__name__}.<locals>.inner_mask")
 
@@ -328,6 +363,27 @@ def _window(sliding_window: Optional[int], causal: bool, n_k: int) -> Tuple[int,
     if causal:
         return (-1, -1) if w >= n_k else (w - 1, 0)
     return (-1, -1) if w >= n_k - 1 else (w, w)
+
+
+def _layer_chunk(module: torch.nn.Module) -> int:
+    """attention_chunk for a layer of Transformers' type "chunked_attention"
+    (config.layer_types[layer_idx], Llama 4): config.attention_chunk_size;
+    0 for every other layer.  Used only when the mask builder returned None or
+    a padding mask, which for a chunked layer it does only where the kernels'
+    chunks are Transformers' (attention_mask: kv_offset = 0); a 4-D mask
+    already holds the chunks."""
+    config = getattr(module, "config", None)
+    types = getattr(config, "layer_types", None)
+    idx = getattr(module, "layer_idx", None)
+    if not isinstance(idx, int) or not isinstance(types, (list, tuple)) or not 0 <= idx < len(types):
+        return 0
+    if types[idx] != "chunked_attention":
+        return 0
+    size = getattr(config, "attention_chunk_size", None)
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"layer {idx} is a chunked_attention layer but config.attention_chunk_size is {size!r}; "
+                         "expected a positive int")
+    return size
 
 
 _warned_weights = False
@@ -430,14 +486,15 @@ def attention_forward(
             cu_q, cu_k, max_q, max_k = packed
             out = fat.flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, max_q, max_k, dropout_p=dropout_p,
                                              softmax_scale=scaling, causal=causal, window_size=window,
-                                             softcap=cap, sinks=sinks)
+                                             softcap=cap, sinks=sinks, attention_chunk=_layer_chunk(module))
             return out[None], None
         out = fat.flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=scaling, causal=causal,
-                                  window_size=window, softcap=cap, sinks=sinks)
+                                  window_size=window, softcap=cap, sinks=sinks, attention_chunk=_layer_chunk(module))
         return out, None
 
     if attention_mask.dim() == 2:
-        return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap, sinks), None
+        return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap, sinks,
+                                 _layer_chunk(module)), None
 
     if attention_mask.dim() == 4:
         # The 4-D mask already holds causality and any window.
@@ -469,7 +526,7 @@ def _packed_documents(kwargs, batch: int, n_q: int, n_k: int):
     return cu_q.to(torch.int32), cu_k.to(torch.int32), maxima[0], maxima[1]
 
 
-def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None):
+def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None, chunk=0):
     """q (B, Nq, Hq, d), k, v (B, Nk, Hkv, d); mask (B, L) bool, L <= Nk (a
     static cache holds Nk slots of which the first L are filled).  Causal: L >=
     Nq, the last Nq columns being the queries' own.  Not causal the mask is the
@@ -497,5 +554,5 @@ def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, si
     # max_seqlen as upper bounds from the shapes: exact maxima would need a sync.
     out = fat.flash_attn_varlen_func(q_p, k_p, v_p, cu_q, cu_k, n_q, n_k, dropout_p=dropout_p,
                                      softmax_scale=scaling, causal=causal, window_size=window, softcap=cap,
-                                     sinks=sinks)
+                                     sinks=sinks, attention_chunk=chunk)
     return pad(out, order_q, keep_q, batch, n_q)
