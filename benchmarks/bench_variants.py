@@ -3,7 +3,8 @@ nearest peer, forward and backward, and the sliding-window cost against the
 window size at a fixed length.
 
 Peers: FlexAttention (torch.compile'd) with the equivalent score_mod /
-block_mask for the window, softcap and ALiBi; PyTorch SDPA with the same
+block_mask for the window, chunked attention (chunk 1024, causal), softcap
+and ALiBi; PyTorch SDPA with the same
 explicit mask / bias / dropout; eager PyTorch (materialised scores) for
 learnable sinks, which no fused PyTorch kernel offers.  Dropout rows time
 different random masks of the same rate.
@@ -86,10 +87,14 @@ class Case:
         leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (self.q, k, v)]
         return leaves, self.do.transpose(1, 2).contiguous()
 
-    def flops(self, causal: bool, window: int | None = None) -> float:
-        """Forward FLOPs counting only the visible scores (4 * visible * d)."""
+    def flops(self, causal: bool, window: int | None = None, chunk: int | None = None) -> float:
+        """Forward FLOPs counting only the visible scores (4 * visible * d);
+        chunk: causal chunked attention (each chunk a causal triangle)."""
         n = self.n
-        if window is not None and window < n:
+        if chunk is not None and chunk < n:
+            full, rest = divmod(n, chunk)
+            visible = full * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2
+        elif window is not None and window < n:
             visible = n * (window + 1) - window * (window + 1) / 2
         elif causal:
             visible = n * (n + 1) / 2
@@ -211,6 +216,11 @@ def variant_rows(args, ms, device):
     def window_mm(bi, h, qi, ki):
         return (qi >= ki) & (qi - ki <= window)
 
+    chunk = min(args.chunk, n // 4) if not args.smoke else 16
+
+    def chunk_mm(bi, h, qi, ki):
+        return (qi >= ki) & (qi // chunk == ki // chunk)
+
     # (made only for their rows: at N = 8k the bias alone is gigabytes)
     bool_mask = torch.rand(b, 1, n, n, device=device) > 0.1 if selected(args, "bool mask") else None
     bias = torch.randn(1, hq, n, n, device=device, dtype=dtype) if selected(args, "float bias") else None
@@ -229,6 +239,8 @@ def variant_rows(args, ms, device):
          "sdpa (default backend)", sdpa_make(is_causal=causal)),
         (f"window ({window}, 0)", dict(causal=True, window=window), ours_flash(window_size=(window, 0)),
          "flex block_mask", flex_make(mask_mod=window_mm)),
+        (f"chunked {chunk}", dict(causal=True, chunk=chunk), ours_flash(attention_chunk=chunk),
+         "flex block_mask", flex_make(mask_mod=chunk_mm)),
         (f"softcap {softcap:g}", dict(causal=True), ours_flash(softcap=softcap), "flex score_mod",
          flex_make(score_mod=softcap_mod)),
         ("alibi", dict(causal=True), ours_flash(alibi_slopes=slopes), "flex score_mod",
@@ -293,7 +305,7 @@ NO_PEER = False  # --no-peer: time our rows only
 def measure(ms, name, case, shape, providers):
     row = dict(variant=name, batch=case.b, seqlen=case.n, heads_q=case.hq, heads_kv=case.hkv,
                head_dim=case.d, head_dim_v=case.dv, causal=shape.get("causal", False))
-    flops = case.flops(shape.get("causal", False), shape.get("window"))
+    flops = case.flops(shape.get("causal", False), shape.get("window"), shape.get("chunk"))
     for label, make in providers:
         if NO_PEER and label != "flashattn_triton":
             continue
@@ -365,6 +377,7 @@ def main():
     ap.add_argument("--shapes", default="", help="';'-separated B,N,Hq,Hkv,d,causal: the selected variant rows at "
                     "each shape in turn (replacing --batch, --seqlen, --heads, --head-dim, --not-causal)")
     ap.add_argument("--window", type=int, default=1024, help="window of the variant table's window row")
+    ap.add_argument("--chunk", type=int, default=1024, help="chunk size of the variant table's chunked row")
     ap.add_argument("--sweep-seqlen", type=int, default=16384)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=50)
