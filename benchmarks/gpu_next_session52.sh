@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # Queued by session 50 (H100 only there, like sessions 47-49): what an H200 owes the issues.
+#  00. Session 52 (no device started: refused from 23:24 to 01:00 UTC): chunked attention
+#     (attention_chunk: MASK_CHUNK in the shared helpers of the portable forward / backward,
+#     never the Hopper tier) has run in the interpreter only: tests/test_chunk.py and the
+#     Transformers Llama 4 tests on the GPU first (GPU integer division and the tile ranges
+#     compiled), then the variant table's new "chunked 1024" row against Flex's block mask.
 #  0. Session 51 (no GPU lent): bench_variants.py's float-bias and d = 512 SDPA peers with K/V repeated
 #     (they ran SDPA's math path before), gradients reset before each timed backward, peer_kernels
 #     (read which SDPA kernels those two peers ran: a fused one, or the math path again); the KV
@@ -18,8 +23,9 @@
 #     kernels/bwd.py and kernels/hopper/bwd.py are imported), test_cli's results-file tests (skip
 #     without benchmarks/results).
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
-# environment beside the previous H200 ones: results/h200/session51/).
+# environment beside the previous H200 ones: results/h200/session52/).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+gpu_tests session52_chunk 200 -n 8 tests/test_chunk.py tests/test_integrations.py
 gpu_tests session50_host 300 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
   tests/test_cli.py tests/test_backward.py
 gpu_tests session51_host 300 -n 8 tests/test_kvcache.py tests/test_ops.py tests/test_plans.py tests/test_fastlaunch.py
