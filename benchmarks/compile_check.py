@@ -85,8 +85,8 @@ per head dim, cache layout (--decode-caches contiguous,paged16,paged256: a
 merge in the decode kernel, or in COMBINE, its only launch) and sinks off /
 on; --decode-rows: query rows per KV head (default 4, Hq=32 over Hkv=8:
 BLOCK_M=16; 32 or 64 rows take BLOCK_M 32 or 64, and the warps follow);
---mods HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW_LEFT, HAS_LEFTPAD, ROTARY turn on
-launch options:
+--mods HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW_LEFT, HAS_LEFTPAD, ROTARY, MASK_CHUNK
+(attention_chunk=8192) turn on launch options:
 
     python benchmarks/compile_check.py --kernels DECODE,COMBINE --d 64,128,256
     python benchmarks/compile_check.py --kernels DECODE --d 64 --decode-rows 8 --mods HAS_WINDOW_LEFT --sass
@@ -619,7 +619,7 @@ DECODE_CACHES = ("contiguous", "paged16", "paged256")
 DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate"), "auto": (0, "fused")}
 # --mods for the decode launch: switch -> decode_attention keyword arguments
 # (tensors made on the meta device by _decode_mod_kwargs).
-DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY")
+DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY", "MASK_CHUNK")
 
 
 class _LaunchRecorder:
@@ -679,6 +679,8 @@ def _decode_mod_kwargs(mods, h_q: int, d: int, cap: int, batch: int) -> dict:
         kw["window_left"] = 127  # gpt-oss's sliding window
     if "HAS_LEFTPAD" in mods:
         kw["cache_leftpad"] = torch.empty(batch, dtype=torch.int32, **meta)
+    if "MASK_CHUNK" in mods:
+        kw["attention_chunk"] = 8192  # Llama 4's chunked layers
     if "ROTARY" in mods:  # full-width rotary tables of the cache's length
         kw["rotary_cos"] = torch.empty(cap, d // 2, dtype=torch.bfloat16, **meta)
         kw["rotary_sin"] = torch.empty(cap, d // 2, dtype=torch.bfloat16, **meta)

@@ -22,10 +22,11 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import (autocast_inputs, check_alibi, check_flag, check_scale, check_sinks, check_softcap,
-                        check_window)
+from ._validate import (autocast_inputs, check_alibi, check_attention_chunk, check_flag, check_scale, check_sinks,
+                        check_softcap, check_window)
 from .kernels import fastlaunch
 from .kernels.launch import INTERPRET
+from .reference import chunk_mask
 
 __all__ = ["flash_attn_with_kvcache"]
 
@@ -245,7 +246,7 @@ def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: to
 
 def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                    cache_leftpad, block_table, alibi_slopes, scale, window_left, window_right,
-                   softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks=None):
+                   softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks=None, attention_chunk=0):
     """Dense PyTorch version of the op (CPU without Triton's interpreter)."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
@@ -309,6 +310,8 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         keep = keep & (cols >= diag[..., None] - window_left)
     if window_right >= 0:
         keep = keep & (cols <= diag[..., None] + window_right)
+    if attention_chunk > 0:  # chunks of cache positions, from position 0
+        keep = keep & chunk_mask(diag[..., None], cols, attention_chunk)
     s = s.masked_fill(~keep[:, None], float("-inf"))
     row_lse = torch.logsumexp(s, dim=-1)
     if sinks is not None:  # one more logit per head, without a value
@@ -321,7 +324,7 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
 
 def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                   cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
-                  window_right, softcap, rotary_interleaved, num_splits, sinks):
+                  window_right, softcap, rotary_interleaved, num_splits, sinks, attention_chunk=0):
     batch, n_q, h_q, d = q.shape
     if sinks is not None:
         sinks = sinks.float().contiguous()
@@ -334,13 +337,15 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                       block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                       rotary_interleaved=rotary_interleaved)
         return out, lse
-    # flash-attn: q is rotated at cache_seqlens + i when causal or local,
-    # else every query token at cache_seqlens.
-    rotary_q_per_token = causal or window_left >= 0 or window_right >= 0
+    # flash-attn: q is rotated at cache_seqlens + i when causal or local (a
+    # window, or chunks as FlashAttention-3 counts them), else every query
+    # token at cache_seqlens.
+    rotary_q_per_token = causal or window_left >= 0 or window_right >= 0 or attention_chunk > 0
     if not _use_triton(q):
         _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                        cache_leftpad, block_table, alibi_slopes, softmax_scale, window_left,
-                       window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks)
+                       window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks,
+                       attention_chunk)
         return out, lse
     from .kernels.decode import append_kv, decode_attention
     with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
@@ -354,7 +359,8 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                          rotary_interleaved=rotary_interleaved, rotary_q_per_token=rotary_q_per_token,
                          alibi_slopes=alibi_slopes, n_new=0 if k is None else k.shape[1],
                          softmax_scale=softmax_scale, window_left=window_left,
-                         window_right=window_right, softcap=softcap, num_splits=num_splits, sinks=sinks)
+                         window_right=window_right, softcap=softcap, num_splits=num_splits, sinks=sinks,
+                         attention_chunk=attention_chunk)
     return out, lse
 
 
@@ -370,21 +376,23 @@ def kvcache_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                 alibi_slopes: Optional[torch.Tensor], softmax_scale: float, causal: bool,
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                num_splits: int, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                num_splits: int, sinks: Optional[torch.Tensor] = None,
+                attention_chunk: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Append k/v to the cache (in place), then attend.  Arguments are those of
     flash_attn_with_kvcache after validation: cache_seqlens is a tensor or
     None, softmax_scale resolved, window_right = 0 when causal, sinks (Hq,)
-    in a float dtype or None.
+    in a float dtype or None, attention_chunk >= 0 (0: no chunks).
     Returns (out (B, Nq, Hq, d) in q's dtype, lse (B, Hq, Nq) float32)."""
     return _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
-                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks)
+                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks,
+                         attention_chunk)
 
 
 @kvcache_fwd.register_fake
 def _kvcache_fwd_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                       cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
-                      window_right, softcap, rotary_interleaved, num_splits, sinks=None):
+                      window_right, softcap, rotary_interleaved, num_splits, sinks=None, attention_chunk=0):
     batch, n_q, h_q, _ = q.shape
     return torch.empty_like(q), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
 
@@ -397,13 +405,15 @@ def kvcache_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                  alibi_slopes: Optional[torch.Tensor], softmax_scale: float, causal: bool,
                  window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                 num_splits: int, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                 num_splits: int, sinks: Optional[torch.Tensor] = None,
+                 attention_chunk: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """kvcache_fwd without k / v (k and v must be None): attends, writes nothing."""
     if k is not None or v is not None:
         raise ValueError("kvcache_attn writes nothing: k and v must be None (kvcache_fwd appends them)")
     return _kvcache_impl(q, k_cache, v_cache, None, None, rotary_cos, rotary_sin, cache_seqlens,
                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
-                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks)
+                         causal, window_left, window_right, softcap, rotary_interleaved, num_splits, sinks,
+                         attention_chunk)
 
 
 kvcache_attn.register_fake(_kvcache_fwd_fake)
@@ -457,7 +467,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
                             num_splits: int = ..., return_softmax_lse: Literal[False] = ..., *,
-                            sinks: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+                            sinks: Optional[torch.Tensor] = ..., attention_chunk: int = ...) -> torch.Tensor: ...
 @overload
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
@@ -469,7 +479,8 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
                             num_splits: int = ..., *, return_softmax_lse: Literal[True],
-                            sinks: Optional[torch.Tensor] = ...) -> Tuple[torch.Tensor, torch.Tensor]: ...
+                            sinks: Optional[torch.Tensor] = ..., attention_chunk: int = ...
+                            ) -> Tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             k: Optional[torch.Tensor] = ..., v: Optional[torch.Tensor] = ...,
@@ -481,7 +492,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             causal: bool = ..., window_size: Tuple[int, int] = ..., softcap: float = ...,
                             rotary_interleaved: bool = ..., alibi_slopes: Optional[torch.Tensor] = ...,
                             num_splits: int = ..., return_softmax_lse: bool = ..., *,
-                            sinks: Optional[torch.Tensor] = ...
+                            sinks: Optional[torch.Tensor] = ..., attention_chunk: int = ...
                             ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
 def flash_attn_with_kvcache(
     q: torch.Tensor,
@@ -505,6 +516,7 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
     *,
     sinks: Optional[torch.Tensor] = None,
+    attention_chunk: int = 0,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Attention of a few new query tokens against a KV cache, call-compatible
     with ``flash_attn.flash_attn_with_kvcache``; no backward.
@@ -517,7 +529,8 @@ def flash_attn_with_kvcache(
     Rotary embedding (rotary_cos/sin given, which needs k and v): the new keys
     are rotated at positions cache_seqlens[b] + i before they are stored.  The
     query is rotated at cache_seqlens[b] + i when causal or local (window_size
-    != (-1, -1)), otherwise every query token at position cache_seqlens[b].
+    != (-1, -1), or attention_chunk > 0), otherwise every query token at
+    position cache_seqlens[b].
 
     Sequence b attends to the keys at positions [cache_leftpad[b], kv_end_b)
     with kv_end_b = cache_seqlens[b] + seqlen_new.  With causal=True the mask
@@ -530,8 +543,8 @@ def flash_attn_with_kvcache(
         1 1 1 1 1
 
     A query row that attends no key (cache_seqlens = 0 and nothing appended,
-    or causal with seqlen_q > kv_end) outputs zeros and its LSE is -inf
-    (sinks[h] when sinks are given).
+    causal with seqlen_q > kv_end, or a chunked row before position 0)
+    outputs zeros and its LSE is -inf (sinks[h] when sinks are given).
 
     GQA / MQA: nheads must be a multiple of nheads_k; query head h reads KV
     head h // (nheads // nheads_k).  The heads of a group are processed
@@ -589,6 +602,14 @@ def flash_attn_with_kvcache(
             float32, not scaled by softmax_scale, added once after the split-KV
             merge.  The LSE includes it; a row that sees no key outputs zeros
             and has LSE = sinks[h].  No gradient (this function has no backward).
+        attention_chunk: keyword-only.  Chunked attention (Llama 4's local
+            layers, FlashAttention-3's attention_chunk): an int >= 0, 0 (the
+            default) for none.  C > 0 cuts the cache into chunks of C key
+            positions, [c C, (c + 1) C), counted from cache position 0 (not
+            from cache_leftpad); query token i, at key position
+            p = i + kv_end - seqlen_q, attends key j only if j // C == p // C
+            (and nothing when p < 0), intersected with causal / window_size.
+            The key tiles outside the chunks are skipped (also by each split).
 
     Under ``torch.autocast``, q, k and v are cast to the autocast dtype; the caches
     are not (they are written in place) and must already have it.
@@ -607,6 +628,7 @@ def flash_attn_with_kvcache(
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
     sinks = check_sinks(sinks, q, q.shape[2])
+    attention_chunk = check_attention_chunk(attention_chunk)
     if k is not None:
         _check_append_target(k_cache, v_cache)
     # The kernels read these per-sequence vectors at PTR + b (a strided view would be misread).
@@ -627,7 +649,8 @@ def flash_attn_with_kvcache(
     out, lse = op(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, alibi_slopes, scale, causal, window_left, window_right, softcap,
-        rotary_interleaved, min(int(num_splits), 2 ** 30), sinks)  # (splits past the key tiles: one per tile)
+        rotary_interleaved, min(int(num_splits), 2 ** 30), sinks,  # (splits past the key tiles: one per tile)
+        attention_chunk)
     if out.requires_grad and not torch.compiler.is_compiling():
         # A backward through the outputs says what it is instead of autograd's
         # "no autograd formula was registered" (a mutating op cannot have one).

@@ -62,12 +62,15 @@ def write_cache(cache, b, seq_rows, block_table, pos, values):
 
 def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=None, batch_idx=None,
               leftpad=None, block_table=None, scale=None, causal=False, window=(-1, -1), softcap=0.0,
-              alibi=None, interleaved=True, sinks=None, dtype=torch.float64):
+              alibi=None, interleaved=True, sinks=None, chunk=0, dtype=torch.float64):
     """Returns out, lse, and the caches after the append (copies, cache dtype).
 
     Computes in ``dtype``; rotations of the inputs are rounded to the input
     dtype as flash-attn stores them (float32 math when ``dtype`` is 16-bit).
-    sinks (Hq,): one more score column per head, sinks[h], whose value is 0."""
+    sinks (Hq,): one more score column per head, sinks[h], whose value is 0.
+    chunk > 0 (attention_chunk): key j is kept only if j // chunk equals the
+    query's key position // chunk (floor, cache positions from 0; nothing for
+    a position < 0)."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     scale = scale if scale is not None else d ** -0.5
@@ -78,7 +81,7 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
     seqlens = [cap] * batch if seqlens is None else (
         [seqlens] * batch if isinstance(seqlens, int) else seqlens.tolist())
     n_new = 0 if k is None else k.shape[1]
-    local = causal or tuple(window) != (-1, -1)
+    local = causal or tuple(window) != (-1, -1) or chunk > 0
     outs, lses = [], []
     dev = q.device
     for b in range(batch):
@@ -116,6 +119,9 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
             keep = keep & (j >= i - window[0])
         if window[1] >= 0:
             keep = keep & (j <= i + window[1])
+        if chunk > 0:
+            floor = lambda x: torch.div(x, chunk, rounding_mode="floor")  # noqa: E731
+            keep = keep & (floor(j) == floor(i)) & (i >= 0)
         s = s.masked_fill(~keep, float("-inf"))
         if sinks is not None:
             s = torch.cat((s, sinks.to(dtype)[:, None, None].expand(h_q, n_q, 1)), dim=-1)
@@ -156,7 +162,7 @@ def check(q, k_cache, v_cache, dtype, **kw):
     """Run ours and both references; compare out, LSE and the caches."""
     ref_kw = {key: kw[key] for key in ("k", "v", "cos", "sin", "seqlens", "batch_idx", "leftpad",
                                        "block_table", "scale", "causal", "window", "softcap", "alibi",
-                                       "interleaved", "sinks") if key in kw}
+                                       "interleaved", "sinks", "chunk") if key in kw}
     ref = reference(q, k_cache, v_cache, **ref_kw)
     base = reference(q, k_cache, v_cache, **ref_kw, dtype=dtype)
     kc, vc = k_cache.clone(), v_cache.clone()
@@ -167,7 +173,8 @@ def check(q, k_cache, v_cache, dtype, **kw):
         softmax_scale=kw.get("scale"), causal=kw.get("causal", False),
         window_size=kw.get("window", (-1, -1)), softcap=kw.get("softcap", 0.0),
         rotary_interleaved=kw.get("interleaved", True), alibi_slopes=kw.get("alibi"),
-        num_splits=kw.get("num_splits", 1), return_softmax_lse=True, sinks=kw.get("sinks"))
+        num_splits=kw.get("num_splits", 1), return_softmax_lse=True, sinks=kw.get("sinks"),
+        attention_chunk=kw.get("chunk", 0))
     assert out.dtype == q.dtype and out.shape == q.shape
     assert lse.dtype == torch.float32 and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
     assert_close("out", out, ref[0], base[0], 2.0, dtype)

@@ -50,7 +50,11 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lens: 
     out2: torch.Tensor = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, sinks=sinks)
     out3, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, return_softmax_lse=True,
                                         sinks=sinks)
-    return (out if isinstance(out, torch.Tensor) else out[0]) + out2 + out3 + lse.sum()
+    out4: torch.Tensor = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, causal=True,
+                                                 attention_chunk=8192)
+    out5, lse5 = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, return_softmax_lse=True,
+                                         attention_chunk=8192)
+    return (out if isinstance(out, torch.Tensor) else out[0]) + out2 + out3 + lse.sum() + out4 + out5 + lse5.sum()
 
 
 def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

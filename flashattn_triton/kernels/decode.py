@@ -28,9 +28,10 @@ Key positions are absolute cache indices.  Sequence b sees keys
 [leftpad_b, kv_end_b) with kv_end_b = cache_seqlens_b + N_NEW (the appended
 tokens included), and query token i sits at key position
 ``i + kv_end_b - N_Q`` (flash-attn's bottom-right alignment), which anchors the
-causal mask, the sliding window and the ALiBi distance.  Scores are kept in
-base 2 (``s * scale * log2(e)``, exponentials by exp2); LSEs leave the kernel in
-natural log.
+causal mask, the sliding window, the chunks of chunked attention (counted
+from cache position 0: key j is in chunk j // chunk) and the ALiBi distance.
+Scores are kept in base 2 (``s * scale * log2(e)``, exponentials by exp2);
+LSEs leave the kernel in natural log.
 
 ``append_kv`` writes new K/V (rotated, for K, when cos/sin are given) into the
 cache before the attention reads it; ``rotary_rows`` is the shared rotary
@@ -58,7 +59,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
-from .tiles import mma
+from .tiles import chunk_end, chunk_start, mma
 
 # Environment override of the launch config, read at call time, e.g.
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
@@ -210,12 +211,31 @@ def kv_row_offsets(pos, pos_ok, z, kb, BLOCK_TABLE, stride_btz, stride_btn, stri
 # ---------------------------------------------------------------------------
 
 @triton.jit
+def chunk_rows(diag, kv_end, chunk):
+    """chunk_lo: the first key of the chunk of each row's key position diag
+    (chunked attention, kernels/tiles.py: the row sees keys
+    chunk_lo <= j < chunk_lo + chunk), or kv_end, past every key the row may
+    read, for rows before key 0 (diag < 0 sees nothing).  score.visible's
+    rule with its one division per row made once per program instead of
+    once per key tile: in the key loop the compiler does not hoist it (sm_90,
+    d = 128, one split: 444 SASS instructions per tile, 548 with
+    score.visible, 509 so)."""
+    return tl.where(diag >= 0, chunk_start(tl.maximum(diag, 0), chunk), kv_end)
+
+
+@triton.jit
 def tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale, softcap, window_left, window_right,
+                 chunk_lo, chunk,
                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr,
-                 HAS_WINDOW_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+                 HAS_WINDOW_RIGHT: tl.constexpr, MASK_CHUNK: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 INTERPRET: tl.constexpr):
     """One key tile's step of the online softmax (base 2): the tile's
     probabilities p against the new running max, the factor alpha that
-    rescales what came before, the new max and the new running sum."""
+    rescales what came before, the new max and the new running sum.
+
+    MASK_CHUNK: key j is kept only in the chunk of the row's key position,
+    chunk_lo <= j < chunk_lo + chunk (chunk_lo from chunk_rows; tested as
+    score.visible does, without forming chunk_lo + chunk: no int32 overflow)."""
     s = mma(q, tl.trans(k), None, DOT_PRECISION, INTERPRET) * qk_scale
     if HAS_SOFTCAP:
         s = softcap * tanh_f32(s)
@@ -226,6 +246,8 @@ def tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale, so
         keep = keep & (cols[None, :] >= diag[:, None] - window_left)
     if HAS_WINDOW_RIGHT:
         keep = keep & (cols[None, :] <= diag[:, None] + window_right)
+    if MASK_CHUNK:
+        keep = keep & (cols[None, :] >= chunk_lo[:, None]) & (cols[None, :] - chunk_lo[:, None] < chunk)
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # Rows that have seen no key yet keep m = -inf: subtract 0 instead.
@@ -236,7 +258,8 @@ def tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale, so
     return p, alpha, m_new, l_i
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["N_Q", "N_NEW", "N_CAP", "N_RO", "NUM_SPLITS", "window_left", "window_right",
+                               "chunk"])
 def _decode_fwd(
     # pointers
     Q, K, V, O, LSE, OP, LP, COUNTERS, SEQLENS, BATCH_IDX, LEFTPAD, BLOCK_TABLE, COS, SIN, ALIBI, SINKS,
@@ -252,7 +275,7 @@ def _decode_fwd(
     # shapes
     N_Q, N_NEW, N_CAP, N_RO, H_KV, GROUP_SIZE, NUM_SPLITS,
     # scalars
-    qk_scale, softcap, window_left, window_right,
+    qk_scale, softcap, window_left, window_right, chunk,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
@@ -263,6 +286,7 @@ def _decode_fwd(
     SPLIT_MODE: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     USE_PDL: tl.constexpr, MERGE_STAGES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK_CHUNK: tl.constexpr = False,
 ):
     """One (batch, KV head, split, row tile).  qk_scale: scale * log2(e), or
     scale / softcap when HAS_SOFTCAP (then s2 = softcap * log2(e) * tanh(.),
@@ -329,6 +353,17 @@ def _decode_fwd(
         lo = tl.maximum(lo, row0 // GROUP_SIZE + shift - window_left)
     if HAS_WINDOW_RIGHT:
         hi = tl.minimum(hi, (tl.minimum(row0 + BLOCK_M, n_rows) - 1) // GROUP_SIZE + shift + window_right + 1)
+    if MASK_CHUNK:
+        # Chunked attention (kernels/tiles.py): token positions grow with the
+        # row, and so do their chunks, so the tile's rows see keys from the
+        # first token's chunk start to the last token's chunk end (the chunk
+        # of position 0 for tokens before key 0, and nothing when every token
+        # lies there); the key tiles outside are skipped, as kv_tile_range
+        # does, and tile_softmax masks each row's keys of other chunks.
+        p_first = row0 // GROUP_SIZE + shift
+        p_last = (tl.minimum(row0 + BLOCK_M, n_rows) - 1) // GROUP_SIZE + shift
+        lo = tl.maximum(lo, chunk_start(tl.maximum(p_first, 0), chunk))
+        hi = tl.where(p_last < 0, 0, chunk_end(chunk_start(tl.maximum(p_last, 0), chunk), chunk, hi))
     lo = tl.maximum(lo, 0)
     blk_lo = lo // BLOCK_N
     blk_hi = (tl.maximum(hi, 0) + BLOCK_N - 1) // BLOCK_N
@@ -355,6 +390,10 @@ def _decode_fwd(
                         mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
 
     diag = tok + shift
+    if MASK_CHUNK:
+        chunk_lo = chunk_rows(diag, kv_end, chunk)
+    else:
+        chunk_lo = diag  # unused
     if HAS_ALIBI:
         # -slope * |i + shift - j| in base 2.
         slope = tl.load(ALIBI + z * stride_alz + head * stride_alh, mask=row_ok, other=0.0)
@@ -396,8 +435,9 @@ def _decode_fwd(
             k = tl.load(k_head + k_off[:, None] + offs_d[None, :] * stride_kk,
                         mask=col_ok[:, None] & d_ok, other=0.0)
         p, alpha, m_new, l_i = tile_softmax(q, k, cols, col_ok, row_ok, diag, slope, m_i, l_i, qk_scale,
-                                            softcap, window_left, window_right, HAS_SOFTCAP, HAS_ALIBI,
-                                            HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, DOT_PRECISION, INTERPRET)
+                                            softcap, window_left, window_right, chunk_lo, chunk, HAS_SOFTCAP,
+                                            HAS_ALIBI, HAS_WINDOW_LEFT, HAS_WINDOW_RIGHT, MASK_CHUNK,
+                                            DOT_PRECISION, INTERPRET)
         if EVEN_D:
             v = tl.load(v_head + v_off[:, None] + offs_d[None, :] * stride_vk,
                         mask=col_ok[:, None], other=0.0)
@@ -891,7 +931,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
                      cache_leftpad, block_table, rotary_cos, rotary_sin, rotary_interleaved: bool,
                      rotary_q_per_token: bool, alibi_slopes, n_new: int, softmax_scale: float,
                      window_left: int, window_right: int, softcap: float, num_splits: int,
-                     sinks: Optional[torch.Tensor] = None) -> int:
+                     sinks: Optional[torch.Tensor] = None, attention_chunk: int = 0) -> int:
     """Attention of q over the cache (new tokens already appended); writes
     ``out`` (B, Nq, Hq, d) and ``lse`` (B, Hq, Nq) float32 in place.
 
@@ -899,6 +939,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     in the softmax denominator (a row that sees no key: out 0, LSE = sink).
 
     window_left / window_right: -1 for unbounded (causal is window_right = 0).
+    attention_chunk: chunked attention's chunk size, 0 for none: query token
+    i at key position p = i + kv_end - Nq sees only keys j with
+    j // attention_chunk == p // attention_chunk (cache positions; nothing
+    for p < 0); the key tiles outside the chunks are skipped.
     num_splits: 0 chooses (see choose_num_splits).  Returns the split count used."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
@@ -952,7 +996,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
             *(o_part.stride() if split_mode else (0,) * 5), *(l_part.stride() if split_mode else (0,) * 4),
             *bt_strides, rotary_cos.stride(0) if rotary_dim else 0, *al_strides,
             n_q, n_new, n_cap, rotary_cos.shape[0] if rotary_dim else 0, h_kv, group, num_splits,
-            qk_scale, cap2, max(window_left, 0), max(window_right, 0),
+            qk_scale, cap2, max(window_left, 0), max(window_right, 0), attention_chunk,
             HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
             PAGED=paged, PAGE_SIZE=page_size, TILE_IN_PAGE=paged and page_size % cfg.BLOCK_N == 0,
             HAS_SEQLENS=cache_seqlens is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
@@ -964,6 +1008,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
             DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET, USE_PDL=use_pdl,
             MERGE_STAGES=MERGE_STAGES,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            MASK_CHUNK=attention_chunk > 0,
             **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
         )
     except BaseException:
