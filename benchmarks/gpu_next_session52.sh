@@ -25,7 +25,7 @@
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment beside the previous H200 ones: results/h200/session52/).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests session52_chunk 200 -n 8 tests/test_chunk.py tests/test_integrations.py
+gpu_tests session52_chunk 240 -n 8 tests/test_chunk.py tests/test_kvcache_chunk.py tests/test_integrations.py
 gpu_tests session50_host 300 -n 8 -m "not gpu" tests/test_nn.py tests/test_dq_convert.py tests/test_configs.py \
   tests/test_cli.py tests/test_backward.py
 gpu_tests session51_host 300 -n 8 tests/test_kvcache.py tests/test_ops.py tests/test_plans.py tests/test_fastlaunch.py
