@@ -3,6 +3,8 @@ and the benchmarks); this module re-exports them for the test files."""
 
 import os
 
+import pytest
+
 from flashattn_triton.testing import *  # noqa: F401,F403
 from flashattn_triton.testing import DTYPES, assert_close, assert_rel, leaf, make_qkv, rand  # noqa: F401
 
@@ -147,3 +149,21 @@ def forward_tier_calls(monkeypatch, env, opt_in, *, portable, window=(-1, -1), s
     ops._fwd_into(q, k, k, out, lse, None, None, n_q, n_k, 0.125, window[0], window[1], True,
                   softcap, None, None, attn_bias, dropout_p, seed, philox_offset=philox_offset)
     return calls
+
+
+# The two implementations of the dense variants, for the `path` fixture (import it
+# into a test module): the Triton kernels and the blockwise CPU path.
+PATHS = ["kernels", "blockwise"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request, device, monkeypatch):
+    """kernels: Triton (interpreter on CPU); blockwise: the PyTorch CPU path."""
+    if request.param == "blockwise":
+        if device.type != "cpu":
+            pytest.skip("the blockwise path serves CPU tensors")
+        import flashattn_triton._dispatch as dispatch
+        import flashattn_triton.reference as reference
+        monkeypatch.setattr(dispatch, "INTERPRET", False)
+        monkeypatch.setattr(reference, "_CPU_BLOCK", 32)  # several tiles at test sizes
+    return request.param

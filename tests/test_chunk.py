@@ -27,22 +27,9 @@ from flashattn_triton.kernels.tiles import kv_tile_range, q_tile_range
 from flashattn_triton.reference import attention_ref, visible_mask
 from flashattn_triton.testing import (alibi_slopes, assert_close, flash_attention_ref, leaf, make_qkv, rand,
                                       random_cu_seqlens, varlen_attention_ref)
-from _utils import fake_launch
-
-PATHS = ["kernels", "blockwise"]
+from _utils import fake_launch, path  # noqa: F401  (path: a fixture)
 
 
-@pytest.fixture(params=PATHS)
-def path(request, device, monkeypatch):
-    """kernels: Triton (interpreter on CPU); blockwise: the PyTorch CPU path."""
-    if request.param == "blockwise":
-        if device.type != "cpu":
-            pytest.skip("the blockwise path serves CPU tensors")
-        import flashattn_triton._dispatch as dispatch
-        import flashattn_triton.reference as reference
-        monkeypatch.setattr(dispatch, "INTERPRET", False)
-        monkeypatch.setattr(reference, "_CPU_BLOCK", 32)  # several tiles at test sizes
-    return request.param
 
 
 def _run(fn, inputs, do, dlse):

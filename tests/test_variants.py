@@ -27,8 +27,8 @@ from flashattn_triton.reference import dropout_scale, dropout_threshold
 from flashattn_triton.testing import (capture_graph, alibi_slopes, assert_close, check_sink_only_rows, dropout_mask,
                                       flash_attention_ref, leaf, make_qkv, rand, random_cu_seqlens,
                                       varlen_attention_ref, varlen_dropout_masks)
+from _utils import path  # noqa: F401,E402  (a fixture: the kernels and the blockwise CPU path)
 
-PATHS = ["kernels", "blockwise"]
 
 
 @triton.jit
@@ -66,18 +66,6 @@ def _dropout_keep_kernel(SEED, KEEP, KEEP_T, rng_base, rng_cols, dropout_thresh,
     keep_t = dropout_keep(seed, rng_base, row0, col0, rng_cols, dropout_thresh, BLOCK_M, BLOCK_N, True)
     tl.store(KEEP_T + offs_n[:, None] * BLOCK_M + offs_m[None, :], keep_t.to(tl.int8))
 
-
-@pytest.fixture(params=PATHS)
-def path(request, device, monkeypatch):
-    """kernels: Triton (interpreter on CPU); blockwise: the PyTorch CPU path."""
-    if request.param == "blockwise":
-        if device.type != "cpu":
-            pytest.skip("the blockwise path serves CPU tensors")
-        import flashattn_triton._dispatch as dispatch
-        import flashattn_triton.reference as reference
-        monkeypatch.setattr(dispatch, "INTERPRET", False)
-        monkeypatch.setattr(reference, "_CPU_BLOCK", 32)  # several tiles at test sizes
-    return request.param
 
 
 def compare(ours, ref, inputs, names, dtype, with_lse=True, factor=(2.0, 3.0)):
