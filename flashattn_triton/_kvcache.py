@@ -310,8 +310,10 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         keep = keep & (cols >= diag[..., None] - window_left)
     if window_right >= 0:
         keep = keep & (cols <= diag[..., None] + window_right)
-    if attention_chunk > 0:  # chunks of cache positions, from position 0
-        keep = keep & chunk_mask(diag[..., None], cols, attention_chunk)
+    if attention_chunk > 0:  # chunks counted from each sequence's first key
+        lp = (cache_leftpad.long()[:, None, None] if cache_leftpad is not None
+              else torch.zeros(batch, 1, 1, dtype=torch.long, device=dev))
+        keep = keep & chunk_mask(diag[..., None] - lp, cols - lp, attention_chunk)
     s = s.masked_fill(~keep[:, None], float("-inf"))
     row_lse = torch.logsumexp(s, dim=-1)
     if sinks is not None:  # one more logit per head, without a value
@@ -543,7 +545,7 @@ def flash_attn_with_kvcache(
         1 1 1 1 1
 
     A query row that attends no key (cache_seqlens = 0 and nothing appended,
-    causal with seqlen_q > kv_end, or a chunked row before position 0)
+    causal with seqlen_q > kv_end, or a chunked row before the first key)
     outputs zeros and its LSE is -inf (sinks[h] when sinks are given).
 
     GQA / MQA: nheads must be a multiple of nheads_k; query head h reads KV
@@ -605,10 +607,12 @@ def flash_attn_with_kvcache(
         attention_chunk: keyword-only.  Chunked attention (Llama 4's local
             layers, FlashAttention-3's attention_chunk): an int >= 0, 0 (the
             default) for none.  C > 0 cuts the cache into chunks of C key
-            positions, [c C, (c + 1) C), counted from cache position 0 (not
-            from cache_leftpad); query token i, at key position
-            p = i + kv_end - seqlen_q, attends key j only if j // C == p // C
-            (and nothing when p < 0), intersected with causal / window_size.
+            positions counted from each sequence's first key lp =
+            cache_leftpad[b] (0 without cache_leftpad, as FlashAttention-3
+            and this library's varlen path count them): query token i, at key
+            position p = i + kv_end - seqlen_q, attends key j only if
+            (j - lp) // C == (p - lp) // C (and nothing when p < lp),
+            intersected with causal / window_size.
             The key tiles outside the chunks are skipped (also by each split).
 
     Under ``torch.autocast``, q, k and v are cast to the autocast dtype; the caches

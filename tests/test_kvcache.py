@@ -68,9 +68,9 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
     Computes in ``dtype``; rotations of the inputs are rounded to the input
     dtype as flash-attn stores them (float32 math when ``dtype`` is 16-bit).
     sinks (Hq,): one more score column per head, sinks[h], whose value is 0.
-    chunk > 0 (attention_chunk): key j is kept only if j // chunk equals the
-    query's key position // chunk (floor, cache positions from 0; nothing for
-    a position < 0)."""
+    chunk > 0 (attention_chunk): key j is kept only if (j - lp) // chunk
+    equals (p - lp) // chunk, p the query's key position and lp the row's
+    leftpad (floor: chunks count from the first key; nothing for p < lp)."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
     scale = scale if scale is not None else d ** -0.5
@@ -121,7 +121,7 @@ def reference(q, k_cache, v_cache, k=None, v=None, cos=None, sin=None, seqlens=N
             keep = keep & (j <= i + window[1])
         if chunk > 0:
             floor = lambda x: torch.div(x, chunk, rounding_mode="floor")  # noqa: E731
-            keep = keep & (floor(j) == floor(i)) & (i >= 0)
+            keep = keep & (floor(j - lo) == floor(i - lo)) & (i >= lo)
         s = s.masked_fill(~keep, float("-inf"))
         if sinks is not None:
             s = torch.cat((s, sinks.to(dtype)[:, None, None].expand(h_q, n_q, 1)), dim=-1)

@@ -3,9 +3,9 @@ against a KV cache.
 
 Query token i sits at cache position p = i + kv_end - Nq (kv_end: the
 sequence's length after the append) and attends key j only if
-j // C == p // C (floor; chunks of cache positions counted from position 0,
-not from cache_leftpad; nothing when p < 0), intersected with causal and the
-window.  Every case runs ours against test_kvcache's float64 reference (one
+(j - lp) // C == (p - lp) // C (floor; chunks counted from the sequence's
+first key lp = cache_leftpad[b], 0 without; nothing when p < lp), intersected
+with causal and the window.  Every case runs ours against test_kvcache's float64 reference (one
 sequence at a time from the logical cache, its own chunk rule) and its
 in-dtype baseline; the float64 reference is itself checked against
 flashattn_triton.reference.attention_ref(attention_chunk=).  On CPU the
@@ -14,6 +14,7 @@ sets it), so chunks of 16 / 32 / 64 fall on tile edges and 1 / 20 / 23 / 24 /
 48 do not.
 """
 
+import itertools
 import math
 
 import pytest
@@ -232,6 +233,73 @@ def test_chunk_visits_only_the_chunks_tiles(splits, device, monkeypatch):
         assert sorted(visited) == sorted(expected), f"attention_chunk={chunk}: visited tiles {visited}"
 
 
+@pytest.mark.parametrize("n_q", [1, 4, 33, 34])
+def test_local_span(n_q):
+    """decode.local_span, the most keys n_q consecutive query tokens can see
+    (from the lowest first key to the highest last one, as the kernel narrows
+    a row tile's range), against a brute force over start positions, windows
+    and chunks: equal to the widest run (0 when nothing bounds it)."""
+    for left, right, chunk in itertools.product([-1, 0, 3, 40], [-1, 0, 2], [0, 1, 7, 16, 32]):
+        firsts, lasts = [], []
+        widest = 0
+        for p0 in range(4 * max(chunk, 8) + 3):
+            pos = torch.arange(p0, p0 + n_q)
+            first = pos - left if left >= 0 else torch.full_like(pos, -10 ** 6)
+            last = pos + right if right >= 0 else torch.full_like(pos, 10 ** 6)
+            if chunk:
+                first = torch.maximum(first, pos // chunk * chunk)
+                last = torch.minimum(last, pos // chunk * chunk + chunk - 1)
+            widest = max(widest, int(last.max() - first.min()) + 1)
+        want = 0 if widest > 10 ** 5 else widest
+        got = decode.local_span(n_q, left, right, chunk)
+        assert got == want, f"local_span(n_q={n_q}, left={left}, right={right}, chunk={chunk}) = {got}, brute force {want}"
+
+
+def test_chunk_plans_splits_over_its_chunk(monkeypatch):
+    """Host-side plan on 132 SMs, batch 1, 8 KV heads, a 128k cache: with a
+    chunk of 1024 keys (or a 1024-key window) the automatic split count is
+    the one for the chunk's tiles, fewer than for the whole capacity, and a
+    chunk of one tile never gets more splits than the two tiles it can
+    straddle."""
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    monkeypatch.setattr(decode, "INTERPRET", False)
+    meta, bf16 = torch.device("meta"), torch.bfloat16
+    whole = decode.decode_plan(1, 4, 8, 128, 131072, bf16, meta)
+    span = decode.local_span(1, -1, 0, 1024)
+    chunked = decode.decode_plan(1, 4, 8, 128, 131072, bf16, meta, span=span)
+    block_n = chunked.config.BLOCK_N
+    tiles = (span + 2 * block_n - 2) // block_n
+    assert chunked.num_splits < whole.num_splits, (chunked.num_splits, whole.num_splits)
+    assert chunked.num_splits == decode.choose_num_splits(8, tiles * block_n, block_n, 132, tolerance=1.0)
+    assert decode.decode_plan(1, 4, 8, 128, 131072, bf16, meta, span=decode.local_span(1, 1023, 0, 0)) == chunked
+    small = decode.decode_plan(1, 4, 8, 128, 131072, bf16, meta, span=decode.local_span(1, -1, 0, block_n))
+    assert small.num_splits <= 2, small.num_splits
+    assert decode.decode_plan(1, 4, 8, 128, 131072, bf16, meta, span=10 ** 9) == whole
+
+
+def test_chunk_auto_splits_on_a_long_cache(device, monkeypatch):
+    """num_splits=0 with a 16-key chunk over a 512-key cache (32-key tiles):
+    the decode launch plans at most two splits (the tiles one chunk can
+    straddle, where the capacity alone gives more) and the result is right."""
+    if device.type != "cpu":
+        pytest.skip("the interpreter's plan (8 SMs); the GPU sizes run in test_gpu_chunk_llama4")
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=32")
+    used = []
+    real = decode.decode_attention
+
+    def spy(*args, **kwargs):
+        used.append(real(*args, **kwargs))
+        return used[-1]
+
+    monkeypatch.setattr(decode, "decode_attention", spy)
+    dtype = torch.bfloat16
+    q = rnd(device, dtype, 1, 1, 4, 32)
+    k_cache, v_cache, _ = make_cache(device, 1, 512, 1, 32, dtype)
+    check(q, k_cache, v_cache, dtype, seqlens=ints(device, [300]), causal=True, chunk=16, num_splits=0)
+    check(q, k_cache, v_cache, dtype, seqlens=ints(device, [300]), causal=True, num_splits=0)
+    assert used[0] <= 2 < used[1], f"splits with / without the chunk: {used}"
+
+
 def test_chunk_holding_every_key_changes_nothing(device):
     """A chunk at least as long as the cache (or past CHUNK_MAX, held there)
     gives the result without chunks bit for bit: the same tiles, the same
@@ -252,9 +320,11 @@ def test_chunk_holding_every_key_changes_nothing(device):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("page", [None, 32], ids=["contiguous", "page32"])
-def test_chunk_with_leftpad_counts_from_position_0(page, device):
-    """cache_leftpad hides the keys before it; the chunks still count from
-    cache position 0 (leftpad 13 and 5 are no chunk edges)."""
+def test_chunk_with_leftpad_counts_from_first_key(page, device):
+    """cache_leftpad hides the keys before it and the chunks count from it
+    (as FlashAttention-3 and the varlen path do): with leftpad 13 the chunks
+    are [13, 29), [29, 45), ...; 13 and 5 are no multiples of 16, so chunks
+    counted from position 0 fail this test."""
     dtype = torch.float16
     q = rnd(device, dtype, 3, 2, 4, 32)
     k_cache, v_cache, table = make_cache(device, 3, 96, 2, 32, dtype, page)

@@ -29,7 +29,8 @@ Key positions are absolute cache indices.  Sequence b sees keys
 tokens included), and query token i sits at key position
 ``i + kv_end_b - N_Q`` (flash-attn's bottom-right alignment), which anchors the
 causal mask, the sliding window, the chunks of chunked attention (counted
-from cache position 0: key j is in chunk j // chunk) and the ALiBi distance.
+from the sequence's first key leftpad_b: key j is in chunk
+(j - leftpad_b) // chunk) and the ALiBi distance.
 Scores are kept in base 2 (``s * scale * log2(e)``, exponentials by exp2);
 LSEs leave the kernel in natural log.
 
@@ -360,10 +361,12 @@ def _decode_fwd(
         # of position 0 for tokens before key 0, and nothing when every token
         # lies there); the key tiles outside are skipped, as kv_tile_range
         # does, and tile_softmax masks each row's keys of other chunks.
-        p_first = row0 // GROUP_SIZE + shift
-        p_last = (tl.minimum(row0 + BLOCK_M, n_rows) - 1) // GROUP_SIZE + shift
-        lo = tl.maximum(lo, chunk_start(tl.maximum(p_first, 0), chunk))
-        hi = tl.where(p_last < 0, 0, chunk_end(chunk_start(tl.maximum(p_last, 0), chunk), chunk, hi))
+        # Chunks count from the sequence's first key kv_lo (cache_leftpad), so
+        # positions are taken relative to it.
+        p_first = row0 // GROUP_SIZE + shift - kv_lo
+        p_last = (tl.minimum(row0 + BLOCK_M, n_rows) - 1) // GROUP_SIZE + shift - kv_lo
+        lo = tl.maximum(lo, kv_lo + chunk_start(tl.maximum(p_first, 0), chunk))
+        hi = tl.where(p_last < 0, 0, kv_lo + chunk_end(chunk_start(tl.maximum(p_last, 0), chunk), chunk, hi - kv_lo))
     lo = tl.maximum(lo, 0)
     blk_lo = lo // BLOCK_N
     blk_hi = (tl.maximum(hi, 0) + BLOCK_N - 1) // BLOCK_N
@@ -391,7 +394,7 @@ def _decode_fwd(
 
     diag = tok + shift
     if MASK_CHUNK:
-        chunk_lo = chunk_rows(diag, kv_end, chunk)
+        chunk_lo = kv_lo + chunk_rows(diag - kv_lo, kv_end - kv_lo, chunk)
     else:
         chunk_lo = diag  # unused
     if HAS_ALIBI:
@@ -674,11 +677,30 @@ def sm_count(device: torch.device) -> int:
     return _sm_count(index)
 
 
+def local_span(n_q: int, window_left: int, window_right: int, chunk: int) -> int:
+    """The most keys a row tile of n_q query tokens can see under a window
+    (causal is window_right = 0) or chunks, 0 when unbounded.  Tokens at
+    consecutive positions p_0 .. p_l = p_0 + n_q - 1 see keys from
+    max(p_0 - left, chunk start of p_0) to min(p_l + right, chunk end of p_l):
+    the window alone spans left + right + n_q keys, the chunks alone at most
+    cdiv(n_q - 1, chunk) + 1 chunks, and one side of each together (a chunk
+    starts at most chunk - 1 keys before its position, and ends at most chunk
+    keys after) n_q + right + chunk - 1 or n_q + left + chunk - 1."""
+    spans = []
+    if window_left >= 0 and window_right >= 0:
+        spans.append(window_left + window_right + n_q)
+    if chunk > 0:
+        spans.append((triton.cdiv(n_q - 1, chunk) + 1) * chunk)
+        spans += [n_q + side + chunk - 1 for side in (window_left, window_right) if side >= 0]
+    return min(spans) if spans else 0
+
+
 def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
                       max_splits: int = MAX_AUTO_SPLITS, tolerance: float = 1.1, per_sm: int = 0) -> int:
     """Split count for ``programs`` (batch x KV heads x row tiles) programs
-    over at most ``n_keys`` keys (the cache capacity: lengths on the device
-    are never read).
+    over at most ``n_keys`` keys (the cache capacity, or the tiles a window or
+    the chunks leave a row tile, decode_plan's ``span``: lengths on the
+    device are never read).
 
     Decoding is bound by memory bandwidth, so the aim is enough programs in
     flight to keep every SM streaming.  A program's time is taken as its
@@ -798,11 +820,15 @@ class DecodePlan(NamedTuple):
 
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
-                device: torch.device, num_splits: int = 0, page_size: int = 0) -> DecodePlan:
+                device: torch.device, num_splits: int = 0, page_size: int = 0, span: int = 0) -> DecodePlan:
     """Launch config, split count (num_splits, or chosen when 0) and PDL of one
     decode launch, from host-side numbers only, with the ENV_VARIANT switches
     applied (page_size: the paged cache's page size, 0 for a contiguous cache).
-    ENV_CONFIG overrides a variant's tile and pipeline choices."""
+    ENV_CONFIG overrides a variant's tile and pipeline choices.
+
+    span > 0: the most keys one row tile can see (a window's or the chunks'
+    width, local_span); the split count is then planned over the key tiles
+    such a run touches, not over the whole capacity."""
     variants = decode_variants()
     elem = torch.finfo(dtype).bits // 8
     budget = device_smem_budget(device)
@@ -840,13 +866,16 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
             cfg = wider
         else:
             pair = False
-    n_tiles = max(1, triton.cdiv(n_cap, cfg.BLOCK_N))
+    # A run of `span` keys starting anywhere touches at most
+    # cdiv(span + BLOCK_N - 1, BLOCK_N) key tiles.
+    n_keys = n_cap if span <= 0 else min(n_cap, span + cfg.BLOCK_N - 1)
+    n_tiles = max(1, triton.cdiv(n_keys, cfg.BLOCK_N))
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
-        num_splits = choose_num_splits(programs, n_cap, cfg.BLOCK_N, n_sm, tolerance=tolerance,
+        num_splits = choose_num_splits(programs, n_keys, cfg.BLOCK_N, n_sm, tolerance=tolerance,
                                        per_sm=2 if pair else 0)
         if num_splits == 1 and "spread" in variants:
-            num_splits = spread_splits(programs, n_cap, cfg.BLOCK_N, n_sm) or 1
+            num_splits = spread_splits(programs, n_keys, cfg.BLOCK_N, n_sm) or 1
     # More splits than key tiles would only add empty ones (and grid axis 1
     # holds at most 65535).
     num_splits = min(num_splits, n_tiles, 65535)
@@ -941,8 +970,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     window_left / window_right: -1 for unbounded (causal is window_right = 0).
     attention_chunk: chunked attention's chunk size, 0 for none: query token
     i at key position p = i + kv_end - Nq sees only keys j with
-    j // attention_chunk == p // attention_chunk (cache positions; nothing
-    for p < 0); the key tiles outside the chunks are skipped.
+    (j - lp) // attention_chunk == (p - lp) // attention_chunk, lp the
+    row's cache_leftpad (0 without; nothing for p < lp); the key tiles
+    outside the chunks are skipped.
     num_splits: 0 chooses (see choose_num_splits).  Returns the split count used."""
     batch, n_q, h_q, d = q.shape
     h_kv = k_cache.shape[2]
@@ -958,7 +988,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
             lse.copy_(sinks[:, None].expand(h_q, n_q))
         return 1
     plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits,
-                       page_size if paged else 0)
+                       page_size if paged else 0, local_span(n_q, window_left, window_right, attention_chunk))
     cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
     d_pad = head_dim_pad(d)
 
