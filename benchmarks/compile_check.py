@@ -130,7 +130,7 @@ def _sig(kernel, dtype: str, constexprs: dict):
         if name in constexprs:
             sig[name] = "constexpr"
         elif name[0].isupper() and not name.startswith(("N_", "H_", "GROUP", "SEQ_", "RNG_")):
-            sig[name] = "*i32" if name.startswith("CU_") else "*i64" if name == "SEED" else (
+            sig[name] = "*i32" if name.startswith("CU_") or name == "BLOCK_TABLE" else "*i64" if name == "SEED" else (
                 "*fp32" if name in ("LSE", "DELTA", "DLSE", "ALIBI", "SINKS", "DSINKS", "BIAS", "DBIAS")
                 else f"*{dtype}")
         elif name in ("sm_scale", "softcap", "dropout_scale"):
@@ -959,7 +959,7 @@ def portable_sweep(args, names) -> int:
                             HEADS_PER_PROGRAM=1,
                             EVEN_M=not varlen and (args.whole_q or bwd.by_causal(bwd.WHOLE_Q_TILES, causal)),
                             BLOCK_M1=bm, BLOCK_N1=bn, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                            LSE_LO=False, MASK_CHUNK=False)
+                            LSE_LO=False, MASK_CHUNK=False, PAGED=False, PAGE_SIZE=0)
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)

@@ -339,10 +339,11 @@ def check_offsets(name: str, cu, device: Optional[torch.device] = None) -> None:
 
 
 def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
-                     check_inputs: bool) -> None:
+                     check_inputs: bool, paged: bool = False) -> None:
     """Packed-batch offsets.  What needs the values (monotone offsets, within
     the totals, lengths <= max_seqlen) is checked only with check_inputs=True,
-    since reading them from the GPU would synchronise."""
+    since reading them from the GPU would synchronise.  paged: k is a page
+    pool, whose offsets check_paged_values checks (cu_seqlens_q's only here)."""
     for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         check_offsets(name, cu, q.device)
     if cu_q.shape[0] != cu_k.shape[0]:
@@ -358,7 +359,7 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                              "(2**31 - 1)")
     if check_inputs:
         for name, cu, total, m in (("cu_seqlens_q", cu_q, q.shape[0], max_q),
-                                   ("cu_seqlens_k", cu_k, k.shape[0], max_k)):
+                                   ("cu_seqlens_k", cu_k, k.shape[0], max_k))[:1 if paged else 2]:
             offs = cu.tolist()
             lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
             if offs[0] != 0:
@@ -375,6 +376,65 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
             if lengths and max(lengths) > m:
                 raise ValueError(f"a sequence of {max(lengths)} rows exceeds "
                                  f"max_seqlen_{name[-1]}={m}")
+
+
+PAGED_LAYOUT = "(num_blocks, page_block_size, nheads_k, headdim)"
+PAGE_MULTIPLE = 16  # page sizes: positive multiples of 16 (vLLM's 16 included)
+
+
+def check_paged_kv(k, v, block_table, q: torch.Tensor, batch: int) -> None:
+    """A paged K / V for packed queries: k / v page pools of PAGED_LAYOUT
+    (pages of a multiple of 16 keys) and block_table (batch, max_blocks)
+    int32 on q's device.  dtypes, heads and head dims are then checked on
+    one page row by check_qkv.  No value is read."""
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be a torch.Tensor (batch, max_blocks_per_seq) int32, got "
+                        f"{type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must be int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch:
+        raise ValueError(f"block_table must be 2-D (batch, max_blocks_per_seq) with batch = "
+                         f"len(cu_seqlens_q) - 1 = {batch} rows, got shape {tuple(block_table.shape)}")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table must be on {q.device} like q, got {block_table.device}")
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"with block_table, {name} must be a 4-D page pool {PAGED_LAYOUT}, got shape "
+                             f"{tuple(t.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must be page pools of one shape {PAGED_LAYOUT} except the head dim, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    page = k.shape[1]
+    if page < 1 or page % PAGE_MULTIPLE:
+        raise ValueError(f"the page size (k.shape[1], page_block_size) must be a positive multiple of "
+                         f"{PAGE_MULTIPLE}, got {page}")
+
+
+def check_paged_values(cu_k: torch.Tensor, max_k: int, block_table: torch.Tensor, num_blocks: int,
+                       page: int) -> None:
+    """check_inputs=True for a paged K / V (reads the values: a device
+    synchronisation): cu_seqlens_k starts at 0 and does not decrease, no
+    sequence exceeds max_seqlen_k or its block-table row, and the pages the
+    sequences use are within the pool."""
+    offs = cu_k.tolist()
+    lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
+    if offs[0] != 0:
+        raise ValueError(f"cu_seqlens_k[0] must be 0, got {offs[0]}")
+    if any(n < 0 for n in lengths):
+        raise ValueError(f"cu_seqlens_k must be non-decreasing, got {offs}")
+    if lengths and max(lengths) > max_k:
+        raise ValueError(f"a sequence of {max(lengths)} keys exceeds max_seqlen_k={max_k}")
+    capacity = block_table.shape[1] * page
+    for b, n in enumerate(lengths):
+        if n > capacity:
+            raise ValueError(f"sequence {b} has {n} keys but its block_table row holds "
+                             f"{block_table.shape[1]} pages of {page} keys ({capacity})")
+        used = block_table[b, :(n + page - 1) // page]
+        if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_blocks):
+            raise ValueError(f"block_table[{b}] names pages {used.tolist()} outside the pool's {num_blocks} "
+                             f"pages (k.shape[0])")
 
 
 _ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", None)

@@ -13,8 +13,9 @@ from ._params import AttnParams, draw_dropout_seed
 from .kernels.launch import env_snapshot
 from .reference import LN2
 from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attention_chunk, check_attn_mask,
-                        check_cu_seqlens, check_dense, check_dropout, check_flag, check_qkv, check_scale,
-                        check_sinks, check_softcap, check_window, sinks_for_kernels)
+                        check_cu_seqlens, check_dense, check_dropout, check_flag, check_offsets,
+                        check_paged_kv, check_paged_values, check_qkv, check_scale, check_sinks, check_softcap,
+                        check_window, sinks_for_kernels)
 
 from ._kvcache import flash_attn_with_kvcache  # noqa: E402  (its validation and op live beside its kernels)
 
@@ -491,9 +492,20 @@ def flash_attn_varlen_func(
             (batch_size, nheads, max_seqlen_q, max_seqlen_k), zero past each
             sequence's lengths.  Sequences of length 0
             are allowed; a sequence with queries and no keys outputs zeros.
-        block_table: flash-attn's paged K / V argument, accepted so that calls
-            passing it positionally or as None keep working; a tensor raises
-            NotImplementedError (paged caches: :func:`flash_attn_with_kvcache`).
+        block_table: None, or (batch_size, max_blocks_per_seq) int32: a paged
+            K / V, as flash-attn 2 takes it (chunked prefill against a paged
+            KV cache).  k is then a page pool (num_blocks, page_block_size,
+            nheads_k, headdim) and v (num_blocks, page_block_size, nheads_k,
+            headdim_v), page_block_size a positive multiple of 16; sequence b
+            has n_k_b = cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys (only the
+            differences of cu_seqlens_k are used) and its key j lies in page
+            block_table[b, j // page_block_size], row j % page_block_size.
+            Other pages and block-table entries past a sequence's keys are
+            never read.  Forward only: NotImplementedError when q, k or v
+            requires grad (outside torch.no_grad()), with dropout_p > 0 or
+            with return_attn_probs.  Every other argument as without it.
+            Entries are not checked against the pool (check_inputs=True
+            checks them, with a device synchronisation).
         check_inputs: if True, also check the values of cu_seqlens (start at 0,
             non-decreasing, ending at total_q / total_k, lengths <= max_seqlen).
             This reads them on the host, a device synchronisation; by default
@@ -511,9 +523,9 @@ def flash_attn_varlen_func(
             natural log, packed like q (flash-attn's varlen layout).
     """
     if block_table is not None:
-        raise NotImplementedError(
-            f"flash_attn_varlen_func: block_table (a paged K / V) is not supported, got a "
-            f"{type(block_table).__name__}; pass None, or attend to a paged cache with flash_attn_with_kvcache")
+        return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                             softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                             return_attn_probs, block_table, return_lse, check_inputs, sinks, attention_chunk)
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _VARLEN_LAYOUT, 3, 1)
     causal = check_flag(causal, "causal")
@@ -530,6 +542,48 @@ def flash_attn_varlen_func(
                      deterministic=deterministic, attention_chunk=attention_chunk)
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
+
+
+def _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                  causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
+                  return_lse, check_inputs, sinks, attention_chunk):
+    """flash_attn_varlen_func with a paged K / V (block_table): validated,
+    then the forward-only op ops.varlen_paged_fwd."""
+    check_offsets("cu_seqlens_q", cu_seqlens_q)
+    batch = cu_seqlens_q.shape[0] - 1
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    check_paged_kv(k, v, block_table, q, batch)
+    q, k, v = autocast_inputs(q, k, v)
+    # dtypes, devices, heads and head dims, on one row of each page pool
+    check_qkv(("q", "k", "v"), (q, k[:, 0], v[:, 0]), _VARLEN_LAYOUT, 3, 1)
+    causal = check_flag(causal, "causal")
+    check_flag(deterministic, "deterministic")
+    check_flag(check_inputs, "check_inputs")
+    check_flag(return_lse, "return_lse")
+    check_flag(return_attn_probs, "return_attn_probs")
+    if check_dropout(dropout_p) > 0:
+        raise NotImplementedError(f"flash_attn_varlen_func: dropout_p={dropout_p} with block_table (a paged K / V) "
+                                  "is not supported (the paged call is forward-only, for inference)")
+    if return_attn_probs:
+        raise NotImplementedError("flash_attn_varlen_func: return_attn_probs=True with block_table (a paged K / V) "
+                                  "is not supported")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged K / V) has no backward: "
+                                  "q, k or v requires grad; call it under torch.no_grad() / "
+                                  "torch.inference_mode(), or pass contiguous packed K / V without block_table")
+    check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q, k, check_inputs, paged=True)
+    cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    if check_inputs:
+        check_paged_values(cu_seqlens_k, int(max_seqlen_k), block_table, k.shape[0], k.shape[1])
+    window = check_window(window_size, causal)
+    params = _params(q, k, check_scale(softmax_scale, "softmax_scale", q.shape[-1]), window,
+                     softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch=batch, heads=q.shape[1],
+                     attention_chunk=attention_chunk)
+    out, lse2 = ops.varlen_paged_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                     block_table, params.softmax_scale, params.window_left, params.window_right,
+                                     params.softcap, params.alibi_slopes, params.sinks, params.attention_chunk)
+    return (out, lse2 * LN2) if return_lse else out
 
 
 def _check_packed(t, name: str, layout: str) -> None:

@@ -402,6 +402,75 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 
 
 # ---------------------------------------------------------------------------
+# Packed queries against a paged K / V (forward only)
+# ---------------------------------------------------------------------------
+
+@torch.library.custom_op("flashattn_triton::varlen_paged_fwd", mutates_args=(), device_types=None)
+def varlen_paged_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                     block_table: torch.Tensor, softmax_scale: float, window_left: int, window_right: int,
+                     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                     sinks: Optional[torch.Tensor] = None, attention_chunk: int = 0,
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse2) of packed queries q (total_q, Hq, d) against page pools k
+    (num_blocks, page_size, Hkv, d) and v (num_blocks, page_size, Hkv, dv):
+    key j of sequence b (n_k_b = cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys)
+    lies in page block_table[b, j // page_size], row j % page_size.  Options
+    as the forward op's (bottom-right alignment).  No autograd registration:
+    the public function refuses calls that would need a gradient."""
+    out = _new(q.shape[:-1] + (v.shape[-1],), q)
+    lse = _new((q.shape[1], q.shape[0]), q, torch.float32)
+    if out.numel() == 0:
+        return out, lse
+    if k.shape[0] * k.shape[1] == 0:  # an empty pool: no sequence has a key
+        out.zero_()
+        if sinks is not None:
+            lse.copy_(_sinks_lse2(sinks, lse, True))
+        else:
+            lse.fill_(float("-inf"))
+        return out, lse
+    if use_triton(q):
+        if _kernels.forward is None:
+            _kernels.load()
+        attention_forward: Any = _kernels.forward
+        heads = q.shape[1]
+        mods = _kernel_mods(softcap, _alibi_bh(alibi_slopes, cu_seqlens_q.shape[0] - 1, heads), sinks, None,
+                            0.0, None)
+        # The pools as (num_blocks, Hkv, page_size, d) views: the page stride
+        # in the batch stride's place.
+        kh, vh = k.transpose(1, 2), v.transpose(1, 2)
+        with _device_guard(q):
+            for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, heads):
+                attention_forward(_bhnd(q, True), kh, vh, _bhnd(out, True), _lse_bhn(lse, True), softmax_scale, 0,
+                                  window_bounds(window_left, window_right), cu, (max_seqlen_q, max_seqlen_k),
+                                  mods.chunk(b, 0), chunk=attention_chunk, block_table=block_table[b])
+    else:  # CPU without the interpreter: gather the pages, then the packed forward
+        kp, vp, cu_k = _gather_pages(k, v, cu_seqlens_k, block_table)
+        _fwd_into(q, kp, vp, out, lse, cu_seqlens_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                  window_left, window_right, True, softcap, alibi_slopes, sinks, attention_chunk=attention_chunk)
+    return out, lse
+
+
+def _gather_pages(k: torch.Tensor, v: torch.Tensor, cu_seqlens_k: torch.Tensor, block_table: torch.Tensor):
+    """The paged keys and values as packed rows (total_k, Hkv, d) with their
+    offsets (host reads: the CPU path only)."""
+    page = k.shape[1]
+    lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
+    pos = [torch.arange(n, device=k.device) for n in lengths]
+    pages = torch.cat([block_table[b, j // page].long() for b, j in enumerate(pos)])
+    rows = torch.cat([j % page for j in pos])
+    cu_k = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=k.device)
+    cu_k[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
+    return k[pages, rows], v[pages, rows], cu_k
+
+
+@varlen_paged_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, softmax_scale,
+      window_left, window_right, softcap=0.0, alibi_slopes=None, sinks=None, attention_chunk=0):
+    return q.new_empty(q.shape[:-1] + (v.shape[-1],)), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------
 # Backward
 # ---------------------------------------------------------------------------
 

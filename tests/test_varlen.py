@@ -95,7 +95,9 @@ def test_varlen_equals_dense_calls(device):
 
 def test_varlen_block_table_argument(device):
     """flash-attn's 16 positional arguments, the last its block_table: None
-    gives the plain call's result; a paged K / V is refused, named."""
+    gives the plain call's result; a tensor asks for page pools (packed K / V
+    with a block table are refused, named; test_varlen_paged.py has the
+    paged calls)."""
     lens = [9, 30]
     cu = random_cu_seqlens(lens, device)
     q, k, v = (rand((sum(lens), 2, 16), torch.float16, device) for _ in range(3))
@@ -104,7 +106,7 @@ def test_varlen_block_table_argument(device):
                                              False, True, None)
     assert torch.equal(got, want) and lse.shape == (2, sum(lens)) and probs is None
     pages = torch.zeros(2, 2, dtype=torch.int32, device=device)
-    with pytest.raises(NotImplementedError, match="block_table .*flash_attn_with_kvcache"):
+    with pytest.raises(ValueError, match=r"with block_table, k must be a 4-D page pool .*got shape \(39, 2, 16\)"):
         flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, block_table=pages)
 
 

@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
-from .tiles import chunk_end, chunk_start, mma
+from .tiles import chunk_end, chunk_start, mma, page_numbers
 
 # Environment override of the launch config, read at call time, e.g.
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
@@ -172,24 +172,6 @@ def rotary_rows(row_ptrs, row_mask, COS, SIN, pos, N_RO, stride_cs, offs_d,
     sin = tl.load(SIN + cs_off, mask=rot_mask, other=0.0).to(tl.float32)
     sin = tl.where(first[None, :], -sin, sin)
     return x * cos + xp * sin
-
-
-@triton.jit
-def page_numbers(bt, stride_btn, start, offs_n, end_col, kv_lo, kv_end,
-                 PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
-    """int64 page numbers of the tile of keys [start, start + BLOCK_N) from the
-    block-table row ``bt``: a scalar when the tile lies in one page, else one
-    per key.  Only entries of pages holding keys [0, kv_end) are read (a tile
-    past the end reads the last one; per-key entries outside [kv_lo, kv_end)
-    give 0)."""
-    if TILE_IN_PAGE:
-        last = tl.maximum(kv_end - 1, 0) // PAGE_SIZE
-        page = tl.load(bt + tl.minimum(start // PAGE_SIZE, last) * stride_btn)
-    else:
-        cols = start + offs_n
-        ok = (cols >= kv_lo) & (cols < kv_end) & (cols < end_col)
-        page = tl.load(bt + (cols // PAGE_SIZE) * stride_btn, mask=ok, other=0)
-    return page.to(tl.int64)
 
 
 @triton.jit

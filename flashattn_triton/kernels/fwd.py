@@ -30,8 +30,8 @@ import triton.language as tl
 from .launch import (INTERPRET, Launcher, cdiv, dot_precision, head_dim_pad, seq_bucket,
                      variant_tag)
 from .score import NO_MODS, dropout_keep, score_tile
-from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mma, qk_columns, seq_bounds,
-                    store_tile, tile_ptrs)
+from .tiles import (aligned_start, kv_tile_range, load_qk_operand, load_tile, mma, page_numbers, paged_tile_ptrs,
+                    qk_columns, seq_bounds, store_tile, tile_ptrs)
 
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 
@@ -55,14 +55,15 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
                  offs_m, offs_d, offs_d_hi, offs_dv, start_n, end_n, n_q, n_k, qk_scale,
                  shift, window_left, window_right, chunk,
                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                 seed, rng_base, rng_cols, dropout_thresh,
+                 seed, rng_base, rng_cols, dropout_thresh, BT, stride_btn, stride_kz, stride_vz,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
                  MASKED: tl.constexpr, MASK_LEFT: tl.constexpr, MASK_RIGHT: tl.constexpr,
                  MASK_CHUNK: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, SPLIT_QK: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
                  HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+                 DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+                 PAGED: tl.constexpr = False, PAGE_SIZE: tl.constexpr = 0):
     """Fold K/V tiles [start_n, end_n) into (acc, l_i, m_i).
 
     MASKED tiles may hold keys past n_k or keys outside the causal / window
@@ -70,7 +71,12 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
     visible to every row of the tile (up to a user mask, HAS_MASK).  K, V point at key row 0 of this
     (batch entry, KV head).  SPLIT_QK: q holds query columns offs_d (all
     within HEAD_DIM), q_hi columns offs_d_hi (EVEN_D: all within HEAD_DIM);
-    otherwise q holds offs_d and q_hi, offs_d_hi are unused."""
+    otherwise q holds offs_d and q_hi, offs_d_hi are unused.
+
+    PAGED: K / V are pools of pages (stride_kz / stride_vz apart) and key j
+    of this sequence lies in page BT[j // PAGE_SIZE], row j % PAGE_SIZE; each
+    tile's pointers come from its page numbers (one per tile when the tile
+    lies in one page) instead of stepping through contiguous rows."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d)
     if SPLIT_QK:
@@ -79,6 +85,12 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
     for start in range(start_n, end_n, BLOCK_N):
         start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
+        if PAGED:
+            page = page_numbers(BT, stride_btn, start, offs_n, n_k, 0, n_k, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
+            k_ptrs = paged_tile_ptrs(K, page, cols, stride_kz, stride_kn, stride_kk, offs_d, PAGE_SIZE)
+            if SPLIT_QK:
+                k_hi_ptrs = paged_tile_ptrs(K, page, cols, stride_kz, stride_kn, stride_kk, offs_d_hi, PAGE_SIZE)
+            v_ptrs = paged_tile_ptrs(V, page, cols, stride_vz, stride_vn, stride_vk, offs_dv, PAGE_SIZE)
         if SPLIT_QK:
             k = load_tile(k_ptrs, cols, n_k, offs_d, HEAD_DIM, MASKED, True)
             k_hi = load_tile(k_hi_ptrs, cols, n_k, offs_d_hi, HEAD_DIM, MASKED, EVEN_D)
@@ -134,6 +146,8 @@ def _attn_fwd(
     # scalars
     sm_scale, causal_offset, shift_mul, window_left, window_right, SEQ_BUCKET,
     softcap, dropout_scale, dropout_thresh, philox_offset, chunk,
+    # paged K / V (PAGED; last, so the other arguments keep their places)
+    BLOCK_TABLE, stride_btz, stride_btn,
     # meta-parameters
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, EVEN_D: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -143,7 +157,7 @@ def _attn_fwd(
     HAS_DROPOUT: tl.constexpr,
     REVERSE_M: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LSE_LO: tl.constexpr = False,
-    MASK_CHUNK: tl.constexpr = False,
+    MASK_CHUNK: tl.constexpr = False, PAGED: tl.constexpr = False, PAGE_SIZE: tl.constexpr = 0,
 ):
     # Causal programs run longest first: query tile order reversed.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0) if REVERSE_M else tl.program_id(0)
@@ -166,8 +180,13 @@ def _attn_fwd(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, HEAD_DIM_V_PAD)
     Q += off_z * stride_qz + off_h * stride_qh + q_start * stride_qm
-    K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
-    V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    if PAGED:  # K / V: pools of pages; this sequence's pages from its block-table row
+        K += off_hkv * stride_kh
+        V += off_hkv * stride_vh
+    else:
+        K += off_z * stride_kz + off_hkv * stride_kh + k_start * stride_kn
+        V += off_z * stride_vz + off_hkv * stride_vh + k_start * stride_vn
+    BT = BLOCK_TABLE + off_z * stride_btz
     O += off_z * stride_oz + off_h * stride_oh + q_start * stride_om
     LSE += off_z * stride_lz + off_h * stride_lh + q_start
     BIAS += off_z * stride_bz + off_h * stride_bh
@@ -214,26 +233,26 @@ def _attn_fwd(
                                      offs_m, offs_d, offs_d_hi, offs_dv, lo, full_lo, n_q, n_k, qk_scale,
                                      shift, window_left, window_right, chunk,
                                      softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                                     seed, rng_base, N_K, dropout_thresh,
+                                     seed, rng_base, N_K, dropout_thresh, BT, stride_btn, stride_kz, stride_vz,
                                      HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                      even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
+                                     HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, PAGED, PAGE_SIZE)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                                  offs_m, offs_d, offs_d_hi, offs_dv, full_lo, full_hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right, chunk,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                                 seed, rng_base, N_K, dropout_thresh,
+                                 seed, rng_base, N_K, dropout_thresh, BT, stride_btn, stride_kz, stride_vz,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                  even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
+                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, PAGED, PAGE_SIZE)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, stride_vk,
                                  offs_m, offs_d, offs_d_hi, offs_dv, full_hi, hi, n_q, n_k, qk_scale,
                                  shift, window_left, window_right, chunk,
                                  softcap2, alibi2, BIAS, stride_bm, stride_bn,
-                                 seed, rng_base, N_K, dropout_thresh,
+                                 seed, rng_base, N_K, dropout_thresh, BT, stride_btn, stride_kz, stride_vz,
                                  HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, MASK_LEFT, MASK_RIGHT, MASK_CHUNK,
                                  even_qk, EVEN_DV, SPLIT_QK, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET)
+                                 HAS_MASK, MASK_BOOL, HAS_DROPOUT, DOT_PRECISION, INTERPRET, PAGED, PAGE_SIZE)
 
     # Rows that saw no key (and no sink): l = 0 -> output 0 and LSE = -inf.
     empty = l_i == 0.0
@@ -260,7 +279,7 @@ _launch_fwd = Launcher(_attn_fwd, "FWD")
 
 
 def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqlens=None,
-                      max_seqlen=None, mods=None, shift_mul=0, lse_lo=None, chunk=0):
+                      max_seqlen=None, mods=None, shift_mul=0, lse_lo=None, chunk=0, block_table=None):
     """Launch the forward on (B, H, N, d)-indexed views (any strides, last one 1).
 
     q: (B, Hq, Nq, d); k: (B, Hkv, Nk, d); v: (B, Hkv, Nk, dv); o: (B, Hq, Nq, dv),
@@ -280,6 +299,11 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
     strides, Nq elements after lse (lse = buf[:, :, 0], lse_lo = buf[:, :, 1]
     of a (B, Hq, 2, Nq) buffer), written with lse2 + lse_lo = m + log2(l)
     (kernels/bwd.py takes it back).
+    block_table: None, or a paged K / V (packed batches only, forward only):
+    k (num_blocks, Hkv, page_size, d) and v (num_blocks, Hkv, page_size, dv)
+    views of the page pools, block_table (B, max_blocks) int32; key j of
+    sequence b (n_k_b = cu_k[b + 1] - cu_k[b] keys, cu_k's offsets unused)
+    lies in page block_table[b, j // page_size], row j % page_size.
     """
     mods = mods or NO_MODS
     check_lse_lo(lse, lse_lo, cu_seqlens)
@@ -296,8 +320,11 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         batch = cu_q.shape[0] - 1
         n_q, n_k = max_seqlen
         lse_strides = (0, lse.stride(1))
-        # Packed rows: no batch stride, row offsets come from cu_seqlens.
+        # Packed rows: no batch stride, row offsets come from cu_seqlens;
+        # page pools: the page stride in the batch stride's place.
         strides = tuple(s for t in (q, k, v, o) for s in (0, *t.stride()[1:]))
+        if block_table is not None:
+            strides = (*strides[:4], *k.stride(), *v.stride(), *strides[12:])
         rng_rows = q.shape[2]
     left, right = window
     d_pad, dv_pad = head_dim_pad(d), head_dim_pad(dv)
@@ -317,6 +344,8 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         h_q, n_q, n_k, h_q // h_kv, rng_rows,
         # scalars
         sm_scale, causal_offset, shift_mul, left or 0, right or 0, bucket, *mods.scalars(), chunk,
+        # paged K / V
+        *((q, 0, 0) if block_table is None else (block_table, *block_table.stride())),
         # meta-parameters
         HEAD_DIM=d, HEAD_DIM_PAD=d_pad, EVEN_D=d == d_pad,
         HEAD_DIM_V=dv, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=dv == dv_pad,
@@ -325,6 +354,7 @@ def attention_forward(q, k, v, o, lse, sm_scale, causal_offset, window, cu_seqle
         **mods.switches(q, with_sinks=True),
         REVERSE_M=right is not None, DOT_PRECISION=dot_precision(q.dtype), INTERPRET=INTERPRET,
         **({"LSE_LO": True} if lse_lo is not None else {}), MASK_CHUNK=chunk > 0,
+        **({} if block_table is None else {"PAGED": True, "PAGE_SIZE": k.shape[2]}),
     )
 
 

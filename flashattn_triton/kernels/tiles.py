@@ -6,6 +6,8 @@
   (forward, dQ) and which query tiles a key tile visits (dK/dV), split into a
   masked head, an unmasked middle and a masked tail.
 * ``load_tile`` / ``store_tile``: row-checked, column-padded tile access.
+* ``page_numbers`` / ``paged_tile_ptrs``: key tiles of a paged K / V pool
+  through a block table (the decode kernel, the forward's PAGED switch).
 * ``mma``: the dot product, with the interpreter's bfloat16 workaround.
 
 Visibility of key j to query row i (all kernels):
@@ -211,6 +213,33 @@ def tile_ptrs(BASE, row0, stride_row, stride_col, BLOCK: tl.constexpr, offs_d):
     row0 may be int64 (the large part of the offset); in-tile offsets stay 32-bit."""
     return (BASE + row0 * stride_row
             + tl.arange(0, BLOCK)[:, None] * stride_row + offs_d[None, :] * stride_col)
+
+
+@triton.jit
+def page_numbers(bt, stride_btn, start, offs_n, end_col, kv_lo, kv_end,
+                 PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
+    """int64 page numbers of the tile of keys [start, start + BLOCK_N) from the
+    block-table row ``bt``: a scalar when the tile lies in one page, else one
+    per key.  Only entries of pages holding keys [0, kv_end) are read (a tile
+    past the end reads the last one; per-key entries outside [kv_lo, kv_end)
+    give 0)."""
+    if TILE_IN_PAGE:
+        last = tl.maximum(kv_end - 1, 0) // PAGE_SIZE
+        page = tl.load(bt + tl.minimum(start // PAGE_SIZE, last) * stride_btn)
+    else:
+        cols = start + offs_n
+        ok = (cols >= kv_lo) & (cols < kv_end) & (cols < end_col)
+        page = tl.load(bt + (cols // PAGE_SIZE) * stride_btn, mask=ok, other=0)
+    return page.to(tl.int64)
+
+
+@triton.jit
+def paged_tile_ptrs(BASE, page, cols, stride_page, stride_row, stride_col, offs_d, PAGE_SIZE: tl.constexpr):
+    """Pointers to the keys ``cols`` (logical positions of one sequence) x
+    columns offs_d of a paged pool at BASE: key j lies in page ``page``
+    (page_numbers: a scalar or one per key), row j % PAGE_SIZE."""
+    rows = page * stride_page + (cols % PAGE_SIZE).to(tl.int64) * stride_row
+    return BASE + rows[:, None] + offs_d[None, :] * stride_col
 
 
 @triton.jit
