@@ -1,6 +1,8 @@
 """Packed variable-length batches on the GPU: our flash_attn_varlen_func against
 padding to the longest document with our dense kernel, FlexAttention with a
-document mask, and SDPA on nested (jagged) tensors.
+document mask, and SDPA on nested (jagged) tensors.  Also our forward with
+the keys and values in a paged pool (block_table; pages of 16 and 256 keys,
+shuffled; forward only), beside the same call on packed K / V.
 
 Documents have lengths drawn from 64..8192 (log-uniform, fixed seed) and are
 packed until 32k tokens; causal, d=128, GQA 32/8, bf16.  Effective TFLOP/s
@@ -36,6 +38,29 @@ def doc_lengths(tokens: int, seed: int):
     return lens
 
 
+def paged_pools(k, v, lens, page: int, seed: int):
+    """(k_pool, v_pool), block_table: the packed keys / values of documents of
+    lengths ``lens`` copied into pools of ``page``-key pages in a shuffled
+    order (one spare page), as a paged KV cache holds them."""
+    import torch
+    need = [(n + page - 1) // page for n in lens]
+    pages = sum(need) + 1
+    order = torch.randperm(pages, generator=torch.Generator().manual_seed(seed))
+    k_pool = k.new_zeros(pages, page, *k.shape[1:])
+    v_pool = v.new_zeros(pages, page, *v.shape[1:])
+    table = torch.zeros(len(lens), max(need), dtype=torch.int32)
+    start, used = 0, 0
+    for b, (n, m) in enumerate(zip(lens, need)):
+        ids = order[used:used + m]
+        table[b, :m] = ids.to(torch.int32)
+        for i, p in enumerate(ids.tolist()):
+            rows = min(page, n - i * page)
+            k_pool[p, :rows] = k[start + i * page:start + i * page + rows]
+            v_pool[p, :rows] = v[start + i * page:start + i * page + rows]
+        start, used = start + n, used + m
+    return (k_pool, v_pool), table.to(k.device)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -63,6 +88,13 @@ def main():
         providers = {}
         providers["ours varlen"] = (lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True),
                                     do, (q, k, v))
+        for page in (16, 256):
+            pools, table = paged_pools(k.detach(), v.detach(), lens, page, seed)
+
+            def paged(pools=pools, table=table):
+                with torch.no_grad():
+                    return fat.flash_attn_varlen_func(q, *pools, cu, cu, nmax, nmax, causal=True, block_table=table)
+            providers[f"ours paged {page}"] = (paged, None, ())
 
         # Padded to the longest document: (B, nmax, H, d), our dense kernel.
         qp = torch.zeros(b, nmax, hq, d, device=dev, dtype=dt)
@@ -107,10 +139,13 @@ def main():
                 # C.bench_ms: waits for ours' backward prefetch first; grad_to_none: no
                 # AccumulateGrad add over dQ/dK/dV inside the timed backward.
                 fwd_ms = C.bench_ms(fn, warmup=10, rep=40)
-                bwd_ms = C.bench_ms(lambda: out.backward(grad, retain_graph=True), warmup=10, rep=40,
-                                    grad_to_none=list(leaves))
-                rows.append(dict(seed=seed, provider=name, docs=b, max_len=nmax, fwd_ms=fwd_ms, bwd_ms=bwd_ms,
-                                 fwd_tflops=useful / fwd_ms * 1e-9, bwd_tflops=2.5 * useful / bwd_ms * 1e-9))
+                row = dict(seed=seed, provider=name, docs=b, max_len=nmax, fwd_ms=fwd_ms,
+                           fwd_tflops=useful / fwd_ms * 1e-9)
+                if grad is not None:  # (the paged calls are forward only)
+                    bwd_ms = C.bench_ms(lambda: out.backward(grad, retain_graph=True), warmup=10, rep=40,
+                                        grad_to_none=list(leaves))
+                    row.update(bwd_ms=bwd_ms, bwd_tflops=2.5 * useful / bwd_ms * 1e-9)
+                rows.append(row)
             except Exception as exc:  # noqa: BLE001
                 rows.append(dict(seed=seed, provider=name, error=C.short_error(exc)))
             print(rows[-1], flush=True)
