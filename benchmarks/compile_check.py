@@ -819,7 +819,8 @@ def main():
     ap.add_argument("--variants", action="store_true", help="every score-modification switch on")
     ap.add_argument("--mods", default="", help="comma-separated switches to turn on, e.g. "
                     "HAS_MASK,MASK_BOOL (a bool mask), HAS_DROPOUT, MASK_LEFT (a window), "
-                    "HAS_MASK,LSE_LO (a float bias: the compensated LSE), MASK_CHUNK (chunked attention)")
+                    "HAS_MASK,LSE_LO (a float bias: the compensated LSE), MASK_CHUNK (chunked attention), "
+                    "PAGED,PAGE_SIZE=16 (FWD on a paged K / V: NAME=INT sets a value)")
     ap.add_argument("--configs", default="", help="semicolon-separated BM,BN,W,S to compile "
                     "instead of the first candidate; for BWD_ONE also BM1,BN1,BM2,BN2,W,S (a table "
                     "entry: the dK/dV tiles, the dQ tiles, one num_warps and num_stages)")
@@ -963,7 +964,8 @@ def portable_sweep(args, names) -> int:
                 if args.variants:
                     meta.update(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_DROPOUT=True,
                                 HAS_MASK=True)
-                meta.update({m: True for m in mods})
+                # a switch, or NAME=INT for a value (PAGED,PAGE_SIZE=16: the paged forward)
+                meta.update({m.partition("=")[0]: int(m.partition("=")[2]) if "=" in m else True for m in mods})
                 if name == "FWD":
                     meta["REVERSE_M"] = causal
                 allowed = getattr(fwd, "split_qk", lambda *_: False)(d, d_pad)
