@@ -27,7 +27,7 @@ from flashattn_triton.kernels.tiles import kv_tile_range, q_tile_range
 from flashattn_triton.reference import attention_ref, visible_mask
 from flashattn_triton.testing import (alibi_slopes, assert_close, flash_attention_ref, leaf, make_qkv, rand,
                                       random_cu_seqlens, varlen_attention_ref)
-from _utils import fake_launch, path  # noqa: F401  (path: a fixture)
+from _utils import ON_GPU, fake_launch, path  # noqa: F401  (path: a fixture)
 
 
 
@@ -275,7 +275,7 @@ def _tile_ranges(n_q, n_k, window, chunk, block_m, block_n, key_ranges):
     """The ranges of every query tile (key_ranges) or key tile, as a list of 4-tuples."""
     left, right = window
     tiles = -(-(n_q if key_ranges else n_k) // (block_m if key_ranges else block_n))
-    out = torch.full((tiles, 4), -7, dtype=torch.int32)
+    out = torch.full((tiles, 4), -7, dtype=torch.int32, device="cuda" if ON_GPU else "cpu")
     _tile_ranges_kernel[(tiles,)](out, n_q, n_k, n_k - n_q, max(left, 0), max(right, 0), chunk,
                                   KEY_RANGES=key_ranges, BLOCK_M=block_m, BLOCK_N=block_n,
                                   MASK_LEFT=left >= 0, MASK_RIGHT=right >= 0, MASK_CHUNK=chunk > 0)

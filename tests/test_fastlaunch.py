@@ -540,3 +540,17 @@ def test_triton_key_warmup(monkeypatch):
         if t.name == "flashattn-triton-key":
             t.join(timeout=60)
     assert triton_key.cache_info().currsize == 1, "the thread did not compute Triton's key"
+
+
+@pytest.mark.parametrize("shape", [5, (2, 3)], ids=["int", "tuple"])
+def test_poisoned_empty_takes_the_shapes_replays_pass(shape, monkeypatch):
+    """Under POISON (the tests), fastlaunch.empty fills floating-point buffers
+    with NaN and leaves integer ones as torch.empty does; a recorded scratch
+    buffer's replay passes its size as an int (session 53's first GPU run:
+    torch.full rejected it, and every replayed call with such a buffer failed)."""
+    monkeypatch.setattr(fastlaunch, "POISON", True)
+    want = (shape,) if isinstance(shape, int) else shape
+    x = fastlaunch.empty(shape, torch.float32, torch.device("cpu"))
+    assert x.shape == want and torch.isnan(x).all(), (x.shape, x)
+    n = fastlaunch.empty(shape, torch.int32, torch.device("cpu"))
+    assert n.shape == want and n.dtype == torch.int32

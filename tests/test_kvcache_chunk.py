@@ -164,7 +164,7 @@ def test_chunk_paged_equals_contiguous(page, block_n, device, monkeypatch):
 
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("page", [None, 16, 64], ids=["contiguous", "page16", "page64"])
-def test_chunk_skips_tiles_before_the_chunk(page, splits, device):
+def test_chunk_skips_tiles_before_the_chunk(page, splits, device, monkeypatch):
     """The key tiles before the one holding the chunk's start are never read:
     the cache there holds NaN (a tile that were read would give NaN, since
     0 * NaN = NaN in P V) and its pages' block-table entries name no page
@@ -172,6 +172,9 @@ def test_chunk_skips_tiles_before_the_chunk(page, splits, device):
     cache bit for bit, and the reference.  As the window's left edge, this
     narrows each split's share of the tiles too."""
     dtype, block_n, chunk = torch.float16, 32, 40
+    # The poisoned range ends at a 32-key tile edge: the GPU's 64-key tiles would
+    # hold poisoned keys (masked, but 0 * NaN = NaN) and page entries named -1.
+    monkeypatch.setenv(decode.ENV_CONFIG, f"BLOCK_N={block_n}")
     lens, n_new, n_q = [100, 130, 61], 2, 2
     kv_end = [n + n_new for n in lens]  # 102, 132, 63: positions 100-101, 130-131 (crossing 120), 61-62
     starts = [(e - n_q) // chunk * chunk for e in kv_end]  # the first token's chunk start: 80, 120, 40

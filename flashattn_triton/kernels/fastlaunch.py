@@ -561,9 +561,11 @@ POISON = False
 
 def empty(shape, dtype: torch.dtype, device) -> torch.Tensor:
     """torch.empty, or NaN-filled under POISON (tests): a buffer the kernels
-    write completely before anything reads it."""
-    if POISON:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    write completely before anything reads it (shape: a tuple or an int, as
+    the replays of recorded scratch buffers pass it; integer buffers are not
+    poisoned, having no NaN)."""
+    if POISON and dtype.is_floating_point:
+        return torch.full((shape,) if isinstance(shape, int) else shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
 
