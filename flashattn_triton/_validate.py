@@ -338,6 +338,19 @@ def check_offsets(name: str, cu, device: Optional[torch.device] = None) -> None:
         raise ValueError(f"{name} must be on {device} like q, got {cu.device}")
 
 
+def offset_values(name: str, cu: torch.Tensor):
+    """(offsets, lengths) of a packed batch's offsets tensor read on the host
+    (check_inputs=True: a device synchronisation), after checking that they
+    start at 0 and do not decrease."""
+    offs = cu.tolist()
+    lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
+    if offs[0] != 0:
+        raise ValueError(f"{name}[0] must be 0, got {offs[0]}")
+    if any(n < 0 for n in lengths):
+        raise ValueError(f"{name} must be non-decreasing, got {offs}")
+    return offs, lengths
+
+
 def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
                      check_inputs: bool, paged: bool = False) -> None:
     """Packed-batch offsets.  What needs the values (monotone offsets, within
@@ -360,12 +373,7 @@ def check_cu_seqlens(cu_q, cu_k, max_q, max_k, q: torch.Tensor, k: torch.Tensor,
     if check_inputs:
         for name, cu, total, m in (("cu_seqlens_q", cu_q, q.shape[0], max_q),
                                    ("cu_seqlens_k", cu_k, k.shape[0], max_k))[:1 if paged else 2]:
-            offs = cu.tolist()
-            lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
-            if offs[0] != 0:
-                raise ValueError(f"{name}[0] must be 0, got {offs[0]}")
-            if any(n < 0 for n in lengths):
-                raise ValueError(f"{name} must be non-decreasing, got {offs}")
+            offs, lengths = offset_values(name, cu)
             if offs[-1] > total:
                 raise ValueError(f"{name}[-1]={offs[-1]} must equal the {total} packed rows: it points "
                                  f"past them (the kernels would read and write out of bounds)")
@@ -418,12 +426,7 @@ def check_paged_values(cu_k: torch.Tensor, max_k: int, block_table: torch.Tensor
     synchronisation): cu_seqlens_k starts at 0 and does not decrease, no
     sequence exceeds max_seqlen_k or its block-table row, and the pages the
     sequences use are within the pool."""
-    offs = cu_k.tolist()
-    lengths = [b - a for a, b in zip(offs[:-1], offs[1:])]
-    if offs[0] != 0:
-        raise ValueError(f"cu_seqlens_k[0] must be 0, got {offs[0]}")
-    if any(n < 0 for n in lengths):
-        raise ValueError(f"cu_seqlens_k must be non-decreasing, got {offs}")
+    _, lengths = offset_values("cu_seqlens_k", cu_k)
     if lengths and max(lengths) > max_k:
         raise ValueError(f"a sequence of {max(lengths)} keys exceeds max_seqlen_k={max_k}")
     capacity = block_table.shape[1] * page

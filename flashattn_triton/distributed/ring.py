@@ -101,7 +101,7 @@ import torch.distributed as dist
 from .. import ops
 from .._params import draw_dropout_seed
 from .._validate import (check_alibi, check_dropout, check_flag, check_offsets, check_qkv, check_scale,
-                         check_softcap, check_window)
+                         check_softcap, check_window, offset_values)
 from ..kernels.combine import merge_attention_states
 from ..reference import LN2, LOG2E
 from .sharding import check_sharding
@@ -1124,12 +1124,7 @@ def _check_varlen_inputs(q, k, v, cu_seqlens, max_seqlen, causal, sharding: str,
         raise ValueError(f"under zigzag sharding every document's local part holds two equal chunks, so the "
                          f"local packed length must be even; got q.shape[0]={q.shape[0]}")
     if check_inputs:
-        offs = cu_seqlens.tolist()
-        lengths = [e - a for a, e in zip(offs[:-1], offs[1:])]
-        if offs[0] != 0:
-            raise ValueError(f"cu_seqlens[0] must be 0, got {offs[0]}")
-        if any(n < 0 for n in lengths):
-            raise ValueError(f"cu_seqlens must be non-decreasing, got {offs}")
+        offs, lengths = offset_values("cu_seqlens", cu_seqlens)
         if offs[-1] != q.shape[0]:
             raise ValueError(f"cu_seqlens[-1]={offs[-1]} must equal the number of packed rows, "
                              f"q.shape[0]={q.shape[0]}")
