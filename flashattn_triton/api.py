@@ -568,10 +568,13 @@ def _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if return_attn_probs:
         raise NotImplementedError("flash_attn_varlen_func: return_attn_probs=True with block_table (a paged K / V) "
                                   "is not supported")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged K / V) has no backward: "
-                                  "q, k or v requires grad; call it under torch.no_grad() / "
-                                  "torch.inference_mode(), or pass contiguous packed K / V without block_table")
+    wanted = [n for n, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks), ("alibi_slopes", alibi_slopes))
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    if torch.is_grad_enabled() and wanted:
+        raise NotImplementedError(f"flash_attn_varlen_func with block_table (a paged K / V) has no backward: "
+                                  f"{', '.join(wanted)} require{'s' if len(wanted) == 1 else ''} grad; call it "
+                                  "under torch.no_grad() / torch.inference_mode(), or pass contiguous packed "
+                                  "K / V without block_table")
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q, k, check_inputs, paged=True)
     cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     if check_inputs:
