@@ -439,6 +439,8 @@ def varlen_paged_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         # The pools as (num_blocks, Hkv, page_size, d) views: the page stride
         # in the batch stride's place.
         kh, vh = k.transpose(1, 2), v.transpose(1, 2)
+        if block_table.shape[1] == 0:  # (no sequence has a key) the kernel reads entry 0 ahead of its loops
+            block_table = block_table.new_zeros(block_table.shape[0], 1)
         with _device_guard(q):
             for b, cu in _varlen_chunks(cu_seqlens_q, cu_seqlens_k, heads):
                 attention_forward(_bhnd(q, True), kh, vh, _bhnd(out, True), _lse_bhn(lse, True), softmax_scale, 0,

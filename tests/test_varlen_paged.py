@@ -286,6 +286,20 @@ def test_rows_without_keys_are_written(device, with_sinks):
     assert_close("lse of rows that see no key", lse[:, blind], want.double(), atol=1e-6)
 
 
+def test_table_without_columns(device):
+    """A batch in which no sequence has a key may pass a (B, 0) block table:
+    every row outputs 0 with LSE -inf (the kernels read page numbers a tile
+    ahead of their loops, never past a table's end)."""
+    cu_q = random_cu_seqlens([5, 9], device)
+    cu_k = random_cu_seqlens([0, 0], device)
+    q = rand((14, 2, 16), torch.float16, device)
+    pool = rand((3, 16, 1, 16), torch.float16, device)
+    table = torch.zeros(2, 0, dtype=torch.int32, device=device)
+    out, lse = fat.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 9, 1, block_table=table, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)), "rows without keys must output exactly 0"
+    assert torch.isneginf(lse).all(), "rows without keys must have LSE -inf"
+
+
 def test_block_table_positional(device):
     """flash-attn's positional order, block_table 16th: the keyword call's result."""
     a = _small_case(device)

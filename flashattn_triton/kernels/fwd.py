@@ -82,11 +82,14 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
     if SPLIT_QK:
         k_hi_ptrs = tile_ptrs(K, start_n.to(tl.int64), stride_kn, stride_kk, BLOCK_N, offs_d_hi)
     v_ptrs = tile_ptrs(V, start_n.to(tl.int64), stride_vn, stride_vk, BLOCK_N, offs_dv)
+    if PAGED:
+        page = page_numbers(BT, stride_btn, start_n, offs_n, n_k, 0, n_k, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
+    else:
+        page = 0
     for start in range(start_n, end_n, BLOCK_N):
         start = aligned_start(start, BLOCK_N)
         cols = start + offs_n
         if PAGED:
-            page = page_numbers(BT, stride_btn, start, offs_n, n_k, 0, n_k, PAGE_SIZE, PAGE_SIZE % BLOCK_N == 0)
             k_ptrs = paged_tile_ptrs(K, page, cols, stride_kz, stride_kn, stride_kk, offs_d, PAGE_SIZE)
             if SPLIT_QK:
                 k_hi_ptrs = paged_tile_ptrs(K, page, cols, stride_kz, stride_kn, stride_kk, offs_d_hi, PAGE_SIZE)
@@ -123,6 +126,9 @@ def _fwd_kv_loop(acc, l_i, m_i, q, q_hi, K, V, stride_kn, stride_kk, stride_vn, 
         m_i = m_new
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
+        if PAGED:  # the next tile's pages, a step ahead
+            page = page_numbers(BT, stride_btn, start + BLOCK_N, offs_n, n_k, 0, n_k, PAGE_SIZE,
+                                PAGE_SIZE % BLOCK_N == 0)
     return acc, l_i, m_i
 
 
