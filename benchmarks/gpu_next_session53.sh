@@ -5,7 +5,9 @@
 #     (no failure) and the forced Hopper tier 182 of ~207 (no failure): run both whole (they
 #     compile everything on a cold machine: give them 300 s). The paged varlen forward
 #     (flash_attn_varlen_func(block_table=)) read 0.76x the packed call on an H100
-#     (bench_varlen): time it on the H200 (bench_varlen's paged rows below).
+#     (bench_varlen); after that run (77acb49, no GPU since) each loop reads the next tile's page
+#     numbers a step ahead (compile: the packed build's 128 KiB of staging instead of 96): its
+#     GPU tests (test_varlen_paged.py, first group) and its time (bench_varlen's paged rows).
 #  00. Session 52 (no device started: refused from 23:24 to 01:00 UTC): chunked attention
 #     (attention_chunk: MASK_CHUNK in the shared helpers of the portable forward / backward,
 #     never the Hopper tier) has run in the interpreter only: tests/test_chunk.py and the
