@@ -342,13 +342,18 @@ def test_causal_chunks_visit_tiles_in_proportion_to_the_chunk():
 # Plumbing: validation, plans, the op schema, the tiers
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("chunk,exc,msg", [
+# Bad chunk sizes and what every entry that takes attention_chunk says of them
+# (also test_kvcache_chunk.py's flash_attn_with_kvcache).
+BAD_CHUNKS = [
     (-1, ValueError, r"attention_chunk must be >= 0 \(0 = off\), got -1"),
     (16.0, TypeError, r"attention_chunk must be an int \(the chunk size, 0 = off\), got float 16.0"),
     (True, TypeError, r"attention_chunk must be an int .*, got bool True"),
     ("16", TypeError, r"attention_chunk must be an int .*, got str '16'"),
     (None, TypeError, r"attention_chunk must be an int .*, got NoneType None"),
-])
+]
+
+
+@pytest.mark.parametrize("chunk,exc,msg", BAD_CHUNKS)
 def test_bad_attention_chunk(device, chunk, exc, msg):
     q, k, v = make_qkv(1, 8, 8, 2, 2, 16, torch.float16, device, requires_grad=False)
     with pytest.raises(exc, match=msg):

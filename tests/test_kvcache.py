@@ -542,17 +542,26 @@ def test_empty_batch_and_query(device):
     assert out.shape == (2, 0, 4, 16) and lse.shape == (2, 4, 0)
 
 
-def test_torch_fallback(monkeypatch):
-    """CPU without Triton's interpreter: the PyTorch path has the same semantics."""
-    monkeypatch.setattr(kvc, "INTERPRET", False)
+def check_fallback_paged(n_q, **options):
+    """check() on the CPU of a paged step (16-token pages, 2 sequences of 0
+    and 50 cached tokens, left padding 0 / 7, n_q tokens appended and rotated,
+    Hq 4 / Hkv 2, d 32, float32) with ``options``; the caller has turned the
+    interpreter off, so the PyTorch fallback runs."""
     cpu, dtype = torch.device("cpu"), torch.float32
-    q = rnd(cpu, dtype, 2, 2, 4, 32)
+    q = rnd(cpu, dtype, 2, n_q, 4, 32)
     k_cache, v_cache, table = make_cache(cpu, 2, 64, 2, 32, dtype, 16)
     angle = torch.rand(64, 8) * 2 * math.pi
     check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(cpu, [0, 50]),
           k=rnd(cpu, dtype, 2, 2, 2, 32), v=rnd(cpu, dtype, 2, 2, 2, 32), cos=torch.cos(angle),
-          sin=torch.sin(angle), interleaved=False, causal=True, leftpad=ints(cpu, [0, 7]), softcap=4.0,
-          alibi=torch.rand(4) * 0.3, window=(20, -1))
+          sin=torch.sin(angle), leftpad=ints(cpu, [0, 7]), **options)
+
+
+def test_torch_fallback(monkeypatch):
+    """CPU without Triton's interpreter: the PyTorch path has the same semantics."""
+    monkeypatch.setattr(kvc, "INTERPRET", False)
+    cpu = torch.device("cpu")
+    check_fallback_paged(2, interleaved=False, causal=True, softcap=4.0, alibi=torch.rand(4) * 0.3,
+                         window=(20, -1))
     q = rnd(cpu, torch.bfloat16, 2, 1, 4, 32)
     k_cache, v_cache, _ = make_cache(cpu, 3, 40, 2, 32, torch.bfloat16)
     check(q, k_cache, v_cache, torch.bfloat16, batch_idx=ints(cpu, [2, 0]), seqlens=ints(cpu, [40, 11]))
@@ -718,27 +727,41 @@ def test_combine_kernel(device):
 # torch.compile, validation
 # ---------------------------------------------------------------------------
 
-def test_torch_compile_fullgraph(device):
-    """One graph (no break) with the append visible in the caller's cache."""
+def check_compiled_step(device, n_q, lens, chunk=0):
+    """A causal decode step on a 16-token-page cache (2 sequences of lengths
+    ``lens`` before the append, n_q new tokens, Hq 4 / Hkv 2, d 16, fp16)
+    compiled with torch.compile(fullgraph=True) (aot_eager): one graph (no
+    break), the eager call within the tolerance rule of the float64
+    reference, and the compiled call equal to it, with the append visible in
+    the caller's cache."""
     import torch._dynamo
     torch._dynamo.reset()
     dtype = torch.float16
-    q = rnd(device, dtype, 2, 1, 4, 16)
+    q = rnd(device, dtype, 2, n_q, 4, 16)
     k_cache, v_cache, table = make_cache(device, 2, 64, 2, 16, dtype, 16)
-    k, v = rnd(device, dtype, 2, 1, 2, 16), rnd(device, dtype, 2, 1, 2, 16)
-    lens = ints(device, [10, 40])
+    k, v = rnd(device, dtype, 2, n_q, 2, 16), rnd(device, dtype, 2, n_q, 2, 16)
+    lens = ints(device, lens)
 
     def step(q, kc, vc, k, v, lens, table):
         return flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True,
-                                       return_softmax_lse=True)
+                                       return_softmax_lse=True, attention_chunk=chunk)
 
     kc_e, vc_e = k_cache.clone(), v_cache.clone()
     out_e, lse_e = step(q, kc_e, vc_e, k, v, lens, table)
+    ref = reference(q, k_cache, v_cache, k, v, seqlens=lens, block_table=table, causal=True, chunk=chunk)
+    base = reference(q, k_cache, v_cache, k, v, seqlens=lens, block_table=table, causal=True, chunk=chunk,
+                     dtype=dtype)
+    assert_close("out", out_e, ref[0], base[0], 2.0, dtype)
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     kc_c, vc_c = k_cache.clone(), v_cache.clone()
     out_c, lse_c = compiled(q, kc_c, vc_c, k, v, lens, table)
     assert torch.equal(out_c, out_e) and torch.equal(lse_c, lse_e)
     assert torch.equal(kc_c, kc_e) and torch.equal(vc_c, vc_e), "the compiled call did not append in place"
+
+
+def test_torch_compile_fullgraph(device):
+    """One graph (no break) with the append visible in the caller's cache."""
+    check_compiled_step(device, 1, [10, 40])
 
 
 def test_custom_op_registered(device):

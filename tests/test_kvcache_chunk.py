@@ -25,7 +25,9 @@ import flashattn_triton.kernels.decode as decode
 from flashattn_triton._kvcache import flash_attn_with_kvcache
 from flashattn_triton.reference import attention_ref
 from _utils import DTYPES, assert_close
-from test_kvcache import check, ints, logical_cache, make_cache, reference, rnd, write_cache
+from test_chunk import BAD_CHUNKS
+from test_kvcache import (check, check_compiled_step, check_fallback_paged, ints, logical_cache, make_cache,
+                          reference, rnd, write_cache)
 
 
 def sees_nothing(lens, n_new, n_q):
@@ -384,13 +386,8 @@ def test_chunk_torch_fallback(monkeypatch):
     """CPU without Triton's interpreter: the PyTorch path has the same chunks."""
     monkeypatch.setattr(kvc, "INTERPRET", False)
     cpu, dtype = torch.device("cpu"), torch.float32
+    check_fallback_paged(3, window=(20, -1), causal=True, chunk=16, sinks=torch.randn(4))
     q = rnd(cpu, dtype, 2, 3, 4, 32)
-    k_cache, v_cache, table = make_cache(cpu, 2, 64, 2, 32, dtype, 16)
-    angle = torch.rand(64, 8) * 2 * math.pi
-    check(q, k_cache, v_cache, dtype, block_table=table, seqlens=ints(cpu, [0, 50]),
-          k=rnd(cpu, dtype, 2, 2, 2, 32), v=rnd(cpu, dtype, 2, 2, 2, 32), cos=torch.cos(angle),
-          sin=torch.sin(angle), leftpad=ints(cpu, [0, 7]), window=(20, -1), causal=True, chunk=16,
-          sinks=torch.randn(4))
     k_cache, v_cache, _ = make_cache(cpu, 2, 64, 2, 32, dtype)
     check(q, k_cache, v_cache, dtype, seqlens=ints(cpu, [1, 50]), chunk=23)  # positions -2..0 and 47..49
 
@@ -399,13 +396,7 @@ def test_chunk_torch_fallback(monkeypatch):
 # API: validation, op schema, torch.compile
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("chunk,exc,match", [
-    (-1, ValueError, r"attention_chunk must be >= 0 \(0 = off\), got -1"),
-    (1.5, TypeError, r"attention_chunk must be an int \(the chunk size, 0 = off\), got float 1.5"),
-    (True, TypeError, r"attention_chunk must be an int .*got bool"),
-    ("8", TypeError, r"attention_chunk must be an int .*got str"),
-    (None, TypeError, r"attention_chunk must be an int .*got NoneType"),
-])
+@pytest.mark.parametrize("chunk,exc,match", BAD_CHUNKS)
 def test_chunk_validation(chunk, exc, match):
     q = torch.randn(2, 1, 4, 16, dtype=torch.float16)
     kc = torch.randn(2, 32, 2, 16, dtype=torch.float16)
@@ -440,29 +431,7 @@ def test_chunk_in_op_schemas(device):
 
 def test_chunk_torch_compile_fullgraph(device):
     """The chunk passes through torch.compile(fullgraph=True) (aot_eager)."""
-    import torch._dynamo
-    torch._dynamo.reset()
-    dtype = torch.float16
-    q = rnd(device, dtype, 2, 2, 4, 16)
-    k_cache, v_cache, table = make_cache(device, 2, 64, 2, 16, dtype, 16)
-    k, v = rnd(device, dtype, 2, 2, 2, 16), rnd(device, dtype, 2, 2, 2, 16)
-    lens = ints(device, [14, 40])
-
-    def step(q, kc, vc, k, v, lens, table):
-        return flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True,
-                                       return_softmax_lse=True, attention_chunk=16)
-
-    kc_e, vc_e = k_cache.clone(), v_cache.clone()
-    out_e, lse_e = step(q, kc_e, vc_e, k, v, lens, table)
-    ref = reference(q, k_cache, v_cache, k, v, seqlens=lens, block_table=table, causal=True, chunk=16)
-    base = reference(q, k_cache, v_cache, k, v, seqlens=lens, block_table=table, causal=True, chunk=16,
-                     dtype=dtype)
-    assert_close("out", out_e, ref[0], base[0], 2.0, dtype)
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    kc_c, vc_c = k_cache.clone(), v_cache.clone()
-    out_c, lse_c = compiled(q, kc_c, vc_c, k, v, lens, table)
-    assert torch.equal(out_c, out_e) and torch.equal(lse_c, lse_e)
-    assert torch.equal(kc_c, kc_e) and torch.equal(vc_c, vc_e)
+    check_compiled_step(device, 2, [14, 40], chunk=16)
 
 
 # ---------------------------------------------------------------------------
