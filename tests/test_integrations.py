@@ -12,7 +12,8 @@ at most 2x / 3x that of the SDPA model in the test dtype, plus one ulp.
 Padded batches go through ``flash_attn_varlen_func`` (a spy checks the
 segments); sliding windows through ``window_size``, also while decoding with
 the sliding-window cache; Gemma-2 softcap against the eager implementation;
-packed sequences through the block-diagonal mask and our SDPA's attn_mask.
+packed sequences (position_ids restarting) through the varlen kernel over the
+documents that Transformers' block-diagonal mask carries.
 Models that ask for the mask materialised and add to it (Doge, Falcon with
 ALiBi) or concatenate it (T5Gemma2), static caches, and padded cross-attention
 with a decoder longer than the encoder input (BART) against eager / SDPA;
@@ -441,12 +442,95 @@ def test_gpt_oss_padded_matches_eager(monkeypatch):
     assert calls and calls[0][4]["sinks"] is not None, "the padded batch did not take the varlen route with sinks"
 
 
-def test_packed_sequences_match_sdpa():
-    """Two sequences packed in one row (position_ids restart): Transformers
-    builds a block-diagonal 4-D mask, which goes to our SDPA's attn_mask."""
-    ids = torch.randint(0, VOCAB, (1, SEQ))
-    pos = torch.cat([torch.arange(5), torch.arange(SEQ - 5)])[None]
-    _compare(_models("llama", "sdpa", torch.float32), ids, torch.float32, label="packed", position_ids=pos)
+def _restarts(*rows):
+    """position_ids (len(rows), n) of documents packed end to end: row r holds
+    documents of the lengths rows[r] (they must add up to the same n), each
+    numbered from 0."""
+    return torch.stack([torch.cat([torch.arange(m) for m in lens]) for lens in rows])
+
+
+@pytest.mark.parametrize("kind, rows, over", [
+    ("llama", [[5, 7]], {}),
+    ("llama", [[3, 1, 8], [12]], {}),              # two rows: one doc of one token, one row unpacked
+    ("mistral", [[7, 5], [2, 10]], {"sliding_window": 3}),   # the window counted inside each document
+])
+def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
+    """Documents packed in rows, told only by position_ids restarting
+    (DataCollatorWithFlattening's default, TRL's padding-free batches):
+    Transformers builds a block-diagonal 4-D mask; it carries the documents
+    and the layers run flash_attn_varlen_func over them (each document
+    attends within itself), not the mask.  Logits and gradients against the
+    float64 model, with SDPA's error as the baseline.  (Not every model
+    passes position_ids to the mask builder: gpt-oss does not, and attends
+    across the documents with every implementation.)"""
+    calls = _spy_varlen(monkeypatch)
+    pos = _restarts(*rows)
+    ids = torch.randint(0, VOCAB, pos.shape)
+    models = _models(kind, "sdpa", torch.float32, **over)
+    for m in models:
+        m.train()  # a training step: no cache, so Transformers looks for packing
+    _compare(models, ids, torch.float32, label=f"{kind} packed {rows}", position_ids=pos)
+    n = pos.shape[1]
+    bounds = [0]
+    for r, lens in enumerate(rows):
+        for m in lens:
+            bounds.append(bounds[-1] + m)
+    assert calls, "the packed documents did not take the varlen route"
+    for cq, ck, max_q, max_k, kw in calls:
+        assert cq == ck == bounds and max_q == max_k == max(max(lens) for lens in rows) and kw["causal"]
+        assert bounds[-1] == len(rows) * n
+
+
+def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
+    """The documents ride on the 4-D mask tensor; a model that builds its own
+    mask from it (Doge adds a learnable bias: a new tensor) reads the mask,
+    and so does a layer whose causality or window is not the pattern's."""
+    from transformers import masking_utils as mu
+
+    pos = _restarts([5, 7])
+    # Transformers from 5.2x remaps the positions inside each document first; 5.17 does not.
+    remap = getattr(mu, "remap_positions_for_packed_sequence", lambda fn, _: fn)
+    fn = mu.and_masks(remap(mu.causal_mask_function, pos),
+                      mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
+    mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False)
+    docs = getattr(mask, hf._DOCUMENTS)
+    assert docs["cu_seqlens"].tolist() == [0, 5, 12] and docs["max_seqlen"] == 7 and docs["causal"]
+    want = (pos[0][:, None] >= pos[0][None, :]) & ((torch.arange(12) < 5)[:, None] == (torch.arange(12) < 5)[None])
+    assert torch.equal(mask[0, 0], want), "the 4-D mask is Transformers' own"
+    assert hf._documents_apply(docs, 1, 12, 12, True, None, 0)
+    assert not hf._documents_apply(docs, 1, 12, 12, False, None, 0)   # a bidirectional layer
+    assert not hf._documents_apply(docs, 1, 12, 12, True, 4, 0)       # a window the mask has not
+    assert not hf._documents_apply(docs, 1, 12, 12, True, None, 4)    # chunks
+    assert not hf._documents_apply(docs, 2, 12, 12, True, None, 0)
+    # A user overlay on top of the packing (an and_mask_function): the mask alone.
+    extra = mu.and_masks(mu.causal_mask_function, lambda b, h, q, kv: kv != 2)
+    fn = mu.and_masks(remap(extra, pos),
+                      mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
+    mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False,
+                             use_vmap=True)
+    assert not hasattr(mask, hf._DOCUMENTS)
+    calls = _spy_varlen(monkeypatch)
+    q = torch.randn(1, 2, 12, 16)
+
+    class Layer(torch.nn.Module):
+        is_causal = True
+
+    got, _ = hf.attention_forward(Layer(), q, q, q, mask + 0 == 1)   # an altered (new) mask tensor
+    assert not calls
+    want = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    torch.testing.assert_close(got.transpose(1, 2), want)
+
+
+def test_packed_sequences_by_position_ids_doge_reads_its_mask():
+    """Doge asks for the mask materialised and adds to it: with packed
+    documents it still matches eager (it gets the 4-D mask, not the documents)."""
+    _needs_mask_asking("doge")
+    pos = _restarts([5, 7])
+    ids = torch.randint(0, VOCAB, pos.shape)
+    models = _models("doge", "eager", torch.float32)
+    for m in models:
+        m.train()
+    _compare(models, ids, torch.float32, label="doge packed", position_ids=pos, grad_factors={"self_attn.A": 8.0})
 
 
 def _spy_chunks(monkeypatch):

@@ -27,9 +27,12 @@ no padding (mask builder returns None)      ``flash_attn_func`` (causal bottom-r
                                             attends the right keys), GQA without repeating K/V
 padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the packed tokens
                                             (:func:`unpad` / :func:`pad`, no host sync)
-any other pattern (packed sequences by      the 4-D boolean mask of Transformers' SDPA builder,
-position_ids, or/and mask overlays, a       given to ``scaled_dot_product_attention(attn_mask=)``
-user 4-D mask, chunked attention after a
+documents packed in rows (position_ids      ``flash_attn_varlen_func`` over the documents, which
+restarting; no padding, no cache)           the 4-D mask (still built, below) carries; one host
+                                            read per model forward
+any other pattern (or/and mask overlays,    the 4-D boolean mask of Transformers' SDPA builder,
+a user 4-D mask, packed documents under     given to ``scaled_dot_product_attention(attn_mask=)``
+compile, chunked attention after a
 sliding cache dropped keys), and a
 materialised mask asked for
 (``allow_is_causal_skip=False``)
@@ -185,6 +188,20 @@ def attention_mask(
     )
     if mask_function is None:
         mask_function = mu.causal_mask_function
+    documents = _position_documents(mask_function, mu, q_length, kv_length, q_offset, kv_offset, attention_mask)
+    if documents is not None:
+        # Documents packed in rows, told by position_ids restarting (Transformers'
+        # packed_sequence_mask): the 4-D mask is built as for SDPA, so a model that
+        # adds to it or indexes it gets what it expects, and it carries the
+        # documents; attention_forward runs the varlen kernel on them when it gets
+        # the very same tensor (an altered mask is a new tensor without them).
+        mask = mu.sdpa_mask(
+            batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+            local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+        if isinstance(mask, torch.Tensor):
+            setattr(mask, _DOCUMENTS, documents)
+        return mask
     # None (and the 2-D padding mask) mean the kernels' own causal masking,
     # aligned bottom-right: right when the keys end at the last query, not
     # against a static cache's kv_length slots with unfilled ones at the end.
@@ -275,6 +292,74 @@ def _is_sliding_window_causal(mask_function, mu) -> bool:
     parts = _and_mask_parts(mask_function, mu)
     return (len(parts) == 2 and parts[1] is mu.causal_mask_function
             and getattr(parts[0], "__qualname__", "") == f"{mu.sliding_window_overlay.__name__}.<locals>.inner_mask")
+
+
+# The attribute of a 4-D mask from attention_mask() that carries its packed documents.
+_DOCUMENTS = "_flashattn_triton_documents"
+
+
+def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offset, kv_offset,
+                        attention_mask) -> Optional[dict]:
+    """The documents of a pattern that Transformers built from position_ids
+    restarting inside rows (and no padding mask, no cache):
+    and_masks(remap_positions_for_packed_sequence(base, position_ids),
+    packed_sequence_mask_function(doc)) with base plain causal, bidirectional
+    or a causal sliding window.  Key j is then visible from query i iff
+    doc[i] == doc[j] and base holds for their positions; positions rise by one
+    inside a document (a new one starts wherever they do not), so base holds
+    for the positions iff it holds for the indices in the document, which is
+    flash_attn_varlen_func over the documents.  Returns {"cu_seqlens": int32
+    (documents + 1,) over the rows laid end to end, "max_seqlen", "batch",
+    "seqlen", "causal", "window": Transformers' W or None}; None for any other
+    pattern, and while compiling (finding the documents reads them on the host:
+    one sync per model forward, the same as Transformers' own packing check)."""
+    if attention_mask is not None or q_length != kv_length:
+        return None
+    if isinstance(q_offset, torch.Tensor) or isinstance(kv_offset, torch.Tensor) or q_offset != 0 or kv_offset != 0:
+        return None
+    parts = _and_mask_parts(mask_function, mu)
+    if len(parts) != 2 or not _qualname_is(parts[1], "packed_sequence_mask_function"):
+        return None
+    doc = _closure_value(parts[1], "packed_sequence_mask")
+    base = parts[0]
+    if _qualname_is(base, "remap_positions_for_packed_sequence"):
+        base = _closure_value(base, "mask_function")
+    if base is mu.causal_mask_function:
+        causal, window = True, None
+    elif base is mu.bidirectional_mask_function:
+        causal, window = False, None
+    elif base is not None and _is_sliding_window_causal(base, mu):
+        causal, window = True, _closure_value(_and_mask_parts(base, mu)[0], "sliding_window")
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            return None
+    else:
+        return None
+    if not isinstance(doc, torch.Tensor) or doc.dim() != 2 or doc.shape[1] != q_length:
+        return None
+    if torch.compiler.is_compiling():
+        return None
+    batch, seqlen = doc.shape
+    # A document starts at each row's first token and wherever the id changes.
+    starts = torch.ones(doc.shape, dtype=torch.bool, device=doc.device)
+    starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    first = starts.reshape(-1).nonzero().reshape(-1).cpu()  # the one host sync
+    cu = torch.cat((first, torch.tensor([batch * seqlen]))).to(torch.int32)
+    return {"cu_seqlens": cu.to(doc.device, non_blocking=True), "max_seqlen": int(torch.diff(cu).max()),
+            "batch": batch, "seqlen": seqlen, "causal": causal, "window": window}
+
+
+def _qualname_is(fn, factory: str) -> bool:
+    """Whether fn is the inner_mask closure made by masking_utils' factory."""
+    return getattr(fn, "__qualname__", "") == f"{factory}.<locals>.inner_mask"
+
+
+def _closure_value(fn, name: str):
+    """The value of closure variable `name` of fn, None if it has none."""
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    cells = getattr(fn, "__closure__", None) or ()
+    if name not in names or len(cells) != len(names):
+        return None
+    return cells[names.index(name)].cell_contents
 
 
 # ---------------------------------------------------------------------------
@@ -497,6 +582,18 @@ def attention_forward(
                                  _layer_chunk(module)), None
 
     if attention_mask.dim() == 4:
+        documents = getattr(attention_mask, _DOCUMENTS, None)
+        if documents is not None and _documents_apply(documents, batch, n_q, n_k, causal, sliding_window,
+                                                      _layer_chunk(module)):
+            # Rows of documents packed by position_ids: each attends within itself.
+            h_q, h_k = q.shape[2], k.shape[2]
+            total = batch * n_q
+            out = fat.flash_attn_varlen_func(
+                q.reshape(total, h_q, q.shape[3]), k.reshape(total, h_k, k.shape[3]),
+                v.reshape(total, h_k, v.shape[3]), documents["cu_seqlens"], documents["cu_seqlens"],
+                documents["max_seqlen"], documents["max_seqlen"], dropout_p=dropout_p, softmax_scale=scaling,
+                causal=causal, window_size=window, softcap=cap, sinks=sinks)
+            return out.reshape(batch, n_q, h_q, out.shape[-1]), None
         # The 4-D mask already holds causality and any window.
         from flashattn_triton.api import _sdpa
         out = _sdpa(query, key, value, attention_mask, dropout_p, False, scaling, query.shape[1] != key.shape[1],
@@ -524,6 +621,15 @@ def _packed_documents(kwargs, batch: int, n_q: int, n_k: int):
         m = kwargs.get(name)
         maxima.append(int(m) if isinstance(m, int) and 0 < m <= n else n)
     return cu_q.to(torch.int32), cu_k.to(torch.int32), maxima[0], maxima[1]
+
+
+def _documents_apply(documents: dict, batch: int, n_q: int, n_k: int, causal: bool, sliding_window,
+                     chunk: int) -> bool:
+    """Whether the layer's own pattern (causal, window, chunks) is the one the
+    mask's documents were found for; if not, the 4-D mask is read instead."""
+    window = documents["window"]
+    return (documents["batch"] == batch and documents["seqlen"] == n_q == n_k and documents["causal"] == causal
+            and chunk == 0 and (sliding_window is None if window is None else sliding_window == window))
 
 
 def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None, chunk=0):
