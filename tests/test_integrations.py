@@ -492,7 +492,8 @@ def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
     remap = getattr(mu, "remap_positions_for_packed_sequence", lambda fn, _: fn)
     fn = mu.and_masks(remap(mu.causal_mask_function, pos),
                       mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
-    mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False)
+    mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False,
+                             device=pos.device)
     docs = getattr(mask, hf._DOCUMENTS)
     assert docs["cu_seqlens"].tolist() == [0, 5, 12] and docs["max_seqlen"] == 7 and docs["causal"]
     want = (pos[0][:, None] >= pos[0][None, :]) & ((torch.arange(12) < 5)[:, None] == (torch.arange(12) < 5)[None])
@@ -507,7 +508,7 @@ def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
     fn = mu.and_masks(remap(extra, pos),
                       mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
     mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False,
-                             use_vmap=True)
+                             use_vmap=True, device=pos.device)
     assert not hasattr(mask, hf._DOCUMENTS)
     calls = _spy_varlen(monkeypatch)
     q = torch.randn(1, 2, 12, 16)

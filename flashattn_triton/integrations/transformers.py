@@ -343,7 +343,7 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     starts = torch.ones(doc.shape, dtype=torch.bool, device=doc.device)
     starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
     first = starts.reshape(-1).nonzero().reshape(-1).cpu()  # the one host sync
-    cu = torch.cat((first, torch.tensor([batch * seqlen]))).to(torch.int32)
+    cu = torch.cat((first, torch.tensor([batch * seqlen], device="cpu"))).to(torch.int32)
     return {"cu_seqlens": cu.to(doc.device, non_blocking=True), "max_seqlen": int(torch.diff(cu).max()),
             "batch": batch, "seqlen": seqlen, "causal": causal, "window": window}
 
