@@ -88,6 +88,45 @@ def takes_chunk(attention_chunk: int) -> bool:
     return attention_chunk == 0
 
 
+# Chunks as sequences.  With seqlen_q == seqlen_k = n, a multiple of the chunk
+# size C, chunked attention is the same attention over the batch reshaped to
+# (batch * n / C, C, ...): query i and key j share a chunk iff they fall in
+# the same C-row slice, and the causal / window / ALiBi rules are relative
+# (i - j), so they read the same inside a slice.  The reshaped call has no
+# chunk and takes the Hopper tier, which has no chunk mask (takes_chunk).
+# None: where the Hopper tier runs; True / False: always / never (tests).
+CHUNKS_AS_SEQUENCES: Optional[bool] = None
+# Below one 128-row query tile of the Hopper forward a chunk would leave most
+# of each tile empty; such calls stay on the portable kernels' chunk mask.
+CHUNK_SEQUENCE_MIN = 128
+
+
+def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bool:
+    """Whether flash_attn_func runs this chunked call as one sequence per
+    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch and length n, n a
+    multiple of C with n > C, and no dropout (its pattern is drawn from the
+    positions in the call, which the reshape would renumber); ALiBi slopes
+    (Hq,) or (batch, Hq).  Anything malformed is left to the full path's
+    checks."""
+    choice = CHUNKS_AS_SEQUENCES
+    if choice is False or attention_chunk.__class__ is not int or attention_chunk <= 0:
+        return False
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return False
+    n = q.shape[1]
+    if (k.shape[1] != n or v.shape[1] != n or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]
+            or n <= attention_chunk or n % attention_chunk or dropout_p.__class__ not in (int, float)
+            or dropout_p != 0):
+        return False
+    if alibi_slopes is not None and not (isinstance(alibi_slopes, torch.Tensor) and (
+            alibi_slopes.shape == (q.shape[2],) or alibi_slopes.shape == (q.shape[0], q.shape[2]))):
+        return False
+    if choice is None:
+        return (attention_chunk >= CHUNK_SEQUENCE_MIN and q.device.type == "cuda" and backend() != "portable"
+                and hopper_available(cuda_index(q.device)))
+    return True
+
+
 def use_hopper_backward(device: torch.device, window, deterministic: bool,
                         seqlen: int = 1 << 30, head_dim: int = 128, head_dim_v: Optional[int] = None,
                         attention_chunk: int = 0) -> bool:

@@ -9,6 +9,7 @@ from typing import Dict, Literal, Optional, Tuple, Union, overload
 import torch
 
 from . import ops
+from ._dispatch import chunks_as_sequences
 from ._params import AttnParams, draw_dropout_seed
 from .kernels.launch import env_snapshot
 from .reference import LN2
@@ -353,7 +354,12 @@ def flash_attn_func(
             window_size by intersection: Llama 4 passes causal=True, each
             query then attends the keys from its chunk's start up to itself.
             Key tiles outside a query tile's chunks are skipped: O(seqlen * C).
-            Runs on the portable kernels (never the Hopper tier).
+            Runs on the portable kernels' chunk mask, except where the
+            Hopper tier runs and seqlen_q == seqlen_k is a multiple of C
+            (C >= 128, no dropout): each chunk is then a sequence of its own
+            (batch * seqlen / C sequences of C rows; a copy of q, k, v when
+            their strides allow no such view) and the call runs without
+            chunks, on the Hopper kernels.
 
     Every variant combines with the others, with causal / window masks, GQA
     and headdim_v != headdim, forward and backward; docs/variants.md has the
@@ -374,6 +380,9 @@ def flash_attn_func(
             each row of the modified scores (-inf for rows that see no key).
         S_dmask (with return_attn_probs): see return_attn_probs.
     """
+    if chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes):
+        return _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                    return_attn_probs, return_lse, sinks, attention_chunk)
     key = None
     if not torch.compiler.is_compiling():
         key = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
@@ -401,6 +410,30 @@ def flash_attn_func(
             return result
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
+
+
+def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                         return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
+    """flash_attn_func with attention_chunk=chunk over n = seqlen_q = seqlen_k
+    keys, n a multiple of chunk, as the call without chunks on batch * n /
+    chunk sequences of chunk rows (_dispatch.chunks_as_sequences says when).
+    A (batch, Hq) ALiBi slope row repeats for its row's chunks; the LSE
+    (batch * m, Hq, chunk) goes back to (batch, Hq, n)."""
+    b, n, h = q.shape[0], q.shape[1], q.shape[2]
+    m = n // chunk
+
+    def split(t):  # (b, n, H, d) -> (b * m, chunk, H, d): a view where the strides allow it
+        return t.reshape(b * m, chunk, *t.shape[2:])
+
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_slopes = alibi_slopes.repeat_interleave(m, dim=0)
+    res = flash_attn_func(split(q), split(k), split(v), 0.0, softmax_scale, causal, window_size, softcap,
+                          alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
+    if isinstance(res, torch.Tensor):
+        return res.reshape(b, n, *res.shape[2:])
+    out = res[0].reshape(b, n, *res[0].shape[2:])
+    lse = res[1].reshape(b, m, h, chunk).transpose(1, 2).reshape(b, h, n)
+    return (out, lse, None) if return_attn_probs else (out, lse)
 
 
 @overload

@@ -6,7 +6,9 @@ packed batches), sees key j only if j // C == p // C (floor division; rows
 with p < 0 see nothing: zeros, LSE -inf), intersected with the causal /
 window rule.  C = 0 is off.  The kernels skip the key (query) tiles outside
 a tile's chunks instead of masking them (kernels/tiles.py), mask the tiles a
-chunk boundary crosses, and never run on the Hopper tier.
+chunk boundary crosses, and never run on the Hopper tier; where that tier
+runs, a call with Nq == Nk a multiple of C is instead reshaped to one
+sequence per chunk (forced here by _dispatch.CHUNKS_AS_SEQUENCES).
 
 Every comparison is against the float64 reference (reference.py's chunk
 rule) within the usual tolerance (testing.py: 2x / 3x PyTorch's own error in
@@ -410,6 +412,95 @@ def test_return_attn_probs_show_the_chunks(device):
     _, _, p = attention_ref(q.transpose(1, 2).double(), k.transpose(1, 2).double(), v.transpose(1, 2).double(),
                             causal_shift=0, attention_chunk=16, return_probs=True)
     assert_close("|S_dmask|", probs.abs().double(), p, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Chunks as sequences: seqlen_q == seqlen_k a multiple of C, the call reshaped
+# to one sequence per chunk (_dispatch.CHUNKS_AS_SEQUENCES; automatic only
+# where the Hopper tier runs, forced here)
+# ---------------------------------------------------------------------------
+
+def _spy_sequences(monkeypatch):
+    """Force the reshape; [(chunk,)] for every call that took it."""
+    from flashattn_triton import _dispatch, api
+    monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", True)
+    taken: list = []
+    real = api._chunks_as_sequences
+
+    def spy(*args):
+        taken.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(api, "_chunks_as_sequences", spy)
+    return taken
+
+
+@pytest.mark.parametrize("batch,n,h_q,h_kv,d,chunk,causal,window,dtype,layout", [
+    pytest.param(2, 96, 4, 2, 32, 32, True, (-1, -1), torch.float16, "contiguous", id="C32-causal-gqa-fp16"),
+    pytest.param(1, 64, 2, 1, 40, 16, False, (5, 3), torch.bfloat16, "contiguous", id="C16-window5,3-mqa-bf16"),
+    pytest.param(2, 75, 2, 2, 16, 25, True, (7, 0), torch.float32, "bhnd", id="C25-causal-window7-bhnd-fp32"),
+])
+def test_chunks_as_sequences_match_reference(device, monkeypatch, batch, n, h_q, h_kv, d, chunk, causal, window,
+                                            dtype, layout):
+    """The reshaped call gives the chunked attention: out, LSE (back in
+    (B, Hq, N) order) and gradients against the float64 reference, also
+    for q, k, v viewed from (B, H, N, d) (the reshape copies them)."""
+    taken = _spy_sequences(monkeypatch)
+    q, k, v = make_qkv(batch, n, n, h_q, h_kv, d, dtype, device, requires_grad=False)
+    if layout == "bhnd":
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+        assert not q.is_contiguous()
+    _check(q, k, v, chunk, causal, window)
+    assert taken and set(taken) == {chunk}
+
+
+def test_chunks_as_sequences_with_variants(device, monkeypatch):
+    """softcap, sinks and (batch, Hq) ALiBi slopes (each row's repeated for
+    its chunks) through the reshape, against the reference."""
+    taken = _spy_sequences(monkeypatch)
+    q, k, v = make_qkv(2, 48, 48, 2, 1, 32, torch.float32, device, requires_grad=False)
+    slopes = torch.stack([alibi_slopes(2, device), 0.5 * alibi_slopes(2, device)])
+    _check(q, k, v, 16, True, softcap=20.0, alibi_slopes=slopes, sinks=torch.randn(2, device=device))
+    assert taken == [16]
+
+
+def test_chunks_as_sequences_return_forms(device, monkeypatch):
+    """The plain, return_lse and return_attn_probs forms keep their shapes
+    (S_dmask None without dropout) and agree with the chunk mask's."""
+    from flashattn_triton import _dispatch
+    q, k, v = make_qkv(2, 64, 64, 2, 2, 16, torch.float32, device, requires_grad=False)
+    want = flash_attn_func(q, k, v, causal=True, return_lse=True, attention_chunk=16)
+    monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", True)
+    out = flash_attn_func(q, k, v, causal=True, attention_chunk=16)
+    out2, lse = flash_attn_func(q, k, v, causal=True, return_lse=True, attention_chunk=16)
+    out3, lse3, probs = flash_attn_func(q, k, v, causal=True, return_attn_probs=True, attention_chunk=16)
+    assert out.shape == q.shape and lse.shape == (2, 2, 64) and probs is None
+    for name, got, ref in (("out", out, want[0]), ("out", out2, want[0]), ("lse", lse, want[1]),
+                           ("out", out3, want[0]), ("lse", lse3, want[1])):
+        assert_close(name, got, ref, atol=1e-5)
+
+
+def test_when_chunks_become_sequences(monkeypatch):
+    """The rule (_dispatch.chunks_as_sequences): equal lengths, a multiple of
+    C past C, no dropout, ALiBi slopes of a known shape; automatic only on a
+    CUDA device with the Hopper tier and C >= 128, never when switched off."""
+    from flashattn_triton import _dispatch
+    q = torch.empty(2, 256, 4, 16)
+    kv = torch.empty(2, 256, 2, 16)
+    rule = _dispatch.chunks_as_sequences
+    monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", True)
+    assert rule(q, kv, kv, 64, 0.0, None) and rule(q, kv, kv, 128, 0, torch.ones(2, 4))
+    assert not rule(q, kv, kv, 0, 0.0, None)                      # no chunks
+    assert not rule(q, kv, kv, 256, 0.0, None)                    # one chunk: nothing to cut
+    assert not rule(q, kv, kv, 96, 0.0, None)                     # not a multiple
+    assert not rule(q, kv, kv, 64, 0.1, None)                     # dropout
+    assert not rule(q[:, :128], kv, kv, 64, 0.0, None)            # seqlen_q != seqlen_k
+    assert not rule(q, kv, kv, 64, 0.0, torch.ones(3, 4))         # slopes of another batch: the checks say so
+    assert not rule(q, kv, kv, True, 0.0, None)                   # (a bool is no chunk size)
+    monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", None)
+    assert not rule(q, kv, kv, 128, 0.0, None)                    # automatic: CPU tensors keep the chunk mask
+    monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", False)
+    assert not rule(q, kv, kv, 64, 0.0, None)
 
 
 def _tier_calls(monkeypatch, chunk, backend="auto"):
