@@ -122,9 +122,17 @@ def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bo
             alibi_slopes.shape == (q.shape[2],) or alibi_slopes.shape == (q.shape[0], q.shape[2]))):
         return False
     if choice is None:
-        return (attention_chunk >= CHUNK_SEQUENCE_MIN and q.device.type == "cuda" and backend() != "portable"
-                and hopper_available(cuda_index(q.device)))
+        return attention_chunk >= CHUNK_SEQUENCE_MIN and q.device.type == "cuda" and _hopper_runs(q.device.index)
     return True
+
+
+@torch.compiler.assume_constant_result
+def _hopper_runs(index: Optional[int]) -> bool:
+    """The Hopper tier is chosen and available on CUDA device `index` (None:
+    the current one), without raising where it is forced but missing (the
+    chunk mask then runs, as before).  A constant to torch.compile, which
+    does not trace into the cached availability probe."""
+    return backend() != "portable" and hopper_available(cuda_index(torch.device("cuda", index)))
 
 
 def use_hopper_backward(device: torch.device, window, deterministic: bool,

@@ -480,6 +480,17 @@ def test_chunks_as_sequences_return_forms(device, monkeypatch):
         assert_close(name, got, ref, atol=1e-5)
 
 
+def test_chunks_as_sequences_compile(device, monkeypatch):
+    """torch.compile(fullgraph=True) traces the reshape (the rule reads the
+    Hopper tier's availability as a constant): the same output as eager."""
+    _spy_sequences(monkeypatch)
+    q, k, v = make_qkv(2, 64, 64, 2, 1, 16, torch.float32, device, requires_grad=False)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, attention_chunk=16),
+                       fullgraph=True, backend="eager")
+    assert_close("compiled out", fn(q, k, v), flash_attn_func(q, k, v, causal=True, attention_chunk=16), atol=0)
+
+
 def test_when_chunks_become_sequences(monkeypatch):
     """The rule (_dispatch.chunks_as_sequences): equal lengths, a multiple of
     C past C, no dropout, ALiBi slopes of a known shape; automatic only on a
