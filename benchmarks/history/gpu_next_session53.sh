@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Done in session 54 on an H100, results/h100/session54/, but for the H200 tables: gpu_next_session54.sh.)
 # Queued by session 50 (H100 only there, like sessions 47-49): what an H200 owes the issues.
 #  000. Session 53 (one H100 call, one H200 call of 340 s, results/h100|h200/session53/): the
 #     chunk / paged-varlen / integration tests ran 264 of 283 on the H200 before a 150 s limit
@@ -32,7 +33,7 @@
 #     without benchmarks/results).
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment beside the previous H200 ones: results/h200/session53/).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests session53_new 300 -n 8 tests/test_chunk.py tests/test_kvcache_chunk.py tests/test_varlen_paged.py \
   tests/test_integrations.py
 ( export FLASHATTN_TRITON_BACKEND=hopper; gpu_tests hopper_forced 200 -n 8 tests/test_attention.py )
