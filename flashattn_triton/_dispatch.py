@@ -30,9 +30,11 @@ Short sequences: the backward keeps the portable kernels where
 hopper_backward_pays says so (session 11), the forward of plain calls where
 HOPPER_FWD_SHORT does (session 18); FLASHATTN_TRITON_BACKEND=hopper forces
 the Hopper tier for both.
-Chunked attention (attention_chunk > 0) always takes the portable kernels,
+A chunk mask (attention_chunk > 0) always runs on the portable kernels,
 forward and backward, whatever the switches say: the Hopper tier has no
-chunk mask (takes_chunk).
+chunk mask (takes_chunk).  Where that tier runs, flash_attn_func first turns
+a chunked call with seqlen_q == seqlen_k a multiple of the chunk into one
+without chunks over one sequence per chunk (chunks_as_sequences).
 """
 
 from __future__ import annotations
