@@ -128,13 +128,18 @@ def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bo
     return True
 
 
-@torch.compiler.assume_constant_result
 def _hopper_runs(index: Optional[int]) -> bool:
     """The Hopper tier is chosen and available on CUDA device `index` (None:
     the current one), without raising where it is forced but missing (the
     chunk mask then runs, as before).  A constant to torch.compile, which
     does not trace into the cached availability probe."""
     return backend() != "portable" and hopper_available(cuda_index(torch.device("cuda", index)))
+
+
+# What torch.compiler.assume_constant_result(_hopper_runs) does (torch 2.1 to
+# 2.13), without the import of torch._dynamo that the public decorator makes
+# at once: seconds on the first import of this package.
+_hopper_runs._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def use_hopper_backward(device: torch.device, window, deterministic: bool,

@@ -491,6 +491,20 @@ def test_chunks_as_sequences_compile(device, monkeypatch):
     assert_close("compiled out", fn(q, k, v), flash_attn_func(q, k, v, causal=True, attention_chunk=16), atol=0)
 
 
+def test_hopper_probe_is_a_compile_constant():
+    """The rule's Hopper probe carries what torch.compiler.assume_constant_result
+    sets on a function (set by hand: the decorator imports torch._dynamo),
+    so torch.compile reads it as a constant instead of tracing the probe."""
+    from flashattn_triton import _dispatch
+
+    def probe():
+        return True
+
+    torch.compiler.assume_constant_result(probe)
+    marks = vars(probe)
+    assert marks and all(getattr(_dispatch._hopper_runs, name, None) == value for name, value in marks.items())
+
+
 def test_when_chunks_become_sequences(monkeypatch):
     """The rule (_dispatch.chunks_as_sequences): equal lengths, a multiple of
     C past C, no dropout, ALiBi slopes of a known shape; automatic only on a
