@@ -470,15 +470,12 @@ def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
     for m in models:
         m.train()  # a training step: no cache, so Transformers looks for packing
     _compare(models, ids, torch.float32, label=f"{kind} packed {rows}", position_ids=pos)
-    n = pos.shape[1]
-    bounds = [0]
-    for r, lens in enumerate(rows):
-        for m in lens:
-            bounds.append(bounds[-1] + m)
+    lens = [m for row in rows for m in row]
+    bounds = torch.tensor([0] + lens).cumsum(0).tolist()  # the documents of every row, end to end
+    assert bounds[-1] == pos.numel()
     assert calls, "the packed documents did not take the varlen route"
     for cq, ck, max_q, max_k, kw in calls:
-        assert cq == ck == bounds and max_q == max_k == max(max(lens) for lens in rows) and kw["causal"]
-        assert bounds[-1] == len(rows) * n
+        assert cq == ck == bounds and max_q == max_k == max(lens) and kw["causal"]
 
 
 def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
@@ -488,7 +485,7 @@ def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
     from transformers import masking_utils as mu
 
     pos = _restarts([5, 7])
-    # Transformers from 5.2x remaps the positions inside each document first; 5.17 does not.
+    # Transformers 5.25 remaps the positions inside each document first; 5.17 does not.
     remap = getattr(mu, "remap_positions_for_packed_sequence", lambda fn, _: fn)
     fn = mu.and_masks(remap(mu.causal_mask_function, pos),
                       mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
