@@ -491,6 +491,24 @@ def test_chunks_as_sequences_compile(device, monkeypatch):
     assert_close("compiled out", fn(q, k, v), flash_attn_func(q, k, v, causal=True, attention_chunk=16), atol=0)
 
 
+@pytest.mark.gpu
+def test_gpu_chunks_as_sequences_automatic(device):
+    """On the GPU, the automatic rule (the Hopper tier present): a Llama-4-like
+    causal call, C = 256 over 1024 keys, bf16, d = 128, GQA, eager and under
+    torch.compile(fullgraph=True) (the probe read as a constant), against the
+    float64 reference; where the Hopper tier runs it takes the reshape."""
+    from flashattn_triton import _dispatch
+    q, k, v = make_qkv(2, 1024, 1024, 8, 2, 128, torch.bfloat16, device, requires_grad=False)
+    assert _dispatch.CHUNKS_AS_SEQUENCES is None
+    taken = _dispatch.chunks_as_sequences(q, k, v, 256, 0.0, None)
+    assert taken == _dispatch._hopper_runs(q.device.index)
+    _check(q, k, v, 256, True)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, attention_chunk=256), fullgraph=True)
+    assert_close("compiled out", fn(q, k, v), flash_attn_func(q, k, v, causal=True, attention_chunk=256),
+                 atol=0)
+
+
 def test_hopper_probe_is_a_compile_constant():
     """The rule's Hopper probe carries what torch.compiler.assume_constant_result
     sets on a function (set by hand: the decorator imports torch._dynamo),
