@@ -478,6 +478,48 @@ def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
         assert cq == ck == bounds and max_q == max_k == max(lens) and kw["causal"]
 
 
+def test_packed_encoder_documents_match_sdpa(monkeypatch):
+    """An encoder (BERT) with documents packed by position_ids: Transformers'
+    bidirectional mask with the packed-sequence overlay; each document
+    attends all of itself (varlen, not causal).  Hidden states and gradients
+    against the float64 model, SDPA's error as the baseline.  (Transformers
+    5.17's bidirectional mask takes no position_ids: there every
+    implementation attends across the documents, which is compared too.)"""
+    import inspect
+    from transformers import masking_utils as mu
+    packs = "position_ids" in inspect.signature(mu.create_bidirectional_mask).parameters
+    calls = _spy_varlen(monkeypatch)
+    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=96, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    made = []
+    for attn in (NAME, "sdpa", "sdpa"):
+        c = copy.deepcopy(cfg)
+        c._attn_implementation = attn
+        made.append(transformers.BertModel(c, add_pooling_layer=False))
+    ours, base, ref = made
+    ours.load_state_dict(ref.state_dict())
+    base.load_state_dict(ref.state_dict())
+    ref.double()
+    pos = _restarts([4, 8], [9, 3])
+    ids = torch.randint(0, VOCAB, pos.shape)
+    weight = torch.randn(*pos.shape, 64, dtype=torch.float64)
+    outs = []
+    for m in (ours, base, ref):
+        hidden = m(input_ids=ids, position_ids=pos).last_hidden_state
+        (hidden.double() * weight).sum().backward()
+        outs.append((hidden, {n: p.grad for n, p in m.named_parameters() if p.grad is not None}))
+    (ho, go), (hb, gb), (hr, gr) = outs
+    assert_close("bert packed hidden", ho.double(), hr, baseline=hb.double(), dtype=torch.float32)
+    for name in gr:
+        assert_close(f"bert packed grad {name}", go[name].double(), gr[name], baseline=gb[name].double(),
+                     factor=3.0, dtype=torch.float32)
+    if packs:
+        assert calls and all(c[0] == [0, 4, 12, 21, 24] and not c[4]["causal"] for c in calls)
+    else:
+        assert not calls
+
+
 def test_packed_documents_not_taken_where_the_layer_differs(monkeypatch):
     """The documents ride on the 4-D mask tensor; a model that builds its own
     mask from it (Doge adds a learnable bias: a new tensor) reads the mask,
