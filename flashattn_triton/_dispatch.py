@@ -33,7 +33,7 @@ the Hopper tier for both.
 A chunk mask (attention_chunk > 0) always runs on the portable kernels,
 forward and backward, whatever the switches say: the Hopper tier has no
 chunk mask (takes_chunk).  Where that tier runs, flash_attn_func first turns
-a chunked call with seqlen_q == seqlen_k a multiple of the chunk into one
+a chunked call whose queries (and cache, if any) are whole chunks into one
 without chunks over one sequence per chunk (chunks_as_sequences).
 """
 
@@ -96,6 +96,9 @@ def takes_chunk(attention_chunk: int) -> bool:
 # the same C-row slice, and the causal / window / ALiBi rules are relative
 # (i - j), so they read the same inside a slice.  The reshaped call has no
 # chunk and takes the Hopper tier, which has no chunk mask (takes_chunk).
+# Queries after a cache (seqlen_k > seqlen_q, both counts of whole chunks
+# apart) see only the last seqlen_q keys, whose chunks are theirs: the same
+# holds on those keys.
 # None: where the Hopper tier runs; True / False: always / never (tests).
 CHUNKS_AS_SEQUENCES: Optional[bool] = None
 # Below one 128-row query tile of the Hopper forward a chunk would leave most
@@ -105,20 +108,20 @@ CHUNK_SEQUENCE_MIN = 128
 
 def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bool:
     """Whether flash_attn_func runs this chunked call as one sequence per
-    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch and length n, n a
-    multiple of C with n > C, and no dropout (its pattern is drawn from the
-    positions in the call, which the reshape would renumber); ALiBi slopes
-    (Hq,) or (batch, Hq).  Anything malformed is left to the full path's
-    checks."""
+    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch, seqlen_q a
+    multiple of C and seqlen_k - seqlen_q >= 0 one too, and no dropout (its
+    pattern is drawn from the positions in the call, which the reshape would
+    renumber); ALiBi slopes (Hq,) or (batch, Hq).  Anything malformed is left
+    to the full path's checks."""
     choice = CHUNKS_AS_SEQUENCES
     if choice is False or attention_chunk.__class__ is not int or attention_chunk <= 0:
         return False
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return False
-    n = q.shape[1]
-    if (k.shape[1] != n or v.shape[1] != n or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]
-            or n <= attention_chunk or n % attention_chunk or dropout_p.__class__ not in (int, float)
-            or dropout_p != 0):
+    n_q, n_k = q.shape[1], k.shape[1]
+    if (v.shape[1] != n_k or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0] or n_q == 0
+            or n_q % attention_chunk or n_k < n_q or (n_k - n_q) % attention_chunk
+            or dropout_p.__class__ not in (int, float) or dropout_p != 0):
         return False
     if alibi_slopes is not None and not (isinstance(alibi_slopes, torch.Tensor) and (
             alibi_slopes.shape == (q.shape[2],) or alibi_slopes.shape == (q.shape[0], q.shape[2]))):

@@ -355,11 +355,12 @@ def flash_attn_func(
             query then attends the keys from its chunk's start up to itself.
             Key tiles outside a query tile's chunks are skipped: O(seqlen * C).
             Runs on the portable kernels' chunk mask, except where the
-            Hopper tier runs and seqlen_q == seqlen_k is a multiple of C
-            (C >= 128, no dropout): each chunk is then a sequence of its own
-            (batch * seqlen / C sequences of C rows; a copy of q, k, v when
-            their strides allow no such view) and the call runs without
-            chunks, on the Hopper kernels.
+            Hopper tier runs, seqlen_q is a multiple of C and so is
+            seqlen_k - seqlen_q >= 0 (C >= 128, no dropout): each chunk is
+            then a sequence of its own (batch * seqlen_q / C sequences of C
+            rows over the last seqlen_q keys; a copy of q, k, v when their
+            strides allow no such view) and the call runs without chunks, on
+            the Hopper kernels.
 
     Every variant combines with the others, with causal / window masks, GQA
     and headdim_v != headdim, forward and backward; docs/variants.md has the
@@ -414,13 +415,16 @@ def flash_attn_func(
 
 def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                          return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
-    """flash_attn_func with attention_chunk=chunk over n = seqlen_q = seqlen_k
-    keys, n a multiple of chunk, as the call without chunks on batch * n /
-    chunk sequences of chunk rows (_dispatch.chunks_as_sequences says when).
-    A (batch, Hq) ALiBi slope row repeats for its row's chunks; the LSE
-    (batch * m, Hq, chunk) goes back to (batch, Hq, n)."""
+    """flash_attn_func with attention_chunk=chunk over n = seqlen_q queries, n
+    a multiple of chunk, as the call without chunks on batch * n / chunk
+    sequences of chunk rows (_dispatch.chunks_as_sequences says when).  Keys
+    before the last n (a cache whole chunks long) are in no query's chunk and
+    are left out.  A (batch, Hq) ALiBi slope row repeats for its row's chunks;
+    the LSE (batch * m, Hq, chunk) goes back to (batch, Hq, n)."""
     b, n, h = q.shape[0], q.shape[1], q.shape[2]
     m = n // chunk
+    if k.shape[1] > n:
+        k, v = k[:, k.shape[1] - n:], v[:, v.shape[1] - n:]
 
     def split(t):  # (b, n, H, d) -> (b * m, chunk, H, d): a view where the strides allow it
         return t.reshape(b * m, chunk, *t.shape[2:])

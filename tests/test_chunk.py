@@ -415,8 +415,8 @@ def test_return_attn_probs_show_the_chunks(device):
 
 
 # ---------------------------------------------------------------------------
-# Chunks as sequences: seqlen_q == seqlen_k a multiple of C, the call reshaped
-# to one sequence per chunk (_dispatch.CHUNKS_AS_SEQUENCES; automatic only
+# Chunks as sequences: seqlen_q and seqlen_k - seqlen_q multiples of C, the
+# call reshaped to one sequence per chunk (_dispatch.CHUNKS_AS_SEQUENCES; automatic only
 # where the Hopper tier runs, forced here)
 # ---------------------------------------------------------------------------
 
@@ -435,18 +435,24 @@ def _spy_sequences(monkeypatch):
     return taken
 
 
-@pytest.mark.parametrize("batch,n,h_q,h_kv,d,chunk,causal,window,dtype,layout", [
-    pytest.param(2, 96, 4, 2, 32, 32, True, (-1, -1), torch.float16, "contiguous", id="C32-causal-gqa-fp16"),
-    pytest.param(1, 64, 2, 1, 40, 16, False, (5, 3), torch.bfloat16, "contiguous", id="C16-window5,3-mqa-bf16"),
-    pytest.param(2, 75, 2, 2, 16, 25, True, (7, 0), torch.float32, "bhnd", id="C25-causal-window7-bhnd-fp32"),
+@pytest.mark.parametrize("batch,n,n_k,h_q,h_kv,d,chunk,causal,window,dtype,layout", [
+    pytest.param(2, 96, 96, 4, 2, 32, 32, True, (-1, -1), torch.float16, "contiguous", id="C32-causal-gqa-fp16"),
+    pytest.param(1, 64, 64, 2, 1, 40, 16, False, (5, 3), torch.bfloat16, "contiguous",
+                 id="C16-window5,3-mqa-bf16"),
+    pytest.param(2, 75, 75, 2, 2, 16, 25, True, (7, 0), torch.float32, "bhnd", id="C25-causal-window7-bhnd-fp32"),
+    pytest.param(1, 32, 80, 2, 1, 32, 16, True, (-1, -1), torch.float16, "contiguous",
+                 id="after-a-cache-C16-causal-fp16"),
+    pytest.param(2, 48, 96, 2, 2, 16, 48, False, (-1, -1), torch.bfloat16, "bhnd",
+                 id="after-a-cache-one-chunk-full-bf16"),
 ])
-def test_chunks_as_sequences_match_reference(device, monkeypatch, batch, n, h_q, h_kv, d, chunk, causal, window,
+def test_chunks_as_sequences_match_reference(device, monkeypatch, batch, n, n_k, h_q, h_kv, d, chunk, causal, window,
                                             dtype, layout):
     """The reshaped call gives the chunked attention: out, LSE (back in
     (B, Hq, N) order) and gradients against the float64 reference, also
-    for q, k, v viewed from (B, H, N, d) (the reshape copies them)."""
+    for q, k, v viewed from (B, H, N, d) (the reshape copies them), and
+    for queries after a cache whole chunks long (its keys get no gradient)."""
     taken = _spy_sequences(monkeypatch)
-    q, k, v = make_qkv(batch, n, n, h_q, h_kv, d, dtype, device, requires_grad=False)
+    q, k, v = make_qkv(batch, n, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
     if layout == "bhnd":
         q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
         assert not q.is_contiguous()
@@ -524,9 +530,10 @@ def test_hopper_probe_is_a_compile_constant():
 
 
 def test_when_chunks_become_sequences(monkeypatch):
-    """The rule (_dispatch.chunks_as_sequences): equal lengths, a multiple of
-    C past C, no dropout, ALiBi slopes of a known shape; automatic only on a
-    CUDA device with the Hopper tier and C >= 128, never when switched off."""
+    """The rule (_dispatch.chunks_as_sequences): whole chunks of queries after
+    whole chunks of cache (none or more), no dropout, ALiBi slopes of a known
+    shape; automatic only on a CUDA device with the Hopper tier and C >= 128,
+    never when switched off."""
     from flashattn_triton import _dispatch
     q = torch.empty(2, 256, 4, 16)
     kv = torch.empty(2, 256, 2, 16)
@@ -534,10 +541,13 @@ def test_when_chunks_become_sequences(monkeypatch):
     monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", True)
     assert rule(q, kv, kv, 64, 0.0, None) and rule(q, kv, kv, 128, 0, torch.ones(2, 4))
     assert not rule(q, kv, kv, 0, 0.0, None)                      # no chunks
-    assert not rule(q, kv, kv, 256, 0.0, None)                    # one chunk: nothing to cut
+    assert rule(q, kv, kv, 256, 0.0, None)                        # one chunk: a call without it
+    assert rule(q[:, :128], kv, kv, 64, 0.0, None)                # after a cache of two chunks
+    assert not rule(q[:, :96], kv, kv, 64, 0.0, None)             # queries not whole chunks
+    assert not rule(q[:, :128], kv[:, :160], kv[:, :160], 64, 0.0, None)   # nor the cache
+    assert not rule(q, kv[:, :128], kv[:, :128], 64, 0.0, None)   # seqlen_q > seqlen_k
     assert not rule(q, kv, kv, 96, 0.0, None)                     # not a multiple
     assert not rule(q, kv, kv, 64, 0.1, None)                     # dropout
-    assert not rule(q[:, :128], kv, kv, 64, 0.0, None)            # seqlen_q != seqlen_k
     assert not rule(q, kv, kv, 64, 0.0, torch.ones(3, 4))         # slopes of another batch: the checks say so
     assert not rule(q, kv, kv, True, 0.0, None)                   # (a bool is no chunk size)
     monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", None)
