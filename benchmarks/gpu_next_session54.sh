@@ -2,7 +2,8 @@
 # Queued by session 54 (the queue of session 53 ran on an H100: results/h100/session54/; its
 # H200 tables are still owed). On the H200 (split into calls of at most 600 s):
 #  1. Chunks as sequences (f6f101c, b79300b; on an H100 in session 54 call 6: test_chunk.py 49 passed,
-#     the chunked row 1.23x / 1.22x faster, 1.18x / 1.09x Flex): flash_attn_func(attention_chunk=C) with
+#     the chunked row 1.23x / 1.22x faster, 1.18x / 1.09x Flex; 310fd58 widened it to queries after a
+#     cache of whole chunks, never on a GPU): flash_attn_func(attention_chunk=C) with
 #     seqlen_q == seqlen_k a multiple of C (C >= 128, no dropout) now runs as the call without chunks
 #     on batch * n / C sequences, on the Hopper kernels. Its tests (test_chunk.py: every GPU chunk test
 #     with n a multiple of C >= 128 takes it), then the variant table's chunked row against Flex (on an
