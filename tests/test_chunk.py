@@ -7,8 +7,9 @@ with p < 0 see nothing: zeros, LSE -inf), intersected with the causal /
 window rule.  C = 0 is off.  The kernels skip the key (query) tiles outside
 a tile's chunks instead of masking them (kernels/tiles.py), mask the tiles a
 chunk boundary crosses, and never run on the Hopper tier; where that tier
-runs, a call with Nq == Nk a multiple of C is instead reshaped to one
-sequence per chunk (forced here by _dispatch.CHUNKS_AS_SEQUENCES).
+runs, a call whose queries (and cache, if any) are whole chunks is instead
+reshaped to one sequence per chunk (forced here by
+_dispatch.CHUNKS_AS_SEQUENCES).
 
 Every comparison is against the float64 reference (reference.py's chunk
 rule) within the usual tolerance (testing.py: 2x / 3x PyTorch's own error in
