@@ -264,6 +264,27 @@ def _and_mask_parts(mask_function, mu) -> tuple:
                  if isinstance(cell.cell_contents, tuple)), ())
 
 
+def _qualname_is(fn, factory: str) -> bool:
+    """Whether fn is the inner_mask closure made by masking_utils' factory."""
+    return getattr(fn, "__qualname__", "") == f"{factory}.<locals>.inner_mask"
+
+
+def _closure_value(fn, name: str):
+    """The value of closure variable `name` of fn, None if it has none."""
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    cells = getattr(fn, "__closure__", None) or ()
+    if name not in names or len(cells) != len(names):
+        return None
+    return cells[names.index(name)].cell_contents
+
+
+def _closure_int(fn, name: str) -> Optional[int]:
+    """Closure variable `name` of fn if it is a positive int (a chunk size, a
+    window), else None."""
+    value = _closure_value(fn, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _chunked_causal_size(mask_function, mu) -> Optional[int]:
     """The chunk size C if mask_function is Transformers'
     chunked_causal_mask_function(C, left_padding): and_masks(chunked_overlay(C,
@@ -274,14 +295,7 @@ def _chunked_causal_size(mask_function, mu) -> Optional[int]:
     parts = _and_mask_parts(mask_function, mu)
     if len(parts) != 2 or parts[1] is not mu.causal_mask_function:
         return None
-    overlay = parts[0]
-    if getattr(overlay, "__qualname__", "") != f"{mu.chunked_overlay.__name__}.<locals>.inner_mask":
-        return None
-    names = overlay.__code__.co_freevars
-    if "chunk_size" not in names:
-        return None
-    size = overlay.__closure__[names.index("chunk_size")].cell_contents
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+    return _closure_int(parts[0], "chunk_size") if _qualname_is(parts[0], "chunked_overlay") else None
 
 
 def _is_sliding_window_causal(mask_function, mu) -> bool:
@@ -291,7 +305,7 @@ def _is_sliding_window_causal(mask_function, mu) -> bool:
     _chunked_causal_size recognises, overlays a model adds) is not a window."""
     parts = _and_mask_parts(mask_function, mu)
     return (len(parts) == 2 and parts[1] is mu.causal_mask_function
-            and getattr(parts[0], "__qualname__", "") == f"{mu.sliding_window_overlay.__name__}.<locals>.inner_mask")
+            and _qualname_is(parts[0], "sliding_window_overlay"))
 
 
 # The attribute of a 4-D mask from attention_mask() that carries its packed documents.
@@ -329,8 +343,8 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     elif base is mu.bidirectional_mask_function:
         causal, window = False, None
     elif base is not None and _is_sliding_window_causal(base, mu):
-        causal, window = True, _closure_value(_and_mask_parts(base, mu)[0], "sliding_window")
-        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        causal, window = True, _closure_int(_and_mask_parts(base, mu)[0], "sliding_window")
+        if window is None:
             return None
     else:
         return None
@@ -346,20 +360,6 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     cu = torch.cat((first, torch.tensor([batch * seqlen], device="cpu"))).to(torch.int32)
     return {"cu_seqlens": cu.to(doc.device, non_blocking=True), "max_seqlen": int(torch.diff(cu).max()),
             "batch": batch, "seqlen": seqlen, "causal": causal, "window": window}
-
-
-def _qualname_is(fn, factory: str) -> bool:
-    """Whether fn is the inner_mask closure made by masking_utils' factory."""
-    return getattr(fn, "__qualname__", "") == f"{factory}.<locals>.inner_mask"
-
-
-def _closure_value(fn, name: str):
-    """The value of closure variable `name` of fn, None if it has none."""
-    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-    cells = getattr(fn, "__closure__", None) or ()
-    if name not in names or len(cells) != len(names):
-        return None
-    return cells[names.index(name)].cell_contents
 
 
 # ---------------------------------------------------------------------------
