@@ -21,5 +21,4 @@ mkdir -p "$R/chunk"
 timeout -k 5 90 python3 benchmarks/bench_variants.py --only "chunked,window,plain" --rep 30 --out "$R/chunk" \
   > "$R/chunk.log" 2>&1; echo "rc=$?" >> "$R/chunk.log"; el chunk
 sed -n '/^| variant/,/^$/p' "$R/chunk/bench_variants.md" 2>/dev/null | cut -c1-160
-mkdir -p "$R/bench"
 tar -C "$OUT" -czf "$OUT/results.tgz" r

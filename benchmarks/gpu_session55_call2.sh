@@ -16,6 +16,7 @@
 # environment under results/h200/session55/).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 echo "call 2 of session 55: H200 tables"
+mkdir -p "$R/bench"
 timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
 echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
 sed -n '/^| variant/,/^$/p' "$R/bench/bench_variants.md" 2>/dev/null | head -24 | cut -c1-160
