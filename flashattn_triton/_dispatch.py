@@ -114,14 +114,17 @@ def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bo
     renumber); ALiBi slopes (Hq,) or (batch, Hq).  Anything malformed is left
     to the full path's checks."""
     choice = CHUNKS_AS_SEQUENCES
-    if choice is False or attention_chunk.__class__ is not int or attention_chunk <= 0:
+    # isinstance, not `.__class__ is int`: torch 2.11's dynamo reads the
+    # latter as False for a constant int, and the compiled call missed the rule.
+    if (choice is False or isinstance(attention_chunk, bool) or not isinstance(attention_chunk, int)
+            or attention_chunk <= 0):
         return False
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return False
     n_q, n_k = q.shape[1], k.shape[1]
     if (v.shape[1] != n_k or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0] or n_q == 0
             or n_q % attention_chunk or n_k < n_q or (n_k - n_q) % attention_chunk
-            or dropout_p.__class__ not in (int, float) or dropout_p != 0):
+            or isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0):
         return False
     if alibi_slopes is not None and not (isinstance(alibi_slopes, torch.Tensor) and (
             alibi_slopes.shape == (q.shape[2],) or alibi_slopes.shape == (q.shape[0], q.shape[2]))):
