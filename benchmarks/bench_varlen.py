@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
+HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # _dispatch.ENV_HOPPER_VARLEN (the "ours varlen hopper" row)
 
 
 def doc_lengths(tokens: int, seed: int):
@@ -88,6 +89,9 @@ def main():
         providers = {}
         providers["ours varlen"] = (lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True),
                                     do, (q, k, v))
+        # The same call with the Hopper forward's packed path switched on
+        # (FLASHATTN_TRITON_HOPPER_VARLEN=1, set around this provider's runs).
+        providers["ours varlen hopper"] = providers["ours varlen"]
         for page in (16, 256):
             pools, table = paged_pools(k.detach(), v.detach(), lens, page, seed)
 
@@ -134,6 +138,9 @@ def main():
 
         for name, spec in providers.items():
             fn, grad, leaves = spec
+            switch = os.environ.get(HOPPER_VARLEN)
+            if name == "ours varlen hopper":
+                os.environ[HOPPER_VARLEN] = "1"
             try:
                 out = fn()
                 # C.bench_ms: waits for ours' backward prefetch first; grad_to_none: no
@@ -148,6 +155,11 @@ def main():
                 rows.append(row)
             except Exception as exc:  # noqa: BLE001
                 rows.append(dict(seed=seed, provider=name, error=C.short_error(exc)))
+            finally:
+                if switch is None:
+                    os.environ.pop(HOPPER_VARLEN, None)
+                else:
+                    os.environ[HOPPER_VARLEN] = switch
             print(rows[-1], flush=True)
         del providers
         torch.cuda.empty_cache()

@@ -431,6 +431,10 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta.setdefault("HEAD_SECTION", 0)
     if "ROW_BOUND" in hfwd._attn_fwd_hopper.arg_names:  # likewise
         meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
+    if "IS_VARLEN" in hfwd._attn_fwd_hopper.arg_names:  # likewise (packed batches: the grid of one block each)
+        meta["IS_VARLEN"] = bool(meta.get("IS_VARLEN"))
+        if meta["IS_VARLEN"]:
+            meta.update(PERSISTENT=False, DYNAMIC=False, HEAD_SECTION=0)
     if meta["NUM_CONSUMERS"] == 1:
         meta["PINGPONG"] = False
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
@@ -455,6 +459,10 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         scalars["O"] = ("*bf16" if dtype == "bf16" else "*fp16") if early_q else "*fp32"
         if early_q:
             divisible += ("O", "stride_oz", "stride_oh", "stride_om")
+    if meta.get("IS_VARLEN"):
+        # A packed batch: the offsets (int32) and O (16-bit) for the rows of a
+        # block that reaches past its sequence (kernels/hopper/fwd.py).
+        scalars.update(CU_SEQLENS_Q="*i32", CU_SEQLENS_K="*i32", O="*bf16" if dtype == "bf16" else "*fp16")
     compiled = _compile_gluon(hfwd._attn_fwd_hopper, constexprs, descs, scalars, d, arch, divisible)
     return compiled, meta
 

@@ -474,6 +474,22 @@ def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False, atte
             and not short_forward_portable(max(q.shape[1], k.shape[1]), q.shape[-1], window, plain))
 
 
+ENV_HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # "1" / "0": packed batches take the Hopper forward or not
+# The switch when FLASHATTN_TRITON_HOPPER_VARLEN is unset: "0" (the portable
+# forward) until the Hopper forward's packed path (kernels/hopper/fwd.py
+# IS_VARLEN, session 55) has passed its GPU tests and its timing.
+HOPPER_VARLEN_DEFAULT = "0"
+
+
+def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0) -> bool:
+    """Whether to try the Hopper forward (kernels/hopper/fwd.py
+    hopper_forward_varlen; it may still decline a case) for a packed batch
+    without variants: FLASHATTN_TRITON_HOPPER_VARLEN (HOPPER_VARLEN_DEFAULT
+    when unset), no chunk, the windows and head dims of the dense rule."""
+    return (takes_chunk(attention_chunk) and _switch(ENV_HOPPER_VARLEN, HOPPER_VARLEN_DEFAULT)
+            and _hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v))
+
+
 def _hopper_tier(device: torch.device) -> bool:
     """The Hopper tier is chosen for this device (FLASHATTN_TRITON_BACKEND) and
     available; raises if it is forced but unavailable."""

@@ -64,7 +64,7 @@ import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
 from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, sinks_after_hopper_forward,
-                        use_hopper_backward, use_hopper_forward,
+                        use_hopper_backward, use_hopper_forward, use_hopper_varlen_forward,
                         use_triton)
 from ._params import AttnParams, has_variants, lse_shape, window_bounds
 from .kernels import fastlaunch
@@ -322,6 +322,12 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                     if fold:
                         _fold_sinks(out, lse, sinks)
                     return
+            elif (not variants and lse_lo is None and doc_shift is None
+                  and use_hopper_varlen_forward(q, v, window, attention_chunk)
+                  and _kernels.hopper.hopper_forward_varlen(
+                      q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                      window_right == 0, window_left)):
+                return  # a packed batch on the Hopper forward (bottom-right diagonals, as below)
             attention_forward = _kernels.forward
             qh, kh, vh, oh = (_bhnd(t, varlen) for t in (q, k, v, out))
             lh = _lse_bhn(lse, varlen)

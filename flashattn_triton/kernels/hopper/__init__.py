@@ -24,7 +24,8 @@ if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY
     REASON = f"Triton {triton.__version__}: the Gluon kernel is tested with Triton {', '.join(TESTED_TRITON)} only"
 else:
     try:
-        from .fwd import hopper_attention_forward, hopper_forward_flash, unsupported_reason  # noqa: F401
+        from .fwd import (hopper_attention_forward, hopper_forward_flash, hopper_forward_varlen,  # noqa: F401
+                          unsupported_reason)
         from .bwd import hopper_attention_backward  # noqa: F401
         AVAILABLE = True
     except Exception as exc:  # noqa: BLE001 - any import problem means: not available
@@ -40,6 +41,11 @@ if not AVAILABLE:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
+    def hopper_forward_varlen(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sm_scale,
+                              causal, window_left=-1) -> bool:
+        """The Hopper tier is unavailable here (see REASON): always declines."""
+        return False
+
     def hopper_attention_backward(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window=None,
                                   dropout=None, **overrides) -> bool:
         """The Hopper tier is unavailable here (see REASON): always declines."""
@@ -50,4 +56,5 @@ if not AVAILABLE:
 
 
 __all__ = ["AVAILABLE", "REASON", "hopper_attention_backward", "hopper_attention_forward", "hopper_forward_flash",
+           "hopper_forward_varlen",
            "unsupported_reason"]

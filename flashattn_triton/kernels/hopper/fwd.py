@@ -193,11 +193,13 @@ def _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, s
 
 @gluon.jit
 def _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, off_b, off_hkv,
-             j, g, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr, NUM_STAGES: gl.constexpr):
+             j, k_row0, g, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
+             NUM_STAGES: gl.constexpr):
     """K and V tile j of the current work tile into ring slot g % NUM_STAGES
-    (g counts the program's K/V tiles over all its work tiles).  With
-    QK1 > 0, K's columns [HEAD_DIM, HEAD_DIM + QK1) go to k1_bufs on K's
-    barrier."""
+    (g counts the program's K/V tiles over all its work tiles): rows
+    k_row0 + j * BLOCK_N on (0 for a dense call; a packed call's sequence
+    start, IS_VARLEN).  With QK1 > 0, K's columns [HEAD_DIM, HEAD_DIM + QK1)
+    go to k1_bufs on K's barrier."""
     kv_box: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     s = g % NUM_STAGES
     # Slot s is free once every consumer released its previous use; the
@@ -209,17 +211,17 @@ def _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty,
     else:
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
-        k_desc, [off_b, off_hkv, j * BLOCK_N, 0], k_ready.index(s),
+        k_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, 0], k_ready.index(s),
         k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
     if QK1 > 0:
         k1_box: gl.constexpr = [1, 1, BLOCK_N, QK1]
         tma.async_copy_global_to_shared(
-            k1_desc, [off_b, off_hkv, j * BLOCK_N, HEAD_DIM], k_ready.index(s),
+            k1_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, HEAD_DIM], k_ready.index(s),
             k1_bufs.index(s)._reinterpret(k1_desc.dtype, k1_box, k1_desc.layout))
     mbarrier.wait(v_empty.index(s), ph)
     mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
-        v_desc, [off_b, off_hkv, j * BLOCK_N, 0], v_ready.index(s),
+        v_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, 0], v_ready.index(s),
         v_bufs.index(s)._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
 
 
@@ -243,12 +245,12 @@ def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_
     n_first = gl.minimum(t_n - t_lo, NUM_STAGES)
     for j in range(n_first):
         _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
-                 t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
+                 t_lo + j, 0, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
     _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, t_b, t_hq, t_m, i & 1,
             BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, True)
     for j in range(n_first, t_n - t_lo):
         _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, t_b, t_hkv,
-                 t_lo + j, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
+                 t_lo + j, 0, g + j, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
     return g + (t_n - t_lo)
 
 
@@ -256,15 +258,18 @@ def _load_work_tile(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_
 def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                    q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER,
                    off_b, off_hq, off_hkv, start_m, n_tiles,
-                   H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
+                   H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh, q_row0, k_row0,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
-                   HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                   HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                   IS_VARLEN: gl.constexpr):
     """Producer partition (1 warp): Q once per consumer, then the K/V ring;
     when PERSISTENT, for each work tile of this program in turn (with
     DYNAMIC, the tiles it claims from TILE_COUNTER, published to the
-    consumers through tile_idx / tile_ready)."""
+    consumers through tile_idx / tile_ready).  IS_VARLEN: the sequence's
+    rows start at q_row0 / k_row0 of batch entry 0, and a block past the
+    sequence's N_Q rows loads nothing."""
     if DYNAMIC:
         pid = gl.program_id(0)
         n_programs = gl.num_programs(0)
@@ -300,13 +305,21 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
                                 q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
                                 pid_m, pid_bh, i, g, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo,
                                 BLOCK_M, BLOCK_N, HEAD_DIM, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL, HAS_WINDOW)
+    elif IS_VARLEN:
+        if start_m < N_Q:
+            _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, 0, off_hq, q_row0 + start_m, 0,
+                    BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, False)
+            lo = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
+            for j in range(lo, n_tiles):
+                _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, 0,
+                         off_hkv, j, k_row0, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
     else:
         _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, start_m, 0,
                 BLOCK_M, HEAD_DIM, QK1, NUM_CONSUMERS, False)
         lo = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
         for j in range(lo, n_tiles):
             _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, off_b,
-                     off_hkv, j, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
+                     off_hkv, j, 0, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
 
 
 @gluon.jit
@@ -323,6 +336,21 @@ def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
     fence_async_shared()
     tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
                                     stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
+
+
+@gluon.jit
+def _store_rows(x, O, stride_om, stride_oh, off_h, row_base, row0, N_Q, layout: gl.constexpr,
+                ROWS: gl.constexpr, COLS: gl.constexpr):
+    """x (ROWS, COLS; float32, in layout) in O's dtype to rows row_base +
+    [row0, row0 + ROWS) of head off_h of O (row stride stride_om, head
+    stride stride_oh, unit column stride), the rows < N_Q only: a packed
+    sequence's last block, whose further rows belong to the next sequence
+    (a TMA store clips only at the end of the whole tensor)."""
+    rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims((row_base + rows).to(gl.int64) * stride_om, 1) + gl.expand_dims(cols, 0)
+    keep = gl.expand_dims(rows < N_Q, 1) & gl.expand_dims(cols < COLS, 0)
+    gl.store(O + off_h.to(gl.int64) * stride_oh + offs, x.to(O.dtype.element_ty), mask=keep)
 
 
 @gluon.jit
@@ -597,7 +625,8 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, QK1: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, PAIRED: gl.constexpr,
                    SKIP_TILES: gl.constexpr, HAS_WINDOW: gl.constexpr, drop, HAS_DROPOUT: gl.constexpr,
-                   mask=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False):
+                   mask=None, HAS_MASK: gl.constexpr = False, ROW_BOUND: gl.constexpr = False,
+                   packed=None, IS_VARLEN: gl.constexpr = False):
     """One work tile of a consumer warpgroup: rows [start_m + CONSUMER *
     BLOCK_M, + BLOCK_M), key tiles [lo_tile, n_tiles) (_key_start).  g0:
     K/V ring uses and t0: ping-pong turns of this warpgroup before the tile
@@ -605,7 +634,9 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     load.  HEAD_DIM: the width of V, O and Q / K's first column chunk; QK1 > 0:
     Q / K's second chunk (q1_smem, k1_bufs; split Q K^T), else none (q1_smem
     and k1_bufs are None).  drop: the kernel's dropout arguments (HAS_DROPOUT
-    only); mask: its boolean mask's (HAS_MASK only)."""
+    only); mask: its boolean mask's (HAS_MASK only); packed: (O, stride_om,
+    stride_oh, q_row0) of a packed sequence (IS_VARLEN only: its rows start
+    at q_row0 of batch entry 0; LSE already points at its first row)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -765,9 +796,19 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     gl.store(lse_ptrs, lse2, mask=rows < N_Q)
 
     # Q's buffer is free now (the last wgmma reading it has completed): stage
-    # O there and store it with TMA, which clips rows past N_Q.
-    _store_tile_tma(o_tile, q, o_desc, off_b, off_hq, row0, 0)
-    tma.store_wait(0)
+    # O there and store it with TMA, which clips rows past N_Q.  A packed
+    # sequence's rows past N_Q are the next sequence's: a block that reaches
+    # past them stores its rows < N_Q from registers instead.
+    if IS_VARLEN:
+        O, stride_om, stride_oh, q_row0 = packed
+        if row0 + BLOCK_M <= N_Q:
+            _store_tile_tma(o_tile, q, o_desc, 0, off_hq, q_row0 + row0, 0)
+            tma.store_wait(0)
+        else:
+            _store_rows(o_tile, O, stride_om, stride_oh, off_hq, q_row0, row0, N_Q, o_layout, BLOCK_M, HEAD_DIM)
+    else:
+        _store_tile_tma(o_tile, q, o_desc, off_b, off_hq, row0, 0)
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -781,10 +822,12 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                       PERSISTENT: gl.constexpr, HEADS_FIRST: gl.constexpr, M_BAND: gl.constexpr,
                       HEAD_SECTION: gl.constexpr, DYNAMIC: gl.constexpr, HAS_WINDOW: gl.constexpr, drop,
                       HAS_DROPOUT: gl.constexpr,
-                      mask, HAS_MASK: gl.constexpr, ROW_BOUND: gl.constexpr = False):
+                      mask, HAS_MASK: gl.constexpr, ROW_BOUND: gl.constexpr, packed, IS_VARLEN: gl.constexpr):
     """Consumer warpgroup: the program's one block, or when PERSISTENT each
     of its work tiles in the producer's order (with DYNAMIC, as the producer
-    publishes them: the consumers never touch the tile counter)."""
+    publishes them: the consumers never touch the tile counter).  IS_VARLEN:
+    packed = (O, stride_om, stride_oh, q_row0), the sequence's rows from
+    q_row0 on; a block past its N_Q rows does nothing."""
     if DYNAMIC:
         pid = gl.program_id(0)
         n_work = n_m * n_bh
@@ -832,6 +875,15 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
             # may load the next tile's Q there.
             mbarrier.arrive(q_empty.index(CONSUMER))
             g += t_n - t_lo
+    elif IS_VARLEN:
+        if start_m < N_Q:
+            lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
+            _attn_fwd_tile(o_desc, LSE + packed[3], q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready,
+                           k_empty, v_ready, v_empty, turn,
+                           off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
+                           N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
+                           BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
+                           HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND, packed, True)
     else:
         lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
         _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready, k_empty, v_ready,
@@ -843,7 +895,8 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
 
 
 @gluon.jit(do_not_specialize=["stride_lz", "stride_lh", "BATCH", "H_Q", "N_Q", "N_K", "GROUP_SIZE", "causal_shift",
-                              "window_lo", "philox_offset", "dropout_thresh", "RNG_ROWS", "RNG_COLS"])
+                              "window_lo", "philox_offset", "dropout_thresh", "RNG_ROWS", "RNG_COLS",
+                              "stride_om", "stride_oh"])
 def _attn_fwd_hopper(
     # descriptors (rank 4 over (B, H, N, d)) and pointers; q1_desc, k1_desc:
     # the second column chunk of Q and K when HEAD_DIM != HEAD_DIM_V (split
@@ -867,6 +920,12 @@ def _attn_fwd_hopper(
     # (b, h, i, j) at MASK + b * stride_mz + h * stride_mh + i * stride_mm + j,
     # strides 0 on broadcast dims (else any pointer, unused)
     MASK, stride_mz, stride_mh, stride_mm,
+    # IS_VARLEN only: a packed batch (BATCH sequences in batch entry 0 of the
+    # descriptors, N_Q / N_K their longest lengths): sequence b's queries are
+    # rows [CU_SEQLENS_Q[b], CU_SEQLENS_Q[b + 1]), its keys likewise, and O
+    # (16-bit, rows stride_om, heads stride_oh) takes the rows of a block
+    # that reaches past its sequence (else any pointer and 0, unused)
+    CU_SEQLENS_Q, CU_SEQLENS_K, O, stride_om, stride_oh,
     # meta-parameters
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -874,7 +933,7 @@ def _attn_fwd_hopper(
     PERSISTENT: gl.constexpr, DYNAMIC: gl.constexpr, SKIP_TILES: gl.constexpr, M_BAND: gl.constexpr,
     HAS_WINDOW: gl.constexpr, HEAD_DIM_V: gl.constexpr, HAS_DROPOUT: gl.constexpr = False,
     HAS_MASK: gl.constexpr = False, HEAD_SECTION: gl.constexpr = 0,
-    ROW_BOUND: gl.constexpr = False,
+    ROW_BOUND: gl.constexpr = False, IS_VARLEN: gl.constexpr = False,
 ):
     ROWS: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     # Split Q K^T (d = 192, dv = 128): Q and K are held as two column chunks,
@@ -883,6 +942,7 @@ def _attn_fwd_hopper(
     # With HEAD_DIM == HEAD_DIM_V, QK1 = 0: the kernel of before.
     QK1: gl.constexpr = HEAD_DIM - HEAD_DIM_V
     if PERSISTENT:
+        gl.static_assert(not IS_VARLEN, "packed batches run on the grid of one program per block")
         # A 1-D grid of at most one program per SM; each program loops over
         # the work tiles that _work_tile deals it (in both partitions).
         n_m = gl.cdiv(N_Q, ROWS)
@@ -892,6 +952,8 @@ def _attn_fwd_hopper(
         off_hkv = 0
         start_m = 0
         n_tiles = 0
+        q_row0 = 0
+        k_row0 = 0
     else:
         if HEADS_FIRST:
             # Heads vary fastest and the longest (bottom) query blocks go first:
@@ -901,6 +963,23 @@ def _attn_fwd_hopper(
         else:
             pid_m = gl.program_id(0)
             pid_bh = gl.program_id(1)
+        if IS_VARLEN:
+            # Packed batch: this program's sequence, its lengths and start
+            # rows; the diagonal is bottom-right per sequence (shift n_k - n_q),
+            # as is the window's left bound (window_lo holds -left, at least
+            # -(longest n_q + n_k): the sum stays in int32; clamped as
+            # lower_diagonal does).  Blocks past the sequence's rows do nothing
+            # (the grid is sized by the longest one).
+            seq = pid_bh // H_Q
+            q_row0 = gl.load(CU_SEQLENS_Q + seq)
+            N_Q = gl.load(CU_SEQLENS_Q + seq + 1) - q_row0
+            k_row0 = gl.load(CU_SEQLENS_K + seq)
+            N_K = gl.load(CU_SEQLENS_K + seq + 1) - k_row0
+            causal_shift = N_K - N_Q
+            window_lo = gl.minimum(gl.maximum(window_lo + causal_shift, -N_Q), N_K)
+        else:
+            q_row0 = 0
+            k_row0 = 0
         off_b, off_hq, off_hkv, start_m, n_tiles = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K,
                                                                 causal_shift, ROWS, BLOCK_N, IS_CAUSAL)
         n_m = 0
@@ -966,13 +1045,14 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh, q_row0, k_row0,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, IS_VARLEN)),
         ], [1], [24])
     elif NUM_CONSUMERS == 2:
         gl.warp_specialize([
@@ -984,7 +1064,8 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -993,13 +1074,14 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh, q_row0, k_row0,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, IS_VARLEN)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         gl.static_assert(NUM_CONSUMERS == 3, "1, 2 or 3 consumer warpgroups")
@@ -1012,7 +1094,8 @@ def _attn_fwd_hopper(
                                  0, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1021,7 +1104,8 @@ def _attn_fwd_hopper(
                                  1, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_compute, (o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, q_empty, k_ready,
                                  k_empty, v_ready,
                                  v_empty, turn, tile_idx, tile_ready, off_b, off_hq, start_m, n_tiles, H_Q,
@@ -1030,13 +1114,14 @@ def _attn_fwd_hopper(
                                  2, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, IS_CAUSAL, PINGPONG,
                                  PAIRED, SKIP_TILES, PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW,
                                  (SEED, philox_offset, dropout_thresh, dropout_scale, H_Q, RNG_ROWS, RNG_COLS),
-                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND)),
+                                 HAS_DROPOUT, (MASK, stride_mz, stride_mh, stride_mm), HAS_MASK, ROW_BOUND,
+                                 (O, stride_om, stride_oh, q_row0), IS_VARLEN)),
             (_attn_fwd_load, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_desc, q1_smem, k1_bufs,
                               q_ready, q_empty, k_ready, k_empty,
                               v_ready, v_empty, tile_idx, tile_ready, TILE_COUNTER, off_b, off_hq, off_hkv, start_m,
-                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh,
+                              n_tiles, H_Q, GROUP_SIZE, N_Q, N_K, causal_shift, window_lo, n_m, n_bh, q_row0, k_row0,
                               BLOCK_M, BLOCK_N, HEAD_DIM_V, QK1, NUM_CONSUMERS, NUM_STAGES, IS_CAUSAL,
-                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW)),
+                              PERSISTENT, HEADS_FIRST, M_BAND, HEAD_SECTION, DYNAMIC, HAS_WINDOW, IS_VARLEN)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -1253,7 +1338,8 @@ class _Plan:
     _signature): grid, descriptor blocks and layouts, the scalar arguments
     that follow the descriptors, and the meta-parameters."""
 
-    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split")
+    __slots__ = ("key", "grid", "dims", "blocks", "layouts", "tail", "kwargs", "validated", "dynamic", "split",
+                 "varlen")
 
 
 def _signature(q, k, v, o, lse, causal, windowed, dropout=False, mask=None):
@@ -1313,12 +1399,20 @@ def default_meta(d: int, causal: bool, windowed: bool = False, dropout: bool = F
     return meta
 
 
-def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False, mask=None):
-    """A _Plan, or the reason (a string) why this case is declined."""
+def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=False, mask=None, varlen=None):
+    """A _Plan, or the reason (a string) why this case is declined.  varlen:
+    (sequences, max_seqlen_q, max_seqlen_k) of a packed batch, whose views
+    q, k, v, o, lse have batch 1 (hopper_forward_varlen)."""
     reason = unsupported_reason(q, k, v, o, lse, sm_scale)
     if reason:
         return reason
     batch, h_q, n_q, d = q.shape
+    if varlen is not None:
+        if dropout or mask is not None:
+            return "packed batches with dropout or a mask are not built"
+        batch, n_q, n_k_max = varlen
+        if batch <= 0 or n_q <= 0 or n_k_max <= 0:
+            return "empty packed batch"
     if dropout and d in DROPOUT_DECLINE:
         return DROPOUT_DECLINE[d]
     masked = mask is not None
@@ -1331,9 +1425,16 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         if d in MASK_DECLINE:
             return MASK_DECLINE[d]
     h_kv, n_k = k.shape[1], k.shape[2]
+    if varlen is not None:
+        n_k = varlen[2]
     dv = v.shape[-1]
     meta = default_meta(d, causal, windowed, dropout, masked, n_q)
     meta.update(overrides)
+    # Packed batches: the grid of one program per block (sized by the
+    # longest sequence; blocks past a sequence's rows return at once).
+    meta["IS_VARLEN"] = varlen is not None
+    if varlen is not None:
+        meta.update(PERSISTENT=False, DYNAMIC=False, SECTION_MB=0)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
     meta["HAS_DROPOUT"] = dropout  # and the dropout argument this one
     if masked:  # (absent otherwise: the keys and kwargs of before the mask)
@@ -1396,7 +1497,9 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
         plan.blocks += (q1_block, k1_block)
         plan.layouts += (gl.NVMMASharedLayout.get_default_for(q1_block, gdt),
                          gl.NVMMASharedLayout.get_default_for(k1_block, gdt))
-    plan.tail = (lse.stride(0), lse.stride(1), batch, h_q, n_q, n_k, h_q // h_kv)
+    # A packed batch's sequences are all in batch entry 0: stride_lz = 0.
+    plan.tail = (0 if varlen else lse.stride(0), lse.stride(1), batch, h_q, n_q, n_k, h_q // h_kv)
+    plan.varlen = (o.stride(2), o.stride(1)) if varlen else None
     plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=dv, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.dynamic = bool(meta["DYNAMIC"])
@@ -1504,6 +1607,49 @@ def hopper_forward_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: t
     return _launch(plan, (q, k, v, o), lse, sm_scale, causal_shift, window, dropout, mask)
 
 
+def hopper_forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                          lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                          max_seqlen_q: int, max_seqlen_k: int, sm_scale: float, causal: bool,
+                          window_left: int = -1) -> bool:
+    """The Hopper forward of a packed batch: q, o (total_q, Hq, d / dv), k, v
+    (total_k, Hkv, d / dv), lse (Hq, total_q) float32 (base 2, as
+    hopper_attention_forward's), cu_seqlens_q / _k (batch + 1,) int32 on the
+    device, max_seqlen_q / _k at least the longest sequence's lengths (the
+    grid is sized by them; no host read of the offsets).  Each sequence's
+    mask is bottom-right aligned (flash-attn's varlen): with causal, row i
+    of sequence b sees keys j <= i + n_k_b - n_q_b; window_left >= 0 also
+    bounds it on the left, j >= i + n_k_b - n_q_b - window_left.  No
+    dropout, mask or other variant (the portable kernels run those).
+    Returns False, having written nothing, when the case is not supported.
+
+    The descriptors cover the whole packed tensors as batch entry 0 of
+    (1, H, total, d) views; a block reads past its sequence's rows into the
+    next sequence's (or TMA's zero fill at the end), and masks those keys
+    (the key bound is the sequence's n_k) and stores no such row (the last
+    block of a sequence stores its rows from registers)."""
+    if not sm_scale > 0 or cu_seqlens_q.dtype != torch.int32 or cu_seqlens_k.dtype != torch.int32:
+        return False
+    windowed = window_left >= 0
+    docs = cu_seqlens_q.shape[0] - 1
+    sig = ("varlen", docs, max_seqlen_q, max_seqlen_k, cu_seqlens_q.device, cu_seqlens_k.device) + _signature(
+        q, k, v, o, lse, causal, windowed)
+    views = tuple(t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, o))
+    lse_view = lse.unsqueeze(0)
+    plan = _PLANS.get(sig)
+    if plan is None:
+        if cu_seqlens_q.device != q.device or cu_seqlens_k.device != q.device or cu_seqlens_k.shape[0] != docs + 1:
+            plan = "cu_seqlens_q / cu_seqlens_k: (batch + 1,) on q's device"
+        else:
+            plan = _make_plan(*views, lse_view, sm_scale, causal, windowed, {}, varlen=(docs, max_seqlen_q,
+                                                                                        max_seqlen_k))
+        _store(sig, plan)
+    # window_lo = -left here, at least -(max n_q + max n_k) (int32 sums);
+    # the kernel adds each sequence's diagonal and clamps.
+    lo = -min(window_left, max_seqlen_q + max_seqlen_k) if windowed else 0
+    return _launch(plan, views, lse_view, sm_scale, 0 if causal else None, None, None, None,
+                   varlen=(cu_seqlens_q, cu_seqlens_k, o, lo))
+
+
 def _store(sig, plan):
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
@@ -1545,13 +1691,17 @@ def mask_args(mask, unused: torch.Tensor) -> tuple:
     return (mask.view(torch.uint8),) + tuple(0 if n == 1 else st for n, st in zip(mask.shape[:3], mask.stride()[:3]))
 
 
-def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=None, mask=None) -> bool:
+def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=None, mask=None, varlen=None) -> bool:
     """Launch a plan on (q, k, v, o) (views or the flash-layout tensors: a
     descriptor's base gives only the pointer and dtype); False if the plan is
-    a decline reason."""
+    a decline reason.  varlen: (cu_seqlens_q, cu_seqlens_k, o, window_lo)
+    of a packed batch (hopper_forward_varlen)."""
     if plan.__class__ is str or plan.key in _BROKEN:
         return False
-    lo = 0 if window is None else lower_diagonal(window, plan.tail[4], plan.tail[5])
+    if varlen is not None:
+        lo = varlen[3]
+    else:
+        lo = 0 if window is None else lower_diagonal(window, plan.tail[4], plan.tail[5])
     validated = plan.validated
     if plan.split:  # q1_desc, k1_desc: Q's and K's second column chunk
         tensors = tuple(tensors) + (tensors[0], tensors[1])
@@ -1566,6 +1716,10 @@ def _launch(plan, tensors, lse, sm_scale, causal_shift, window=None, dropout=Non
     args += (lse,) + plan.tail + (sm_scale * LOG2E, 0 if causal_shift is None else causal_shift, counter, lo)
     args += dropout_args(dropout, plan.tail[4], plan.tail[5], lse)
     args += mask_args(mask, lse)
+    if varlen is not None:
+        args += (varlen[0], varlen[1], varlen[2]) + plan.varlen
+    else:
+        args += (lse, lse, lse, 0, 0)  # CU_SEQLENS_Q, CU_SEQLENS_K, O, stride_om, stride_oh: unused
     q = tensors[0]
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
@@ -1595,7 +1749,7 @@ _NO_SWITCH = contextlib.nullcontext()
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
-__all__ = ["hopper_attention_forward", "hopper_forward_flash", "unsupported_reason", "lower_diagonal", "CONFIGS",
+__all__ = ["hopper_attention_forward", "hopper_forward_flash", "hopper_forward_varlen", "unsupported_reason", "lower_diagonal", "CONFIGS",
            "HEAD_DIM_V", "CAUSAL_CONFIGS", "SHORT_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS",
            "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",

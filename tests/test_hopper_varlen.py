@@ -1,0 +1,188 @@
+"""Packed batches (flash_attn_varlen_func) on the Hopper forward
+(kernels/hopper/fwd.py IS_VARLEN, _dispatch.use_hopper_varlen_forward).
+
+The GPU tests switch it on (FLASHATTN_TRITON_HOPPER_VARLEN=1), check that the
+Hopper forward took the call, and compare the output, the LSE and the
+gradients (the portable backward from the Hopper forward's O and LSE) with
+per-sequence float64 references.  The sequences are chosen to break what a
+packed tile can get wrong: lengths around the 128-row and 128-key tiles, a
+sequence of one token, an empty one, n_k != n_q per sequence (rows that see
+no key under the bottom-right diagonal give O = 0 and LSE = -inf), and the
+rows of the next sequence right after each one (a block reads them and must
+neither use nor overwrite them).
+"""
+
+import os
+
+import pytest
+import torch
+
+from flashattn_triton import _dispatch, flash_attn_varlen_func
+from flashattn_triton.kernels import hopper
+from flashattn_triton.testing import assert_close, leaf, rand, random_cu_seqlens, varlen_attention_ref
+
+
+def _hopper_gpu() -> str:
+    if os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available():
+        return "needs FLASHATTN_TRITON_TEST_DEVICE=cuda and a GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return "needs an sm_90 GPU"
+    if not hopper.AVAILABLE:
+        return f"Hopper tier unavailable: {hopper.REASON}"
+    return ""
+
+
+needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+
+
+# --------------------------------------------------------------------------- everywhere
+
+def test_switch_is_off_by_default_and_read_per_call(monkeypatch):
+    """Unset, the packed path stays portable (HOPPER_VARLEN_DEFAULT "0" until
+    measured); the variable is read at each call; on the CPU never taken."""
+    monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN, raising=False)
+    assert _dispatch.HOPPER_VARLEN_DEFAULT == "0"
+    assert not _dispatch._switch(_dispatch.ENV_HOPPER_VARLEN, _dispatch.HOPPER_VARLEN_DEFAULT)
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    assert _dispatch._switch(_dispatch.ENV_HOPPER_VARLEN, _dispatch.HOPPER_VARLEN_DEFAULT)
+    q = torch.zeros(4, 2, 64)
+    assert not _dispatch.use_hopper_varlen_forward(q, q, (-1, 0))
+
+
+def test_rule_declines_chunks_and_right_windows(monkeypatch):
+    """Chunked calls and windows with a right bound other than 0 / -1 are
+    never tried (the Hopper forward has neither), whatever the switch."""
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    q = torch.zeros(4, 2, 64)
+    assert _dispatch.use_hopper_varlen_forward(q, q, (-1, 0))
+    assert _dispatch.use_hopper_varlen_forward(q, q, (32, -1))
+    assert not _dispatch.use_hopper_varlen_forward(q, q, (-1, 0), attention_chunk=64)
+    assert not _dispatch.use_hopper_varlen_forward(q, q, (8, 8))
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "0")
+    assert not _dispatch.use_hopper_varlen_forward(q, q, (-1, 0))
+
+
+# --------------------------------------------------------------------------- GPU
+
+def _spy(monkeypatch) -> list:
+    """Switch the packed Hopper path on; the results of its calls."""
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    taken: list = []
+    real = hopper.hopper_forward_varlen
+
+    def spy(*args, **kwargs):
+        taken.append(real(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(hopper, "hopper_forward_varlen", spy)
+    return taken
+
+
+def _check(lens_q, lens_k, h_q, h_kv, d, causal, dtype, window=(-1, -1), d_v=None, grads=True):
+    device = torch.device("cuda")
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    d_v = d_v or d
+    q = rand((sum(lens_q), h_q, d), dtype, device)
+    k = rand((sum(lens_k), h_kv, d), dtype, device)
+    v = rand((sum(lens_k), h_kv, d_v), dtype, device)
+    do = rand((sum(lens_q), h_q, d_v), dtype, device)
+    dlse = rand((h_q, sum(lens_q)), torch.float32, device)
+    max_q, max_k = max(max(lens_q), 1), max(max(lens_k), 1)
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        if not grads:
+            return out.detach(), lse.detach(), ()
+        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
+        return out.detach(), lse.detach(), torch.autograd.grad(loss, inputs)
+
+    got = run(lambda *t: flash_attn_varlen_func(*t, cu_q, cu_k, max_q, max_k, causal=causal, window_size=window,
+                                                return_lse=True),
+              [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, window_size=window),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, dtype=dtype, window_size=window),
+               [leaf(t) for t in (q, k, v)])
+    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
+    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g, r, b, 3.0, dtype)
+
+
+# Around the tiles (128-row blocks of two 64-row consumers, 128-key tiles at
+# d = 128): one token, 127 / 128 / 129, a long one, an empty one between.
+LENS = [1, 127, 128, 0, 129, 700, 64, 300]
+# n_k != n_q per sequence: more keys (a cache before the queries), fewer
+# keys (causal rows before the diagonal see none), and none at all.
+LENS_Q = [5, 200, 130, 40, 64]
+LENS_K = [90, 170, 300, 0, 257]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,d_v", [(64, 64), (128, 128), (256, 256), (192, 128)], ids=["d64", "d128", "d256",
+                                                                                     "d192-dv128"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_hopper_varlen_matches_reference(monkeypatch, d, d_v, causal, dtype):
+    taken = _spy(monkeypatch)
+    _check(LENS, LENS, 4, 2, d, causal, dtype, d_v=d_v, grads=dtype == torch.bfloat16)
+    assert taken == [True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("h_q,h_kv", [(8, 8), (8, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
+def test_hopper_varlen_nq_ne_nk(monkeypatch, causal, h_q, h_kv):
+    """Bottom-right diagonals per sequence, rows without a key, a sequence
+    without keys."""
+    taken = _spy(monkeypatch)
+    _check(LENS_Q, LENS_K, h_q, h_kv, 128, causal, torch.bfloat16)
+    assert taken == [True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [(64, 0), (200, -1), (0, 0), (5000, 0)], ids=["causal-64", "left-200",
+                                                                                 "diagonal-only", "wider-than-all"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_hopper_varlen_window(monkeypatch, window, d):
+    """A left window around each sequence's own diagonal."""
+    taken = _spy(monkeypatch)
+    _check(LENS_Q, LENS_K, 4, 2, d, False, torch.bfloat16, window=window)
+    _check(LENS, LENS, 4, 2, d, False, torch.bfloat16, window=window, grads=False)
+    assert taken == [True, True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_hopper_varlen_long_and_many(monkeypatch):
+    """A training-like batch: 16k tokens in documents of 64..5000, causal
+    GQA at d = 128, forward only (the reference's cost)."""
+    taken = _spy(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    lens, total = [], 0
+    while total < 16384:
+        n = int(torch.randint(64, 5000, (1,), generator=gen))
+        n = min(n, 16384 - total)
+        lens.append(n)
+        total += n
+    _check(lens, lens, 8, 2, 128, True, torch.bfloat16, grads=False)
+    assert taken == [True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_hopper_varlen_declines_variants(monkeypatch):
+    """Softcap (a variant) keeps the portable forward: the Hopper packed path
+    is not even tried."""
+    taken = _spy(monkeypatch)
+    device = torch.device("cuda")
+    cu = random_cu_seqlens([100, 50], device)
+    q = rand((150, 2, 64), torch.bfloat16, device)
+    out = flash_attn_varlen_func(q, q, q, cu, cu, 100, 100, causal=True, softcap=5.0)
+    ref = varlen_attention_ref(q.double(), q.double(), q.double(), cu, cu, True, softcap=5.0)[0]
+    assert taken == []
+    assert (out.double() - ref).abs().max() < 0.05
