@@ -475,10 +475,12 @@ def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False, atte
 
 
 ENV_HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # "1" / "0": packed batches take the Hopper forward or not
-# The switch when FLASHATTN_TRITON_HOPPER_VARLEN is unset: "0" (the portable
-# forward) until the Hopper forward's packed path (kernels/hopper/fwd.py
-# IS_VARLEN, session 55) has passed its GPU tests and its timing.
-HOPPER_VARLEN_DEFAULT = "0"
+# The switch when FLASHATTN_TRITON_HOPPER_VARLEN is unset: "1" since session
+# 55 (benchmarks/results/h100/session55/call4, the rule in
+# benchmarks/gpu_session55_call4.sh met on an H100: tests/test_hopper_varlen.py
+# 34 passed; bench_varlen's causal GQA packed forward 1.23x / 1.15x the
+# portable one, 395 -> 484 and 400 -> 461 TFLOP/s, in both seeds).
+HOPPER_VARLEN_DEFAULT = "1"
 
 
 def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0) -> bool:

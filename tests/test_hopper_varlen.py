@@ -1,7 +1,7 @@
 """Packed batches (flash_attn_varlen_func) on the Hopper forward
 (kernels/hopper/fwd.py IS_VARLEN, _dispatch.use_hopper_varlen_forward).
 
-The GPU tests switch it on (FLASHATTN_TRITON_HOPPER_VARLEN=1), check that the
+The GPU tests set FLASHATTN_TRITON_HOPPER_VARLEN=1 (the default), check that the
 Hopper forward took the call, and compare the output, the LSE and the
 gradients (the portable backward from the Hopper forward's O and LSE) with
 per-sequence float64 references.  The sequences are chosen to break what a
@@ -37,14 +37,16 @@ needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "
 
 # --------------------------------------------------------------------------- everywhere
 
-def test_switch_is_off_by_default_and_read_per_call(monkeypatch):
-    """Unset, the packed path stays portable (HOPPER_VARLEN_DEFAULT "0" until
-    measured); the variable is read at each call; on the CPU never taken."""
+def test_switch_is_on_by_default_and_read_per_call(monkeypatch):
+    """Unset, the packed path takes the Hopper forward where it runs
+    (HOPPER_VARLEN_DEFAULT "1" since session 55); the variable is read at
+    each call; on the CPU never taken."""
     monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN, raising=False)
-    assert _dispatch.HOPPER_VARLEN_DEFAULT == "0"
-    assert not _dispatch._switch(_dispatch.ENV_HOPPER_VARLEN, _dispatch.HOPPER_VARLEN_DEFAULT)
-    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    assert _dispatch.HOPPER_VARLEN_DEFAULT == "1"
     assert _dispatch._switch(_dispatch.ENV_HOPPER_VARLEN, _dispatch.HOPPER_VARLEN_DEFAULT)
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "0")
+    assert not _dispatch._switch(_dispatch.ENV_HOPPER_VARLEN, _dispatch.HOPPER_VARLEN_DEFAULT)
+    monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN)
     q = torch.zeros(4, 2, 64)
     assert not _dispatch.use_hopper_varlen_forward(q, q, (-1, 0))
 
