@@ -28,11 +28,11 @@ import common as C  # noqa: E402
 HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # _dispatch.ENV_HOPPER_VARLEN (the "ours varlen hopper" row)
 
 
-def doc_lengths(tokens: int, seed: int):
+def doc_lengths(tokens: int, seed: int, lo: int = 64, hi: int = 8192):
     rng = random.Random(seed)
     lens, total = [], 0
     while total < tokens:
-        n = int(math.exp(rng.uniform(math.log(64), math.log(8192))))
+        n = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
         n = min(n, tokens - total)
         lens.append(n)
         total += n
@@ -69,6 +69,9 @@ def main():
     ap.add_argument("--batches", type=int, default=3, help="number of random packed batches (seeds)")
     ap.add_argument("--heads", default="32,8")
     ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--doc-lengths", default="64,8192", help="LO,HI: document lengths log-uniform in [LO, HI]")
+    ap.add_argument("--providers", default="", help="comma list of provider names to time (default: all)")
+    ap.add_argument("--no-causal", action="store_true", help="documents attend all of themselves")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -78,16 +81,17 @@ def main():
     d, dt, dev = args.head_dim, torch.bfloat16, "cuda"
     rows = []
     for seed in range(args.batches):
-        lens = doc_lengths(args.tokens, seed)
+        lens = doc_lengths(args.tokens, seed, *(int(x) for x in args.doc_lengths.split(",")))
         total, nmax, b = sum(lens), max(lens), len(lens)
-        useful = sum(C.attn_flops(1, hq, n, n, d, True) for n in lens)  # the one convention
+        causal = not args.no_causal
+        useful = sum(C.attn_flops(1, hq, n, n, d, causal) for n in lens)  # the one convention
         cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device=dev)
         q = torch.randn(total, hq, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
         v = torch.randn(total, hkv, d, device=dev, dtype=dt, requires_grad=True)
         do = torch.randn_like(q)
         providers = {}
-        providers["ours varlen"] = (lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=True),
+        providers["ours varlen"] = (lambda: fat.flash_attn_varlen_func(q, k, v, cu, cu, nmax, nmax, causal=causal),
                                     do, (q, k, v))
         # The same call with the Hopper forward's packed path switched on
         # (FLASHATTN_TRITON_HOPPER_VARLEN=1, set around this provider's runs).
@@ -97,7 +101,7 @@ def main():
 
             def paged(pools=pools, table=table):
                 with torch.no_grad():
-                    return fat.flash_attn_varlen_func(q, *pools, cu, cu, nmax, nmax, causal=True, block_table=table)
+                    return fat.flash_attn_varlen_func(q, *pools, cu, cu, nmax, nmax, causal=causal, block_table=table)
             providers[f"ours paged {page}"] = (paged, None, ())
 
         # Padded to the longest document: (B, nmax, H, d), our dense kernel.
@@ -110,7 +114,7 @@ def main():
         dop = torch.randn_like(qp)
         # Causal aligned top-left, as the documents start at row 0 of their pad.
         providers["ours padded"] = (lambda: fat.scaled_dot_product_attention(
-            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2), is_causal=True,
+            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2), is_causal=causal,
             enable_gqa=True), dop.transpose(1, 2), (qp, kp, vp))
 
         try:
@@ -118,7 +122,7 @@ def main():
             doc = torch.repeat_interleave(torch.arange(b, device=dev), torch.tensor(lens, device=dev))
 
             def mask_mod(bi, h, qi, ki):
-                return (doc[qi] == doc[ki]) & (qi >= ki)
+                return (doc[qi] == doc[ki]) & ((qi >= ki) | (not causal))
             bm = create_block_mask(mask_mod, 1, None, total, total, device=dev)
             flex = torch.compile(flex_attention)
             qf, kf, vf = (t.detach().transpose(0, 1)[None].requires_grad_() for t in (q, k, v))
@@ -131,12 +135,15 @@ def main():
             qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t.detach(), offs).transpose(1, 2).requires_grad_()
                           for t in (q, k, v))
             dn = torch.nested.nested_tensor_from_jagged(do, offs).transpose(1, 2)
-            providers["sdpa nested"] = (lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=True,
+            providers["sdpa nested"] = (lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=causal,
                                                                                enable_gqa=True), dn, (qn, kn, vn))
         except Exception as exc:  # noqa: BLE001
             rows.append(dict(seed=seed, provider="sdpa nested", error=C.short_error(exc)))
 
+        wanted = [p for p in args.providers.split(",") if p]
         for name, spec in providers.items():
+            if wanted and name not in wanted:
+                continue
             fn, grad, leaves = spec
             switch = os.environ.get(HOPPER_VARLEN)
             if name == "ours varlen hopper":
@@ -173,8 +180,9 @@ def main():
     short = C.md_table(["seed", "provider", "docs", "longest", "fwd ms", "fwd TFLOP/s (useful)",
                         "bwd ms", "bwd TFLOP/s (useful)", "error"], table)
     C.write_markdown(args.out / "bench_varlen.md", "Packed variable-length batches (bench_varlen.py)", env,
-                     f"{args.tokens} tokens per batch, documents 64..8192 (log-uniform, seeds 0..{args.batches - 1}), "
-                     f"causal, Hq={hq}, Hkv={hkv}, d={d}, bf16.\n\n" + short)
+                     f"{args.tokens} tokens per batch, documents {args.doc_lengths.replace(',', '..')} (log-uniform, "
+                     f"seeds 0..{args.batches - 1}), {'full' if args.no_causal else 'causal'}, Hq={hq}, Hkv={hkv}, "
+                     f"d={d}, bf16.\n\n" + short)
     print(short)
 
 
