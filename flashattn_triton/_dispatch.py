@@ -483,12 +483,26 @@ ENV_HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # "1" / "0": packed batche
 HOPPER_VARLEN_DEFAULT = "1"
 
 
-def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0) -> bool:
+# Packed batches at these head dims whose longest sequence (max(max_seqlen_q,
+# max_seqlen_k)) is at most this long keep the portable forward (no left
+# window; FLASHATTN_TRITON_BACKEND=hopper overrides).  Session 55 call 6
+# (H100, benchmarks/results/h100/session55/call6, 32k tokens, Hq 32 / Hkv 8):
+# documents of 64..1024 tokens at d = 64 ran 0.87x (causal) and 0.73x (not)
+# the portable forward on the Hopper one; 64..8192 at d = 64 causal 1.28x,
+# d = 128 64..1024 causal 1.23x, d = 256 2.06x, d = 128 not causal 1.39x.
+HOPPER_VARLEN_SHORT: dict = {64: 1024}
+
+
+def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0, max_seqlen: int = 1 << 30) -> bool:
     """Whether to try the Hopper forward (kernels/hopper/fwd.py
     hopper_forward_varlen; it may still decline a case) for a packed batch
     without variants: FLASHATTN_TRITON_HOPPER_VARLEN (HOPPER_VARLEN_DEFAULT
-    when unset), no chunk, the windows and head dims of the dense rule."""
-    return (takes_chunk(attention_chunk) and _switch(ENV_HOPPER_VARLEN, HOPPER_VARLEN_DEFAULT)
+    when unset), no chunk, the windows and head dims of the dense rule, and
+    not a batch of short sequences at a head dim of HOPPER_VARLEN_SHORT
+    (max_seqlen: the larger of max_seqlen_q and max_seqlen_k)."""
+    short = (window[0] < 0 and max_seqlen <= HOPPER_VARLEN_SHORT.get(q.shape[-1], 0)
+             and backend() != "hopper")
+    return (takes_chunk(attention_chunk) and not short and _switch(ENV_HOPPER_VARLEN, HOPPER_VARLEN_DEFAULT)
             and _hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v))
 
 

@@ -323,7 +323,7 @@ def _fwd_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                         _fold_sinks(out, lse, sinks)
                     return
             elif (not variants and lse_lo is None and doc_shift is None
-                  and use_hopper_varlen_forward(q, v, window, attention_chunk)
+                  and use_hopper_varlen_forward(q, v, window, attention_chunk, max(max_seqlen_q, max_seqlen_k))
                   and _kernels.hopper.hopper_forward_varlen(
                       q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                       window_right == 0, window_left)):

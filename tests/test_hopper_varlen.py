@@ -65,11 +65,30 @@ def test_rule_declines_chunks_and_right_windows(monkeypatch):
     assert not _dispatch.use_hopper_varlen_forward(q, q, (-1, 0))
 
 
+def test_rule_keeps_short_batches_at_d64_portable(monkeypatch):
+    """d = 64 with every sequence at most HOPPER_VARLEN_SHORT[64] long keeps
+    the portable forward (measured faster there), unless a left window or
+    the forced Hopper tier; longer batches and other head dims take it."""
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    q64, q128 = torch.zeros(4, 2, 64), torch.zeros(4, 2, 128)
+    short = _dispatch.HOPPER_VARLEN_SHORT[64]
+    assert not _dispatch.use_hopper_varlen_forward(q64, q64, (-1, 0), max_seqlen=short)
+    assert not _dispatch.use_hopper_varlen_forward(q64, q64, (-1, -1), max_seqlen=100)
+    assert _dispatch.use_hopper_varlen_forward(q64, q64, (-1, 0), max_seqlen=short + 1)
+    assert _dispatch.use_hopper_varlen_forward(q64, q64, (32, 0), max_seqlen=100)
+    assert _dispatch.use_hopper_varlen_forward(q128, q128, (-1, 0), max_seqlen=100)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    assert _dispatch.use_hopper_varlen_forward(q64, q64, (-1, 0), max_seqlen=100)
+
+
 # --------------------------------------------------------------------------- GPU
 
 def _spy(monkeypatch) -> list:
-    """Switch the packed Hopper path on; the results of its calls."""
+    """Switch the packed Hopper path on, at every length (no
+    HOPPER_VARLEN_SHORT rule); the results of its calls."""
     monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
+    monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_SHORT", {})
     taken: list = []
     real = hopper.hopper_forward_varlen
 
