@@ -25,7 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
-HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # _dispatch.ENV_HOPPER_VARLEN (the "ours varlen hopper" row)
+# The rows that switch the Hopper tier's packed paths on (set around their runs):
+# _dispatch.ENV_HOPPER_VARLEN (forward) and ENV_HOPPER_VARLEN_BWD (backward, opt-in).
+ROW_ENV = {"ours varlen hopper": {"FLASHATTN_TRITON_HOPPER_VARLEN": "1"},
+           "ours varlen hopper bwd": {"FLASHATTN_TRITON_HOPPER_VARLEN": "1", "FLASHATTN_TRITON_HOPPER_VARLEN_BWD": "1"}}
 
 
 def doc_lengths(tokens: int, seed: int, lo: int = 64, hi: int = 8192):
@@ -96,6 +99,7 @@ def main():
         # The same call with the Hopper forward's packed path switched on
         # (FLASHATTN_TRITON_HOPPER_VARLEN=1, set around this provider's runs).
         providers["ours varlen hopper"] = providers["ours varlen"]
+        providers["ours varlen hopper bwd"] = providers["ours varlen"]
         for page in (16, 256):
             pools, table = paged_pools(k.detach(), v.detach(), lens, page, seed)
 
@@ -145,9 +149,8 @@ def main():
             if wanted and name not in wanted:
                 continue
             fn, grad, leaves = spec
-            switch = os.environ.get(HOPPER_VARLEN)
-            if name == "ours varlen hopper":
-                os.environ[HOPPER_VARLEN] = "1"
+            saved = {var: os.environ.get(var) for var in ROW_ENV.get(name, {})}
+            os.environ.update(ROW_ENV.get(name, {}))
             try:
                 out = fn()
                 # C.bench_ms: waits for ours' backward prefetch first; grad_to_none: no
@@ -163,10 +166,11 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 rows.append(dict(seed=seed, provider=name, error=C.short_error(exc)))
             finally:
-                if switch is None:
-                    os.environ.pop(HOPPER_VARLEN, None)
-                else:
-                    os.environ[HOPPER_VARLEN] = switch
+                for var, value in saved.items():
+                    if value is None:
+                        os.environ.pop(var, None)
+                    else:
+                        os.environ[var] = value
             print(rows[-1], flush=True)
         del providers
         torch.cuda.empty_cache()

@@ -491,6 +491,11 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
         dq_cols = d // meta["NUM_CONSUMERS"]
     if "GROUP_SPLIT" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before the group split has none)
         meta.setdefault("GROUP_SPLIT", 1)  # a constexpr, as the launcher passes it
+    varlen = bool(meta.get("IS_VARLEN"))
+    if "IS_VARLEN" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before packed batches has none)
+        meta["IS_VARLEN"] = varlen  # a constexpr, as the launcher passes it
+        if varlen:  # as hopper_backward_varlen: the 2-D grid, whole groups, dK / dV by gl.store
+            meta.update(PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False)
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
     dv = d if dv is None else dv
     if dv != d:  # the dQ pieces are DQ_CHUNK wide (dq_block_cols of dv)
@@ -523,6 +528,8 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
             divisible = dq_args
         else:  # None at the launch: constexprs, no parameters
             constexprs.update(dict.fromkeys(dq_args))
+    if "CU_SEQLENS_Q" in hbwd._attn_bwd_hopper.arg_names:  # (dense launches pass LSE there, unused)
+        scalars.update(CU_SEQLENS_Q="*i32" if varlen else "*fp32", CU_SEQLENS_K="*i32" if varlen else "*fp32")
     compiled = _compile_gluon(hbwd._attn_bwd_hopper, constexprs, descs, scalars, d, arch, divisible)
     return compiled, meta
 

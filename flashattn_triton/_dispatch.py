@@ -477,7 +477,7 @@ def use_hopper_forward(q, k, v, window, causal_offset, plain: bool = False, atte
 ENV_HOPPER_VARLEN = "FLASHATTN_TRITON_HOPPER_VARLEN"  # "1" / "0": packed batches take the Hopper forward or not
 # The switch when FLASHATTN_TRITON_HOPPER_VARLEN is unset: "1" since session
 # 55 (benchmarks/results/h100/session55/call4, the rule in
-# benchmarks/gpu_session55_call4.sh met on an H100: tests/test_hopper_varlen.py
+# benchmarks/history/gpu_session55_call4.sh met on an H100: tests/test_hopper_varlen.py
 # 34 passed; bench_varlen's causal GQA packed forward 1.23x / 1.15x the
 # portable one, 395 -> 484 and 400 -> 461 TFLOP/s, in both seeds).
 HOPPER_VARLEN_DEFAULT = "1"
@@ -504,6 +504,25 @@ def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0, max_seqlen
              and backend() != "hopper")
     return (takes_chunk(attention_chunk) and not short and _switch(ENV_HOPPER_VARLEN, HOPPER_VARLEN_DEFAULT)
             and _hopper_tier(q.device) and hopper_forward_window(window) and hopper_forward_dims(q, v))
+
+
+ENV_HOPPER_VARLEN_BWD = "FLASHATTN_TRITON_HOPPER_VARLEN_BWD"  # "1": packed batches take the Hopper backward
+# The switch when FLASHATTN_TRITON_HOPPER_VARLEN_BWD is unset: "0".  The
+# Hopper backward's packed path (kernels/hopper/bwd.py IS_VARLEN, session 55)
+# compiles for sm_90 (compile_check --hopper-bwd) but has not run on a GPU:
+# benchmarks/gpu_next_session55.sh has its tests and its timing rule.
+HOPPER_VARLEN_BWD_DEFAULT = "0"
+
+
+def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0) -> bool:
+    """Whether to try the Hopper backward (kernels/hopper/bwd.py
+    hopper_backward_varlen; it declines head dims other than 64 / 128 and
+    more) for a packed batch without variants: FLASHATTN_TRITON_HOPPER_VARLEN_BWD
+    (HOPPER_VARLEN_BWD_DEFAULT when unset), not deterministic (dQ's adds
+    arrive in a varying order), no chunk, the windows the forward takes, d = dv."""
+    return (takes_chunk(attention_chunk) and not deterministic and not torch.are_deterministic_algorithms_enabled()
+            and _switch(ENV_HOPPER_VARLEN_BWD, HOPPER_VARLEN_BWD_DEFAULT) and q.shape[-1] == v.shape[-1]
+            and _hopper_tier(q.device) and hopper_forward_window(window))
 
 
 def _hopper_tier(device: torch.device) -> bool:

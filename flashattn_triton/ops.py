@@ -64,7 +64,8 @@ import torch.autograd.forward_ad as _fwd_ad
 
 from . import _dispatch, _prefetch, reference
 from ._dispatch import (hopper_forward_takes_mask, hopper_takes_variants, sinks_after_hopper_forward,
-                        use_hopper_backward, use_hopper_forward, use_hopper_varlen_forward,
+                        use_hopper_backward, use_hopper_forward, use_hopper_varlen_backward,
+                        use_hopper_varlen_forward,
                         use_triton)
 from ._params import AttnParams, has_variants, lse_shape, window_bounds
 from .kernels import fastlaunch
@@ -587,12 +588,15 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                                     dropout_p, rng_seed, philox_offset)
                 mul, add = doc_shift or (0, 0)
                 chunks = list(_varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]))
+                hopper_varlen = (len(chunks) == 1 and doc_shift is None and lse_lo is None and not compile_only
+                                 and not has_variants(softcap, alibi_slopes, None, None, dropout_p)
+                                 and use_hopper_varlen_backward(q, v, window, deterministic, attention_chunk))
                 for b, cu in chunks:
                     # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, add,
                                        window_bounds(*window), dlh, cu, (max_seqlen_q, max_seqlen_k),
                                        mods.chunk(b, 0), delta=deltah, split_group=len(chunks) == 1,
-                                       shift_mul=mul, chunk=attention_chunk)
+                                       shift_mul=mul, chunk=attention_chunk, hopper_varlen=hopper_varlen)
             else:
                 offset = (_causal_offset(q.shape[1], k.shape[1], bottom_right) if shift is None
                           else shift - (k.shape[1] - q.shape[1]))

@@ -207,3 +207,81 @@ def test_hopper_varlen_declines_variants(monkeypatch):
     ref = varlen_attention_ref(q.double(), q.double(), q.double(), cu, cu, True, softcap=5.0)[0]
     assert taken == []
     assert (out.double() - ref).abs().max() < 0.05
+
+
+# --------------------------------------------------------------------------- the backward (opt-in)
+
+def test_backward_switch_is_off_by_default(monkeypatch):
+    """The packed Hopper backward is opt-in (not yet GPU-validated): unset,
+    never tried; "1" tries it, never for deterministic calls, chunks,
+    d != dv or a right window."""
+    monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN_BWD, raising=False)
+    monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
+    q = torch.zeros(4, 2, 64)
+    assert _dispatch.HOPPER_VARLEN_BWD_DEFAULT == "0"
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "1")
+    assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
+    assert _dispatch.use_hopper_varlen_backward(q, q, (16, -1), False)
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), True)
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, attention_chunk=32)
+    assert not _dispatch.use_hopper_varlen_backward(q, torch.zeros(4, 2, 32), (-1, 0), False)
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (4, 4), False)
+
+
+def _spy_bwd(monkeypatch) -> list:
+    """Switch the packed Hopper backward on; the results of its calls."""
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "1")
+    taken: list = []
+    real = hopper.hopper_backward_varlen
+
+    def spy(*args, **kwargs):
+        taken.append(real(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(hopper, "hopper_backward_varlen", spy)
+    return taken
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lens", ["tiles", "nq-ne-nk"])
+@pytest.mark.parametrize("h_q,h_kv", [(4, 2), (6, 1)], ids=["gqa", "mqa"])
+def test_hopper_varlen_backward_matches_reference(monkeypatch, d, causal, lens, h_q, h_kv):
+    """dq, dk, dv from the Hopper backward's packed path within 3x PyTorch's
+    error: sequences around the 128-key blocks, an empty one, n_k != n_q (a
+    sequence without keys; causal rows that see no key)."""
+    _spy(monkeypatch)
+    taken = _spy_bwd(monkeypatch)
+    lq, lk = (LENS, LENS) if lens == "tiles" else (LENS_Q, LENS_K)
+    _check(lq, lk, h_q, h_kv, d, causal, torch.bfloat16)
+    assert taken == [True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [(64, 0), (200, -1)], ids=["causal-64", "left-200"])
+def test_hopper_varlen_backward_window(monkeypatch, window):
+    _spy(monkeypatch)
+    taken = _spy_bwd(monkeypatch)
+    _check(LENS_Q, LENS_K, 4, 2, 128, False, torch.float16, window=window)
+    assert taken == [True]
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_hopper_varlen_backward_long(monkeypatch):
+    """A training-like batch: 8k tokens in documents of 64..3000, causal GQA
+    at d = 128, gradients against the reference."""
+    _spy(monkeypatch)
+    taken = _spy_bwd(monkeypatch)
+    gen = torch.Generator().manual_seed(5)
+    lens, total = [], 0
+    while total < 8192:
+        n = min(int(torch.randint(64, 3000, (1,), generator=gen)), 8192 - total)
+        lens.append(n)
+        total += n
+    _check(lens, lens, 8, 2, 128, True, torch.bfloat16)
+    assert taken == [True]

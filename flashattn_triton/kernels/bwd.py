@@ -1114,7 +1114,8 @@ def _dropout_only(mods) -> bool:
 
 def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset, window,
                        dlse=None, cu_seqlens=None, max_seqlen=None, mods=None, dbias=None,
-                       delta=None, split_group=True, hopper=False, shift_mul=0, lse_lo=None, chunk=0):
+                       delta=None, split_group=True, hopper=False, shift_mul=0, lse_lo=None, chunk=0,
+                       hopper_varlen=False):
     """Launch the three backward kernels on (B, H, N, d)-indexed views.
 
     do, o: (B, Hq, Nq, dv); dq like q (B, Hq, Nq, d); dk like k, dv like v
@@ -1169,6 +1170,15 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
         HEAD_DIM_V=d_v, HEAD_DIM_V_PAD=dv_pad, EVEN_DV=d_v == dv_pad, IS_VARLEN=varlen,
         HAS_DLSE=dlse is not None, BLOCK_M=_PREPROCESS_BLOCK_M, **COMPILE_OPTIONS,
     )
+    if (hopper_varlen and varlen and dbias is None and mods is NO_MODS and lse_lo is None and not chunk
+            and right in (None, 0) and causal_offset == 0 and shift_mul == 0):
+        # A packed batch without variants on the Hopper backward (opt-in, not
+        # yet GPU-validated: _dispatch.use_hopper_varlen_backward), after the
+        # same preprocess; bottom-right diagonals per sequence.
+        from .hopper import hopper_backward_varlen
+        if hopper_backward_varlen(do, q, k, v, lse, delta, dq, dk, dv, cu_q, cu_k, n_q, n_k, sm_scale,
+                                  right == 0, -1 if left is None else left):
+            return delta
     if hopper:
         from .hopper import hopper_attention_backward
         diagonal = n_k - n_q + causal_offset  # row i's window is [i + diagonal - left, i + diagonal (+ right)]

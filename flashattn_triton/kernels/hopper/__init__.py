@@ -26,7 +26,7 @@ else:
     try:
         from .fwd import (hopper_attention_forward, hopper_forward_flash, hopper_forward_varlen,  # noqa: F401
                           unsupported_reason)
-        from .bwd import hopper_attention_backward  # noqa: F401
+        from .bwd import hopper_attention_backward, hopper_backward_varlen  # noqa: F401
         AVAILABLE = True
     except Exception as exc:  # noqa: BLE001 - any import problem means: not available
         REASON = f"Gluon API not usable: {type(exc).__name__}: {exc}"
@@ -51,10 +51,15 @@ if not AVAILABLE:
         """The Hopper tier is unavailable here (see REASON): always declines."""
         return False
 
+    def hopper_backward_varlen(do, q, k, v, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                               max_seqlen_k, sm_scale, causal, window_left=-1) -> bool:
+        """The Hopper tier is unavailable here (see REASON): always declines."""
+        return False
+
     def unsupported_reason(q, k, v, o, lse, sm_scale) -> str:
         return REASON
 
 
 __all__ = ["AVAILABLE", "REASON", "hopper_attention_backward", "hopper_attention_forward", "hopper_forward_flash",
-           "hopper_forward_varlen",
+           "hopper_forward_varlen", "hopper_backward_varlen",
            "unsupported_reason"]

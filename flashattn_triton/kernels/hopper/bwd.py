@@ -245,7 +245,7 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, sta
 def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
               off_b, off_hq, mb, it, stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              q1_desc=None, q1_bufs=None, QK1: gl.constexpr = 0, WAIT_EMPTY: gl.constexpr = True):
+              q1_desc=None, q1_bufs=None, QK1: gl.constexpr = 0, WAIT_EMPTY: gl.constexpr = True, q_row0=0):
     """Query tile mb of head off_hq into ring slot it % NUM_STAGES: the rows'
     lse2 and scaled delta (loaded here, stored to shared memory before the
     tile's Q is requested, so that the consumers read them from shared
@@ -253,7 +253,9 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     registers across the products), then Q and dO by TMA.  HEAD_DIM: dO's
     width and Q's first column chunk; QK1 > 0 (split Q K^T): Q's columns
     [HEAD_DIM, HEAD_DIM + QK1) go to q1_bufs on q_ready.  WAIT_EMPTY False:
-    the caller knows the slot is free (NAMED_BAR = 2: _retire_dq)."""
+    the caller knows the slot is free (NAMED_BAR = 2: _retire_dq).  q_row0:
+    a packed sequence's first row (IS_VARLEN; LSE and DELTA already point at
+    it), added to the TMA rows."""
     stat_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     q_box: gl.constexpr = [1, 1, BLOCK_M, HEAD_DIM]
     s = it % NUM_STAGES
@@ -274,14 +276,14 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     if QK1 > 0:
         mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes + q1_desc.block_type.nbytes)
         q1_box: gl.constexpr = [1, 1, BLOCK_M, QK1]
-        tma.async_copy_global_to_shared(q1_desc, [off_b, off_hq, mb * BLOCK_M, HEAD_DIM], q_ready.index(s),
+        tma.async_copy_global_to_shared(q1_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, HEAD_DIM], q_ready.index(s),
                                         q1_bufs.index(s)._reinterpret(q1_desc.dtype, q1_box, q1_desc.layout))
     else:
         mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, mb * BLOCK_M, 0], q_ready.index(s),
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], q_ready.index(s),
                                     q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
     mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, mb * BLOCK_M, 0], do_ready.index(s),
+    tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], do_ready.index(s),
                                     do_bufs.index(s)._reinterpret(do_desc.dtype, q_box, do_desc.layout))
 
 
@@ -328,15 +330,15 @@ def _attn_bwd_load_persistent(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_sme
 
 @gluon.jit
 def _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M: gl.constexpr,
-               DQ_COLS: gl.constexpr):
+               DQ_COLS: gl.constexpr, q_row0=0):
     """NAMED_BAR = 2, producer: wait until both consumers have staged dQ of
     their ring step t (query tile m_lo + t % n_m of group head t // n_m) and
     add both halves into the float32 dQ buffer (TMA reduce-add).  Their
     arrival also means that every product of step t is done: its Q / dO
-    slot is free."""
+    slot is free.  q_row0: a packed sequence's first row (IS_VARLEN)."""
     _named_bar(_DQ_FULL_SYNC)
     off_hq = off_hkv * GROUP + t // n_m
-    start_m = (m_lo + t % n_m) * BLOCK_M
+    start_m = q_row0 + (m_lo + t % n_m) * BLOCK_M
     box: gl.constexpr = [1, 1, BLOCK_M, DQ_COLS]
     for c in gl.static_range(2):
         _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, c * DQ_COLS],
@@ -361,7 +363,7 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    NUM_STAGES: gl.constexpr, GROUP_SPLIT: gl.constexpr,
                    q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr,
-                   dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0):
+                   dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0, q_row0=0, k_row0=0):
     """Producer partition (1 warp): K and V once, then Q, dO and the rows'
     statistics of query tiles [m_lo, m_hi) of every query head of the group
     (_load_qdo; with GROUP_SPLIT > 1 the group is the program's slice).
@@ -372,8 +374,9 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
     slots are freed by qdo_empty as without it, and after loading step it
     the producer retires step it - 1's dQ pieces (_retire_dq_pieces; the
     consumers stage them after their qdo_empty arrival), the last step's
-    after the loop."""
-    _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM,
+    after the loop.  q_row0, k_row0: a packed sequence's first query and key
+    rows (IS_VARLEN: the keys-as-M step; 0 otherwise)."""
+    _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, k_row0 + start_n, BLOCK_N, HEAD_DIM,
                    GROUP_SPLIT, k1_desc, k1_smem, QK1)
     n_m = m_hi - m_lo
     total = GROUP * n_m
@@ -409,18 +412,18 @@ def _attn_bwd_load(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, 
                 if NAMED_BAR == 2:
                     if it >= NUM_STAGES:
                         _retire_dq(it - NUM_STAGES, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M,
-                                   DQ_COLS)
+                                   DQ_COLS, q_row0)
                 _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, do_ready, qdo_empty,
                           off_b, off_hkv * GROUP + g, mb, it,
                           stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale, BLOCK_M, HEAD_DIM, NUM_STAGES,
-                          q1_desc, q1_bufs, QK1, NAMED_BAR != 2)
+                          q1_desc, q1_bufs, QK1, NAMED_BAR != 2, q_row0)
                 if NAMED_BAR == 2:
                     if it >= NUM_STAGES:
                         _release_dq_stage(it - NUM_STAGES, total)
                 it += 1
         if NAMED_BAR == 2:
             for t in range(gl.maximum(total - NUM_STAGES, 0), total):
-                _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M, DQ_COLS)
+                _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M, DQ_COLS, q_row0)
                 _release_dq_stage(t, total)
 
 
@@ -642,8 +645,9 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False):
-    """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys.
+                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
+    """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys
+    (q_row0: a packed sequence's first row, IS_VARLEN, for dQ's reduce-add).
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
     (DROPOUT 4 - 6): the RNG warps' keep bits and their ready barriers
     (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
@@ -750,8 +754,8 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         _named_bar(_DQ_FULL_ARRIVE)
     else:
         mbarrier.arrive(qdo_empty.index(s))
-        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, CONSUMER * DQ_COLS, it, 0, 1, CONSUMER,
-                         DQ_STAGE_BUFS, BLOCK_M, DQ_COLS)
+        _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, q_row0 + start_m, CONSUMER * DQ_COLS, it, 0, 1,
+                         CONSUMER, DQ_STAGE_BUFS, BLOCK_M, DQ_COLS)
     return dk, dv
 
 
@@ -843,7 +847,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                        drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False):
+                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -859,7 +863,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                OWN_FIRST=OWN_FIRST)
+                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
     return dk, dv
 
 
@@ -872,7 +876,7 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
                        HEADS_FIRST: gl.constexpr, HAS_WINDOW: gl.constexpr, GROUP_SPLIT: gl.constexpr,
                        q1_desc, k1_desc, q1_bufs, k1_smem, QK1: gl.constexpr,
-                       dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0):
+                       dq_desc=None, dq_bufs=None, NAMED_BAR: gl.constexpr = 0, q_row0=0, k_row0=0):
     """The producer partition of either form (HEAD_DIM: V's width; QK1 > 0:
     split Q K^T, Q's and K's columns [HEAD_DIM, + QK1) in q1_bufs, k1_smem;
     NAMED_BAR = 2, not persistent: the dQ reduce-adds too)."""
@@ -888,7 +892,7 @@ def _attn_bwd_producer(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_sm
                        kv_ready, q_ready, do_ready, qdo_empty, off_b, off_hkv, start_n, m_lo, m_hi, GROUP,
                        stride_lz, stride_lh, stride_dz, stride_dh, N_Q, sm_scale,
                        BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1,
-                       dq_desc, dq_bufs, NAMED_BAR)
+                       dq_desc, dq_bufs, NAMED_BAR, q_row0, k_row0)
 
 
 @gluon.jit
@@ -940,7 +944,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
                     DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
-                    TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False):
+                    TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -1019,7 +1023,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
                                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                                OWN_FIRST=OWN_FIRST)
+                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -1028,7 +1032,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
                                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                                OWN_FIRST=OWN_FIRST)
+                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
                     it += 1
     else:
         for g in range(GROUP):
@@ -1040,7 +1044,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
                                             drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                            OWN_FIRST=OWN_FIRST)
+                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -1049,7 +1053,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
                                             drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                            OWN_FIRST=OWN_FIRST)
+                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1451,7 +1455,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
                       Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None, dk1_desc=None,
-                      TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False):
+                      TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1500,7 +1504,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST)
+                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST, q_row0=q_row0)
     tma.store_wait(0)
 
 
@@ -1530,6 +1534,11 @@ def _attn_bwd_hopper(
     # 16-bit threshold, the scale of kept probabilities and the counters'
     # row / column strides (kernels/score.py; else any pointer, unused)
     SEED, philox_offset, dropout_thresh, dropout_scale, RNG_ROWS, RNG_COLS,
+    # IS_VARLEN only: a packed batch (the descriptors' batch entry 0 holds
+    # every sequence; N_Q / N_K are the longest lengths): sequence b's rows
+    # are [CU_SEQLENS_Q[b], CU_SEQLENS_Q[b + 1]), its keys likewise (else any
+    # pointer, unused)
+    CU_SEQLENS_Q, CU_SEQLENS_K,
     # meta-parameters
     HEAD_DIM: gl.constexpr, HEAD_DIM_V: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -1542,6 +1551,7 @@ def _attn_bwd_hopper(
     RNG_REGS: gl.constexpr = 0,  # 0: what the consumers and the producer leave (kernel_meta passes it)
     RNG_NUM_WARPS: gl.constexpr = 4,  # the RNG partition's warps, 4 or 2 (kernel_meta passes it)
     OWN_FIRST: gl.constexpr = False,  # this consumer's half of a product before the exchange wait (kernel_meta)
+    IS_VARLEN: gl.constexpr = False,  # a packed batch (hopper_backward_varlen; the keys-as-M step only)
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1552,6 +1562,7 @@ def _attn_bwd_hopper(
     QK1: gl.constexpr = HEAD_DIM - HEAD_DIM_V
     n_mb = gl.cdiv(N_Q, BLOCK_M)
     if PERSISTENT:
+        gl.static_assert(not IS_VARLEN, "packed batches: the grid of one program per key block")
         # A 1-D grid of at most one program per SM; each partition walks the
         # same work tiles (_bwd_work_tile) and decodes them itself.
         n_kb = gl.cdiv(N_K, BLOCK_N)
@@ -1560,6 +1571,8 @@ def _attn_bwd_hopper(
         start_n = 0
         m_lo = 0
         m_hi = 0
+        q_row0 = 0
+        k_row0 = 0
     else:
         n_kb = 0
         if HEADS_FIRST:
@@ -1582,6 +1595,32 @@ def _attn_bwd_hopper(
         off_b = pid_bh // H_KV
         off_hkv = pid_bh % H_KV
         start_n = pid_n * BLOCK_N
+        if IS_VARLEN:
+            gl.static_assert(not SPLIT_D and GROUP_SPLIT == 1 and not TMA_DKV and not HAS_DROPOUT,
+                             "packed batches: the keys-as-M step, whole groups, dK / dV by gl.store, no dropout")
+            # Packed batch: this program's sequence, its lengths and first
+            # rows, its bottom-right diagonal (shift n_k - n_q) and window
+            # bound (window_lo holds -left, at least -(longest n_q + n_k): as
+            # the forward, clamped as lower_diagonal does).  The descriptors
+            # take batch entry 0 and the rows from q_row0 / k_row0; LSE,
+            # delta, dK and dV point at the sequence's first row (their batch
+            # strides are 0).  A key block past the sequence's keys visits no
+            # query tile and stores nothing (its rows are >= N_K).
+            q_row0 = gl.load(CU_SEQLENS_Q + off_b)
+            N_Q = gl.load(CU_SEQLENS_Q + off_b + 1) - q_row0
+            k_row0 = gl.load(CU_SEQLENS_K + off_b)
+            N_K = gl.load(CU_SEQLENS_K + off_b + 1) - k_row0
+            causal_shift = N_K - N_Q
+            window_lo = gl.minimum(gl.maximum(window_lo + causal_shift, -N_Q), N_K)
+            n_mb = gl.cdiv(N_Q, BLOCK_M)
+            LSE = LSE + q_row0
+            DELTA = DELTA + q_row0
+            DK = DK + k_row0.to(gl.int64) * stride_dkn
+            DV = DV + k_row0.to(gl.int64) * stride_dvn
+            off_b = 0
+        else:
+            q_row0 = 0
+            k_row0 = 0
         # First query tile with a row that sees key start_n (row i sees keys
         # j <= i + causal_shift); n-block 0, the one with most tiles, runs first.
         if IS_CAUSAL:
@@ -1590,6 +1629,9 @@ def _attn_bwd_hopper(
             m_lo = 0
         # Past the last row that sees the block with a window (n_mb without).
         m_hi = _query_end(start_n, m_lo, n_mb, N_K, window_lo, BLOCK_M, BLOCK_N, HAS_WINDOW)
+        if IS_VARLEN:  # a key block past the sequence's keys: no query tile (the loops run to n_mb)
+            m_lo = gl.where(start_n < N_K, m_lo, n_mb)
+            m_hi = gl.where(start_n < N_K, m_hi, n_mb)
 
     dtype: gl.constexpr = q_desc.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, VDIM], dtype)
@@ -1739,7 +1781,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1750,14 +1792,14 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
                               stride_lz, stride_lh, stride_dz, stride_dh, N_Q, N_K, sm_scale, causal_shift,
                               window_lo, BLOCK_M, BLOCK_N, VDIM, NUM_STAGES, IS_CAUSAL, PERSISTENT, HEADS_FIRST,
                               HAS_WINDOW, GROUP_SPLIT, q1_desc, k1_desc, q1_bufs, k1_smem, QK1, dq_desc, dq_bufs,
-                              NAMED_BAR)),
+                              NAMED_BAR, q_row0, k_row0)),
     ] + ([(_attn_bwd_rng, (keep_bufs, keep_ready, qdo_empty,
                            (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                            off_b, off_hkv, start_n, m_lo, m_hi, GROUP))]
@@ -2372,7 +2414,7 @@ class _Plan:
 
     __slots__ = ("key", "grid", "dims", "blocks", "layouts", "acc_shape", "acc_strides", "acc_numel", "tail",
                  "kwargs", "validated", "n_q", "n_k", "n_bh", "split", "h_kv", "out_shape", "qk1",
-                 "dkv_dims", "dkv_blocks", "dkv_layouts")
+                 "dkv_dims", "dkv_blocks", "dkv_layouts", "varlen")
 
 
 _PLANS: dict = {}  # _bwd_signature -> _Plan or the decline reason (calls without overrides)
@@ -2390,12 +2432,19 @@ def _bwd_signature(do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, droppe
             (dk.data_ptr() | dv.data_ptr()) & 15)
 
 
-def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified, overrides):
-    """A _Plan, or the reason (a string) why this case is declined."""
+def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, dropped, unverified, overrides,
+               varlen=None):
+    """A _Plan, or the reason (a string) why this case is declined.  varlen:
+    (sequences, max_seqlen_q, max_seqlen_k) of a packed batch, whose views
+    have batch 1 (hopper_backward_varlen)."""
     reason = unsupported_reason(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, unverified)
     if reason:
         return reason
     batch, h_q, n_q, d = q.shape
+    if varlen is not None:
+        if dropped:
+            return "packed batches with dropout are not built"
+        overrides = dict(overrides or {}, IS_VARLEN=True, PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False)
     d_v = v.shape[-1]  # d itself, or HEAD_DIM_V[d] (split Q K^T)
     if dropped and d in DROPOUT_DECLINE:
         return "dropout declined at this head dim"
@@ -2404,7 +2453,12 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     h_kv, n_k = k.shape[1], k.shape[2]
     if windowed and n_q + n_k >= 2 ** 31 - 1024:
         return "window: int32 range"  # the kernel's int32 row / key sums with window_lo
+    total_q = n_q  # the dQ buffer's rows (a packed batch's total)
+    if varlen is not None:
+        batch, n_q, n_k = varlen  # the grid: sequences, and their longest lengths
     meta = kernel_meta(d, causal, overrides, unverified, windowed, dropped)
+    if varlen is not None and meta["SPLIT_D"]:
+        return "packed batches: the keys-as-M step only (d = 64, 128), not SPLIT_D"
     n_programs = meta.pop("NUM_SMS", None)  # persistent grid size (tests), not a kernel parameter
     n_blocks = triton.cdiv(n_k, meta["BLOCK_N"])
     group = h_q // h_kv
@@ -2492,11 +2546,12 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     plan = _Plan()
     plan.key = (q.dtype, d, d_v, causal, tuple(sorted(meta.items())))
     plan.grid = grid
-    plan.acc_shape = (batch, h_q, n_q, d)
-    plan.acc_numel = batch * h_q * n_q * d
+    plan.varlen = varlen is not None
+    plan.acc_shape = (1, h_q, total_q, d) if plan.varlen else (batch, h_q, n_q, d)
+    plan.acc_numel = plan.acc_shape[0] * h_q * plan.acc_shape[2] * d
     from .. import bwd as portable
     acc_strides = (dq_acc_strides(dq) if portable.by_causal(DQ_ACC_LIKE_DQ, causal)
-                   else [h_q * n_q * d, n_q * d, d, 1])
+                   else [h_q * plan.acc_shape[2] * d, plan.acc_shape[2] * d, d, 1])
     plan.acc_strides = tuple(acc_strides)
     plan.dims = tuple((list(t.shape), list(t.stride())) for t in (q, k, v, do)) + (
         (list(plan.acc_shape), acc_strides),)
@@ -2517,9 +2572,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         out_strides = (h_kv * split * n_k * d, n_k * d, d, h_kv * split * n_k * d_v, n_k * d_v, d_v)
     else:
         out_strides = (dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2))
+    if plan.varlen:  # every sequence in batch entry 0: the batch strides are 0
+        out_strides = (0,) + out_strides[1:3] + (0,) + out_strides[4:]
     # a split runs as H_KV * split KV heads of group / split query heads
-    plan.tail = (lse.stride(0), lse.stride(1), delta.stride(0), delta.stride(1)) + out_strides + (
-        h_kv * split, n_q, n_k, group // split)
+    plan.tail = (0 if plan.varlen else lse.stride(0), lse.stride(1), 0 if plan.varlen else delta.stride(0),
+                 delta.stride(1)) + out_strides + (h_kv * split, n_q, n_k, group // split)
     plan.kwargs = dict(HEAD_DIM=d, HEAD_DIM_V=d_v, IS_CAUSAL=causal, num_warps=4, **meta)
     plan.validated = False  # set once TensorDescriptor has checked this signature's descriptors
     plan.n_q, plan.n_k, plan.n_bh = n_q, n_k, batch * h_kv * split
@@ -2537,12 +2594,17 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     return plan
 
 
-def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window, dropout) -> bool:
+def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, window, dropout,
+            varlen=None) -> bool:
     """Launch a plan (False if it is a decline reason or its build failed);
-    dq gets the float32 buffer's sums."""
+    dq gets the float32 buffer's sums.  varlen: (cu_seqlens_q, cu_seqlens_k,
+    window_lo) of a packed batch (hopper_backward_varlen)."""
     if plan.__class__ is str or plan.key in _BROKEN:
         return False
-    window_lo = lower_diagonal(window, plan.n_q, plan.n_k)  # in [-n_q, n_k]; 0 without a window
+    if varlen is not None:
+        window_lo = varlen[2]
+    else:
+        window_lo = lower_diagonal(window, plan.n_q, plan.n_k)  # in [-n_q, n_k]; 0 without a window
     validated = plan.validated
     # zeroed per call on the current stream (a role of its own in a recording)
     dq_acc = fastlaunch.zeroed_scratch(plan.acc_numel, torch.float32, q.device)
@@ -2567,6 +2629,7 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     args += (lse, delta, dk_out, dv_out) + plan.tail + (
         sm_scale * LOG2E, sm_scale, 0 if causal_shift is None else causal_shift, plan.n_bh, window_lo,
         *dropout_args(dropout, plan.n_q, plan.n_k, lse))
+    args += (varlen[0], varlen[1]) if varlen is not None else (lse, lse)  # CU_SEQLENS_Q / _K (else unused)
     switch = q.is_cuda and q.device.index != torch.cuda.current_device()
     try:
         with torch.cuda.device(q.device) if switch else _NO_SWITCH:
@@ -2589,6 +2652,43 @@ def _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal_shift, w
     else:
         dq.copy_(acc)
     return True
+
+
+def hopper_backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           lse: torch.Tensor, delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
+                           dv: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int, sm_scale: float, causal: bool,
+                           window_left: int = -1) -> bool:
+    """dq, dk, dv of a packed batch on its (1, H, total, d)-indexed views
+    (q, do, dq: (1, Hq, total_q, d); k, v, dk, dv: (1, Hkv, total_k, d); lse,
+    delta: (1, Hq, total_q) float32, the forward's lse2 and the portable
+    preprocess's delta), cu_seqlens int32 (batch + 1,) on the device, the
+    mask per sequence as hopper_forward_varlen's (bottom-right diagonal, a
+    left window).  d = 64 or 128 (the keys-as-M step), no dropout; whole GQA
+    groups per program, dK / dV by gl.store with the sequence's row bound.
+    Returns False, having written nothing, when the case is not supported.
+    Not yet run on a GPU (docs/hopper.md "Packed batches"): only reached with
+    FLASHATTN_TRITON_HOPPER_VARLEN_BWD=1."""
+    if not sm_scale > 0 or cu_seqlens_q.dtype != torch.int32 or cu_seqlens_k.dtype != torch.int32:
+        return False
+    windowed = window_left >= 0
+    docs = cu_seqlens_q.shape[0] - 1
+    sig = ("varlen", docs, max_seqlen_q, max_seqlen_k, cu_seqlens_q.device, cu_seqlens_k.device) + _bwd_signature(
+        do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, False, False)
+    plan = _PLANS.get(sig)
+    if plan is None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        if (cu_seqlens_q.device != q.device or cu_seqlens_k.device != q.device
+                or cu_seqlens_k.shape[0] != docs + 1 or docs <= 0 or q.shape[0] != 1):
+            plan = "cu_seqlens_q / cu_seqlens_k: (batch + 1,) on q's device, views of batch 1"
+        else:
+            plan = _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, False, False, {},
+                              varlen=(docs, max_seqlen_q, max_seqlen_k))
+        _PLANS[sig] = plan
+    lo = -min(window_left, max_seqlen_q + max_seqlen_k) if windowed else 0  # the kernel adds each diagonal
+    return _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, 0 if causal else None, None, None,
+                   varlen=(cu_seqlens_q, cu_seqlens_k, lo))
 
 
 def dq_acc_strides(dq: torch.Tensor) -> list:
@@ -2624,7 +2724,7 @@ class _JitLaunch:
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_attn_bwd_hopper)
 
 
-__all__ = ["hopper_attention_backward", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
+__all__ = ["hopper_attention_backward", "hopper_backward_varlen", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
            "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_RNG_CONFIGS",
            "rng_warps_fit", "DROPOUT_DECLINE",
            "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "HOPPER_BWD_NAMED_BAR_DEFAULT", "group_split", "resolve_group_split",

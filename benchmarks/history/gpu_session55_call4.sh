@@ -5,7 +5,7 @@
 # unchanged in compile_check), and bench_varlen with the "ours varlen hopper" row.
 # Rule: the tests pass; the switch's default turns "1" if the hopper row is faster than
 # "ours varlen" (the portable forward) in both seeds.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 echo "call 4 of session 55: Hopper varlen forward"
 gpu_tests hvarlen 200 -n 8 tests/test_hopper_varlen.py
 timeout -k 5 90 python3 benchmarks/bench_varlen.py --batches 2 --out "$R/varlen" > "$R/bench_varlen.log" 2>&1

@@ -14,15 +14,11 @@
 #     bench_varlen (paged rows after the read-ahead), bench_decode.
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment under results/h200/session55/).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-echo "call 2 of session 55: H200 tables"
-mkdir -p "$R/bench"
-timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
-echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
-sed -n '/^| variant/,/^$/p' "$R/bench/bench_variants.md" 2>/dev/null | head -24 | cut -c1-160
-timeout -k 5 80 python3 benchmarks/bench_varlen.py --batches 2 --out "$R/varlen" > "$R/bench_varlen.log" 2>&1
-echo "rc=$?" >> "$R/bench_varlen.log"; el bench_varlen
-timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
-echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
-sed -n '/^| B |/,/^$/p' "$R/decode/bench_decode.md" 2>/dev/null | head -30 | cut -c1-200
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
+echo "call 1 of session 55: tests + chunked row"
+gpu_tests chunk_seq 240 -n 8 tests/test_chunk.py tests/test_integrations.py
+mkdir -p "$R/chunk"
+timeout -k 5 90 python3 benchmarks/bench_variants.py --only "chunked,window,plain" --rep 30 --out "$R/chunk" \
+  > "$R/chunk.log" 2>&1; echo "rc=$?" >> "$R/chunk.log"; el chunk
+sed -n '/^| variant/,/^$/p' "$R/chunk/bench_variants.md" 2>/dev/null | cut -c1-160
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -14,13 +14,8 @@
 #     bench_varlen (paged rows after the read-ahead), bench_decode.
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment under results/h200/session55/).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-echo "call 3 of session 55: calls 1-2 again on an H200 (with the compile fix 2.11)"
-gpu_tests chunk_seq 150 -n 8 tests/test_chunk.py
-mkdir -p "$R/chunk"
-timeout -k 5 90 python3 benchmarks/bench_variants.py --only "chunked,window,plain" --rep 30 --out "$R/chunk" \
-  > "$R/chunk.log" 2>&1; echo "rc=$?" >> "$R/chunk.log"; el chunk
-sed -n '/^| variant/,/^$/p' "$R/chunk/bench_variants.md" 2>/dev/null | cut -c1-160
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
+echo "call 2 of session 55: H200 tables"
 mkdir -p "$R/bench"
 timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
 echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants

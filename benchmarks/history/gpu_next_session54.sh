@@ -14,7 +14,7 @@
 #     bench_varlen (paged rows after the read-ahead), bench_decode.
 # Rule: the tests pass (a failure is a bug to fix); the tables are records (commit them with the
 # environment under results/h200/session55/).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests chunk_seq 240 -n 8 tests/test_chunk.py tests/test_integrations.py
 mkdir -p "$R/chunk"
 timeout -k 5 90 python3 benchmarks/bench_variants.py --only "chunked,window,plain" --rep 30 --out "$R/chunk" \

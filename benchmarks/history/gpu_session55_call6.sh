@@ -4,7 +4,7 @@
 # "ours varlen hopper"; FLASHATTN_TRITON_HOPPER_VARLEN=0 for the portable row) over head dims 64 /
 # 128 / 256, short documents (64..1024) and long ones, causal and not. Rule: rows where the
 # portable forward is faster in the same run get a length rule (as HOPPER_FWD_SHORT for dense calls).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 echo "call 6 of session 55: packed Hopper forward across head dims and lengths"
 i=0
 for spec in "128 64,1024 causal" "64 64,8192 causal" "64 64,1024 causal" "256 64,8192 causal" \

@@ -2,7 +2,7 @@
 # Session 55 call 7: the d = 64 short-batch rule (_dispatch.HOPPER_VARLEN_SHORT = {64: 1024}, from call 6):
 # the packed Hopper tests again (they lift the rule), and bench_varlen at d = 64 with documents up to
 # 1024 (the default row now portable: equal to the portable one) and up to 2048 (the rule's edge).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 echo "call 7 of session 55: the d = 64 short-batch rule"
 gpu_tests hvarlen 150 -n 8 tests/test_hopper_varlen.py
 i=0
