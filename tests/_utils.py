@@ -81,6 +81,57 @@ def call_spy(monkeypatch, owner, name, record=None) -> list:
     return seen
 
 
+def hopper_gpu_reason() -> str:
+    """Why the Hopper tier's GPU tests cannot run here ('' if they can): they
+    need FLASHATTN_TRITON_TEST_DEVICE=cuda, an sm_90 GPU and a Triton whose
+    Gluon API the tier supports."""
+    import torch
+    from flashattn_triton.kernels import hopper
+    if os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available():
+        return "needs FLASHATTN_TRITON_TEST_DEVICE=cuda and a GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return "needs an sm_90 GPU"
+    if not hopper.AVAILABLE:
+        return f"Hopper tier unavailable: {hopper.REASON}"
+    return ""
+
+
+def check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, device, window=(-1, -1), d_v=None, grads=True):
+    """flash_attn_varlen_func over sequences of lengths lens_q / lens_k
+    against per-sequence float64 references: out and LSE within 2x, and with
+    grads dq, dk, dv within 3x PyTorch's error in the input dtype."""
+    import torch
+    from flashattn_triton import flash_attn_varlen_func
+    from flashattn_triton.testing import random_cu_seqlens, varlen_attention_ref
+    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
+    total_q, total_k = sum(lens_q), sum(lens_k)
+    q = rand((total_q, h_q, d), dtype, device)
+    k = rand((total_k, h_kv, d), dtype, device)
+    v = rand((total_k, h_kv, d_v or d), dtype, device)
+    do = rand((total_q, h_q, d_v or d), dtype, device)
+    dlse = rand((h_q, total_q), torch.float32, device)
+    max_q, max_k = max(max(lens_q), 1), max(max(lens_k), 1)
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        if not grads:
+            return out.detach(), lse.detach(), ()
+        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
+        return out.detach(), lse.detach(), torch.autograd.grad(loss, inputs)
+
+    got = run(lambda *t: flash_attn_varlen_func(*t, cu_q, cu_k, max_q, max_k, causal=causal,
+                                                window_size=window, return_lse=True),
+              [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, window_size=window),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, dtype=dtype, window_size=window),
+               [leaf(t) for t in (q, k, v)])
+    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
+    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g, r, b, 3.0, dtype)
+
+
 def hopper_module(name: str, module_level: bool = False):
     """flashattn_triton.kernels.hopper.<name>, or a skip of the test (of the
     test module with module_level) where that Gluon module does not import:

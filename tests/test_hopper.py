@@ -15,23 +15,13 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err
 
-from _utils import check_sink_only_rows, fake_launch, hopper_module, window_shifts
+from _utils import check_sink_only_rows, fake_launch, hopper_gpu_reason, hopper_module, window_shifts
 from hopper_model import HEAD_BROKEN, SKIP_BROKEN
 
 LN2 = math.log(2.0)
 
 
-def _hopper_gpu():
-    if os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available():
-        return "needs FLASHATTN_TRITON_TEST_DEVICE=cuda and a GPU"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not hopper.AVAILABLE:
-        return f"Hopper tier unavailable: {hopper.REASON}"
-    return ""
-
-
-needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 
 
 # --------------------------------------------------------------------------- everywhere

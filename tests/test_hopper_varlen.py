@@ -1,5 +1,7 @@
-"""Packed batches (flash_attn_varlen_func) on the Hopper forward
-(kernels/hopper/fwd.py IS_VARLEN, _dispatch.use_hopper_varlen_forward).
+"""Packed batches (flash_attn_varlen_func) on the Hopper tier: the forward
+(kernels/hopper/fwd.py IS_VARLEN, _dispatch.use_hopper_varlen_forward) and
+the opt-in backward (kernels/hopper/bwd.py IS_VARLEN,
+FLASHATTN_TRITON_HOPPER_VARLEN_BWD=1, _dispatch.use_hopper_varlen_backward).
 
 The GPU tests set FLASHATTN_TRITON_HOPPER_VARLEN=1 (the default), check that the
 Hopper forward took the call, and compare the output, the LSE and the
@@ -12,27 +14,15 @@ rows of the next sequence right after each one (a block reads them and must
 neither use nor overwrite them).
 """
 
-import os
-
 import pytest
 import torch
 
 from flashattn_triton import _dispatch, flash_attn_varlen_func
 from flashattn_triton.kernels import hopper
-from flashattn_triton.testing import assert_close, leaf, rand, random_cu_seqlens, varlen_attention_ref
+from flashattn_triton.testing import rand, random_cu_seqlens, varlen_attention_ref
+from _utils import check_varlen, hopper_gpu_reason
 
-
-def _hopper_gpu() -> str:
-    if os.environ.get("FLASHATTN_TRITON_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available():
-        return "needs FLASHATTN_TRITON_TEST_DEVICE=cuda and a GPU"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not hopper.AVAILABLE:
-        return f"Hopper tier unavailable: {hopper.REASON}"
-    return ""
-
-
-needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 
 
 # --------------------------------------------------------------------------- everywhere
@@ -84,51 +74,30 @@ def test_rule_keeps_short_batches_at_d64_portable(monkeypatch):
 
 # --------------------------------------------------------------------------- GPU
 
-def _spy(monkeypatch) -> list:
-    """Switch the packed Hopper path on, at every length (no
-    HOPPER_VARLEN_SHORT rule); the results of its calls."""
-    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "1")
-    monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_SHORT", {})
+def _spy_on(monkeypatch, name: str, env: str) -> list:
+    """Switch a packed Hopper path on (env = "1") and record the results of
+    the calls of hopper.<name> (True: it took the call)."""
+    monkeypatch.setenv(env, "1")
     taken: list = []
-    real = hopper.hopper_forward_varlen
+    real = getattr(hopper, name)
 
     def spy(*args, **kwargs):
         taken.append(real(*args, **kwargs))
         return taken[-1]
 
-    monkeypatch.setattr(hopper, "hopper_forward_varlen", spy)
+    monkeypatch.setattr(hopper, name, spy)
     return taken
 
 
+def _spy(monkeypatch) -> list:
+    """The packed Hopper forward on, at every length (no HOPPER_VARLEN_SHORT
+    rule); the results of its calls."""
+    monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_SHORT", {})
+    return _spy_on(monkeypatch, "hopper_forward_varlen", _dispatch.ENV_HOPPER_VARLEN)
+
+
 def _check(lens_q, lens_k, h_q, h_kv, d, causal, dtype, window=(-1, -1), d_v=None, grads=True):
-    device = torch.device("cuda")
-    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
-    d_v = d_v or d
-    q = rand((sum(lens_q), h_q, d), dtype, device)
-    k = rand((sum(lens_k), h_kv, d), dtype, device)
-    v = rand((sum(lens_k), h_kv, d_v), dtype, device)
-    do = rand((sum(lens_q), h_q, d_v), dtype, device)
-    dlse = rand((h_q, sum(lens_q)), torch.float32, device)
-    max_q, max_k = max(max(lens_q), 1), max(max(lens_k), 1)
-
-    def run(fn, inputs):
-        out, lse = fn(*inputs)
-        if not grads:
-            return out.detach(), lse.detach(), ()
-        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
-        return out.detach(), lse.detach(), torch.autograd.grad(loss, inputs)
-
-    got = run(lambda *t: flash_attn_varlen_func(*t, cu_q, cu_k, max_q, max_k, causal=causal, window_size=window,
-                                                return_lse=True),
-              [leaf(t) for t in (q, k, v)])
-    ref = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, window_size=window),
-              [leaf(t, torch.float64) for t in (q, k, v)])
-    base = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, dtype=dtype, window_size=window),
-               [leaf(t) for t in (q, k, v)])
-    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
-    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
-    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
-        assert_close(name, g, r, b, 3.0, dtype)
+    check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, torch.device("cuda"), window, d_v, grads)
 
 
 # Around the tiles (128-row blocks of two 64-row consumers, 128-key tiles at
@@ -230,17 +199,8 @@ def test_backward_switch_is_off_by_default(monkeypatch):
 
 
 def _spy_bwd(monkeypatch) -> list:
-    """Switch the packed Hopper backward on; the results of its calls."""
-    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "1")
-    taken: list = []
-    real = hopper.hopper_backward_varlen
-
-    def spy(*args, **kwargs):
-        taken.append(real(*args, **kwargs))
-        return taken[-1]
-
-    monkeypatch.setattr(hopper, "hopper_backward_varlen", spy)
-    return taken
+    """The packed Hopper backward on; the results of its calls."""
+    return _spy_on(monkeypatch, "hopper_backward_varlen", _dispatch.ENV_HOPPER_VARLEN_BWD)
 
 
 @needs_hopper

@@ -8,7 +8,7 @@ import flashattn_triton as fat
 from flashattn_triton import flash_attn_func, flash_attn_varlen_func
 from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, rand,
                                       random_cu_seqlens, varlen_attention_ref)
-from _utils import cpu_covering
+from _utils import check_varlen as _check_varlen, cpu_covering
 
 # (query lengths, key lengths): length 0 and 1, lengths not multiple of any
 # tile, Nq != Nk per sequence, a sequence with queries and no keys.
@@ -17,34 +17,6 @@ LENGTHS = [
     ([5, 64, 33], [90, 17, 33]),
     ([40, 12], [0, 50]),
 ]
-
-
-def _check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, device, window=(-1, -1), d_v=None):
-    cu_q, cu_k = random_cu_seqlens(lens_q, device), random_cu_seqlens(lens_k, device)
-    total_q, total_k = sum(lens_q), sum(lens_k)
-    q = rand((total_q, h_q, d), dtype, device)
-    k = rand((total_k, h_kv, d), dtype, device)
-    v = rand((total_k, h_kv, d_v or d), dtype, device)
-    do = rand((total_q, h_q, d_v or d), dtype, device)
-    dlse = rand((h_q, total_q), torch.float32, device)
-    max_q, max_k = max(max(lens_q), 1), max(max(lens_k), 1)
-
-    def run(fn, inputs):
-        out, lse = fn(*inputs)
-        loss = (out.float() * do.float()).sum() + (torch.where(torch.isinf(lse), 0.0, lse).float() * dlse).sum()
-        return out.detach(), lse.detach(), torch.autograd.grad(loss, inputs)
-
-    got = run(lambda *t: flash_attn_varlen_func(*t, cu_q, cu_k, max_q, max_k, causal=causal,
-                                                window_size=window, return_lse=True),
-              [leaf(t) for t in (q, k, v)])
-    ref = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, window_size=window),
-              [leaf(t, torch.float64) for t in (q, k, v)])
-    base = run(lambda *t: varlen_attention_ref(*t, cu_q, cu_k, causal, dtype=dtype, window_size=window),
-               [leaf(t) for t in (q, k, v)])
-    assert_close("out", got[0], ref[0], base[0], 2.0, dtype)
-    assert_close("lse", got[1], ref[1], base[1], 2.0, torch.float32)
-    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
-        assert_close(name, g, r, b, 3.0, dtype)
 
 
 LENGTH_IDS = ["mixed-with-empty", "nq-ne-nk", "no-keys"]

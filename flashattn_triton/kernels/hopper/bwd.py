@@ -143,7 +143,7 @@ from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
 from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
-from .schedule import snake_count, snake_tile
+from .schedule import packed_sequence, snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
 
@@ -1606,12 +1606,8 @@ def _attn_bwd_hopper(
             # delta, dK and dV point at the sequence's first row (their batch
             # strides are 0).  A key block past the sequence's keys visits no
             # query tile and stores nothing (its rows are >= N_K).
-            q_row0 = gl.load(CU_SEQLENS_Q + off_b)
-            N_Q = gl.load(CU_SEQLENS_Q + off_b + 1) - q_row0
-            k_row0 = gl.load(CU_SEQLENS_K + off_b)
-            N_K = gl.load(CU_SEQLENS_K + off_b + 1) - k_row0
-            causal_shift = N_K - N_Q
-            window_lo = gl.minimum(gl.maximum(window_lo + causal_shift, -N_Q), N_K)
+            q_row0, N_Q, k_row0, N_K, causal_shift, window_lo = packed_sequence(
+                CU_SEQLENS_Q, CU_SEQLENS_K, off_b, window_lo)
             n_mb = gl.cdiv(N_Q, BLOCK_M)
             LSE = LSE + q_row0
             DELTA = DELTA + q_row0

@@ -62,7 +62,7 @@ from ... import reference
 from .. import fastlaunch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import philox_keys, select_kept, tile_halves_rows_first
-from .schedule import snake_count, snake_tile
+from .schedule import packed_sequence, snake_count, snake_tile
 
 # Touch every name the kernel uses, so that a Triton whose Gluon API moved
 # fails here (and the tier reports itself unavailable) rather than at launch.
@@ -970,13 +970,8 @@ def _attn_fwd_hopper(
             # -(longest n_q + n_k): the sum stays in int32; clamped as
             # lower_diagonal does).  Blocks past the sequence's rows do nothing
             # (the grid is sized by the longest one).
-            seq = pid_bh // H_Q
-            q_row0 = gl.load(CU_SEQLENS_Q + seq)
-            N_Q = gl.load(CU_SEQLENS_Q + seq + 1) - q_row0
-            k_row0 = gl.load(CU_SEQLENS_K + seq)
-            N_K = gl.load(CU_SEQLENS_K + seq + 1) - k_row0
-            causal_shift = N_K - N_Q
-            window_lo = gl.minimum(gl.maximum(window_lo + causal_shift, -N_Q), N_K)
+            q_row0, N_Q, k_row0, N_K, causal_shift, window_lo = packed_sequence(
+                CU_SEQLENS_Q, CU_SEQLENS_K, pid_bh // H_Q, window_lo)
         else:
             q_row0 = 0
             k_row0 = 0
