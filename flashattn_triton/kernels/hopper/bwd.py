@@ -1571,8 +1571,8 @@ def _attn_bwd_hopper(
         start_n = 0
         m_lo = 0
         m_hi = 0
-        q_row0 = 0
-        k_row0 = 0
+        q_row0: gl.constexpr = 0  # (constexpr: no value for the partitions to capture)
+        k_row0: gl.constexpr = 0
     else:
         n_kb = 0
         if HEADS_FIRST:
@@ -1615,8 +1615,8 @@ def _attn_bwd_hopper(
             DV = DV + k_row0.to(gl.int64) * stride_dvn
             off_b = 0
         else:
-            q_row0 = 0
-            k_row0 = 0
+            q_row0: gl.constexpr = 0  # (constexpr: no value for the partitions to capture)
+            k_row0: gl.constexpr = 0
         # First query tile with a row that sees key start_n (row i sees keys
         # j <= i + causal_shift); n-block 0, the one with most tiles, runs first.
         if IS_CAUSAL:

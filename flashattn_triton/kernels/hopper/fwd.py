@@ -952,8 +952,8 @@ def _attn_fwd_hopper(
         off_hkv = 0
         start_m = 0
         n_tiles = 0
-        q_row0 = 0
-        k_row0 = 0
+        q_row0: gl.constexpr = 0  # (constexpr: no value for the partitions to capture)
+        k_row0: gl.constexpr = 0
     else:
         if HEADS_FIRST:
             # Heads vary fastest and the longest (bottom) query blocks go first:
@@ -973,8 +973,8 @@ def _attn_fwd_hopper(
             q_row0, N_Q, k_row0, N_K, causal_shift, window_lo = packed_sequence(
                 CU_SEQLENS_Q, CU_SEQLENS_K, pid_bh // H_Q, window_lo)
         else:
-            q_row0 = 0
-            k_row0 = 0
+            q_row0: gl.constexpr = 0  # (constexpr: no value for the partitions to capture)
+            k_row0: gl.constexpr = 0
         off_b, off_hq, off_hkv, start_m, n_tiles = _tile_coords(pid_m, pid_bh, H_Q, GROUP_SIZE, N_Q, N_K,
                                                                 causal_shift, ROWS, BLOCK_N, IS_CAUSAL)
         n_m = 0
