@@ -25,10 +25,9 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close, max_abs_err, tolerance
 
-from _utils import fake_launch, hopper_module, window_shifts
-from test_hopper import _hopper_gpu
+from _utils import fake_launch, hopper_gpu_reason, hopper_module, window_shifts
 
-needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 
 
 def test_declines_cpu_tensors_and_writes_nothing():

@@ -24,12 +24,11 @@ from flashattn_triton import reference
 from flashattn_triton.kernels import hopper
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch, forward_tier_calls, hopper_module
-from test_hopper import _hopper_gpu
+from _utils import fake_launch, forward_tier_calls, hopper_gpu_reason, hopper_module
 
 hd = hopper_module("dropout", module_level=True)
 
-needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 OPT_IN = "FLASHATTN_TRITON_HOPPER_DROPOUT"
 
 

@@ -20,10 +20,10 @@ from flashattn_triton.kernels import hopper
 from flashattn_triton.reference import attention_ref
 from flashattn_triton.testing import assert_close
 
-from _utils import fake_launch, forward_tier_calls, hopper_module
-from test_hopper import LN2, _hopper_gpu, _inputs, max_abs_err
+from _utils import fake_launch, forward_tier_calls, hopper_gpu_reason, hopper_module
+from test_hopper import LN2, _inputs, max_abs_err
 
-needs_hopper = pytest.mark.skipif(bool(_hopper_gpu()), reason=_hopper_gpu() or "-")
+needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 OPT_IN = "FLASHATTN_TRITON_HOPPER_MASK"
 
 
