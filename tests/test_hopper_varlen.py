@@ -245,3 +245,64 @@ def test_hopper_varlen_backward_long(monkeypatch):
         total += n
     _check(lens, lens, 8, 2, 128, True, torch.bfloat16)
     assert taken == [True]
+
+
+# --------------------------------------------------------------------------- host code on a fake driver
+
+_FAKE_VARLEN = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels.hopper import bwd as hb, fwd as hf
+hf.unsupported_reason = hb.unsupported_reason = lambda *a: ""   # CPU tensors stand for CUDA ones
+lens = [5, 300, 0, 129]
+cu = torch.tensor([0, 5, 305, 305, 434], dtype=torch.int32)
+total = sum(lens)
+for d in (64, 128):
+    for causal, left in ((True, -1), (False, 50)):
+        q = torch.randn(total, 4, d).to(torch.bfloat16)
+        k = torch.randn(total, 2, d).to(torch.bfloat16)
+        o, lse = torch.empty_like(q), torch.empty(4, total)
+        with fake_cuda():
+            ok = hf.hopper_forward_varlen(q, k, k, o, lse, cu, cu, 300, 300, 0.125, causal, left)
+        assert ok, hf._BROKEN
+        launcher, grid, args = LAUNCHES[-1]
+        names = hf._attn_fwd_hopper.arg_names
+        consts = launcher.src.constants
+        window_lo = args[len(args) - (len(names) - names.index("window_lo"))]
+        print("fwd", d, causal, grid, consts.get((names.index("IS_VARLEN"),)),
+              consts.get((names.index("PERSISTENT"),)), window_lo)
+        views = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, k, q)]
+        grads = [torch.zeros_like(t) for t in views[:3]]
+        stats = [torch.zeros(1, 4, total), torch.zeros(1, 4, total)]
+        with fake_cuda():
+            ok = hb.hopper_backward_varlen(views[3], *views[:3], *stats, *grads, cu, cu, 300, 300, 0.125,
+                                           causal, left)
+        assert ok, hb._BROKEN
+        launcher, grid, args = [x for x in LAUNCHES if "IS_VARLEN" in getattr(x[0].src.fn, "arg_names", ())][-1]
+        names = hb._attn_bwd_hopper.arg_names
+        consts = launcher.src.constants
+        print("bwd", d, causal, grid, consts.get((names.index("IS_VARLEN"),)),
+              consts.get((names.index("TMA_DKV"),)), consts.get((names.index("GROUP_SPLIT"),)))
+"""
+
+
+def test_varlen_launches_on_a_fake_driver():
+    """Triton 3.6 without a GPU: both packed Hopper paths compile for sm_90
+    through the launchers' real JIT path and launch (tests/fake_cuda.py):
+    the forward on the 2-D grid of (sequence, head) x 128-row blocks of the
+    longest sequence (heads first when causal), IS_VARLEN on, PERSISTENT
+    off, window_lo = -left; the backward on (key blocks of the longest
+    sequence, sequences x KV heads) with IS_VARLEN, TMA_DKV off, whole groups."""
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    from _utils import fake_launch
+    lines = fake_launch(_FAKE_VARLEN, timeout=900).strip().split("\n")
+    # 4 sequences x 4 heads = 16; 300 rows: 3 blocks of 128 (d = 64: 2 of 192 with three consumers,
+    # 3 of 128 with a window: WINDOW_CONFIGS' two); backward: 3 key blocks of 128, 4 x 2 KV heads
+    assert lines == [
+        "fwd 64 True (16, 2, 1) True False 0", "bwd 64 True (3, 8, 1) True False 1",
+        "fwd 64 False (3, 16, 1) True False -50", "bwd 64 False (3, 8, 1) True False 1",
+        "fwd 128 True (16, 3, 1) True False 0", "bwd 128 True (3, 8, 1) True False 1",
+        "fwd 128 False (3, 16, 1) True False -50", "bwd 128 False (3, 8, 1) True False 1",
+    ], lines
