@@ -272,6 +272,9 @@ for d in (64, 128):
         window_lo = args[len(args) - (len(names) - names.index("window_lo"))]
         print("fwd", d, causal, grid, consts.get((names.index("IS_VARLEN"),)),
               consts.get((names.index("PERSISTENT"),)), window_lo)
+        with fake_cuda():  # a repeat call: the cached plan, the tensors themselves (no views)
+            assert hf.hopper_forward_varlen(q, k, k, o, lse, cu, cu, 300, 300, 0.125, causal, left)
+        assert LAUNCHES[-1][1] == grid and len(LAUNCHES[-1][2]) == len(args), (LAUNCHES[-1][1], grid)
         views = [t.unsqueeze(0).transpose(1, 2) for t in (q, k, k, q)]
         grads = [torch.zeros_like(t) for t in views[:3]]
         stats = [torch.zeros(1, 4, total), torch.zeros(1, 4, total)]
@@ -292,7 +295,8 @@ def test_varlen_launches_on_a_fake_driver():
     through the launchers' real JIT path and launch (tests/fake_cuda.py):
     the forward on the 2-D grid of (sequence, head) x 128-row blocks of the
     longest sequence (heads first when causal), IS_VARLEN on, PERSISTENT
-    off, window_lo = -left; the backward on (key blocks of the longest
+    off, window_lo = -left, and a repeat call through the cached plan the
+    same; the backward on (key blocks of the longest
     sequence, sequences x KV heads) with IS_VARLEN, TMA_DKV off, whole groups."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")

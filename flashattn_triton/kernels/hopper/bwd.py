@@ -142,7 +142,8 @@ from ..launch import env_choice, env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
-from .fwd import _descriptor, _store_tile_tma, dropout_args, lower_diagonal
+from .fwd import (_descriptor, _store_tile_tma, dropout_args, lower_diagonal, packed_key, packed_reason,
+                  packed_window_lo)
 from .schedule import packed_sequence, snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -2665,24 +2666,21 @@ def hopper_backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     Returns False, having written nothing, when the case is not supported.
     Not yet run on a GPU (docs/hopper.md "Packed batches"): only reached with
     FLASHATTN_TRITON_HOPPER_VARLEN_BWD=1."""
-    if not sm_scale > 0 or cu_seqlens_q.dtype != torch.int32 or cu_seqlens_k.dtype != torch.int32:
+    if not sm_scale > 0:
         return False
     windowed = window_left >= 0
-    docs = cu_seqlens_q.shape[0] - 1
-    sig = ("varlen", docs, max_seqlen_q, max_seqlen_k, cu_seqlens_q.device, cu_seqlens_k.device) + _bwd_signature(
+    sig = packed_key(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) + _bwd_signature(
         do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, False, False)
     plan = _PLANS.get(sig)
     if plan is None:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
-        if (cu_seqlens_q.device != q.device or cu_seqlens_k.device != q.device
-                or cu_seqlens_k.shape[0] != docs + 1 or docs <= 0 or q.shape[0] != 1):
-            plan = "cu_seqlens_q / cu_seqlens_k: (batch + 1,) on q's device, views of batch 1"
-        else:
-            plan = _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, False, False, {},
-                              varlen=(docs, max_seqlen_q, max_seqlen_k))
+        plan = packed_reason(cu_seqlens_q, cu_seqlens_k, q.device) or (
+            "views of batch 1" if q.shape[0] != 1 else
+            _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, False, False, {},
+                       varlen=(cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k)))
         _PLANS[sig] = plan
-    lo = -min(window_left, max_seqlen_q + max_seqlen_k) if windowed else 0  # the kernel adds each diagonal
+    lo = packed_window_lo(window_left, max_seqlen_q, max_seqlen_k)
     return _launch(plan, do, q, k, v, lse, delta, dq, dk, dv, sm_scale, 0 if causal else None, None, None,
                    varlen=(cu_seqlens_q, cu_seqlens_k, lo))
 
@@ -2720,7 +2718,8 @@ class _JitLaunch:
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_bwd_hopper)) or _JitLaunch(_attn_bwd_hopper)
 
 
-__all__ = ["hopper_attention_backward", "hopper_backward_varlen", "unsupported_reason", "configs", "kernel_meta", "CONFIGS",
+__all__ = ["hopper_attention_backward", "hopper_backward_varlen", "unsupported_reason", "configs", "kernel_meta",
+           "CONFIGS",
            "CONFIGS_UNVERIFIED", "PERSISTENT_DEFAULT", "WINDOW_CONFIGS", "DROPOUT_CONFIGS", "DROPOUT_RNG_CONFIGS",
            "rng_warps_fit", "DROPOUT_DECLINE",
            "HOPPER_BWD_GROUP_SPLIT_DEFAULT", "HOPPER_BWD_NAMED_BAR_DEFAULT", "group_split", "resolve_group_split",

@@ -1622,26 +1622,23 @@ def hopper_forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: 
     next sequence's (or TMA's zero fill at the end), and masks those keys
     (the key bound is the sequence's n_k) and stores no such row (the last
     block of a sequence stores its rows from registers)."""
-    if not sm_scale > 0 or cu_seqlens_q.dtype != torch.int32 or cu_seqlens_k.dtype != torch.int32:
+    if not sm_scale > 0:
         return False
     windowed = window_left >= 0
-    docs = cu_seqlens_q.shape[0] - 1
-    sig = ("varlen", docs, max_seqlen_q, max_seqlen_k, cu_seqlens_q.device, cu_seqlens_k.device) + _signature(
+    sig = packed_key(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) + _signature(
         q, k, v, o, lse, causal, windowed)
-    views = tuple(t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, o))
-    lse_view = lse.unsqueeze(0)
     plan = _PLANS.get(sig)
+    lo = packed_window_lo(window_left, max_seqlen_q, max_seqlen_k)
     if plan is None:
-        if cu_seqlens_q.device != q.device or cu_seqlens_k.device != q.device or cu_seqlens_k.shape[0] != docs + 1:
-            plan = "cu_seqlens_q / cu_seqlens_k: (batch + 1,) on q's device"
-        else:
-            plan = _make_plan(*views, lse_view, sm_scale, causal, windowed, {}, varlen=(docs, max_seqlen_q,
-                                                                                        max_seqlen_k))
+        views = tuple(t.unsqueeze(0).transpose(1, 2) for t in (q, k, v, o))
+        plan = packed_reason(cu_seqlens_q, cu_seqlens_k, q.device) or _make_plan(
+            *views, lse.unsqueeze(0), sm_scale, causal, windowed, {},
+            varlen=(cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k))
         _store(sig, plan)
-    # window_lo = -left here, at least -(max n_q + max n_k) (int32 sums);
-    # the kernel adds each sequence's diagonal and clamps.
-    lo = -min(window_left, max_seqlen_q + max_seqlen_k) if windowed else 0
-    return _launch(plan, views, lse_view, sm_scale, 0 if causal else None, None, None, None,
+        return _launch(plan, views, lse, sm_scale, 0 if causal else None, None, None, None,
+                       varlen=(cu_seqlens_q, cu_seqlens_k, o, lo))
+    # (later calls: the plan's descriptor dims, the tensors only for their pointers)
+    return _launch(plan, (q, k, v, o), lse, sm_scale, 0 if causal else None, None, None, None,
                    varlen=(cu_seqlens_q, cu_seqlens_k, o, lo))
 
 
@@ -1664,6 +1661,34 @@ def lower_diagonal(window, n_q: int, n_k: int) -> int:
     if left < 0:
         raise ValueError(f"window (left, shift) = {window}: left must be >= 0 (None for no window)")
     return min(max(shift - left, -n_q), n_k)
+
+
+def packed_key(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+               max_seqlen_k: int) -> tuple:
+    """What a packed batch's launch set-up reads of its offsets and longest
+    lengths (the start of its plan key; hopper_forward_varlen and
+    bwd.hopper_backward_varlen)."""
+    return ("varlen", cu_seqlens_q.shape, cu_seqlens_k.shape, cu_seqlens_q.dtype, cu_seqlens_k.dtype,
+            cu_seqlens_q.device, cu_seqlens_k.device, max_seqlen_q, max_seqlen_k)
+
+
+def packed_reason(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, device: torch.device) -> str:
+    """Why the Hopper kernels cannot take a packed batch's offsets ('' if
+    they can): int32 (batch + 1,) tensors on the data's device, batch >= 1."""
+    docs = cu_seqlens_q.shape[0] - 1
+    if (cu_seqlens_q.dtype != torch.int32 or cu_seqlens_k.dtype != torch.int32 or cu_seqlens_q.device != device
+            or cu_seqlens_k.device != device or cu_seqlens_k.shape[0] != docs + 1 or docs <= 0):
+        return "cu_seqlens_q / cu_seqlens_k: int32 (batch + 1,), batch >= 1, on q's device"
+    return ""
+
+
+def packed_window_lo(window_left: int, max_seqlen_q: int, max_seqlen_k: int) -> int:
+    """The kernels' window_lo for a packed batch with a left window bound
+    (window_left >= 0; 0 without one): -left, floored at -(longest n_q +
+    longest n_k), which keeps the kernels' int32 sums in range and changes
+    no row's keys; each program adds its sequence's diagonal n_k - n_q and
+    clamps as lower_diagonal does (schedule.packed_sequence)."""
+    return -min(window_left, max_seqlen_q + max_seqlen_k) if window_left >= 0 else 0
 
 
 def dropout_args(dropout, n_q: int, n_k: int, unused: torch.Tensor) -> tuple:
@@ -1744,8 +1769,10 @@ _NO_SWITCH = contextlib.nullcontext()
 _run = fastlaunch.fast_run(fastlaunch.install(_attn_fwd_hopper)) or _JitLaunch(_attn_fwd_hopper)
 
 
-__all__ = ["hopper_attention_forward", "hopper_forward_flash", "hopper_forward_varlen", "unsupported_reason", "lower_diagonal", "CONFIGS",
+__all__ = ["hopper_attention_forward", "hopper_forward_flash", "hopper_forward_varlen", "unsupported_reason",
+           "lower_diagonal", "CONFIGS",
            "HEAD_DIM_V", "CAUSAL_CONFIGS", "SHORT_CONFIGS", "ROW_BOUND_DIMS", "default_meta", "WINDOW_CONFIGS",
            "SCHEDULE", "PERSISTENT_DEFAULT", "DYNAMIC_DEFAULT", "value_head_dim",
            "DROPOUT_CONFIGS", "DROPOUT_DECLINE", "dropout_args", "MASK_CONFIGS", "MASK_DECLINE", "mask_args",
-           "mask_unsupported_reason", "SECTION_MB_DEFAULT", "section_heads"]
+           "mask_unsupported_reason", "SECTION_MB_DEFAULT", "section_heads", "packed_key", "packed_reason",
+           "packed_window_lo"]
