@@ -490,7 +490,11 @@ HOPPER_VARLEN_DEFAULT = "1"
 # documents of 64..1024 tokens at d = 64 ran 0.87x (causal) and 0.73x (not)
 # the portable forward on the Hopper one; 64..8192 at d = 64 causal 1.28x,
 # d = 128 64..1024 causal 1.23x, d = 256 2.06x, d = 128 not causal 1.39x.
-HOPPER_VARLEN_SHORT: dict = {64: 1024}
+# Session 56 call 3 (H100, results/h100/session56/call3) moved the bound to
+# 2048: d = 64 documents of 64..2048 ran 0.98x / 0.92x causal and 0.89x /
+# 0.81x not causal on the Hopper forward, 64..4096 (longest 3813 / 3262)
+# 1.08x / 2.7x causal, 64..8192 1.25x / 1.19x.
+HOPPER_VARLEN_SHORT: dict = {64: 2048}
 
 
 def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0, max_seqlen: int = 1 << 30) -> bool:
@@ -507,20 +511,37 @@ def use_hopper_varlen_forward(q, v, window, attention_chunk: int = 0, max_seqlen
 
 
 ENV_HOPPER_VARLEN_BWD = "FLASHATTN_TRITON_HOPPER_VARLEN_BWD"  # "1": packed batches take the Hopper backward
-# The switch when FLASHATTN_TRITON_HOPPER_VARLEN_BWD is unset: "0".  The
-# Hopper backward's packed path (kernels/hopper/bwd.py IS_VARLEN, session 55)
-# compiles for sm_90 (compile_check --hopper-bwd) but has not run on a GPU:
-# benchmarks/gpu_next_session55.sh has its tests and its timing rule.
-HOPPER_VARLEN_BWD_DEFAULT = "0"
+# The switch when FLASHATTN_TRITON_HOPPER_VARLEN_BWD is unset: "1" since
+# session 56 (results/h100/session56/call1: tests/test_hopper_varlen.py 56
+# passed on an H100, its 10 packed backward cases included; bench_varlen's
+# causal GQA d = 128 packed backward 7.52 -> 5.72 ms and 8.16 -> 6.03 ms,
+# 1.31x / 1.35x the portable one; call2: test_varlen, test_varlen_paged,
+# test_integrations and test_hopper_varlen with it on, 273 passed).
+HOPPER_VARLEN_BWD_DEFAULT = "1"
+
+# Packed batches at these head dims whose longest sequence is longer than
+# this keep the portable backward (FLASHATTN_TRITON_BACKEND=hopper
+# overrides).  Session 56 call 3 (H100, 32k tokens, Hq 32 / Hkv 8, causal
+# unless said): at d = 64 the Hopper backward ran 1.45x the portable one on
+# documents of 64..1024 tokens, 1.37x on 64..2048, 1.46x on 64..2048 not
+# causal, but 0.88x / 0.91x on 64..4096 (longest 3813 / 3262) and 0.81x on
+# 64..8192; at d = 128 1.30x on 64..1024 and 1.52x / 1.48x on 64..8192 not
+# causal.
+HOPPER_VARLEN_BWD_LONG: dict = {64: 2048}
 
 
-def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0) -> bool:
+def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0,
+                               max_seqlen: int = 0) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py
     hopper_backward_varlen; it declines head dims other than 64 / 128 and
     more) for a packed batch without variants: FLASHATTN_TRITON_HOPPER_VARLEN_BWD
     (HOPPER_VARLEN_BWD_DEFAULT when unset), not deterministic (dQ's adds
-    arrive in a varying order), no chunk, the windows the forward takes, d = dv."""
-    return (takes_chunk(attention_chunk) and not deterministic and not torch.are_deterministic_algorithms_enabled()
+    arrive in a varying order), no chunk, the windows the forward takes, d = dv,
+    and not a batch with a sequence longer than HOPPER_VARLEN_BWD_LONG at its
+    head dim (max_seqlen: the larger of max_seqlen_q and max_seqlen_k)."""
+    long = max_seqlen > HOPPER_VARLEN_BWD_LONG.get(q.shape[-1], 1 << 62) and backend() != "hopper"
+    return (takes_chunk(attention_chunk) and not long and not deterministic
+            and not torch.are_deterministic_algorithms_enabled()
             and _switch(ENV_HOPPER_VARLEN_BWD, HOPPER_VARLEN_BWD_DEFAULT) and q.shape[-1] == v.shape[-1]
             and _hopper_tier(q.device) and hopper_forward_window(window))
 

@@ -1,12 +1,13 @@
 """Packed batches (flash_attn_varlen_func) on the Hopper tier: the forward
 (kernels/hopper/fwd.py IS_VARLEN, _dispatch.use_hopper_varlen_forward) and
-the opt-in backward (kernels/hopper/bwd.py IS_VARLEN,
-FLASHATTN_TRITON_HOPPER_VARLEN_BWD=1, _dispatch.use_hopper_varlen_backward).
+the backward (kernels/hopper/bwd.py IS_VARLEN, FLASHATTN_TRITON_HOPPER_VARLEN_BWD,
+_dispatch.use_hopper_varlen_backward).
 
 The GPU tests set FLASHATTN_TRITON_HOPPER_VARLEN=1 (the default), check that the
 Hopper forward took the call, and compare the output, the LSE and the
-gradients (the portable backward from the Hopper forward's O and LSE) with
-per-sequence float64 references.  The sequences are chosen to break what a
+gradients (the forward tests: the portable backward from the Hopper
+forward's O and LSE; the backward tests: the Hopper one) with per-sequence
+float64 references.  The sequences are chosen to break what a
 packed tile can get wrong: lengths around the 128-row and 128-key tiles, a
 sequence of one token, an empty one, n_k != n_q per sequence (rows that see
 no key under the bottom-right diagonal give O = 0 and LSE = -inf), and the
@@ -91,8 +92,9 @@ def _spy_on(monkeypatch, name: str, env: str) -> list:
 
 def _spy(monkeypatch) -> list:
     """The packed Hopper forward on, at every length (no HOPPER_VARLEN_SHORT
-    rule); the results of its calls."""
+    rule) with the portable backward; the results of its calls."""
     monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_SHORT", {})
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "0")
     return _spy_on(monkeypatch, "hopper_forward_varlen", _dispatch.ENV_HOPPER_VARLEN)
 
 
@@ -178,28 +180,40 @@ def test_hopper_varlen_declines_variants(monkeypatch):
     assert (out.double() - ref).abs().max() < 0.05
 
 
-# --------------------------------------------------------------------------- the backward (opt-in)
+# --------------------------------------------------------------------------- the backward
 
-def test_backward_switch_is_off_by_default(monkeypatch):
-    """The packed Hopper backward is opt-in (not yet GPU-validated): unset,
-    never tried; "1" tries it, never for deterministic calls, chunks,
-    d != dv or a right window."""
+def test_backward_switch_and_rule(monkeypatch):
+    """The packed Hopper backward is on by default (session 56): tried
+    unless switched off, never for deterministic calls, chunks, d != dv or
+    a right window; d = 64 batches with a sequence longer than
+    HOPPER_VARLEN_BWD_LONG[64] keep the portable backward (measured faster
+    there) unless the Hopper tier is forced; d = 128 has no bound."""
     monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN_BWD, raising=False)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
-    q = torch.zeros(4, 2, 64)
-    assert _dispatch.HOPPER_VARLEN_BWD_DEFAULT == "0"
-    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
-    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "1")
+    q, q128 = torch.zeros(4, 2, 64), torch.zeros(4, 2, 128)
+    long = _dispatch.HOPPER_VARLEN_BWD_LONG[64]
+    assert _dispatch.HOPPER_VARLEN_BWD_DEFAULT == "1"
     assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
     assert _dispatch.use_hopper_varlen_backward(q, q, (16, -1), False)
+    assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long)
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long + 1)
+    assert _dispatch.use_hopper_varlen_backward(q128, q128, (-1, 0), False, max_seqlen=1 << 20)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), True)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, attention_chunk=32)
     assert not _dispatch.use_hopper_varlen_backward(q, torch.zeros(4, 2, 32), (-1, 0), False)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (4, 4), False)
+    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
+    assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long + 1)
+    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND")
+    monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "0")
+    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
 
 
 def _spy_bwd(monkeypatch) -> list:
-    """The packed Hopper backward on; the results of its calls."""
+    """The packed Hopper backward on, at every length (no
+    HOPPER_VARLEN_BWD_LONG rule); the results of its calls."""
+    monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_BWD_LONG", {})
     return _spy_on(monkeypatch, "hopper_backward_varlen", _dispatch.ENV_HOPPER_VARLEN_BWD)
 
 
