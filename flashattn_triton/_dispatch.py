@@ -516,31 +516,19 @@ ENV_HOPPER_VARLEN_BWD = "FLASHATTN_TRITON_HOPPER_VARLEN_BWD"  # "1": packed batc
 # passed on an H100, its 10 packed backward cases included; bench_varlen's
 # causal GQA d = 128 packed backward 7.52 -> 5.72 ms and 8.16 -> 6.03 ms,
 # 1.31x / 1.35x the portable one; call2: test_varlen, test_varlen_paged,
-# test_integrations and test_hopper_varlen with it on, 273 passed).
+# test_integrations and test_hopper_varlen with it on, 273 passed; call 3:
+# 1.30-1.52x at d = 128 on documents of 64..1024 and 64..8192 tokens, 1.37-
+# 1.46x at d = 64 up to 2048; call 6: 1.26-1.38x at d = 64 on 64..4096 and
+# 64..8192 once packed plans no longer take HEADS_FIRST, 0.82-0.92x before).
 HOPPER_VARLEN_BWD_DEFAULT = "1"
 
-# Packed batches at these head dims whose longest sequence is longer than
-# this keep the portable backward (FLASHATTN_TRITON_BACKEND=hopper
-# overrides).  Session 56 call 3 (H100, 32k tokens, Hq 32 / Hkv 8, causal
-# unless said): at d = 64 the Hopper backward ran 1.45x the portable one on
-# documents of 64..1024 tokens, 1.37x on 64..2048, 1.46x on 64..2048 not
-# causal, but 0.88x / 0.91x on 64..4096 (longest 3813 / 3262) and 0.81x on
-# 64..8192; at d = 128 1.30x on 64..1024 and 1.52x / 1.48x on 64..8192 not
-# causal.
-HOPPER_VARLEN_BWD_LONG: dict = {64: 2048}
-
-
-def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0,
-                               max_seqlen: int = 0) -> bool:
+def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py
     hopper_backward_varlen; it declines head dims other than 64 / 128 and
     more) for a packed batch without variants: FLASHATTN_TRITON_HOPPER_VARLEN_BWD
     (HOPPER_VARLEN_BWD_DEFAULT when unset), not deterministic (dQ's adds
-    arrive in a varying order), no chunk, the windows the forward takes, d = dv,
-    and not a batch with a sequence longer than HOPPER_VARLEN_BWD_LONG at its
-    head dim (max_seqlen: the larger of max_seqlen_q and max_seqlen_k)."""
-    long = max_seqlen > HOPPER_VARLEN_BWD_LONG.get(q.shape[-1], 1 << 62) and backend() != "hopper"
-    return (takes_chunk(attention_chunk) and not long and not deterministic
+    arrive in a varying order), no chunk, the windows the forward takes, d = dv."""
+    return (takes_chunk(attention_chunk) and not deterministic
             and not torch.are_deterministic_algorithms_enabled()
             and _switch(ENV_HOPPER_VARLEN_BWD, HOPPER_VARLEN_BWD_DEFAULT) and q.shape[-1] == v.shape[-1]
             and _hopper_tier(q.device) and hopper_forward_window(window))

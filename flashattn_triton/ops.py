@@ -590,8 +590,7 @@ def _bwd_into(dout, q, k, v, out, lse, dlse, dq, dk, dv, dsinks, dbias, cu_seqle
                 chunks = list(_varlen_chunks(cu_seqlens_q, cu_seqlens_k, q.shape[1]))
                 hopper_varlen = (len(chunks) == 1 and doc_shift is None and lse_lo is None and not compile_only
                                  and not has_variants(softcap, alibi_slopes, None, None, dropout_p)
-                                 and use_hopper_varlen_backward(q, v, window, deterministic, attention_chunk,
-                                                                max(max_seqlen_q, max_seqlen_k)))
+                                 and use_hopper_varlen_backward(q, v, window, deterministic, attention_chunk))
                 for b, cu in chunks:
                     # each chunk writes the delta of its own rows
                     attention_backward(doh, qh, kh, vh, oh, lh, dqh, dkh, dvh, softmax_scale, add,

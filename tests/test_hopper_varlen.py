@@ -182,38 +182,27 @@ def test_hopper_varlen_declines_variants(monkeypatch):
 
 # --------------------------------------------------------------------------- the backward
 
-def test_backward_switch_and_rule(monkeypatch):
+def test_backward_switch_is_on_by_default(monkeypatch):
     """The packed Hopper backward is on by default (session 56): tried
     unless switched off, never for deterministic calls, chunks, d != dv or
-    a right window; d = 64 batches with a sequence longer than
-    HOPPER_VARLEN_BWD_LONG[64] keep the portable backward (measured faster
-    there) unless the Hopper tier is forced; d = 128 has no bound."""
+    a right window."""
     monkeypatch.delenv(_dispatch.ENV_HOPPER_VARLEN_BWD, raising=False)
     monkeypatch.delenv("FLASHATTN_TRITON_BACKEND", raising=False)
     monkeypatch.setattr(_dispatch, "_hopper_tier", lambda device: True)
-    q, q128 = torch.zeros(4, 2, 64), torch.zeros(4, 2, 128)
-    long = _dispatch.HOPPER_VARLEN_BWD_LONG[64]
+    q = torch.zeros(4, 2, 64)
     assert _dispatch.HOPPER_VARLEN_BWD_DEFAULT == "1"
     assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
     assert _dispatch.use_hopper_varlen_backward(q, q, (16, -1), False)
-    assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long)
-    assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long + 1)
-    assert _dispatch.use_hopper_varlen_backward(q128, q128, (-1, 0), False, max_seqlen=1 << 20)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), True)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, attention_chunk=32)
     assert not _dispatch.use_hopper_varlen_backward(q, torch.zeros(4, 2, 32), (-1, 0), False)
     assert not _dispatch.use_hopper_varlen_backward(q, q, (4, 4), False)
-    monkeypatch.setenv("FLASHATTN_TRITON_BACKEND", "hopper")
-    assert _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False, max_seqlen=long + 1)
-    monkeypatch.delenv("FLASHATTN_TRITON_BACKEND")
     monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN_BWD, "0")
     assert not _dispatch.use_hopper_varlen_backward(q, q, (-1, 0), False)
 
 
 def _spy_bwd(monkeypatch) -> list:
-    """The packed Hopper backward on, at every length (no
-    HOPPER_VARLEN_BWD_LONG rule); the results of its calls."""
-    monkeypatch.setattr(_dispatch, "HOPPER_VARLEN_BWD_LONG", {})
+    """The packed Hopper backward on; the results of its calls."""
     return _spy_on(monkeypatch, "hopper_backward_varlen", _dispatch.ENV_HOPPER_VARLEN_BWD)
 
 

@@ -2441,7 +2441,11 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
     if varlen is not None:
         if dropped:
             return "packed batches with dropout are not built"
-        overrides = dict(overrides or {}, IS_VARLEN=True, PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False)
+        # (not HEADS_FIRST: the dense rule reads n_k, here the longest sequence, and in
+        # session 56 call 6 it made d = 64 batches of 64..4096 / 64..8192 tokens 0.82-0.92x
+        # the portable backward, 1.26-1.38x without it)
+        overrides = dict(overrides or {}, IS_VARLEN=True, PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False,
+                         HEADS_FIRST=False)
     d_v = v.shape[-1]  # d itself, or HEAD_DIM_V[d] (split Q K^T)
     if dropped and d in DROPOUT_DECLINE:
         return "dropout declined at this head dim"
@@ -2664,8 +2668,7 @@ def hopper_backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     left window).  d = 64 or 128 (the keys-as-M step), no dropout; whole GQA
     groups per program, dK / dV by gl.store with the sequence's row bound.
     Returns False, having written nothing, when the case is not supported.
-    Not yet run on a GPU (docs/hopper.md "Packed batches"): only reached with
-    FLASHATTN_TRITON_HOPPER_VARLEN_BWD=1."""
+    On by default since session 56 (_dispatch.use_hopper_varlen_backward)."""
     if not sm_scale > 0:
         return False
     windowed = window_left >= 0
