@@ -517,8 +517,8 @@ ENV_HOPPER_VARLEN_BWD = "FLASHATTN_TRITON_HOPPER_VARLEN_BWD"  # "1": packed batc
 # causal GQA d = 128 packed backward 7.52 -> 5.72 ms and 8.16 -> 6.03 ms,
 # 1.31x / 1.35x the portable one; call2: test_varlen, test_varlen_paged,
 # test_integrations and test_hopper_varlen with it on, 273 passed; call 3:
-# 1.30-1.52x at d = 128 on documents of 64..1024 and 64..8192 tokens, 1.37-
-# 1.46x at d = 64 up to 2048; call 6: 1.26-1.38x at d = 64 on 64..4096 and
+# 1.30-1.52x at d = 128 on documents of 64..1024 and 64..8192 tokens, 1.36-
+# 1.46x at d = 64 up to 2048; call 6: 1.26-1.37x at d = 64 on 64..4096 and
 # 64..8192 once packed plans no longer take HEADS_FIRST, 0.82-0.92x before).
 HOPPER_VARLEN_BWD_DEFAULT = "1"
 

@@ -50,11 +50,10 @@ ENVIRONMENT = [
                                        "portable one at smaller windows), else the portable one; 1: the Hopper "
                                        "forward and backward; 0: the portable kernels"),
     ("FLASHATTN_TRITON_HOPPER_VARLEN", "unset or 1: packed batches without pages or variants take the Hopper "
-                                       "forward (but d = 64 batches of sequences up to 1024: "
+                                       "forward (but d = 64 batches of sequences up to 2048: "
                                        "_dispatch.HOPPER_VARLEN_SHORT); 0: the portable forward"),
-    ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", "1: packed batches without variants (d = 64 / 128, not deterministic) "
-                                           "also take the Hopper backward (not yet run on a GPU: opt-in); unset "
-                                           "or 0: the portable backward"),
+    ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", "unset or 1: packed batches without variants (d = 64 / 128, not "
+                                           "deterministic) take the Hopper backward; 0: the portable backward"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
                                          "the Hopper forward's split Q K^T takes them"),
     ("FLASHATTN_TRITON_HOPPER_DROPOUT", "1: dropout alone (no other variant, no mask or causal) may take the Hopper "

@@ -2443,7 +2443,7 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
             return "packed batches with dropout are not built"
         # (not HEADS_FIRST: the dense rule reads n_k, here the longest sequence, and in
         # session 56 call 6 it made d = 64 batches of 64..4096 / 64..8192 tokens 0.82-0.92x
-        # the portable backward, 1.26-1.38x without it)
+        # the portable backward, 1.26-1.37x without it)
         overrides = dict(overrides or {}, IS_VARLEN=True, PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False,
                          HEADS_FIRST=False)
     d_v = v.shape[-1]  # d itself, or HEAD_DIM_V[d] (split Q K^T)

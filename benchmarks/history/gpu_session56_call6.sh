@@ -5,7 +5,7 @@
 # though most sequences are short. Each row: bench_varlen with _dispatch.HOPPER_VARLEN_BWD_LONG
 # cleared in-process, "ours varlen" (portable backward, FLASHATTN_TRITON_HOPPER_VARLEN_BWD=0) against
 # "ours varlen hopper bwd", with the heads-first table as is (hf) or cleared (nohf).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 for lens in 64,4096 64,8192; do
   for hf in hf nohf; do
     n="d64_${lens/,/_}_$hf"

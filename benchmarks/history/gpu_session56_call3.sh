@@ -4,7 +4,7 @@
 # so "ours varlen" is the portable forward + backward, "ours varlen hopper" the Hopper forward
 # (unless _dispatch.HOPPER_VARLEN_SHORT keeps a short d = 64 batch portable) + the portable
 # backward, "ours varlen hopper bwd" both Hopper paths.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 P="ours varlen,ours varlen hopper,ours varlen hopper bwd"
 for cfg in "64 64,1024 c" "64 64,2048 c" "64 64,4096 c" "64 64,2048 n" "128 64,1024 c" "128 64,8192 n" "64 64,8192 c"; do
   set -- $cfg; n="d$1_${2/,/_}_$3"; extra=""; [ "$3" = n ] && extra="--no-causal"

@@ -12,7 +12,7 @@
 #  3. The H200 tables still owed (the H100 ones are in results/h100/session55/): bench_variants,
 #     bench_decode.
 # Commit everything under results/h200/session56/ with the environment.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests hvarlen 240 -n 8 tests/test_hopper_varlen.py
 timeout -k 5 120 python3 benchmarks/bench_varlen.py --batches 2 --out "$R/varlen" > "$R/bench_varlen.log" 2>&1
 echo "rc=$?" >> "$R/bench_varlen.log"; el bench_varlen

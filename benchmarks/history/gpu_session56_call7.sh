@@ -2,7 +2,7 @@
 # Session 56 call 7: packed plans without HEADS_FIRST and the packed Hopper backward at every
 # length (no d = 64 bound): test_hopper_varlen, then bench_varlen's "ours varlen" with the defaults
 # against the portable backward (FLASHATTN_TRITON_HOPPER_VARLEN_BWD=0), separate processes.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests hvarlen 200 -n 8 tests/test_hopper_varlen.py
 for lens in 64,4096 64,8192 64,2048; do
   for tier in default portable_bwd; do

@@ -4,7 +4,7 @@
 # the packed tests with the defaults, then bench_varlen's default rows (d = 128) and the d = 64 rows
 # either side of the bounds, "ours varlen" (the defaults) against FLASHATTN_TRITON_HOPPER_VARLEN=0
 # with FLASHATTN_TRITON_HOPPER_VARLEN_BWD=0 (the portable tier) in separate processes.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests packed 330 -n 8 tests/test_hopper_varlen.py tests/test_varlen.py tests/test_varlen_paged.py \
   tests/test_integrations.py
 for cfg in "128 64,8192" "64 64,2048" "64 64,4096"; do

@@ -2,7 +2,7 @@
 # Session 56 call 5: the packed table with the session's defaults (the Hopper forward and backward
 # on packed batches, the d = 64 bounds), every provider, at d = 128 and d = 64; on an H200 also the
 # packed Hopper tests and the H200 tables session 55 queued (bench_variants, bench_decode).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 h200=0; grep -q H200 "$R/env.txt" && h200=1
 [ $h200 = 1 ] && gpu_tests hvarlen 200 -n 8 tests/test_hopper_varlen.py
 for d in 128 64; do
