@@ -464,18 +464,94 @@ def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
     passes position_ids to the mask builder: gpt-oss does not, and attends
     across the documents with every implementation.)"""
     calls = _spy_varlen(monkeypatch)
+    built = _spy_builds(monkeypatch)
     pos = _restarts(*rows)
     ids = torch.randint(0, VOCAB, pos.shape)
     models = _models(kind, "sdpa", torch.float32, **over)
     for m in models:
         m.train()  # a training step: no cache, so Transformers looks for packing
     _compare(models, ids, torch.float32, label=f"{kind} packed {rows}", position_ids=pos)
+    assert not built, "the packed documents' 4-D mask was built, though no layer reads it"
     lens = [m for row in rows for m in row]
     bounds = torch.tensor([0] + lens).cumsum(0).tolist()  # the documents of every row, end to end
     assert bounds[-1] == pos.numel()
     assert calls, "the packed documents did not take the varlen route"
     for cq, ck, max_q, max_k, kw in calls:
         assert cq == ck == bounds and max_q == max_k == max(lens) and kw["causal"]
+
+
+def _spy_builds(monkeypatch) -> list:
+    """The shapes of the unbuilt packed-document masks that got built."""
+    built = []
+    real = hf._UnbuiltMask.built
+
+    def spy(self):
+        if self._built is None:
+            built.append(tuple(self.shape))
+        return real(self)
+
+    monkeypatch.setattr(hf._UnbuiltMask, "built", spy)
+    return built
+
+
+def test_unbuilt_packed_mask_builds_on_first_read(monkeypatch):
+    """A model that may skip the mask gets the packed documents' mask unbuilt:
+    its shape, dtype and device are the 4-D mask's, and the first op that
+    reads its values builds Transformers' own mask once (a model that alters
+    it gets SDPA's mask; the result is a plain tensor); a layer the documents
+    do not fit reads the built mask."""
+    from transformers import masking_utils as mu
+
+    built = _spy_builds(monkeypatch)
+    pos = _restarts([5, 7], [4, 8])
+    remap = getattr(mu, "remap_positions_for_packed_sequence", lambda fn, _: fn)
+    fn = mu.and_masks(remap(mu.causal_mask_function, pos),
+                      mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
+    args = dict(mask_function=fn, attention_mask=None, device=pos.device)
+    mask = hf.attention_mask(2, 12, 12, allow_is_causal_skip=True, **args)
+    assert isinstance(mask, hf._UnbuiltMask) and not built
+    assert mask.shape == (2, 1, 12, 12) and mask.dtype == torch.bool and mask.device == pos.device
+    assert getattr(mask, hf._DOCUMENTS)["cu_seqlens"].tolist() == [0, 5, 12, 16, 24]
+    full = hf.attention_mask(2, 12, 12, allow_is_causal_skip=False, **args)
+    assert type(full) is torch.Tensor, "a model that asks for the mask materialised gets it built"
+    row = mask[1, 0]
+    assert type(row) is torch.Tensor and torch.equal(row, full[1, 0]) and built == [(2, 1, 12, 12)]
+    bias = torch.zeros(2, 1, 12, 12).masked_fill(~mask, float("-inf"))
+    assert torch.equal(bias, torch.zeros(2, 1, 12, 12).masked_fill(~full, float("-inf")))
+    assert built == [(2, 1, 12, 12)], "built once"
+    calls = _spy_varlen(monkeypatch)
+    q = torch.randn(2, 2, 12, 16)
+
+    class Bidirectional(torch.nn.Module):
+        is_causal = False
+
+    fresh = hf.attention_mask(2, 12, 12, allow_is_causal_skip=True, **args)
+    got, _ = hf.attention_forward(Bidirectional(), q, q, q, fresh)   # the documents are causal: the mask
+    assert not calls and len(built) == 2
+    want = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=full)
+    torch.testing.assert_close(got.transpose(1, 2), want)
+
+
+@pytest.mark.gpu
+def test_gpu_packed_documents_never_build_the_mask(device, monkeypatch):
+    """A training step of 16k tokens packed in documents (one row, bf16): its
+    peak memory stays far below the 256 MiB of the 4-D mask it no longer
+    builds (16384^2 booleans), and the documents took the varlen route."""
+    calls = _spy_varlen(monkeypatch)
+    n = 16384
+    pos = _restarts([1024, 3072, 4096, 8192])
+    model = transformers.AutoModelForCausalLM.from_config(
+        _config("llama", max_position_embeddings=n), attn_implementation=NAME).to(torch.bfloat16).train()
+    ids = torch.randint(0, VOCAB, pos.shape)
+    model(input_ids=ids, position_ids=pos, use_cache=False).logits.float().sum().backward()  # warm
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    model(input_ids=ids, position_ids=pos, use_cache=False).logits.float().sum().backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    assert calls and calls[-1][0] == [0, 1024, 4096, 8192, 16384]
+    assert peak < n * n // 8, f"a packed step's peak memory {peak / 2**20:.1f} MiB (the 4-D mask: 256 MiB)"
 
 
 def test_packed_encoder_documents_match_sdpa(monkeypatch):

@@ -28,8 +28,9 @@ no padding (mask builder returns None)      ``flash_attn_func`` (causal bottom-r
 padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the packed tokens
                                             (:func:`unpad` / :func:`pad`, no host sync)
 documents packed in rows (position_ids      ``flash_attn_varlen_func`` over the documents, which
-restarting; no padding, no cache)           the 4-D mask (still built, below) carries; one host
-                                            read per model forward
+restarting; no padding, no cache)           the 4-D mask carries; one host read per model forward.
+                                            The mask is left unbuilt unless the model asked for
+                                            it materialised or an op reads it
 any other pattern (or/and mask overlays,    the 4-D boolean mask of Transformers' SDPA builder,
 a user 4-D mask, packed documents under     given to ``scaled_dot_product_attention(attn_mask=)``
 compile, chunked attention after a
@@ -149,8 +150,10 @@ def attention_mask(
     if causal, the keys end at the last query (bottom-right alignment; not so
     at a static cache's prefill); the (B, kv_length) boolean padding mask
     (True = real token) when there is padding; and Transformers' 4-D boolean
-    SDPA mask (B, 1, q_length, kv_length) for every other pattern (packed
-    sequences, mask overlays).
+    SDPA mask (B, 1, q_length, kv_length) for every other pattern (mask
+    overlays, ...).  Documents packed in rows by position_ids get a 4-D mask
+    that carries them, unbuilt (:class:`_UnbuiltMask`) unless the model asked
+    for it materialised.
 
     ``allow_is_causal_skip=False`` (for a bidirectional pattern,
     ``allow_is_bidirectional_skip=False``) always gets the 4-D mask, as from
@@ -191,14 +194,21 @@ def attention_mask(
     documents = _position_documents(mask_function, mu, q_length, kv_length, q_offset, kv_offset, attention_mask)
     if documents is not None:
         # Documents packed in rows, told by position_ids restarting (Transformers'
-        # packed_sequence_mask): the 4-D mask is built as for SDPA, so a model that
-        # adds to it or indexes it gets what it expects, and it carries the
-        # documents; attention_forward runs the varlen kernel on them when it gets
-        # the very same tensor (an altered mask is a new tensor without them).
-        mask = mu.sdpa_mask(
-            batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-            local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+        # packed_sequence_mask).  The mask carries the documents; attention_forward
+        # runs the varlen kernel on them when it gets the very same tensor (an
+        # altered mask is a new tensor without them).  A model that may skip the
+        # mask gets it unbuilt (_UnbuiltMask: the (B, 1, Nq, Nk) booleans are made
+        # only if an op reads them); one that asked for it materialised gets it
+        # built, as for SDPA.
+        def build():
+            return mu.sdpa_mask(
+                batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
+
+        device = kwargs.get("device") or documents["cu_seqlens"].device
+        mask = (_UnbuiltMask((batch_size, 1, q_length, kv_length), torch.device(device), build) if skip
+                else build())
         if isinstance(mask, torch.Tensor):
             setattr(mask, _DOCUMENTS, documents)
         return mask
@@ -310,6 +320,45 @@ def _is_sliding_window_causal(mask_function, mu) -> bool:
 
 # The attribute of a 4-D mask from attention_mask() that carries its packed documents.
 _DOCUMENTS = "_flashattn_triton_documents"
+
+
+class _UnbuiltMask(torch.Tensor):
+    """The 4-D boolean mask (B, 1, Nq, Nk) of documents packed in rows, not
+    built: shape, dtype and device read as the real mask's, and the first op
+    that reads its values (an index, an add, a where, a copy) builds the mask
+    with Transformers' SDPA builder, keeps it and runs on it, so a model that
+    alters the mask gets what it would from SDPA's builder.  Its layers run
+    the varlen kernel from the documents it carries and never build it: no
+    B * Nq * Nk bytes per model forward (4 GiB at one row of 64k tokens)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # ops return plain tensors
+
+    @staticmethod
+    def __new__(cls, shape, device: torch.device, build: Callable[[], Any]):
+        mask = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=torch.bool, device=device)
+        mask._build, mask._built = build, None
+        return mask
+
+    def built(self) -> torch.Tensor:
+        """The mask's values, built on the first call."""
+        if self._built is None:
+            mask = self._build()
+            if not isinstance(mask, torch.Tensor) or mask.shape != self.shape or mask.dtype != torch.bool:
+                raise RuntimeError(f"Transformers' sdpa_mask gave {type(mask).__name__} "
+                                   f"{tuple(getattr(mask, 'shape', ()))} for the packed documents' mask, "
+                                   f"expected a boolean tensor of shape {tuple(self.shape)}")
+            self._built = mask
+        return self._built
+
+    def __repr__(self) -> str:
+        return f"_UnbuiltMask(shape={tuple(self.shape)}, device={self.device}, built={self._built is not None})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def real(x):
+            return x.built() if isinstance(x, _UnbuiltMask) else x
+        args, kwargs = torch.utils._pytree.tree_map(real, (args, kwargs or {}))
+        return func(*args, **kwargs)
 
 
 def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offset, kv_offset,
@@ -596,6 +645,8 @@ def attention_forward(
             return out.reshape(batch, n_q, h_q, out.shape[-1]), None
         # The 4-D mask already holds causality and any window.
         from flashattn_triton.api import _sdpa
+        if isinstance(attention_mask, _UnbuiltMask):
+            attention_mask = attention_mask.built()
         out = _sdpa(query, key, value, attention_mask, dropout_p, False, scaling, query.shape[1] != key.shape[1],
                     softcap=cap, sinks=sinks)
         return out.transpose(1, 2), None
