@@ -331,7 +331,9 @@ class _UnbuiltMask(torch.Tensor):
     the varlen kernel from the documents it carries and never build it: no
     B * Nq * Nk bytes per model forward (4 GiB at one row of 64k tokens)."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # ops return plain tensors
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # plain results
+    _build: Callable[[], Any]
+    _built: Optional[torch.Tensor]
 
     @staticmethod
     def __new__(cls, shape, device: torch.device, build: Callable[[], Any]):
@@ -350,7 +352,7 @@ class _UnbuiltMask(torch.Tensor):
             self._built = mask
         return self._built
 
-    def __repr__(self) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"_UnbuiltMask(shape={tuple(self.shape)}, device={self.device}, built={self._built is not None})"
 
     @classmethod
