@@ -464,14 +464,14 @@ def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
     passes position_ids to the mask builder: gpt-oss does not, and attends
     across the documents with every implementation.)"""
     calls = _spy_varlen(monkeypatch)
-    built = _spy_builds(monkeypatch)
+    made, built = _spy_builds(monkeypatch)
     pos = _restarts(*rows)
     ids = torch.randint(0, VOCAB, pos.shape)
     models = _models(kind, "sdpa", torch.float32, **over)
     for m in models:
         m.train()  # a training step: no cache, so Transformers looks for packing
     _compare(models, ids, torch.float32, label=f"{kind} packed {rows}", position_ids=pos)
-    assert not built, "the packed documents' 4-D mask was built, though no layer reads it"
+    assert made and not built, f"the packed documents' 4-D mask: made unbuilt {made}, built {built}"
     lens = [m for row in rows for m in row]
     bounds = torch.tensor([0] + lens).cumsum(0).tolist()  # the documents of every row, end to end
     assert bounds[-1] == pos.numel()
@@ -480,40 +480,46 @@ def test_packed_sequences_match_sdpa(kind, rows, over, monkeypatch):
         assert cq == ck == bounds and max_q == max_k == max(lens) and kw["causal"]
 
 
-def _spy_builds(monkeypatch) -> list:
-    """The shapes of the unbuilt packed-document masks that got built."""
-    built = []
-    real = hf._UnbuiltMask.built
+def _spy_builds(monkeypatch) -> tuple:
+    """(made, built): the shapes of the unbuilt packed-document masks made,
+    and of those that got built."""
+    made, built = [], []
+    real_new, real_built = hf._UnbuiltMask.__new__, hf._UnbuiltMask.built
+
+    def new(cls, shape, device, build):
+        made.append(tuple(shape))
+        return real_new(cls, shape, device, build)
 
     def spy(self):
         if self._built is None:
             built.append(tuple(self.shape))
-        return real(self)
+        return real_built(self)
 
+    monkeypatch.setattr(hf._UnbuiltMask, "__new__", staticmethod(new))
     monkeypatch.setattr(hf._UnbuiltMask, "built", spy)
-    return built
+    return made, built
 
 
 def test_unbuilt_packed_mask_builds_on_first_read(monkeypatch):
-    """A model that may skip the mask gets the packed documents' mask unbuilt:
-    its shape, dtype and device are the 4-D mask's, and the first op that
-    reads its values builds Transformers' own mask once (a model that alters
-    it gets SDPA's mask; the result is a plain tensor); a layer the documents
-    do not fit reads the built mask."""
+    """The packed documents' mask comes unbuilt: its shape, dtype and device
+    are the 4-D mask's, and the first op that reads its values builds
+    Transformers' own mask once (a model that alters it gets SDPA's mask; the
+    result is a plain tensor); a layer the documents do not fit reads the
+    built mask."""
     from transformers import masking_utils as mu
 
-    built = _spy_builds(monkeypatch)
+    made, built = _spy_builds(monkeypatch)
     pos = _restarts([5, 7], [4, 8])
     remap = getattr(mu, "remap_positions_for_packed_sequence", lambda fn, _: fn)
     fn = mu.and_masks(remap(mu.causal_mask_function, pos),
                       mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
-    args = dict(mask_function=fn, attention_mask=None, device=pos.device)
-    mask = hf.attention_mask(2, 12, 12, allow_is_causal_skip=True, **args)
+    # (Transformers passes allow_is_causal_skip=False with packed documents)
+    args = dict(mask_function=fn, attention_mask=None, allow_is_causal_skip=False, device=pos.device)
+    mask = hf.attention_mask(2, 12, 12, **args)
     assert isinstance(mask, hf._UnbuiltMask) and not built
     assert mask.shape == (2, 1, 12, 12) and mask.dtype == torch.bool and mask.device == pos.device
     assert getattr(mask, hf._DOCUMENTS)["cu_seqlens"].tolist() == [0, 5, 12, 16, 24]
-    full = hf.attention_mask(2, 12, 12, allow_is_causal_skip=False, **args)
-    assert type(full) is torch.Tensor, "a model that asks for the mask materialised gets it built"
+    full = mu.sdpa_mask(batch_size=2, q_length=12, kv_length=12, **args)
     row = mask[1, 0]
     assert type(row) is torch.Tensor and torch.equal(row, full[1, 0]) and built == [(2, 1, 12, 12)]
     bias = torch.zeros(2, 1, 12, 12).masked_fill(~mask, float("-inf"))
@@ -525,7 +531,7 @@ def test_unbuilt_packed_mask_builds_on_first_read(monkeypatch):
     class Bidirectional(torch.nn.Module):
         is_causal = False
 
-    fresh = hf.attention_mask(2, 12, 12, allow_is_causal_skip=True, **args)
+    fresh = hf.attention_mask(2, 12, 12, **args)
     got, _ = hf.attention_forward(Bidirectional(), q, q, q, fresh)   # the documents are causal: the mask
     assert not calls and len(built) == 2
     want = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=full)

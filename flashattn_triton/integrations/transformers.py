@@ -29,8 +29,7 @@ padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the pa
                                             (:func:`unpad` / :func:`pad`, no host sync)
 documents packed in rows (position_ids      ``flash_attn_varlen_func`` over the documents, which
 restarting; no padding, no cache)           the 4-D mask carries; one host read per model forward.
-                                            The mask is left unbuilt unless the model asked for
-                                            it materialised or an op reads it
+                                            The mask is left unbuilt unless an op reads it
 any other pattern (or/and mask overlays,    the 4-D boolean mask of Transformers' SDPA builder,
 a user 4-D mask, packed documents under     given to ``scaled_dot_product_attention(attn_mask=)``
 compile, chunked attention after a
@@ -152,8 +151,7 @@ def attention_mask(
     (True = real token) when there is padding; and Transformers' 4-D boolean
     SDPA mask (B, 1, q_length, kv_length) for every other pattern (mask
     overlays, ...).  Documents packed in rows by position_ids get a 4-D mask
-    that carries them, unbuilt (:class:`_UnbuiltMask`) unless the model asked
-    for it materialised.
+    that carries them, unbuilt (:class:`_UnbuiltMask`) until an op reads it.
 
     ``allow_is_causal_skip=False`` (for a bidirectional pattern,
     ``allow_is_bidirectional_skip=False``) always gets the 4-D mask, as from
@@ -196,10 +194,11 @@ def attention_mask(
         # Documents packed in rows, told by position_ids restarting (Transformers'
         # packed_sequence_mask).  The mask carries the documents; attention_forward
         # runs the varlen kernel on them when it gets the very same tensor (an
-        # altered mask is a new tensor without them).  A model that may skip the
-        # mask gets it unbuilt (_UnbuiltMask: the (B, 1, Nq, Nk) booleans are made
-        # only if an op reads them); one that asked for it materialised gets it
-        # built, as for SDPA.
+        # altered mask is a new tensor without them).  The mask is left unbuilt
+        # (_UnbuiltMask: the (B, 1, Nq, Nk) booleans are made only if an op reads
+        # them, so a model that adds to it or indexes it gets Transformers' own).
+        # (Transformers asks for packed documents' mask materialised,
+        # allow_is_causal_skip=False, whatever the model: that flag tells nothing here.)
         def build():
             return mu.sdpa_mask(
                 batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
@@ -207,10 +206,8 @@ def attention_mask(
                 local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
 
         device = kwargs.get("device") or documents["cu_seqlens"].device
-        mask = (_UnbuiltMask((batch_size, 1, q_length, kv_length), torch.device(device), build) if skip
-                else build())
-        if isinstance(mask, torch.Tensor):
-            setattr(mask, _DOCUMENTS, documents)
+        mask = _UnbuiltMask((batch_size, 1, q_length, kv_length), torch.device(device), build)
+        setattr(mask, _DOCUMENTS, documents)
         return mask
     # None (and the 2-D padding mask) mean the kernels' own causal masking,
     # aligned bottom-right: right when the keys end at the last query, not
