@@ -206,9 +206,9 @@ def attention_mask(
                 local_size=local_size, allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
 
         device = kwargs.get("device") or documents["cu_seqlens"].device
-        mask = _UnbuiltMask((batch_size, 1, q_length, kv_length), torch.device(device), build)
-        setattr(mask, _DOCUMENTS, documents)
-        return mask
+        unbuilt = _UnbuiltMask((batch_size, 1, q_length, kv_length), torch.device(device), build)
+        setattr(unbuilt, _DOCUMENTS, documents)
+        return unbuilt
     # None (and the 2-D padding mask) mean the kernels' own causal masking,
     # aligned bottom-right: right when the keys end at the last query, not
     # against a static cache's kv_length slots with unfilled ones at the end.
