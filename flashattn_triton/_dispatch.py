@@ -98,7 +98,9 @@ def takes_chunk(attention_chunk: int) -> bool:
 # chunk and takes the Hopper tier, which has no chunk mask (takes_chunk).
 # Queries after a cache (seqlen_k > seqlen_q, both counts of whole chunks
 # apart) see only the last seqlen_q keys, whose chunks are theirs: the same
-# holds on those keys.
+# holds on those keys.  Where n is not a multiple of C, the last chunk of
+# each row is shorter: the call runs as a packed batch (flash_attn_varlen_func)
+# of batch * ceil(n / C) sequences, whose bounds are made on the device.
 # None: where the Hopper tier runs; True / False: always / never (tests).
 CHUNKS_AS_SEQUENCES: Optional[bool] = None
 # Below one 128-row query tile of the Hopper forward a chunk would leave most
@@ -108,8 +110,10 @@ CHUNK_SEQUENCE_MIN = 128
 
 def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bool:
     """Whether flash_attn_func runs this chunked call as one sequence per
-    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch, seqlen_q a
-    multiple of C and seqlen_k - seqlen_q >= 0 one too, and no dropout (its
+    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch, seqlen_k -
+    seqlen_q >= 0 a multiple of C (the queries' first chunk starts at their
+    first row; their last may be shorter), batch * seqlen_q in int32
+    (the packed form's offsets), and no dropout (its
     pattern is drawn from the positions in the call, which the reshape would
     renumber); ALiBi slopes (Hq,) or (batch, Hq).  Anything malformed is left
     to the full path's checks."""
@@ -123,7 +127,7 @@ def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bo
         return False
     n_q, n_k = q.shape[1], k.shape[1]
     if (v.shape[1] != n_k or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0] or n_q == 0
-            or n_q % attention_chunk or n_k < n_q or (n_k - n_q) % attention_chunk
+            or q.shape[0] * n_q >= 2 ** 31 or n_k < n_q or (n_k - n_q) % attention_chunk
             or isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0):
         return False
     if alibi_slopes is not None and not (isinstance(alibi_slopes, torch.Tensor) and (

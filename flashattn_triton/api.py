@@ -415,16 +415,21 @@ def flash_attn_func(
 
 def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                          return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
-    """flash_attn_func with attention_chunk=chunk over n = seqlen_q queries, n
-    a multiple of chunk, as the call without chunks on batch * n / chunk
-    sequences of chunk rows (_dispatch.chunks_as_sequences says when).  Keys
-    before the last n (a cache whole chunks long) are in no query's chunk and
-    are left out.  A (batch, Hq) ALiBi slope row repeats for its row's chunks;
-    the LSE (batch * m, Hq, chunk) goes back to (batch, Hq, n)."""
+    """flash_attn_func with attention_chunk=chunk over n = seqlen_q queries as
+    the call without chunks on one sequence per chunk (_dispatch.chunks_as_sequences
+    says when): n a multiple of chunk, batch * n / chunk sequences of chunk
+    rows; otherwise a packed batch whose rows end in a shorter chunk
+    (_chunks_as_packed).  Keys before the last n (a cache whole chunks long)
+    are in no query's chunk and are left out.  A (batch, Hq) ALiBi slope row
+    repeats for its row's chunks; the LSE (batch * m, Hq, chunk) goes back to
+    (batch, Hq, n)."""
     b, n, h = q.shape[0], q.shape[1], q.shape[2]
     m = n // chunk
     if k.shape[1] > n:
         k, v = k[:, k.shape[1] - n:], v[:, v.shape[1] - n:]
+    if n % chunk:
+        return _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                 return_attn_probs, return_lse, sinks, chunk)
 
     def split(t):  # (b, n, H, d) -> (b * m, chunk, H, d): a view where the strides allow it
         return t.reshape(b * m, chunk, *t.shape[2:])
@@ -437,6 +442,37 @@ def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, a
         return res.reshape(b, n, *res.shape[2:])
     out = res[0].reshape(b, n, *res[0].shape[2:])
     lse = res[1].reshape(b, m, h, chunk).transpose(1, 2).reshape(b, h, n)
+    return (out, lse, None) if return_attn_probs else (out, lse)
+
+
+def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
+    """_chunks_as_sequences where n = seqlen_q (= seqlen_k here) is not a
+    multiple of chunk: the rows laid end to end as a packed batch of
+    batch * ceil(n / chunk) sequences, chunk rows each but the last of each
+    row (n mod chunk rows).  cu_seqlens is made on the device from the
+    shapes (no host copy: capturable, no sync).  The packed LSE (Hq, batch * n)
+    goes back to (batch, Hq, n)."""
+    b, n, h = q.shape[0], q.shape[1], q.shape[2]
+    per_row = -(-n // chunk)
+    starts = torch.arange(0, n, chunk, dtype=torch.int32, device=q.device)              # (per_row,)
+    rows = torch.arange(0, b * n, n, dtype=torch.int32, device=q.device)                # (b,)
+    cu = torch.cat(((rows[:, None] + starts[None, :]).reshape(-1),
+                    torch.full((1,), b * n, dtype=torch.int32, device=q.device)))
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_slopes = alibi_slopes.repeat_interleave(per_row, dim=0)
+
+    def pack(t):  # (b, n, H, d) -> (b * n, H, d): a view where the strides allow it
+        return t.reshape(b * n, *t.shape[2:])
+
+    longest = min(chunk, n)
+    res = flash_attn_varlen_func(pack(q), pack(k), pack(v), cu, cu, longest, longest, 0.0, softmax_scale, causal,
+                                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                                 return_lse=return_lse, sinks=sinks)
+    if isinstance(res, torch.Tensor):
+        return res.reshape(b, n, *res.shape[1:])
+    out = res[0].reshape(b, n, *res[0].shape[1:])
+    lse = res[1].reshape(h, b, n).transpose(0, 1).contiguous()
     return (out, lse, None) if return_attn_probs else (out, lse)
 
 

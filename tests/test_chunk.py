@@ -416,9 +416,10 @@ def test_return_attn_probs_show_the_chunks(device):
 
 
 # ---------------------------------------------------------------------------
-# Chunks as sequences: seqlen_q and seqlen_k - seqlen_q multiples of C, the
-# call reshaped to one sequence per chunk (_dispatch.CHUNKS_AS_SEQUENCES; automatic only
-# where the Hopper tier runs, forced here)
+# Chunks as sequences: seqlen_k - seqlen_q a multiple of C, the call reshaped
+# to one sequence per chunk (seqlen_q a multiple of C) or packed with each
+# row's shorter last chunk (not) (_dispatch.CHUNKS_AS_SEQUENCES; automatic
+# only where the Hopper tier runs, forced here)
 # ---------------------------------------------------------------------------
 
 def _spy_sequences(monkeypatch):
@@ -445,12 +446,21 @@ def _spy_sequences(monkeypatch):
                  id="after-a-cache-C16-causal-fp16"),
     pytest.param(2, 48, 96, 2, 2, 16, 48, False, (-1, -1), torch.bfloat16, "bhnd",
                  id="after-a-cache-one-chunk-full-bf16"),
+    # each row's last chunk shorter: the packed form
+    pytest.param(2, 100, 100, 4, 2, 32, 32, True, (-1, -1), torch.float16, "contiguous",
+                 id="packed-C32-n100-causal-gqa-fp16"),
+    pytest.param(2, 45, 45, 2, 1, 24, 16, False, (5, 3), torch.bfloat16, "bhnd",
+                 id="packed-C16-n45-window5,3-mqa-bhnd-bf16"),
+    pytest.param(1, 70, 134, 2, 2, 16, 32, True, (9, 0), torch.float32, "contiguous",
+                 id="packed-after-a-cache-C32-n70-causal-window9-fp32"),
+    pytest.param(2, 20, 20, 2, 2, 16, 32, True, (-1, -1), torch.float16, "contiguous",
+                 id="packed-one-short-chunk-fp16"),
 ])
 def test_chunks_as_sequences_match_reference(device, monkeypatch, batch, n, n_k, h_q, h_kv, d, chunk, causal, window,
                                             dtype, layout):
-    """The reshaped call gives the chunked attention: out, LSE (back in
-    (B, Hq, N) order) and gradients against the float64 reference, also
-    for q, k, v viewed from (B, H, N, d) (the reshape copies them), and
+    """The reshaped (or packed) call gives the chunked attention: out, LSE
+    (back in (B, Hq, N) order) and gradients against the float64 reference,
+    also for q, k, v viewed from (B, H, N, d) (the reshape copies them), and
     for queries after a cache whole chunks long (its keys get no gradient)."""
     taken = _spy_sequences(monkeypatch)
     q, k, v = make_qkv(batch, n, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
@@ -469,29 +479,35 @@ def test_chunks_as_sequences_with_variants(device, monkeypatch):
     slopes = torch.stack([alibi_slopes(2, device), 0.5 * alibi_slopes(2, device)])
     _check(q, k, v, 16, True, softcap=20.0, alibi_slopes=slopes, sinks=torch.randn(2, device=device))
     assert taken == [16]
+    q, k, v = (t[:, :41] for t in (q, k, v))   # the packed form: 16 + 16 + 9 rows a row
+    _check(q, k, v, 16, True, softcap=20.0, alibi_slopes=slopes, sinks=torch.randn(2, device=device))
+    assert taken == [16, 16]
 
 
-def test_chunks_as_sequences_return_forms(device, monkeypatch):
+@pytest.mark.parametrize("n", [64, 72], ids=["whole", "packed"])
+def test_chunks_as_sequences_return_forms(device, monkeypatch, n):
     """The plain, return_lse and return_attn_probs forms keep their shapes
     (S_dmask None without dropout) and agree with the chunk mask's."""
     from flashattn_triton import _dispatch
-    q, k, v = make_qkv(2, 64, 64, 2, 2, 16, torch.float32, device, requires_grad=False)
+    q, k, v = make_qkv(2, n, n, 2, 2, 16, torch.float32, device, requires_grad=False)
     want = flash_attn_func(q, k, v, causal=True, return_lse=True, attention_chunk=16)
     monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", True)
     out = flash_attn_func(q, k, v, causal=True, attention_chunk=16)
     out2, lse = flash_attn_func(q, k, v, causal=True, return_lse=True, attention_chunk=16)
     out3, lse3, probs = flash_attn_func(q, k, v, causal=True, return_attn_probs=True, attention_chunk=16)
-    assert out.shape == q.shape and lse.shape == (2, 2, 64) and probs is None
+    assert out.shape == q.shape and lse.shape == (2, 2, n) and probs is None
     for name, got, ref in (("out", out, want[0]), ("out", out2, want[0]), ("lse", lse, want[1]),
                            ("out", out3, want[0]), ("lse", lse3, want[1])):
         assert_close(name, got, ref, atol=1e-5)
 
 
-def test_chunks_as_sequences_compile(device, monkeypatch):
-    """torch.compile(fullgraph=True) traces the reshape (the rule reads the
-    Hopper tier's availability as a constant): the same output as eager."""
+@pytest.mark.parametrize("n", [64, 72], ids=["whole", "packed"])
+def test_chunks_as_sequences_compile(device, monkeypatch, n):
+    """torch.compile(fullgraph=True) traces the reshape or the packed form
+    (the rule reads the Hopper tier's availability as a constant; the packed
+    offsets are made on the device): the same output as eager."""
     _spy_sequences(monkeypatch)
-    q, k, v = make_qkv(2, 64, 64, 2, 1, 16, torch.float32, device, requires_grad=False)
+    q, k, v = make_qkv(2, n, n, 2, 1, 16, torch.float32, device, requires_grad=False)
     torch._dynamo.reset()
     fn = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, attention_chunk=16),
                        fullgraph=True, backend="eager")
@@ -499,13 +515,15 @@ def test_chunks_as_sequences_compile(device, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_chunks_as_sequences_automatic(device):
+@pytest.mark.parametrize("n", [1024, 1000], ids=["whole", "packed"])
+def test_gpu_chunks_as_sequences_automatic(device, n):
     """On the GPU, the automatic rule (the Hopper tier present): a Llama-4-like
-    causal call, C = 256 over 1024 keys, bf16, d = 128, GQA, eager and under
-    torch.compile(fullgraph=True) (the probe read as a constant), against the
-    float64 reference; where the Hopper tier runs it takes the reshape."""
+    causal call, C = 256 over 1024 keys (or 1000: the packed form), bf16,
+    d = 128, GQA, eager and under torch.compile(fullgraph=True) (the probe
+    read as a constant), against the float64 reference; where the Hopper
+    tier runs it takes the reshape."""
     from flashattn_triton import _dispatch
-    q, k, v = make_qkv(2, 1024, 1024, 8, 2, 128, torch.bfloat16, device, requires_grad=False)
+    q, k, v = make_qkv(2, n, n, 8, 2, 128, torch.bfloat16, device, requires_grad=False)
     assert _dispatch.CHUNKS_AS_SEQUENCES is None
     taken = _dispatch.chunks_as_sequences(q, k, v, 256, 0.0, None)
     assert taken == _dispatch._hopper_runs(q.device.index)
@@ -531,10 +549,10 @@ def test_hopper_probe_is_a_compile_constant():
 
 
 def test_when_chunks_become_sequences(monkeypatch):
-    """The rule (_dispatch.chunks_as_sequences): whole chunks of queries after
-    whole chunks of cache (none or more), no dropout, ALiBi slopes of a known
-    shape; automatic only on a CUDA device with the Hopper tier and C >= 128,
-    never when switched off."""
+    """The rule (_dispatch.chunks_as_sequences): queries after whole chunks
+    of cache (none or more; their last chunk may be shorter), no dropout,
+    ALiBi slopes of a known shape; automatic only on a CUDA device with the
+    Hopper tier and C >= 128, never when switched off."""
     from flashattn_triton import _dispatch
     q = torch.empty(2, 256, 4, 16)
     kv = torch.empty(2, 256, 2, 16)
@@ -544,10 +562,12 @@ def test_when_chunks_become_sequences(monkeypatch):
     assert not rule(q, kv, kv, 0, 0.0, None)                      # no chunks
     assert rule(q, kv, kv, 256, 0.0, None)                        # one chunk: a call without it
     assert rule(q[:, :128], kv, kv, 64, 0.0, None)                # after a cache of two chunks
-    assert not rule(q[:, :96], kv, kv, 64, 0.0, None)             # queries not whole chunks
-    assert not rule(q[:, :128], kv[:, :160], kv[:, :160], 64, 0.0, None)   # nor the cache
+    assert rule(q[:, :96], kv[:, :96], kv[:, :96], 64, 0.0, None)   # queries not whole chunks: packed
+    assert rule(q[:, :96], kv[:, :160], kv[:, :160], 64, 0.0, None)   # so, after a cache of one chunk
+    assert rule(q, kv, kv, 96, 0.0, None)                         # 96 + 96 + 64 rows a row: packed
+    assert not rule(q[:, :96], kv, kv, 64, 0.0, None)             # a cache not whole chunks
+    assert not rule(q[:, :128], kv[:, :160], kv[:, :160], 64, 0.0, None)   # likewise
     assert not rule(q, kv[:, :128], kv[:, :128], 64, 0.0, None)   # seqlen_q > seqlen_k
-    assert not rule(q, kv, kv, 96, 0.0, None)                     # not a multiple
     assert not rule(q, kv, kv, 64, 0.1, None)                     # dropout
     assert not rule(q, kv, kv, 64, 0.0, torch.ones(3, 4))         # slopes of another batch: the checks say so
     assert not rule(q, kv, kv, True, 0.0, None)                   # (a bool is no chunk size)
