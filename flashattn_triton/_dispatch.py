@@ -526,14 +526,14 @@ ENV_HOPPER_VARLEN_BWD = "FLASHATTN_TRITON_HOPPER_VARLEN_BWD"  # "1": packed batc
 # 64..8192 once packed plans no longer take HEADS_FIRST, 0.82-0.92x before).
 HOPPER_VARLEN_BWD_DEFAULT = "1"
 
+
 def use_hopper_varlen_backward(q, v, window, deterministic: bool, attention_chunk: int = 0) -> bool:
     """Whether to try the Hopper backward (kernels/hopper/bwd.py
     hopper_backward_varlen; it declines head dims other than 64 / 128 and
     more) for a packed batch without variants: FLASHATTN_TRITON_HOPPER_VARLEN_BWD
     (HOPPER_VARLEN_BWD_DEFAULT when unset), not deterministic (dQ's adds
     arrive in a varying order), no chunk, the windows the forward takes, d = dv."""
-    return (takes_chunk(attention_chunk) and not deterministic
-            and not torch.are_deterministic_algorithms_enabled()
+    return (takes_chunk(attention_chunk) and not deterministic and not torch.are_deterministic_algorithms_enabled()
             and _switch(ENV_HOPPER_VARLEN_BWD, HOPPER_VARLEN_BWD_DEFAULT) and q.shape[-1] == v.shape[-1]
             and _hopper_tier(q.device) and hopper_forward_window(window))
 

@@ -1172,8 +1172,8 @@ def attention_backward(do, q, k, v, o, lse, dq, dk, dv, sm_scale, causal_offset,
     )
     if (hopper_varlen and varlen and dbias is None and mods is NO_MODS and lse_lo is None and not chunk
             and right in (None, 0) and causal_offset == 0 and shift_mul == 0):
-        # A packed batch without variants on the Hopper backward (opt-in, not
-        # yet GPU-validated: _dispatch.use_hopper_varlen_backward), after the
+        # A packed batch without variants on the Hopper backward (on by default
+        # since session 56: _dispatch.use_hopper_varlen_backward), after the
         # same preprocess; bottom-right diagonals per sequence.
         from .hopper import hopper_backward_varlen
         if hopper_backward_varlen(do, q, k, v, lse, delta, dq, dk, dv, cu_q, cu_k, n_q, n_k, sm_scale,
