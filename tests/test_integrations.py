@@ -686,6 +686,41 @@ def test_llama4_chunked_attention_matches_sdpa(side, monkeypatch):
     assert chunks and set(chunks) == {4}, f"the chunked layers' kernel calls: attention_chunk {chunks}"
 
 
+@pytest.mark.parametrize("rows, taken", [
+    ([[8, 4], [4, 5, 3]], True),      # every document starts at position 0
+    ([[6, 6]], True),                 # 6 = one chunk and a half: the second document's chunks restart
+    ([[5, 7]], False),                # the second document's positions start at 2 (below): not a chunk start
+])
+def test_llama4_packed_documents_chunked(rows, taken, monkeypatch):
+    """Llama 4 with documents packed in rows (position_ids restarting): with
+    Transformers' remapped positions, the chunked layers' pattern is
+    attention_chunk=4 inside each document, so they run flash_attn_varlen_func
+    over the documents with the chunk (each document's chunks from its first
+    token, which Transformers counts from its position; a document whose
+    first position is not a multiple of the chunk keeps the mask).  Logits
+    and gradients against the float64 model, SDPA's error as the baseline."""
+    from transformers import masking_utils as mu
+    if not hasattr(mu, "remap_positions_for_packed_sequence"):
+        pytest.skip(f"transformers {transformers.__version__}: packed positions are not remapped, chunks "
+                    "follow the row index")
+    calls = _spy_varlen(monkeypatch)
+    pos = _restarts(*rows)
+    if not taken:
+        pos[0, 5:] += 2   # 0..4, then 2..8: a new document (the step is not 1) whose positions start at 2
+    ids = torch.randint(0, VOCAB, pos.shape)
+    models = _models("llama4", "sdpa", torch.float32)
+    for m in models:
+        m.train()
+    _compare(models, ids, torch.float32, label=f"llama4 packed {rows}", position_ids=pos)
+    chunked = [c for c in calls if c[4].get("attention_chunk")]
+    if taken:
+        bounds = torch.tensor([0] + [m for row in rows for m in row]).cumsum(0).tolist()
+        assert chunked and all(c[0] == bounds and c[4]["attention_chunk"] == 4 and c[4]["causal"]
+                               for c in chunked), f"the chunked layers' varlen calls: {calls}"
+    else:
+        assert not chunked
+
+
 def test_llama4_chunked_generate_matches_sdpa(monkeypatch):
     """Greedy decoding past the chunk size: the prefill runs the chunk kernels;
     decode steps, whose chunked-layer cache (a sliding one) has dropped keys

@@ -29,7 +29,9 @@ padding (a 2-D (B, Nk) boolean mask)        ``flash_attn_varlen_func`` on the pa
                                             (:func:`unpad` / :func:`pad`, no host sync)
 documents packed in rows (position_ids      ``flash_attn_varlen_func`` over the documents, which
 restarting; no padding, no cache)           the 4-D mask carries; one host read per model forward.
-                                            The mask is left unbuilt unless an op reads it
+                                            The mask is left unbuilt unless an op reads it.
+                                            Chunked layers too, where positions are remapped per
+                                            document and each starts at a multiple of the chunk
 any other pattern (or/and mask overlays,    the 4-D boolean mask of Transformers' SDPA builder,
 a user 4-D mask, packed documents under     given to ``scaled_dot_product_attention(attn_mask=)``
 compile, chunked attention after a
@@ -365,14 +367,16 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     """The documents of a pattern that Transformers built from position_ids
     restarting inside rows (and no padding mask, no cache):
     and_masks(remap_positions_for_packed_sequence(base, position_ids),
-    packed_sequence_mask_function(doc)) with base plain causal, bidirectional
-    or a causal sliding window.  Key j is then visible from query i iff
+    packed_sequence_mask_function(doc)) with base plain causal, bidirectional,
+    a causal sliding window or (positions remapped, Transformers 5.25 on)
+    Llama 4's chunked causal pattern.  Key j is then visible from query i iff
     doc[i] == doc[j] and base holds for their positions; positions rise by one
     inside a document (a new one starts wherever they do not), so base holds
     for the positions iff it holds for the indices in the document, which is
-    flash_attn_varlen_func over the documents.  Returns {"cu_seqlens": int32
-    (documents + 1,) over the rows laid end to end, "max_seqlen", "batch",
-    "seqlen", "causal", "window": Transformers' W or None}; None for any other
+    flash_attn_varlen_func over the documents (chunks: when every document
+    starts at a multiple of C).  Returns {"cu_seqlens": int32 (documents + 1,)
+    over the rows laid end to end, "max_seqlen", "batch", "seqlen", "causal",
+    "window": Transformers' W or None, "chunk": C or 0}; None for any other
     pattern, and while compiling (finding the documents reads them on the host:
     one sync per model forward, the same as Transformers' own packing check)."""
     if attention_mask is not None or q_length != kv_length:
@@ -383,9 +387,10 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     if len(parts) != 2 or not _qualname_is(parts[1], "packed_sequence_mask_function"):
         return None
     doc = _closure_value(parts[1], "packed_sequence_mask")
-    base = parts[0]
+    base, positions = parts[0], None
     if _qualname_is(base, "remap_positions_for_packed_sequence"):
-        base = _closure_value(base, "mask_function")
+        base, positions = _closure_value(base, "mask_function"), _closure_value(base, "position_ids")
+    chunk = 0
     if base is mu.causal_mask_function:
         causal, window = True, None
     elif base is mu.bidirectional_mask_function:
@@ -393,6 +398,15 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     elif base is not None and _is_sliding_window_causal(base, mu):
         causal, window = True, _closure_int(_and_mask_parts(base, mu)[0], "sliding_window")
         if window is None:
+            return None
+    elif base is not None and isinstance(positions, torch.Tensor) and _chunked_causal_size(base, mu):
+        # Chunked attention (Llama 4) over the remapped positions: key and query
+        # share a chunk iff position // C agrees (no padding: left_padding 0),
+        # which is attention_chunk=C counted from each document's first token
+        # when every document starts at a position that is a multiple of C
+        # (checked below, in the same host read).
+        causal, window, chunk = True, None, _chunked_causal_size(base, mu) or 0
+        if positions.shape != getattr(doc, "shape", None):
             return None
     else:
         return None
@@ -404,10 +418,18 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
     # A document starts at each row's first token and wherever the id changes.
     starts = torch.ones(doc.shape, dtype=torch.bool, device=doc.device)
     starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
-    first = starts.reshape(-1).nonzero().reshape(-1).cpu()  # the one host sync
+    first = starts.reshape(-1).nonzero().reshape(-1)
+    if chunk and isinstance(positions, torch.Tensor):
+        misaligned = (starts & (positions % chunk != 0)).any().reshape(1).to(first.dtype)
+        first = torch.cat((first, misaligned))
+    first = first.cpu()  # the one host read (nonzero's size aside)
+    if chunk:
+        first, misaligned = first[:-1], first[-1]
+        if misaligned:
+            return None
     cu = torch.cat((first, torch.tensor([batch * seqlen], device="cpu"))).to(torch.int32)
     return {"cu_seqlens": cu.to(doc.device, non_blocking=True), "max_seqlen": int(torch.diff(cu).max()),
-            "batch": batch, "seqlen": seqlen, "causal": causal, "window": window}
+            "batch": batch, "seqlen": seqlen, "causal": causal, "window": window, "chunk": chunk}
 
 
 # ---------------------------------------------------------------------------
@@ -640,7 +662,7 @@ def attention_forward(
                 q.reshape(total, h_q, q.shape[3]), k.reshape(total, h_k, k.shape[3]),
                 v.reshape(total, h_k, v.shape[3]), documents["cu_seqlens"], documents["cu_seqlens"],
                 documents["max_seqlen"], documents["max_seqlen"], dropout_p=dropout_p, softmax_scale=scaling,
-                causal=causal, window_size=window, softcap=cap, sinks=sinks)
+                causal=causal, window_size=window, softcap=cap, sinks=sinks, attention_chunk=documents["chunk"])
             return out.reshape(batch, n_q, h_q, out.shape[-1]), None
         # The 4-D mask already holds causality and any window.
         from flashattn_triton.api import _sdpa
@@ -679,7 +701,7 @@ def _documents_apply(documents: dict, batch: int, n_q: int, n_k: int, causal: bo
     mask's documents were found for; if not, the 4-D mask is read instead."""
     window = documents["window"]
     return (documents["batch"] == batch and documents["seqlen"] == n_q == n_k and documents["causal"] == causal
-            and chunk == 0 and (sliding_window is None if window is None else sliding_window == window))
+            and chunk == documents["chunk"] and (sliding_window is None if window is None else sliding_window == window))
 
 
 def _padded_attention(q, k, v, mask, dropout_p, scaling, causal, window, cap, sinks=None, chunk=0):
