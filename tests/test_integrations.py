@@ -538,6 +538,33 @@ def test_unbuilt_packed_mask_builds_on_first_read(monkeypatch):
     torch.testing.assert_close(got.transpose(1, 2), want)
 
 
+def test_unbuilt_packed_mask_in_a_compiled_layer(monkeypatch):
+    """An attention layer compiled on its own (torch.compile(fullgraph=True),
+    the mask built outside it, as with regional compilation) takes the
+    documents from the unbuilt mask without building it: the same output as
+    eager."""
+    from transformers import masking_utils as mu
+    if not hasattr(mu, "remap_positions_for_packed_sequence"):
+        pytest.skip(f"transformers {transformers.__version__}: no remap_positions_for_packed_sequence")
+    made, built = _spy_builds(monkeypatch)
+    pos = _restarts([5, 7])
+    fn = mu.and_masks(mu.remap_positions_for_packed_sequence(mu.causal_mask_function, pos),
+                      mu.packed_sequence_mask_function(mu.find_packed_sequence_indices(pos)))
+    mask = hf.attention_mask(1, 12, 12, mask_function=fn, attention_mask=None, allow_is_causal_skip=False,
+                             device=pos.device)
+
+    class Layer(torch.nn.Module):
+        is_causal = True
+
+    q = torch.randn(1, 2, 12, 16)
+    want, _ = hf.attention_forward(Layer(), q, q, q, mask)
+    torch._dynamo.reset()
+    layer = torch.compile(lambda q, m: hf.attention_forward(Layer(), q, q, q, m)[0], fullgraph=True,
+                          backend="eager")
+    assert_close("compiled layer out", layer(q, mask), want, atol=0)
+    assert made == [(1, 1, 12, 12)] and not built
+
+
 @pytest.mark.gpu
 def test_gpu_packed_documents_never_build_the_mask(device, monkeypatch):
     """A training step of 16k tokens packed in documents (one row, bf16): its

@@ -647,11 +647,13 @@ def attention_forward(
                                   window_size=window, softcap=cap, sinks=sinks, attention_chunk=_layer_chunk(module))
         return out, None
 
-    if attention_mask.dim() == 2:
+    # (len(shape), not dim(): torch.compile traces the shape of an _UnbuiltMask, a
+    # user-defined object to it, but not its methods)
+    if len(attention_mask.shape) == 2:
         return _padded_attention(q, k, v, attention_mask, dropout_p, scaling, causal, window, cap, sinks,
                                  _layer_chunk(module)), None
 
-    if attention_mask.dim() == 4:
+    if len(attention_mask.shape) == 4:
         documents = getattr(attention_mask, _DOCUMENTS, None)
         if documents is not None and _documents_apply(documents, batch, n_q, n_k, causal, sliding_window,
                                                       _layer_chunk(module)):
