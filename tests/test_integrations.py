@@ -587,6 +587,27 @@ def test_gpu_packed_documents_never_build_the_mask(device, monkeypatch):
     assert peak < n * n // 8, f"a packed step's peak memory {peak / 2**20:.1f} MiB (the 4-D mask: 256 MiB)"
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_packed_documents_with_activation_checkpointing(reentrant, monkeypatch):
+    """Gradient checkpointing (Transformers' default non-reentrant form, and
+    the reentrant one; both hand the layers the mask object itself, a
+    keyword argument, when they recompute): the recomputed layers take the
+    documents again, the mask is never built, and the gradients match SDPA's
+    model."""
+    calls = _spy_varlen(monkeypatch)
+    made, built = _spy_builds(monkeypatch)
+    pos = _restarts([3, 9], [7, 5])
+    ids = torch.randint(0, VOCAB, pos.shape)
+    models = _models("llama", "sdpa", torch.float32)
+    for m in models:
+        m.train()
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    _compare(models, ids, torch.float32, label=f"llama packed checkpointed reentrant={reentrant}",
+             position_ids=pos)
+    assert made and not built
+    assert len(calls) >= 2, "the recomputed forward did not take the varlen route"
+
+
 def test_packed_encoder_documents_match_sdpa(monkeypatch):
     """An encoder (BERT) with documents packed by position_ids: Transformers'
     bidirectional mask with the packed-sequence overlay; each document
