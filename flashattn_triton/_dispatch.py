@@ -98,21 +98,22 @@ def takes_chunk(attention_chunk: int) -> bool:
 # chunk and takes the Hopper tier, which has no chunk mask (takes_chunk).
 # Queries after a cache (seqlen_k > seqlen_q, both counts of whole chunks
 # apart) see only the last seqlen_q keys, whose chunks are theirs: the same
-# holds on those keys.  Where n is not a multiple of C, the last chunk of
-# each row is shorter: the call runs as a packed batch (flash_attn_varlen_func)
-# of batch * ceil(n / C) sequences, whose bounds are made on the device.
+# holds on those keys.  Where n or the cache is not a whole number of
+# chunks, the call runs as a packed batch (flash_attn_varlen_func) with one
+# sequence per chunk that holds queries (its keys from the chunk's start),
+# whose bounds are made on the device (api._chunks_as_packed).
 # None: where the Hopper tier runs; True / False: always / never (tests).
 CHUNKS_AS_SEQUENCES: Optional[bool] = None
-# Below one 128-row query tile of the Hopper forward a chunk would leave most
-# of each tile empty; such calls stay on the portable kernels' chunk mask.
+# Below one 128-row query tile of the Hopper forward a chunk (or the queries
+# of the call) would leave most of each tile empty; such calls stay on the
+# portable kernels' chunk mask.
 CHUNK_SEQUENCE_MIN = 128
 
 
 def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bool:
     """Whether flash_attn_func runs this chunked call as one sequence per
-    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch, seqlen_k -
-    seqlen_q >= 0 a multiple of C (the queries' first chunk starts at their
-    first row; their last may be shorter), batch * seqlen_q in int32
+    chunk (CHUNKS_AS_SEQUENCES): 4-D q, k, v of one batch, seqlen_k >=
+    seqlen_q (the queries are the last keys), batch * seqlen_k in int32
     (the packed form's offsets), and no dropout (its
     pattern is drawn from the positions in the call, which the reshape would
     renumber); ALiBi slopes (Hq,) or (batch, Hq).  Anything malformed is left
@@ -127,15 +128,22 @@ def chunks_as_sequences(q, k, v, attention_chunk, dropout_p, alibi_slopes) -> bo
         return False
     n_q, n_k = q.shape[1], k.shape[1]
     if (v.shape[1] != n_k or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0] or n_q == 0
-            or q.shape[0] * n_q >= 2 ** 31 or n_k < n_q or (n_k - n_q) % attention_chunk
+            or q.shape[0] * n_k >= 2 ** 31 or n_k < n_q
             or isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0):
         return False
     if alibi_slopes is not None and not (isinstance(alibi_slopes, torch.Tensor) and (
             alibi_slopes.shape == (q.shape[2],) or alibi_slopes.shape == (q.shape[0], q.shape[2]))):
         return False
-    if choice is None:
-        return attention_chunk >= CHUNK_SEQUENCE_MIN and q.device.type == "cuda" and _hopper_runs(q.device.index)
-    return True
+    return chunks_as_sequences_auto(q.device, attention_chunk, n_q) if choice is None else True
+
+
+def chunks_as_sequences_auto(device: torch.device, attention_chunk: int, seqlen_q: int) -> bool:
+    """CHUNKS_AS_SEQUENCES unset: on a CUDA device where the Hopper tier
+    runs, chunks and queries of at least CHUNK_SEQUENCE_MIN (a few queries,
+    a decode step: the packed form's offsets and full host path would cost
+    more than the chunk mask's planned call)."""
+    return (attention_chunk >= CHUNK_SEQUENCE_MIN and seqlen_q >= CHUNK_SEQUENCE_MIN and device.type == "cuda"
+            and _hopper_runs(device.index))
 
 
 def _hopper_runs(index: Optional[int]) -> bool:

@@ -417,19 +417,19 @@ def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, a
                          return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
     """flash_attn_func with attention_chunk=chunk over n = seqlen_q queries as
     the call without chunks on one sequence per chunk (_dispatch.chunks_as_sequences
-    says when): n a multiple of chunk, batch * n / chunk sequences of chunk
-    rows; otherwise a packed batch whose rows end in a shorter chunk
+    says when): n and the cache before the queries whole chunks, batch * n /
+    chunk sequences of chunk rows; otherwise a packed batch
     (_chunks_as_packed).  Keys before the last n (a cache whole chunks long)
     are in no query's chunk and are left out.  A (batch, Hq) ALiBi slope row
     repeats for its row's chunks; the LSE (batch * m, Hq, chunk) goes back to
     (batch, Hq, n)."""
     b, n, h = q.shape[0], q.shape[1], q.shape[2]
+    if n % chunk or (k.shape[1] - n) % chunk:
+        return _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                 return_attn_probs, return_lse, sinks, chunk)
     m = n // chunk
     if k.shape[1] > n:
         k, v = k[:, k.shape[1] - n:], v[:, v.shape[1] - n:]
-    if n % chunk:
-        return _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                 return_attn_probs, return_lse, sinks, chunk)
 
     def split(t):  # (b, n, H, d) -> (b * m, chunk, H, d): a view where the strides allow it
         return t.reshape(b * m, chunk, *t.shape[2:])
@@ -447,28 +447,43 @@ def _chunks_as_sequences(q, k, v, softmax_scale, causal, window_size, softcap, a
 
 def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                       return_attn_probs, return_lse, sinks, chunk: int) -> AttnOutput:
-    """_chunks_as_sequences where n = seqlen_q (= seqlen_k here) is not a
-    multiple of chunk: the rows laid end to end as a packed batch of
-    batch * ceil(n / chunk) sequences, chunk rows each but the last of each
-    row (n mod chunk rows).  cu_seqlens is made on the device from the
-    shapes (no host copy: capturable, no sync).  The packed LSE (Hq, batch * n)
-    goes back to (batch, Hq, n)."""
+    """_chunks_as_sequences where the queries' chunks are not whole: n =
+    seqlen_q not a multiple of chunk, or a cache before them (seqlen_k - n
+    keys) that is not.  Per row, the keys from the start of the first
+    query's chunk on (lk of them; the first query is key qo among them, qo <
+    chunk) are cut into ceil(lk / chunk) chunks, and each chunk with its
+    queries is one sequence of a packed batch: chunk keys (the last fewer),
+    and chunk queries but the first (chunk - qo) and the last.  Within each,
+    the queries are the last of its keys, so the bottom-right causal
+    diagonal, the window and ALiBi read as in the call.  cu_seqlens are made
+    on the device from the shapes (no host copy: capturable, no sync).  The
+    packed LSE (Hq, batch * n) goes back to (batch, Hq, n)."""
     b, n, h = q.shape[0], q.shape[1], q.shape[2]
-    per_row = -(-n // chunk)
-    starts = torch.arange(0, n, chunk, dtype=torch.int32, device=q.device)              # (per_row,)
-    rows = torch.arange(0, b * n, n, dtype=torch.int32, device=q.device)                # (b,)
-    cu = torch.cat(((rows[:, None] + starts[None, :]).reshape(-1),
-                    torch.full((1,), b * n, dtype=torch.int32, device=q.device)))
+    n_k = k.shape[1]
+    first_key = (n_k - n) // chunk * chunk  # where the first query's chunk starts
+    lk = n_k - first_key
+    qo = lk - n
+    per_row = -(-lk // chunk)
+    dev = q.device
+    starts_k = torch.arange(0, per_row * chunk, chunk, dtype=torch.int32, device=dev)     # (per_row,)
+    starts_q = (starts_k - qo).clamp_min(0)
+
+    def offsets(starts, rows):  # every row's sequence starts, rows laid end to end, then the total
+        base = torch.arange(0, b * rows, rows, dtype=torch.int32, device=dev)
+        return torch.cat(((base[:, None] + starts[None, :]).reshape(-1),
+                          torch.full((1,), b * rows, dtype=torch.int32, device=dev)))
+
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_slopes = alibi_slopes.repeat_interleave(per_row, dim=0)
+    if first_key:
+        k, v = k[:, first_key:], v[:, first_key:]
 
-    def pack(t):  # (b, n, H, d) -> (b * n, H, d): a view where the strides allow it
-        return t.reshape(b * n, *t.shape[2:])
+    def pack(t):  # (b, N, H, d) -> (b * N, H, d): a view where the strides allow it
+        return t.reshape(-1, *t.shape[2:])
 
-    longest = min(chunk, n)
-    res = flash_attn_varlen_func(pack(q), pack(k), pack(v), cu, cu, longest, longest, 0.0, softmax_scale, causal,
-                                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
-                                 return_lse=return_lse, sinks=sinks)
+    res = flash_attn_varlen_func(pack(q), pack(k), pack(v), offsets(starts_q, n), offsets(starts_k, lk),
+                                 min(chunk, n), min(chunk, lk), 0.0, softmax_scale, causal, window_size, softcap,
+                                 alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
     if isinstance(res, torch.Tensor):
         return res.reshape(b, n, *res.shape[1:])
     out = res[0].reshape(b, n, *res[0].shape[1:])

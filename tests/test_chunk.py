@@ -455,13 +455,23 @@ def _spy_sequences(monkeypatch):
                  id="packed-after-a-cache-C32-n70-causal-window9-fp32"),
     pytest.param(2, 20, 20, 2, 2, 16, 32, True, (-1, -1), torch.float16, "contiguous",
                  id="packed-one-short-chunk-fp16"),
+    # a cache that is not whole chunks: the first query's chunk starts inside it
+    pytest.param(2, 20, 75, 4, 2, 16, 16, True, (-1, -1), torch.float16, "contiguous",
+                 id="packed-cache-55-C16-causal-gqa-fp16"),
+    pytest.param(1, 30, 70, 2, 1, 24, 32, False, (6, 4), torch.bfloat16, "bhnd",
+                 id="packed-cache-40-C32-window6,4-mqa-bhnd-bf16"),
+    pytest.param(2, 1, 50, 2, 2, 16, 16, True, (-1, -1), torch.float32, "contiguous",
+                 id="packed-one-query-after-49-C16-fp32"),
+    pytest.param(1, 40, 104, 2, 2, 16, 32, True, (20, 0), torch.float32, "contiguous",
+                 id="packed-cache-64-whole-queries-40-window20-fp32"),
 ])
 def test_chunks_as_sequences_match_reference(device, monkeypatch, batch, n, n_k, h_q, h_kv, d, chunk, causal, window,
                                             dtype, layout):
     """The reshaped (or packed) call gives the chunked attention: out, LSE
     (back in (B, Hq, N) order) and gradients against the float64 reference,
     also for q, k, v viewed from (B, H, N, d) (the reshape copies them), and
-    for queries after a cache whole chunks long (its keys get no gradient)."""
+    for queries after a cache (the keys before the first query's chunk get
+    no gradient)."""
     taken = _spy_sequences(monkeypatch)
     q, k, v = make_qkv(batch, n, n_k, h_q, h_kv, d, dtype, device, requires_grad=False)
     if layout == "bhnd":
@@ -549,10 +559,10 @@ def test_hopper_probe_is_a_compile_constant():
 
 
 def test_when_chunks_become_sequences(monkeypatch):
-    """The rule (_dispatch.chunks_as_sequences): queries after whole chunks
-    of cache (none or more; their last chunk may be shorter), no dropout,
-    ALiBi slopes of a known shape; automatic only on a CUDA device with the
-    Hopper tier and C >= 128, never when switched off."""
+    """The rule (_dispatch.chunks_as_sequences): queries after a cache (none
+    or more; whole chunks or not), no dropout, ALiBi slopes of a known
+    shape; automatic only on a CUDA device with the Hopper tier and C >= 128,
+    never when switched off."""
     from flashattn_triton import _dispatch
     q = torch.empty(2, 256, 4, 16)
     kv = torch.empty(2, 256, 2, 16)
@@ -565,14 +575,21 @@ def test_when_chunks_become_sequences(monkeypatch):
     assert rule(q[:, :96], kv[:, :96], kv[:, :96], 64, 0.0, None)   # queries not whole chunks: packed
     assert rule(q[:, :96], kv[:, :160], kv[:, :160], 64, 0.0, None)   # so, after a cache of one chunk
     assert rule(q, kv, kv, 96, 0.0, None)                         # 96 + 96 + 64 rows a row: packed
-    assert not rule(q[:, :96], kv, kv, 64, 0.0, None)             # a cache not whole chunks
-    assert not rule(q[:, :128], kv[:, :160], kv[:, :160], 64, 0.0, None)   # likewise
+    assert rule(q[:, :96], kv, kv, 64, 0.0, None)                 # a cache not whole chunks: packed
+    assert rule(q[:, :1], kv[:, :161], kv[:, :161], 64, 0.0, None)   # one query after 160 keys
     assert not rule(q, kv[:, :128], kv[:, :128], 64, 0.0, None)   # seqlen_q > seqlen_k
     assert not rule(q, kv, kv, 64, 0.1, None)                     # dropout
     assert not rule(q, kv, kv, 64, 0.0, torch.ones(3, 4))         # slopes of another batch: the checks say so
     assert not rule(q, kv, kv, True, 0.0, None)                   # (a bool is no chunk size)
     monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", None)
     assert not rule(q, kv, kv, 128, 0.0, None)                    # automatic: CPU tensors keep the chunk mask
+    auto, cuda = _dispatch.chunks_as_sequences_auto, torch.device("cuda", 0)
+    monkeypatch.setattr(_dispatch, "_hopper_runs", lambda index: True)
+    assert auto(cuda, 128, 256) and not auto(torch.device("cpu"), 128, 256)
+    assert not auto(cuda, 64, 256)                                # a chunk below one 128-row tile
+    assert not auto(cuda, 128, 100)                               # fewer queries than one tile (decode)
+    monkeypatch.setattr(_dispatch, "_hopper_runs", lambda index: False)
+    assert not auto(cuda, 128, 256)                               # no Hopper tier
     monkeypatch.setattr(_dispatch, "CHUNKS_AS_SEQUENCES", False)
     assert not rule(q, kv, kv, 64, 0.0, None)
 
