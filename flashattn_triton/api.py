@@ -355,12 +355,14 @@ def flash_attn_func(
             query then attends the keys from its chunk's start up to itself.
             Key tiles outside a query tile's chunks are skipped: O(seqlen * C).
             Runs on the portable kernels' chunk mask, except where the
-            Hopper tier runs, seqlen_q is a multiple of C and so is
-            seqlen_k - seqlen_q >= 0 (C >= 128, no dropout): each chunk is
-            then a sequence of its own (batch * seqlen_q / C sequences of C
-            rows over the last seqlen_q keys; a copy of q, k, v when their
-            strides allow no such view) and the call runs without chunks, on
-            the Hopper kernels.
+            Hopper tier runs and seqlen_k >= seqlen_q >= 128 (C >= 128, no
+            dropout): each chunk that holds queries is then a sequence of
+            its own and the call runs without chunks, on the Hopper kernels:
+            batch * seqlen_q / C sequences of C rows over the last seqlen_q
+            keys when seqlen_q and seqlen_k - seqlen_q are multiples of C,
+            else a packed batch of the chunks (each with its keys from the
+            chunk's start); q, k, v are copied where their strides allow no
+            such view.
 
     Every variant combines with the others, with causal / window masks, GQA
     and headdim_v != headdim, forward and backward; docs/variants.md has the
