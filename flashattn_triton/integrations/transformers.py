@@ -399,13 +399,13 @@ def _position_documents(mask_function, mu, q_length: int, kv_length: int, q_offs
         causal, window = True, _closure_int(_and_mask_parts(base, mu)[0], "sliding_window")
         if window is None:
             return None
-    elif base is not None and isinstance(positions, torch.Tensor) and _chunked_causal_size(base, mu):
+    elif base is not None and isinstance(positions, torch.Tensor) and (size := _chunked_causal_size(base, mu)):
         # Chunked attention (Llama 4) over the remapped positions: key and query
         # share a chunk iff position // C agrees (no padding: left_padding 0),
         # which is attention_chunk=C counted from each document's first token
         # when every document starts at a position that is a multiple of C
         # (checked below, in the same host read).
-        causal, window, chunk = True, None, _chunked_causal_size(base, mu) or 0
+        causal, window, chunk = True, None, size
         if positions.shape != getattr(doc, "shape", None):
             return None
     else:
