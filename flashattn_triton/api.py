@@ -468,7 +468,9 @@ def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alib
     per_row = -(-lk // chunk)
     dev = q.device
     starts_k = torch.arange(0, per_row * chunk, chunk, dtype=torch.int32, device=dev)     # (per_row,)
-    starts_q = (starts_k - qo).clamp_min(0)
+    # the first chunk's queries start at 0, every later one's qo before its keys; no clamp: torch 2.11's
+    # inductor failed on the Max index it made of clamp_min over arange (CUDA, the GPU test)
+    starts_q = torch.cat((starts_k[:1], starts_k[1:] - qo))
 
     def offsets(starts, rows):  # every row's sequence starts, rows laid end to end, then the total
         base = torch.arange(0, b * rows, rows, dtype=torch.int32, device=dev)

@@ -568,8 +568,9 @@ def test_unbuilt_packed_mask_in_a_compiled_layer(monkeypatch):
 @pytest.mark.gpu
 def test_gpu_packed_documents_never_build_the_mask(device, monkeypatch):
     """A training step of 16k tokens packed in documents (one row, bf16): its
-    peak memory stays far below the 256 MiB of the 4-D mask it no longer
-    builds (16384^2 booleans), and the documents took the varlen route."""
+    peak memory stays below half the 256 MiB of the 4-D mask it no longer
+    builds (16384^2 booleans; with it the step peaked at 770 MiB, without it
+    at 59 MiB on an H100), and the documents took the varlen route."""
     calls = _spy_varlen(monkeypatch)
     n = 16384
     pos = _restarts([1024, 3072, 4096, 8192])
@@ -584,7 +585,7 @@ def test_gpu_packed_documents_never_build_the_mask(device, monkeypatch):
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
     assert calls and calls[-1][0] == [0, 1024, 4096, 8192, 16384]
-    assert peak < n * n // 8, f"a packed step's peak memory {peak / 2**20:.1f} MiB (the 4-D mask: 256 MiB)"
+    assert peak < n * n // 2, f"a packed step's peak memory {peak / 2**20:.1f} MiB (the 4-D mask: 256 MiB)"
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
