@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Session 57 call 3: the tables session 56 queued (history/gpu_session56_call5.sh without its test
+# file, which call 2 ran): bench_varlen at d = 128 and 64 with the defaults (the packed Hopper forward
+# and backward), and on an H200 the variant table and the decode table.
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
+h200=0; grep -q H200 "$R/env.txt" && h200=1
+if [ $h200 = 1 ]; then
+  timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
+  echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
+  timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
+  echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
+fi
+for d in 128 64; do
+  timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim $d --out "$R/varlen_d$d" \
+    > "$R/varlen_d$d.log" 2>&1
+  echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
+  sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
+done
+tar -C "$OUT" -czf "$OUT/results.tgz" r
