@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Session 57 call 3: the tables session 56 queued (history/gpu_session56_call5.sh without its test
+# Session 57 call 3: the chunked row's host / device probe, then the tables session 56 queued (history/gpu_session56_call5.sh without its test
 # file, which call 2 ran): bench_varlen at d = 128 and 64 with the defaults (the packed Hopper forward
 # and backward), and on an H200 the variant table and the decode table.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 h200=0; grep -q H200 "$R/env.txt" && h200=1
+# the chunked row with a shorter last chunk (call 2: N 5000 forward 0.264 ms, N 5120 0.108): host or device?
+timeout -k 5 120 python3 benchmarks/history/chunked_host_probe.py > "$R/chunked_probe.log" 2>&1
+echo "rc=$?" >> "$R/chunked_probe.log"; el chunked_probe; grep -e '^N ' -e '^rc' "$R/chunked_probe.log"
 if [ $h200 = 1 ]; then
   timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
   echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants

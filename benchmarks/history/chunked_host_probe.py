@@ -1,0 +1,59 @@
+"""Session 57: where the chunked row with a shorter last chunk spends its time
+(bench_variants: N 5000 forward 0.264 ms against 0.108 ms at N 5120, H100).
+For each N: eager forward (do_bench), host time per call (back-to-back calls,
+no sync), the forward replayed in a CUDA graph (device time), the varlen call
+alone with prebuilt cu_seqlens, and the kernels one call launches."""
+import sys
+import time
+
+import torch
+import triton.testing
+
+from flashattn_triton import flash_attn_func, flash_attn_varlen_func
+
+
+def host_ms(fn, n=200):
+    fn(); torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e3
+    torch.cuda.synchronize()
+    return host
+
+
+def graph_ms(fn):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(); fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return triton.testing.do_bench(g.replay, rep=200)
+
+
+for n in (5000, 5120):
+    torch.manual_seed(0)
+    q = torch.randn(2, n, 16, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, n, 4, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    fn = lambda: flash_attn_func(q, k, v, causal=True, attention_chunk=1024)
+    row = {"eager": triton.testing.do_bench(fn, rep=200), "host": host_ms(fn), "graph": graph_ms(fn)}
+    if n % 1024:
+        per_row = -(-n // 1024)
+        starts = [r * n + j * 1024 for r in range(2) for j in range(per_row)] + [2 * n]
+        cu = torch.tensor(starts, dtype=torch.int32, device="cuda")
+        qp, kp, vp = q.reshape(-1, 16, 128), k.reshape(-1, 4, 128), v.reshape(-1, 4, 128)
+        vfn = lambda: flash_attn_varlen_func(qp, kp, vp, cu, cu, 1024, 1024, causal=True)
+        row.update({"varlen eager": triton.testing.do_bench(vfn, rep=200), "varlen host": host_ms(vfn),
+                    "varlen graph": graph_ms(vfn)})
+    print(f"N {n}: " + ", ".join(f"{key} {val:.3f} ms" for key, val in row.items()), flush=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
+                                            torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60), flush=True)
+sys.exit(0)
