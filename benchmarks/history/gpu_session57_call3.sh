@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 57 call 3: the chunked row's host / device probe, then the tables session 56 queued (history/gpu_session56_call5.sh without its test
-# file, which call 2 ran): bench_varlen at d = 128 and 64 with the defaults (the packed Hopper forward
-# and backward), and on an H200 the variant table and the decode table.
+# file, which call 2 ran): on an H200 bench_varlen at d = 128 and 64 with the defaults (the packed Hopper
+# forward and backward), the variant table and the decode table.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 h200=0; grep -q H200 "$R/env.txt" && h200=1
 # the chunked row with a shorter last chunk (call 2: N 5000 forward 0.264 ms, N 5120 0.108): host or device?
@@ -14,6 +14,7 @@ if [ $h200 = 1 ]; then
   echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
 fi
 for d in 128 64; do
+  [ $h200 = 1 ] || break  # session 56 call 5 ran them on an H100 at the same defaults
   timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim $d --out "$R/varlen_d$d" \
     > "$R/varlen_d$d.log" 2>&1
   echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
