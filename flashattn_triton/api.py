@@ -457,26 +457,15 @@ def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alib
     queries is one sequence of a packed batch: chunk keys (the last fewer),
     and chunk queries but the first (chunk - qo) and the last.  Within each,
     the queries are the last of its keys, so the bottom-right causal
-    diagonal, the window and ALiBi read as in the call.  cu_seqlens are made
-    on the device from the shapes (no host copy: capturable, no sync).  The
-    packed LSE (Hq, batch * n) goes back to (batch, Hq, n)."""
+    diagonal, the window and ALiBi read as in the call.  cu_seqlens come from
+    _chunk_offsets (on the device, no sync).  The packed LSE (Hq, batch * n)
+    goes back to (batch, Hq, n)."""
     b, n, h = q.shape[0], q.shape[1], q.shape[2]
     n_k = k.shape[1]
     first_key = (n_k - n) // chunk * chunk  # where the first query's chunk starts
     lk = n_k - first_key
-    qo = lk - n
     per_row = -(-lk // chunk)
-    dev = q.device
-    starts_k = torch.arange(0, per_row * chunk, chunk, dtype=torch.int32, device=dev)     # (per_row,)
-    # the first chunk's queries start at 0, every later one's qo before its keys; no clamp: torch 2.11's
-    # inductor failed on the Max index it made of clamp_min over arange (CUDA, the GPU test)
-    starts_q = torch.cat((starts_k[:1], starts_k[1:] - qo))
-
-    def offsets(starts, rows):  # every row's sequence starts, rows laid end to end, then the total
-        base = torch.arange(0, b * rows, rows, dtype=torch.int32, device=dev)
-        return torch.cat(((base[:, None] + starts[None, :]).reshape(-1),
-                          torch.full((1,), b * rows, dtype=torch.int32, device=dev)))
-
+    cu_seqlens_q, cu_seqlens_k = _chunk_offsets(b, n, lk, chunk, q.device)
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_slopes = alibi_slopes.repeat_interleave(per_row, dim=0)
     if first_key:
@@ -485,7 +474,7 @@ def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alib
     def pack(t):  # (b, N, H, d) -> (b * N, H, d): a view where the strides allow it
         return t.reshape(-1, *t.shape[2:])
 
-    res = flash_attn_varlen_func(pack(q), pack(k), pack(v), offsets(starts_q, n), offsets(starts_k, lk),
+    res = flash_attn_varlen_func(pack(q), pack(k), pack(v), cu_seqlens_q, cu_seqlens_k,
                                  min(chunk, n), min(chunk, lk), 0.0, softmax_scale, causal, window_size, softcap,
                                  alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse, sinks=sinks)
     if isinstance(res, torch.Tensor):
@@ -493,6 +482,47 @@ def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alib
     out = res[0].reshape(b, n, *res[0].shape[1:])
     lse = res[1].reshape(h, b, n).transpose(0, 1).contiguous()
     return (out, lse, None) if return_attn_probs else (out, lse)
+
+
+# _chunk_offsets' tensors by (batch, seqlen_q, keys from the first query's
+# chunk on, chunk, device), for eager calls: an eager call of the packed form
+# then launches nothing before the attention (building them is six small
+# launches, host time that the GPU waits on at short lengths).
+_CHUNK_OFFSETS: dict = {}
+
+
+def _chunk_offsets(b: int, n: int, lk: int, chunk: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The packed form's cu_seqlens_q / _k (_chunks_as_packed): per row, the
+    lk keys cut into ceil(lk / chunk) chunks from key 0; the n queries are
+    the last n keys, so query chunk j starts at max(j * chunk - qo, 0) with
+    qo = lk - n < chunk.  Made on the device from the shapes (no host copy:
+    capturable, no sync); kept for later eager calls.  Not kept or reused
+    while torch.compile traces (it makes them in its graph) or a CUDA graph
+    is captured (the graph would hold tensors the cache may drop, or eager
+    calls would read ones only the graph fills)."""
+    reuse = not torch.compiler.is_compiling() and not (
+        device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    key = (b, n, lk, chunk, device)
+    if reuse and key in _CHUNK_OFFSETS:
+        return _CHUNK_OFFSETS[key]
+    qo = lk - n
+    per_row = -(-lk // chunk)
+    starts_k = torch.arange(0, per_row * chunk, chunk, dtype=torch.int32, device=device)     # (per_row,)
+    # the first chunk's queries start at 0, every later one's qo before its keys; no clamp: torch 2.11's
+    # inductor failed on the Max index it made of clamp_min over arange (CUDA; session 57)
+    starts_q = torch.cat((starts_k[:1], starts_k[1:] - qo))
+
+    def offsets(starts, rows):  # every row's sequence starts, rows laid end to end, then the total
+        base = torch.arange(0, b * rows, rows, dtype=torch.int32, device=device)
+        return torch.cat(((base[:, None] + starts[None, :]).reshape(-1),
+                          torch.full((1,), b * rows, dtype=torch.int32, device=device)))
+
+    res = offsets(starts_q, n), offsets(starts_k, lk)
+    if reuse:
+        if len(_CHUNK_OFFSETS) >= 64:
+            _CHUNK_OFFSETS.clear()
+        _CHUNK_OFFSETS[key] = res
+    return res
 
 
 @overload

@@ -639,3 +639,34 @@ def test_chunk_is_a_runtime_argument():
         "    assert p['MASK_CHUNK'].is_constexpr and p['MASK_CHUNK'].default is False, k\n"
         "print('ok')\n")
     assert fake_launch(script).strip() == "ok"
+
+
+@pytest.mark.parametrize("b,n,n_k,chunk", [(2, 1000, 1000, 256), (1, 100, 400, 256), (2, 300, 600, 256),
+                                           (3, 17, 17, 16)])
+def test_packed_chunk_offsets(monkeypatch, b, n, n_k, chunk):
+    """The packed form's cu_seqlens (api._chunk_offsets) against a plain
+    listing: per row the keys from the first query's chunk on, cut at every
+    chunk, the queries the last of them; an eager call keeps them for the
+    next one, a traced call (torch.compile) neither reads nor keeps them."""
+    from flashattn_triton import api
+    monkeypatch.setattr(api, "_CHUNK_OFFSETS", {})
+    lk = n_k - (n_k - n) // chunk * chunk
+    qo = lk - n
+    want_q, want_k = [], []
+    for r in range(b):
+        for j in range(-(-lk // chunk)):
+            want_k.append(r * lk + j * chunk)
+            want_q.append(r * n + max(j * chunk - qo, 0))
+    want_q.append(b * n)
+    want_k.append(b * lk)
+    cu_q, cu_k = api._chunk_offsets(b, n, lk, chunk, torch.device("cpu"))
+    assert (cu_q.tolist(), cu_k.tolist()) == (want_q, want_k), f"b {b} n {n} n_k {n_k} chunk {chunk}"
+    assert cu_q.dtype == cu_k.dtype == torch.int32
+    again = api._chunk_offsets(b, n, lk, chunk, torch.device("cpu"))
+    assert again[0] is cu_q and again[1] is cu_k
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    traced = api._chunk_offsets(b, n, lk, chunk, torch.device("cpu"))
+    assert traced[0] is not cu_q and traced[0].tolist() == want_q
+    monkeypatch.setattr(api, "_CHUNK_OFFSETS", {})
+    api._chunk_offsets(b, n, lk, chunk, torch.device("cpu"))
+    assert not api._CHUNK_OFFSETS

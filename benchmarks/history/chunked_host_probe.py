@@ -1,7 +1,7 @@
 """Session 57: where the chunked row with a shorter last chunk spends its time
 (bench_variants: N 5000 forward 0.264 ms against 0.108 ms at N 5120, H100).
 For each N: eager forward (do_bench), host time per call (back-to-back calls,
-no sync), the forward replayed in a CUDA graph (device time), the varlen call
+no sync), both also with the offsets rebuilt every call, the forward replayed in a CUDA graph (device time), the varlen call
 alone with prebuilt cu_seqlens, and the kernels one call launches."""
 import sys
 import time
@@ -9,7 +9,13 @@ import time
 import torch
 import triton.testing
 
-from flashattn_triton import flash_attn_func, flash_attn_varlen_func
+from flashattn_triton import api, flash_attn_func, flash_attn_varlen_func
+
+
+class NoStore(dict):
+    """api._CHUNK_OFFSETS that keeps nothing: every call builds its offsets (as before session 57's cache)."""
+    def __setitem__(self, key, value):
+        pass
 
 
 def host_ms(fn, n=200):
@@ -41,6 +47,10 @@ for n in (5000, 5120):
     v = torch.randn_like(k)
     fn = lambda: flash_attn_func(q, k, v, causal=True, attention_chunk=1024)
     row = {"eager": triton.testing.do_bench(fn, rep=200), "host": host_ms(fn), "graph": graph_ms(fn)}
+    if n % 1024:
+        kept, api._CHUNK_OFFSETS = api._CHUNK_OFFSETS, NoStore()
+        row.update({"eager rebuilt": triton.testing.do_bench(fn, rep=200), "host rebuilt": host_ms(fn)})
+        api._CHUNK_OFFSETS = kept
     if n % 1024:
         per_row = -(-n // 1024)
         starts = [r * n + j * 1024 for r in range(2) for j in range(per_row)] + [2 * n]
