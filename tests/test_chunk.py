@@ -670,3 +670,32 @@ def test_packed_chunk_offsets(monkeypatch, b, n, n_k, chunk):
     monkeypatch.setattr(api, "_CHUNK_OFFSETS", {})
     api._chunk_offsets(b, n, lk, chunk, torch.device("cpu"))
     assert not api._CHUNK_OFFSETS
+
+
+@pytest.mark.gpu
+def test_gpu_chunks_as_packed_in_a_cuda_graph(device, monkeypatch):
+    """The packed form (N 1000, C 256) captured in a CUDA graph after eager
+    calls kept their offsets: the captured call makes its own (the cache is
+    neither read nor filled while capturing), and replays on new inputs give
+    the eager results."""
+    from flashattn_triton import api
+    monkeypatch.setattr(api, "_CHUNK_OFFSETS", {})
+    q, k, v = make_qkv(2, 1000, 1000, 8, 2, 128, torch.bfloat16, device, requires_grad=False)
+    fn = lambda: flash_attn_func(q, k, v, causal=True, attention_chunk=256)  # noqa: E731
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    kept = dict(api._CHUNK_OFFSETS)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    assert api._CHUNK_OFFSETS == kept
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_close("replayed out", out, fn(), atol=0)

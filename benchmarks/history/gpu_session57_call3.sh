@@ -7,6 +7,11 @@ h200=0; grep -q H200 "$R/env.txt" && h200=1
 # the chunked row with a shorter last chunk (call 2: N 5000 forward 0.264 ms, N 5120 0.108): host or device?
 timeout -k 5 120 python3 benchmarks/history/chunked_host_probe.py > "$R/chunked_probe.log" 2>&1
 echo "rc=$?" >> "$R/chunked_probe.log"; el chunked_probe; grep -e '^N ' -e '^rc' "$R/chunked_probe.log"
+gpu_tests chunk 150 -n 4 tests/test_chunk.py -k gpu
+timeout -k 5 150 python3 benchmarks/bench_variants.py --only chunked --shapes "2,5000,16,4,128,1;2,5120,16,4,128,1" \
+  --out "$R/chunked" > "$R/chunked.log" 2>&1
+echo "rc=$?" >> "$R/chunked.log"; el chunked
+grep '^| chunked' "$R/chunked/bench_variants.md" | head -2
 if [ $h200 = 1 ]; then
   timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
   echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
