@@ -12,14 +12,18 @@ timeout -k 5 150 python3 benchmarks/bench_variants.py --only chunked --shapes "2
   --out "$R/chunked" > "$R/chunked.log" 2>&1
 echo "rc=$?" >> "$R/chunked.log"; el chunked
 grep '^| chunked' "$R/chunked/bench_variants.md" | head -2
-if [ $h200 = 1 ]; then
+since() { echo $(( $(date +%s) - t0 )); }
+# (the tables only while the call's time allows: session 57 had about 500 s of device time left)
+if [ $h200 = 1 ] && [ "$(since)" -lt 250 ]; then
   timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
   echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
+fi
+if [ $h200 = 1 ] && [ "$(since)" -lt 330 ]; then
   timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
   echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
 fi
 for d in 128 64; do
-  [ $h200 = 1 ] || break  # session 56 call 5 ran them on an H100 at the same defaults
+  { [ $h200 = 1 ] && [ "$(since)" -lt 360 ]; } || break  # session 56 call 5 ran them on an H100
   timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim $d --out "$R/varlen_d$d" \
     > "$R/varlen_d$d.log" 2>&1
   echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
