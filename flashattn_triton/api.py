@@ -485,7 +485,7 @@ def _chunks_as_packed(q, k, v, softmax_scale, causal, window_size, softcap, alib
 
 
 # _chunk_offsets' tensors by (batch, seqlen_q, keys from the first query's
-# chunk on, chunk, device), for eager calls: an eager call of the packed form
+# chunk on, chunk, device, stream), for eager calls: an eager call of the packed form
 # then launches nothing before the attention (building them is six small
 # launches, host time that the GPU waits on at short lengths).
 _CHUNK_OFFSETS: dict = {}
@@ -502,7 +502,10 @@ def _chunk_offsets(b: int, n: int, lk: int, chunk: int, device: torch.device) ->
     calls would read ones only the graph fills)."""
     reuse = not torch.compiler.is_compiling() and not (
         device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-    key = (b, n, lk, chunk, device)
+    # per stream as well: a tensor the cache drops is freed to its own stream's pool, safe only
+    # where every kernel that read it ran on that stream
+    stream = torch.cuda.current_stream(device).cuda_stream if reuse and device.type == "cuda" else None
+    key = (b, n, lk, chunk, device, stream)
     if reuse and key in _CHUNK_OFFSETS:
         return _CHUNK_OFFSETS[key]
     qo = lk - n
