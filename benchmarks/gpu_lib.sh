@@ -142,3 +142,14 @@ decode_reps() {
     echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
   done
 }
+# varlen_tables D...: bench_varlen.py (--batches 2) at each head dim D into $R/varlen_dD, its
+# per-seed rows printed.
+varlen_tables() {
+  local d
+  for d in "$@"; do
+    timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim "$d" --out "$R/varlen_d$d" \
+      > "$R/varlen_d$d.log" 2>&1
+    echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
+    sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
+  done
+}

@@ -16,12 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 if [ "${PART:-1}" = 2 ]; then
   gpu_tests packed 280 -n 8 tests/test_varlen.py tests/test_varlen_paged.py tests/test_integrations.py \
     tests/test_chunk.py
-  for d in 128 64; do
-    timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim $d --out "$R/varlen_d$d" \
-      > "$R/varlen_d$d.log" 2>&1
-    echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
-    sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
-  done
+  varlen_tables 128 64
   tar -C "$OUT" -czf "$OUT/results.tgz" r
 else
   bash benchmarks/history/gpu_session57_call4.sh   # (shares $OUT/r; makes its own results.tgz first)

@@ -22,11 +22,5 @@ if [ $h200 = 1 ] && [ "$(since)" -lt 330 ]; then
   timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
   echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
 fi
-for d in 128 64; do
-  { [ $h200 = 1 ] && [ "$(since)" -lt 360 ]; } || break  # session 56 call 5 ran them on an H100
-  timeout -k 5 100 python3 benchmarks/bench_varlen.py --batches 2 --head-dim $d --out "$R/varlen_d$d" \
-    > "$R/varlen_d$d.log" 2>&1
-  echo "rc=$?" >> "$R/varlen_d$d.log"; el "varlen d$d"
-  sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
-done
+{ [ $h200 = 1 ] && [ "$(since)" -lt 360 ]; } && varlen_tables 128 64  # (session 56 call 5 ran them on an H100)
 tar -C "$OUT" -czf "$OUT/results.tgz" r
