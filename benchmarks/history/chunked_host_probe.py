@@ -59,6 +59,18 @@ for n in (5000, 5120):
         vfn = lambda: flash_attn_varlen_func(qp, kp, vp, cu, cu, 1024, 1024, causal=True)
         row.update({"varlen eager": triton.testing.do_bench(vfn, rep=200), "varlen host": host_ms(vfn),
                     "varlen graph": graph_ms(vfn)})
+        # session 58: the alternative of two dense calls, whole chunks as (b * m, 1024) sequences and the
+        # shorter tail as (b, n - m * 1024), with and without the cat that joins their outputs
+        m = n // 1024
+        head = lambda: flash_attn_func(q[:, :m * 1024].reshape(2 * m, 1024, 16, 128),
+                                       k[:, :m * 1024].reshape(2 * m, 1024, 4, 128),
+                                       v[:, :m * 1024].reshape(2 * m, 1024, 4, 128), causal=True)
+        tail = lambda: flash_attn_func(q[:, m * 1024:], k[:, m * 1024:], v[:, m * 1024:], causal=True)
+        two = lambda: (head(), tail())
+        joined = lambda: torch.cat((head().reshape(2, m * 1024, 16, 128), tail()), dim=1)
+        row.update({"two dense eager": triton.testing.do_bench(two, rep=200), "two dense host": host_ms(two),
+                    "two dense+cat eager": triton.testing.do_bench(joined, rep=200),
+                    "two dense graph": graph_ms(two)})
     print(f"N {n}: " + ", ".join(f"{key} {val:.3f} ms" for key, val in row.items()), flush=True)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
                                             torch.profiler.ProfilerActivity.CPU]) as prof:
