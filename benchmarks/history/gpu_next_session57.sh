@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran in session 58 (both parts, on an H100; results/h100/session58/ call1_queue, call2_packed).
 # Queued by session 57 (sessions 55-57 ran on H100s only; no H200 came, and session 57's last
 # four starts failed, so its calls 3 and 4 never ran). On the H200 (prefer it), two calls of
 # under 600 s:
@@ -12,14 +13,14 @@
 #     test_varlen_paged, test_integrations, test_chunk) and bench_varlen at d = 128 and 64 with the
 #     defaults, about 450 s.
 # Commit everything under results/h200/session58/ (or h100/session58/) with the environment.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 if [ "${PART:-1}" = 2 ]; then
   gpu_tests packed 280 -n 8 tests/test_varlen.py tests/test_varlen_paged.py tests/test_integrations.py \
     tests/test_chunk.py
   varlen_tables 128 64
   tar -C "$OUT" -czf "$OUT/results.tgz" r
 else
-  bash benchmarks/history/gpu_session57_call4.sh   # (shares $OUT/r; makes its own results.tgz first)
+  bash "$(dirname "${BASH_SOURCE[0]}")/gpu_session57_call4.sh"   # (shares $OUT/r; makes its own results.tgz first)
   gpu_tests hvarlen 150 -n 8 tests/test_hopper_varlen.py
   timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
   echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
