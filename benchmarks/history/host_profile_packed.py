@@ -1,0 +1,62 @@
+"""Session 58: where the host time of a packed call goes (the probe of
+chunked_host_probe.py: the packed chunk form's forward at N 5000 takes 0.148
+ms of host time per call, its varlen call alone 0.095, the planned dense call
+at N 5120 0.068, against 0.118 ms on the device).  For each call: host time per
+call (back-to-back, no sync) and a cProfile of 300 calls, top functions by
+their own time."""
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import torch
+
+from flashattn_triton import flash_attn_func, flash_attn_varlen_func
+
+
+def host_us(fn, n=300):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+torch.manual_seed(0)
+calls = {}
+for n in (5000, 5120):
+    q = torch.randn(2, n, 16, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, n, 4, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    calls[f"chunked N {n}"] = (lambda q=q, k=k, v=v: flash_attn_func(q, k, v, causal=True, attention_chunk=1024))
+    calls[f"dense N {n}"] = (lambda q=q, k=k, v=v: flash_attn_func(q, k, v, causal=True))
+cu = torch.tensor([0, 1024, 2048, 3072, 4096, 5000, 6024, 7048, 8072, 9096, 10000], dtype=torch.int32, device="cuda")
+qp = torch.randn(10000, 16, 128, device="cuda", dtype=torch.bfloat16)
+kp = torch.randn(10000, 4, 128, device="cuda", dtype=torch.bfloat16)
+vp = torch.randn_like(kp)
+calls["varlen 10 x <=1024"] = lambda: flash_attn_varlen_func(qp, kp, vp, cu, cu, 1024, 1024, causal=True)
+qg, kg, vg = (t.clone().requires_grad_() for t in (qp, kp, vp))
+calls["varlen with grad (fwd)"] = lambda: flash_attn_varlen_func(qg, kg, vg, cu, cu, 1024, 1024, causal=True)
+
+for name, fn in calls.items():
+    print(f"{name}: host {host_us(fn):.1f} us per call", flush=True)
+for name in ("chunked N 5000", "varlen 10 x <=1024"):
+    fn = calls[name]
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+    print(f"=== {name}: cProfile, 300 calls, by own time\n" + s.getvalue(), flush=True)
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(40)
+    print(f"=== {name}: by cumulative time\n" + s.getvalue(), flush=True)
+sys.exit(0)
