@@ -23,15 +23,20 @@ by the backward itself as before.  Compiling does not call the CUDA driver,
 so a CUDA graph being captured meanwhile is unaffected.  Softcap calls are
 not prefetched (their fast-tanh switch depends on the device, which the meta
 tensors cannot show).  FLASHATTN_TRITON_PREFETCH_BWD=0 turns it off.
+
+At interpreter exit a prefetch still running is waited for (at most WAIT_S;
+_wait_at_exit): ended mid-compile, the process would abort (see there).
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import logging
 import os
 import threading
+import time
 from typing import Any, List, Sequence
 
 import torch
@@ -49,6 +54,8 @@ _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _seen: set = set()
 _pending: List[threading.Event] = []
+_threads: List[threading.Thread] = []  # the prefetch and compile threads started, to join at exit
+_exit_hook = False  # whether _wait_at_exit is registered
 
 try:
     from triton.runtime._async_compile import AsyncCompileMode
@@ -62,6 +69,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     _pending.clear()
     _seen.clear()
+    _threads.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -166,8 +174,9 @@ def _stand_ins(q, k, v, options, want_dbias: bool):
 
 
 class _DaemonExecutor:
-    """concurrent.futures-style submit() on daemon threads: a compile still
-    running at exit never holds the interpreter up."""
+    """concurrent.futures-style submit() on daemon threads (no executor to
+    shut down; a prefetch still running at exit is waited for by
+    _wait_at_exit, which joins these threads too)."""
 
     def submit(self, fn, *args, **kwargs):
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -180,7 +189,7 @@ class _DaemonExecutor:
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(exc)
 
-        threading.Thread(target=run, daemon=True, name="flashattn-triton-compile").start()
+        _start(threading.Thread(target=run, daemon=True, name="flashattn-triton-compile"))
         return future
 
 
@@ -218,6 +227,35 @@ def _run(bwd_impl, device: torch.device, args: Sequence[Any], done: threading.Ev
         done.set()
 
 
+def _start(thread: threading.Thread) -> None:
+    with _lock:
+        _threads[:] = [t for t in _threads if t.is_alive()]
+        _threads.append(thread)
+    thread.start()
+
+
+def _wait_at_exit() -> None:
+    """atexit: wait for the prefetches still running.  CPython (3.12 here)
+    ends a daemon thread that retakes the GIL after finalization has begun
+    by unwinding its stack; a thread inside Triton's compiler (its MLIR
+    passes release the GIL) is then unwound through C++ code that does not
+    let the unwind pass, and the process aborts ("terminate called after
+    throwing an instance of ''", "FATAL: exception not rethrown", exit
+    status 134): seen on an H100 in session 58, a script that exited while
+    a forward's prefetch still compiled the packed Hopper backward.  atexit
+    callbacks run before that point, while the threads still run."""
+    if _pending:
+        _log.debug("waiting for %d backward prefetch(es) before exit", len(_pending))
+    wait_pending()
+    # then for the threads themselves to end: one that has set its event but
+    # not yet ended would be cut off the same way (seen on CPU, Triton 3.6)
+    deadline = time.monotonic() + WAIT_S
+    with _lock:
+        threads = list(_threads)
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+
+
 def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Sequence[Any],
                    want_dbias: bool) -> None:
     """Start the prefetch for this call's backward unless one ran for its
@@ -239,11 +277,15 @@ def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         args = _stand_ins(q, k, v, options, want_dbias)
     except Exception:  # noqa: BLE001 - an exotic layout: no prefetch
         return
+    global _exit_hook
     done = threading.Event()
     with _lock:
         _pending.append(done)
-    threading.Thread(target=_run, args=(bwd_impl, q.device, args, done), daemon=True,
-                     name="flashattn-triton-prefetch").start()
+        if not _exit_hook:
+            atexit.register(_wait_at_exit)
+            _exit_hook = True
+    _start(threading.Thread(target=_run, args=(bwd_impl, q.device, args, done), daemon=True,
+                            name="flashattn-triton-prefetch"))
 
 
 __all__ = ["ENV_PREFETCH", "ENV_WARM_KEY", "enabled", "maybe_prefetch", "pending", "start_key_warmup",

@@ -299,6 +299,31 @@ def _fresh_python(code: str) -> str:
     return res.stdout.strip()
 
 
+def test_exit_waits_for_a_running_prefetch():
+    """A process that exits while a backward prefetch runs waits for it
+    (_prefetch._wait_at_exit): ended inside Triton's compiler, the daemon
+    thread would abort the process (exit status 134, seen on an H100).  Here
+    the prefetch's compile is a one-second sleep: without the wait the thread
+    is dropped at exit and its line never printed."""
+    code = (
+        "import time, torch\n"
+        "from flashattn_triton import _prefetch\n"
+        "from flashattn_triton.kernels import fastlaunch\n"
+        "fastlaunch.SUPPORTED = True\n"
+        "_prefetch._on_gpu = lambda t: True\n"
+        "q = torch.randn(1, 16, 2, 32)\n"
+        "options = (None, None, 0, 0, 0.2, -1, 0, True, 0.0, None, None, None, 0.0, None, False)\n"
+        "def impl(*args):\n"
+        "    time.sleep(1.0)\n"
+        "    print('prefetch finished', flush=True)\n"
+        "_prefetch.maybe_prefetch(impl, q, q, q, options, False)\n"
+        "assert _prefetch.pending()\n"
+        "print('exiting', flush=True)\n"
+    )
+    out = _fresh_python(code)
+    assert out.splitlines() == ["exiting", "prefetch finished"], out
+
+
 def test_prefetch_stand_ins_import_nothing_heavy():
     """The stand-ins are made on the first call: they must not pull in sympy
     (torch.empty_like on a meta tensor runs torch._refs, whose first use
