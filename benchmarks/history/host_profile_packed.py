@@ -3,7 +3,12 @@ chunked_host_probe.py: the packed chunk form's forward at N 5000 takes 0.148
 ms of host time per call, its varlen call alone 0.095, the planned dense call
 at N 5120 0.068, against 0.118 ms on the device).  For each call: host time per
 call (back-to-back, no sync) and a cProfile of 300 calls, top functions by
-their own time."""
+their own time.  Run 1 (session 58) profiled after the call with gradients,
+whose backward prefetch was still compiling (so its profiles were not clean),
+and aborted at exit (status 134: the prefetch thread ended inside Triton's
+compiler; fixed since, _prefetch._wait_at_exit).  Now the call with gradients
+comes last, timed while its prefetch compiles and again after it, and the
+script ends without waiting: the exit must wait for it."""
 import cProfile
 import io
 import pstats
@@ -40,8 +45,6 @@ qp = torch.randn(10000, 16, 128, device="cuda", dtype=torch.bfloat16)
 kp = torch.randn(10000, 4, 128, device="cuda", dtype=torch.bfloat16)
 vp = torch.randn_like(kp)
 calls["varlen 10 x <=1024"] = lambda: flash_attn_varlen_func(qp, kp, vp, cu, cu, 1024, 1024, causal=True)
-qg, kg, vg = (t.clone().requires_grad_() for t in (qp, kp, vp))
-calls["varlen with grad (fwd)"] = lambda: flash_attn_varlen_func(qg, kg, vg, cu, cu, 1024, 1024, causal=True)
 
 for name, fn in calls.items():
     print(f"{name}: host {host_us(fn):.1f} us per call", flush=True)
@@ -59,4 +62,16 @@ for name in ("chunked N 5000", "varlen 10 x <=1024"):
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(40)
     print(f"=== {name}: by cumulative time\n" + s.getvalue(), flush=True)
+from flashattn_triton import _prefetch
+qg, kg, vg = (t.clone().requires_grad_() for t in (qp, kp, vp))
+grad = lambda: flash_attn_varlen_func(qg, kg, vg, cu, cu, 1024, 1024, causal=True)
+t = time.perf_counter()
+print(f"varlen with grad (fwd), its backward prefetch compiling: host {host_us(grad, n=100):.1f} us per call", flush=True)
+_prefetch.wait_pending()
+print(f"prefetch done after {time.perf_counter() - t:.2f} s", flush=True)
+print(f"varlen with grad (fwd), after it: host {host_us(grad):.1f} us per call", flush=True)
+# a new signature (another head count), then exit at once: the exit waits for its prefetch
+qh, kh, vh = (torch.randn(10000, h, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 2, 2))
+flash_attn_varlen_func(qh, kh, vh, cu, cu, 1024, 1024, causal=True)
+print(f"exiting with a prefetch pending: {_prefetch.pending()}", flush=True)
 sys.exit(0)
