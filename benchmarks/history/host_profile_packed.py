@@ -70,8 +70,8 @@ print(f"varlen with grad (fwd), its backward prefetch compiling: host {host_us(g
 _prefetch.wait_pending()
 print(f"prefetch done after {time.perf_counter() - t:.2f} s", flush=True)
 print(f"varlen with grad (fwd), after it: host {host_us(grad):.1f} us per call", flush=True)
-# a new signature (another head count), then exit at once: the exit waits for its prefetch
-qh, kh, vh = (torch.randn(10000, h, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 2, 2))
+# a new signature (MHA: another group size), then exit at once: the exit waits for its prefetch
+qh, kh, vh = (torch.randn(10000, h, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 8, 8))
 flash_attn_varlen_func(qh, kh, vh, cu, cu, 1024, 1024, causal=True)
 print(f"exiting with a prefetch pending: {_prefetch.pending()}", flush=True)
 sys.exit(0)
