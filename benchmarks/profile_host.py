@@ -298,7 +298,7 @@ def cpu_emulation(p: Patcher):
                 p.set(hfwd.torch.cuda, "device", lambda d: contextlib.nullcontext()
                       if isinstance(d, torch.device) and d.type != "cuda" else real_device(d))
 
-                def use_hopper(q, k, v, window, offset, plain=False):
+                def use_hopper(q, k, v, window, offset, plain=False, **options):  # (attention_chunk, ...)
                     return (_dispatch.backend() != "portable" and window[0] < 0 and window[1] in (-1, 0))
 
                 p.set(hfwd, "unsupported_reason", reason)
@@ -317,7 +317,8 @@ def cpu_emulation(p: Patcher):
                 def bwd_reason(do, q, *rest, **kw):
                     return real_bwd_reason(do, OnCudaDevice(q), *rest, **kw)
 
-                def use_hopper_bwd(device, window, deterministic, seqlen=1 << 30, head_dim=128, head_dim_v=None):
+                def use_hopper_bwd(device, window, deterministic, seqlen=1 << 30, head_dim=128, head_dim_v=None,
+                                   **options):
                     return (_dispatch.backend() != "portable" and not deterministic
                             and window[0] < 0 and window[1] in (-1, 0))
 
