@@ -244,12 +244,16 @@ def _wait_at_exit() -> None:
     status 134): seen on an H100 in session 58, a script that exited while
     a forward's prefetch still compiled the packed Hopper backward.  atexit
     callbacks run before that point, while the threads still run."""
-    if _pending:
-        _log.debug("waiting for %d backward prefetch(es) before exit", len(_pending))
-    wait_pending()
+    deadline = time.monotonic() + WAIT_S  # one bound for all of it
+    with _lock:
+        events = list(_pending)
+    if events:
+        _log.debug("waiting for %d backward prefetch(es) before exit", len(events))
+    for event in events:
+        event.wait(max(deadline - time.monotonic(), 0.0))
     # then for the threads themselves to end: one that has set its event but
-    # not yet ended would be cut off the same way (seen on CPU, Triton 3.6)
-    deadline = time.monotonic() + WAIT_S
+    # not yet ended would be cut off the same way (seen on CPU, Triton 3.6);
+    # listed after the waits, which the compile threads were started during
     with _lock:
         threads = list(_threads)
     for thread in threads:
