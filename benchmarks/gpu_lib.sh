@@ -142,6 +142,14 @@ decode_reps() {
     echo "rc=$?" >> "$R/rep$i.log"; el "rep$i"
   done
 }
+# variant_decode_tables: bench_variants (the table, no sweep, 30 repetitions) into $R/bench and
+# bench_decode (90 s) into $R/decode, each with its log ending with the exit status.
+variant_decode_tables() {
+  timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
+  echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
+  timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
+  echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
+}
 # varlen_tables D...: bench_varlen.py (--batches 2) at each head dim D into $R/varlen_dD, its
 # per-seed rows printed.
 varlen_tables() {

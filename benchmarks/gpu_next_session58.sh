@@ -22,9 +22,6 @@ else
   grep -e ' host ' -e '^prefetch' -e '^exiting' -e '^rc' -e terminate -e FATAL "$R/host_profile.log"
   gpu_tests fastlaunch 100 -n 4 tests/test_fastlaunch.py
   gpu_tests hvarlen 120 -n 8 tests/test_hopper_varlen.py
-  timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
-  echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
-  timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
-  echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
+  variant_decode_tables
 fi
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -22,9 +22,6 @@ if [ "${PART:-1}" = 2 ]; then
 else
   bash "$(dirname "${BASH_SOURCE[0]}")/gpu_session57_call4.sh"   # (shares $OUT/r; makes its own results.tgz first)
   gpu_tests hvarlen 150 -n 8 tests/test_hopper_varlen.py
-  timeout -k 5 200 python3 benchmarks/bench_variants.py --skip-sweep --rep 30 --out "$R/bench" > "$R/bench_variants.log" 2>&1
-  echo "rc=$?" >> "$R/bench_variants.log"; el bench_variants
-  timeout -k 5 130 python3 benchmarks/bench_decode.py --out "$R/decode" --max-seconds 90 > "$R/bench_decode.log" 2>&1
-  echo "rc=$?" >> "$R/bench_decode.log"; el bench_decode
+  variant_decode_tables
   tar -C "$OUT" -czf "$OUT/results.tgz" r
 fi
