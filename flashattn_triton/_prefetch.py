@@ -54,8 +54,8 @@ _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _seen: set = set()
 _pending: List[threading.Event] = []
-_threads: List[threading.Thread] = []  # the prefetch and compile threads started, to join at exit
-_exit_hook = False  # whether _wait_at_exit is registered
+_PREFETCH_THREAD = "flashattn-triton-prefetch"  # thread names (_wait_at_exit joins them)
+_COMPILE_THREAD = "flashattn-triton-compile"
 
 try:
     from triton.runtime._async_compile import AsyncCompileMode
@@ -69,7 +69,6 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     _pending.clear()
     _seen.clear()
-    _threads.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -189,7 +188,7 @@ class _DaemonExecutor:
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(exc)
 
-        _start(threading.Thread(target=run, daemon=True, name="flashattn-triton-compile"))
+        threading.Thread(target=run, daemon=True, name=_COMPILE_THREAD).start()
         return future
 
 
@@ -227,13 +226,6 @@ def _run(bwd_impl, device: torch.device, args: Sequence[Any], done: threading.Ev
         done.set()
 
 
-def _start(thread: threading.Thread) -> None:
-    with _lock:
-        _threads[:] = [t for t in _threads if t.is_alive()]
-        _threads.append(thread)
-    thread.start()
-
-
 def _wait_at_exit() -> None:
     """atexit: wait for the prefetches still running.  CPython (3.12 here)
     ends a daemon thread that retakes the GIL after finalization has begun
@@ -254,10 +246,12 @@ def _wait_at_exit() -> None:
     # then for the threads themselves to end: one that has set its event but
     # not yet ended would be cut off the same way (seen on CPU, Triton 3.6);
     # listed after the waits, which the compile threads were started during
-    with _lock:
-        threads = list(_threads)
-    for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.0))
+    for thread in threading.enumerate():
+        if thread.name in (_PREFETCH_THREAD, _COMPILE_THREAD):
+            thread.join(max(deadline - time.monotonic(), 0.0))
+
+
+atexit.register(_wait_at_exit)  # (nothing to wait for, unless a prefetch started)
 
 
 def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Sequence[Any],
@@ -281,15 +275,11 @@ def maybe_prefetch(bwd_impl, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         args = _stand_ins(q, k, v, options, want_dbias)
     except Exception:  # noqa: BLE001 - an exotic layout: no prefetch
         return
-    global _exit_hook
     done = threading.Event()
     with _lock:
         _pending.append(done)
-        if not _exit_hook:
-            atexit.register(_wait_at_exit)
-            _exit_hook = True
-    _start(threading.Thread(target=_run, args=(bwd_impl, q.device, args, done), daemon=True,
-                            name="flashattn-triton-prefetch"))
+    threading.Thread(target=_run, args=(bwd_impl, q.device, args, done), daemon=True,
+                     name=_PREFETCH_THREAD).start()
 
 
 __all__ = ["ENV_PREFETCH", "ENV_WARM_KEY", "enabled", "maybe_prefetch", "pending", "start_key_warmup",
