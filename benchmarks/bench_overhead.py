@@ -21,7 +21,9 @@ first_bwd_profile_<run>.txt; with --cprofile, cProfile's cumulative table of
 the first forward and of the first backward (main thread) goes to
 first_call_<run>.cprof.txt.  --only picks runs (e.g. "ours, no prefetch").
 
-Host overhead: B=1, H=8, N=128, d=64; the median over 5 runs of the mean wall
+Host overhead: B=1, H=8, N=128, d=64 (also as a packed batch of 4 sequences
+of 32 rows, and with attention_chunk=48, whose chunks are not whole: the
+packed form); the median over 5 runs of the mean wall
 time of many back-to-back calls with no synchronisation in between (the GPU
 work of such a call is a few microseconds, so the host side dominates), with
 the fast paths on (default: the call plans and the launch fast path) and
@@ -131,10 +133,17 @@ def host_overhead(n_calls: int = 2000) -> dict:
     q, k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    # the same 128 rows as a packed batch of 4 sequences of 32 (one cu_seqlens tensor for q and k)
+    qp, kp, vp = (t[0] for t in (q, k, v))
+    cu = torch.arange(0, 129, 32, dtype=torch.int32, device="cuda")
     ours = {
         "flash_attn_func": lambda: fat.flash_attn_func(q, k, v, causal=True),
         "scaled_dot_product_attention": lambda: fat.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
         "flash_attn_func, inputs require grad": lambda: fat.flash_attn_func(qg, kg, vg, causal=True),
+        "flash_attn_varlen_func, 4 sequences": lambda: fat.flash_attn_varlen_func(qp, kp, vp, cu, cu, 32, 32,
+                                                                                    causal=True),
+        # 128 rows in chunks of 48: not whole chunks, so the packed form (3 sequences)
+        "flash_attn_func, attention_chunk=48": lambda: fat.flash_attn_func(q, k, v, causal=True, attention_chunk=48),
     }
     calls = {}
     for backend in ("auto", "portable"):

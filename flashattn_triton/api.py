@@ -63,10 +63,14 @@ def _params(q, k, scale, window, *, softcap=0.0, alibi_slopes=None, sinks=None, 
 # its probability: each planned call draws its own seed (as the full path
 # does) and the recorded launches read it, the slopes and the sinks by
 # address (roles of the replay, ops.FwdPlan.extras), so no value of one call
-# is reused by another; the SDPA entry's dropout likewise.  Calls with a mask
-# or cu_seqlens, dropout with return_attn_probs, arguments of other types,
-# and calls under torch.compile, autocast, forward AD or functorch
-# transforms take the full path every time.  A key
+# is reused by another; the SDPA entry's dropout likewise.  flash_attn_varlen_func
+# is planned the same way (_varlen_key): its cu_seqlens are keyed by layout
+# and passed per call like the slopes (one role where cu_seqlens_q and
+# cu_seqlens_k are one tensor), max_seqlen_q / _k by value.  Calls with a
+# mask, a paged K / V (block_table) or check_inputs=True, dropout with
+# return_attn_probs, arguments of other types, and calls under
+# torch.compile, autocast, forward AD or functorch transforms take the full
+# path every time.  A key
 # is stored only after its call passed every check, so an invalid call can
 # never find a plan; another call differing in anything the key holds
 # misses and is validated.  FLASHATTN_TRITON_FAST_LAUNCH=0 (or
@@ -95,15 +99,15 @@ class _CallPlan:
         self.op = op
         self.returns = returns  # 0: out, 1: (out, lse), 2: (out, lse, None)
 
-    def flash(self, q, k, v, alibi_slopes=None, sinks=None, seed=None):
-        """The call; alibi_slopes and sinks: this call's own (its key holds
-        their layouts), converted as the full path's checks convert them;
-        seed: the call's dropout seed if already drawn (the first call's, by
-        its parameter record), else drawn here."""
+    def flash(self, q, k, v, alibi_slopes=None, sinks=None, seed=None, cu_seqlens=(None, None)):
+        """The call; alibi_slopes, sinks and a packed batch's cu_seqlens (q, k):
+        this call's own (its key holds their layouts), converted as the full
+        path's checks convert them; seed: the call's dropout seed if already
+        drawn (the first call's, by its parameter record), else drawn here."""
         op = self.op
         extras = op.extras
         if extras:  # this call's tensors in the places of the options that vary per call
-            per_call = {ops.OPT_ALIBI: alibi_slopes,
+            per_call = {ops.OPT_CU_Q: cu_seqlens[0], ops.OPT_CU_K: cu_seqlens[1], ops.OPT_ALIBI: alibi_slopes,
                         ops.OPT_SINKS: None if sinks is None else sinks_for_kernels(sinks),
                         ops.OPT_SEED: (seed if seed is not None or ops.OPT_SEED not in extras
                                        else draw_dropout_seed(q.device))}
@@ -183,10 +187,33 @@ def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
             dropout_p, tensors, alibi, sink, attention_chunk, env_snapshot(PLAN_ENV))
 
 
+def _varlen_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, return_lse,
+                check_inputs, sinks, attention_chunk) -> Optional[tuple]:
+    """flash_attn_varlen_func's plan key (no block_table), None if the call
+    cannot be planned: flash_attn_func's key of the packed q, k, v and
+    options, the layouts of cu_seqlens_q / _k (contiguous: the full path
+    would pass a contiguous copy), whether they are one tensor, and
+    max_seqlen_q / _k by value.  Never with check_inputs (it reads the
+    offsets' values, which a plan would not look at)."""
+    if check_inputs is not False or max_seqlen_q.__class__ is not int or max_seqlen_k.__class__ is not int:
+        return None
+    cu_q, cu_k = _option_key(cu_seqlens_q), _option_key(cu_seqlens_k)
+    if not cu_q or not cu_k or cu_q[1] != (1,) or cu_k[1] != (1,):  # (None, or not contiguous)
+        return None
+    flash = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                       return_attn_probs, return_lse, alibi_slopes, sinks, attention_chunk)
+    if flash is None:
+        return None
+    return ("varlen", flash, cu_q, cu_k, cu_seqlens_q.data_ptr() == cu_seqlens_k.data_ptr(), max_seqlen_q,
+            max_seqlen_k)
+
+
 def _new_plan(q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
-    """A plan for a validated call, None for packed batches and masks.  Its
-    ALiBi slopes, sinks and dropout seed vary per call (ops.FwdPlan.extras)."""
-    if params.cu_seqlens_q is not None or params.attn_bias is not None:
+    """A plan for a validated call, None for masks.  Its ALiBi slopes, sinks,
+    dropout seed and a packed batch's cu_seqlens vary per call
+    (ops.FwdPlan.extras)."""
+    if params.attn_bias is not None:
         return None
     return _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
 
@@ -651,6 +678,15 @@ def flash_attn_varlen_func(
         return _varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                              softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                              return_attn_probs, block_table, return_lse, check_inputs, sinks, attention_chunk)
+    key = None
+    if not torch.compiler.is_compiling():
+        key = _varlen_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                          causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, return_lse,
+                          check_inputs, sinks, attention_chunk)
+        if key is not None:
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return plan.flash(q, k, v, alibi_slopes, sinks, cu_seqlens=(cu_seqlens_q, cu_seqlens_k))
     q, k, v = autocast_inputs(q, k, v)
     check_qkv(("q", "k", "v"), (q, k, v), _VARLEN_LAYOUT, 3, 1)
     causal = check_flag(causal, "causal")
@@ -665,6 +701,15 @@ def flash_attn_varlen_func(
                      batch=cu_seqlens_q.shape[0] - 1, heads=q.shape[1],
                      varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)),
                      deterministic=deterministic, attention_chunk=attention_chunk)
+    if key is not None:
+        check_flag(return_lse, "return_lse")
+        check_flag(return_attn_probs, "return_attn_probs")
+        plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
+        if plan is not None:
+            result = plan.flash(q, k, v, params.alibi_slopes, params.sinks, params.rng_seed,
+                                (params.cu_seqlens_q, params.cu_seqlens_k))
+            _store(key, plan)
+            return result
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
 

@@ -711,6 +711,8 @@ _OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
 _SINKS = 3 + _OPTION_NAMES.index("sinks")
 _BIAS = 3 + _OPTION_NAMES.index("attn_bias")
 # Options that a call plan takes from each call (FwdPlan.extras): their index among the options.
+OPT_CU_Q = _OPTION_NAMES.index("cu_seqlens_q")
+OPT_CU_K = _OPTION_NAMES.index("cu_seqlens_k")
 OPT_ALIBI = _OPTION_NAMES.index("alibi_slopes")
 OPT_SINKS = _OPTION_NAMES.index("sinks")
 OPT_SEED = _OPTION_NAMES.index("rng_seed")
@@ -870,19 +872,25 @@ class FwdPlan:
     when it was recorded (_world); otherwise, and wherever nothing could be
     recorded (CPU paths, the interpreter, chunked launches, autotuning), a
     planned call runs the op's own forward.  ``backward``: the BwdPlan of
-    the calls' backward.  ``extras``: the indices (OPT_ALIBI, OPT_SINKS,
-    OPT_SEED) of the tensor options that each call brings its own of (the
-    key holds their layouts; the dropout seed is drawn per call): planned
-    calls pass them (``extras`` values, in that order), the recorded
-    launches read them as roles after q, k, v, out, lse (by address, as
-    those), and ``options`` holds the first call's only as a template."""
+    the calls' backward.  ``extras``: the indices (OPT_CU_Q, OPT_CU_K,
+    OPT_ALIBI, OPT_SINKS, OPT_SEED) of the tensor options that each call
+    brings its own of (the key holds their layouts; the dropout seed is
+    drawn per call): planned calls pass them (``extras`` values, in that
+    order), the recorded launches read them as roles after q, k, v, out,
+    lse (by address, as those), and ``options`` holds the first call's only
+    as a template.  ``shared_cu``: a packed batch whose cu_seqlens_q and
+    cu_seqlens_k are one tensor (self-attention; the key says so): one role,
+    OPT_CU_Q, for both, since a replay tells its roles apart by address."""
 
     __slots__ = ("options", "out_shape", "lse_shape", "grad", "prefetch", "replay", "world", "tries", "backward",
-                 "extras")
+                 "extras", "shared_cu")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: tuple) -> None:
         self.options = tuple(options)
-        self.extras = tuple(i for i in (OPT_ALIBI, OPT_SINKS, OPT_SEED) if options[i] is not None)
+        cu_q, cu_k = options[OPT_CU_Q], options[OPT_CU_K]
+        self.shared_cu = cu_q is not None and cu_k is not None and cu_q.data_ptr() == cu_k.data_ptr()
+        self.extras = tuple(i for i in (OPT_CU_Q, OPT_CU_K, OPT_ALIBI, OPT_SINKS, OPT_SEED)
+                            if options[i] is not None and not (i == OPT_CU_K and self.shared_cu))
         self.out_shape = q.shape[:-1] + (v.shape[-1],)
         self.lse_shape = lse_shape(q, options[0] is not None)
         # as _needs_autograd: a tensor that requires grad sends the call through
@@ -905,6 +913,8 @@ class FwdPlan:
         options = list(self.options)
         for i, t in zip(self.extras, extras):
             options[i] = t
+        if self.shared_cu:
+            options[OPT_CU_K] = options[OPT_CU_Q]
         return tuple(options)
 
 

@@ -405,6 +405,144 @@ def test_tensor_option_layout_is_part_of_the_key(device, checks):
         fat.flash_attn_func(q, k, v, alibi_slopes=torch.rand(3, device=device))
 
 
+# ---------------------------------------------------------------------------
+# Packed batches (flash_attn_varlen_func)
+# ---------------------------------------------------------------------------
+
+# Per call: query lengths and key lengths (totals 17 and 18 every call), max_seqlen 17 / 18.
+VARLEN_LENGTHS = [([5, 9, 3], [6, 6, 6]), ([7, 2, 8], [1, 10, 7]), ([0, 17, 0], [18, 0, 0])]
+VARLEN_OPTIONS = {
+    "causal": lambda h, dev: dict(causal=True),
+    "window, softcap, GQA": lambda h, dev: dict(window_size=(3, 1), softcap=4.0),
+    "sinks, alibi per sequence, dropout": lambda h, dev: dict(
+        causal=True, sinks=torch.randn(h, device=dev).requires_grad_(), alibi_slopes=torch.rand(3, h, device=dev),
+        dropout_p=0.2),
+}
+
+
+def _packed(device, n_q, n_k, h=4, h_kv=2, d=16, dtype=torch.float16, requires_grad=True):
+    return [torch.randn(n, hh, d, dtype=dtype, device=device).requires_grad_(requires_grad)
+            for n, hh in ((n_q, h), (n_k, h_kv), (n_k, h_kv))]
+
+
+def _offsets(device, shared, i):
+    lengths_q, lengths_k = VARLEN_LENGTHS[i]
+    cu_q = random_cu_seqlens(lengths_q, device)
+    return (cu_q, cu_q) if shared else (cu_q, random_cu_seqlens(lengths_k, device))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one cu_seqlens", "cu_seqlens_q and _k"])
+@pytest.mark.parametrize("case", list(VARLEN_OPTIONS))
+def test_varlen_calls_are_planned(device, checks, monkeypatch, shared, case):
+    """flash_attn_varlen_func has call plans: the first call is validated,
+    the next ones take its plan with their own cu_seqlens (other lengths,
+    empty sequences among them), q, k, v and tensor options and their own
+    dropout seed, and give exactly what the full path gives: output, LSE
+    and every gradient.  With one tensor as cu_seqlens_q and cu_seqlens_k
+    (self-attention) the plan takes it as one role."""
+    h = 4
+    n_k = 17 if shared else 18
+    q, k, v = _packed(device, 17, n_k, h=h)
+    do = torch.randn_like(q)
+
+    def run(cu, kw, plans, seed):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(seed)
+        out, lse = fat.flash_attn_varlen_func(q, k, v, cu[0], cu[1], 17, n_k, return_lse=True, **kw)
+        leaves = [q, k, v] + [t for t in kw.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+        for t in leaves:
+            t.grad = None
+        out.backward(do)
+        return [out.detach(), lse.detach()] + [t.grad for t in leaves]
+
+    for i in range(3):  # the first call validated, then planned ones with new offsets and option values
+        cu = _offsets(device, shared, i)
+        kw = VARLEN_OPTIONS[case](h, device)
+        planned = run(cu, kw, True, 100 + i)
+        same = {n: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                for n, t in kw.items()}
+        full = run(tuple(t.clone() for t in cu), same, False, 100 + i)
+        for j, (a, ref) in enumerate(zip(planned, full)):
+            assert torch.equal(a, ref), (case, shared, i, j, (a.float() - ref.float()).abs().max().item())
+    assert len(api._PLANS) == 1
+    assert next(iter(api._PLANS.values())).op.shared_cu == shared
+    assert len(checks) == 1 + 3, "the planned calls must take the plan"
+
+
+def test_varlen_plan_keys(device, checks, monkeypatch):
+    """What keeps a packed call off another call's plan: max_seqlen_q / _k
+    (by value), the number of sequences, one cu_seqlens tensor for both or
+    two, and int64 offsets (which raise as without plans); non-contiguous
+    offsets, check_inputs=True and a paged K / V are never planned; every
+    such call gives the full path's result."""
+    q, k, v = _packed(device, 17, 17, requires_grad=False)
+    cu = random_cu_seqlens([5, 9, 3], device)
+    cu_k = cu.clone()
+    call = lambda *a, **kw: fat.flash_attn_varlen_func(q, k, v, *a, causal=True, **kw)
+    call(cu, cu_k, 9, 9)
+    call(cu, cu_k, 9, 9)
+    assert len(checks) == 1 and len(api._PLANS) == 1
+    spaced = torch.zeros(8, dtype=torch.int32, device=device)[::2]  # stride 2
+    spaced.copy_(cu)
+    for name, args, kw, planned in (
+            ("max_seqlen_q", (cu, cu_k, 10, 9), {}, True),
+            ("max_seqlen_k", (cu, cu_k, 9, 17), {}, True),
+            ("batch", (random_cu_seqlens([5, 9, 0, 3], device),) * 2 + (9, 9), {}, True),
+            ("one tensor", (cu, cu, 9, 9), {}, True),
+            ("strided cu_seqlens_q", (spaced, cu_k, 9, 9), {}, False),
+            ("check_inputs", (cu, cu_k, 9, 9), dict(check_inputs=True), False)):
+        n_checks, n_plans = len(checks), len(api._PLANS)
+        for _ in range(2):
+            got = call(*args, **kw)
+            _equal(got, _unplanned(monkeypatch, lambda: call(*args, **kw)))
+        assert len(checks) == n_checks + (3 if planned else 4), name
+        assert len(api._PLANS) == n_plans + planned, name
+    for bad in (cu.long(), cu.float(), cu[None]):
+        planned = _outcome(lambda: call(bad, cu_k, 9, 9))
+        assert planned[0] != "ok", planned
+        assert planned == _unplanned(monkeypatch, lambda: _outcome(lambda: call(bad, cu_k, 9, 9)))
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        call(cu, cu_k, 0, 9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shared", [True, False], ids=["one cu_seqlens", "cu_seqlens_q and _k"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_plans_replay_on_the_gpu(device, monkeypatch, shared, d):
+    """GPU sizes (the Hopper packed forward and backward on sm_90): after the
+    recording calls a packed call's forward and backward replay, and each
+    planned call, with its own offsets (lengths 0 to 700 keys), gives what
+    the full path gives on the same inputs (dQ to float32 summation order:
+    the backward adds it with atomics)."""
+    h, h_kv, n_q = 8, 2, 1536
+    lengths = [[700, 300, 0, 536], [1, 1000, 500, 35], [512, 512, 512, 0], [0, 0, 1000, 536], [384] * 4]
+    n_k = n_q if shared else n_q + 64
+    q, k, v = _packed(device, n_q, n_k, h=h, h_kv=h_kv, d=d, dtype=torch.bfloat16)
+    do = torch.randn_like(q)
+
+    def run(cu, plans):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        out, lse = fat.flash_attn_varlen_func(q, k, v, cu[0], cu[1], 1000, 1064, causal=True, return_lse=True)
+        for t in (q, k, v):
+            t.grad = None
+        out.backward(do)
+        return [out.detach(), lse.detach(), q.grad, k.grad, v.grad]
+
+    for i, lengths_q in enumerate(lengths):
+        cu_q = random_cu_seqlens(lengths_q, device)
+        cu = (cu_q, cu_q) if shared else (cu_q, random_cu_seqlens(lengths_q[:-1] + [lengths_q[-1] + 64], device))
+        planned = run(cu, True)
+        full = run(tuple(t.clone() for t in cu), False)
+        for j, (a, ref) in enumerate(zip(planned, full)):
+            if j == 2:  # dq
+                err = (a.float() - ref.float()).abs().max().item()
+                assert err <= 1e-2 * ref.float().abs().max().item(), (shared, d, i, err)
+            else:
+                assert torch.equal(a, ref), (shared, d, i, j, (a.float() - ref.float()).abs().max().item())
+    op = next(iter(api._PLANS.values())).op
+    assert op.replay is not None and op.backward.replay is not None, "the plan must replay both ways"
+
+
 def test_autocast_after_a_plan(device, monkeypatch):
     q, k, v = _qkv(device, dtype=torch.float32)
     fat.flash_attn_func(q, k, v, causal=True)
@@ -942,3 +1080,75 @@ def test_backward_plans_on_a_fake_driver():
         "one launch 2 True True", "one launch GQA not causal 4 True True",
         "one launch, env CONFIG_BWD_ONE 2 False True",
     ], lines
+
+
+_FAKE_VARLEN = _FAKE_PLAN_PRELUDE + r"""
+# Per call: query lengths (total 128) and key lengths (total 160), among them empty sequences.
+LENGTHS = [([100, 28, 0], [60, 60, 40]), ([3, 64, 61], [1, 100, 59]), ([0, 0, 128], [0, 0, 160])]
+
+
+def offsets(lengths):
+    return torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32)
+
+
+def one_call(i, plans, shared, h=4, h_kv=2, d=64, causal=True):
+    # a packed forward + backward with fresh q, k, v, dout and offsets: every launch,
+    # its pointers named by role (the call's own cu_seqlens by name)
+    ops.PLANS_ENABLED = plans
+    try:
+        lengths_q, lengths_k = LENGTHS[i % 3]
+        cu_q = offsets(lengths_q)
+        cu_k = cu_q if shared else offsets(lengths_k)
+        n_k = 128 if shared else 160
+        q = torch.randn(128, h, d, dtype=torch.float16).requires_grad_()
+        k, v = [torch.randn(n_k, h_kv, d, dtype=torch.float16).requires_grad_() for _ in range(2)]
+        LAUNCHES.clear(); del REPLAYS[:]
+        out = fat.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 128, n_k, causal=causal)
+        dout = torch.randn_like(out)
+        names = {t.data_ptr(): r for r, t in (("q", q), ("k", k), ("v", v), ("dout", dout), ("cu_k", cu_k),
+                                               ("cu_q", cu_q))}
+        out.backward(dout)
+        got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
+        used = {name for _, _, args in got for kind, name in args if kind == "ptr"}
+        return got, used, sum(ok for _, ok in REPLAYS)
+    finally:
+        ops.PLANS_ENABLED = True
+
+
+def check(name, shared, **kw):
+    # three planned calls record the forward and the backward, a fourth (other offsets) replays
+    # both: the launches of the same call without plans, reading this call's tensors
+    api.clear_plans()
+    for i in range(3):
+        one_call(i, True, shared, **kw)
+    want, want_used, _ = one_call(4, False, shared, **kw)
+    got, used, replays = one_call(4, True, shared, **kw)
+    assert want and got == want, (name, got, want)
+    assert {"cu_q"} | ({"cu_k"} if not shared else set()) <= used, (name, used)
+    plan = next(iter(api._PLANS.values())).op
+    print(name, len(got), replays, plan.replay is not None, plan.backward.replay is not None, flush=True)
+
+
+import itertools
+with fake_cuda():
+    check("one cu_seqlens", True)
+    check("cu_seqlens_q and _k", False)
+    check("not causal d128 MHA", False, h_kv=4, d=128, causal=False)
+"""
+
+
+def test_varlen_plans_on_a_fake_driver():
+    """No GPU (tests/fake_cuda.py): packed calls are planned; after three
+    recording calls, a fourth with other offsets replays its forward and
+    its backward, and launches exactly what the same call launches without
+    plans: the same kernels, scalars and grids, with this call's q, k, v,
+    dout and cu_seqlens (named by role: the first call's offsets, which the
+    plan's template holds, would show) and its own new buffers in the same
+    places; one tensor as both offsets is one role.
+    Lines: case, launches, replays, forward recorded, backward recorded."""
+    from flashattn_triton.kernels import fastlaunch
+    if not fastlaunch.TESTED_TRITON or fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
+        pytest.skip("the launch fast path does not mirror this Triton version")
+    lines = fake_launch(_FAKE_VARLEN, timeout=900).strip().split("\n")
+    print(lines)
+    assert [line.split()[-3:] for line in lines] == [["2", "True", "True"]] * 3, lines
