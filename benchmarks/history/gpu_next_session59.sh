@@ -7,7 +7,7 @@
 #  * bench_overhead.py's host table (plans on and off; the varlen and attention_chunk rows are
 #    new) and history/host_profile_packed.py (session 58 / 59's probe: host us per call of the
 #    varlen and chunked calls, to set against results/h100/session58-59).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests plans 150 -n 4 tests/test_plans.py
 gpu_tests packed 260 -n 8 tests/test_varlen.py tests/test_chunk.py tests/test_integrations.py
 timeout -k 5 150 python3 benchmarks/bench_overhead.py --skip-first-call --out "$R/overhead" > "$R/overhead.log" 2>&1

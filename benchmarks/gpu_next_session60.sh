@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Queued by session 59 (its GPU calls all ran on an H100). Two calls of under 600 s, on an H200
+# if one comes (the tables there were last taken in session 43):
+#  1. `bash benchmarks/gpu_next_session60.sh`: test_plans.py (the packed call plans' GPU test),
+#     test_hopper_varlen.py and test_fastlaunch.py, then the variant and decode tables, about 400 s.
+#  2. `PART=2 bash benchmarks/gpu_next_session60.sh`: the packed tests (test_varlen,
+#     test_varlen_paged, test_integrations, test_chunk), bench_varlen at d = 128 and 64, and
+#     bench_overhead.py's host table (the packed rows planned since session 59), about 450 s.
+# Commit under results/h200/session60/ (or h100/session60/) with the environment.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+if [ "${PART:-1}" = 2 ]; then
+  gpu_tests packed 260 -n 8 tests/test_varlen.py tests/test_varlen_paged.py tests/test_integrations.py \
+    tests/test_chunk.py
+  varlen_tables 128 64
+  timeout -k 5 120 python3 benchmarks/bench_overhead.py --skip-first-call --out "$R/overhead" > "$R/overhead.log" 2>&1
+  echo "rc=$?" >> "$R/overhead.log"; el overhead
+  grep -e ' us$' -e '^rc' "$R/overhead.log"
+else
+  gpu_tests plans 150 -n 4 tests/test_plans.py
+  gpu_tests hvarlen 120 -n 8 tests/test_hopper_varlen.py tests/test_fastlaunch.py
+  variant_decode_tables
+fi
+tar -C "$OUT" -czf "$OUT/results.tgz" r
