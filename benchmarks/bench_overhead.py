@@ -23,13 +23,14 @@ first_call_<run>.cprof.txt.  --only picks runs (e.g. "ours, no prefetch").
 
 Host overhead: B=1, H=8, N=128, d=64 (also as a packed batch of 4 sequences
 of 32 rows, and with attention_chunk=48, whose chunks are not whole: the
-packed form); the median over 5 runs of the mean wall
+packed form, and one query token against those rows as a KV cache); the
+median over 5 runs of the mean wall
 time of many back-to-back calls with no synchronisation in between (the GPU
 work of such a call is a few microseconds, so the host side dominates), with
 the fast paths on (default: the call plans and the launch fast path) and
 off (ops.PLANS_ENABLED = False and kernels/fastlaunch.py off, as
 FLASHATTN_TRITON_FAST_LAUNCH=0: every call validated and launched through
-Triton's own path), for the Hopper and the portable forward.  benchmarks/profile_host.py breaks it down
+Triton's own path; decoding through its custom op, _kvcache.DIRECT = False), for the Hopper and the portable forward.  benchmarks/profile_host.py breaks it down
 by section.
 """
 
@@ -128,6 +129,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
     import torch
     import torch.nn.functional as F
     import flashattn_triton as fat
+    from flashattn_triton import _kvcache as kvc
     from flashattn_triton import _prefetch, ops
     from flashattn_triton.kernels import fastlaunch
     q, k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -136,6 +138,16 @@ def host_overhead(n_calls: int = 2000) -> dict:
     # the same 128 rows as a packed batch of 4 sequences of 32 (one cu_seqlens tensor for q and k)
     qp, kp, vp = (t[0] for t in (q, k, v))
     cu = torch.arange(0, 129, 32, dtype=torch.int32, device="cuda")
+    q1, seqlens = q[:, :1], torch.full((1,), 128, dtype=torch.int32, device="cuda")
+
+    def decode(*args, **kwargs):
+        with torch.no_grad():
+            return fat.flash_attn_with_kvcache(*args, **kwargs)
+
+    def sdpa_no_grad(*args):
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(*args)
+
     ours = {
         "flash_attn_func": lambda: fat.flash_attn_func(q, k, v, causal=True),
         "scaled_dot_product_attention": lambda: fat.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
@@ -144,6 +156,8 @@ def host_overhead(n_calls: int = 2000) -> dict:
                                                                                     causal=True),
         # 128 rows in chunks of 48: not whole chunks, so the packed form (3 sequences)
         "flash_attn_func, attention_chunk=48": lambda: fat.flash_attn_func(q, k, v, causal=True, attention_chunk=48),
+        # one token against the 128 rows as a KV cache (no append; under no_grad as in serving)
+        "flash_attn_with_kvcache, one token": lambda: decode(q1, k, v, cache_seqlens=seqlens),
     }
     calls = {}
     for backend in ("auto", "portable"):
@@ -153,6 +167,8 @@ def host_overhead(n_calls: int = 2000) -> dict:
                         ("" if fast else " [fast launch off, plans off]")
                 calls[label] = (fn, backend, fast)
     calls["torch SDPA"] = (lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), "auto", True)
+    q1t = q1.transpose(1, 2)
+    calls["torch SDPA, one token"] = (lambda: sdpa_no_grad(q1t, kt, vt), "auto", True)
     calls["torch SDPA, inputs require grad"] = (lambda: F.scaled_dot_product_attention(
         qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True), "auto", True)
     out = {}
@@ -162,6 +178,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
             os.environ["FLASHATTN_TRITON_BACKEND"] = backend
             fastlaunch.ENABLED = fast and fastlaunch.SUPPORTED
             ops.PLANS_ENABLED = fast  # off: the full path, as FLASHATTN_TRITON_FAST_LAUNCH=0
+            kvc.DIRECT = fast  # off: decoding through its custom op (the dispatcher's cost)
             for _ in range(50):
                 fn()
             _prefetch.wait_pending()  # a backward prefetch compiling in the background would skew the timing
@@ -179,6 +196,7 @@ def host_overhead(n_calls: int = 2000) -> dict:
         os.environ.pop("FLASHATTN_TRITON_BACKEND", None)
         fastlaunch.ENABLED = fastlaunch.SUPPORTED
         ops.PLANS_ENABLED = plans0
+        kvc.DIRECT = True
     return out
 
 

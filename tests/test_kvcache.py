@@ -807,6 +807,59 @@ def test_read_only_op_registered(device):
     assert_close("dw", w.grad, p.detach().sum((0, 2, 3)), atol=1e-4)
 
 
+@pytest.mark.parametrize("append", [False, True], ids=["read only", "append"])
+def test_eager_calls_skip_the_op_with_the_same_result(device, monkeypatch, append):
+    """An eager call without gradients runs the op's implementation directly
+    (kvc.DIRECT: no dispatcher cost) and gives bit for bit what the call
+    through the op gives (kvc.DIRECT = False): output, LSE and the caches
+    after an append, whose version counters it bumps as the op does (and
+    leaves alone without one).  A call whose q requires grad, or one under
+    a forward-AD level, still takes the op."""
+    ops_called = []
+    for name in ("kvcache_fwd", "kvcache_attn"):
+        real = getattr(kvc, name)
+        monkeypatch.setattr(torch.ops.flashattn_triton, name, _Spy(real, ops_called))
+
+    def call(direct, q, caches):
+        monkeypatch.setattr(kvc, "DIRECT", direct)
+        k_cache, v_cache = caches
+        versions = (k_cache._version, v_cache._version)
+        extra = dict(k=k_new, v=v_new) if append else {}
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=ints(device, [5, 30]), causal=True,
+                                           return_softmax_lse=True, **extra)
+        bumped = (k_cache._version > versions[0], v_cache._version > versions[1])
+        return out, lse, k_cache, v_cache, bumped
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 4, 16, device=device)
+    k_new, v_new = torch.randn(2, 2, 2, 16, device=device), torch.randn(2, 2, 2, 16, device=device)
+    caches = (torch.randn(2, 40, 2, 16, device=device), torch.randn(2, 40, 2, 16, device=device))
+    direct = call(True, q, tuple(t.clone() for t in caches))
+    assert not ops_called, "an eager call must not go through the op"
+    via_op = call(False, q, tuple(t.clone() for t in caches))
+    assert len(ops_called) == 1
+    for i, (a, b) in enumerate(zip(direct[:4], via_op[:4])):
+        assert torch.equal(a, b), (append, i, (a - b).abs().max().item())
+    assert direct[4] == via_op[4] == (append, append), (direct[4], via_op[4])
+    call(True, q.clone().requires_grad_(), tuple(t.clone() for t in caches))
+    assert len(ops_called) == 2, "q requiring grad takes the op"
+    with torch.autograd.forward_ad.dual_level():
+        call(True, q, tuple(t.clone() for t in caches))
+    assert len(ops_called) == 3, "a forward-AD level takes the op"
+    with torch.no_grad():
+        call(True, q.clone().requires_grad_(), tuple(t.clone() for t in caches))
+    assert len(ops_called) == 3, "under no_grad, requires_grad does not matter"
+
+
+class _Spy:
+    def __init__(self, op, seen):
+        self.op, self.seen = op, seen
+
+    def __call__(self, *args, **kwargs):
+        self.seen.append(1)
+        return self.op(*args, **kwargs)
+
+
 @pytest.mark.parametrize("which", ["leaf", "non_leaf"])
 def test_append_into_a_cache_that_requires_grad_raises(device, which):
     """The append writes the caches in place and has no backward: with grad
