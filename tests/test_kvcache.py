@@ -1400,3 +1400,64 @@ def test_autocast_casts_new_tokens(device):
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2), "the appended tokens differ"
     with torch.autocast(device.type, dtype=dtype), pytest.raises(TypeError, match="dtype"):
         flash_attn_with_kvcache(q, kc.float(), vc.float(), cache_seqlens=lens)  # a cache of another dtype
+
+
+_FAKE_DECODE = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+from flashattn_triton.kernels import decode, fastlaunch
+
+fastlaunch.ENABLED = True
+for kernel in (decode._decode_fwd, decode._append_kv):
+    run = fastlaunch.fast_run(kernel)
+    assert run is not None, "the decode kernels must have the launch fast path"
+    SLOW = []
+    real = run.jit_run
+    run.jit_run = lambda *a, _real=real, **k: (SLOW.append(1), _real(*a, **k))[1]
+
+
+def call(i, splits):
+    torch.manual_seed(i)
+    q = torch.randn(2, 1, 8, 64, dtype=torch.float16)
+    k_cache, v_cache = torch.randn(2, 256, 2, 64, dtype=torch.float16), torch.randn(2, 256, 2, 64, dtype=torch.float16)
+    k, v = torch.randn(2, 1, 2, 64, dtype=torch.float16), torch.randn(2, 1, 2, 64, dtype=torch.float16)
+    seqlens = torch.tensor([100, 200], dtype=torch.int32)
+    out, lse = torch.empty_like(q), torch.empty(2, 8, 1)
+    LAUNCHES.clear()
+    decode.append_kv(k, v, k_cache, v_cache, cache_seqlens=seqlens, cache_batch_idx=None, block_table=None,
+                     rotary_cos=None, rotary_sin=None, rotary_interleaved=False)
+    decode.decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens=seqlens, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, rotary_cos=None, rotary_sin=None,
+                            rotary_interleaved=False, rotary_q_per_token=False, alibi_slopes=None, n_new=1,
+                            softmax_scale=0.125, window_left=-1, window_right=0, softcap=0.0, num_splits=splits)
+    names = {t.data_ptr(): name for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k),
+                                                 ("v", v), ("seqlens", seqlens), ("out", out), ("lse", lse))}
+    return [(id(l), g, [names.get(a.data_ptr(), "other") if isinstance(a, torch.Tensor) else a for a in args])
+            for l, g, args in LAUNCHES]
+
+
+with fake_cuda():
+    for splits in (1, 3):
+        SLOW.clear()
+        first = call(0, splits)
+        slow = len(SLOW)
+        again = call(1, splits)
+        assert len(SLOW) == slow, "a repeated signature must take the fast path"
+        assert first == again and len(first) == 2, (first, again)
+        print(splits, slow, len(SLOW), len(first), flush=True)
+"""
+
+
+def test_decode_kernels_take_the_fast_launch_on_a_fake_driver():
+    """No GPU (tests/fake_cuda.py, compiled for sm_90): the append and decode
+    kernels have the launch fast path, and a repeated signature launches
+    through it exactly what Triton's own path launched for the first call
+    (the same compiled kernels, grids and arguments, tensors by role), with
+    one split and with three (the fused merge's counters)."""
+    from flashattn_triton.kernels import fastlaunch
+    if fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
+        pytest.skip("the launch fast path does not mirror this Triton version")
+    from _utils import fake_launch
+    lines = fake_launch(_FAKE_DECODE, timeout=600).strip().split("\n")
+    assert [line.split()[0] for line in lines] == ["1", "3"], lines
