@@ -59,7 +59,8 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cuda_index, dot_precision, head_dim_pad, smem_budget
+from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, dot_precision, head_dim_pad,
+                     smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
 
 # Environment override of the launch config, read at call time, e.g.
@@ -672,7 +673,7 @@ def local_span(n_q: int, window_left: int, window_right: int, chunk: int) -> int
     if window_left >= 0 and window_right >= 0:
         spans.append(window_left + window_right + n_q)
     if chunk > 0:
-        spans.append((triton.cdiv(n_q - 1, chunk) + 1) * chunk)
+        spans.append((cdiv(n_q - 1, chunk) + 1) * chunk)
         spans += [n_q + side + chunk - 1 for side in (window_left, window_right) if side >= 0]
     return min(spans) if spans else 0
 
@@ -698,12 +699,12 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     smallest count within ``tolerance`` (10%) of the best wins (variant "fill":
     1.0, the best itself; 16 splits from 4k up at batch 1).  ``per_sm`` > 0
     sets the programs per SM of a wave instead (variant "pair": 2)."""
-    n_tiles = max(1, triton.cdiv(n_keys, block_n))
+    n_tiles = max(1, cdiv(n_keys, block_n))
     slots = (per_sm or (1 if 4 * programs < n_sm else 2)) * max(1, n_sm)
     costs = []
     for splits in range(1, max(1, min(max_splits, n_tiles)) + 1):
-        waves = triton.cdiv(programs * splits, slots)
-        costs.append(waves * (triton.cdiv(n_tiles, splits) + 2) + splits / 8)
+        waves = cdiv(programs * splits, slots)
+        costs.append(waves * (cdiv(n_tiles, splits) + 2) + splits / 8)
     best = min(costs)
     return next(i + 1 for i, c in enumerate(costs) if c <= tolerance * best)
 
@@ -732,8 +733,8 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
     tail = waves - int(waves)
     if waves < 1 or waves >= SPREAD_MAX_WAVES or tail == 0 or tail > 0.5:
         return 0
-    n_tiles = max(1, triton.cdiv(n_keys, block_n))
-    want = triton.cdiv(SPREAD_WAVES * SPREAD_PER_SM * max(1, n_sm), programs)
+    n_tiles = max(1, cdiv(n_keys, block_n))
+    want = cdiv(SPREAD_WAVES * SPREAD_PER_SM * max(1, n_sm), programs)
     if want > min(n_tiles // SPREAD_MIN_TILES, MAX_AUTO_SPLITS):
         return 0  # too few keys for the waves (batch 72 at 1k read 0.92x with 2 splits)
     return want
@@ -819,7 +820,7 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     if not forced:
         cfg = fit_decode_config(cfg, head_dim, elem, budget)
     n_sm = sm_count(device)
-    row_tiles = triton.cdiv(n_rows, cfg.BLOCK_M)
+    row_tiles = cdiv(n_rows, cfg.BLOCK_M)
     programs = batch * h_kv * row_tiles
     # The split rule's small batch: one program per SM, each streaming a long run.
     small = 4 * programs < n_sm
@@ -851,7 +852,7 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
     # A run of `span` keys starting anywhere touches at most
     # cdiv(span + BLOCK_N - 1, BLOCK_N) key tiles.
     n_keys = n_cap if span <= 0 else min(n_cap, span + cfg.BLOCK_N - 1)
-    n_tiles = max(1, triton.cdiv(n_keys, cfg.BLOCK_N))
+    n_tiles = max(1, cdiv(n_keys, cfg.BLOCK_N))
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
         num_splits = choose_num_splits(programs, n_keys, cfg.BLOCK_N, n_sm, tolerance=tolerance,
@@ -1066,7 +1067,7 @@ def append_kv(k, v, k_cache, v_cache, *, cache_seqlens, cache_batch_idx, block_t
     rotary_dim = 2 * rotary_cos.shape[1] if rotary_cos is not None else 0
     block_t = 16 if n_new <= 16 else 32
     any_ptr = _dummy(k)
-    grid = (batch * h_kv, triton.cdiv(n_new, block_t))
+    grid = (batch * h_kv, cdiv(n_new, block_t))
     _append_kv[grid](
         k, v, k_cache, v_cache, cache_seqlens,
         cache_batch_idx if cache_batch_idx is not None else any_ptr,
