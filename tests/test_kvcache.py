@@ -1064,6 +1064,40 @@ VARIANT_CASES = [("deep,fill", None, 0, False), ("deep", 16, 3, True), ("fill", 
                  ("deep,fill,pdl,reserve", None, 0, True), ("pair", 16, 0, False), ("pdl", None, 0, False)]
 
 
+def test_decode_plans_are_kept_per_arguments_and_world(monkeypatch):
+    """decode_plan computes a plan once per arguments and _plan_world (the
+    environment switches, the module's constants and functions): a repeated
+    call returns the kept plan, a changed switch, constant or function makes
+    a new one, and every plan equals what _make_plan computes then."""
+    made = []
+    real = decode._make_plan
+    monkeypatch.setattr(decode, "_make_plan", lambda *a: (made.append(a), real(*a))[1])
+    monkeypatch.setattr(decode, "_PLANS", {})
+    cpu = torch.device("cpu")
+    cases = [(1, 4, 8, 128, 4096, torch.bfloat16, cpu), (8, 4, 8, 128, 65536, torch.float16, cpu, 0, 16),
+             (1, 64, 2, 64, 1000, torch.float32, cpu, 3), (2, 4, 8, 128, 8192, torch.bfloat16, cpu, 0, 0, 300)]
+
+    def check(n_made):
+        for args in cases:
+            full = args + (0, 0, 0)[len(args) - 7:]
+            plan = decode.decode_plan(*args)
+            assert plan == real(*full), args
+            assert decode.decode_plan(*args) is plan, "a repeated call must return the kept plan"
+        assert len(made) == n_made, (len(made), n_made)
+
+    check(4)
+    check(4)
+    monkeypatch.setattr(decode, "CPU_SM_COUNT", 132)  # small batches now: other split counts
+    check(8)
+    monkeypatch.setenv(decode.ENV_VARIANT, "none")
+    check(12)
+    monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")
+    check(16)
+    monkeypatch.setattr(decode, "sm_count", lambda device: 16)
+    check(20)
+    assert len(decode._PLANS) == 20
+
+
 def test_reserve_counters(monkeypatch):
     """Variant "reserve": captured calls get disjoint zeroed slices of a
     buffer an eager call made; none before that buffer exists, or once it is

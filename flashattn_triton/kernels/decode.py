@@ -584,7 +584,7 @@ def decode_config(n_rows: int, head_dim: int, dtype: torch.dtype, device: torch.
     yet (bench_decode.py --configs)."""
     elem = torch.finfo(dtype).bits // 8
     max_rows = MAX_ROWS_PER_TILE if elem <= 2 else MAX_ROWS_PER_TILE // 2
-    block_m = max(16, triton.next_power_of_2(min(max(n_rows, 1), max_rows)))
+    block_m = max(16, 1 << (min(max(n_rows, 1), max_rows) - 1).bit_length())  # next power of two
     d_pad = head_dim_pad(head_dim)
     if device.type == "cpu":  # the interpreter: fewer, larger steps are faster
         cfg = dict(BLOCK_M=block_m, BLOCK_N=32, num_warps=4, num_stages=1)
@@ -802,6 +802,22 @@ class DecodePlan(NamedTuple):
     use_pdl: bool
 
 
+# decode_plan's results by its arguments and _plan_world(): a decode call's
+# host time was about a quarter planning (session 59, H100, cProfile of
+# history/host_profile_decode.py).
+_PLANS: dict = {}
+MAX_PLANS = 1024
+
+
+def _plan_world() -> tuple:
+    """What a plan depends on besides its arguments: the environment switches
+    and the module's tables and functions (tests and tools replace them)."""
+    return (os.environ.get(ENV_VARIANT), os.environ.get(ENV_CONFIG), DEFAULT_VARIANTS, CPU_SM_COUNT,
+            LONGPAGES_FROM, PAIR_MIN_BUDGET, SPREAD_WAVES, SPREAD_PER_SM, SPREAD_MIN_TILES, SPREAD_MAX_WAVES,
+            MAX_AUTO_SPLITS, MAX_ROWS_PER_TILE, INTERPRET, HAVE_GDC, decode_config, fit_decode_config, decode_smem,
+            device_smem_budget, sm_count, choose_num_splits, spread_splits, pdl_supported, _sm90_or_later)
+
+
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
                 device: torch.device, num_splits: int = 0, page_size: int = 0, span: int = 0) -> DecodePlan:
     """Launch config, split count (num_splits, or chosen when 0) and PDL of one
@@ -811,7 +827,22 @@ def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, d
 
     span > 0: the most keys one row tile can see (a window's or the chunks'
     width, local_span); the split count is then planned over the key tiles
-    such a run touches, not over the whole capacity."""
+    such a run touches, not over the whole capacity.
+
+    Made once per arguments and _plan_world() (kept in _PLANS)."""
+    key = (batch, n_rows, h_kv, head_dim, n_cap, dtype, device, num_splits, page_size, span, _plan_world())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _make_plan(batch, n_rows, h_kv, head_dim, n_cap, dtype, device, num_splits, page_size, span)
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
+               device: torch.device, num_splits: int, page_size: int, span: int) -> DecodePlan:
+    """decode_plan's work (see there)."""
     variants = decode_variants()
     elem = torch.finfo(dtype).bits // 8
     budget = device_smem_budget(device)
