@@ -350,7 +350,9 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                        attention_chunk)
         return out, lse
     from .kernels.decode import append_kv, decode_attention
-    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+    # (the device guard only where q is not on the current device: entering it costs host time)
+    switch = q.is_cuda and q.device.index is not None and q.device.index != torch.cuda.current_device()
+    with torch.cuda.device(q.device) if switch else contextlib.nullcontext():
         if k is not None:
             append_kv(k, v, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                       block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
