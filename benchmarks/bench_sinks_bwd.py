@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 import traceback
 from pathlib import Path
 
@@ -134,12 +133,7 @@ def main() -> None:
             acc_ms = C.bench_ms(bwd)  # as the variant table times it: the leaves' grads accumulate
             for t in leaves:
                 t.grad = None
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(20):
-                bwd()
-            host_us = (time.perf_counter() - start) / 20 * 1e6
-            torch.cuda.synchronize()
+            host_us = C.host_us(bwd, calls=20)
             kernels = C.kernel_us(bwd, calls=10)
             row = dict(setting=name, bwd_ms=ms, bwd_acc_ms=acc_ms, host_us=host_us,
                        kernel_sum_us=sum(kernels.values()), kernels=dict(list(kernels.items())[:8]))

@@ -44,6 +44,24 @@ def host_profile(fn, calls: int = 20, sort: str = "cumulative", lines: int = 18)
     return text.getvalue()
 
 
+def host_us(fn, calls: int = 1000, warmup: int = 0) -> float:
+    """Host microseconds per call of ``calls`` back-to-back calls of fn (a CUDA
+    function; no sync between calls, synchronised before and after), after
+    ``warmup`` calls."""
+    import time
+
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
 def kernel_us(fn, calls: int = 20, width: int = 80) -> dict:
     """torch.profiler's CUDA kernel time per call of fn over ``calls`` back-to-back
     calls (synchronised after): {kernel name (its first ``width`` characters): us

@@ -3,13 +3,16 @@
 For each N: eager forward (do_bench), host time per call (back-to-back calls,
 no sync), both also with the offsets rebuilt every call, the forward replayed in a CUDA graph (device time), the varlen call
 alone with prebuilt cu_seqlens, and the kernels one call launches."""
+import os
 import sys
-import time
 
 import torch
 import triton.testing
 
-from flashattn_triton import api, flash_attn_func, flash_attn_varlen_func
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import common as C  # noqa: E402
+
+from flashattn_triton import api, flash_attn_func, flash_attn_varlen_func  # noqa: E402
 
 
 class NoStore(dict):
@@ -19,13 +22,7 @@ class NoStore(dict):
 
 
 def host_ms(fn, n=200):
-    fn(); torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e3
-    torch.cuda.synchronize()
-    return host
+    return C.host_us(fn, calls=n, warmup=1) / 1e3
 
 
 def graph_ms(fn):

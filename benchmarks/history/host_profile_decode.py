@@ -2,14 +2,15 @@
 row: one query token against 128 cached rows, B=1, H=8, d=64, fp16, under no_grad: 212 us per
 call against torch SDPA's 28 us).  Host time per call (back to back, no sync), then a cProfile
 of 300 calls by cumulative and by own time."""
-import cProfile
-import io
-import pstats
-import time
+import os
+import sys
 
 import torch
 
-import flashattn_triton as fat
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import common as C  # noqa: E402
+
+import flashattn_triton as fat  # noqa: E402
 
 q = torch.randn(1, 1, 8, 64, device="cuda", dtype=torch.float16)
 k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.float16) for _ in range(2))
@@ -20,22 +21,7 @@ calls = {"decode": lambda: fat.flash_attn_with_kvcache(q, k, v, cache_seqlens=se
          "decode with append": lambda: fat.flash_attn_with_kvcache(q, k, v, k=kn, v=vn, cache_seqlens=seqlens_append)}
 with torch.no_grad():
     for name, fn in calls.items():
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(1000):
-            fn()
-        host = (time.perf_counter() - t) / 1000 * 1e6
-        torch.cuda.synchronize()
-        print(f"{name}: host {host:.1f} us per call", flush=True)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(300):
-        calls["decode"]()
-    prof.disable()
-    torch.cuda.synchronize()
+        print(f"{name}: host {C.host_us(fn, calls=1000, warmup=50):.1f} us per call", flush=True)
     for key in ("cumulative", "tottime"):
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats(key).print_stats(45)
-        print(f"=== decode: cProfile, 300 calls, by {key}\n" + s.getvalue(), flush=True)
+        table = C.host_profile(calls["decode"], calls=300, sort=key, lines=45)
+        print(f"=== decode: cProfile, 300 calls, by {key}\n" + table, flush=True)

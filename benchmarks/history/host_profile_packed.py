@@ -12,24 +12,20 @@ script ends without waiting: the exit must wait for it."""
 import cProfile
 import io
 import pstats
+import os
 import sys
 import time
 
 import torch
 
-from flashattn_triton import flash_attn_func, flash_attn_varlen_func
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import common as C  # noqa: E402
+
+from flashattn_triton import flash_attn_func, flash_attn_varlen_func  # noqa: E402
 
 
 def host_us(fn, n=300):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
+    return C.host_us(fn, calls=n, warmup=5)
 
 
 torch.manual_seed(0)
