@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .._validate import plain
 from . import fastlaunch
-from .launch import COMPILE_OPTIONS, INTERPRET, cdiv, head_dim_pad
+from .launch import COMPILE_OPTIONS, INTERPRET, cdiv, head_dim_pad, next_power_of_2
 
 
 def merge_attention_states(out_a: torch.Tensor, lse_a: torch.Tensor,
@@ -165,7 +165,7 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         return
     # Few rows per program on the GPU (many programs share the reads); more
     # under the interpreter, where each program costs the same Python overhead.
-    block_m = min(32 if INTERPRET else (rows_per_program or 4), triton.next_power_of_2(max(h * m, 1)))
+    block_m = min(32 if INTERPRET else (rows_per_program or 4), next_power_of_2(max(h * m, 1)))
     grid = (cdiv(h * m, block_m) * z,)
     _combine_fwd[grid](
         out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,

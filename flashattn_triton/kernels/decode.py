@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, dot_precision, head_dim_pad,
-                     smem_budget)
+                     next_power_of_2, smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
 
 # Environment override of the launch config, read at call time, e.g.
@@ -584,7 +584,7 @@ def decode_config(n_rows: int, head_dim: int, dtype: torch.dtype, device: torch.
     yet (bench_decode.py --configs)."""
     elem = torch.finfo(dtype).bits // 8
     max_rows = MAX_ROWS_PER_TILE if elem <= 2 else MAX_ROWS_PER_TILE // 2
-    block_m = max(16, 1 << (min(max(n_rows, 1), max_rows) - 1).bit_length())  # next power of two
+    block_m = max(16, next_power_of_2(min(max(n_rows, 1), max_rows)))
     d_pad = head_dim_pad(head_dim)
     if device.type == "cpu":  # the interpreter: fewer, larger steps are faster
         cfg = dict(BLOCK_M=block_m, BLOCK_N=32, num_warps=4, num_stages=1)

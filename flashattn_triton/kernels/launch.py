@@ -125,9 +125,15 @@ def cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1), for host code: triton.next_power_of_2
+    is a constexpr_function, slower to call."""
+    return 1 << (n - 1).bit_length()
+
+
 def head_dim_pad(head_dim: int) -> int:
     """Tiles are a power of two wide along d (at least 16, the smallest dot K)."""
-    return max(16, 1 << (head_dim - 1).bit_length())  # next power of two (triton's is slower to call)
+    return max(16, next_power_of_2(head_dim))
 
 
 def cdiv(a: int, b: int) -> int:
