@@ -218,6 +218,21 @@ def _new_plan(q, k, v, params: AttnParams, returns: int) -> Optional[_CallPlan]:
     return _CallPlan(ops.FwdPlan(q, k, v, params.op_args()), returns)
 
 
+def _first_planned_call(key: tuple, q, k, v, params: AttnParams, return_lse, return_attn_probs):
+    """The first call of a plannable signature, validated (params): make its
+    plan, run the call through it and keep it under key; None where the call
+    takes no plan (masks)."""
+    check_flag(return_lse, "return_lse")
+    check_flag(return_attn_probs, "return_attn_probs")
+    plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
+    if plan is None:
+        return None
+    result = plan.flash(q, k, v, params.alibi_slopes, params.sinks, params.rng_seed,
+                        (params.cu_seqlens_q, params.cu_seqlens_k))
+    _store(key, plan)
+    return result
+
+
 def _store(key: tuple, plan: _CallPlan) -> None:
     """Keep a plan whose first call returned (an error in it leaves no plan)."""
     if len(_PLANS) >= MAX_PLANS:
@@ -431,12 +446,8 @@ def flash_attn_func(
                      batch=q.shape[0], heads=q.shape[2], deterministic=deterministic,
                      attention_chunk=attention_chunk)
     if key is not None:
-        check_flag(return_lse, "return_lse")
-        check_flag(return_attn_probs, "return_attn_probs")
-        plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
-        if plan is not None:
-            result = plan.flash(q, k, v, params.alibi_slopes, params.sinks, params.rng_seed)
-            _store(key, plan)
+        result = _first_planned_call(key, q, k, v, params, return_lse, return_attn_probs)
+        if result is not None:
             return result
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
@@ -702,13 +713,8 @@ def flash_attn_varlen_func(
                      varlen=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)),
                      deterministic=deterministic, attention_chunk=attention_chunk)
     if key is not None:
-        check_flag(return_lse, "return_lse")
-        check_flag(return_attn_probs, "return_attn_probs")
-        plan = _new_plan(q, k, v, params, 2 if return_attn_probs else int(return_lse))
-        if plan is not None:
-            result = plan.flash(q, k, v, params.alibi_slopes, params.sinks, params.rng_seed,
-                                (params.cu_seqlens_q, params.cu_seqlens_k))
-            _store(key, plan)
+        result = _first_planned_call(key, q, k, v, params, return_lse, return_attn_probs)
+        if result is not None:
             return result
     out, lse2 = ops.attention_base2(q, k, v, params)
     return _returns(q, k, v, params, out, lse2, return_lse, return_attn_probs)
