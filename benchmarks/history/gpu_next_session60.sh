@@ -11,7 +11,7 @@
 #     test_varlen_paged, test_integrations, test_chunk), bench_varlen at d = 128 and 64, and
 #     bench_overhead.py's host table (the packed rows planned since session 59), about 450 s.
 # Commit under results/h200/session60/ (or h100/session60/) with the environment.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 if [ "${PART:-1}" = 2 ]; then
   gpu_tests packed 260 -n 8 tests/test_varlen.py tests/test_varlen_paged.py tests/test_integrations.py \
     tests/test_chunk.py
