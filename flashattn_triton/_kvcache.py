@@ -22,8 +22,9 @@ from typing import Literal, Optional, Tuple, Union, cast, overload
 
 import torch
 
-from ._validate import (autocast_inputs, check_alibi, check_attention_chunk, check_flag, check_scale, check_sinks,
-                        check_softcap, check_window)
+from . import ops
+from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attention_chunk, check_flag, check_scale,
+                        check_sinks, check_softcap, check_window, sinks_for_kernels)
 from .kernels import fastlaunch
 from .kernels.launch import INTERPRET
 from .reference import chunk_mask
@@ -327,18 +328,28 @@ def _kvcache_torch(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
 def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                   cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
                   window_right, softcap, rotary_interleaved, num_splits, sinks, attention_chunk=0):
+    out = fastlaunch.empty_like(q)  # NaN under fastlaunch.POISON (tests)
+    lse = fastlaunch.empty((q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
+    _kvcache_into(out, lse, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                  cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left, window_right,
+                  softcap, rotary_interleaved, num_splits, sinks, attention_chunk)
+    return out, lse
+
+
+def _kvcache_into(out, lse, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                  cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left, window_right,
+                  softcap, rotary_interleaved, num_splits, sinks, attention_chunk) -> None:
+    """_kvcache_impl into given out (q's layout) and lse (B, Hq, Nq) float32."""
     batch, n_q, h_q, d = q.shape
     if sinks is not None:
         sinks = sinks.float().contiguous()
-    out = fastlaunch.empty_like(q)  # NaN under fastlaunch.POISON (tests)
-    lse = fastlaunch.empty((batch, h_q, n_q), torch.float32, q.device)
     if batch == 0 or n_q == 0 or h_q == 0:
         if k is not None and _use_triton(q):  # still append the new tokens
             from .kernels.decode import append_kv
             append_kv(k, v, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                       block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                       rotary_interleaved=rotary_interleaved)
-        return out, lse
+        return
     # flash-attn: q is rotated at cache_seqlens + i when causal or local (a
     # window, or chunks as FlashAttention-3 counts them), else every query
     # token at cache_seqlens.
@@ -348,7 +359,7 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                        cache_leftpad, block_table, alibi_slopes, softmax_scale, window_left,
                        window_right, softcap, rotary_interleaved, rotary_q_per_token, out, lse, sinks,
                        attention_chunk)
-        return out, lse
+        return
     from .kernels.decode import append_kv, decode_attention
     # (the device guard only where q is not on the current device: entering it costs host time)
     switch = q.is_cuda and q.device.index is not None and q.device.index != torch.cuda.current_device()
@@ -365,7 +376,6 @@ def _kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                          softmax_scale=softmax_scale, window_left=window_left,
                          window_right=window_right, softcap=softcap, num_splits=num_splits, sinks=sinks,
                          attention_chunk=attention_chunk)
-    return out, lse
 
 
 # ---------------------------------------------------------------------------
@@ -461,10 +471,13 @@ def _check_append_target(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
 DIRECT = True
 
 
+def _eager_mode() -> bool:
+    """No torch.compile, jit trace, forward-AD level or functorch transform."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or ops.transforms_active())
+
+
 def _direct(args: tuple) -> bool:
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return False
-    if torch.autograd.forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+    if not _eager_mode():
         return False
     grad = torch.is_grad_enabled()
     for t in args:
@@ -477,6 +490,141 @@ def _no_backward(grad):
     raise NotImplementedError("flash_attn_with_kvcache has no backward (it is for inference, as flash-attn's); "
                               "call it under torch.no_grad() / torch.inference_mode(), or use flash_attn_func "
                               "for a step that needs gradients")
+
+
+# ---------------------------------------------------------------------------
+# Call plans of eager calls
+# ---------------------------------------------------------------------------
+# An eager call (as DIRECT takes it) whose signature repeats skips the checks
+# and the launch code: the key holds everything the checks and the kernels'
+# choices read (the layouts, dtypes, devices, 16-byte alignment,
+# requires_grad and inference flags of every tensor, the options, grad and
+# inference mode), so a call that finds a plan would have passed them.  Its
+# first calls (at most ops.MAX_RECORD_TRIES) record the launches of
+# _kvcache_into (kernels/fastlaunch.py); later calls allocate out / lse and
+# replay them with their own tensors in the same roles (the split partials
+# as scratch, the fused merge's counters from decode.split_counters per
+# call), while the dispatch world (_world) is the recorded one.  A call that
+# cannot replay (nothing recorded: the CPU paths, the interpreter, a cache
+# without room, rotary tables copied to one row stride; another device is
+# current; launch hooks) runs _kvcache_into, still without the checks.
+# ops.PLANS_ENABLED (FLASHATTN_TRITON_FAST_LAUNCH=0) turns them off with
+# flash_attn_func's.  Not planned: an int cache_seqlens (made a tensor per
+# call), non-contiguous per-sequence vectors, autocast, and everything
+# DIRECT leaves to the op.
+
+PLANS: dict = {}
+MAX_PLANS = 1024
+_NUMBER = (float, int)  # exact classes, as api.py's keys
+_OPTIONAL = ("k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
+             "block_table", "alibi_slopes", "sinks")  # the roles after q, k_cache, v_cache, out, lse (, counters)
+
+
+def clear_plans() -> None:
+    """Forget every decode call plan (tests, benchmarks)."""
+    PLANS.clear()
+
+
+def _layout(t) -> Optional[tuple]:
+    """A tensor argument's part of the key: () for None, None (no plan) for
+    anything but a plain tensor with data and without a negation bit."""
+    if t is None:
+        return ()
+    if t.__class__ is not torch.Tensor or t.is_meta or t.is_neg():
+        return None
+    try:
+        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.is_inference(), t.data_ptr() & 15)
+    except Exception:  # noqa: BLE001 - sparse, storage-less ...: the full path says what is wrong
+        return None
+
+
+def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, window_size, softcap,
+              rotary_interleaved, num_splits, return_softmax_lse, attention_chunk) -> Optional[tuple]:
+    """The call's plan key, None if it cannot be planned (optional: the
+    tensors named by _OPTIONAL, in that order)."""
+    if not (DIRECT and ops.PLANS_ENABLED and causal.__class__ is bool and rotary_interleaved.__class__ is bool
+            and return_softmax_lse.__class__ is bool and num_splits.__class__ is int
+            and attention_chunk.__class__ is int and window_size.__class__ is tuple and len(window_size) == 2
+            and window_size[0].__class__ is int and window_size[1].__class__ is int
+            and softcap.__class__ in _NUMBER and (softmax_scale is None or softmax_scale.__class__ in _NUMBER)):
+        return None
+    seqlens = optional[4]
+    if seqlens is not None and seqlens.__class__ is not torch.Tensor:
+        return None  # (an int becomes a tensor per call)
+    if autocast_active() or not _eager_mode():
+        return None
+    layouts = tuple(_layout(t) for t in (q, k_cache, v_cache) + optional)
+    if None in layouts:
+        return None
+    grad = torch.is_grad_enabled()
+    if grad and any(t[4] for t in layouts if t):
+        return None  # (the op path, as _direct)
+    for t in optional[4:7]:  # the per-sequence vectors, which the full path makes contiguous
+        if t is not None and not t.is_contiguous():
+            return None
+    return (layouts, grad, torch.is_inference_mode_enabled(), k_cache.data_ptr() == v_cache.data_ptr(),
+            softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_softmax_lse,
+            attention_chunk)
+
+
+def _world() -> tuple:
+    """What a replay's launches were chosen by besides the key (tests and
+    tools replace these; decode._plan_world holds the environment switches)."""
+    from .kernels import decode
+    return (decode._plan_world(), decode.fused_combine(), decode.MERGE_STAGES, decode.decode_attention,
+            decode.append_kv, decode.split_counters, _use_triton, _kvcache_into, fastlaunch.POISON)
+
+
+class _DecodePlan:
+    """A planned signature: the checked options of its first call (softmax_scale
+    .. num_splits and attention_chunk as the op takes them), its recorded
+    launches once a call recorded them, and what their replays ask for."""
+
+    __slots__ = ("options", "chunk", "lse_shape", "replay", "world", "tries", "counters")
+
+    def __init__(self, args: tuple):
+        q = args[0]
+        self.options = args[12:19]  # softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved,
+        self.chunk = args[20]  # num_splits; attention_chunk
+        self.lse_shape = (q.shape[0], q.shape[2], q.shape[1])
+        self.replay: Optional[fastlaunch.Replay] = None
+        self.world: Optional[tuple] = None
+        self.tries = 0
+        self.counters = 0  # the split counters' numel each replay passes as a role (0: none)
+
+    def __call__(self, q, k_cache, v_cache, optional: tuple):
+        """(out, lse) of the call; optional: as _plan_key's, sinks as given."""
+        k, v, cos, sin, seqlens, batch_idx, leftpad, table, alibi, sinks = optional
+        if sinks is not None:
+            sinks = sinks_for_kernels(sinks)
+            optional = optional[:-1] + (sinks,)
+        out = fastlaunch.empty_like(q)
+        lse = fastlaunch.empty(self.lse_shape, torch.float32, q.device)
+        roles: Tuple[torch.Tensor, ...] = (q, k_cache, v_cache, out, lse)
+        given = tuple(t for t in optional if t is not None)
+        call = ((out, lse, q, k_cache, v_cache, k, v, cos, sin, seqlens, batch_idx, leftpad, table, alibi)
+                + self.options + (sinks, self.chunk))
+        replay = self.replay
+        if replay is not None and self.world == _world():
+            if self.counters:
+                from .kernels.decode import split_counters
+                roles += (split_counters(self.counters, q.device),)
+            if not replay(roles + given):  # declined (another device current, launch hooks, ...)
+                _kvcache_into(*call)
+            return out, lse
+        if self.tries < ops.MAX_RECORD_TRIES and fastlaunch.ENABLED and _use_triton(q):
+            self.tries += 1
+            with fastlaunch.recording() as rec:
+                _kvcache_into(*call)
+            noted = rec.notes.get("split_counters")
+            if noted is not None:
+                roles += (noted[1],)
+            recorded = rec.replay(roles + given)
+            if recorded is not None:
+                self.replay, self.world, self.counters = recorded, _world(), noted[0] if noted else 0
+            return out, lse
+        _kvcache_into(*call)
+        return out, lse
 
 
 # ---------------------------------------------------------------------------
@@ -649,6 +797,18 @@ def flash_attn_with_kvcache(
             natural-log log-sum-exp of each row of the (scaled, capped, biased) scores
             (and of the sink logit, if given).
     """
+    key = _plan_key(q, k_cache, v_cache, (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                                          block_table, alibi_slopes, sinks),
+                    softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_softmax_lse,
+                    attention_chunk)
+    if key is not None:
+        plan = PLANS.get(key)
+        if plan is not None:  # a signature checked before: no checks, its launches replayed
+            out, lse = plan(q, k_cache, v_cache, (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                                  cache_leftpad, block_table, alibi_slopes, sinks))
+            if k is not None:
+                torch.autograd.graph.increment_version((k_cache, v_cache))
+            return (out, lse) if return_softmax_lse else out
     # Under autocast, q and the new k, v take the autocast dtype; the caches are
     # state written in place, never cast, so they must already have it.
     q, k, v = autocast_inputs(q, k, v)
@@ -675,7 +835,14 @@ def flash_attn_with_kvcache(
             rotary_interleaved, min(int(num_splits), 2 ** 30), sinks,  # (splits past the key tiles: one per tile)
             attention_chunk)
     if DIRECT and _direct(args):
-        out, lse = _kvcache_impl(*args)
+        if key is not None:  # the first call of a plannable signature, checked: its plan
+            plan = _DecodePlan(args)
+            out, lse = plan(q, k_cache, v_cache, args[3:12] + (sinks,))
+            if len(PLANS) >= MAX_PLANS:
+                PLANS.clear()
+            PLANS[key] = plan
+        else:
+            out, lse = _kvcache_impl(*args)
         if k is not None:  # what the op's declared mutation does in eager mode (none for inference tensors)
             torch.autograd.graph.increment_version((k_cache, v_cache))
         return (out, lse) if return_softmax_lse else out

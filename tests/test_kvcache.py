@@ -1486,3 +1486,173 @@ def test_decode_kernels_take_the_fast_launch_on_a_fake_driver():
     from _utils import fake_launch
     lines = fake_launch(_FAKE_DECODE, timeout=600).strip().split("\n")
     assert [line.split()[0] for line in lines] == ["1", "3"], lines
+
+
+_FAKE_DECODE_PLANS = r"""
+import os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from fake_cuda import fake_cuda, LAUNCHES
+import flashattn_triton as fat
+from flashattn_triton import _kvcache as kvc, ops
+from flashattn_triton.kernels import decode, fastlaunch
+
+fastlaunch.ENABLED = True
+kvc._use_triton = lambda t: True  # CPU tensors through the CUDA path, launches recorded
+REPLAYS = []
+real_replay = fastlaunch.Replay.__call__
+
+
+def counting(self, roles):
+    ok = real_replay(self, roles)
+    REPLAYS.append(ok)
+    return ok
+
+
+fastlaunch.Replay.__call__ = counting
+
+
+def describe(args, kinds, names):
+    # pointers by name: an argument's role, else n<i> in order of first use (buffers made by the call)
+    out = []
+    for a, kind in zip(args, kinds or [None] * len(args)):
+        if isinstance(a, torch.Tensor):
+            a = a.data_ptr()
+        elif not (isinstance(kind, str) and kind.startswith("*") and type(a) is int):
+            out.append((type(a).__name__, a))
+            continue
+        out.append(("ptr", names.setdefault(a, f"n{len(names)}")))
+    return out
+
+
+def one_call(i, plans, splits=0, append=False, paged=False, sinks=False, rotary=False, combine="fused"):
+    # one decode call with fresh tensors: its launches, pointers named by role
+    ops.PLANS_ENABLED = plans
+    os.environ[decode.ENV_COMBINE] = combine
+    try:
+        torch.manual_seed(i)
+        q = torch.randn(2, 1, 8, 64, dtype=torch.float16)
+        shape = (10, 64, 2, 64) if paged else (2, 256, 2, 64)
+        k_cache, v_cache = torch.randn(shape, dtype=torch.float16), torch.randn(shape, dtype=torch.float16)
+        kw = dict(cache_seqlens=torch.tensor([100, 200], dtype=torch.int32), causal=True, num_splits=splits,
+                  return_softmax_lse=True)
+        if append:
+            kw.update(k=torch.randn(2, 1, 2, 64, dtype=torch.float16), v=torch.randn(2, 1, 2, 64, dtype=torch.float16))
+        if paged:
+            kw["block_table"] = torch.randperm(10, dtype=torch.int32)[:8].reshape(2, 4).contiguous()
+        if sinks:
+            kw["sinks"] = torch.randn(8, dtype=torch.float32)
+        if rotary:
+            kw.update(rotary_cos=torch.rand(256, 16), rotary_sin=torch.rand(256, 16))
+        LAUNCHES.clear(); del REPLAYS[:]
+        out, lse = fat.flash_attn_with_kvcache(q, k_cache, v_cache, **kw)
+        names = {t.data_ptr(): name for name, t in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                                                    ("out", out), ("lse", lse)] + list(kw.items())
+                 if isinstance(t, torch.Tensor)}
+        got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
+        return got, sum(REPLAYS)
+    finally:
+        ops.PLANS_ENABLED = True
+        os.environ.pop(decode.ENV_COMBINE)
+
+
+def check(name, **kw):
+    # three planned calls record, a fifth replays: the launches of the same call without plans,
+    # reading its own tensors
+    kvc.clear_plans()
+    for i in range(3):
+        one_call(i, True, **kw)
+    want, _ = one_call(4, False, **kw)
+    got, replays = one_call(4, True, **kw)
+    assert want and got == want, (name, got, want)
+    (plan,) = kvc.PLANS.values()
+    print(name.replace(" ", "_"), len(got), replays, plan.replay is not None, plan.counters > 0, flush=True)
+
+
+with fake_cuda():
+    check("one split", splits=1)
+    check("three splits, append", splits=3, append=True)
+    check("paged, append, sinks", splits=3, append=True, paged=True, sinks=True)
+    check("separate combine", splits=3, combine="separate")
+    check("rotary", splits=3, append=True, rotary=True)
+"""
+
+
+def test_decode_plans_replay_on_a_fake_driver():
+    """No GPU (tests/fake_cuda.py, compiled for sm_90): a repeated eager
+    decode signature takes its call plan, and the replay launches exactly
+    what the same call launches without plans (the same kernels, scalars and
+    grids, the call's own q, caches, new tokens, cache_seqlens, block table
+    and sinks by role, its own new out / LSE / partials, the split counters
+    of the stream), with one split, the fused merge, a paged cache, sinks
+    and rotary tables.  The separate combine (not the default) is not
+    recorded: its calls run the unplanned launches, still without the checks.
+    Lines: case, launches, replays, recorded, counters a role."""
+    from flashattn_triton.kernels import fastlaunch
+    if fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
+        pytest.skip("the launch fast path does not mirror this Triton version")
+    from _utils import fake_launch
+    lines = [line.split() for line in fake_launch(_FAKE_DECODE_PLANS, timeout=600).strip().split("\n")]
+    assert [line[0] for line in lines] == ["one_split", "three_splits,_append", "paged,_append,_sinks",
+                                           "separate_combine", "rotary"], lines
+    # launches: decode (+ append) (+ combine); every case replayed once, from a recording, but the
+    # separate combine's (its kernel has no launch fast path: the plan runs the unplanned launches)
+    assert [line[1:4] for line in lines] == [["1", "1", "True"], ["2", "1", "True"], ["2", "1", "True"],
+                                             ["2", "0", "False"], ["2", "1", "True"]], lines
+    assert [line[4] for line in lines] == ["False", "True", "True", "False", "True"], lines
+
+
+@pytest.mark.parametrize("case", ["read only", "append, paged, sinks"])
+def test_decode_calls_are_planned(device, monkeypatch, case):
+    """A repeated eager signature takes its call plan: only its first call is
+    checked (kvc._validate), and every call gives bit for bit what the same
+    call gives without plans (ops.PLANS_ENABLED = False): output, LSE and
+    the caches after an append, whose version counters it bumps.  New
+    tensors each call; what changes the key (dtype, layout) makes a new
+    plan; an int cache_seqlens, a non-contiguous one, autocast and a q that
+    requires grad take no plan."""
+    from flashattn_triton import ops
+    checked = []
+    real_validate = kvc._validate
+    monkeypatch.setattr(kvc, "_validate", lambda *a: (checked.append(1), real_validate(*a))[1])
+    append = case != "read only"
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    kvc.clear_plans()
+
+    def call(i, plans, dtype=dtype, seqlens=None, **over):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(i)
+        q = rnd(device, dtype, 2, 1, 4, 32)
+        k_cache, v_cache, table = make_cache(device, 2, 64, 2, 32, dtype, 16 if append else None)
+        kw = dict(cache_seqlens=ints(device, [7, 40]) if seqlens is None else seqlens, causal=True,
+                  return_softmax_lse=True)
+        if append:
+            kw.update(k=rnd(device, dtype, 2, 1, 2, 32), v=rnd(device, dtype, 2, 1, 2, 32), block_table=table,
+                      sinks=torch.randn(4, device=device))
+        kw.update(over)
+        q = kw.pop("q", q)
+        versions = (k_cache._version, v_cache._version)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **kw)
+        bumped = (k_cache._version > versions[0], v_cache._version > versions[1])
+        return out, lse, k_cache, v_cache, bumped
+
+    for i in range(4):
+        del checked[:]
+        got = call(i, True)
+        assert len(checked) == (1 if i == 0 else 0), f"call {i}: checked {len(checked)} times"
+        want = call(i, False)
+        for name, a, b in zip(("out", "lse", "k_cache", "v_cache"), got[:4], want[:4]):
+            assert torch.equal(a, b), f"call {i}: {name} differs from the unplanned call"
+        assert got[4] == want[4] == (append, append), (got[4], want[4])
+    assert len(kvc.PLANS) == 1
+    call(5, True, dtype=torch.bfloat16)
+    call(6, True, q=rnd(device, dtype, 2, 4, 1, 32).transpose(1, 2))  # another q layout
+    assert len(kvc.PLANS) == 3, "another dtype or layout makes another plan"
+    del checked[:]
+    call(7, True, seqlens=7)
+    call(8, True, seqlens=ints(device, [7, 0, 40, 0])[::2])
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        call(9, True, dtype=torch.bfloat16, q=rnd(device, torch.float32, 2, 1, 4, 32))
+    with torch.enable_grad():
+        call(10, True, q=rnd(device, dtype, 2, 1, 4, 32).requires_grad_())
+    assert len(kvc.PLANS) == 3 and len(checked) == 4, (len(kvc.PLANS), len(checked))
+    kvc.clear_plans()

@@ -935,7 +935,14 @@ def split_counters(numel: int, device: torch.device) -> torch.Tensor:
     (and zeroed) only when none is large enough; while a CUDA graph is being
     captured the counters are a fresh zeroed buffer of the graph's own (the
     memset is captured with it), so no graph holds a buffer that eager calls
-    also use."""
+    also use.  Inside a recording (fastlaunch.note) the counters are a role
+    that each replay asks this function for anew (_kvcache.py's plans)."""
+    counters = _split_counters(numel, device)
+    fastlaunch.note("split_counters", (numel, counters))
+    return counters
+
+
+def _split_counters(numel: int, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         capturing = torch.cuda.is_current_stream_capturing()
         if "reserve" in decode_variants():
@@ -1007,9 +1014,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     d_pad = head_dim_pad(d)
 
     split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
-    if split_mode:
-        o_part = fastlaunch.empty((num_splits, batch, n_q, h_q, d), torch.float32, q.device)
-        l_part = fastlaunch.empty((num_splits, batch, h_q, n_q), torch.float32, q.device)
+    if split_mode:  # (scratch: a recorded call's replays make their own)
+        o_part = fastlaunch.empty_scratch((num_splits, batch, n_q, h_q, d), torch.float32, q.device)
+        l_part = fastlaunch.empty_scratch((num_splits, batch, h_q, n_q), torch.float32, q.device)
     else:
         o_part, l_part = out, lse  # unused
     counters = split_counters(batch * h_kv * m_blocks, q.device) if split_mode == 2 else lse

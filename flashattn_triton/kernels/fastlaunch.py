@@ -472,6 +472,7 @@ class Recording:
         self.scratch: List[torch.Tensor] = []  # zeroed_scratch() / empty_scratch() buffers, made again by each replay
         self.zeroed: List[bool] = []  # per scratch buffer: zero-filled
         self.quiet = False  # inside zeroed_scratch(): its own operations are expected
+        self.notes: Dict[str, Any] = {}  # note(): what the recorded code tells its caller
 
     def _count(self, *args, **kwargs) -> None:
         self.hooked += 1
@@ -587,6 +588,15 @@ def _scratch(shape, dtype: torch.dtype, device, zeroed: bool) -> torch.Tensor:
     rec.scratch.append(t)
     rec.zeroed.append(zeroed)
     return t
+
+
+def note(name: str, value: Any) -> None:
+    """Tell an active recording (its ``notes``) something its caller needs to
+    replay it, e.g. the size of a buffer that each replay must pass as a role
+    (the decode kernel's split counters); nothing outside a recording."""
+    rec = _RECORD.get()
+    if rec is not None:
+        rec.notes[name] = value
 
 
 def not_replayable() -> None:
@@ -716,4 +726,4 @@ def build_launcher(compiled) -> None:
 
 
 __all__ = ["ENV_FAST_LAUNCH", "Recording", "Replay", "build_launcher", "compile_only", "compile_only_device",
-           "empty_scratch", "enabled", "fast_run", "install", "not_replayable", "recording", "zeroed_scratch"]
+           "empty_scratch", "enabled", "fast_run", "install", "not_replayable", "note", "recording", "zeroed_scratch"]
