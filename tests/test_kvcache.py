@@ -1656,3 +1656,41 @@ def test_decode_calls_are_planned(device, monkeypatch, case):
         call(10, True, q=rnd(device, dtype, 2, 1, 4, 32).requires_grad_())
     assert len(kvc.PLANS) == 3 and len(checked) == 4, (len(kvc.PLANS), len(checked))
     kvc.clear_plans()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("splits", [1, 0, 7], ids=["one split", "auto", "seven"])
+def test_gpu_decode_plans_match_unplanned(device, monkeypatch, page, splits):
+    """On the GPU a repeated eager signature replays its recorded launches
+    (kvc.PLANS: a replay recorded), bit for bit what the same call gives
+    without plans: output, LSE and the caches after an append with sinks,
+    on the default stream and on a side stream (the split counters are per
+    stream), for several calls with new values."""
+    from flashattn_triton import ops
+    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 3, 16, 4, 128, 2048
+    kvc.clear_plans()
+
+    def run(plans, i):
+        monkeypatch.setattr(ops, "PLANS_ENABLED", plans)
+        torch.manual_seed(i)
+        k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+        q = torch.randn(batch, 2, h_q, d, device=device, dtype=dtype)
+        k, v = (torch.randn(batch, 2, h_kv, d, device=device, dtype=dtype) for _ in range(2))
+        lens = torch.tensor([5, 1500, 0], dtype=torch.int32, device=device)
+        sinks = torch.randn(h_q, device=device)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
+                                           causal=True, num_splits=splits, return_softmax_lse=True, sinks=sinks)
+        return out, lse, k_cache, v_cache
+
+    for stream in (torch.cuda.current_stream(), torch.cuda.Stream()):
+        with torch.cuda.stream(stream):
+            for i in range(4):
+                got = run(True, i)
+                want = run(False, i)
+                for name, a, b in zip(("out", "lse", "k_cache", "v_cache"), got, want):
+                    assert torch.equal(a, b), f"call {i} on {stream}: {name} differs from the unplanned call"
+        torch.cuda.synchronize()
+    (plan,) = kvc.PLANS.values()
+    assert plan.replay is not None, "the plan recorded no replay on the GPU"
+    kvc.clear_plans()
