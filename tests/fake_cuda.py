@@ -13,6 +13,8 @@ from __future__ import annotations
 import collections
 import contextlib
 
+import torch
+
 from triton.backends.compiler import GPUTarget
 from triton.runtime.driver import driver
 
@@ -160,3 +162,36 @@ def fake_cuda(capability: int = 90):
             driver._active = None
         else:
             driver.set_active(previous)
+
+
+def describe(args, kinds, names: dict) -> list:
+    """A recorded launch's arguments for comparing two calls: scalars as
+    (type name, value); pointers (tensors, or ints where the launcher's
+    signature ``kinds`` says pointer) as ("ptr", name): names maps an
+    address to its role, and an address first seen gets n<i> in order of
+    first use (the buffers a call makes itself)."""
+    out = []
+    for a, kind in zip(args, kinds or [None] * len(args)):
+        if isinstance(a, torch.Tensor):
+            a = a.data_ptr()
+        elif not (isinstance(kind, str) and kind.startswith("*") and type(a) is int):
+            out.append((type(a).__name__, a))
+            continue
+        out.append(("ptr", names.setdefault(a, f"n{len(names)}")))
+    return out
+
+
+def count_replays() -> list:
+    """Patch fastlaunch.Replay.__call__ to append (replay, launched) to the
+    returned list on every call (the launch-test scripts' subprocesses)."""
+    from flashattn_triton.kernels import fastlaunch
+    calls: list = []
+    real = fastlaunch.Replay.__call__
+
+    def counting(self, roles):
+        ok = real(self, roles)
+        calls.append((self, ok))
+        return ok
+
+    fastlaunch.Replay.__call__ = counting
+    return calls

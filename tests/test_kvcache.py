@@ -1491,37 +1491,14 @@ def test_decode_kernels_take_the_fast_launch_on_a_fake_driver():
 _FAKE_DECODE_PLANS = r"""
 import os, sys, torch
 sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
+from fake_cuda import fake_cuda, LAUNCHES, count_replays, describe
 import flashattn_triton as fat
 from flashattn_triton import _kvcache as kvc, ops
 from flashattn_triton.kernels import decode, fastlaunch
 
 fastlaunch.ENABLED = True
 kvc._use_triton = lambda t: True  # CPU tensors through the CUDA path, launches recorded
-REPLAYS = []
-real_replay = fastlaunch.Replay.__call__
-
-
-def counting(self, roles):
-    ok = real_replay(self, roles)
-    REPLAYS.append(ok)
-    return ok
-
-
-fastlaunch.Replay.__call__ = counting
-
-
-def describe(args, kinds, names):
-    # pointers by name: an argument's role, else n<i> in order of first use (buffers made by the call)
-    out = []
-    for a, kind in zip(args, kinds or [None] * len(args)):
-        if isinstance(a, torch.Tensor):
-            a = a.data_ptr()
-        elif not (isinstance(kind, str) and kind.startswith("*") and type(a) is int):
-            out.append((type(a).__name__, a))
-            continue
-        out.append(("ptr", names.setdefault(a, f"n{len(names)}")))
-    return out
+REPLAYS = count_replays()
 
 
 def one_call(i, plans, splits=0, append=False, paged=False, sinks=False, rotary=False, combine="fused"):
@@ -1549,7 +1526,7 @@ def one_call(i, plans, splits=0, append=False, paged=False, sinks=False, rotary=
                                                     ("out", out), ("lse", lse)] + list(kw.items())
                  if isinstance(t, torch.Tensor)}
         got = [(id(l), g, describe(a, getattr(l, "kinds", None), names)) for l, g, a in LAUNCHES]
-        return got, sum(REPLAYS)
+        return got, sum(ok for _, ok in REPLAYS)
     finally:
         ops.PLANS_ENABLED = True
         os.environ.pop(decode.ENV_COMBINE)

@@ -818,7 +818,7 @@ def _ref_kw(kw):
 _FAKE_BWD_PLANS = r"""
 import os, sys, torch
 sys.path.insert(0, sys.argv[1])
-from fake_cuda import fake_cuda, LAUNCHES
+from fake_cuda import fake_cuda, LAUNCHES, count_replays, describe
 import flashattn_triton as fat
 from flashattn_triton import api, ops
 from flashattn_triton.kernels import bwd, fastlaunch, launch
@@ -829,30 +829,7 @@ bwd.ONE_LAUNCH = False  # two launches (the default at most shapes), whatever th
 ops.use_triton = lambda t: True  # CPU tensors through the CUDA path, launches recorded
 launch._arch = lambda index: "sm90"
 launch.Launcher.config = lambda self, device, *key: launch.config_from_env(self.name) or self.choose(0, *key)
-REPLAYS = []
-real_replay = fastlaunch.Replay.__call__
-
-
-def counting(self, roles):
-    ok = real_replay(self, roles)
-    REPLAYS.append((self, ok))
-    return ok
-
-
-fastlaunch.Replay.__call__ = counting
-
-
-def describe(args, kinds, names):
-    # pointers by name: an input's role, else n<i> in order of first use (the new buffers)
-    out = []
-    for a, kind in zip(args, kinds or [None] * len(args)):
-        if isinstance(a, torch.Tensor):
-            a = a.data_ptr()
-        elif not (isinstance(kind, str) and kind.startswith("*") and type(a) is int):
-            out.append((type(a).__name__, a))
-            continue
-        out.append(("ptr", names.setdefault(a, f"n{len(names)}")))
-    return out
+REPLAYS = count_replays()
 
 
 UNPACKED = []
