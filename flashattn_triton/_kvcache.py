@@ -516,8 +516,6 @@ def _no_backward(grad):
 PLANS: dict = {}
 MAX_PLANS = 1024
 _NUMBER = (float, int)  # exact classes, as api.py's keys
-_OPTIONAL = ("k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
-             "block_table", "alibi_slopes", "sinks")  # the roles after q, k_cache, v_cache, out, lse (, counters)
 
 
 def clear_plans() -> None:
@@ -540,8 +538,11 @@ def _layout(t) -> Optional[tuple]:
 
 def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, window_size, softcap,
               rotary_interleaved, num_splits, return_softmax_lse, attention_chunk) -> Optional[tuple]:
-    """The call's plan key, None if it cannot be planned (optional: the
-    tensors named by _OPTIONAL, in that order)."""
+    """The call's plan key, None if it cannot be planned.  optional: (k, v,
+    rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+    block_table, alibi_slopes, sinks) as given; a replay's roles are q,
+    k_cache, v_cache, out, lse, the split counters if any, then the given
+    ones of these in this order."""
     if not (DIRECT and ops.PLANS_ENABLED and causal.__class__ is bool and rotary_interleaved.__class__ is bool
             and return_softmax_lse.__class__ is bool and num_splits.__class__ is int
             and attention_chunk.__class__ is int and window_size.__class__ is tuple and len(window_size) == 2
@@ -584,8 +585,9 @@ class _DecodePlan:
 
     def __init__(self, args: tuple):
         q = args[0]
-        self.options = args[12:19]  # softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved,
-        self.chunk = args[20]  # num_splits; attention_chunk
+        # softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits
+        self.options = args[12:19]
+        self.chunk = args[20]  # attention_chunk
         self.lse_shape = (q.shape[0], q.shape[2], q.shape[1])
         self.replay: Optional[fastlaunch.Replay] = None
         self.world: Optional[tuple] = None
