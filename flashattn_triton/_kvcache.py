@@ -543,7 +543,9 @@ def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, windo
     block_table, alibi_slopes, sinks) as given; a replay's roles are q,
     k_cache, v_cache, out, lse, the split counters if any, then the given
     ones of these in this order."""
-    if not (DIRECT and ops.PLANS_ENABLED and causal.__class__ is bool and rotary_interleaved.__class__ is bool
+    if not (DIRECT and ops.PLANS_ENABLED) or not _eager_mode():  # (first: dynamo must not trace the rest)
+        return None
+    if not (causal.__class__ is bool and rotary_interleaved.__class__ is bool
             and return_softmax_lse.__class__ is bool and num_splits.__class__ is int
             and attention_chunk.__class__ is int and window_size.__class__ is tuple and len(window_size) == 2
             and window_size[0].__class__ is int and window_size[1].__class__ is int
@@ -552,7 +554,7 @@ def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, windo
     seqlens = optional[4]
     if seqlens is not None and seqlens.__class__ is not torch.Tensor:
         return None  # (an int becomes a tensor per call)
-    if autocast_active() or not _eager_mode():
+    if autocast_active():
         return None
     layouts = tuple(_layout(t) for t in (q, k_cache, v_cache) + optional)
     if None in layouts:
