@@ -9,7 +9,9 @@ kernel (kernels/combine.py); a call without new keys/values takes
 ``kvcache_attn``, the same computation declared with no mutation.  Being one
 opaque op with a fake (meta) implementation, it traces under
 ``torch.compile(fullgraph=True)``, and since it never synchronises it can be
-captured in a CUDA graph.
+captured in a CUDA graph.  Eager calls without gradients call the op's
+implementation directly (DIRECT), and a repeated eager signature replays its
+recorded launches without the checks (the call plans, PLANS).
 
 CPU tensors run the Triton kernels under Triton's interpreter
 (``TRITON_INTERPRET=1``), otherwise a dense PyTorch implementation of the same
