@@ -152,19 +152,20 @@ _DIRECT_INSTALLED = False
 
 
 def _install_direct_launches() -> None:
-    """The kernels that kernels/bwd.py and kernels/combine.py launch themselves
-    (not through a Launcher) get the launch fast path and compile-only mode
-    too (kernels/fastlaunch.py).  A recording replays only launches made
-    through it: the merge that folds sinks in after a Hopper forward
-    (_fold_sinks) is one of a planned call's launches."""
+    """The kernels that kernels/bwd.py launches itself (not through a
+    Launcher) get the launch fast path and compile-only mode too
+    (kernels/fastlaunch.py).  A recording replays only launches made through
+    it.  (kernels/combine.py installs its merge kernel at import: the merge
+    that folds sinks in after a Hopper forward, _fold_sinks, is one of a
+    planned call's launches, and the separate decode combine one of a
+    planned decode call's.)"""
     global _DIRECT_INSTALLED
     if _DIRECT_INSTALLED:
         return
-    from .kernels import bwd, combine
+    from .kernels import bwd
     for name, obj in list(vars(bwd).items()):
         if name.startswith("_bwd"):  # the kernels, not the helpers they call
             fastlaunch.install(obj)
-    fastlaunch.install(combine._combine_fwd)
     _DIRECT_INSTALLED = True
 
 

@@ -1560,9 +1560,8 @@ def test_decode_plans_replay_on_a_fake_driver():
     what the same call launches without plans (the same kernels, scalars and
     grids, the call's own q, caches, new tokens, cache_seqlens, block table
     and sinks by role, its own new out / LSE / partials, the split counters
-    of the stream), with one split, the fused merge, a paged cache, sinks
-    and rotary tables.  The separate combine (not the default) is not
-    recorded: its calls run the unplanned launches, still without the checks.
+    of the stream), with one split, the fused merge, a paged cache, sinks,
+    rotary tables and the separate combine (not the default).
     Lines: case, launches, replays, recorded, counters a role."""
     from flashattn_triton.kernels import fastlaunch
     if fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
@@ -1571,10 +1570,9 @@ def test_decode_plans_replay_on_a_fake_driver():
     lines = [line.split() for line in fake_launch(_FAKE_DECODE_PLANS, timeout=600).strip().split("\n")]
     assert [line[0] for line in lines] == ["one_split", "three_splits,_append", "paged,_append,_sinks",
                                            "separate_combine", "rotary"], lines
-    # launches: decode (+ append) (+ combine); every case replayed once, from a recording, but the
-    # separate combine's (its kernel has no launch fast path: the plan runs the unplanned launches)
+    # launches: decode (+ append) (+ combine); every case replayed once, from a recording
     assert [line[1:4] for line in lines] == [["1", "1", "True"], ["2", "1", "True"], ["2", "1", "True"],
-                                             ["2", "0", "False"], ["2", "1", "True"]], lines
+                                             ["2", "1", "True"], ["2", "1", "True"]], lines
     assert [line[4] for line in lines] == ["False", "True", "True", "False", "True"], lines
 
 
