@@ -8,7 +8,8 @@
 #    test_gpu_decode_plans_match_unplanned (new: planned == unplanned bit for bit on the GPU, two
 #    streams, contiguous and paged, 1 / auto / 7 splits) and test_gpu_cuda_graph (its warm-up
 #    calls now record a plan that the capture replays).
-#  * test_plans.py and test_fastlaunch.py (the recording change: fastlaunch.note).
+#  * test_plans.py and test_fastlaunch.py (the recording change: fastlaunch.note; the combine
+#    kernel now takes the launch fast path at import, not at the first attention call).
 #  * bench_overhead.py --skip-first-call (the decode row planned).
 # Commit under results/<gpu>/session61/ with the environment, then move this script to history
 # (fix its `source` to ../gpu_lib.sh).
