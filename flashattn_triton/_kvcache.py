@@ -526,16 +526,13 @@ def clear_plans() -> None:
 
 
 def _layout(t) -> Optional[tuple]:
-    """A tensor argument's part of the key: () for None, None (no plan) for
-    anything but a plain tensor with data and without a negation bit."""
-    if t is None:
-        return ()
-    if t.__class__ is not torch.Tensor or t.is_meta or t.is_neg():
+    """A tensor argument's part of the key: ops.layout_key and whether it is
+    an inference tensor (an append into one outside inference mode raises);
+    None (no plan) for a meta tensor too."""
+    if t is not None and t.__class__ is torch.Tensor and t.is_meta:
         return None
-    try:
-        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.is_inference(), t.data_ptr() & 15)
-    except Exception:  # noqa: BLE001 - sparse, storage-less ...: the full path says what is wrong
-        return None
+    key = ops.layout_key(t)
+    return key + (t.is_inference(),) if key else key
 
 
 def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, window_size, softcap,

@@ -151,20 +151,6 @@ def _qkv_key(q, k, v) -> Optional[tuple]:
         return None
 
 
-def _option_key(t) -> Optional[tuple]:
-    """What the checks read of a tensor option (ALiBi slopes, sinks): its
-    layout, as _qkv_key; () for None; None (no plan) for anything but a
-    plain tensor."""
-    if t is None:
-        return ()
-    if t.__class__ is not torch.Tensor or t.is_neg():
-        return None
-    try:
-        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
-    except Exception:  # noqa: BLE001 - the full path says what is wrong
-        return None
-
-
 def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
                return_attn_probs, return_lse, alibi_slopes=None, sinks=None, attention_chunk=0) -> Optional[tuple]:
     """flash_attn_func's plan key, None if the call cannot be planned."""
@@ -180,7 +166,7 @@ def _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     if left.__class__ is not int or right.__class__ is not int or not _plannable():
         return None
     tensors = _qkv_key(q, k, v)
-    alibi, sink = _option_key(alibi_slopes), _option_key(sinks)
+    alibi, sink = ops.layout_key(alibi_slopes), ops.layout_key(sinks)
     if tensors is None or alibi is None or sink is None:
         return None
     return ("flash", causal, deterministic, return_attn_probs, return_lse, left, right, softmax_scale, softcap,
@@ -198,7 +184,7 @@ def _varlen_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     offsets' values, which a plan would not look at)."""
     if check_inputs is not False or max_seqlen_q.__class__ is not int or max_seqlen_k.__class__ is not int:
         return None
-    cu_q, cu_k = _option_key(cu_seqlens_q), _option_key(cu_seqlens_k)
+    cu_q, cu_k = ops.layout_key(cu_seqlens_q), ops.layout_key(cu_seqlens_k)
     if not cu_q or not cu_k or cu_q[1] != (1,) or cu_k[1] != (1,):  # (None, or not contiguous)
         return None
     flash = _flash_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,

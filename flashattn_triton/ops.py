@@ -1140,6 +1140,21 @@ def _reject_transforms(q, k, v, params: AttnParams) -> None:
                                   "an input is a dual tensor of torch.autograd.forward_ad")
 
 
+def layout_key(t) -> Optional[tuple]:
+    """What the checks read of a tensor argument, for the call plans' keys
+    (api.py's tensor options, _kvcache.py's arguments): its shape, strides,
+    dtype, device, requires_grad and 16-byte alignment; () for None; None
+    (no plan) for anything but a plain tensor without a negation bit."""
+    if t is None:
+        return ()
+    if t.__class__ is not torch.Tensor or t.is_neg():
+        return None
+    try:
+        return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
+    except Exception:  # noqa: BLE001 - sparse, storage-less ...: the full path says what is wrong
+        return None
+
+
 def eager_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether q, k, v can take the direct eager path (the impls and the
     autograd Function below, which launch kernels): plain tensors with data.
