@@ -800,15 +800,14 @@ def flash_attn_with_kvcache(
             natural-log log-sum-exp of each row of the (scaled, capped, biased) scores
             (and of the sink logit, if given).
     """
-    key = _plan_key(q, k_cache, v_cache, (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                                          block_table, alibi_slopes, sinks),
-                    softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_softmax_lse,
-                    attention_chunk)
+    optional = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+                alibi_slopes, sinks)
+    key = _plan_key(q, k_cache, v_cache, optional, softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                    num_splits, return_softmax_lse, attention_chunk)
     if key is not None:
         plan = PLANS.get(key)
         if plan is not None:  # a signature checked before: no checks, its launches replayed
-            out, lse = plan(q, k_cache, v_cache, (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                                  cache_leftpad, block_table, alibi_slopes, sinks))
+            out, lse = plan(q, k_cache, v_cache, optional)
             if k is not None:
                 torch.autograd.graph.increment_version((k_cache, v_cache))
             return (out, lse) if return_softmax_lse else out
