@@ -1434,10 +1434,10 @@ from fake_cuda import fake_cuda, LAUNCHES
 from flashattn_triton.kernels import decode, fastlaunch
 
 fastlaunch.ENABLED = True
+SLOW = []  # launches through Triton's own path, either kernel
 for kernel in (decode._decode_fwd, decode._append_kv):
     run = fastlaunch.fast_run(kernel)
     assert run is not None, "the decode kernels must have the launch fast path"
-    SLOW = []
     real = run.jit_run
     run.jit_run = lambda *a, _real=real, **k: (SLOW.append(1), _real(*a, **k))[1]
 
