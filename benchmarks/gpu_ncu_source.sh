@@ -13,7 +13,12 @@
 #   samples), <row>.src.csv (the same with the source lines, where ncu resolves them),
 #   <row>.txt (details page). benchmarks/ncu_source_summary.py then sums the samples by
 #   instruction class (mbarrier waits, named-barrier syncs, wgmma waits, ...) and by source line.
-# PROVIDERS (numeric rows; default ours,cudnn) and KERNELS (the ncu -k filter) may be set by a caller.
+#   A row decode:B:N profiles one decoding step instead (ncu_cases.py --case decode: B sequences,
+#   one query token of Hq 32 / Hkv 8, d 128 against N cached keys), with KERNELS set to the
+#   decoding kernels (KERNELS="regex:_decode_fwd|cudnn|fmha|flash|splitkv|combine" names ours, cuDNN's and
+#   SDPA flash's).
+# PROVIDERS (numeric and decode rows; default ours,cudnn), KERNELS (the ncu -k filter) and NCU_EXTRA
+# (more ncu options, e.g. "--warp-sampling-interval 0" for short kernels) may be set by a caller.
 # No rule: a record for the next kernel change (docs/performance.md).
 #
 #     OUT=/tmp/out bash benchmarks/gpu_ncu_source.sh
@@ -26,14 +31,16 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -
 "$NCU" --version | tail -1 | tee -a "$R/env.txt"
 for r in $ROWS; do
   IFS=: read -r mode d n mask <<< "$r"
-  case "$d" in
-    [0-9]*) name="${mode}_d${d}_$((n / 1024))k_${mask}"
+  case "$mode:$d" in
+    decode:*) name="decode_b${d}_$((n / 1024))k"
+              args=(--case decode --batch "$d" --n "$n" --providers "${PROVIDERS:-ours,cudnn}") ;;
+    *:[0-9]*) name="${mode}_d${d}_$((n / 1024))k_${mask}"
             args=(--case "$mode" --d "$d" --n "$n" --providers "${PROVIDERS:-ours,cudnn}"); [ "$mask" = causal ] && args+=(--causal) ;;
     *) name="${mode}_variant_${d}_$((n / 1024))k"; args=(--case "$mode" --variant "$d" --n "$n" --providers ours,peer) ;;
   esac
   timeout -k 5 "$T_ROW" "$NCU" --clock-control none --target-processes all --profile-from-start off \
     -k "$KERNELS" --launch-count "${LAUNCHES:-4}" --section SourceCounters --section WarpStateStats \
-    --section SpeedOfLight --import-source yes -o "$R/$name" -f \
+    --section SpeedOfLight --import-source yes ${NCU_EXTRA:-} -o "$R/$name" -f \
     python3 benchmarks/ncu_cases.py "${args[@]}" --windows-json "$R/$name.windows.json" > "$R/$name.log" 2>&1
   echo "rc=$?" >> "$R/$name.log"
   el "$name: $(tail -1 "$R/$name.log"), $(grep -c '==PROF== Profiling' "$R/$name.log") kernels profiled"

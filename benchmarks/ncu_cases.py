@@ -22,6 +22,13 @@ ncu_summary.py splits the report at the markers, so every kernel of a call is co
 with its provider, whichever thread launched it (autograd runs the backward on a thread
 of its own). --windows-json records the row and which window is which provider.
 
+--case decode profiles one decoding step instead (issue 11's batch-1 rows): one query
+token of Hq 32 / Hkv 8, d 128, bf16 against a contiguous cache of --n keys in --batch
+sequences, as bench_decode.py builds it: ours (flash_attn_with_kvcache, automatic split
+count) against SDPA's cuDNN (cudnn) or flash (flash) backend on (B, H, N, d) views of the
+same cache. Nsight Compute flushes the caches before each profiled kernel by default, so
+the cache is read from DRAM as in the benchmark's rotation of copies.
+
 --variant NAME profiles a row of bench_variants.py's table instead (issue 10: B = 2,
 N = --n, Hq 16 / Hkv 4, d = 128, bf16, causal): plain, dropout (p = 0.1), d192 (d = 192,
 dv = 128) against SDPA's default backend, window ((1024, 0)) against the compiled
@@ -129,9 +136,26 @@ def variant_case_op(provider: str, variant: str, n: int, mode: str):
     return op, row
 
 
+def decode_op(provider: str, batch: int, n: int):
+    """(op of no arguments, row) for --case decode (module doc)."""
+    import bench_decode as BD
+    h_q, h_kv, d, dtype = 32, 8, 128, torch.bfloat16
+    cache = BD.make_caches(batch, n, h_kv, d, dtype, "contiguous", 1)[0]
+    q = torch.randn(batch, 1, h_q, d, dtype=dtype, device="cuda")
+    if provider == "ours":
+        lens = torch.full((batch,), n, dtype=torch.int32, device="cuda")
+        op = BD.our_call(q, cache, lens, 0)
+    else:
+        op = BD.peer_call(PROVIDERS[provider], q.transpose(1, 2), cache)
+    row = dict(case="decode", batch=batch, seqlen_k=n, heads_q=h_q, heads_kv=h_kv, head_dim=d, dtype="bf16",
+               kv_bytes=BD.kv_bytes(batch, n, h_kv, d))
+    return op, row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=("fwd", "bwd"), required=True)
+    ap.add_argument("--case", choices=("fwd", "bwd", "decode"), required=True)
+    ap.add_argument("--batch", type=int, default=1, help="--case decode: sequences")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--causal", action="store_true")
@@ -142,17 +166,21 @@ def main() -> int:
     ap.add_argument("--windows-json", help="write the row and the window of each provider here")
     args = ap.parse_args()
     providers = [p for p in args.providers.split(",") if p]
+    if args.case == "decode" and args.variant:
+        ap.error("--case decode takes no --variant")
     known = ("ours", "peer") if args.variant else PROVIDERS
     unknown = [p for p in providers if p not in known]
     if unknown:
         ap.error(f"--providers: unknown {', '.join(unknown)} (choose among {', '.join(known)})")
     C.require_cuda("ncu_cases.py")
-    cfg = None if args.variant else row_config(args)
+    cfg = None if args.variant or args.case == "decode" else row_config(args)
     ops, errors, row = {}, {}, {}
     for p in providers:
         try:
             if args.variant:
                 op, row = variant_case_op(p, args.variant, args.n, args.case)
+            elif args.case == "decode":
+                op, row = decode_op(p, args.batch, args.n)
             else:
                 op = make_op(p, cfg, args.case)
             for _ in range(args.warmup):
@@ -176,9 +204,10 @@ def main() -> int:
         torch.cuda.profiler.stop()
         windows.append({"window": window, "provider": p})
     if args.windows_json:
-        row = dict(row if args.variant else cfg.as_dict(), mode=args.case)
+        row = dict(row if cfg is None else cfg.as_dict(), mode=args.case)
         Path(args.windows_json).write_text(json.dumps({"row": row, "windows": windows, "errors": errors}, indent=1))
-    label = f"variant {args.variant} N={args.n}" if args.variant else cfg.label()
+    label = (f"variant {args.variant} N={args.n}" if args.variant else
+             f"B={args.batch} N={args.n}" if cfg is None else cfg.label())
     print(f"done: {args.case} {label} windows {windows}" + (f" errors {errors}" if errors else ""))
     return 0 if ops else 1
 
