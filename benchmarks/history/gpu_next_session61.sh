@@ -13,7 +13,7 @@
 #  * bench_overhead.py --skip-first-call (the decode row planned).
 # Commit under results/<gpu>/session61/ with the environment, then move this script to history
 # (fix its `source` to ../gpu_lib.sh).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 timeout -k 5 60 python3 benchmarks/history/host_profile_decode.py > "$R/host_profile_decode.log" 2>&1
 echo "rc=$?" >> "$R/host_profile_decode.log"; el host_profile_decode
 grep -e ' host ' -e 'replay' -e '^rc' "$R/host_profile_decode.log"
