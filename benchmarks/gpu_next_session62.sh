@@ -10,10 +10,11 @@
 # (the merging tail); far below it: the time is outside the programs (start, launch). No rule: a
 # record for the next change. Then commit under results/<gpu>/session62/ with the environment.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+ROWS62=${ROWS62:-"decode:1:2048 decode:1:8192"}  # (a shorter call: ROWS62="decode:1:8192")
 for v in default none deep,fill,reserve,spread,longpages fill,pdl,reserve,spread,longpages; do
   p=ours; [ "$v" = default ] && p=ours,cudnn
   tag=${v//,/+}
-  FLASHATTN_TRITON_DECODE_VARIANT=$v ROWS="decode:1:2048 decode:1:8192" PROVIDERS=$p \
+  FLASHATTN_TRITON_DECODE_VARIANT=$v ROWS="$ROWS62" PROVIDERS=$p \
     KERNELS="regex:_decode_fwd|cudnn" LAUNCHES=3 T_ROW=60 \
     NCU_EXTRA="--metrics sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg" \
     OUT="$OUT/$tag" bash benchmarks/gpu_ncu_source.sh > "$R/ncu_$tag.log" 2>&1
