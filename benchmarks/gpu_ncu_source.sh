@@ -15,8 +15,9 @@
 #   instruction class (mbarrier waits, named-barrier syncs, wgmma waits, ...) and by source line.
 #   A row decode:B:N profiles one decoding step instead (ncu_cases.py --case decode: B sequences,
 #   one query token of Hq 32 / Hkv 8, d 128 against N cached keys), with KERNELS set to the
-#   decoding kernels (KERNELS="regex:_decode_fwd|cudnn|fmha|flash|splitkv|combine" names ours, cuDNN's and
-#   SDPA flash's).
+#   decoding kernels (session 61: KERNELS="regex:_decode_fwd|cudnn|flash_fwd_splitkv", ours, cuDNN's
+#   main kernel and SDPA flash's; the filter reads a kernel's base name, so cuDNN's
+#   lean_reduction_kernel needs its own pattern).
 # PROVIDERS (numeric and decode rows; default ours,cudnn), KERNELS (the ncu -k filter) and NCU_EXTRA
 # (more ncu options, e.g. "--warp-sampling-interval 0" for short kernels) may be set by a caller.
 # No rule: a record for the next kernel change (docs/performance.md).
