@@ -555,7 +555,7 @@ def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, windo
         return None  # (an int becomes a tensor per call)
     if autocast_active():
         return None
-    layouts = tuple(_layout(t) for t in (q, k_cache, v_cache) + optional)
+    layouts = tuple([() if t is None else _layout(t) for t in (q, k_cache, v_cache) + optional])
     if None in layouts:
         return None
     grad = torch.is_grad_enabled()
@@ -571,9 +571,10 @@ def _plan_key(q, k_cache, v_cache, optional: tuple, softmax_scale, causal, windo
 
 def _world() -> tuple:
     """What a replay's launches were chosen by besides the key (tests and
-    tools replace these; decode._plan_world holds the environment switches)."""
+    tools replace these; decode._plan_world holds the environment switches,
+    ENV_COMBINE's among them)."""
     from .kernels import decode
-    return (decode._plan_world(), decode.fused_combine(), decode.MERGE_STAGES, decode.decode_attention,
+    return (decode._plan_world(), decode.fused_combine, decode.MERGE_STAGES, decode.decode_attention,
             decode.append_kv, decode.split_counters, _use_triton, _kvcache_into, fastlaunch.POISON)
 
 

@@ -311,6 +311,26 @@ def test_split_counters_reset(device, monkeypatch):
             assert buf is not None and int(buf.count_nonzero()) == 0, f"counters left set after call {rep}"
 
 
+def test_split_counters_buffer_per_device_and_stream(monkeypatch):
+    """The counters' buffer is kept per (CUDA device, stream), and every
+    device's default stream has handle 0, so the key holds the device index:
+    two GPUs' default streams never share one buffer.  A size asked for again
+    gets the same view of that buffer (no slice per call); a larger size
+    makes a new zeroed buffer, and a discarded buffer is made anew."""
+    monkeypatch.setattr(decode, "_RAW_STREAM", lambda index: 0)  # both devices on their default stream
+    assert decode._counters_key(torch.device("cuda", 0)) != decode._counters_key(torch.device("cuda", 1))
+    monkeypatch.setattr(decode, "_COUNTERS", {})
+    cpu = torch.device("cpu")
+    a = decode.split_counters(8, cpu)
+    assert decode.split_counters(8, cpu) is a and a.numel() == 8
+    big = decode.split_counters(5000, cpu)
+    assert big.numel() == 5000 and big._base is not a._base and int(big.count_nonzero()) == 0
+    again = decode.split_counters(8, cpu)
+    assert again._base is big._base and again.numel() == 8
+    decode.discard_split_counters(cpu)
+    assert decode.split_counters(8, cpu)._base is not big._base
+
+
 def test_interrupted_launch_leaves_no_counters_set(device, monkeypatch):
     """A decode launch that stops part-way (here: a stand-in that counts one
     split in and raises, as an interrupt of the interpreter can) must not

@@ -59,8 +59,8 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, dot_precision, head_dim_pad,
-                     next_power_of_2, smem_budget)
+from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, dot_precision, env_snapshot,
+                     head_dim_pad, next_power_of_2, smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
 
 # Environment override of the launch config, read at call time, e.g.
@@ -809,10 +809,14 @@ _PLANS: dict = {}
 MAX_PLANS = 1024
 
 
+_WORLD_ENV = (ENV_VARIANT, ENV_CONFIG, ENV_COMBINE)
+
+
 def _plan_world() -> tuple:
     """What a plan depends on besides its arguments: the environment switches
+    (raw, read in one pass: the eager call plans check this on every replay)
     and the module's tables and functions (tests and tools replace them)."""
-    return (os.environ.get(ENV_VARIANT), os.environ.get(ENV_CONFIG), DEFAULT_VARIANTS, CPU_SM_COUNT,
+    return (env_snapshot(_WORLD_ENV), DEFAULT_VARIANTS, CPU_SM_COUNT,
             LONGPAGES_FROM, PAIR_MIN_BUDGET, SPREAD_WAVES, SPREAD_PER_SM, SPREAD_MIN_TILES, SPREAD_MAX_WAVES,
             MAX_AUTO_SPLITS, MAX_ROWS_PER_TILE, INTERPRET, HAVE_GDC, decode_config, fit_decode_config, decode_smem,
             device_smem_budget, sm_count, choose_num_splits, spread_splits, pdl_supported, _sm90_or_later)
@@ -898,7 +902,8 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     return DecodePlan(cfg, num_splits, row_tiles, use_pdl)
 
 
-_COUNTERS: dict = {}  # (device, stream) -> int32 buffer, all zero between launches
+# (device index, stream) -> [int32 buffer, all zero between launches, {numel: its first numel}]
+_COUNTERS: dict = {}
 
 
 _RESERVE: dict = {}  # device -> [zeroed int32 buffer, first counter not handed out]
@@ -914,6 +919,8 @@ def reserve_counters(numel: int, device: torch.device, capturing: bool) -> Optio
     (the last split resets it).  torch.cuda.graph synchronizes the device
     before it captures, so the zeroing has finished before any replay."""
     key = str(device)
+    if not capturing and key in _RESERVE:  # (every eager call after the first: no lock needed)
+        return None
     with _RESERVE_LOCK:
         entry = _RESERVE.get(key)
         if not capturing:
@@ -952,18 +959,34 @@ def _split_counters(numel: int, device: torch.device) -> torch.Tensor:
         if capturing:
             return torch.zeros(numel, device=device, dtype=torch.int32)
     key = _counters_key(device)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < numel:
+    entry = _COUNTERS.get(key)
+    if entry is not None:
+        view = entry[1].get(numel)  # (a slice costs more host time than the lookup)
+        if view is not None:
+            return view
+    if entry is None or entry[0].numel() < numel:
         if len(_COUNTERS) >= 64:  # streams come and go: forget old buffers (freed in stream order)
             _COUNTERS.clear()
-        buf = torch.zeros(max(numel, 1024), device=device, dtype=torch.int32)
-        _COUNTERS[key] = buf
-    return buf[:numel]
+        entry = [torch.zeros(max(numel, 1024), device=device, dtype=torch.int32), {}]
+        _COUNTERS[key] = entry
+    view = entry[0][:numel]
+    if len(entry[1]) < 64:
+        entry[1][numel] = view
+    return view
+
+
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _counters_key(device: torch.device) -> object:
-    """split_counters' buffer key: the current stream on CUDA, else the device type."""
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else device.type
+    """split_counters' buffer key: (device index, current stream) on CUDA
+    (the index too: every device's default stream is 0), else the device type."""
+    if device.type != "cuda":
+        return device.type
+    index = cuda_index(device)
+    if _RAW_STREAM is None:  # (a build without it: the Stream object's handle)
+        return index, torch.cuda.current_stream(index).cuda_stream
+    return index, _RAW_STREAM(index)
 
 
 def discard_split_counters(device: torch.device) -> None:
