@@ -1689,3 +1689,26 @@ def test_gpu_decode_plans_match_unplanned(device, monkeypatch, page, splits):
     (plan,) = kvc.PLANS.values()
     assert plan.replay is not None, "the plan recorded no replay on the GPU"
     kvc.clear_plans()
+
+
+@pytest.mark.gpu
+def test_gpu_two_devices_default_streams(device):
+    """Decoding on two GPUs, each on its default stream (handle 0 on every
+    device): each device's fused merge gets counters on its own device, and
+    both match the reference, planned calls included (needs two GPUs)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    dtype = torch.bfloat16
+    kvc.clear_plans()
+    for rep in range(3):
+        for index in (0, 1, 0, 1):
+            dev = torch.device("cuda", index)
+            torch.manual_seed(10 * rep + index)
+            q = torch.randn(2, 1, 8, 64, device=dev, dtype=dtype)
+            k_cache, v_cache, _ = make_cache(dev, 2, 4096, 2, 64, dtype)
+            lens = torch.tensor([4096, 3000], dtype=torch.int32, device=dev)
+            out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, num_splits=8)
+            ref = reference(q, k_cache, v_cache, seqlens=lens)
+            base = reference(q, k_cache, v_cache, seqlens=lens, dtype=dtype)
+            assert_close(f"cuda:{index}, call {rep}", out, ref[0], base[0], 2.0, dtype)
+    kvc.clear_plans()
