@@ -11,7 +11,7 @@ import torch
 from . import ops
 from ._dispatch import chunks_as_sequences
 from ._params import AttnParams, draw_dropout_seed
-from .kernels.launch import env_snapshot
+from .kernels.launch import cuda_index, current_stream_handle, env_snapshot
 from .reference import LN2
 from ._validate import (autocast_active, autocast_inputs, check_alibi, check_attention_chunk, check_attn_mask,
                         check_cu_seqlens, check_dense, check_dropout, check_flag, check_offsets,
@@ -528,7 +528,7 @@ def _chunk_offsets(b: int, n: int, lk: int, chunk: int, device: torch.device) ->
         device.type == "cuda" and torch.cuda.is_current_stream_capturing())
     # per stream as well: a tensor the cache drops is freed to its own stream's pool, safe only
     # where every kernel that read it ran on that stream
-    stream = torch.cuda.current_stream(device).cuda_stream if reuse and device.type == "cuda" else None
+    stream = current_stream_handle(cuda_index(device)) if reuse and device.type == "cuda" else None
     key = (b, n, lk, chunk, device, stream)
     if reuse and key in _CHUNK_OFFSETS:
         return _CHUNK_OFFSETS[key]

@@ -317,7 +317,7 @@ def test_split_counters_buffer_per_device_and_stream(monkeypatch):
     two GPUs' default streams never share one buffer.  A size asked for again
     gets the same view of that buffer (no slice per call); a larger size
     makes a new zeroed buffer, and a discarded buffer is made anew."""
-    monkeypatch.setattr(decode, "_RAW_STREAM", lambda index: 0)  # both devices on their default stream
+    monkeypatch.setattr(decode, "current_stream_handle", lambda index: 0)  # both devices on their default stream
     assert decode._counters_key(torch.device("cuda", 0)) != decode._counters_key(torch.device("cuda", 1))
     monkeypatch.setattr(decode, "_COUNTERS", {})
     cpu = torch.device("cpu")

@@ -59,8 +59,8 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 from . import fastlaunch
 from .combine import cast_rtne, combine_partials, merge_init, merge_part
-from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, dot_precision, env_snapshot,
-                     head_dim_pad, next_power_of_2, smem_budget)
+from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, current_stream_handle,
+                     dot_precision, env_snapshot, head_dim_pad, next_power_of_2, smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
 
 # Environment override of the launch config, read at call time, e.g.
@@ -975,18 +975,13 @@ def _split_counters(numel: int, device: torch.device) -> torch.Tensor:
     return view
 
 
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
 def _counters_key(device: torch.device) -> object:
     """split_counters' buffer key: (device index, current stream) on CUDA
     (the index too: every device's default stream is 0), else the device type."""
     if device.type != "cuda":
         return device.type
     index = cuda_index(device)
-    if _RAW_STREAM is None:  # (a build without it: the Stream object's handle)
-        return index, torch.cuda.current_stream(index).cuda_stream
-    return index, _RAW_STREAM(index)
+    return index, current_stream_handle(index)
 
 
 def discard_split_counters(device: torch.device) -> None:

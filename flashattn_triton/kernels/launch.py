@@ -125,6 +125,18 @@ def cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # (absent from CPU builds)
+
+
+def current_stream_handle(index: int) -> int:
+    """The handle of device ``index``'s current CUDA stream, without making a
+    Stream object (0 for every device's default stream: a key per stream and
+    device needs the index too)."""
+    if _RAW_STREAM is None:
+        return torch.cuda.current_stream(index).cuda_stream
+    return _RAW_STREAM(index)
+
+
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (n >= 1), for host code: triton.next_power_of_2
     is a constexpr_function, slower to call."""
