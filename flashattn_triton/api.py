@@ -662,7 +662,14 @@ def flash_attn_varlen_func(
             sync.  Unchecked, offsets past the packed rows read and write out
             of bounds (on CPU they can crash the process), and rows past
             cu_seqlens[-1] (q.shape[0] must equal it, as in flash-attn) are
-            neither read nor written: their out, LSE and gradients are undefined.
+            not written: their out, LSE and gradients are undefined.
+
+    On Hopper GPUs the packed kernels load whole tiles by TMA, so a sequence's
+    last tiles also read the rows that follow it in q, k, v (and dout): the
+    next sequence's, or rows past cu_seqlens[-1].  Those rows get weight 0,
+    but a NaN or infinity in them makes 0 * NaN and reaches the preceding
+    sequence's out and gradients.  Keep every row of the packed tensors
+    finite (the portable kernels read each sequence's own rows only).
 
     Each sequence attends only within itself.  GQA as in :func:`flash_attn_func`.
 
