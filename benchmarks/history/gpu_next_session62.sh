@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran in session 63 at 2k only, through history/gpu_next_session63.sh (results/h100/session63/call1/probe/).
 # Queued by session 61 (its device time went to failed starts; about 4 minutes). One call, on an
 # H200 if one comes: `OUT=$OUT bash benchmarks/gpu_next_session62.sh`.
 # Session 61's Nsight Compute profile of one batch-1 decoding step (docs/decode.md, "Nsight Compute
@@ -9,7 +10,7 @@
 # sm__cycles_active.max / .min / .avg. Max active near the elapsed cycles: a program runs that long
 # (the merging tail); far below it: the time is outside the programs (start, launch). No rule: a
 # record for the next change. Then commit under results/<gpu>/session62/ with the environment.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 ROWS62=${ROWS62:-"decode:1:2048 decode:1:8192"}  # (a shorter call: ROWS62="decode:1:8192")
 for v in default none deep,fill,reserve,spread,longpages fill,pdl,reserve,spread,longpages; do
   p=ours; [ "$v" = default ] && p=ours,cudnn
