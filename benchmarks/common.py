@@ -62,6 +62,17 @@ def host_us(fn, calls: int = 1000, warmup: int = 0) -> float:
     return us
 
 
+def host_us_spread(fn, calls: int = 100, repeats: int = 21, warmup: int = 50) -> tuple:
+    """(median, min, max) of host_us over ``repeats`` runs of ``calls`` calls
+    each, after ``warmup`` calls.  On a shared host one long run's mean moves
+    with the other tenants (session 63: 54-124 us for the same call); the
+    median of short runs is steadier, and the min bounds what the code costs."""
+    import statistics
+
+    runs = [host_us(fn, calls=calls, warmup=warmup if i == 0 else 0) for i in range(repeats)]
+    return statistics.median(runs), min(runs), max(runs)
+
+
 def kernel_us(fn, calls: int = 20, width: int = 80) -> dict:
     """torch.profiler's CUDA kernel time per call of fn over ``calls`` back-to-back
     calls (synchronised after): {kernel name (its first ``width`` characters): us

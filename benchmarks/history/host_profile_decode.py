@@ -2,7 +2,9 @@
 row: one query token against 128 cached rows, B=1, H=8, d=64, fp16, under no_grad: 212 us per
 call against torch SDPA's 28 us).  Host time per call (back to back, no sync), then a cProfile
 of 300 calls by cumulative and by own time.  Session 60: also with the decode call plans off
-(ops.PLANS_ENABLED = False) in the same process, and whether the plans recorded a replay."""
+(ops.PLANS_ENABLED = False) in the same process, and whether the plans recorded a replay.
+Session 63: also the median / min / max of 21 short runs (common.host_us_spread): one long run's
+mean moved by up to 2x between repeats on the same host."""
 import os
 import sys
 
@@ -24,10 +26,14 @@ calls = {"decode": lambda: fat.flash_attn_with_kvcache(q, k, v, cache_seqlens=se
 with torch.no_grad():
     for name, fn in calls.items():
         print(f"{name}: host {C.host_us(fn, calls=1000, warmup=50):.1f} us per call", flush=True)
+        print(f"{name}: host median / min / max of 21 runs of 100: "
+              + " / ".join(f"{t:.1f}" for t in C.host_us_spread(fn)) + " us", flush=True)
     print("plans recorded a replay:", [p.replay is not None for p in kvc.PLANS.values()], flush=True)
     ops.PLANS_ENABLED = False
     for name, fn in calls.items():
         print(f"{name}, plans off: host {C.host_us(fn, calls=1000, warmup=50):.1f} us per call", flush=True)
+        print(f"{name}, plans off: host median / min / max of 21 runs of 100: "
+              + " / ".join(f"{t:.1f}" for t in C.host_us_spread(fn)) + " us", flush=True)
     ops.PLANS_ENABLED = True
     for key in ("cumulative", "tottime"):
         table = C.host_profile(calls["decode"], calls=300, sort=key, lines=45)
