@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Session 63, call 2 (about 2 minutes): session 63 call 1's batch-1 probe at 2k found ours' longest
+# Queued by session 63 (its device time ran out; about 2 minutes, on an H100 to compare with
+# results/h100/session63/, or rerun that probe beside it). Session 63's batch-1 probe at 2k found ours' longest
 # program (sm__cycles_active.max, about 20k cycles on an H100) far past cuDNN's main kernel's
 # (11.5k), under every plan, all with the fused merge. This profiles the same row with the merge
 # in its own kernel (FLASHATTN_TRITON_DECODE_COMBINE=separate), and cuDNN's reduction kernel beside
-# its main one: is the long program the merge, or a slow split?
+# its main one: is the long program the merge, or a slow split? Commit under
+# results/<gpu>/session64/ with the environment; read in docs/decode.md, "The longest program".
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 for mode in separate fused; do
   FLASHATTN_TRITON_DECODE_COMBINE=$mode ROWS="decode:1:2048" PROVIDERS=ours,cudnn \

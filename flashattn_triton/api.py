@@ -665,11 +665,11 @@ def flash_attn_varlen_func(
             not written: their out, LSE and gradients are undefined.
 
     On Hopper GPUs the packed kernels load whole tiles by TMA, so a sequence's
-    last tiles also read the rows that follow it in q, k, v (and dout): the
-    next sequence's, or rows past cu_seqlens[-1].  Those rows get weight 0,
-    but a NaN or infinity in them makes 0 * NaN and reaches the preceding
-    sequence's out and gradients.  Keep every row of the packed tensors
-    finite (the portable kernels read each sequence's own rows only).
+    last tiles also read the next sequence's first rows of q, k, v (and dout);
+    past the tensors' last row they read zeros.  Those rows get weight 0, but a
+    NaN or infinity in one sequence's rows makes 0 * NaN and reaches the
+    preceding sequence's out and gradients (the portable kernels read each
+    sequence's own rows only).
 
     Each sequence attends only within itself.  GQA as in :func:`flash_attn_func`.
 
