@@ -8,13 +8,9 @@
 # results/<gpu>/session64/ with the environment; read in docs/decode.md, "The longest program".
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 for mode in separate fused; do
-  FLASHATTN_TRITON_DECODE_COMBINE=$mode ROWS="decode:1:2048" PROVIDERS=ours,cudnn \
-    KERNELS="regex:_decode_fwd|_combine_fwd|cudnn|lean" LAUNCHES=4 T_ROW=60 \
-    NCU_EXTRA="--metrics sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg" \
-    OUT="$OUT/$mode" bash benchmarks/gpu_ncu_source.sh > "$R/ncu_$mode.log" 2>&1
-  el "$mode"
-  grep -h -E "^  [_a-z].*\(|Duration|Elapsed Cycles|sm__cycles_active" "$OUT/$mode"/r/*.txt \
-    | sed 's/   */ /g' | cut -c1-110 | tee "$R/cycles_$mode.txt"
-  mkdir -p "$R/$mode" && cp "$OUT/$mode"/r/*.txt "$OUT/$mode"/r/summary.md "$R/$mode/" 2>/dev/null; rm -rf "${OUT:?}/$mode"
+  FLASHATTN_TRITON_DECODE_COMBINE=$mode PLANS62=default ROWS62="decode:1:2048" LAUNCHES62=4 \
+    KERNELS62="regex:_decode_fwd|_combine_fwd|cudnn|lean" OUT="$OUT/$mode" \
+    timeout -k 5 100 bash benchmarks/history/gpu_next_session62.sh > "$R/$mode.log" 2>&1
+  echo "rc=$?" >> "$R/$mode.log"; el "$mode"; cat "$OUT/$mode"/r/cycles_default.txt
 done
-tar -C "$OUT" -czf "$OUT/results.tgz" r
+tar -C "$OUT" -czf "$OUT/results.tgz" r separate/r fused/r

@@ -12,11 +12,12 @@
 # record for the next change. Then commit under results/<gpu>/session62/ with the environment.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 ROWS62=${ROWS62:-"decode:1:2048 decode:1:8192"}  # (a shorter call: ROWS62="decode:1:8192")
-for v in default none deep,fill,reserve,spread,longpages fill,pdl,reserve,spread,longpages; do
+# (session 63: PLANS62, KERNELS62 and LAUNCHES62 let gpu_next_session63b.sh reuse this loop)
+for v in ${PLANS62:-default none deep,fill,reserve,spread,longpages fill,pdl,reserve,spread,longpages}; do
   p=ours; [ "$v" = default ] && p=ours,cudnn
   tag=${v//,/+}
   FLASHATTN_TRITON_DECODE_VARIANT=$v ROWS="$ROWS62" PROVIDERS=$p \
-    KERNELS="regex:_decode_fwd|cudnn" LAUNCHES=3 T_ROW=60 \
+    KERNELS="${KERNELS62:-regex:_decode_fwd|cudnn}" LAUNCHES=${LAUNCHES62:-3} T_ROW=60 \
     NCU_EXTRA="--metrics sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg" \
     OUT="$OUT/$tag" bash benchmarks/gpu_ncu_source.sh > "$R/ncu_$tag.log" 2>&1
   el "$v"
