@@ -80,7 +80,7 @@ MAX_PLANS = 1024
 # Environment switches that choose the forward's kernels (read per call).
 PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_CONFIG_FWD", "FLASHATTN_TRITON_AUTOTUNE",
             "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
-            "FLASHATTN_TRITON_HOPPER_SINKS")
+            "FLASHATTN_TRITON_HOPPER_SINKS", "FLASHATTN_TRITON_HOPPER_VARLEN")
 _NUMBER = (float, int)  # exact classes: bool, numpy scalars, ... take the full path
 _PLANS: Dict[tuple, "_CallPlan"] = {}
 

@@ -960,10 +960,10 @@ def _world() -> tuple:
     the dispatch tables are compared by value, so a table is replaced, not
     changed in place)."""
     d = _dispatch
-    return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, MAX_GRID_Y, d.INTERPRET,
-            _kernels.forward, _kernels.hopper_forward, d.HOPPER_FWD_WINDOW_DEFAULT, d.HOPPER_SPLIT_QK_DEFAULT,
-            d.HOPPER_DROPOUT_DEFAULT, d.HOPPER_DROPOUT_FWD_MIN_N, d.HOPPER_SINKS_DEFAULT, d.HOPPER_SINKS_DIMS,
-            d.HOPPER_FWD_SHORT)
+    return (_attention_fwd_impl, _fwd_into, use_triton, use_hopper_forward, use_hopper_varlen_forward, MAX_GRID_Y,
+            d.INTERPRET, _kernels.forward, _kernels.hopper_forward, d.HOPPER_FWD_WINDOW_DEFAULT,
+            d.HOPPER_SPLIT_QK_DEFAULT, d.HOPPER_DROPOUT_DEFAULT, d.HOPPER_DROPOUT_FWD_MIN_N, d.HOPPER_SINKS_DEFAULT,
+            d.HOPPER_SINKS_DIMS, d.HOPPER_FWD_SHORT, d.HOPPER_VARLEN_DEFAULT, d.HOPPER_VARLEN_SHORT)
 
 
 def plan_forward(plan: FwdPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bhnd: bool = False,
@@ -1010,7 +1010,7 @@ BWD_PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_HOPPER_BWD", "FLAS
                 "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
                 "FLASHATTN_TRITON_HOPPER_BWD_UNVERIFIED", "FLASHATTN_TRITON_AUTOTUNE",
                 "FLASHATTN_TRITON_CONFIG_BWD_DKDV", "FLASHATTN_TRITON_CONFIG_BWD_DQ",
-                "FLASHATTN_TRITON_CONFIG_BWD_ONE")
+                "FLASHATTN_TRITON_CONFIG_BWD_ONE", "FLASHATTN_TRITON_HOPPER_VARLEN_BWD")
 _BWD_IMPL = _attention_bwd_impl
 
 
@@ -1018,9 +1018,10 @@ def _bwd_world() -> tuple:
     """What a backward replay's launches were chosen by, besides the call's
     options and dout's layout (tests and tools replace these functions)."""
     bwd, d = _kernels.bwd, _dispatch  # (kernels/bwd.py once loaded)
-    return (_attention_bwd_impl, _bwd_into, use_triton, use_hopper_backward, d.hopper_backward_pays,
-            d._hopper_tier, d.INTERPRET, d.HOPPER_BWD_WINDOW_MIN_LEFT, d.HOPPER_BWD_WINDOW_DEFAULT,
-            d.HOPPER_SPLIT_QK_DEFAULT, d.HOPPER_DROPOUT_BWD_DEFAULT, MAX_GRID_Y, _kernels.backward,
+    return (_attention_bwd_impl, _bwd_into, use_triton, use_hopper_backward, use_hopper_varlen_backward,
+            d.hopper_backward_pays, d._hopper_tier, d.INTERPRET, d.HOPPER_BWD_WINDOW_MIN_LEFT,
+            d.HOPPER_BWD_WINDOW_DEFAULT, d.HOPPER_SPLIT_QK_DEFAULT, d.HOPPER_DROPOUT_BWD_DEFAULT,
+            d.HOPPER_VARLEN_BWD_DEFAULT, MAX_GRID_Y, _kernels.backward,
             torch.are_deterministic_algorithms_enabled(),
             None if bwd is None else (bwd.DQ_CONVERT_KERNEL, bwd.SPLIT_QK, bwd.SPLIT_QK_MIN_PAD,
                                       bwd.GROUP_SPLIT_BYTES, bwd._launch_dkdv, bwd._launch_dq,

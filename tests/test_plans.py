@@ -597,32 +597,47 @@ def test_environment_switch_is_part_of_the_key(device, monkeypatch, checks):
     assert planned[0] == full[0] and (planned[0] == "ok" or planned == full)
 
 
-@pytest.mark.parametrize("name", ["FLASHATTN_TRITON_HOPPER_DROPOUT", "FLASHATTN_TRITON_HOPPER_SINKS",
-                                  "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_BACKEND"])
-def test_dispatch_switches_key_the_plans(monkeypatch, name):
+@pytest.mark.parametrize("name,fwd,bwd", [
+    ("FLASHATTN_TRITON_HOPPER_DROPOUT", True, True), ("FLASHATTN_TRITON_HOPPER_SINKS", True, False),
+    ("FLASHATTN_TRITON_HOPPER_WINDOW", True, True), ("FLASHATTN_TRITON_BACKEND", True, True),
+    # (packed batches, planned since session 59; keyed since session 63)
+    ("FLASHATTN_TRITON_HOPPER_VARLEN", True, False), ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", False, True)])
+def test_dispatch_switches_key_the_plans(monkeypatch, name, fwd, bwd):
     """Every environment switch that can move a planned call to another tier
-    (dropout and sinks calls are planned since session 29) is part of the
-    forward key (api.PLAN_ENV) and of the backward's world (ops.BWD_PLAN_ENV
-    where it concerns the backward): a changed switch finds no plan."""
+    (dropout and sinks calls are planned since session 29, packed batches
+    since session 59) is part of the forward key (api.PLAN_ENV) where it
+    concerns the forward, and of the backward's world (ops.BWD_PLAN_ENV)
+    where it concerns the backward: a changed switch finds no plan."""
     q, k, v = _qkv("cpu")
     key = lambda: api._flash_key(q, k, v, 0.1, None, True, (-1, -1), 0.0, False, False, False)  # noqa: E731
     bwd_world = ops._bwd_world()
     before = key()
     monkeypatch.setenv(name, "0")
-    assert key() != before
-    if name != "FLASHATTN_TRITON_HOPPER_SINKS":  # (sinks act on the forward only)
-        assert ops._bwd_world() != bwd_world
+    assert (key() != before) == fwd
+    assert (ops._bwd_world() != bwd_world) == bwd
 
 
 @pytest.mark.parametrize("table,value", [("HOPPER_SINKS_DIMS", frozenset()), ("HOPPER_DROPOUT_FWD_MIN_N", None),
-                                         ("HOPPER_DROPOUT_DEFAULT", "1"), ("HOPPER_FWD_SHORT", {})])
+                                         ("HOPPER_DROPOUT_DEFAULT", "1"), ("HOPPER_FWD_SHORT", {}),
+                                         ("HOPPER_VARLEN_DEFAULT", "0"), ("HOPPER_VARLEN_SHORT", {})])
 def test_dispatch_tables_are_part_of_the_forward_world(monkeypatch, table, value):
     """A forward replay is taken only in the dispatch world it was recorded in
     (ops._world): replacing a _dispatch table that chooses the forward's tier
-    for dropout, sinks or short calls changes it."""
+    for dropout, sinks, short calls or packed batches changes it."""
     before = ops._world()
     monkeypatch.setattr(_dispatch, table, value)
     assert ops._world() != before
+
+
+@pytest.mark.parametrize("name,value", [("HOPPER_VARLEN_BWD_DEFAULT", "0"),
+                                        ("use_hopper_varlen_backward", lambda *a: False)])
+def test_varlen_dispatch_is_part_of_the_backward_world(monkeypatch, name, value):
+    """The packed batches' backward tier (its default switch and the rule as
+    ops holds it) is part of the backward's world: a replay must not outlive a
+    change."""
+    before = ops._bwd_world()
+    monkeypatch.setattr(_dispatch if name.isupper() else ops, name, value)
+    assert ops._bwd_world() != before
 
 
 def test_group_partials_switch_is_part_of_the_backward_world(monkeypatch):
