@@ -125,6 +125,31 @@ def test_hopper_varlen_matches_reference(monkeypatch, d, d_v, causal, dtype):
 
 @needs_hopper
 @pytest.mark.gpu
+def test_switch_change_reaches_a_planned_signature(monkeypatch):
+    """A repeated signature (a call plan, replayed) follows a change of
+    FLASHATTN_TRITON_HOPPER_VARLEN: with the switch at 0 the call gives the
+    portable forward's result bit for bit, not a replay of the Hopper launches
+    recorded before (session 63: the switch keys the plans)."""
+    from flashattn_triton import api
+    api.clear_plans()
+    taken = _spy(monkeypatch)
+    cu = random_cu_seqlens([100, 200], "cuda")
+    q, k, v = (rand((300, 4, 128), torch.bfloat16, torch.device("cuda")) for _ in range(3))
+    call = lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)  # noqa: E731
+    with torch.no_grad():
+        first, again = call(), call()  # the second one replayed
+        monkeypatch.setenv(_dispatch.ENV_HOPPER_VARLEN, "0")
+        off = call()
+        api.clear_plans()
+        portable = call()
+    assert taken and taken[0] is True
+    assert torch.equal(first, again)
+    assert not torch.equal(first, portable), "the two tiers agree bit for bit: this case cannot tell them apart"
+    assert torch.equal(off, portable), "the switch at 0 replayed the Hopper forward"
+
+
+@needs_hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("h_q,h_kv", [(8, 8), (8, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
 def test_hopper_varlen_nq_ne_nk(monkeypatch, causal, h_q, h_kv):
