@@ -18,7 +18,7 @@ neither use nor overwrite them).
 import pytest
 import torch
 
-from flashattn_triton import _dispatch, flash_attn_varlen_func
+from flashattn_triton import _dispatch, api, flash_attn_varlen_func
 from flashattn_triton.kernels import hopper
 from flashattn_triton.testing import rand, random_cu_seqlens, varlen_attention_ref
 from _utils import check_varlen, hopper_gpu_reason
@@ -130,7 +130,6 @@ def test_switch_change_reaches_a_planned_signature(monkeypatch):
     FLASHATTN_TRITON_HOPPER_VARLEN: with the switch at 0 the call gives the
     portable forward's result bit for bit, not a replay of the Hopper launches
     recorded before (session 63: the switch keys the plans)."""
-    from flashattn_triton import api
     api.clear_plans()
     taken = _spy(monkeypatch)
     cu = random_cu_seqlens([100, 200], "cuda")
