@@ -9,8 +9,9 @@
 # First (about 3 minutes) the GPU tests of session 63's host changes: the packed Hopper switches
 # in the call plans' key and worlds (test_plans.py, test_fastlaunch.py, test_hopper_varlen.py) and
 # test_varlen.py's NaN-in-one-sequence case (the portable kernels, the Hopper switches at 0).
+# Also test_chunk.py (api._chunk_offsets keys on current_stream_handle since session 62; its GPU cases never ran).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests plans 330 -n 4 tests/test_plans.py tests/test_fastlaunch.py tests/test_hopper_varlen.py tests/test_varlen.py
+gpu_tests plans 360 -n 4 tests/test_plans.py tests/test_fastlaunch.py tests/test_hopper_varlen.py tests/test_varlen.py tests/test_chunk.py
 for mode in separate fused; do
   FLASHATTN_TRITON_DECODE_COMBINE=$mode PLANS62=default ROWS62="decode:1:2048" LAUNCHES62=4 \
     KERNELS62="regex:_decode_fwd|_combine_fwd|cudnn|lean" OUT="$OUT/$mode" \
