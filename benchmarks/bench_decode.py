@@ -79,7 +79,7 @@ def parse_args(argv=None):
     p.add_argument("--splits", default="0", help="comma list of num_splits for ours (0 = automatic)")
     p.add_argument("--sinks", action="store_true", help="also time ours with attention sinks (gpt-oss), "
                                                        "one random logit per query head")
-    p.add_argument("--combine", default="fused", help="comma list from fused,separate: where ours merges "
+    p.add_argument("--combine", default="fused", help="comma list from fused,separate,gathered: where ours merges "
                                                       "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
     p.add_argument("--variants", default=None,
                    help="comma list of candidate decode variants for ours (kernels/decode.py VARIANTS, "

@@ -82,7 +82,8 @@ specializes the arguments), so the builds are the GPU's default configs
 per head dim, cache layout (--decode-caches contiguous,paged16,paged256: a
 16-token page is looked up per key, a 256-token page per tile), split mode
 (--decode-splits one,fused,separate: one split writes the result, several
-merge in the decode kernel, or in COMBINE, its only launch) and sinks off /
+merge in the decode kernel, or in COMBINE, its only launch; gathered /
+gathered16: 4 / 16 merged by GATHER, combine.py's _gather_combine) and sinks off /
 on; --decode-rows: query rows per KV head (default 4, Hq=32 over Hkv=8:
 BLOCK_M=16; 32 or 64 rows take BLOCK_M 32 or 64, and the warps follow);
 --mods HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW_LEFT, HAS_LEFTPAD, ROTARY, MASK_CHUNK
@@ -625,13 +626,14 @@ def hopper_bwd_main(args) -> int:
 # launcher's own calls
 # ---------------------------------------------------------------------------
 
-DECODE_KERNELS = ("DECODE", "COMBINE")
+DECODE_KERNELS = ("DECODE", "COMBINE", "GATHER")
 DECODE_CACHES = ("contiguous", "paged16", "paged256")
 # Split mode -> (split count asked for, FLASHATTN_TRITON_DECODE_COMBINE):
 # one split writes the result (SPLIT_MODE 0); several merge in the decode
 # kernel (2) or in the combine kernel (1, the only launch of COMBINE).
 # "auto": the plan's own split count (with --decode-variants: batch 1 on 132 SMs, a 4k cache).
-DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate"), "auto": (0, "fused")}
+DECODE_SPLITS = {"one": (1, "fused"), "fused": (4, "fused"), "separate": (4, "separate"), "auto": (0, "fused"),
+                 "gathered": (4, "gathered"), "gathered16": (16, "gathered")}
 # --mods for the decode launch: switch -> decode_attention keyword arguments
 # (tensors made on the meta device by _decode_mod_kwargs).
 DECODE_MODS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_WINDOW_LEFT", "HAS_LEFTPAD", "ROTARY", "MASK_CHUNK")
@@ -737,7 +739,7 @@ def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtyp
     kw.update(_decode_mod_kwargs(mods, h_q, d, cap, batch))
     out = torch.empty_like(q)
     lse = torch.empty(batch, h_q, 1, dtype=torch.float32, **meta)
-    owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd")]
+    owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd"), (combine_mod, "_gather_combine")]
     env = {decode_mod.ENV_COMBINE: DECODE_SPLITS[split][1]}
     if variant:
         env[decode_mod.ENV_VARIANT] = variant.replace("+", ",")
@@ -780,7 +782,7 @@ def decode_sweep(args, names) -> int:
     a build shared by several cases (the combine kernel does not see the
     cache layout) is compiled once.  Returns the failure count."""
     target = GPUTarget("cuda", args.arch, 32)
-    kernel_names = {"_decode_fwd": "DECODE", "_combine_fwd": "COMBINE"}
+    kernel_names = {"_decode_fwd": "DECODE", "_combine_fwd": "COMBINE", "_gather_combine": "GATHER"}
     mods = [m for m in args.mods.split(",") if m in DECODE_MODS]
     seen, failures = set(), 0
     dims = [int(x.partition(":")[0]) for x in args.d.split(",")]
@@ -799,12 +801,14 @@ def decode_sweep(args, names) -> int:
             continue
         for kernel, kargs, kwargs in launches:
             name = kernel_names[kernel.__name__]
-            key = (name, variant, d, rows, cache if name == "DECODE" else "", split if name == "DECODE" else "",
-                   sinks)
+            key = (name, variant, d, rows, cache if name == "DECODE" else "",
+                   split if name in ("DECODE", "GATHER") else "", sinks)
             if name not in names or key in seen:
                 continue
             seen.add(key)
             where = label if name == "DECODE" else f"{variant}{' ' if variant else ''}d={d:3d} rows={rows:>2s} sinks={sinks!s:5}"
+            if name == "GATHER":
+                where += f" {split}"
             line = f"{name:9s} {where} {_launch_tag(kwargs)}" + (" pdl" if kwargs.get("launch_pdl") else "")
             try:
                 k = compile_launch(kernel, kargs, kwargs, target)
@@ -860,7 +864,8 @@ def main():
                     help="DECODE: cache layouts among %(default)s")
     ap.add_argument("--decode-splits", default="one,fused,separate",
                     help="DECODE: split modes among %(default)s (one split; 4 merged in the "
-                    "decode kernel; 4 merged by COMBINE), or auto (the plan's count, fused)")
+                    "decode kernel; 4 merged by COMBINE), auto (the plan's count, fused), gathered / "
+                    "gathered16 (4 / 16 merged by GATHER)")
     ap.add_argument("--decode-variants", default="",
                     help="DECODE / COMBINE: candidate variants (decode.VARIANTS, '+' joins several, "
                     "'default' none), each built at batch 1 on 132 SMs, comma-separated")

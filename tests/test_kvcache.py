@@ -265,12 +265,12 @@ def test_paged_equals_contiguous(page, block_n, device, monkeypatch):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("combine", ["fused", "separate"])
+@pytest.mark.parametrize("combine", ["fused", "separate", "gathered"])
 def test_splits_agree(combine, dtype, device, monkeypatch):
     """1 split (direct write), several, more splits than the longest sequence
     has key tiles (empty splits) and the automatic count all match the
     reference and each other; the partials merged by the last split inside the
-    decode kernel (fused) or by the combine kernel (separate).  float32 too:
+    decode kernel (fused) or by a combine kernel (separate, gathered).  float32 too:
     bfloat16's tolerance (~1e-2) would let a split weighted 0.7 % off pass."""
     monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
     monkeypatch.setenv(decode.ENV_COMBINE, combine)
@@ -605,6 +605,8 @@ SINK_CASES = [
     (2, 3, 4, 1, 32, 64, [0, 40], 3, True, "fp16", 32, 2, "separate"),          # MQA, append 3, causal, combine kernel
     (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", None, 3, "fused"),               # first rows see no key, split
     (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", 16, 2, "separate"),
+    (2, 3, 4, 1, 32, 64, [0, 40], 3, True, "fp16", 32, 2, "gathered"),          # the gathered combine kernel
+    (1, 5, 4, 2, 32, 50, [2], 0, True, "bf16", None, 7, "gathered"),            # two passes (4 parts per load)
     (2, 2, 4, 4, 40, 77, [10, 75], 2, True, "fp32", 16, 1, "fused"),            # MHA, odd head dim, append to full
 ]
 
@@ -1329,7 +1331,7 @@ def test_gpu_realistic(device, batch, n_cache, page):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("combine", ["fused", "separate"])
+@pytest.mark.parametrize("combine", ["fused", "separate", "gathered"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
 def test_gpu_sinks_gpt_oss(device, page, combine, monkeypatch):
     """gpt-oss decode shapes (Hq=64, Hkv=8, d=64, bf16 sinks), a sliding
@@ -1359,16 +1361,21 @@ def test_gpu_variants_b1(device, variant, page, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["none", "pdl", "reserve", "", "deep,fill,pdl,reserve,pair"],
-                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,pair"])
+@pytest.mark.parametrize("variant,combine", [("none", "fused"), ("pdl", "fused"), ("reserve", "fused"), ("", "fused"),
+                                             ("deep,fill,pdl,reserve,pair", "fused"), ("", "gathered"),
+                                             ("none", "gathered")],
+                         ids=["none", "pdl", "reserve", "default", "deep,fill,pdl,reserve,pair", "default-gathered",
+                              "none-gathered"])
 @pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
-def test_gpu_cuda_graph(device, page, variant, monkeypatch):
+def test_gpu_cuda_graph(device, page, variant, combine, monkeypatch):
     """Capture one decode step (append + attention, automatic splits), then
     replay it with new inputs written into the captured buffers.  Batch 4 is
     a small batch on the H200 (32 programs), so the variants apply; with
     "pdl" the attention waits for the append through griddepcontrol; with
-    "reserve" the counters come from the reserve an eager warm-up made."""
+    "reserve" the counters come from the reserve an eager warm-up made; the
+    gathered combine is launched with PDL behind the attention."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
+    monkeypatch.setenv(decode.ENV_COMBINE, combine)
     dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 4, 32, 8, 128, 4096
     k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
     q = torch.randn(batch, 1, h_q, d, device=device, dtype=dtype)
@@ -1570,6 +1577,7 @@ with fake_cuda():
     check("three splits, append", splits=3, append=True)
     check("paged, append, sinks", splits=3, append=True, paged=True, sinks=True)
     check("separate combine", splits=3, combine="separate")
+    check("gathered combine", splits=3, combine="gathered")
     check("rotary", splits=3, append=True, rotary=True)
 """
 
@@ -1581,7 +1589,7 @@ def test_decode_plans_replay_on_a_fake_driver():
     grids, the call's own q, caches, new tokens, cache_seqlens, block table
     and sinks by role, its own new out / LSE / partials, the split counters
     of the stream), with one split, the fused merge, a paged cache, sinks,
-    rotary tables and the separate combine (not the default).
+    rotary tables and the separate and gathered combines (not the default).
     Lines: case, launches, replays, recorded, counters a role."""
     from flashattn_triton.kernels import fastlaunch
     if fastlaunch._VERSION not in fastlaunch.TESTED_TRITON:
@@ -1589,11 +1597,11 @@ def test_decode_plans_replay_on_a_fake_driver():
     from _utils import fake_launch
     lines = [line.split() for line in fake_launch(_FAKE_DECODE_PLANS, timeout=600).strip().split("\n")]
     assert [line[0] for line in lines] == ["one_split", "three_splits,_append", "paged,_append,_sinks",
-                                           "separate_combine", "rotary"], lines
+                                           "separate_combine", "gathered_combine", "rotary"], lines
     # launches: decode (+ append) (+ combine); every case replayed once, from a recording
     assert [line[1:4] for line in lines] == [["1", "1", "True"], ["2", "1", "True"], ["2", "1", "True"],
-                                             ["2", "1", "True"], ["2", "1", "True"]], lines
-    assert [line[4] for line in lines] == ["False", "True", "True", "False", "True"], lines
+                                             ["2", "1", "True"], ["2", "1", "True"], ["2", "1", "True"]], lines
+    assert [line[4] for line in lines] == ["False", "True", "True", "False", "False", "True"], lines
 
 
 @pytest.mark.parametrize("case", ["read only", "append, paged, sinks"])

@@ -123,7 +123,7 @@ def test_chunk_against_reference(case, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("combine", ["fused", "separate"])
+@pytest.mark.parametrize("combine", ["fused", "separate", "gathered"])
 def test_chunk_splits_agree(combine, dtype, device, monkeypatch):
     """1 split, several, more than the chunk has key tiles (empty splits) and
     the automatic count match the reference: the splits share out the

@@ -20,6 +20,11 @@ from .._validate import plain
 from . import fastlaunch
 from .launch import COMPILE_OPTIONS, INTERPRET, cdiv, head_dim_pad, next_power_of_2
 
+try:  # programmatic dependent launch (gather_partials' use_pdl); absent from some Triton releases
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gdc_launch_dependents = gdc_wait = None
+
 
 def merge_attention_states(out_a: torch.Tensor, lse_a: torch.Tensor,
                            out_b: torch.Tensor, lse_b: torch.Tensor):
@@ -179,6 +184,146 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
         HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
         BLOCK_M=block_m, LSE_BASE2=base2,
         num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2, **COMPILE_OPTIONS,
+    )
+
+
+# ---------------------------------------------------------------------------
+# All parts at once, launched behind the kernel that wrote them (split-KV decoding)
+# ---------------------------------------------------------------------------
+#
+# _combine_fwd's running maximum makes each part's rescaling wait for the one
+# before it, and its few programs wait for one memory round trip per part: at
+# batch 1 that chain is the decode's tail.  Here the parts' weights come from
+# their LSEs alone, so every load of a program is issued at once:
+#     m = max_s lse_s,   l = sum_s 2^(lse_s - m),   out = sum_s 2^(lse_s - m) out_s / l
+# (base 2; a sink is one more LSE with output 0).  Each program takes BLOCK_M
+# rows and BLOCK_D columns; with more parts than PARTS it makes two passes, the
+# first over the LSEs for m.
+
+
+@triton.jit
+def _part_weights(l_rows, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2: tl.constexpr):
+    """The (PARTS, BLOCK_M) LSEs of parts s, in base 2 (-inf past NUM_PARTS)."""
+    lse = tl.load(l_rows[None, :] + s[:, None] * stride_ls, mask=(s < NUM_PARTS)[:, None] & row_ok[None, :],
+                  other=float("-inf")).to(tl.float32)
+    if not LSE_BASE2:
+        lse = lse * 1.4426950408889634
+    return lse
+
+
+@triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
+def _gather_combine(
+    # pointers
+    O_PART, LSE_PART, O, LSE, SINKS,
+    # strides
+    stride_ps, stride_pz, stride_ph, stride_pm, stride_pk,
+    stride_ls, stride_lz, stride_lh, stride_lm,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    stride_rz, stride_rh, stride_rm,
+    # shapes
+    H, N, NUM_PARTS,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr, LSE_BASE2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PARTS: tl.constexpr, ONE_LOAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """_combine_fwd's merge (same arguments, rows r of batch entry z = head
+    r // N, position r % N) over a 2-D grid: (batch entries x row tiles,
+    column blocks of BLOCK_D).  ONE_LOAD: NUM_PARTS <= PARTS, every part in
+    one load.  USE_PDL (launched with launch_pdl=True behind the kernel that
+    writes the parts): the program may start while that kernel runs and
+    reads memory only after griddepcontrol.wait."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
+    pid = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    z = (pid // n_tiles).to(tl.int64)
+    rows = (pid % n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < H * N
+    h = (rows // N).to(tl.int64)
+    m = (rows % N).to(tl.int64)
+    offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_s = tl.arange(0, PARTS)
+    l_rows = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
+    p_tile = (O_PART + z * stride_pz + h[None, :, None] * stride_ph + m[None, :, None] * stride_pm
+              + offs_d[None, None, :] * stride_pk)
+    tile_ok = row_ok[None, :, None] & (offs_d < HEAD_DIM)[None, None, :]
+    if USE_PDL:
+        gdc_wait()
+
+    if HAS_SINKS:  # base 2, as the parts' LSEs
+        sink = tl.load(SINKS + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        m_i = sink
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    if ONE_LOAD:
+        lse = _part_weights(l_rows, row_ok, offs_s, stride_ls, NUM_PARTS, LSE_BASE2)
+        part = tl.load(p_tile + offs_s[:, None, None] * stride_ps,
+                       mask=(offs_s < NUM_PARTS)[:, None, None] & tile_ok, other=0.0).to(tl.float32)
+        m_i = tl.maximum(m_i, tl.max(lse, 0))
+        m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
+        w = tl.math.exp2(lse - m_ref[None, :])  # parts that saw no key: 2^-inf = 0
+        l_i = tl.sum(w, 0)
+        acc = tl.sum(w[:, :, None] * part, 0)
+    else:
+        for s0 in range(0, NUM_PARTS, PARTS):
+            m_i = tl.maximum(m_i, tl.max(_part_weights(l_rows, row_ok, s0 + offs_s, stride_ls, NUM_PARTS,
+                                                       LSE_BASE2), 0))
+        m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for s0 in range(0, NUM_PARTS, PARTS):
+            s = s0 + offs_s
+            w = tl.math.exp2(_part_weights(l_rows, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2) - m_ref[None, :])
+            part = tl.load(p_tile + s[:, None, None] * stride_ps, mask=(s < NUM_PARTS)[:, None, None] & tile_ok,
+                           other=0.0).to(tl.float32)
+            l_i += tl.sum(w, 0)
+            acc += tl.sum(w[:, :, None] * part, 0)
+    if HAS_SINKS:
+        l_i += tl.math.exp2(sink - m_ref)
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    o_ptrs = O + z * stride_oz + h[:, None] * stride_oh + m[:, None] * stride_om + offs_d[None, :] * stride_ok
+    tl.store(o_ptrs, cast_rtne(acc / l_safe[:, None], O.dtype.element_ty, INTERPRET),
+             mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+    if pid_d == 0:
+        lse_out = tl.where(empty, float("-inf"), m_ref + tl.math.log2(l_safe))
+        if not LSE_BASE2:
+            lse_out = lse_out * 0.6931471805599453
+        tl.store(LSE + z * stride_rz + h * stride_rh + m * stride_rm, lse_out, mask=row_ok)
+
+
+fastlaunch.install(_gather_combine)
+
+# gather_partials' tiles on the GPU: 4 rows x 32 columns per program, up to 16
+# parts per load (2048 float32 values, 32 per thread at 2 warps).
+GATHER_ROWS, GATHER_COLS, GATHER_PARTS = 4, 32, 16
+
+
+def gather_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                    sinks: torch.Tensor = None, base2: bool = False, use_pdl: bool = False) -> None:
+    """combine_partials' merge (same arguments) by _gather_combine: every part
+    of a program's tile in one load (two passes past GATHER_PARTS parts), many
+    small programs.  use_pdl: launched with programmatic dependent launch
+    behind the kernel that wrote the parts (sm_90 or later; decode.pdl_supported)."""
+    n_parts, z, h, m, d = out_parts.shape
+    if out.numel() == 0 and lse.numel() == 0:
+        return
+    d_pad = head_dim_pad(d)
+    # Under the interpreter every program costs the same Python overhead: few, large ones.
+    block_m = min(32 if INTERPRET else GATHER_ROWS, next_power_of_2(max(h * m, 1)))
+    block_d = d_pad if INTERPRET else min(GATHER_COLS, d_pad)
+    parts = min(next_power_of_2(max(n_parts, 1)), 4 if INTERPRET else GATHER_PARTS)
+    grid = (cdiv(h * m, block_m) * z, cdiv(d, block_d))
+    _gather_combine[grid](
+        out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,
+        *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
+        h, m, n_parts,
+        HEAD_DIM=d, HAS_SINKS=sinks is not None, INTERPRET=INTERPRET, LSE_BASE2=base2,
+        BLOCK_M=block_m, BLOCK_D=block_d, PARTS=parts, ONE_LOAD=n_parts <= parts, USE_PDL=use_pdl,
+        num_warps=2, **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
     )
 
 

@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GDC = False
 
 from . import fastlaunch
-from .combine import cast_rtne, combine_partials, merge_init, merge_part
+from .combine import cast_rtne, combine_partials, gather_partials, merge_init, merge_part
 from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, current_stream_handle,
                      dot_precision, env_snapshot, head_dim_pad, next_power_of_2, smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
@@ -67,8 +67,11 @@ from .tiles import chunk_end, chunk_start, mma, page_numbers
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
 ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 # "fused" (default): the last split to finish merges the partials inside the
-# decode kernel; "separate": a second kernel (combine.py) does.
+# decode kernel; "separate": a second kernel (combine.py's _combine_fwd) does;
+# "gathered": a second kernel that loads every partial of its tile at once
+# (combine.py's _gather_combine), launched with PDL where the decode is.
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
+COMBINE_MODES = ("fused", "separate", "gathered")
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
 # DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
 # list of VARIANTS ("deep,pdl"; "default" in it stands for the defaults),
@@ -544,13 +547,20 @@ def _append_kv(
 # Launch
 # ---------------------------------------------------------------------------
 
+def combine_mode() -> str:
+    """Where a split decode merges its partials (ENV_COMBINE, one of
+    COMBINE_MODES): in the decode kernel ("fused", the default) or in a
+    second kernel ("separate", "gathered")."""
+    mode = os.environ.get(ENV_COMBINE, "fused")
+    if mode not in COMBINE_MODES:
+        raise ValueError(f"{ENV_COMBINE}={mode!r}: expected one of {', '.join(map(repr, COMBINE_MODES))}")
+    return mode
+
+
 def fused_combine() -> bool:
     """Whether the last split merges the partials in the decode kernel
-    (default) or a separate combine kernel does (ENV_COMBINE=separate)."""
-    mode = os.environ.get(ENV_COMBINE, "fused")
-    if mode not in ("fused", "separate"):
-        raise ValueError(f"{ENV_COMBINE}={mode!r}: expected 'fused' or 'separate'")
-    return mode == "fused"
+    (ENV_COMBINE=fused, the default)."""
+    return combine_mode() == "fused"
 
 
 def _config_from_env() -> Optional[dict]:
@@ -1031,7 +1041,8 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
     cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
     d_pad = head_dim_pad(d)
 
-    split_mode = 0 if num_splits == 1 else (2 if fused_combine() else 1)
+    merge = combine_mode()
+    split_mode = 0 if num_splits == 1 else (2 if merge == "fused" else 1)
     if split_mode:  # (scratch: a recorded call's replays make their own)
         o_part = fastlaunch.empty_scratch((num_splits, batch, n_q, h_q, d), torch.float32, q.device)
         l_part = fastlaunch.empty_scratch((num_splits, batch, h_q, n_q), torch.float32, q.device)
@@ -1089,7 +1100,13 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         raise
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
-        combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks)
+        if merge == "gathered":
+            # PDL wherever it compiles: the decode kernel triggers it early with
+            # its own pdl, else the combine's launch overlaps the decode's drain.
+            gather_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks,
+                            use_pdl=pdl_supported(q.device))
+        else:
+            combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks)
     return num_splits
 
 
