@@ -18,7 +18,9 @@
 # gathered must also be >= 0.99 at every B=8 row to become the default everywhere, else it becomes
 # the default only where the split rule's small batch applies. The best geomean of the winners is taken.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "gathered or cuda_graph or plans"
+# (SHORT=1, for a call with little device time left: the gathered tests only, no ms1 tree.)
+gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py \
+  -k "${SHORT:+gathered}${SHORT:-gathered or cuda_graph or plans}"
 rm -rf /tmp/ms1 && mkdir -p /tmp/ms1 && cp -r flashattn_triton benchmarks /tmp/ms1/
 sed -i "s/^MERGE_STAGES = 3 /MERGE_STAGES = 1 /" /tmp/ms1/flashattn_triton/kernels/decode.py
 grep -H "^MERGE_STAGES" /tmp/ms1/flashattn_triton/kernels/decode.py | tee "$R/trees.txt"
@@ -29,8 +31,7 @@ bench() {  # bench TREE_DIR TAG BATCHES COMBINES
   el "$2"
 }
 bench "$PWD" base_rep1 1,8 fused,gathered
-bench /tmp/ms1 ms1_rep1 1 fused
-bench /tmp/ms1 ms1_rep2 1 fused
+[ -z "${SHORT:-}" ] && bench /tmp/ms1 ms1_rep1 1 fused && bench /tmp/ms1 ms1_rep2 1 fused
 bench "$PWD" base_rep2 1,8 gathered,fused
 python3 - "$R" <<'PY' | tee "$R/verdict.txt"
 import json, math, sys
