@@ -19,8 +19,8 @@
 # the default only where the split rule's small batch applies. The best geomean of the winners is taken.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 # (SHORT=1, for a call with little device time left: the gathered tests only, no ms1 tree.)
-gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py \
-  -k "${SHORT:+gathered}${SHORT:-gathered or cuda_graph or plans}"
+K="gathered or cuda_graph or plans"; [ -n "${SHORT:-}" ] && K=gathered
+gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "$K"
 rm -rf /tmp/ms1 && mkdir -p /tmp/ms1 && cp -r flashattn_triton benchmarks /tmp/ms1/
 sed -i "s/^MERGE_STAGES = 3 /MERGE_STAGES = 1 /" /tmp/ms1/flashattn_triton/kernels/decode.py
 grep -H "^MERGE_STAGES" /tmp/ms1/flashattn_triton/kernels/decode.py | tee "$R/trees.txt"
