@@ -19,8 +19,8 @@
 # the default only where the split rule's small batch applies. The best geomean of the winners is taken.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 # (SHORT=1, for a call with little device time left: the gathered tests only, no ms1 tree.)
-K="gathered or cuda_graph or plans"; [ -n "${SHORT:-}" ] && K=gathered
-gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "$K"
+K="gathered or cuda_graph or plans"; [ -n "${SHORT:-}" ] && K=gathered  # (SHORT: after the timing)
+[ -z "${SHORT:-}" ] && gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "$K"
 rm -rf /tmp/ms1 && mkdir -p /tmp/ms1 && cp -r flashattn_triton benchmarks /tmp/ms1/
 sed -i "s/^MERGE_STAGES = 3 /MERGE_STAGES = 1 /" /tmp/ms1/flashattn_triton/kernels/decode.py
 grep -H "^MERGE_STAGES" /tmp/ms1/flashattn_triton/kernels/decode.py | tee "$R/trees.txt"
@@ -33,6 +33,7 @@ bench() {  # bench TREE_DIR TAG BATCHES COMBINES
 bench "$PWD" base_rep1 1,8 fused,gathered
 [ -z "${SHORT:-}" ] && bench /tmp/ms1 ms1_rep1 1 fused && bench /tmp/ms1 ms1_rep2 1 fused
 bench "$PWD" base_rep2 1,8 gathered,fused
+[ -n "${SHORT:-}" ] && gpu_tests gathered 150 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "$K"
 python3 - "$R" <<'PY' | tee "$R/verdict.txt"
 import json, math, sys
 r = sys.argv[1]
