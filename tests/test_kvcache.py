@@ -607,6 +607,7 @@ SINK_CASES = [
     (1, 5, 4, 2, 32, 50, [2], 0, True, "fp16", 16, 2, "separate"),
     (2, 3, 4, 1, 32, 64, [0, 40], 3, True, "fp16", 32, 2, "gathered"),          # the gathered combine kernel
     (1, 5, 4, 2, 32, 50, [2], 0, True, "bf16", None, 7, "gathered"),            # two passes (4 parts per load)
+    (2, 2, 4, 4, 40, 77, [10, 75], 2, True, "fp32", 16, 3, "gathered"),         # odd head dim: 2 column blocks
     (2, 2, 4, 4, 40, 77, [10, 75], 2, True, "fp32", 16, 1, "fused"),            # MHA, odd head dim, append to full
 ]
 
@@ -703,11 +704,9 @@ def test_sinks_torch_fallback_and_no_room(device, monkeypatch):
 # Combine
 # ---------------------------------------------------------------------------
 
-def test_combine_kernel(device):
-    """Triton combine of S parts = attention over the union; parts that saw no
-    key (lse = -inf) weigh 0; rows no part saw give 0 and -inf."""
-    b, n, h, d = 2, 3, 4, 40
-    parts, n_k = 5, 17
+def _split_attention(device, parts, n_k=17, b=2, n=3, h=4, d=40):
+    """float64 attention over parts * n_k keys, and its parts' outputs and LSEs
+    (float32): row (0, 0, 0) sees no key, part 2 none of batch entry 1."""
     q = torch.randn(b, n, h, d, dtype=torch.float64, device=device)
     k = torch.randn(b, parts * n_k, h, d, dtype=torch.float64, device=device)
     v = torch.randn_like(k)
@@ -723,7 +722,13 @@ def test_combine_kernel(device):
         o_parts.append(torch.einsum("bhqk,bkhd->bqhd", torch.exp(sp - lp.nan_to_num(neginf=0)[..., None]),
                                     v[:, p * n_k:(p + 1) * n_k]))
         l_parts.append(lp)
-    o_parts, l_parts = torch.stack(o_parts).float(), torch.stack(l_parts).float()
+    return out_full, lse_full, torch.stack(o_parts).float(), torch.stack(l_parts).float()
+
+
+def test_combine_kernel(device):
+    """Triton combine of S parts = attention over the union; parts that saw no
+    key (lse = -inf) weigh 0; rows no part saw give 0 and -inf."""
+    out_full, lse_full, o_parts, l_parts = _split_attention(device, 5)
     out, lse = combine_attention_states(o_parts, l_parts, torch.bfloat16)
     assert out.dtype == torch.bfloat16
     assert_close("combined out", out.float(), out_full, atol=2 ** -7 * out_full.abs().max().item())
@@ -743,6 +748,37 @@ def test_combine_kernel(device):
         combine_attention_states(o_parts.int(), l_parts)
     with pytest.raises(ValueError, match="lse_parts must have shape"):
         combine_attention_states(o_parts, l_parts[:, :, :1])
+
+
+@pytest.mark.parametrize("parts", [3, 7], ids=["one-load", "two-passes"])
+@pytest.mark.parametrize("base2", [False, True], ids=["natural", "base2"])
+@pytest.mark.parametrize("sinks", [False, True], ids=["no-sinks", "sinks"])
+def test_gather_kernel(device, parts, base2, sinks):
+    """combine.gather_partials (the gathered combine: all parts of a tile in
+    one load; on CPU 4 parts per load, so 7 parts take two passes) against
+    float64: LSEs in either base, an optional sink per head (one more logit
+    with output 0), rows no part saw give 0 and -inf (or the sink)."""
+    from flashattn_triton.kernels.combine import gather_partials
+    if device.type == "cpu" and not decode.INTERPRET:
+        pytest.skip("a Triton kernel: needs the interpreter or a GPU")
+    out_full, lse_full, o_parts, l_parts = _split_attention(device, parts)
+    b, n, h, d = out_full.shape
+    sink = torch.randn(h, device=device, dtype=torch.float64) if sinks else None
+    if sinks:  # the sink joins each head's denominator with value 0
+        lse_tot = torch.logaddexp(lse_full, sink[None, :, None].expand_as(lse_full))
+        out_full = out_full * torch.exp(lse_full - lse_tot).transpose(1, 2)[..., None]
+        lse_full = lse_tot
+    scale = 1.4426950408889634 if base2 else 1.0
+    out = torch.full((b, n, h, d), float("nan"), device=device, dtype=torch.bfloat16)
+    lse = torch.full((b, h, n), float("nan"), device=device, dtype=torch.float32)
+    gather_partials(o_parts.transpose(2, 3), l_parts * scale, out.transpose(1, 2), lse,
+                    sinks=sink.float() if sinks else None, base2=base2)
+    assert_close("gathered out", out.float(), out_full, atol=2 ** -7 * out_full.abs().max().item())
+    finite = torch.isfinite(lse_full)
+    assert_close("gathered lse", lse[finite], (lse_full * scale)[finite],
+                 atol=1e-5 * lse_full[finite].abs().max().item())
+    assert torch.equal(torch.isneginf(lse), ~finite), "rows that saw no key (and no sink) must give LSE -inf"
+    assert torch.equal(out[0, 0, 0], torch.zeros_like(out[0, 0, 0])), "a row that saw no key must give 0"
 
 
 # ---------------------------------------------------------------------------

@@ -314,7 +314,7 @@ def gather_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor, out: torch
     d_pad = head_dim_pad(d)
     # Under the interpreter every program costs the same Python overhead: few, large ones.
     block_m = min(32 if INTERPRET else GATHER_ROWS, next_power_of_2(max(h * m, 1)))
-    block_d = d_pad if INTERPRET else min(GATHER_COLS, d_pad)
+    block_d = min(GATHER_COLS, d_pad)  # (the interpreter too: its tests see the column blocks)
     parts = min(next_power_of_2(max(n_parts, 1)), 4 if INTERPRET else GATHER_PARTS)
     grid = (cdiv(h * m, block_m) * z, cdiv(d, block_d))
     _gather_combine[grid](
