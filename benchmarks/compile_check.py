@@ -807,8 +807,7 @@ def decode_sweep(args, names) -> int:
                 continue
             seen.add(key)
             where = label if name == "DECODE" else f"{variant}{' ' if variant else ''}d={d:3d} rows={rows:>2s} sinks={sinks!s:5}"
-            if name == "GATHER":
-                where += f" {split}"
+            where += f" {split}" if name == "GATHER" else ""
             line = f"{name:9s} {where} {_launch_tag(kwargs)}" + (" pdl" if kwargs.get("launch_pdl") else "")
             try:
                 k = compile_launch(kernel, kargs, kwargs, target)

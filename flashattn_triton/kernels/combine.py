@@ -312,7 +312,8 @@ def gather_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor, out: torch
     if out.numel() == 0 and lse.numel() == 0:
         return
     d_pad = head_dim_pad(d)
-    # Under the interpreter every program costs the same Python overhead: few, large ones.
+    # Under the interpreter every program costs the same Python overhead: few, large row tiles
+    # (and 4 parts per load, so that its tests see the two-pass merge).
     block_m = min(32 if INTERPRET else GATHER_ROWS, next_power_of_2(max(h * m, 1)))
     block_d = min(GATHER_COLS, d_pad)  # (the interpreter too: its tests see the column blocks)
     parts = min(next_power_of_2(max(n_parts, 1)), 4 if INTERPRET else GATHER_PARTS)
