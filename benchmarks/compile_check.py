@@ -83,7 +83,7 @@ per head dim, cache layout (--decode-caches contiguous,paged16,paged256: a
 16-token page is looked up per key, a 256-token page per tile), split mode
 (--decode-splits one,fused,separate: one split writes the result, several
 merge in the decode kernel, or in COMBINE, its only launch; gathered /
-gathered16: 4 / 16 merged by GATHER, combine.py's _gather_combine) and sinks off /
+gathered16: 4 / 16 merged by GATHER, combine.py's gathered merge) and sinks off /
 on; --decode-rows: query rows per KV head (default 4, Hq=32 over Hkv=8:
 BLOCK_M=16; 32 or 64 rows take BLOCK_M 32 or 64, and the warps follow);
 --mods HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW_LEFT, HAS_LEFTPAD, ROTARY, MASK_CHUNK
@@ -739,7 +739,7 @@ def decode_launches(d: int, cache: str, sinks: bool, split: str, rows: int, dtyp
     kw.update(_decode_mod_kwargs(mods, h_q, d, cap, batch))
     out = torch.empty_like(q)
     lse = torch.empty(batch, h_q, 1, dtype=torch.float32, **meta)
-    owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd"), (combine_mod, "_gather_combine")]
+    owners = [(decode_mod, "_decode_fwd"), (combine_mod, "_combine_fwd")]
     env = {decode_mod.ENV_COMBINE: DECODE_SPLITS[split][1]}
     if variant:
         env[decode_mod.ENV_VARIANT] = variant.replace("+", ",")
@@ -782,7 +782,7 @@ def decode_sweep(args, names) -> int:
     a build shared by several cases (the combine kernel does not see the
     cache layout) is compiled once.  Returns the failure count."""
     target = GPUTarget("cuda", args.arch, 32)
-    kernel_names = {"_decode_fwd": "DECODE", "_combine_fwd": "COMBINE", "_gather_combine": "GATHER"}
+    kernel_names = {"_decode_fwd": "DECODE", "_combine_fwd": "COMBINE"}
     mods = [m for m in args.mods.split(",") if m in DECODE_MODS]
     seen, failures = set(), 0
     dims = [int(x.partition(":")[0]) for x in args.d.split(",")]
@@ -801,6 +801,7 @@ def decode_sweep(args, names) -> int:
             continue
         for kernel, kargs, kwargs in launches:
             name = kernel_names[kernel.__name__]
+            name = "GATHER" if name == "COMBINE" and kwargs.get("PARTS") else name  # (the gathered merge)
             key = (name, variant, d, rows, cache if name == "DECODE" else "",
                    split if name in ("DECODE", "GATHER") else "", sinks)
             if name not in names or key in seen:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Queued by session 64 (its device time went to failed starts after its first call; about 5-6 minutes,
+# Queued by session 64 (its device time went to failed starts after its first call; about 7-8 minutes,
 # one GPU; SHORT=1 for about 3). Run the whole script where the time allows: OUT=$OUT bash
 # benchmarks/gpu_next_session64.sh. Commit under results/<gpu>/session65/ with the environment. history/gpu_next_session63b.sh found the fused merge is the
 # batch-1 tail at 2k: ours' decode kernel's longest program runs 20.2k cycles with the merge in it and
@@ -21,8 +21,13 @@
 # the default only where the split rule's small batch applies. The best geomean of the winners is taken.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 # (SHORT=1, for a call with little device time left: the gathered tests only, no ms1 tree.)
+# (Session 64 made the gathered merge a switch of combine.py's one kernel, _combine_fwd: PARTS > 0.
+# The running merge's build kept its registers, shared memory and loop; the whole of
+# test_kvcache.py / test_kvcache_chunk.py and the sink tests of test_variants.py (ops._fold_sinks
+# runs the running merge) take it on the GPU.)
 K="gathered or cuda_graph or plans"; [ -n "${SHORT:-}" ] && K=gathered  # (SHORT: after the timing)
-[ -z "${SHORT:-}" ] && gpu_tests gathered 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py -k "$K"
+[ -z "${SHORT:-}" ] && gpu_tests gathered 300 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py \
+  && gpu_tests sinks 150 -n 4 tests/test_variants.py -k sink
 rm -rf /tmp/ms1 && mkdir -p /tmp/ms1 && cp -r flashattn_triton benchmarks /tmp/ms1/
 sed -i "s/^MERGE_STAGES = 3 /MERGE_STAGES = 1 /" /tmp/ms1/flashattn_triton/kernels/decode.py
 grep -H "^MERGE_STAGES" /tmp/ms1/flashattn_triton/kernels/decode.py | tee "$R/trees.txt"

@@ -754,11 +754,11 @@ def test_combine_kernel(device):
 @pytest.mark.parametrize("base2", [False, True], ids=["natural", "base2"])
 @pytest.mark.parametrize("sinks", [False, True], ids=["no-sinks", "sinks"])
 def test_gather_kernel(device, parts, base2, sinks):
-    """combine.gather_partials (the gathered combine: all parts of a tile in
+    """combine_partials(gather=True) (the gathered merge: all parts of a tile in
     one load; on CPU 4 parts per load, so 7 parts take two passes) against
     float64: LSEs in either base, an optional sink per head (one more logit
     with output 0), rows no part saw give 0 and -inf (or the sink)."""
-    from flashattn_triton.kernels.combine import gather_partials
+    from flashattn_triton.kernels.combine import combine_partials
     if device.type == "cpu" and not decode.INTERPRET:
         pytest.skip("a Triton kernel: needs the interpreter or a GPU")
     out_full, lse_full, o_parts, l_parts = _split_attention(device, parts)
@@ -771,8 +771,8 @@ def test_gather_kernel(device, parts, base2, sinks):
     scale = 1.4426950408889634 if base2 else 1.0
     out = torch.full((b, n, h, d), float("nan"), device=device, dtype=torch.bfloat16)
     lse = torch.full((b, h, n), float("nan"), device=device, dtype=torch.float32)
-    gather_partials(o_parts.transpose(2, 3), l_parts * scale, out.transpose(1, 2), lse,
-                    sinks=sink.float() if sinks else None, base2=base2)
+    combine_partials(o_parts.transpose(2, 3), l_parts * scale, out.transpose(1, 2), lse,
+                     sinks=sink.float() if sinks else None, base2=base2, gather=True)
     assert_close("gathered out", out.float(), out_full, atol=2 ** -7 * out_full.abs().max().item())
     finite = torch.isfinite(lse_full)
     assert_close("gathered lse", lse[finite], (lse_full * scale)[finite],

@@ -20,7 +20,7 @@ from .._validate import plain
 from . import fastlaunch
 from .launch import COMPILE_OPTIONS, INTERPRET, cdiv, head_dim_pad, next_power_of_2
 
-try:  # programmatic dependent launch (gather_partials' use_pdl); absent from some Triton releases
+try:  # programmatic dependent launch (combine_partials' use_pdl); absent from some Triton releases
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gdc_launch_dependents = gdc_wait = None
@@ -91,6 +91,45 @@ def merge_part(m, l, acc, lse_s, out_s):
     return m_new, l * alpha + w, acc
 
 
+# Two ways through the parts, compile-time switch PARTS:
+# * PARTS = 0, the running merge: one part at a time with a running maximum,
+#   so each part's rescaling waits for the one before (few, wide programs);
+# * PARTS > 0, the gathered merge (split-KV decoding's second kernel): the
+#   parts' weights come from their LSEs alone,
+#       m = max_s lse_s,   l = sum_s 2^(lse_s - m),   out = sum_s 2^(lse_s - m) out_s / l
+#   (base 2; a sink is one more LSE with output 0), so a program issues the
+#   loads of PARTS parts at once and waits for one memory round trip, not one
+#   per part; past PARTS parts it makes two passes, the first over the LSEs
+#   for m.  At batch-1 decoding the running merge's chain was the tail.
+
+
+@triton.jit
+def _part_lses(l_rows, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2: tl.constexpr):
+    """The (PARTS, BLOCK_M) LSEs of parts s, in base 2 (-inf past NUM_PARTS)."""
+    lse = tl.load(l_rows[None, :] + s[:, None] * stride_ls, mask=(s < NUM_PARTS)[:, None] & row_ok[None, :],
+                  other=float("-inf")).to(tl.float32)
+    if not LSE_BASE2:
+        lse = lse * 1.4426950408889634
+    return lse
+
+
+@triton.jit
+def _parts_at(l_ptrs, p_ptrs, row_ok, mask, s, stride_ls, stride_ps, NUM_PARTS, LSE_BASE2: tl.constexpr):
+    """Parts s of a tile, in one load each: their (PARTS, BLOCK_M) LSEs in base 2
+    and (PARTS, BLOCK_M, BLOCK_D) outputs (-inf and 0 past NUM_PARTS)."""
+    part = tl.load(p_ptrs[None, :, :] + s[:, None, None] * stride_ps,
+                   mask=(s < NUM_PARTS)[:, None, None] & mask[None, :, :], other=0.0).to(tl.float32)
+    return _part_lses(l_ptrs, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2), part
+
+
+@triton.jit
+def _fold_parts(l, acc, lse, part, m):
+    """(l, acc) plus the parts' weights 2^(lse - m) and weighted outputs, m the
+    rows' final maximum (parts that saw no key: 2^-inf = 0)."""
+    w = tl.math.exp2(lse - tl.where(m == float("-inf"), 0.0, m)[None, :])
+    return l + tl.sum(w, 0), acc + tl.sum(w[:, :, None] * part, 0)
+
+
 @triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
 def _combine_fwd(
     # pointers
@@ -103,59 +142,101 @@ def _combine_fwd(
     # shapes
     H, N, NUM_PARTS,
     # meta-parameters
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_M: tl.constexpr, LSE_BASE2: tl.constexpr = False,
+    PARTS: tl.constexpr = 0, ONE_LOAD: tl.constexpr = False, USE_PDL: tl.constexpr = False,
 ):
-    """Rows r of one batch entry z are (head r // N, position r % N); a 1-D
-    grid of batch entries x row tiles (no grid-axis cap on the batch).
-    HAS_SINKS: SINKS (H,) float32 adds logit SINKS[h] without a value to the
-    merged softmax of head h (an extra part with lse = sink and output 0).
+    """Rows r of one batch entry z are (head r // N, position r % N); a grid
+    of (batch entries x row tiles, column blocks of BLOCK_D) (no grid-axis
+    cap on the batch).  PARTS: 0 for the running merge (then one column
+    block), else the gathered merge's parts per load; ONE_LOAD: NUM_PARTS <=
+    PARTS.  HAS_SINKS: SINKS (H,) float32 adds logit SINKS[h] without a value
+    to the merged softmax of head h (an extra part with lse = sink and output 0).
     LSE_BASE2: LSE_PART and LSE hold base-2 LSEs (the attention kernels'
     lse2 = lse * log2(e)) instead of natural ones; SINKS stays natural.
-    O may be O_PART itself (one part, merged in place): a program reads its
-    rows' parts before it writes them, and no other program touches them."""
+    USE_PDL (launched with launch_pdl=True behind the kernel that writes the
+    parts): the program may start while that kernel runs and reads memory
+    only after griddepcontrol.wait.  O may be O_PART itself (one part, merged
+    in place, one column block): a program reads its rows' parts before it
+    writes them, and no other program touches them."""
+    if USE_PDL:
+        gdc_launch_dependents()
     n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
+    pid_d = tl.program_id(1)
     z = (pid // n_tiles).to(tl.int64)
     rows = (pid % n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < H * N
     h = (rows // N).to(tl.int64)
     m = (rows % N).to(tl.int64)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    if PARTS == 0:  # one column block (the running merge's build as it was before the gathered one)
+        offs_d = tl.arange(0, BLOCK_D)
+    else:
+        offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
     p_ptrs = (O_PART + z * stride_pz + h[:, None] * stride_ph + m[:, None] * stride_pm
               + offs_d[None, :] * stride_pk)
     l_ptrs = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
+    if USE_PDL:
+        gdc_wait()
 
-    m_i, l_i, acc = merge_init(SINKS, h, row_ok, HAS_SINKS, BLOCK_M, HEAD_DIM_PAD)
-    for s in range(0, NUM_PARTS):
-        lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32)
-        if not LSE_BASE2:
-            lse_s = lse_s * 1.4426950408889634
-        out_s = tl.load(p_ptrs, mask=mask, other=0.0).to(tl.float32)
-        m_i, l_i, acc = merge_part(m_i, l_i, acc, lse_s, out_s)
-        p_ptrs += stride_ps
-        l_ptrs += stride_ls
+    m_i, l_i, acc = merge_init(SINKS, h, row_ok, HAS_SINKS, BLOCK_M, BLOCK_D)
+    if PARTS == 0:
+        for s in range(0, NUM_PARTS):
+            lse_s = tl.load(l_ptrs, mask=row_ok, other=float("-inf")).to(tl.float32)
+            if not LSE_BASE2:
+                lse_s = lse_s * 1.4426950408889634
+            out_s = tl.load(p_ptrs, mask=mask, other=0.0).to(tl.float32)
+            m_i, l_i, acc = merge_part(m_i, l_i, acc, lse_s, out_s)
+            p_ptrs += stride_ps
+            l_ptrs += stride_ls
+    else:
+        offs_s = tl.arange(0, PARTS)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # (the sink's term last, at the final m)
+        if ONE_LOAD:
+            lse, part = _parts_at(l_ptrs, p_ptrs, row_ok, mask, offs_s, stride_ls, stride_ps, NUM_PARTS, LSE_BASE2)
+            m_i = tl.maximum(m_i, tl.max(lse, 0))
+            l_i, acc = _fold_parts(l_i, acc, lse, part, m_i)
+        else:
+            for s0 in range(0, NUM_PARTS, PARTS):
+                m_i = tl.maximum(m_i, tl.max(_part_lses(l_ptrs, row_ok, s0 + offs_s, stride_ls, NUM_PARTS,
+                                                        LSE_BASE2), 0))
+            for s0 in range(0, NUM_PARTS, PARTS):
+                lse, part = _parts_at(l_ptrs, p_ptrs, row_ok, mask, s0 + offs_s, stride_ls, stride_ps, NUM_PARTS,
+                                      LSE_BASE2)
+                l_i, acc = _fold_parts(l_i, acc, lse, part, m_i)
+        if HAS_SINKS:
+            sink = tl.load(SINKS + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+            l_i += tl.math.exp2(sink - tl.where(m_i == float("-inf"), 0.0, m_i))
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
-    if not LSE_BASE2:
-        lse = lse * 0.6931471805599453
     o_ptrs = O + z * stride_oz + h[:, None] * stride_oh + m[:, None] * stride_om + offs_d[None, :] * stride_ok
     tl.store(o_ptrs, cast_rtne(out, O.dtype.element_ty, INTERPRET), mask=mask)
-    tl.store(LSE + z * stride_rz + h * stride_rh + m * stride_rm, lse, mask=row_ok)
+    lse_out = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    if not LSE_BASE2:
+        lse_out = lse_out * 0.6931471805599453
+    lse_ptrs = LSE + z * stride_rz + h * stride_rh + m * stride_rm
+    if PARTS == 0:
+        tl.store(lse_ptrs, lse_out, mask=row_ok)
+    elif pid_d == 0:  # the first column block writes the rows' LSEs
+        tl.store(lse_ptrs, lse_out, mask=row_ok)
 
 
 # Launched by its callers directly (not through a Launcher): the launch fast path
 # (a no-op under the interpreter), so that a recording (a call plan) replays it.
 fastlaunch.install(_combine_fwd)
 
+# The gathered merge's tiles on the GPU: 4 rows x 32 columns per program, up to
+# 16 parts per load (2048 float32 values, 32 per thread at 2 warps).
+GATHER_ROWS, GATHER_COLS, GATHER_PARTS = 4, 32, 16
+
 
 def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
                      out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor = None,
-                     base2: bool = False, rows_per_program: int = 0) -> None:
+                     base2: bool = False, rows_per_program: int = 0, gather: bool = False,
+                     use_pdl: bool = False) -> None:
     """Merge S partial attentions with the Triton kernel, writing in place.
 
     out_parts: (S, Z, H, M, d) view (any strides, e.g. float32 partials);
@@ -167,164 +248,33 @@ def combine_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor,
     base2: lse_parts and lse in base 2 (lse * log2(e), as the attention
     kernels write them; sinks stay natural).  out / lse may be the one
     part's own buffers (S = 1: a sink folded into a finished attention in
-    place, ops.py).  rows_per_program: rows per program on the GPU (a power
-    of two; 0: 4, for many parts).  CUDA tensors, or CPU tensors under
-    Triton's interpreter."""
-    n_parts, z, h, m, d = out_parts.shape
-    if out.numel() == 0 and lse.numel() == 0:
-        return
-    # Few rows per program on the GPU (many programs share the reads); more
-    # under the interpreter, where each program costs the same Python overhead.
-    block_m = min(32 if INTERPRET else (rows_per_program or 4), next_power_of_2(max(h * m, 1)))
-    grid = (cdiv(h * m, block_m) * z,)
-    _combine_fwd[grid](
-        out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,
-        *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
-        h, m, n_parts,
-        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
-        BLOCK_M=block_m, LSE_BASE2=base2,
-        num_warps=4 if head_dim_pad(d) * block_m >= 1024 else 2, **COMPILE_OPTIONS,
-    )
-
-
-# ---------------------------------------------------------------------------
-# All parts at once, launched behind the kernel that wrote them (split-KV decoding)
-# ---------------------------------------------------------------------------
-#
-# _combine_fwd's running maximum makes each part's rescaling wait for the one
-# before it, and its few programs wait for one memory round trip per part: at
-# batch 1 that chain is the decode's tail.  Here the parts' weights come from
-# their LSEs alone, so every load of a program is issued at once:
-#     m = max_s lse_s,   l = sum_s 2^(lse_s - m),   out = sum_s 2^(lse_s - m) out_s / l
-# (base 2; a sink is one more LSE with output 0).  Each program takes BLOCK_M
-# rows and BLOCK_D columns; with more parts than PARTS it makes two passes, the
-# first over the LSEs for m.
-
-
-@triton.jit
-def _part_weights(l_rows, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2: tl.constexpr):
-    """The (PARTS, BLOCK_M) LSEs of parts s, in base 2 (-inf past NUM_PARTS)."""
-    lse = tl.load(l_rows[None, :] + s[:, None] * stride_ls, mask=(s < NUM_PARTS)[:, None] & row_ok[None, :],
-                  other=float("-inf")).to(tl.float32)
-    if not LSE_BASE2:
-        lse = lse * 1.4426950408889634
-    return lse
-
-
-@triton.jit(do_not_specialize=["H", "N", "NUM_PARTS"])
-def _gather_combine(
-    # pointers
-    O_PART, LSE_PART, O, LSE, SINKS,
-    # strides
-    stride_ps, stride_pz, stride_ph, stride_pm, stride_pk,
-    stride_ls, stride_lz, stride_lh, stride_lm,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    stride_rz, stride_rh, stride_rm,
-    # shapes
-    H, N, NUM_PARTS,
-    # meta-parameters
-    HEAD_DIM: tl.constexpr, HAS_SINKS: tl.constexpr, INTERPRET: tl.constexpr, LSE_BASE2: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PARTS: tl.constexpr, ONE_LOAD: tl.constexpr,
-    USE_PDL: tl.constexpr,
-):
-    """_combine_fwd's merge (same arguments, rows r of batch entry z = head
-    r // N, position r % N) over a 2-D grid: (batch entries x row tiles,
-    column blocks of BLOCK_D).  ONE_LOAD: NUM_PARTS <= PARTS, every part in
-    one load.  USE_PDL (launched with launch_pdl=True behind the kernel that
-    writes the parts): the program may start while that kernel runs and
-    reads memory only after griddepcontrol.wait."""
-    if USE_PDL:
-        gdc_launch_dependents()
-    n_tiles = (H * N + BLOCK_M - 1) // BLOCK_M
-    pid = tl.program_id(0)
-    pid_d = tl.program_id(1)
-    z = (pid // n_tiles).to(tl.int64)
-    rows = (pid % n_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < H * N
-    h = (rows // N).to(tl.int64)
-    m = (rows % N).to(tl.int64)
-    offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    offs_s = tl.arange(0, PARTS)
-    l_rows = LSE_PART + z * stride_lz + h * stride_lh + m * stride_lm
-    p_tile = (O_PART + z * stride_pz + h[None, :, None] * stride_ph + m[None, :, None] * stride_pm
-              + offs_d[None, None, :] * stride_pk)
-    tile_ok = row_ok[None, :, None] & (offs_d < HEAD_DIM)[None, None, :]
-    if USE_PDL:
-        gdc_wait()
-
-    if HAS_SINKS:  # base 2, as the parts' LSEs
-        sink = tl.load(SINKS + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
-        m_i = sink
-    else:
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    if ONE_LOAD:
-        lse = _part_weights(l_rows, row_ok, offs_s, stride_ls, NUM_PARTS, LSE_BASE2)
-        part = tl.load(p_tile + offs_s[:, None, None] * stride_ps,
-                       mask=(offs_s < NUM_PARTS)[:, None, None] & tile_ok, other=0.0).to(tl.float32)
-        m_i = tl.maximum(m_i, tl.max(lse, 0))
-        m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
-        w = tl.math.exp2(lse - m_ref[None, :])  # parts that saw no key: 2^-inf = 0
-        l_i = tl.sum(w, 0)
-        acc = tl.sum(w[:, :, None] * part, 0)
-    else:
-        for s0 in range(0, NUM_PARTS, PARTS):
-            m_i = tl.maximum(m_i, tl.max(_part_weights(l_rows, row_ok, s0 + offs_s, stride_ls, NUM_PARTS,
-                                                       LSE_BASE2), 0))
-        m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        for s0 in range(0, NUM_PARTS, PARTS):
-            s = s0 + offs_s
-            w = tl.math.exp2(_part_weights(l_rows, row_ok, s, stride_ls, NUM_PARTS, LSE_BASE2) - m_ref[None, :])
-            part = tl.load(p_tile + s[:, None, None] * stride_ps, mask=(s < NUM_PARTS)[:, None, None] & tile_ok,
-                           other=0.0).to(tl.float32)
-            l_i += tl.sum(w, 0)
-            acc += tl.sum(w[:, :, None] * part, 0)
-    if HAS_SINKS:
-        l_i += tl.math.exp2(sink - m_ref)
-
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    o_ptrs = O + z * stride_oz + h[:, None] * stride_oh + m[:, None] * stride_om + offs_d[None, :] * stride_ok
-    tl.store(o_ptrs, cast_rtne(acc / l_safe[:, None], O.dtype.element_ty, INTERPRET),
-             mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
-    if pid_d == 0:
-        lse_out = tl.where(empty, float("-inf"), m_ref + tl.math.log2(l_safe))
-        if not LSE_BASE2:
-            lse_out = lse_out * 0.6931471805599453
-        tl.store(LSE + z * stride_rz + h * stride_rh + m * stride_rm, lse_out, mask=row_ok)
-
-
-fastlaunch.install(_gather_combine)
-
-# gather_partials' tiles on the GPU: 4 rows x 32 columns per program, up to 16
-# parts per load (2048 float32 values, 32 per thread at 2 warps).
-GATHER_ROWS, GATHER_COLS, GATHER_PARTS = 4, 32, 16
-
-
-def gather_partials(out_parts: torch.Tensor, lse_parts: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                    sinks: torch.Tensor = None, base2: bool = False, use_pdl: bool = False) -> None:
-    """combine_partials' merge (same arguments) by _gather_combine: every part
-    of a program's tile in one load (two passes past GATHER_PARTS parts), many
-    small programs.  use_pdl: launched with programmatic dependent launch
-    behind the kernel that wrote the parts (sm_90 or later; decode.pdl_supported)."""
+    place, ops.py; not with gather).  rows_per_program: rows per program on
+    the GPU (a power of two; 0: 4, for many parts).  gather: the gathered
+    merge (GATHER_ROWS x GATHER_COLS tiles, GATHER_PARTS parts per load),
+    for split-KV decoding's second kernel; use_pdl: launched with
+    programmatic dependent launch behind the kernel that wrote the parts
+    (sm_90 or later, decode.pdl_supported).  CUDA tensors, or CPU tensors
+    under Triton's interpreter."""
     n_parts, z, h, m, d = out_parts.shape
     if out.numel() == 0 and lse.numel() == 0:
         return
     d_pad = head_dim_pad(d)
-    # Under the interpreter every program costs the same Python overhead: few, large row tiles
-    # (and 4 parts per load, so that its tests see the two-pass merge).
-    block_m = min(32 if INTERPRET else GATHER_ROWS, next_power_of_2(max(h * m, 1)))
-    block_d = min(GATHER_COLS, d_pad)  # (the interpreter too: its tests see the column blocks)
-    parts = min(next_power_of_2(max(n_parts, 1)), 4 if INTERPRET else GATHER_PARTS)
+    # Few rows per program on the GPU (many programs share the reads); more
+    # under the interpreter, where each program costs the same Python overhead
+    # (and 4 parts per gathered load, so that its tests see the two passes).
+    block_m = min(32 if INTERPRET else (rows_per_program or (GATHER_ROWS if gather else 4)),
+                  next_power_of_2(max(h * m, 1)))
+    block_d = min(GATHER_COLS, d_pad) if gather else d_pad
+    parts = min(next_power_of_2(max(n_parts, 1)), 4 if INTERPRET else GATHER_PARTS) if gather else 0
     grid = (cdiv(h * m, block_m) * z, cdiv(d, block_d))
-    _gather_combine[grid](
+    _combine_fwd[grid](
         out_parts, lse_parts, out, lse, sinks if sinks is not None else lse_parts,
         *out_parts.stride(), *lse_parts.stride(), *out.stride(), *lse.stride(),
         h, m, n_parts,
-        HEAD_DIM=d, HAS_SINKS=sinks is not None, INTERPRET=INTERPRET, LSE_BASE2=base2,
-        BLOCK_M=block_m, BLOCK_D=block_d, PARTS=parts, ONE_LOAD=n_parts <= parts, USE_PDL=use_pdl,
-        num_warps=2, **COMPILE_OPTIONS, **({"launch_pdl": True} if use_pdl else {}),
+        HEAD_DIM=d, BLOCK_D=block_d, HAS_SINKS=sinks is not None, INTERPRET=INTERPRET,
+        BLOCK_M=block_m, LSE_BASE2=base2, PARTS=parts, ONE_LOAD=0 < n_parts <= parts, USE_PDL=use_pdl,
+        num_warps=2 if gather or block_d * block_m < 1024 else 4, **COMPILE_OPTIONS,
+        **({"launch_pdl": True} if use_pdl else {}),
     )
 
 

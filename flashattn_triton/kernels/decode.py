@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GDC = False
 
 from . import fastlaunch
-from .combine import cast_rtne, combine_partials, gather_partials, merge_init, merge_part
+from .combine import cast_rtne, combine_partials, merge_init, merge_part
 from .launch import (COMPILE_OPTIONS, INTERPRET, SMEM_BUDGET, cdiv, cuda_index, current_stream_handle,
                      dot_precision, env_snapshot, head_dim_pad, next_power_of_2, smem_budget)
 from .tiles import chunk_end, chunk_start, mma, page_numbers
@@ -67,9 +67,9 @@ from .tiles import chunk_end, chunk_start, mma, page_numbers
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
 ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 # "fused" (default): the last split to finish merges the partials inside the
-# decode kernel; "separate": a second kernel (combine.py's _combine_fwd) does;
+# decode kernel; "separate": a second kernel (combine.py's running merge) does;
 # "gathered": a second kernel that loads every partial of its tile at once
-# (combine.py's _gather_combine), launched with PDL where the decode is.
+# (combine.py's gathered merge), launched with PDL where it compiles.
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 COMBINE_MODES = ("fused", "separate", "gathered")
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
@@ -1100,13 +1100,11 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         raise
     if split_mode == 1:
         # (S, B, Nq, Hq, d) / (S, B, Hq, Nq) partials indexed as (S, Z, H, M, ...).
-        if merge == "gathered":
-            # PDL wherever it compiles: the decode kernel triggers it early with
-            # its own pdl, else the combine's launch overlaps the decode's drain.
-            gather_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks,
-                            use_pdl=pdl_supported(q.device))
-        else:
-            combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks)
+        # gathered: PDL wherever it compiles (the decode kernel triggers it early
+        # with its own pdl, else the combine's launch overlaps the decode's drain).
+        gather = merge == "gathered"
+        combine_partials(o_part.transpose(2, 3), l_part, out.transpose(1, 2), lse, sinks=sinks, gather=gather,
+                         use_pdl=gather and pdl_supported(q.device))
     return num_splits
 
 
