@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Queued by session 64 (its device time went to failed starts after its first call; about 7-8 minutes,
 # one GPU; SHORT=1 for about 3). Run the whole script where the time allows: OUT=$OUT bash
-# benchmarks/gpu_next_session64.sh. Commit under results/<gpu>/session65/ with the environment. history/gpu_next_session63b.sh found the fused merge is the
+# benchmarks/gpu_next_session64.sh. Commit under results/<gpu>/session65/ with the environment.
+# history/gpu_next_session63b.sh found the fused merge is the
 # batch-1 tail at 2k: ours' decode kernel's longest program runs 20.2k cycles with the merge in it and
 # 12.1k without (FLASHATTN_TRITON_DECODE_COMBINE=separate), about 8k cycles (4 us) for the counter and
 # merging 16 partials; cuDNN merges in a second kernel (3.8k cycles). Two candidates:
