@@ -557,12 +557,6 @@ def combine_mode() -> str:
     return mode
 
 
-def fused_combine() -> bool:
-    """Whether the last split merges the partials in the decode kernel
-    (ENV_COMBINE=fused, the default)."""
-    return combine_mode() == "fused"
-
-
 def _config_from_env() -> Optional[dict]:
     text = os.environ.get(ENV_CONFIG)
     if not text:
