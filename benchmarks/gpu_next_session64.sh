@@ -85,7 +85,7 @@ for name, src, who, batches in (("gathered", base, "flashattn_triton/gathered", 
 print("winner:", max(winners)[1] if winners else "none")
 PY
 FLASHATTN_TRITON_DECODE_COMBINE=gathered PLANS62=default ROWS62="decode:1:2048" LAUNCHES62=4 \
-  KERNELS62="regex:_decode_fwd|_gather_combine|cudnn|lean" OUT="$OUT/ncu_gathered" timeout -k 5 80 \
+  KERNELS62="regex:_decode_fwd|_combine_fwd|cudnn|lean" OUT="$OUT/ncu_gathered" timeout -k 5 80 \
   bash benchmarks/history/gpu_next_session62.sh > "$R/ncu_gathered.log" 2>&1
 echo "rc=$?" >> "$R/ncu_gathered.log"; el ncu_gathered; cat "$OUT/ncu_gathered"/r/cycles_default.txt
 tar -C "$OUT" -czf "$OUT/results.tgz" r ncu_gathered/r
