@@ -79,8 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--splits", default="0", help="comma list of num_splits for ours (0 = automatic)")
     p.add_argument("--sinks", action="store_true", help="also time ours with attention sinks (gpt-oss), "
                                                        "one random logit per query head")
-    p.add_argument("--combine", default="fused", help="comma list from fused,separate,gathered: where ours merges "
-                                                      "the split partials (FLASHATTN_TRITON_DECODE_COMBINE)")
+    p.add_argument("--combine", default="default",
+                   help="comma list from default,fused,separate,gathered: where ours merges the split partials "
+                        "(each but 'default', the library's choice per batch, sets FLASHATTN_TRITON_DECODE_COMBINE)")
     p.add_argument("--variants", default=None,
                    help="comma list of candidate decode variants for ours (kernels/decode.py VARIANTS, "
                         f"'+' joins several, 'default' the library's defaults); each sets {VARIANT_ENV} "
@@ -265,13 +266,14 @@ def spot_check(q, cache, lens, n, sinks=None):
 
 
 def num_splits_used(batch, h_q, h_kv, d, n, dtype, layout="contiguous"):
-    """(automatic split count, launch config) of ours as decode_attention
-    plans it for ``layout`` (with the variants of the environment)."""
+    """(automatic split count, launch config, merge) of ours as
+    decode_attention plans it for ``layout`` (with the variants and the
+    merge of the environment)."""
     from flashattn_triton.kernels import decode
     import torch
 
     plan = decode.decode_plan(batch, h_q // h_kv, h_kv, d, n, dtype, torch.device(DEVICE), 0, page_size(layout))
-    return plan.num_splits, plan.config
+    return plan.num_splits, plan.config, plan.merge
 
 
 # --------------------------------------------------------------------------- run
@@ -284,6 +286,10 @@ def run(args):
         raise SystemExit(f"bench_decode.py: {VARIANT_ENV}={os.environ[VARIANT_ENV]!r} is set; pass the variants "
                          f"to time as --variants (e.g. --variants {os.environ[VARIANT_ENV].replace(',', '+')}) "
                          "and unset the variable")
+    if "default" in args.combine.split(",") and os.environ.get(COMBINE_ENV):
+        # "default" times the library's own choice, which a value from outside would replace.
+        raise SystemExit(f"bench_decode.py: {COMBINE_ENV}={os.environ[COMBINE_ENV]!r} is set; pass it as "
+                         f"--combine {os.environ[COMBINE_ENV]} and unset the variable")
     if DEVICE == "cuda":
         C.require_cuda("bench_decode.py")
     dtype = C.torch_dtype(args.dtype)
@@ -345,15 +351,16 @@ def run(args):
             for variant in variants:
                 for config in configs:
                     for combine in combines:
-                        with env_var(DECODE_ENV, config), env_var(COMBINE_ENV, combine), \
+                        with env_var(DECODE_ENV, config), \
+                                env_var(COMBINE_ENV, None if combine == "default" else combine), \
                                 env_var(VARIANT_ENV, variant.replace("+", ",")):
-                            splits_auto, cfg_used = num_splits_used(batch, h_q, h_kv, d, n, dtype, layout)
+                            splits_auto, cfg_used, merge = num_splits_used(batch, h_q, h_kv, d, n, dtype, layout)
                             if variant == "default" and config is None:
                                 cfg = cfg_used
                             for splits in splits_list:
                                 for sinks in sinks_list:
                                     extra = dict(config=config, num_splits=splits if splits else splits_auto,
-                                                 auto_splits=splits == 0, combine=combine,
+                                                 auto_splits=splits == 0, combine=combine, merge=merge,
                                                  sinks=sinks is not None, variant=variant,
                                                  launch=dict(cfg_used._asdict()))
                                     record(C.OURS, layout,
@@ -414,7 +421,7 @@ def write_md(payload, path):
     s = payload["settings"]
     def ours_key(r):
         return (r["layout"], r.get("config"), r.get("num_splits") if not r.get("auto_splits") else "auto",
-                r.get("combine", "fused"), r.get("sinks", False), r.get("variant", "default"))
+                r.get("combine", "default"), r.get("sinks", False), r.get("variant", "default"))
 
     ours_keys = sorted({ours_key(r) for r in rows if r["provider"] == C.OURS}, key=str)
     peers = [p for p in PEERS if any(r["provider"] == p for r in rows)]
@@ -426,7 +433,7 @@ def write_md(payload, path):
             label += f" [{config}]"
         if splits != "auto":
             label += f" s={splits}"
-        if combine != "fused":
+        if combine != "default":
             label += f" {combine} combine"
         return label
 

@@ -390,6 +390,19 @@ def test_bench_decode_refuses_an_outside_variant(monkeypatch):
         bench.run(bench.parse_args(["--smoke-cpu"]))
 
 
+def test_bench_decode_refuses_an_outside_combine(monkeypatch):
+    """--combine default (the default) times the library's own merge per
+    batch; FLASHATTN_TRITON_DECODE_COMBINE set by the caller would replace
+    it, so the run stops and names the --combine to pass instead."""
+    import pytest
+
+    bench = _bench_module("bench_decode")
+    monkeypatch.delenv(bench.VARIANT_ENV, raising=False)
+    monkeypatch.setenv(bench.COMBINE_ENV, "gathered")
+    with pytest.raises(SystemExit, match="--combine gathered"):
+        bench.run(bench.parse_args(["--smoke-cpu"]))
+
+
 def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
     """reps_rule_verdict (the d = 192 staging scripts' rule) on the committed
     repeats of session 34 call 2: three staging buffers win (geomean 1.096 >

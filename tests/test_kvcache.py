@@ -1037,6 +1037,31 @@ DEFAULTS = "deep,fill,pdl,reserve,spread,longpages"
 DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread"
 
 
+def test_decode_plan_merge(monkeypatch):
+    """Without FLASHATTN_TRITON_DECODE_COMBINE a plan merges its partials as
+    DEFAULT_COMBINE_SMALL at the split rule's small batch (4 x programs < SMs:
+    batch 1-4 with 8 KV heads on 132 SMs) and as DEFAULT_COMBINE otherwise; the
+    variable, when set, holds at every batch; a bad value names itself."""
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
+    monkeypatch.setattr(decode, "INTERPRET", False)
+    monkeypatch.delenv(decode.ENV_COMBINE, raising=False)
+    meta, bf16 = torch.device("meta"), torch.bfloat16
+
+    def merges():
+        return [decode.decode_plan(b, 4, 8, 128, 8192, bf16, meta).merge for b in (1, 4, 5, 8)]
+
+    for small, other in [("gathered", "fused"), ("fused", "separate"), ("separate", "gathered")]:
+        monkeypatch.setattr(decode, "DEFAULT_COMBINE_SMALL", small)
+        monkeypatch.setattr(decode, "DEFAULT_COMBINE", other)
+        assert merges() == [small, small, other, other]  # 4 x 32 programs < 132 SMs at batch 4; 4 x 40 not
+        monkeypatch.setenv(decode.ENV_COMBINE, "fused")
+        assert merges() == ["fused"] * 4
+        monkeypatch.delenv(decode.ENV_COMBINE)
+    monkeypatch.setenv(decode.ENV_COMBINE, "tree")
+    with pytest.raises(ValueError, match="FLASHATTN_TRITON_DECODE_COMBINE='tree'"):
+        decode.decode_plan(1, 4, 8, 128, 8192, bf16, meta)
+
+
 def test_decode_plan_variants(monkeypatch):
     """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
     deep / fill / pdl change batch 1 only (one program per SM), not
@@ -1052,7 +1077,8 @@ def test_decode_plan_variants(monkeypatch):
     for batch, n_cap in [(1, 1024), (1, 4096), (1, 65536), (8, 8192), (64, 4096)]:
         cfg = decode.decode_config(4, 128, bf16, meta)
         splits = min(decode.choose_num_splits(batch * 8, n_cap, cfg.BLOCK_N, 132), n_cap // cfg.BLOCK_N)
-        assert plan(batch, n_cap, "none") == decode.DecodePlan(cfg, splits, 1, False)
+        assert plan(batch, n_cap, "none") == decode.DecodePlan(cfg, splits, 1, False, decode.DEFAULT_COMBINE_SMALL
+                                                               if batch == 1 else decode.DEFAULT_COMBINE)
         assert plan(batch, n_cap, "default") == plan(batch, n_cap, "") == plan(batch, n_cap, DEFAULTS)
     # Of the defaults, "spread" alone acts at (64, 4096) (below); "longpages" needs pages.
     assert plan(64, 4096, "") == plan(64, 4096, "spread") != plan(64, 4096, "deep,fill,pdl,reserve")

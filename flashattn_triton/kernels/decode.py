@@ -66,12 +66,16 @@ from .tiles import chunk_end, chunk_start, mma, page_numbers
 # Environment override of the launch config, read at call time, e.g.
 # FLASHATTN_TRITON_CONFIG_DECODE="BLOCK_N=64,num_warps=4,num_stages=3" (BLOCK_M optional).
 ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
-# "fused" (default): the last split to finish merges the partials inside the
-# decode kernel; "separate": a second kernel (combine.py's running merge) does;
+# "fused": the last split to finish merges the partials inside the decode
+# kernel; "separate": a second kernel (combine.py's running merge) does;
 # "gathered": a second kernel that loads every partial of its tile at once
 # (combine.py's gathered merge), launched with PDL where it compiles.
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 COMBINE_MODES = ("fused", "separate", "gathered")
+# The merge without ENV_COMBINE: at the split rule's small batch (4 x programs
+# < SMs, decode_plan) and at any other batch.
+DEFAULT_COMBINE_SMALL = "fused"
+DEFAULT_COMBINE = "fused"
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
 # DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
 # list of VARIANTS ("deep,pdl"; "default" in it stands for the defaults),
@@ -547,11 +551,14 @@ def _append_kv(
 # Launch
 # ---------------------------------------------------------------------------
 
-def combine_mode() -> str:
+def combine_mode(small: bool = False) -> str:
     """Where a split decode merges its partials (ENV_COMBINE, one of
-    COMBINE_MODES): in the decode kernel ("fused", the default) or in a
-    second kernel ("separate", "gathered")."""
-    mode = os.environ.get(ENV_COMBINE, "fused")
+    COMBINE_MODES): in the decode kernel ("fused") or in a second kernel
+    ("separate", "gathered").  Unset, DEFAULT_COMBINE_SMALL at the split
+    rule's small batch (``small``), else DEFAULT_COMBINE."""
+    mode = os.environ.get(ENV_COMBINE)
+    if mode is None:
+        mode = DEFAULT_COMBINE_SMALL if small else DEFAULT_COMBINE
     if mode not in COMBINE_MODES:
         raise ValueError(f"{ENV_COMBINE}={mode!r}: expected one of {', '.join(map(repr, COMBINE_MODES))}")
     return mode
@@ -804,6 +811,7 @@ class DecodePlan(NamedTuple):
     num_splits: int
     row_tiles: int
     use_pdl: bool
+    merge: str  # combine_mode's: where the partials of a split merge
 
 
 # decode_plan's results by its arguments and _plan_world(): a decode call's
@@ -820,7 +828,7 @@ def _plan_world() -> tuple:
     """What a plan depends on besides its arguments: the environment switches
     (raw, read in one pass: the eager call plans check this on every replay)
     and the module's tables and functions (tests and tools replace them)."""
-    return (env_snapshot(_WORLD_ENV), DEFAULT_VARIANTS, CPU_SM_COUNT,
+    return (env_snapshot(_WORLD_ENV), DEFAULT_VARIANTS, DEFAULT_COMBINE_SMALL, DEFAULT_COMBINE, CPU_SM_COUNT,
             LONGPAGES_FROM, PAIR_MIN_BUDGET, SPREAD_WAVES, SPREAD_PER_SM, SPREAD_MIN_TILES, SPREAD_MAX_WAVES,
             MAX_AUTO_SPLITS, MAX_ROWS_PER_TILE, INTERPRET, HAVE_GDC, decode_config, fit_decode_config, decode_smem,
             device_smem_budget, sm_count, choose_num_splits, spread_splits, pdl_supported, _sm90_or_later)
@@ -828,7 +836,7 @@ def _plan_world() -> tuple:
 
 def decode_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dtype: torch.dtype,
                 device: torch.device, num_splits: int = 0, page_size: int = 0, span: int = 0) -> DecodePlan:
-    """Launch config, split count (num_splits, or chosen when 0) and PDL of one
+    """Launch config, split count (num_splits, or chosen when 0), PDL and merge of one
     decode launch, from host-side numbers only, with the ENV_VARIANT switches
     applied (page_size: the paged cache's page size, 0 for a contiguous cache).
     ENV_CONFIG overrides a variant's tile and pipeline choices.
@@ -903,7 +911,7 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     num_splits = min(num_splits, n_tiles, 65535)
     # PDL only at small batch: session 16 measured it at 0.93-0.99x at B = 8.
     use_pdl = small and "pdl" in variants and pdl_supported(device)
-    return DecodePlan(cfg, num_splits, row_tiles, use_pdl)
+    return DecodePlan(cfg, num_splits, row_tiles, use_pdl, combine_mode(small))
 
 
 # (device index, stream) -> [int32 buffer, all zero between launches, {numel: its first numel}]
@@ -1032,10 +1040,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, *, cache_seqlens, cache_batc
         return 1
     plan = decode_plan(batch, n_q * group, h_kv, d, n_cap, q.dtype, q.device, num_splits,
                        page_size if paged else 0, local_span(n_q, window_left, window_right, attention_chunk))
-    cfg, num_splits, m_blocks, use_pdl = plan.config, plan.num_splits, plan.row_tiles, plan.use_pdl
+    cfg, num_splits, m_blocks, use_pdl, merge = plan
     d_pad = head_dim_pad(d)
 
-    merge = combine_mode()
     split_mode = 0 if num_splits == 1 else (2 if merge == "fused" else 1)
     if split_mode:  # (scratch: a recorded call's replays make their own)
         o_part = fastlaunch.empty_scratch((num_splits, batch, n_q, h_q, d), torch.float32, q.device)
