@@ -73,8 +73,10 @@ ENV_CONFIG = "FLASHATTN_TRITON_CONFIG_DECODE"
 ENV_COMBINE = "FLASHATTN_TRITON_DECODE_COMBINE"
 COMBINE_MODES = ("fused", "separate", "gathered")
 # The merge without ENV_COMBINE: at the split rule's small batch (4 x programs
-# < SMs, decode_plan) and at any other batch.
-DEFAULT_COMBINE_SMALL = "fused"
+# < SMs, decode_plan) and at any other batch.  Session 65 (H100, bench_decode,
+# B = 1 / 8, N 1k-16k, two repeats): gathered over fused 1.07-1.26x at batch 1
+# (geomean 1.15), 0.978-1.005x at batch 8 (docs/decode.md "The gathered merge").
+DEFAULT_COMBINE_SMALL = "gathered"
 DEFAULT_COMBINE = "fused"
 # Variants for small-batch decoding (docs/decode.md, "Batch 1 on the H200"):
 # DEFAULT_VARIANTS unless FLASHATTN_TRITON_DECODE_VARIANT names others, a comma
