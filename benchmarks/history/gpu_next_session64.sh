@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# RAN in session 65 (H100, SHORT=1, call 1): gathered met the rule at batch 1 (1.07-1.26x, geomean
+# 1.151, both repeats), not batch 8's floor (0.978-1.005x): DEFAULT_COMBINE_SMALL = "gathered".
+# Results: results/h100/session65/ (README there). ms1 was not run (SHORT).
 # Queued by session 64 (its device time went to failed starts after its first call; about 7-8 minutes,
 # one GPU; SHORT=1 for about 3). Run the whole script where the time allows: OUT=$OUT bash
 # benchmarks/gpu_next_session64.sh. Commit under results/<gpu>/session65/ with the environment.
@@ -20,7 +23,7 @@
 # >= 1.02 at every B=1 row from 1k to 8k in both repeats and >= 0.99 at 16k (and its tests pass);
 # gathered must also be >= 0.99 at every B=8 row to become the default everywhere, else it becomes
 # the default only where the split rule's small batch applies. The best geomean of the winners is taken.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 # (SHORT=1, for a call with little device time left: the gathered tests only, no ms1 tree.)
 # (Session 64 made the gathered merge a switch of combine.py's one kernel, _combine_fwd: PARTS > 0.
 # The running merge's build kept its registers, shared memory and loop; the whole of

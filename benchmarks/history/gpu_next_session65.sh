@@ -4,8 +4,9 @@
 # results/h100/session65/). 1. The decode GPU tests and the sink tests at the defaults (no
 # FLASHATTN_TRITON_DECODE_COMBINE). 2. bench_decode.py at B = 1 and 8, contiguous and 16-token
 # pages, N 1k-128k, ours at the default and with the fused merge, beside SDPA cuDNN and flash and
-# the copy ceiling of the same run. OUT=$OUT bash benchmarks/gpu_next_session65.sh
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+# the copy ceiling of the same run. OUT=$OUT bash benchmarks/history/gpu_next_session65.sh
+# RAN in session 65 (H100, call 3): 256 + 24 tests passed; results/h100/session65/call3/.
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests kvcache 200 -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
 gpu_tests sinks 100 -n 4 tests/test_variants.py -k sink
 timeout -k 5 200 python3 benchmarks/bench_decode.py --batches 1,8 --layouts contiguous,paged16 \
