@@ -39,7 +39,9 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_BWD_WHOLE_Q", "1 / 0: the portable dK/dV kernel without the row checks of its masked "
                                      "loops when the query length is a multiple of 128 (read at import; "
                                      "dense calls). Default: on for causal calls, off otherwise"),
-    ("FLASHATTN_TRITON_DECODE_COMBINE", "fused (default) | separate: where split-KV decoding merges"),
+    ("FLASHATTN_TRITON_DECODE_COMBINE", "fused | separate | gathered: where split-KV decoding merges its "
+                                        "partials (in the decode kernel, or in a second kernel). Default: "
+                                        "gathered at small batch (4 x programs < SMs), fused elsewhere"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, fill, pdl, reserve, "
                                         "pair, spread, longpages; docs/decode.md); "
                                         "default: deep,fill,pdl,reserve,spread,longpages; none: the plain plan"),
