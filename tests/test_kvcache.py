@@ -290,6 +290,35 @@ def test_splits_agree(combine, dtype, device, monkeypatch):
         assert_close(f"num_splits={splits} vs 1", out, outs[1], atol=2 ** -6 * outs[1].abs().max().item())
 
 
+def test_default_merge_by_batch(device, monkeypatch):
+    """Without FLASHATTN_TRITON_DECODE_COMBINE the plan's merge is the one
+    launched: the gathered combine kernel at the split rule's small batch
+    (4 x programs < SMs; 64 SMs stand in for a GPU's), the fused merge in
+    the decode kernel (no combine launch) at a larger one; both match the
+    reference."""
+    monkeypatch.delenv(decode.ENV_COMBINE, raising=False)
+    monkeypatch.setenv(decode.ENV_CONFIG, "BLOCK_N=16")
+    monkeypatch.setattr(decode, "sm_count", lambda device: 64)
+    monkeypatch.setattr(decode, "DEFAULT_COMBINE_SMALL", "gathered")
+    monkeypatch.setattr(decode, "DEFAULT_COMBINE", "fused")
+    gathers = []
+    combine = decode.combine_partials
+    monkeypatch.setattr(decode, "combine_partials",
+                        lambda *a, **kw: (gathers.append(kw["gather"]), combine(*a, **kw))[1])
+    dtype = torch.float32
+    for batch, want in [(1, [True]), (16, [])]:  # 2 and 32 programs: 8 < 64, 128 >= 64
+        gathers.clear()
+        q = rnd(device, dtype, batch, 1, 4, 32)
+        k_cache, v_cache, _ = make_cache(device, batch, 96, 2, 32, dtype)
+        lens = ints(device, [96 - 5 * (i % 8) for i in range(batch)])
+        ref = reference(q, k_cache, v_cache, seqlens=lens)
+        base = reference(q, k_cache, v_cache, seqlens=lens, dtype=dtype)
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, num_splits=3)
+        assert_close(f"B={batch}", out, ref[0], base[0], 2.0, dtype)
+        if kvc._use_triton(q):
+            assert gathers == want, f"B={batch}: combine launches (gather=) {gathers}, expected {want}"
+
+
 def test_split_counters_reset(device, monkeypatch):
     """The fused merge's counters come from a buffer kept per stream: every
     launch leaves them at 0 (no memset per call), so repeated calls with
