@@ -574,7 +574,7 @@ def _world() -> tuple:
     tools replace these; decode._plan_world holds the environment switches,
     ENV_COMBINE's among them)."""
     from .kernels import decode
-    return (decode._plan_world(), decode.combine_mode, decode.MERGE_STAGES, decode.decode_attention,
+    return (decode._plan_world(), decode.MERGE_STAGES, decode.decode_attention,
             decode.append_kv, decode.split_counters, _use_triton, _kvcache_into, fastlaunch.POISON)
 
 
