@@ -1132,6 +1132,14 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(b, n, "spread").num_splits for b, n in [(56, 4096), (64, 4096), (64, 32768)]] == [5, 4, 4]
     assert plan(64, 8192, "spread").config == plan(64, 8192, "none").config
     assert plan(64, 8192, "spread,deep,pair") == plan(64, 8192, "spread")  # the small-batch ones do not act
+    # "solo": from SMs / 4 to SMs programs (batch 5-16 here) the split rule counts one
+    # program per SM: batch 8 takes 2 splits (128 programs) instead of 4, batch 16 none
+    # instead of 2; the small batch (4) and past one program per SM (17, 32) unchanged.
+    assert [plan(b, 8192, "solo").num_splits for b in (8, 16)] == [2, 1]
+    assert [plan(b, 8192, "none").num_splits for b in (8, 16)] == [4, 2]
+    for b in (1, 4, 17, 32):
+        assert plan(b, 8192, "solo") == plan(b, 8192, "none"), b
+    assert plan(8, 8192, "solo").config == plan(8, 8192, "none").config
     # "longpages": at batch 1 from 64k keys in pages smaller than a 64-key tile, the plan of
     # "pair,pdl,reserve" (two programs per SM, no "fill"); other page sizes, lengths, batches unchanged.
     def paged(batch, n_cap, variant, page):
@@ -1419,6 +1427,29 @@ def test_gpu_realistic(device, batch, n_cache, page):
               seqlens=lens.to(device), block_table=table, causal=True, num_splits=0)
     # The reference runs on the GPU in float64 (one sequence at a time).
     check(q, k_cache, v_cache, dtype, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
+@pytest.mark.parametrize("batch", [5, 8, 16])
+def test_gpu_solo_mid_batch(device, batch, page, monkeypatch):
+    """Variant "solo" (the split rule counting one program per SM from SMs / 4
+    to SMs programs) at the batches it re-plans: Hq=32, Hkv=8, d=128, bf16,
+    ragged lengths incl. 0 and a full cache, one appended token, automatic
+    splits; against float64.  The plan must differ from the default's, or the
+    test would not exercise the variant."""
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 4096
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,solo")
+    solo = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device)
+    monkeypatch.setenv(decode.ENV_VARIANT, "default")
+    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device).num_splits != solo.num_splits
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,solo")
+    q = rnd(device, dtype, batch, 1, h_q, d)
+    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
+    lens = torch.randint(0, cap, (batch,), dtype=torch.int32)
+    lens[0], lens[1] = 0, cap - 1
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, batch, 1, h_kv, d), v=rnd(device, dtype, batch, 1, h_kv, d),
+          seqlens=lens.to(device), block_table=table, causal=True, num_splits=0)
 
 
 @pytest.mark.gpu

@@ -114,7 +114,7 @@ DEFAULT_COMBINE = "fused"
 # over 3 stages, a candidate of session 16 that lost to "deep"; still in commit
 # 0f7d7f6).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages")
+VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages", "solo")
 # Removed variants -> the session that removed them (named so by the ValueError).
 REMOVED_VARIANTS = {"merge": 45, "prefetch": 45, "gather": 45, "tma": 45, "wide": 51}
 MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
@@ -711,7 +711,7 @@ def choose_num_splits(programs: int, n_keys: int, block_n: int, n_sm: int,
     SMs gets 8 splits at 1k keys, 13 at 4k, 15 from 8k up; 512 programs get 1.  The
     smallest count within ``tolerance`` (10%) of the best wins (variant "fill":
     1.0, the best itself; 16 splits from 4k up at batch 1).  ``per_sm`` > 0
-    sets the programs per SM of a wave instead (variant "pair": 2)."""
+    sets the programs per SM of a wave instead (variant "pair": 2, "solo": 1)."""
     n_tiles = max(1, cdiv(n_keys, block_n))
     slots = (per_sm or (1 if 4 * programs < n_sm else 2)) * max(1, n_sm)
     costs = []
@@ -878,6 +878,8 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     long_pages = ("longpages" in variants and 0 < page_size < cfg.BLOCK_N and n_cap >= LONGPAGES_FROM
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
+    # "solo": one program per SM in the split rule's waves while the batch fills at most one.
+    solo = not small and "solo" in variants and programs <= n_sm
     if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
@@ -906,7 +908,7 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
         num_splits = choose_num_splits(programs, n_keys, cfg.BLOCK_N, n_sm, tolerance=tolerance,
-                                       per_sm=2 if pair else 0)
+                                       per_sm=2 if pair else (1 if solo else 0))
         if num_splits == 1 and "spread" in variants:
             num_splits = spread_splits(programs, n_keys, cfg.BLOCK_N, n_sm) or 1
     # More splits than key tiles would only add empty ones (and grid axis 1
