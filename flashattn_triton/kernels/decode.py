@@ -107,6 +107,13 @@ DEFAULT_COMBINE = "fused"
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
+# Candidate of session 66 (H100 sweeps, docs/decode.md "Mid batches: one program per SM"):
+#   solo: past the small batch, while the batch alone makes at most one program per SM
+#         (SMs / 4 <= programs <= SMs: batch 5-16 with 8 KV heads on 132 SMs), the split
+#         rule counts one program per SM, as at small batch, instead of two; for contiguous
+#         caches and pages of a tile or more only (16-token pages, whose tiles each wait on
+#         per-row block-table loads, read 0.91-0.98x so from 4k keys: two programs per SM
+#         hide that wait).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -879,7 +886,8 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
     # "solo": one program per SM in the split rule's waves while the batch fills at most one.
-    solo = not small and "solo" in variants and programs <= n_sm
+    solo = (not small and "solo" in variants and programs <= n_sm
+            and (page_size == 0 or page_size >= cfg.BLOCK_N))
     if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
