@@ -1139,6 +1139,9 @@ def test_decode_plan_variants(monkeypatch):
     assert [plan(b, 8192, "none").num_splits for b in (8, 16)] == [4, 2]
     for b in (1, 4, 17, 32):
         assert plan(b, 8192, "solo") == plan(b, 8192, "none"), b
+    # never more splits than the rule of two per SM: batch 12 at 2k keys keeps 2 (not 4), takes 4 for 5 at 8k
+    assert [plan(12, n, "solo").num_splits for n in (2048, 8192)] == [2, 4]
+    assert [plan(12, n, "none").num_splits for n in (2048, 8192)] == [2, 5]
     assert plan(8, 8192, "solo").config == plan(8, 8192, "none").config
     # "longpages": at batch 1 from 64k keys in pages smaller than a 64-key tile, the plan of
     # "pair,pdl,reserve" (two programs per SM, no "fill"); other page sizes, lengths, batches unchanged.

@@ -110,10 +110,10 @@ DEFAULT_COMBINE = "fused"
 # Candidate of session 66 (H100 sweeps, docs/decode.md "Mid batches: one program per SM"):
 #   solo: past the small batch, while the batch alone makes at most one program per SM
 #         (SMs / 4 <= programs <= SMs: batch 5-16 with 8 KV heads on 132 SMs), the split
-#         rule counts one program per SM, as at small batch, instead of two; for contiguous
-#         caches and pages of a tile or more only (16-token pages, whose tiles each wait on
-#         per-row block-table loads, read 0.91-0.98x so from 4k keys: two programs per SM
-#         hide that wait).
+#         rule counts one program per SM, as at small batch, instead of two, where that
+#         takes fewer splits; for contiguous caches and pages of a tile or more only
+#         (16-token pages, whose tiles each wait on per-row block-table loads, read
+#         0.91-0.98x so from 4k keys: two programs per SM hide that wait).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -916,7 +916,9 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     if num_splits == 0:
         tolerance = 1.0 if small and "fill" in variants and not long_pages else 1.1
         num_splits = choose_num_splits(programs, n_keys, cfg.BLOCK_N, n_sm, tolerance=tolerance,
-                                       per_sm=2 if pair else (1 if solo else 0))
+                                       per_sm=2 if pair else 0)
+        if solo:  # never more splits than two per SM would take (batch 12, 2k keys: 4 instead of 2)
+            num_splits = min(num_splits, choose_num_splits(programs, n_keys, cfg.BLOCK_N, n_sm, per_sm=1))
         if num_splits == 1 and "spread" in variants:
             num_splits = spread_splits(programs, n_keys, cfg.BLOCK_N, n_sm) or 1
     # More splits than key tiles would only add empty ones (and grid axis 1
