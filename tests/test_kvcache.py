@@ -1062,8 +1062,8 @@ def test_validation(kwargs, exc, match):
 # Small-batch variants (decode.ENV_VARIANT; decode.DEFAULT_VARIANTS when unset)
 # ---------------------------------------------------------------------------
 
-DEFAULTS = "deep,fill,pdl,reserve,spread,longpages"
-DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread"
+DEFAULTS = "deep,fill,pdl,reserve,spread,longpages,solo"
+DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread,solo"
 
 
 def test_decode_plan_merge(monkeypatch):
@@ -1094,7 +1094,7 @@ def test_decode_plan_merge(monkeypatch):
 def test_decode_plan_variants(monkeypatch):
     """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
     deep / fill / pdl change batch 1 only (one program per SM), not
-    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages."""
+    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages,solo."""
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(decode, "INTERPRET", False)
     meta, bf16 = torch.device("meta"), torch.bfloat16
@@ -1111,7 +1111,7 @@ def test_decode_plan_variants(monkeypatch):
         assert plan(batch, n_cap, "default") == plan(batch, n_cap, "") == plan(batch, n_cap, DEFAULTS)
     # Of the defaults, "spread" alone acts at (64, 4096) (below); "longpages" needs pages.
     assert plan(64, 4096, "") == plan(64, 4096, "spread") != plan(64, 4096, "deep,fill,pdl,reserve")
-    assert plan(8, 8192, "") == plan(8, 8192, "none")
+    assert plan(8, 8192, "") == plan(8, 8192, "solo") != plan(8, 8192, "none")  # of the defaults, "solo" acts at B=8
     assert plan(1, 65536, "none").num_splits == 15 and plan(1, 65536, "none").config.num_stages == 3
     assert plan(1, 65536, "").num_splits == 16 and plan(1, 65536, "").config.num_stages == 5 and plan(1, 65536, "").use_pdl
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 4, 5)
@@ -1442,14 +1442,14 @@ def test_gpu_solo_mid_batch(device, batch, page, monkeypatch):
     """Variant "solo" (the split rule counting one program per SM from SMs / 4
     to SMs programs) at the batches it re-plans: Hq=32, Hkv=8, d=128, bf16,
     ragged lengths incl. 0 and a full cache, one appended token, automatic
-    splits; against float64.  The plan must differ from the default's, or the
-    test would not exercise the variant."""
+    splits (the defaults, "solo" among them since session 66); against
+    float64.  The plan must differ from that of the defaults without "solo",
+    or the test would not exercise the variant."""
     dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 4096
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,solo")
-    solo = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device)
-    monkeypatch.setenv(decode.ENV_VARIANT, "default")
-    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device).num_splits != solo.num_splits
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,solo")
+    monkeypatch.setenv(decode.ENV_VARIANT, DEFAULTS.replace(",solo", ""))
+    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0)
+    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
+    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0).num_splits != before.num_splits
     q = rnd(device, dtype, batch, 1, h_q, d)
     k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
     lens = torch.randint(0, cap, (batch,), dtype=torch.int32)

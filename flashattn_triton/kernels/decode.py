@@ -107,7 +107,7 @@ DEFAULT_COMBINE = "fused"
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
-# Candidate of session 66 (H100 sweeps, docs/decode.md "Mid batches: one program per SM"):
+# Candidate of session 66, default since (H100 sweeps, docs/decode.md "Mid batches: one program per SM"):
 #   solo: past the small batch, while the batch alone makes at most one program per SM
 #         (SMs / 4 <= programs <= SMs: batch 5-16 with 8 KV heads on 132 SMs), the split
 #         rule counts one program per SM, as at small batch, instead of two, where that
@@ -767,7 +767,10 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # at batch 8, where only "reserve" acts.  Session 33 added "spread" (B = 56-64
 # at 4k-16k keys: 1.08-1.16x) and "longpages" (B = 1, 16-token pages, 64k /
 # 128k keys: 1.12-1.29x); on every other row their plans are those of before.
-DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages"})
+# Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous and 256-token
+# pages: 0.988-1.24x, geomean 1.056 over the 100 re-planned rows; docs/decode.md
+# "Mid batches: one program per SM").
+DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo"})
 
 
 def decode_variants() -> frozenset:
