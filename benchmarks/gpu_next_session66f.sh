@@ -2,7 +2,8 @@
 # Session 66, retake with the bench fixed (one GPU, about 4 minutes). Call 11 found that
 # bench_decode.py's correctness spot check (a float32 SDPA over the cache) slowed whatever was timed
 # right after it by 12-15 % (cuDNN at B = 1, 128k: 2490 GB/s timed after it, 2934 not); it now runs
-# after the peers. The solo calls 4-6 timed each layout's first variant ("default" without solo)
+# after the peers, and (call 12 found the first timing after it still slow, whatever it times) the
+# timing after a spot check is taken twice, the first thrown away. The solo calls 4-6 timed each layout's first variant ("default" without solo)
 # right after the previous layout's spot check, so their verdicts are retaken here:
 # 1. B = 5, 6, 8, 12, 16; 1k-32k; contiguous, 16- and 256-token pages; the defaults without "solo"
 #    (deep+fill+pdl+reserve+spread+longpages) against the defaults (with it); rep 1 in that order,
