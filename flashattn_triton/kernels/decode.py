@@ -111,9 +111,9 @@ DEFAULT_COMBINE = "fused"
 #   solo: past the small batch, while the batch alone makes at most one program per SM
 #         (SMs / 4 <= programs <= SMs: batch 5-16 with 8 KV heads on 132 SMs), the split
 #         rule counts one program per SM, as at small batch, instead of two, where that
-#         takes fewer splits; for contiguous caches and pages of a tile or more only
-#         (16-token pages, whose tiles each wait on per-row block-table loads, read
-#         0.91-0.98x so from 4k keys: two programs per SM hide that wait).
+#         takes fewer splits; for contiguous caches only (16-token pages read 0.91-0.98x
+#         so from 4k keys; 256-token pages 0.88-1.31x, within the 15 % their timings
+#         move with the order they are taken in, so no verdict).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -767,9 +767,9 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # at batch 8, where only "reserve" acts.  Session 33 added "spread" (B = 56-64
 # at 4k-16k keys: 1.08-1.16x) and "longpages" (B = 1, 16-token pages, 64k /
 # 128k keys: 1.12-1.29x); on every other row their plans are those of before.
-# Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous and 256-token
-# pages: 0.988-1.24x, geomean 1.056 over the 100 re-planned rows; docs/decode.md
-# "Mid batches: one program per SM").
+# Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous caches: the
+# 50 re-planned rows 1.003-1.22x, geomean 1.056, in four calls, both orders;
+# docs/decode.md "Mid batches: one program per SM").
 DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo"})
 
 
@@ -889,8 +889,7 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
     # "solo": one program per SM in the split rule's waves while the batch fills at most one.
-    solo = (not small and "solo" in variants and programs <= n_sm
-            and (page_size == 0 or page_size >= cfg.BLOCK_N))
+    solo = not small and "solo" in variants and programs <= n_sm and page_size == 0
     if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
