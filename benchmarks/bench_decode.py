@@ -379,10 +379,10 @@ def run(args):
                     record(peer, "contiguous", [peer_call(peer, qb, c) for qb, c in zip(q_bhnd, caches)])
             # Correctness spot check: our output against SDPA in float32 over the
             # logical cache of this layout (caches up to 2 GB: the float32 copy is twice that).
-            # The first graph timed after it reads 10-15 % slower, whatever it times and
-            # whichever caches it reads (session 66, H100: cuDNN at B = 1, 128k keys 2490 GB/s
-            # timed right after it, 2934 otherwise), so it runs after the peers' timings and
-            # the next timing is taken twice, the first thrown away (`settle`).
+            # The first graph timed after it read 12-15 % slower (session 66, H100: cuDNN at
+            # B = 1, 128k keys 2490 GB/s timed right after it, 2934 otherwise; docs/decode.md
+            # "A timing artifact"), so it runs after the peers' timings, and the next timing
+            # (the next layout's or shape's first) is taken twice, the first thrown away (`settle`).
             if nbytes <= 2e9:
                 settle.append(True)
                 try:

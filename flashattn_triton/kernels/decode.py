@@ -768,7 +768,7 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # at 4k-16k keys: 1.08-1.16x) and "longpages" (B = 1, 16-token pages, 64k /
 # 128k keys: 1.12-1.29x); on every other row their plans are those of before.
 # Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous caches: the
-# 50 re-planned rows 1.003-1.22x, geomean 1.056, in four calls, both orders;
+# 50 re-planned rows 1.003-1.12x, geomean 1.055-1.056, both timing orders;
 # docs/decode.md "Mid batches: one program per SM").
 DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo"})
 

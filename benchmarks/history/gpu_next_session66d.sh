@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 66, third call (one GPU, about 2 minutes; the second call with "solo" restricted): variant "solo" (kernels/decode.py: the split
+# RAN in session 66 as call 6 (H100): results/h100/session66/call6/; rule missed at one row (0.988 / 0.998).
+# Session 66, fourth call (one GPU, about 2 minutes; "solo" restricted twice): variant "solo" (kernels/decode.py: the split
 # rule counts one program per SM, not two, while SMs / 4 <= programs <= SMs). Call 1's sweep on an
 # H100 (results/h100/session66/) found the fixed counts that make about one program per SM faster
 # than the automatic ones: batch 8 (64 programs) 2 splits over 4, 1.01-1.07x; batch 16 (128) 1 over
@@ -8,12 +9,15 @@
 # caches read 1.01-1.22x at every changed row, 16-token pages 0.91-0.98x from 4k keys. "solo" now
 # leaves pages smaller than a tile alone; this call retakes the rule on fresh repeats, with
 # 256-token pages added (paged16 rows must keep the default's plan).
+# The third call (gpu_next_session66c.sh, call5/) missed it by one row of 104: batch 12 at 2k keys in
+# 256-token pages, 0.977x, where the one-per-SM rule took 4 splits for the default's 2 (geomean 1.058).
+# "solo" now never takes more splits than the default rule; fresh repeats, the same rule.
 # 1. the solo GPU test and the plan tests: $R/tests.log.
 # 2. batch 5, 6, 8, 12, 16; 1k-32k; contiguous and 16-token pages; default against default+solo,
 #    cuDNN beside them; two repeats. Rule, fixed before the run: over the rows whose split counts
 #    differ, solo / default (same repeat) >= 0.99 at every row in both repeats and the geomean
 #    >= 1.02; then "solo" joins DEFAULT_VARIANTS.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests tests 200 -n 4 tests/test_kvcache.py -k "solo or plan"
 for rep in 1 2; do
   timeout -k 5 150 python3 benchmarks/bench_decode.py --batches 5,6,8,12,16 --layouts contiguous,paged16,paged256 \

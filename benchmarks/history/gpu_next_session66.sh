@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN in session 66 as call 1 (H100, no H200 came): results/h100/session66/call1_results.tgz; split sweep: no winner.
 # Queued by session 65 (one GPU, about 6 minutes; meant for an H200, where issue 11's table lives):
 # the decoding table at the defaults since session 65 (the gathered merge at small batch,
 # kernels/decode.py DEFAULT_COMBINE_SMALL), which ran only on an H100 so far
@@ -17,7 +18,7 @@
 #    at the others; the best geomean of the winners is taken ("pair": DEFAULT_VARIANTS gains it
 #    where the gathered merge runs; "s32": choose_num_splits counts two programs per SM at small
 #    batch under the gathered merge).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
 timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
   > "$R/decode.log" 2>&1

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN in session 66 as calls 12 and 13 (H100; 13 with the settle): results/h100/session66/call12/, call13/; contiguous met, paged256 no verdict.
 # Session 66, retake with the bench fixed (one GPU, about 4 minutes). Call 11 found that
 # bench_decode.py's correctness spot check (a float32 SDPA over the cache) slowed whatever was timed
 # right after it by 12-15 % (cuDNN at B = 1, 128k: 2490 GB/s timed after it, 2934 not); it now runs
@@ -10,7 +11,7 @@
 #    rep 2 reversed. Rule, as in calls 4-6: over the re-planned rows, >= 0.99 at every row in both
 #    repeats and geomean >= 1.02; if missed, "solo" leaves DEFAULT_VARIANTS.
 # 2. the issue 11 table at the defaults: $R/decode/.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 BASE=deep+fill+pdl+reserve+spread+longpages
 for rep in 1 2; do
   order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Queued by session 66 (one GPU, about 4 minutes; meant for an H200, where issue 11's table lives;
+# on an H100 it retakes session 66's call 14). OUT=$OUT bash benchmarks/gpu_next_session67.sh;
+# commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
+# 1. tests/test_kvcache.py + tests/test_kvcache_chunk.py on the GPU at the defaults: $R/kvcache.log.
+# 2. bench_decode.py's issue 11 table at session 66's defaults (variant "solo" at batch 5-16 on
+#    contiguous caches; the spot check after the peers): $R/decode/.
+# 3. "solo" on this GPU: batch 5, 8, 12, 16, contiguous, 1k-32k, the defaults without it against
+#    the defaults, two repeats, the order reversed in the second. It was adopted on an H100
+#    (session 66: 1.003-1.12x, geomean 1.055). Rule, fixed before the run: if any re-planned row
+#    reads < 0.97x in both repeats, or the geomean is < 1.00, "solo" leaves DEFAULT_VARIANTS.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
+timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
+  > "$R/decode.log" 2>&1
+echo "rc=$?" >> "$R/decode.log"; el decode
+sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-600
+BASE=deep+fill+pdl+reserve+spread+longpages
+for rep in 1 2; do
+  order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"
+  timeout -k 5 120 python3 benchmarks/bench_decode.py --batches 5,8,12,16 --layouts contiguous \
+    --peers sdpa_cudnn --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25 --variants "$order" \
+    --out "$R/solo_rep$rep" > "$R/solo_rep$rep.log" 2>&1
+  echo "rc=$?" >> "$R/solo_rep$rep.log"; el "solo_rep$rep"
+done
+python3 - "$R" "$BASE" <<'PY' | tee "$R/solo_verdict.txt"
+import json, math, sys
+r, base_name = sys.argv[1:]
+ratios = {}
+for rep in (1, 2):
+    try:
+        rows = json.load(open(f"{r}/solo_rep{rep}/bench_decode.json"))["rows"]
+    except OSError as e:
+        print("missing", e); sys.exit(0)
+    g = {(x.get("variant"), x["batch"], x["seqlen"]): (x["gbps"], x["num_splits"])
+         for x in rows if "gbps" in x and x["provider"] == "flashattn_triton"}
+    for (var, b, n), (gb, sp) in sorted(g.items()):
+        if var == "default" and g[(base_name, b, n)][1] != sp:
+            ratios.setdefault((b, n), []).append(gb / g[(base_name, b, n)][0])
+            print(f"rep{rep} B={b:2d} N={n:6d} splits {g[(base_name, b, n)][1]}->{sp} {ratios[(b, n)][-1]:.3f}")
+logs = [math.log(x) for v in ratios.values() for x in v]
+geo = math.exp(sum(logs) / len(logs)) if logs else 1.0
+bad = [k for k, v in ratios.items() if len(v) == 2 and max(v) < 0.97]
+print(f"solo: {len(ratios)} re-planned rows, geomean {geo:.3f}; rows < 0.97 in both repeats: {bad}")
+print("verdict:", "solo stays" if not bad and geo >= 1.0 else "solo leaves DEFAULT_VARIANTS")
+PY
+tar -C "$OUT" -czf "$OUT/results.tgz" r
