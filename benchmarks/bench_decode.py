@@ -314,7 +314,7 @@ def run(args):
     print(f"copy ceiling: {copy_gbps:.0f} GB/s (the fastest, {copy['how']} of {copy['gb']:g} GB)", flush=True)
     rows = []
     checks = []
-    settle: list = []  # non-empty: a spot check ran since the last timing
+    pending_checks = []  # (batch, n, layout) to spot-check once every timing is taken
     cfg = None
     for batch, n in shapes(args):
         if budget.exhausted():
@@ -330,10 +330,6 @@ def run(args):
             row = dict(batch=batch, seqlen=n, provider=provider, layout=layout, copies=copies,
                        kv_bytes=nbytes, **(extra or {}))
             try:
-                if settle:  # the first timing after a spot check is thrown away (see spot_check)
-                    time_graph(fns, args.reps)
-                    settle.clear()
-                    row["settled"] = True
                 ms = time_graph(fns, args.reps)
                 row.update(ms=ms, gbps=nbytes / (ms * 1e-3) / 1e9)
                 row["frac_copy"] = row["gbps"] / copy_gbps
@@ -377,23 +373,32 @@ def run(args):
                     if peer == "flex" and not args.flex_all and n not in FLEX_SEQLENS:
                         continue
                     record(peer, "contiguous", [peer_call(peer, qb, c) for qb, c in zip(q_bhnd, caches)])
-            # Correctness spot check: our output against SDPA in float32 over the
-            # logical cache of this layout (caches up to 2 GB: the float32 copy is twice that).
-            # The first graph timed after it read 12-15 % slower (session 66, H100: cuDNN at
-            # B = 1, 128k keys 2490 GB/s timed right after it, 2934 otherwise; docs/decode.md
-            # "A timing artifact"), so it runs after the peers' timings, and the next timing
-            # (the next layout's or shape's first) is taken twice, the first thrown away (`settle`).
-            if nbytes <= 2e9:
-                settle.append(True)
-                try:
-                    for sinks in sinks_list:
-                        checks.append(dict(batch=batch, seqlen=n, layout=layout, sinks=sinks is not None,
-                                           max_abs_err_vs_fp32=spot_check(qs[0], caches[0], lens, n, sinks)))
-                except Exception as exc:  # noqa: BLE001
-                    checks.append(dict(batch=batch, seqlen=n, layout=layout, error=C.short_error(exc)))
+            if nbytes <= 2e9:  # caches up to 2 GB: the check's float32 copy is twice that
+                pending_checks.append((batch, n, layout))
             del caches
             C.free_cuda_memory()
         del qs, lens
+        C.free_cuda_memory()
+
+    # Correctness spot checks: our output against SDPA in float32 over the logical cache of
+    # each layout, on fresh caches of the timed shapes, once every timing is taken.  Run
+    # between the timings, a check slowed the graph timed after it by 12-15 % (session 66,
+    # H100: cuDNN at B = 1, 128k keys 2490 GB/s timed right after one, 2934 otherwise;
+    # docs/decode.md "A timing artifact").
+    for batch, n, layout in pending_checks:
+        if budget.exhausted():
+            checks.append(dict(batch=batch, seqlen=n, layout=layout, error="skipped: time budget exhausted"))
+            continue
+        try:
+            q = torch.randn(batch, 1, h_q, d, device=DEVICE, dtype=dtype)
+            lens = torch.full((batch,), n, dtype=torch.int32, device=DEVICE)
+            caches = make_caches(batch, n, h_kv, d, dtype, layout, 1)
+            for sinks in sinks_list:
+                checks.append(dict(batch=batch, seqlen=n, layout=layout, sinks=sinks is not None,
+                                   max_abs_err_vs_fp32=spot_check(q, caches[0], lens, n, sinks)))
+        except Exception as exc:  # noqa: BLE001
+            checks.append(dict(batch=batch, seqlen=n, layout=layout, error=C.short_error(exc)))
+        caches = []
         C.free_cuda_memory()
 
     payload = dict(env=env, settings=dict(heads_q=h_q, heads_kv=h_kv, head_dim=d, dtype=args.dtype,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Queued by session 66 (one GPU, about 4 minutes; meant for an H200, where issue 11's table lives;
+# Queued by session 66 (one GPU, about 5 minutes; meant for an H200, where issue 11's table lives;
 # on an H100 it retakes session 66's call 14). OUT=$OUT bash benchmarks/gpu_next_session67.sh;
 # commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
 # 1. tests/test_kvcache.py + tests/test_kvcache_chunk.py on the GPU at the defaults: $R/kvcache.log.
 # 2. bench_decode.py's issue 11 table at session 66's defaults (variant "solo" at batch 5-16 on
-#    contiguous caches; the spot check after the peers): $R/decode/.
+#    contiguous caches; the spot checks after every timing): $R/decode/.
 # 3. "solo" on this GPU: batch 5, 8, 12, 16, contiguous, 1k-32k, the defaults without it against
 #    the defaults, two repeats, the order reversed in the second. It was adopted on an H100
 #    (session 66: 1.003-1.12x, geomean 1.055). Rule, fixed before the run: if any re-planned row
@@ -43,5 +43,26 @@ geo = math.exp(sum(logs) / len(logs)) if logs else 1.0
 bad = [k for k, v in ratios.items() if len(v) == 2 and max(v) < 0.97]
 print(f"solo: {len(ratios)} re-planned rows, geomean {geo:.3f}; rows < 0.97 in both repeats: {bad}")
 print("verdict:", "solo stays" if not bad and geo >= 1.0 else "solo leaves DEFAULT_VARIANTS")
+PY
+# 4. The paged columns' order effect with the checks after every timing: batch 8 and 16, 4k-16k,
+#    16- and 256-token pages, where "solo" does not act, so both variants time the same plan; the
+#    order reversed in the second repeat. Session 66 saw up to 15 % between the two (calls 12-13).
+for rep in 1 2; do
+  order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"
+  timeout -k 5 90 python3 benchmarks/bench_decode.py --batches 8,16 --layouts paged16,paged256 --peers "" \
+    --seqlens 4096,8192,16384 --copy-gb 0.25 --variants "$order" --out "$R/order_rep$rep" > "$R/order_rep$rep.log" 2>&1
+  echo "rc=$?" >> "$R/order_rep$rep.log"; el "order_rep$rep"
+done
+python3 - "$R" "$BASE" <<'PY' | tee "$R/order.txt"
+import json, sys
+r, base_name = sys.argv[1:]
+for rep in (1, 2):
+    try:
+        rows = json.load(open(f"{r}/order_rep{rep}/bench_decode.json"))["rows"]
+    except OSError as e:
+        print("missing", e); continue
+    g = {(x.get("variant"), x["layout"], x["batch"], x["seqlen"]): x["gbps"] for x in rows if "gbps" in x}
+    ratios = [g[("default",) + k[1:]] / v for k, v in g.items() if k[0] == base_name and ("default",) + k[1:] in g]
+    print(f"rep{rep}: same plan, default / base {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} rows")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

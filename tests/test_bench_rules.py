@@ -2,6 +2,7 @@
 session 23 (calls 1 and 6) and on logs made here; CPU only."""
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -401,6 +402,47 @@ def test_bench_decode_refuses_an_outside_combine(monkeypatch):
     monkeypatch.setenv(bench.COMBINE_ENV, "gathered")
     with pytest.raises(SystemExit, match="--combine gathered"):
         bench.run(bench.parse_args(["--smoke-cpu"]))
+
+
+def test_bench_decode_checks_after_every_timing(monkeypatch, tmp_path):
+    """The correctness spot checks run once every timing is taken (session 66:
+    the graph timed right after one read 12-15 % slower), one per timed
+    (batch, length, layout) and on the library's output."""
+    bench = _bench_module("bench_decode")
+    monkeypatch.delenv(bench.VARIANT_ENV, raising=False)
+    monkeypatch.delenv(bench.COMBINE_ENV, raising=False)
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    events, timed = [], set()
+    real_check = bench.spot_check
+
+    def time_graph(fns, reps):
+        events.append("time")
+        return 1.0
+
+    def spot_check(q, cache, lens, n, sinks=None):
+        events.append("check")
+        return real_check(q, cache, lens, n, sinks)
+
+    def record_shapes(batch, n, h_kv, d, dtype, layout, copies):
+        timed.add((batch, n, layout))
+        return make_caches(batch, n, h_kv, d, dtype, layout, copies)
+
+    make_caches = bench.make_caches
+    monkeypatch.setattr(bench, "time_graph", time_graph)
+    monkeypatch.setattr(bench, "spot_check", spot_check)
+    monkeypatch.setattr(bench, "make_caches", record_shapes)
+    monkeypatch.setattr(bench, "copy_ceilings", lambda sizes, reps: dict(gbps=1.0, how="copy_", gb=0.0, sizes=[]))
+    args = bench.parse_args(["--smoke-cpu", "--out", str(tmp_path), "--peers", ""])
+    # main()'s --smoke-cpu shapes
+    args.batches, args.seqlens, args.heads_q, args.heads_kv, args.head_dim = "1,2", "64,96", 4, 2, 32
+    args.l2_bytes, args.reps = 0, 1
+    bench.run(args)
+    first_check = events.index("check")
+    assert "time" in events and "time" not in events[first_check:], events
+    payload = json.loads((tmp_path / "bench_decode.json").read_text())
+    checked = {(c["batch"], c["seqlen"], c["layout"]) for c in payload["checks"]}
+    assert checked == timed and len(payload["checks"]) == len(timed), (checked, timed)
+    assert all(c["max_abs_err_vs_fp32"] < 2e-2 for c in payload["checks"]), payload["checks"]
 
 
 def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
