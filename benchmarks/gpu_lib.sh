@@ -161,3 +161,23 @@ varlen_tables() {
     sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
   done
 }
+# decode_tests_and_table: the decode GPU tests ($R/kvcache.log, T_KV seconds) and bench_decode.py's
+# issue 11 table at the defaults ($R/decode/, T_TABLE seconds), its short table printed.
+decode_tests_and_table() {
+  gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
+  timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
+    > "$R/decode.log" 2>&1
+  echo "rc=$?" >> "$R/decode.log"; el decode
+  sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-600
+}
+# order_reps NAME SECONDS A B BENCH_DECODE_ARGS...: bench_decode.py twice, timing the variants A
+# then B in the first repeat and B then A in the second, into $R/NAME_rep1 and $R/NAME_rep2.
+order_reps() {
+  local name=$1 limit=$2 a=$3 b=$4 rep order; shift 4
+  for rep in 1 2; do
+    order="$a,$b"; [ "$rep" = 2 ] && order="$b,$a"
+    timeout -k 5 "$limit" python3 benchmarks/bench_decode.py "$@" --variants "$order" \
+      --out "$R/${name}_rep$rep" > "$R/${name}_rep$rep.log" 2>&1
+    echo "rc=$?" >> "$R/${name}_rep$rep.log"; el "${name}_rep$rep"
+  done
+}

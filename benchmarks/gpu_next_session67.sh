@@ -10,19 +10,10 @@
 #    (session 66: 1.003-1.12x, geomean 1.055). Rule, fixed before the run: if any re-planned row
 #    reads < 0.97x in both repeats, or the geomean is < 1.00, "solo" leaves DEFAULT_VARIANTS.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
-timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
-  > "$R/decode.log" 2>&1
-echo "rc=$?" >> "$R/decode.log"; el decode
-sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-600
+decode_tests_and_table
 BASE=deep+fill+pdl+reserve+spread+longpages
-for rep in 1 2; do
-  order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"
-  timeout -k 5 120 python3 benchmarks/bench_decode.py --batches 5,8,12,16 --layouts contiguous \
-    --peers sdpa_cudnn --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25 --variants "$order" \
-    --out "$R/solo_rep$rep" > "$R/solo_rep$rep.log" 2>&1
-  echo "rc=$?" >> "$R/solo_rep$rep.log"; el "solo_rep$rep"
-done
+order_reps solo 120 "$BASE" default --batches 5,8,12,16 --layouts contiguous --peers sdpa_cudnn \
+  --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25
 python3 - "$R" "$BASE" <<'PY' | tee "$R/solo_verdict.txt"
 import json, math, sys
 r, base_name = sys.argv[1:]
@@ -47,12 +38,8 @@ PY
 # 4. The paged columns' order effect with the checks after every timing: batch 8 and 16, 4k-16k,
 #    16- and 256-token pages, where "solo" does not act, so both variants time the same plan; the
 #    order reversed in the second repeat. Session 66 saw up to 15 % between the two (calls 12-13).
-for rep in 1 2; do
-  order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"
-  timeout -k 5 90 python3 benchmarks/bench_decode.py --batches 8,16 --layouts paged16,paged256 --peers "" \
-    --seqlens 4096,8192,16384 --copy-gb 0.25 --variants "$order" --out "$R/order_rep$rep" > "$R/order_rep$rep.log" 2>&1
-  echo "rc=$?" >> "$R/order_rep$rep.log"; el "order_rep$rep"
-done
+order_reps order 90 "$BASE" default --batches 8,16 --layouts paged16,paged256 --peers "" \
+  --seqlens 4096,8192,16384 --copy-gb 0.25
 python3 - "$R" "$BASE" <<'PY' | tee "$R/order.txt"
 import json, sys
 r, base_name = sys.argv[1:]

@@ -1405,7 +1405,14 @@ def test_gpu_large_batch(device, variant, page, monkeypatch):
     an empty and a full sequence, one appended token, automatic splits;
     against float64."""
     monkeypatch.setenv(decode.ENV_VARIANT, variant)
-    dtype, batch, h_q, h_kv, d, cap = torch.bfloat16, 64, 32, 8, 128, 4096
+    check_ragged_step(device, 64, 4096, page)
+
+
+def check_ragged_step(device, batch, cap, page):
+    """Hq=32, Hkv=8, d=128, bf16: a cache of ``cap`` keys with ragged lengths,
+    an empty and a full sequence among them, one appended token, causal,
+    automatic splits; against float64."""
+    dtype, h_q, h_kv, d = torch.bfloat16, 32, 8, 128
     q = rnd(device, dtype, batch, 1, h_q, d)
     k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
     lens = torch.randint(0, cap, (batch,), dtype=torch.int32)
@@ -1436,26 +1443,20 @@ def test_gpu_realistic(device, batch, n_cache, page):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("page", [None], ids=["contiguous"])
 @pytest.mark.parametrize("batch", [5, 8, 16])
-def test_gpu_solo_mid_batch(device, batch, page, monkeypatch):
+def test_gpu_solo_mid_batch(device, batch, monkeypatch):
     """Variant "solo" (the split rule counting one program per SM from SMs / 4
     to SMs programs) at the batches it re-plans: Hq=32, Hkv=8, d=128, bf16,
-    ragged lengths incl. 0 and a full cache, one appended token, automatic
+    a contiguous cache (paged ones keep their plans), ragged lengths incl. 0 and a full cache, one appended token, automatic
     splits (the defaults, "solo" among them since session 66); against
     float64.  The plan must differ from that of the defaults without "solo",
     or the test would not exercise the variant."""
-    dtype, h_q, h_kv, d, cap = torch.bfloat16, 32, 8, 128, 4096
+    dtype, h_kv, d, cap = torch.bfloat16, 8, 128, 4096
     monkeypatch.setenv(decode.ENV_VARIANT, DEFAULTS.replace(",solo", ""))
-    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0)
+    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device)
     monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
-    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0).num_splits != before.num_splits
-    q = rnd(device, dtype, batch, 1, h_q, d)
-    k_cache, v_cache, table = make_cache(device, batch, cap, h_kv, d, dtype, page)
-    lens = torch.randint(0, cap, (batch,), dtype=torch.int32)
-    lens[0], lens[1] = 0, cap - 1
-    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, batch, 1, h_kv, d), v=rnd(device, dtype, batch, 1, h_kv, d),
-          seqlens=lens.to(device), block_table=table, causal=True, num_splits=0)
+    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device).num_splits != before.num_splits
+    check_ragged_step(device, batch, cap, None)
 
 
 @pytest.mark.gpu

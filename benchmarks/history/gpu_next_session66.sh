@@ -19,11 +19,7 @@
 #    where the gathered merge runs; "s32": choose_num_splits counts two programs per SM at small
 #    batch under the gathered merge).
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
-gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
-timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
-  > "$R/decode.log" 2>&1
-echo "rc=$?" >> "$R/decode.log"; el decode
-sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-400
+decode_tests_and_table
 for rep in 1 2; do
   timeout -k 5 60 python3 benchmarks/bench_decode.py --batches 1 --layouts contiguous --peers sdpa_cudnn \
     --seqlens 1024,4096,8192,16384,32768,65536 --copy-gb 0.25 --variants default,default+pair --splits 0,32 \

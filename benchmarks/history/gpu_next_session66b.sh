@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # RAN in session 66 as call 4 (H100): results/h100/session66/call4/; rule not met (16-token pages 0.91-0.98x).
 # Session 66, second call (one GPU, about 2 minutes): variant "solo" (kernels/decode.py: the split
-# rule counts one program per SM, not two, while SMs / 4 <= programs <= SMs). Call 1's sweep on an
+# rule counts one program per SM, not two, while SMs / 4 <= programs <= SMs). Calls 2-3's sweeps on an
 # H100 (results/h100/session66/) found the fixed counts that make about one program per SM faster
 # than the automatic ones: batch 8 (64 programs) 2 splits over 4, 1.01-1.07x; batch 16 (128) 1 over
 # 2, 1.01-1.08x; batch 4 and 32 already so.
@@ -9,11 +9,12 @@
 # 2. batch 5, 6, 8, 12, 16; 1k-32k; contiguous and 16-token pages; default against default+solo,
 #    cuDNN beside them; two repeats. Rule, fixed before the run: over the rows whose split counts
 #    differ, solo / default (same repeat) >= 0.99 at every row in both repeats and the geomean
-#    >= 1.02; then "solo" joins DEFAULT_VARIANTS.
+#    >= 1.02; then "solo" joins DEFAULT_VARIANTS. (LAYOUTS: the layouts timed; calls 5 and 6 ran
+#    this script with 256-token pages added, gpu_next_session66c.sh / 66d.sh.)
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests tests 200 -n 4 tests/test_kvcache.py -k "solo or plan"
 for rep in 1 2; do
-  timeout -k 5 150 python3 benchmarks/bench_decode.py --batches 5,6,8,12,16 --layouts contiguous,paged16 \
+  timeout -k 5 150 python3 benchmarks/bench_decode.py --batches 5,6,8,12,16 --layouts "${LAYOUTS:-contiguous,paged16}" \
     --peers sdpa_cudnn --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25 --variants default,default+solo \
     --out "$R/solo_rep$rep" > "$R/solo_rep$rep.log" 2>&1
   echo "rc=$?" >> "$R/solo_rep$rep.log"; el "solo_rep$rep"

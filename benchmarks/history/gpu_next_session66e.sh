@@ -7,9 +7,5 @@
 #    SDPA flash and cuDNN, Flex at 8k / 64k; the copy ceiling in the same run): $R/decode/
 #    (batch 8 is re-planned by "solo": 2 splits for 4).
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
-gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
-timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
-  > "$R/decode.log" 2>&1
-echo "rc=$?" >> "$R/decode.log"; el decode
-sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-600
+decode_tests_and_table
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -13,13 +13,8 @@
 # 2. the issue 11 table at the defaults: $R/decode/.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 BASE=deep+fill+pdl+reserve+spread+longpages
-for rep in 1 2; do
-  order="$BASE,default"; [ $rep = 2 ] && order="default,$BASE"
-  timeout -k 5 150 python3 benchmarks/bench_decode.py --batches 5,6,8,12,16 --layouts contiguous,paged16,paged256 \
-    --peers sdpa_cudnn --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25 --variants "$order" \
-    --out "$R/solo_rep$rep" > "$R/solo_rep$rep.log" 2>&1
-  echo "rc=$?" >> "$R/solo_rep$rep.log"; el "solo_rep$rep"
-done
+order_reps solo 150 "$BASE" default --batches 5,6,8,12,16 --layouts contiguous,paged16,paged256 \
+  --peers sdpa_cudnn --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25
 python3 - "$R" "$BASE" <<'PY' | tee "$R/solo_verdict.txt"
 import json, math, sys
 r, base_name = sys.argv[1:]
