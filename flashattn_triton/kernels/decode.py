@@ -107,13 +107,13 @@ DEFAULT_COMBINE = "fused"
 #   spread: when the split rule leaves a launch unsplit although the batch alone
 #         makes 1-3 waves of SPREAD_PER_SM programs per SM with a last wave at
 #         most half full, split it into at least SPREAD_WAVES waves (spread_splits).
-# Candidate of session 66, default since (H100 sweeps, docs/decode.md "Mid batches: one program per SM"):
+# Candidate of session 66 and a default since then (H100 sweeps; docs/decode.md "Mid batches: one program per SM"):
 #   solo: past the small batch, while the batch alone makes at most one program per SM
 #         (SMs / 4 <= programs <= SMs: batch 5-16 with 8 KV heads on 132 SMs), the split
 #         rule counts one program per SM, as at small batch, instead of two, where that
 #         takes fewer splits; for contiguous caches only (16-token pages read 0.91-0.98x
-#         so from 4k keys; 256-token pages 0.88-1.31x, within the 15 % their timings
-#         move with the order they are taken in, so no verdict).
+#         so from 4k keys at batch 5, 6, 8 and 16; 256-token pages 0.88-1.31x, within the
+#         15 % their timings move with the order they are taken in, so no verdict).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
