@@ -517,6 +517,12 @@ def write_md(payload, path):
     C.write_markdown(path, "Decoding bandwidth (bench_decode.py)", payload["env"], short, details)
 
 
+def smoke_shapes(args):
+    """--smoke-cpu's small shapes and settings, set on ``args``."""
+    args.batches, args.seqlens, args.heads_q, args.heads_kv, args.head_dim = "1,2", "64,96", 4, 2, 32
+    args.copy_gb, args.l2_bytes, args.reps = "0.01", 0, 1
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.render:
@@ -533,8 +539,7 @@ def main(argv=None):
     global DEVICE
     if args.smoke_cpu:
         DEVICE = "cpu"
-        args.batches, args.seqlens, args.heads_q, args.heads_kv, args.head_dim = "1,2", "64,96", 4, 2, 32
-        args.copy_gb, args.l2_bytes, args.reps = "0.01", 0, 1
+        smoke_shapes(args)
     t0 = time.time()
     run(args)
     print(f"bench_decode.py: {time.time() - t0:.0f} s")

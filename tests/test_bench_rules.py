@@ -433,9 +433,7 @@ def test_bench_decode_checks_after_every_timing(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "make_caches", record_shapes)
     monkeypatch.setattr(bench, "copy_ceilings", lambda sizes, reps: dict(gbps=1.0, how="copy_", gb=0.0, sizes=[]))
     args = bench.parse_args(["--smoke-cpu", "--out", str(tmp_path), "--peers", ""])
-    # main()'s --smoke-cpu shapes
-    args.batches, args.seqlens, args.heads_q, args.heads_kv, args.head_dim = "1,2", "64,96", 4, 2, 32
-    args.l2_bytes, args.reps = 0, 1
+    bench.smoke_shapes(args)
     bench.run(args)
     first_check = events.index("check")
     assert "time" in events and "time" not in events[first_check:], events
