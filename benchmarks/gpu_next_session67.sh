@@ -15,25 +15,14 @@ BASE=deep+fill+pdl+reserve+spread+longpages
 order_reps solo 120 "$BASE" default --batches 5,8,12,16 --layouts contiguous --peers sdpa_cudnn \
   --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25
 python3 - "$R" "$BASE" <<'PY' | tee "$R/solo_verdict.txt"
-import json, math, sys
-r, base_name = sys.argv[1:]
-ratios = {}
-for rep in (1, 2):
-    try:
-        rows = json.load(open(f"{r}/solo_rep{rep}/bench_decode.json"))["rows"]
-    except OSError as e:
-        print("missing", e); sys.exit(0)
-    g = {(x.get("variant"), x["batch"], x["seqlen"]): (x["gbps"], x["num_splits"])
-         for x in rows if "gbps" in x and x["provider"] == "flashattn_triton"}
-    for (var, b, n), (gb, sp) in sorted(g.items()):
-        if var == "default" and g[(base_name, b, n)][1] != sp:
-            ratios.setdefault((b, n), []).append(gb / g[(base_name, b, n)][0])
-            print(f"rep{rep} B={b:2d} N={n:6d} splits {g[(base_name, b, n)][1]}->{sp} {ratios[(b, n)][-1]:.3f}")
-logs = [math.log(x) for v in ratios.values() for x in v]
-geo = math.exp(sum(logs) / len(logs)) if logs else 1.0
-bad = [k for k, v in ratios.items() if len(v) == 2 and max(v) < 0.97]
-print(f"solo: {len(ratios)} re-planned rows, geomean {geo:.3f}; rows < 0.97 in both repeats: {bad}")
-print("verdict:", "solo stays" if not bad and geo >= 1.0 else "solo leaves DEFAULT_VARIANTS")
+import sys
+sys.path.insert(0, "benchmarks")
+import rules
+r, base = sys.argv[1:]
+reps = rules.load_reps([f"{r}/solo_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
+out = rules.decode_replan_verdict(reps, "default", base, row_min=0.97, geo_min=1.00)
+print(out)
+print("verdict:", "solo stays" if out.splitlines()[-1].split(": ")[1].startswith("met") else "solo leaves DEFAULT_VARIANTS")
 PY
 # 4. The paged columns' order effect with the checks after every timing: batch 8 and 16, 4k-16k,
 #    16- and 256-token pages, where "solo" does not act, so both variants time the same plan; the

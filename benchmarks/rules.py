@@ -554,6 +554,56 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
     return "\n".join(lines)
 
 
+def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: float,
+                          ours: str = "flashattn_triton") -> str:
+    """A decode variant's rule over bench_decode.json payloads (the repeats of
+    gpu_lib.sh's order_reps, one per timing order), ``new`` against ``base``
+    (bench_decode.py --variants names): a row whose two plans differ (split
+    count or launch config) is re-planned; one with the same plan is a gauge of
+    the timing noise, reported without a bar.  Met when every spot check ran
+    (an error under 1e-2), every re-planned row is present in every repeat, no
+    re-planned row reads under ``row_min`` in every repeat, and the geomean of
+    all re-planned ratios is >= ``geo_min``.  Returns one line per re-planned
+    row, the gauges' range and a last line "<new> over <base>: met (geomean g)"
+    or "... NOT met ..."."""
+    checks_ok = decode_checks_ok(reps)
+    ratios: dict = {}
+    gauges, lines, ok = [], [], checks_ok and bool(reps)
+    for i, p in enumerate(reps, 1):
+        rows = {(r.get("variant", "default"), r["layout"], r["batch"], r["seqlen"]): r for r in p["rows"]
+                if r.get("provider") == ours and "gbps" in r}
+        for (v, lay, b, n), old in sorted(rows.items()):
+            if v != base:
+                continue
+            cand = rows.get((new, lay, b, n))
+            if not cand or not cand["gbps"]:
+                ok = False
+                lines.append(f"  repeat {i} {lay} B={b} N={n}: {new} missing")
+                continue
+            x = cand["gbps"] / old["gbps"]
+            if (cand.get("num_splits"), cand.get("launch")) == (old.get("num_splits"), old.get("launch")):
+                gauges.append(x)
+                continue
+            ratios.setdefault((lay, b, n), []).append(x)
+            lines.append(f"  repeat {i} {lay} B={b} N={n}: splits {old.get('num_splits')} -> "
+                         f"{cand.get('num_splits')}, {x:.3f}")
+    low = sorted(key for key, xs in ratios.items() if len(xs) == len(reps) and max(xs) < row_min)
+    ok &= bool(ratios) and all(len(xs) == len(reps) for xs in ratios.values()) and not low
+    geo = geomean([x for xs in ratios.values() for x in xs])
+    ok &= geo >= geo_min
+    if gauges:
+        lines.append(f"  gauges (same plan): {min(gauges):.3f}-{max(gauges):.3f} over {len(gauges)} rows")
+    if low:
+        lines.append(f"  under {row_min} in every repeat: {low}")
+    if not ratios:
+        lines.append("  no re-planned rows")
+    if not checks_ok:
+        lines.append("a spot check is missing or failed")
+    lines.append(f"{new} over {base}: {'met' if ok else 'NOT met'} ({len(ratios)} re-planned rows, "
+                 f"geomean {geo:.3f}; the rule: each >= {row_min} in some repeat, geomean >= {geo_min})")
+    return "\n".join(lines)
+
+
 def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", gain: float = 1.03,
                           floor: float = 0.98, gain_batches=(64,), gain_from: int = 4096,
                           ours: str = "flashattn_triton", gain_rows=None, gauges: bool = False,

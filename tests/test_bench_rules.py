@@ -556,3 +556,30 @@ def test_gemm_loop_report_counts_each_innermost_loop():
     assert cc.gemm_loops(ops) == [(0x10, 0x30), (0x40, 0x70)]
     assert cc.gemm_loop_report(ops) == "gemm loops 3:1 4:2"
     assert cc.local_in_gemm_loops(ops) == 3
+
+
+def test_decode_replan_verdict():
+    """A decode variant's rule: rows whose plans differ need >= row_min in some repeat and a
+    geomean >= geo_min; rows with the same plan are gauges without a bar; a missing row or a
+    failed spot check fails it."""
+    rules = _rules()
+    def payload(fast=1.02, slow=None, gauge=0.9, err=1e-3, drop=None):
+        rows = []
+        for n in (16384, 32768, 65536):
+            replanned = n >= 32768
+            for v, g in (("default", 1000.0), ("new", 1000.0 * (gauge if not replanned else
+                                                                  slow if slow and n == 32768 else fast))):
+                if drop == (v, n):
+                    continue
+                rows.append(dict(provider="flashattn_triton", variant=v, layout="contiguous", batch=1, seqlen=n,
+                                 gbps=g, num_splits=16, launch=dict(BLOCK_N=128 if v == "new" and replanned else 64)))
+        return dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=err)])
+    verdict = lambda reps: rules.decode_replan_verdict(reps, "new", "default", 0.99, 1.01).splitlines()[-1]
+    assert "met (2 re-planned rows, geomean 1.020" in verdict([payload(), payload()])
+    assert "NOT met" in verdict([payload(fast=1.005), payload(fast=1.005)])  # geomean
+    assert "NOT met" in verdict([payload(slow=0.98), payload(slow=0.985)])  # a row under 0.99 in both
+    assert " met" in verdict([payload(slow=0.98), payload(slow=1.0, fast=1.04)])  # under in one repeat only
+    assert "NOT met" in verdict([payload(err=0.5), payload()])
+    assert "NOT met" in verdict([payload(drop=("new", 65536)), payload()])
+    assert "NOT met" in verdict([payload(fast=1.0, gauge=1.5), payload(fast=1.0, gauge=1.5)])  # gauges not counted
+

@@ -1158,6 +1158,18 @@ def test_decode_plan_variants(monkeypatch):
         assert paged(8, 8192, "solo", page) == paged(8, 8192, "none", page), page
     for batch, n, page in [(1, 32768, 16), (1, 65536, 64), (1, 65536, 256), (1, 65536, 0), (8, 65536, 16)]:
         assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
+    # "longtiles" (a candidate): at the small batch (1-4) from 32k keys a row may see, contiguous
+    # caches only, 128-key tiles over 3 stages instead of deep's 64 over 5; the split count stays.
+    wide = decode.DecodeConfig(16, 128, 4, 3)
+    for b, n in [(1, 32768), (1, 131072), (4, 65536)]:
+        longtiles = plan(b, n, "default,longtiles")
+        assert longtiles.config == wide and longtiles._replace(config=plan(b, n, "").config) == plan(b, n, ""), (b, n)
+    for b, n in [(1, 16384), (5, 65536), (8, 32768)]:
+        assert plan(b, n, "default,longtiles") == plan(b, n, ""), (b, n)
+    for page in (16, 256):
+        assert paged(1, 65536, "default,longtiles", page) == paged(1, 65536, "", page), page
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longtiles")  # a window of 4k keys: unchanged
+    assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 4096).config.BLOCK_N == 64
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 8, 5)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -1394,6 +1406,25 @@ def test_gpu_longpages(device, monkeypatch):
     rotary, automatic split count; against float64."""
     monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
     check_b1_rotary(device, 65536, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.bigmem  # batch 4: the reference's float64 K and V of four 32k caches, 1 GiB each
+@pytest.mark.parametrize("batch", [1, 4])
+def test_gpu_longtiles(device, batch, monkeypatch):
+    """Candidate variant "longtiles" (128-key tiles over 3 stages at small batch
+    from LONGTILES_FROM keys, contiguous caches) where it acts: Hq=32, Hkv=8,
+    d=128, bf16, a 32k cache; batch 1 nearly full with rotary, batch 4 ragged
+    with an empty and a full sequence; one appended token, automatic splits;
+    against float64.  The plan must have the 128-key tile, or the test would
+    not exercise the variant."""
+    monkeypatch.setenv(decode.ENV_VARIANT, "default,longtiles")
+    cap = decode.LONGTILES_FROM
+    assert decode.decode_plan(batch, 4, 8, 128, cap, torch.bfloat16, device).config.BLOCK_N == 128
+    if batch == 1:
+        check_b1_rotary(device, cap, None)
+    else:
+        check_ragged_step(device, batch, cap, None)
 
 
 @pytest.mark.gpu

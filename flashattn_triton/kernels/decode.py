@@ -114,6 +114,12 @@ DEFAULT_COMBINE = "fused"
 #         takes fewer splits; for contiguous caches only (16-token pages read 0.91-0.98x
 #         so from 4k keys at batch 5, 6, 8 and 16; 256-token pages 0.88-1.31x, within the
 #         15 % their timings move with the order they are taken in, so no verdict).
+# Candidate of session 67 (off by default; docs/decode.md "Batch 1, long caches: 128-key tiles"):
+#   longtiles: at small batch, for contiguous caches of LONGTILES_FROM keys or more (and
+#         no window or chunk narrowing the keys a row sees), 128-key tiles over 3 stages
+#         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
+#         64-key tiles over 5 (session 66, H100, batch 1: 1.011-1.022x from 32k keys in
+#         two repeats, 0.995-1.005x at 8k / 16k; an untested tile then, not a rule's verdict).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -121,11 +127,12 @@ DEFAULT_COMBINE = "fused"
 # over 3 stages, a candidate of session 16 that lost to "deep"; still in commit
 # 0f7d7f6).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages", "solo")
+VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages", "solo", "longtiles")
 # Removed variants -> the session that removed them (named so by the ValueError).
 REMOVED_VARIANTS = {"merge": 45, "prefetch": 45, "gather": 45, "tma": 45, "wide": 51}
 MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
 LONGPAGES_FROM = 65536  # variant "longpages": cache capacities (keys) from which it acts
+LONGTILES_FROM = 32768  # variant "longtiles": keys a row may see, from which it acts
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
 SPREAD_PER_SM = 3  # programs resident per SM (3 stages of 64-key tiles at d = 128: 64 KiB each),
 SPREAD_MIN_TILES = 8  # the fewest key tiles a split keeps,
@@ -890,10 +897,17 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     pair = small and ("pair" in variants or long_pages)
     # "solo": one program per SM in the split rule's waves while the batch fills at most one.
     solo = not small and "solo" in variants and programs <= n_sm and page_size == 0
-    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair):
+    # "longtiles": 128-key tiles for long contiguous caches (span 0: no window or chunks).
+    long_tiles = ("longtiles" in variants and page_size == 0 and span <= 0 and n_cap >= LONGTILES_FROM
+                  and not pair)
+    if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair or long_tiles):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
             tile = dict(BLOCK_N=cfg.BLOCK_N, num_stages=4)
+        elif long_tiles:
+            # Two buffers of 128-key K and V tiles (128 KiB at d = 128): two tiles in flight,
+            # half as many loop steps (and row max / sum reductions) per key as 64-key tiles.
+            tile = dict(BLOCK_N=128, num_stages=3)
         else:
             # Two more buffers of 64-key tiles (Triton keeps num_stages - 1 in
             # shared memory, 70 -> 134 KiB at d = 128): three tiles in flight.
