@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 67: candidate decode variant "longtiles" (128-key tiles over 3 stages at the small
-# batch from 32k keys, contiguous caches; kernels/decode.py). One GPU, about 3 minutes.
+# batch from 32k keys, contiguous caches; kernels/decode.py). One GPU, about 4 minutes.
 # OUT=$OUT bash benchmarks/gpu_next_session67b.sh
 # 1. Its GPU tests (test_gpu_longtiles: batch 1 and 4 at 32k against float64) and the plan test:
 #    $R/tests.log.
@@ -32,5 +32,26 @@ tests_ok = rules.tests_passed(f"{r}/tests.log")
 met = out.splitlines()[-1].split(": ")[1].startswith("met") and tests_ok
 print("tests passed" if tests_ok else "tests FAILED or cut")
 print("verdict:", "longtiles joins DEFAULT_VARIANTS" if met else "longtiles stays a candidate")
+PY
+# 3. Exploration, no decision: batch 1 from 32k, tiles around "longtiles" (more / fewer warps,
+#    256-key tiles), two repeats: $R/tiles_rep1, $R/tiles_rep2.
+for rep in 1 2; do
+  timeout -k 5 ${T_TILES:-90} python3 benchmarks/bench_decode.py --batches 1 --layouts contiguous --peers "" \
+    --seqlens 32768,65536,131072 --copy-gb 0.25 --variants default+longtiles --configs \
+    ";num_warps=8;num_warps=2;BLOCK_N=256,num_stages=2;BLOCK_N=128,num_stages=3,num_warps=2" \
+    --out "$R/tiles_rep$rep" > "$R/tiles_rep$rep.log" 2>&1
+  echo "rc=$?" >> "$R/tiles_rep$rep.log"; el "tiles_rep$rep"
+done
+python3 - "$R" <<'PY' | tee "$R/tiles.txt"
+import json, sys
+for rep in (1, 2):
+    try:
+        rows = json.load(open(f"{sys.argv[1]}/tiles_rep{rep}/bench_decode.json"))["rows"]
+    except (OSError, ValueError) as e:
+        print("missing", e); continue
+    base = {x["seqlen"]: x["gbps"] for x in rows if "gbps" in x and not x.get("config")}
+    for x in rows:
+        if "gbps" in x and x.get("config"):
+            print(f"rep{rep} N={x['seqlen']:6d} {x['config']:40s} {x['launch']} {x['gbps'] / base[x['seqlen']]:.3f}")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r
