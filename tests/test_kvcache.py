@@ -1062,8 +1062,8 @@ def test_validation(kwargs, exc, match):
 # Small-batch variants (decode.ENV_VARIANT; decode.DEFAULT_VARIANTS when unset)
 # ---------------------------------------------------------------------------
 
-DEFAULTS = "deep,fill,pdl,reserve,spread,longpages,solo"
-DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread,solo"
+DEFAULTS = "deep,fill,pdl,reserve,spread,longpages,solo,longtiles"
+DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread,solo,longtiles"
 
 
 def test_decode_plan_merge(monkeypatch):
@@ -1094,7 +1094,7 @@ def test_decode_plan_merge(monkeypatch):
 def test_decode_plan_variants(monkeypatch):
     """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
     deep / fill / pdl change batch 1 only (one program per SM), not
-    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages,solo."""
+    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages,solo,longtiles."""
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(decode, "INTERPRET", False)
     meta, bf16 = torch.device("meta"), torch.bfloat16
@@ -1113,7 +1113,8 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(64, 4096, "") == plan(64, 4096, "spread") != plan(64, 4096, "deep,fill,pdl,reserve")
     assert plan(8, 8192, "") == plan(8, 8192, "solo") != plan(8, 8192, "none")  # of the defaults, "solo" acts at B=8
     assert plan(1, 65536, "none").num_splits == 15 and plan(1, 65536, "none").config.num_stages == 3
-    assert plan(1, 65536, "").num_splits == 16 and plan(1, 65536, "").config.num_stages == 5 and plan(1, 65536, "").use_pdl
+    assert plan(1, 16384, "").num_splits == 16 and plan(1, 16384, "").config.num_stages == 5 and plan(1, 16384, "").use_pdl
+    assert plan(1, 65536, "").config == decode.DecodeConfig(16, 128, 4, 3)  # "longtiles" from 32k keys
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 4, 5)
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
     assert plan(1, 65536, "pdl").use_pdl and not plan(1, 65536, "none").use_pdl
@@ -1158,17 +1159,18 @@ def test_decode_plan_variants(monkeypatch):
         assert paged(8, 8192, "solo", page) == paged(8, 8192, "none", page), page
     for batch, n, page in [(1, 32768, 16), (1, 65536, 64), (1, 65536, 256), (1, 65536, 0), (8, 65536, 16)]:
         assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
-    # "longtiles" (a candidate): at the small batch (1-4) from 32k keys a row may see, contiguous
+    # "longtiles" (a default since session 67): at the small batch (1-4) from 32k keys a row may see, contiguous
     # caches only, 128-key tiles over 3 stages instead of deep's 64 over 5; the split count stays.
     wide = decode.DecodeConfig(16, 128, 4, 3)
     for b, n in [(1, 32768), (1, 131072), (4, 65536)]:
-        longtiles = plan(b, n, "default,longtiles")
-        assert longtiles.config == wide and longtiles._replace(config=plan(b, n, "").config) == plan(b, n, ""), (b, n)
+        without = DEFAULTS.replace(",longtiles", "")
+        assert plan(b, n, "").config == wide and plan(b, n, "")._replace(config=plan(b, n, without).config) == \
+            plan(b, n, without), (b, n)
     for b, n in [(1, 16384), (5, 65536), (8, 32768)]:
-        assert plan(b, n, "default,longtiles") == plan(b, n, ""), (b, n)
+        assert plan(b, n, "") == plan(b, n, DEFAULTS.replace(",longtiles", "")), (b, n)
     for page in (16, 256):
-        assert paged(1, 65536, "default,longtiles", page) == paged(1, 65536, "", page), page
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longtiles")  # a window of 4k keys: unchanged
+        assert paged(1, 65536, "", page) == paged(1, 65536, DEFAULTS.replace(",longtiles", ""), page), page
+    monkeypatch.setenv(decode.ENV_VARIANT, "default")  # a window of 4k keys: unchanged
     assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 4096).config.BLOCK_N == 64
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 8, 5)

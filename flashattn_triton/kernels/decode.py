@@ -777,7 +777,7 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous caches: the
 # 50 re-planned rows 1.003-1.12x, geomean 1.055-1.056, both timing orders;
 # docs/decode.md "Mid batches: one program per SM").
-DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo"})
+DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo", "longtiles"})
 
 
 def decode_variants() -> frozenset:
