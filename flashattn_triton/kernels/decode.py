@@ -120,6 +120,11 @@ DEFAULT_COMBINE = "fused"
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
 #         64-key tiles over 5 (session 66, H100, batch 1: 1.011-1.022x from 32k keys in
 #         two repeats, 0.995-1.005x at 8k / 16k; an untested tile then, not a rule's verdict).
+# Candidate of session 67 (off by default):
+#   solopages: "solo" for paged caches whose pages hold whole key tiles (page_size >=
+#         BLOCK_N: 64 tokens at d = 128). Session 66's 256-token-page rows moved by up to
+#         15 % with the timing order, an artifact of bench_decode.py's spot checks since
+#         fixed (session 67 call 1: same-plan rows within 0.975-1.014 in both orders).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -127,7 +132,7 @@ DEFAULT_COMBINE = "fused"
 # over 3 stages, a candidate of session 16 that lost to "deep"; still in commit
 # 0f7d7f6).
 ENV_VARIANT = "FLASHATTN_TRITON_DECODE_VARIANT"
-VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages", "solo", "longtiles")
+VARIANTS = ("deep", "fill", "pdl", "reserve", "pair", "spread", "longpages", "solo", "longtiles", "solopages")
 # Removed variants -> the session that removed them (named so by the ValueError).
 REMOVED_VARIANTS = {"merge": 45, "prefetch": 45, "gather": 45, "tma": 45, "wide": 51}
 MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
@@ -896,7 +901,9 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
     # "solo": one program per SM in the split rule's waves while the batch fills at most one.
-    solo = not small and "solo" in variants and programs <= n_sm and page_size == 0
+    # "solopages": the same for paged caches whose pages hold whole key tiles.
+    solo = not small and programs <= n_sm and ("solo" in variants and page_size == 0
+                                               or "solopages" in variants and page_size >= cfg.BLOCK_N)
     # "longtiles": 128-key tiles for long contiguous caches (span 0: no window or chunks).
     long_tiles = ("longtiles" in variants and page_size == 0 and span <= 0 and n_cap >= LONGTILES_FROM
                   and not pair)
