@@ -114,12 +114,12 @@ DEFAULT_COMBINE = "fused"
 #         takes fewer splits; for contiguous caches only (16-token pages read 0.91-0.98x
 #         so from 4k keys at batch 5, 6, 8 and 16; 256-token pages 0.88-1.31x, within the
 #         15 % their timings move with the order they are taken in, so no verdict).
-# Candidate of session 67 (off by default; docs/decode.md "Batch 1, long caches: 128-key tiles"):
+# Candidate of session 67 and a default since then (docs/decode.md "Batch 1, long caches:
+# 128-key tiles"):
 #   longtiles: at small batch, for contiguous caches of LONGTILES_FROM keys or more (and
 #         no window or chunk narrowing the keys a row sees), 128-key tiles over 3 stages
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
-#         64-key tiles over 5 (session 66, H100, batch 1: 1.011-1.022x from 32k keys in
-#         two repeats, 0.995-1.005x at 8k / 16k; an untested tile then, not a rule's verdict).
+#         64-key tiles over 5.
 # Candidate of session 67 (off by default):
 #   solopages: "solo" for paged caches whose pages hold whole key tiles (page_size >=
 #         BLOCK_N: 64 tokens at d = 128). Session 66's 256-token-page rows moved by up to
@@ -781,7 +781,9 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # 128k keys: 1.12-1.29x); on every other row their plans are those of before.
 # Session 66 added "solo" (H100, B = 5-16, 1k-32k keys, contiguous caches: the
 # 50 re-planned rows 1.003-1.12x, geomean 1.055-1.056, both timing orders;
-# docs/decode.md "Mid batches: one program per SM").
+# docs/decode.md "Mid batches: one program per SM"). Session 67 added "longtiles" (H100,
+# B = 1-4, contiguous, 32k-128k keys: the 9 re-planned rows 1.006-1.125x, geomean 1.020,
+# both timing orders).
 DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo", "longtiles"})
 
 
