@@ -1177,6 +1177,7 @@ def test_decode_plan_variants(monkeypatch):
         assert paged(1, 65536, "", page) == paged(1, 65536, DEFAULTS.replace(",longtiles", ""), page), page
     monkeypatch.setenv(decode.ENV_VARIANT, "default")  # a window of 4k keys: unchanged
     assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 4096).config.BLOCK_N == 64
+    assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 40000).config.BLOCK_N == 128  # one of 40k
     monkeypatch.setenv(decode.ENV_CONFIG, "num_warps=8")  # the env config still has the last word
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 8, 5)
     monkeypatch.setenv(decode.ENV_VARIANT, "deep,bogus")
@@ -1413,6 +1414,26 @@ def test_gpu_longpages(device, monkeypatch):
     rotary, automatic split count; against float64."""
     monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
     check_b1_rotary(device, 65536, 16)
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (300, 0), (100, 0)], ids=["whole", "window300", "window100"])
+def test_longtiles_against_reference(device, window, monkeypatch):
+    """Variant "longtiles" (a default) at batch 2, its threshold lowered to the
+    test's 320-key cache and the CPU's assumed SM count raised so that batch 2 is
+    a small batch: 128-key tiles for the whole cache and for a window that
+    leaves a row 300 keys, the plain tile for a window of 100; ragged lengths incl.
+    0, one appended token, GQA; against float64."""
+    monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
+    monkeypatch.setattr(decode, "LONGTILES_FROM", 256)
+    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
+    dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 64, 320
+    q = rnd(device, dtype, 2, 1, h_q, d)
+    span = decode.local_span(1, window[0], window[1], 0) if window[0] >= 0 else 0
+    plan = decode.decode_plan(2, h_q // h_kv, h_kv, d, cap, dtype, q.device, 0, 0, span)
+    assert (plan.config.BLOCK_N == 128) == (window[0] != 100), plan
+    k_cache, v_cache, _ = make_cache(device, 2, cap, h_kv, d, dtype)
+    check(q, k_cache, v_cache, dtype, k=rnd(device, dtype, 2, 1, h_kv, d), v=rnd(device, dtype, 2, 1, h_kv, d),
+          seqlens=ints(device, [0, cap - 1]), causal=True, window=window, num_splits=0)
 
 
 @pytest.mark.gpu

@@ -117,7 +117,7 @@ DEFAULT_COMBINE = "fused"
 # Candidate of session 67 and a default since then (docs/decode.md "Batch 1, long caches:
 # 128-key tiles"):
 #   longtiles: at small batch, for contiguous caches of LONGTILES_FROM keys or more (and
-#         no window or chunk narrowing the keys a row sees), 128-key tiles over 3 stages
+#         no window or chunk narrowing the keys a row sees below that), 128-key tiles over 3 stages
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
 #         64-key tiles over 5.
 # Candidate of session 67 (off by default):
@@ -906,9 +906,10 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     # "solopages": the same for paged caches whose pages hold whole key tiles.
     solo = not small and programs <= n_sm and ("solo" in variants and page_size == 0
                                                or "solopages" in variants and page_size >= cfg.BLOCK_N)
-    # "longtiles": 128-key tiles for long contiguous caches (span 0: no window or chunks).
-    long_tiles = ("longtiles" in variants and page_size == 0 and span <= 0 and n_cap >= LONGTILES_FROM
-                  and not pair)
+    # "longtiles": 128-key tiles for long contiguous caches (as long as a window or the chunks
+    # leave a row at least LONGTILES_FROM keys).
+    long_tiles = ("longtiles" in variants and page_size == 0 and not pair
+                  and (n_cap if span <= 0 else min(n_cap, span)) >= LONGTILES_FROM)
     if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair or long_tiles):
         if pair:
             # Three buffers of 64-key tiles (102 KiB at d = 128): two programs fit in an SM.
