@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
+# RAN in session 67 as call 1 (H100, tree 57fd327): results/h100/session67/call1/; 262 passed; solo stays.
 # Queued by session 66 (one GPU, about 5 minutes; meant for an H200, where issue 11's table lives;
-# on an H100 it retakes session 66's call 14). OUT=$OUT bash benchmarks/gpu_next_session67.sh;
+# on an H100 it retakes session 66's call 14). OUT=$OUT bash benchmarks/history/gpu_next_session67.sh;
 # commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
 # 1. tests/test_kvcache.py + tests/test_kvcache_chunk.py on the GPU at the defaults: $R/kvcache.log.
 # 2. bench_decode.py's issue 11 table at session 66's defaults (variant "solo" at batch 5-16 on
@@ -9,7 +10,7 @@
 #    the defaults, two repeats, the order reversed in the second. It was adopted on an H100
 #    (session 66: 1.003-1.12x, geomean 1.055). Rule, fixed before the run: if any re-planned row
 #    reads < 0.97x in both repeats, or the geomean is < 1.00, "solo" leaves DEFAULT_VARIANTS.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 decode_tests_and_table
 BASE=deep+fill+pdl+reserve+spread+longpages
 order_reps solo 120 "$BASE" default --batches 5,8,12,16 --layouts contiguous --peers sdpa_cudnn \

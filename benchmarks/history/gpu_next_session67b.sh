@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
+# RAN in session 67 as call 2 (H100, tree 6ddd21d): results/h100/session67/call2/; rule met, longtiles joined the defaults.
 # Session 67: candidate decode variant "longtiles" (128-key tiles over 3 stages at the small
 # batch from 32k keys, contiguous caches; kernels/decode.py). One GPU, about 4 minutes.
-# OUT=$OUT bash benchmarks/gpu_next_session67b.sh
+# OUT=$OUT bash benchmarks/history/gpu_next_session67b.sh
 # 1. Its GPU tests (test_gpu_longtiles: batch 1 and 4 at 32k against float64) and the plan test:
 #    $R/tests.log.
 # 2. Batch 1, 2 and 4, contiguous, 16k-128k, the defaults against default+longtiles, two
@@ -10,7 +11,7 @@
 #    Rule, fixed before the run (rules.decode_replan_verdict): every re-planned row >= 0.99 in
 #    some repeat, the geomean of the re-planned rows >= 1.01, the spot checks passed, and the
 #    tests passed. Met: "longtiles" joins DEFAULT_VARIANTS.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests tests ${T_TESTS:-150} tests/test_kvcache.py -k "longtiles or plan_variants"
 order_reps longtiles ${T_REP:-150} default default+longtiles --batches 1,2,4 --layouts contiguous \
   --peers sdpa_cudnn --seqlens 16384,32768,65536,131072 --copy-gb 0.25
