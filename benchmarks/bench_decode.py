@@ -54,6 +54,10 @@ QUICK_SEQLENS = (1024, 8192, 65536)
 BATCHES = (1, 8, 64)
 LAYOUTS = ("contiguous", "paged16", "paged256")
 PEERS = ("sdpa_flash", "sdpa_cudnn", "flex")
+# A gauge beside the peers: an elementwise copy that moves (reads + writes) as many bytes as the
+# decoding step reads, in the same graph of `copies` calls: what those bytes cost at that size
+# outside attention (launch, ramp and drain included), against the large-buffer copy ceiling.
+COPY_GAUGE = "copy_same_bytes"
 FLEX_SEQLENS = (8192, 65536)
 DECODE_ENV = "FLASHATTN_TRITON_CONFIG_DECODE"
 COMBINE_ENV = "FLASHATTN_TRITON_DECODE_COMBINE"
@@ -73,6 +77,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--layouts", default=",".join(LAYOUTS), help="ours: comma list of contiguous,pagedP")
     p.add_argument("--peers", default=",".join(PEERS), help="comma list from sdpa_flash,sdpa_cudnn,flex")
+    p.add_argument("--no-copy-gauge", dest="copy_gauge", action="store_false",
+                   help=f"leave out the {COPY_GAUGE} column (a copy moving the bytes each row reads)")
     p.add_argument("--flex-all", action="store_true", help=f"FlexAttention at every length (default {FLEX_SEQLENS})")
     p.add_argument("--configs", help="';'-separated decode launch configs to sweep for ours, each as "
                                      f"{DECODE_ENV} takes it (default: the library's)")
@@ -377,6 +383,15 @@ def run(args):
                 pending_checks.append((batch, n, layout))
             del caches
             C.free_cuda_memory()
+        if args.copy_gauge:
+            # nbytes / 2 read and as many written: nbytes moved, counted as the ceiling counts them.
+            elems = nbytes // 2 // torch.finfo(dtype).bits * 8
+            bufs = [(torch.empty(elems, dtype=dtype, device=DEVICE).normal_(), torch.empty(elems, dtype=dtype,
+                                                                                          device=DEVICE))
+                    for _ in range(copies)]
+            record(COPY_GAUGE, "contiguous", [lambda src=src, dst=dst: torch.mul(src, 1, out=dst) for src, dst in bufs])
+            del bufs
+            C.free_cuda_memory()
         del qs, lens
         C.free_cuda_memory()
 
@@ -459,7 +474,8 @@ def write_md(payload, path):
         else:
             key = r["provider"]
         table[(r["batch"], r["seqlen"], key)] = r
-    cols = [ours_label(k) for k in ours_keys] + peers
+    gauges = [COPY_GAUGE] if any(r["provider"] == COPY_GAUGE for r in rows) else []
+    cols = [ours_label(k) for k in ours_keys] + peers + gauges
     shapes_seen = sorted({(r["batch"], r["seqlen"]) for r in rows})
     body = []
     for b, n in shapes_seen:
@@ -479,8 +495,7 @@ def write_md(payload, path):
 
     # The bars: >= 85% of copy at N >= 8k; >= every peer at B = 1 and 8.
     verdict = []
-    for key in ours_keys:
-        label = ours_label(key)
+    for label in [ours_label(key) for key in ours_keys] + gauges:
         fr = [table[(b, n, label)]["frac_copy"] for b, n in shapes_seen if n >= 8192 and (b, n, label) in table]
         if fr:
             verdict.append(f"- {label}: min {min(fr):.0%}, median {statistics.median(fr):.0%} of copy over N >= 8k")

@@ -443,6 +443,24 @@ def test_bench_decode_checks_after_every_timing(monkeypatch, tmp_path):
     assert all(c["max_abs_err_vs_fp32"] < 2e-2 for c in payload["checks"]), payload["checks"]
 
 
+def test_bench_decode_copy_gauge(tmp_path):
+    """The copy_same_bytes gauge: per row an elementwise copy moving the bytes the
+    step reads (its own column and fraction-of-copy line), never counted as a peer
+    (the best-peer ratio and the behind-a-peer list ignore it)."""
+    bench = _bench_module("bench_decode")
+    rows = [dict(provider=bench.C.OURS, layout="contiguous", batch=1, seqlen=8192, gbps=100.0, frac_copy=0.5,
+                 auto_splits=True, num_splits=16),
+            dict(provider="sdpa_cudnn", layout="contiguous", batch=1, seqlen=8192, gbps=80.0, frac_copy=0.4),
+            dict(provider=bench.COPY_GAUGE, layout="contiguous", batch=1, seqlen=8192, gbps=150.0, frac_copy=0.75)]
+    payload = dict(rows=rows, copy=dict(gbps=200.0), checks=[], env={},
+                   settings=dict(heads_q=32, heads_kv=8, head_dim=128, dtype="bf16"))
+    bench.write_md(payload, tmp_path / "t.md")
+    text = (tmp_path / "t.md").read_text()
+    assert "| copy_same_bytes |" in text and "| 150 (75%) | 1.25x |" in text, text
+    assert "- copy_same_bytes: min 75%, median 75% of copy over N >= 8k" in text, text
+    assert "ahead or equal everywhere" in text, text
+
+
 def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
     """reps_rule_verdict (the d = 192 staging scripts' rule) on the committed
     repeats of session 34 call 2: three staging buffers win (geomean 1.096 >
