@@ -1157,10 +1157,11 @@ def test_decode_plan_variants(monkeypatch):
     # "solo" re-plans contiguous caches only.
     for page in (16, 64, 256):
         assert paged(8, 8192, "solo", page) == paged(8, 8192, "none", page), page
-    # "solopages" (a candidate): the same for pages of whole 64-key tiles, not 16-token ones.
-    for page in (64, 256):
+    # "solopages" (a candidate): the same for pages of 256 tokens or more, not smaller ones.
+    for page in (256, 1024):
         assert paged(8, 8192, "solopages", page) == plan(8, 8192, "solo"), page
-    assert paged(8, 8192, "solopages", 16) == paged(8, 8192, "none", 16)
+    for page in (16, 64, 128):
+        assert paged(8, 8192, "solopages", page) == paged(8, 8192, "none", page), page
     assert plan(8, 8192, "solopages") == plan(8, 8192, "none")
     for batch, n, page in [(1, 32768, 16), (1, 65536, 64), (1, 65536, 256), (1, 65536, 0), (8, 65536, 16)]:
         assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
@@ -1519,12 +1520,12 @@ def test_gpu_solo_mid_batch(device, batch, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("page", [64, 256])
+@pytest.mark.parametrize("page", [256, 1024])
 @pytest.mark.parametrize("batch", [5, 16])
 def test_gpu_solopages_mid_batch(device, batch, page, monkeypatch):
-    """Candidate variant "solopages" ("solo" on pages of whole key tiles) where
-    it acts: as test_gpu_solo_mid_batch, in 64- and 256-token pages.  The plan
-    must differ from that of the defaults."""
+    """Candidate variant "solopages" ("solo" on pages of 256 tokens or more)
+    where it acts: as test_gpu_solo_mid_batch, in 256- and 1024-token pages.
+    The plan must differ from that of the defaults."""
     dtype, h_kv, d, cap = torch.bfloat16, 8, 128, 4096
     before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page)
     monkeypatch.setenv(decode.ENV_VARIANT, "default,solopages")

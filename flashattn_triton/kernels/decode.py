@@ -120,11 +120,11 @@ DEFAULT_COMBINE = "fused"
 #         no window or chunk narrowing the keys a row sees below that), 128-key tiles over 3 stages
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
 #         64-key tiles over 5.
-# Candidate of session 67 (off by default):
-#   solopages: "solo" for paged caches whose pages hold whole key tiles (page_size >=
-#         BLOCK_N: 64 tokens at d = 128). Session 66's 256-token-page rows moved by up to
-#         15 % with the timing order, an artifact of bench_decode.py's spot checks since
-#         fixed (session 67 call 1: same-plan rows within 0.975-1.014 in both orders).
+# Candidate of session 67 (off by default; docs/decode.md "Paged caches at mid batches"):
+#   solopages: "solo" for paged caches of SOLOPAGES_MIN_PAGE tokens per page or more. Its first
+#         form (pages of whole key tiles, 64+ tokens) missed its rule on an H100 (session 67
+#         call 3: 64-token pages at batch 8 / 16 from 8k keys 0.980-0.990x in both repeats;
+#         256-token pages 0.995-1.137x); this form awaits a run of its own.
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -138,6 +138,7 @@ REMOVED_VARIANTS = {"merge": 45, "prefetch": 45, "gather": 45, "tma": 45, "wide"
 MERGE_STAGES = 3  # the fused merge's loop stages (two partials in flight)
 LONGPAGES_FROM = 65536  # variant "longpages": cache capacities (keys) from which it acts
 LONGTILES_FROM = 32768  # variant "longtiles": keys a row may see, from which it acts
+SOLOPAGES_MIN_PAGE = 256  # variant "solopages": the smallest page size (tokens) it acts on
 SPREAD_WAVES = 5  # variant "spread": waves of resident programs to aim for,
 SPREAD_PER_SM = 3  # programs resident per SM (3 stages of 64-key tiles at d = 128: 64 KiB each),
 SPREAD_MIN_TILES = 8  # the fewest key tiles a split keeps,
@@ -903,9 +904,9 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
                   and "pair" not in variants)
     pair = small and ("pair" in variants or long_pages)
     # "solo": one program per SM in the split rule's waves while the batch fills at most one.
-    # "solopages": the same for paged caches whose pages hold whole key tiles.
+    # "solopages": the same for paged caches of SOLOPAGES_MIN_PAGE tokens or more per page.
     solo = not small and programs <= n_sm and ("solo" in variants and page_size == 0
-                                               or "solopages" in variants and page_size >= cfg.BLOCK_N)
+                                               or "solopages" in variants and page_size >= SOLOPAGES_MIN_PAGE)
     # "longtiles": 128-key tiles for long contiguous caches (as long as a window or the chunks
     # leave a row at least LONGTILES_FROM keys).
     long_tiles = ("longtiles" in variants and page_size == 0 and not pair

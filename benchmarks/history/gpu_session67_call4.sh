@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
+# RAN in session 67 as call 4 (H100, tree 4e86f8f): results/h100/session67/call4/; no split count beats 16.
 # Session 67 call 4 (one GPU, about 1.5 minutes; exploration, no rule): batch 1 at 64k / 128k keys,
 # where the table reads 1.00x / 0.997x of cuDNN at the defaults ("longtiles" on): fixed split counts
 # around the default 16 beside cuDNN, three repeats: $R/splits_rep1..3.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 for rep in 1 2 3; do
   timeout -k 5 ${T_REP:-60} python3 benchmarks/bench_decode.py --batches 1 --seqlens 65536,131072 \
     --layouts contiguous --peers sdpa_cudnn --splits 0,12,20,24,32 --copy-gb 0.25 --no-copy-gauge \

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Queued by session 67 (one GPU, about 5 minutes; meant for an H200, where issue 11's table lives;
+# on an H100 it retakes session 67's call 3). OUT=$OUT bash benchmarks/gpu_next_session68.sh;
+# commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
+# 1. tests/test_kvcache.py + tests/test_kvcache_chunk.py on the GPU at the defaults: $R/kvcache.log.
+# 2. bench_decode.py's issue 11 table at session 67's defaults ("longtiles" at batch 1-4 from 32k
+#    keys; the copy_same_bytes gauge beside the peers): $R/decode/.
+# 3. "longtiles" on this GPU: batch 1, 2, 4, contiguous, 16k-128k, the defaults without it against
+#    the defaults, two repeats in both orders. It was adopted on an H100 (session 67: 1.006-1.125x,
+#    geomean 1.020). Rule, fixed before the run: if any re-planned row reads < 0.97x in both
+#    repeats, or the geomean is < 1.00, "longtiles" leaves DEFAULT_VARIANTS.
+# 4. Candidate "solopages" (solo on pages of 256+ tokens): batch 5, 8, 12, 16, 256- and
+#    1024-token pages, 1k-32k, the defaults against default+solopages, two repeats in both
+#    orders. Rule, fixed before the run: every re-planned row >= 0.99x in some repeat, their
+#    geomean >= 1.02, spot checks and the decode tests passed. Met: it joins DEFAULT_VARIANTS.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+decode_tests_and_table
+BASE=deep+fill+pdl+reserve+spread+longpages+solo
+order_reps longtiles ${T_REP:-120} "$BASE" default --batches 1,2,4 --layouts contiguous --peers sdpa_cudnn \
+  --seqlens 16384,32768,65536,131072 --copy-gb 0.25 --no-copy-gauge
+order_reps solopages ${T_REP:-120} default default+solopages --batches 5,8,12,16 --layouts paged256,paged1024 \
+  --peers "" --seqlens 1024,2048,4096,8192,16384,32768 --copy-gb 0.25 --no-copy-gauge
+python3 - "$R" "$BASE" <<'PY' | tee "$R/verdict.txt" "$OUT/verdict.txt"
+import sys
+sys.path.insert(0, "benchmarks")
+import rules
+r, base = sys.argv[1:]
+met = lambda out: out.splitlines()[-1].split(": ")[1].startswith("met")
+reps = rules.load_reps([f"{r}/longtiles_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
+out = rules.decode_replan_verdict(reps, "default", base, row_min=0.97, geo_min=1.00)
+print(out)
+print("verdict:", "longtiles stays" if met(out) else "longtiles leaves DEFAULT_VARIANTS")
+reps = rules.load_reps([f"{r}/solopages_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
+out = rules.decode_replan_verdict(reps, "default+solopages", "default", row_min=0.99, geo_min=1.02)
+print(out)
+ok = met(out) and rules.tests_passed(f"{r}/kvcache.log")
+print("verdict:", "solopages joins DEFAULT_VARIANTS" if ok else "solopages stays a candidate")
+PY
+tar -C "$OUT" -czf "$OUT/results.tgz" r
