@@ -43,8 +43,9 @@ ENVIRONMENT = [
                                         "partials (in the decode kernel, or in a second kernel). Default: "
                                         "gathered at small batch (4 x programs < SMs), fused elsewhere"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, fill, pdl, reserve, "
-                                        "pair, spread, longpages, solo, longtiles; docs/decode.md); "
-                                        "default: deep,fill,pdl,reserve,spread,longpages,solo,longtiles; none: the plain plan"),
+                                        "pair, spread, longpages, solo, longtiles, solopages; docs/decode.md); "
+                                        "default: deep,fill,pdl,reserve,spread,longpages,solo,longtiles; "
+                                        "none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "
                                        "Hopper forward; the Hopper backward only for left bounds of at least "

@@ -1113,7 +1113,8 @@ def test_decode_plan_variants(monkeypatch):
     assert plan(64, 4096, "") == plan(64, 4096, "spread") != plan(64, 4096, "deep,fill,pdl,reserve")
     assert plan(8, 8192, "") == plan(8, 8192, "solo") != plan(8, 8192, "none")  # of the defaults, "solo" acts at B=8
     assert plan(1, 65536, "none").num_splits == 15 and plan(1, 65536, "none").config.num_stages == 3
-    assert plan(1, 16384, "").num_splits == 16 and plan(1, 16384, "").config.num_stages == 5 and plan(1, 16384, "").use_pdl
+    b1 = plan(1, 16384, "")
+    assert b1.num_splits == 16 and b1.config.num_stages == 5 and b1.use_pdl
     assert plan(1, 65536, "").config == decode.DecodeConfig(16, 128, 4, 3)  # "longtiles" from 32k keys
     assert plan(1, 65536, "deep").config == decode.DecodeConfig(16, 64, 4, 5)
     assert [plan(1, n, "fill").num_splits for n in (1024, 4096, 65536)] == [8, 16, 16]
