@@ -116,8 +116,8 @@ DEFAULT_COMBINE = "fused"
 #         15 % their timings move with the order they are taken in, so no verdict).
 # Candidate of session 67 and a default since then (docs/decode.md "Batch 1, long caches:
 # 128-key tiles"):
-#   longtiles: at small batch, for contiguous caches of LONGTILES_FROM keys or more (and
-#         no window or chunk narrowing the keys a row sees below that), 128-key tiles over 3 stages
+#   longtiles: at small batch and d = 97-128, for contiguous caches of LONGTILES_FROM keys or
+#         more (and no window or chunk narrowing the keys a row sees below that), 128-key tiles over 3 stages
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
 #         64-key tiles over 5.
 # Candidate of session 67 (off by default; docs/decode.md "Paged caches at mid batches"):
@@ -908,8 +908,8 @@ def _make_plan(batch: int, n_rows: int, h_kv: int, head_dim: int, n_cap: int, dt
     solo = not small and programs <= n_sm and ("solo" in variants and page_size == 0
                                                or "solopages" in variants and page_size >= SOLOPAGES_MIN_PAGE)
     # "longtiles": 128-key tiles for long contiguous caches (as long as a window or the chunks
-    # leave a row at least LONGTILES_FROM keys).
-    long_tiles = ("longtiles" in variants and page_size == 0 and not pair
+    # leave a row at least LONGTILES_FROM keys), at d = 97-128, where it was timed.
+    long_tiles = ("longtiles" in variants and page_size == 0 and not pair and head_dim_pad(head_dim) == 128
                   and (n_cap if span <= 0 else min(n_cap, span)) >= LONGTILES_FROM)
     if small and elem <= 2 and head_dim_pad(head_dim) <= 128 and (variants & {"deep", "pair"} or pair or long_tiles):
         if pair:
