@@ -25,15 +25,10 @@ import sys
 sys.path.insert(0, "benchmarks")
 import rules
 r, base = sys.argv[1:]
-met = lambda out: out.splitlines()[-1].split(": ")[1].startswith("met")
-reps = rules.load_reps([f"{r}/longtiles_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-out = rules.decode_replan_verdict(reps, "default", base, row_min=0.97, geo_min=1.00)
-print(out)
-print("verdict:", "longtiles stays" if met(out) else "longtiles leaves DEFAULT_VARIANTS")
-reps = rules.load_reps([f"{r}/solopages_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-out = rules.decode_replan_verdict(reps, "default+solopages", "default", row_min=0.99, geo_min=1.02)
-print(out)
-ok = met(out) and rules.tests_passed(f"{r}/kvcache.log")
-print("verdict:", "solopages joins DEFAULT_VARIANTS" if ok else "solopages stays a candidate")
+text, met = rules.decode_replan_reps(r, "longtiles", "default", base, row_min=0.97, geo_min=1.00)
+print(text, "\nverdict:", "longtiles stays" if met else "longtiles leaves DEFAULT_VARIANTS")
+text, met = rules.decode_replan_reps(r, "solopages", "default+solopages", "default", row_min=0.99, geo_min=1.02,
+                                     tests_log=f"{r}/kvcache.log")
+print(text, "\nverdict:", "solopages joins DEFAULT_VARIANTS" if met else "solopages stays a candidate")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -604,6 +604,22 @@ def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: fl
     return "\n".join(lines)
 
 
+def decode_replan_reps(r, name: str, new: str, base: str, row_min: float, geo_min: float,
+                       tests_log=None) -> tuple:
+    """decode_replan_verdict over gpu_lib.sh's ``order_reps NAME`` repeats in
+    ``r`` ($R/NAME_rep1, $R/NAME_rep2); returns (its text, met), where met also
+    asks that ``tests_log`` (a gpu_tests log, when given) passed.  Exits naming
+    the file when a repeat is missing (load_reps)."""
+    reps = load_reps([f"{r}/{name}_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
+    text = decode_replan_verdict(reps, new, base, row_min=row_min, geo_min=geo_min)
+    met = text.splitlines()[-1].split(": ", 1)[1].startswith("met")
+    if tests_log is not None:
+        passed = tests_passed(tests_log)
+        text += "\ntests passed" if passed else "\ntests FAILED or cut"
+        met = met and passed
+    return text, met
+
+
 def decode_spread_verdict(reps, base: str = "default", variant: str = "spread", gain: float = 1.03,
                           floor: float = 0.98, gain_batches=(64,), gain_from: int = 4096,
                           ours: str = "flashattn_triton", gain_rows=None, gauges: bool = False,

@@ -601,3 +601,26 @@ def test_decode_replan_verdict():
     assert "NOT met" in verdict([payload(drop=("new", 65536)), payload()])
     assert "NOT met" in verdict([payload(fast=1.0, gauge=1.5), payload(fast=1.0, gauge=1.5)])  # gauges not counted
 
+
+def test_decode_replan_reps(tmp_path):
+    """decode_replan_reps reads order_reps' two repeat folders; met needs the rule and,
+    when a tests log is named, its rc=0 line; a missing repeat stops with its path."""
+    import pytest
+
+    rules = _rules()
+    rows = [dict(provider="flashattn_triton", variant=v, layout="contiguous", batch=1, seqlen=65536, gbps=g,
+                 num_splits=16, launch=dict(BLOCK_N=n)) for v, g, n in (("default", 100.0, 64), ("new", 103.0, 128))]
+    for i in (1, 2):
+        (tmp_path / f"x_rep{i}").mkdir()
+        (tmp_path / f"x_rep{i}" / "bench_decode.json").write_text(
+            json.dumps(dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=1e-3)])))
+    (tmp_path / "ok.log").write_text("1 passed\nrc=0\n")
+    (tmp_path / "bad.log").write_text("1 failed\nrc=1\n")
+    assert rules.decode_replan_reps(tmp_path, "x", "new", "default", 0.99, 1.01)[1]
+    assert rules.decode_replan_reps(tmp_path, "x", "new", "default", 0.99, 1.01, tests_log=tmp_path / "ok.log")[1]
+    text, met = rules.decode_replan_reps(tmp_path, "x", "new", "default", 0.99, 1.01, tests_log=tmp_path / "bad.log")
+    assert not met and "tests FAILED" in text
+    assert not rules.decode_replan_reps(tmp_path, "x", "new", "default", 0.99, 1.05)[1]
+    with pytest.raises(SystemExit, match="y_rep1"):
+        rules.decode_replan_reps(tmp_path, "y", "new", "default", 0.99, 1.01)
+
