@@ -161,14 +161,22 @@ varlen_tables() {
     sed -n '/^| seed/,/^$/p' "$R/varlen_d$d/bench_varlen.md" | grep -v -e '^|---' -e '^| seed' | cut -d'|' -f2-9
   done
 }
-# decode_tests_and_table: the decode GPU tests ($R/kvcache.log, T_KV seconds) and bench_decode.py's
-# issue 11 table at the defaults ($R/decode/, T_TABLE seconds), its short table printed.
-decode_tests_and_table() {
+# decode_tests: the decode GPU tests ($R/kvcache.log, T_KV seconds).
+decode_tests() {
   gpu_tests kvcache ${T_KV:-200} -n 4 tests/test_kvcache.py tests/test_kvcache_chunk.py
+}
+# decode_table: bench_decode.py's issue 11 table at the defaults ($R/decode/, T_TABLE seconds), its
+# short table printed.
+decode_table() {
   timeout -k 5 ${T_TABLE:-330} python3 benchmarks/bench_decode.py --max-seconds 300 --out "$R/decode" \
     > "$R/decode.log" 2>&1
   echo "rc=$?" >> "$R/decode.log"; el decode
   sed -n '/short:begin/,/short:end/p' "$R/decode/bench_decode.md" | cut -c1-600
+}
+# decode_tests_and_table: both, in that order.
+decode_tests_and_table() {
+  decode_tests
+  decode_table
 }
 # order_reps NAME SECONDS A B BENCH_DECODE_ARGS...: bench_decode.py twice, timing the variants A
 # then B in the first repeat and B then A in the second, into $R/NAME_rep1 and $R/NAME_rep2.

@@ -3,7 +3,7 @@
 # on an H100 it retakes session 67's call 3). OUT=$OUT bash benchmarks/gpu_next_session68.sh;
 # commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
 # 1. tests/test_kvcache.py + tests/test_kvcache_chunk.py on the GPU at the defaults: $R/kvcache.log.
-# 2. bench_decode.py's issue 11 table at session 67's defaults ("longtiles" at batch 1-4 from 32k
+# 2. (run last) bench_decode.py's issue 11 table at session 67's defaults ("longtiles" at batch 1-4 from 32k
 #    keys; the copy_same_bytes gauge beside the peers): $R/decode/.
 # 3. "longtiles" on this GPU: batch 1, 2, 4, contiguous, 16k-128k, the defaults without it against
 #    the defaults, two repeats in both orders. It was adopted on an H100 (session 67: 1.006-1.125x,
@@ -14,7 +14,7 @@
 #    orders. Rule, fixed before the run: every re-planned row >= 0.99x in some repeat, their
 #    geomean >= 1.02, spot checks and the decode tests passed. Met: it joins DEFAULT_VARIANTS.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
-decode_tests_and_table
+decode_tests
 BASE=deep+fill+pdl+reserve+spread+longpages+solo
 order_reps longtiles ${T_REP:-120} "$BASE" default --batches 1,2,4 --layouts contiguous --peers sdpa_cudnn \
   --seqlens 16384,32768,65536,131072 --copy-gb 0.25 --no-copy-gauge
@@ -31,4 +31,5 @@ text, met = rules.decode_replan_reps(r, "solopages", "default+solopages", "defau
                                      tests_log=f"{r}/kvcache.log")
 print(text, "\nverdict:", "solopages joins DEFAULT_VARIANTS" if met else "solopages stays a candidate")
 PY
+decode_table  # last: steps 3-4 first, so that their verdicts come back if the call is cut
 tar -C "$OUT" -czf "$OUT/results.tgz" r
