@@ -1168,15 +1168,14 @@ def test_decode_plan_variants(monkeypatch):
         assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
     # "longtiles" (a default since session 67): at the small batch (1-4) from 32k keys a row may see, contiguous
     # caches only, 128-key tiles over 3 stages instead of deep's 64 over 5; the split count stays.
-    wide = decode.DecodeConfig(16, 128, 4, 3)
+    wide, without = decode.DecodeConfig(16, 128, 4, 3), DEFAULTS.replace(",longtiles", "")
     for b, n in [(1, 32768), (1, 131072), (4, 65536)]:
-        without = DEFAULTS.replace(",longtiles", "")
         assert plan(b, n, "").config == wide and plan(b, n, "")._replace(config=plan(b, n, without).config) == \
             plan(b, n, without), (b, n)
     for b, n in [(1, 16384), (5, 65536), (8, 32768)]:
-        assert plan(b, n, "") == plan(b, n, DEFAULTS.replace(",longtiles", "")), (b, n)
+        assert plan(b, n, "") == plan(b, n, without), (b, n)
     for page in (16, 256):
-        assert paged(1, 65536, "", page) == paged(1, 65536, DEFAULTS.replace(",longtiles", ""), page), page
+        assert paged(1, 65536, "", page) == paged(1, 65536, without, page), page
     monkeypatch.setenv(decode.ENV_VARIANT, "default")  # a window of 4k keys: unchanged
     assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 4096).config.BLOCK_N == 64
     assert decode.decode_plan(1, 4, 8, 128, 65536, bf16, meta, 0, 0, 40000).config.BLOCK_N == 128  # one of 40k
@@ -1444,13 +1443,13 @@ def test_longtiles_against_reference(device, window, monkeypatch):
 @pytest.mark.bigmem  # batch 4: the reference's float64 K and V of four 32k caches, 1 GiB each
 @pytest.mark.parametrize("batch", [1, 4])
 def test_gpu_longtiles(device, batch, monkeypatch):
-    """Candidate variant "longtiles" (128-key tiles over 3 stages at small batch
-    from LONGTILES_FROM keys, contiguous caches) where it acts: Hq=32, Hkv=8,
-    d=128, bf16, a 32k cache; batch 1 nearly full with rotary, batch 4 ragged
-    with an empty and a full sequence; one appended token, automatic splits;
-    against float64.  The plan must have the 128-key tile, or the test would
-    not exercise the variant."""
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,longtiles")
+    """Variant "longtiles" (a default since session 67: 128-key tiles over 3
+    stages at small batch from LONGTILES_FROM keys, contiguous caches) where it
+    acts: Hq=32, Hkv=8, d=128, bf16, a 32k cache; batch 1 nearly full with
+    rotary, batch 4 ragged with an empty and a full sequence; one appended
+    token, automatic splits; against float64.  The plan must have the 128-key
+    tile, or the test would not exercise the variant."""
+    monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
     cap = decode.LONGTILES_FROM
     assert decode.decode_plan(batch, 4, 8, 128, cap, torch.bfloat16, device).config.BLOCK_N == 128
     if batch == 1:
