@@ -1425,9 +1425,11 @@ def test_longtiles_against_reference(device, window, monkeypatch):
     leaves a row 300 keys, the plain tile for a window of 100; ragged lengths incl.
     0, one appended token, GQA; against float64."""
     monkeypatch.setattr(decode, "CPU_SM_COUNT", 64)
-    monkeypatch.setattr(decode, "LONGTILES_FROM", 256)
     monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
     dtype, h_q, h_kv, d, cap = torch.bfloat16, 8, 2, 128, 320
+    # A plan made before the threshold moves must not be served after it (_plan_world).
+    assert decode.decode_plan(2, 4, h_kv, d, cap, dtype, device).config.BLOCK_N != 128
+    monkeypatch.setattr(decode, "LONGTILES_FROM", 256)
     for other in (64, 256):  # timed at d = 128 only: other head dims keep their tiles
         assert decode.decode_plan(2, 4, h_kv, other, cap, dtype, device).config.BLOCK_N != 128, other
     q = rnd(device, dtype, 2, 1, h_q, d)
