@@ -556,6 +556,12 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
 
 def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: float,
                           ours: str = "flashattn_triton") -> str:
+    """decode_replan's text alone (see there)."""
+    return decode_replan(reps, new, base, row_min, geo_min, ours)[0]
+
+
+def decode_replan(reps, new: str, base: str, row_min: float, geo_min: float,
+                  ours: str = "flashattn_triton") -> tuple:
     """A decode variant's rule over bench_decode.json payloads (the repeats of
     gpu_lib.sh's order_reps, one per timing order), ``new`` against ``base``
     (bench_decode.py --variants names): a row whose two plans differ (split
@@ -563,9 +569,9 @@ def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: fl
     the timing noise, reported without a bar.  Met when every spot check ran
     (an error under 1e-2), every re-planned row is present in every repeat, no
     re-planned row reads under ``row_min`` in every repeat, and the geomean of
-    all re-planned ratios is >= ``geo_min``.  Returns one line per re-planned
-    row, the gauges' range and a last line "<new> over <base>: met (geomean g)"
-    or "... NOT met ..."."""
+    all re-planned ratios is >= ``geo_min``.  Returns (text, met): one line per
+    re-planned row, the gauges' range and a last line "<new> over <base>: met
+    (geomean g)" or "... NOT met ..."."""
     checks_ok = decode_checks_ok(reps)
     ratios: dict = {}
     gauges, lines, ok = [], [], checks_ok and bool(reps)
@@ -601,18 +607,17 @@ def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: fl
         lines.append("a spot check is missing or failed")
     lines.append(f"{new} over {base}: {'met' if ok else 'NOT met'} ({len(ratios)} re-planned rows, "
                  f"geomean {geo:.3f}; the rule: each >= {row_min} in some repeat, geomean >= {geo_min})")
-    return "\n".join(lines)
+    return "\n".join(lines), ok
 
 
 def decode_replan_reps(r, name: str, new: str, base: str, row_min: float, geo_min: float,
                        tests_log=None) -> tuple:
-    """decode_replan_verdict over gpu_lib.sh's ``order_reps NAME`` repeats in
-    ``r`` ($R/NAME_rep1, $R/NAME_rep2); returns (its text, met), where met also
-    asks that ``tests_log`` (a gpu_tests log, when given) passed.  Exits naming
-    the file when a repeat is missing (load_reps)."""
+    """decode_replan over gpu_lib.sh's ``order_reps NAME`` repeats in ``r``
+    ($R/NAME_rep1, $R/NAME_rep2); returns (its text, met), where met also asks
+    that ``tests_log`` (a gpu_tests log, when given) passed.  Exits naming the
+    file when a repeat is missing (load_reps)."""
     reps = load_reps([f"{r}/{name}_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-    text = decode_replan_verdict(reps, new, base, row_min=row_min, geo_min=geo_min)
-    met = text.splitlines()[-1].split(": ", 1)[1].startswith("met")
+    text, met = decode_replan(reps, new, base, row_min=row_min, geo_min=geo_min)
     if tests_log is not None:
         passed = tests_passed(tests_log)
         text += "\ntests passed" if passed else "\ntests FAILED or cut"

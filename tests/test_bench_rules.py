@@ -600,6 +600,8 @@ def test_decode_replan_verdict():
     assert "NOT met" in verdict([payload(err=0.5), payload()])
     assert "NOT met" in verdict([payload(drop=("new", 65536)), payload()])
     assert "NOT met" in verdict([payload(fast=1.0, gauge=1.5), payload(fast=1.0, gauge=1.5)])  # gauges not counted
+    assert rules.decode_replan([payload(), payload()], "new", "default", 0.99, 1.01)[1]  # (text, met)
+    assert not rules.decode_replan([payload(slow=0.98), payload(slow=0.985)], "new", "default", 0.99, 1.01)[1]
 
 
 def test_decode_replan_reps(tmp_path):
