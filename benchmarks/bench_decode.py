@@ -299,6 +299,7 @@ def run(args):
     if DEVICE == "cuda":
         C.require_cuda("bench_decode.py")
     dtype = C.torch_dtype(args.dtype)
+    elem = torch.finfo(dtype).bits // 8  # bytes per cache element
     h_q, h_kv, d = args.heads_q, args.heads_kv, args.head_dim
     layouts = [x for x in args.layouts.split(",") if x]
     peers = [x for x in args.peers.split(",") if x]
@@ -327,7 +328,7 @@ def run(args):
             rows.append(dict(batch=batch, seqlen=n, provider="*", layout="*",
                              error="skipped: time budget exhausted"))
             continue
-        nbytes = kv_bytes(batch, n, h_kv, d, torch.finfo(dtype).bits // 8)
+        nbytes = kv_bytes(batch, n, h_kv, d, elem)
         copies = max(1, min(64, math.ceil(args.l2_bytes / nbytes)))
         lens = torch.full((batch,), n, dtype=torch.int32, device=DEVICE)
         qs = [torch.randn(batch, 1, h_q, d, device=DEVICE, dtype=dtype) for _ in range(copies)]
@@ -385,7 +386,7 @@ def run(args):
             C.free_cuda_memory()
         if args.copy_gauge:
             # nbytes / 2 read and as many written: nbytes moved, counted as the ceiling counts them.
-            elems = nbytes // 2 // torch.finfo(dtype).bits * 8
+            elems = nbytes // 2 // elem
             bufs = [(torch.empty(elems, dtype=dtype, device=DEVICE).normal_(), torch.empty(elems, dtype=dtype,
                                                                                           device=DEVICE))
                     for _ in range(copies)]
