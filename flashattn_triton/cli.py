@@ -44,7 +44,7 @@ ENVIRONMENT = [
                                         "gathered at small batch (4 x programs < SMs), fused elsewhere"),
     ("FLASHATTN_TRITON_DECODE_VARIANT", "comma list of decoding variants (deep, fill, pdl, reserve, "
                                         "pair, spread, longpages, solo, longtiles, solopages; docs/decode.md); "
-                                        "default: deep,fill,pdl,reserve,spread,longpages,solo,longtiles; "
+                                        "default: deep,fill,pdl,reserve,spread,longpages,solo,longtiles,solopages; "
                                         "none: the plain plan"),
     ("FLASHATTN_TRITON_HOPPER_ANY_TRITON", "1: try the Hopper (Gluon) tier on untested Triton versions"),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", "sliding windows (window_size (left >= 0, -1 or 0)) on Hopper. Default: the "

@@ -1062,8 +1062,16 @@ def test_validation(kwargs, exc, match):
 # Small-batch variants (decode.ENV_VARIANT; decode.DEFAULT_VARIANTS when unset)
 # ---------------------------------------------------------------------------
 
-DEFAULTS = "deep,fill,pdl,reserve,spread,longpages,solo,longtiles"
-DEFAULTS_BUT_LONGPAGES = "deep,fill,pdl,reserve,spread,solo,longtiles"
+DEFAULTS = "deep,fill,pdl,reserve,spread,longpages,solo,longtiles,solopages"
+
+
+def defaults_but(name):
+    """The default variants less ``name``, as a FLASHATTN_TRITON_DECODE_VARIANT list."""
+    assert name in DEFAULTS.split(","), name
+    return ",".join(v for v in DEFAULTS.split(",") if v != name)
+
+
+DEFAULTS_BUT_LONGPAGES = defaults_but("longpages")
 
 
 def test_decode_plan_merge(monkeypatch):
@@ -1094,7 +1102,8 @@ def test_decode_plan_merge(monkeypatch):
 def test_decode_plan_variants(monkeypatch):
     """Host-side plans on 132 SMs (the H200): "none" is the plain plan;
     deep / fill / pdl change batch 1 only (one program per SM), not
-    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages,solo,longtiles."""
+    batch 8; unset or "default" is deep,fill,pdl,reserve,spread,longpages,solo,longtiles,
+    solopages."""
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(decode, "INTERPRET", False)
     meta, bf16 = torch.device("meta"), torch.bfloat16
@@ -1158,7 +1167,7 @@ def test_decode_plan_variants(monkeypatch):
     # "solo" re-plans contiguous caches only.
     for page in (16, 64, 256):
         assert paged(8, 8192, "solo", page) == paged(8, 8192, "none", page), page
-    # "solopages" (a candidate): the same for pages of 256 tokens or more, not smaller ones.
+    # "solopages" (a default since session 68): the same for pages of 256 tokens or more, not smaller ones.
     for page in (256, 1024):
         assert paged(8, 8192, "solopages", page) == plan(8, 8192, "solo"), page
     for page in (16, 64, 128):
@@ -1168,7 +1177,7 @@ def test_decode_plan_variants(monkeypatch):
         assert paged(batch, n, "", page) == paged(batch, n, before, page), (batch, n, page)
     # "longtiles" (a default since session 67): at the small batch (1-4) from 32k keys a row may see, contiguous
     # caches only, 128-key tiles over 3 stages instead of deep's 64 over 5; the split count stays.
-    wide, without = decode.DecodeConfig(16, 128, 4, 3), DEFAULTS.replace(",longtiles", "")
+    wide, without = decode.DecodeConfig(16, 128, 4, 3), defaults_but("longtiles")
     for b, n in [(1, 32768), (1, 131072), (4, 65536)]:
         assert plan(b, n, "").config == wide and plan(b, n, "")._replace(config=plan(b, n, without).config) == \
             plan(b, n, without), (b, n)
@@ -1191,6 +1200,7 @@ def test_decode_plan_variants(monkeypatch):
             decode.decode_variants()
     monkeypatch.setenv(decode.ENV_VARIANT, "default,spread")  # "default" in a list: the defaults
     assert decode.decode_variants() == decode.DEFAULT_VARIANTS | {"spread"}
+    assert set(DEFAULTS.split(",")) == decode.DEFAULT_VARIANTS  # this file's list is the library's
     monkeypatch.setenv(decode.ENV_VARIANT, "none,deep")
     with pytest.raises(ValueError, match="none"):
         decode.decode_variants()
@@ -1507,33 +1517,20 @@ def test_gpu_realistic(device, batch, n_cache, page):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch", [5, 8, 16])
-def test_gpu_solo_mid_batch(device, batch, monkeypatch):
-    """Variant "solo" (the split rule counting one program per SM from SMs / 4
-    to SMs programs) at the batches it re-plans: Hq=32, Hkv=8, d=128, bf16,
-    a contiguous cache (paged ones keep their plans), ragged lengths incl. 0 and a full cache, one appended token, automatic
-    splits (the defaults, "solo" among them since session 66); against
-    float64.  The plan must differ from that of the defaults without "solo",
-    or the test would not exercise the variant."""
+@pytest.mark.parametrize("batch,page", [(5, None), (8, None), (16, None), (5, 256), (16, 256), (5, 1024), (16, 1024)])
+def test_gpu_solo_mid_batch(device, batch, page, monkeypatch):
+    """Variants "solo" (contiguous caches, a default since session 66) and
+    "solopages" (pages of 256 tokens or more, since session 68): the split rule
+    counting one program per SM from SMs / 4 to SMs programs, at the batches it
+    re-plans. Hq=32, Hkv=8, d=128, bf16, ragged lengths incl. 0 and a full
+    cache, one appended token, automatic splits at the defaults; against
+    float64.  The plan must differ from that of the defaults without the
+    variant, or the test would not exercise it."""
     dtype, h_kv, d, cap = torch.bfloat16, 8, 128, 4096
-    monkeypatch.setenv(decode.ENV_VARIANT, DEFAULTS.replace(",solo", ""))
-    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device)
+    monkeypatch.setenv(decode.ENV_VARIANT, defaults_but("solo" if page is None else "solopages"))
+    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0)
     monkeypatch.delenv(decode.ENV_VARIANT, raising=False)
-    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device).num_splits != before.num_splits
-    check_ragged_step(device, batch, cap, None)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("page", [256, 1024])
-@pytest.mark.parametrize("batch", [5, 16])
-def test_gpu_solopages_mid_batch(device, batch, page, monkeypatch):
-    """Candidate variant "solopages" ("solo" on pages of 256 tokens or more)
-    where it acts: as test_gpu_solo_mid_batch, in 256- and 1024-token pages.
-    The plan must differ from that of the defaults."""
-    dtype, h_kv, d, cap = torch.bfloat16, 8, 128, 4096
-    before = decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page)
-    monkeypatch.setenv(decode.ENV_VARIANT, "default,solopages")
-    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page).num_splits != before.num_splits
+    assert decode.decode_plan(batch, 4, h_kv, d, cap, dtype, device, 0, page or 0).num_splits != before.num_splits
     check_ragged_step(device, batch, cap, page)
 
 

@@ -120,11 +120,12 @@ DEFAULT_COMBINE = "fused"
 #         more (and no window or chunk narrowing the keys a row sees below that), 128-key tiles over 3 stages
 #         (two K+V tiles of 64 KiB each in shared memory at d = 128) instead of "deep"'s
 #         64-key tiles over 5.
-# Candidate of session 67 (off by default; docs/decode.md "Paged caches at mid batches"):
+# Candidate of session 67 and a default since session 68 (docs/decode.md "Paged caches at mid batches"):
 #   solopages: "solo" for paged caches of SOLOPAGES_MIN_PAGE tokens per page or more. Its first
 #         form (pages of whole key tiles, 64+ tokens) missed its rule on an H100 (session 67
 #         call 3: 64-token pages at batch 8 / 16 from 8k keys 0.980-0.990x in both repeats;
-#         256-token pages 0.995-1.137x); this form awaits a run of its own.
+#         256-token pages 0.995-1.137x); this form met its own (session 68, H100: 256- and
+#         1024-token pages at batch 5-16, 1k-32k keys, 46 re-planned rows, geomean 1.041).
 # Measured slower on the H200 and removed in session 45 (last in commit 385b20b;
 # docs/decode.md "Batch 1 on the H200"): "merge", "prefetch", "gather" (the fused
 # merge's depth, L2 hints before the PDL wait, the merge as one gathered load) and
@@ -784,8 +785,10 @@ def spread_splits(programs: int, n_keys: int, block_n: int, n_sm: int) -> int:
 # 50 re-planned rows 1.003-1.12x, geomean 1.055-1.056, both timing orders;
 # docs/decode.md "Mid batches: one program per SM"). Session 67 added "longtiles" (H100,
 # B = 1-4, contiguous, 32k-128k keys: the 9 re-planned rows 1.006-1.125x, geomean 1.020,
-# both timing orders).
-DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo", "longtiles"})
+# both timing orders). Session 68 added "solopages" (H100, B = 5-16, 256- and 1024-token pages,
+# 1k-32k keys: 46 re-planned rows, geomean 1.041, both timing orders).
+DEFAULT_VARIANTS = frozenset({"deep", "fill", "pdl", "reserve", "spread", "longpages", "solo", "longtiles",
+                              "solopages"})
 
 
 def decode_variants() -> frozenset:

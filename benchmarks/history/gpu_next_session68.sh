@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN in session 68 as call 1 (H100, tree 6692bfe): results/h100/session68/call1/, the table in results/h100/decode/; 269 passed; longtiles stays (9 rows, geomean 1.019); solopages met (46 rows, geomean 1.041) and joined the defaults.
 # Queued by session 67 (one GPU, about 5 minutes; meant for an H200, where issue 11's table lives;
 # on an H100 it retakes session 67's call 3). OUT=$OUT bash benchmarks/gpu_next_session68.sh;
 # commit $R/decode/ as results/<gpu>/decode/ with the environment (the H200's replaces session 33's).
@@ -13,7 +14,7 @@
 #    1024-token pages, 1k-32k, the defaults against default+solopages, two repeats in both
 #    orders. Rule, fixed before the run: every re-planned row >= 0.99x in some repeat, their
 #    geomean >= 1.02, spot checks and the decode tests passed. Met: it joins DEFAULT_VARIANTS.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 decode_tests
 BASE=deep+fill+pdl+reserve+spread+longpages+solo
 order_reps longtiles ${T_REP:-120} "$BASE" default --batches 1,2,4 --layouts contiguous --peers sdpa_cudnn \
