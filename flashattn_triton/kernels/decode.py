@@ -113,7 +113,8 @@ DEFAULT_COMBINE = "fused"
 #         rule counts one program per SM, as at small batch, instead of two, where that
 #         takes fewer splits; for contiguous caches only (16-token pages read 0.91-0.98x
 #         so from 4k keys at batch 5, 6, 8 and 16; 256-token pages 0.88-1.31x, within the
-#         15 % their timings move with the order they are taken in, so no verdict).
+#         15 % their timings move with the order they are taken in, so no verdict; pages of
+#         256+ tokens since session 68: "solopages" below).
 # Candidate of session 67 and a default since then (docs/decode.md "Batch 1, long caches:
 # 128-key tiles"):
 #   longtiles: at small batch and d = 97-128, for contiguous caches of LONGTILES_FROM keys or
