@@ -509,7 +509,8 @@ def write_md(payload, path):
         for p in peers:
             r = table.get((b, n, p))
             if ours and r and r["gbps"] > ours:
-                lost.append(f"B={b} N={C.n_label(n)} {p} {r['gbps']:.0f} > ours {ours:.0f} GB/s")
+                lost.append(f"B={b} N={C.n_label(n)} {p} {r['gbps']:.0f} > ours {ours:.0f} GB/s "
+                            f"(ours {ours / r['gbps']:.4f}x)")
     if peers:
         verdict.append("- B = 1, 8, best of ours contiguous vs every peer: " +
                        ("ahead or equal everywhere" if not lost else "behind at " + "; ".join(lost)))

@@ -459,6 +459,11 @@ def test_bench_decode_copy_gauge(tmp_path):
     assert "| copy_same_bytes |" in text and "| 150 (75%) | 1.25x |" in text, text
     assert "- copy_same_bytes: min 75%, median 75% of copy over N >= 8k" in text, text
     assert "ahead or equal everywhere" in text, text
+    # A peer ahead by less than the printed rounding: the ratio tells it (session 68: 2877 > 2877).
+    rows[1]["gbps"] = 100.04
+    bench.write_md(payload, tmp_path / "t.md")
+    text = (tmp_path / "t.md").read_text()
+    assert "behind at B=1 N=8k sdpa_cudnn 100 > ours 100 GB/s (ours 0.9996x)" in text, text
 
 
 def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
