@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN in session 68 as call 2 (H100, tree 6dff99c): results/h100/session68/call2/, the table in results/h100/decode/; 269 passed.
+# RAN in session 68 as call 2 (H100, tree 99361ce): results/h100/session68/call2/, the table in results/h100/decode/; 269 passed.
 # Session 68, after "solopages" joined the defaults (gpu_next_session68.sh's rule met on an H100).
 # One GPU, about 4 minutes. OUT=$OUT bash benchmarks/gpu_next_session68b.sh; commit $R/decode/ as
 # results/<gpu>/decode/ with the environment (on an H200 it replaces session 33's).
