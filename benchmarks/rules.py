@@ -554,12 +554,6 @@ def decode_paged_verdict(reps, base: str = "default", gain: float = 1.05, floor:
     return "\n".join(lines)
 
 
-def decode_replan_verdict(reps, new: str, base: str, row_min: float, geo_min: float,
-                          ours: str = "flashattn_triton") -> str:
-    """decode_replan's text alone (see there)."""
-    return decode_replan(reps, new, base, row_min, geo_min, ours)[0]
-
-
 def decode_replan(reps, new: str, base: str, row_min: float, geo_min: float,
                   ours: str = "flashattn_triton") -> tuple:
     """A decode variant's rule over bench_decode.json payloads (the repeats of

@@ -581,7 +581,7 @@ def test_gemm_loop_report_counts_each_innermost_loop():
     assert cc.local_in_gemm_loops(ops) == 3
 
 
-def test_decode_replan_verdict():
+def test_decode_replan():
     """A decode variant's rule: rows whose plans differ need >= row_min in some repeat and a
     geomean >= geo_min; rows with the same plan are gauges without a bar; a missing row or a
     failed spot check fails it."""
@@ -597,7 +597,7 @@ def test_decode_replan_verdict():
                 rows.append(dict(provider="flashattn_triton", variant=v, layout="contiguous", batch=1, seqlen=n,
                                  gbps=g, num_splits=16, launch=dict(BLOCK_N=128 if v == "new" and replanned else 64)))
         return dict(rows=rows, checks=[dict(max_abs_err_vs_fp32=err)])
-    verdict = lambda reps: rules.decode_replan_verdict(reps, "new", "default", 0.99, 1.01).splitlines()[-1]
+    verdict = lambda reps: rules.decode_replan(reps, "new", "default", 0.99, 1.01)[0].splitlines()[-1]
     assert "met (2 re-planned rows, geomean 1.020" in verdict([payload(), payload()])
     assert "NOT met" in verdict([payload(fast=1.005), payload(fast=1.005)])  # geomean
     assert "NOT met" in verdict([payload(slow=0.98), payload(slow=0.985)])  # a row under 0.99 in both

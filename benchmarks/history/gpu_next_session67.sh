@@ -20,10 +20,9 @@ import sys
 sys.path.insert(0, "benchmarks")
 import rules
 r, base = sys.argv[1:]
-reps = rules.load_reps([f"{r}/solo_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-out = rules.decode_replan_verdict(reps, "default", base, row_min=0.97, geo_min=1.00)
+out, met = rules.decode_replan_reps(r, "solo", "default", base, row_min=0.97, geo_min=1.00)
 print(out)
-print("verdict:", "solo stays" if out.splitlines()[-1].split(": ")[1].startswith("met") else "solo leaves DEFAULT_VARIANTS")
+print("verdict:", "solo stays" if met else "solo leaves DEFAULT_VARIANTS")
 PY
 # 4. The paged columns' order effect with the checks after every timing: batch 8 and 16, 4k-16k,
 #    16- and 256-token pages, where "solo" does not act, so both variants time the same plan; the

@@ -8,7 +8,7 @@
 # 2. Batch 1, 2 and 4, contiguous, 16k-128k, the defaults against default+longtiles, two
 #    repeats with the order reversed in the second; cuDNN beside them for context. 16k rows
 #    keep their plan: gauges of the timing noise.
-#    Rule, fixed before the run (rules.decode_replan_verdict): every re-planned row >= 0.99 in
+#    Rule, fixed before the run (rules.decode_replan): every re-planned row >= 0.99 in
 #    some repeat, the geomean of the re-planned rows >= 1.01, the spot checks passed, and the
 #    tests passed. Met: "longtiles" joins DEFAULT_VARIANTS.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
@@ -21,7 +21,7 @@ sys.path.insert(0, "benchmarks")
 import rules
 r = sys.argv[1]
 reps = rules.load_reps([f"{r}/longtiles_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-out = rules.decode_replan_verdict(reps, "default+longtiles", "default", row_min=0.99, geo_min=1.01)
+out, met = rules.decode_replan(reps, "default+longtiles", "default", row_min=0.99, geo_min=1.01)
 print(out)
 for i, p in enumerate(reps, 1):
     rows = {(x.get("variant"), x["provider"], x["batch"], x["seqlen"]): x["gbps"] for x in p["rows"] if "gbps" in x}
@@ -30,7 +30,7 @@ for i, p in enumerate(reps, 1):
             ours = rows.get(("default+longtiles", "flashattn_triton", b, n))
             print(f"repeat {i} B={b} N={n}: {prov} {g:.0f} GB/s, longtiles {ours or 0:.0f} ({(ours or 0) / g:.3f}x)")
 tests_ok = rules.tests_passed(f"{r}/tests.log")
-met = out.splitlines()[-1].split(": ")[1].startswith("met") and tests_ok
+met = met and tests_ok
 print("tests passed" if tests_ok else "tests FAILED or cut")
 print("verdict:", "longtiles joins DEFAULT_VARIANTS" if met else "longtiles stays a candidate")
 PY

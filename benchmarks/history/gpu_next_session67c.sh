@@ -7,7 +7,7 @@
 #    table at the new defaults: $R/kvcache.log, $R/decode/.
 # 2. Candidate "solopages" ("solo" on pages of 64+ tokens): batch 5, 8, 12, 16, 64- and 256-token
 #    pages, 1k-32k, the defaults against default+solopages, two repeats, the order reversed in
-#    the second. Rule, fixed before the run (rules.decode_replan_verdict): every re-planned row
+#    the second. Rule, fixed before the run (rules.decode_replan): every re-planned row
 #    >= 0.99 in some repeat, their geomean >= 1.02, spot checks and tests passed. Met:
 #    "solopages" joins DEFAULT_VARIANTS.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
@@ -19,12 +19,9 @@ import sys
 sys.path.insert(0, "benchmarks")
 import rules
 r = sys.argv[1]
-reps = rules.load_reps([f"{r}/solopages_rep{i}/bench_decode.json" for i in (1, 2)], key=None)
-out = rules.decode_replan_verdict(reps, "default+solopages", "default", row_min=0.99, geo_min=1.02)
+out, met = rules.decode_replan_reps(r, "solopages", "default+solopages", "default", row_min=0.99, geo_min=1.02,
+                                   tests_log=f"{r}/kvcache.log")
 print(out)
-tests_ok = rules.tests_passed(f"{r}/kvcache.log")
-print("tests passed" if tests_ok else "tests FAILED or cut")
-met = out.splitlines()[-1].split(": ")[1].startswith("met") and tests_ok
 print("verdict:", "solopages joins DEFAULT_VARIANTS" if met else "solopages stays a candidate")
 PY
 tar -C "$OUT" -czf "$OUT/results.tgz" r

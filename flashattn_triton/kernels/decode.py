@@ -860,7 +860,8 @@ def _plan_world() -> tuple:
     (raw, read in one pass: the eager call plans check this on every replay)
     and the module's tables and functions (tests and tools replace them)."""
     return (env_snapshot(_WORLD_ENV), DEFAULT_VARIANTS, DEFAULT_COMBINE_SMALL, DEFAULT_COMBINE, CPU_SM_COUNT,
-            LONGPAGES_FROM, LONGTILES_FROM, SOLOPAGES_MIN_PAGE, PAIR_MIN_BUDGET, SPREAD_WAVES, SPREAD_PER_SM, SPREAD_MIN_TILES, SPREAD_MAX_WAVES,
+            LONGPAGES_FROM, LONGTILES_FROM, SOLOPAGES_MIN_PAGE, PAIR_MIN_BUDGET, SPREAD_WAVES, SPREAD_PER_SM,
+            SPREAD_MIN_TILES, SPREAD_MAX_WAVES,
             MAX_AUTO_SPLITS, MAX_ROWS_PER_TILE, INTERPRET, HAVE_GDC, decode_config, fit_decode_config, decode_smem,
             device_smem_budget, sm_count, choose_num_splits, spread_splits, pdl_supported, _sm90_or_later,
             combine_mode)
