@@ -433,7 +433,8 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     if "ROW_BOUND" in hfwd._attn_fwd_hopper.arg_names:  # likewise
         meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
     if "IS_VARLEN" in hfwd._attn_fwd_hopper.arg_names:  # likewise (packed batches: the grid of one block each)
-        meta["IS_VARLEN"] = bool(meta.get("IS_VARLEN"))
+        # (1: packed; 2: packed with the rows past each sequence zeroed, IS_VARLEN=2)
+        meta["IS_VARLEN"] = int(meta.get("IS_VARLEN") or 0) or False
         if meta["IS_VARLEN"]:
             meta.update(PERSISTENT=False, DYNAMIC=False, HEAD_SECTION=0)
     if meta["NUM_CONSUMERS"] == 1:
@@ -494,7 +495,8 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
         meta.setdefault("GROUP_SPLIT", 1)  # a constexpr, as the launcher passes it
     varlen = bool(meta.get("IS_VARLEN"))
     if "IS_VARLEN" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before packed batches has none)
-        meta["IS_VARLEN"] = varlen  # a constexpr, as the launcher passes it
+        # a constexpr, as the launcher passes it (2: the rows past each sequence zeroed)
+        meta["IS_VARLEN"] = int(meta.get("IS_VARLEN") or 0) or False
         if varlen:  # as hopper_backward_varlen: the 2-D grid, whole groups, dK / dV by gl.store
             meta.update(PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False)
     tdt = getattr(torch, _TORCH_DTYPES[dtype])

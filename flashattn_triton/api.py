@@ -80,7 +80,8 @@ MAX_PLANS = 1024
 # Environment switches that choose the forward's kernels (read per call).
 PLAN_ENV = ("FLASHATTN_TRITON_BACKEND", "FLASHATTN_TRITON_CONFIG_FWD", "FLASHATTN_TRITON_AUTOTUNE",
             "FLASHATTN_TRITON_HOPPER_WINDOW", "FLASHATTN_TRITON_HOPPER_SPLIT_QK", "FLASHATTN_TRITON_HOPPER_DROPOUT",
-            "FLASHATTN_TRITON_HOPPER_SINKS", "FLASHATTN_TRITON_HOPPER_VARLEN")
+            "FLASHATTN_TRITON_HOPPER_SINKS", "FLASHATTN_TRITON_HOPPER_VARLEN",
+            "FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE")
 _NUMBER = (float, int)  # exact classes: bool, numpy scalars, ... take the full path
 _PLANS: Dict[tuple, "_CallPlan"] = {}
 
@@ -668,8 +669,10 @@ def flash_attn_varlen_func(
     last tiles also read the next sequence's first rows of q, k, v (and dout);
     past the tensors' last row they read zeros.  Those rows get weight 0, but a
     NaN or infinity in one sequence's rows makes 0 * NaN and reaches the
-    preceding sequence's out and gradients (the portable kernels read each
-    sequence's own rows only).
+    preceding sequence's out and gradients, unless
+    FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 (the kernels then zero those rows
+    first; docs/api.md).  The portable kernels read each sequence's own rows
+    only.
 
     Each sequence attends only within itself.  GQA as in :func:`flash_attn_func`.
 

@@ -20,8 +20,8 @@ import torch
 
 from flashattn_triton import _dispatch, api, flash_attn_varlen_func
 from flashattn_triton.kernels import hopper
-from flashattn_triton.testing import rand, random_cu_seqlens, varlen_attention_ref
-from _utils import check_varlen, hopper_gpu_reason
+from flashattn_triton.testing import assert_close, leaf, rand, random_cu_seqlens, varlen_attention_ref
+from _utils import check_varlen, hopper_gpu_reason, hopper_module
 
 needs_hopper = pytest.mark.skipif(bool(hopper_gpu_reason()), reason=hopper_gpu_reason() or "-")
 
@@ -274,6 +274,54 @@ def test_hopper_varlen_backward_long(monkeypatch):
     assert taken == [True]
 
 
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("window", [(-1, -1), (100, 0)], ids=["nowindow", "left-100"])
+def test_hopper_varlen_nan_stays_in_its_sequence(monkeypatch, d, causal, window):
+    """The packed Hopper kernels load whole 128-row tiles, so a sequence's
+    last query tile and key block also hold the next sequence's first rows;
+    with FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 those are zeroed before any
+    product reads them (IS_VARLEN 2: fwd.py, bwd.py _zero_rows_*,
+    _zero_dq_tail).  NaN in every row of q, k, v and dout of sequences 1 and
+    3 must leave out, LSE and the gradients of sequences 0 and 2, whose last
+    tiles reach into them, equal to the float64 reference."""
+    monkeypatch.setenv(hopper_module("fwd").ENV_VARLEN_ISOLATE, "1")
+    taken_fwd = _spy(monkeypatch)
+    taken = _spy_bwd(monkeypatch)
+    device = torch.device("cuda")
+    lens = [45, 300, 200, 129]
+    cu = random_cu_seqlens(lens, device)
+    dtype = torch.bfloat16
+    q, k, v = (rand((sum(lens), 4 if i == 0 else 2, d), dtype, device) for i in range(3))
+    do = rand((sum(lens), 4, d), dtype, device)
+    nan_rows = torch.zeros(sum(lens), dtype=torch.bool, device=device)
+    for b in (1, 3):
+        nan_rows[sum(lens[:b]):sum(lens[:b + 1])] = True
+    for t in (q, k, v, do):
+        t[nan_rows] = float("nan")
+    keep = ~nan_rows
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        return out.detach(), lse.detach(), torch.autograd.grad(out, inputs, grad_outputs=do.to(out.dtype))
+
+    n = max(lens)
+    got = run(lambda *t: flash_attn_varlen_func(*t, cu, cu, n, n, causal=causal, window_size=window,
+                                                return_lse=True), [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *t: varlen_attention_ref(*t, cu, cu, causal, window_size=window),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *t: varlen_attention_ref(*t, cu, cu, causal, dtype=dtype, window_size=window),
+               [leaf(t) for t in (q, k, v)])
+    assert taken_fwd == [True] and taken == [True], (taken_fwd, taken)
+    assert torch.isnan(ref[0][nan_rows]).all()  # the poisoned sequences themselves are NaN
+    assert_close("out", got[0][keep], ref[0][keep], base[0][keep], 2.0, dtype)
+    assert_close("lse", got[1][:, keep], ref[1][:, keep], base[1][:, keep], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g[keep], r[keep], b[keep], 3.0, dtype)
+
+
 # --------------------------------------------------------------------------- host code on a fake driver
 
 _FAKE_VARLEN = r"""
@@ -314,6 +362,18 @@ for d in (64, 128):
         consts = launcher.src.constants
         print("bwd", d, causal, grid, consts.get((names.index("IS_VARLEN"),)),
               consts.get((names.index("TMA_DKV"),)), consts.get((names.index("GROUP_SPLIT"),)))
+# FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1: the same calls plan again (the switch keys the plans)
+# and build IS_VARLEN = 2, the kernels that zero the rows past each sequence
+import os
+os.environ["FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE"] = "1"
+with fake_cuda():
+    assert hf.hopper_forward_varlen(q, k, k, o, lse, cu, cu, 300, 300, 0.125, causal, left), hf._BROKEN
+    assert hb.hopper_backward_varlen(views[3], *views[:3], *stats, *grads, cu, cu, 300, 300, 0.125,
+                                     causal, left), hb._BROKEN
+fwd_launch = [x for x in LAUNCHES if x[0].src.fn is hf._attn_fwd_hopper][-1][0]
+bwd_launch = [x for x in LAUNCHES if x[0].src.fn is hb._attn_bwd_hopper][-1][0]
+print("isolate", fwd_launch.src.constants.get((hf._attn_fwd_hopper.arg_names.index("IS_VARLEN"),)),
+      bwd_launch.src.constants.get((hb._attn_bwd_hopper.arg_names.index("IS_VARLEN"),)))
 """
 
 
@@ -321,10 +381,11 @@ def test_varlen_launches_on_a_fake_driver():
     """Triton 3.6 without a GPU: both packed Hopper paths compile for sm_90
     through the launchers' real JIT path and launch (tests/fake_cuda.py):
     the forward on the 2-D grid of (sequence, head) x 128-row blocks of the
-    longest sequence (heads first when causal), IS_VARLEN on, PERSISTENT
+    longest sequence (heads first when causal), IS_VARLEN 1, PERSISTENT
     off, window_lo = -left, and a repeat call through the cached plan the
     same; the backward on (key blocks of the longest
-    sequence, sequences x KV heads) with IS_VARLEN, TMA_DKV off, whole groups."""
+    sequence, sequences x KV heads) with IS_VARLEN 1, TMA_DKV off, whole
+    groups; with FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 both IS_VARLEN 2."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
     from _utils import fake_launch
@@ -332,8 +393,9 @@ def test_varlen_launches_on_a_fake_driver():
     # 4 sequences x 4 heads = 16; 300 rows: 3 blocks of 128 (d = 64: 2 of 192 with three consumers,
     # 3 of 128 with a window: WINDOW_CONFIGS' two); backward: 3 key blocks of 128, 4 x 2 KV heads
     assert lines == [
-        "fwd 64 True (16, 2, 1) True False 0", "bwd 64 True (3, 8, 1) True False 1",
-        "fwd 64 False (3, 16, 1) True False -50", "bwd 64 False (3, 8, 1) True False 1",
-        "fwd 128 True (16, 3, 1) True False 0", "bwd 128 True (3, 8, 1) True False 1",
-        "fwd 128 False (3, 16, 1) True False -50", "bwd 128 False (3, 8, 1) True False 1",
+        "fwd 64 True (16, 2, 1) 1 False 0", "bwd 64 True (3, 8, 1) 1 False 1",
+        "fwd 64 False (3, 16, 1) 1 False -50", "bwd 64 False (3, 8, 1) 1 False 1",
+        "fwd 128 True (16, 3, 1) 1 False 0", "bwd 128 True (3, 8, 1) 1 False 1",
+        "fwd 128 False (3, 16, 1) 1 False -50", "bwd 128 False (3, 8, 1) 1 False 1",
+        "isolate 2 2",
     ], lines

@@ -601,7 +601,9 @@ def test_environment_switch_is_part_of_the_key(device, monkeypatch, checks):
     ("FLASHATTN_TRITON_HOPPER_DROPOUT", True, True), ("FLASHATTN_TRITON_HOPPER_SINKS", True, False),
     ("FLASHATTN_TRITON_HOPPER_WINDOW", True, True), ("FLASHATTN_TRITON_BACKEND", True, True),
     # (packed batches, planned since session 59; keyed since session 63)
-    ("FLASHATTN_TRITON_HOPPER_VARLEN", True, False), ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", False, True)])
+    ("FLASHATTN_TRITON_HOPPER_VARLEN", True, False), ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", False, True),
+    # (session 69: the packed kernels' rows past each sequence zeroed, IS_VARLEN 2)
+    ("FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE", True, True)])
 def test_dispatch_switches_key_the_plans(monkeypatch, name, fwd, bwd):
     """Every environment switch that can move a planned call to another tier
     (dropout and sinks calls are planned since session 29, packed batches

@@ -69,9 +69,8 @@ def test_nan_in_one_sequence_stays_in_it(device, monkeypatch):
     """The portable kernels read each sequence's own rows only: NaN in every
     row of the middle sequence's q, k, v and dout leaves the other sequences'
     out, LSE and gradients equal to the float64 reference (and free of NaN).
-    On Hopper GPUs the packed Hopper kernels read the next sequence's first
-    rows in a sequence's last tiles (docs/api.md); their switches at 0, as
-    here, keep the portable ones."""
+    The switches at 0 keep the portable kernels on a Hopper GPU too (the
+    packed Hopper ones: test_hopper_varlen_nan_stays_in_its_sequence)."""
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_VARLEN", "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", "0")
     lens = [45, 30, 20]  # the first's last key / query tile reaches into the second

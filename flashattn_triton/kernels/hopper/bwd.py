@@ -142,7 +142,7 @@ from ..launch import env_choice, env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
-from .fwd import (_descriptor, _store_tile_tma, dropout_args, lower_diagonal, packed_key, packed_reason,
+from .fwd import (_descriptor, _store_tile_tma, _zero_rows_from, dropout_args, varlen_isolate, lower_diagonal, packed_key, packed_reason,
                   packed_window_lo)
 from .schedule import packed_sequence, snake_count, snake_tile
 
@@ -463,13 +463,17 @@ def _dropout_block(drop, off_b, GROUP, key0):
 
 @gluon.jit
 def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.constexpr, COLS: gl.constexpr,
-               PENDING: gl.constexpr = 0):
+               PENDING: gl.constexpr = 0, kept=0, ZERO_TAIL: gl.constexpr = False):
     """This warpgroup's dQ piece (BLOCK_M rows, COLS columns from col) into
     the staging buffer and reduced (added) into dQ by TMA.  PENDING: how many
     of this warpgroup's latest reduce-adds may still be reading their own
-    staging buffers (0 with one buffer; with B buffers used in turn, B - 1)."""
+    staging buffers (0 with one buffer; with B buffers used in turn, B - 1).
+    ZERO_TAIL: rows from `kept` on are zeroed in the staging buffer first
+    (_zero_dq_tail)."""
     tma.store_wait(PENDING)  # the reduce that last used this buffer has read it
     dq_stage.store(dq)
+    if ZERO_TAIL:
+        _zero_dq_tail(dq_stage, kept)
     fence_async_shared()
     _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
                     dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, COLS], dq_desc.layout))
@@ -477,7 +481,8 @@ def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.c
 
 @gluon.jit
 def _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col, it, j: gl.constexpr, N_PIECES: gl.constexpr,
-                     CONSUMER: gl.constexpr, STAGE_BUFS: gl.constexpr, BLOCK_M: gl.constexpr, COLS: gl.constexpr):
+                     CONSUMER: gl.constexpr, STAGE_BUFS: gl.constexpr, BLOCK_M: gl.constexpr, COLS: gl.constexpr,
+                     kept=0, ZERO_TAIL: gl.constexpr = False):
     """_reduce_dq of piece j of ring step it (N_PIECES per step) through this
     warpgroup's STAGE_BUFS staging buffers of dq_bufs (DQ_STAGE_BUFS per
     consumer), taken in turn by piece number it * N_PIECES + j."""
@@ -485,7 +490,8 @@ def _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, start_m, col, it, j: g
         slot = CONSUMER * STAGE_BUFS + j % STAGE_BUFS  # (it * N_PIECES) % STAGE_BUFS = 0: a constant
     else:
         slot = CONSUMER * STAGE_BUFS + (it * N_PIECES + j) % STAGE_BUFS
-    _reduce_dq(dq, dq_bufs.index(slot), dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS, STAGE_BUFS - 1)
+    _reduce_dq(dq, dq_bufs.index(slot), dq_desc, off_b, off_hq, start_m, col, BLOCK_M, COLS, STAGE_BUFS - 1,
+               kept, ZERO_TAIL)
 
 
 @gluon.jit
@@ -646,9 +652,11 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
                    SUB_N: gl.constexpr, HEAD_DIM: gl.constexpr, DQ_COLS: gl.constexpr,
                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                    drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
+                   DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
+                   ZERO_TAIL: gl.constexpr = False):
     """One query tile [mb * BLOCK_M, + BLOCK_M) against this warpgroup's keys
-    (q_row0: a packed sequence's first row, IS_VARLEN, for dQ's reduce-add).
+    (q_row0: a packed sequence's first row, IS_VARLEN, for dQ's reduce-add;
+    ZERO_TAIL, IS_VARLEN: the tile's rows past N_Q are zeroed first).
     drop: the block's dropout state (_dropout_block; DROPOUT only).  rng
     (DROPOUT 4 - 6): the RNG warps' keep bits and their ready barriers
     (_attn_bwd_rng; a slot is free again with the step's qdo_empty arrival).
@@ -672,6 +680,16 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
     q_s = q_bufs.index(s)
     do_s = do_bufs.index(s)
     mbarrier.wait(q_ready.index(s), ph)
+    if ZERO_TAIL:
+        # A packed sequence's last query tile holds the next sequence's first
+        # rows.  They get weight 0, but 0 * NaN is NaN: Q's and dO's rows
+        # past N_Q become 0 first (S^T = 0 there, so P^T = exp2(0 - inf) = 0
+        # with their lse2 of +inf, dP^T is finite, and dV += P^T dO, dK +=
+        # dS^T Q add exact zeros), each consumer zeroing half of the passes.
+        if start_m + BLOCK_M > N_Q:
+            mbarrier.wait(do_ready.index(s), ph)
+            _zero_pair_rows_from(q_s, do_s, N_Q - start_m, CONSUMER)
+            _named_bar(_CONSUMERS_SYNC)
     st_tok = warpgroup_mma(k_c, q_s.permute((1, 0)), gl.zeros([SUB_N, BLOCK_M], gl.float32, t_layout),
                            use_acc=False, is_async=True)
     mbarrier.wait(do_ready.index(s), ph)
@@ -751,12 +769,14 @@ def _attn_bwd_step(it, mb, k_c, v_c, k_cols, q_bufs, do_bufs, ds_bufs, dq_bufs, 
         # that it is staged and that Q and dO of slot s are no longer read.
         _named_bar(_DQ_EMPTY_SYNC)
         dq_bufs.index(CONSUMER).store(dq)
+        if ZERO_TAIL:
+            _zero_dq_tail(dq_bufs.index(CONSUMER), N_Q - start_m)
         fence_async_shared()
         _named_bar(_DQ_FULL_ARRIVE)
     else:
         mbarrier.arrive(qdo_empty.index(s))
         _reduce_dq_piece(dq, dq_bufs, dq_desc, off_b, off_hq, q_row0 + start_m, CONSUMER * DQ_COLS, it, 0, 1,
-                         CONSUMER, DQ_STAGE_BUFS, BLOCK_M, DQ_COLS)
+                         CONSUMER, DQ_STAGE_BUFS, BLOCK_M, DQ_COLS, N_Q - start_m, ZERO_TAIL)
     return dk, dv
 
 
@@ -848,7 +868,8 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                        SPLIT_D: gl.constexpr, DS_BUFS: gl.constexpr, DQ_CHUNK: gl.constexpr,
                        MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                        drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
-                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
+                       DQ_STAGE_BUFS: gl.constexpr = 1, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
+                       ZERO_TAIL: gl.constexpr = False):
     """One query tile through the path the configuration takes
     (_attn_bwd_step_split when SPLIT_D, else _attn_bwd_step; NAMED_BAR
     only there)."""
@@ -864,7 +885,7 @@ def _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs
                                 off_b, off_hq, N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                 CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM, DQ_COLS, MASKED, IS_CAUSAL,
                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                                OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=ZERO_TAIL)
     return dk, dv
 
 
@@ -934,6 +955,35 @@ def _attn_bwd_rng(keep_bufs, keep_ready, qdo_empty, drop, off_b, off_hkv, start_
 
 
 @gluon.jit
+def _zero_dq_tail(dq_stage, kept):
+    """ZERO_TAIL: a packed sequence's last query tile (kept < its rows) has
+    its staged dQ rows from `kept` on, the next sequence's, zeroed before the
+    reduce-add adds the whole tile into dQ: exact zeros there, also where
+    this sequence's own K or V hold a NaN (its dS is then 0 * NaN).  The
+    barrier first: the pass that holds row `kept` is read back, and other
+    threads of the warpgroup stored it."""
+    if kept < dq_stage.shape[0]:
+        gl.thread_barrier()
+        _zero_rows_from_call(dq_stage, kept)
+
+
+@gluon.jit(noinline=True)
+def _zero_rows_from_call(buf, first):
+    """_zero_rows_from in a call of its own (see _zero_pair_rows_from)."""
+    _zero_rows_from(buf, first)
+
+
+@gluon.jit(noinline=True)
+def _zero_pair_rows_from(a, b, first, CONSUMER: gl.constexpr):
+    """Rows [first, rows) of tiles a and b set to 0, this consumer's half
+    of the passes of each (_zero_rows_from; the caller's barrier of both
+    consumers completes it), in a call of its own: inlined, its registers
+    made ptxas spill in the step loops (compile_check)."""
+    _zero_rows_from(a, first, CONSUMER, 2)
+    _zero_rows_from(b, first, CONSUMER, 2)
+
+
+@gluon.jit
 def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                     kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
                     off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, it, kv_phase,
@@ -945,7 +995,8 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     DQ_CHUNK: gl.constexpr, RELEASE_KV: gl.constexpr, HAS_WINDOW: gl.constexpr,
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
                     DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
-                    TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
+                    TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
+                    IS_VARLEN: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -958,7 +1009,9 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     TMA_DKV (not persistent; SPLIT_D at d = 256 here, the split Q K^T in
     _attn_bwd_block_qk1): dK / dV leave through
     shared memory and a TMA store (dk_desc, dv_desc: their descriptors)
-    instead of gl.store."""
+    instead of gl.store.  IS_VARLEN 2 (a packed batch, fwd.varlen_isolate):
+    the rows past the sequence that the key block and each head's last query
+    tile hold are zeroed first."""
     SUB_N: gl.constexpr = BLOCK_N // NUM_CONSUMERS
     DQ_COLS: gl.constexpr = HEAD_DIM // NUM_CONSUMERS
     k_c = k_smem.slice(CONSUMER * SUB_N, SUB_N, dim=0)
@@ -1000,6 +1053,14 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
         m_full = m_lo
 
     mbarrier.wait(kv_ready, kv_phase)
+    if IS_VARLEN == 2:
+        # A key block that reaches past the sequence's keys: K's and V's rows
+        # from N_K on (the next sequence's) become 0, so that dS^T (whose P^T
+        # is 0 there) stays finite and dQ += dS K adds exact zeros for them.
+        gl.static_assert(NUM_CONSUMERS == 2, "packed batches: two consumer warpgroups (_CONSUMERS_SYNC)")
+        if (start_n + BLOCK_N > N_K) & (start_n < N_K):
+            _zero_pair_rows_from(k_smem, v_smem, N_K - start_n, CONSUMER)
+            _named_bar(_CONSUMERS_SYNC)
     if HAS_WINDOW:
         # Row i sees all of keys [key0, key0 + SUB_N) on the window's side
         # when i <= key0 - window_lo: the tiles from m_wide on hold a row
@@ -1024,7 +1085,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL,
                                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                     it += 1
                 for mb in range(m_full, whole_hi):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -1033,7 +1094,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N,
                                                 HEAD_DIM, DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL,
                                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                                                OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                     it += 1
     else:
         for g in range(GROUP):
@@ -1045,7 +1106,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, True, IS_CAUSAL, HAS_WINDOW,
                                             drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                 it += 1
             for mb in range(m_full, n_mb):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
@@ -1054,7 +1115,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             causal_shift, window_lo, CONSUMER, NUM_STAGES, BLOCK_M, SUB_N, HEAD_DIM,
                                             DQ_COLS, SPLIT_D, DS_BUFS, DQ_CHUNK, False, IS_CAUSAL, HAS_WINDOW,
                                             drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
-                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                                            OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                 it += 1
     if RELEASE_KV:
         # Every step waited for its wgmma groups (the dQ product, the last
@@ -1456,7 +1517,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       k1_smem, q1_bufs, QK1: gl.constexpr, NAMED_BAR: gl.constexpr = 0,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
                       Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None, dk1_desc=None,
-                      TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0):
+                      TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
+                      IS_VARLEN: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1505,7 +1567,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST, q_row0=q_row0)
+                        DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST, q_row0=q_row0,
+                        IS_VARLEN=IS_VARLEN)
     tma.store_wait(0)
 
 
@@ -1778,7 +1841,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1789,7 +1852,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -2444,8 +2507,9 @@ def _make_plan(do, q, k, v, lse, delta, dq, dk, dv, sm_scale, causal, windowed, 
         # (not HEADS_FIRST: the dense rule reads n_k, here the longest sequence, and in
         # session 56 call 6 it made d = 64 batches of 64..4096 / 64..8192 tokens 0.82-0.92x
         # the portable backward, 1.26-1.37x without it)
-        overrides = dict(overrides or {}, IS_VARLEN=True, PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False,
-                         HEADS_FIRST=False)
+        # (IS_VARLEN 2: the rows past each sequence zeroed, fwd.varlen_isolate)
+        overrides = dict(overrides or {}, IS_VARLEN=2 if varlen_isolate() else 1, PERSISTENT=False,
+                         GROUP_SPLIT=1, TMA_DKV=False, HEADS_FIRST=False)
     d_v = v.shape[-1]  # d itself, or HEAD_DIM_V[d] (split Q K^T)
     if dropped and d in DROPOUT_DECLINE:
         return "dropout declined at this head dim"
@@ -2673,7 +2737,7 @@ def hopper_backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
         return False
     windowed = window_left >= 0
     sig = packed_key(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) + _bwd_signature(
-        do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, False, False)
+        do, q, k, v, lse, delta, dq, dk, dv, causal, windowed, False, False) + (varlen_isolate(),)
     plan = _PLANS.get(sig)
     if plan is None:
         if len(_PLANS) >= MAX_PLANS:

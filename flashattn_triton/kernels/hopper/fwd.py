@@ -60,6 +60,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ... import reference
 from .. import fastlaunch
+from ..launch import env_switch_or
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import philox_keys, select_kept, tile_halves_rows_first
 from .schedule import packed_sequence, snake_count, snake_tile
@@ -70,9 +71,25 @@ _REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout,
              gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
              gl.exp2, gl.log2, gl.static_range, mbarrier.MBarrierLayout, mbarrier.init, mbarrier.expect,
              mbarrier.wait, mbarrier.arrive, tma.async_copy_global_to_shared,
-             tma.async_copy_shared_to_global, tma.store_wait)
+             tma.async_copy_shared_to_global, tma.store_wait, gl.BlockedLayout, gl.thread_barrier, gl.full,
+             fence_async_shared)
 
 LOG2E = 1.4426950408889634
+
+# Packed batches: "1" zeroes the rows past a sequence that its last tiles
+# load (the next sequence's), so that a NaN or infinity in one sequence
+# cannot reach another through a product with weight 0; the kernels then
+# take IS_VARLEN = 2 (1: packed without it).  Read per call (api.PLAN_ENV,
+# ops.BWD_PLAN_ENV key the plans on it).  Off by default until it has run on
+# a GPU in its final form (docs/api.md "Packed batches"; session 69).
+ENV_VARLEN_ISOLATE = "FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE"
+VARLEN_ISOLATE_DEFAULT = False
+
+
+def varlen_isolate() -> bool:
+    """Whether packed batches zero their tiles' rows past each sequence
+    (FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE, VARLEN_ISOLATE_DEFAULT when unset)."""
+    return bool(env_switch_or(ENV_VARLEN_ISOLATE, VARLEN_ISOLATE_DEFAULT))
 
 
 @gluon.jit
@@ -320,6 +337,43 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
         for j in range(lo, n_tiles):
             _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty, v_ready, v_empty, off_b,
                      off_hkv, j, 0, j - lo, BLOCK_N, HEAD_DIM, QK1, NUM_STAGES)
+
+
+@gluon.jit
+def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1):
+    """Rows [first, rows) of the shared tile buf (rows x cols; 16-bit, or the
+    backward's float32 dQ staging) set to 0 by the calling warpgroup (4
+    warps), 2048 elements a pass (16 per thread: few registers on top of the
+    caller's accumulators); with PARTS
+    > 1 this warpgroup takes passes PART, PART + PARTS, ...  Ends with the
+    fence that makes the stores visible to wgmma and TMA; the caller's
+    barrier (of every warpgroup that took a part) completes the hand-over.
+
+    Why: a packed sequence's last tile is loaded by TMA as whole rows, so
+    its rows past the sequence are the next sequence's.  They get weight 0,
+    but 0 * NaN is NaN, so an operand that a product with weight 0 reads
+    must hold finite values there (IS_VARLEN; docs/api.md)."""
+    COLS: gl.constexpr = buf.shape[1]
+    R: gl.constexpr = 2048 // COLS
+    # Vectors of 8 elements along a row (16 bytes at 16 bits: one swizzle unit).
+    TPW_C: gl.constexpr = COLS // 8 if COLS < 256 else 32
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_C, TPW_C], [4, 1], [1, 0])
+    for c in gl.static_range(PART, buf.shape[0] // R, PARTS):
+        part = buf.slice(c * R, R, dim=0)
+        if first <= c * R:  # wholly past `first`: zeros, nothing to read
+            part.store(gl.full([R, COLS], 0.0, buf.dtype, layout))
+        elif first < (c + 1) * R:  # the pass that holds `first`
+            rows = c * R + gl.arange(0, R, layout=gl.SliceLayout(1, layout))
+            part.store(gl.where(gl.expand_dims(rows < first, 1), part.load(layout),
+                                gl.full([R, COLS], 0.0, buf.dtype, layout)))
+    fence_async_shared()
+
+
+@gluon.jit(noinline=True)
+def _zero_rows_from_call(buf, first):
+    """_zero_rows_from as a call of its own (noinline): inlined, its
+    registers made ptxas spill around it (compile_check)."""
+    _zero_rows_from(buf, first)
 
 
 @gluon.jit
@@ -770,6 +824,15 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     # Last tile's P V.
     sv = (g0 + n_own - 1) % NUM_STAGES
     mbarrier.wait(v_ready.index(sv), ((g0 + n_own - 1) // NUM_STAGES) & 1)
+    if IS_VARLEN == 2:
+        # Only the last tile can reach past the sequence's keys: its V rows
+        # from N_K on (the next sequence's) become 0 (K's need nothing: their
+        # scores are replaced by -inf above).  Both consumers may do it to a
+        # shared slot; they write the same values.
+        tail = N_K - (n_own - 1) * BLOCK_N
+        if tail < BLOCK_N:
+            _zero_rows_from_call(v_bufs.index(sv), tail)
+            gl.thread_barrier()
     if PINGPONG:
         mbarrier.wait(turn.index(CONSUMER), (t0 + n_own) & 1)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
@@ -883,7 +946,7 @@ def _attn_fwd_compute(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
                            off_b, off_hq, stride_lz, stride_lh, start_m, lo_tile, n_tiles, 0, 0, 0,
                            N_Q, N_K, qk_scale, causal_shift, window_lo, CONSUMER, NUM_CONSUMERS, NUM_STAGES,
                            BLOCK_M, BLOCK_N, HEAD_DIM, QK1, IS_CAUSAL, PINGPONG, PAIRED, SKIP_TILES, HAS_WINDOW, drop,
-                           HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND, packed, True)
+                           HAS_DROPOUT, mask, HAS_MASK, ROW_BOUND, packed, IS_VARLEN)
     else:
         lo_tile = _key_start(start_m, n_tiles, window_lo, BLOCK_N, HAS_WINDOW)
         _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs, q_ready, k_ready, k_empty, v_ready,
@@ -1427,7 +1490,8 @@ def _make_plan(q, k, v, o, lse, sm_scale, causal, windowed, overrides, dropout=F
     meta.update(overrides)
     # Packed batches: the grid of one program per block (sized by the
     # longest sequence; blocks past a sequence's rows return at once).
-    meta["IS_VARLEN"] = varlen is not None
+    # (IS_VARLEN 2: the rows past each sequence zeroed, varlen_isolate)
+    meta["IS_VARLEN"] = False if varlen is None else (2 if varlen_isolate() else 1)
     if varlen is not None:
         meta.update(PERSISTENT=False, DYNAMIC=False, SECTION_MB=0)
     meta["HAS_WINDOW"] = windowed  # the window argument, not an override, decides it
@@ -1626,7 +1690,7 @@ def hopper_forward_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: 
         return False
     windowed = window_left >= 0
     sig = packed_key(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) + _signature(
-        q, k, v, o, lse, causal, windowed)
+        q, k, v, o, lse, causal, windowed) + (varlen_isolate(),)
     plan = _PLANS.get(sig)
     lo = packed_window_lo(window_left, max_seqlen_q, max_seqlen_k)
     if plan is None:
