@@ -142,8 +142,8 @@ from ..launch import env_choice, env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
-from .fwd import (_descriptor, _store_tile_tma, _zero_rows_from, dropout_args, varlen_isolate, lower_diagonal, packed_key, packed_reason,
-                  packed_window_lo)
+from .fwd import (_descriptor, _store_tile_tma, _zero_rows_from, _zero_rows_from_call, dropout_args,
+                  lower_diagonal, packed_key, packed_reason, packed_window_lo, varlen_isolate)
 from .schedule import packed_sequence, snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -965,12 +965,6 @@ def _zero_dq_tail(dq_stage, kept):
     if kept < dq_stage.shape[0]:
         gl.thread_barrier()
         _zero_rows_from_call(dq_stage, kept)
-
-
-@gluon.jit(noinline=True)
-def _zero_rows_from_call(buf, first):
-    """_zero_rows_from in a call of its own (see _zero_pair_rows_from)."""
-    _zero_rows_from(buf, first)
 
 
 @gluon.jit(noinline=True)

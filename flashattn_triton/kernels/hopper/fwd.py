@@ -344,8 +344,8 @@ def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1)
     """Rows [first, rows) of the shared tile buf (rows x cols; 16-bit, or the
     backward's float32 dQ staging) set to 0 by the calling warpgroup (4
     warps), 2048 elements a pass (16 per thread: few registers on top of the
-    caller's accumulators); with PARTS
-    > 1 this warpgroup takes passes PART, PART + PARTS, ...  Ends with the
+    caller's accumulators); with PARTS > 1 this warpgroup takes passes PART,
+    PART + PARTS, ...  Ends with the
     fence that makes the stores visible to wgmma and TMA; the caller's
     barrier (of every warpgroup that took a part) completes the hand-over.
 
@@ -827,8 +827,10 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     if IS_VARLEN == 2:
         # Only the last tile can reach past the sequence's keys: its V rows
         # from N_K on (the next sequence's) become 0 (K's need nothing: their
-        # scores are replaced by -inf above).  Both consumers may do it to a
-        # shared slot; they write the same values.
+        # scores are replaced by -inf above).  Every consumer that reaches
+        # the tile zeroes the whole slot itself (causal consumers may skip
+        # it, so they cannot share the work): a consumer may still rewrite
+        # rows while another's P V reads them, with the same values.
         tail = N_K - (n_own - 1) * BLOCK_N
         if tail < BLOCK_N:
             _zero_rows_from_call(v_bufs.index(sv), tail)
