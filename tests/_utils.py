@@ -132,6 +132,43 @@ def check_varlen(lens_q, lens_k, h_q, h_kv, d, causal, dtype, device, window=(-1
         assert_close(name, g, r, b, 3.0, dtype)
 
 
+def check_nan_isolation(lens, poisoned, h_q, h_kv, d, dtype, device, causal, window=(-1, -1)):
+    """flash_attn_varlen_func over sequences of lengths ``lens`` with NaN in
+    every row of q, k, v and dout of the sequences numbered in ``poisoned``:
+    those stay NaN in the float64 reference, and every other sequence's out,
+    LSE (2x PyTorch's error) and dq, dk, dv (3x) match the reference."""
+    import torch
+    from flashattn_triton import flash_attn_varlen_func
+    from flashattn_triton.testing import random_cu_seqlens, varlen_attention_ref
+    cu = random_cu_seqlens(lens, device)
+    total = sum(lens)
+    q, k, v = (rand((total, h_q if i == 0 else h_kv, d), dtype, device) for i in range(3))
+    do = rand((total, h_q, d), dtype, device)
+    nan_rows = torch.zeros(total, dtype=torch.bool, device=device)
+    for b in poisoned:
+        nan_rows[sum(lens[:b]):sum(lens[:b + 1])] = True
+    for t in (q, k, v, do):
+        t[nan_rows] = float("nan")
+    keep = ~nan_rows
+
+    def run(fn, inputs):
+        out, lse = fn(*inputs)
+        return out.detach(), lse.detach(), torch.autograd.grad(out, inputs, grad_outputs=do.to(out.dtype))
+
+    n = max(lens)
+    got = run(lambda *t: flash_attn_varlen_func(*t, cu, cu, n, n, causal=causal, window_size=window,
+                                                return_lse=True), [leaf(t) for t in (q, k, v)])
+    ref = run(lambda *t: varlen_attention_ref(*t, cu, cu, causal, window_size=window),
+              [leaf(t, torch.float64) for t in (q, k, v)])
+    base = run(lambda *t: varlen_attention_ref(*t, cu, cu, causal, dtype=dtype, window_size=window),
+               [leaf(t) for t in (q, k, v)])
+    assert torch.isnan(ref[0][nan_rows]).all()  # the poisoned sequences themselves are NaN
+    assert_close("out", got[0][keep], ref[0][keep], base[0][keep], 2.0, dtype)
+    assert_close("lse", got[1][:, keep], ref[1][:, keep], base[1][:, keep], 2.0, torch.float32)
+    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
+        assert_close(name, g[keep], r[keep], b[keep], 3.0, dtype)
+
+
 def hopper_module(name: str, module_level: bool = False):
     """flashattn_triton.kernels.hopper.<name>, or a skip of the test (of the
     test module with module_level) where that Gluon module does not import:

@@ -6,9 +6,8 @@ import torch
 
 import flashattn_triton as fat
 from flashattn_triton import flash_attn_func, flash_attn_varlen_func
-from flashattn_triton.testing import (assert_close, flash_attention_ref, leaf, rand,
-                                      random_cu_seqlens, varlen_attention_ref)
-from _utils import check_varlen as _check_varlen, cpu_covering
+from flashattn_triton.testing import assert_close, flash_attention_ref, rand, random_cu_seqlens
+from _utils import check_nan_isolation, check_varlen as _check_varlen, cpu_covering
 
 # (query lengths, key lengths): length 0 and 1, lengths not multiple of any
 # tile, Nq != Nk per sequence, a sequence with queries and no keys.
@@ -73,30 +72,9 @@ def test_nan_in_one_sequence_stays_in_it(device, monkeypatch):
     packed Hopper ones: test_hopper_varlen_nan_stays_in_its_sequence)."""
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_VARLEN", "0")
     monkeypatch.setenv("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", "0")
-    lens = [45, 30, 20]  # the first's last key / query tile reaches into the second
-    cu = random_cu_seqlens(lens, device)
-    dtype = torch.float16
-    # (d = 128: a head dim the Hopper packed path takes on an sm_90 GPU, were it on)
-    q, k, v, do = (rand((sum(lens), 2, 128), dtype, device) for _ in range(4))
-    nan_rows = torch.zeros(sum(lens), dtype=torch.bool, device=device)
-    nan_rows[lens[0]:lens[0] + lens[1]] = True
-    for t in (q, k, v, do):
-        t[nan_rows] = float("nan")
-    keep = ~nan_rows
-
-    def run(fn, inputs):
-        out, lse = fn(*inputs)
-        return out.detach(), lse.detach(), torch.autograd.grad(out, inputs, grad_outputs=do.to(out.dtype))
-
-    got = run(lambda *t: flash_attn_varlen_func(*t, cu, cu, 45, 45, causal=True, return_lse=True),
-              [leaf(t) for t in (q, k, v)])
-    ref = run(lambda *t: varlen_attention_ref(*t, cu, cu, True), [leaf(t, torch.float64) for t in (q, k, v)])
-    base = run(lambda *t: varlen_attention_ref(*t, cu, cu, True, dtype=dtype), [leaf(t) for t in (q, k, v)])
-    assert torch.isnan(ref[0][nan_rows]).all()  # the poisoned sequence itself is NaN
-    assert_close("out", got[0][keep], ref[0][keep], base[0][keep], 2.0, dtype)
-    assert_close("lse", got[1][:, keep], ref[1][:, keep], base[1][:, keep], 2.0, torch.float32)
-    for name, g, r, b in zip(("dq", "dk", "dv"), got[2], ref[2], base[2]):
-        assert_close(name, g[keep], r[keep], b[keep], 3.0, dtype)
+    # the first's last key / query tile reaches into the second; d = 128: a head dim the
+    # Hopper packed path takes on an sm_90 GPU, were it on
+    check_nan_isolation([45, 30, 20], [1], 2, 2, 128, torch.float16, device, causal=True)
 
 
 def test_varlen_block_table_argument(device):
