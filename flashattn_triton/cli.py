@@ -55,6 +55,10 @@ ENVIRONMENT = [
     ("FLASHATTN_TRITON_HOPPER_VARLEN", "unset or 1: packed batches without pages or variants take the Hopper "
                                        "forward (but d = 64 batches of sequences up to 2048: "
                                        "_dispatch.HOPPER_VARLEN_SHORT); 0: the portable forward"),
+    ("FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE", "1: the packed Hopper kernels zero the next sequence's rows that "
+                                               "a sequence's last tiles load, so a NaN in one sequence reaches no "
+                                               "other (a candidate, not yet run on a GPU in its final form); "
+                                               "unset or 0: they do not"),
     ("FLASHATTN_TRITON_HOPPER_VARLEN_BWD", "unset or 1: packed batches without variants (d = 64 / 128, not "
                                            "deterministic) take the Hopper backward; 0: the portable backward"),
     ("FLASHATTN_TRITON_HOPPER_SPLIT_QK", "0: head dims d = 192 with dv = 128 keep the portable forward. Default: "
