@@ -14,19 +14,13 @@ Prints one JSON line per row: label, d, causal, documents, fwd_ms, fwdbwd_ms
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import math
-import random
+import sys
+from pathlib import Path
 
-
-def doc_lengths(tokens: int, seed: int, lo: int, hi: int):
-    rng = random.Random(seed)
-    lens, total = [], 0
-    while total < tokens:
-        n = min(int(math.exp(rng.uniform(math.log(lo), math.log(hi)))), tokens - total)
-        lens.append(n)
-        total += n
-    return lens
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_varlen import doc_lengths  # noqa: E402  (the same documents as bench_varlen.py draws)
 
 
 def main() -> None:
@@ -44,7 +38,7 @@ def main() -> None:
     _dispatch.HOPPER_VARLEN_SHORT = {}  # the Hopper packed forward at every length
     lo, hi = (int(x) for x in args.docs.split(","))
     lens = doc_lengths(args.tokens, 0, lo, hi)
-    cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device="cuda")
     n_max = max(lens)
     for d in (64, 128):
         for causal in (False, True):
