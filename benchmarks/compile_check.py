@@ -434,7 +434,7 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
         meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND")) and causal
     if "IS_VARLEN" in hfwd._attn_fwd_hopper.arg_names:  # likewise (packed batches: the grid of one block each)
         # (1: packed; 2: packed with the rows past each sequence zeroed, IS_VARLEN=2)
-        meta["IS_VARLEN"] = int(meta.get("IS_VARLEN") or 0) or False
+        meta["IS_VARLEN"] = _varlen_level(meta)
         if meta["IS_VARLEN"]:
             meta.update(PERSISTENT=False, DYNAMIC=False, HEAD_SECTION=0)
     if meta["NUM_CONSUMERS"] == 1:
@@ -469,6 +469,12 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
     return compiled, meta
 
 
+def _varlen_level(meta: dict):
+    """IS_VARLEN as the launchers pass it: False (padded batch), 1 (packed) or
+    2 (packed, the rows past each sequence zeroed); --set gives it as text."""
+    return int(meta.get("IS_VARLEN") or 0) or False
+
+
 def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dtype: str = "bf16", dv=None):
     """The Gluon backward (kernels/hopper/bwd.py) for sm_<arch> as its
     launcher would build it (CONFIGS, or CONFIGS_UNVERIFIED for head dims
@@ -496,7 +502,7 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     varlen = bool(meta.get("IS_VARLEN"))
     if "IS_VARLEN" in hbwd._attn_bwd_hopper.arg_names:  # (a checkout from before packed batches has none)
         # a constexpr, as the launcher passes it (2: the rows past each sequence zeroed)
-        meta["IS_VARLEN"] = int(meta.get("IS_VARLEN") or 0) or False
+        meta["IS_VARLEN"] = _varlen_level(meta)
         if varlen:  # as hopper_backward_varlen: the 2-D grid, whole groups, dK / dV by gl.store
             meta.update(PERSISTENT=False, GROUP_SPLIT=1, TMA_DKV=False)
     tdt = getattr(torch, _TORCH_DTYPES[dtype])
