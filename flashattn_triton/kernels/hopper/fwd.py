@@ -81,8 +81,9 @@ LOG2E = 1.4426950408889634
 # load (the next sequence's), so that a NaN or infinity in one sequence
 # cannot reach another through a product with weight 0; the kernels then
 # take IS_VARLEN = 2 (1: packed without it).  Read per call (api.PLAN_ENV,
-# ops.BWD_PLAN_ENV key the plans on it).  Off by default until it has run on
-# a GPU in its final form (docs/api.md "Packed batches"; session 69).
+# ops.BWD_PLAN_ENV key the plans on it).  Off by default: on an H100 it cost
+# 3-16 % of forward + backward on short documents (docs/api.md "Packed
+# batches"; benchmarks/results/h100/session70).
 ENV_VARLEN_ISOLATE = "FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE"
 VARLEN_ISOLATE_DEFAULT = False
 

@@ -2,7 +2,7 @@
 # Queued by session 69 (one GPU, H100 or H200, about 5 minutes): the packed Hopper kernels'
 # isolation switch, FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE (IS_VARLEN 2: the rows of the next
 # sequence that a sequence's last tiles load are zeroed; kernels/hopper/fwd.py, bwd.py), in the
-# final form that session 69 could not run (no device time left). OUT=$OUT bash benchmarks/gpu_next_session70.sh
+# final form that session 69 could not run (no device time left). OUT=$OUT bash benchmarks/history/gpu_next_session70.sh
 # 1. tests/test_hopper_varlen.py on the GPU: the NaN test turns the switch on itself, the rest
 #    run at the default (off): $R/varlen.log.
 # 2. benchmarks/varlen_tail_probe.py with the switch off and on, two rounds in both orders
@@ -12,7 +12,7 @@
 # tests pass (the 8 NaN cases among them) and, over the 4 rows, the forward + backward time on / off
 # has geomean <= 1.03 in both rounds with no row above 1.07; otherwise it stays opt-in and the
 # docs give the measured cost.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 gpu_tests varlen 300 -n 4 tests/test_hopper_varlen.py
 for round in 1 2; do
   order="0 1"; [ "$round" = 2 ] && order="1 0"
