@@ -471,7 +471,7 @@ def compile_hopper(d: int, causal: bool, overrides: dict, arch: int = 90, dtype:
 
 def _varlen_level(meta: dict):
     """IS_VARLEN as the launchers pass it: False (padded batch), 1 (packed) or
-    2 (packed, the rows past each sequence zeroed); --set gives it as text."""
+    2 (packed, the rows past each sequence zeroed); --hopper-variants gives it as text."""
     return int(meta.get("IS_VARLEN") or 0) or False
 
 
