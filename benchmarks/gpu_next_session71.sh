@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Queued by session 70 (one GPU, H100 or H200, about 4 minutes): compute-sanitizer's racecheck
+# Queued by session 70 (one GPU, H100 or H200, about 4 minutes, at most 9 by its timeouts): compute-sanitizer's racecheck
 # on the packed Hopper kernels with the isolation switch FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE
 # off and on (the review item of sessions 69-70: with it on, each consumer warpgroup of the
 # forward zeroes the last V tile's rows past n_k, so one may rewrite those rows, with the same
@@ -20,10 +20,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 CASE="tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]"
 export FLASHATTN_TRITON_TEST_DEVICE=cuda
 for on in 0 1; do
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 150 python3 -m pytest -q -p no:cacheprovider -rfE \
+  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 100 python3 -m pytest -q -p no:cacheprovider -rfE \
     "$CASE" > "$R/plain_$on.log" 2>&1
   echo "rc=$?" >> "$R/plain_$on.log"; el "plain, switch $on"; tail -2 "$R/plain_$on.log"
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 200 compute-sanitizer --tool racecheck \
+  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 170 compute-sanitizer --tool racecheck \
     --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider -rfE "$CASE" > "$R/racecheck_$on.log" 2>&1
   echo "rc=$?" >> "$R/racecheck_$on.log"; el "racecheck, switch $on"
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed|failed|^rc=" "$R/racecheck_$on.log" | tail -6
