@@ -21,6 +21,7 @@ arguments no kernel takes (a sparse indexer's ``indices``) raise.
 """
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -602,7 +603,10 @@ def test_packed_documents_with_activation_checkpointing(reentrant, monkeypatch):
     models = _models("llama", "sdpa", torch.float32)
     for m in models:
         m.train()
-        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        if hasattr(m, "activation_checkpointing_enable"):  # transformers 5.25 renamed it (the old name warns)
+            m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
+        else:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     _compare(models, ids, torch.float32, label=f"llama packed checkpointed reentrant={reentrant}",
              position_ids=pos)
     assert made and not built
@@ -1059,8 +1063,10 @@ def test_mask_longer_than_the_keys_is_read_from_position_0(cache):
     for m in (ours, base):
         past = (StaticCache(config=m.config, max_cache_len=total) if cache == "static"
                 else DynamicCache(config=m.config))
+        # transformers 5.25 calls the cache argument `cache` (`past_key_values` warns, removed in 5.40)
+        cache_arg = "cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values"
         with torch.no_grad():
-            logits.append(m(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True).logits)
+            logits.append(m(input_ids=ids, attention_mask=mask, use_cache=True, **{cache_arg: past}).logits)
     keep = mask[:, :n].bool()
     assert_close(f"{cache} cache logits", logits[0][keep], logits[1][keep], atol=1e-5)
 
