@@ -510,8 +510,11 @@ def compile_hopper_bwd(d: int, causal: bool, overrides: dict, arch: int = 90, dt
     if dv != d:  # the dQ pieces are DQ_CHUNK wide (dq_block_cols of dv)
         dq_cols = hbwd.dq_block_cols(dv, **meta)
     q_block, kv_block = [1, 1, meta["BLOCK_M"], dv], [1, 1, meta["BLOCK_N"], dv]
+    # dQ's rows per block as the launcher plans them (the 128-row step of d = 192 reduces 64-row
+    # pieces; Triton 3.9 checks that the staged tile and the block match, 3.6 did not)
+    dq_rows = hbwd.dq_block_rows(**meta) if hasattr(hbwd, "dq_block_rows") else meta["BLOCK_M"]
     descs = {"q_desc": (q_block, tdt), "do_desc": (q_block, tdt), "k_desc": (kv_block, tdt),
-             "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, meta["BLOCK_M"], dq_cols], torch.float32)}
+             "v_desc": (kv_block, tdt), "dq_desc": ([1, 1, dq_rows, dq_cols], torch.float32)}
     constexprs = dict(meta, HEAD_DIM=d, IS_CAUSAL=causal)
     _split_qk_args("q1_desc" in hbwd._attn_bwd_hopper.arg_names, constexprs, descs, meta, d, dv, tdt,
                    "this backward")

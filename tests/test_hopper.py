@@ -36,6 +36,48 @@ def test_import_guard_reports_a_reason():
         assert not hopper.AVAILABLE and "Triton" in hopper.REASON
 
 
+def _gluon_compile_reason() -> str:
+    """Why the Gluon kernels cannot be built here ('' when they can)."""
+    import triton
+    major_minor = tuple(int(x) for x in triton.__version__.split(".")[:2])
+    if major_minor < (3, 6):
+        return f"Triton {triton.__version__}: the Gluon kernels are written for 3.6 and newer"
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "cuobjdump")):
+        return f"no ptxas / cuobjdump in {bin_dir}"
+    return ""
+
+
+@pytest.mark.skipif(bool(_gluon_compile_reason()), reason=_gluon_compile_reason() or "-")
+@pytest.mark.parametrize("kernel", ["forward", "backward"])
+def test_gluon_kernels_compile_for_sm90_on_this_triton(kernel):
+    """The Gluon forward and backward build for sm_90 without a GPU on the
+    installed Triton (benchmarks/compile_check.py, d = 64 causal, the
+    launcher's default config), so a Gluon API change of a new release shows
+    in CI.  Triton 3.8 and 3.9 renamed builtins the kernels use; they come
+    from kernels/hopper/_compat.py.  The SASS holds the warpgroup MMAs and the
+    TMA loads (and the backward its TMA reduce-adds of dQ).  On a Triton
+    other than the GPU-tested one (TESTED_TRITON) the tier still stays off
+    unless FLASHATTN_TRITON_HOPPER_ANY_TRITON=1."""
+    stdout = fake_launch(_COMPILE_SM90 % ("compile_hopper" if kernel == "forward" else "compile_hopper_bwd"),
+                         timeout=600)
+    ops = stdout.split()
+    wanted = ["HGMMA", "UTMALDG"] + (["UTMAREDG"] if kernel == "backward" else [])
+    missing = [op for op in wanted if op not in ops]
+    assert not missing, f"{kernel}: no {missing} among the SASS opcodes {sorted(set(ops))}"
+
+
+# A compile_check build (without the interpreter, whose triton.jit functions do
+# not compile): the SASS opcodes of the d = 64 causal build, one per line.
+_COMPILE_SM90 = r"""
+import sys
+sys.path.insert(0, "benchmarks")
+import compile_check as cc
+compiled, meta = cc.%s(64, True, {})
+print("\n".join(sorted({op.split(".")[0] for _, op, _ in cc.sass_ops(compiled)})))
+"""
+
+
 def test_declines_cpu_tensors_and_writes_nothing():
     q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
     o = torch.zeros_like(q)
@@ -490,6 +532,12 @@ def test_dynamic_forward_replays_on_a_fake_driver():
     layer's call plans keep the fast launch path for it."""
     if not hopper.AVAILABLE:
         pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    import triton
+    if not triton.__version__.startswith(tuple(v + "." for v in hopper.TESTED_TRITON)):
+        # (the tier forced on with FLASHATTN_TRITON_HOPPER_ANY_TRITON: on Triton 3.9 the
+        # recording is not replayable, and the call keeps Triton's launch path)
+        pytest.skip(f"Triton {triton.__version__}: the replay of a Gluon launch is checked on "
+                    f"Triton {', '.join(hopper.TESTED_TRITON)} only")
     lines = fake_launch(_FAKE_REPLAY_DYNAMIC, timeout=900).strip().split("\n")
     assert lines[-2:] == ["replayable True scratch 1", "replayed True 1"], lines
 

@@ -5,7 +5,8 @@ package never fails to import: if Triton is not a tested version, or any
 Gluon name the kernel needs is missing, ``AVAILABLE`` is False, ``REASON``
 says why, and ``hopper_attention_forward`` returns False (the caller then
 runs the portable kernel).  FLASHATTN_TRITON_HOPPER_ANY_TRITON=1 skips the
-version check (to try a newer Triton).
+version check (to try a newer Triton: 3.7-3.9 compile the kernels, through
+_compat.py's names, but they have not run on a GPU; docs/hopper.md).
 """
 
 from __future__ import annotations

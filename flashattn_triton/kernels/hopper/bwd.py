@@ -132,7 +132,6 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                                warpgroup_mma, warpgroup_mma_wait)
@@ -140,6 +139,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import fastlaunch
 from ..launch import env_choice, env_switch
 from ._build import LAUNCH_ERRORS, is_build_failure
+from ._compat import NOINLINE_OK, cta_barrier, reinterpret, tma_load, tma_reduce_add
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
 from .fwd import (_descriptor, _store_tile_tma, _zero_rows_from, _zero_rows_from_call, dropout_args,
@@ -149,22 +149,11 @@ from .schedule import packed_sequence, snake_count, snake_tile
 LOG2E = 1.4426950408889634
 
 
-@builtin
-def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """``tensor_desc[coord] += src`` (shared -> global, float32 add in L2),
-    asynchronous like a TMA store: ``tma.store_wait`` before reusing src.
-    Triton 3.6's Gluon builder has the op but no Python wrapper for it."""
-    from triton._C.libtriton import ir
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                              src.handle)
-
-
 # Touch every name the kernel uses (see fwd.py).
 _REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout, gl.SliceLayout,
              gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
              gl.exp2, mbarrier.init, mbarrier.expect, mbarrier.wait, mbarrier.arrive,
-             tma.async_copy_global_to_shared, tma.store_wait, fence_async_shared)
+             tma_load, tma_reduce_add, tma.store_wait, fence_async_shared)
 
 
 @gluon.jit
@@ -232,14 +221,14 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, off_hkv, sta
     if QK1 > 0:
         mbarrier.expect(kv_ready, k_desc.block_type.nbytes + k1_desc.block_type.nbytes + v_desc.block_type.nbytes)
         k1_box: gl.constexpr = [1, 1, BLOCK_N, QK1]
-        tma.async_copy_global_to_shared(k1_desc, [off_b, off_hkv, start_n, HEAD_DIM], kv_ready,
-                                        k1_smem._reinterpret(k1_desc.dtype, k1_box, k1_desc.layout))
+        tma_load(k1_desc, [off_b, off_hkv, start_n, HEAD_DIM], kv_ready,
+                 reinterpret(k1_smem, k1_desc.dtype, k1_box, k1_desc.layout))
     else:
         mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                    k_smem._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
-    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
-                                    v_smem._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+    tma_load(k_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+             reinterpret(k_smem, k_desc.dtype, kv_box, k_desc.layout))
+    tma_load(v_desc, [off_b, off_hkv, start_n, 0], kv_ready,
+             reinterpret(v_smem, v_desc.dtype, kv_box, v_desc.layout))
 
 
 @gluon.jit
@@ -277,15 +266,15 @@ def _load_qdo(q_desc, do_desc, LSE, DELTA, q_bufs, do_bufs, stat_bufs, q_ready, 
     if QK1 > 0:
         mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes + q1_desc.block_type.nbytes)
         q1_box: gl.constexpr = [1, 1, BLOCK_M, QK1]
-        tma.async_copy_global_to_shared(q1_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, HEAD_DIM], q_ready.index(s),
-                                        q1_bufs.index(s)._reinterpret(q1_desc.dtype, q1_box, q1_desc.layout))
+        tma_load(q1_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, HEAD_DIM], q_ready.index(s),
+                 reinterpret(q1_bufs.index(s), q1_desc.dtype, q1_box, q1_desc.layout))
     else:
         mbarrier.expect(q_ready.index(s), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], q_ready.index(s),
-                                    q_bufs.index(s)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+    tma_load(q_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], q_ready.index(s),
+             reinterpret(q_bufs.index(s), q_desc.dtype, q_box, q_desc.layout))
     mbarrier.expect(do_ready.index(s), do_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(do_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], do_ready.index(s),
-                                    do_bufs.index(s)._reinterpret(do_desc.dtype, q_box, do_desc.layout))
+    tma_load(do_desc, [off_b, off_hq, q_row0 + mb * BLOCK_M, 0], do_ready.index(s),
+             reinterpret(do_bufs.index(s), do_desc.dtype, q_box, do_desc.layout))
 
 
 @gluon.jit
@@ -342,8 +331,8 @@ def _retire_dq(t, dq_desc, dq_bufs, off_b, off_hkv, m_lo, n_m, GROUP, BLOCK_M: g
     start_m = q_row0 + (m_lo + t % n_m) * BLOCK_M
     box: gl.constexpr = [1, 1, BLOCK_M, DQ_COLS]
     for c in gl.static_range(2):
-        _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, c * DQ_COLS],
-                        dq_bufs.index(c)._reinterpret(gl.float32, box, dq_desc.layout))
+        tma_reduce_add(dq_desc, [off_b, off_hq, start_m, c * DQ_COLS],
+                       reinterpret(dq_bufs.index(c), gl.float32, box, dq_desc.layout))
 
 
 @gluon.jit
@@ -475,8 +464,8 @@ def _reduce_dq(dq, dq_stage, dq_desc, off_b, off_hq, start_m, col, BLOCK_M: gl.c
     if ZERO_TAIL:
         _zero_dq_tail(dq_stage, kept)
     fence_async_shared()
-    _tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
-                    dq_stage._reinterpret(gl.float32, [1, 1, BLOCK_M, COLS], dq_desc.layout))
+    tma_reduce_add(dq_desc, [off_b, off_hq, start_m, col],
+                   reinterpret(dq_stage, gl.float32, [1, 1, BLOCK_M, COLS], dq_desc.layout))
 
 
 @gluon.jit
@@ -616,8 +605,8 @@ def _retire_dq_pieces(t, total_pieces, dq_desc, dq_bufs, off_b, off_hq, start_m,
         slot = piece % STAGE_BUFS
         for c in gl.static_range(2):
             _named_bar_at(_PIECE_SYNC, _piece_full_bar(c, slot))
-            _tma_reduce_add(dq_desc, [off_b, off_hq, start_m + c * HALF, j * DQW],
-                            dq_bufs.index(c * STAGE_BUFS + slot)._reinterpret(gl.float32, box, dq_desc.layout))
+            tma_reduce_add(dq_desc, [off_b, off_hq, start_m + c * HALF, j * DQW],
+                           reinterpret(dq_bufs.index(c * STAGE_BUFS + slot), gl.float32, box, dq_desc.layout))
         tma.store_wait(0)
         if piece + STAGE_BUFS < total_pieces:
             for c in gl.static_range(2):
@@ -811,8 +800,8 @@ def _attn_bwd_step_split(it, mb, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bu
     q_s = q_bufs.index(s + z)
     do_s = do_bufs.index(s + z)
     kv_shape: gl.constexpr = [1, k_smem.shape[0], k_smem.shape[1]]
-    k_all = k_smem._reinterpret(dtype, kv_shape, k_smem.layout).index(z)
-    v_all = v_smem._reinterpret(dtype, kv_shape, v_smem.layout).index(z)
+    k_all = reinterpret(k_smem, dtype, kv_shape, k_smem.layout).index(z)
+    v_all = reinterpret(v_smem, dtype, kv_shape, v_smem.layout).index(z)
     mbarrier.wait(q_ready.index(s), ph)
     s_tok = warpgroup_mma(q_s, k_all.slice(CONSUMER * SUB_N, SUB_N, dim=0).permute((1, 0)),
                           gl.zeros([BLOCK_M, SUB_N], gl.float32, s_layout), use_acc=False, is_async=True)
@@ -963,11 +952,11 @@ def _zero_dq_tail(dq_stage, kept):
     barrier first: the pass that holds row `kept` is read back, and other
     threads of the warpgroup stored it."""
     if kept < dq_stage.shape[0]:
-        gl.thread_barrier()
+        cta_barrier()
         _zero_rows_from_call(dq_stage, kept)
 
 
-@gluon.jit(noinline=True)
+@gluon.jit(noinline=NOINLINE_OK)
 def _zero_pair_rows_from(a, b, first, CONSUMER: gl.constexpr):
     """Rows [first, rows) of tiles a and b set to 0, this consumer's half
     of the passes of each (_zero_rows_from; the caller's barrier of both
@@ -1173,9 +1162,9 @@ def _qk1_operands(it, s, N_Q, q_bufs, q1_bufs, do_bufs, k_smem, k1_smem, v_smem)
     dtype: gl.constexpr = q_bufs.dtype
     z = it & (N_Q >> 31)
     return (q_bufs.index(s + z), q1_bufs.index(s + z), do_bufs.index(s + z),
-            k_smem._reinterpret(dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z),
-            k1_smem._reinterpret(dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z),
-            v_smem._reinterpret(dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z))
+            reinterpret(k_smem, dtype, [1, k_smem.shape[0], k_smem.shape[1]], k_smem.layout).index(z),
+            reinterpret(k1_smem, dtype, [1, k1_smem.shape[0], k1_smem.shape[1]], k1_smem.layout).index(z),
+            reinterpret(v_smem, dtype, [1, v_smem.shape[0], v_smem.shape[1]], v_smem.layout).index(z))
 
 
 @gluon.jit
@@ -1867,14 +1856,20 @@ def _dkv_stages(q_bufs, do_bufs, x, CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.co
                 SPLIT_D: gl.constexpr):
     """TMA_DKV (_attn_bwd_block, every product done): where consumer CONSUMER
     stages its dK and dV tiles (x's shape) in the free (Q, dO) ring: its own
-    slot of each, or with SPLIT_D (d = 256: one slot of 64 x 256) its part of
-    the ring seen as NUM_CONSUMERS tiles of x's shape."""
+    slot of each, or with SPLIT_D (d = 256: one slot of 64 x 256) tile
+    CONSUMER of the whole ring seen as tiles of x's shape (Triton 3.8 takes
+    only views of a buffer's size), in the swizzle of x's width
+    (_store_tile_tma stages in it; a 32-column bf16 tile, d = 192's dK1, is
+    too narrow for the ring's 128-byte swizzle, which Triton 3.9 refuses)."""
     if SPLIT_D:
-        gl.static_assert(q_bufs.shape[0] * q_bufs.shape[1] * q_bufs.shape[2] >= NUM_CONSUMERS * x.shape[0] * x.shape[1],
+        tiles: gl.constexpr = q_bufs.shape[0] * q_bufs.shape[1] * q_bufs.shape[2] // (x.shape[0] * x.shape[1])
+        gl.static_assert(tiles >= NUM_CONSUMERS and tiles * x.shape[0] * x.shape[1] ==
+                         q_bufs.shape[0] * q_bufs.shape[1] * q_bufs.shape[2],
                          "TMA_DKV: the ring holds every consumer's dK / dV tile")
-        shape: gl.constexpr = [NUM_CONSUMERS, x.shape[0], x.shape[1]]
-        return (q_bufs._reinterpret(q_bufs.dtype, shape, q_bufs.layout).index(CONSUMER),
-                do_bufs._reinterpret(do_bufs.dtype, shape, do_bufs.layout).index(CONSUMER))
+        shape: gl.constexpr = [tiles, x.shape[0], x.shape[1]]
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([x.shape[0], x.shape[1]], q_bufs.dtype)
+        return (reinterpret(q_bufs, q_bufs.dtype, shape, layout).index(CONSUMER),
+                reinterpret(do_bufs, do_bufs.dtype, shape, layout).index(CONSUMER))
     else:
         gl.static_assert(NUM_STAGES >= NUM_CONSUMERS, "TMA_DKV: a ring slot per consumer")
         return q_bufs.index(CONSUMER), do_bufs.index(CONSUMER)

@@ -62,6 +62,7 @@ from ... import reference
 from .. import fastlaunch
 from ..launch import env_switch_or
 from ._build import LAUNCH_ERRORS, is_build_failure
+from ._compat import NOINLINE_OK, cta_barrier, reinterpret, tma_load, tma_store
 from .dropout import philox_keys, select_kept, tile_halves_rows_first
 from .schedule import packed_sequence, snake_count, snake_tile
 
@@ -70,10 +71,8 @@ from .schedule import packed_sequence, snake_count, snake_tile
 _REQUIRED = (gl.warp_specialize, gl.NVMMADistributedLayout, gl.DotOperandLayout, gl.SliceLayout,
              gl.NVMMASharedLayout.get_default_for, gl.allocate_shared_memory, gl.convert_layout,
              gl.exp2, gl.log2, gl.static_range, mbarrier.MBarrierLayout, mbarrier.init, mbarrier.expect,
-             mbarrier.wait, mbarrier.arrive, tma.async_copy_global_to_shared,
-             tma.async_copy_shared_to_global, tma.store_wait, gl.BlockedLayout, gl.full, fence_async_shared)
-# (gl.thread_barrier, used since the dynamic scheduler, is not listed: Triton 3.9's Gluon renamed
-# it, and listing it would make the module fail to import there, where its host code is tested)
+             mbarrier.wait, mbarrier.arrive, tma_load, tma_store, tma.store_wait, cta_barrier, gl.BlockedLayout,
+             gl.full, fence_async_shared)
 
 LOG2E = 1.4426950408889634
 
@@ -201,13 +200,13 @@ def _load_q(q_desc, q_smem, q1_desc, q1_smem, q_ready, q_empty, off_b, off_hq, s
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes + q1_desc.block_type.nbytes)
         else:
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
+        tma_load(
             q_desc, [off_b, off_hq, start_m + c * BLOCK_M, 0], q_ready.index(c),
-            q_smem.index(c)._reinterpret(q_desc.dtype, q_box, q_desc.layout))
+            reinterpret(q_smem.index(c), q_desc.dtype, q_box, q_desc.layout))
         if QK1 > 0:
-            tma.async_copy_global_to_shared(
+            tma_load(
                 q1_desc, [off_b, off_hq, start_m + c * BLOCK_M, HEAD_DIM], q_ready.index(c),
-                q1_smem.index(c)._reinterpret(q1_desc.dtype, q1_box, q1_desc.layout))
+                reinterpret(q1_smem.index(c), q1_desc.dtype, q1_box, q1_desc.layout))
 
 
 @gluon.jit
@@ -229,19 +228,19 @@ def _load_kv(k_desc, v_desc, k1_desc, k_bufs, v_bufs, k1_bufs, k_ready, k_empty,
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes + k1_desc.block_type.nbytes)
     else:
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
+    tma_load(
         k_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, 0], k_ready.index(s),
-        k_bufs.index(s)._reinterpret(k_desc.dtype, kv_box, k_desc.layout))
+        reinterpret(k_bufs.index(s), k_desc.dtype, kv_box, k_desc.layout))
     if QK1 > 0:
         k1_box: gl.constexpr = [1, 1, BLOCK_N, QK1]
-        tma.async_copy_global_to_shared(
+        tma_load(
             k1_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, HEAD_DIM], k_ready.index(s),
-            k1_bufs.index(s)._reinterpret(k1_desc.dtype, k1_box, k1_desc.layout))
+            reinterpret(k1_bufs.index(s), k1_desc.dtype, k1_box, k1_desc.layout))
     mbarrier.wait(v_empty.index(s), ph)
     mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
+    tma_load(
         v_desc, [off_b, off_hkv, k_row0 + j * BLOCK_N, 0], v_ready.index(s),
-        v_bufs.index(s)._reinterpret(v_desc.dtype, kv_box, v_desc.layout))
+        reinterpret(v_bufs.index(s), v_desc.dtype, kv_box, v_desc.layout))
 
 
 @gluon.jit
@@ -311,7 +310,7 @@ def _attn_fwd_load(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q1_desc, k1_d
             # >= n_work ends both loops.
             t = n_programs + gl.atomic_add(TILE_COUNTER, 1, sem="relaxed")
             tile_idx.index(i % 2).store(gl.full([1], t, gl.int32, idx_layout))
-            gl.thread_barrier()
+            cta_barrier()
             mbarrier.arrive(tile_ready.index(i % 2))
             i += 1
     elif PERSISTENT:
@@ -371,7 +370,7 @@ def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1)
     fence_async_shared()
 
 
-@gluon.jit(noinline=True)
+@gluon.jit(noinline=NOINLINE_OK)
 def _zero_rows_from_call(buf, first):
     """_zero_rows_from as a call of its own (noinline): inlined, its
     registers made ptxas spill around it (compile_check)."""
@@ -385,13 +384,14 @@ def _store_tile_tma(x, buf, desc, off_b, off_h, row, col):
     off_b by a TMA store (its completion: the caller's store_wait).  The forward's O and
     the backward's dK / dV (TMA_DKV) leave this way.  The staged tile takes the swizzle of
     its own width, not buf's: a 32-column bf16 tile (SPLIT_D's dK / dV at d = 64) is 64
-    bytes wide, too narrow for a 128-byte swizzle."""
-    stage = buf._reinterpret(desc.dtype, [x.shape[0], x.shape[1]],
-                             gl.NVMMASharedLayout.get_default_for([x.shape[0], x.shape[1]], desc.dtype))
+    bytes wide, too narrow for a 128-byte swizzle.  Both views are of buf itself (Triton 3.8
+    takes no view of a view: _compat.reinterpret)."""
+    stage = reinterpret(buf, desc.dtype, [x.shape[0], x.shape[1]],
+                        gl.NVMMASharedLayout.get_default_for([x.shape[0], x.shape[1]], desc.dtype))
     stage.store(x.to(desc.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(desc, [off_b, off_h, row, col],
-                                    stage._reinterpret(desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
+    tma_store(desc, [off_b, off_h, row, col],
+              reinterpret(buf, desc.dtype, [1, 1, x.shape[0], x.shape[1]], desc.layout))
 
 
 @gluon.jit
@@ -836,7 +836,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
         tail = N_K - (n_own - 1) * BLOCK_N
         if tail < BLOCK_N:
             _zero_rows_from_call(v_bufs.index(sv), tail)
-            gl.thread_barrier()
+            cta_barrier()
     if PINGPONG:
         mbarrier.wait(turn.index(CONSUMER), (t0 + n_own) & 1)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
