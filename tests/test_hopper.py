@@ -39,9 +39,13 @@ def test_import_guard_reports_a_reason():
 def _gluon_compile_reason() -> str:
     """Why the Gluon kernels cannot be built here ('' when they can)."""
     import triton
-    major_minor = tuple(int(x) for x in triton.__version__.split(".")[:2])
-    if major_minor < (3, 6):
-        return f"Triton {triton.__version__}: the Gluon kernels are written for 3.6 and newer"
+    try:
+        from flashattn_triton.kernels.hopper import _compat
+    except Exception as exc:  # noqa: BLE001 - an older Triton's Gluon (or none)
+        return f"Triton {triton.__version__}: Gluon names not importable ({type(exc).__name__}: {exc})"
+    if ".".join(triton.__version__.split(".")[:2]) not in _compat.COMPILE_CHECKED:
+        return (f"Triton {triton.__version__}: the Gluon builds are checked on {_compat.COMPILE_CHECKED} "
+                "(a new release: run benchmarks/gluon_sweep.py, then add it to _compat.COMPILE_CHECKED)")
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "cuobjdump")):
         return f"no ptxas / cuobjdump in {bin_dir}"

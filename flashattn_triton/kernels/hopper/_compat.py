@@ -35,6 +35,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import _unwrap_if_constexpr, builtin, shared_memory_descriptor
 from triton.experimental.gluon.language.nvidia.hopper import tma
 
+# Releases on which every build of benchmarks/gluon_sweep.py compiled for sm_90
+# (session 71; the CPU test test_gluon_kernels_compile_for_sm90_on_this_triton
+# builds two of them on these, and skips a release not yet checked).
+COMPILE_CHECKED = ("3.6", "3.7", "3.8", "3.9")
+
 # The newer name first: 3.8 has both, 3.9's old ones raise when called.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
