@@ -45,7 +45,7 @@ def _gluon_compile_reason() -> str:
         return f"Triton {triton.__version__}: Gluon names not importable ({type(exc).__name__}: {exc})"
     if ".".join(triton.__version__.split(".")[:2]) not in _compat.COMPILE_CHECKED:
         return (f"Triton {triton.__version__}: the Gluon builds are checked on {_compat.COMPILE_CHECKED} "
-                "(a new release: run benchmarks/gluon_sweep.py, then add it to _compat.COMPILE_CHECKED)")
+                "(to add a release: run benchmarks/gluon_sweep.py with it, then list it there)")
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "cuobjdump")):
         return f"no ptxas / cuobjdump in {bin_dir}"
