@@ -961,7 +961,8 @@ def _zero_pair_rows_from(a, b, first, CONSUMER: gl.constexpr):
     """Rows [first, rows) of tiles a and b set to 0, this consumer's half
     of the passes of each (_zero_rows_from; the caller's barrier of both
     consumers completes it), in a call of its own: inlined, its registers
-    made ptxas spill in the step loops (compile_check)."""
+    made ptxas spill in the step loops (compile_check); inlined on Triton
+    3.8 all the same (_compat.NOINLINE_OK)."""
     _zero_rows_from(a, first, CONSUMER, 2)
     _zero_rows_from(b, first, CONSUMER, 2)
 

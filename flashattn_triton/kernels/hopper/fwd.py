@@ -373,7 +373,8 @@ def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1)
 @gluon.jit(noinline=NOINLINE_OK)
 def _zero_rows_from_call(buf, first):
     """_zero_rows_from as a call of its own (noinline): inlined, its
-    registers made ptxas spill around it (compile_check)."""
+    registers made ptxas spill around it (compile_check).  Inlined on
+    Triton 3.8, which cannot lower such a call in a partition (_compat)."""
     _zero_rows_from(buf, first)
 
 
