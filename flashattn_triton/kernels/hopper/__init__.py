@@ -16,6 +16,11 @@ import os
 import triton
 
 TESTED_TRITON = ("3.6",)
+# Releases on which every build of benchmarks/gluon_sweep.py compiles for sm_90
+# (session 71, through _compat.py's names; not run on a GPU but for 3.6).  The
+# CPU test test_gluon_kernels_compile_for_sm90_on_this_triton builds two of them
+# on these releases and skips others.
+COMPILE_CHECKED = ("3.6", "3.7", "3.8", "3.9")
 
 AVAILABLE = False
 REASON = ""
@@ -23,6 +28,9 @@ REASON = ""
 _version = ".".join(triton.__version__.split(".")[:2])
 if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY_TRITON") != "1":
     REASON = f"Triton {triton.__version__}: the Gluon kernel is tested with Triton {', '.join(TESTED_TRITON)} only"
+    if _version in COMPILE_CHECKED:
+        REASON += (" (it compiles on this release; FLASHATTN_TRITON_HOPPER_ANY_TRITON=1 turns it on, "
+                   "not tested on a GPU)")
 else:
     try:
         from .fwd import (hopper_attention_forward, hopper_forward_flash, hopper_forward_varlen,  # noqa: F401
@@ -61,6 +69,6 @@ if not AVAILABLE:
         return REASON
 
 
-__all__ = ["AVAILABLE", "REASON", "hopper_attention_backward", "hopper_attention_forward", "hopper_forward_flash",
-           "hopper_forward_varlen", "hopper_backward_varlen",
+__all__ = ["AVAILABLE", "COMPILE_CHECKED", "REASON", "TESTED_TRITON", "hopper_attention_backward",
+           "hopper_attention_forward", "hopper_forward_flash", "hopper_forward_varlen", "hopper_backward_varlen",
            "unsupported_reason"]

@@ -23,7 +23,8 @@ call inside a warp-specialized partition; ``reinterpret`` and
 ``NOINLINE_OK`` work around both there.  Triton 3.7, 3.8 and 3.9 compile
 every build of the sweep for sm_90 (checked on CPU), but the tier stays
 off on them unless FLASHATTN_TRITON_HOPPER_ANY_TRITON=1 (``TESTED_TRITON``
-in this package's ``__init__``): they have not run on a GPU.
+in this package's ``__init__``; ``COMPILE_CHECKED`` there lists the
+releases checked): they have not run on a GPU.
 """
 
 from __future__ import annotations
@@ -34,11 +35,6 @@ import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import _unwrap_if_constexpr, builtin, shared_memory_descriptor
 from triton.experimental.gluon.language.nvidia.hopper import tma
-
-# Releases on which every build of benchmarks/gluon_sweep.py compiled for sm_90
-# (session 71; the CPU test test_gluon_kernels_compile_for_sm90_on_this_triton
-# builds two of them on these, and skips a release not yet checked).
-COMPILE_CHECKED = ("3.6", "3.7", "3.8", "3.9")
 
 # The newer name first: 3.8 has both, 3.9's old ones raise when called.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
