@@ -646,6 +646,13 @@ def test_repeated_backward_reuses_its_plan_on_a_fake_driver():
     choose the meta-parameters and take Triton's launch path once; later
     calls launch the same compiled kernel on the same grid through the
     launch fast path, with descriptors of the new tensors' addresses."""
+    import triton
+    if not triton.__version__.startswith(tuple(v + "." for v in hopper.TESTED_TRITON)):
+        # (the tier forced on with FLASHATTN_TRITON_HOPPER_ANY_TRITON: the script reads the
+        # descriptors as Triton 3.6's launcher expands them; on 3.9 the fake launcher records
+        # them unexpanded)
+        pytest.skip(f"Triton {triton.__version__}: the recorded descriptors are read as Triton "
+                    f"{', '.join(hopper.TESTED_TRITON)}'s launcher passes them")
     lines = _fake_lines(_FAKE_REPEAT)
     assert lines == ["1 1 1 1 1", "1 True"], lines
 
