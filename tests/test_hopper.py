@@ -1,7 +1,9 @@
 """The Hopper (Gluon, sm_90) forward tier: flashattn_triton/kernels/hopper/.
 
-On CPU (CI) only the import guard and the declining paths run; everything
-that launches the kernel needs FLASHATTN_TRITON_TEST_DEVICE=cuda on an sm_90
+On CPU (CI) the import guard, the declining paths, the float64 emulation of
+the schedule and an sm_90 build of the kernels on the installed Triton run
+(with Triton 3.6, also the fake-driver launches); everything that launches
+the kernel needs FLASHATTN_TRITON_TEST_DEVICE=cuda on an sm_90
 GPU with a Triton whose Gluon API the tier supports (else it is skipped).
 """
 
@@ -54,7 +56,7 @@ def test_gluon_kernels_compile_for_sm90_on_this_triton(kernel):
     """The Gluon forward and backward build for sm_90 without a GPU on the
     installed Triton (benchmarks/compile_check.py, d = 64 causal, the
     launcher's default config), so a Gluon API change of a new release shows
-    in CI.  Triton 3.8 and 3.9 renamed builtins the kernels use; they come
+    in CI.  Triton 3.7-3.9 renamed builtins the kernels use; they come
     from kernels/hopper/_compat.py.  The SASS holds the warpgroup MMAs and the
     TMA loads (and the backward its TMA reduce-adds of dQ).  On a Triton
     other than the GPU-tested one (TESTED_TRITON) the tier still stays off
