@@ -25,10 +25,11 @@ COMPILE_CHECKED = ("3.6", "3.7", "3.8", "3.9")
 AVAILABLE = False
 REASON = ""
 
-_version = ".".join(triton.__version__.split(".")[:2])
-if _version not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY_TRITON") != "1":
+# The installed release as "major.minor", the form of the lists above.
+TRITON_RELEASE = ".".join(triton.__version__.split(".")[:2])
+if TRITON_RELEASE not in TESTED_TRITON and os.environ.get("FLASHATTN_TRITON_HOPPER_ANY_TRITON") != "1":
     REASON = f"Triton {triton.__version__}: the Gluon kernel is tested with Triton {', '.join(TESTED_TRITON)} only"
-    if _version in COMPILE_CHECKED:
+    if TRITON_RELEASE in COMPILE_CHECKED:
         REASON += (" (it compiles on this release; FLASHATTN_TRITON_HOPPER_ANY_TRITON=1 turns it on, "
                    "not tested on a GPU)")
 else:
@@ -69,6 +70,6 @@ if not AVAILABLE:
         return REASON
 
 
-__all__ = ["AVAILABLE", "COMPILE_CHECKED", "REASON", "TESTED_TRITON", "hopper_attention_backward",
-           "hopper_attention_forward", "hopper_forward_flash", "hopper_forward_varlen", "hopper_backward_varlen",
-           "unsupported_reason"]
+__all__ = ["AVAILABLE", "COMPILE_CHECKED", "REASON", "TESTED_TRITON", "TRITON_RELEASE",
+           "hopper_attention_backward", "hopper_attention_forward", "hopper_forward_flash",
+           "hopper_forward_varlen", "hopper_backward_varlen", "unsupported_reason"]
