@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import math
 
-import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import _unwrap_if_constexpr, builtin, shared_memory_descriptor
 from triton.experimental.gluon.language.nvidia.hopper import tma
+
+from . import TRITON_RELEASE
 
 # The newer name first: 3.8 has both, 3.9's old ones raise when called.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -47,12 +48,11 @@ _METHOD = "reinterpret" if hasattr(shared_memory_descriptor, "reinterpret") else
 # partition ("function missing 'ws_num_warps' attribute"); there the zeroing
 # helpers that are noinline elsewhere (_zero_rows_from_call,
 # _zero_pair_rows_from: IS_VARLEN = 2) are inlined.
-_RELEASE = tuple(int(x) for x in triton.__version__.split(".")[:2])
-NOINLINE_OK = _RELEASE != (3, 8)
+NOINLINE_OK = TRITON_RELEASE != "3.8"
 # Triton 3.8 (not 3.6, 3.7 or 3.9) refuses a view whose size differs from its
 # buffer's; the kernels view the start of a larger buffer (_store_tile_tma,
 # _dkv_stages), which on 3.8 is taken as a slice of a view of the whole.
-_SAME_SIZE_VIEWS = _RELEASE == (3, 8)
+_SAME_SIZE_VIEWS = TRITON_RELEASE == "3.8"
 
 
 @builtin
