@@ -16,7 +16,7 @@
 # before the switch could become the default. Racecheck tracks shared memory through
 # __syncthreads-style barriers; if both runs report hazards at mbarrier / TMA hand-overs alike,
 # only the difference counts.
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 CASE="tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]"
 export FLASHATTN_TRITON_TEST_DEVICE=cuda
 for on in 0 1; do
