@@ -370,6 +370,37 @@ def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1)
     fence_async_shared()
 
 
+# The forward's only named barrier (IS_VARLEN = 2: the consumers that reach
+# a sequence's last key tile), above the ids Triton's warp specialization
+# takes (0 for the CTA, one per worker partition: at most 4 here).
+VARLEN_TAIL_BAR_ID = 8
+_VARLEN_TAIL_SYNC = gl.constexpr(f"bar.sync {VARLEN_TAIL_BAR_ID}, $1;\n\tmov.u32 $0, 0;")
+
+
+@gluon.jit
+def _bar_sync_threads(n_threads):
+    """bar.sync VARLEN_TAIL_BAR_ID with a run-time thread count (a multiple
+    of 128: whole consumer warpgroups); it orders the memory accesses of
+    every arriving thread before any of them goes on, and a writer's
+    fence_async_shared before it extends that to their wgmma reads."""
+    gl.inline_asm_elementwise(_VARLEN_TAIL_SYNC, "=r,r", [n_threads], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _own_tiles(row0, N_K, lo_tile, n_tiles, causal_shift, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               IS_CAUSAL: gl.constexpr, SKIP_TILES: gl.constexpr):
+    """The key tiles [lo_tile, n_own) that the consumer warpgroup of rows
+    [row0, + BLOCK_M) computes: with SKIP_TILES and a causal mask up to its
+    last row's diagonal (at least one), else the work tile's n_tiles.  Grows
+    with row0: the work tile's last consumer has the most."""
+    if IS_CAUSAL and SKIP_TILES:
+        n_own = gl.cdiv(gl.minimum(gl.maximum(row0 + BLOCK_M + causal_shift, 0), N_K), BLOCK_N)
+        n_own = gl.maximum(gl.minimum(n_own, n_tiles), lo_tile + 1)
+    else:
+        n_own = n_tiles
+    return n_own
+
+
 @gluon.jit(noinline=NOINLINE_OK)
 def _zero_rows_from_call(buf, first):
     """_zero_rows_from as a call of its own (noinline): inlined, its
@@ -718,14 +749,9 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     # 128-key tiles) about 5% of the tiles at N = 2k, 10% at 1k.
     if IS_CAUSAL:
         n_full = gl.minimum(gl.maximum(row0 + causal_shift + 1, 0), N_K) // BLOCK_N
-        if SKIP_TILES:
-            n_own = gl.cdiv(gl.minimum(gl.maximum(row0 + BLOCK_M + causal_shift, 0), N_K), BLOCK_N)
-            n_own = gl.maximum(gl.minimum(n_own, n_tiles), lo_tile + 1)
-        else:
-            n_own = n_tiles
     else:
         n_full = N_K // BLOCK_N
-        n_own = n_tiles
+    n_own = _own_tiles(row0, N_K, lo_tile, n_tiles, causal_shift, BLOCK_M, BLOCK_N, IS_CAUSAL, SKIP_TILES)
     n_full = gl.minimum(n_full, n_own)
     # With a window (row i sees keys j >= i + window_lo) the work tile's key
     # tiles are [lo_tile, n_tiles) and its ring uses and turns count from
@@ -830,14 +856,27 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
     if IS_VARLEN == 2:
         # Only the last tile can reach past the sequence's keys: its V rows
         # from N_K on (the next sequence's) become 0 (K's need nothing: their
-        # scores are replaced by -inf above).  Every consumer that reaches
-        # the tile zeroes the whole slot itself (causal consumers may skip
-        # it, so they cannot share the work): a consumer may still rewrite
-        # rows while another's P V reads them, with the same values.
+        # scores are replaced by -inf above).  The tile is past N_K - BLOCK_N
+        # only when n_own is the work tile's n_tiles, and n_own grows with
+        # the consumer's rows, so the last consumer reaches it whenever any
+        # does: it zeroes the slot alone, and the consumers that reach it
+        # (n_reach, the same count in each) meet at one named barrier after
+        # its stores and fence, before any of them issues P V.  No other
+        # consumer writes the slot (session 72: when each zeroed it itself,
+        # racecheck reported the consumers' stores racing).
         tail = N_K - (n_own - 1) * BLOCK_N
         if tail < BLOCK_N:
-            _zero_rows_from_call(v_bufs.index(sv), tail)
-            cta_barrier()
+            n_reach = gl.to_tensor(0)
+            for c in gl.static_range(NUM_CONSUMERS):
+                c_own = _own_tiles(start_m + c * BLOCK_M, N_K, lo_tile, n_tiles, causal_shift, BLOCK_M, BLOCK_N,
+                                   IS_CAUSAL, SKIP_TILES)
+                n_reach += (c_own == n_own).to(gl.int32)
+            if CONSUMER == NUM_CONSUMERS - 1:
+                _zero_rows_from_call(v_bufs.index(sv), tail)
+            if n_reach > 1:
+                _bar_sync_threads(n_reach * 128)
+            else:
+                cta_barrier()
     if PINGPONG:
         mbarrier.wait(turn.index(CONSUMER), (t0 + n_own) & 1)
     o_tok = warpgroup_mma(p, v_bufs.index(sv), acc, is_async=True)
