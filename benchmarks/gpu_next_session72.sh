@@ -6,7 +6,7 @@
 # count) before P V (kernels/hopper/fwd.py). Before, every consumer zeroed the slot itself, and
 # session 72's racecheck (history/gpu_next_session71.sh, results/h100/session72/) reported 9
 # hazards inside _zero_rows_from.
-# OUT=$OUT bash benchmarks/gpu_next_session72.sh
+# OUT=$OUT bash benchmarks/gpu_next_session72.sh (SETTINGS=1: step 2 with the switch on only, about 4 minutes)
 # 1. tests/test_hopper_varlen.py with the switch on for every test ($R/varlen_on.log): the NaN
 #    cases and all the packed forward / backward cases (d 64 with three consumers, 128, 256,
 #    192:128; causal, windows, GQA) then take the zeroing path wherever a tile reaches past n_k.
@@ -26,7 +26,7 @@ FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 gpu_tests varlen_on 240 -n 4 tests/test
   --deselect tests/test_hopper_varlen.py::test_varlen_launches_on_a_fake_driver
 CASE="tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]"
 export FLASHATTN_TRITON_TEST_DEVICE=cuda
-for on in 1 0; do
+for on in ${SETTINGS:-1 0}; do
   FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 100 python3 -m pytest -q -p no:cacheprovider -rfE \
     "$CASE" > "$R/plain_$on.log" 2>&1
   echo "rc=$?" >> "$R/plain_$on.log"; el "plain, switch $on"; tail -2 "$R/plain_$on.log"
