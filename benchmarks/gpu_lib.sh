@@ -9,6 +9,25 @@ OUT="${OUT:-/tmp/out}"; R="$OUT/r"; mkdir -p "$R"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$R/env.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$R/env.txt" 2>&1
+# racecheck_isolate CASE SETTINGS...: one pytest CASE with FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE at
+# each setting, plainly ($R/plain_SETTING.log) and under compute-sanitizer's racecheck
+# ($R/racecheck_SETTING.log, exit status 3 on a hazard); prints the summaries, the most frequent
+# hazard lines and the number of hazard sites inside the forward's zeroing (_zero_rows_from).
+racecheck_isolate() {
+  local case=$1 on; shift
+  for on in "$@"; do
+    FLASHATTN_TRITON_TEST_DEVICE=cuda FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 100 \
+      python3 -m pytest -q -p no:cacheprovider -rfE "$case" > "$R/plain_$on.log" 2>&1
+    echo "rc=$?" >> "$R/plain_$on.log"; el "plain, switch $on"; tail -2 "$R/plain_$on.log"
+    FLASHATTN_TRITON_TEST_DEVICE=cuda FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 170 \
+      compute-sanitizer --tool racecheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider -rfE \
+      "$case" > "$R/racecheck_$on.log" 2>&1
+    echo "rc=$?" >> "$R/racecheck_$on.log"; el "racecheck, switch $on"
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed|failed|^rc=" "$R/racecheck_$on.log" | tail -6
+    grep -E "hazard" "$R/racecheck_$on.log" | sort | uniq -c | sort -rn | head -5
+    echo "hazard sites at _zero_rows_from: $(grep -c '_zero_rows_from' "$R/racecheck_$on.log")"
+  done
+}
 # gpu_tests NAME SECONDS PYTEST_ARGS...: pytest on the GPU (-rfE, short tracebacks),
 # the log in $R/NAME.log ending with the exit status, its last lines printed.
 gpu_tests() {

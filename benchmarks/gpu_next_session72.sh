@@ -24,16 +24,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 # variable set, by design, as it does on CPU.)
 FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 gpu_tests varlen_on 240 -n 4 tests/test_hopper_varlen.py \
   --deselect tests/test_hopper_varlen.py::test_varlen_launches_on_a_fake_driver
-CASE="tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]"
-export FLASHATTN_TRITON_TEST_DEVICE=cuda
-for on in ${SETTINGS:-1 0}; do
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 100 python3 -m pytest -q -p no:cacheprovider -rfE \
-    "$CASE" > "$R/plain_$on.log" 2>&1
-  echo "rc=$?" >> "$R/plain_$on.log"; el "plain, switch $on"; tail -2 "$R/plain_$on.log"
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 170 compute-sanitizer --tool racecheck \
-    --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider -rfE "$CASE" > "$R/racecheck_$on.log" 2>&1
-  echo "rc=$?" >> "$R/racecheck_$on.log"; el "racecheck, switch $on"
-  grep -E "RACECHECK SUMMARY|passed|failed|^rc=" "$R/racecheck_$on.log" | tail -4
-  echo "hazard sites at _zero_rows_from: $(grep -c '_zero_rows_from' "$R/racecheck_$on.log")"
-done
+racecheck_isolate "tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]" \
+  ${SETTINGS:-1 0}
 tar -C "$OUT" -czf "$OUT/results.tgz" r

@@ -17,16 +17,7 @@
 # __syncthreads-style barriers; if both runs report hazards at mbarrier / TMA hand-overs alike,
 # only the difference counts.
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
-CASE="tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]"
-export FLASHATTN_TRITON_TEST_DEVICE=cuda
-for on in 0 1; do
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 100 python3 -m pytest -q -p no:cacheprovider -rfE \
-    "$CASE" > "$R/plain_$on.log" 2>&1
-  echo "rc=$?" >> "$R/plain_$on.log"; el "plain, switch $on"; tail -2 "$R/plain_$on.log"
-  FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=$on timeout -k 5 170 compute-sanitizer --tool racecheck \
-    --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider -rfE "$CASE" > "$R/racecheck_$on.log" 2>&1
-  echo "rc=$?" >> "$R/racecheck_$on.log"; el "racecheck, switch $on"
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed|failed|^rc=" "$R/racecheck_$on.log" | tail -6
-  grep -E "hazard" "$R/racecheck_$on.log" | sort | uniq -c | sort -rn | head -5
-done
+# (The loop below ran as written out here in session 72; it is gpu_lib.sh's racecheck_isolate
+# now, which also prints the count of hazard sites at _zero_rows_from.)
+racecheck_isolate "tests/test_hopper_varlen.py::test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128]" 0 1
 tar -C "$OUT" -czf "$OUT/results.tgz" r
