@@ -6,7 +6,7 @@
 # count) before P V (kernels/hopper/fwd.py). Before, every consumer zeroed the slot itself, and
 # session 72's racecheck (history/gpu_next_session71.sh, results/h100/session72/) reported 9
 # hazards inside _zero_rows_from.
-# OUT=$OUT bash benchmarks/gpu_next_session72.sh (SETTINGS=1: step 2 with the switch on only, about 4 minutes)
+# OUT=$OUT bash benchmarks/history/gpu_next_session72.sh (SETTINGS=1: step 2 with the switch on only, about 4 minutes)
 # 1. tests/test_hopper_varlen.py with the switch on for every test ($R/varlen_on.log): the NaN
 #    cases and all the packed forward / backward cases (d 64 with three consumers, 128, 256,
 #    192:128; causal, windows, GQA) then take the zeroing path wherever a tile reaches past n_k.
@@ -19,7 +19,7 @@
 # in both runs and are racecheck's view of the partition hand-over (results/h100/session72/README.md).
 # Then the README's "Packed batches" note on the race is replaced by the result; the switch stays
 # opt-in for its cost (session 70's rule).
-source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu_lib.sh"
 # (test_varlen_launches_on_a_fake_driver checks the default's IS_VARLEN 1 first: it fails with the
 # variable set, by design, as it does on CPU.)
 FLASHATTN_TRITON_HOPPER_VARLEN_ISOLATE=1 gpu_tests varlen_on 240 -n 4 tests/test_hopper_varlen.py \
