@@ -29,6 +29,11 @@ which cannot run in Triton's interpreter.
   ``check_split``; ``SPLIT_BROKEN`` forms must fail), and the protocol
   simulation (``split=True``) loads Q and K as two copies on one barrier
   and issues S as two wgmma groups (``SPLIT_PROTOCOL_BROKEN`` must fail).
+* Packed sequences with the isolation switch (IS_VARLEN = 2,
+  ``varlen=True``): the last consumer zeroes the last V tile's rows past the
+  sequence with threads' stores, and the consumers that reach that tile meet
+  at a named barrier (``NamedBarrier``) before P V (``TAIL_BROKEN`` must
+  fail).
 * ``makespans``: the busiest SM's work under the persistent snake order, a
   plain round-robin, the hardware's dispatch of the non-persistent grid and
   the DYNAMIC scheduler (greedy claims from the counter, longest first).
@@ -459,6 +464,25 @@ class Buffer:
         self.name, self.content, self.writing, self.readers = name, ("fresh",), False, 0
 
 
+class NamedBarrier:
+    """A hardware named barrier (bar.sync id, count): a completion comes when
+    `count` warpgroups have arrived, and releases every one of them; the
+    arrivals of one completion must name the same count."""
+
+    def __init__(self, name):
+        self.name, self.done, self.arrived, self.count = name, 0, 0, None
+
+    def arrive(self, count):
+        """One warpgroup's arrival; returns the completion it waits for."""
+        if self.count is not None and self.count != count:
+            raise ProtocolError(f"{self.name}: an arrival for {count} warpgroups joins one for {self.count}")
+        self.count, self.arrived = count, self.arrived + 1
+        gen = self.done
+        if self.arrived == count:
+            self.done, self.arrived, self.count = self.done + 1, 0, None
+        return gen
+
+
 class _Store:
     """One TMA store (or reduce-add) of a consumer: done once it has read its buffer."""
     done = False
@@ -484,6 +508,14 @@ class AsyncState:
             raise ProtocolError(f"two TMA loads into {buf.name} at once")
         buf.writing, buf.content = True, ("in flight", tag)
         self.events.append(("load", buf, tag, bar))
+
+    def generic_write(self, buf, tag):
+        """Threads' stores into a buffer (the IS_VARLEN = 2 zeroing): nothing
+        may load it or read it asynchronously meanwhile."""
+        if buf.readers or buf.writing:
+            raise ProtocolError(f"{buf.name} written by threads while {buf.readers} asynchronous read(s) "
+                                f"of it run{' and a TMA load fills it' if buf.writing else ''}")
+        buf.content = tag
 
     def read(self, buf, tag):
         if buf.writing or buf.content != tag:
@@ -554,6 +586,7 @@ class CTA(AsyncState):
         self.q_buf = [Buffer(f"Q[{c}]") for c in range(nc)]
         self.k_buf = [Buffer(f"K[{s}]") for s in range(ns)]
         self.v_buf = [Buffer(f"V[{s}]") for s in range(ns)]
+        self.tail_bar = NamedBarrier("VARLEN_TAIL_BAR")
         self.outputs = []         # (tile, consumer) of each O store issued
         # DYNAMIC: the next-tile ring (slots of one int32 each) and its barriers.
         self.slots = slots
@@ -665,10 +698,14 @@ def own_tiles(seed, tail=True, head=False):
     return own
 
 
-def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
+def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None, past_end=None):
     """One consumer warpgroup; own(t, c, n_tiles) -> (first, n_own), the key
     tiles [first, n_own) it reads (the rest it releases unread, as
-    _attn_fwd_skip), all of them when None."""
+    _attn_fwd_skip), all of them when None.  past_end(t): whether work tile t's
+    last key tile reaches past the sequence's keys (IS_VARLEN = 2): the last
+    consumer zeroes that V slot's rows past n_k with threads' stores, and the
+    consumers that reach the tile meet at the named barrier before P V
+    (broken: TAIL_BROKEN)."""
     ns, nc = cta.ns, cta.nc
     waits = {}
 
@@ -752,9 +789,20 @@ def consumer(cta, c, tiles, persistent, pingpong, own=None, broken=None):
             yield ("step",)
         sv = (g0 + n_own - 1) % ns
         yield wait(cta.v_ready[sv], ((g0 + n_own - 1) // ns) & 1)
+        v_tag = ("V", t, n_own - 1)
+        if past_end and past_end(t) and n_own == n_tiles:
+            # The kernel's count: the consumers whose share ends at the tile.
+            n_reach = sum(own(t, i, n_tiles)[1] == n_tiles for i in range(nc)) if own else nc
+            v_tag = ("V zeroed past n_k", t, n_own - 1)
+            if c == nc - 1 or broken == "tail_each_zeroes":
+                cta.generic_write(cta.v_buf[sv], v_tag)
+            count = nc if broken == "tail_count_all" else n_reach
+            if count > 1 and broken not in ("tail_each_zeroes", "tail_no_barrier"):
+                gen = cta.tail_bar.arrive(count)
+                yield ("sync", cta.tail_bar, gen)
         if pingpong:
             yield wait(cta.turn[c], (t0 + n_own) & 1)
-        cta.wgmma_issue(c, [(cta.v_buf[sv], ("V", t, n_own - 1))])
+        cta.wgmma_issue(c, [(cta.v_buf[sv], v_tag)])
         if pingpong:
             cta.turn[(c + 1) % nc].arrive()
         yield ("wgmma_wait", 0)
@@ -818,6 +866,8 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
         cta, c = where(name)
         if st[0] == "wait":
             return (st[1].done & 1) != st[2]
+        if st[0] == "sync":  # bar.sync: released by the completion it arrived for
+            return st[1].done > st[2]
         if st[0] == "wgmma_wait":
             return len(cta.wgmma[c]) <= st[1]
         if st[0] == "store_wait":
@@ -854,26 +904,54 @@ def run_agents(agents, ctas, where, weight, w_async, rng, max_steps):
 # expecting one chunk's bytes for two copies, the consumer waiting for all
 # but two wgmma groups (S's second chunk may still read K1 when K is released).
 SPLIT_PROTOCOL_BROKEN = ("split_expect_one", "split_wait_2")
+# ... and of the IS_VARLEN = 2 zeroing of a sequence's last V tile: every
+# reaching consumer zeroing the slot itself (the form before session 72,
+# whose racing stores compute-sanitizer's racecheck reported), the last one
+# zeroing with no barrier, and a barrier counting every consumer (a consumer
+# whose share ends earlier never arrives).
+TAIL_BROKEN = ("tail_each_zeroes", "tail_no_barrier", "tail_count_all")
+
+
+def varlen_shares(own, nc):
+    """own (or all tiles) made the kernel's way for a packed sequence's tail:
+    a consumer's share ends no later than the next one's (n_own grows with
+    its rows, _own_tiles), and the last one's at the work tile's end."""
+    base = own or (lambda t, c, n: (0, n))
+
+    def shares(t, c, n):
+        pairs = [base(t, i, n) for i in range(nc)]
+        owns = sorted(p[1] for p in pairs)[:-1] + [n]
+        return min(pairs[c][0], owns[c] - 1), owns[c]
+    return shares
 
 
 def simulate_protocol(tiles, nc, ns, pingpong, persistent, seed, max_steps=10 ** 6, skip=False, broken=None,
-                      head=False, split=False):
+                      head=False, split=False, varlen=False):
     """Run one CTA's protocol over work tiles with the given key-tile counts;
     skip: each warpgroup releases the tiles past its own_tiles(seed) share
     unread (causal), head: also the ones before it (a window); split: Q and
-    K loaded and read as two column chunks each (split Q K^T); broken one of
-    SKIP_BROKEN, HEAD_BROKEN or SPLIT_PROTOCOL_BROKEN.  Returns the number of
-    scheduler steps; raises ProtocolError on a deadlock, a wrong phase or a
-    buffer hazard."""
-    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN + SPLIT_PROTOCOL_BROKEN, broken
+    K loaded and read as two column chunks each (split Q K^T); varlen: packed
+    sequences (IS_VARLEN = 2, never persistent): most work tiles' last key
+    tile reaches past the sequence and is zeroed before its P V, the shares
+    as varlen_shares makes them; broken one of SKIP_BROKEN, HEAD_BROKEN,
+    SPLIT_PROTOCOL_BROKEN or TAIL_BROKEN.  Returns the number of scheduler
+    steps; raises ProtocolError on a deadlock, a wrong phase or a buffer
+    hazard."""
+    assert broken in (None,) + SKIP_BROKEN + HEAD_BROKEN + SPLIT_PROTOCOL_BROKEN + TAIL_BROKEN, broken
+    assert not (varlen and persistent), "packed batches run on the grid of one program per block"
     own = own_tiles(seed, skip, head) if skip or head else None
+    if varlen:
+        own = varlen_shares(own, nc)
+        reaches_past = lambda t: random.Random(seed * 7919 + t).random() < 0.8  # noqa: E731
+    else:
+        reaches_past = None
     rng = random.Random(seed)
     cta = CTA(nc, ns, split=split)
     if pingpong:
         cta.turn[0].arrive()
     agents = {"producer": producer(cta, tiles, persistent, broken)}
     for c in range(nc):
-        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken)
+        agents[f"consumer{c}"] = consumer(cta, c, tiles, persistent, pingpong, own, broken, reaches_past)
     # Per run, a random bias: some agents (or the asynchronous engines) run
     # much more often than others, so that every one of them gets far ahead.
     weight = {name: rng.choice((0.05, 1.0, 1.0, 20.0)) for name in list(agents) + ["async"]}
@@ -1209,6 +1287,26 @@ def main():
           f"{len(split_forward_cases(False))} emulation / {len(protocol_cases(False))} protocol runs): {split_caught}",
           flush=True)
     pfails += len(split_fails) + (not all(split_caught.values()))
+    # Packed sequences with the isolation switch: the last V tile zeroed by the last consumer.
+    t4, tail_runs, tail_fails = time.time(), 0, 0
+    tail_caught = dict.fromkeys(TAIL_BROKEN, 0)
+    for tiles, nc, ns, pp, persistent, seed in protocol_cases(not args.quick):
+        if persistent:
+            continue
+        for skip, broken in itertools.product((False, True), (None,) + TAIL_BROKEN):
+            tail_runs += broken is None
+            try:
+                simulate_protocol(tiles, nc, ns, pp, False, seed, skip=skip, head=skip and seed % 2 == 1,
+                                  varlen=True, broken=broken)
+            except ProtocolError as exc:
+                if broken is None:
+                    tail_fails += 1
+                    print("VARLEN TAIL PROTOCOL FAIL", tiles, nc, ns, pp, seed, skip, exc)
+                else:
+                    tail_caught[broken] += 1
+    print(f"varlen tail zeroing: {tail_runs} protocol runs, {tail_fails} failures, {time.time() - t4:.0f}s; "
+          f"broken forms caught: {tail_caught}", flush=True)
+    pfails += tail_fails + (not all(tail_caught.values()))
     t2 = time.time()
     runs = steps = 0
     for rep in range(args.protocol_runs):
