@@ -51,32 +51,43 @@ def _gluon_compile_reason() -> str:
 
 
 @pytest.mark.skipif(bool(_gluon_compile_reason()), reason=_gluon_compile_reason() or "-")
-@pytest.mark.parametrize("kernel", ["forward", "backward"])
+@pytest.mark.parametrize("kernel", ["forward", "backward", "forward-packed-isolated"])
 def test_gluon_kernels_compile_for_sm90_on_this_triton(kernel):
     """The Gluon forward and backward build for sm_90 without a GPU on the
     installed Triton (benchmarks/compile_check.py, d = 64 causal, the
     launcher's default config), so a Gluon API change of a new release shows
     in CI.  Triton 3.7-3.9 renamed builtins the kernels use; they come
     from kernels/hopper/_compat.py.  The SASS holds the warpgroup MMAs and the
-    TMA loads (and the backward its TMA reduce-adds of dQ).  On a Triton
+    TMA loads (and the backward its TMA reduce-adds of dQ).  The packed
+    forward with the isolation switch (IS_VARLEN = 2; three consumer
+    warpgroups at d = 64) also holds the named barrier of the consumers
+    that reach a sequence's last key tile, once per consumer.  On a Triton
     other than the GPU-tested one (TESTED_TRITON) the tier still stays off
     unless FLASHATTN_TRITON_HOPPER_ANY_TRITON=1."""
-    stdout = fake_launch(_COMPILE_SM90 % ("compile_hopper" if kernel == "forward" else "compile_hopper_bwd"),
-                         timeout=600)
+    build = "compile_hopper_bwd" if kernel == "backward" else "compile_hopper"
+    overrides = {"IS_VARLEN": 2} if kernel == "forward-packed-isolated" else {}
+    bar_id = hopper_module("fwd").VARLEN_TAIL_BAR_ID
+    stdout = fake_launch(_COMPILE_SM90 % (build, overrides, bar_id), timeout=600)
     ops = stdout.split()
     wanted = ["HGMMA", "UTMALDG"] + (["UTMAREDG"] if kernel == "backward" else [])
     missing = [op for op in wanted if op not in ops]
     assert not missing, f"{kernel}: no {missing} among the SASS opcodes {sorted(set(ops))}"
+    if overrides:
+        tail_bars = int(ops[ops.index("TAIL_BARS") + 1])
+        assert tail_bars == 3, f"{kernel}: {tail_bars} bar.sync {bar_id} in the PTX, expected 3"
 
 
 # A compile_check build (without the interpreter, whose triton.jit functions do
-# not compile): the SASS opcodes of the d = 64 causal build, one per line.
+# not compile): the SASS opcodes of the d = 64 causal build with the given
+# overrides, one per line, then TAIL_BARS and the count of the syncs on the
+# forward's named barrier (fwd.VARLEN_TAIL_BAR_ID) in its PTX.
 _COMPILE_SM90 = r"""
-import sys
+import re, sys
 sys.path.insert(0, "benchmarks")
 import compile_check as cc
-compiled, meta = cc.%s(64, True, {})
+compiled, meta = cc.%s(64, True, %r)
 print("\n".join(sorted({op.split(".")[0] for _, op, _ in cc.sass_ops(compiled)})))
+print("TAIL_BARS", len(re.findall(r"bar\.sync\s+%d,", compiled.asm["ptx"])))
 """
 
 
