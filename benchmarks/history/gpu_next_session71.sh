@@ -4,7 +4,7 @@
 # off and on (the review item of sessions 69-70: with it on, each consumer warpgroup of the
 # forward zeroes the last V tile's rows past n_k, so one may rewrite those rows, with the same
 # zeros, while the other's P V reads them; kernels/hopper/fwd.py _zero_rows_from).
-# OUT=$OUT bash benchmarks/gpu_next_session71.sh
+# OUT=$OUT bash benchmarks/history/gpu_next_session71.sh
 # For each setting: one case of tests/test_hopper_varlen.py,
 # test_hopper_varlen_backward_matches_reference[gqa-tiles-causal-128] (lengths 1, 127, 128, 0,
 # 129, 700, 64, 300, GQA 4 / 2, bf16; the test asserts that the Hopper packed forward and
