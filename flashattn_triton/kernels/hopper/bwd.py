@@ -142,8 +142,8 @@ from ._build import LAUNCH_ERRORS, is_build_failure
 from ._compat import NOINLINE_OK, cta_barrier, reinterpret, tma_load, tma_reduce_add
 from .dropout import (kept_keys_first_from_call_bits, negate_dropped, philox_keys, select_kept, select_nonzero,
                       tile_call_bits_rng, tile_halves_keys_first, tile_halves_rows_first, tile_keep_keys_first_shared)
-from .fwd import (_descriptor, _store_tile_tma, _zero_rows_from, _zero_rows_from_call, dropout_args,
-                  lower_diagonal, packed_key, packed_reason, packed_window_lo, varlen_isolate)
+from .fwd import (_descriptor, _named_bar, _named_bar_at, _store_tile_tma, _zero_rows_from, _zero_rows_from_call,
+                  dropout_args, lower_diagonal, packed_key, packed_reason, packed_window_lo, varlen_isolate)
 from .schedule import packed_sequence, snake_count, snake_tile
 
 LOG2E = 1.4426950408889634
@@ -518,20 +518,6 @@ _DQ_EMPTY_ARRIVE = gl.constexpr(f"bar.arrive {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 
 _DQ_EMPTY_SYNC = gl.constexpr(f"bar.sync {DQ_EMPTY_BAR_ID}, 288;\n\tmov.u32 $0, 0;")
 
 
-@gluon.jit
-def _named_bar(ASM: gl.constexpr):
-    """One bar.sync / bar.arrive (ASM) by every thread of the partition.  A
-    barrier completes when its thread count has arrived; bar.sync waits for
-    that, bar.arrive does not; either orders the caller's memory accesses
-    before it for every thread that waits on that completion (the caller's
-    fence_async_shared extends that to the async proxy: wgmma, TMA).  The
-    parties must reach it equally often, and an arrival for the next
-    completion must not come before this one's (the protocols below
-    alternate so).  Gluon's mbarrier.arrive is one thread's arrival after a
-    bar.sync of its warpgroup, and its wait polls; this is one instruction."""
-    gl.inline_asm_elementwise(ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
 # NAMED_BAR = 2 on the 128-row split Q K^T step (Q_HALVES): dQ pieces through
 # the producer warp, per consumer c and staging slot k the dQ-full barrier
 # DQ_PIECE_BAR_BASE + 6 c + 2 k and the dQ-empty barrier one above, 160
@@ -551,12 +537,6 @@ _PIECE_ARRIVE = gl.constexpr("bar.arrive $1, 160;\n\tmov.u32 $0, 0;")
 def _piece_full_bar(CONSUMER: gl.constexpr, slot):
     """The dQ-full barrier id of a consumer's staging slot (its dQ-empty one: + 1)."""
     return DQ_PIECE_BAR_BASE + 6 * CONSUMER + 2 * slot
-
-
-@gluon.jit
-def _named_bar_at(ASM: gl.constexpr, bar_id):
-    """_named_bar with the barrier's id a run-time scalar (ASM's $1)."""
-    gl.inline_asm_elementwise(ASM, "=r,r", [bar_id], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

@@ -371,19 +371,34 @@ def _zero_rows_from(buf, first, PART: gl.constexpr = 0, PARTS: gl.constexpr = 1)
 
 
 # The forward's only named barrier (IS_VARLEN = 2: the consumers that reach
-# a sequence's last key tile), above the ids Triton's warp specialization
-# takes (0 for the CTA, one per worker partition: at most 4 here).
+# a sequence's last key tile), above the ids Triton 3.6's warp
+# specialization takes (0: the default partition, 1: the partition switch,
+# 2 + i: worker partition i; at most 4 here).  The hardware barriers
+# (_named_bar, _named_bar_at) are shared with bwd.py's NAMED_BAR protocols.
 VARLEN_TAIL_BAR_ID = 8
+# Its thread count is a run-time operand: 128 per consumer that reaches the tile.
 _VARLEN_TAIL_SYNC = gl.constexpr(f"bar.sync {VARLEN_TAIL_BAR_ID}, $1;\n\tmov.u32 $0, 0;")
 
 
 @gluon.jit
-def _bar_sync_threads(n_threads):
-    """bar.sync VARLEN_TAIL_BAR_ID with a run-time thread count (a multiple
-    of 128: whole consumer warpgroups); it orders the memory accesses of
-    every arriving thread before any of them goes on, and a writer's
-    fence_async_shared before it extends that to their wgmma reads."""
-    gl.inline_asm_elementwise(_VARLEN_TAIL_SYNC, "=r,r", [n_threads], dtype=gl.int32, is_pure=False, pack=1)
+def _named_bar(ASM: gl.constexpr):
+    """One bar.sync / bar.arrive (ASM) by every thread of the partition.  A
+    barrier completes when its thread count has arrived; bar.sync waits for
+    that, bar.arrive does not; either orders the caller's memory accesses
+    before it for every thread that waits on that completion (the caller's
+    fence_async_shared extends that to the async proxy: wgmma, TMA).  The
+    parties must reach it equally often, and an arrival for the next
+    completion must not come before this one's (the protocols that use it
+    alternate so).  Gluon's mbarrier.arrive is one thread's arrival after a
+    bar.sync of its warpgroup, and its wait polls; this is one instruction."""
+    gl.inline_asm_elementwise(ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _named_bar_at(ASM: gl.constexpr, operand):
+    """_named_bar with one run-time scalar operand (ASM's $1): a barrier id
+    (bwd.py's dQ pieces) or a thread count (VARLEN_TAIL_BAR_ID's sync)."""
+    gl.inline_asm_elementwise(ASM, "=r,r", [operand], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -874,7 +889,7 @@ def _attn_fwd_tile(o_desc, LSE, q_smem, k_bufs, v_bufs, q1_smem, k1_bufs,
             if CONSUMER == NUM_CONSUMERS - 1:
                 _zero_rows_from_call(v_bufs.index(sv), tail)
             if n_reach > 1:
-                _bar_sync_threads(n_reach * 128)
+                _named_bar_at(_VARLEN_TAIL_SYNC, n_reach * 128)
             else:
                 cta_barrier()
     if PINGPONG:
