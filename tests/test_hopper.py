@@ -202,21 +202,31 @@ def test_barrier_protocol_simulation(persistent):
     assert runs >= 10
 
 
-def _protocol_sweep(broken, **options):
-    """simulate_protocol over the quick protocol cases with ``options``: every
-    run passes when broken is None, else at least one catches the broken form."""
+def _protocol_catches(broken, persistent=None, **options):
+    """simulate_protocol over the quick protocol cases (only those of one
+    persistent flag when given) with ``options``: every run passes when
+    broken is None.  Returns (runs, the runs that caught the broken form)."""
     import hopper_model as hm
-    cases = hm.protocol_cases(full=False)
-    caught = 0
-    for tiles, nc, ns, pingpong, pers, seed in cases:
+    runs = caught = 0
+    for tiles, nc, ns, pingpong, pers, seed in hm.protocol_cases(full=False):
+        if persistent is not None and pers != persistent:
+            continue
+        runs += 1
         try:
             hm.simulate_protocol(tiles, nc, ns, pingpong, pers, seed, broken=broken, **options)
         except hm.ProtocolError:
             if broken is None:
                 raise
             caught += 1
+    return runs, caught
+
+
+def _protocol_sweep(broken, **options):
+    """_protocol_catches over every quick case: at least one run catches the
+    broken form (when one is given)."""
+    runs, caught = _protocol_catches(broken, **options)
     if broken is not None:
-        assert caught > 0, f"{broken}: not caught in {len(cases)} runs"
+        assert caught > 0, f"{broken}: not caught in {runs} runs"
 
 
 @pytest.mark.parametrize("broken", [None, *SKIP_BROKEN])
@@ -1138,20 +1148,11 @@ def test_varlen_tail_zeroing_protocol(broken):
     deadlocks; every consumer zeroing it itself (the form whose stores
     racecheck reported in session 72), no barrier, and a barrier counting
     every consumer are each caught."""
-    import hopper_model as hm
-    caught = runs = 0
-    for tiles, nc, ns, pingpong, persistent, seed in hm.protocol_cases(full=False):
-        if persistent:
-            continue  # packed batches run on the grid of one program per block
-        for skip in (False, True):
-            runs += 1
-            try:
-                hm.simulate_protocol(tiles, nc, ns, pingpong, False, seed, skip=skip, head=skip and seed % 2 == 1,
-                                     varlen=True, broken=broken)
-            except hm.ProtocolError:
-                if broken is None:
-                    raise
-                caught += 1
+    runs = caught = 0
+    # Packed batches run on the grid of one program per block: not persistent.
+    for options in ({}, {"skip": True}, {"skip": True, "head": True}):
+        r, c = _protocol_catches(broken, persistent=False, varlen=True, **options)
+        runs, caught = runs + r, caught + c
     assert runs >= 20
     assert broken is None or caught, f"{broken}: not caught in {runs} runs"
 
