@@ -7,6 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 S23 = REPO / "benchmarks" / "results" / "h200" / "session23"
 
@@ -24,6 +26,7 @@ def _rules():
     return _bench_module("rules")
 
 
+@pytest.mark.committed_results
 def test_sinks_verdicts_on_the_committed_rounds():
     """The two rules give what the runs printed: call 1's single switch fails
     (d = 64's forward 0.96x, a 1.30x backward round), both calls pass d = 128
@@ -466,6 +469,7 @@ def test_bench_decode_copy_gauge(tmp_path):
     assert "behind at B=1 N=8k sdpa_cudnn 100 > ours 100 GB/s (ours 0.9996x)" in text, text
 
 
+@pytest.mark.committed_results
 def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
     """reps_rule_verdict (the d = 192 staging scripts' rule) on the committed
     repeats of session 34 call 2: three staging buffers win (geomean 1.096 >
@@ -487,6 +491,7 @@ def test_reps_rule_verdict_on_session34_call2(tmp_path, capsys):
     assert "RULE: nothing changes" in capsys.readouterr().out
 
 
+@pytest.mark.committed_results
 def test_min_n_verdict_on_session35_call6(tmp_path, capsys):
     """min_n_verdict (gpu_next_gqa_unsplit_heads_first.sh's rule) on the
     committed repeats of session 35 call 6: its three unsplit d = 64 GQA
@@ -509,6 +514,7 @@ def test_min_n_verdict_on_session35_call6(tmp_path, capsys):
     assert "rows with N >= 2048" in capsys.readouterr().out
 
 
+@pytest.mark.committed_results
 def test_probe_run_on_session36_call6(tmp_path, capsys):
     """probe_run on the committed run of session 36 call 6
     (gpu_next_tma_dkv2.sh): its tests passed, two repeats of seven rows;
@@ -531,6 +537,7 @@ def test_probe_run_on_session36_call6(tmp_path, capsys):
     assert "tests: FAILED" in capsys.readouterr().out
 
 
+@pytest.mark.committed_results
 def test_dropout_probe_verdict_on_session39(tmp_path, capsys):
     """dropout_probe_verdict (gpu_next_dropout_rng.sh's and
     gpu_next_dropout_late.sh's rule) on the committed runs of session 39

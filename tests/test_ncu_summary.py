@@ -23,6 +23,7 @@ def _load():
 S = _load()
 
 
+@pytest.mark.committed_results
 def test_text_page_of_the_backward():
     (k,) = S.parse_file(S12 / "bwd_d128_2k_causal.txt")
     assert k.name == "_attn_bwd_hopper" and k.grid == (16, 128, 1) and k.block == (384, 1, 1)
@@ -41,6 +42,7 @@ def test_text_page_of_the_backward():
     assert S.stall_cell(k) == "17.1: barrier 34%, long_sb 33%"
 
 
+@pytest.mark.committed_results
 def test_units_and_pipe_bound():
     (full,) = S.parse_file(S12 / "bwd_d128_2k_full.txt")
     assert full.num(*S.DURATION) == pytest.approx(1440.0)  # "ms 1.44"
@@ -53,6 +55,7 @@ def test_units_and_pipe_bound():
 @pytest.mark.parametrize("name,count", [("bwd_d128_2k_full", 1), ("bwd_d128_2k_causal", 1),
                                         ("fwd_d64_2k_causal", 1), ("fwd_d128_2k_causal", 1),
                                         ("cudnn_bwd_d128_2k_causal", 4), ("cudnn_fwd_d64_2k_causal", 2)])
+@pytest.mark.committed_results
 def test_every_session12_page_parses(name, count):
     kernels = S.parse_file(S12 / f"{name}.txt")
     assert len(kernels) == count
@@ -64,6 +67,7 @@ def test_every_session12_page_parses(name, count):
         assert S.short_name(kernels[1].name) == "sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1"
 
 
+@pytest.mark.committed_results
 def test_rows_pair_session12_files_by_name():
     rows = S.load_rows([str(S12)])
     assert set(rows) == {"bwd_d128_2k_full", "bwd_d128_2k_causal", "fwd_d64_2k_causal", "fwd_d128_2k_causal"}
@@ -151,6 +155,7 @@ def test_csv_page_split_at_the_markers(tmp_path):
         "VERDICT: incomplete (1/2; not: fwd_bf16_d64_2k_causal)"
 
 
+@pytest.mark.committed_results
 def test_main_writes_markdown_and_fails_on_nothing(tmp_path, capsys):
     out = tmp_path / "summary.md"
     assert S.main([str(S12), "--require", "bwd_d128_2k_causal", "--out", str(out)]) == 0
@@ -164,6 +169,7 @@ def test_main_writes_markdown_and_fails_on_nothing(tmp_path, capsys):
     assert "no kernels found" in capsys.readouterr().out
 
 
+@pytest.mark.committed_results
 def test_raw_page_adds_the_chart_metrics(tmp_path):
     names = ["gpu__time_duration.sum", "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
              "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
@@ -194,6 +200,7 @@ def test_labels_without_their_section_titles():
     assert S.dram_bytes(k) == pytest.approx(758.66e9 * 1.5e-3)  # the byte/s one, not the %
 
 
+@pytest.mark.committed_results
 def test_launch_table_of_the_text_page():
     (k,) = S.parse_file(S12 / "bwd_d128_2k_causal.txt")
     cells = S.launch_cells("ours", k)
