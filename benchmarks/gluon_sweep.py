@@ -7,7 +7,10 @@ the innermost error of a build that fails.  Equal PTX hashes on one Triton mean 
 lowered the same way, also where an edit moved source lines (which can reorder a SASS
 listing: compile_check.sass_hash's doc); across Triton releases the counts compare.
 
-    PYTHONPATH=. python benchmarks/gluon_sweep.py [fwd|bwd] > sweep.txt
+    PYTHONPATH=. python benchmarks/gluon_sweep.py [fwd|bwd] [KEY=VALUE ...] > sweep.txt
+
+KEY=VALUE pairs (Python literals) are overrides added to every build of the kind named, e.g.
+`bwd NO_LICM=True` (session 73: results/compile/session73/).
 
 The builds: forward and backward at d = 64 / 128 / 256 / 192:128, full and causal, padded
 and packed (IS_VARLEN 1 and 2; the packed d = 256 / 192 backward is declined by design);
@@ -51,8 +54,12 @@ def builds():
 
 def main() -> int:
     import triton
+    import ast
     only = sys.argv[1] if len(sys.argv) > 1 else ""
-    print(f"# Triton {triton.__version__}", flush=True)
+    extra = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
+    if extra and not only:
+        raise SystemExit("overrides need the kind: gluon_sweep.py fwd|bwd KEY=VALUE ...")
+    print(f"# Triton {triton.__version__}" + (f", every build with {extra}" if extra else ""), flush=True)
     for kind, d, causal, ov in builds():
         if only and only != kind:
             continue
@@ -61,7 +68,7 @@ def main() -> int:
         t0 = time.time()
         try:
             build = cc.compile_hopper if kind == "fwd" else cc.compile_hopper_bwd
-            k, _meta = build(dd, causal, dict(ov), 90, "bf16", dv)
+            k, _meta = build(dd, causal, dict(ov, **extra), 90, "bf16", dv)
             ops = cc.sass_ops(k)
             local = sum(1 for _, op, _ in ops if op.startswith(("LDL", "STL")))
             print(f"{label}: ptx {ptx_hash(k)} sass {len(ops)} local {local} smem {k.metadata.shared} "

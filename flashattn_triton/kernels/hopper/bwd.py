@@ -131,6 +131,7 @@ from typing import Any, Optional, Union
 import torch
 import triton
 from triton.experimental import gluon
+import triton.language as tl
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
@@ -960,7 +961,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                     drop, DROPOUT: gl.constexpr, NAMED_BAR: gl.constexpr = 0, ROW_BOUND: gl.constexpr = False,
                     DQ_STAGE_BUFS: gl.constexpr = 1, dk_desc=None, dv_desc=None,
                     TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
-                    IS_VARLEN: gl.constexpr = False):
+                    IS_VARLEN: gl.constexpr = False, NO_LICM: gl.constexpr = False):
     """One key block of a consumer warpgroup: the scores of keys [start_n +
     CONSUMER * SUB_N, + SUB_N); dK and dV of those keys, or with SPLIT_D of
     all BLOCK_N keys in head-dim columns [CONSUMER * DQ_COLS, + DQ_COLS).
@@ -1042,7 +1043,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                 masked_lo = m_lo if edge == 0 else m_wide
                 masked_hi = m_full if edge == 0 else m_hi
                 whole_hi = m_wide if edge == 0 else m_full
-                for mb in range(masked_lo, masked_hi):
+                for mb in tl.range(masked_lo, masked_hi, disable_licm=NO_LICM):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
                                                 ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
@@ -1051,7 +1052,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                                 HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
                                                 OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                     it += 1
-                for mb in range(m_full, whole_hi):
+                for mb in tl.range(m_full, whole_hi, disable_licm=NO_LICM):
                     dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
                                                 ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready,
                                                 dk, dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
@@ -1063,7 +1064,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
     else:
         for g in range(GROUP):
             off_hq = off_hkv * GROUP + g
-            for mb in range(m_lo, m_full):
+            for mb in tl.range(m_lo, m_full, disable_licm=NO_LICM):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
                                             ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
@@ -1072,7 +1073,7 @@ def _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, d
                                             drop, DROPOUT, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, rng,
                                             OWN_FIRST=OWN_FIRST, q_row0=q_row0, ZERO_TAIL=IS_VARLEN == 2)
                 it += 1
-            for mb in range(m_full, n_mb):
+            for mb in tl.range(m_full, n_mb, disable_licm=NO_LICM):
                 dk, dv = _attn_bwd_any_step(it, mb, k_smem, v_smem, k_c, v_c, k_cols, q_bufs, do_bufs, pt_bufs,
                                             ds_bufs, dq_bufs, stat_bufs, q_ready, do_ready, qdo_empty, ds_ready, dk,
                                             dv, keys, dq_desc, off_b, off_hq, N_Q, N_K, qk_scale, sm_scale,
@@ -1384,7 +1385,8 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
                         RELEASE_KV: gl.constexpr, ROW_BOUND: gl.constexpr = False,
                         DQ_STAGE_BUFS: gl.constexpr = 1, Q_HALVES: gl.constexpr = False,
                         dk_desc=None, dv_desc=None, dk1_desc=None, TMA_DKV: gl.constexpr = False,
-                        OWN_FIRST: gl.constexpr = False, NAMED_BAR: gl.constexpr = 0):
+                        OWN_FIRST: gl.constexpr = False, NAMED_BAR: gl.constexpr = 0,
+                        NO_LICM: gl.constexpr = False):
     """_attn_bwd_block for a split Q K^T (SPLIT_D only; no window, no
     dropout): the query tiles [m_lo, n_mb) of every head of the group
     through _attn_bwd_step_qk1, then this warpgroup's columns of dK (two
@@ -1420,7 +1422,7 @@ def _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_buf
         off_hq = off_hkv * GROUP + g
         # the masked tiles [m_lo, m_full), then the whole ones [m_full, n_mb)
         for whole in gl.static_range(2):
-            for mb in range(m_full if whole else m_lo, n_mb if whole else m_full):
+            for mb in tl.range(m_full if whole else m_lo, n_mb if whole else m_full, disable_licm=NO_LICM):
                 if Q_HALVES:
                     dk, dk1, dv = _attn_bwd_step_qk1_halves(
                         it, mb, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
@@ -1482,7 +1484,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                       ROW_BOUND: gl.constexpr = False, DQ_STAGE_BUFS: gl.constexpr = 1,
                       Q_HALVES: gl.constexpr = False, dk_desc=None, dv_desc=None, dk1_desc=None,
                       TMA_DKV: gl.constexpr = False, rng=None, OWN_FIRST: gl.constexpr = False, q_row0=0,
-                      IS_VARLEN: gl.constexpr = False):
+                      IS_VARLEN: gl.constexpr = False, NO_LICM: gl.constexpr = False):
     """Consumer warpgroup: the program's key block, or when PERSISTENT each
     of its work tiles in turn (_bwd_work_tile), ring and barrier phases
     continuing across them; the dK / dV stores of one tile run while the
@@ -1504,7 +1506,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                          N_Q, N_K, qk_scale, sm_scale, causal_shift,
                                          CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
                                          IS_CAUSAL, DS_BUFS, DQ_CHUNK, True, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                                         OWN_FIRST=OWN_FIRST)
+                                         OWN_FIRST=OWN_FIRST, NO_LICM=NO_LICM)
             else:
                 it = _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                                      stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1513,7 +1515,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                                      N_Q, N_K, qk_scale, sm_scale, causal_shift, window_lo,
                                      CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                                      SPLIT_D, DS_BUFS, DQ_CHUNK, True, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
-                                     DQ_STAGE_BUFS, OWN_FIRST=OWN_FIRST)
+                                     DQ_STAGE_BUFS, OWN_FIRST=OWN_FIRST, NO_LICM=NO_LICM)
     elif QK1 > 0:
         _attn_bwd_block_qk1(DK, DV, dq_desc, k_smem, k1_smem, v_smem, q_bufs, q1_bufs, do_bufs, pt_bufs, ds_bufs,
                             dq_bufs, stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1522,7 +1524,8 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                             N_Q, N_K, qk_scale, sm_scale, causal_shift,
                             CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, QK1,
                             IS_CAUSAL, DS_BUFS, DQ_CHUNK, False, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                            dk_desc, dv_desc, dk1_desc, TMA_DKV, OWN_FIRST=OWN_FIRST, NAMED_BAR=NAMED_BAR)
+                            dk_desc, dv_desc, dk1_desc, TMA_DKV, OWN_FIRST=OWN_FIRST, NAMED_BAR=NAMED_BAR,
+                            NO_LICM=NO_LICM)
     else:
         _attn_bwd_block(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs, stat_bufs,
                         kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1532,7 +1535,7 @@ def _attn_bwd_compute(DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs,
                         CONSUMER, NUM_CONSUMERS, NUM_STAGES, BLOCK_M, BLOCK_N, HEAD_DIM, IS_CAUSAL,
                         SPLIT_D, DS_BUFS, DQ_CHUNK, False, HAS_WINDOW, drop, DROPOUT, NAMED_BAR, ROW_BOUND,
                         DQ_STAGE_BUFS, dk_desc, dv_desc, TMA_DKV, rng, OWN_FIRST=OWN_FIRST, q_row0=q_row0,
-                        IS_VARLEN=IS_VARLEN)
+                        IS_VARLEN=IS_VARLEN, NO_LICM=NO_LICM)
     tma.store_wait(0)
 
 
@@ -1580,6 +1583,7 @@ def _attn_bwd_hopper(
     RNG_NUM_WARPS: gl.constexpr = 4,  # the RNG partition's warps, 4 or 2 (kernel_meta passes it)
     OWN_FIRST: gl.constexpr = False,  # this consumer's half of a product before the exchange wait (kernel_meta)
     IS_VARLEN: gl.constexpr = False,  # a packed batch (hopper_backward_varlen; the keys-as-M step only)
+    NO_LICM: gl.constexpr = False,  # the consumers' query-tile loops keep their invariants inside (kernel_meta)
 ):
     # Split Q K^T (d = 192, dv = 128; SPLIT_D only): HEAD_DIM is Q's and K's
     # width, VDIM = HEAD_DIM_V that of V, O, dO (and of Q's and K's first
@@ -1805,7 +1809,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN, NO_LICM)),
         (_attn_bwd_compute, (DK, DV, dq_desc, k_smem, v_smem, q_bufs, do_bufs, pt_bufs, ds_bufs, dq_bufs,
                              stat_bufs,
                              kv_ready, kv_empty, q_ready, do_ready, qdo_empty, ds_ready,
@@ -1816,7 +1820,7 @@ def _attn_bwd_hopper(
                              DS_BUFS, DQ_CHUNK, PERSISTENT, HEADS_FIRST, HAS_WINDOW,
                              (SEED, philox_offset, dropout_thresh, dropout_scale, H_KV, RNG_ROWS, RNG_COLS),
                              DROPOUT, k1_smem, q1_bufs, QK1, NAMED_BAR, ROW_BOUND, DQ_STAGE_BUFS, Q_HALVES,
-                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN)),
+                             dk_desc, dv_desc, dk1_desc, TMA_DKV, rng, OWN_FIRST, q_row0, IS_VARLEN, NO_LICM)),
         (_attn_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LSE, DELTA, k_smem, v_smem, q_bufs, do_bufs,
                               stat_bufs, kv_ready, kv_empty, q_ready, do_ready, qdo_empty,
                               off_b, off_hkv, start_n, m_lo, m_hi, n_mb, GROUP, H_KV, n_kb, N_BH,
@@ -2192,6 +2196,19 @@ def configs(unverified: bool = False) -> dict:
 # 25 (benchmarks/history/gpu_next_row_bound.sh) at 0.999 / 0.998 geomean, not
 # adopted (docs/hopper.md "One compare per score in the masked steps").
 ROW_BOUND_DIMS: frozenset = frozenset()
+# NO_LICM: the consumers' query-tile loops built with LLVM's loop-invariant
+# code motion off (tl.range(..., disable_licm=True)).  The shared-memory
+# descriptors of the block's K and V (and K1) tiles, one 64-bit value per
+# wgmma k-step, do not change over those loops, so LICM computes them all
+# before the loop and they stay live across it: 4,304 SASS instructions and
+# 43 local loads / stores at d = 192 / dv = 128 causal, Triton 3.6 (Triton
+# 3.9 hoists more of them: 175 descriptors, 191 local accesses at d = 128
+# causal).  Left in the loop, each is a 32-bit add next to its wgmma and
+# ptxas spills less: d = 192 causal 3,848 / 8, d = 128 causal 4,056 / 12,
+# d = 64 causal 4,352 / 18 (from 4,600 / 89); 3.9 d = 128 full: no spill
+# (results/compile/session73/).  Head dims whose calls take it by default;
+# the override NO_LICM stands on any.  Empty until timed on the GPU.
+NO_LICM_DIMS: frozenset = frozenset()
 
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
@@ -2236,6 +2253,7 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     # and by default not with dropout (its d = 128 build spills more with it).
     default = head_dim in ROW_BOUND_DIMS and not dropout
     meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND", default)) and causal
+    meta["NO_LICM"] = bool(meta.get("NO_LICM", head_dim in NO_LICM_DIMS))  # (always passed, as ROW_BOUND)
     # The RNG warps where this build can take them, unless overridden (an
     # override of CONSUMER_REGS also stands).
     rng_part = DROPOUT_RNG_CONFIGS.get(head_dim, {}) if dropout else {}
