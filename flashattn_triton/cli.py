@@ -82,6 +82,10 @@ ENVIRONMENT = [
                                               "consumer warpgroups exchange dS through one hardware barrier; 2, also "
                                               "hand dQ to the producer warp through named barriers (d = 64 / 128); 0, "
                                               "the mbarriers. Default: by shape, 2 at d = 128 causal, else 0"),
+    ("FLASHATTN_TRITON_HOPPER_BWD_NO_LICM", "1 / 0 for every call (read at import): the Hopper backward's "
+                                            "query-tile loops are built with / without loop-invariant code "
+                                            "motion off (NO_LICM; fewer spills, not yet timed). Default: by head "
+                                            "dim (hopper/bwd.py NO_LICM_DIMS, empty)"),
     ("FLASHATTN_TRITON_DQ_CONVERT", "1 / 0: the backward's float32 dQ buffer is scaled and cast into dq by one "
                                     "Triton kernel (the same bits) / by torch's copy, for every call (read at "
                                     "import). Default: the kernel for every call (causal ones since session 27)"),

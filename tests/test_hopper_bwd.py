@@ -438,6 +438,32 @@ def test_named_bar_default_by_shape():
         hbwd.kernel_meta(128, False, dict(NAMED_BAR=3))
 
 
+def test_no_licm_default_env_and_override():
+    """NO_LICM (the query-tile loops without loop-invariant code motion): always
+    in the meta-parameters; the override, else HOPPER_BWD_NO_LICM_DEFAULT (the
+    environment variable, read at import), else NO_LICM_DIMS by head dim; on
+    every variant of the call (window, dropout, persistent)."""
+    hbwd = _bwd_module()
+    env = os.environ.get(hbwd.NO_LICM_ENV, "").strip()
+    assert hbwd.HOPPER_BWD_NO_LICM_DEFAULT == ({"0": False, "1": True}[env] if env else None)
+    saved = hbwd.HOPPER_BWD_NO_LICM_DEFAULT, hbwd.NO_LICM_DIMS
+    try:
+        for default, dims in [(None, frozenset()), (None, frozenset({128})), (True, frozenset()),
+                              (False, frozenset({64, 128, 192, 256}))]:
+            hbwd.HOPPER_BWD_NO_LICM_DEFAULT, hbwd.NO_LICM_DIMS = default, dims
+            for d in hbwd.CONFIGS:
+                want = d in dims if default is None else default
+                for kw in (dict(), dict(windowed=True), dict(dropout=True)):
+                    for causal in (False, True):
+                        got = hbwd.kernel_meta(d, causal, **kw)["NO_LICM"]
+                        assert got is want, f"d={d} causal={causal} {kw} env {default} dims {set(dims)}: {got}"
+                        for on in (False, True):
+                            over = hbwd.kernel_meta(d, causal, dict(NO_LICM=on, PERSISTENT=True), **kw)
+                            assert over["NO_LICM"] is on, (d, causal, kw, on)
+    finally:
+        hbwd.HOPPER_BWD_NO_LICM_DEFAULT, hbwd.NO_LICM_DIMS = saved
+
+
 def test_persistent_is_off_by_default():
     hbwd = _bwd_module()
     for d in hbwd.CONFIGS:

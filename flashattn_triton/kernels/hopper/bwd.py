@@ -2207,8 +2207,11 @@ ROW_BOUND_DIMS: frozenset = frozenset()
 # ptxas spills less: d = 192 causal 3,848 / 8, d = 128 causal 4,056 / 12,
 # d = 64 causal 4,352 / 18 (from 4,600 / 89); 3.9 d = 128 full: no spill
 # (results/compile/session73/).  Head dims whose calls take it by default;
-# the override NO_LICM stands on any.  Empty until timed on the GPU.
+# the override NO_LICM, then FLASHATTN_TRITON_HOPPER_BWD_NO_LICM (read at
+# import, 0 / 1 for every call) stand on any.  Empty until timed on the GPU.
 NO_LICM_DIMS: frozenset = frozenset()
+NO_LICM_ENV = "FLASHATTN_TRITON_HOPPER_BWD_NO_LICM"
+HOPPER_BWD_NO_LICM_DEFAULT: Optional[bool] = env_switch(NO_LICM_ENV)
 
 
 def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = False,
@@ -2253,7 +2256,8 @@ def kernel_meta(head_dim: int, causal: bool, overrides=None, unverified: bool = 
     # and by default not with dropout (its d = 128 build spills more with it).
     default = head_dim in ROW_BOUND_DIMS and not dropout
     meta["ROW_BOUND"] = bool(meta.get("ROW_BOUND", default)) and causal
-    meta["NO_LICM"] = bool(meta.get("NO_LICM", head_dim in NO_LICM_DIMS))  # (always passed, as ROW_BOUND)
+    default = head_dim in NO_LICM_DIMS if HOPPER_BWD_NO_LICM_DEFAULT is None else HOPPER_BWD_NO_LICM_DEFAULT
+    meta["NO_LICM"] = bool(meta.get("NO_LICM", default))  # (always passed, as ROW_BOUND)
     # The RNG warps where this build can take them, unless overridden (an
     # override of CONSUMER_REGS also stands).
     rng_part = DROPOUT_RNG_CONFIGS.get(head_dim, {}) if dropout else {}

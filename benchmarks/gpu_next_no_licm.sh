@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The backward's query-tile loops without loop-invariant code motion (NO_LICM, session 73; an
+# override, FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 for every call), on one GPU (an H200 where one
+# comes; an H100 gives the same decision for its own figures), two calls of under 10 minutes
+# (PART=1, PART=2; PART=all both in one). Why: with the loops' invariants hoisted, the shared-memory
+# descriptors of the block's K and V tiles (one 64-bit value per wgmma k-step) stay live across
+# the loop and ptxas spills: Triton 3.6, SASS instructions / local loads + stores, default ->
+# NO_LICM: d = 64 causal 4,600 / 89 -> 4,352 / 18, d = 128 causal 4,232 / 27 -> 4,056 / 12,
+# d = 192 / dv = 128 causal 4,304 / 43 -> 3,848 / 8 (issue 10's last row below its peer), d = 256
+# unchanged (results/compile/session73/). The cost: one 32-bit add per wgmma inside the loop.
+#   PART=1. GPU tests with FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 (every Hopper backward build
+#      NO_LICM, references in float64 on NaN-poisoned outputs): tests/test_hopper_bwd.py and the
+#      packed backward's tests of tests/test_hopper_varlen.py, not the gpu-marked ones: $R/tests.log.
+#   PART=2. hopper_bwd_probe.py, two repeats: bf16, B*N = 16k, d = 64 / 128 / 256 at N 2k / 8k,
+#      causal and not, a GQA row (B 2, Hq 32 / Hkv 8, 8k, d = 128, causal) and the five d = 192 rows
+#      of gpu_next_q_halves.sh; variants default, NO_LICM=1; cuDNN beside. Kernel-only, the dQ
+#      buffer's zeroing and conversion included.
+# Rule, fixed before the run, per head dim d (rules.reps_rule_verdict over d's rows): PART=1's log
+# ends with rc=0 (checked by hand when the parts ran in two calls; PART=all checks it), both
+# repeats have all of d's rows, every check "ok", no row below 0.99 and a geometric mean >= 1.02:
+# then d joins NO_LICM_DIMS (hopper/bwd.py). Otherwise nothing changes at d.
+#
+#     OUT=/tmp/out PART=1 bash benchmarks/gpu_next_no_licm.sh; OUT=/tmp/out PART=2 bash ...
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+PART="${PART:-all}"
+if [ "$PART" = 1 ] || [ "$PART" = all ]; then
+  FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 gpu_tests tests ${T_TESTS:-400} -n 8 -m "not gpu" \
+    tests/test_hopper_bwd.py tests/test_hopper_varlen.py -k "not forward"
+fi
+if [ "$PART" = 2 ] || [ "$PART" = all ]; then
+  ROWS="2,32,8,8192,128,1;8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1"
+  ROWS="$ROWS;4,16,16,4096,192,0"
+  probe_reps ${T_PROBE:-240} --head-dims 64,128,256 --seqlens 2048,8192 --gqa "$ROWS" \
+    --variants "default,NO_LICM=1" --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
+  TESTS=$([ "$PART" = all ] && echo tests.log || echo "")
+  python3 - "$R" "$TESTS" <<'PY' | tee "$OUT/verdict.txt"
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import reps_rule_verdict
+r, tests = sys.argv[1], sys.argv[2] or None
+for d, rows in ((64, 4), (128, 5), (256, 4), (192, 5)):
+    print(f"== d = {d}")
+    reps_rule_verdict(r, {"NO_LICM=1": f"NO_LICM_DIMS gains {d}"}, rows, 0.99, 1.02, tests,
+                      select=lambda row, d=d: row["d"] == d)
+PY
+fi
+tar czf "$OUT/results.tgz" -C "$OUT" r
