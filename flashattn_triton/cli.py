@@ -444,6 +444,8 @@ def explain_shape(shape: Tuple[int, ...], dtype_name: str, causal: bool, window:
                          + ("; dropout (HAS_DROPOUT)" if "dropout" in variants else "")
                          + ("; one compare per score in the masked causal steps (ROW_BOUND, bwd.ROW_BOUND_DIMS)"
                             if window[0] < 0 and c["ROW_BOUND"] else "")
+                         + ("; query-tile loops without loop-invariant code motion (NO_LICM, bwd.NO_LICM_DIMS or "
+                            "FLASHATTN_TRITON_HOPPER_BWD_NO_LICM)" if c["NO_LICM"] else "")
                          + (f"; Q K^T split in {d_v} + {d - d_v} columns" if d != d_v else "")
                          + (" (opt-in: not GPU-validated yet)" if d not in hbwd.CONFIGS else ""))
     lines.append(f"{head}: preprocess (BLOCK_M={_PREPROCESS_BLOCK_M}), then")

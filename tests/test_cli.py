@@ -532,3 +532,31 @@ def test_info_names_the_row_bound_switch(capsys, monkeypatch):
     monkeypatch.setattr(hbwd, "ROW_BOUND_DIMS", frozenset({128}))
     assert lines(base + ["--causal"]) == [True, True]
     assert lines(base) == [False, False]
+
+
+def test_info_names_the_no_licm_switch(capsys, monkeypatch):
+    """`info` names NO_LICM on the Hopper backward line exactly when the call's
+    build takes it: bwd.NO_LICM_DIMS holds the head dim, or the environment's
+    switch (HOPPER_BWD_NO_LICM_DEFAULT) says so for every call."""
+    from flashattn_triton.kernels import hopper
+    if not hopper.AVAILABLE:
+        pytest.skip(f"Hopper tier unavailable: {hopper.REASON}")
+    from flashattn_triton.kernels.hopper import bwd as hbwd
+    base = ["info", "--shape", "2,4096,16,128", "--arch", "sm90", "--causal"]
+
+    def named():
+        assert cli.main(base) == 0
+        out = capsys.readouterr().out.splitlines()
+        backward = [ln for ln in out if ln.startswith("backward: Hopper tier")]
+        assert len(backward) == 1, out
+        return "NO_LICM" in backward[0]
+    monkeypatch.setattr(hbwd, "HOPPER_BWD_NO_LICM_DEFAULT", None)
+    monkeypatch.setattr(hbwd, "NO_LICM_DIMS", frozenset())
+    assert not named()
+    monkeypatch.setattr(hbwd, "NO_LICM_DIMS", frozenset({128}))
+    assert named()
+    monkeypatch.setattr(hbwd, "HOPPER_BWD_NO_LICM_DEFAULT", False)
+    assert not named()
+    monkeypatch.setattr(hbwd, "NO_LICM_DIMS", frozenset())
+    monkeypatch.setattr(hbwd, "HOPPER_BWD_NO_LICM_DEFAULT", True)
+    assert named()
