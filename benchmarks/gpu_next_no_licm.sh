@@ -12,8 +12,10 @@
 # d = 192 every loop 9-89 instructions shorter and no spill left in them (9 / 10 local accesses
 # before); d = 128 causal's unmasked loop 25-35 instructions longer (no spill to lose there).
 #   PART=1. GPU tests with FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 (every Hopper backward build
-#      NO_LICM, references in float64 on NaN-poisoned outputs): tests/test_hopper_bwd.py and the
-#      packed backward's tests of tests/test_hopper_varlen.py, not the gpu-marked ones: $R/tests.log.
+#      NO_LICM, references in float64 on NaN-poisoned outputs): tests/test_hopper_bwd.py (its
+#      tests are not gpu-marked; $R/tests_bwd.log) and the packed backward's gpu-marked tests of
+#      tests/test_hopper_varlen.py (-k backward, 19; $R/tests_varlen.log); $R/tests.log ends with
+#      rc=0 when both logs do.
 #   PART=2. hopper_bwd_probe.py, two repeats: bf16, B*N = 16k, d = 64 / 128 / 256 at N 2k / 8k,
 #      causal and not, a GQA row (B 2, Hq 32 / Hkv 8, 8k, d = 128, causal) and the five d = 192 rows
 #      of gpu_next_q_halves.sh; variants default, NO_LICM=1; cuDNN beside. Kernel-only, the dQ
@@ -27,8 +29,12 @@
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 PART="${PART:-all}"
 if [ "$PART" = 1 ] || [ "$PART" = all ]; then
-  FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 gpu_tests tests ${T_TESTS:-400} -n 8 -m "not gpu" \
-    tests/test_hopper_bwd.py tests/test_hopper_varlen.py -k "not forward"
+  FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 gpu_tests tests_bwd ${T_TESTS:-300} -n 8 -m "not gpu" \
+    tests/test_hopper_bwd.py
+  FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 gpu_tests tests_varlen ${T_VARLEN:-150} -n 4 -m gpu -k backward \
+    tests/test_hopper_varlen.py
+  ok=0; for f in tests_bwd tests_varlen; do tail -1 "$R/$f.log" | grep -q "^rc=0" || ok=1; done
+  echo "rc=$ok" > "$R/tests.log"; echo "tests: rc=$ok"
 fi
 if [ "$PART" = 2 ] || [ "$PART" = all ]; then
   ROWS="2,32,8,8192,128,1;8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1"
