@@ -18,8 +18,10 @@
 #      rc=0 when both logs do.
 #   PART=2. hopper_bwd_probe.py, two repeats: bf16, B*N = 16k, d = 64 / 128 / 256 at N 2k / 8k,
 #      causal and not, a GQA row (B 2, Hq 32 / Hkv 8, 8k, d = 128, causal) and the five d = 192 rows
-#      of gpu_next_q_halves.sh; variants default, NO_LICM=1; cuDNN beside. Kernel-only, the dQ
-#      buffer's zeroing and conversion included.
+#      of gpu_next_q_halves.sh; variants default and mod:HOPPER_BWD_NO_LICM_DEFAULT=True (the
+#      switch for every call, through the cached per-signature plans as the default is timed; an
+#      override NO_LICM=1 would make a plan per call); cuDNN beside. Kernel-only, the dQ buffer's
+#      zeroing and conversion included.
 # Rule, fixed before the run, per head dim d (rules.reps_rule_verdict over d's rows): PART=1's log
 # ends with rc=0 (checked by hand when the parts ran in two calls; PART=all checks it), both
 # repeats have all of d's rows, every check "ok", no row below 0.99 and a geometric mean >= 1.02:
@@ -39,8 +41,9 @@ fi
 if [ "$PART" = 2 ] || [ "$PART" = all ]; then
   ROWS="2,32,8,8192,128,1;8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1"
   ROWS="$ROWS;4,16,16,4096,192,0"
+  NL="mod:HOPPER_BWD_NO_LICM_DEFAULT=True"  # through the per-signature plans, as "default" is timed
   probe_reps ${T_PROBE:-240} --head-dims 64,128,256 --seqlens 2048,8192 --gqa "$ROWS" \
-    --variants "default,NO_LICM=1" --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
+    --variants "default,$NL" --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
   TESTS=$([ "$PART" = all ] && echo tests.log || echo "")
   python3 - "$R" "$TESTS" <<'PY' | tee "$OUT/verdict.txt"
 import sys
@@ -49,7 +52,7 @@ from rules import reps_rule_verdict
 r, tests = sys.argv[1], sys.argv[2] or None
 for d, rows in ((64, 4), (128, 5), (256, 4), (192, 5)):
     print(f"== d = {d}")
-    reps_rule_verdict(r, {"NO_LICM=1": f"NO_LICM_DIMS gains {d}"}, rows, 0.99, 1.02, tests,
+    reps_rule_verdict(r, {"mod:HOPPER_BWD_NO_LICM_DEFAULT=True": f"NO_LICM_DIMS gains {d}"}, rows, 0.99, 1.02, tests,
                       select=lambda row, d=d: row["d"] == d)
 PY
 fi
