@@ -7,7 +7,7 @@
 # the loop and ptxas spills: Triton 3.6, SASS instructions / local loads + stores, default ->
 # NO_LICM: d = 64 causal 4,600 / 89 -> 4,352 / 18, d = 128 causal 4,232 / 27 -> 4,056 / 12,
 # d = 192 / dv = 128 causal 4,304 / 43 -> 3,848 / 8 (issue 10's last row below its peer), d = 256
-# unchanged (results/compile/session73/). The cost: one 32-bit add per wgmma inside the loop. Per
+# unchanged (results/compile/session73/). The cost: one add per wgmma inside the loop. Per
 # query-tile loop (compile_check --hopper-bwd --sass, docs/hopper.md "Loop-invariant descriptors"):
 # d = 192 every loop 9-89 instructions shorter and no spill left in them (9 / 10 local accesses
 # before); d = 128 causal's unmasked loop 25-35 instructions longer (no spill to lose there).

@@ -2203,7 +2203,7 @@ ROW_BOUND_DIMS: frozenset = frozenset()
 # before the loop and they stay live across it: 4,304 SASS instructions and
 # 43 local loads / stores at d = 192 / dv = 128 causal, Triton 3.6 (Triton
 # 3.9 forms each as its own 64-bit value: 175 in the d = 128 full build,
-# whose local accesses are 159 there against 19 on 3.6).  Left in the loop, each is a 32-bit add next to its wgmma and
+# whose local accesses are 159 there against 19 on 3.6).  Left in the loop, each is one add next to its wgmma and
 # ptxas spills less: d = 192 causal 3,848 / 8, d = 128 causal 4,056 / 12,
 # d = 64 causal 4,352 / 18 (from 4,600 / 89); 3.9 d = 128 full: no spill
 # (results/compile/session73/).  Head dims whose calls take it by default;
