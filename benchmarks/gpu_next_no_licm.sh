@@ -42,7 +42,7 @@ if [ "$PART" = 2 ] || [ "$PART" = all ]; then
   ROWS="2,32,8,8192,128,1;8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1"
   ROWS="$ROWS;4,16,16,4096,192,0"
   NL="mod:HOPPER_BWD_NO_LICM_DEFAULT=True"  # through the per-signature plans, as "default" is timed
-  probe_reps ${T_PROBE:-240} --head-dims 64,128,256 --seqlens 2048,8192 --gqa "$ROWS" \
+  probe_reps ${T_PROBE:-280} --head-dims 64,128,256 --seqlens 2048,8192 --gqa "$ROWS" \
     --variants "default,$NL" --variants64 "" --variants256 "" --baselines cudnn --rep ${REP:-30}
   TESTS=$([ "$PART" = all ] && echo tests.log || echo "")
   python3 - "$R" "$TESTS" <<'PY' | tee "$OUT/verdict.txt"

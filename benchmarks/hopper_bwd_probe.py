@@ -203,6 +203,10 @@ def main():
             shapes.append((b, hq, hkv, n, d, bool(causal)))
     baselines = set(filter(None, args.baselines.split(",")))
     rows = []
+
+    def save():
+        with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:
+            json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     for b, hq, hkv, n, d, causal in shapes:
         torch.manual_seed(0)
         dv = getattr(hbwd, "HEAD_DIM_V", {}).get(d, d)  # V's and dO's width (d = 192: 128)
@@ -324,8 +328,8 @@ def main():
               + (f"  {bad}" if bad else ""), flush=True)
         del q, k, v, do, o, out
         torch.cuda.empty_cache()
-    with open(os.path.join(args.out, "hopper_bwd_probe.json"), "w") as f:
-        json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        save()  # after every row: a run cut by its time limit keeps the rows it timed
+    save()
     return 0
 
 
