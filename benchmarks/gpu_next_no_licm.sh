@@ -2,7 +2,7 @@
 # The backward's query-tile loops without loop-invariant code motion (NO_LICM, session 73; an
 # override, FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 for every call), on one GPU (an H200 where one
 # comes; an H100 gives the same decision for its own figures), two calls of under 10 minutes
-# (PART=1, PART=2; PART=all both in one). Why: with the loops' invariants hoisted, the shared-memory
+# (PART=1, PART=2; PART=all both in one), then PART=3 (about 4 minutes). Why: with the loops' invariants hoisted, the shared-memory
 # descriptors of the block's K and V tiles (one 64-bit value per wgmma k-step) stay live across
 # the loop and ptxas spills: Triton 3.6, SASS instructions / local loads + stores, default ->
 # NO_LICM: d = 64 causal 4,600 / 89 -> 4,352 / 18, d = 128 causal 4,232 / 27 -> 4,056 / 12,
@@ -22,12 +22,23 @@
 #      switch for every call, through the cached per-signature plans as the default is timed; an
 #      override NO_LICM=1 would make a plan per call); cuDNN beside. Kernel-only, the dQ buffer's
 #      zeroing and conversion included.
+#   PART=3. d = 192 only: hopper_bwd_probe.py, two repeats, the five d = 192 rows; variants default,
+#      NO_LICM=1, NAMED_BAR=2+NO_LICM=1 and NAMED_BAR=2+Q_HALVES=2+NO_LICM=1 (the dQ pieces through
+#      the producer warp: level with the default in session 46, 0.995 / 1.003x, when that build
+#      spilled 180 / 72 B; with NO_LICM 28 B and loops of 683:0 581:0 685:0 573:0, causal, against
+#      NO_LICM's 708:0 606:0 708:0 595:0 and the default's 792:1 615:0 781:6 636:2). Overrides
+#      all, so each makes a plan per call alike. $R3 (= $OUT/r3).
 # Rule, fixed before the run, per head dim d (rules.reps_rule_verdict over d's rows): PART=1's log
 # ends with rc=0 (checked by hand when the parts ran in two calls; PART=all checks it), both
 # repeats have all of d's rows, every check "ok", no row below 0.99 and a geometric mean >= 1.02:
 # then d joins NO_LICM_DIMS (hopper/bwd.py). Otherwise nothing changes at d.
+# PART=3's rule: only where PART=2 put 192 into NO_LICM_DIMS and PART=1's tests passed; a
+# candidate (NAMED_BAR=2+NO_LICM=1, NAMED_BAR=2+Q_HALVES=2+NO_LICM=1) passes against NO_LICM=1
+# (rules.best_of_reps_rule with that base): all 5 rows in both repeats, every check "ok", no row below
+# 0.99, geometric mean >= 1.02; the passing one with the higher mean goes into CONFIGS[192]
+# (NAMED_BAR=2, with Q_HALVES=2 where that form wins). Otherwise CONFIGS[192] stays.
 #
-#     OUT=/tmp/out PART=1 bash benchmarks/gpu_next_no_licm.sh; OUT=/tmp/out PART=2 bash ...
+#     OUT=/tmp/out PART=1 bash benchmarks/gpu_next_no_licm.sh; then PART=2, then PART=3
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 PART="${PART:-all}"
 if [ "$PART" = 1 ] || [ "$PART" = all ]; then
@@ -56,4 +67,21 @@ for d, rows in ((64, 4), (128, 5), (256, 4), (192, 5)):
                       select=lambda row, d=d: row["d"] == d)
 PY
 fi
-tar czf "$OUT/results.tgz" -C "$OUT" r
+if [ "$PART" = 3 ]; then
+  R="$OUT/r3"; mkdir -p "$R"
+  ROWS="8,16,16,2048,192,1;4,16,16,4096,192,1;2,16,16,8192,192,1;2,16,4,4096,192,1;4,16,16,4096,192,0"
+  probe_reps ${T_PROBE:-200} --head-dims none --gqa "$ROWS" --baselines cudnn --rep ${REP:-30} \
+    --variants "default,NO_LICM=1,NAMED_BAR=2+NO_LICM=1,NAMED_BAR=2+Q_HALVES=2+NO_LICM=1" \
+    --variants64 "" --variants256 ""
+  python3 - "$R" <<'PY' | tee "$OUT/verdict3.txt"
+import sys
+sys.path.insert(0, "benchmarks")
+from rules import best_of_reps_rule, json_rows
+reps = [json_rows(f"{sys.argv[1]}/rep{i}/hopper_bwd_probe.json") for i in (1, 2)]
+cands = {c: c for c in ("NAMED_BAR=2+NO_LICM=1", "NAMED_BAR=2+Q_HALVES=2+NO_LICM=1")}
+best, _ = best_of_reps_rule(reps, cands, 5, 0.99, 1.02, base="NO_LICM=1")
+print("RULE (if PART=2 put 192 into NO_LICM_DIMS and PART=1 passed): "
+      + (f"CONFIGS[192] takes {best.replace('+NO_LICM=1', '')}" if best else "CONFIGS[192] stays"))
+PY
+fi
+tar czf "$OUT/results.tgz" -C "$OUT" $(cd "$OUT" && ls -d r r3 2>/dev/null)
