@@ -3,8 +3,8 @@
 # override, FLASHATTN_TRITON_HOPPER_BWD_NO_LICM=1 for every call), on one GPU (an H200 where one
 # comes; an H100 gives the same decision for its own figures), two calls of under 10 minutes
 # (PART=1, PART=2; PART=all both in one), then PART=3 (about 4 minutes). Why: with the loops'
-# invariants hoisted, the shared-memory descriptors of the block's K and V tiles (one 64-bit value per wgmma k-step) stay live across
-# the loop and ptxas spills: Triton 3.6, SASS instructions / local loads + stores, default ->
+# invariants hoisted, the shared-memory descriptors of the block's K and V tiles (one 64-bit value
+# per wgmma k-step) stay live across the loop and ptxas spills: Triton 3.6, SASS instructions / local loads + stores, default ->
 # NO_LICM: d = 64 causal 4,600 / 89 -> 4,352 / 18, d = 128 causal 4,232 / 27 -> 4,056 / 12,
 # d = 192 / dv = 128 causal 4,304 / 43 -> 3,848 / 8 (issue 10's last row below its peer), d = 256
 # unchanged (results/compile/session73/). The cost: one add per wgmma inside the loop. Per
