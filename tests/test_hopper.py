@@ -91,7 +91,6 @@ print("TAIL_BARS", len(re.findall(r"bar\.sync\s+%d,", compiled.asm["ptx"])))
 """
 
 
-
 @pytest.mark.skipif(bool(_gluon_compile_reason()), reason=_gluon_compile_reason() or "-")
 def test_backward_no_licm_spills_less():
     """NO_LICM (hopper/bwd.py): the backward's query-tile loops built with
@@ -114,6 +113,7 @@ for on in (False, True):
     assert meta["NO_LICM"] is on, meta
     print(on, sum(1 for _, op, _ in cc.sass_ops(compiled) if op.startswith(("LDL", "STL"))))
 """
+
 
 def test_declines_cpu_tensors_and_writes_nothing():
     q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
